@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/e2e/harness"
+)
+
+const echoHost = "echo.demo.svc.cluster.local"
+
+func meshYAML(backends []*backend) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [%s]
+  ports: [{number: 7070, name: grpc, protocol: GRPC}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  workloadSelector: {labels: {app: echo}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: %s
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+  - {name: v3, labels: {version: v3}}
+`, echoHost, echoHost)
+	for i, be := range backends {
+		fmt.Fprintf(&b, `---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: %s, namespace: demo}
+spec:
+  address: 127.0.0.1
+  ports: {grpc: %d}
+  labels: {app: echo, version: v%d}
+  locality: us-east/zone-%c
+`, be.name, be.port, i+1, 'a'+i)
+	}
+	return b.String()
+}
+
+func routeYAML(w1, w2 int) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [%s]
+  http:
+  - name: beta-users
+    match: [{headers: {x-user: {exact: beta}}}]
+    route: [{destination: {host: %s, subset: v3}}]
+  - name: split
+    route:
+    - {destination: {host: %s, subset: v1}, weight: %d}
+    - {destination: {host: %s, subset: v2}, weight: %d}
+    timeout: 5s
+    retries: {attempts: 2, retryOn: unavailable}
+`, echoHost, echoHost, echoHost, w1, echoHost, w2)
+}
+
+// assertSplit checks that the share of calls served by want1 is p within
+// five standard deviations of the binomial distribution (a false failure
+// about once in 3.5 million runs), and that nothing else served a call.
+func assertSplit(t *testing.T, calls []call, want1, want2 string, p float64) {
+	t.Helper()
+	got := tally(calls)
+	n := float64(len(calls))
+	if got[want1]+got[want2] != len(calls) {
+		t.Fatalf("calls went outside %s/%s: %s", want1, want2, describe(got))
+	}
+	share := float64(got[want1]) / n
+	tol := 5 * math.Sqrt(p*(1-p)/n)
+	if math.Abs(share-p) > tol {
+		t.Fatalf("%s served %.3f of %d calls, want %.2f±%.3f (%s)", want1, share, len(calls), p, tol, describe(got))
+	}
+	t.Logf("split over %d calls: %s (%s share %.3f, want %.2f±%.3f)", len(calls), describe(got), want1, share, p, tol)
+}
+
+type syncz []struct {
+	NodeID string `json:"nodeId"`
+	Types  map[string]struct {
+		SentVersion  string `json:"sentVersion"`
+		AckedVersion string `json:"ackedVersion"`
+		NackReason   string `json:"nackReason"`
+	} `json:"types"`
+}
+
+// routeVersion is the RDS version the node last ACKed at the hub.
+func routeVersion(h *hub, node string) (string, error) {
+	var s syncz
+	if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
+		return "", err
+	}
+	for _, c := range s {
+		if c.NodeID == node {
+			return c.Types["RouteConfiguration"].AckedVersion, nil
+		}
+	}
+	return "", fmt.Errorf("node %s is not connected", node)
+}
+
+// waitRouteChange waits for node to ACK a route version other than prev
+// and returns the new one.
+func waitRouteChange(t *testing.T, h *hub, node, prev string) string {
+	t.Helper()
+	var v string
+	harness.Eventually(t, 20*time.Second, func() error {
+		var err error
+		if v, err = routeVersion(h, node); err != nil {
+			return err
+		}
+		if v == "" || v == prev {
+			return fmt.Errorf("route version still %q", v)
+		}
+		return nil
+	})
+	return v
+}
+
+func TestFoundation(t *testing.T) {
+	backends := []*backend{startBackend(t, "echo-v1"), startBackend(t, "echo-v2"), startBackend(t, "echo-v3")}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mesh.yaml"), meshYAML(backends))
+	vsPath := filepath.Join(dir, "routes", "echo-vs.yaml")
+	if err := mkdirAll(filepath.Dir(vsPath)); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, vsPath, routeYAML(80, 20))
+
+	h := newHub(t)
+	sp := newSpoke(t, h, "cluster-a", dir)
+	target := "xds:///" + echoHost + ":7070"
+	plain := startClient(t, h, target, "plain.demo")
+	beta := startClient(t, h, target, "beta.demo", "--header", "x-user=beta")
+
+	t.Run("split and header route", func(t *testing.T) {
+		// The first successful call marks convergence; measure after it.
+		first := firstOK(t, plain, 30*time.Second)
+		assertSplit(t, plain.collect(t, first, 600, 30*time.Second), "echo-v1", "echo-v2", 0.8)
+		betaCalls := beta.collect(t, firstOK(t, beta, 30*time.Second), 100, 30*time.Second)
+		if got := tally(betaCalls); got["echo-v3"] != len(betaCalls) {
+			t.Fatalf("x-user: beta calls: %s, want all on echo-v3", describe(got))
+		}
+	})
+
+	t.Run("edit follows", func(t *testing.T) {
+		prev, err := routeVersion(h, "plain.demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lat []time.Duration
+		weights := [][2]int{{20, 80}, {80, 20}, {20, 80}, {80, 20}, {20, 80}}
+		for _, w := range weights {
+			edited := time.Now()
+			writeFile(t, vsPath, routeYAML(w[0], w[1]))
+			prev = waitRouteChange(t, h, "plain.demo", prev)
+			lat = append(lat, time.Since(edited))
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		t.Logf("file edit -> client ACKed new routes: median %s (min %s, max %s, n=%d)",
+			lat[len(lat)/2].Round(time.Millisecond), lat[0].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat))
+		// The last edit is 20/80: the traffic follows.
+		assertSplit(t, plain.collect(t, time.Now(), 600, 30*time.Second), "echo-v1", "echo-v2", 0.2)
+	})
+
+	t.Run("invalid VirtualService is rejected, traffic keeps last good", func(t *testing.T) {
+		bad := filepath.Join(dir, "routes", "bad-vs.yaml")
+		writeFile(t, bad, `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: broken, namespace: demo}
+spec:
+  hosts: [`+echoHost+`]
+  http:
+  - route:
+    - {destination: {host: `+echoHost+`, subset: v1}, weight: 50}
+    - {destination: {host: `+echoHost+`, subset: v2}, weight: 40}
+`)
+		var rejected []struct {
+			File   string `json:"file"`
+			Index  int    `json:"index"`
+			Name   string `json:"name"`
+			Reason string `json:"reason"`
+			Field  string `json:"field"`
+		}
+		harness.Eventually(t, 10*time.Second, func() error {
+			if err := harness.GetJSON(sp.url("/debug/rejected"), &rejected); err != nil {
+				return err
+			}
+			for _, r := range rejected {
+				if strings.HasSuffix(r.File, "bad-vs.yaml") && r.Name == "broken" && strings.Contains(r.Reason+r.Field, "100") {
+					return nil
+				}
+			}
+			return fmt.Errorf("rejections: %+v", rejected)
+		})
+		t.Logf("spoke reports: %+v", rejected)
+		assertSplit(t, plain.collect(t, time.Now(), 400, 30*time.Second), "echo-v1", "echo-v2", 0.2)
+	})
+
+	t.Run("hub killed and restarted", func(t *testing.T) {
+		h.proc.Kill()
+		down := time.Now()
+		// The client keeps serving on its last config while the hub is gone.
+		calls := plain.collect(t, down, 300, 30*time.Second)
+		if got := tally(calls); got["echo-v1"]+got["echo-v2"] != len(calls) {
+			t.Fatalf("calls while the hub was down: %s", describe(got))
+		}
+		h.start()
+		// The spoke reconnects by itself and syncs.
+		harness.Eventually(t, 30*time.Second, func() error {
+			var spokes []struct {
+				Cluster string `json:"cluster"`
+				Synced  bool   `json:"synced"`
+			}
+			if err := harness.GetJSON(h.url("/debug/spokes"), &spokes); err != nil {
+				return err
+			}
+			if len(spokes) != 1 || !spokes[0].Synced {
+				return fmt.Errorf("spokes: %+v", spokes)
+			}
+			return nil
+		})
+		// The client reconnects too, and follows a new edit.
+		var prev string
+		harness.Eventually(t, 30*time.Second, func() error {
+			var err error
+			prev, err = routeVersion(h, "plain.demo")
+			if err == nil && prev == "" {
+				err = fmt.Errorf("no routes ACKed yet")
+			}
+			return err
+		})
+		writeFile(t, vsPath, routeYAML(50, 50))
+		waitRouteChange(t, h, "plain.demo", prev)
+		assertSplit(t, plain.collect(t, time.Now(), 400, 30*time.Second), "echo-v1", "echo-v2", 0.5)
+	})
+
+	t.Run("shutdown leaves nothing behind", func(t *testing.T) {
+		procs := []*harness.Proc{plain.proc, beta.proc, sp.proc, h.proc}
+		for _, p := range procs {
+			p.Stop(10 * time.Second)
+			if code := p.ExitCode(); code != 0 {
+				t.Errorf("%s exited with %d after SIGTERM", p.Name, code)
+			}
+		}
+		for _, port := range []int{h.admin, h.spokes, h.xds, sp.admin} {
+			if !harness.PortFree(port) {
+				t.Errorf("port %d still bound after shutdown", port)
+			}
+		}
+	})
+}
+
+// firstOK waits for the client's first successful call and returns its time.
+func firstOK(t *testing.T, c *client, deadline time.Duration) time.Time {
+	t.Helper()
+	var at time.Time
+	harness.Eventually(t, deadline, func() error {
+		calls := c.calls()
+		for _, cl := range calls {
+			if cl.Code == "OK" {
+				at = cl.Time
+				return nil
+			}
+		}
+		if len(calls) > 0 {
+			last := calls[len(calls)-1]
+			return fmt.Errorf("no successful call yet; last: %s %s", last.Code, last.Error)
+		}
+		return fmt.Errorf("no call yet")
+	})
+	return at
+}

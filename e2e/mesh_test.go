@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/navemesh/nave/e2e/harness"
+)
+
+// hub is a nave-hub process on fixed loopback ports (so it can be restarted
+// on the same ones).
+type hub struct {
+	t                  *testing.T
+	admin, spokes, xds int
+	proc               *harness.Proc
+	extraArgs          []string
+}
+
+func newHub(t *testing.T, extra ...string) *hub {
+	h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), extraArgs: extra}
+	h.start()
+	return h
+}
+
+func (h *hub) start() {
+	h.t.Helper()
+	args := append([]string{
+		"--admin.listen", addr(h.admin), "--spokes.listen", addr(h.spokes), "--xds.listen", addr(h.xds),
+		"--push.debounce-quiet", "50ms", "--push.debounce-max", "500ms", "--log.level", "debug",
+	}, h.extraArgs...)
+	h.proc = harness.Start(h.t, "hub", binary("nave-hub"), args...)
+	harness.WaitReady(h.t, h.url("/healthz/ready"), 20*time.Second)
+}
+
+func (h *hub) url(path string) string { return "http://" + addr(h.admin) + path }
+
+func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+
+// spoke is a nave-spoke process reading a directory.
+type spoke struct {
+	admin int
+	dir   string
+	proc  *harness.Proc
+}
+
+func newSpoke(t *testing.T, h *hub, cluster, dir string) *spoke {
+	s := &spoke{admin: harness.FreePort(t), dir: dir}
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
+		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes),
+		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
+		"--files.debounce", "50ms", "--log.level", "debug")
+	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
+	return s
+}
+
+func (s *spoke) url(path string) string { return "http://" + addr(s.admin) + path }
+
+// backend is an in-test gRPC server that names itself in a response header.
+type backend struct {
+	name string
+	port int
+	srv  *grpc.Server
+}
+
+func startBackend(t *testing.T, name string) *backend {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		_ = grpc.SetHeader(ctx, metadata.Pairs("x-nave-backend", name))
+		return handler(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return &backend{name: name, port: lis.Addr().(*net.TCPAddr).Port, srv: srv}
+}
+
+// call is one line of nave-demo-client --json.
+type call struct {
+	Seq     int       `json:"seq"`
+	Time    time.Time `json:"time"`
+	Backend string    `json:"backend"`
+	Code    string    `json:"code"`
+	Error   string    `json:"error"`
+}
+
+// client is a nave-demo-client process resolving xds:/// through the hub.
+type client struct {
+	proc *harness.Proc
+	mu   sync.Mutex
+	read int
+	all  []call
+}
+
+func startClient(t *testing.T, h *hub, target, nodeID string, extra ...string) *client {
+	args := append([]string{"--target", target, "--hub", addr(h.xds), "--node-id", nodeID,
+		"--interval", "5ms", "--timeout", "2s", "--json"}, extra...)
+	return &client{proc: harness.Start(t, "client-"+nodeID, binary("nave-demo-client"), args...)}
+}
+
+// calls returns every call made so far.
+func (c *client) calls() []call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lines := c.proc.Lines()
+	for ; c.read < len(lines); c.read++ {
+		var cl call
+		if err := json.Unmarshal([]byte(lines[c.read]), &cl); err == nil {
+			c.all = append(c.all, cl)
+		}
+	}
+	return append([]call(nil), c.all...)
+}
+
+// collect waits for n calls made after since and returns them.
+func (c *client) collect(t *testing.T, since time.Time, n int, deadline time.Duration) []call {
+	t.Helper()
+	var got []call
+	harness.Eventually(t, deadline, func() error {
+		got = got[:0]
+		for _, cl := range c.calls() {
+			if cl.Time.After(since) {
+				got = append(got, cl)
+			}
+		}
+		if len(got) < n {
+			return fmt.Errorf("%d of %d calls since %s", len(got), n, since.Format(time.RFC3339Nano))
+		}
+		return nil
+	})
+	return got[:n]
+}
+
+// tally counts calls by backend ("error:CODE" for failures).
+func tally(calls []call) map[string]int {
+	out := map[string]int{}
+	for _, c := range calls {
+		if c.Code != "OK" {
+			out["error:"+c.Code]++
+			continue
+		}
+		out[c.Backend]++
+	}
+	return out
+}
+
+func describe(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// writeFile writes atomically (temp file + rename), as editors and
+// Kubernetes ConfigMap updates do.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}

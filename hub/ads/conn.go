@@ -1,0 +1,203 @@
+package ads
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/hub/pushctx"
+)
+
+// conn is one proxy stream. Its fields are written by the stream's own
+// goroutine; mu guards them against /debug readers.
+type conn struct {
+	server      *Server
+	id          string
+	nodeID      string
+	mesh        string
+	peer        string
+	connectedAt time.Time
+
+	mu    sync.Mutex
+	nonce uint64
+	types map[string]*typeState
+}
+
+type typeState struct {
+	requested bool
+	wildcard  bool
+	names     map[string]bool
+	// nonce of the last response; requests echoing another nonce are stale.
+	nonce       string
+	sentVersion string
+	sentHashes  map[string]string
+	sentAt      time.Time
+	acked       string
+	nacked      string
+	nackReason  string
+}
+
+func (c *conn) handle(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
+	typeURL := req.GetTypeUrl()
+	if !knownType(typeURL) {
+		c.server.log.Debug("request for a type this hub does not serve", "conn", c.id, "type", typeURL)
+		return nil
+	}
+	c.mu.Lock()
+	ts := c.types[typeURL]
+	if ts == nil {
+		ts = &typeState{names: map[string]bool{}}
+		c.types[typeURL] = ts
+	}
+	if req.GetResponseNonce() != "" && req.GetResponseNonce() != ts.nonce {
+		c.mu.Unlock()
+		return nil // stale: answers a response superseded since
+	}
+	if req.GetResponseNonce() != "" {
+		if e := req.GetErrorDetail(); e != nil {
+			ts.nacked, ts.nackReason = ts.sentVersion, e.GetMessage()
+			c.server.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
+			c.server.log.Warn("proxy rejected config", "conn", c.id, "type", shortType(typeURL), "version", ts.sentVersion, "reason", e.GetMessage())
+		} else {
+			ts.acked = req.GetVersionInfo()
+			ts.nacked, ts.nackReason = "", ""
+		}
+	}
+	first := !ts.requested
+	ts.requested = true
+	changed := ts.subscribe(typeURL, req.GetResourceNames(), first)
+	c.mu.Unlock()
+	if first || changed {
+		return c.push(stream, st, typeURL, true)
+	}
+	return nil
+}
+
+// subscribe updates the subscription and reports whether it changed. An
+// empty first request for a type names the legacy wildcard.
+func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool {
+	wildcard := false
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		if n == "*" {
+			wildcard = true
+			continue
+		}
+		set[n] = true
+	}
+	if len(names) == 0 && (first || ts.wildcard) {
+		wildcard = true
+	}
+	changed := wildcard != ts.wildcard || len(set) != len(ts.names)
+	if !changed {
+		for n := range set {
+			if !ts.names[n] {
+				changed = true
+				break
+			}
+		}
+	}
+	ts.wildcard, ts.names = wildcard, set
+	return changed
+}
+
+func (c *conn) pushAll(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State) error {
+	for _, typeURL := range typeOrder(c) {
+		if err := c.push(stream, st, typeURL, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func typeOrder(c *conn) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, t := range []string{clusterType, endpointType, listenerType, routeType} {
+		if ts := c.types[t]; ts != nil && ts.requested {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// push sends typeURL's subscribed resources if their content differs from
+// what was last sent, or if the proxy's request must be answered (force).
+func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State, typeURL string, force bool) error {
+	if st == nil {
+		return nil // the mesh is not ready; the request is answered once it is
+	}
+	c.mu.Lock()
+	ts := c.types[typeURL]
+	all := st.Resources[typeURL]
+	var picked []*pushctx.Prepared
+	if ts.wildcard {
+		picked = make([]*pushctx.Prepared, 0, len(all))
+		for _, p := range all {
+			picked = append(picked, p)
+		}
+	} else {
+		for n := range ts.names {
+			if p, ok := all[n]; ok {
+				picked = append(picked, p)
+			}
+		}
+	}
+	sort.Slice(picked, func(i, j int) bool { return picked[i].Name < picked[j].Name })
+	hashes := make(map[string]string, len(picked))
+	h := sha256.New()
+	for _, p := range picked {
+		hashes[p.Name] = p.Hash
+		h.Write([]byte(p.Name))
+		h.Write([]byte{0})
+		h.Write([]byte(p.Hash))
+		h.Write([]byte{0})
+	}
+	version := hex.EncodeToString(h.Sum(nil)[:8])
+	if !force && ts.sentHashes != nil && version == ts.sentVersion {
+		c.mu.Unlock()
+		return nil
+	}
+	c.nonce++
+	nonce := strconv.FormatUint(c.nonce, 10)
+	resources := make([]*anypb.Any, len(picked))
+	size := 0
+	for i, p := range picked {
+		resources[i] = p.Any
+		size += len(p.Any.Value)
+	}
+	ts.nonce, ts.sentVersion, ts.sentHashes, ts.sentAt = nonce, version, hashes, time.Now()
+	c.mu.Unlock()
+
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: resources, TypeUrl: typeURL, Nonce: nonce}
+	if err := stream.Send(resp); err != nil {
+		return err
+	}
+	short := shortType(typeURL)
+	c.server.metrics.pushes.WithLabelValues(short).Inc()
+	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
+	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version)
+	return nil
+}
+
+func (c *conn) status() ConnStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
+	for t, ts := range c.types {
+		cs.Types[shortType(t)] = TypeStatus{
+			Wildcard: ts.wildcard, Subscribed: len(ts.names),
+			SentVersion: ts.sentVersion, SentResources: len(ts.sentHashes), SentAt: ts.sentAt,
+			AckedVersion: ts.acked, NackedVersion: ts.nacked, NackReason: ts.nackReason,
+			Pending: ts.sentVersion != "" && ts.acked != ts.sentVersion && ts.nacked != ts.sentVersion,
+		}
+	}
+	return cs
+}

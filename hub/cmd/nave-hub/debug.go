@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/navemesh/nave/hub/ads"
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/pushctx"
+	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/mesh"
+)
+
+func registerDebug(adm *admin.Server, in *ingest.Server, pc *pushctx.Manager, xds *ads.Server) {
+	adm.HandleDebug("spokes", "connected and stale clusters: stream, sync state, resources, rejected resources", func(*http.Request) (any, error) {
+		return in.Status(), nil
+	})
+	adm.HandleDebug("syncz", "connected proxies: per type the subscribed, sent, ACKed and NACKed versions", func(*http.Request) (any, error) {
+		return xds.Status(), nil
+	})
+	adm.HandleDebug("meshes", "each mesh's current push context: version, clusters, conflicts and config problems", func(*http.Request) (any, error) {
+		type meshView struct {
+			Mesh      string              `json:"mesh"`
+			Version   uint64              `json:"version"`
+			BuiltAt   string              `json:"builtAt"`
+			Clusters  []mesh.ClusterState `json:"clusters"`
+			Services  int                 `json:"services"`
+			Resources map[string]int      `json:"resources"`
+			Conflicts []mesh.Conflict     `json:"conflicts"`
+			Problems  []mesh.Problem      `json:"problems"`
+		}
+		out := []meshView{}
+		for _, st := range pc.States() {
+			v := meshView{Mesh: st.Mesh, Version: st.Version, BuiltAt: st.BuiltAt.UTC().Format("2006-01-02T15:04:05.000Z"),
+				Clusters: st.Snapshot.Clusters, Services: len(st.Snapshot.Services), Resources: map[string]int{},
+				Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: append([]mesh.Problem{}, st.Problems...)}
+			for t, rs := range st.Resources {
+				v.Resources[t] = len(rs)
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	})
+	adm.HandleDebug("services", "services and endpoints of a mesh (?mesh=NAME, default: every mesh), with cluster, locality and stale marks", func(r *http.Request) (any, error) {
+		want := r.URL.Query().Get("mesh")
+		out := map[string][]*mesh.Service{}
+		for _, st := range pc.States() {
+			if want != "" && st.Mesh != want {
+				continue
+			}
+			for _, h := range st.Snapshot.Hostnames() {
+				out[st.Mesh] = append(out[st.Mesh], st.Snapshot.Services[h])
+			}
+		}
+		if want != "" && out[want] == nil {
+			return nil, fmt.Errorf("mesh %q has no push context", want)
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,144 @@
+// Command nave-hub is the central control plane: it takes spokes' Push
+// streams, merges each mesh's clusters and serves xDS to proxies.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/navemesh/nave/hub/ads"
+	"github.com/navemesh/nave/hub/hubconfig"
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/pushctx"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/settings"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cfg hubconfig.Config
+	if err := settings.Load(hubconfig.Program, &cfg, args, stdout); err != nil {
+		if errors.Is(err, settings.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", hubconfig.Program, err)
+		return 2
+	}
+	log, err := cfg.Log.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", hubconfig.Program, err)
+		return 2
+	}
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("hub stopped", "err", err)
+		return 1
+	}
+	log.Info("hub stopped")
+	return 0
+}
+
+// listen binds every listener up front, so a taken port fails the start
+// with the key that names it.
+func listen(keys map[string]string) (map[string]net.Listener, error) {
+	out := map[string]net.Listener{}
+	for key, addr := range keys {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range out {
+				l.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		out[key] = lis
+	}
+	return out, nil
+}
+
+func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
+	lis, err := listen(map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen})
+	if err != nil {
+		return err
+	}
+	reg := admin.NewRegistry()
+	adm := admin.New(log, reg)
+
+	var pc *pushctx.Manager
+	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{
+		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
+		OnChange:         func(mesh string) { pc.Notify(mesh) },
+		Logger:           log.With("component", "ingest"),
+		Registerer:       reg,
+	})
+	pc = pushctx.New(in, pushctx.Options{
+		DebounceQuiet: cfg.Push.DebounceQuiet,
+		DebounceMax:   cfg.Push.DebounceMax,
+		Logger:        log.With("component", "pushctx"),
+		Registerer:    reg,
+	})
+	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, Logger: log.With("component", "ads"), Registerer: reg})
+	registerDebug(adm, in, pc, xds)
+
+	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
+	spokeSrv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(ka))
+	protocolv1.RegisterSyncServer(spokeSrv, in)
+	xdsSrv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(ka),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pc.Start(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	for key, srv := range map[string]*grpc.Server{"spokes.listen": spokeSrv, "xds.listen": xdsSrv} {
+		g.Go(func() error {
+			if err := srv.Serve(lis[key]); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			stopGracefully(srv, 5*time.Second)
+			return nil
+		})
+	}
+	adm.AddReadyCheck("listeners", func() error { return nil })
+	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen)
+	return g.Wait()
+}
+
+// stopGracefully lets open RPCs finish for up to d, then cuts them.
+func stopGracefully(srv *grpc.Server, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		srv.Stop()
+	}
+}

@@ -1,0 +1,91 @@
+// Package hubconfig is the configuration of the nave-hub binary, loaded by settings.Load and
+// documented in docs/config.md.
+package hubconfig
+
+import (
+	"time"
+
+	"github.com/navemesh/nave/shared/logging"
+	"github.com/navemesh/nave/shared/settings"
+)
+
+// Program is the hub binary's name, as its usage text and the config reference show it.
+const Program = "nave-hub"
+
+// minMessageBytes is the least message size limit accepted for gRPC streams.
+const minMessageBytes = 1024
+
+// Config is the whole configuration of the hub. Like its sections it is a plain value, filled
+// once at start-up: copy it freely; do not change one that goroutines share.
+type Config struct {
+	Log    logging.Config `key:"log" help:"logging"`
+	Admin  Admin          `key:"admin" help:"the admin HTTP server: health probes, metrics and debug views"`
+	Spokes Spokes         `key:"spokes" help:"the gRPC sync service that spokes dial to push their clusters' state"`
+	XDS    XDS            `key:"xds" help:"the aggregated discovery service (ADS) that proxies dial"`
+	Ingest Ingest         `key:"ingest" help:"how the hub keeps the state spokes push"`
+	Push   Push           `key:"push" help:"how changes are batched before proxies are pushed"`
+}
+
+// Admin configures the admin HTTP server.
+type Admin struct {
+	Listen string `key:"listen" default:"127.0.0.1:15014" help:"host:port the admin HTTP server (metrics, health, debug) listens on"`
+}
+
+// Validate checks the listen address.
+func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Listen) }
+
+// Spokes configures the gRPC sync service.
+type Spokes struct {
+	Listen          string `key:"listen" default:"127.0.0.1:15012" help:"host:port the gRPC sync service that spokes dial listens on"`
+	MaxMessageBytes int    `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message accepted from or sent to a spoke, in bytes"`
+}
+
+// Validate checks the listen address and the message size limit.
+func (s *Spokes) Validate() error {
+	if err := settings.CheckHostPort("listen", s.Listen); err != nil {
+		return err
+	}
+	if s.MaxMessageBytes < minMessageBytes {
+		return settings.Invalid("maxMessageBytes", "must be at least %d, got %d", minMessageBytes, s.MaxMessageBytes)
+	}
+	return nil
+}
+
+// XDS configures the discovery service proxies dial.
+type XDS struct {
+	Listen      string `key:"listen" default:"127.0.0.1:15010" help:"host:port the ADS server that proxies dial listens on"`
+	DefaultMesh string `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none"`
+}
+
+// Validate checks the listen address.
+func (x *XDS) Validate() error { return settings.CheckHostPort("listen", x.Listen) }
+
+// Ingest configures how spoke state is kept.
+type Ingest struct {
+	StaleGracePeriod time.Duration `key:"staleGracePeriod" default:"10m" help:"how long a disconnected cluster's resources stay (marked stale) before they are withdrawn"`
+}
+
+// Validate checks the grace period is positive.
+func (i *Ingest) Validate() error {
+	if i.StaleGracePeriod <= 0 {
+		return settings.Invalid("staleGracePeriod", "must be greater than 0, got %s", i.StaleGracePeriod)
+	}
+	return nil
+}
+
+// Push configures the debounce of config changes before pushes.
+type Push struct {
+	DebounceQuiet time.Duration `key:"debounceQuiet" default:"100ms" help:"push once no config change has arrived for this long"`
+	DebounceMax   time.Duration `key:"debounceMax" default:"1s" help:"push at the latest this long after the first change of a batch, even if changes keep arriving"`
+}
+
+// Validate checks quiet > 0 and max >= quiet.
+func (p *Push) Validate() error {
+	if p.DebounceQuiet <= 0 {
+		return settings.Invalid("debounceQuiet", "must be greater than 0, got %s", p.DebounceQuiet)
+	}
+	if p.DebounceMax < p.DebounceQuiet {
+		return settings.Invalid("debounceMax", "must be at least debounceQuiet (%s), got %s", p.DebounceQuiet, p.DebounceMax)
+	}
+	return nil
+}

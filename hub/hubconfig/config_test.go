@@ -1,0 +1,67 @@
+package hubconfig
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/shared/settings"
+)
+
+func TestDefaultsValidate(t *testing.T) {
+	var cfg Config
+	if err := settings.Load(Program, &cfg, nil, &bytes.Buffer{}); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	checks := map[string]bool{
+		"log.level":               cfg.Log.Level == "info",
+		"log.format":              cfg.Log.Format == "text",
+		"admin.listen":            cfg.Admin.Listen == "127.0.0.1:15014",
+		"spokes.listen":           cfg.Spokes.Listen == "127.0.0.1:15012",
+		"spokes.maxMessageBytes":  cfg.Spokes.MaxMessageBytes == 16<<20,
+		"xds.listen":              cfg.XDS.Listen == "127.0.0.1:15010",
+		"xds.defaultMesh":         cfg.XDS.DefaultMesh == "default",
+		"ingest.staleGracePeriod": cfg.Ingest.StaleGracePeriod == 10*time.Minute,
+		"push.debounceQuiet":      cfg.Push.DebounceQuiet == 100*time.Millisecond,
+		"push.debounceMax":        cfg.Push.DebounceMax == time.Second,
+	}
+	for key, ok := range checks {
+		if !ok {
+			t.Errorf("%s has the wrong default: %+v", key, cfg)
+		}
+	}
+	if n := len(settings.Reference(Program, cfg)); n != len(checks) {
+		t.Errorf("%d keys, the test checks %d", n, len(checks))
+	}
+}
+
+func TestBadValuesAreRefused(t *testing.T) {
+	tests := []struct {
+		args   []string
+		key    string
+		reason string
+	}{
+		{[]string{"--log.level=loud"}, "log.level", "must be debug, info, warn or error"},
+		{[]string{"--log.format=xml"}, "log.format", "must be text or json"},
+		{[]string{"--admin.listen=15014"}, "admin.listen", "must be host:port"},
+		{[]string{"--spokes.listen=localhost:http"}, "spokes.listen", "must be host:port"},
+		{[]string{"--spokes.max-message-bytes=1023"}, "spokes.maxMessageBytes", "must be at least 1024"},
+		{[]string{"--xds.listen=:99999"}, "xds.listen", "must be host:port"},
+		{[]string{"--xds.default-mesh="}, "xds.defaultMesh", "is required"},
+		{[]string{"--ingest.stale-grace-period=0s"}, "ingest.staleGracePeriod", "must be greater than 0"},
+		{[]string{"--push.debounce-quiet=0s"}, "push.debounceQuiet", "must be greater than 0"},
+		{[]string{"--push.debounce-quiet=2s", "--push.debounce-max=1s"}, "push.debounceMax", "must be at least debounceQuiet"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			var cfg Config
+			err := settings.Load(Program, &cfg, tc.args, &bytes.Buffer{})
+			var ke *settings.KeyError
+			if !errors.As(err, &ke) || ke.Key != tc.key || !strings.Contains(ke.Reason, tc.reason) {
+				t.Fatalf("got %v, want %s: %s", err, tc.key, tc.reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,69 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/navemesh/nave/protocol"
+)
+
+// Identity is the (mesh, cluster) a spoke's stream writes to. It comes
+// from the Authenticator only, never from a field of a pushed message
+// (DESIGN.md invariant 1).
+type Identity struct {
+	Mesh    string `json:"mesh"`
+	Cluster string `json:"cluster"`
+}
+
+func (id Identity) String() string { return id.Mesh + "/" + id.Cluster }
+
+// Authenticator decides the identity of a spoke's stream. It is the one
+// seam where identity is established; implementations must be safe for
+// concurrent use.
+type Authenticator interface {
+	Authenticate(ctx context.Context) (Identity, error)
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(ctx context.Context) (Identity, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context) (Identity, error) { return f(ctx) }
+
+var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ClaimedIdentity trusts the mesh and cluster a spoke names in its stream
+// metadata. It authenticates nothing: it stands in until spokes present
+// certificates, and exists so that exactly one place reads the claim.
+func ClaimedIdentity() Authenticator {
+	return AuthenticatorFunc(func(ctx context.Context) (Identity, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		get := func(key string) (string, error) {
+			vs := md.Get(key)
+			if len(vs) != 1 {
+				return "", status.Errorf(codes.Unauthenticated, "metadata %s: want exactly one value, got %d", key, len(vs))
+			}
+			if !labelRE.MatchString(vs[0]) {
+				return "", status.Errorf(codes.Unauthenticated, "metadata %s: %q is not a DNS label", key, vs[0])
+			}
+			return vs[0], nil
+		}
+		mesh, err := get(protocol.MetadataMesh)
+		if err != nil {
+			return Identity{}, err
+		}
+		cluster, err := get(protocol.MetadataCluster)
+		if err != nil {
+			return Identity{}, err
+		}
+		if v := md.Get(protocol.MetadataProtocol); len(v) > 0 && v[0] != protocol.Version {
+			return Identity{}, status.Error(codes.FailedPrecondition, fmt.Sprintf("protocol %q is not supported; this hub speaks %s", v[0], protocol.Version))
+		}
+		return Identity{Mesh: mesh, Cluster: cluster}, nil
+	})
+}

@@ -1,0 +1,33 @@
+package ingest
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	streams     prometheus.Gauge
+	refused     prometheus.Counter
+	messages    *prometheus.CounterVec
+	rejected    prometheus.Counter
+	resources   *prometheus.GaugeVec
+	withdrawals prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_spoke_streams",
+			Help: "Open spoke Push streams."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_spoke_streams_refused_total",
+			Help: "Spoke streams refused at authentication."}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_ingest_messages_total",
+			Help: "Spoke messages answered, by result (ack, nack)."}, []string{"result"}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_ingest_rejected_resources_total",
+			Help: "Pushed resources refused as invalid."}),
+		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_ingest_resources",
+			Help: "Resources held per cluster."}, []string{"mesh", "cluster"}),
+		withdrawals: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_ingest_withdrawals_total",
+			Help: "Clusters whose resources were withdrawn after their grace period."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals)
+	}
+	return m
+}

@@ -1,0 +1,371 @@
+// Package ingest receives spokes' Push streams and keeps one store per
+// (mesh, cluster). It validates every resource (a bad one is NACKed with a
+// reason naming it while the last good version stays), prunes what a spoke
+// no longer has only after its synced marker, and never deletes a
+// disconnected cluster's resources before its grace period has passed.
+//
+// Ingest never waits on pushes (DESIGN.md invariant 7): it reports changes
+// through a non-blocking callback.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// Options configure a Server.
+type Options struct {
+	// StaleGracePeriod is how long a disconnected cluster's resources are
+	// kept (marked stale) before they are withdrawn.
+	StaleGracePeriod time.Duration
+	// OnChange is called, without locks held, after a mesh's resources or
+	// cluster states changed. It must not block.
+	OnChange func(mesh string)
+	Logger   *slog.Logger
+	// Registerer receives the ingest metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+}
+
+// Server implements the hub side of the Sync service. It is safe for
+// concurrent use; each stream is served by its own goroutines.
+type Server struct {
+	protocolv1.UnimplementedSyncServer
+
+	auth    Authenticator
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+
+	mu      sync.Mutex
+	stores  map[Identity]*store
+	session uint64
+}
+
+var errSuperseded = errors.New("superseded by a newer stream of the same cluster")
+
+// New returns a Server that authenticates spokes with auth.
+func New(auth Authenticator, opts Options) *Server {
+	if opts.OnChange == nil {
+		opts.OnChange = func(string) {}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		auth:    auth,
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: newMetrics(opts.Registerer),
+		stores:  map[Identity]*store{},
+	}
+}
+
+// Push serves one spoke stream.
+func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
+	id, err := s.auth.Authenticate(stream.Context())
+	if err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "reason", err)
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	session := s.open(id, cancel, peerAddr(stream.Context()))
+	defer s.close(id, session)
+
+	msgs := make(chan *discoveryv3.DeltaDiscoveryResponse)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); errors.Is(cause, errSuperseded) {
+				return status.Error(codes.Aborted, cause.Error())
+			}
+			return ctx.Err()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case m := <-msgs:
+			if err := stream.Send(s.apply(id, session, m)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// open registers a new stream for id, superseding any older one.
+func (s *Server) open(id Identity, cancel func(error), peer string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stores[id]
+	if st == nil {
+		st = newStore(id)
+		s.stores[id] = st
+	}
+	if st.cancel != nil {
+		st.cancel(errSuperseded)
+	}
+	if st.withdraw != nil {
+		st.withdraw.Stop()
+		st.withdraw = nil
+	}
+	s.session++
+	st.session = s.session
+	st.cancel = cancel
+	st.peer = peer
+	st.connected = true
+	st.synced = false
+	st.connectedAt = time.Now()
+	s.metrics.streams.Inc()
+	s.log.Info("spoke connected", "mesh", id.Mesh, "cluster", id.Cluster, "peer", peer, "session", st.session)
+	return st.session
+}
+
+// close marks id disconnected if session is still its current stream, and
+// schedules the withdrawal of its resources after the grace period.
+func (s *Server) close(id Identity, session uint64) {
+	s.metrics.streams.Dec()
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil || st.session != session {
+		s.mu.Unlock()
+		return
+	}
+	st.connected = false
+	st.cancel = nil
+	st.disconnectedAt = time.Now()
+	st.withdraw = time.AfterFunc(s.opts.StaleGracePeriod, func() { s.withdraw(id, session) })
+	s.mu.Unlock()
+	s.log.Warn("spoke disconnected; resources kept as stale", "mesh", id.Mesh, "cluster", id.Cluster, "grace", s.opts.StaleGracePeriod)
+	s.opts.OnChange(id.Mesh)
+}
+
+func (s *Server) withdraw(id Identity, session uint64) {
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil || st.session != session || st.connected {
+		s.mu.Unlock()
+		return
+	}
+	n := st.count()
+	delete(s.stores, id)
+	s.mu.Unlock()
+	s.metrics.withdrawals.Inc()
+	s.log.Warn("stale cluster withdrawn after grace period", "mesh", id.Mesh, "cluster", id.Cluster, "resources", n)
+	s.opts.OnChange(id.Mesh)
+}
+
+// apply stores one message and returns its ACK or NACK.
+func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscoveryResponse) *discoveryv3.DeltaDiscoveryRequest {
+	reply := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: m.GetTypeUrl(), ResponseNonce: m.GetNonce()}
+	if m.GetNonce() == "" {
+		return s.nack(id, reply, "message has no nonce", nil)
+	}
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil || st.session != session {
+		s.mu.Unlock()
+		return s.nack(id, reply, "stream superseded", nil)
+	}
+	st.lastMessageAt = time.Now()
+	changed := false
+	var rejections []*protocolv1.Rejection
+	switch {
+	case m.GetTypeUrl() == protocol.SyncedTypeURL:
+		wasSynced := st.synced
+		st.synced = true
+		removed := st.prune()
+		changed = removed > 0 || !wasSynced
+		s.log.Info("spoke synced", "mesh", id.Mesh, "cluster", id.Cluster, "resources", st.count(), "pruned", removed)
+	default:
+		if _, ok := meshconfig.KindByTypeURL(m.GetTypeUrl()); !ok {
+			st.nacks++
+			s.mu.Unlock()
+			return s.nack(id, reply, fmt.Sprintf("unknown type URL %q", m.GetTypeUrl()), nil)
+		}
+		for _, r := range m.GetResources() {
+			o, err := protocol.Decode(m.GetTypeUrl(), r)
+			key := m.GetTypeUrl() + " " + r.GetName()
+			if err != nil {
+				var de *protocol.DecodeError
+				reason := err.Error()
+				if errors.As(err, &de) {
+					reason = de.Reason
+				}
+				rejections = append(rejections, &protocolv1.Rejection{TypeUrl: m.GetTypeUrl(), Name: r.GetName(), Reason: reason})
+				st.rejected[key] = Rejection{TypeURL: m.GetTypeUrl(), Name: r.GetName(), Reason: reason, At: time.Now()}
+				st.keep(m.GetTypeUrl(), r.GetName(), session)
+				continue
+			}
+			delete(st.rejected, key)
+			if st.put(m.GetTypeUrl(), o, session) {
+				changed = true
+			}
+		}
+		for _, name := range m.GetRemovedResources() {
+			delete(st.rejected, m.GetTypeUrl()+" "+name)
+			if st.remove(m.GetTypeUrl(), name) {
+				changed = true
+			}
+		}
+	}
+	if len(rejections) > 0 {
+		st.nacks++
+	} else {
+		st.acks++
+	}
+	s.metrics.resources.WithLabelValues(id.Mesh, id.Cluster).Set(float64(st.count()))
+	s.mu.Unlock()
+
+	if changed {
+		s.opts.OnChange(id.Mesh)
+	}
+	if len(rejections) > 0 {
+		return s.nack(id, reply, "", rejections)
+	}
+	s.metrics.messages.WithLabelValues("ack").Inc()
+	return reply
+}
+
+func (s *Server) nack(id Identity, reply *discoveryv3.DeltaDiscoveryRequest, msg string, rejections []*protocolv1.Rejection) *discoveryv3.DeltaDiscoveryRequest {
+	s.metrics.messages.WithLabelValues("nack").Inc()
+	s.metrics.rejected.Add(float64(len(rejections)))
+	if msg == "" {
+		parts := make([]string, 0, len(rejections))
+		for _, r := range rejections {
+			parts = append(parts, fmt.Sprintf("%s: %s", r.GetName(), r.GetReason()))
+		}
+		msg = fmt.Sprintf("%d resource(s) rejected: %s", len(rejections), strings.Join(parts, "; "))
+	}
+	st := &statuspb.Status{Code: int32(codes.InvalidArgument), Message: msg}
+	if len(rejections) > 0 {
+		detail, err := anypb.New(&protocolv1.Rejections{Items: rejections})
+		if err == nil {
+			st.Details = []*anypb.Any{detail}
+		}
+	}
+	reply.ErrorDetail = st
+	s.log.Warn("spoke message rejected", "mesh", id.Mesh, "cluster", id.Cluster, "type", reply.GetTypeUrl(), "nonce", reply.GetResponseNonce(), "reason", msg)
+	return reply
+}
+
+// Meshes lists the meshes that have at least one cluster.
+func (s *Server) Meshes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for id := range s.stores {
+		if !seen[id.Mesh] {
+			seen[id.Mesh] = true
+			out = append(out, id.Mesh)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Clusters returns every cluster of mesh with its objects, for a snapshot
+// build. Objects are immutable and shared.
+func (s *Server) Clusters(meshName string) []mesh.ClusterInput {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []mesh.ClusterInput
+	for id, st := range s.stores {
+		if id.Mesh == meshName {
+			out = append(out, st.input())
+		}
+	}
+	return out
+}
+
+// ClusterStatus is what /debug/spokes shows for one cluster.
+type ClusterStatus struct {
+	Identity
+	Peer           string         `json:"peer,omitempty"`
+	Connected      bool           `json:"connected"`
+	Synced         bool           `json:"synced"`
+	Stale          bool           `json:"stale"`
+	ConnectedAt    time.Time      `json:"connectedAt"`
+	DisconnectedAt *time.Time     `json:"disconnectedAt,omitempty"`
+	WithdrawAt     *time.Time     `json:"withdrawAt,omitempty"`
+	LastMessageAt  time.Time      `json:"lastMessageAt"`
+	Resources      map[string]int `json:"resources"`
+	Acks           uint64         `json:"acks"`
+	Nacks          uint64         `json:"nacks"`
+	Rejected       []Rejection    `json:"rejected"`
+}
+
+// Status reports every cluster's stream and sync state.
+func (s *Server) Status() []ClusterStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ClusterStatus, 0, len(s.stores))
+	for id, st := range s.stores {
+		cs := ClusterStatus{
+			Identity: id, Peer: st.peer, Connected: st.connected, Synced: st.synced, Stale: !st.connected,
+			ConnectedAt: st.connectedAt, LastMessageAt: st.lastMessageAt,
+			Resources: map[string]int{}, Acks: st.acks, Nacks: st.nacks, Rejected: []Rejection{},
+		}
+		if !st.connected {
+			d := st.disconnectedAt
+			w := d.Add(s.opts.StaleGracePeriod)
+			cs.DisconnectedAt, cs.WithdrawAt = &d, &w
+		}
+		for typeURL, byName := range st.resources {
+			if k, ok := meshconfig.KindByTypeURL(typeURL); ok && len(byName) > 0 {
+				cs.Resources[k.Kind] = len(byName)
+			}
+		}
+		for _, r := range st.rejected {
+			cs.Rejected = append(cs.Rejected, r)
+		}
+		sort.Slice(cs.Rejected, func(i, j int) bool { return cs.Rejected[i].Name < cs.Rejected[j].Name })
+		out = append(out, cs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Identity.String() < out[j].Identity.String() })
+	return out
+}

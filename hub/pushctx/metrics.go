@@ -1,0 +1,24 @@
+package pushctx
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	builds       prometheus.Counter
+	buildSeconds prometheus.Histogram
+	services     *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		builds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_builds_total",
+			Help: "Push contexts built and published."}),
+		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_pushctx_build_duration_seconds",
+			Help: "Time to merge, generate and marshal one mesh's push context.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_services",
+			Help: "Services in the mesh's current push context."}, []string{"mesh"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.builds, m.buildSeconds, m.services)
+	}
+	return m
+}

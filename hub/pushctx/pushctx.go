@@ -1,0 +1,278 @@
+// Package pushctx turns ingest changes into published, immutable push
+// contexts, one per mesh: it debounces change notifications, merges the
+// mesh's clusters into a mesh.Snapshot, runs the generators, and marshals
+// every resource once so that every proxy stream shares the same bytes.
+//
+// Streams follow a mesh with Current: it returns the published State (nil
+// until the mesh is ready) and a channel closed when a newer State
+// replaces it. A stream that is busy simply sees the newest State when it
+// looks again: pending pushes merge by construction, and a slow stream
+// never holds back a publication.
+package pushctx
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/shared/mesh"
+)
+
+// Source gives a mesh's clusters; ingest.Server implements it.
+type Source interface {
+	Clusters(mesh string) []mesh.ClusterInput
+}
+
+// Options configure a Manager.
+type Options struct {
+	// DebounceQuiet is how long the mesh must be quiet before a rebuild.
+	DebounceQuiet time.Duration
+	// DebounceMax bounds how long a rebuild waits under continuous change.
+	DebounceMax time.Duration
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
+}
+
+// Prepared is a resource marshalled once, shared by every stream.
+type Prepared struct {
+	Name string
+	Any  *anypb.Any
+	// Hash identifies the content (hex SHA-256 prefix of the bytes).
+	Hash string
+}
+
+// State is one published push context of a mesh. It is immutable.
+type State struct {
+	Mesh      string
+	Version   uint64
+	BuiltAt   time.Time
+	Snapshot  *mesh.Snapshot
+	Resources map[string]map[string]*Prepared // type URL -> name -> resource
+	Problems  []mesh.Problem
+	// superseded is closed when a newer State is published.
+	superseded chan struct{}
+}
+
+// Superseded is closed when a newer State of the mesh is published.
+func (s *State) Superseded() <-chan struct{} { return s.superseded }
+
+// Manager builds and publishes States. Safe for concurrent use.
+type Manager struct {
+	src     Source
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+
+	mu     sync.Mutex
+	ctx    context.Context
+	meshes map[string]*meshState
+}
+
+type meshState struct {
+	name   string
+	notify chan struct{} // capacity 1: a pending rebuild
+	ready  chan struct{} // closed at the first publication
+
+	mu         sync.Mutex
+	current    *State
+	everSynced bool
+}
+
+// New returns a Manager reading clusters from src.
+func New(src Source, opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{src: src, opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer), meshes: map[string]*meshState{}}
+}
+
+// Start makes the Manager build in the background until ctx is done.
+// Notifications received before Start are kept and served then.
+func (m *Manager) Start(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ctx = ctx
+	for _, ms := range m.meshes {
+		go m.loop(ctx, ms)
+	}
+}
+
+func (m *Manager) mesh(name string) *meshState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ms := m.meshes[name]
+	if ms == nil {
+		ms = &meshState{name: name, notify: make(chan struct{}, 1), ready: make(chan struct{})}
+		m.meshes[name] = ms
+		if m.ctx != nil {
+			go m.loop(m.ctx, ms)
+		}
+	}
+	return ms
+}
+
+// Notify tells the Manager that mesh changed. It never blocks.
+func (m *Manager) Notify(mesh string) {
+	ms := m.mesh(mesh)
+	select {
+	case ms.notify <- struct{}{}:
+	default: // a rebuild is already pending; it will see this change
+	}
+}
+
+// Current returns the mesh's published State, or nil while the mesh is
+// not ready (no cluster of it has synced yet since the hub started), and a
+// channel that is closed when that answer changes.
+func (m *Manager) Current(mesh string) (*State, <-chan struct{}) {
+	ms := m.mesh(mesh)
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.current == nil {
+		return nil, ms.ready
+	}
+	return ms.current, ms.current.superseded
+}
+
+// States returns the current State of every ready mesh.
+func (m *Manager) States() []*State {
+	m.mu.Lock()
+	list := make([]*meshState, 0, len(m.meshes))
+	for _, ms := range m.meshes {
+		list = append(list, ms)
+	}
+	m.mu.Unlock()
+	var out []*State
+	for _, ms := range list {
+		ms.mu.Lock()
+		if ms.current != nil {
+			out = append(out, ms.current)
+		}
+		ms.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Mesh < out[j].Mesh })
+	return out
+}
+
+func (m *Manager) loop(ctx context.Context, ms *meshState) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ms.notify:
+		}
+		if !m.debounce(ctx, ms) {
+			return
+		}
+		m.build(ms)
+	}
+}
+
+// debounce waits until the mesh has been quiet for DebounceQuiet, or
+// DebounceMax has passed since the first change. It reports false if ctx
+// ended.
+func (m *Manager) debounce(ctx context.Context, ms *meshState) bool {
+	deadline := time.NewTimer(m.opts.DebounceMax)
+	defer deadline.Stop()
+	quiet := time.NewTimer(m.opts.DebounceQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ms.notify:
+			quiet.Reset(m.opts.DebounceQuiet)
+		case <-quiet.C:
+			return true
+		case <-deadline.C:
+			return true
+		}
+	}
+}
+
+func (m *Manager) build(ms *meshState) {
+	start := time.Now()
+	clusters := m.src.Clusters(ms.name)
+	ms.mu.Lock()
+	if !ms.everSynced {
+		for _, c := range clusters {
+			ms.everSynced = ms.everSynced || c.Synced
+		}
+	}
+	ready := ms.everSynced
+	prev := ms.current
+	ms.mu.Unlock()
+	if !ready {
+		m.log.Debug("mesh not ready; no cluster has synced", "mesh", ms.name)
+		return
+	}
+
+	snap := mesh.Build(ms.name, clusters)
+	out := gen.GRPC(snap)
+	st := &State{
+		Mesh:       ms.name,
+		BuiltAt:    start,
+		Snapshot:   snap,
+		Resources:  prepare(out, prev),
+		Problems:   append(append([]mesh.Problem(nil), snap.Problems...), out.Problems...),
+		superseded: make(chan struct{}),
+	}
+
+	ms.mu.Lock()
+	if ms.current != nil {
+		st.Version = ms.current.Version + 1
+		close(ms.current.superseded)
+	} else {
+		st.Version = 1
+		close(ms.ready)
+	}
+	ms.current = st
+	ms.mu.Unlock()
+
+	d := time.Since(start)
+	m.metrics.builds.Inc()
+	m.metrics.buildSeconds.Observe(d.Seconds())
+	m.metrics.services.WithLabelValues(ms.name).Set(float64(len(snap.Services)))
+	m.log.Info("push context published", "mesh", ms.name, "version", st.Version, "services", len(snap.Services),
+		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts), "took", d)
+}
+
+// prepare marshals every generated resource once. A resource whose bytes
+// equal the previous State's reuses that Prepared, so unchanged resources
+// keep their identity across publications.
+func prepare(out *gen.Output, prev *State) map[string]map[string]*Prepared {
+	opts := proto.MarshalOptions{Deterministic: true}
+	res := make(map[string]map[string]*Prepared, len(out.Resources))
+	for typeURL, list := range out.Resources {
+		byName := make(map[string]*Prepared, len(list))
+		for _, r := range list {
+			b, err := opts.Marshal(r.Message)
+			if err != nil {
+				continue // generated messages always marshal
+			}
+			sum := sha256.Sum256(b)
+			hash := hex.EncodeToString(sum[:8])
+			if prev != nil {
+				if p, ok := prev.Resources[typeURL][r.Name]; ok && p.Hash == hash {
+					byName[r.Name] = p
+					continue
+				}
+			}
+			byName[r.Name] = &Prepared{
+				Name: r.Name,
+				Any:  &anypb.Any{TypeUrl: typeURL, Value: b},
+				Hash: hash,
+			}
+		}
+		res[typeURL] = byName
+	}
+	return res
+}

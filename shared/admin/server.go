@@ -1,0 +1,128 @@
+// Package admin serves the admin HTTP endpoints both nave binaries expose: health probes,
+// Prometheus metrics, JSON debug views and Go's pprof profiles.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// shutdownTimeout bounds how long Serve waits for in-flight requests once its context ends.
+const shutdownTimeout = 5 * time.Second
+
+// debugName is what a debug view may be called: one lowercase path segment.
+var debugName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+
+// Server serves, on the listeners given to Serve:
+//
+//	/healthz/live    200 while the process serves HTTP
+//	/healthz/ready   200 when every ready check passes, else 503 with the failing checks as JSON
+//	/metrics         the registry in the Prometheus exposition format
+//	/debug/          a JSON index of the debug views
+//	/debug/<name>    one debug view as indented JSON
+//	/debug/pprof/    Go's runtime profiles
+//
+// A Server is safe for concurrent use: debug views and ready checks may be added before or
+// while it serves, from any goroutine, and Serve may run on several listeners at once.
+type Server struct {
+	logger  *slog.Logger
+	handler http.Handler
+
+	mu     sync.RWMutex
+	debug  map[string]debugView
+	checks map[string]func() error
+}
+
+type debugView struct {
+	description string
+	fn          func(r *http.Request) (any, error)
+}
+
+// New returns a server exposing reg on /metrics and logging to logger.
+func New(logger *slog.Logger, reg *prometheus.Registry) *Server {
+	s := &Server{
+		logger: logger,
+		debug:  map[string]debugView{},
+		checks: map[string]func() error{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz/live", s.serveLive)
+	mux.HandleFunc("GET /healthz/ready", s.serveReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      promErrorLog{logger},
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("GET /debug/{$}", s.serveDebugIndex)
+	mux.HandleFunc("GET /debug/{name}", s.serveDebug)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	s.handler = mux
+	return s
+}
+
+// NewRegistry returns a fresh registry holding the Go runtime and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// Handler returns the HTTP handler of every endpoint, for tests or to mount elsewhere.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves on lis until ctx ends, then shuts down gracefully: it stops accepting, waits up
+// to 5 seconds for in-flight requests, closes whatever is left and returns nil. It returns an
+// error if serving fails before ctx ends. Serve closes lis.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	s.logger.Info("admin server listening", "address", lis.Addr().String())
+
+	select {
+	case err := <-done:
+		return fmt.Errorf("admin server on %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		s.logger.Warn("admin server shutdown timed out, closing connections", "error", err)
+		_ = srv.Close() // Close only reports the listener's close error, which Shutdown already met.
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin server on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// promErrorLog routes promhttp's gathering errors to the server's logger.
+type promErrorLog struct{ logger *slog.Logger }
+
+func (l promErrorLog) Println(v ...any) {
+	l.logger.Warn("metrics gathering failed", "error", fmt.Sprint(v...))
+}

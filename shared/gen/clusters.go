@@ -1,0 +1,123 @@
+package gen
+
+import (
+	"sort"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	networking "istio.io/api/networking/v1alpha3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/navemesh/nave/shared/mesh"
+)
+
+// clusters adds a cluster and its endpoints for every port of svc, and for
+// every subset of its DestinationRule.
+func (g *grpcGen) clusters(svc *mesh.Service) {
+	dr := g.snap.DestinationRules[svc.Hostname]
+	for _, p := range svc.Ports {
+		policy := dr.DestinationRule().GetTrafficPolicy()
+		g.cluster(svc, p, "", nil, policy)
+		for _, ss := range dr.DestinationRule().GetSubsets() {
+			sp := policy
+			if ss.GetTrafficPolicy() != nil {
+				sp = ss.GetTrafficPolicy()
+			}
+			g.cluster(svc, p, ss.GetName(), ss.GetLabels(), sp)
+		}
+	}
+}
+
+func (g *grpcGen) cluster(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, policy *networking.TrafficPolicy) {
+	name := ClusterName(svc.Hostname, p.Number, subset)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+	if portPolicy := portTrafficPolicy(policy, p.Number); portPolicy != nil {
+		policy = portPolicy
+	}
+	if policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
+		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	}
+	g.add(ClusterType, name, c)
+	g.add(EndpointType, name, loadAssignment(name, svc, p, labels))
+}
+
+// portTrafficPolicy returns the port-level settings for port, as a policy.
+func portTrafficPolicy(policy *networking.TrafficPolicy, port uint32) *networking.TrafficPolicy {
+	for _, pl := range policy.GetPortLevelSettings() {
+		if pl.GetPort().GetNumber() == port {
+			return &networking.TrafficPolicy{LoadBalancer: pl.GetLoadBalancer()}
+		}
+	}
+	return nil
+}
+
+// loadAssignment groups the endpoints of svc that match labels by
+// locality. Every locality carries a weight (grpc-go drops localities
+// without one).
+func loadAssignment(name string, svc *mesh.Service, p mesh.Port, labels map[string]string) *endpointv3.ClusterLoadAssignment {
+	byLocality := map[mesh.Locality]*endpointv3.LocalityLbEndpoints{}
+	for _, ep := range svc.Endpoints {
+		if !mesh.Matches(labels, ep.Labels) {
+			continue
+		}
+		loc := byLocality[ep.Locality]
+		if loc == nil {
+			loc = &endpointv3.LocalityLbEndpoints{
+				Locality:            &corev3.Locality{Region: ep.Locality.Region, Zone: ep.Locality.Zone, SubZone: ep.Locality.Subzone},
+				LoadBalancingWeight: wrapperspb.UInt32(0),
+			}
+			byLocality[ep.Locality] = loc
+		}
+		weight := ep.Weight
+		if weight == 0 {
+			weight = 1
+		}
+		loc.LbEndpoints = append(loc.LbEndpoints, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: socketAddress(ep.Address, ep.PortFor(p)),
+			}},
+			HealthStatus:        healthStatus(ep.Health),
+			LoadBalancingWeight: wrapperspb.UInt32(weight),
+		})
+		loc.LoadBalancingWeight.Value += weight
+	}
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
+	for _, loc := range byLocality {
+		cla.Endpoints = append(cla.Endpoints, loc)
+	}
+	sort.Slice(cla.Endpoints, func(i, j int) bool {
+		a, b := cla.Endpoints[i].Locality, cla.Endpoints[j].Locality
+		if a.Region != b.Region {
+			return a.Region < b.Region
+		}
+		if a.Zone != b.Zone {
+			return a.Zone < b.Zone
+		}
+		return a.SubZone < b.SubZone
+	})
+	return cla
+}
+
+func socketAddress(addr string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address:       addr,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}
+
+func healthStatus(h mesh.Health) corev3.HealthStatus {
+	switch h {
+	case mesh.Unhealthy:
+		return corev3.HealthStatus_UNHEALTHY
+	case mesh.Terminating:
+		return corev3.HealthStatus_DRAINING
+	default:
+		return corev3.HealthStatus_HEALTHY
+	}
+}

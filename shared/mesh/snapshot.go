@@ -1,0 +1,195 @@
+// Package mesh holds the merged, immutable view of one mesh that the xDS
+// generators read: every cluster's services, endpoints and routing config,
+// merged by hostname ("namespace sameness"), with cross-cluster conflicts
+// resolved deterministically. The hub builds one per mesh (its push
+// context); a spoke in fallback will build one from its local view.
+//
+// A Snapshot is never modified after Build returns, so it may be read from
+// any number of goroutines.
+package mesh
+
+import (
+	"sort"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// Snapshot is the merged view of one mesh.
+type Snapshot struct {
+	Mesh string
+	// Services by hostname.
+	Services map[string]*Service
+	// VirtualServices by host they name, winner first (see Build).
+	VirtualServices map[string][]*Config
+	// DestinationRules by host: the one that applies.
+	DestinationRules map[string]*Config
+	// Conflicts lists objects that lost to a differently defined object of
+	// the same kind, namespace and name in another cluster.
+	Conflicts []Conflict
+	// Problems lists config that could not be applied (e.g. a route to a
+	// host the mesh does not know), naming the resource and field.
+	Problems []Problem
+	// Clusters lists the clusters merged into this snapshot.
+	Clusters []ClusterState
+}
+
+// ClusterState is a cluster's contribution, as the snapshot saw it.
+type ClusterState struct {
+	Name      string `json:"name"`
+	Stale     bool   `json:"stale"`
+	Objects   int    `json:"objects"`
+	Synced    bool   `json:"synced"`
+	Connected bool   `json:"connected"`
+}
+
+// Service is one destination hostname and the endpoints behind it.
+type Service struct {
+	Hostname  string      `json:"hostname"`
+	Namespace string      `json:"namespace"`
+	Ports     []Port      `json:"ports"`
+	Endpoints []*Endpoint `json:"endpoints"`
+	// External is true for MESH_EXTERNAL service entries.
+	External bool `json:"external,omitempty"`
+	// Sources names the objects that define the service ("cluster:Kind ns/name").
+	Sources []string `json:"sources"`
+}
+
+// Port is a service port.
+type Port struct {
+	Name       string `json:"name"`
+	Number     uint32 `json:"number"`
+	Protocol   string `json:"protocol"`
+	TargetPort uint32 `json:"targetPort,omitempty"`
+}
+
+// Port returns the service port with the given number.
+func (s *Service) Port(number uint32) (Port, bool) {
+	for _, p := range s.Ports {
+		if p.Number == number {
+			return p, true
+		}
+	}
+	return Port{}, false
+}
+
+// Endpoint is one workload address behind a service.
+type Endpoint struct {
+	Address string `json:"address"`
+	// Ports maps a service port name to the workload's port number; a port
+	// missing here uses the service port's target port, else its number.
+	Ports    map[string]uint32 `json:"ports,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Locality Locality          `json:"locality"`
+	Network  string            `json:"network,omitempty"`
+	Weight   uint32            `json:"weight,omitempty"`
+	Health   Health            `json:"health"`
+	// Cluster is the cluster the endpoint was discovered in.
+	Cluster string `json:"cluster"`
+	// Stale is true while its cluster is disconnected (within the grace period).
+	Stale          bool   `json:"stale,omitempty"`
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	Source         string `json:"source"`
+}
+
+// PortFor resolves the workload port that serves service port p.
+func (e *Endpoint) PortFor(p Port) uint32 {
+	if n, ok := e.Ports[p.Name]; ok && n != 0 {
+		return n
+	}
+	if p.TargetPort != 0 {
+		return p.TargetPort
+	}
+	return p.Number
+}
+
+// Locality is region/zone/subzone.
+type Locality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	Subzone string `json:"subzone,omitempty"`
+}
+
+// Health of an endpoint.
+type Health string
+
+// Endpoint health values.
+const (
+	Healthy     Health = "healthy"
+	Unhealthy   Health = "unhealthy"
+	Terminating Health = "terminating"
+)
+
+// Config is one routing config object with the cluster it came from.
+type Config struct {
+	Cluster string
+	Object  *meshconfig.Object
+}
+
+// VirtualService returns the spec of a VirtualService config.
+func (c *Config) VirtualService() *networking.VirtualService {
+	vs, _ := c.Object.Spec.(*networking.VirtualService)
+	return vs
+}
+
+// DestinationRule returns the spec of a DestinationRule config.
+func (c *Config) DestinationRule() *networking.DestinationRule {
+	dr, _ := c.Object.Spec.(*networking.DestinationRule)
+	return dr
+}
+
+// Ref names the config for messages: "cluster:Kind namespace/name".
+func (c *Config) Ref() string {
+	return c.Cluster + ":" + c.Object.Kind.Kind + " " + c.Object.Key()
+}
+
+// Conflict records an object that lost to another cluster's definition.
+type Conflict struct {
+	Kind          string `json:"kind"`
+	Key           string `json:"key"`
+	WinnerCluster string `json:"winnerCluster"`
+	LoserCluster  string `json:"loserCluster"`
+	Reason        string `json:"reason"`
+}
+
+// Problem is config the generators or the merge could not apply.
+type Problem struct {
+	Resource string `json:"resource"` // "cluster:Kind namespace/name"
+	Field    string `json:"field"`
+	Reason   string `json:"reason"`
+}
+
+// Hostnames returns the service hostnames in sorted order.
+func (s *Snapshot) Hostnames() []string {
+	out := make([]string, 0, len(s.Services))
+	for h := range s.Services {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Subset returns the labels of the named subset of host's DestinationRule.
+func (s *Snapshot) Subset(host, subset string) (map[string]string, bool) {
+	dr := s.DestinationRules[host]
+	if dr == nil {
+		return nil, false
+	}
+	for _, ss := range dr.DestinationRule().GetSubsets() {
+		if ss.GetName() == subset {
+			return ss.GetLabels(), true
+		}
+	}
+	return nil, false
+}
+
+// Matches reports whether labels contain every selector pair.
+func Matches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
+}
