@@ -263,9 +263,11 @@ func stringMatcher(sm *networking.StringMatch) *matcherv3.StringMatcher {
 func fault(f *networking.HTTPFaultInjection) *faultv3.HTTPFault {
 	out := &faultv3.HTTPFault{}
 	if d := f.GetDelay(); d != nil && d.GetFixedDelay() != nil {
+		//lint:ignore SA1019 Istio still honours the deprecated integer percent when percentage is unset
+		legacy := d.GetPercent()
 		out.Delay = &commonfaultv3.FaultDelay{
 			FaultDelaySecifier: &commonfaultv3.FaultDelay_FixedDelay{FixedDelay: d.GetFixedDelay()},
-			Percentage:         percent(d.GetPercentage(), d.GetPercent()),
+			Percentage:         percent(d.GetPercentage(), legacy),
 		}
 	}
 	if a := f.GetAbort(); a != nil {

@@ -1,0 +1,112 @@
+// Command nave-spoke is the per-cluster control plane: it watches its
+// cluster's config and pushes it to the hub over a stream it dials.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/spoke/source/files"
+	"github.com/navemesh/nave/spoke/spokeconfig"
+	"github.com/navemesh/nave/spoke/uplink"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cfg spokeconfig.Config
+	if err := settings.Load(spokeconfig.Program, &cfg, args, stdout); err != nil {
+		if errors.Is(err, settings.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", spokeconfig.Program, err)
+		return 2
+	}
+	log, err := cfg.Log.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", spokeconfig.Program, err)
+		return 2
+	}
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("spoke stopped", "err", err)
+		return 1
+	}
+	log.Info("spoke stopped")
+	return 0
+}
+
+func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
+	dir := strings.TrimPrefix(cfg.Source, "fs://")
+	lis, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return fmt.Errorf("admin.listen: %w", err)
+	}
+	reg := admin.NewRegistry()
+	adm := admin.New(log, reg)
+
+	src, err := files.New(dir, files.Options{Debounce: cfg.Files.Debounce, MaxFileBytes: cfg.Files.MaxFileBytes},
+		log.With("component", "files"), reg)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("source %s: %w", cfg.Source, err)
+	}
+	up := uplink.New(uplink.Options{
+		Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster,
+		BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
+		Logger: log.With("component", "uplink"), Registerer: reg,
+	})
+
+	adm.AddReadyCheck("source", func() error {
+		if !src.Loaded() {
+			return errors.New("source " + cfg.Source + " not loaded yet")
+		}
+		return nil
+	})
+	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
+		type view struct {
+			Kind      string `json:"kind"`
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+			Version   string `json:"version"`
+			Origin    string `json:"origin"`
+		}
+		out := []view{}
+		for _, o := range src.Objects() {
+			out = append(out, view{o.Kind.Kind, o.Namespace, o.Name, o.Version, o.Origin})
+		}
+		return out, nil
+	})
+	adm.HandleDebug("rejected", "objects and files the source skipped, with file, document index and reason", func(*http.Request) (any, error) {
+		return src.Rejections(), nil
+	})
+	adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
+		return up.Status(), nil
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return adm.Serve(gctx, lis) })
+	g.Go(func() error { return src.Run(gctx, func(objs []*meshconfig.Object) { up.Update(objs) }) })
+	g.Go(func() error { return up.Run(gctx) })
+	log.Info("spoke running", "source", cfg.Source, "mesh", cfg.Mesh, "cluster", cfg.Cluster, "hub", cfg.Hub.Address, "admin", cfg.Admin.Listen)
+	return g.Wait()
+}

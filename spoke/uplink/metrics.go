@@ -1,0 +1,48 @@
+package uplink
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	state      *prometheus.GaugeVec
+	reconnects prometheus.Counter
+	messages   prometheus.Counter
+	resources  prometheus.Counter
+	bytes      prometheus.Counter
+	nacks      prometheus.Counter
+	ackLatency prometheus.Histogram
+}
+
+var states = []string{StateConnecting, StateSyncing, StateSynced, StateBackoff}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_spoke_uplink_state",
+			Help: "1 for the uplink's current state (connecting, syncing, synced, backoff)."}, []string{"state"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_reconnects_total",
+			Help: "Hub streams lost and retried."}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_messages_total",
+			Help: "Messages sent to the hub."}),
+		resources: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_resources_total",
+			Help: "Resource upserts and removals sent to the hub."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_sent_bytes_total",
+			Help: "Bytes of messages sent to the hub."}),
+		nacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_nacks_total",
+			Help: "Messages the hub NACKed."}),
+		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_spoke_uplink_ack_seconds",
+			Help: "Time from sending a message to the hub's answer.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency)
+	}
+	return m
+}
+
+func (m *metrics) setState(s string) {
+	for _, st := range states {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(st).Set(v)
+	}
+}

@@ -1,0 +1,423 @@
+// Package uplink keeps the hub in sync with a spoke's desired state: it
+// dials the hub (the spoke only ever dials out), sends the full state on
+// every (re)connect followed by the synced marker, then deltas, and tracks
+// the hub's ACK/NACK of every nonce. Lost connections are retried with
+// jittered, capped exponential backoff.
+package uplink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// Options configure an Uplink.
+type Options struct {
+	Address         string
+	Mesh, Cluster   string
+	BackoffInitial  time.Duration
+	BackoffMax      time.Duration
+	MaxMessageBytes int
+	Logger          *slog.Logger
+	Registerer      prometheus.Registerer
+}
+
+// Uplink pushes the desired state to the hub. Update and Status are safe
+// for concurrent use; Run is called once.
+type Uplink struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+
+	mu      sync.Mutex
+	desired map[key]*meshconfig.Object
+	changed chan struct{} // capacity 1
+	state   string
+	lastErr string
+	since   time.Time
+	nacked  map[key]nack
+	// acked is what the hub has confirmed on the current stream.
+	acked    map[key]string
+	sessions int
+}
+
+type key struct{ typeURL, name string }
+
+type nack struct {
+	Reason string
+	At     time.Time
+}
+
+// Connection states shown at the debug endpoint.
+const (
+	StateConnecting = "connecting"
+	StateSyncing    = "syncing"
+	StateSynced     = "synced"
+	StateBackoff    = "backoff"
+)
+
+// New returns an Uplink; nothing is dialed before Run.
+func New(opts Options) *Uplink {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Uplink{
+		opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer),
+		desired: map[key]*meshconfig.Object{}, changed: make(chan struct{}, 1),
+		state: StateConnecting, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{},
+	}
+}
+
+// Update replaces the desired state with objs. It never blocks.
+func (u *Uplink) Update(objs []*meshconfig.Object) {
+	desired := make(map[key]*meshconfig.Object, len(objs))
+	for _, o := range objs {
+		desired[key{o.Kind.TypeURL, protocol.ResourceName(o.Namespace, o.Name)}] = o
+	}
+	u.mu.Lock()
+	u.desired = desired
+	u.mu.Unlock()
+	select {
+	case u.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run connects and keeps the hub in sync until ctx is done.
+func (u *Uplink) Run(ctx context.Context) error {
+	conn, err := grpc.NewClient(u.opts.Address,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
+	)
+	if err != nil {
+		return fmt.Errorf("hub address %q: %w", u.opts.Address, err)
+	}
+	defer conn.Close()
+	client := protocolv1.NewSyncClient(conn)
+
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = u.opts.BackoffInitial
+	b.MaxInterval = u.opts.BackoffMax
+	b.RandomizationFactor = 0.5
+	b.MaxElapsedTime = 0
+	b.Reset()
+	for {
+		synced, err := u.session(ctx, client)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if synced {
+			b.Reset() // a stream that got as far as synced was healthy
+		}
+		wait := b.NextBackOff()
+		u.setState(StateBackoff, err)
+		u.metrics.reconnects.Inc()
+		u.log.Warn("hub stream lost; retrying", "address", u.opts.Address, "in", wait.Round(time.Millisecond), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (u *Uplink) setState(s string, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.state != s {
+		u.since = time.Now()
+	}
+	u.state = s
+	if err != nil {
+		u.lastErr = err.Error()
+	}
+	u.metrics.setState(s)
+}
+
+// session runs one stream. It reports whether the stream reached synced.
+func (u *Uplink) session(ctx context.Context, client protocolv1.SyncClient) (synced bool, err error) {
+	u.setState(StateConnecting, nil)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	md := metadata.Pairs(protocol.MetadataMesh, u.opts.Mesh, protocol.MetadataCluster, u.opts.Cluster, protocol.MetadataProtocol, protocol.Version)
+	stream, err := client.Push(metadata.NewOutgoingContext(ctx, md), grpc.WaitForReady(false))
+	if err != nil {
+		return false, err
+	}
+	s := &session{u: u, stream: stream, sent: map[key]string{}, inflight: map[string]inflight{}}
+	u.mu.Lock()
+	u.acked = map[key]string{}
+	u.sessions++
+	u.mu.Unlock()
+
+	replies := make(chan *discoveryv3.DeltaDiscoveryRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case replies <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	u.setState(StateSyncing, nil)
+	if err := s.sendDiff(); err != nil {
+		return false, err
+	}
+	syncNonce, err := s.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.SyncedTypeURL}, nil)
+	if err != nil {
+		return false, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			_ = stream.CloseSend()
+			return synced, ctx.Err()
+		case err := <-recvErr:
+			return synced, err
+		case r := <-replies:
+			if r.GetResponseNonce() == syncNonce && r.GetErrorDetail() == nil && !synced {
+				synced = true
+				u.setState(StateSynced, nil)
+				u.log.Info("hub synced", "address", u.opts.Address, "resources", len(s.sent))
+			}
+			s.reply(r)
+		case <-u.changed:
+			if err := s.sendDiff(); err != nil {
+				return synced, err
+			}
+		}
+	}
+}
+
+type inflight struct {
+	typeURL string
+	names   map[string]string // name -> version; "" for a removal
+	sentAt  time.Time
+}
+
+type session struct {
+	u        *Uplink
+	stream   protocolv1.Sync_PushClient
+	nonce    uint64
+	sent     map[key]string // what this stream has sent: key -> version
+	inflight map[string]inflight
+}
+
+// sendDiff sends what differs between the desired state and what this
+// stream has sent, one message (or more, to respect the size limit) per
+// type, in a stable order.
+func (s *session) sendDiff() error {
+	s.u.mu.Lock()
+	desired := s.u.desired
+	s.u.mu.Unlock()
+
+	upserts := map[string][]*meshconfig.Object{}
+	removals := map[string][]string{}
+	for k, o := range desired {
+		if s.sent[k] != o.Version {
+			upserts[k.typeURL] = append(upserts[k.typeURL], o)
+		}
+	}
+	for k := range s.sent {
+		if _, ok := desired[k]; !ok {
+			removals[k.typeURL] = append(removals[k.typeURL], k.name)
+		}
+	}
+	types := map[string]bool{}
+	for t := range upserts {
+		types[t] = true
+	}
+	for t := range removals {
+		types[t] = true
+	}
+	order := make([]string, 0, len(types))
+	for t := range types {
+		order = append(order, t)
+	}
+	sort.Strings(order)
+	budget := s.u.opts.MaxMessageBytes / 2
+	for _, t := range order {
+		objs := upserts[t]
+		sort.Slice(objs, func(i, j int) bool { return objs[i].Key() < objs[j].Key() })
+		msg := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: t, RemovedResources: removals[t]}
+		sort.Strings(msg.RemovedResources)
+		size := 0
+		for _, o := range objs {
+			r, err := protocol.Encode(o)
+			if err != nil {
+				s.u.log.Error("resource not sent", "kind", o.Kind.Kind, "name", o.Key(), "err", err)
+				continue
+			}
+			n := proto.Size(r)
+			if size > 0 && size+n > budget {
+				if err := s.sendTracked(msg); err != nil {
+					return err
+				}
+				msg, size = &discoveryv3.DeltaDiscoveryResponse{TypeUrl: t}, 0
+			}
+			msg.Resources = append(msg.Resources, r)
+			size += n
+		}
+		if err := s.sendTracked(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *session) sendTracked(msg *discoveryv3.DeltaDiscoveryResponse) error {
+	if len(msg.Resources) == 0 && len(msg.RemovedResources) == 0 {
+		return nil
+	}
+	names := map[string]string{}
+	for _, r := range msg.Resources {
+		names[r.GetName()] = r.GetVersion()
+	}
+	for _, n := range msg.RemovedResources {
+		names[n] = ""
+	}
+	_, err := s.send(msg, names)
+	return err
+}
+
+func (s *session) send(msg *discoveryv3.DeltaDiscoveryResponse, names map[string]string) (string, error) {
+	s.nonce++
+	msg.Nonce = strconv.FormatUint(s.nonce, 10)
+	msg.SystemVersionInfo = protocol.Version
+	if err := s.stream.Send(msg); err != nil {
+		return "", err
+	}
+	for n, v := range names {
+		k := key{msg.TypeUrl, n}
+		if v == "" {
+			delete(s.sent, k)
+		} else {
+			s.sent[k] = v
+		}
+	}
+	s.inflight[msg.Nonce] = inflight{typeURL: msg.TypeUrl, names: names, sentAt: time.Now()}
+	s.u.metrics.messages.Inc()
+	s.u.metrics.resources.Add(float64(len(names)))
+	s.u.metrics.bytes.Add(float64(proto.Size(msg)))
+	return msg.Nonce, nil
+}
+
+// reply records the hub's answer to one nonce.
+func (s *session) reply(r *discoveryv3.DeltaDiscoveryRequest) {
+	in, ok := s.inflight[r.GetResponseNonce()]
+	if !ok {
+		s.u.log.Warn("hub answered an unknown nonce", "nonce", r.GetResponseNonce())
+		return
+	}
+	delete(s.inflight, r.GetResponseNonce())
+	s.u.metrics.ackLatency.Observe(time.Since(in.sentAt).Seconds())
+	rejected := map[string]string{}
+	for _, rj := range protocol.Rejections(r) {
+		rejected[rj.GetName()] = rj.GetReason()
+	}
+	if r.GetErrorDetail() != nil && len(rejected) == 0 {
+		// The whole message was refused.
+		for n := range in.names {
+			rejected[n] = r.GetErrorDetail().GetMessage()
+		}
+		if in.typeURL == protocol.SyncedTypeURL {
+			s.u.log.Error("hub refused the synced marker", "reason", r.GetErrorDetail().GetMessage())
+		}
+	}
+	now := time.Now()
+	s.u.mu.Lock()
+	defer s.u.mu.Unlock()
+	for n, v := range in.names {
+		k := key{in.typeURL, n}
+		if reason, bad := rejected[n]; bad {
+			s.u.nacked[k] = nack{Reason: reason, At: now}
+			continue
+		}
+		delete(s.u.nacked, k)
+		if v == "" {
+			delete(s.u.acked, k)
+		} else {
+			s.u.acked[k] = v
+		}
+	}
+	if len(rejected) > 0 {
+		s.u.metrics.nacks.Inc()
+		s.u.log.Warn("hub rejected resources", "count", len(rejected), "reason", r.GetErrorDetail().GetMessage())
+	}
+}
+
+// Status is what the spoke's /debug/uplink shows.
+type Status struct {
+	Address  string        `json:"address"`
+	Mesh     string        `json:"mesh"`
+	Cluster  string        `json:"cluster"`
+	State    string        `json:"state"`
+	Since    time.Time     `json:"since"`
+	LastErr  string        `json:"lastError,omitempty"`
+	Sessions int           `json:"sessions"`
+	Desired  int           `json:"desired"`
+	Acked    int           `json:"acked"`
+	Nacked   []NackedEntry `json:"nacked"`
+}
+
+// NackedEntry is a resource the hub refused.
+type NackedEntry struct {
+	Kind   string    `json:"kind"`
+	Name   string    `json:"name"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Status reports the uplink's state.
+func (u *Uplink) Status() Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, State: u.state, Since: u.since,
+		LastErr: u.lastErr, Sessions: u.sessions, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{}}
+	for k, n := range u.nacked {
+		kind := k.typeURL
+		if kd, ok := meshconfig.KindByTypeURL(k.typeURL); ok {
+			kind = kd.Kind
+		}
+		st.Nacked = append(st.Nacked, NackedEntry{Kind: kind, Name: k.name, Reason: n.Reason, At: n.At})
+	}
+	sort.Slice(st.Nacked, func(i, j int) bool { return st.Nacked[i].Kind+st.Nacked[i].Name < st.Nacked[j].Kind+st.Nacked[j].Name })
+	return st
+}
+
+// Synced reports whether the current stream has reached synced.
+func (u *Uplink) Synced() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.state != StateSynced {
+		return errors.New("hub uplink is " + u.state)
+	}
+	return nil
+}
