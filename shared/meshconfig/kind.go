@@ -1,0 +1,116 @@
+package meshconfig
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
+
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+)
+
+// API groups of the kinds nave knows.
+const (
+	GroupNetworking = "networking.istio.io"
+	GroupSecurity   = "security.istio.io"
+	GroupRegistry   = "nave.io"
+)
+
+const typeURLPrefix = "type.googleapis.com/"
+
+// Kind describes one config kind. Kinds come from an immutable table:
+// compare them by pointer, never modify one.
+type Kind struct {
+	Group    string               // "networking.istio.io", "security.istio.io", "nave.io"
+	Kind     string               // "VirtualService"
+	Versions []string             // accepted apiVersion versions, e.g. v1, v1beta1, v1alpha3 for networking
+	TypeURL  string               // "type.googleapis.com/" + proto full name of the spec
+	New      func() proto.Message // a new empty spec
+	Registry bool                 // true for nave registry kinds (Service, Workload): not accepted from files
+}
+
+// String returns the kind's name, e.g. "VirtualService".
+func (k *Kind) String() string { return k.Kind }
+
+var (
+	networkingVersions = []string{"v1", "v1beta1", "v1alpha3"}
+	securityVersions   = []string{"v1", "v1beta1"}
+	registryVersions   = []string{"v1"}
+)
+
+func newKind(group string, versions []string, registry bool, newSpec func() proto.Message) *Kind {
+	desc := newSpec().ProtoReflect().Descriptor()
+	return &Kind{
+		Group:    group,
+		Kind:     string(desc.Name()),
+		Versions: versions,
+		TypeURL:  typeURLPrefix + string(desc.FullName()),
+		New:      newSpec,
+		Registry: registry,
+	}
+}
+
+// kinds is the immutable kind table, in the order Kinds returns it.
+var kinds = []*Kind{
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.VirtualService{} }),
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.DestinationRule{} }),
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.Gateway{} }),
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.ServiceEntry{} }),
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.WorkloadEntry{} }),
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.WorkloadGroup{} }),
+	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.Sidecar{} }),
+	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.PeerAuthentication{} }),
+	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
+	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),
+	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &protocolv1.Service{} }),
+	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &protocolv1.Workload{} }),
+}
+
+// Kinds returns every kind in a stable order: the Istio networking kinds,
+// the security kinds, then the registry kinds. The slice is the caller's.
+func Kinds() []*Kind { return slices.Clone(kinds) }
+
+// KindFor finds the kind of an object by its apiVersion ("group/version")
+// and kind. The error names what is unsupported.
+func KindFor(apiVersion, kind string) (*Kind, error) {
+	group, version, ok := strings.Cut(apiVersion, "/")
+	if !ok || group == "" || version == "" {
+		return nil, fmt.Errorf("apiVersion %q is not of the form group/version", apiVersion)
+	}
+	groupKnown := false
+	for _, k := range kinds {
+		if k.Group != group {
+			continue
+		}
+		groupKnown = true
+		if k.Kind != kind {
+			continue
+		}
+		if !slices.Contains(k.Versions, version) {
+			return nil, fmt.Errorf("apiVersion %q is not supported for %s (supported versions: %s)",
+				apiVersion, kind, strings.Join(k.Versions, ", "))
+		}
+		return k, nil
+	}
+	if !groupKnown {
+		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s)",
+			apiVersion, GroupNetworking, GroupSecurity, GroupRegistry)
+	}
+	if kind == "" {
+		return nil, fmt.Errorf("kind is missing")
+	}
+	return nil, fmt.Errorf("kind %q is not supported in %s", kind, group)
+}
+
+// KindByTypeURL finds a kind by the type URL of its spec.
+func KindByTypeURL(typeURL string) (*Kind, bool) {
+	for _, k := range kinds {
+		if k.TypeURL == typeURL {
+			return k, true
+		}
+	}
+	return nil, false
+}

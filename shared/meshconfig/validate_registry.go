@@ -1,0 +1,28 @@
+package meshconfig
+
+import (
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+)
+
+func validateRegistryService(c *checker, p path, s *protocolv1.Service) {
+	if s.GetHostname() == "" {
+		c.fail(p.field("hostname"), "hostname is required")
+	} else if reason := checkHost(s.GetHostname(), hostRules{}); reason != "" {
+		c.fail(p.field("hostname"), "%s", reason)
+	}
+	for i, port := range s.GetPorts() {
+		checkPort(c, p.field("ports").index(i).field("number"), port.GetNumber())
+		if t := port.GetTargetPort(); t != 0 {
+			checkPort(c, p.field("ports").index(i).field("targetPort"), t)
+		}
+	}
+}
+
+func validateRegistryWorkload(c *checker, p path, w *protocolv1.Workload) {
+	if w.GetAddress() == "" {
+		c.fail(p.field("address"), "address is required")
+	}
+	for _, name := range sortedMapKeys(w.GetPorts()) {
+		checkPort(c, p.field("ports").key(name), w.GetPorts()[name])
+	}
+}

@@ -1,0 +1,148 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// Bounds of the retry delay while the directory itself cannot be read.
+const (
+	minRetry = 250 * time.Millisecond
+	maxRetry = 30 * time.Second
+)
+
+// Run loads the directory, calls publish with the complete set of valid
+// objects, then watches the directory and every directory below it and,
+// after every debounced change, reloads everything and publishes again,
+// until ctx is done (it then returns nil). publish is called from Run's
+// goroutine only, never concurrently; it owns the slice it is given.
+//
+// Run fails at once when the directory is missing or unreadable. If it
+// becomes unreadable later (or a reload panics), the last objects stay
+// published and Run retries, backing off, until a reload succeeds. Run
+// may be called again after it returned, but not concurrently.
+func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object)) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("files source: already running")
+	}
+	defer s.running.Store(false)
+	fi, err := os.Stat(s.dir)
+	if err != nil {
+		return fmt.Errorf("config directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("config directory %s is not a directory", s.dir)
+	}
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch config directory %s: %w", s.dir, err)
+	}
+	defer watcher.Close()
+
+	if err := s.reload(watcher, publish); err != nil {
+		return err
+	}
+
+	var (
+		timer        = time.NewTimer(time.Hour)
+		pendingSince time.Time // zero when no reload is pending
+		retry        = minRetry
+	)
+	timer.Stop() // armed by the first change
+	defer timer.Stop()
+	schedule := func() {
+		now := time.Now()
+		if pendingSince.IsZero() {
+			pendingSince = now
+		}
+		// A directory that never stops changing is still reloaded, at
+		// least every ten debounce periods.
+		if now.Sub(pendingSince) < 10*s.opts.Debounce {
+			timer.Reset(s.opts.Debounce)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-watcher.Events:
+			if !ok {
+				return errors.New("files source: watcher closed")
+			}
+			s.logger.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
+			schedule()
+		case err, ok := <-watcher.Errors:
+			if !ok {
+				return errors.New("files source: watcher closed")
+			}
+			// An overflow loses events: a reload catches up with them all.
+			s.logger.Warn("config watch error", "err", err)
+			schedule()
+		case <-timer.C:
+			pendingSince = time.Time{}
+			if err := s.reload(watcher, publish); err != nil {
+				s.logger.Warn("config reload failed, keeping the last objects", "err", err, "retry", retry)
+				timer.Reset(retry)
+				retry = min(2*retry, maxRetry)
+				continue
+			}
+			retry = minRetry
+		}
+	}
+}
+
+// reload loads the directory, brings the watches in line with the
+// directories it holds, records and logs the result, and publishes it.
+// A panic on the way is an error: the loop outlives one bad reload.
+func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Object)) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("config reload panicked: %v", r)
+		}
+	}()
+	start := time.Now()
+	res, err := s.load(func(dir string) {
+		if err := watcher.Add(dir); err != nil {
+			s.logger.Warn("cannot watch config directory", "path", dir, "err", err)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.unwatchGone(watcher, res.dirs)
+	elapsed := time.Since(start)
+
+	for _, r := range res.rejections {
+		s.logger.Warn("config object rejected", "file", r.File, "index", r.Index, "kind", r.Kind,
+			"namespace", r.Namespace, "name", r.Name, "field", r.Field, "reason", r.Reason)
+	}
+	s.logger.Info("config loaded", "objects", len(res.objects), "rejected", len(res.rejections), "duration", elapsed)
+	s.metrics.observe(res.objects, len(res.rejections), elapsed.Seconds())
+	s.setState(res.objects, res.rejections)
+
+	publish(slices.Clone(res.objects))
+	return nil
+}
+
+// unwatchGone drops the watches of directories the last load did not
+// reach (a removed symlink, a renamed directory).
+func (s *Source) unwatchGone(watcher *fsnotify.Watcher, dirs []string) {
+	keep := make(map[string]bool, len(dirs))
+	for _, d := range dirs {
+		keep[d] = true
+	}
+	for _, w := range watcher.WatchList() {
+		if !keep[w] {
+			// The directory may be gone already, its watch with it.
+			_ = watcher.Remove(w)
+		}
+	}
+}
