@@ -1,0 +1,162 @@
+package uplink
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/hub/ingest"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// hubServer runs a real hub ingest server on loopback.
+func hubServer(t *testing.T, addr string) (*ingest.Server, string, func()) {
+	t.Helper()
+	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute})
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	protocolv1.RegisterSyncServer(srv, in)
+	go func() { _ = srv.Serve(lis) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			srv.Stop()
+		}
+	}
+	t.Cleanup(stop)
+	return in, lis.Addr().String(), stop
+}
+
+func serviceEntries(t *testing.T, n int) []*meshconfig.Object {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: svc-%d, namespace: ns}
+spec:
+  hosts: [svc-%d.example.com]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.%d.%d}]
+`, i, i, i/250, i%250)
+	}
+	objs, errs := meshconfig.DecodeYAML([]byte(b.String()), "test.yaml")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return objs
+}
+
+func eventually(t *testing.T, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func objectCount(in *ingest.Server) int {
+	n := 0
+	for _, c := range in.Clusters("m") {
+		n += len(c.Objects)
+	}
+	return n
+}
+
+func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
+	in, addr, stop := hubServer(t, "127.0.0.1:0")
+	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
+		BackoffMax: 100 * time.Millisecond, MaxMessageBytes: 16 * 1024})
+	objs := serviceEntries(t, 300) // ~30 KB: several messages under the 8 KB budget
+
+	// An object that the hub refuses (weights sum to 60), built without the
+	// spoke's own validation.
+	bad := &meshconfig.Object{Name: "bad", Namespace: "ns", Spec: &networking.VirtualService{
+		Hosts: []string{"svc-1.example.com"},
+		Http: []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{
+			{Destination: &networking.Destination{Host: "svc-1.example.com"}, Weight: 30},
+			{Destination: &networking.Destination{Host: "svc-2.example.com"}, Weight: 30}}}}}}
+	bad.Kind, _ = meshconfig.KindFor("networking.istio.io/v1", "VirtualService")
+	bad.Version = bad.ComputeVersion()
+	up.Update(append(objs, bad))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	eventually(t, func() error {
+		if err := up.Synced(); err != nil {
+			return err
+		}
+		if n := objectCount(in); n != 300 {
+			return fmt.Errorf("hub holds %d objects", n)
+		}
+		st := up.Status()
+		if len(st.Nacked) != 1 || st.Nacked[0].Name != "ns/bad" || !strings.Contains(st.Nacked[0].Reason, "100") {
+			return fmt.Errorf("nacked = %+v", st.Nacked)
+		}
+		return nil
+	})
+	if s := in.Status(); len(s) != 1 || s[0].Acks < 4 {
+		t.Fatalf("hub status = %+v, want several ACKed messages", s)
+	}
+
+	// A removal travels as a delta.
+	up.Update(objs[:200])
+	eventually(t, func() error {
+		if n := objectCount(in); n != 200 {
+			return fmt.Errorf("hub holds %d objects, want 200", n)
+		}
+		if st := up.Status(); len(st.Nacked) != 0 {
+			return fmt.Errorf("nacked after removal = %+v", st.Nacked)
+		}
+		return nil
+	})
+
+	// The hub goes away and comes back empty on the same address: the
+	// uplink reconnects by itself and sends its full state again.
+	stop()
+	eventually(t, func() error {
+		if up.Synced() == nil {
+			return fmt.Errorf("still synced")
+		}
+		return nil
+	})
+	in2, _, _ := hubServer(t, addr)
+	eventually(t, func() error {
+		if err := up.Synced(); err != nil {
+			return err
+		}
+		if n := objectCount(in2); n != 200 {
+			return fmt.Errorf("new hub holds %d objects", n)
+		}
+		return nil
+	})
+	if up.Status().Sessions < 2 {
+		t.Fatalf("sessions = %d", up.Status().Sessions)
+	}
+}
