@@ -1,0 +1,115 @@
+// Package spokeconfig is the configuration of the nave-spoke binary, loaded by settings.Load
+// and documented in docs/config.md.
+package spokeconfig
+
+import (
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/navemesh/nave/shared/logging"
+	"github.com/navemesh/nave/shared/settings"
+)
+
+// Program is the spoke binary's name, as its usage text and the config reference show it.
+const Program = "nave-spoke"
+
+// FilesScheme prefixes a source that is a directory of YAML files.
+const FilesScheme = "fs://"
+
+const (
+	minMessageBytes = 1024
+	minFileBytes    = 1024
+	maxLabelLength  = 63
+)
+
+// dnsLabel is a lowercase RFC 1123 label, without the length limit.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+// Config is the whole configuration of a spoke. Like its sections it is a plain value, filled
+// once at start-up: copy it freely; do not change one that goroutines share.
+type Config struct {
+	Log     logging.Config `key:"log" help:"logging"`
+	Admin   Admin          `key:"admin" help:"the admin HTTP server: health probes, metrics and debug views"`
+	Source  string         `key:"source" default:"fs://examples" required:"true" help:"where the cluster's state is read from: fs://DIR watches a directory of YAML files"`
+	Mesh    string         `key:"mesh" default:"default" required:"true" help:"mesh this cluster belongs to"`
+	Cluster string         `key:"cluster" default:"cluster-1" required:"true" help:"name of this cluster, unique within its mesh"`
+	Hub     Hub            `key:"hub" help:"the connection to the hub"`
+	Files   Files          `key:"files" help:"the fs:// source"`
+}
+
+// SourcePath is the directory of an fs:// source; call it on a validated Config.
+func (c *Config) SourcePath() string {
+	return strings.TrimPrefix(c.Source, FilesScheme)
+}
+
+// Validate checks the source and the mesh and cluster names.
+func (c *Config) Validate() error {
+	if !strings.HasPrefix(c.Source, FilesScheme) {
+		return settings.Invalid("source", "unsupported source %q: the supported scheme is %sDIR", c.Source, FilesScheme)
+	}
+	if c.SourcePath() == "" {
+		return settings.Invalid("source", "%q names no directory: want %sDIR", c.Source, FilesScheme)
+	}
+	if err := checkLabel("mesh", c.Mesh); err != nil {
+		return err
+	}
+	return checkLabel("cluster", c.Cluster)
+}
+
+func checkLabel(field, value string) error {
+	if len(value) > maxLabelLength || !dnsLabel.MatchString(value) {
+		return settings.Invalid(field, "%q is not a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most %d characters", value, maxLabelLength)
+	}
+	return nil
+}
+
+// Admin configures the admin HTTP server.
+type Admin struct {
+	Listen string `key:"listen" default:"127.0.0.1:15024" help:"host:port the admin HTTP server (metrics, health, debug) listens on"`
+}
+
+// Validate checks the listen address.
+func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Listen) }
+
+// Hub configures the spoke's outbound connection to the hub.
+type Hub struct {
+	Address         string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
+	BackoffInitial  time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub; later waits grow up to backoffMax"`
+	BackoffMax      time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub"`
+	MaxMessageBytes int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
+}
+
+// Validate checks the address, the backoff bounds and the message size limit.
+func (h *Hub) Validate() error {
+	if err := settings.CheckHostPort("address", h.Address); err != nil {
+		return err
+	}
+	if h.BackoffInitial <= 0 {
+		return settings.Invalid("backoffInitial", "must be greater than 0, got %s", h.BackoffInitial)
+	}
+	if h.BackoffMax < h.BackoffInitial {
+		return settings.Invalid("backoffMax", "must be at least backoffInitial (%s), got %s", h.BackoffInitial, h.BackoffMax)
+	}
+	if h.MaxMessageBytes < minMessageBytes {
+		return settings.Invalid("maxMessageBytes", "must be at least %d, got %d", minMessageBytes, h.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Files configures the fs:// source.
+type Files struct {
+	Debounce     time.Duration `key:"debounce" default:"100ms" help:"re-read the directory once no file has changed for this long"`
+	MaxFileBytes int64         `key:"maxFileBytes" default:"4194304" help:"largest YAML file read, in bytes; larger files are refused"`
+}
+
+// Validate checks the debounce and the file size limit.
+func (f *Files) Validate() error {
+	if f.Debounce <= 0 {
+		return settings.Invalid("debounce", "must be greater than 0, got %s", f.Debounce)
+	}
+	if f.MaxFileBytes < minFileBytes {
+		return settings.Invalid("maxFileBytes", "must be at least %d, got %d", minFileBytes, f.MaxFileBytes)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package spokeconfig
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/shared/settings"
+)
+
+func TestDefaultsValidate(t *testing.T) {
+	var cfg Config
+	if err := settings.Load(Program, &cfg, nil, &bytes.Buffer{}); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	checks := map[string]bool{
+		"log.level":           cfg.Log.Level == "info",
+		"log.format":          cfg.Log.Format == "text",
+		"admin.listen":        cfg.Admin.Listen == "127.0.0.1:15024",
+		"source":              cfg.Source == "fs://examples" && cfg.SourcePath() == "examples",
+		"mesh":                cfg.Mesh == "default",
+		"cluster":             cfg.Cluster == "cluster-1",
+		"hub.address":         cfg.Hub.Address == "127.0.0.1:15012",
+		"hub.backoffInitial":  cfg.Hub.BackoffInitial == 250*time.Millisecond,
+		"hub.backoffMax":      cfg.Hub.BackoffMax == 15*time.Second,
+		"hub.maxMessageBytes": cfg.Hub.MaxMessageBytes == 16<<20,
+		"files.debounce":      cfg.Files.Debounce == 100*time.Millisecond,
+		"files.maxFileBytes":  cfg.Files.MaxFileBytes == 4<<20,
+	}
+	for key, ok := range checks {
+		if !ok {
+			t.Errorf("%s has the wrong default: %+v", key, cfg)
+		}
+	}
+	if n := len(settings.Reference(Program, cfg)); n != len(checks) {
+		t.Errorf("%d keys, the test checks %d", n, len(checks))
+	}
+}
+
+func TestBadValuesAreRefused(t *testing.T) {
+	tests := []struct {
+		args   []string
+		key    string
+		reason string
+	}{
+		{[]string{"--log.level=trace"}, "log.level", "must be debug, info, warn or error"},
+		{[]string{"--admin.listen=nowhere"}, "admin.listen", "must be host:port"},
+		{[]string{"--source=k8s://in-cluster"}, "source", "the supported scheme is fs://"},
+		{[]string{"--source=fs://"}, "source", "names no directory"},
+		{[]string{"--source="}, "source", "is required"},
+		{[]string{"--mesh=Prod"}, "mesh", "is not a DNS label"},
+		{[]string{"--mesh="}, "mesh", "is required"},
+		{[]string{"--cluster=" + strings.Repeat("c", 64)}, "cluster", "is not a DNS label"},
+		{[]string{"--cluster=east-"}, "cluster", "is not a DNS label"},
+		{[]string{"--hub.address=hub"}, "hub.address", "must be host:port"},
+		{[]string{"--hub.backoff-initial=0s"}, "hub.backoffInitial", "must be greater than 0"},
+		{[]string{"--hub.backoff-max=100ms"}, "hub.backoffMax", "must be at least backoffInitial"},
+		{[]string{"--hub.max-message-bytes=10"}, "hub.maxMessageBytes", "must be at least 1024"},
+		{[]string{"--files.debounce=-1s"}, "files.debounce", "must be greater than 0"},
+		{[]string{"--files.max-file-bytes=1000"}, "files.maxFileBytes", "must be at least 1024"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			var cfg Config
+			err := settings.Load(Program, &cfg, tc.args, &bytes.Buffer{})
+			var ke *settings.KeyError
+			if !errors.As(err, &ke) || ke.Key != tc.key || !strings.Contains(ke.Reason, tc.reason) {
+				t.Fatalf("got %v, want %s: %s", err, tc.key, tc.reason)
+			}
+		})
+	}
+}
+
+func TestLongestLabelIsAccepted(t *testing.T) {
+	var cfg Config
+	args := []string{"--cluster=" + strings.Repeat("c", 63), "--mesh=m-1"}
+	if err := settings.Load(Program, &cfg, args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+}
