@@ -231,4 +231,3 @@ func shortType(typeURL string) string {
 	}
 	return typeURL
 }
-

@@ -193,6 +193,7 @@ func (s *Server) withdraw(id Identity, session uint64) {
 	n := st.count()
 	delete(s.stores, id)
 	s.mu.Unlock()
+	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
 	s.metrics.withdrawals.Inc()
 	s.log.Warn("stale cluster withdrawn after grace period", "mesh", id.Mesh, "cluster", id.Cluster, "resources", n)
 	s.opts.OnChange(id.Mesh)

@@ -129,8 +129,10 @@ func validateHTTPRoute(c *checker, p path, r *networkingv1alpha3.HTTPRoute) {
 	if f := r.GetFault(); f != nil {
 		fp := p.field("fault")
 		if d := f.GetDelay(); d != nil {
-			if d.GetPercent() < 0 || d.GetPercent() > 100 {
-				c.fail(fp.field("delay").field("percent"), "percent %d is out of range 0-100", d.GetPercent())
+			//lint:ignore SA1019 Istio still accepts the deprecated integer percent
+			legacy := d.GetPercent()
+			if legacy < 0 || legacy > 100 {
+				c.fail(fp.field("delay").field("percent"), "percent %d is out of range 0-100", legacy)
 			}
 			if d.GetPercentage() != nil {
 				checkPercent(c, fp.field("delay").field("percentage").field("value"), d.GetPercentage().GetValue())
@@ -157,7 +159,9 @@ func validateHTTPRoute(c *checker, p path, r *networkingv1alpha3.HTTPRoute) {
 	if r.GetMirrorPercentage() != nil {
 		checkPercent(c, p.field("mirrorPercentage").field("value"), r.GetMirrorPercentage().GetValue())
 	}
-	if mp := r.GetMirrorPercent(); mp != nil && mp.GetValue() > 100 {
+	//lint:ignore SA1019 Istio still accepts the deprecated mirrorPercent
+	mirrorPercent := r.GetMirrorPercent()
+	if mp := mirrorPercent; mp != nil && mp.GetValue() > 100 {
 		c.fail(p.field("mirrorPercent"), "percent %d is out of range 0-100", mp.GetValue())
 	}
 	for i, m := range r.GetMirrors() {
