@@ -207,6 +207,23 @@ spec:
 		})
 		t.Logf("spoke reports: %+v", rejected)
 		assertSplit(t, plain.collect(t, time.Now(), 400, 30*time.Second), "echo-v1", "echo-v2", 0.2)
+
+		// A broken edit of the VirtualService in use: the spoke keeps its
+		// last good version, and traffic keeps the 20/80 split.
+		writeFile(t, vsPath, routeYAML(50, 40))
+		harness.Eventually(t, 10*time.Second, func() error {
+			if err := harness.GetJSON(sp.url("/debug/rejected"), &rejected); err != nil {
+				return err
+			}
+			for _, r := range rejected {
+				if r.Name == "echo" && strings.Contains(r.Reason, "last good version is kept") {
+					return nil
+				}
+			}
+			return fmt.Errorf("rejections: %+v", rejected)
+		})
+		assertSplit(t, plain.collect(t, time.Now(), 400, 30*time.Second), "echo-v1", "echo-v2", 0.2)
+		writeFile(t, vsPath, routeYAML(20, 80))
 	})
 
 	t.Run("hub killed and restarted", func(t *testing.T) {

@@ -621,3 +621,47 @@ func TestRejectionJSON(t *testing.T) {
 		t.Errorf("JSON keys %v, want %s", got, want)
 	}
 }
+
+func TestBrokenEditKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	routes, other := filepath.Join(dir, "routes.yaml"), filepath.Join(dir, "other.yaml")
+	write(t, routes, vsDoc("a", "a-v1")+"---\n"+drDoc("d"))
+	write(t, other, vsDoc("b", "b-v1"))
+	r := start(t, dir, Options{Debounce: 10 * time.Millisecond})
+	r.waitForKeys(t, "DestinationRule shop/d, VirtualService shop/a, VirtualService shop/b")
+
+	// An invalid edit of a: the last good a stays, and the rejection says so.
+	bad := strings.Replace(vsDoc("a", "a-v2"), "destination: {host: a-v2}", "destination: {host: a-v2}, weight: 50}, {destination: {host: x}, weight: 40", 1)
+	write(t, routes, bad+"---\n"+drDoc("d"))
+	r.waitFor(t, "the rejection of a", func([]*meshconfig.Object) bool { return len(r.src.Rejections()) == 1 })
+	objs, _ := r.last()
+	if got := keys(objs); got != "DestinationRule shop/d, VirtualService shop/a, VirtualService shop/b" {
+		t.Fatalf("after an invalid edit: [%s]", got)
+	}
+	for _, o := range objs {
+		if o.Name == "a" && hostOf(o) != "a-v1" {
+			t.Fatalf("a routes to %s, want the last good a-v1", hostOf(o))
+		}
+	}
+	if rj := r.src.Rejections()[0]; rj.Name != "a" || !strings.Contains(rj.Reason, "100") || !strings.HasSuffix(rj.Reason, keptNote) {
+		t.Fatalf("rejection = %+v", rj)
+	}
+
+	// Broken YAML in the file: everything that came from it stays.
+	write(t, routes, "kind: [unclosed\n")
+	r.waitFor(t, "the broken file", func([]*meshconfig.Object) bool {
+		rs := r.src.Rejections()
+		return len(rs) == 1 && rs[0].File == "routes.yaml" && rs[0].Name == ""
+	})
+	if objs, _ := r.last(); keys(objs) != "DestinationRule shop/d, VirtualService shop/a, VirtualService shop/b" {
+		t.Fatalf("after breaking the file: [%s]", keys(objs))
+	}
+
+	// A valid edit that drops d removes it; deleting a file removes its objects.
+	write(t, routes, vsDoc("a", "a-v3"))
+	r.waitForKeys(t, "VirtualService shop/a, VirtualService shop/b")
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	r.waitForKeys(t, "VirtualService shop/a")
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// The variables grpc's xDS client reads its bootstrap from. grpc-go reads both once,
+// while its packages initialize, so a process cannot set them for itself: it has to start
+// again with them set (reexecWith).
+const (
+	bootstrapFileEnv    = "GRPC_XDS_BOOTSTRAP"
+	bootstrapContentEnv = "GRPC_XDS_BOOTSTRAP_CONFIG"
+	// restartedEnv marks a process that reexecWith started, so it cannot loop.
+	restartedEnv = "NAVE_DEMO_CLIENT_RESTARTED"
+)
+
+// envVar is one environment variable and its value.
+type envVar struct{ name, value string }
+
+// bootstrapDoc is the part of grpc's xDS bootstrap format the demo client fills in.
+type bootstrapDoc struct {
+	XDSServers []xdsServer `json:"xds_servers"`
+	Node       node        `json:"node"`
+}
+
+type xdsServer struct {
+	ServerURI      string         `json:"server_uri"`
+	ChannelCreds   []channelCreds `json:"channel_creds"`
+	ServerFeatures []string       `json:"server_features"`
+}
+
+type channelCreds struct {
+	Type string `json:"type"`
+}
+
+type node struct {
+	ID       string            `json:"id"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// makeBootstrap returns a bootstrap that points at the hub's xDS address over plaintext
+// and names the node and the mesh and namespace it belongs to.
+func makeBootstrap(hub, nodeID, mesh, namespace string) ([]byte, error) {
+	doc := bootstrapDoc{
+		XDSServers: []xdsServer{{
+			ServerURI:      hub,
+			ChannelCreds:   []channelCreds{{Type: "insecure"}},
+			ServerFeatures: []string{"xds_v3"},
+		}},
+		Node: node{ID: nodeID, Metadata: map[string]string{"MESH": mesh, "NAMESPACE": namespace}},
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encode xds bootstrap: %w", err)
+	}
+	return b, nil
+}
+
+// bootstrapEnv returns the bootstrap variable the process must run under for these
+// options, or nil when the environment already holds it or the options ask for none.
+// --bootstrap FILE becomes GRPC_XDS_BOOTSTRAP; --hub with --node-id becomes the bootstrap
+// itself in GRPC_XDS_BOOTSTRAP_CONFIG, which needs no file to clean up.
+func bootstrapEnv(o options, getenv func(string) string) (*envVar, error) {
+	var want envVar
+	switch {
+	case o.bootstrap != "":
+		path, err := filepath.Abs(o.bootstrap)
+		if err != nil {
+			return nil, fmt.Errorf("--bootstrap %s: %w", o.bootstrap, err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("--bootstrap: %w", err)
+		}
+		want = envVar{name: bootstrapFileEnv, value: path}
+	case o.hub != "" && o.nodeID != "":
+		doc, err := makeBootstrap(o.hub, o.nodeID, o.mesh, o.namespace)
+		if err != nil {
+			return nil, err
+		}
+		want = envVar{name: bootstrapContentEnv, value: string(doc)}
+	case o.hub != "" || o.nodeID != "":
+		return nil, errors.New("--hub and --node-id must be given together")
+	default:
+		if strings.HasPrefix(o.target, "xds:") && getenv(bootstrapFileEnv) == "" && getenv(bootstrapContentEnv) == "" {
+			return nil, fmt.Errorf("target %s needs an xDS bootstrap: give --bootstrap, or --hub and --node-id, or set %s", o.target, bootstrapFileEnv)
+		}
+		return nil, nil
+	}
+	// grpc prefers the file when both variables are set, so the content alone must be set.
+	if getenv(want.name) == want.value && (want.name == bootstrapFileEnv || getenv(bootstrapFileEnv) == "") {
+		return nil, nil
+	}
+	return &want, nil
+}
+
+// reexecWith replaces the process with a new run of the same program and arguments, with
+// v set and the other bootstrap variable unset. It returns only on failure.
+func reexecWith(v envVar) error {
+	if os.Getenv(restartedEnv) != "" {
+		return fmt.Errorf("%s is still not as wanted after a restart", v.name)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable to restart with %s: %w", v.name, err)
+	}
+	env := make([]string, 0, len(os.Environ())+2)
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != bootstrapFileEnv && name != bootstrapContentEnv {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, v.name+"="+v.value, restartedEnv+"=1")
+	if err := syscall.Exec(exe, os.Args, env); err != nil {
+		return fmt.Errorf("restart %s with %s set: %w", exe, v.name, err)
+	}
+	return nil // not reached: Exec does not return on success
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// demo is a launcher process started by a test, with stub children.
+type demo struct {
+	cmd     *exec.Cmd
+	out     *lockedBuffer // stdout and stderr
+	stubs   string        // where the stubs record themselves
+	config  string
+	work    string
+	hubXDS  string
+	exited  chan struct{}
+	waitErr error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// startDemo starts the launcher with every demo binary stubbed by this test binary, on
+// free ports. env adds to its environment (and so its children's); args add flags.
+func startDemo(t *testing.T, env []string, args ...string) *demo {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	for _, name := range stubNames {
+		if err := os.Symlink(exe, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &demo{out: &lockedBuffer{}, stubs: t.TempDir(), config: t.TempDir(), work: filepath.Join(t.TempDir(), "work"),
+		hubXDS: freeAddr(t), exited: make(chan struct{})}
+	if err := os.WriteFile(filepath.Join(d.config, "echo-routing.yaml"), []byte("# routes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = exec.Command(exe, append([]string{
+		"--bin", bin, "--config", d.config, "--work", d.work,
+		"--hub-admin", freeAddr(t), "--hub-spokes", freeAddr(t), "--hub-xds", d.hubXDS, "--spoke-admin", freeAddr(t),
+	}, args...)...)
+	d.cmd.Env = append(append(os.Environ(), asMain+"=1", stubDirEnv+"="+d.stubs), env...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	// The client shares the launcher's output pipe; should it outlive the launcher, Wait
+	// must not wait for it to close the pipe.
+	d.cmd.WaitDelay = 5 * time.Second
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		d.cmd.Process.Kill() // a no-op once it has exited
+		// Children of a killed launcher die by Pdeathsig; make sure none outlives the test
+		// even when that fails.
+		for pid := range d.records(t) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		<-d.exited
+	})
+	return d
+}
+
+// records returns what each stub recorded: pid to binary name and arguments.
+func (d *demo) records(t *testing.T) map[int][]string {
+	t.Helper()
+	entries, err := os.ReadDir(d.stubs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[int][]string{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue // a record being written
+		}
+		b, err := os.ReadFile(filepath.Join(d.stubs, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[pid] = strings.Split(string(b), "\n")
+	}
+	return recs
+}
+
+// waitRecords waits until n stubs have recorded themselves.
+func (d *demo) waitRecords(t *testing.T, n int) map[int][]string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		recs := d.records(t)
+		if len(recs) >= n {
+			return recs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d children started within 30s; launcher output:\n%s", len(recs), n, d.out.String())
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("launcher exited (%v) with %d of %d children started; output:\n%s", d.waitErr, len(recs), n, d.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitOutput waits until ok holds for the launcher's output.
+func (d *demo) waitOutput(t *testing.T, ok func(string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok(d.out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("launcher output not as expected after 30s:\n%s", d.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wait waits for the launcher to exit and returns its exit code.
+func (d *demo) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-d.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("launcher still running after 60s; output:\n%s", d.out.String())
+	}
+	var exit *exec.ExitError
+	if errors.As(d.waitErr, &exit) {
+		return exit.ExitCode()
+	}
+	if d.waitErr != nil {
+		t.Fatal(d.waitErr)
+	}
+	return 0
+}
+
+// alive reports whether pid is a running process. A zombie, dead but not yet reaped by
+// whoever inherited it, counts as dead.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may hold spaces.
+	rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
+}
+
+var startedLine = regexp.MustCompile(`nave-demo: started (\S+)\s+pid (\d+)`)
+
+// started returns the children the launcher says it started: pid to name.
+func (d *demo) started(t *testing.T) map[int]string {
+	t.Helper()
+	pids := map[int]string{}
+	for _, m := range startedLine.FindAllStringSubmatch(d.out.String(), -1) {
+		pid, err := strconv.Atoi(m[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[pid] = m[1]
+	}
+	return pids
+}
+
+// assertAllGone fails the test for every child still alive, whether the launcher named
+// it or the stub recorded itself.
+func (d *demo) assertAllGone(t *testing.T) {
+	t.Helper()
+	pids := d.started(t)
+	for pid, rec := range d.records(t) {
+		pids[pid] = rec[0]
+	}
+	for pid, name := range pids {
+		if alive(pid) {
+			t.Errorf("%s (pid %d) is still running", name, pid)
+		}
+	}
+}
+
+// byName groups the records by binary name.
+func byName(recs map[int][]string) map[string][][]string {
+	m := map[string][][]string{}
+	for _, rec := range recs {
+		m[rec[0]] = append(m[rec[0]], rec[1:])
+	}
+	return m
+}
+
+func hasArgs(args []string, pairs ...string) bool {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		j := slices.Index(args, pairs[i])
+		if j < 0 || j+1 >= len(args) || args[j+1] != pairs[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSIGTERMStopsEveryChild(t *testing.T) {
+	d := startDemo(t, nil, "--", "--header", "x-user=beta")
+	recs := d.waitRecords(t, 6)
+	d.waitOutput(t, func(out string) bool {
+		return len(d.started(t)) == 6 && strings.Contains(out, "stub nave-demo-client running")
+	})
+
+	if started := d.started(t); len(started) != 6 {
+		t.Errorf("launcher reports %d children started, want 6: %v", len(started), started)
+	} else {
+		for pid := range recs {
+			if started[pid] == "" {
+				t.Errorf("stub pid %d is not among the children the launcher reports: %v", pid, started)
+			}
+		}
+	}
+	names := byName(recs)
+	if len(names["nave-hub"]) != 1 || len(names["nave-spoke"]) != 1 || len(names["nave-demo-backend"]) != 3 || len(names["nave-demo-client"]) != 1 {
+		t.Fatalf("started %v, want one hub, one spoke, three backends, one client", names)
+	}
+	config, err := filepath.Abs(d.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spoke := names["nave-spoke"][0]; !hasArgs(spoke, "--source", "fs://"+config, "--cluster", "demo-cluster", "--mesh", "default") {
+		t.Errorf("spoke arguments %q", spoke)
+	}
+	var listens []string
+	for _, args := range names["nave-demo-backend"] {
+		i := slices.Index(args, "--listen")
+		listens = append(listens, args[i+1]+" "+args[i+3])
+	}
+	slices.Sort(listens)
+	if want := []string{"127.0.0.1:17071 echo-v1", "127.0.0.1:17072 echo-v2", "127.0.0.1:17073 echo-v3"}; !slices.Equal(listens, want) {
+		t.Errorf("backends listen on %q, want %q", listens, want)
+	}
+	if client := names["nave-demo-client"][0]; !hasArgs(client, "--hub", d.hubXDS, "--node-id", "demo-client.demo", "--header", "x-user=beta") {
+		t.Errorf("client arguments %q", client)
+	}
+
+	// Output: the log paths, the banner, and the client's own output on the terminal.
+	hubLog := filepath.Join(d.work, "hub.log")
+	out := d.out.String()
+	for _, want := range []string{hubLog, filepath.Join(d.work, "echo-v3.log"), "Ctrl-C stops everything", "echo-routing.yaml", "stub nave-demo-client running"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("launcher output lacks %q:\n%s", want, out)
+		}
+	}
+	if b, err := os.ReadFile(hubLog); err != nil || !strings.Contains(string(b), "stub nave-hub running") {
+		t.Errorf("hub log %q (err %v), want the hub's output", b, err)
+	}
+
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d.wait(t); code != 0 {
+		t.Errorf("launcher exit status %d after SIGTERM, want 0; output:\n%s", code, d.out.String())
+	}
+	d.assertAllGone(t)
+	if b, err := os.ReadFile(hubLog); err != nil || !strings.Contains(string(b), "stub nave-hub stopping") {
+		t.Errorf("hub log %q (err %v), want the hub to have stopped on SIGTERM", b, err)
+	}
+}
+
+func TestChildIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
+	d := startDemo(t, []string{stubIgnoreTermEnv + "=nave-demo-backend"}, "--grace", "300ms")
+	d.waitRecords(t, 6)
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d.wait(t); code != 0 {
+		t.Errorf("launcher exit status %d, want 0; output:\n%s", code, d.out.String())
+	}
+	d.assertAllGone(t)
+	if out := d.out.String(); !strings.Contains(out, "echo-v1 (pid") || !strings.Contains(out, "killing it") {
+		t.Errorf("output does not report the backends it had to kill:\n%s", out)
+	}
+}
+
+func TestUnexpectedExitStopsEverything(t *testing.T) {
+	for _, tc := range []struct {
+		binary, name, where string
+		children            int
+	}{
+		{binary: "nave-spoke", name: "spoke", where: "spoke.log", children: 5},
+		{binary: "nave-demo-client", name: "client", where: "its output is above", children: 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDemo(t, []string{stubExitEnv + "=" + tc.binary})
+			if code := d.wait(t); code != 1 {
+				t.Errorf("launcher exit status %d, want 1", code)
+			}
+			out := d.out.String()
+			if !strings.Contains(out, tc.name+" (pid") || !strings.Contains(out, "exited unexpectedly (exit status 3)") || !strings.Contains(out, tc.where) {
+				t.Errorf("output does not name %s, its exit status and %q:\n%s", tc.name, tc.where, out)
+			}
+			if n := len(d.started(t)); n != tc.children {
+				t.Errorf("launcher started %d children, want %d:\n%s", n, tc.children, out)
+			}
+			d.assertAllGone(t)
+		})
+	}
+}
+
+func TestReadinessTimeoutNamesWhatIsNotReady(t *testing.T) {
+	d := startDemo(t, []string{stubNotReadyEnv + "=nave-spoke"}, "--ready-timeout", "1s")
+	if code := d.wait(t); code != 1 {
+		t.Errorf("launcher exit status %d, want 1", code)
+	}
+	out := d.out.String()
+	if !strings.Contains(out, "not ready after 1s: spoke (GET http://") || !strings.Contains(out, "503") || !strings.Contains(out, "spoke.log") {
+		t.Errorf("output does not say the spoke was not ready, why, and where its log is:\n%s", out)
+	}
+	if strings.Contains(out, "hub (GET") {
+		t.Errorf("output names the hub, which was ready:\n%s", out)
+	}
+	if strings.Contains(out, "nave-demo-client running") {
+		t.Errorf("client started although the spoke never became ready:\n%s", out)
+	}
+	d.assertAllGone(t)
+}
+
+func TestKilledLauncherTakesChildrenAlong(t *testing.T) {
+	d := startDemo(t, nil)
+	recs := d.waitRecords(t, 6)
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	d.wait(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for pid, rec := range recs {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("%s (pid %d) outlived the SIGKILLed launcher", rec[0], pid)
+		}
+	}
+}
+
+func TestMissingBinaryIsNamed(t *testing.T) {
+	var out bytes.Buffer
+	code := run([]string{"--bin", t.TempDir(), "--config", t.TempDir(), "--work", t.TempDir()}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "nave-hub") || !strings.Contains(out.String(), "make build") {
+		t.Errorf("exit %d, output %q; want 1 and a message naming nave-hub", code, out.String())
+	}
+}
