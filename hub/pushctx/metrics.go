@@ -4,6 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	builds       prometheus.Counter
+	failures     prometheus.Counter
 	buildSeconds prometheus.Histogram
 	services     *prometheus.GaugeVec
 }
@@ -12,13 +13,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		builds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_builds_total",
 			Help: "Push contexts built and published."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_build_failures_total",
+			Help: "Push context builds that failed (a panic, logged); the mesh kept its previous push context."}),
 		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_pushctx_build_duration_seconds",
 			Help: "Time to merge, generate and marshal one mesh's push context.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_services",
 			Help: "Services in the mesh's current push context."}, []string{"mesh"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.buildSeconds, m.services)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services)
 	}
 	return m
 }

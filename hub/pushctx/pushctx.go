@@ -172,8 +172,20 @@ func (m *Manager) loop(ctx context.Context, ms *meshState) {
 		if !m.debounce(ctx, ms) {
 			return
 		}
-		m.build(ms)
+		m.safeBuild(ms)
 	}
+}
+
+// safeBuild builds, turning a panic into a logged failure: the mesh keeps
+// its previous State and the loop goes on.
+func (m *Manager) safeBuild(ms *meshState) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.metrics.failures.Inc()
+			m.log.Error("push context build failed; the previous one stays", "mesh", ms.name, "panic", r)
+		}
+	}()
+	m.build(ms)
 }
 
 // debounce waits until the mesh has been quiet for DebounceQuiet, or

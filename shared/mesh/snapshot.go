@@ -127,14 +127,22 @@ type Config struct {
 	Object  *meshconfig.Object
 }
 
-// VirtualService returns the spec of a VirtualService config.
+// VirtualService returns the spec of a VirtualService config; nil for a
+// nil Config.
 func (c *Config) VirtualService() *networking.VirtualService {
+	if c == nil {
+		return nil
+	}
 	vs, _ := c.Object.Spec.(*networking.VirtualService)
 	return vs
 }
 
-// DestinationRule returns the spec of a DestinationRule config.
+// DestinationRule returns the spec of a DestinationRule config; nil for a
+// nil Config (a host without a DestinationRule).
 func (c *Config) DestinationRule() *networking.DestinationRule {
+	if c == nil {
+		return nil
+	}
 	dr, _ := c.Object.Spec.(*networking.DestinationRule)
 	return dr
 }

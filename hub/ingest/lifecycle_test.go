@@ -1,0 +1,244 @@
+package ingest_test
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/navemesh/nave/hub/ingest"
+)
+
+func TestNewStreamSupersedesAndPrunesOnlyAfterSynced(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	s1 := f.dial(t, "m", "c1")
+	s1.sync(objs)
+	before := f.objects("m", "c1")
+
+	// The second stream sends only one of the VirtualServices.
+	s2 := f.dial(t, "m", "c1")
+	s2.acked(s2.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+	err := s1.ended()
+	if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "superseded") {
+		t.Errorf("first stream ended with %v, want Aborted (superseded)", err)
+	}
+	st, _ := f.status("m", "c1")
+	if !st.Connected || st.Synced {
+		t.Errorf("before the new stream's synced marker: status %+v, want connected and not synced", st)
+	}
+	if got := f.objects("m", "c1"); !maps.Equal(got, before) {
+		t.Errorf("before the synced marker the hub holds %v, want everything it held: %v", refs(got), refs(before))
+	}
+
+	s2.synced()
+	got := f.objects("m", "c1")
+	if !slices.Equal(refs(got), []string{"VirtualService demo/echo"}) {
+		t.Errorf("after the synced marker the hub holds %v, want only what the new stream sent", refs(got))
+	}
+	if got["VirtualService demo/echo"] != before["VirtualService demo/echo"] {
+		t.Error("an unchanged resource was replaced by the new stream")
+	}
+}
+
+func TestReconnectWithUnchangedStateChangesNothing(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	s1 := f.dial(t, "m", "c1")
+	s1.sync(decode(t, fullState))
+	before := f.objects("m", "c1")
+
+	s1.close()
+	eventually(t, "the cluster is disconnected", func() bool {
+		st, ok := f.status("m", "c1")
+		return ok && !st.Connected
+	})
+	calls := f.changes.Load()
+
+	// The same state again, decoded afresh as a restarted spoke would.
+	s2 := f.dial(t, "m", "c1")
+	s2.sendState(decode(t, fullState))
+	if n := f.changes.Load() - calls; n != 0 {
+		t.Errorf("resending unchanged resources called OnChange %d times, want 0", n)
+	}
+	s2.synced()
+	if n := f.changes.Load() - calls; n != 1 {
+		t.Errorf("OnChange called %d times for the reconnect, want once (the cluster's state changed)", n)
+	}
+	after := f.objects("m", "c1")
+	if !maps.Equal(after, before) {
+		t.Errorf("objects changed identity across an unchanged reconnect:\nbefore %v\n after %v", before, after)
+	}
+	if st, _ := f.status("m", "c1"); !st.Connected || !st.Synced || st.Stale {
+		t.Errorf("status = %+v, want connected and synced", st)
+	}
+}
+
+func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	f := newFixture(t, grace)
+	objs := decode(t, fullState)
+	s := f.dial(t, "m", "c1")
+	s.sync(objs)
+	before := f.objects("m", "c1")
+
+	s.close()
+	disconnected := time.Now()
+	var st ingest.ClusterStatus
+	eventually(t, "the cluster is disconnected", func() bool {
+		cs, ok := f.status("m", "c1")
+		st = cs
+		return ok && !cs.Connected
+	})
+	held := f.objects("m", "c1")
+	c, found := f.cluster("m", "c1")
+	elapsed := time.Since(disconnected)
+	if elapsed < grace && !maps.Equal(held, before) {
+		t.Errorf("%v after a disconnect the hub holds %v, want everything until the grace period of %v: %v", elapsed, refs(held), grace, refs(before))
+	}
+	if !st.Stale || st.WithdrawAt == nil || st.DisconnectedAt == nil || !st.Synced {
+		t.Errorf("disconnected cluster status = %+v, want stale, still synced, with a withdrawal time", st)
+	}
+	if elapsed < grace && (!found || !c.Stale || c.Connected) {
+		t.Errorf("disconnected cluster input = %+v, want stale", c)
+	}
+	calls := f.changes.Load()
+
+	eventually(t, "the stale cluster is withdrawn", func() bool { return len(f.srv.Clusters("m")) == 0 })
+	if gone := time.Since(disconnected); gone < grace {
+		t.Errorf("withdrawn %v after the disconnect, before the grace period of %v", gone, grace)
+	}
+	if len(f.srv.Status()) != 0 || len(f.srv.Meshes()) != 0 {
+		t.Errorf("after withdrawal: status %+v, meshes %v; want nothing", f.srv.Status(), f.srv.Meshes())
+	}
+	eventually(t, "OnChange reports the withdrawal", func() bool { return f.changes.Load() > calls })
+}
+
+func TestReconnectWithinGracePeriodCancelsWithdrawal(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	f := newFixture(t, grace)
+	objs := decode(t, fullState)
+	s1 := f.dial(t, "m", "c1")
+	s1.sync(objs)
+	s1.close()
+	eventually(t, "the cluster is disconnected", func() bool {
+		st, ok := f.status("m", "c1")
+		return ok && !st.Connected
+	})
+
+	s2 := f.dial(t, "m", "c1")
+	s2.acked(s2.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+	reconnected := time.Now()
+	if st, _ := f.status("m", "c1"); !st.Connected || st.Stale || st.WithdrawAt != nil {
+		t.Errorf("reconnected cluster status = %+v, want connected, not stale, no withdrawal", st)
+	}
+
+	// Nothing to wait for but the withdrawal that must not happen.
+	time.Sleep(3 * grace)
+	if got := f.objects("m", "c1"); len(got) != len(objs) {
+		t.Errorf("%v after the reconnect the hub holds %v, want all %d objects", time.Since(reconnected), refs(got), len(objs))
+	}
+}
+
+func TestRemovedResources(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	s := f.dial(t, "m", "c1")
+	s.sync(objs)
+
+	calls := f.changes.Load()
+	s.acked(s.send(vsType, nil, "demo/echo"))
+	got := f.objects("m", "c1")
+	if got["VirtualService demo/echo"] != nil || got["VirtualService demo/echo-beta"] == nil || len(got) != len(objs)-1 {
+		t.Errorf("after removing demo/echo the hub holds %v", refs(got))
+	}
+	if f.changes.Load() == calls {
+		t.Error("a removal did not call OnChange")
+	}
+
+	// Removing what is not there changes nothing.
+	calls = f.changes.Load()
+	s.acked(s.send(vsType, nil, "demo/never-sent"))
+	if f.changes.Load() != calls {
+		t.Error("removing an unknown resource called OnChange")
+	}
+
+	// An upsert and a removal in one message; a removal of one type leaves
+	// a same-named resource of another type alone.
+	other := decode(t, otherVS)
+	s.acked(s.send(vsType, other, "demo/echo-beta"))
+	got = f.objects("m", "c1")
+	want := []string{"DestinationRule demo/echo", "ServiceEntry demo/echo", "VirtualService demo/other", "WorkloadEntry demo/echo-v1"}
+	if !slices.Equal(refs(got), want) {
+		t.Errorf("hub holds %v, want %v", refs(got), want)
+	}
+	if st, _ := f.status("m", "c1"); st.Resources["VirtualService"] != 1 {
+		t.Errorf("status resources = %v, want 1 VirtualService", st.Resources)
+	}
+
+	// A removal survives a reconnect: the resource is not resent, so it
+	// stays gone.
+	s.close()
+	s2 := f.dial(t, "m", "c1")
+	s2.sync(pick(t, append(objs, other...), "DestinationRule demo/echo", "ServiceEntry demo/echo",
+		"VirtualService demo/other", "WorkloadEntry demo/echo-v1"))
+	if got := refs(f.objects("m", "c1")); !slices.Equal(got, want) {
+		t.Errorf("after a reconnect the hub holds %v, want %v", got, want)
+	}
+}
+
+func TestClustersAreSeparatedByMesh(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	a := f.dial(t, "m1", "c1")
+	a.sync(pick(t, objs, "VirtualService demo/echo", "ServiceEntry demo/echo"))
+	b := f.dial(t, "m1", "c2")
+	b.sync(pick(t, objs, "WorkloadEntry demo/echo-v1"))
+	// Same cluster name in another mesh: a different store.
+	c := f.dial(t, "m2", "c1")
+	c.sync(pick(t, objs, "DestinationRule demo/echo"))
+
+	names := func(meshName string) []string {
+		var out []string
+		for _, in := range f.srv.Clusters(meshName) {
+			out = append(out, in.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names("m1"); !slices.Equal(got, []string{"c1", "c2"}) {
+		t.Errorf("Clusters(m1) = %v, want [c1 c2]", got)
+	}
+	if got := names("m2"); !slices.Equal(got, []string{"c1"}) {
+		t.Errorf("Clusters(m2) = %v, want [c1]", got)
+	}
+	if got := names("m3"); len(got) != 0 {
+		t.Errorf("Clusters(m3) = %v, want none", got)
+	}
+	for _, tc := range []struct {
+		mesh, cluster string
+		want          []string
+	}{
+		{"m1", "c1", []string{"ServiceEntry demo/echo", "VirtualService demo/echo"}},
+		{"m1", "c2", []string{"WorkloadEntry demo/echo-v1"}},
+		{"m2", "c1", []string{"DestinationRule demo/echo"}},
+	} {
+		if got := refs(f.objects(tc.mesh, tc.cluster)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s/%s holds %v, want %v", tc.mesh, tc.cluster, got, tc.want)
+		}
+	}
+	if got := f.srv.Meshes(); !slices.Equal(got, []string{"m1", "m2"}) {
+		t.Errorf("Meshes() = %v, want [m1 m2]", got)
+	}
+
+	// A stream of one mesh never supersedes or prunes another mesh's
+	// cluster of the same name.
+	c.close()
+	a.acked(a.send(vsType, nil, "demo/echo"))
+	if got := refs(f.objects("m2", "c1")); !slices.Equal(got, []string{"DestinationRule demo/echo"}) {
+		t.Errorf("m2/c1 holds %v after m1/c1 changed", got)
+	}
+}
