@@ -387,13 +387,11 @@ func weights(t *testing.T, resp *discoveryv3.DiscoveryResponse) map[string]uint3
 	if err := resp.GetResources()[0].UnmarshalTo(&rc); err != nil {
 		t.Fatal(err)
 	}
+	// The weights of the first route of the first virtual host.
 	out := map[string]uint32{}
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, r := range vh.GetRoutes() {
-			for _, wc := range r.GetRoute().GetWeightedClusters().GetClusters() {
-				out[wc.GetName()] = wc.GetWeight().GetValue()
-			}
-			return out
+	if vhs := rc.GetVirtualHosts(); len(vhs) > 0 && len(vhs[0].GetRoutes()) > 0 {
+		for _, wc := range vhs[0].GetRoutes()[0].GetRoute().GetWeightedClusters().GetClusters() {
+			out[wc.GetName()] = wc.GetWeight().GetValue()
 		}
 	}
 	return out
