@@ -40,7 +40,7 @@ func (h *hub) start() {
 	h.t.Helper()
 	args := append([]string{
 		"--admin.listen", addr(h.admin), "--spokes.listen", addr(h.spokes), "--xds.listen", addr(h.xds),
-		"--push.debounce-quiet", "50ms", "--push.debounce-max", "500ms", "--log.level", "debug",
+		"--log.level", "debug",
 	}, h.extraArgs...)
 	h.proc = harness.Start(h.t, "hub", binary("nave-hub"), args...)
 	harness.WaitReady(h.t, h.url("/healthz/ready"), 20*time.Second)
@@ -62,7 +62,7 @@ func newSpoke(t *testing.T, h *hub, cluster, dir string) *spoke {
 	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
 		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes),
 		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
-		"--files.debounce", "50ms", "--log.level", "debug")
+		"--log.level", "debug")
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
 	return s
 }
