@@ -12,12 +12,12 @@ type metrics struct {
 	ackLatency prometheus.Histogram
 }
 
-var states = []string{StateConnecting, StateSyncing, StateSynced, StateBackoff}
+var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_spoke_uplink_state",
-			Help: "1 for the uplink's current state (connecting, syncing, synced, backoff)."}, []string{"state"}),
+			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff)."}, []string{"state"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_reconnects_total",
 			Help: "Hub streams lost and retried."}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_messages_total",

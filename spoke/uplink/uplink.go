@@ -49,7 +49,12 @@ type Uplink struct {
 
 	mu      sync.Mutex
 	desired map[key]*meshconfig.Object
-	changed chan struct{} // capacity 1
+	// first is closed by the first Update: no stream opens before the
+	// source's initial state is complete, or the hub would prune the
+	// cluster down to an empty state at the synced marker.
+	first     chan struct{}
+	firstOnce sync.Once
+	changed   chan struct{} // capacity 1
 	state   string
 	lastErr string
 	since   time.Time
@@ -68,6 +73,7 @@ type nack struct {
 
 // Connection states shown at the debug endpoint.
 const (
+	StateWaiting    = "waiting-for-source"
 	StateConnecting = "connecting"
 	StateSyncing    = "syncing"
 	StateSynced     = "synced"
@@ -81,12 +87,13 @@ func New(opts Options) *Uplink {
 	}
 	return &Uplink{
 		opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer),
-		desired: map[key]*meshconfig.Object{}, changed: make(chan struct{}, 1),
-		state: StateConnecting, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{},
+		desired: map[key]*meshconfig.Object{}, changed: make(chan struct{}, 1), first: make(chan struct{}),
+		state: StateWaiting, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{},
 	}
 }
 
-// Update replaces the desired state with objs. It never blocks.
+// Update replaces the desired state with objs: the complete state of the
+// source. The first call allows Run to connect. It never blocks.
 func (u *Uplink) Update(objs []*meshconfig.Object) {
 	desired := make(map[key]*meshconfig.Object, len(objs))
 	for _, o := range objs {
@@ -95,14 +102,22 @@ func (u *Uplink) Update(objs []*meshconfig.Object) {
 	u.mu.Lock()
 	u.desired = desired
 	u.mu.Unlock()
+	u.firstOnce.Do(func() { close(u.first) })
 	select {
 	case u.changed <- struct{}{}:
 	default:
 	}
 }
 
-// Run connects and keeps the hub in sync until ctx is done.
+// Run connects once the source has published its initial state, and keeps
+// the hub in sync until ctx is done.
 func (u *Uplink) Run(ctx context.Context) error {
+	u.setState(StateWaiting, nil)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-u.first:
+	}
 	conn, err := grpc.NewClient(u.opts.Address,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

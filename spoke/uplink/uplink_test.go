@@ -160,3 +160,33 @@ func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 		t.Fatalf("sessions = %d", up.Status().Sessions)
 	}
 }
+
+// TestUplinkWaitsForTheSource checks that no stream opens before the
+// source's first state: an early empty full state would make the hub
+// prune the cluster at the synced marker.
+func TestUplinkWaitsForTheSource(t *testing.T) {
+	in, addr, _ := hubServer(t, "127.0.0.1:0")
+	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
+		BackoffMax: 100 * time.Millisecond, MaxMessageBytes: 1 << 20})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	time.Sleep(200 * time.Millisecond) // a window in which a stream must not open
+	if s := in.Status(); len(s) != 0 {
+		t.Fatalf("a stream opened before the source published: %+v", s)
+	}
+	if st := up.Status().State; st != StateWaiting {
+		t.Fatalf("state = %s, want %s", st, StateWaiting)
+	}
+	up.Update(serviceEntries(t, 3))
+	eventually(t, func() error {
+		if n := objectCount(in); n != 3 {
+			return fmt.Errorf("hub holds %d objects", n)
+		}
+		return up.Synced()
+	})
+}
