@@ -7,7 +7,7 @@ CMDS          := nave-hub=./hub/cmd/nave-hub nave-spoke=./spoke/cmd/nave-spoke \
                  nave-demo=./examples/demo/launcher nave-demo-backend=./examples/demo/backend \
                  nave-demo-client=./examples/demo/client
 
-.PHONY: all build run test test-race bench generate lint fmt clean
+.PHONY: all build run test test-race bench generate lint fmt clean kube-assets
 
 all: build
 
@@ -24,22 +24,27 @@ build:
 run: build
 	$(BIN)/nave-demo --bin $(BIN) --config examples/config
 
-## test: every test (unit, fuzz seed corpora, end-to-end with real processes)
-test:
+## kube-assets: build kube-apiserver and etcd for the tests into .cache/kube/ (once: ~6-15 min cold)
+kube-assets:
+	e2e/kube/build-assets.sh
+
+## test: every test (unit, fuzz seed corpora, end-to-end with real processes and real API servers)
+test: kube-assets
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-race: the same under the race detector (slower)
-test-race:
+test-race: kube-assets
 	$(GO) test -race -count=1 -timeout 40m ./...
 
 ## bench: Go benchmarks (each has a test twin that runs it once in make test)
-bench:
+bench: kube-assets
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 
-## generate: regenerate protobuf Go code and docs/config.md (pinned tools, no protoc needed)
+## generate: regenerate protobuf Go code, docs/config.md and the Istio CRDs in deploy/spoke (pinned tools, no protoc needed)
 generate:
 	$(GO) run ./protocol/internal/protogen protocol/v1
 	$(GO) run ./internal/configdoc > docs/config.md
+	$(GO) run ./internal/crdgen deploy/spoke/istio-crds.yaml
 
 ## lint: gofmt, go vet, staticcheck
 lint:

@@ -16,18 +16,23 @@ func TestDefaultsValidate(t *testing.T) {
 		t.Fatalf("defaults refused: %v", err)
 	}
 	checks := map[string]bool{
-		"log.level":           cfg.Log.Level == "info",
-		"log.format":          cfg.Log.Format == "text",
-		"admin.listen":        cfg.Admin.Listen == "127.0.0.1:15024",
-		"source":              cfg.Source == "fs://examples" && cfg.SourcePath() == "examples",
-		"mesh":                cfg.Mesh == "default",
-		"cluster":             cfg.Cluster == "cluster-1",
-		"hub.address":         cfg.Hub.Address == "127.0.0.1:15012",
-		"hub.backoffInitial":  cfg.Hub.BackoffInitial == 250*time.Millisecond,
-		"hub.backoffMax":      cfg.Hub.BackoffMax == 15*time.Second,
-		"hub.maxMessageBytes": cfg.Hub.MaxMessageBytes == 16<<20,
-		"files.debounce":      cfg.Files.Debounce == 100*time.Millisecond,
-		"files.maxFileBytes":  cfg.Files.MaxFileBytes == 4<<20,
+		"log.level":                    cfg.Log.Level == "info",
+		"log.format":                   cfg.Log.Format == "text",
+		"admin.listen":                 cfg.Admin.Listen == "127.0.0.1:15024",
+		"source":                       cfg.Source == "fs://examples" && cfg.SourcePath() == "examples",
+		"mesh":                         cfg.Mesh == "default",
+		"cluster":                      cfg.Cluster == "cluster-1",
+		"hub.address":                  cfg.Hub.Address == "127.0.0.1:15012",
+		"hub.backoffInitial":           cfg.Hub.BackoffInitial == 250*time.Millisecond,
+		"hub.backoffMax":               cfg.Hub.BackoffMax == 15*time.Second,
+		"hub.maxMessageBytes":          cfg.Hub.MaxMessageBytes == 16<<20,
+		"files.debounce":               cfg.Files.Debounce == 100*time.Millisecond,
+		"files.maxFileBytes":           cfg.Files.MaxFileBytes == 4<<20,
+		"kubernetes.kubeconfig":        cfg.Kube.Kubeconfig == "",
+		"kubernetes.namespaceSelector": cfg.Kube.NamespaceSelector == "",
+		"kubernetes.domainSuffix":      cfg.Kube.DomainSuffix == "cluster.local",
+		"kubernetes.debounce":          cfg.Kube.Debounce == 100*time.Millisecond,
+		"kubernetes.crdPoll":           cfg.Kube.CRDPoll == 30*time.Second,
 	}
 	for key, ok := range checks {
 		if !ok {
@@ -47,7 +52,9 @@ func TestBadValuesAreRefused(t *testing.T) {
 	}{
 		{[]string{"--log.level=trace"}, "log.level", "must be debug, info, warn or error"},
 		{[]string{"--admin.listen=nowhere"}, "admin.listen", "must be host:port"},
-		{[]string{"--source=k8s://in-cluster"}, "source", "the supported scheme is fs://"},
+		{[]string{"--source=k8s://in-cluster"}, "source", `want "kubernetes" or fs://DIR`},
+		{[]string{"--source=kubernetes", "--kubernetes.debounce=0s"}, "kubernetes.debounce", "greater than 0"},
+		{[]string{"--source=kubernetes", "--kubernetes.crd-poll=-1s"}, "kubernetes.crdPoll", "greater than 0"},
 		{[]string{"--source=fs://"}, "source", "names no directory"},
 		{[]string{"--source="}, "source", "is required"},
 		{[]string{"--mesh=Prod"}, "mesh", "is not a DNS label"},

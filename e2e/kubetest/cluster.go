@@ -1,0 +1,214 @@
+package kubetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// AdminUser is the user of Cluster.Admin, in group system:masters.
+const AdminUser = "kubetest-admin"
+
+// startTimeout bounds how long etcd and kube-apiserver may take to become ready.
+const startTimeout = 2 * time.Minute
+
+// probeTimeout bounds one readiness request, so a server that died is noticed quickly.
+const probeTimeout = 2 * time.Second
+
+// logTailLines is how much of each server's log a failed test prints.
+const logTailLines = 40
+
+// Options configures Start.
+type Options struct {
+	// Port is kube-apiserver's secure port on 127.0.0.1; 0 picks a free port.
+	Port int
+}
+
+// Cluster is a running etcd and kube-apiserver. Its fields are set by Start and never change; its
+// methods may be called from any goroutine.
+type Cluster struct {
+	// URL is kube-apiserver's address, https://127.0.0.1:Port.
+	URL string
+	// Port is kube-apiserver's secure port.
+	Port int
+	// Admin authenticates as AdminUser, in group system:masters: RBAC allows it everything.
+	Admin *rest.Config
+
+	etcd      *process
+	apiserver *process
+	stopOnce  sync.Once
+}
+
+// Start starts etcd and kube-apiserver on 127.0.0.1, waits until kube-apiserver's /readyz passes,
+// and stops both when the test ends (SIGTERM, then SIGKILL after 10 s). Their logs go to files in
+// t.TempDir(); the end of each is printed if the test failed.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	assets := Assets(t)
+	dir := t.TempDir()
+	creds, err := writeCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := opts.Port
+	if port == 0 {
+		port = freePort(t)
+	}
+	c := &Cluster{
+		URL:  "https://127.0.0.1:" + strconv.Itoa(port),
+		Port: port,
+		Admin: &rest.Config{
+			Host:            "https://127.0.0.1:" + strconv.Itoa(port),
+			BearerToken:     creds.adminToken,
+			TLSClientConfig: rest.TLSClientConfig{CAData: creds.caPEM},
+			QPS:             200,
+			Burst:           400,
+		},
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for _, p := range []*process{c.etcd, c.apiserver} {
+				if p != nil {
+					t.Logf("%s log (end):\n%s", p.name, p.tail(logTailLines))
+				}
+			}
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	etcdPort, peerPort := freePort(t), freePort(t)
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	c.etcd, err = startProcess("etcd", filepath.Join(assets, "etcd"), filepath.Join(dir, "etcd.log"),
+		"--name=kubetest",
+		"--data-dir="+filepath.Join(dir, "etcd-data"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=kubetest="+peerURL,
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitHealthy(ctx, c.etcd, http.DefaultClient, etcdURL+"/health"); err != nil {
+		t.Fatal(err)
+	}
+
+	c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--etcd-servers="+etcdURL,
+		"--tls-cert-file="+creds.certFile,
+		"--tls-private-key-file="+creds.keyFile,
+		"--token-auth-file="+creds.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+creds.saKeyFile,
+		"--service-account-signing-key-file="+creds.saKeyFile,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
+		"--disable-admission-plugins=ServiceAccount",
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rest.HTTPClientFor(c.Admin)
+	if err != nil {
+		t.Fatalf("building the admin client: %v", err)
+	}
+	if err := waitHealthy(ctx, c.apiserver, client, c.URL+"/readyz"); err != nil {
+		t.Fatal(err)
+	}
+	// Objects without a namespace go to "default" (see Apply), which a controller inside
+	// kube-apiserver creates, possibly just after /readyz passes.
+	if err := waitHealthy(ctx, c.apiserver, client, c.URL+"/api/v1/namespaces/default"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Stop stops kube-apiserver, then etcd, and returns once both have exited. Calling it again does
+// nothing.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() {
+		if c.apiserver != nil {
+			c.apiserver.stop()
+		}
+		if c.etcd != nil {
+			c.etcd.stop()
+		}
+	})
+}
+
+// As returns a copy of the admin configuration that impersonates user in groups. The API server
+// authorizes each request as that user, so RBAC rules bound to it (or, for
+// system:serviceaccount:NS:NAME, to the service account) apply.
+func (c *Cluster) As(user string, groups ...string) *rest.Config {
+	cfg := rest.CopyConfig(c.Admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return cfg
+}
+
+// waitHealthy polls url until it answers 200, p exits, or ctx ends.
+func waitHealthy(ctx context.Context, p *process, client *http.Client, url string) error {
+	var last string
+	for {
+		if p.exited() {
+			return fmt.Errorf("%s exited while starting: %v", p.name, p.err)
+		}
+		status, err := probe(ctx, client, url)
+		if err != nil {
+			last = err.Error()
+		} else if status == http.StatusOK {
+			return nil
+		} else {
+			last = http.StatusText(status)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %v (last: %s)", p.name, startTimeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// probe GETs url once, within probeTimeout, and returns the status code.
+func probe(ctx context.Context, client *http.Client, url string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
