@@ -22,9 +22,10 @@ func TestMain(m *testing.M) {
 	}
 	bin = dir
 	err = harness.Build(dir, map[string]string{
-		"nave-hub":         "./hub/cmd/nave-hub",
-		"nave-spoke":       "./spoke/cmd/nave-spoke",
-		"nave-demo-client": "./examples/demo/client",
+		"nave-hub":          "./hub/cmd/nave-hub",
+		"nave-spoke":        "./spoke/cmd/nave-spoke",
+		"nave-demo-client":  "./examples/demo/client",
+		"nave-demo-backend": "./examples/demo/backend",
 	})
 	code := 1
 	if err != nil {

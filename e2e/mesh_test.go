@@ -24,13 +24,13 @@ import (
 // hub is a nave-hub process on fixed loopback ports (so it can be restarted
 // on the same ones).
 type hub struct {
-	t                  *testing.T
+	t                  testing.TB
 	admin, spokes, xds int
 	proc               *harness.Proc
 	extraArgs          []string
 }
 
-func newHub(t *testing.T, extra ...string) *hub {
+func newHub(t testing.TB, extra ...string) *hub {
 	h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), extraArgs: extra}
 	h.start()
 	return h

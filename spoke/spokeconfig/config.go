@@ -17,6 +17,9 @@ const Program = "nave-spoke"
 // FilesScheme prefixes a source that is a directory of YAML files.
 const FilesScheme = "fs://"
 
+// KubernetesSource is the source value that watches a Kubernetes API server.
+const KubernetesSource = "kubernetes"
+
 const (
 	minMessageBytes = 1024
 	minFileBytes    = 1024
@@ -31,12 +34,16 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 type Config struct {
 	Log     logging.Config `key:"log" help:"logging"`
 	Admin   Admin          `key:"admin" help:"the admin HTTP server: health probes, metrics and debug views"`
-	Source  string         `key:"source" default:"fs://examples" required:"true" help:"where the cluster's state is read from: fs://DIR watches a directory of YAML files"`
+	Source  string         `key:"source" default:"fs://examples" required:"true" help:"where the cluster's state is read from: kubernetes watches the cluster's API server (see kubernetes.*); fs://DIR watches a directory of YAML files"`
 	Mesh    string         `key:"mesh" default:"default" required:"true" help:"mesh this cluster belongs to"`
 	Cluster string         `key:"cluster" default:"cluster-1" required:"true" help:"name of this cluster, unique within its mesh"`
 	Hub     Hub            `key:"hub" help:"the connection to the hub"`
 	Files   Files          `key:"files" help:"the fs:// source"`
+	Kube    Kubernetes     `key:"kubernetes" help:"the kubernetes source"`
 }
+
+// IsKubernetes reports whether the source is the Kubernetes API server.
+func (c *Config) IsKubernetes() bool { return c.Source == KubernetesSource }
 
 // SourcePath is the directory of an fs:// source; call it on a validated Config.
 func (c *Config) SourcePath() string {
@@ -45,12 +52,19 @@ func (c *Config) SourcePath() string {
 
 // Validate checks the source and the mesh and cluster names.
 func (c *Config) Validate() error {
+	if c.IsKubernetes() {
+		return c.validateNames()
+	}
 	if !strings.HasPrefix(c.Source, FilesScheme) {
-		return settings.Invalid("source", "unsupported source %q: the supported scheme is %sDIR", c.Source, FilesScheme)
+		return settings.Invalid("source", "unsupported source %q: want %q or %sDIR", c.Source, KubernetesSource, FilesScheme)
 	}
 	if c.SourcePath() == "" {
 		return settings.Invalid("source", "%q names no directory: want %sDIR", c.Source, FilesScheme)
 	}
+	return c.validateNames()
+}
+
+func (c *Config) validateNames() error {
 	if err := checkLabel("mesh", c.Mesh); err != nil {
 		return err
 	}
@@ -110,6 +124,26 @@ func (f *Files) Validate() error {
 	}
 	if f.MaxFileBytes < minFileBytes {
 		return settings.Invalid("maxFileBytes", "must be at least %d, got %d", minFileBytes, f.MaxFileBytes)
+	}
+	return nil
+}
+
+// Kubernetes configures the kubernetes source.
+type Kubernetes struct {
+	Kubeconfig        string        `key:"kubeconfig" help:"kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
+	NamespaceSelector string        `key:"namespaceSelector" help:"label selector of the namespaces watched (like Istio's discoverySelectors); empty: every namespace"`
+	DomainSuffix      string        `key:"domainSuffix" default:"cluster.local" required:"true" help:"DNS suffix of service hostnames: name.namespace.svc.<domainSuffix>"`
+	Debounce          time.Duration `key:"debounce" default:"100ms" help:"after the initial sync, changes are pushed once none has arrived for this long"`
+	CRDPoll           time.Duration `key:"crdPoll" default:"30s" help:"how often to look again for Istio CRDs that were not installed"`
+}
+
+// Validate checks the durations.
+func (k *Kubernetes) Validate() error {
+	if k.Debounce <= 0 {
+		return settings.Invalid("debounce", "must be greater than 0, got %s", k.Debounce)
+	}
+	if k.CRDPoll <= 0 {
+		return settings.Invalid("crdPoll", "must be greater than 0, got %s", k.CRDPoll)
 	}
 	return nil
 }

@@ -55,10 +55,10 @@ type Uplink struct {
 	first     chan struct{}
 	firstOnce sync.Once
 	changed   chan struct{} // capacity 1
-	state   string
-	lastErr string
-	since   time.Time
-	nacked  map[key]nack
+	state     string
+	lastErr   string
+	since     time.Time
+	nacked    map[key]nack
 	// acked is what the hub has confirmed on the current stream.
 	acked    map[key]string
 	sessions int

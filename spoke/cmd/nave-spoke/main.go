@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sync/errgroup"
@@ -20,7 +19,6 @@ import (
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/settings"
-	"github.com/navemesh/nave/spoke/source/files"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -54,7 +52,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
-	dir := strings.TrimPrefix(cfg.Source, "fs://")
 	lis, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		return fmt.Errorf("admin.listen: %w", err)
@@ -62,11 +59,10 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
 
-	src, err := files.New(dir, files.Options{Debounce: cfg.Files.Debounce, MaxFileBytes: cfg.Files.MaxFileBytes},
-		log.With("component", "files"), reg)
+	src, err := newSource(cfg, log, reg, adm)
 	if err != nil {
 		lis.Close()
-		return fmt.Errorf("source %s: %w", cfg.Source, err)
+		return err
 	}
 	up := uplink.New(uplink.Options{
 		Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster,
@@ -74,12 +70,6 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		Logger: log.With("component", "uplink"), Registerer: reg,
 	})
 
-	adm.AddReadyCheck("source", func() error {
-		if !src.Loaded() {
-			return errors.New("source " + cfg.Source + " not loaded yet")
-		}
-		return nil
-	})
 	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
 		type view struct {
 			Kind      string `json:"kind"`
@@ -93,9 +83,6 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 			out = append(out, view{o.Kind.Kind, o.Namespace, o.Name, o.Version, o.Origin})
 		}
 		return out, nil
-	})
-	adm.HandleDebug("rejected", "objects and files the source skipped, with file, document index and reason", func(*http.Request) (any, error) {
-		return src.Rejections(), nil
 	})
 	adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
 		return up.Status(), nil

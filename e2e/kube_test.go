@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/e2e/kubetest"
+)
+
+// spokeIdentity is the service account deploy/spoke/rbac.yaml grants.
+const spokeIdentity = "system:serviceaccount:nave-system:nave-spoke"
+
+// kubeCluster starts an API server with nave's CRDs and RBAC applied.
+func kubeCluster(t testing.TB) *kubetest.Cluster {
+	t.Helper()
+	c := kubetest.Start(t, kubetest.Options{})
+	root := harness.ModuleRoot()
+	for _, f := range []string{"namespace.yaml", "istio-crds.yaml", "rbac.yaml"} {
+		b, err := os.ReadFile(filepath.Join(root, "deploy", "spoke", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Apply(t, b)
+	}
+	return c
+}
+
+// newKubeSpoke starts a spoke process watching c as the nave-spoke
+// service account.
+func newKubeSpoke(t *testing.T, h *hub, cluster string, c *kubetest.Cluster) *spoke {
+	s := &spoke{admin: harness.FreePort(t)}
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
+		"--source", "kubernetes", "--kubernetes.kubeconfig", c.Kubeconfig(t, spokeIdentity, "system:serviceaccounts"),
+		"--cluster", cluster, "--hub.address", addr(h.spokes), "--admin.listen", addr(s.admin),
+		"--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s", "--log.level", "debug")
+	harness.WaitReady(t, s.url("/healthz/ready"), 60*time.Second)
+	return s
+}
+
+// node is a Kubernetes Node with topology labels.
+func node(name, region, zone string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Node
+metadata:
+  name: %s
+  labels: {topology.kubernetes.io/region: %s, topology.kubernetes.io/zone: %s}
+`, name, region, zone)
+}
+
+const echoService = `apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: demo, labels: {app: echo}}
+spec:
+  selector: {app: echo}
+  ports: [{name: grpc, port: 7070, targetPort: 7070, appProtocol: grpc}]
+`
+
+// pod and its EndpointSlice: no controller manager runs, so the test
+// writes the slice the endpoint controller would.
+func podWithSlice(name, version, nodeName, address string, port int, ready, terminating bool) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %[1]s, namespace: demo, labels: {app: echo, version: %[2]s}}
+spec:
+  nodeName: %[3]s
+  serviceAccountName: default
+  containers: [{name: echo, image: echo}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-%[1]s, namespace: demo, labels: {kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{name: grpc, port: %[4]d, protocol: TCP}]
+endpoints:
+- addresses: [%[7]s]
+  conditions: {ready: %[5]t, serving: %[5]t, terminating: %[6]t}
+  nodeName: %[3]s
+  targetRef: {kind: Pod, namespace: demo, name: %[1]s}
+`, name, version, nodeName, port, ready, terminating, address)
+}
+
+// nsBackend is a nave-demo-backend process in a network namespace the
+// test created: Kubernetes refuses loopback endpoint addresses, so the
+// workloads get a real address that still never leaves the machine.
+func nsBackend(t *testing.T, ns *harness.NetNS, name string, port int) *backend {
+	t.Helper()
+	ns.Start(t, name, binary("nave-demo-backend"),
+		"--listen", fmt.Sprintf("%s:%d", ns.NSIP, port), "--name", name)
+	harness.Eventually(t, 10*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", ns.NSIP, port), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	return &backend{name: name, port: port}
+}
+
+type debugEndpoint struct {
+	Address  string            `json:"address"`
+	Ports    map[string]uint32 `json:"ports"`
+	Labels   map[string]string `json:"labels"`
+	Cluster  string            `json:"cluster"`
+	Health   string            `json:"health"`
+	Locality struct {
+		Region string `json:"region"`
+		Zone   string `json:"zone"`
+	} `json:"locality"`
+}
+
+type debugService struct {
+	Hostname  string          `json:"hostname"`
+	Endpoints []debugEndpoint `json:"endpoints"`
+}
+
+// hubEndpoints returns what the hub's /debug/services shows for host, as
+// "cluster/version/port/health/region/zone" strings, sorted.
+func hubEndpoints(h *hub, host string) ([]string, error) {
+	var all map[string][]debugService
+	if err := harness.GetJSON(h.url("/debug/services?mesh=default"), &all); err != nil {
+		return nil, err
+	}
+	for _, s := range all["default"] {
+		if s.Hostname != host {
+			continue
+		}
+		var out []string
+		for _, e := range s.Endpoints {
+			out = append(out, fmt.Sprintf("%s/%s/%d/%s/%s/%s", e.Cluster, e.Labels["version"], e.Ports["grpc"], e.Health, e.Locality.Region, e.Locality.Zone))
+		}
+		sort.Strings(out)
+		return out, nil
+	}
+	return nil, fmt.Errorf("hub has no service %s", host)
+}
+
+func waitEndpoints(t *testing.T, h *hub, host string, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	harness.Eventually(t, 30*time.Second, func() error {
+		got, err := hubEndpoints(h, host)
+		if err != nil {
+			return err
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			return fmt.Errorf("hub endpoints of %s: %v, want %v", host, got, want)
+		}
+		return nil
+	})
+}
+
+func TestKubernetesSpoke(t *testing.T) {
+	ns := harness.NewNetNS(t)
+	backends := []*backend{nsBackend(t, ns, "echo-v1", 17071), nsBackend(t, ns, "echo-v2", 17072), nsBackend(t, ns, "echo-v3", 17073)}
+	ip := ns.NSIP
+	kc := kubeCluster(t)
+	kc.Apply(t, []byte(node("node-a", "us-east", "zone-a")), []byte(node("node-b", "us-east", "zone-b")), []byte(echoService))
+	kc.Apply(t, []byte(podWithSlice("echo-v1", "v1", "node-a", ip, backends[0].port, true, false)),
+		[]byte(podWithSlice("echo-v2", "v2", "node-b", ip, backends[1].port, true, false)))
+
+	h := newHub(t)
+	sp := newKubeSpoke(t, h, "cluster-a", kc)
+	p1, p2, p3 := backends[0].port, backends[1].port, backends[2].port
+
+	t.Run("services and workloads reach the hub with locality", func(t *testing.T) {
+		waitEndpoints(t, h, echoHost,
+			fmt.Sprintf("cluster-a/v1/%d/healthy/us-east/zone-a", p1),
+			fmt.Sprintf("cluster-a/v2/%d/healthy/us-east/zone-b", p2))
+	})
+
+	t.Run("scale up, terminating, scale down", func(t *testing.T) {
+		kc.Apply(t, []byte(podWithSlice("echo-v3", "v3", "node-a", ip, p3, true, false)))
+		waitEndpoints(t, h, echoHost,
+			fmt.Sprintf("cluster-a/v1/%d/healthy/us-east/zone-a", p1),
+			fmt.Sprintf("cluster-a/v2/%d/healthy/us-east/zone-b", p2),
+			fmt.Sprintf("cluster-a/v3/%d/healthy/us-east/zone-a", p3))
+		kc.Apply(t, []byte(podWithSlice("echo-v3", "v3", "node-a", ip, p3, false, true)))
+		waitEndpoints(t, h, echoHost,
+			fmt.Sprintf("cluster-a/v1/%d/healthy/us-east/zone-a", p1),
+			fmt.Sprintf("cluster-a/v2/%d/healthy/us-east/zone-b", p2),
+			fmt.Sprintf("cluster-a/v3/%d/terminating/us-east/zone-a", p3))
+		cs := kubernetes.NewForConfigOrDie(kc.Admin)
+		ctx := context.Background()
+		if err := cs.DiscoveryV1().EndpointSlices("demo").Delete(ctx, "echo-echo-v3", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.CoreV1().Pods("demo").Delete(ctx, "echo-v3", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		waitEndpoints(t, h, echoHost,
+			fmt.Sprintf("cluster-a/v1/%d/healthy/us-east/zone-a", p1),
+			fmt.Sprintf("cluster-a/v2/%d/healthy/us-east/zone-b", p2))
+	})
+
+	t.Run("routing applied through the API server", func(t *testing.T) {
+		kc.Apply(t, []byte(`apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: echo
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+`), []byte(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo]
+  http:
+  - match: [{headers: {x-user: {exact: beta}}}]
+    route: [{destination: {host: echo, subset: v2}}]
+  - route:
+    - {destination: {host: echo, subset: v1}, weight: 70}
+    - {destination: {host: echo, subset: v2}, weight: 30}
+`))
+		target := "xds:///" + echoHost + ":7070"
+		plain := startClient(t, h, target, "kube-plain.demo")
+		beta := startClient(t, h, target, "kube-beta.demo", "--header", "x-user=beta")
+		// The VirtualService is in force once every recent beta call lands
+		// on v2 (before it, traffic is round robin over both).
+		firstOK(t, plain, 30*time.Second)
+		harness.Eventually(t, 30*time.Second, func() error {
+			calls := beta.calls()
+			if len(calls) < 20 {
+				return fmt.Errorf("%d beta calls", len(calls))
+			}
+			last := calls[len(calls)-20:]
+			if got := tally(last); got["echo-v2"] != 20 {
+				return fmt.Errorf("last beta calls: %s", describe(got))
+			}
+			return nil
+		})
+		// The plain client has ACKed the same routes as the beta one.
+		harness.Eventually(t, 30*time.Second, func() error {
+			pv, err1 := routeVersion(h, "kube-plain.demo")
+			bv, err2 := routeVersion(h, "kube-beta.demo")
+			if err1 != nil || err2 != nil || pv != bv {
+				return fmt.Errorf("route versions %q vs %q (%v, %v)", pv, bv, err1, err2)
+			}
+			return nil
+		})
+		assertSplit(t, plain.collect(t, time.Now(), 600, 30*time.Second), "echo-v1", "echo-v2", 0.7)
+	})
+
+	t.Run("metrics are documented", func(t *testing.T) {
+		assertMetricsDocumented(t, sp.url("/metrics"), h.url("/metrics"))
+	})
+}
+
+// TestTwoClustersOneService runs two API servers (two clusters), each with
+// a spoke, feeding one hub: the service that exists in both gets the
+// endpoints of both, labelled by cluster and locality, and the client
+// reaches both.
+func TestTwoClustersOneService(t *testing.T) {
+	ns := harness.NewNetNS(t)
+	ba, bb := nsBackend(t, ns, "echo-a", 17081), nsBackend(t, ns, "echo-b", 17082)
+	ka, kb := kubeCluster(t), kubeCluster(t)
+	ka.Apply(t, []byte(node("node-a", "eu-west", "zone-1")), []byte(echoService), []byte(podWithSlice("echo-a", "v1", "node-a", ns.NSIP, ba.port, true, false)))
+	kb.Apply(t, []byte(node("node-b", "us-east", "zone-2")), []byte(echoService), []byte(podWithSlice("echo-b", "v1", "node-b", ns.NSIP, bb.port, true, false)))
+
+	h := newHub(t)
+	newKubeSpoke(t, h, "cluster-a", ka)
+	newKubeSpoke(t, h, "cluster-b", kb)
+	waitEndpoints(t, h, echoHost,
+		fmt.Sprintf("cluster-a/v1/%d/healthy/eu-west/zone-1", ba.port),
+		fmt.Sprintf("cluster-b/v1/%d/healthy/us-east/zone-2", bb.port))
+
+	c := startClient(t, h, "xds:///"+echoHost+":7070", "two-clusters.demo")
+	got := tally(c.collect(t, firstOK(t, c, 30*time.Second), 200, 30*time.Second))
+	if got["echo-a"] == 0 || got["echo-b"] == 0 || got["echo-a"]+got["echo-b"] != 200 {
+		t.Fatalf("calls across the two clusters: %s, want both backends and no errors", describe(got))
+	}
+	t.Logf("calls across two clusters: %s", describe(got))
+}

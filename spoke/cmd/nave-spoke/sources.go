@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/spoke/source/files"
+	"github.com/navemesh/nave/spoke/source/kube"
+	"github.com/navemesh/nave/spoke/spokeconfig"
+)
+
+// source is what the spoke reads its cluster from.
+type source interface {
+	Run(ctx context.Context, publish func([]*meshconfig.Object)) error
+	Objects() []*meshconfig.Object
+}
+
+// newSource builds the configured source and registers its ready check
+// and debug views.
+func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) (source, error) {
+	if cfg.IsKubernetes() {
+		rc, err := restConfig(cfg.Kube.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
+		}
+		src, err := kube.New(rc, kube.Options{
+			DomainSuffix:      cfg.Kube.DomainSuffix,
+			NamespaceSelector: cfg.Kube.NamespaceSelector,
+			Debounce:          cfg.Kube.Debounce,
+			CRDPoll:           cfg.Kube.CRDPoll,
+			Logger:            log.With("component", "kube"),
+			Registerer:        reg,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("source kubernetes: %w", err)
+		}
+		adm.AddReadyCheck("source", src.Ready)
+		adm.HandleDebug("kinds", "every watched kind: synced, objects, and the last error (forbidden, CRD missing)", func(*http.Request) (any, error) {
+			return src.Status(), nil
+		})
+		return src, nil
+	}
+	src, err := files.New(cfg.SourcePath(), files.Options{Debounce: cfg.Files.Debounce, MaxFileBytes: cfg.Files.MaxFileBytes},
+		log.With("component", "files"), reg)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", cfg.Source, err)
+	}
+	adm.AddReadyCheck("source", func() error {
+		if !src.Loaded() {
+			return errors.New("source " + cfg.Source + " not loaded yet")
+		}
+		return nil
+	})
+	adm.HandleDebug("rejected", "objects and files the source skipped, with file, document index and reason", func(*http.Request) (any, error) {
+		return src.Rejections(), nil
+	})
+	return src, nil
+}
+
+// restConfig reads a kubeconfig file; without one it uses the pod's
+// in-cluster credentials, else $KUBECONFIG or ~/.kube/config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if rc, err := rest.InClusterConfig(); err == nil {
+		return rc, nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+}

@@ -1,0 +1,216 @@
+package kube
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// builder turns the informer caches into the object set. It belongs to
+// Run's goroutine: it is not safe for concurrent use.
+type builder struct {
+	s *Source
+	// converted caches the Istio objects by UID, keyed on their resource
+	// version, so that an unchanged object is neither validated nor
+	// hashed again.
+	converted map[types.UID]converted
+	// reported holds the rejections already logged, so that each is
+	// logged once, when it appears.
+	reported map[string]string
+}
+
+type converted struct {
+	resourceVersion string
+	object          *meshconfig.Object // nil when rejected
+	rejection       *Rejection
+}
+
+// buildResult is one build: the valid objects sorted by kind, namespace
+// and name, the rejections by watched kind, cached objects in selected
+// namespaces by watched kind, and invalid objects by config kind.
+type buildResult struct {
+	objects  []*meshconfig.Object
+	rejected map[string][]Rejection
+	counts   map[string]int
+	invalid  map[string]int
+}
+
+func newBuilder(s *Source) *builder {
+	return &builder{s: s, converted: map[types.UID]converted{}, reported: map[string]string{}}
+}
+
+// build reads every started informer's cache and normalizes it.
+func (b *builder) build() buildResult {
+	s := b.s
+	res := buildResult{rejected: map[string][]Rejection{}, counts: map[string]int{}, invalid: map[string]int{}}
+	v := &view{
+		domain:     s.opts.DomainSuffix,
+		namespaces: map[string]*corev1.Namespace{},
+		nodes:      map[string]*corev1.Node{},
+		pods:       map[string]*corev1.Pod{},
+	}
+	for _, item := range s.list(kindNamespace) {
+		if ns, ok := item.(*corev1.Namespace); ok {
+			v.namespaces[ns.Name] = ns
+		}
+	}
+	selected := func(namespace string) bool {
+		if s.selector == nil {
+			return true
+		}
+		ns := v.namespaces[namespace]
+		return ns != nil && s.selector.Matches(labels.Set(ns.Labels))
+	}
+	res.counts[kindNamespace] = len(v.namespaces)
+	for _, item := range s.list(kindNode) {
+		if n, ok := item.(*corev1.Node); ok {
+			v.nodes[n.Name] = n
+		}
+	}
+	res.counts[kindNode] = len(v.nodes)
+	for _, item := range s.list(kindPod) {
+		if p, ok := item.(*corev1.Pod); ok && selected(p.Namespace) {
+			v.pods[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	res.counts[kindPod] = len(v.pods)
+
+	var objs []*meshconfig.Object
+	for _, item := range s.list(kindService) {
+		if svc, ok := item.(*corev1.Service); ok && selected(svc.Namespace) {
+			res.counts[kindService]++
+			objs = append(objs, b.check(&res, kindService, serviceObject(svc, v.domain)))
+		}
+	}
+	var eps []*discoveryv1.EndpointSlice
+	for _, item := range s.list(kindEndpointSlice) {
+		if sl, ok := item.(*discoveryv1.EndpointSlice); ok && selected(sl.Namespace) {
+			eps = append(eps, sl)
+		}
+	}
+	res.counts[kindEndpointSlice] = len(eps)
+	for _, o := range workloadObjects(v, eps) {
+		objs = append(objs, b.check(&res, kindEndpointSlice, o))
+	}
+
+	seen := map[types.UID]bool{}
+	for _, w := range s.kinds {
+		if w.def.mesh == nil {
+			continue
+		}
+		for _, item := range s.list(w.def.name) {
+			meta, ok := item.(metav1.Object)
+			if !ok || !selected(meta.GetNamespace()) {
+				continue
+			}
+			res.counts[w.def.name]++
+			seen[meta.GetUID()] = true
+			objs = append(objs, b.istio(&res, w.def, item, meta))
+		}
+	}
+	for uid := range b.converted {
+		if !seen[uid] {
+			delete(b.converted, uid)
+		}
+	}
+
+	objs = slices.DeleteFunc(objs, func(o *meshconfig.Object) bool { return o == nil })
+	slices.SortFunc(objs, compareObjects)
+	res.objects = objs
+	b.logNewRejections(res.rejected)
+	return res
+}
+
+// istio converts an Istio object, through the cache.
+func (b *builder) istio(res *buildResult, def *kindDef, item any, meta metav1.Object) *meshconfig.Object {
+	c, ok := b.converted[meta.GetUID()]
+	if !ok || c.resourceVersion != meta.GetResourceVersion() || c.resourceVersion == "" {
+		c = converted{resourceVersion: meta.GetResourceVersion()}
+		if _, spec, ok := def.spec(item); ok {
+			o := &meshconfig.Object{
+				Kind:         def.mesh,
+				Name:         meta.GetName(),
+				Namespace:    meta.GetNamespace(),
+				Labels:       meta.GetLabels(),
+				Annotations:  meta.GetAnnotations(),
+				CreationTime: meta.GetCreationTimestamp().Time,
+				Spec:         spec,
+				Origin:       origin,
+			}
+			c.object, c.rejection = validated(o)
+		}
+		b.converted[meta.GetUID()] = c
+	}
+	if c.rejection != nil {
+		res.rejected[def.name] = append(res.rejected[def.name], *c.rejection)
+		res.invalid[c.rejection.Kind]++
+	}
+	return c.object
+}
+
+// check validates and versions a registry object, recording its
+// rejection under the watched kind it came from.
+func (b *builder) check(res *buildResult, watchedKind string, o *meshconfig.Object) *meshconfig.Object {
+	o, rej := validated(o)
+	if rej != nil {
+		res.rejected[watchedKind] = append(res.rejected[watchedKind], *rej)
+		res.invalid[rej.Kind]++
+	}
+	return o
+}
+
+// validated returns o with its version set, or its rejection.
+func validated(o *meshconfig.Object) (*meshconfig.Object, *Rejection) {
+	if err := meshconfig.Validate(o); err != nil {
+		rej := &Rejection{Kind: o.Kind.Kind, Namespace: o.Namespace, Name: o.Name, Reason: err.Error()}
+		var oerr *meshconfig.ObjectError
+		if errors.As(err, &oerr) {
+			rej.Field, rej.Reason = oerr.Field, oerr.Reason
+		}
+		return nil, rej
+	}
+	o.Version = o.ComputeVersion()
+	return o, nil
+}
+
+// logNewRejections logs each rejection once, when it first appears or
+// its reason changes.
+func (b *builder) logNewRejections(byKind map[string][]Rejection) {
+	now := map[string]string{}
+	for _, rs := range byKind {
+		for _, r := range rs {
+			key := r.Kind + " " + r.Namespace + "/" + r.Name
+			reason := r.Field + ": " + r.Reason
+			now[key] = reason
+			if b.reported[key] != reason {
+				b.s.logger.Warn("kubernetes object invalid, skipped", "kind", r.Kind, "namespace", r.Namespace,
+					"name", r.Name, "field", r.Field, "reason", r.Reason)
+			}
+		}
+	}
+	b.reported = now
+}
+
+// list returns a watched kind's cached objects; none before it started.
+func (s *Source) list(name string) []any {
+	if st := s.store(name); st != nil {
+		return st.List()
+	}
+	return nil
+}
+
+func compareObjects(a, b *meshconfig.Object) int {
+	return cmp.Or(
+		cmp.Compare(a.Kind.Kind, b.Kind.Kind),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+	)
+}

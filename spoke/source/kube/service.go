@@ -1,0 +1,76 @@
+package kube
+
+import (
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// origin is every object's Origin.
+const origin = "kubernetes"
+
+// The registry kinds the source produces.
+var (
+	serviceKind  = registryKind(&protocolv1.Service{})
+	workloadKind = registryKind(&protocolv1.Workload{})
+)
+
+func registryKind(spec proto.Message) *meshconfig.Kind {
+	k, ok := meshconfig.KindByTypeURL("type.googleapis.com/" + string(spec.ProtoReflect().Descriptor().FullName()))
+	if !ok {
+		panic("kube: no meshconfig kind for " + string(spec.ProtoReflect().Descriptor().FullName()))
+	}
+	return k
+}
+
+// hostname is a service's name in the mesh: name.namespace.svc.<domain>.
+func hostname(name, namespace, domain string) string {
+	return name + "." + namespace + ".svc." + domain
+}
+
+// serviceObject normalizes a Kubernetes Service (headless and
+// ExternalName ones too) into a registry Service. UDP and SCTP ports are
+// left out: the mesh carries TCP only. The version is not set.
+func serviceObject(svc *corev1.Service, domain string) *meshconfig.Object {
+	spec := &protocolv1.Service{
+		Hostname:     hostname(svc.Name, svc.Namespace, domain),
+		ExternalName: svc.Spec.ExternalName,
+		Selector:     svc.Spec.Selector,
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		sp := &protocolv1.ServicePort{
+			Name:     p.Name,
+			Number:   uint32(p.Port),
+			Protocol: portProtocol(p.Name, p.AppProtocol),
+		}
+		if p.TargetPort.Type == intstr.Int && p.TargetPort.IntVal > 0 {
+			sp.TargetPort = uint32(p.TargetPort.IntVal)
+		}
+		spec.Ports = append(spec.Ports, sp)
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			spec.Addresses = append(spec.Addresses, ip)
+		}
+	}
+	return &meshconfig.Object{
+		Kind:         serviceKind,
+		Name:         svc.Name,
+		Namespace:    svc.Namespace,
+		Labels:       svc.Labels,
+		Annotations:  svc.Annotations,
+		CreationTime: svc.CreationTimestamp.Time,
+		Spec:         spec,
+		Origin:       origin,
+	}
+}

@@ -1,0 +1,65 @@
+package kube
+
+import (
+	"slices"
+	"time"
+)
+
+// States of a watched kind, as KindStatus reports them.
+const (
+	StateNotStarted   = "not started"        // Run has not started
+	StateDiscovering  = "discovering"        // waiting for discovery to say whether its CRD is installed
+	StateNotInstalled = "not installed"      // its CRD is not installed; discovery is polled for it
+	StateSyncing      = "syncing"            // its informer runs and has not listed yet
+	StateForbidden    = "forbidden"          // listing it is forbidden; the informer keeps retrying
+	StateNotFound     = "resource not found" // the API server does not serve it; the informer keeps retrying
+	StateSynced       = "synced"             // its informer listed it: its objects are published
+)
+
+// KindStatus is one watched kind's state, shown at the spoke's
+// /debug/kinds. It is a plain value.
+type KindStatus struct {
+	Kind     string `json:"kind"`     // "Service", "VirtualService"
+	Resource string `json:"resource"` // "virtualservices.networking.istio.io"
+	State    string `json:"state"`    // one of the State constants
+	Synced   bool   `json:"synced"`
+	// Objects counts the kind's cached objects in selected namespaces as
+	// of the last build.
+	Objects     int       `json:"objects"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// Invalid lists the objects of the last build that failed validation
+	// and were skipped (registry Services under Service, Workloads under
+	// EndpointSlice).
+	Invalid []Rejection `json:"invalid,omitempty"`
+}
+
+// Rejection is one object skipped as invalid. It is a plain value.
+type Rejection struct {
+	Kind      string `json:"kind"` // the config kind: "VirtualService", "Workload"
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Field     string `json:"field"`
+	Reason    string `json:"reason"`
+}
+
+// Status returns every watched kind's state, in a fixed order: the
+// Kubernetes kinds, then the Istio kinds.
+func (s *Source) Status() []KindStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]KindStatus, 0, len(s.kinds))
+	for _, w := range s.kinds {
+		out = append(out, KindStatus{
+			Kind:        w.def.name,
+			Resource:    w.def.resource(),
+			State:       w.state(s.started.Load(), s.discovered),
+			Synced:      w.synced,
+			Objects:     s.counts[w.def.name],
+			LastError:   w.lastErr,
+			LastErrorAt: w.lastErrAt,
+			Invalid:     slices.Clone(s.rejected[w.def.name]),
+		})
+	}
+	return out
+}

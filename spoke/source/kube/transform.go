@@ -1,0 +1,169 @@
+package kube
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels the source reads from nodes, pods and namespaces.
+const (
+	labelRegion  = "topology.kubernetes.io/region"
+	labelZone    = "topology.kubernetes.io/zone"
+	labelSubzone = "topology.istio.io/subzone"
+	labelNetwork = "topology.istio.io/network"
+)
+
+// lastApplied is kubectl's copy of the whole applied object: large, and
+// never read.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// The transforms below run before an object enters an informer's cache.
+// They keep only what the source reads, so a large cluster costs little
+// memory. Each is idempotent (client-go may apply one twice) and passes
+// through objects of other types (such as a DeletedFinalStateUnknown).
+
+// trimMeta drops managed fields and kubectl's last-applied annotation.
+func trimMeta(m metav1.Object) {
+	m.SetManagedFields(nil)
+	if a := m.GetAnnotations(); a != nil {
+		if _, ok := a[lastApplied]; ok {
+			a = maps.Clone(a)
+			delete(a, lastApplied)
+			m.SetAnnotations(a)
+		}
+	}
+}
+
+// transformMeta trims any object's metadata.
+func transformMeta(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		trimMeta(m)
+	}
+	return obj, nil
+}
+
+// transformService trims metadata and drops the status (load balancer
+// ingress), which the source does not read.
+func transformService(obj any) (any, error) {
+	if svc, ok := obj.(*corev1.Service); ok {
+		trimMeta(svc)
+		svc.Status = corev1.ServiceStatus{}
+	}
+	return obj, nil
+}
+
+// transformPod keeps a pod's name, namespace, uid, labels, deletion
+// timestamp, service account, node, IPs, phase and Ready condition.
+func transformPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			Labels:            pod.Labels,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: pod.Spec.ServiceAccountName,
+			NodeName:           pod.Spec.NodeName,
+		},
+		Status: corev1.PodStatus{
+			Phase:  pod.Status.Phase,
+			PodIP:  pod.Status.PodIP,
+			PodIPs: pod.Status.PodIPs,
+		},
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			break
+		}
+	}
+	return out, nil
+}
+
+// samePod reports whether two transformed pods hold the same content.
+func samePod(old, cur any) bool {
+	a, ok1 := old.(*corev1.Pod)
+	b, ok2 := cur.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return a.UID == b.UID &&
+		maps.Equal(a.Labels, b.Labels) &&
+		a.DeletionTimestamp.Equal(b.DeletionTimestamp) &&
+		a.Spec.ServiceAccountName == b.Spec.ServiceAccountName &&
+		a.Spec.NodeName == b.Spec.NodeName &&
+		a.Status.Phase == b.Status.Phase &&
+		a.Status.PodIP == b.Status.PodIP &&
+		slices.EqualFunc(a.Status.PodIPs, b.Status.PodIPs, func(x, y corev1.PodIP) bool { return x.IP == y.IP }) &&
+		podReady(a) == podReady(b)
+}
+
+// podReady returns the status of a pod's Ready condition, "" if it has none.
+func podReady(p *corev1.Pod) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// transformNode keeps a node's name and topology labels.
+func transformNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:            node.Name,
+		UID:             node.UID,
+		ResourceVersion: node.ResourceVersion,
+	}}
+	for _, k := range []string{labelRegion, labelZone, labelSubzone} {
+		if v, ok := node.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	return out, nil
+}
+
+// sameNode reports whether two transformed nodes have the same topology.
+func sameNode(old, cur any) bool {
+	a, ok1 := old.(*corev1.Node)
+	b, ok2 := cur.(*corev1.Node)
+	return ok1 && ok2 && maps.Equal(a.Labels, b.Labels)
+}
+
+// transformNamespace keeps a namespace's name and labels.
+func transformNamespace(obj any) (any, error) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:            ns.Name,
+		UID:             ns.UID,
+		ResourceVersion: ns.ResourceVersion,
+		Labels:          ns.Labels,
+	}}, nil
+}
+
+// sameNamespace reports whether two transformed namespaces have the same labels.
+func sameNamespace(old, cur any) bool {
+	a, ok1 := old.(*corev1.Namespace)
+	b, ok2 := cur.(*corev1.Namespace)
+	return ok1 && ok2 && maps.Equal(a.Labels, b.Labels)
+}

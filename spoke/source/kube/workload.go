@@ -1,0 +1,221 @@
+package kube
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// view is what a build reads from the informer caches besides the
+// objects it normalizes. It is read-only during a build.
+type view struct {
+	domain     string
+	namespaces map[string]*corev1.Namespace // by name
+	nodes      map[string]*corev1.Node      // by name
+	pods       map[string]*corev1.Pod       // by namespace/name
+}
+
+// endpoint gathers what the EndpointSlices of one namespace say about
+// one address.
+type endpoint struct {
+	namespace, address string
+	slice              string // the first slice (by name) that lists it
+	pod                *corev1.Pod
+	podName            string // from a targetRef of kind Pod
+	nodeName, zone     string
+	ports              map[string]uint32
+	services           []string
+	health             protocolv1.Workload_Health
+}
+
+// workloadObjects normalizes EndpointSlices (and the pods and nodes
+// behind their endpoints) into registry Workloads: one per pod and
+// address, and one per address per namespace for endpoints of no pod,
+// named after its pod, else "<slice>-<address>"; names that
+// would collide get the address appended. FQDN slices and slices that
+// belong to no Service are skipped. Versions are not set.
+func workloadObjects(v *view, eps []*discoveryv1.EndpointSlice) []*meshconfig.Object {
+	eps = slices.Clone(eps)
+	slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	byAddr := map[[2]string]*endpoint{}
+	var all []*endpoint
+	for _, sl := range eps {
+		svc := sl.Labels[discoveryv1.LabelServiceName]
+		if sl.AddressType == discoveryv1.AddressTypeFQDN || svc == "" {
+			continue
+		}
+		host := hostname(svc, sl.Namespace, v.domain)
+		ports := slicePorts(sl)
+		for _, ep := range sl.Endpoints {
+			if len(ep.Addresses) == 0 {
+				continue
+			}
+			// Only the first address has defined semantics. Endpoints are
+			// one per (pod, address): host-network pods share their node's
+			// address and are still distinct workloads.
+			key := [2]string{sl.Namespace, ep.Addresses[0]}
+			if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.Namespace == "" || ref.Namespace == sl.Namespace) {
+				key[1] += " pod " + ref.Name
+			}
+			e := byAddr[key]
+			if e == nil {
+				e = &endpoint{namespace: sl.Namespace, address: ep.Addresses[0], slice: sl.Name, ports: map[string]uint32{}}
+				byAddr[key] = e
+				all = append(all, e)
+			}
+			var pod *corev1.Pod
+			if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.Namespace == "" || ref.Namespace == sl.Namespace) {
+				pod = v.pods[sl.Namespace+"/"+ref.Name]
+				if e.podName == "" {
+					e.podName, e.pod = ref.Name, pod
+				}
+			}
+			if e.nodeName == "" && ep.NodeName != nil {
+				e.nodeName = *ep.NodeName
+			}
+			if e.zone == "" && ep.Zone != nil {
+				e.zone = *ep.Zone
+			}
+			for name, n := range ports {
+				if _, ok := e.ports[name]; !ok {
+					e.ports[name] = n
+				}
+			}
+			if !slices.Contains(e.services, host) {
+				e.services = append(e.services, host)
+			}
+			// The enum orders READY < NOT_READY < TERMINATING: the worst wins.
+			e.health = max(e.health, endpointHealth(ep, pod))
+		}
+	}
+	names := workloadNames(all)
+	out := make([]*meshconfig.Object, 0, len(all))
+	for i, e := range all {
+		out = append(out, workloadObject(v, e, names[i]))
+	}
+	return out
+}
+
+// slicePorts returns a slice's TCP ports by name.
+func slicePorts(sl *discoveryv1.EndpointSlice) map[string]uint32 {
+	ports := map[string]uint32{}
+	for _, p := range sl.Ports {
+		if p.Port == nil || p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		ports[name] = uint32(*p.Port)
+	}
+	return ports
+}
+
+// endpointHealth reads an endpoint's conditions: terminating (or its pod
+// being deleted) is TERMINATING, ready is READY, anything else
+// NOT_READY. An endpoint that does not say whether it is ready takes its
+// pod's Ready condition, and counts as ready without one, as the
+// EndpointSlice API asks.
+func endpointHealth(ep discoveryv1.Endpoint, pod *corev1.Pod) protocolv1.Workload_Health {
+	c := ep.Conditions
+	if c.Terminating != nil && *c.Terminating || pod != nil && pod.DeletionTimestamp != nil {
+		return protocolv1.Workload_TERMINATING
+	}
+	ready := c.Ready == nil || *c.Ready
+	if c.Ready == nil && pod != nil {
+		if st := podReady(pod); st != "" {
+			ready = st == corev1.ConditionTrue
+		}
+	}
+	if ready {
+		return protocolv1.Workload_READY
+	}
+	return protocolv1.Workload_NOT_READY
+}
+
+// workloadNames names each endpoint uniquely within its namespace.
+func workloadNames(all []*endpoint) []string {
+	preferred := make([]string, len(all))
+	count := map[string]int{}
+	for i, e := range all {
+		if e.podName != "" {
+			preferred[i] = e.podName
+		} else {
+			preferred[i] = e.slice + "-" + addressLabel(e.address)
+		}
+		count[e.namespace+"/"+preferred[i]]++
+	}
+	names := make([]string, len(all))
+	used := map[string]bool{}
+	for i, e := range all {
+		name := preferred[i]
+		if count[e.namespace+"/"+name] > 1 {
+			name += "-" + addressLabel(e.address)
+		}
+		// Only a pod literally named like another's name-address can
+		// still collide; number it.
+		for n := 2; used[e.namespace+"/"+name]; n++ {
+			name = preferred[i] + "-" + addressLabel(e.address) + "-" + strconv.Itoa(n)
+		}
+		used[e.namespace+"/"+name] = true
+		names[i] = name
+	}
+	return names
+}
+
+// addressLabel makes an IP address usable in a name: "10.0.0.1" becomes
+// "10-0-0-1", "fd00::1" becomes "fd00--1".
+func addressLabel(addr string) string {
+	s := strings.NewReplacer(".", "-", ":", "-").Replace(strings.ToLower(addr))
+	return strings.Trim(s, "-")
+}
+
+func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
+	w := &protocolv1.Workload{
+		Address: e.address,
+		Health:  e.health,
+	}
+	if len(e.ports) > 0 {
+		w.Ports = e.ports
+	}
+	slices.Sort(e.services)
+	w.Services = e.services
+	o := &meshconfig.Object{Kind: workloadKind, Name: name, Namespace: e.namespace, Spec: w, Origin: origin}
+
+	nodeName := e.nodeName
+	if pod := e.pod; pod != nil {
+		o.Labels = pod.Labels
+		w.ServiceAccount = pod.Spec.ServiceAccountName
+		w.Network = pod.Labels[labelNetwork]
+		if nodeName == "" {
+			nodeName = pod.Spec.NodeName
+		}
+	}
+	if w.Network == "" {
+		if ns := v.namespaces[e.namespace]; ns != nil {
+			w.Network = ns.Labels[labelNetwork]
+		}
+	}
+	loc := &protocolv1.Locality{Zone: e.zone}
+	if node := v.nodes[nodeName]; node != nil {
+		loc.Region = node.Labels[labelRegion]
+		if z := node.Labels[labelZone]; z != "" {
+			loc.Zone = z
+		}
+		loc.Subzone = node.Labels[labelSubzone]
+	}
+	if loc.Region != "" || loc.Zone != "" || loc.Subzone != "" {
+		w.Locality = loc
+	}
+	return o
+}
