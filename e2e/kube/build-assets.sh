@@ -39,7 +39,9 @@ trap 'rm -rf "$work"' EXIT
 
 # has NAME WANT: NAME is in DEST and its --version output contains WANT.
 has() {
-	[ -x "$dest/$1" ] && "$dest/$1" --version 2>/dev/null | grep -qF -- "$2"
+	# Capture first: with pipefail, grep -q closing the pipe early would fail the check.
+	local out
+	[ -x "$dest/$1" ] && out="$("$dest/$1" --version 2>/dev/null)" && grep -qF -- "$2" <<<"$out"
 }
 
 build_kube_apiserver() {
