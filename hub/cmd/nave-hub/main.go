@@ -4,14 +4,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -25,35 +20,12 @@ import (
 	"github.com/navemesh/nave/hub/pushctx"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/shared/logging"
+	"github.com/navemesh/nave/shared/program"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var cfg hubconfig.Config
-	if err := settings.Load(hubconfig.Program, &cfg, args, stdout); err != nil {
-		if errors.Is(err, settings.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", hubconfig.Program, err)
-		return 2
-	}
-	log, err := cfg.Log.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", hubconfig.Program, err)
-		return 2
-	}
-	if err := serve(ctx, cfg, log); err != nil {
-		log.Error("hub stopped", "err", err)
-		return 1
-	}
-	log.Info("hub stopped")
-	return 0
+	program.Main(hubconfig.Program, func(c *hubconfig.Config) logging.Config { return c.Log }, serve)
 }
 
 // listen binds every listener up front, so a taken port fails the start

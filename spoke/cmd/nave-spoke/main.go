@@ -4,51 +4,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 	"github.com/navemesh/nave/spoke/uplink"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var cfg spokeconfig.Config
-	if err := settings.Load(spokeconfig.Program, &cfg, args, stdout); err != nil {
-		if errors.Is(err, settings.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "%s: invalid configuration: %v\n", spokeconfig.Program, err)
-		return 2
-	}
-	log, err := cfg.Log.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", spokeconfig.Program, err)
-		return 2
-	}
-	if err := serve(ctx, cfg, log); err != nil {
-		log.Error("spoke stopped", "err", err)
-		return 1
-	}
-	log.Info("spoke stopped")
-	return 0
+	program.Main(spokeconfig.Program, func(c *spokeconfig.Config) logging.Config { return c.Log }, serve)
 }
 
 func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
