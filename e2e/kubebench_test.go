@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -229,6 +230,11 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 	after, _ := metric(metrics, "nave_spoke_uplink_sent_bytes_total")
 	msgs1, _ := metric(metrics, "nave_spoke_uplink_messages_total")
 	rss := peakRSS(s.proc.PID())
+	if path := os.Getenv("NAVE_BENCH_HEAP_PROFILE"); path != "" {
+		saveURL(t, s.url("/debug/pprof/heap"), path)
+	}
+	heap, _ := metric(metrics, "go_memstats_heap_inuse_bytes")
+	t.Logf("spoke heap in use at the end: %.0f MiB", heap/(1<<20))
 	t.Logf("kubernetes spoke, %d services / %d pods: synced at hub after %s; spoke peak RSS %.0f MiB; initial state %.1f KiB in %.0f messages; "+
 		"rolling restart of %d pods (%s): %.1f KiB in %.0f messages",
 		sc.services, sc.services*sc.podsPerService, syncedAfter.Round(time.Millisecond), rss, initial/1024, msgs0,
@@ -238,6 +244,23 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 		b.ReportMetric(rss, "MiB-peak-rss")
 		b.ReportMetric(initial/1024, "KiB-initial")
 		b.ReportMetric((after-initial)/1024, "KiB-restart")
+	}
+}
+
+// saveURL writes what url serves to path (a profile for later analysis).
+func saveURL(t testing.TB, url, path string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
