@@ -15,7 +15,7 @@ import (
 // clusters adds a cluster and its endpoints for every port of svc, and for
 // every subset of its DestinationRule.
 func (g *grpcGen) clusters(svc *mesh.Service) {
-	dr := g.snap.DestinationRules[svc.Hostname]
+	dr := g.snap.DestinationRule(svc.Hostname, "")
 	for _, p := range svc.Ports {
 		policy := dr.DestinationRule().GetTrafficPolicy()
 		g.cluster(svc, p, "", nil, policy)

@@ -42,7 +42,7 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 		Mesh:             mesh,
 		Services:         map[string]*Service{},
 		VirtualServices:  map[string][]*Config{},
-		DestinationRules: map[string]*Config{},
+		DestinationRules: map[string][]*Config{},
 	}
 	stale := map[string]bool{}
 	var registry []*Config
@@ -89,13 +89,24 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 	}
 	for _, c := range byKind["DestinationRule"] {
 		host := ResolveHost(c.DestinationRule().GetHost(), c.Object.Namespace)
-		if prev, ok := s.DestinationRules[host]; ok {
-			s.Problems = append(s.Problems, Problem{Resource: c.Ref(), Field: "spec.host",
-				Reason: fmt.Sprintf("host %s already has DestinationRule %s; this one is ignored", host, prev.Ref())})
-			continue
+		list := s.DestinationRules[host]
+		for _, prev := range list {
+			if prev.Object.Namespace == c.Object.Namespace {
+				// Istio merges same-namespace rules only in some cases;
+				// one per (host, namespace) is the clear rule.
+				s.Problems = append(s.Problems, Problem{Resource: c.Ref(), Field: "spec.host",
+					Reason: fmt.Sprintf("host %s already has DestinationRule %s in namespace %s; this one is ignored", host, prev.Ref(), c.Object.Namespace)})
+				c = nil
+				break
+			}
 		}
-		s.DestinationRules[host] = c
+		if c != nil {
+			s.DestinationRules[host] = append(list, c)
+		}
 	}
+	s.AllVirtualServices = byKind["VirtualService"]
+	s.Gateways = byKind["Gateway"]
+	s.Sidecars = byKind["Sidecar"]
 	return s
 }
 
@@ -218,6 +229,16 @@ func (s *Snapshot) addServiceEntries(entries, workloadEntries, workloads []*Conf
 			host := ResolveHost(h, ns)
 			svc := s.service(host, ns)
 			svc.External = svc.External || se.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL
+			svc.Addresses = appendNew(svc.Addresses, se.GetAddresses()...)
+			svc.ExportTo = se.GetExportTo()
+			switch se.GetResolution() {
+			case networking.ServiceEntry_NONE:
+				svc.Resolution = ResolutionNone
+			case networking.ServiceEntry_DNS:
+				svc.Resolution = ResolutionDNS
+			case networking.ServiceEntry_DNS_ROUND_ROBIN:
+				svc.Resolution = ResolutionDNSRoundRb
+			}
 			svc.Sources = append(svc.Sources, c.Ref())
 			for _, p := range se.GetPorts() {
 				svc.addPort(Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: strings.ToUpper(p.GetProtocol()), TargetPort: p.GetTargetPort()})
@@ -239,6 +260,11 @@ func (s *Snapshot) addRegistryServices(services, workloads []*Config, stale map[
 		rs, _ := c.Object.Spec.(*protocolv1.Service)
 		svc := s.service(rs.GetHostname(), c.Object.Namespace)
 		svc.Sources = append(svc.Sources, c.Ref())
+		svc.Addresses = appendNew(svc.Addresses, rs.GetAddresses()...)
+		if name := rs.GetExternalName(); name != "" {
+			svc.Resolution = ResolutionDNS
+			svc.Endpoints = append(svc.Endpoints, &Endpoint{Address: name, Health: Healthy, Cluster: c.Cluster, Stale: stale[c.Cluster], Source: c.Ref()})
+		}
 		for _, p := range rs.GetPorts() {
 			svc.addPort(Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: strings.ToUpper(p.GetProtocol()), TargetPort: p.GetTargetPort()})
 		}
@@ -318,6 +344,19 @@ func ParseLocality(s string) Locality {
 // String renders the locality as "region/zone/subzone".
 func (l Locality) String() string {
 	return strings.TrimRight(l.Region+"/"+l.Zone+"/"+l.Subzone, "/")
+}
+
+func appendNew(list []string, add ...string) []string {
+	for _, a := range add {
+		found := false
+		for _, l := range list {
+			found = found || l == a
+		}
+		if !found {
+			list = append(list, a)
+		}
+	}
+	return list
 }
 
 func mergeLabels(a, b map[string]string) map[string]string {

@@ -21,10 +21,16 @@ type Snapshot struct {
 	Mesh string
 	// Services by hostname.
 	Services map[string]*Service
-	// VirtualServices by host they name, winner first (see Build).
+	// VirtualServices by host they name, in precedence order (see Build).
 	VirtualServices map[string][]*Config
-	// DestinationRules by host: the one that applies.
-	DestinationRules map[string]*Config
+	// AllVirtualServices lists every VirtualService, sorted by namespace/name.
+	AllVirtualServices []*Config
+	// DestinationRules by host, sorted by namespace/name; which one applies
+	// depends on who asks (DestinationRule).
+	DestinationRules map[string][]*Config
+	// Gateways and Sidecars, sorted by namespace/name.
+	Gateways []*Config
+	Sidecars []*Config
 	// Conflicts lists objects that lost to a differently defined object of
 	// the same kind, namespace and name in another cluster.
 	Conflicts []Conflict
@@ -52,9 +58,28 @@ type Service struct {
 	Endpoints []*Endpoint `json:"endpoints"`
 	// External is true for MESH_EXTERNAL service entries.
 	External bool `json:"external,omitempty"`
+	// Addresses are the service's virtual IPs (cluster IP, ServiceEntry addresses).
+	Addresses []string `json:"addresses,omitempty"`
+	// Resolution is how a proxy finds the endpoints: STATIC (EDS, the
+	// default), NONE (original destination), DNS or DNS_ROUND_ROBIN.
+	Resolution Resolution `json:"resolution,omitempty"`
+	// ExportTo lists the namespaces that may see the service ("*" all, "."
+	// its own); empty means all.
+	ExportTo []string `json:"exportTo,omitempty"`
 	// Sources names the objects that define the service ("cluster:Kind ns/name").
 	Sources []string `json:"sources"`
 }
+
+// Resolution values (ServiceEntry's names).
+type Resolution string
+
+// Resolution values.
+const (
+	ResolutionStatic     Resolution = ""
+	ResolutionNone       Resolution = "NONE"
+	ResolutionDNS        Resolution = "DNS"
+	ResolutionDNSRoundRb Resolution = "DNS_ROUND_ROBIN"
+)
 
 // Port is a service port.
 type Port struct {
@@ -178,9 +203,71 @@ func (s *Snapshot) Hostnames() []string {
 	return out
 }
 
-// Subset returns the labels of the named subset of host's DestinationRule.
+// RootNamespace holds mesh-wide config (Istio's default root namespace):
+// a Sidecar there without a selector is every namespace's default, and a
+// DestinationRule there is the last fallback.
+const RootNamespace = "istio-system"
+
+// DestinationRule returns the DestinationRule of host that applies to a
+// proxy in namespace from (Istio's lookup): one in the proxy's namespace,
+// then one in the service's namespace, then one in the root namespace,
+// then any other; each only if exported to the proxy's namespace. from ""
+// skips the first step. Nil when none applies.
+func (s *Snapshot) DestinationRule(host, from string) *Config {
+	list := s.DestinationRules[host]
+	if len(list) == 0 {
+		return nil
+	}
+	svcNS := ""
+	if svc := s.Services[host]; svc != nil {
+		svcNS = svc.Namespace
+	}
+	for _, ns := range []string{from, svcNS, RootNamespace} {
+		if ns == "" {
+			continue
+		}
+		for _, c := range list {
+			if c.Object.Namespace == ns && (from == "" || Exported(c.DestinationRule().GetExportTo(), ns, from)) {
+				return c
+			}
+		}
+	}
+	for _, c := range list {
+		if from == "" || Exported(c.DestinationRule().GetExportTo(), c.Object.Namespace, from) {
+			return c
+		}
+	}
+	return nil
+}
+
+// Exported reports whether config in namespace ns with the given exportTo
+// is visible from namespace from. Empty exportTo and "*" mean everywhere,
+// "." the config's own namespace, "~" nowhere.
+func Exported(exportTo []string, ns, from string) bool {
+	if len(exportTo) == 0 {
+		return true
+	}
+	for _, e := range exportTo {
+		switch e {
+		case "*":
+			return true
+		case ".":
+			if ns == from {
+				return true
+			}
+		default:
+			if e == from {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Subset returns the labels of the named subset of host's DestinationRule
+// (as seen from the service's own namespace).
 func (s *Snapshot) Subset(host, subset string) (map[string]string, bool) {
-	dr := s.DestinationRules[host]
+	dr := s.DestinationRule(host, "")
 	if dr == nil {
 		return nil, false
 	}
