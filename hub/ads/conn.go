@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/hub/pushctx"
+	"github.com/navemesh/nave/shared/proxy"
 )
 
 // conn is one proxy stream. Its fields are written by the stream's own
@@ -21,6 +22,8 @@ type conn struct {
 	id          string
 	nodeID      string
 	mesh        string
+	proxy       *proxy.Proxy
+	key         proxy.Key
 	peer        string
 	connectedAt time.Time
 
@@ -134,9 +137,9 @@ func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregat
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
+	all := c.resources(st)[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
-	all := st.Resources[typeURL]
 	var picked []*pushctx.Prepared
 	if ts.wildcard {
 		picked = make([]*pushctx.Prepared, 0, len(all))
@@ -187,10 +190,19 @@ func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregat
 	return nil
 }
 
+// resources returns what st holds for this proxy: the mesh-wide proxyless
+// resources, or the Envoy resources generated for its key.
+func (c *conn) resources(st *pushctx.State) map[string]map[string]*pushctx.Prepared {
+	if c.proxy.Type == proxy.GRPC {
+		return st.Resources
+	}
+	return st.ForProxy(c.key).Resources
+}
+
 func (c *conn) status() ConnStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
+	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Namespace: c.proxy.Namespace, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
 	for t, ts := range c.types {
 		cs.Types[shortType(t)] = TypeStatus{
 			Wildcard: ts.wildcard, Subscribed: len(ts.names),

@@ -25,6 +25,7 @@ import (
 
 	"github.com/navemesh/nave/hub/pushctx"
 	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/shared/proxy"
 )
 
 // StateSource gives a mesh's current push context; pushctx.Manager
@@ -69,7 +70,7 @@ func New(src StateSource, opts Options) *Server {
 }
 
 // MetadataMesh is the node metadata key naming a proxy's mesh.
-const MetadataMesh = "MESH"
+const MetadataMesh = proxy.MetaMesh
 
 // DeltaAggregatedResources is not served yet; clients fall back to SotW.
 func (s *Server) DeltaAggregatedResources(discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
@@ -134,24 +135,17 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 }
 
 func (s *Server) accept(ctx context.Context, node *corev3.Node) (*conn, error) {
-	if node == nil {
-		return nil, status.Error(codes.InvalidArgument, "the first request of a stream must carry the node")
-	}
-	if node.GetId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "node.id is required")
-	}
-	mesh := s.opts.DefaultMesh
-	if v := node.GetMetadata().GetFields()[MetadataMesh]; v != nil {
-		mesh = v.GetStringValue()
-		if mesh == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "node metadata %s must be a non-empty string", MetadataMesh)
-		}
+	px, err := proxy.FromNode(node, s.opts.DefaultMesh)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	c := &conn{
 		server:      s,
-		id:          node.GetId() + "-" + strconv.FormatUint(s.nextID.Add(1), 10),
-		nodeID:      node.GetId(),
-		mesh:        mesh,
+		id:          px.ID + "-" + strconv.FormatUint(s.nextID.Add(1), 10),
+		nodeID:      px.ID,
+		mesh:        px.Mesh,
+		proxy:       px,
+		key:         px.Key(),
 		connectedAt: time.Now(),
 		types:       map[string]*typeState{},
 	}
@@ -162,7 +156,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node) (*conn, error) {
 	s.conns[c.id] = c
 	s.mu.Unlock()
 	s.metrics.connections.Inc()
-	s.log.Info("proxy connected", "conn", c.id, "mesh", mesh, "peer", c.peer)
+	s.log.Info("proxy connected", "conn", c.id, "mesh", c.mesh, "type", px.Type, "namespace", px.Namespace, "peer", c.peer)
 	return c, nil
 }
 
@@ -189,6 +183,8 @@ type ConnStatus struct {
 	ID          string                `json:"id"`
 	NodeID      string                `json:"nodeId"`
 	Mesh        string                `json:"mesh"`
+	ProxyType   string                `json:"proxyType"`
+	Namespace   string                `json:"namespace,omitempty"`
 	Peer        string                `json:"peer,omitempty"`
 	ConnectedAt time.Time             `json:"connectedAt"`
 	Types       map[string]TypeStatus `json:"types"`

@@ -7,6 +7,8 @@ type metrics struct {
 	failures     prometheus.Counter
 	buildSeconds prometheus.Histogram
 	services     *prometheus.GaugeVec
+	// proxyGenSeconds times Envoy generation for one proxy key.
+	proxyGenSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -19,9 +21,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time to merge, generate and marshal one mesh's push context.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_services",
 			Help: "Services in the mesh's current push context."}, []string{"mesh"}),
+		proxyGenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_proxy_generate_duration_seconds",
+			Help:    "Time to generate and marshal the resources of one Envoy proxy key (sidecar or gateway) from a push context.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds)
 	}
 	return m
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/shared/proxy"
 )
 
 // Source gives a mesh's clusters; ingest.Server implements it.
@@ -60,6 +61,105 @@ type State struct {
 	Problems  []mesh.Problem
 	// superseded is closed when a newer State is published.
 	superseded chan struct{}
+
+	metrics *metrics
+	// proxies memoizes Envoy generation per proxy key; interned shares one
+	// Prepared per (type, name, content) across every key.
+	proxyMu  sync.Mutex
+	proxies  map[proxy.Key]*proxyEntry
+	interned map[internKey]*Prepared
+	problems map[mesh.Problem]bool
+}
+
+type internKey struct{ typeURL, name, hash string }
+
+type proxyEntry struct {
+	once sync.Once
+	res  *ProxyResources
+}
+
+// ProxyResources is what one Envoy proxy key receives from a State.
+type ProxyResources struct {
+	Resources map[string]map[string]*Prepared // type URL -> name -> resource
+	Problems  []mesh.Problem
+}
+
+// ForProxy returns the resources for Envoy proxies with key k, generating
+// and marshalling them on first use; later callers with an equal key share
+// the result, and resources with equal content share their bytes across
+// keys (marshal once). Safe for concurrent use.
+func (s *State) ForProxy(k proxy.Key) *ProxyResources {
+	s.proxyMu.Lock()
+	if s.proxies == nil {
+		s.proxies = map[proxy.Key]*proxyEntry{}
+	}
+	e := s.proxies[k]
+	if e == nil {
+		e = &proxyEntry{}
+		s.proxies[k] = e
+	}
+	s.proxyMu.Unlock()
+	e.once.Do(func() {
+		start := time.Now()
+		out := gen.Envoy(s.Snapshot, k)
+		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(out.Resources)), Problems: out.Problems}
+		marshalled := marshal(out)
+		s.proxyMu.Lock()
+		if s.interned == nil {
+			s.interned = map[internKey]*Prepared{}
+			s.problems = map[mesh.Problem]bool{}
+		}
+		for typeURL, list := range marshalled {
+			byName := make(map[string]*Prepared, len(list))
+			for _, p := range list {
+				ik := internKey{typeURL, p.Name, p.Hash}
+				if q, ok := s.interned[ik]; ok {
+					p = q
+				} else {
+					s.interned[ik] = p
+				}
+				byName[p.Name] = p
+			}
+			res.Resources[typeURL] = byName
+		}
+		for _, p := range out.Problems {
+			s.problems[p] = true
+		}
+		s.proxyMu.Unlock()
+		if s.metrics != nil {
+			s.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
+		}
+		e.res = res
+	})
+	return e.res
+}
+
+// AllProblems returns the problems of the build and of every proxy
+// generation so far, sorted.
+func (s *State) AllProblems() []mesh.Problem {
+	s.proxyMu.Lock()
+	out := append([]mesh.Problem(nil), s.Problems...)
+	seen := make(map[mesh.Problem]bool, len(out))
+	for _, p := range out {
+		seen[p] = true
+	}
+	for p := range s.problems {
+		if !seen[p] {
+			out = append(out, p)
+		}
+	}
+	s.proxyMu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Resource != b.Resource {
+			return a.Resource < b.Resource
+		}
+		if a.Field != b.Field {
+			return a.Field < b.Field
+		}
+		return a.Reason < b.Reason
+	})
+	return out
 }
 
 // Superseded is closed when a newer State of the mesh is published.
@@ -236,6 +336,7 @@ func (m *Manager) build(ms *meshState) {
 		Resources:  prepare(out, prev),
 		Problems:   append(append([]mesh.Problem(nil), snap.Problems...), out.Problems...),
 		superseded: make(chan struct{}),
+		metrics:    m.metrics,
 	}
 
 	ms.mu.Lock()
@@ -261,30 +362,37 @@ func (m *Manager) build(ms *meshState) {
 // equal the previous State's reuses that Prepared, so unchanged resources
 // keep their identity across publications.
 func prepare(out *gen.Output, prev *State) map[string]map[string]*Prepared {
-	opts := proto.MarshalOptions{Deterministic: true}
 	res := make(map[string]map[string]*Prepared, len(out.Resources))
-	for typeURL, list := range out.Resources {
+	for typeURL, list := range marshal(out) {
 		byName := make(map[string]*Prepared, len(list))
+		for _, p := range list {
+			if prev != nil {
+				if q, ok := prev.Resources[typeURL][p.Name]; ok && q.Hash == p.Hash {
+					p = q
+				}
+			}
+			byName[p.Name] = p
+		}
+		res[typeURL] = byName
+	}
+	return res
+}
+
+// marshal serializes every resource deterministically and hashes it.
+func marshal(out *gen.Output) map[string][]*Prepared {
+	opts := proto.MarshalOptions{Deterministic: true}
+	res := make(map[string][]*Prepared, len(out.Resources))
+	for typeURL, list := range out.Resources {
+		ps := make([]*Prepared, 0, len(list))
 		for _, r := range list {
 			b, err := opts.Marshal(r.Message)
 			if err != nil {
 				continue // generated messages always marshal
 			}
 			sum := sha256.Sum256(b)
-			hash := hex.EncodeToString(sum[:8])
-			if prev != nil {
-				if p, ok := prev.Resources[typeURL][r.Name]; ok && p.Hash == hash {
-					byName[r.Name] = p
-					continue
-				}
-			}
-			byName[r.Name] = &Prepared{
-				Name: r.Name,
-				Any:  &anypb.Any{TypeUrl: typeURL, Value: b},
-				Hash: hash,
-			}
+			ps = append(ps, &Prepared{Name: r.Name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:8])})
 		}
-		res[typeURL] = byName
+		res[typeURL] = ps
 	}
 	return res
 }
