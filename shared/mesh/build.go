@@ -3,6 +3,7 @@ package mesh
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -207,9 +208,10 @@ func (s *Snapshot) addServiceEntries(entries, workloadEntries, workloads []*Conf
 	for _, c := range entries {
 		se, _ := c.Object.Spec.(*networking.ServiceEntry)
 		ns := c.Object.Namespace
-		var eps []*Endpoint
+		ref := c.Ref()
+		eps := make([]*Endpoint, 0, len(se.GetEndpoints()))
 		for i, we := range se.GetEndpoints() {
-			eps = append(eps, workloadEntryEndpoint(we, c.Object.Labels, c.Cluster, stale[c.Cluster], fmt.Sprintf("%s spec.endpoints[%d]", c.Ref(), i)))
+			eps = append(eps, workloadEntryEndpoint(we, c.Object.Labels, c.Cluster, stale[c.Cluster], ref+" spec.endpoints["+strconv.Itoa(i)+"]"))
 		}
 		if sel := se.GetWorkloadSelector().GetLabels(); len(sel) > 0 {
 			for _, wc := range workloadEntries {
@@ -239,7 +241,7 @@ func (s *Snapshot) addServiceEntries(entries, workloadEntries, workloads []*Conf
 			case networking.ServiceEntry_DNS_ROUND_ROBIN:
 				svc.Resolution = ResolutionDNSRoundRb
 			}
-			svc.Sources = append(svc.Sources, c.Ref())
+			svc.Sources = append(svc.Sources, ref)
 			for _, p := range se.GetPorts() {
 				svc.addPort(Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: strings.ToUpper(p.GetProtocol()), TargetPort: p.GetTargetPort()})
 			}
