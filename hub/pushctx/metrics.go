@@ -7,6 +7,8 @@ type metrics struct {
 	failures     prometheus.Counter
 	buildSeconds prometheus.Histogram
 	services     *prometheus.GaugeVec
+	conflicts    *prometheus.GaugeVec
+	problems     *prometheus.GaugeVec
 	// proxyGenSeconds times Envoy generation for one proxy key.
 	proxyGenSeconds prometheus.Histogram
 }
@@ -21,12 +23,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time to merge, generate and marshal one mesh's push context.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_services",
 			Help: "Services in the mesh's current push context."}, []string{"mesh"}),
+		conflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_config_conflicts",
+			Help: "Config objects in the mesh's current push context that lost to another cluster's different definition of the same kind/namespace/name (listed at /debug/meshes)."}, []string{"mesh"}),
+		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_config_problems",
+			Help: "Distinct config problems (config that could not be applied as written) in the mesh's current push context, including those found generating for proxies (listed at /debug/meshes)."}, []string{"mesh"}),
 		proxyGenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_proxy_generate_duration_seconds",
 			Help:    "Time to generate and marshal the resources of one Envoy proxy key (sidecar or gateway) from a push context.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems)
 	}
 	return m
 }

@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -107,7 +108,10 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 		s.proxyMu.Lock()
 		if s.interned == nil {
 			s.interned = map[internKey]*Prepared{}
-			s.problems = map[mesh.Problem]bool{}
+			s.problems = make(map[mesh.Problem]bool, len(s.Problems))
+			for _, p := range s.Problems {
+				s.problems[p] = true
+			}
 		}
 		for typeURL, list := range marshalled {
 			byName := make(map[string]*Prepared, len(list))
@@ -125,7 +129,11 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 		for _, p := range out.Problems {
 			s.problems[p] = true
 		}
+		n := len(s.problems)
 		s.proxyMu.Unlock()
+		if s.metrics != nil {
+			s.metrics.problems.WithLabelValues(s.Mesh).Set(float64(n))
+		}
 		if s.metrics != nil {
 			s.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
 		}
@@ -139,12 +147,8 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 func (s *State) AllProblems() []mesh.Problem {
 	s.proxyMu.Lock()
 	out := append([]mesh.Problem(nil), s.Problems...)
-	seen := make(map[mesh.Problem]bool, len(out))
-	for _, p := range out {
-		seen[p] = true
-	}
 	for p := range s.problems {
-		if !seen[p] {
+		if !slices.Contains(s.Problems, p) {
 			out = append(out, p)
 		}
 	}
@@ -354,6 +358,8 @@ func (m *Manager) build(ms *meshState) {
 	m.metrics.builds.Inc()
 	m.metrics.buildSeconds.Observe(d.Seconds())
 	m.metrics.services.WithLabelValues(ms.name).Set(float64(len(snap.Services)))
+	m.metrics.conflicts.WithLabelValues(ms.name).Set(float64(len(snap.Conflicts)))
+	m.metrics.problems.WithLabelValues(ms.name).Set(float64(len(st.Problems)))
 	m.log.Info("push context published", "mesh", ms.name, "version", st.Version, "services", len(snap.Services),
 		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts), "took", d)
 }
