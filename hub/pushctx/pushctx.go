@@ -189,6 +189,8 @@ type meshState struct {
 	mu         sync.Mutex
 	current    *State
 	everSynced bool
+	// builder is used by the mesh's build loop only.
+	builder mesh.Builder
 }
 
 // New returns a Manager reading clusters from src.
@@ -331,7 +333,7 @@ func (m *Manager) build(ms *meshState) {
 		return
 	}
 
-	snap := mesh.Build(ms.name, clusters)
+	snap := ms.builder.Build(ms.name, clusters)
 	out := gen.GRPC(snap)
 	st := &State{
 		Mesh:       ms.name,

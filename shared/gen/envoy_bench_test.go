@@ -159,15 +159,26 @@ func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*View) []Re
 	return bytes, resources, nil
 }
 
-// BenchmarkEnvoyPushContext measures merging a shape into a snapshot.
+// BenchmarkEnvoyPushContext measures merging a shape into a snapshot:
+// "cold" from nothing, "rebuild" with the hub's Builder after an earlier
+// build of the same objects (the push context rebuilt after a change
+// elsewhere in the mesh).
 func BenchmarkEnvoyPushContext(b *testing.B) {
 	for _, sh := range envoyShapes {
 		for _, n := range envoyBenchSizes {
 			in := shapeInput(b, sh, n)
-			b.Run(fmt.Sprintf("%s/services=%d", sh.name, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/services=%d/cold", sh.name, n), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					mesh.Build("m", in)
+				}
+			})
+			b.Run(fmt.Sprintf("%s/services=%d/rebuild", sh.name, n), func(b *testing.B) {
+				var builder mesh.Builder
+				builder.Build("m", in)
+				b.ReportAllocs()
+				for b.Loop() {
+					builder.Build("m", in)
 				}
 			})
 		}

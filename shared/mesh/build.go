@@ -1,7 +1,9 @@
 package mesh
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +38,27 @@ type ClusterInput struct {
 // cluster name. Losers are listed in Conflicts. Registry services merge by
 // hostname, and every cluster's workloads are kept.
 func Build(mesh string, clusters []ClusterInput) *Snapshot {
+	return new(Builder).Build(mesh, clusters)
+}
+
+// Builder builds snapshots like Build, and remembers between builds the
+// services it converted from each ServiceEntry without a workload selector
+// (keyed by the object, which ingest never modifies, and its cluster's
+// staleness). An unchanged entry's services are then shared, not rebuilt:
+// snapshots are immutable, so sharing is safe. The result is the same as
+// Build's. Safe for use by one goroutine at a time.
+type Builder struct {
+	entries map[*meshconfig.Object]*entryServices
+}
+
+type entryServices struct {
+	cluster  string
+	stale    bool
+	services []*Service // one per host, complete and sorted
+}
+
+// Build merges the clusters of one mesh into a Snapshot (see Build).
+func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	clusters = append([]ClusterInput(nil), clusters...)
 	sort.Slice(clusters, func(i, j int) bool { return clusters[i].Name < clusters[j].Name })
 
@@ -47,7 +70,7 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 	}
 	stale := map[string]bool{}
 	var registry []*Config
-	candidates := map[string][]*Config{} // kind + key -> definitions
+	candidates := map[configKey][]*Config{} // definitions of each kind/namespace/name
 	for _, c := range clusters {
 		s.Clusters = append(s.Clusters, ClusterState{Name: c.Name, Stale: c.Stale, Objects: len(c.Objects), Synced: c.Synced, Connected: c.Connected})
 		stale[c.Name] = c.Stale
@@ -57,7 +80,7 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 				registry = append(registry, cfg)
 				continue
 			}
-			k := o.Kind.Kind + "/" + o.Key()
+			k := configKey{o.Kind.Kind, o.Namespace, o.Name}
 			candidates[k] = append(candidates[k], cfg)
 		}
 	}
@@ -74,9 +97,13 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 		sortConfigs(list)
 	}
 
-	s.addServiceEntries(byKind["ServiceEntry"], byKind["WorkloadEntry"], byKind["Workload"], stale)
+	s.shared = map[*Service]bool{}
+	b.addServiceEntries(s, byKind["ServiceEntry"], byKind["WorkloadEntry"], byKind["Workload"], stale)
 	s.addRegistryServices(byKind["Service"], byKind["Workload"], stale)
 	for _, svc := range s.Services {
+		if s.shared[svc] {
+			continue // built complete and sorted
+		}
 		sort.Slice(svc.Endpoints, func(i, j int) bool { return endpointLess(svc.Endpoints[i], svc.Endpoints[j]) })
 		sort.Slice(svc.Ports, func(i, j int) bool { return svc.Ports[i].Number < svc.Ports[j].Number })
 		sort.Strings(svc.Sources)
@@ -105,6 +132,7 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 			s.DestinationRules[host] = append(list, c)
 		}
 	}
+	s.shared = nil
 	s.AllVirtualServices = byKind["VirtualService"]
 	s.Gateways = byKind["Gateway"]
 	s.Sidecars = byKind["Sidecar"]
@@ -119,16 +147,22 @@ func ResolveHost(host, namespace string) string {
 	return host + "." + namespace + ".svc." + DomainSuffix
 }
 
-func (s *Snapshot) resolveConflicts(candidates map[string][]*Config) []*Config {
-	keys := make([]string, 0, len(candidates))
+type configKey struct{ kind, namespace, name string }
+
+func (s *Snapshot) resolveConflicts(candidates map[configKey][]*Config) []*Config {
+	keys := make([]configKey, 0, len(candidates))
 	for k := range candidates {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.SortFunc(keys, func(a, b configKey) int {
+		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+	})
 	winners := make([]*Config, 0, len(keys))
 	for _, k := range keys {
 		defs := candidates[k]
-		sort.Slice(defs, func(i, j int) bool { return precedes(defs[i], defs[j]) })
+		if len(defs) > 1 {
+			sort.Slice(defs, func(i, j int) bool { return precedes(defs[i], defs[j]) })
+		}
 		w := defs[0]
 		winners = append(winners, w)
 		for _, l := range defs[1:] {
@@ -177,22 +211,42 @@ func precedes(a, b *Config) bool {
 }
 
 func sortConfigs(list []*Config) {
-	sort.Slice(list, func(i, j int) bool {
-		a, b := list[i], list[j]
-		if a.Object.Namespace != b.Object.Namespace || a.Object.Name != b.Object.Name {
-			return a.Object.Key() < b.Object.Key()
+	slices.SortFunc(list, func(a, b *Config) int {
+		if c := cmp.Or(cmp.Compare(a.Object.Namespace, b.Object.Namespace), cmp.Compare(a.Object.Name, b.Object.Name)); c != 0 {
+			return c
 		}
-		return precedes(a, b)
+		if precedes(a, b) {
+			return -1
+		}
+		if precedes(b, a) {
+			return 1
+		}
+		return 0
 	})
 }
 
 func (s *Snapshot) service(host, namespace string) *Service {
 	svc := s.Services[host]
+	if s.shared[svc] {
+		delete(s.shared, svc)
+		svc = svc.clone()
+		s.Services[host] = svc
+	}
 	if svc == nil {
 		svc = &Service{Hostname: host, Namespace: namespace}
 		s.Services[host] = svc
 	}
 	return svc
+}
+
+// clone returns a copy of svc that can be modified without touching svc.
+func (svc *Service) clone() *Service {
+	c := *svc
+	c.Ports = slices.Clone(svc.Ports)
+	c.Endpoints = slices.Clone(svc.Endpoints)
+	c.Sources = slices.Clone(svc.Sources)
+	c.Addresses = slices.Clone(svc.Addresses)
+	return &c
 }
 
 func (svc *Service) addPort(p Port) {
@@ -204,49 +258,98 @@ func (svc *Service) addPort(p Port) {
 	svc.Ports = append(svc.Ports, p)
 }
 
-func (s *Snapshot) addServiceEntries(entries, workloadEntries, workloads []*Config, stale map[string]bool) {
+// addServiceEntries adds the services of every ServiceEntry. Entries
+// without a workload selector convert to services on their own; those are
+// remembered in b and shared across snapshots. It returns the shared
+// services in s.shared.
+func (b *Builder) addServiceEntries(s *Snapshot, entries, workloadEntries, workloads []*Config, stale map[string]bool) {
+	next := make(map[*meshconfig.Object]*entryServices, len(entries))
 	for _, c := range entries {
 		se, _ := c.Object.Spec.(*networking.ServiceEntry)
-		ns := c.Object.Namespace
-		ref := c.Ref()
-		eps := make([]*Endpoint, 0, len(se.GetEndpoints()))
-		for i, we := range se.GetEndpoints() {
-			eps = append(eps, workloadEntryEndpoint(we, c.Object.Labels, c.Cluster, stale[c.Cluster], ref+" spec.endpoints["+strconv.Itoa(i)+"]"))
+		if len(se.GetWorkloadSelector().GetLabels()) > 0 {
+			s.addServiceEntry(c, se, workloadEntries, workloads, stale)
+			continue
 		}
-		if sel := se.GetWorkloadSelector().GetLabels(); len(sel) > 0 {
-			for _, wc := range workloadEntries {
-				we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
-				labels := mergeLabels(wc.Object.Labels, we.GetLabels())
-				if wc.Object.Namespace == ns && Matches(sel, labels) {
-					eps = append(eps, workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, stale[wc.Cluster], wc.Ref()))
-				}
-			}
-			for _, wc := range workloads {
-				if wc.Object.Namespace == ns && Matches(sel, wc.Object.Labels) {
-					eps = append(eps, registryEndpoint(wc, stale[wc.Cluster]))
-				}
+		es := b.entries[c.Object]
+		if es == nil || es.cluster != c.Cluster || es.stale != stale[c.Cluster] {
+			single := &Snapshot{Services: map[string]*Service{}, shared: map[*Service]bool{}}
+			single.addServiceEntry(c, se, nil, nil, stale)
+			es = &entryServices{cluster: c.Cluster, stale: stale[c.Cluster]}
+			for _, h := range single.Hostnames() {
+				svc := single.Services[h]
+				sort.Slice(svc.Endpoints, func(i, j int) bool { return endpointLess(svc.Endpoints[i], svc.Endpoints[j]) })
+				sort.Slice(svc.Ports, func(i, j int) bool { return svc.Ports[i].Number < svc.Ports[j].Number })
+				es.services = append(es.services, svc)
 			}
 		}
-		for _, h := range se.GetHosts() {
-			host := ResolveHost(h, ns)
-			svc := s.service(host, ns)
-			svc.External = svc.External || se.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL
-			svc.Addresses = appendNew(svc.Addresses, se.GetAddresses()...)
-			svc.ExportTo = se.GetExportTo()
-			switch se.GetResolution() {
-			case networking.ServiceEntry_NONE:
-				svc.Resolution = ResolutionNone
-			case networking.ServiceEntry_DNS:
-				svc.Resolution = ResolutionDNS
-			case networking.ServiceEntry_DNS_ROUND_ROBIN:
-				svc.Resolution = ResolutionDNSRoundRb
+		next[c.Object] = es
+		for _, svc := range es.services {
+			if s.Services[svc.Hostname] == nil {
+				s.Services[svc.Hostname] = svc
+				s.shared[svc] = true
+				continue
 			}
-			svc.Sources = append(svc.Sources, ref)
-			for _, p := range se.GetPorts() {
-				svc.addPort(Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: strings.ToUpper(p.GetProtocol()), TargetPort: p.GetTargetPort()})
-			}
-			svc.Endpoints = append(svc.Endpoints, eps...)
+			s.service(svc.Hostname, svc.Namespace).merge(svc)
 		}
+	}
+	b.entries = next
+}
+
+// merge adds o's definition of the same host to svc.
+func (svc *Service) merge(o *Service) {
+	svc.External = svc.External || o.External
+	svc.Addresses = appendNew(svc.Addresses, o.Addresses...)
+	if o.ExportTo != nil {
+		svc.ExportTo = o.ExportTo
+	}
+	if o.Resolution != ResolutionStatic {
+		svc.Resolution = o.Resolution
+	}
+	svc.Sources = append(svc.Sources, o.Sources...)
+	for _, p := range o.Ports {
+		svc.addPort(p)
+	}
+	svc.Endpoints = append(svc.Endpoints, o.Endpoints...)
+}
+
+// addServiceEntry adds the services of one ServiceEntry.
+func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, workloadEntries, workloads []*Config, stale map[string]bool) {
+	ns := c.Object.Namespace
+	ref := c.Ref()
+	eps := make([]*Endpoint, 0, len(se.GetEndpoints()))
+	for i, we := range se.GetEndpoints() {
+		eps = append(eps, workloadEntryEndpoint(we, c.Object.Labels, c.Cluster, stale[c.Cluster], ref+" spec.endpoints["+strconv.Itoa(i)+"]"))
+	}
+	if sel := se.GetWorkloadSelector().GetLabels(); len(sel) > 0 {
+		for _, wc := range workloadEntries {
+			we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
+			labels := mergeLabels(wc.Object.Labels, we.GetLabels())
+			if wc.Object.Namespace == ns && Matches(sel, labels) {
+				eps = append(eps, workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, stale[wc.Cluster], wc.Ref()))
+			}
+		}
+		for _, wc := range workloads {
+			if wc.Object.Namespace == ns && Matches(sel, wc.Object.Labels) {
+				eps = append(eps, registryEndpoint(wc, stale[wc.Cluster]))
+			}
+		}
+	}
+	o := &Service{External: se.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL, Addresses: se.GetAddresses(),
+		ExportTo: se.GetExportTo(), Sources: []string{ref}, Endpoints: eps}
+	switch se.GetResolution() {
+	case networking.ServiceEntry_NONE:
+		o.Resolution = ResolutionNone
+	case networking.ServiceEntry_DNS:
+		o.Resolution = ResolutionDNS
+	case networking.ServiceEntry_DNS_ROUND_ROBIN:
+		o.Resolution = ResolutionDNSRoundRb
+	}
+	for _, p := range se.GetPorts() {
+		o.addPort(Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: strings.ToUpper(p.GetProtocol()), TargetPort: p.GetTargetPort()})
+	}
+	for _, h := range se.GetHosts() {
+		svc := s.service(ResolveHost(h, ns), ns)
+		svc.merge(o)
 	}
 }
 

@@ -39,6 +39,10 @@ type Snapshot struct {
 	Problems []Problem
 	// Clusters lists the clusters merged into this snapshot.
 	Clusters []ClusterState
+
+	// shared marks, during Build only, services shared with an earlier
+	// snapshot: they are cloned before any change.
+	shared map[*Service]bool
 }
 
 // ClusterState is a cluster's contribution, as the snapshot saw it.
