@@ -270,7 +270,8 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 			c.LbPolicy = clusterv3.Cluster_RING_HASH
 			size := ch.GetRingHash().GetMinimumRingSize()
 			if size == 0 {
-				size = ch.GetMinimumRingSize() // deprecated spelling
+				//lint:ignore SA1019 users still write the deprecated field; honour it
+				size = ch.GetMinimumRingSize()
 			}
 			if size != 0 {
 				c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{MinimumRingSize: wrapperspb.UInt64(size)}}
@@ -282,6 +283,7 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 		return
 	}
 	switch lb.GetSimple() {
+	//lint:ignore SA1019 LEAST_CONN is the deprecated name of LEAST_REQUEST; configs still use it
 	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 		if slowStart != nil {
@@ -418,11 +420,13 @@ func (b *cdsBuilder) outlierDetection(c *clusterv3.Cluster, oc *outboundCluster)
 		Interval:         duration(od.GetInterval()),
 		BaseEjectionTime: duration(od.GetBaseEjectionTime()),
 	}
+	//lint:ignore SA1019 consecutiveErrors is deprecated but still honoured (it counted 502/503/504 only)
+	legacy := od.GetConsecutiveErrors()
 	if n := od.GetConsecutive_5XxErrors(); n != nil {
 		out.Consecutive_5Xx = wrapperspb.UInt32(n.GetValue())
 		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(enforce(n.GetValue()))
-	} else if n := od.GetConsecutiveErrors(); n > 0 { // deprecated: counted 502/503/504 only
-		out.ConsecutiveGatewayFailure = wrapperspb.UInt32(uint32(n))
+	} else if legacy > 0 {
+		out.ConsecutiveGatewayFailure = wrapperspb.UInt32(uint32(legacy))
 		out.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
 		out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(0)
 	}

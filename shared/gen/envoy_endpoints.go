@@ -348,4 +348,3 @@ func localityMatches(pattern string, l mesh.Locality) bool {
 	}
 	return true
 }
-
