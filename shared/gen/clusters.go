@@ -1,12 +1,9 @@
 package gen
 
 import (
-	"sort"
-
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/mesh"
@@ -61,47 +58,13 @@ func portTrafficPolicy(policy *networking.TrafficPolicy, port uint32) *networkin
 // locality. Every locality carries a weight (grpc-go drops localities
 // without one).
 func loadAssignment(name string, svc *mesh.Service, p mesh.Port, labels map[string]string) *endpointv3.ClusterLoadAssignment {
-	byLocality := map[mesh.Locality]*endpointv3.LocalityLbEndpoints{}
+	eps := make([]*mesh.Endpoint, 0, len(svc.Endpoints))
 	for _, ep := range svc.Endpoints {
-		if !mesh.Matches(labels, ep.Labels) {
-			continue
+		if mesh.Matches(labels, ep.Labels) {
+			eps = append(eps, ep)
 		}
-		loc := byLocality[ep.Locality]
-		if loc == nil {
-			loc = &endpointv3.LocalityLbEndpoints{
-				Locality:            &corev3.Locality{Region: ep.Locality.Region, Zone: ep.Locality.Zone, SubZone: ep.Locality.Subzone},
-				LoadBalancingWeight: wrapperspb.UInt32(0),
-			}
-			byLocality[ep.Locality] = loc
-		}
-		weight := ep.Weight
-		if weight == 0 {
-			weight = 1
-		}
-		loc.LbEndpoints = append(loc.LbEndpoints, &endpointv3.LbEndpoint{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: socketAddress(ep.Address, ep.PortFor(p)),
-			}},
-			HealthStatus:        healthStatus(ep.Health),
-			LoadBalancingWeight: wrapperspb.UInt32(weight),
-		})
-		loc.LoadBalancingWeight.Value += weight
 	}
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
-	for _, loc := range byLocality {
-		cla.Endpoints = append(cla.Endpoints, loc)
-	}
-	sort.Slice(cla.Endpoints, func(i, j int) bool {
-		a, b := cla.Endpoints[i].Locality, cla.Endpoints[j].Locality
-		if a.Region != b.Region {
-			return a.Region < b.Region
-		}
-		if a.Zone != b.Zone {
-			return a.Zone < b.Zone
-		}
-		return a.SubZone < b.SubZone
-	})
-	return cla
+	return buildAssignment(name, p, eps, nil)
 }
 
 func socketAddress(addr string, port uint32) *corev3.Address {

@@ -1,6 +1,350 @@
 package gen
 
-// Endpoints generates the proxy's endpoints (work in progress: see issue 5).
+import (
+	"slices"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/shared/mesh"
+)
+
+// Endpoints generates one ClusterLoadAssignment per EDS cluster (the
+// outbound clusters of STATIC-resolution services and their subsets),
+// named like the cluster. Original-destination and DNS clusters have no
+// EDS resource (DNS clusters carry their assignment inline).
 func (v *View) Endpoints() []Resource {
+	var out []Resource
+	v.outboundClusters(func(oc *outboundCluster) {
+		if oc.kind == kindEDS {
+			out = append(out, Resource{Name: oc.name, Message: v.assignment(oc)})
+		}
+	})
+	return out
+}
+
+// assignment builds the load assignment of an EDS or DNS cluster: its
+// endpoints grouped by locality (and priority, when locality failover
+// applies), with locality weights from locality distribution when one
+// applies to the proxy.
+func (v *View) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+	cla := buildAssignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc))
+	if d := v.distribution(oc); d != nil {
+		distribute(cla, d)
+	}
+	return cla
+}
+
+// clusterEndpoints selects the endpoints of a cluster: the service's
+// endpoints carrying the subset's labels, in snapshot order.
+//
+// Endpoints on another network than the proxy's (both known and
+// different) are left out: reaching them needs an east-west gateway, which
+// the mesh model does not have yet, and a direct connection to another
+// network's pod address would fail or reach the wrong workload.
+//
+// A DNS service without endpoints resolves its own host name, as Istio's
+// ServiceEntry does. A DNS_ROUND_ROBIN (LOGICAL_DNS) cluster takes exactly
+// one host name, the first.
+func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
+	network := v.Key().Network
+	eps := make([]*mesh.Endpoint, 0, len(oc.svc.Endpoints))
+	for _, ep := range oc.svc.Endpoints {
+		if !mesh.Matches(oc.labels, ep.Labels) {
+			continue
+		}
+		if network != "" && ep.Network != "" && ep.Network != network {
+			continue
+		}
+		eps = append(eps, ep)
+	}
+	if oc.kind != kindStrictDNS && oc.kind != kindLogicalDNS {
+		return eps
+	}
+	if len(oc.svc.Endpoints) == 0 {
+		eps = append(eps, &mesh.Endpoint{Address: oc.svc.Hostname, Health: mesh.Healthy})
+	}
+	if oc.kind == kindLogicalDNS && len(eps) > 1 {
+		resource := oc.svc.Hostname
+		if len(oc.svc.Sources) > 0 {
+			resource = oc.svc.Sources[0]
+		}
+		v.Problem(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
+		eps = eps[:1]
+	}
+	return eps
+}
+
+// buildAssignment groups eps by (priority, locality). A locality's weight
+// is the sum of its endpoints' weights (0 counts as 1); groups are sorted
+// by priority, then region/zone/subzone, and priorities are renumbered
+// 0..n-1 without gaps (Envoy requires contiguous priorities). priority
+// may be nil (everything at priority 0).
+func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority func(*mesh.Endpoint) uint32) *endpointv3.ClusterLoadAssignment {
+	type groupKey struct {
+		priority uint32
+		locality mesh.Locality
+	}
+	type group struct {
+		groupKey
+		lle *endpointv3.LocalityLbEndpoints
+	}
+	var groups []*group
+	index := map[groupKey]*group{}
+	for _, ep := range eps {
+		k := groupKey{locality: ep.Locality}
+		if priority != nil {
+			k.priority = priority(ep)
+		}
+		g := index[k]
+		if g == nil {
+			g = &group{groupKey: k, lle: &endpointv3.LocalityLbEndpoints{
+				Locality:            &corev3.Locality{Region: ep.Locality.Region, Zone: ep.Locality.Zone, SubZone: ep.Locality.Subzone},
+				LoadBalancingWeight: wrapperspb.UInt32(0),
+			}}
+			index[k] = g
+			groups = append(groups, g)
+		}
+		weight := ep.Weight
+		if weight == 0 {
+			weight = 1
+		}
+		g.lle.LbEndpoints = append(g.lle.LbEndpoints, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: socketAddress(ep.Address, ep.PortFor(p)),
+			}},
+			HealthStatus:        healthStatus(ep.Health),
+			LoadBalancingWeight: wrapperspb.UInt32(weight),
+		})
+		g.lle.LoadBalancingWeight.Value += weight
+	}
+	sort.SliceStable(groups, func(i, j int) bool {
+		a, b := groups[i], groups[j]
+		if a.priority != b.priority {
+			return a.priority < b.priority
+		}
+		if a.locality.Region != b.locality.Region {
+			return a.locality.Region < b.locality.Region
+		}
+		if a.locality.Zone != b.locality.Zone {
+			return a.locality.Zone < b.locality.Zone
+		}
+		return a.locality.Subzone < b.locality.Subzone
+	})
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(groups))}
+	var next uint32
+	for i, g := range groups {
+		if i > 0 && g.priority != groups[i-1].priority {
+			next++
+		}
+		g.lle.Priority = next
+		cla.Endpoints = append(cla.Endpoints, g.lle)
+	}
+	return cla
+}
+
+// localitySetting is the cluster's localityLbSetting, and whether
+// locality load balancing is on (it is unless enabled: false; no setting
+// means Istio's mesh default: on, with nothing configured).
+func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetting, bool) {
+	s := oc.policy.GetLoadBalancer().GetLocalityLbSetting()
+	if e := s.GetEnabled(); e != nil && !e.GetValue() {
+		return nil, false
+	}
+	return s, true
+}
+
+// distribution returns the localityLbSetting.distribute entry whose from
+// matches the proxy's locality, or nil.
+func (v *View) distribution(oc *outboundCluster) *networking.LocalityLoadBalancerSetting_Distribute {
+	s, on := localitySetting(oc)
+	if !on {
+		return nil
+	}
+	for _, d := range s.GetDistribute() {
+		if localityMatches(d.GetFrom(), v.Key().Locality) {
+			return d
+		}
+	}
 	return nil
+}
+
+// priorities returns how endpoints are prioritized for locality failover,
+// or nil for "all at priority 0".
+//
+// As in Istio, failover applies only when the cluster has outlier
+// detection: without it Envoy never sees a local endpoint as unhealthy
+// (beyond health status), so traffic would never fail over and the
+// priorities would only hide endpoints. failover / failoverPriority
+// without outlierDetection are reported and ignored; with it and nothing
+// configured, endpoints are prioritized by proximity to the proxy.
+//
+// By proximity (the proxy's locality must be known): same
+// region/zone/subzone first, then same region/zone, then same region,
+// then the regions named by failover entries from the proxy's region (in
+// order), then the rest.
+//
+// By failoverPriority (a list of label names, or "name=value"): an
+// endpoint matching the proxy on the first n labels and not the n+1th has
+// priority len(list)-n. The topology labels (topology.kubernetes.io/region,
+// topology.kubernetes.io/zone, topology.istio.io/subzone,
+// topology.istio.io/network) compare localities and networks. When both
+// are set, nave applies failoverPriority alone and reports the failover
+// list as ignored.
+func (v *View) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32 {
+	s, on := localitySetting(oc)
+	if !on || v.distribution(oc) != nil {
+		return nil
+	}
+	if oc.policy.GetOutlierDetection() == nil {
+		if len(s.GetFailover()) > 0 || len(s.GetFailoverPriority()) > 0 {
+			v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
+		}
+		return nil
+	}
+	if keys := s.GetFailoverPriority(); len(keys) > 0 {
+		if len(s.GetFailover()) > 0 {
+			v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
+		}
+		return v.labelPriorities(keys)
+	}
+	loc := v.Key().Locality
+	if loc.Region == "" {
+		return nil
+	}
+	var targets []string
+	for _, f := range s.GetFailover() {
+		if f.GetFrom() == loc.Region && !slices.Contains(targets, f.GetTo()) {
+			targets = append(targets, f.GetTo())
+		}
+	}
+	rest := uint32(3 + len(targets))
+	return func(ep *mesh.Endpoint) uint32 {
+		l := ep.Locality
+		switch {
+		case l.Region != loc.Region:
+			if i := slices.Index(targets, l.Region); i >= 0 {
+				return uint32(3 + i)
+			}
+			return rest
+		case l.Zone != loc.Zone:
+			return 2
+		case l.Subzone != loc.Subzone:
+			return 1
+		}
+		return 0
+	}
+}
+
+// Topology label names failoverPriority may use.
+const (
+	labelRegion  = "topology.kubernetes.io/region"
+	labelZone    = "topology.kubernetes.io/zone"
+	labelSubzone = "topology.istio.io/subzone"
+	labelNetwork = "topology.istio.io/network"
+)
+
+func (v *View) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
+	type want struct {
+		label string
+		value string // the proxy's value, or the one the entry names
+	}
+	k := v.Key()
+	wants := make([]want, len(keys))
+	for i, key := range keys {
+		name, value, explicit := strings.Cut(key, "=")
+		if !explicit {
+			switch name {
+			case labelRegion:
+				value = k.Locality.Region
+			case labelZone:
+				value = k.Locality.Zone
+			case labelSubzone:
+				value = k.Locality.Subzone
+			case labelNetwork:
+				value = k.Network
+			default:
+				value = v.Labels()[name]
+			}
+		}
+		wants[i] = want{label: name, value: value}
+	}
+	return func(ep *mesh.Endpoint) uint32 {
+		n := 0
+		for _, w := range wants {
+			var got string
+			switch w.label {
+			case labelRegion:
+				got = ep.Locality.Region
+			case labelZone:
+				got = ep.Locality.Zone
+			case labelSubzone:
+				got = ep.Locality.Subzone
+			case labelNetwork:
+				got = ep.Network
+			default:
+				got = ep.Labels[w.label]
+			}
+			if w.value == "" || got != w.value {
+				break
+			}
+			n++
+		}
+		return uint32(len(wants) - n)
+	}
+}
+
+// distribute sets locality weights from a distribute entry: each locality
+// takes the weight of the most specific `to` pattern it matches (longest,
+// then alphabetical), shared among the localities that pattern matches in
+// proportion to their endpoint counts. Localities no pattern matches get
+// no traffic and are left out. Weights are scaled by 1000 so the shares
+// stay close to exact.
+func distribute(cla *endpointv3.ClusterLoadAssignment, d *networking.LocalityLoadBalancerSetting_Distribute) {
+	patterns := sortedKeys(d.GetTo())
+	sort.SliceStable(patterns, func(i, j int) bool { return len(patterns[i]) > len(patterns[j]) })
+	match := make([]int, len(cla.Endpoints))
+	counts := make([]uint64, len(patterns))
+	for i, lle := range cla.Endpoints {
+		l := lle.GetLocality()
+		match[i] = -1
+		for j, p := range patterns {
+			if localityMatches(p, mesh.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}) {
+				match[i] = j
+				counts[j] += uint64(len(lle.GetLbEndpoints()))
+				break
+			}
+		}
+	}
+	kept := cla.Endpoints[:0]
+	for i, lle := range cla.Endpoints {
+		j := match[i]
+		if j < 0 || d.GetTo()[patterns[j]] == 0 {
+			continue
+		}
+		w := uint64(d.GetTo()[patterns[j]]) * 1000 * uint64(len(lle.GetLbEndpoints())) / counts[j]
+		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(w, 1)))
+		kept = append(kept, lle)
+	}
+	cla.Endpoints = kept
+}
+
+// localityMatches reports whether locality l matches pattern
+// "region/zone/subzone", where "*" matches anything from its level down
+// and a pattern naming fewer levels matches every locality below them.
+func localityMatches(pattern string, l mesh.Locality) bool {
+	vals := [3]string{l.Region, l.Zone, l.Subzone}
+	for i, seg := range strings.SplitN(pattern, "/", 3) {
+		if seg == "*" {
+			return true
+		}
+		if seg != vals[i] {
+			return false
+		}
+	}
+	return true
 }
