@@ -29,10 +29,10 @@ type envoyShape struct {
 	write func(b *strings.Builder, i int)
 }
 
-var sidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"}
+var benchSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"}
 
 var envoyShapes = []envoyShape{
-	{name: "http", key: sidecarKey, write: func(b *strings.Builder, i int) {
+	{name: "http", key: benchSidecarKey, write: func(b *strings.Builder, i int) {
 		fmt.Fprintf(b, `---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -46,7 +46,7 @@ spec:
   endpoints: [{address: 240.241.%[2]d.%[3]d}]
 `, i, i/255, i%255)
 	}},
-	{name: "virtualservice", key: sidecarKey, write: func(b *strings.Builder, i int) {
+	{name: "virtualservice", key: benchSidecarKey, write: func(b *strings.Builder, i int) {
 		fmt.Fprintf(b, `---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
