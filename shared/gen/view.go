@@ -268,7 +268,10 @@ func (v *View) SidecarSpec() *networking.Sidecar {
 // (outboundTrafficPolicy ALLOW_ANY, Istio's default) rather than being
 // dropped (REGISTRY_ONLY).
 func (v *View) AllowAny() bool {
-	return v.SidecarSpec().GetOutboundTrafficPolicy().GetMode() != networking.OutboundTrafficPolicy_REGISTRY_ONLY
+	// REGISTRY_ONLY is the enum's zero value: only an explicit policy
+	// restricts.
+	p := v.SidecarSpec().GetOutboundTrafficPolicy()
+	return p == nil || p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
 }
 
 // InboundPorts returns the ports the proxy's own workload serves: every
