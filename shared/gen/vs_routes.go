@@ -611,20 +611,25 @@ func (t *routeTranslator) timeoutAndRetries(ra *routev3.RouteAction, hr *network
 	}
 	switch {
 	case r == nil:
-		// Istio's default when a route sets no retries: 2 attempts
-		// (defaultRetryOn, 503 as the retriable status code).
-		if t.defaultRetry == nil {
-			t.defaultRetry = &routev3.RetryPolicy{
-				RetryOn:              defaultRetryOn,
-				NumRetries:           wrapperspb.UInt32(defaultRetryAttempts),
-				RetriableStatusCodes: []uint32{503},
-			}
-		}
-		ra.RetryPolicy = t.defaultRetry
+		ra.RetryPolicy = t.defaultRetryPolicy()
 	case r.GetAttempts() > 0:
 		ra.RetryPolicy = retryPolicy(r)
 	}
 	// attempts 0: no retries.
+}
+
+// defaultRetryPolicy is Istio's default when a route sets no retries: 2
+// attempts on connect-failure, refused-stream, unavailable, cancelled and
+// retriable-status-codes (503). Built once per translator and shared.
+func (t *routeTranslator) defaultRetryPolicy() *routev3.RetryPolicy {
+	if t.defaultRetry == nil {
+		t.defaultRetry = &routev3.RetryPolicy{
+			RetryOn:              defaultRetryOn,
+			NumRetries:           wrapperspb.UInt32(defaultRetryAttempts),
+			RetriableStatusCodes: []uint32{503},
+		}
+	}
+	return t.defaultRetry
 }
 
 // retryPolicy translates retries with attempts > 0. Numeric retryOn
