@@ -541,7 +541,11 @@ func (t *routeTranslator) routeAction(cfg *mesh.Config, field string, hr *networ
 			ra.PrefixRewrite = rw.GetUri()
 		}
 		if rr := rw.GetUriRegexRewrite(); rr != nil {
-			if _, err := regexp.Compile(rr.GetMatch()); err != nil {
+			// Envoy takes only one of prefix_rewrite and regex_rewrite
+			// (RouteAction.regex_rewrite).
+			if rw.GetUri() != "" {
+				t.problem(cfg.Ref(), field+".rewrite.uriRegexRewrite", "uri and uriRegexRewrite are exclusive; uriRegexRewrite ignored")
+			} else if _, err := regexp.Compile(rr.GetMatch()); err != nil {
 				t.problem(cfg.Ref(), field+".rewrite.uriRegexRewrite.match", "invalid RE2 regex: "+err.Error()+"; rewrite skipped")
 			} else {
 				ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: rr.GetMatch()}, Substitution: rr.GetRewrite()}
