@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -42,6 +41,10 @@ type routeBuilder struct {
 	v     *View
 	t     *routeTranslator
 	cache map[routeCacheKey][]*routev3.Route
+	// sidecarVS caches View.VirtualServices by host (a host has several
+	// ports).
+	sidecarVS  map[string][]*mesh.Config
+	noValidate *wrapperspb.BoolValue
 }
 
 type routeCacheKey struct {
@@ -71,7 +74,7 @@ func (v *View) newRouteBuilder() *routeBuilder {
 			return consistentHash(TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
 		},
 	}
-	return &routeBuilder{v: v, t: t, cache: map[routeCacheKey][]*routev3.Route{}}
+	return &routeBuilder{v: v, t: t, cache: map[routeCacheKey][]*routev3.Route{}, sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
 }
 
 func (rb *routeBuilder) translate(cfg *mesh.Config, ctx routeContext, gw *mesh.Config) []*routev3.Route {
@@ -110,7 +113,7 @@ func (rb *routeBuilder) sidecarRoutes() []Resource {
 		rc := &routev3.RouteConfiguration{
 			Name: name,
 			// Clusters are pushed separately (CDS) and may arrive later.
-			ValidateClusters: falseValue,
+			ValidateClusters: rb.noValidate,
 		}
 		seen := map[string]bool{}
 		for _, svc := range byPort[port] { // sorted by hostname: the first keeps a shared domain
@@ -140,7 +143,7 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 			Match: all,
 			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: PassthroughCluster},
-				Timeout:          zeroDuration(),
+				Timeout:          rb.t.noTimeout(),
 			}},
 		}}}
 	}
@@ -192,7 +195,11 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 // VirtualService that applies (the others are reported as shadowed), or
 // one default route to the port's cluster.
 func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*routev3.Route {
-	vss := rb.v.VirtualServices(svc.Hostname)
+	vss, done := rb.sidecarVS[svc.Hostname]
+	if !done {
+		vss = rb.v.VirtualServices(svc.Hostname)
+		rb.sidecarVS[svc.Hostname] = vss
+	}
 	for _, other := range vss[min(1, len(vss)):] {
 		rb.v.Problem(other.Ref(), "spec.hosts", "host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
 	}
@@ -206,7 +213,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(svc.Hostname, port, "")},
-			Timeout:          zeroDuration(),
+			Timeout:          rb.t.noTimeout(),
 			RetryPolicy:      rb.t.defaultRetryPolicy(),
 		}},
 	}}
@@ -336,7 +343,7 @@ func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
 }
 
 func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
-	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: falseValue}
+	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
 	names := sortedKeys(hosts)
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
 	for _, h := range names {
@@ -377,9 +384,3 @@ func gatewayContext(gw *mesh.Config, port uint32) routeContext {
 		return name == full || (name == gw.Object.Name && vsNamespace == gw.Object.Namespace)
 	}}
 }
-
-var falseValue = wrapperspb.Bool(false)
-
-// zeroDuration is a route timeout of 0: no timeout (Istio's default,
-// replacing Envoy's 15 s; RouteAction.timeout).
-func zeroDuration() *durationpb.Duration { return &durationpb.Duration{} }

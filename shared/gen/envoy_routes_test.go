@@ -345,10 +345,12 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
     route: [{destination: {host: reviews, subset: v2}}]
   - match: [{gateways: [shop/gw], uri: {prefix: /gw}}, {gateways: [mesh], uri: {prefix: /mesh}}]
     route: [{destination: {host: reviews}}]
+  - match: [{sourceNamespace: other, uri: {prefix: /other-ns}}, {sourceNamespace: shop, uri: {prefix: /shop-ns}}]
+    route: [{destination: {host: reviews}}]
 `),
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
-				wantRoutes(t, rs, 2)
-				if rs[0].GetMatch().GetPrefix() != "/mine" || rs[1].GetMatch().GetPrefix() != "/mesh" {
+				wantRoutes(t, rs, 3)
+				if rs[0].GetMatch().GetPrefix() != "/mine" || rs[1].GetMatch().GetPrefix() != "/mesh" || rs[2].GetMatch().GetPrefix() != "/shop-ns" {
 					t.Errorf("routes = %v", rs)
 				}
 			},

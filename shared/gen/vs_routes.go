@@ -602,16 +602,10 @@ func (t *routeTranslator) timeoutAndRetries(ra *routev3.RouteAction, hr *network
 		}
 		return
 	}
-	// Istio disables Envoy's default 15 s route timeout unless the
-	// VirtualService sets one; 0 means no timeout (Envoy
-	// RouteAction.timeout).
 	if to := hr.GetTimeout(); to != nil {
 		ra.Timeout = duration(to)
 	} else {
-		if t.zero == nil {
-			t.zero = &durationpb.Duration{}
-		}
-		ra.Timeout = t.zero
+		ra.Timeout = t.noTimeout()
 	}
 	switch {
 	case r == nil:
@@ -620,6 +614,17 @@ func (t *routeTranslator) timeoutAndRetries(ra *routev3.RouteAction, hr *network
 		ra.RetryPolicy = retryPolicy(r)
 	}
 	// attempts 0: no retries.
+}
+
+// noTimeout is a route timeout of 0, which disables Envoy's default 15 s
+// (RouteAction.timeout). Istio sets it on every route whose
+// VirtualService names no timeout; so do we. Shared by the routes of one
+// translator.
+func (t *routeTranslator) noTimeout() *durationpb.Duration {
+	if t.zero == nil {
+		t.zero = &durationpb.Duration{}
+	}
+	return t.zero
 }
 
 // defaultRetryPolicy is Istio's default when a route sets no retries: 2
