@@ -201,7 +201,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		rb.sidecarVS[svc.Hostname] = vss
 	}
 	for _, other := range vss[min(1, len(vss)):] {
-		rb.v.Problem(other.Ref(), "spec.hosts", "host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
+		rb.v.Problem(other.Ref(), "spec.hosts", "shadowed: host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
 	}
 	if len(vss) > 0 {
 		if rs := rb.translate(vss[0], meshContext(port), nil); len(rs) > 0 {

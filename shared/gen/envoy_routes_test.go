@@ -2,6 +2,7 @@ package gen
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -875,5 +876,47 @@ func TestEnvoyRoutesDeterministic(t *testing.T) {
 				t.Errorf("%s: route configuration %s differs between runs", key.Type, ra[i].Name)
 			}
 		}
+	}
+}
+
+// BenchmarkEnvoyRoutes measures generating and marshalling a sidecar's
+// route configurations (benchConfig: every service has a VirtualService).
+func BenchmarkEnvoyRoutes(b *testing.B) {
+	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "ns-0", Labels: "app=client"}
+	for _, n := range benchSizes {
+		snap := mesh.Build("m", benchConfig(b, n))
+		b.Run("services="+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			var bytes, resources int
+			for b.Loop() {
+				bytes, resources = 0, 0
+				for _, r := range NewView(snap, key).Routes() {
+					m, err := proto.Marshal(r.Message)
+					if err != nil {
+						b.Fatal(err)
+					}
+					bytes += len(m)
+					resources++
+				}
+			}
+			b.ReportMetric(float64(bytes)/1024, "kb/msg")
+			b.ReportMetric(float64(resources), "resources/msg")
+		})
+	}
+}
+
+// TestEnvoyRoutesBenchmarkOnce is BenchmarkEnvoyRoutes' test twin.
+func TestEnvoyRoutesBenchmarkOnce(t *testing.T) {
+	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "ns-0", Labels: "app=client"}
+	v := NewView(mesh.Build("m", benchConfig(t, 50)), key)
+	rs := v.Routes()
+	if len(rs) != 1 {
+		t.Fatalf("route configurations = %d, want 1 (port 7070)", len(rs))
+	}
+	if n := len(rs[0].Message.(*routev3.RouteConfiguration).GetVirtualHosts()); n != 51 {
+		t.Fatalf("virtual hosts = %d, want 50 + catch-all", n)
+	}
+	if p := v.Problems(); len(p) != 0 {
+		t.Fatalf("problems: %+v", p)
 	}
 }
