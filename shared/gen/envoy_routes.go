@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -324,13 +325,27 @@ func (rb *routeBuilder) collectHosts(hosts map[string]*gatewayVHost, gw *mesh.Co
 					hosts[host] = vh
 				}
 				vh.requireTLS = vh.requireTLS || srv.GetTls().GetHttpsRedirect()
-				if !containsPair(vh, vs, gw) {
+				if !containsPair(vh, vs, gw) && (!slices.Contains(vh.vss, vs) || matchesNameGateways(vs)) {
 					vh.vss = append(vh.vss, vs)
 					vh.gws = append(vh.gws, gw)
 				}
 			}
 		}
 	}
+}
+
+// matchesNameGateways reports whether a route match of vs names gateways:
+// only then do its routes differ between two gateways that share a port,
+// and it is translated once per gateway; otherwise once.
+func matchesNameGateways(vs *mesh.Config) bool {
+	for _, hr := range vs.VirtualService().GetHttp() {
+		for _, m := range hr.GetMatch() {
+			if len(m.GetGateways()) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {

@@ -837,6 +837,15 @@ func TestGatewayRoutes(t *testing.T) {
 		}
 	}
 
+	// One VirtualService through two gateways sharing a port: its routes
+	// once.
+	twice := strings.Replace(gatewayYAML, "gateways: [gw2]", "gateways: [gw2, gw]", 1)
+	twice = strings.Replace(twice, `hosts: ["*.example.com"]`, `hosts: ["*.example.com", api.internal]`, 1)
+	out = envoyOut(t, snapshot(t, map[string]string{"c1": rdsBase + twice}), routerKey)
+	if rs := vhost(t, routeConfig(t, out, GatewayHTTPRouteName(80)), "api.internal:80").GetRoutes(); len(rs) != 1 {
+		t.Errorf("api.internal routes = %v, want one", rs)
+	}
+
 	// A wildcard VirtualService host matches a concrete server host.
 	wild := rdsBase + `---
 apiVersion: networking.istio.io/v1
