@@ -77,6 +77,7 @@ type grpcGen struct {
 	out  *Output
 	// reported dedupes problems found once per listener.
 	reported map[mesh.Problem]bool
+	routes   *routeTranslator
 }
 
 func (g *grpcGen) add(typeURL, name string, m proto.Message) {

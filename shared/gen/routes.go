@@ -5,13 +5,11 @@ import (
 	"sort"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	commonfaultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
@@ -43,142 +41,19 @@ func (g *grpcGen) routeConfig(svc *mesh.Service, p mesh.Port, name string) *rout
 }
 
 func (g *grpcGen) httpRoutes(cfg *mesh.Config, svc *mesh.Service, p mesh.Port) []*routev3.Route {
-	vs := cfg.VirtualService()
-	var out []*routev3.Route
-	for i, hr := range vs.GetHttp() {
-		field := fmt.Sprintf("spec.http[%d]", i)
-		if hr.GetDelegate() != nil {
-			g.problem(mesh.Problem{Resource: cfg.Ref(), Field: field + ".delegate", Reason: "delegate is not supported for proxyless gRPC; route skipped"})
-			continue
-		}
-		action, ok := g.routeAction(cfg, field, hr, svc, p)
-		if !ok {
-			continue
-		}
-		matches := hr.GetMatch()
-		if len(matches) == 0 {
-			matches = []*networking.HTTPMatchRequest{{}}
-		}
-		for _, m := range matches {
-			if m.GetPort() != 0 && m.GetPort() != p.Number {
-				continue
-			}
-			r := &routev3.Route{Name: hr.GetName(), Match: routeMatch(m), Action: action.Action}
-			if f := hr.GetFault(); f != nil {
-				r.TypedPerFilterConfig = map[string]*anypb.Any{FaultFilter: mustAny(fault(f))}
-			}
-			out = append(out, r)
+	if g.routes == nil {
+		g.routes = &routeTranslator{
+			service: func(host string) *mesh.Service { return g.snap.Services[host] },
+			subset: func(host, subset string) bool {
+				_, ok := g.snap.Subset(host, subset)
+				return ok
+			},
+			problem: func(resource, field, reason string) {
+				g.problem(mesh.Problem{Resource: resource, Field: field, Reason: reason})
+			},
 		}
 	}
-	return out
-}
-
-// routeAction returns a route holding the action of an Istio HTTP route,
-// reporting destinations the mesh cannot resolve.
-func (g *grpcGen) routeAction(cfg *mesh.Config, field string, hr *networking.HTTPRoute, svc *mesh.Service, p mesh.Port) (*routev3.Route, bool) {
-	switch {
-	case hr.GetRedirect() != nil:
-		rd := hr.GetRedirect()
-		ra := &routev3.RedirectAction{HostRedirect: rd.GetAuthority()}
-		if rd.GetUri() != "" {
-			ra.PathRewriteSpecifier = &routev3.RedirectAction_PathRedirect{PathRedirect: rd.GetUri()}
-		}
-		if rd.GetRedirectCode() != 0 {
-			ra.ResponseCode = redirectCode(rd.GetRedirectCode())
-		}
-		return &routev3.Route{Action: &routev3.Route_Redirect{Redirect: ra}}, true
-	case hr.GetDirectResponse() != nil:
-		dr := hr.GetDirectResponse()
-		a := &routev3.DirectResponseAction{Status: dr.GetStatus()}
-		if b := dr.GetBody(); b != nil {
-			if s := b.GetString_(); s != "" {
-				a.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: s}}
-			} else if by := b.GetBytes(); len(by) > 0 {
-				a.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: by}}
-			}
-		}
-		return &routev3.Route{Action: &routev3.Route_DirectResponse{DirectResponse: a}}, true
-	}
-	dests := hr.GetRoute()
-	if len(dests) == 0 {
-		g.problem(mesh.Problem{Resource: cfg.Ref(), Field: field + ".route", Reason: "no destination; route skipped"})
-		return nil, false
-	}
-	ra := &routev3.RouteAction{}
-	var weighted []*routev3.WeightedCluster_ClusterWeight
-	for j, d := range dests {
-		name := g.destinationCluster(cfg, fmt.Sprintf("%s.route[%d].destination", field, j), d.GetDestination(), svc, p)
-		w := uint32(d.GetWeight())
-		if len(dests) == 1 {
-			w = 100
-		}
-		if w == 0 {
-			continue // grpc-go drops zero-weight clusters; so do we
-		}
-		weighted = append(weighted, &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(w)})
-	}
-	switch len(weighted) {
-	case 0:
-		g.problem(mesh.Problem{Resource: cfg.Ref(), Field: field + ".route", Reason: "every destination has weight 0; route skipped"})
-		return nil, false
-	case 1:
-		ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: weighted[0].Name}
-	default:
-		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: weighted}}
-	}
-	if t := hr.GetTimeout(); t != nil {
-		ra.Timeout = duration(t)
-		// grpc-go applies max_stream_duration, not timeout.
-		ra.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: duration(t)}
-	}
-	if r := hr.GetRetries(); r != nil && r.GetAttempts() > 0 {
-		retryOn := r.GetRetryOn()
-		if retryOn == "" {
-			retryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
-		}
-		ra.RetryPolicy = &routev3.RetryPolicy{
-			RetryOn:       retryOn,
-			NumRetries:    wrapperspb.UInt32(uint32(r.GetAttempts())),
-			PerTryTimeout: duration(r.GetPerTryTimeout()),
-		}
-	}
-	if rw := hr.GetRewrite(); rw != nil {
-		if rw.GetUri() != "" {
-			ra.PrefixRewrite = rw.GetUri()
-		}
-		if rw.GetAuthority() != "" {
-			ra.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.GetAuthority()}
-		}
-	}
-	return &routev3.Route{Action: &routev3.Route_Route{Route: ra}}, true
-}
-
-// destinationCluster names the cluster for an Istio destination, reporting
-// a host the mesh does not know or a subset its DestinationRule lacks. The
-// name is returned either way: traffic to it fails, as with Istio, rather
-// than silently going elsewhere.
-func (g *grpcGen) destinationCluster(cfg *mesh.Config, field string, d *networking.Destination, svc *mesh.Service, p mesh.Port) string {
-	host := mesh.ResolveHost(d.GetHost(), cfg.Object.Namespace)
-	port := d.GetPort().GetNumber()
-	target := g.snap.Services[host]
-	if port == 0 {
-		port = p.Number
-		if target != nil && len(target.Ports) == 1 {
-			port = target.Ports[0].Number
-		}
-	}
-	switch {
-	case target == nil:
-		g.problem(mesh.Problem{Resource: cfg.Ref(), Field: field + ".host", Reason: fmt.Sprintf("host %s is not a service of this mesh", host)})
-	case !hasPort(target, port):
-		g.problem(mesh.Problem{Resource: cfg.Ref(), Field: field + ".port", Reason: fmt.Sprintf("service %s has no port %d", host, port)})
-	}
-	if d.GetSubset() != "" {
-		if _, ok := g.snap.Subset(host, d.GetSubset()); !ok {
-			g.problem(mesh.Problem{Resource: cfg.Ref(), Field: field + ".subset", Reason: fmt.Sprintf("no DestinationRule for %s defines subset %q", host, d.GetSubset())})
-		}
-	}
-	return ClusterName(host, port, d.GetSubset())
+	return g.routes.virtualService(cfg, meshContext(p.Number))
 }
 
 func hasPort(s *mesh.Service, port uint32) bool {
@@ -225,6 +100,9 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	}
 	if m.GetAuthority() != nil {
 		rm.Headers = append(rm.Headers, headerMatcher(":authority", m.GetAuthority(), false))
+	}
+	if m.GetScheme() != nil {
+		rm.Headers = append(rm.Headers, headerMatcher(":scheme", m.GetScheme(), false))
 	}
 	for _, name := range sortedKeys(m.GetQueryParams()) {
 		if sm := stringMatcher(m.GetQueryParams()[name]); sm != nil {
