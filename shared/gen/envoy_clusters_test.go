@@ -15,7 +15,7 @@ import (
 	"github.com/navemesh/nave/shared/proxy"
 )
 
-const reviews = "reviews.demo.svc.cluster.local"
+const cdsReviews = "reviews.demo.svc.cluster.local"
 
 // reviewsConfig is a STATIC service with HTTP, GRPC and TCP ports and
 // endpoints in three localities; a test appends a DestinationRule.
@@ -125,9 +125,9 @@ func dr(spec string) string {
 }
 
 func TestEnvoyClusterPolicies(t *testing.T) {
-	http := ClusterName(reviews, 9080, "")
-	grpc := ClusterName(reviews, 7070, "")
-	tcp := ClusterName(reviews, 3306, "")
+	http := ClusterName(cdsReviews, 9080, "")
+	grpc := ClusterName(cdsReviews, 7070, "")
+	tcp := ClusterName(cdsReviews, 3306, "")
 	tests := []struct {
 		name   string
 		dr     string
@@ -166,9 +166,9 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 `, check: func(t *testing.T, out *Output) {
 			for _, p := range []uint32{9080, 7070, 3306} {
 				for _, ss := range []string{"", "v1", "v2"} {
-					clusterOf(t, out, ClusterName(reviews, p, ss))
-					if byName(out, EndpointType, ClusterName(reviews, p, ss)).Message == nil {
-						t.Errorf("no EDS for %s", ClusterName(reviews, p, ss))
+					clusterOf(t, out, ClusterName(cdsReviews, p, ss))
+					if byName(out, EndpointType, ClusterName(cdsReviews, p, ss)).Message == nil {
+						t.Errorf("no EDS for %s", ClusterName(cdsReviews, p, ss))
 					}
 				}
 			}
@@ -205,7 +205,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if p := clusterOf(t, out, grpc).GetLbPolicy(); p != clusterv3.Cluster_RANDOM {
 				t.Errorf("grpc (port level) lb = %v", p)
 			}
-			v1 := clusterOf(t, out, ClusterName(reviews, 9080, "v1"))
+			v1 := clusterOf(t, out, ClusterName(cdsReviews, 9080, "v1"))
 			if v1.GetLbPolicy() != clusterv3.Cluster_RING_HASH || v1.GetRingHashLbConfig().GetMinimumRingSize().GetValue() != 2048 {
 				t.Errorf("v1 = %v", v1)
 			}
@@ -315,7 +315,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
     labels: {version: v1}
     trafficPolicy: {tls: {mode: MUTUAL, caCertificates: /c/ca.pem}}
 `, check: func(t *testing.T, out *Output) {
-			if upstreamTLS(t, clusterOf(t, out, ClusterName(reviews, 9080, "v1"))) == nil {
+			if upstreamTLS(t, clusterOf(t, out, ClusterName(cdsReviews, 9080, "v1"))) == nil {
 				t.Errorf("no TLS on the v1 cluster")
 			}
 			if upstreamTLS(t, clusterOf(t, out, http)) != nil {
@@ -342,7 +342,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 `, check: func(t *testing.T, out *Output) {
 			ctx := upstreamTLS(t, clusterOf(t, out, http))
 			c := ctx.GetCommonTlsContext()
-			if ctx.GetSni() != "outbound_.9080_._."+reviews || c.GetTlsCertificateSdsSecretConfigs()[0].GetName() != WorkloadCertSecret ||
+			if ctx.GetSni() != "outbound_.9080_._."+cdsReviews || c.GetTlsCertificateSdsSecretConfigs()[0].GetName() != WorkloadCertSecret ||
 				c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != RootCASecret {
 				t.Errorf("tls = %v", ctx)
 			}

@@ -68,10 +68,10 @@ spec:
   subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
 `
 
-var sidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=productpage\nversion=v1"}
+var rdsSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=productpage\nversion=v1"}
 
 // envoyOut generates for key and checks that every resource validates.
-func envoyOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *Output {
+func rdsOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *Output {
 	t.Helper()
 	out := Envoy(s, key)
 	for typeURL, rs := range out.Resources {
@@ -114,7 +114,7 @@ func reviewsRoutes(t *testing.T, out *Output) []*routev3.Route {
 	return vhost(t, routeConfig(t, out, "9080"), reviews+":9080").GetRoutes()
 }
 
-func hasProblem(out *Output, resource, field, reason string) bool {
+func rdsHasProblem(out *Output, resource, field, reason string) bool {
 	for _, p := range out.Problems {
 		if strings.Contains(p.Resource, resource) && p.Field == field && strings.Contains(p.Reason, reason) {
 			return true
@@ -125,7 +125,7 @@ func hasProblem(out *Output, resource, field, reason string) bool {
 
 func wantProblem(t *testing.T, out *Output, resource, field, reason string) {
 	t.Helper()
-	if !hasProblem(out, resource, field, reason) {
+	if !rdsHasProblem(out, resource, field, reason) {
 		t.Errorf("missing problem %s %s %q; have %+v", resource, field, reason, out.Problems)
 	}
 }
@@ -157,7 +157,7 @@ spec:
 func TestSidecarRouteConfigs(t *testing.T) {
 	// The Sidecar states ALLOW_ANY explicitly: View.AllowAny reads an
 	// unset policy as REGISTRY_ONLY (the enum's zero value).
-	out := envoyOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("ALLOW_ANY")}), sidecarKey)
+	out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("ALLOW_ANY")}), rdsSidecarKey)
 	var names []string
 	for _, r := range out.Resources[RouteType] {
 		names = append(names, r.Name)
@@ -225,7 +225,7 @@ func TestSidecarRouteConfigs(t *testing.T) {
 	}
 
 	// REGISTRY_ONLY: block_all answers 502.
-	out = envoyOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("REGISTRY_ONLY")}), sidecarKey)
+	out = rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("REGISTRY_ONLY")}), rdsSidecarKey)
 	block := vhost(t, routeConfig(t, out, "9080"), BlockAllVirtualHost)
 	if block.GetRoutes()[0].GetDirectResponse().GetStatus() != 502 || !slices.Equal(block.GetDomains(), []string{"*"}) {
 		t.Errorf("block_all = %v", block)
@@ -718,7 +718,7 @@ spec:
 			if tc.mutate != nil {
 				tc.mutate(s)
 			}
-			out := envoyOut(t, s, sidecarKey)
+			out := rdsOut(t, s, rdsSidecarKey)
 			tc.check(t, out, reviewsRoutes(t, out))
 		})
 	}
@@ -786,7 +786,7 @@ spec:
 var routerKey = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway"}
 
 func TestGatewayRoutes(t *testing.T) {
-	out := envoyOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), routerKey)
+	out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), routerKey)
 	var names []string
 	for _, r := range out.Resources[RouteType] {
 		names = append(names, r.Name)
@@ -826,7 +826,7 @@ func TestGatewayRoutes(t *testing.T) {
 
 	// The mesh-bound VirtualService applies to sidecars too, with only its
 	// mesh match, and gateway-only ones do not.
-	side := envoyOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), sidecarKey)
+	side := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), rdsSidecarKey)
 	if n := len(side.Resources[RouteType]); n != 2 {
 		t.Fatalf("sidecar route configurations = %d", n)
 	}
@@ -841,7 +841,7 @@ func TestGatewayRoutes(t *testing.T) {
 	// once.
 	twice := strings.Replace(gatewayYAML, "gateways: [gw2]", "gateways: [gw2, gw]", 1)
 	twice = strings.Replace(twice, `hosts: ["*.example.com"]`, `hosts: ["*.example.com", api.internal]`, 1)
-	out = envoyOut(t, snapshot(t, map[string]string{"c1": rdsBase + twice}), routerKey)
+	out = rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + twice}), routerKey)
 	if rs := vhost(t, routeConfig(t, out, GatewayHTTPRouteName(80)), "api.internal:80").GetRoutes(); len(rs) != 1 {
 		t.Errorf("api.internal routes = %v, want one", rs)
 	}
@@ -862,7 +862,7 @@ spec:
   gateways: [gw]
   http: [{route: [{destination: {host: reviews}}]}]
 `
-	out = envoyOut(t, snapshot(t, map[string]string{"c1": wild}), routerKey)
+	out = rdsOut(t, snapshot(t, map[string]string{"c1": wild}), routerKey)
 	vh = vhost(t, routeConfig(t, out, GatewayHTTPRouteName(8080)), "shop.example.com:8080")
 	if vh.GetRoutes()[0].GetRoute().GetCluster() != ClusterName(reviews, 9080, "") {
 		t.Errorf("wildcard vhost = %v", vh)
@@ -871,7 +871,7 @@ spec:
 
 func TestEnvoyRoutesDeterministic(t *testing.T) {
 	y := map[string]string{"c1": rdsBase + gatewayYAML, "c2": rdsBase}
-	for _, key := range []proxy.Key{sidecarKey, routerKey} {
+	for _, key := range []proxy.Key{rdsSidecarKey, routerKey} {
 		a := Envoy(snapshot(t, y), key)
 		b := Envoy(snapshot(t, y), key)
 		ra, rb := a.Resources[RouteType], b.Resources[RouteType]
