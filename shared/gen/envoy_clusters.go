@@ -221,12 +221,18 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		// the generation key does not model yet.
 		c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
 		c.LoadAssignment = b.v.assignment(oc)
+		if oc.kind == kindLogicalDNS && len(c.LoadAssignment.GetEndpoints()) == 0 {
+			// Envoy requires exactly one endpoint in a LOGICAL_DNS
+			// cluster; a subset that selects none becomes an empty
+			// STRICT_DNS cluster (no upstream, like an empty EDS subset).
+			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
+		}
 	}
 	b.loadBalancer(c, oc)
 	b.connectionPool(c, oc)
 	b.outlierDetection(c, oc)
 	b.tls(c, oc)
-	if b.v.distribution(oc) != nil {
+	if oc.kind != kindOriginalDst && b.v.distribution(oc) != nil {
 		if c.CommonLbConfig == nil {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
 		}
@@ -333,10 +339,10 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 			k.KeepaliveProbes = wrapperspb.UInt32(ka.GetProbes())
 		}
 		if t := ka.GetTime(); t != nil {
-			k.KeepaliveTime = wrapperspb.UInt32(uint32(t.AsDuration().Seconds()))
+			k.KeepaliveTime = wrapperspb.UInt32(keepaliveSeconds(t))
 		}
 		if t := ka.GetInterval(); t != nil {
-			k.KeepaliveInterval = wrapperspb.UInt32(uint32(t.AsDuration().Seconds()))
+			k.KeepaliveInterval = wrapperspb.UInt32(keepaliveSeconds(t))
 		}
 		c.UpstreamConnectionOptions = &clusterv3.UpstreamConnectionOptions{TcpKeepalive: k}
 	}
@@ -396,6 +402,12 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		opts.CommonHttpProtocolOptions = common
 	}
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)}
+}
+
+// keepaliveSeconds converts a keepalive duration to Envoy's whole
+// seconds, rounding up so that a sub-second setting stays non-zero.
+func keepaliveSeconds(d *durationpb.Duration) uint32 {
+	return uint32(math.Ceil(d.AsDuration().Seconds()))
 }
 
 func h2OrEmpty(h2 *corev3.Http2ProtocolOptions) *corev3.Http2ProtocolOptions {

@@ -65,14 +65,18 @@ func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 	if oc.kind != kindStrictDNS && oc.kind != kindLogicalDNS {
 		return eps
 	}
+	resource := oc.svc.Hostname
+	if len(oc.svc.Sources) > 0 {
+		resource = oc.svc.Sources[0]
+	}
 	if len(oc.svc.Endpoints) == 0 {
+		if strings.HasPrefix(oc.svc.Hostname, "*") {
+			v.Problem(resource, "spec.resolution", "a wildcard host (%s) cannot be resolved by DNS without endpoints; the cluster has none", oc.svc.Hostname)
+			return eps
+		}
 		eps = append(eps, &mesh.Endpoint{Address: oc.svc.Hostname, Health: mesh.Healthy})
 	}
 	if oc.kind == kindLogicalDNS && len(eps) > 1 {
-		resource := oc.svc.Hostname
-		if len(oc.svc.Sources) > 0 {
-			resource = oc.svc.Sources[0]
-		}
 		v.Problem(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
 		eps = eps[:1]
 	}
