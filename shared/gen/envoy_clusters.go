@@ -96,7 +96,8 @@ type cdsBuilder struct {
 	v        *View
 	ads      *corev3.ConfigSource
 	breakers *clusterv3.CircuitBreakers // Istio's defaults: no limits
-	h2       *anypb.Any                 // HttpProtocolOptions: explicit HTTP/2, nothing else
+	h2       map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
+	eds      *clusterv3.Cluster_Type
 }
 
 func newCDSBuilder(v *View) *cdsBuilder {
@@ -104,9 +105,10 @@ func newCDSBuilder(v *View) *cdsBuilder {
 		v:        v,
 		ads:      adsSource(),
 		breakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{defaultThresholds()}},
-		h2: mustAny(&upstreamhttpv3.HttpProtocolOptions{
+		h2: map[string]*anypb.Any{httpProtocolOptionsName: mustAny(&upstreamhttpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: explicitHTTP2(nil),
-		}),
+		})},
+		eds: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 	}
 }
 
@@ -192,7 +194,7 @@ func (b *cdsBuilder) inbound(name string, in InboundPort) *clusterv3.Cluster {
 		}}},
 	}
 	if IsHTTP2(in.Port.Protocol) {
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: b.h2}
+		c.TypedExtensionProtocolOptions = b.h2
 	}
 	return c
 }
@@ -206,7 +208,7 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 	}
 	switch oc.kind {
 	case kindEDS:
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
+		c.ClusterDiscoveryType = b.eds
 		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: b.ads, ServiceName: oc.name}
 	case kindOriginalDst:
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
@@ -349,6 +351,12 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 	if !IsHTTP(oc.port.Protocol) {
 		return
 	}
+	if http == nil && tcp.GetMaxConnectionDuration() == nil {
+		if IsHTTP2(oc.port.Protocol) {
+			c.TypedExtensionProtocolOptions = b.h2 // the common case: shared
+		}
+		return
+	}
 	common := &corev3.HttpProtocolOptions{}
 	hasCommon := false
 	if t := http.GetIdleTimeout(); t != nil {
@@ -387,7 +395,7 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		}}
 	case useH2:
 		if !hasCommon && h2 == nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: b.h2}
+			c.TypedExtensionProtocolOptions = b.h2
 			return
 		}
 		opts.UpstreamProtocolOptions = explicitHTTP2(h2)
