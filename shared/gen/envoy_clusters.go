@@ -2,6 +2,7 @@ package gen
 
 import (
 	"math"
+	"slices"
 	"strconv"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -63,7 +64,11 @@ func (v *View) outboundClusters(fn func(*outboundCluster)) {
 			oc.policy = TrafficPolicyFor(spec, p.Number, "")
 			oc.kind = kindFor(svc.Resolution, oc.policy)
 			fn(oc)
-			for _, ss := range spec.GetSubsets() {
+			for i, ss := range spec.GetSubsets() {
+				if slices.ContainsFunc(spec.GetSubsets()[:i], func(o *networking.Subset) bool { return o.GetName() == ss.GetName() }) {
+					v.Problem(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
+					continue
+				}
 				sc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
 				sc.policy = TrafficPolicyFor(spec, p.Number, ss.GetName())
 				sc.kind = kindFor(svc.Resolution, sc.policy)
@@ -230,6 +235,7 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
 		}
 	}
+	b.unsupported(oc)
 	b.loadBalancer(c, oc)
 	b.connectionPool(c, oc)
 	b.outlierDetection(c, oc)
@@ -245,6 +251,27 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		}
 	}
 	return c
+}
+
+// unsupported reports the parts of a traffic policy nave does not
+// generate yet.
+func (b *cdsBuilder) unsupported(oc *outboundCluster) {
+	p := oc.policy
+	if p == nil {
+		return
+	}
+	if p.GetTunnel() != nil {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "tunnel"), "tunnel settings are not supported yet; ignored")
+	}
+	if p.GetProxyProtocol() != nil {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "proxyProtocol"), "proxyProtocol is not supported yet; ignored")
+	}
+	if p.GetLoadBalancer().GetZoneAwareLbSetting() != nil {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".zoneAwareLbSetting", "zoneAwareLbSetting is not supported yet; ignored")
+	}
+	if len(p.GetOutlierDetection().GetOutlierDetectionHttpErrorCodes()) > 0 {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "outlierDetection")+".outlierDetectionHttpErrorCodes", "custom outlier detection error codes are not supported yet; ignored")
+	}
 }
 
 // loadBalancer applies loadBalancer.simple / consistentHash / warmup. The
@@ -515,6 +542,10 @@ func policyHas(p *networking.TrafficPolicy, part string) bool {
 		return p.GetOutlierDetection() != nil
 	case "tls":
 		return p.GetTls() != nil
+	case "tunnel":
+		return p.GetTunnel() != nil
+	case "proxyProtocol":
+		return p.GetProxyProtocol() != nil
 	}
 	return false
 }

@@ -375,6 +375,17 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 				t.Errorf("DISABLE originates TLS")
 			}
 		}},
+		{name: "unsupported settings are reported", dr: `  trafficPolicy:
+    tunnel: {protocol: CONNECT, targetHost: proxy.example.com, targetPort: 8080}
+    proxyProtocol: {version: V1}
+`, check: func(t *testing.T, out *Output) {
+			if !hasProblem(out, "spec.trafficPolicy.tunnel", "not supported") {
+				t.Errorf("tunnel not reported: %+v", out.Problems)
+			}
+			if !hasProblem(out, "spec.trafficPolicy.proxyProtocol", "not supported") {
+				t.Errorf("proxyProtocol not reported: %+v", out.Problems)
+			}
+		}},
 		{name: "router gets outbound clusters only", router: true, check: func(t *testing.T, out *Output) {
 			clusterOf(t, out, http)
 			clusterOf(t, out, BlackHoleCluster)
