@@ -181,11 +181,12 @@ func originalDst(name string, breakers *clusterv3.CircuitBreakers) *clusterv3.Cl
 // inbound is the cluster a sidecar forwards its workload's inbound traffic
 // to: 127.0.0.1 at the workload port. Istio ≥1.10 forwards to the pod IP
 // instead, so that applications bound only to the pod IP are reachable and
-// ones bound only to localhost are not exposed by the mesh. We keep the
-// loopback address for now: it needs no per-pod IP in the cluster (so
-// every replica shares one generated cluster), and it is what the
-// existing inbound listener contract assumes; switching is a one-line
-// change here once the listener side carries the pod IP.
+// ones bound only to localhost are not exposed to the network through the
+// sidecar. We keep loopback for now because it depends on nothing but the
+// port (the cluster is byte-identical for every replica of a workload, so
+// its marshalled form can be shared) and works for the common case of
+// applications listening on 0.0.0.0; moving to the pod IP is a change of
+// this one address (to the key's instance IP), e.g. behind an option.
 func (b *cdsBuilder) inbound(name string, in InboundPort) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:                 name,
