@@ -2,6 +2,7 @@ package gen
 
 import (
 	"math"
+	"slices"
 	"strconv"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -63,7 +64,11 @@ func (v *View) outboundClusters(fn func(*outboundCluster)) {
 			oc.policy = TrafficPolicyFor(spec, p.Number, "")
 			oc.kind = kindFor(svc.Resolution, oc.policy)
 			fn(oc)
-			for _, ss := range spec.GetSubsets() {
+			for i, ss := range spec.GetSubsets() {
+				if slices.ContainsFunc(spec.GetSubsets()[:i], func(o *networking.Subset) bool { return o.GetName() == ss.GetName() }) {
+					v.Problem(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
+					continue
+				}
 				sc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
 				sc.policy = TrafficPolicyFor(spec, p.Number, ss.GetName())
 				sc.kind = kindFor(svc.Resolution, sc.policy)
@@ -96,7 +101,8 @@ type cdsBuilder struct {
 	v        *View
 	ads      *corev3.ConfigSource
 	breakers *clusterv3.CircuitBreakers // Istio's defaults: no limits
-	h2       *anypb.Any                 // HttpProtocolOptions: explicit HTTP/2, nothing else
+	h2       map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
+	eds      *clusterv3.Cluster_Type
 }
 
 func newCDSBuilder(v *View) *cdsBuilder {
@@ -104,9 +110,10 @@ func newCDSBuilder(v *View) *cdsBuilder {
 		v:        v,
 		ads:      adsSource(),
 		breakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{defaultThresholds()}},
-		h2: mustAny(&upstreamhttpv3.HttpProtocolOptions{
+		h2: map[string]*anypb.Any{httpProtocolOptionsName: mustAny(&upstreamhttpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: explicitHTTP2(nil),
-		}),
+		})},
+		eds: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 	}
 }
 
@@ -174,11 +181,12 @@ func originalDst(name string, breakers *clusterv3.CircuitBreakers) *clusterv3.Cl
 // inbound is the cluster a sidecar forwards its workload's inbound traffic
 // to: 127.0.0.1 at the workload port. Istio ≥1.10 forwards to the pod IP
 // instead, so that applications bound only to the pod IP are reachable and
-// ones bound only to localhost are not exposed by the mesh. We keep the
-// loopback address for now: it needs no per-pod IP in the cluster (so
-// every replica shares one generated cluster), and it is what the
-// existing inbound listener contract assumes; switching is a one-line
-// change here once the listener side carries the pod IP.
+// ones bound only to localhost are not exposed to the network through the
+// sidecar. We keep loopback for now because it depends on nothing but the
+// port (the cluster is byte-identical for every replica of a workload, so
+// its marshalled form can be shared) and works for the common case of
+// applications listening on 0.0.0.0; moving to the pod IP is a change of
+// this one address (to the key's instance IP), e.g. behind an option.
 func (b *cdsBuilder) inbound(name string, in InboundPort) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:                 name,
@@ -192,7 +200,7 @@ func (b *cdsBuilder) inbound(name string, in InboundPort) *clusterv3.Cluster {
 		}}},
 	}
 	if IsHTTP2(in.Port.Protocol) {
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: b.h2}
+		c.TypedExtensionProtocolOptions = b.h2
 	}
 	return c
 }
@@ -206,7 +214,7 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 	}
 	switch oc.kind {
 	case kindEDS:
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
+		c.ClusterDiscoveryType = b.eds
 		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: b.ads, ServiceName: oc.name}
 	case kindOriginalDst:
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
@@ -221,12 +229,19 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		// the generation key does not model yet.
 		c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
 		c.LoadAssignment = b.v.assignment(oc)
+		if oc.kind == kindLogicalDNS && len(c.LoadAssignment.GetEndpoints()) == 0 {
+			// Envoy requires exactly one endpoint in a LOGICAL_DNS
+			// cluster; a subset that selects none becomes an empty
+			// STRICT_DNS cluster (no upstream, like an empty EDS subset).
+			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
+		}
 	}
+	b.unsupported(oc)
 	b.loadBalancer(c, oc)
 	b.connectionPool(c, oc)
 	b.outlierDetection(c, oc)
 	b.tls(c, oc)
-	if b.v.distribution(oc) != nil {
+	if oc.kind != kindOriginalDst && b.v.distribution(oc) != nil {
 		if c.CommonLbConfig == nil {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
 		}
@@ -237,6 +252,27 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		}
 	}
 	return c
+}
+
+// unsupported reports the parts of a traffic policy nave does not
+// generate yet.
+func (b *cdsBuilder) unsupported(oc *outboundCluster) {
+	p := oc.policy
+	if p == nil {
+		return
+	}
+	if p.GetTunnel() != nil {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "tunnel"), "tunnel settings are not supported yet; ignored")
+	}
+	if p.GetProxyProtocol() != nil {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "proxyProtocol"), "proxyProtocol is not supported yet; ignored")
+	}
+	if p.GetLoadBalancer().GetZoneAwareLbSetting() != nil {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".zoneAwareLbSetting", "zoneAwareLbSetting is not supported yet; ignored")
+	}
+	if len(p.GetOutlierDetection().GetOutlierDetectionHttpErrorCodes()) > 0 {
+		b.v.Problem(oc.dr.Ref(), policyPath(oc, "outlierDetection")+".outlierDetectionHttpErrorCodes", "custom outlier detection error codes are not supported yet; ignored")
+	}
 }
 
 // loadBalancer applies loadBalancer.simple / consistentHash / warmup. The
@@ -333,14 +369,20 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 			k.KeepaliveProbes = wrapperspb.UInt32(ka.GetProbes())
 		}
 		if t := ka.GetTime(); t != nil {
-			k.KeepaliveTime = wrapperspb.UInt32(uint32(t.AsDuration().Seconds()))
+			k.KeepaliveTime = wrapperspb.UInt32(keepaliveSeconds(t))
 		}
 		if t := ka.GetInterval(); t != nil {
-			k.KeepaliveInterval = wrapperspb.UInt32(uint32(t.AsDuration().Seconds()))
+			k.KeepaliveInterval = wrapperspb.UInt32(keepaliveSeconds(t))
 		}
 		c.UpstreamConnectionOptions = &clusterv3.UpstreamConnectionOptions{TcpKeepalive: k}
 	}
 	if !IsHTTP(oc.port.Protocol) {
+		return
+	}
+	if http == nil && tcp.GetMaxConnectionDuration() == nil {
+		if IsHTTP2(oc.port.Protocol) {
+			c.TypedExtensionProtocolOptions = b.h2 // the common case: shared
+		}
 		return
 	}
 	common := &corev3.HttpProtocolOptions{}
@@ -381,7 +423,7 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		}}
 	case useH2:
 		if !hasCommon && h2 == nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: b.h2}
+			c.TypedExtensionProtocolOptions = b.h2
 			return
 		}
 		opts.UpstreamProtocolOptions = explicitHTTP2(h2)
@@ -396,6 +438,12 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		opts.CommonHttpProtocolOptions = common
 	}
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)}
+}
+
+// keepaliveSeconds converts a keepalive duration to Envoy's whole
+// seconds, rounding up so that a sub-second setting stays non-zero.
+func keepaliveSeconds(d *durationpb.Duration) uint32 {
+	return uint32(math.Ceil(d.AsDuration().Seconds()))
 }
 
 func h2OrEmpty(h2 *corev3.Http2ProtocolOptions) *corev3.Http2ProtocolOptions {
@@ -495,6 +543,10 @@ func policyHas(p *networking.TrafficPolicy, part string) bool {
 		return p.GetOutlierDetection() != nil
 	case "tls":
 		return p.GetTls() != nil
+	case "tunnel":
+		return p.GetTunnel() != nil
+	case "proxyProtocol":
+		return p.GetProxyProtocol() != nil
 	}
 	return false
 }

@@ -283,6 +283,27 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 				t.Errorf("panic threshold = %v", p)
 			}
 		}},
+		{name: "outlier detection defaults and the deprecated consecutiveErrors", dr: `  trafficPolicy:
+    outlierDetection: {baseEjectionTime: 30s}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy: {outlierDetection: {consecutiveErrors: 4}}
+`, check: func(t *testing.T, out *Output) {
+			c := clusterOf(t, out, http)
+			od := c.GetOutlierDetection()
+			// Unset consecutive5xxErrors keeps Envoy's default (5, enforced).
+			if od.GetConsecutive_5Xx() != nil || od.GetEnforcingConsecutive_5Xx() != nil || od.GetBaseEjectionTime().AsDuration().Seconds() != 30 {
+				t.Errorf("outlier detection = %v", od)
+			}
+			if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.GetValue() != 0 {
+				t.Errorf("panic threshold = %v, want 0 (panic mode off)", p)
+			}
+			v1 := clusterOf(t, out, ClusterName(reviews, 9080, "v1")).GetOutlierDetection()
+			if v1.GetConsecutiveGatewayFailure().GetValue() != 4 || v1.GetEnforcingConsecutiveGatewayFailure().GetValue() != 100 || v1.GetEnforcingConsecutive_5Xx().GetValue() != 0 {
+				t.Errorf("v1 outlier detection = %v", v1)
+			}
+		}},
 		{name: "simple TLS with CA and SANs", dr: `  trafficPolicy:
     tls: {mode: SIMPLE, sni: reviews.example.com, caCertificates: /etc/certs/ca.pem, caCrl: /etc/certs/crl.pem, subjectAltNames: [reviews.example.com, "spiffe://td/ns/demo/sa/reviews", 10.1.2.3]}
 `, check: func(t *testing.T, out *Output) {
@@ -354,6 +375,17 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 				t.Errorf("DISABLE originates TLS")
 			}
 		}},
+		{name: "unsupported settings are reported", dr: `  trafficPolicy:
+    tunnel: {protocol: CONNECT, targetHost: proxy.example.com, targetPort: 8080}
+    proxyProtocol: {version: V1}
+`, check: func(t *testing.T, out *Output) {
+			if !hasProblem(out, "spec.trafficPolicy.tunnel", "not supported") {
+				t.Errorf("tunnel not reported: %+v", out.Problems)
+			}
+			if !hasProblem(out, "spec.trafficPolicy.proxyProtocol", "not supported") {
+				t.Errorf("proxyProtocol not reported: %+v", out.Problems)
+			}
+		}},
 		{name: "router gets outbound clusters only", router: true, check: func(t *testing.T, out *Output) {
 			clusterOf(t, out, http)
 			clusterOf(t, out, BlackHoleCluster)
@@ -420,6 +452,22 @@ spec:
   location: MESH_EXTERNAL
   resolution: NONE
   ports: [{number: 5432, name: pg, protocol: TCP}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: wild, namespace: demo}
+spec:
+  hosts: ["*.wild.example.com"]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{number: 80, name: http, protocol: HTTP}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: rr, namespace: demo}
+spec:
+  host: rr.example.com
+  subsets: [{name: none, labels: {version: v9}}]
 `
 	out := envoyOut(t, y, sidecarKey("demo", mesh.Locality{}))
 	addr := func(lb *endpointv3.LbEndpoint) (string, uint32) {
@@ -457,6 +505,18 @@ spec:
 	}
 	if !hasProblem(out, "spec.endpoints", "ignoring 1 more") {
 		t.Errorf("problems = %+v", out.Problems)
+	}
+
+	// Envoy wants exactly one endpoint in a LOGICAL_DNS cluster: an empty
+	// subset becomes an empty STRICT_DNS cluster.
+	none := clusterOf(t, out, ClusterName("rr.example.com", 80, "none"))
+	if none.GetType() != clusterv3.Cluster_STRICT_DNS || len(none.GetLoadAssignment().GetEndpoints()) != 0 {
+		t.Errorf("empty DNS_ROUND_ROBIN subset = %v", none)
+	}
+
+	wild := clusterOf(t, out, ClusterName("*.wild.example.com", 80, ""))
+	if len(wild.GetLoadAssignment().GetEndpoints()) != 0 || !hasProblem(out, "spec.resolution", "wildcard") {
+		t.Errorf("wildcard DNS cluster = %v; problems %+v", wild, out.Problems)
 	}
 
 	od := clusterOf(t, out, ClusterName("any.example.com", 5432, ""))
