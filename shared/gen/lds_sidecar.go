@@ -213,10 +213,20 @@ func (b *listenerBuilder) claim(claimed map[string]string, names []string, ref, 
 // fallthroughChain takes outbound traffic no listener or chain knows:
 // passed through under ALLOW_ANY, dropped under REGISTRY_ONLY.
 func (b *listenerBuilder) fallthroughChain() *listenerv3.FilterChain {
-	if b.v.AllowAny() {
+	if b.v.outboundAllowAny() {
 		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(PassthroughCluster)}}
 	}
 	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(BlackHoleCluster)}}
+}
+
+// outboundAllowAny reports whether traffic to unknown destinations passes
+// through: Istio's default (no Sidecar, or one without an
+// outboundTrafficPolicy) is ALLOW_ANY. View.AllowAny compares with
+// REGISTRY_ONLY, which is the enum's zero value, so it answers false when
+// nothing is configured; until it is fixed, listeners decide here.
+func (v *View) outboundAllowAny() bool {
+	p := v.SidecarSpec().GetOutboundTrafficPolicy()
+	return p == nil || p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
 }
 
 // virtualOutbound adds the listener iptables redirects outbound traffic
