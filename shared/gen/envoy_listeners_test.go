@@ -2,6 +2,7 @@ package gen
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/proxy"
 )
 
@@ -670,5 +672,121 @@ func TestProxylessGetsNoEnvoyListeners(t *testing.T) {
 	ls, _ := listeners(t, ldsMesh, proxy.Key{Type: proxy.GRPC, Mesh: "default", Namespace: "demo"})
 	if len(ls) != 0 {
 		t.Errorf("listeners %v", names(ls))
+	}
+}
+
+func TestGatewayListensOnTargetPort(t *testing.T) {
+	y := `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ingressgateway, namespace: istio-system}
+spec:
+  hosts: [istio-ingressgateway.istio-system.svc.cluster.local]
+  ports: [{number: 80, targetPort: 8080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.9.9}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - {port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}
+  - {port: {number: 81, name: http2, protocol: HTTP}, hosts: ["*"], bind: 127.0.0.1}
+`
+	ls, problems := listeners(t, y, routerKey)
+	if got := names(ls); !slices.Equal(got, []string{"0.0.0.0_8080", "0.0.0.0_81"}) {
+		t.Fatalf("listeners %v, want the service's target port 8080 for server port 80", got)
+	}
+	l := ls["0.0.0.0_8080"]
+	if p := l.Address.GetSocketAddress().GetPortValue(); p != 8080 {
+		t.Errorf("binds %d", p)
+	}
+	if route, _ := rdsName(t, l.FilterChains[0]); route != "http.8080" {
+		t.Errorf("rds %s, want http.8080", route)
+	}
+	if !hasProblem(problems, "Gateway istio-system/gw", "bind is not supported") {
+		t.Errorf("bind not reported: %v", problems)
+	}
+}
+
+// ldsBenchConfig is n services: half HTTP on one of 5 ports, a quarter TCP
+// with a VIP and a tcp route split, a quarter TLS on 443.
+func ldsBenchConfig(tb testing.TB, n int) *mesh.Snapshot {
+	tb.Helper()
+	var b strings.Builder
+	for i := range n {
+		h := "svc-" + strconv.Itoa(i) + ".ns-" + strconv.Itoa(i%10) + ".svc.cluster.local"
+		ns := "ns-" + strconv.Itoa(i%10)
+		switch i % 4 {
+		case 0, 1:
+			b.WriteString("---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s" + strconv.Itoa(i) + ", namespace: " + ns + "}\nspec:\n  hosts: [" + h +
+				"]\n  ports: [{number: " + strconv.Itoa(8080+i%5) + ", name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.1." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + "}]\n")
+		case 2:
+			b.WriteString("---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s" + strconv.Itoa(i) + ", namespace: " + ns + "}\nspec:\n  hosts: [" + h +
+				"]\n  addresses: [240.1." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + "]\n  ports: [{number: 5432, name: tcp, protocol: TCP}]\n  resolution: STATIC\n  endpoints: [{address: 10.1." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + "}]\n" +
+				"---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: s" + strconv.Itoa(i) + ", namespace: " + ns + "}\nspec:\n  hosts: [" + h + "]\n  tcp:\n  - route:\n    - {destination: {host: " + h + "}, weight: 90}\n    - {destination: {host: " + h + ", port: {number: 5433}}, weight: 10}\n")
+		case 3:
+			b.WriteString("---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s" + strconv.Itoa(i) + ", namespace: " + ns + "}\nspec:\n  hosts: [" + h +
+				"]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n  resolution: DNS\n")
+		}
+	}
+	objs, errs := meshconfig.DecodeYAML([]byte(b.String()), "bench.yaml")
+	if len(errs) > 0 {
+		tb.Fatal(errs[0])
+	}
+	return mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
+}
+
+// BenchmarkSidecarListeners measures generating and marshalling one
+// sidecar's listeners.
+func BenchmarkSidecarListeners(b *testing.B) {
+	for _, n := range benchSizes {
+		s := ldsBenchConfig(b, n)
+		b.Run("services="+strconv.Itoa(n), func(b *testing.B) {
+			benchListeners(b, s, sidecarKey)
+		})
+	}
+}
+
+func benchListeners(b *testing.B, s *mesh.Snapshot, key proxy.Key) {
+	b.ReportAllocs()
+	var kb, count int
+	for b.Loop() {
+		kb, count = marshalListeners(b, s, key)
+	}
+	b.ReportMetric(float64(kb)/1024, "kb/msg")
+	b.ReportMetric(float64(count), "resources/msg")
+}
+
+// marshalListeners generates and marshals a proxy's listeners once:
+// bytes and resource count.
+func marshalListeners(tb testing.TB, s *mesh.Snapshot, key proxy.Key) (int, int) {
+	bytes, count := 0, 0
+	for _, r := range NewView(s, key).Listeners() {
+		m, err := proto.Marshal(r.Message)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		bytes += len(m)
+		count++
+	}
+	return bytes, count
+}
+
+// TestBenchmarkSidecarListeners runs the benchmark once so it cannot rot,
+// and checks its config yields what the benchmark claims to measure.
+func TestBenchmarkSidecarListeners(t *testing.T) {
+	s := ldsBenchConfig(t, 20)
+	ls := map[string]bool{}
+	for _, r := range NewView(s, sidecarKey).Listeners() {
+		ls[r.Name] = true
+	}
+	// 5 HTTP ports, 5 TCP VIPs, 443, virtualOutbound, virtualInbound
+	if len(ls) != 13 || !ls["240.1.0.2_5432"] || !ls["0.0.0.0_443"] {
+		t.Errorf("listeners %v", ls)
+	}
+	if _, n := marshalListeners(t, s, sidecarKey); n != len(ls) {
+		t.Errorf("benchmark body marshalled %d listeners, want %d", n, len(ls))
 	}
 }

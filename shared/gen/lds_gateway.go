@@ -39,6 +39,7 @@ func (k gatewayPortKind) String() string {
 
 // gatewayPort is one gateway listener being built.
 type gatewayPort struct {
+	port    uint32 // the port the listener binds (GatewayListenPort)
 	kind    gatewayPortKind
 	owner   string // the config whose server decided kind
 	chains  []*listenerv3.FilterChain
@@ -56,14 +57,17 @@ func (b *listenerBuilder) gateways() {
 		spec, _ := gw.Object.Spec.(*networking.Gateway)
 		for i, srv := range spec.GetServers() {
 			field := "spec.servers[" + strconv.Itoa(i) + "]"
-			num := srv.GetPort().GetNumber()
 			kind, ok := b.serverKind(gw, field, srv)
 			if !ok {
 				continue
 			}
+			if srv.GetBind() != "" {
+				v.Problem(gw.Ref(), field+".bind", "bind is not supported; the server listens on 0.0.0.0")
+			}
+			num := v.GatewayListenPort(srv.GetPort().GetNumber())
 			gp := byPort[num]
 			if gp == nil {
-				gp = &gatewayPort{kind: kind, owner: gw.Ref(), claimed: map[string]string{}}
+				gp = &gatewayPort{port: num, kind: kind, owner: gw.Ref(), claimed: map[string]string{}}
 				byPort[num] = gp
 			}
 			if gp.kind != kind {
@@ -105,6 +109,21 @@ func (b *listenerBuilder) gateways() {
 		l.FilterChains = gp.chains
 		b.add(l)
 	}
+}
+
+// GatewayListenPort is the port a router listens on for a Gateway server
+// port: the target port of the router's own service port with that number
+// (a gateway's Service commonly maps 80 to 8080 so that the proxy need not
+// bind a privileged port), else the server port itself. Listener and
+// route configuration names (http.PORT, https.PORT...) use this port, so
+// RDS must name gateway routes by it too.
+func (v *View) GatewayListenPort(serverPort uint32) uint32 {
+	for _, ip := range v.InboundPorts() {
+		if ip.Port.Number == serverPort {
+			return ip.TargetPort
+		}
+	}
+	return serverPort
 }
 
 // serverKind classifies a server; false (reported) when it cannot be
@@ -182,7 +201,7 @@ func (b *listenerBuilder) gatewayVSFor(gw *mesh.Config, hosts []serverHost) []*m
 // gatewayTCPServer adds the tcp_proxy chain of a TCP server: the first
 // applicable tcp route of its VirtualServices (sorted by namespace/name).
 func (b *listenerBuilder) gatewayTCPServer(gp *gatewayPort, gw *mesh.Config, field string, srv *networking.Server) {
-	num := srv.GetPort().GetNumber()
+	num := gp.port
 	dests := b.gatewayTCPRoute(gw, srv)
 	if dests == nil {
 		return
@@ -242,7 +261,7 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 				gp.sni = true
 				gp.chains = append(gp.chains, &listenerv3.FilterChain{
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names},
-					Filters:          []*listenerv3.Filter{tcpProxy("gateway_passthrough_"+portString(num)+"_"+names[0], dests)},
+					Filters:          []*listenerv3.Filter{tcpProxy("gateway_passthrough_"+portString(gp.port)+"_"+names[0], dests)},
 				})
 			}
 		}
@@ -255,7 +274,7 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 // own route configuration (HTTPS) or tcp_proxy by tcp routes (TLS).
 func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Config, index int, field string, srv *networking.Server) {
 	v := b.v
-	num := srv.GetPort().GetNumber()
+	num := gp.port
 	var names []string
 	for _, h := range serverHosts(gw, srv) {
 		if h.host == "*" {
