@@ -790,3 +790,93 @@ func TestBenchmarkSidecarListeners(t *testing.T) {
 		t.Errorf("benchmark body marshalled %d listeners, want %d", n, len(ls))
 	}
 }
+
+func TestSidecarTCPRouteSelection(t *testing.T) {
+	shadowed := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db-wild, namespace: demo}
+spec:
+  hosts: ["*.demo.svc.cluster.local"]
+  tcp:
+  - route: [{destination: {host: cache.demo.svc.cluster.local, port: {number: 6379}}}]
+`
+	other := proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", Labels: "app=other"}
+	for _, tc := range []struct {
+		name    string
+		yaml    string
+		key     proxy.Key
+		want    string
+		problem string
+	}{
+		{"sourceLabels match", ldsMesh, other, "outbound|5432|v2|db.demo.svc.cluster.local", ""},
+		{"port match", ldsMesh, sidecarKey, "outbound|5432|v1|db.demo.svc.cluster.local*80,outbound|5432|v2|db.demo.svc.cluster.local*20", ""},
+		// the exact host's VirtualService wins over the wildcard one
+		{"precedence", ldsMesh + "---\n" + shadowed, sidecarKey, "outbound|5432|v1|db.demo.svc.cluster.local*80,outbound|5432|v2|db.demo.svc.cluster.local*20", "VirtualService demo/db takes precedence"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, problems := listeners(t, tc.yaml, tc.key)
+			if got := tcpDests(t, ls["240.0.0.10_5432"].FilterChains[0]); got != tc.want {
+				t.Errorf("tcp_proxy %s, want %s", got, tc.want)
+			}
+			if tc.problem != "" && !hasProblem(problems, "VirtualService demo/db-wild", tc.problem) {
+				t.Errorf("no problem %q in %v", tc.problem, problems)
+			}
+		})
+	}
+}
+
+func TestGatewayTerminatedTLSAndFileCertificates(t *testing.T) {
+	y := `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 9443, name: tls, protocol: TLS}
+    hosts: [db.example.com]
+    tls: {mode: MUTUAL, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, caCertificates: /etc/certs/ca.pem, minProtocolVersion: TLSV1_2}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: demo}
+spec:
+  hosts: [db.demo.svc.cluster.local]
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: demo}
+spec:
+  hosts: [db.example.com]
+  gateways: [istio-system/gw]
+  tcp:
+  - route: [{destination: {host: db.demo.svc.cluster.local}}]
+`
+	ls, problems := listeners(t, y, routerKey)
+	l := ls["0.0.0.0_9443"]
+	if l == nil || len(l.FilterChains) != 1 {
+		t.Fatalf("listeners %v, problems %v", names(ls), problems)
+	}
+	fc := l.FilterChains[0]
+	if got := fc.FilterChainMatch.GetServerNames(); !slices.Equal(got, []string{"db.example.com"}) {
+		t.Errorf("server names %v", got)
+	}
+	if got := tcpDests(t, fc); got != "outbound|5432||db.demo.svc.cluster.local" {
+		t.Errorf("tcp_proxy %s", got)
+	}
+	dtc := unpack[*tlsv3.DownstreamTlsContext](t, fc.TransportSocket.GetTypedConfig())
+	ctx := dtc.CommonTlsContext
+	if c := ctx.GetTlsCertificates(); len(c) != 1 || c[0].CertificateChain.GetFilename() != "/etc/certs/cert.pem" || c[0].PrivateKey.GetFilename() != "/etc/certs/key.pem" {
+		t.Errorf("certificates %v", c)
+	}
+	if ca := ctx.GetValidationContext().GetTrustedCa().GetFilename(); ca != "/etc/certs/ca.pem" || !dtc.GetRequireClientCertificate().GetValue() {
+		t.Errorf("client validation %v require %v", ctx.GetValidationContext(), dtc.RequireClientCertificate)
+	}
+	if v := ctx.GetTlsParams().GetTlsMinimumProtocolVersion(); v != tlsv3.TlsParameters_TLSv1_2 {
+		t.Errorf("min TLS %v", v)
+	}
+	if len(ctx.AlpnProtocols) != 0 {
+		t.Errorf("ALPN %v on a TLS (not HTTPS) server", ctx.AlpnProtocols)
+	}
+}

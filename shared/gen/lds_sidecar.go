@@ -43,7 +43,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 		vips := b.listenAddresses(svc)
 		for _, p := range svc.Ports {
 			if p.Number == VirtualOutboundPort || p.Number == VirtualInboundPort {
-				v.Problem(serviceRef(svc), "ports", "port %d of %s is reserved for the sidecar's own listeners; no outbound listener for it", p.Number, svc.Hostname)
+				v.Problem(serviceRef(svc), "spec.ports", "port %d of %s is reserved for the sidecar's own listeners; no outbound listener for it", p.Number, svc.Hostname)
 				continue
 			}
 			u := byPort[p.Number]
@@ -62,7 +62,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 				for _, vip := range vips {
 					name := OutboundListenerName(vip, p.Number)
 					if owner, dup := vipOwner[name]; dup {
-						v.Problem(serviceRef(svc), "addresses", "address %s port %d is also used by %s, which wins (first by hostname)", vip, p.Number, owner)
+						v.Problem(serviceRef(svc), "spec.addresses", "address %s port %d is also used by %s, which wins (first by hostname)", vip, p.Number, owner)
 						continue
 					}
 					vipOwner[name] = svc.Hostname
@@ -112,7 +112,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 // because winner's protocol took the port.
 func (b *listenerBuilder) reportLosers(losers []svcPort, winner svcPort, kind string) {
 	for _, l := range losers {
-		b.v.Problem(serviceRef(l.svc), "ports", "%s port %d (%s) has no address of its own and %s takes 0.0.0.0:%d as %s; its traffic is not routed by the sidecar",
+		b.v.Problem(serviceRef(l.svc), "spec.ports", "%s port %d (%s) has no address of its own and %s takes 0.0.0.0:%d as %s; its traffic is not routed by the sidecar",
 			l.svc.Hostname, l.port.Number, l.port.Protocol, winner.svc.Hostname, l.port.Number, kind)
 	}
 }
@@ -133,7 +133,7 @@ func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
 			out = append(out, pf.Addr().String())
 			continue
 		}
-		b.v.Problem(serviceRef(svc), "addresses", "address %q of %s is not a single IP; TCP listeners for address ranges are not supported, it is ignored", a, svc.Hostname)
+		b.v.Problem(serviceRef(svc), "spec.addresses", "address %q of %s is not a single IP; TCP listeners for address ranges are not supported, it is ignored", a, svc.Hostname)
 	}
 	return out
 }
