@@ -13,6 +13,7 @@ import (
 // Filter names, as Envoy and grpc-go know them.
 const (
 	FaultFilter  = "envoy.filters.http.fault"
+	CorsFilter   = "envoy.filters.http.cors"
 	RouterFilter = "envoy.filters.http.router"
 )
 
