@@ -173,5 +173,11 @@ func overlayPolicy(base, over *networking.TrafficPolicy) *networking.TrafficPoli
 	if over.GetTls() != nil {
 		out.Tls = over.GetTls()
 	}
+	if over.GetTunnel() != nil {
+		out.Tunnel = over.GetTunnel()
+	}
+	if over.GetProxyProtocol() != nil {
+		out.ProxyProtocol = over.GetProxyProtocol()
+	}
 	return out
 }

@@ -299,7 +299,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.GetValue() != 0 {
 				t.Errorf("panic threshold = %v, want 0 (panic mode off)", p)
 			}
-			v1 := clusterOf(t, out, ClusterName(reviews, 9080, "v1")).GetOutlierDetection()
+			v1 := clusterOf(t, out, ClusterName(cdsReviews, 9080, "v1")).GetOutlierDetection()
 			if v1.GetConsecutiveGatewayFailure().GetValue() != 4 || v1.GetEnforcingConsecutiveGatewayFailure().GetValue() != 100 || v1.GetEnforcingConsecutive_5Xx().GetValue() != 0 {
 				t.Errorf("v1 outlier detection = %v", v1)
 			}

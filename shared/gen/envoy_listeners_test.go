@@ -18,9 +18,9 @@ import (
 	"github.com/navemesh/nave/shared/proxy"
 )
 
-var sidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", Labels: "app=x", IPs: "10.0.0.1"}
+var ldsSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", Labels: "app=x", IPs: "10.0.0.1"}
 
-var routerKey = proxy.Key{Type: proxy.Router, Mesh: "default", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.0.9.9"}
+var ldsRouterKey = proxy.Key{Type: proxy.Router, Mesh: "default", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.0.9.9"}
 
 // ldsMesh has a service of every outbound kind, the proxy's own workload
 // (10.0.0.1 behind web and db) and conflicting port uses.
@@ -232,7 +232,7 @@ func rdsName(t *testing.T, fc *listenerv3.FilterChain) (string, *hcmv3.HttpConne
 	return hcm.GetRds().GetRouteConfigName(), hcm
 }
 
-func names(ls map[string]*listenerv3.Listener) []string {
+func ldsNames(ls map[string]*listenerv3.Listener) []string {
 	var out []string
 	for n := range ls {
 		out = append(out, n)
@@ -241,7 +241,7 @@ func names(ls map[string]*listenerv3.Listener) []string {
 	return out
 }
 
-func hasProblem(ps []mesh.Problem, resource, reason string) bool {
+func ldsHasProblem(ps []mesh.Problem, resource, reason string) bool {
 	for _, p := range ps {
 		if strings.Contains(p.Resource, resource) && strings.Contains(p.Reason, reason) {
 			return true
@@ -251,9 +251,9 @@ func hasProblem(ps []mesh.Problem, resource, reason string) bool {
 }
 
 func TestSidecarOutboundListeners(t *testing.T) {
-	ls, problems := listeners(t, ldsMesh, sidecarKey)
+	ls, problems := listeners(t, ldsMesh, ldsSidecarKey)
 	want := []string{"0.0.0.0_443", "0.0.0.0_6379", "0.0.0.0_8080", "0.0.0.0_9000", "240.0.0.10_5432", VirtualInboundListener, VirtualOutboundListener}
-	if got := names(ls); !slices.Equal(got, want) {
+	if got := ldsNames(ls); !slices.Equal(got, want) {
 		t.Fatalf("listeners %v, want %v", got, want)
 	}
 	for _, n := range want[:5] {
@@ -330,11 +330,11 @@ func TestSidecarOutboundListeners(t *testing.T) {
 		{"ServiceEntry demo/legacy", "legacy.demo.svc.cluster.local port 8080"},
 		{"ServiceEntry demo/b9000", "a9000.demo.svc.cluster.local takes 0.0.0.0:9000"},
 	} {
-		if !hasProblem(problems, p.resource, p.reason) {
+		if !ldsHasProblem(problems, p.resource, p.reason) {
 			t.Errorf("no problem %q for %s in %v", p.reason, p.resource, problems)
 		}
 	}
-	if hasProblem(problems, "a9000", "") {
+	if ldsHasProblem(problems, "a9000", "") {
 		t.Errorf("the winner a9000 is reported: %v", problems)
 	}
 }
@@ -354,7 +354,7 @@ spec:
 		{"registry only", ldsMesh + "---\n" + registryOnly, BlackHoleCluster},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ls, _ := listeners(t, tc.yaml, sidecarKey)
+			ls, _ := listeners(t, tc.yaml, ldsSidecarKey)
 			l := ls[VirtualOutboundListener]
 			if l == nil {
 				t.Fatal("no virtualOutbound")
@@ -393,9 +393,9 @@ spec:
 		want []chain
 	}{
 		// 10.0.0.1 serves web (8080 -> workload port 18080) and db (5432).
-		{"workload ports", ldsMesh, sidecarKey, []chain{{5432, false}, {18080, true}}},
+		{"workload ports", ldsMesh, ldsSidecarKey, []chain{{5432, false}, {18080, true}}},
 		{"no workload", ldsMesh, proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", IPs: "10.9.9.9"}, nil},
-		{"sidecar ingress overrides", ldsMesh + "---\n" + ingress, sidecarKey, []chain{{9090, true}, {9091, false}}},
+		{"sidecar ingress overrides", ldsMesh + "---\n" + ingress, ldsSidecarKey, []chain{{9090, true}, {9091, false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ls, _ := listeners(t, tc.yaml, tc.key)
@@ -513,9 +513,9 @@ spec:
 `
 
 func TestGatewayListeners(t *testing.T) {
-	ls, problems := listeners(t, gatewayMesh, routerKey)
+	ls, problems := listeners(t, gatewayMesh, ldsRouterKey)
 	want := []string{"0.0.0.0_31400", "0.0.0.0_443", "0.0.0.0_80"}
-	if got := names(ls); !slices.Equal(got, want) {
+	if got := ldsNames(ls); !slices.Equal(got, want) {
 		t.Fatalf("listeners %v, want %v (8443 belongs to a gateway of other proxies, 15443 is AUTO_PASSTHROUGH)", got, want)
 	}
 	for _, l := range ls {
@@ -610,7 +610,7 @@ func TestGatewayListeners(t *testing.T) {
 		{"Gateway istio-system/b-gw", "port 31400 already serves TCP"},
 		{"Gateway istio-system/a-gw", "tls mode AUTO_PASSTHROUGH is not supported"},
 	} {
-		if !hasProblem(problems, p.resource, p.reason) {
+		if !ldsHasProblem(problems, p.resource, p.reason) {
 			t.Errorf("no problem %q for %s in %v", p.reason, p.resource, problems)
 		}
 	}
@@ -630,11 +630,11 @@ spec:
     tls: {mode: ` + mode + `}
   - {port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}
 `
-			ls, problems := listeners(t, y, routerKey)
-			if got := names(ls); !slices.Equal(got, []string{"0.0.0.0_80"}) {
+			ls, problems := listeners(t, y, ldsRouterKey)
+			if got := ldsNames(ls); !slices.Equal(got, []string{"0.0.0.0_80"}) {
 				t.Errorf("listeners %v, want only 0.0.0.0_80", got)
 			}
-			if !hasProblem(problems, "Gateway istio-system/gw", "tls mode "+mode) {
+			if !ldsHasProblem(problems, "Gateway istio-system/gw", "tls mode "+mode) {
 				t.Errorf("not reported: %v", problems)
 			}
 		})
@@ -645,7 +645,7 @@ func TestListenersDeterministic(t *testing.T) {
 	for _, tc := range []struct {
 		yaml string
 		key  proxy.Key
-	}{{ldsMesh, sidecarKey}, {gatewayMesh, routerKey}} {
+	}{{ldsMesh, ldsSidecarKey}, {gatewayMesh, ldsRouterKey}} {
 		s := snapshot(t, map[string]string{"c1": tc.yaml})
 		first := Envoy(s, tc.key)
 		for range 5 {
@@ -671,7 +671,7 @@ func TestListenersDeterministic(t *testing.T) {
 func TestProxylessGetsNoEnvoyListeners(t *testing.T) {
 	ls, _ := listeners(t, ldsMesh, proxy.Key{Type: proxy.GRPC, Mesh: "default", Namespace: "demo"})
 	if len(ls) != 0 {
-		t.Errorf("listeners %v", names(ls))
+		t.Errorf("listeners %v", ldsNames(ls))
 	}
 }
 
@@ -694,8 +694,8 @@ spec:
   - {port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}
   - {port: {number: 81, name: http2, protocol: HTTP}, hosts: ["*"], bind: 127.0.0.1}
 `
-	ls, problems := listeners(t, y, routerKey)
-	if got := names(ls); !slices.Equal(got, []string{"0.0.0.0_8080", "0.0.0.0_81"}) {
+	ls, problems := listeners(t, y, ldsRouterKey)
+	if got := ldsNames(ls); !slices.Equal(got, []string{"0.0.0.0_8080", "0.0.0.0_81"}) {
 		t.Fatalf("listeners %v, want the service's target port 8080 for server port 80", got)
 	}
 	l := ls["0.0.0.0_8080"]
@@ -705,7 +705,7 @@ spec:
 	if route, _ := rdsName(t, l.FilterChains[0]); route != "http.8080" {
 		t.Errorf("rds %s, want http.8080", route)
 	}
-	if !hasProblem(problems, "Gateway istio-system/gw", "bind is not supported") {
+	if !ldsHasProblem(problems, "Gateway istio-system/gw", "bind is not supported") {
 		t.Errorf("bind not reported: %v", problems)
 	}
 }
@@ -744,7 +744,7 @@ func BenchmarkSidecarListeners(b *testing.B) {
 	for _, n := range benchSizes {
 		s := ldsBenchConfig(b, n)
 		b.Run("services="+strconv.Itoa(n), func(b *testing.B) {
-			benchListeners(b, s, sidecarKey)
+			benchListeners(b, s, ldsSidecarKey)
 		})
 	}
 }
@@ -779,14 +779,14 @@ func marshalListeners(tb testing.TB, s *mesh.Snapshot, key proxy.Key) (int, int)
 func TestBenchmarkSidecarListeners(t *testing.T) {
 	s := ldsBenchConfig(t, 20)
 	ls := map[string]bool{}
-	for _, r := range NewView(s, sidecarKey).Listeners() {
+	for _, r := range NewView(s, ldsSidecarKey).Listeners() {
 		ls[r.Name] = true
 	}
 	// 5 HTTP ports, 5 TCP VIPs, 443, virtualOutbound, virtualInbound
 	if len(ls) != 13 || !ls["240.1.0.2_5432"] || !ls["0.0.0.0_443"] {
 		t.Errorf("listeners %v", ls)
 	}
-	if _, n := marshalListeners(t, s, sidecarKey); n != len(ls) {
+	if _, n := marshalListeners(t, s, ldsSidecarKey); n != len(ls) {
 		t.Errorf("benchmark body marshalled %d listeners, want %d", n, len(ls))
 	}
 }
@@ -809,16 +809,16 @@ spec:
 		problem string
 	}{
 		{"sourceLabels match", ldsMesh, other, "outbound|5432|v2|db.demo.svc.cluster.local", ""},
-		{"port match", ldsMesh, sidecarKey, "outbound|5432|v1|db.demo.svc.cluster.local*80,outbound|5432|v2|db.demo.svc.cluster.local*20", ""},
+		{"port match", ldsMesh, ldsSidecarKey, "outbound|5432|v1|db.demo.svc.cluster.local*80,outbound|5432|v2|db.demo.svc.cluster.local*20", ""},
 		// the exact host's VirtualService wins over the wildcard one
-		{"precedence", ldsMesh + "---\n" + shadowed, sidecarKey, "outbound|5432|v1|db.demo.svc.cluster.local*80,outbound|5432|v2|db.demo.svc.cluster.local*20", "VirtualService demo/db takes precedence"},
+		{"precedence", ldsMesh + "---\n" + shadowed, ldsSidecarKey, "outbound|5432|v1|db.demo.svc.cluster.local*80,outbound|5432|v2|db.demo.svc.cluster.local*20", "VirtualService demo/db takes precedence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ls, problems := listeners(t, tc.yaml, tc.key)
 			if got := tcpDests(t, ls["240.0.0.10_5432"].FilterChains[0]); got != tc.want {
 				t.Errorf("tcp_proxy %s, want %s", got, tc.want)
 			}
-			if tc.problem != "" && !hasProblem(problems, "VirtualService demo/db-wild", tc.problem) {
+			if tc.problem != "" && !ldsHasProblem(problems, "VirtualService demo/db-wild", tc.problem) {
 				t.Errorf("no problem %q in %v", tc.problem, problems)
 			}
 		})
@@ -853,10 +853,10 @@ spec:
   tcp:
   - route: [{destination: {host: db.demo.svc.cluster.local}}]
 `
-	ls, problems := listeners(t, y, routerKey)
+	ls, problems := listeners(t, y, ldsRouterKey)
 	l := ls["0.0.0.0_9443"]
 	if l == nil || len(l.FilterChains) != 1 {
-		t.Fatalf("listeners %v, problems %v", names(ls), problems)
+		t.Fatalf("listeners %v, problems %v", ldsNames(ls), problems)
 	}
 	fc := l.FilterChains[0]
 	if got := fc.FilterChainMatch.GetServerNames(); !slices.Equal(got, []string{"db.example.com"}) {

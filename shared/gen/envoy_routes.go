@@ -231,30 +231,35 @@ type gatewayVHost struct {
 // gatewayRoutes builds the router's route configurations: all plain HTTP
 // servers on a port share one; each TLS-terminating server has its own.
 func (rb *routeBuilder) gatewayRoutes() []Resource {
+	// Keyed by the port the listener binds (GatewayListenPort), which names
+	// the route configuration; domains carry the server port clients use.
 	httpHosts := map[uint32]map[string]*gatewayVHost{}
+	serverPort := map[uint32]uint32{}
 	var out []Resource
 	for _, gw := range rb.v.Gateways() {
 		spec, _ := gw.Object.Spec.(*networking.Gateway)
 		vss := rb.v.GatewayVirtualServices(gw)
 		for i, srv := range spec.GetServers() {
 			port := srv.GetPort().GetNumber()
+			listen := rb.v.GatewayListenPort(port)
 			switch serverKind(srv) {
 			case serverHTTP:
-				if httpHosts[port] == nil {
-					httpHosts[port] = map[string]*gatewayVHost{}
+				if httpHosts[listen] == nil {
+					httpHosts[listen] = map[string]*gatewayVHost{}
+					serverPort[listen] = port
 				}
-				rb.collectHosts(httpHosts[port], gw, srv, vss)
+				rb.collectHosts(httpHosts[listen], gw, srv, vss)
 			case serverHTTPS:
 				hosts := map[string]*gatewayVHost{}
 				rb.collectHosts(hosts, gw, srv, vss)
-				name := GatewayHTTPSRouteName(port, ServerName(srv, i), gw.Object.Name, gw.Object.Namespace)
+				name := GatewayHTTPSRouteName(listen, ServerName(srv, i), gw.Object.Name, gw.Object.Namespace)
 				out = append(out, Resource{Name: name, Message: rb.gatewayRouteConfig(name, port, hosts)})
 			}
 		}
 	}
-	for port, hosts := range httpHosts {
-		name := GatewayHTTPRouteName(port)
-		out = append(out, Resource{Name: name, Message: rb.gatewayRouteConfig(name, port, hosts)})
+	for listen, hosts := range httpHosts {
+		name := GatewayHTTPRouteName(listen)
+		out = append(out, Resource{Name: name, Message: rb.gatewayRouteConfig(name, serverPort[listen], hosts)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

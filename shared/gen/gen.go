@@ -10,8 +10,8 @@
 package gen
 
 import (
-	"fmt"
 	"sort"
+	"strconv"
 
 	"google.golang.org/protobuf/proto"
 
@@ -46,12 +46,12 @@ type Output struct {
 
 // ClusterName is Istio's naming for an outbound cluster.
 func ClusterName(host string, port uint32, subset string) string {
-	return fmt.Sprintf("outbound|%d|%s|%s", port, subset, host)
+	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
 }
 
 // ListenerName is the name grpc-go asks for when dialing xds:///host:port.
 func ListenerName(host string, port uint32) string {
-	return fmt.Sprintf("%s:%d", host, port)
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
 // GRPC generates the proxyless gRPC resources of a snapshot.

@@ -8,7 +8,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -393,24 +392,6 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 
 func fileSource(path string) *corev3.DataSource {
 	return &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: path}}
-}
-
-// sanMatchers accepts a client certificate carrying any of names as a DNS
-// or URI subject alternative name.
-func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
-	if len(names) == 0 {
-		return nil
-	}
-	out := make([]*tlsv3.SubjectAltNameMatcher, 0, 2*len(names))
-	for _, n := range names {
-		for _, t := range []tlsv3.SubjectAltNameMatcher_SanType{tlsv3.SubjectAltNameMatcher_DNS, tlsv3.SubjectAltNameMatcher_URI} {
-			out = append(out, &tlsv3.SubjectAltNameMatcher{
-				SanType: t,
-				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}},
-			})
-		}
-	}
-	return out
 }
 
 // tlsParams maps a server's protocol versions and cipher suites; nil when

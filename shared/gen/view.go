@@ -56,7 +56,9 @@ func NewView(s *mesh.Snapshot, k proxy.Key) *View {
 	v := &View{snap: s, key: k, labels: k.LabelMap(), ips: k.IPList(), byHost: map[string]*mesh.Service{}}
 	if k.Type == proxy.Sidecar {
 		v.sidecar = v.selectSidecar()
-		if sc := v.SidecarSpec(); sc != nil {
+		// A Sidecar without egress listeners restricts nothing (Istio reads
+		// it as */*).
+		if sc := v.SidecarSpec(); len(sc.GetEgress()) > 0 {
 			v.egressHosts = []egressHost{}
 			for _, eg := range sc.GetEgress() {
 				for _, h := range eg.GetHosts() {

@@ -20,10 +20,6 @@ import (
 	"github.com/navemesh/nave/shared/mesh"
 )
 
-// CorsFilter is the name of Envoy's CORS filter; routes carry their
-// CorsPolicy in typed_per_filter_config under it.
-const CorsFilter = "envoy.filters.http.cors"
-
 // Istio's retry policy for a route whose VirtualService sets no retries:
 // two attempts on connection failures, refused streams, gRPC unavailable /
 // cancelled, and HTTP 503 (through retriable-status-codes).
