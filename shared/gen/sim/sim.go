@@ -106,8 +106,8 @@ type Result struct {
 	VirtualHost string
 	// VirtualHostConfig is the selected virtual host (require_tls, ...).
 	VirtualHostConfig *routev3.VirtualHost
-	Route       *routev3.Route // the matched route; nil when none matched
-	RouteIndex  int
+	Route             *routev3.Route // the matched route; nil when none matched
+	RouteIndex        int
 	// MatchProbability is below 1 when the route matched only with a
 	// runtime fraction.
 	MatchProbability float64
