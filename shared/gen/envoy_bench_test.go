@@ -209,6 +209,24 @@ func BenchmarkEnvoyGenerate(b *testing.B) {
 	}
 }
 
+// BenchmarkEnvoyView measures scoping a snapshot to one proxy (the View
+// every per-type generation above starts from; the hub builds it once per
+// proxy key and push context for all four types).
+func BenchmarkEnvoyView(b *testing.B) {
+	for _, sh := range envoyShapes {
+		for _, n := range envoyBenchSizes {
+			snap := mesh.Build("m", shapeInput(b, sh, n))
+			b.Run(fmt.Sprintf("%s/services=%d", sh.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					v := NewView(snap, sh.key)
+					v.InboundPorts()
+				}
+			})
+		}
+	}
+}
+
 // TestEnvoyBenchmarksRunOnce is the benchmarks' test twin: every shape at a
 // small size, every type, once, and the output validates.
 func TestEnvoyBenchmarksRunOnce(t *testing.T) {

@@ -30,6 +30,9 @@ type View struct {
 	byHost      map[string]*mesh.Service
 	wildcardVS  []string // VirtualService hosts with a wildcard, sorted
 	gateways    []*mesh.Config
+	// gatewayVS indexes VirtualServices by the gateways they bind
+	// ("namespace/name"), built on first use.
+	gatewayVS map[string][]*mesh.Config
 
 	inbound     []InboundPort
 	inboundDone bool
@@ -53,7 +56,7 @@ type InboundPort struct {
 
 // NewView scopes snapshot s to the proxy with key k.
 func NewView(s *mesh.Snapshot, k proxy.Key) *View {
-	v := &View{snap: s, key: k, labels: k.LabelMap(), ips: k.IPList(), byHost: map[string]*mesh.Service{}}
+	v := &View{snap: s, key: k, labels: k.LabelMap(), ips: k.IPList()}
 	if k.Type == proxy.Sidecar {
 		v.sidecar = v.selectSidecar()
 		// A Sidecar without egress listeners restricts nothing (Istio reads
@@ -74,12 +77,26 @@ func NewView(s *mesh.Snapshot, k proxy.Key) *View {
 			}
 		}
 	}
-	for _, h := range s.Hostnames() {
-		svc := s.Services[h]
-		if v.visible(svc.Namespace, svc.ExportTo, h) {
-			v.services = append(v.services, svc)
-			v.byHost[h] = svc
+	// Most proxies see every service: then the snapshot's own sorted list
+	// and map serve, unchanged (they are never modified).
+	all := s.SortedServices()
+	v.services, v.byHost = all, s.Services
+	for i, svc := range all {
+		if v.visible(svc.Namespace, svc.ExportTo, svc.Hostname) {
+			continue
 		}
+		v.services = append(make([]*mesh.Service, 0, len(all)), all[:i]...)
+		v.byHost = make(map[string]*mesh.Service, len(all))
+		for _, p := range v.services {
+			v.byHost[p.Hostname] = p
+		}
+		for _, svc := range all[i+1:] {
+			if v.visible(svc.Namespace, svc.ExportTo, svc.Hostname) {
+				v.services = append(v.services, svc)
+				v.byHost[svc.Hostname] = svc
+			}
+		}
+		break
 	}
 	for h := range s.VirtualServices {
 		if strings.HasPrefix(h, "*") {
@@ -195,21 +212,29 @@ func (v *View) Gateways() []*mesh.Config { return v.gateways }
 // ("namespace/name" or a bare name in the VirtualService's namespace in
 // spec.gateways), visible to the proxy, sorted by namespace/name.
 func (v *View) GatewayVirtualServices(gw *mesh.Config) []*mesh.Config {
-	full := gw.Object.Namespace + "/" + gw.Object.Name
-	var out []*mesh.Config
-	for _, c := range v.snap.AllVirtualServices {
-		vs := c.VirtualService()
-		if !mesh.Exported(vs.GetExportTo(), c.Object.Namespace, v.key.Namespace) {
-			continue
-		}
-		for _, g := range vs.GetGateways() {
-			if g == full || (g == gw.Object.Name && c.Object.Namespace == gw.Object.Namespace) {
-				out = append(out, c)
-				break
+	if v.gatewayVS == nil {
+		v.gatewayVS = map[string][]*mesh.Config{}
+		for _, c := range v.snap.AllVirtualServices {
+			vs := c.VirtualService()
+			if !mesh.Exported(vs.GetExportTo(), c.Object.Namespace, v.key.Namespace) {
+				continue
+			}
+			var seen []string
+			for _, g := range vs.GetGateways() {
+				if g == "mesh" {
+					continue
+				}
+				if !strings.Contains(g, "/") {
+					g = c.Object.Namespace + "/" + g
+				}
+				if !slices.Contains(seen, g) {
+					seen = append(seen, g)
+					v.gatewayVS[g] = append(v.gatewayVS[g], c)
+				}
 			}
 		}
 	}
-	return out
+	return v.gatewayVS[gw.Object.Namespace+"/"+gw.Object.Name]
 }
 
 // DestinationRule returns the DestinationRule that applies to host for
@@ -288,8 +313,7 @@ func (v *View) InboundPorts() []InboundPort {
 		return nil
 	}
 	seen := map[uint32]bool{}
-	for _, h := range v.snap.Hostnames() {
-		svc := v.snap.Services[h]
+	for _, svc := range v.snap.SortedServices() {
 		for _, ep := range svc.Endpoints {
 			if !slices.Contains(v.ips, ep.Address) {
 				continue

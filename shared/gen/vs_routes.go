@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -179,12 +180,38 @@ func (t *routeTranslator) applicable(cfg *mesh.Config, field string, ms []*netwo
 	return out, len(out) > 0
 }
 
+// regexErrors memoizes whether a regex compiles: every proxy's generation
+// checks the same few regexes again. The result is a pure function of the
+// string; the memo is dropped whole when it grows large, so that garbage
+// input cannot grow it without bound.
+var regexErrors struct {
+	sync.Mutex
+	m map[string]error
+}
+
+func regexError(re string) error {
+	regexErrors.Lock()
+	err, ok := regexErrors.m[re]
+	regexErrors.Unlock()
+	if ok {
+		return err
+	}
+	_, err = regexp.Compile(re)
+	regexErrors.Lock()
+	if regexErrors.m == nil || len(regexErrors.m) > 10000 {
+		regexErrors.m = map[string]error{}
+	}
+	regexErrors.m[re] = err
+	regexErrors.Unlock()
+	return err
+}
+
 // badRegex returns the field and error of the first regex of m that RE2
 // (Go's regexp implements its syntax) does not compile.
 func badRegex(m *networking.HTTPMatchRequest) (string, error) {
 	check := func(f string, sm *networking.StringMatch) (string, error) {
 		if r, ok := sm.GetMatchType().(*networking.StringMatch_Regex); ok {
-			if _, err := regexp.Compile(r.Regex); err != nil {
+			if err := regexError(r.Regex); err != nil {
 				return f, err
 			}
 		}

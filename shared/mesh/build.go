@@ -133,6 +133,8 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		}
 	}
 	s.shared = nil
+	s.hostnames = s.Hostnames()
+	s.sorted = s.SortedServices()
 	s.AllVirtualServices = byKind["VirtualService"]
 	s.Gateways = byKind["Gateway"]
 	s.Sidecars = byKind["Sidecar"]

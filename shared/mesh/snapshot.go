@@ -40,6 +40,10 @@ type Snapshot struct {
 	// Clusters lists the clusters merged into this snapshot.
 	Clusters []ClusterState
 
+	// hostnames and sorted cache Hostnames and SortedServices, set at the
+	// end of Build.
+	hostnames []string
+	sorted    []*Service
 	// shared marks, during Build only, services shared with an earlier
 	// snapshot: they are cloned before any change.
 	shared map[*Service]bool
@@ -197,8 +201,12 @@ type Problem struct {
 	Reason   string `json:"reason"`
 }
 
-// Hostnames returns the service hostnames in sorted order.
+// Hostnames returns the service hostnames in sorted order. The slice is
+// shared: callers must not modify it.
 func (s *Snapshot) Hostnames() []string {
+	if s.hostnames != nil {
+		return s.hostnames
+	}
 	out := make([]string, 0, len(s.Services))
 	for h := range s.Services {
 		out = append(out, h)
@@ -266,6 +274,19 @@ func Exported(exportTo []string, ns, from string) bool {
 		}
 	}
 	return false
+}
+
+// SortedServices returns the services in hostname order. The slice is
+// shared: callers must not modify it.
+func (s *Snapshot) SortedServices() []*Service {
+	if s.sorted != nil {
+		return s.sorted
+	}
+	out := make([]*Service, 0, len(s.Services))
+	for _, h := range s.Hostnames() {
+		out = append(out, s.Services[h])
+	}
+	return out
 }
 
 // Subset returns the labels of the named subset of host's DestinationRule
