@@ -116,7 +116,8 @@ func (rb *routeBuilder) sidecarRoutes() []Resource {
 			// Clusters are pushed separately (CDS) and may arrive later.
 			ValidateClusters: rb.noValidate,
 		}
-		seen := map[string]bool{}
+		seen := make(map[string]bool, 4*len(byPort[port]))
+		rc.VirtualHosts = make([]*routev3.VirtualHost, 0, len(byPort[port])+1)
 		for _, svc := range byPort[port] { // sorted by hostname: the first keeps a shared domain
 			vh := &routev3.VirtualHost{
 				Name:    svc.Hostname + ":" + strconv.FormatUint(uint64(port), 10),
@@ -164,7 +165,7 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 // virtual_hosts), so seen records what is taken.
 func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) []string {
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
-	var out []string
+	out := make([]string, 0, 4+2*len(svc.Addresses))
 	add := func(name string) {
 		for _, d := range [2]string{name, name + ps} {
 			if !seen[d] {
