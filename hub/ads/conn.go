@@ -26,6 +26,7 @@ type conn struct {
 	key         proxy.Key
 	peer        string
 	connectedAt time.Time
+	delta       bool // incremental ADS
 
 	mu    sync.Mutex
 	nonce uint64
@@ -44,6 +45,14 @@ type typeState struct {
 	acked       string
 	nacked      string
 	nackReason  string
+
+	// Delta only. sentHashes is what the proxy holds (name → version, from
+	// our responses or its initial_resource_versions). pending maps the
+	// nonces not yet ACKed to their system version; absent holds subscribed
+	// names already reported as removed because they do not exist.
+	answered bool
+	pending  map[string]string
+	absent   map[string]bool
 }
 
 func (c *conn) handle(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
@@ -155,15 +164,10 @@ func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregat
 	}
 	sort.Slice(picked, func(i, j int) bool { return picked[i].Name < picked[j].Name })
 	hashes := make(map[string]string, len(picked))
-	h := sha256.New()
 	for _, p := range picked {
 		hashes[p.Name] = p.Hash
-		h.Write([]byte(p.Name))
-		h.Write([]byte{0})
-		h.Write([]byte(p.Hash))
-		h.Write([]byte{0})
 	}
-	version := hex.EncodeToString(h.Sum(nil)[:8])
+	version := setVersion(hashes)
 	if !force && ts.sentHashes != nil && version == ts.sentVersion {
 		c.mu.Unlock()
 		return nil
@@ -190,6 +194,24 @@ func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregat
 	return nil
 }
 
+// setVersion is the version of a set of resources: a hash of their names
+// and content hashes, so equal sets have equal versions.
+func setVersion(hashes map[string]string) string {
+	names := make([]string, 0, len(hashes))
+	for n := range hashes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write([]byte(hashes[n]))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
 // resources returns what st holds for this proxy: the mesh-wide proxyless
 // resources, or the Envoy resources generated for its key.
 func (c *conn) resources(st *pushctx.State) map[string]map[string]*pushctx.Prepared {
@@ -202,7 +224,7 @@ func (c *conn) resources(st *pushctx.State) map[string]map[string]*pushctx.Prepa
 func (c *conn) status() ConnStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Namespace: c.proxy.Namespace, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
+	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Delta: c.delta, Namespace: c.proxy.Namespace, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
 	for t, ts := range c.types {
 		cs.Types[shortType(t)] = TypeStatus{
 			Wildcard: ts.wildcard, Subscribed: len(ts.names),

@@ -1,5 +1,5 @@
-// Package ads serves the Aggregated Discovery Service (state of the world)
-// to proxies. Each stream follows its mesh's published push context
+// Package ads serves the Aggregated Discovery Service, state of the world
+// and incremental (delta), to proxies. Each stream follows its mesh's published push context
 // (pushctx.State) and sends a type only when what the proxy subscribed to
 // changed in content; a NACKed version is never re-sent, and the last good
 // config stays with the proxy.
@@ -72,19 +72,34 @@ func New(src StateSource, opts Options) *Server {
 // MetadataMesh is the node metadata key naming a proxy's mesh.
 const MetadataMesh = proxy.MetaMesh
 
-// DeltaAggregatedResources is not served yet; clients fall back to SotW.
-func (s *Server) DeltaAggregatedResources(discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return status.Error(codes.Unimplemented, "delta ADS is not served by this hub yet; use state-of-the-world ADS")
+// StreamAggregatedResources serves one proxy over state-of-the-world ADS.
+func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return serveStream(s, stream.Context(), stream.Recv, false,
+		func(c *conn, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
+			return c.handle(stream, st, req)
+		},
+		func(c *conn, st *pushctx.State) error { return c.pushAll(stream, st) })
 }
 
-// StreamAggregatedResources serves one proxy.
-func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	ctx := stream.Context()
-	reqs := make(chan *discoveryv3.DiscoveryRequest)
+// DeltaAggregatedResources serves one proxy over incremental (delta) ADS.
+func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return serveStream(s, stream.Context(), stream.Recv, true,
+		func(c *conn, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
+			return c.handleDelta(stream, st, req)
+		},
+		func(c *conn, st *pushctx.State) error { return c.pushAllDelta(stream, st) })
+}
+
+// serveStream runs one ADS stream of either variant: requests are read on
+// their own goroutine, the first one's node is accepted, and each new push
+// context of the proxy's mesh is pushed with pushAll.
+func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context.Context, recv func() (Req, error), delta bool,
+	handle func(*conn, *pushctx.State, Req) error, pushAll func(*conn, *pushctx.State) error) error {
+	reqs := make(chan Req)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			r, err := stream.Recv()
+			r, err := recv()
 			if err != nil {
 				recvErr <- err
 				return
@@ -117,24 +132,24 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 		case req := <-reqs:
 			if c == nil {
 				var err error
-				if c, err = s.accept(ctx, req.GetNode()); err != nil {
+				if c, err = s.accept(ctx, req.GetNode(), delta); err != nil {
 					return err
 				}
 				state, changed = s.src.Current(c.mesh)
 			}
-			if err := c.handle(stream, state, req); err != nil {
+			if err := handle(c, state, req); err != nil {
 				return err
 			}
 		case <-changed:
 			state, changed = s.src.Current(c.mesh)
-			if err := c.pushAll(stream, state); err != nil {
+			if err := pushAll(c, state); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (s *Server) accept(ctx context.Context, node *corev3.Node) (*conn, error) {
+func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*conn, error) {
 	px, err := proxy.FromNode(node, s.opts.DefaultMesh)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -147,6 +162,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node) (*conn, error) {
 		proxy:       px,
 		key:         px.Key(),
 		connectedAt: time.Now(),
+		delta:       delta,
 		types:       map[string]*typeState{},
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
@@ -156,7 +172,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node) (*conn, error) {
 	s.conns[c.id] = c
 	s.mu.Unlock()
 	s.metrics.connections.Inc()
-	s.log.Info("proxy connected", "conn", c.id, "mesh", c.mesh, "type", px.Type, "namespace", px.Namespace, "peer", c.peer)
+	s.log.Info("proxy connected", "conn", c.id, "mesh", c.mesh, "type", px.Type, "namespace", px.Namespace, "peer", c.peer, "delta", delta)
 	return c, nil
 }
 
@@ -184,6 +200,7 @@ type ConnStatus struct {
 	NodeID      string                `json:"nodeId"`
 	Mesh        string                `json:"mesh"`
 	ProxyType   string                `json:"proxyType"`
+	Delta       bool                  `json:"delta,omitempty"` // incremental ADS`
 	Namespace   string                `json:"namespace,omitempty"`
 	Peer        string                `json:"peer,omitempty"`
 	ConnectedAt time.Time             `json:"connectedAt"`
