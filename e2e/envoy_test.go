@@ -190,7 +190,8 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`nave_hub_mesh_config_conflicts{mesh="default"} 1`, `nave_hub_mesh_config_problems{mesh="default"}`} {
+	for _, want := range []string{`nave_hub_mesh_config_conflicts{mesh="default"} 1`, `nave_hub_mesh_config_problems{mesh="default"}`,
+		"nave_hub_proxy_generation_mismatches_total 0"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("hub metrics lack %s", want)
 		}

@@ -172,6 +172,19 @@ func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregat
 		c.mu.Unlock()
 		return nil
 	}
+	// Endpoints and routes are not root types: a proxy keeps those a
+	// response leaves out (Envoy's xDS protocol, "Resource types"; grpc-go
+	// likewise), so an update carries only what changed. A proxy's own
+	// request is answered in full.
+	if !force && ts.sentHashes != nil && !rootType(typeURL) {
+		changed := picked[:0:0]
+		for _, p := range picked {
+			if ts.sentHashes[p.Name] != p.Hash {
+				changed = append(changed, p)
+			}
+		}
+		picked = changed
+	}
 	c.nonce++
 	nonce := strconv.FormatUint(c.nonce, 10)
 	resources := make([]*anypb.Any, len(picked))
@@ -193,6 +206,10 @@ func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregat
 	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version)
 	return nil
 }
+
+// rootType reports whether a state-of-the-world response of typeURL is
+// the complete set (listeners, clusters): what it leaves out is removed.
+func rootType(typeURL string) bool { return typeURL == listenerType || typeURL == clusterType }
 
 // setVersion is the version of a set of resources: a hash of their names
 // and content hashes, so equal sets have equal versions.
@@ -216,7 +233,7 @@ func setVersion(hashes map[string]string) string {
 // resources, or the Envoy resources generated for its key.
 func (c *conn) resources(st *pushctx.State) map[string]map[string]*pushctx.Prepared {
 	if c.proxy.Type == proxy.GRPC {
-		return st.Resources
+		return st.Proxyless()
 	}
 	return st.ForProxy(c.key).Resources
 }

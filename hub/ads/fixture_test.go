@@ -124,7 +124,12 @@ func newFixture(t *testing.T, src pushctx.Source) *fixture {
 		f.fake = &source{clusters: map[string][]mesh.ClusterInput{}}
 		f.src = f.fake
 	}
-	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond})
+	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond, Verify: true})
+	t.Cleanup(func() {
+		for _, m := range f.pc.Mismatches() {
+			t.Errorf("incremental generation: %s", m)
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f.pc.Start(ctx)

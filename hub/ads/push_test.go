@@ -3,6 +3,8 @@ package ads_test
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -219,4 +221,36 @@ func TestSlowProxyDoesNotBlockOthers(t *testing.T) {
 	if sentA := f.connStatus(t, "proxy-a").Types["ClusterLoadAssignment"].SentVersion; sentA == sentB {
 		t.Errorf("proxy a, which stopped reading, was sent every change (version %s): the test did not exercise a blocked stream", sentA)
 	}
+}
+
+// TestSotWEndpointUpdatesCarryOnlyChangedAssignments: endpoints are not a
+// root type, so after the first full answer an update carries only the
+// assignments that changed; clusters (a root type) are always complete.
+func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
+	f := newFixture(t, nil)
+	y := echoYAML(80, 20, "ROUND_ROBIN")
+	f.set(t, "m", synced("c1", decode(t, y)))
+	p := f.connect(t, node("proxy-eds", "m"))
+	subs := []string{echoCluster, echoV1, echoV2}
+	p.subscribe(gen.EndpointType, subs...)
+	first := p.next(gen.EndpointType)
+	if got := names(t, first); len(got) != 3 {
+		t.Fatalf("first EDS answer has %v, want all three subscribed", got)
+	}
+	p.ack(first, subs...)
+
+	// Move echo-v2 to another port: the v2 subset's and the service's
+	// assignments change, v1's does not.
+	f.set(t, "m", synced("c1", decode(t, strings.Replace(y, "ports: {grpc: 17072}", "ports: {grpc: 17073}", 1))))
+	upd := p.next(gen.EndpointType)
+	got := names(t, upd)
+	sort.Strings(got)
+	if want := []string{echoV2, echoCluster}; !slices.Equal(got, want) { // sorted
+		t.Errorf("EDS update carries %v, want only the changed %v", got, want)
+	}
+	if upd.GetVersionInfo() == first.GetVersionInfo() {
+		t.Error("the update kept the version")
+	}
+	p.ack(upd, subs...)
+	p.quiet(quietFor, "nothing else changed")
 }

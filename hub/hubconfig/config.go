@@ -77,6 +77,8 @@ func (i *Ingest) Validate() error {
 type Push struct {
 	DebounceQuiet time.Duration `key:"debounceQuiet" default:"100ms" help:"push once no config change has arrived for this long"`
 	DebounceMax   time.Duration `key:"debounceMax" default:"1s" help:"push at the latest this long after the first change of a batch, even if changes keep arriving"`
+	// VerifyIncremental is a test mode (invariant 6): see pushctx.Options.Verify.
+	VerifyIncremental bool `key:"verifyIncremental" default:"false" help:"test mode: also generate from scratch whatever is generated incrementally and log and count any difference (doubles generation cost)"`
 }
 
 // Validate checks quiet > 0 and max >= quiet.

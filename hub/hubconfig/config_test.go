@@ -26,6 +26,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"ingest.staleGracePeriod": cfg.Ingest.StaleGracePeriod == 10*time.Minute,
 		"push.debounceQuiet":      cfg.Push.DebounceQuiet == 100*time.Millisecond,
 		"push.debounceMax":        cfg.Push.DebounceMax == time.Second,
+		"push.verifyIncremental":  !cfg.Push.VerifyIncremental,
 	}
 	for key, ok := range checks {
 		if !ok {

@@ -11,6 +11,8 @@ type metrics struct {
 	problems     *prometheus.GaugeVec
 	// proxyGenSeconds times Envoy generation for one proxy key.
 	proxyGenSeconds prometheus.Histogram
+	generations     *prometheus.CounterVec
+	mismatches      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -20,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_build_failures_total",
 			Help: "Push context builds that failed (a panic, logged); the mesh kept its previous push context."}),
 		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_pushctx_build_duration_seconds",
-			Help: "Time to merge, generate and marshal one mesh's push context.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+			Help: "Time to merge one mesh's clusters into a push context and publish it (generation for proxies happens on first use, see nave_hub_proxy_generate_duration_seconds).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_services",
 			Help: "Services in the mesh's current push context."}, []string{"mesh"}),
 		conflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_config_conflicts",
@@ -30,9 +32,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		proxyGenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_proxy_generate_duration_seconds",
 			Help:    "Time to generate and marshal the resources of one Envoy proxy key (sidecar or gateway) from a push context.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
+		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_proxy_generations_total",
+			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), reused (nothing changed)."}, []string{"mode"}),
+		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_proxy_generation_mismatches_total",
+			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches)
 	}
 	return m
 }

@@ -14,7 +14,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -40,8 +42,14 @@ type Options struct {
 	DebounceQuiet time.Duration
 	// DebounceMax bounds how long a rebuild waits under continuous change.
 	DebounceMax time.Duration
-	Logger      *slog.Logger
-	Registerer  prometheus.Registerer
+	// Verify makes every incremental generation (one that reuses an
+	// earlier State's output) also generate from scratch and compare: a
+	// difference means the reuse missed an input (DESIGN.md invariant 6).
+	// Differences are logged, counted and returned by Mismatches. For
+	// tests; it doubles generation cost.
+	Verify     bool
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Prepared is a resource marshalled once, shared by every stream.
@@ -52,24 +60,37 @@ type Prepared struct {
 	Hash string
 }
 
-// State is one published push context of a mesh. It is immutable.
+// State is one published push context of a mesh. It is immutable; what
+// it generates for proxies is generated on first use and memoized.
 type State struct {
-	Mesh      string
-	Version   uint64
-	BuiltAt   time.Time
-	Snapshot  *mesh.Snapshot
-	Resources map[string]map[string]*Prepared // type URL -> name -> resource
-	Problems  []mesh.Problem
+	Mesh     string
+	Version  uint64
+	BuiltAt  time.Time
+	Snapshot *mesh.Snapshot
+	// Diff is how Snapshot differs from the previous State's.
+	Diff mesh.Diff
+	// Problems are the build's (the merge's) problems; generation adds its
+	// own, see AllProblems.
+	Problems []mesh.Problem
 	// superseded is closed when a newer State is published.
 	superseded chan struct{}
 
 	metrics *metrics
+	mgr     *Manager
+
 	// proxies memoizes Envoy generation per proxy key; interned shares one
-	// Prepared per (type, name, content) across every key.
+	// Prepared per (type, name, content) across every key. prev is the
+	// State this one was built after, whose output generation may reuse
+	// (per Diff); it is dropped when a newer State is published, so States
+	// never chain.
 	proxyMu  sync.Mutex
+	prev     *State
 	proxies  map[proxy.Key]*proxyEntry
 	interned map[internKey]*Prepared
 	problems map[mesh.Problem]bool
+
+	grpcOnce sync.Once
+	grpc     map[string]map[string]*Prepared
 }
 
 type internKey struct{ typeURL, name, hash string }
@@ -85,10 +106,21 @@ type ProxyResources struct {
 	Problems  []mesh.Problem
 }
 
+// Generation modes (metric label and log field).
+const (
+	genFull      = "full"      // from scratch
+	genEndpoints = "endpoints" // only the endpoints of changed services, the rest reused
+	genReused    = "reused"    // nothing changed: the previous State's output
+)
+
 // ForProxy returns the resources for Envoy proxies with key k, generating
 // and marshalling them on first use; later callers with an equal key share
 // the result, and resources with equal content share their bytes across
-// keys (marshal once). Safe for concurrent use.
+// keys (marshal once). When only endpoints changed since the previous
+// State and that State generated for k, only the changed services'
+// endpoints are generated again (and the clusters and listeners of a proxy
+// whose own address is among the changed endpoints). Safe for concurrent
+// use.
 func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 	s.proxyMu.Lock()
 	if s.proxies == nil {
@@ -102,44 +134,197 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 	s.proxyMu.Unlock()
 	e.once.Do(func() {
 		start := time.Now()
+		res, mode := s.generate(k)
+		if mode != genFull && s.mgr != nil && s.mgr.opts.Verify {
+			s.verify(k, res)
+		}
+		e.res = res
+		if s.metrics != nil {
+			s.metrics.generations.WithLabelValues(mode).Inc()
+			s.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
+		}
+	})
+	return e.res
+}
+
+// previous returns what the previous State generated for k, if it did.
+func (s *State) previous(k proxy.Key) *ProxyResources {
+	s.proxyMu.Lock()
+	prev := s.prev
+	s.proxyMu.Unlock()
+	if prev == nil {
+		return nil
+	}
+	prev.proxyMu.Lock()
+	defer prev.proxyMu.Unlock()
+	if e := prev.proxies[k]; e != nil {
+		return e.res // nil while prev is still generating it
+	}
+	return nil
+}
+
+func (s *State) generate(k proxy.Key) (*ProxyResources, string) {
+	pr := s.previous(k)
+	switch {
+	case pr != nil && s.Diff.Unchanged():
+		return pr, genReused
+	case pr == nil || s.Diff.Config:
 		out := gen.Envoy(s.Snapshot, k)
 		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(out.Resources)), Problems: out.Problems}
-		marshalled := marshal(out)
-		s.proxyMu.Lock()
-		if s.interned == nil {
-			s.interned = map[internKey]*Prepared{}
-			s.problems = make(map[mesh.Problem]bool, len(s.Problems))
-			for _, p := range s.Problems {
-				s.problems[p] = true
-			}
-		}
-		for typeURL, list := range marshalled {
+		for typeURL, list := range s.intern(marshal(out)) {
 			byName := make(map[string]*Prepared, len(list))
 			for _, p := range list {
-				ik := internKey{typeURL, p.Name, p.Hash}
-				if q, ok := s.interned[ik]; ok {
-					p = q
-				} else {
-					s.interned[ik] = p
-				}
 				byName[p.Name] = p
 			}
 			res.Resources[typeURL] = byName
 		}
-		for _, p := range out.Problems {
+		s.addProblems(out.Problems)
+		return res, genFull
+	}
+	// Only endpoints changed. Clusters, listeners and routes read
+	// endpoints only for DNS clusters (inline assignments) and for the
+	// proxy's own inbound ports (its IPs); endpoints are regenerated just
+	// for the changed services.
+	v := gen.NewView(s.Snapshot, k)
+	own := false
+	for _, ip := range k.IPList() {
+		own = own || s.Diff.Addresses[ip]
+	}
+	dns := false
+	for h := range s.Diff.Hosts {
+		if svc := s.Snapshot.Services[h]; svc != nil && svc.Resolution != mesh.ResolutionStatic {
+			dns = true
+		}
+	}
+	out := &gen.Output{Resources: map[string][]gen.Resource{gen.EndpointType: v.EndpointsOf(s.Diff.Hosts)}}
+	if own || dns {
+		out.Resources[gen.ClusterType] = v.Clusters()
+	}
+	if own {
+		out.Resources[gen.ListenerType] = v.Listeners()
+		out.Resources[gen.RouteType] = v.Routes()
+	}
+	out.Problems = v.Problems()
+	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(pr.Resources)), Problems: pr.Problems}
+	for typeURL, byName := range pr.Resources {
+		res.Resources[typeURL] = byName // immutable: shared
+	}
+	for typeURL, list := range s.intern(marshal(out)) {
+		var byName map[string]*Prepared
+		if typeURL == gen.EndpointType {
+			byName = maps.Clone(pr.Resources[typeURL])
+			if byName == nil {
+				byName = map[string]*Prepared{}
+			}
+		} else {
+			byName = make(map[string]*Prepared, len(list))
+		}
+		for _, p := range list {
+			if q := pr.Resources[typeURL][p.Name]; q != nil && q.Hash == p.Hash {
+				p = q // unchanged content keeps its identity
+			}
+			byName[p.Name] = p
+		}
+		res.Resources[typeURL] = byName
+	}
+	for _, p := range out.Problems {
+		if !slices.Contains(res.Problems, p) {
+			res.Problems = append(res.Problems, p)
+		}
+	}
+	s.addProblems(out.Problems)
+	return res, genEndpoints
+}
+
+// intern replaces each Prepared by the State's equal one, if any.
+func (s *State) intern(marshalled map[string][]*Prepared) map[string][]*Prepared {
+	s.proxyMu.Lock()
+	defer s.proxyMu.Unlock()
+	if s.interned == nil {
+		s.interned = map[internKey]*Prepared{}
+	}
+	for typeURL, list := range marshalled {
+		for i, p := range list {
+			ik := internKey{typeURL, p.Name, p.Hash}
+			if q, ok := s.interned[ik]; ok {
+				list[i] = q
+			} else {
+				s.interned[ik] = p
+			}
+		}
+	}
+	return marshalled
+}
+
+// addProblems records problems found generating, for AllProblems.
+func (s *State) addProblems(ps []mesh.Problem) {
+	s.proxyMu.Lock()
+	if s.problems == nil {
+		s.problems = make(map[mesh.Problem]bool, len(s.Problems)+len(ps))
+		for _, p := range s.Problems {
 			s.problems[p] = true
 		}
-		n := len(s.problems)
+	}
+	for _, p := range ps {
+		s.problems[p] = true
+	}
+	n := len(s.problems)
+	s.proxyMu.Unlock()
+	if s.metrics != nil {
+		s.metrics.problems.WithLabelValues(s.Mesh).Set(float64(n))
+	}
+}
+
+// verify generates k from scratch and compares with res.
+func (s *State) verify(k proxy.Key, res *ProxyResources) {
+	out := gen.Envoy(s.Snapshot, k)
+	var diffs []string
+	for typeURL, list := range marshal(out) {
+		got := res.Resources[typeURL]
+		if len(got) != len(list) {
+			diffs = append(diffs, fmt.Sprintf("%s: %d resources reused/regenerated, %d from scratch", typeURL, len(got), len(list)))
+		}
+		for _, p := range list {
+			if q := got[p.Name]; q == nil || q.Hash != p.Hash {
+				diffs = append(diffs, fmt.Sprintf("%s %s differs from a generation from scratch", typeURL, p.Name))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		s.mgr.mismatch(s, k, diffs)
+	}
+}
+
+// Proxyless returns the mesh-wide resources that proxyless gRPC clients
+// receive, generating and marshalling them on first use (a mesh without
+// proxyless clients never pays for them). Unchanged config reuses the
+// previous State's; resources with equal bytes keep their identity.
+func (s *State) Proxyless() map[string]map[string]*Prepared {
+	s.grpcOnce.Do(func() {
+		s.proxyMu.Lock()
+		prev := s.prev
 		s.proxyMu.Unlock()
-		if s.metrics != nil {
-			s.metrics.problems.WithLabelValues(s.Mesh).Set(float64(n))
+		var pg map[string]map[string]*Prepared
+		if prev != nil {
+			prev.proxyMu.Lock()
+			pg = prev.grpc // nil unless prev generated it (written before its once completed)
+			prev.proxyMu.Unlock()
 		}
-		if s.metrics != nil {
-			s.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
+		if pg != nil && s.Diff.Unchanged() {
+			s.setProxyless(pg)
+			return
 		}
-		e.res = res
+		out := gen.GRPC(s.Snapshot)
+		s.addProblems(out.Problems)
+		s.setProxyless(prepare(out, pg))
 	})
-	return e.res
+	return s.grpc
+}
+
+func (s *State) setProxyless(m map[string]map[string]*Prepared) {
+	s.proxyMu.Lock()
+	s.grpc = m
+	s.proxyMu.Unlock()
 }
 
 // AllProblems returns the problems of the build and of every proxy
@@ -176,9 +361,29 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu     sync.Mutex
-	ctx    context.Context
-	meshes map[string]*meshState
+	mu         sync.Mutex
+	ctx        context.Context
+	meshes     map[string]*meshState
+	mismatches []string
+}
+
+// Mismatches lists what Verify found: incremental generations that
+// differed from generation from scratch. Empty unless Options.Verify.
+func (m *Manager) Mismatches() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.mismatches...)
+}
+
+func (m *Manager) mismatch(s *State, k proxy.Key, diffs []string) {
+	m.log.Error("incremental generation differs from generation from scratch: a reuse rule misses an input",
+		"mesh", s.Mesh, "version", s.Version, "key", fmt.Sprintf("%+v", k), "diff", diffs)
+	m.metrics.mismatches.Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range diffs {
+		m.mismatches = append(m.mismatches, fmt.Sprintf("mesh %s v%d key %+v: %s", s.Mesh, s.Version, k, d))
+	}
 }
 
 type meshState struct {
@@ -334,15 +539,20 @@ func (m *Manager) build(ms *meshState) {
 	}
 
 	snap := ms.builder.Build(ms.name, clusters)
-	out := gen.GRPC(snap)
+	var prevSnap *mesh.Snapshot
+	if prev != nil {
+		prevSnap = prev.Snapshot
+	}
 	st := &State{
 		Mesh:       ms.name,
 		BuiltAt:    start,
 		Snapshot:   snap,
-		Resources:  prepare(out, prev),
-		Problems:   append(append([]mesh.Problem(nil), snap.Problems...), out.Problems...),
+		Diff:       mesh.DiffSnapshots(prevSnap, snap),
+		Problems:   append([]mesh.Problem(nil), snap.Problems...),
 		superseded: make(chan struct{}),
 		metrics:    m.metrics,
+		mgr:        m,
+		prev:       prev,
 	}
 
 	ms.mu.Lock()
@@ -355,6 +565,11 @@ func (m *Manager) build(ms *meshState) {
 	}
 	ms.current = st
 	ms.mu.Unlock()
+	if prev != nil {
+		prev.proxyMu.Lock()
+		prev.prev = nil // States never chain: only the newest reuses its predecessor
+		prev.proxyMu.Unlock()
+	}
 
 	d := time.Since(start)
 	m.metrics.builds.Inc()
@@ -363,21 +578,20 @@ func (m *Manager) build(ms *meshState) {
 	m.metrics.conflicts.WithLabelValues(ms.name).Set(float64(len(snap.Conflicts)))
 	m.metrics.problems.WithLabelValues(ms.name).Set(float64(len(st.Problems)))
 	m.log.Info("push context published", "mesh", ms.name, "version", st.Version, "services", len(snap.Services),
-		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts), "took", d)
+		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts),
+		"config_changed", st.Diff.Config, "endpoint_changes", len(st.Diff.Hosts), "took", d)
 }
 
 // prepare marshals every generated resource once. A resource whose bytes
-// equal the previous State's reuses that Prepared, so unchanged resources
-// keep their identity across publications.
-func prepare(out *gen.Output, prev *State) map[string]map[string]*Prepared {
+// equal prev's reuses that Prepared, so unchanged resources keep their
+// identity across publications.
+func prepare(out *gen.Output, prev map[string]map[string]*Prepared) map[string]map[string]*Prepared {
 	res := make(map[string]map[string]*Prepared, len(out.Resources))
 	for typeURL, list := range marshal(out) {
 		byName := make(map[string]*Prepared, len(list))
 		for _, p := range list {
-			if prev != nil {
-				if q, ok := prev.Resources[typeURL][p.Name]; ok && q.Hash == p.Hash {
-					p = q
-				}
+			if q, ok := prev[typeURL][p.Name]; ok && q.Hash == p.Hash {
+				p = q
 			}
 			byName[p.Name] = p
 		}

@@ -57,23 +57,28 @@ type outboundCluster struct {
 // subset of the DestinationRule that applies to the host.
 func (v *View) outboundClusters(fn func(*outboundCluster)) {
 	for _, svc := range v.Services() {
-		dr := v.DestinationRule(svc.Hostname)
-		spec := dr.DestinationRule()
-		for _, p := range svc.Ports {
-			oc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr}
-			oc.policy = TrafficPolicyFor(spec, p.Number, "")
-			oc.kind = kindFor(svc.Resolution, oc.policy)
-			fn(oc)
-			for i, ss := range spec.GetSubsets() {
-				if slices.ContainsFunc(spec.GetSubsets()[:i], func(o *networking.Subset) bool { return o.GetName() == ss.GetName() }) {
-					v.Problem(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
-					continue
-				}
-				sc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
-				sc.policy = TrafficPolicyFor(spec, p.Number, ss.GetName())
-				sc.kind = kindFor(svc.Resolution, sc.policy)
-				fn(sc)
+		v.serviceClusters(svc, fn)
+	}
+}
+
+// serviceClusters calls fn for each outbound cluster of one service.
+func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
+	dr := v.DestinationRule(svc.Hostname)
+	spec := dr.DestinationRule()
+	for _, p := range svc.Ports {
+		oc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr}
+		oc.policy = TrafficPolicyFor(spec, p.Number, "")
+		oc.kind = kindFor(svc.Resolution, oc.policy)
+		fn(oc)
+		for i, ss := range spec.GetSubsets() {
+			if slices.ContainsFunc(spec.GetSubsets()[:i], func(o *networking.Subset) bool { return o.GetName() == ss.GetName() }) {
+				v.Problem(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
+				continue
 			}
+			sc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
+			sc.policy = TrafficPolicyFor(spec, p.Number, ss.GetName())
+			sc.kind = kindFor(svc.Resolution, sc.policy)
+			fn(sc)
 		}
 	}
 }

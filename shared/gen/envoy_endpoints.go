@@ -28,6 +28,24 @@ func (v *View) Endpoints() []Resource {
 	return out
 }
 
+// EndpointsOf is Endpoints restricted to the clusters of the given
+// services (hostnames): what changes when only their endpoints did.
+func (v *View) EndpointsOf(hosts map[string]bool) []Resource {
+	var out []Resource
+	for h := range hosts {
+		svc := v.Service(h)
+		if svc == nil {
+			continue // not visible to this proxy
+		}
+		v.serviceClusters(svc, func(oc *outboundCluster) {
+			if oc.kind == kindEDS {
+				out = append(out, Resource{Name: oc.name, Message: v.assignment(oc)})
+			}
+		})
+	}
+	return out
+}
+
 // assignment builds the load assignment of an EDS or DNS cluster: its
 // endpoints grouped by locality (and priority, when locality failover
 // applies), with locality weights from locality distribution when one

@@ -63,6 +63,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	pc = pushctx.New(in, pushctx.Options{
 		DebounceQuiet: cfg.Push.DebounceQuiet,
 		DebounceMax:   cfg.Push.DebounceMax,
+		Verify:        cfg.Push.VerifyIncremental,
 		Logger:        log.With("component", "pushctx"),
 		Registerer:    reg,
 	})

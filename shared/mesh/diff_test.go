@@ -1,0 +1,122 @@
+package mesh
+
+import (
+	"reflect"
+	"testing"
+)
+
+func diffFixture() *Snapshot {
+	svc := &Service{Hostname: "a.ns.svc.cluster.local", Namespace: "ns", Ports: []Port{{Name: "http", Number: 80, Protocol: "HTTP"}},
+		Endpoints: []*Endpoint{{Address: "10.0.0.1", Ports: map[string]uint32{"http": 8080}, Labels: map[string]string{"v": "1"},
+			Locality: Locality{Region: "r"}, Health: Healthy, Cluster: "c1", Source: "c1:WorkloadEntry ns/a"}},
+		Sources: []string{"c1:ServiceEntry ns/a"}}
+	return &Snapshot{Mesh: "m", Services: map[string]*Service{svc.Hostname: svc}}
+}
+
+// clone deep-copies the fixture's service so fields can be changed.
+func cloneService(s *Service) *Service {
+	c := *s
+	c.Ports = append([]Port(nil), s.Ports...)
+	c.Endpoints = nil
+	for _, e := range s.Endpoints {
+		ec := *e
+		c.Endpoints = append(c.Endpoints, &ec)
+	}
+	return &c
+}
+
+// changeField sets field i of the struct v points to a different value.
+func changeField(t *testing.T, v reflect.Value, i int) {
+	t.Helper()
+	f := v.Elem().Field(i)
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(f.String() + "x")
+	case reflect.Bool:
+		f.SetBool(!f.Bool())
+	case reflect.Uint32:
+		f.SetUint(f.Uint() + 1)
+	case reflect.Slice:
+		elem := reflect.New(f.Type().Elem()).Elem()
+		if elem.Kind() == reflect.Pointer {
+			elem = reflect.New(f.Type().Elem().Elem())
+		}
+		f.Set(reflect.Append(reflect.MakeSlice(f.Type(), 0, 1), elem))
+	case reflect.Map:
+		m := reflect.MakeMap(f.Type())
+		m.SetMapIndex(reflect.New(f.Type().Key()).Elem(), reflect.New(f.Type().Elem()).Elem())
+		f.Set(m)
+	case reflect.Struct:
+		f.Field(0).SetString(f.Field(0).String() + "x")
+	default:
+		t.Fatalf("field %s of kind %s: teach the test (and DiffSnapshots) about it", v.Elem().Type().Field(i).Name, f.Kind())
+	}
+}
+
+// TestDiffSeesEveryServiceAndEndpointField changes each field of Service
+// and Endpoint in turn: a field DiffSnapshots ignores would make the hub
+// reuse output generated from old data.
+func TestDiffSeesEveryServiceAndEndpointField(t *testing.T) {
+	prev := diffFixture()
+	host := "a.ns.svc.cluster.local"
+	st := reflect.TypeOf(Service{})
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		next := diffFixture()
+		svc := cloneService(prev.Services[host])
+		changeField(t, reflect.ValueOf(svc), i)
+		if svc.Hostname != host { // a renamed service is a different map key
+			next.Services = map[string]*Service{svc.Hostname: svc}
+		} else {
+			next.Services[host] = svc
+		}
+		d := DiffSnapshots(prev, next)
+		if d.Unchanged() {
+			t.Errorf("changing Service.%s is not seen", f.Name)
+		}
+		if f.Name != "Endpoints" && !d.Config {
+			t.Errorf("changing Service.%s is not a config change", f.Name)
+		}
+	}
+	et := reflect.TypeOf(Endpoint{})
+	for i := range et.NumField() {
+		f := et.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		next := diffFixture()
+		svc := cloneService(prev.Services[host])
+		changeField(t, reflect.ValueOf(svc.Endpoints[0]), i)
+		next.Services[host] = svc
+		d := DiffSnapshots(prev, next)
+		if d.Config || !d.Hosts[host] {
+			t.Errorf("changing Endpoint.%s: diff %+v, want an endpoint change of %s", f.Name, d, host)
+		}
+		if !d.Addresses["10.0.0.1"] {
+			t.Errorf("changing Endpoint.%s: addresses %v lack the endpoint's", f.Name, d.Addresses)
+		}
+	}
+	if d := DiffSnapshots(prev, diffFixture()); !d.Unchanged() {
+		t.Errorf("equal snapshots differ: %+v", d)
+	}
+}
+
+// TestDiffKnowsEverySnapshotField fails when Snapshot gains a field:
+// DiffSnapshots must then compare it (or this list must say why not).
+func TestDiffKnowsEverySnapshotField(t *testing.T) {
+	covered := map[string]string{
+		"Mesh": "compared", "Services": "compared", "VirtualServices": "compared", "AllVirtualServices": "compared",
+		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
+		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
+		"Clusters": "not read by generators",
+	}
+	st := reflect.TypeOf(Snapshot{})
+	for i := range st.NumField() {
+		if f := st.Field(i); f.IsExported() && covered[f.Name] == "" {
+			t.Errorf("Snapshot.%s is new: make DiffSnapshots compare it, then list it here", f.Name)
+		}
+	}
+}
