@@ -1,6 +1,7 @@
 package pushctx_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func TestForProxyGeneratesOncePerKeyAndSharesBytes(t *testing.T) {
 	st, _ := m.Current("m")
 
 	a := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: "10.9.0.1"}
-	b := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: "10.9.0.2"}
+	b := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "other", IPs: "10.9.0.2"}
 	var wg sync.WaitGroup
 	results := make([]*pushctx.ProxyResources, 8)
 	for i := range results {
@@ -51,5 +52,41 @@ func TestForProxyGeneratesOncePerKeyAndSharesBytes(t *testing.T) {
 		if q := rb.Resources[gen.ClusterType][name]; q != p {
 			t.Fatalf("cluster %s: same content for two keys was not shared (%p vs %p)", name, p, q)
 		}
+	}
+}
+
+// TestKeysDifferingOnlyInIPsShareGeneration: IPs matter only through the
+// ports their workloads serve, so proxies whose IPs serve nothing (or the
+// same ports) share one generation, and one that serves differs.
+func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the mesh is published")
+	st, _ := m.Current("m")
+
+	key := func(ips string) proxy.Key {
+		return proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: ips}
+	}
+	a, b := st.ForProxy(key("10.9.0.1")), st.ForProxy(key("10.9.0.2"))
+	if a != b {
+		t.Error("two proxies whose IPs serve nothing did not share a generation")
+	}
+	// 127.0.0.1 is echo's workload address: it has inbound ports.
+	own := st.ForProxy(key("127.0.0.1"))
+	if own == a {
+		t.Error("a proxy serving echo shares the config of one serving nothing")
+	}
+	if len(own.Resources[gen.ClusterType]) <= len(a.Resources[gen.ClusterType]) {
+		t.Errorf("the serving proxy has %d clusters, the other %d: want its inbound clusters too",
+			len(own.Resources[gen.ClusterType]), len(a.Resources[gen.ClusterType]))
+	}
+	if mm := m.Mismatches(); len(mm) > 0 {
+		t.Errorf("shared results differ from generation from scratch: %v", mm)
 	}
 }

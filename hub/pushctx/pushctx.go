@@ -96,8 +96,9 @@ type State struct {
 type internKey struct{ typeURL, name, hash string }
 
 type proxyEntry struct {
-	once sync.Once
-	res  *ProxyResources
+	once   sync.Once
+	origin proxy.Key // the key generated for; others of its cacheKey share the result
+	res    *ProxyResources
 }
 
 // ProxyResources is what one Envoy proxy key receives from a State.
@@ -122,20 +123,22 @@ const (
 // whose own address is among the changed endpoints). Safe for concurrent
 // use.
 func (s *State) ForProxy(k proxy.Key) *ProxyResources {
+	ck := s.cacheKey(k)
 	s.proxyMu.Lock()
 	if s.proxies == nil {
 		s.proxies = map[proxy.Key]*proxyEntry{}
 	}
-	e := s.proxies[k]
+	e := s.proxies[ck]
 	if e == nil {
-		e = &proxyEntry{}
-		s.proxies[k] = e
+		e = &proxyEntry{origin: k}
+		s.proxies[ck] = e
 	}
 	s.proxyMu.Unlock()
+	verify := s.mgr != nil && s.mgr.opts.Verify
 	e.once.Do(func() {
 		start := time.Now()
-		res, mode := s.generate(k)
-		if mode != genFull && s.mgr != nil && s.mgr.opts.Verify {
+		res, mode := s.generate(ck, k)
+		if mode != genFull && verify {
 			s.verify(k, res)
 		}
 		e.res = res
@@ -144,7 +147,26 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 			s.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
 		}
 	})
+	if verify && e.origin != k {
+		s.verify(k, e.res) // shared with a key of other IPs: must be equal
+	}
 	return e.res
+}
+
+// cacheKey is the key generation for k is memoized under: k with its IPs
+// replaced by what they contribute (gen.InboundSignature), so the sidecars
+// of one deployment, and every proxy whose IPs serve nothing, share one
+// generation.
+func (s *State) cacheKey(k proxy.Key) proxy.Key {
+	if k.IPs == "" {
+		return k
+	}
+	ck := k
+	ck.IPs = ""
+	if sig := gen.InboundSignature(s.Snapshot, k); sig != "" {
+		ck.IPs = "inbound:" + sig
+	}
+	return ck
 }
 
 // previous returns what the previous State generated for k, if it did.
@@ -163,8 +185,9 @@ func (s *State) previous(k proxy.Key) *ProxyResources {
 	return nil
 }
 
-func (s *State) generate(k proxy.Key) (*ProxyResources, string) {
-	pr := s.previous(k)
+// generate builds what the State gives key k, whose cache key is ck.
+func (s *State) generate(ck, k proxy.Key) (*ProxyResources, string) {
+	pr := s.previous(ck)
 	switch {
 	case pr != nil && s.Diff.Unchanged():
 		return pr, genReused

@@ -312,8 +312,18 @@ func (v *View) InboundPorts() []InboundPort {
 	if len(v.ips) == 0 {
 		return nil
 	}
+	// The services with an endpoint at one of the IPs, in hostname order.
+	var svcs []*mesh.Service
+	for _, ip := range v.ips {
+		for _, svc := range v.snap.ServicesAt(ip) {
+			if !slices.Contains(svcs, svc) {
+				svcs = append(svcs, svc)
+			}
+		}
+	}
+	slices.SortFunc(svcs, func(a, b *mesh.Service) int { return strings.Compare(a.Hostname, b.Hostname) })
 	seen := map[uint32]bool{}
-	for _, svc := range v.snap.SortedServices() {
+	for _, svc := range svcs {
 		for _, ep := range svc.Endpoints {
 			if !slices.Contains(v.ips, ep.Address) {
 				continue
@@ -330,6 +340,22 @@ func (v *View) InboundPorts() []InboundPort {
 	}
 	slices.SortFunc(v.inbound, func(a, b InboundPort) int { return int(a.TargetPort) - int(b.TargetPort) })
 	return v.inbound
+}
+
+// InboundSignature names what a proxy's IPs contribute to its config: the
+// (service, port, target port) triples of InboundPorts. Proxies whose keys
+// differ only in IPs but have equal signatures get equal config, so a
+// cache may key on the signature instead of the IPs.
+func InboundSignature(s *mesh.Snapshot, k proxy.Key) string {
+	if k.IPs == "" {
+		return ""
+	}
+	v := &View{snap: s, key: k, ips: k.IPList()}
+	var b strings.Builder
+	for _, in := range v.InboundPorts() {
+		fmt.Fprintf(&b, "%s:%d:%d,", in.Service.Hostname, in.Port.Number, in.TargetPort)
+	}
+	return b.String()
 }
 
 // Problem records config that could not be applied as written (once).

@@ -10,6 +10,7 @@ package mesh
 
 import (
 	"sort"
+	"sync"
 
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -47,6 +48,27 @@ type Snapshot struct {
 	// shared marks, during Build only, services shared with an earlier
 	// snapshot: they are cloned before any change.
 	shared map[*Service]bool
+	// atAddress indexes services by endpoint address, built on first use.
+	atAddressOnce sync.Once
+	atAddress     map[string][]*Service
+}
+
+// ServicesAt returns the services with an endpoint at address, sorted by
+// hostname (what a proxy at that address serves). The index is built once
+// per snapshot, on first use; safe for concurrent use.
+func (s *Snapshot) ServicesAt(address string) []*Service {
+	s.atAddressOnce.Do(func() {
+		s.atAddress = map[string][]*Service{}
+		for _, svc := range s.SortedServices() {
+			for _, ep := range svc.Endpoints {
+				list := s.atAddress[ep.Address]
+				if len(list) == 0 || list[len(list)-1] != svc {
+					s.atAddress[ep.Address] = append(list, svc)
+				}
+			}
+		}
+	})
+	return s.atAddress[address]
 }
 
 // ClusterState is a cluster's contribution, as the snapshot saw it.
