@@ -81,6 +81,8 @@ type fixture struct {
 	srv     *ingest.Server
 	client  protocolv1.SyncClient
 	changes atomic.Int64 // OnChange calls
+	// endpointChanges counts OnEndpointChange calls.
+	endpointChanges atomic.Int64
 }
 
 func newFixture(t *testing.T, grace time.Duration) *fixture {
@@ -89,6 +91,7 @@ func newFixture(t *testing.T, grace time.Duration) *fixture {
 	f.srv = ingest.New(ingest.ClaimedIdentity(), ingest.Options{
 		StaleGracePeriod: grace,
 		OnChange:         func(string) { f.changes.Add(1) },
+		OnEndpointChange: func(string) { f.endpointChanges.Add(1) },
 	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
 func TestNewStreamSupersedesAndPrunesOnlyAfterSynced(t *testing.T) {
@@ -240,5 +241,44 @@ func TestClustersAreSeparatedByMesh(t *testing.T) {
 	a.acked(a.send(vsType, nil, "demo/echo"))
 	if got := refs(f.objects("m2", "c1")); !slices.Equal(got, []string{"DestinationRule demo/echo"}) {
 		t.Errorf("m2/c1 holds %v after m1/c1 changed", got)
+	}
+}
+
+// TestEndpointChangesAreReportedSeparately: a message that changed only
+// WorkloadEntries calls OnEndpointChange (the push pipeline skips the
+// config debounce for it); config kinds call OnChange.
+func TestEndpointChangesAreReportedSeparately(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	s := f.dial(t, "m", "c1")
+	s.sync(objs)
+
+	var we []*meshconfig.Object
+	for _, o := range objs {
+		if o.Kind.Kind == "WorkloadEntry" {
+			we = append(we, o)
+		}
+	}
+	if len(we) == 0 {
+		t.Fatal("the fixture has no WorkloadEntry")
+	}
+	moved := decode(t, strings.Replace(fullState, "address: 127.0.0.1", "address: 127.0.0.9", 1))
+	var movedWE []*meshconfig.Object
+	for _, o := range moved {
+		if o.Kind.Kind == "WorkloadEntry" {
+			movedWE = append(movedWE, o)
+		}
+	}
+	calls, ep := f.changes.Load(), f.endpointChanges.Load()
+	s.acked(s.send(we[0].Kind.TypeURL, movedWE))
+	if f.endpointChanges.Load() != ep+1 || f.changes.Load() != calls {
+		t.Errorf("a WorkloadEntry change: OnEndpointChange +%d, OnChange +%d; want +1, +0",
+			f.endpointChanges.Load()-ep, f.changes.Load()-calls)
+	}
+	calls, ep = f.changes.Load(), f.endpointChanges.Load()
+	s.acked(s.send(vsType, nil, "demo/echo"))
+	if f.endpointChanges.Load() != ep || f.changes.Load() != calls+1 {
+		t.Errorf("a VirtualService change: OnEndpointChange +%d, OnChange +%d; want +0, +1",
+			f.endpointChanges.Load()-ep, f.changes.Load()-calls)
 	}
 }

@@ -41,7 +41,11 @@ type Options struct {
 	// OnChange is called, without locks held, after a mesh's resources or
 	// cluster states changed. It must not block.
 	OnChange func(mesh string)
-	Logger   *slog.Logger
+	// OnEndpointChange, if set, is called instead of OnChange when a
+	// message changed only endpoint kinds (WorkloadEntry, Workload), so
+	// that endpoint updates can skip the config debounce. It must not block.
+	OnEndpointChange func(mesh string)
+	Logger           *slog.Logger
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 }
@@ -67,6 +71,9 @@ var errSuperseded = errors.New("superseded by a newer stream of the same cluster
 func New(auth Authenticator, opts Options) *Server {
 	if opts.OnChange == nil {
 		opts.OnChange = func(string) {}
+	}
+	if opts.OnEndpointChange == nil {
+		opts.OnEndpointChange = opts.OnChange
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -261,7 +268,10 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 	s.metrics.resources.WithLabelValues(id.Mesh, id.Cluster).Set(float64(st.count()))
 	s.mu.Unlock()
 
-	if changed {
+	switch {
+	case changed && EndpointKind(m.GetTypeUrl()):
+		s.opts.OnEndpointChange(id.Mesh)
+	case changed:
 		s.opts.OnChange(id.Mesh)
 	}
 	if len(rejections) > 0 {
@@ -269,6 +279,13 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 	}
 	s.metrics.messages.WithLabelValues("ack").Inc()
 	return reply
+}
+
+// EndpointKind reports whether resources of typeURL only contribute
+// endpoints (WorkloadEntry, the registry's Workload).
+func EndpointKind(typeURL string) bool {
+	k, ok := meshconfig.KindByTypeURL(typeURL)
+	return ok && (k.Kind == "WorkloadEntry" || k.Kind == "Workload")
 }
 
 func (s *Server) nack(id Identity, reply *discoveryv3.DeltaDiscoveryRequest, msg string, rejections []*protocolv1.Rejection) *discoveryv3.DeltaDiscoveryRequest {

@@ -12,6 +12,7 @@ type metrics struct {
 	// proxyGenSeconds times Envoy generation for one proxy key.
 	proxyGenSeconds prometheus.Histogram
 	generations     *prometheus.CounterVec
+	fastBuilds      prometheus.Counter
 	mismatches      prometheus.Counter
 }
 
@@ -34,11 +35,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_proxy_generations_total",
 			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), reused (nothing changed)."}, []string{"mode"}),
+		fastBuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_endpoint_builds_total",
+			Help: "Push context builds started at once for endpoint-only changes (no debounce)."}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_proxy_generation_mismatches_total",
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches, m.fastBuilds)
 	}
 	return m
 }

@@ -412,6 +412,9 @@ func (m *Manager) mismatch(s *State, k proxy.Key, diffs []string) {
 type meshState struct {
 	name   string
 	notify chan struct{} // capacity 1: a pending rebuild
+	// endpoints is notify for endpoint-only changes: they skip the
+	// debounce (capacity 1).
+	endpoints chan struct{}
 	ready  chan struct{} // closed at the first publication
 
 	mu         sync.Mutex
@@ -445,7 +448,7 @@ func (m *Manager) mesh(name string) *meshState {
 	defer m.mu.Unlock()
 	ms := m.meshes[name]
 	if ms == nil {
-		ms = &meshState{name: name, notify: make(chan struct{}, 1), ready: make(chan struct{})}
+		ms = &meshState{name: name, notify: make(chan struct{}, 1), endpoints: make(chan struct{}, 1), ready: make(chan struct{})}
 		m.meshes[name] = ms
 		if m.ctx != nil {
 			go m.loop(m.ctx, ms)
@@ -460,6 +463,17 @@ func (m *Manager) Notify(mesh string) {
 	select {
 	case ms.notify <- struct{}{}:
 	default: // a rebuild is already pending; it will see this change
+	}
+}
+
+// NotifyEndpoints tells the Manager that only endpoints of mesh changed:
+// the rebuild starts without waiting for the debounce (a config change
+// already being debounced takes it along). It never blocks.
+func (m *Manager) NotifyEndpoints(mesh string) {
+	ms := m.mesh(mesh)
+	select {
+	case ms.endpoints <- struct{}{}:
+	default:
 	}
 }
 
@@ -502,9 +516,11 @@ func (m *Manager) loop(ctx context.Context, ms *meshState) {
 		case <-ctx.Done():
 			return
 		case <-ms.notify:
-		}
-		if !m.debounce(ctx, ms) {
-			return
+			if !m.debounce(ctx, ms) {
+				return
+			}
+		case <-ms.endpoints:
+			m.metrics.fastBuilds.Inc()
 		}
 		m.safeBuild(ms)
 	}
@@ -536,6 +552,8 @@ func (m *Manager) debounce(ctx context.Context, ms *meshState) bool {
 			return false
 		case <-ms.notify:
 			quiet.Reset(m.opts.DebounceQuiet)
+		case <-ms.endpoints:
+			// Taken along by this build; it does not extend the wait.
 		case <-quiet.C:
 			return true
 		case <-deadline.C:

@@ -243,3 +243,24 @@ func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
 		t.Errorf("clusters = %v, want the echo service's", st.Proxyless()[gen.ClusterType])
 	}
 }
+
+// TestEndpointNotificationSkipsDebounce: an endpoint-only change is built
+// at once, while a config change waits out the quiet period.
+func TestEndpointNotificationSkipsDebounce(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := start(t, src, time.Hour, time.Hour)
+	_, ready := m.Current("m")
+	m.NotifyEndpoints("m")
+	await(t, ready, "an endpoint notification publishes without waiting for the hour-long debounce")
+
+	st, changed := m.Current("m")
+	m.Notify("m")
+	time.Sleep(50 * time.Millisecond)
+	if closed(changed) {
+		t.Fatal("a config notification was built before its debounce ended")
+	}
+	if now, _ := m.Current("m"); now != st {
+		t.Fatal("a new State appeared during the debounce")
+	}
+}

@@ -57,6 +57,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		OnChange:         func(mesh string) { pc.Notify(mesh) },
+		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh) },
 		Logger:           log.With("component", "ingest"),
 		Registerer:       reg,
 	})
