@@ -415,7 +415,7 @@ type meshState struct {
 	// endpoints is notify for endpoint-only changes: they skip the
 	// debounce (capacity 1).
 	endpoints chan struct{}
-	ready  chan struct{} // closed at the first publication
+	ready     chan struct{} // closed at the first publication
 
 	mu         sync.Mutex
 	current    *State
