@@ -15,6 +15,16 @@ import (
 	"github.com/navemesh/nave/shared/proxy"
 )
 
+// sotwStream and deltaStream send responses (through a sender).
+type (
+	sotwStream interface {
+		Send(*discoveryv3.DiscoveryResponse) error
+	}
+	deltaStream interface {
+		Send(*discoveryv3.DeltaDiscoveryResponse) error
+	}
+)
+
 // conn is one proxy stream. Its fields are written by the stream's own
 // goroutine; mu guards them against /debug readers.
 type conn struct {
@@ -55,7 +65,7 @@ type typeState struct {
 	absent   map[string]bool
 }
 
-func (c *conn) handle(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
+func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
 	if !knownType(typeURL) {
 		c.server.log.Debug("request for a type this hub does not serve", "conn", c.id, "type", typeURL)
@@ -119,7 +129,7 @@ func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool 
 	return changed
 }
 
-func (c *conn) pushAll(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State) error {
+func (c *conn) pushAll(stream sotwStream, st *pushctx.State) error {
 	for _, typeURL := range typeOrder(c) {
 		if err := c.push(stream, st, typeURL, false); err != nil {
 			return err
@@ -142,7 +152,7 @@ func typeOrder(c *conn) []string {
 
 // push sends typeURL's subscribed resources if their content differs from
 // what was last sent, or if the proxy's request must be answered (force).
-func (c *conn) push(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, st *pushctx.State, typeURL string, force bool) error {
+func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force bool) error {
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}

@@ -21,8 +21,6 @@ import (
 // the proxy keeps its previous resources and the rejected versions are not
 // sent again: only newer content is.
 
-type deltaStream = discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
-
 func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
 	if !knownType(typeURL) {

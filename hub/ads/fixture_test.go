@@ -13,6 +13,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -113,11 +114,31 @@ type fixture struct {
 	pc   *pushctx.Manager
 	ads  *ads.Server
 	addr string
+	reg  *prometheus.Registry
+}
+
+// metric sums the values of the ADS server's metric name (counters and
+// gauges, all label values).
+func (f *fixture) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // newFixture serves the push contexts built from src; with a nil src the
 // test sets clusters with f.set.
-func newFixture(t *testing.T, src pushctx.Source) *fixture {
+func newFixture(t *testing.T, src pushctx.Source, opts ...func(*ads.Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: src}
 	if src == nil {
@@ -133,7 +154,12 @@ func newFixture(t *testing.T, src pushctx.Source) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f.pc.Start(ctx)
-	f.ads = ads.New(f.pc, ads.Options{DefaultMesh: "m"})
+	f.reg = prometheus.NewRegistry()
+	o := ads.Options{DefaultMesh: "m", Registerer: f.reg}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	f.ads = ads.New(f.pc, o)
 	f.addr = serve(t, func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, f.ads) })
 	return f
 }

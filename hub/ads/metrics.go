@@ -18,9 +18,13 @@ type metrics struct {
 	pushes      *prometheus.CounterVec
 	nacks       *prometheus.CounterVec
 	bytes       *prometheus.CounterVec
+	stuck       prometheus.Counter
+	// admissionWait times how long new streams waited for admission.
+	admissionWait  prometheus.Histogram
+	admissionQueue prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_xds_connections",
 			Help: "Connected proxy ADS streams."}),
@@ -30,9 +34,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Responses proxies rejected, by type."}, []string{"type"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_sent_bytes_total",
 			Help: "Resource bytes sent to proxies, by type."}, []string{"type"}),
+		stuck: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_xds_stuck_disconnects_total",
+			Help: "Proxy streams ended because the proxy did not read a response within xds.sendTimeout."}),
+		admissionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_xds_admission_wait_seconds",
+			Help: "How long new proxy streams waited for admission (xds.admissionRate).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		admissionQueue: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_xds_admission_queue",
+			Help: "New proxy streams waiting for admission."}, waiting),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes)
+		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue)
 	}
 	return m
 }

@@ -19,6 +19,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -38,8 +39,19 @@ type StateSource interface {
 type Options struct {
 	// DefaultMesh is the mesh of a proxy whose node metadata names none.
 	DefaultMesh string
-	Logger      *slog.Logger
-	Registerer  prometheus.Registerer
+	// SendTimeout bounds how long one response may wait for the proxy to
+	// read it (gRPC flow control); a proxy that stops reading is
+	// disconnected with a logged reason instead of holding memory. Zero
+	// means 30 s.
+	SendTimeout time.Duration
+	// AdmissionRate bounds how many new streams per second get their first
+	// config (a connection storm is served in arrival order at this rate,
+	// not all at once); AdmissionBurst is how many may start at once. Zero
+	// rate means unlimited.
+	AdmissionRate  float64
+	AdmissionBurst int
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer
 }
 
 // Server implements discoveryv3.AggregatedDiscoveryServiceServer. Safe for
@@ -54,6 +66,9 @@ type Server struct {
 	metrics *metrics
 	nextID  atomic.Uint64
 
+	admission *rate.Limiter // nil: unlimited
+	waiting   atomic.Int64  // streams waiting for admission
+
 	mu    sync.Mutex
 	conns map[string]*conn
 }
@@ -66,7 +81,55 @@ func New(src StateSource, opts Options) *Server {
 	if opts.DefaultMesh == "" {
 		opts.DefaultMesh = "default"
 	}
-	return &Server{src: src, opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer), conns: map[string]*conn{}}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = 30 * time.Second
+	}
+	s := &Server{src: src, opts: opts, log: opts.Logger, conns: map[string]*conn{}}
+	if opts.AdmissionRate > 0 {
+		s.admission = rate.NewLimiter(rate.Limit(opts.AdmissionRate), max(1, opts.AdmissionBurst))
+	}
+	s.metrics = newMetrics(opts.Registerer, func() float64 { return float64(s.waiting.Load()) })
+	return s
+}
+
+// admit waits for the stream's turn to be served (see
+// Options.AdmissionRate). Waiters are served in arrival order.
+func (s *Server) admit(ctx context.Context) error {
+	if s.admission == nil {
+		return nil
+	}
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	start := time.Now()
+	if err := s.admission.Wait(ctx); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	s.metrics.admissionWait.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// sender sends responses with a deadline: if the proxy does not take a
+// response within timeout (it stopped reading and flow control blocks),
+// the stream is ended with DeadlineExceeded and a logged reason. The send
+// itself runs on its own goroutine, which ends when the stream does.
+type sender[Resp any] struct {
+	send    func(Resp) error
+	timeout time.Duration
+	onStuck func()
+}
+
+func (s sender[Resp]) Send(r Resp) error {
+	done := make(chan error, 1)
+	go func() { done <- s.send(r) }()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		s.onStuck()
+		return status.Errorf(codes.DeadlineExceeded, "the proxy did not read a response for %s (flow control): disconnected", s.timeout)
+	}
 }
 
 // MetadataMesh is the node metadata key naming a proxy's mesh.
@@ -74,20 +137,34 @@ const MetadataMesh = proxy.MetaMesh
 
 // StreamAggregatedResources serves one proxy over state-of-the-world ADS.
 func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	var c *conn
+	out := sender[*discoveryv3.DiscoveryResponse]{send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }}
 	return serveStream(s, stream.Context(), stream.Recv, false,
-		func(c *conn, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
-			return c.handle(stream, st, req)
+		func(cc *conn, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
+			c = cc
+			return cc.handle(out, st, req)
 		},
-		func(c *conn, st *pushctx.State) error { return c.pushAll(stream, st) })
+		func(cc *conn, st *pushctx.State) error { return cc.pushAll(out, st) })
 }
 
 // DeltaAggregatedResources serves one proxy over incremental (delta) ADS.
 func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	var c *conn
+	out := sender[*discoveryv3.DeltaDiscoveryResponse]{send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }}
 	return serveStream(s, stream.Context(), stream.Recv, true,
-		func(c *conn, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
-			return c.handleDelta(stream, st, req)
+		func(cc *conn, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
+			c = cc
+			return cc.handleDelta(out, st, req)
 		},
-		func(c *conn, st *pushctx.State) error { return c.pushAllDelta(stream, st) })
+		func(cc *conn, st *pushctx.State) error { return cc.pushAllDelta(out, st) })
+}
+
+// stuck logs and counts a proxy disconnected for not reading.
+func (s *Server) stuck(c *conn) {
+	s.metrics.stuck.Inc()
+	if c != nil {
+		s.log.Warn("proxy stopped reading; disconnecting it", "conn", c.id, "mesh", c.mesh, "timeout", s.opts.SendTimeout)
+	}
 }
 
 // serveStream runs one ADS stream of either variant: requests are read on
@@ -133,6 +210,9 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 			if c == nil {
 				var err error
 				if c, err = s.accept(ctx, req.GetNode(), delta); err != nil {
+					return err
+				}
+				if err := s.admit(ctx); err != nil {
 					return err
 				}
 				state, changed = s.src.Current(c.mesh)

@@ -53,12 +53,29 @@ func (s *Spokes) Validate() error {
 
 // XDS configures the discovery service proxies dial.
 type XDS struct {
-	Listen      string `key:"listen" default:"127.0.0.1:15010" help:"host:port the ADS server that proxies dial listens on"`
-	DefaultMesh string `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none"`
+	Listen         string        `key:"listen" default:"127.0.0.1:15010" help:"host:port the ADS server that proxies dial listens on"`
+	DefaultMesh    string        `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none"`
+	SendTimeout    time.Duration `key:"sendTimeout" default:"30s" help:"a proxy that does not read a response for this long (it stopped reading; flow control blocks) is disconnected, with a logged reason"`
+	AdmissionRate  float64       `key:"admissionRate" default:"500" help:"new proxy streams served per second (0: unlimited); a connection storm is admitted in arrival order at this rate"`
+	AdmissionBurst int           `key:"admissionBurst" default:"100" help:"new proxy streams that may be admitted at once before admissionRate applies"`
 }
 
-// Validate checks the listen address.
-func (x *XDS) Validate() error { return settings.CheckHostPort("listen", x.Listen) }
+// Validate checks the listen address, the timeout and the admission limits.
+func (x *XDS) Validate() error {
+	if err := settings.CheckHostPort("listen", x.Listen); err != nil {
+		return err
+	}
+	if x.SendTimeout <= 0 {
+		return settings.Invalid("sendTimeout", "must be greater than 0, got %s", x.SendTimeout)
+	}
+	if x.AdmissionRate < 0 {
+		return settings.Invalid("admissionRate", "must be 0 (unlimited) or more, got %g", x.AdmissionRate)
+	}
+	if x.AdmissionBurst < 1 {
+		return settings.Invalid("admissionBurst", "must be at least 1, got %d", x.AdmissionBurst)
+	}
+	return nil
+}
 
 // Ingest configures how spoke state is kept.
 type Ingest struct {

@@ -68,7 +68,9 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		Logger:        log.With("component", "pushctx"),
 		Registerer:    reg,
 	})
-	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, Logger: log.With("component", "ads"), Registerer: reg})
+	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
+		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst,
+		Logger: log.With("component", "ads"), Registerer: reg})
 	registerDebug(adm, in, pc, xds)
 
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
