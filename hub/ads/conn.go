@@ -61,8 +61,36 @@ type typeState struct {
 	// nonces not yet ACKed to their system version; absent holds subscribed
 	// names already reported as removed because they do not exist.
 	answered bool
-	pending  map[string]string
+	pending  map[string]pendingResponse
 	absent   map[string]bool
+
+	// changedAt is when the change the last response carries was reported
+	// (zero for answers to requests): its ACK observes convergence.
+	changedAt time.Time
+}
+
+// pendingResponse is a delta response not yet ACKed.
+type pendingResponse struct {
+	version   string
+	changedAt time.Time
+}
+
+// trigger names why a response is sent (metric label).
+func trigger(st *pushctx.State, request bool) string {
+	switch {
+	case request:
+		return "request"
+	case st.Diff.Config:
+		return "config"
+	}
+	return "endpoints"
+}
+
+// converged observes how long a change took to be ACKed by the proxy.
+func (c *conn) converged(typeURL string, changedAt time.Time) {
+	if !changedAt.IsZero() {
+		c.server.metrics.convergence.WithLabelValues(shortType(typeURL)).Observe(time.Since(changedAt).Seconds())
+	}
 }
 
 func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
@@ -89,6 +117,8 @@ func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.Dis
 		} else {
 			ts.acked = req.GetVersionInfo()
 			ts.nacked, ts.nackReason = "", ""
+			c.converged(typeURL, ts.changedAt)
+			ts.changedAt = time.Time{}
 		}
 	}
 	first := !ts.requested
@@ -204,6 +234,10 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 		size += len(p.Any.Value)
 	}
 	ts.nonce, ts.sentVersion, ts.sentHashes, ts.sentAt = nonce, version, hashes, time.Now()
+	ts.changedAt = time.Time{}
+	if !force {
+		ts.changedAt = st.ChangedAt
+	}
 	c.mu.Unlock()
 
 	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: resources, TypeUrl: typeURL, Nonce: nonce}
@@ -211,7 +245,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 		return err
 	}
 	short := shortType(typeURL)
-	c.server.metrics.pushes.WithLabelValues(short).Inc()
+	c.server.metrics.pushes.WithLabelValues(short, trigger(st, force)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
 	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version)
 	return nil

@@ -30,7 +30,7 @@ func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discovery
 	c.mu.Lock()
 	ts := c.types[typeURL]
 	if ts == nil {
-		ts = &typeState{names: map[string]bool{}, sentHashes: map[string]string{}, pending: map[string]string{}, absent: map[string]bool{}}
+		ts = &typeState{names: map[string]bool{}, sentHashes: map[string]string{}, pending: map[string]pendingResponse{}, absent: map[string]bool{}}
 		c.types[typeURL] = ts
 	}
 	first := !ts.requested
@@ -47,7 +47,7 @@ func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discovery
 	changed := ts.subscribeDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
 	c.mu.Unlock()
 	if first || changed {
-		return c.pushDelta(stream, st, typeURL)
+		return c.pushDelta(stream, st, typeURL, true)
 	}
 	return nil
 }
@@ -55,7 +55,8 @@ func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discovery
 // settle records the proxy's ACK or NACK of nonce. Nonces are sent in
 // increasing order, and one answer settles every earlier nonce too.
 func (c *conn) settle(ts *typeState, typeURL, nonce, reason string, nack bool) {
-	version, ok := ts.pending[nonce]
+	p, ok := ts.pending[nonce]
+	version := p.version
 	if !ok {
 		return // unknown or already settled
 	}
@@ -73,6 +74,7 @@ func (c *conn) settle(ts *typeState, typeURL, nonce, reason string, nack bool) {
 	}
 	ts.acked = version
 	ts.nacked, ts.nackReason = "", ""
+	c.converged(typeURL, p.changedAt)
 }
 
 // subscribeDelta applies a request's subscription changes and reports
@@ -114,7 +116,7 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 
 func (c *conn) pushAllDelta(stream deltaStream, st *pushctx.State) error {
 	for _, typeURL := range typeOrder(c) {
-		if err := c.pushDelta(stream, st, typeURL); err != nil {
+		if err := c.pushDelta(stream, st, typeURL, false); err != nil {
 			return err
 		}
 	}
@@ -124,7 +126,7 @@ func (c *conn) pushAllDelta(stream deltaStream, st *pushctx.State) error {
 // pushDelta sends what changed for typeURL since the proxy last got it.
 // The first response of a type is sent even when empty, so a proxy waiting
 // for its initial config learns there is none.
-func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string) error {
+func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, request bool) error {
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
@@ -177,7 +179,11 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string) 
 	version := setVersion(ts.sentHashes)
 	ts.answered = true
 	ts.nonce, ts.sentVersion, ts.sentAt = nonce, version, time.Now()
-	ts.pending[nonce] = version
+	pr := pendingResponse{version: version}
+	if !request {
+		pr.changedAt = st.ChangedAt
+	}
+	ts.pending[nonce] = pr
 	c.mu.Unlock()
 
 	resources := make([]*discoveryv3.Resource, len(upd))
@@ -192,7 +198,7 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string) 
 		return err
 	}
 	short := shortType(typeURL)
-	c.server.metrics.pushes.WithLabelValues(short).Inc()
+	c.server.metrics.pushes.WithLabelValues(short, trigger(st, request)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
 	c.server.log.Debug("pushed delta", "conn", c.id, "type", short, "version", version, "resources", len(upd), "removed", len(removed), "mesh_version", st.Version)
 	return nil

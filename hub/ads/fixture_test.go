@@ -118,7 +118,7 @@ type fixture struct {
 }
 
 // metric sums the values of the ADS server's metric name (counters and
-// gauges, all label values).
+// gauges; for histograms the sample count; all label values).
 func (f *fixture) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
@@ -129,7 +129,7 @@ func (f *fixture) metric(t *testing.T, name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

@@ -19,6 +19,7 @@ type metrics struct {
 	nacks       *prometheus.CounterVec
 	bytes       *prometheus.CounterVec
 	stuck       prometheus.Counter
+	convergence *prometheus.HistogramVec
 	// admissionWait times how long new streams waited for admission.
 	admissionWait  prometheus.Histogram
 	admissionQueue prometheus.GaugeFunc
@@ -29,7 +30,10 @@ func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_xds_connections",
 			Help: "Connected proxy ADS streams."}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_pushes_total",
-			Help: "Discovery responses sent, by type."}, []string{"type"}),
+			Help: "Discovery responses sent, by type and trigger (request: answering a proxy's request; config or endpoints: a change of that kind)."}, []string{"type", "trigger"}),
+		convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nave_hub_xds_convergence_seconds",
+			Help:    "Time from a change reaching the hub to a proxy ACKing the response that carries it, by type.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_nacks_total",
 			Help: "Responses proxies rejected, by type."}, []string{"type"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_sent_bytes_total",
@@ -42,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 			Help: "New proxy streams waiting for admission."}, waiting),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue)
+		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue, m.convergence)
 	}
 	return m
 }

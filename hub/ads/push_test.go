@@ -253,4 +253,19 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	}
 	p.ack(upd, subs...)
 	p.quiet(quietFor, "nothing else changed")
+	// The ACK of the pushed change is a convergence sample; the first
+	// answer (to the proxy's request) is not.
+	eventuallyTrue(t, "one convergence sample", func() bool { return f.metric(t, "nave_hub_xds_convergence_seconds") == 1 })
+	if n := f.metric(t, "nave_hub_xds_pushes_total"); n != 2 {
+		t.Errorf("%v responses counted, want 2 (request, endpoints)", n)
+	}
+}
+
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", waitFor, what)
+		}
+	}
 }

@@ -69,6 +69,9 @@ type State struct {
 	Snapshot *mesh.Snapshot
 	// Diff is how Snapshot differs from the previous State's.
 	Diff mesh.Diff
+	// ChangedAt is when the first change this State includes was
+	// reported (the start of proxies' convergence); zero for the first.
+	ChangedAt time.Time
 	// Problems are the build's (the merge's) problems; generation adds its
 	// own, see AllProblems.
 	Problems []mesh.Problem
@@ -420,6 +423,8 @@ type meshState struct {
 	mu         sync.Mutex
 	current    *State
 	everSynced bool
+	// firstChange is when the oldest change not yet built was reported.
+	firstChange time.Time
 	// builder is used by the mesh's build loop only.
 	builder mesh.Builder
 }
@@ -460,6 +465,7 @@ func (m *Manager) mesh(name string) *meshState {
 // Notify tells the Manager that mesh changed. It never blocks.
 func (m *Manager) Notify(mesh string) {
 	ms := m.mesh(mesh)
+	ms.changed()
 	select {
 	case ms.notify <- struct{}{}:
 	default: // a rebuild is already pending; it will see this change
@@ -471,10 +477,20 @@ func (m *Manager) Notify(mesh string) {
 // already being debounced takes it along). It never blocks.
 func (m *Manager) NotifyEndpoints(mesh string) {
 	ms := m.mesh(mesh)
+	ms.changed()
 	select {
 	case ms.endpoints <- struct{}{}:
 	default:
 	}
+}
+
+// changed records when a change not yet built was first reported.
+func (ms *meshState) changed() {
+	ms.mu.Lock()
+	if ms.firstChange.IsZero() {
+		ms.firstChange = time.Now()
+	}
+	ms.mu.Unlock()
 }
 
 // Current returns the mesh's published State, or nil while the mesh is
@@ -564,6 +580,10 @@ func (m *Manager) debounce(ctx context.Context, ms *meshState) bool {
 
 func (m *Manager) build(ms *meshState) {
 	start := time.Now()
+	ms.mu.Lock()
+	changedAt := ms.firstChange
+	ms.firstChange = time.Time{} // changes reported from now on are for the next build
+	ms.mu.Unlock()
 	clusters := m.src.Clusters(ms.name)
 	ms.mu.Lock()
 	if !ms.everSynced {
@@ -589,6 +609,7 @@ func (m *Manager) build(ms *meshState) {
 		BuiltAt:    start,
 		Snapshot:   snap,
 		Diff:       mesh.DiffSnapshots(prevSnap, snap),
+		ChangedAt:  changedAt,
 		Problems:   append([]mesh.Problem(nil), snap.Problems...),
 		superseded: make(chan struct{}),
 		metrics:    m.metrics,
