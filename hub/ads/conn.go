@@ -1,8 +1,6 @@
 package ads
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"sort"
 	"strconv"
 	"sync"
@@ -186,28 +184,31 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
-	all := c.resources(st)[typeURL]
+	res := c.resources(st)
+	all := res.Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
 	var picked []*pushctx.Prepared
-	if ts.wildcard {
-		picked = make([]*pushctx.Prepared, 0, len(all))
-		for _, p := range all {
-			picked = append(picked, p)
-		}
+	var hashes map[string]string
+	var version string
+	if ts.wildcard || coversAll(ts.names, all) {
+		// The whole set, sorted and versioned once for every stream that
+		// shares this result (read-only).
+		set := res.Set(typeURL)
+		picked, hashes, version = set.Sorted, set.Hashes, set.Version
 	} else {
 		for n := range ts.names {
 			if p, ok := all[n]; ok {
 				picked = append(picked, p)
 			}
 		}
+		sort.Slice(picked, func(i, j int) bool { return picked[i].Name < picked[j].Name })
+		hashes = make(map[string]string, len(picked))
+		for _, p := range picked {
+			hashes[p.Name] = p.Hash
+		}
+		version = pushctx.SetVersion(hashes)
 	}
-	sort.Slice(picked, func(i, j int) bool { return picked[i].Name < picked[j].Name })
-	hashes := make(map[string]string, len(picked))
-	for _, p := range picked {
-		hashes[p.Name] = p.Hash
-	}
-	version := setVersion(hashes)
 	if !force && ts.sentHashes != nil && version == ts.sentVersion {
 		c.mu.Unlock()
 		return nil
@@ -255,31 +256,27 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 // the complete set (listeners, clusters): what it leaves out is removed.
 func rootType(typeURL string) bool { return typeURL == listenerType || typeURL == clusterType }
 
-// setVersion is the version of a set of resources: a hash of their names
-// and content hashes, so equal sets have equal versions.
-func setVersion(hashes map[string]string) string {
-	names := make([]string, 0, len(hashes))
-	for n := range hashes {
-		names = append(names, n)
+// coversAll reports whether names subscribe to every resource of all
+// (an Envoy asking for every EDS cluster, say).
+func coversAll(names map[string]bool, all map[string]*pushctx.Prepared) bool {
+	if len(names) < len(all) || len(all) == 0 {
+		return false
 	}
-	sort.Strings(names)
-	h := sha256.New()
-	for _, n := range names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-		h.Write([]byte(hashes[n]))
-		h.Write([]byte{0})
+	for n := range all {
+		if !names[n] {
+			return false
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	return true
 }
 
 // resources returns what st holds for this proxy: the mesh-wide proxyless
 // resources, or the Envoy resources generated for its key.
-func (c *conn) resources(st *pushctx.State) map[string]map[string]*pushctx.Prepared {
+func (c *conn) resources(st *pushctx.State) *pushctx.ProxyResources {
 	if c.proxy.Type == proxy.GRPC {
 		return st.Proxyless()
 	}
-	return st.ForProxy(c.key).Resources
+	return st.ForProxy(c.key)
 }
 
 func (c *conn) status() ConnStatus {

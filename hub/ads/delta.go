@@ -130,7 +130,7 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
-	all := c.resources(st)[typeURL]
+	all := c.resources(st).Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
 	var upd []*pushctx.Prepared
@@ -176,7 +176,7 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	sort.Strings(removed)
 	c.nonce++
 	nonce := strconv.FormatUint(c.nonce, 10)
-	version := setVersion(ts.sentHashes)
+	version := pushctx.SetVersion(ts.sentHashes)
 	ts.answered = true
 	ts.nonce, ts.sentVersion, ts.sentAt = nonce, version, time.Now()
 	pr := pendingResponse{version: version}

@@ -86,7 +86,7 @@ spec:
 `, v2LB, v1, v2)
 }
 
-func decode(t *testing.T, y string) []*meshconfig.Object {
+func decode(t testing.TB, y string) []*meshconfig.Object {
 	t.Helper()
 	objs, errs := meshconfig.DecodeYAML([]byte(y), "test.yaml")
 	if len(errs) > 0 {
@@ -119,7 +119,7 @@ type fixture struct {
 
 // metric sums the values of the ADS server's metric name (counters and
 // gauges; for histograms the sample count; all label values).
-func (f *fixture) metric(t *testing.T, name string) float64 {
+func (f *fixture) metric(t testing.TB, name string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
 	if err != nil {
@@ -138,14 +138,21 @@ func (f *fixture) metric(t *testing.T, name string) float64 {
 
 // newFixture serves the push contexts built from src; with a nil src the
 // test sets clusters with f.set.
-func newFixture(t *testing.T, src pushctx.Source, opts ...func(*ads.Options)) *fixture {
+func newFixture(t testing.TB, src pushctx.Source, opts ...func(*ads.Options)) *fixture {
+	t.Helper()
+	return newFixtureVerify(t, src, true, opts...)
+}
+
+// newFixtureVerify is newFixture with pushctx's verify mode (every reused
+// generation checked against one from scratch) on or off.
+func newFixtureVerify(t testing.TB, src pushctx.Source, verify bool, opts ...func(*ads.Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: src}
 	if src == nil {
 		f.fake = &source{clusters: map[string][]mesh.ClusterInput{}}
 		f.src = f.fake
 	}
-	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond, Verify: true})
+	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond, Verify: verify})
 	t.Cleanup(func() {
 		for _, m := range f.pc.Mismatches() {
 			t.Errorf("incremental generation: %s", m)
@@ -165,7 +172,7 @@ func newFixture(t *testing.T, src pushctx.Source, opts ...func(*ads.Options)) *f
 }
 
 // serve starts a gRPC server on loopback; it stops with the test.
-func serve(t *testing.T, register func(*grpc.Server)) string {
+func serve(t testing.TB, register func(*grpc.Server)) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -185,7 +192,7 @@ func serve(t *testing.T, register func(*grpc.Server)) string {
 }
 
 // dial connects to addr; the connection closes with the test.
-func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
@@ -197,7 +204,7 @@ func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 
 // set replaces a mesh's clusters and waits until a State built from them
 // is published.
-func (f *fixture) set(t *testing.T, meshName string, clusters ...mesh.ClusterInput) *pushctx.State {
+func (f *fixture) set(t testing.TB, meshName string, clusters ...mesh.ClusterInput) *pushctx.State {
 	t.Helper()
 	f.fake.mu.Lock()
 	f.fake.clusters[meshName] = clusters
@@ -206,7 +213,7 @@ func (f *fixture) set(t *testing.T, meshName string, clusters ...mesh.ClusterInp
 }
 
 // republish makes the Manager rebuild meshName and waits for the new State.
-func (f *fixture) republish(t *testing.T, meshName string) *pushctx.State {
+func (f *fixture) republish(t testing.TB, meshName string) *pushctx.State {
 	t.Helper()
 	_, changed := f.pc.Current(meshName)
 	f.pc.Notify(meshName)
@@ -235,7 +242,7 @@ func node(id, meshName string) *corev3.Node {
 
 // proxy is a raw ADS client stream driven by the test.
 type proxy struct {
-	t      *testing.T
+	t      testing.TB
 	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	cancel context.CancelFunc
 	node   *corev3.Node
@@ -248,7 +255,7 @@ type proxy struct {
 // connect opens an ADS stream for n on a connection of its own. A reader
 // goroutine collects responses until the stream ends or the test is
 // cleaned up.
-func (f *fixture) connect(t *testing.T, n *corev3.Node) *proxy {
+func (f *fixture) connect(t testing.TB, n *corev3.Node) *proxy {
 	t.Helper()
 	p := f.open(t, dial(t, f.addr), n)
 	t.Cleanup(func() {
@@ -275,7 +282,7 @@ func (f *fixture) connect(t *testing.T, n *corev3.Node) *proxy {
 }
 
 // open opens an ADS stream on conn without reading from it.
-func (f *fixture) open(t *testing.T, conn *grpc.ClientConn, n *corev3.Node) *proxy {
+func (f *fixture) open(t testing.TB, conn *grpc.ClientConn, n *corev3.Node) *proxy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
@@ -367,7 +374,7 @@ func (p *proxy) ended() error {
 }
 
 // names lists the resource names of resp, in order.
-func names(t *testing.T, resp *discoveryv3.DiscoveryResponse) []string {
+func names(t testing.TB, resp *discoveryv3.DiscoveryResponse) []string {
 	t.Helper()
 	var out []string
 	for _, a := range resp.GetResources() {
@@ -390,7 +397,7 @@ func names(t *testing.T, resp *discoveryv3.DiscoveryResponse) []string {
 }
 
 // connStatus returns the ADS status of the one connection of node id.
-func (f *fixture) connStatus(t *testing.T, nodeID string) ads.ConnStatus {
+func (f *fixture) connStatus(t testing.TB, nodeID string) ads.ConnStatus {
 	t.Helper()
 	var found []ads.ConnStatus
 	for _, cs := range f.ads.Status() {
@@ -409,7 +416,7 @@ func shortName(typeURL string) string { return typeURL[strings.LastIndex(typeURL
 
 // weights returns the weighted clusters of the first route of a route
 // configuration response's only resource.
-func weights(t *testing.T, resp *discoveryv3.DiscoveryResponse) map[string]uint32 {
+func weights(t testing.TB, resp *discoveryv3.DiscoveryResponse) map[string]uint32 {
 	t.Helper()
 	if len(resp.GetResources()) != 1 {
 		t.Fatalf("%d route configurations, want 1", len(resp.GetResources()))
@@ -429,7 +436,7 @@ func weights(t *testing.T, resp *discoveryv3.DiscoveryResponse) map[string]uint3
 }
 
 // ports returns the endpoint ports of an endpoints response's resources.
-func ports(t *testing.T, resp *discoveryv3.DiscoveryResponse) map[uint32]int {
+func ports(t testing.TB, resp *discoveryv3.DiscoveryResponse) map[uint32]int {
 	t.Helper()
 	out := map[uint32]int{}
 	for _, a := range resp.GetResources() {

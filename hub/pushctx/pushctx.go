@@ -93,7 +93,7 @@ type State struct {
 	problems map[mesh.Problem]bool
 
 	grpcOnce sync.Once
-	grpc     map[string]map[string]*Prepared
+	grpc     *ProxyResources
 }
 
 type internKey struct{ typeURL, name, hash string }
@@ -108,6 +108,58 @@ type proxyEntry struct {
 type ProxyResources struct {
 	Resources map[string]map[string]*Prepared // type URL -> name -> resource
 	Problems  []mesh.Problem
+
+	setMu sync.Mutex
+	sets  map[string]*Set
+}
+
+// Set is every resource of one type, sorted by name, with its version: what
+// a wildcard subscriber receives. Computed once per type and shared by all
+// streams of the result; read-only.
+type Set struct {
+	Sorted  []*Prepared
+	Hashes  map[string]string // name -> content hash
+	Version string
+}
+
+// Set returns the complete set of typeURL.
+func (r *ProxyResources) Set(typeURL string) *Set {
+	r.setMu.Lock()
+	defer r.setMu.Unlock()
+	if s := r.sets[typeURL]; s != nil {
+		return s
+	}
+	all := r.Resources[typeURL]
+	s := &Set{Sorted: make([]*Prepared, 0, len(all)), Hashes: make(map[string]string, len(all))}
+	for _, p := range all {
+		s.Sorted = append(s.Sorted, p)
+		s.Hashes[p.Name] = p.Hash
+	}
+	sort.Slice(s.Sorted, func(i, j int) bool { return s.Sorted[i].Name < s.Sorted[j].Name })
+	s.Version = SetVersion(s.Hashes)
+	if r.sets == nil {
+		r.sets = map[string]*Set{}
+	}
+	r.sets[typeURL] = s
+	return s
+}
+
+// SetVersion is the version of a set of resources: a hash of their names
+// and content hashes, so equal sets have equal versions.
+func SetVersion(hashes map[string]string) string {
+	names := make([]string, 0, len(hashes))
+	for n := range hashes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write([]byte(hashes[n]))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // Generation modes (metric label and log field).
@@ -325,12 +377,12 @@ func (s *State) verify(k proxy.Key, res *ProxyResources) {
 // receive, generating and marshalling them on first use (a mesh without
 // proxyless clients never pays for them). Unchanged config reuses the
 // previous State's; resources with equal bytes keep their identity.
-func (s *State) Proxyless() map[string]map[string]*Prepared {
+func (s *State) Proxyless() *ProxyResources {
 	s.grpcOnce.Do(func() {
 		s.proxyMu.Lock()
 		prev := s.prev
 		s.proxyMu.Unlock()
-		var pg map[string]map[string]*Prepared
+		var pg *ProxyResources
 		if prev != nil {
 			prev.proxyMu.Lock()
 			pg = prev.grpc // nil unless prev generated it (written before its once completed)
@@ -342,14 +394,18 @@ func (s *State) Proxyless() map[string]map[string]*Prepared {
 		}
 		out := gen.GRPC(s.Snapshot)
 		s.addProblems(out.Problems)
-		s.setProxyless(prepare(out, pg))
+		var prevRes map[string]map[string]*Prepared
+		if pg != nil {
+			prevRes = pg.Resources
+		}
+		s.setProxyless(&ProxyResources{Resources: prepare(out, prevRes), Problems: out.Problems})
 	})
 	return s.grpc
 }
 
-func (s *State) setProxyless(m map[string]map[string]*Prepared) {
+func (s *State) setProxyless(r *ProxyResources) {
 	s.proxyMu.Lock()
-	s.grpc = m
+	s.grpc = r
 	s.proxyMu.Unlock()
 }
 

@@ -113,7 +113,7 @@ func TestCurrentWaitsUntilAClusterHasSynced(t *testing.T) {
 	if st == nil || st.Version != 1 || st.Mesh != "m" || superseded != st.Superseded() || closed(superseded) {
 		t.Fatalf("first State = %+v, want version 1 of mesh m, not superseded", st)
 	}
-	if st.Proxyless()[gen.ListenerType][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
+	if st.Proxyless().Resources[gen.ListenerType][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
 		t.Errorf("first State lacks the echo service: resources %v", st.Proxyless())
 	}
 	if len(st.Snapshot.Clusters) != 2 {
@@ -142,7 +142,7 @@ func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
 	await(t, ready, "the first publication")
 	st1, _ := m.Current("m")
 	for _, typeURL := range gen.Types {
-		if len(st1.Proxyless()[typeURL]) == 0 {
+		if len(st1.Proxyless().Resources[typeURL]) == 0 {
 			t.Fatalf("no %s generated; the test needs every type", typeURL)
 		}
 	}
@@ -156,11 +156,11 @@ func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
 		t.Fatalf("second State: version %d (superseded %v), want %d and current", st2.Version, closed(st2.Superseded()), st1.Version+1)
 	}
 	for _, typeURL := range gen.Types {
-		if len(st2.Proxyless()[typeURL]) != len(st1.Proxyless()[typeURL]) {
-			t.Errorf("%s: %d resources, before %d", typeURL, len(st2.Proxyless()[typeURL]), len(st1.Proxyless()[typeURL]))
+		if len(st2.Proxyless().Resources[typeURL]) != len(st1.Proxyless().Resources[typeURL]) {
+			t.Errorf("%s: %d resources, before %d", typeURL, len(st2.Proxyless().Resources[typeURL]), len(st1.Proxyless().Resources[typeURL]))
 		}
-		for name, p1 := range st1.Proxyless()[typeURL] {
-			p2 := st2.Proxyless()[typeURL][name]
+		for name, p1 := range st1.Proxyless().Resources[typeURL] {
+			p2 := st2.Proxyless().Resources[typeURL][name]
 			changed := typeURL == gen.RouteType && name == echoListener
 			switch {
 			case p2 == nil:
@@ -178,8 +178,8 @@ func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
 	await(t, st2.Superseded(), "the second State is superseded")
 	st3, _ := m.Current("m")
 	for _, typeURL := range gen.Types {
-		for name, p2 := range st2.Proxyless()[typeURL] {
-			if st3.Proxyless()[typeURL][name] != p2 {
+		for name, p2 := range st2.Proxyless().Resources[typeURL] {
+			if st3.Proxyless().Resources[typeURL][name] != p2 {
 				t.Errorf("unchanged %s %s is a new Prepared", typeURL, name)
 			}
 		}
@@ -239,8 +239,8 @@ func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
 	m.Notify("m")
 	await(t, ready, "the first publication")
 	st, _ := m.Current("m")
-	if st.Proxyless()[gen.ClusterType]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
-		t.Errorf("clusters = %v, want the echo service's", st.Proxyless()[gen.ClusterType])
+	if st.Proxyless().Resources[gen.ClusterType]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
+		t.Errorf("clusters = %v, want the echo service's", st.Proxyless().Resources[gen.ClusterType])
 	}
 }
 

@@ -34,7 +34,7 @@ func registerDebug(adm *admin.Server, in *ingest.Server, pc *pushctx.Manager, xd
 			v := meshView{Mesh: st.Mesh, Version: st.Version, BuiltAt: st.BuiltAt.UTC().Format("2006-01-02T15:04:05.000Z"),
 				Clusters: st.Snapshot.Clusters, Services: len(st.Snapshot.Services), Resources: map[string]int{},
 				Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: st.AllProblems()}
-			for t, rs := range st.Proxyless() {
+			for t, rs := range st.Proxyless().Resources {
 				v.Resources[t] = len(rs)
 			}
 			out = append(out, v)
