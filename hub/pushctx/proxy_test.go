@@ -77,6 +77,11 @@ func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
 	if a != b {
 		t.Error("two proxies whose IPs serve nothing did not share a generation")
 	}
+	labelled := key("10.9.0.3")
+	labelled.Labels = "app=client-7" // no selector in the config reads it
+	if st.ForProxy(labelled) != a {
+		t.Error("a proxy whose labels select nothing did not share the generation")
+	}
 	// 127.0.0.1 is echo's workload address: it has inbound ports.
 	own := st.ForProxy(key("127.0.0.1"))
 	if own == a {

@@ -209,17 +209,19 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 }
 
 // cacheKey is the key generation for k is memoized under: k with its IPs
-// replaced by what they contribute (gen.InboundSignature), so the sidecars
-// of one deployment, and every proxy whose IPs serve nothing, share one
-// generation.
+// and labels replaced by what they contribute (gen.InboundSignature,
+// gen.LabelSignature), so the sidecars of one deployment, and proxies whose
+// labels and IPs select nothing different, share one generation.
 func (s *State) cacheKey(k proxy.Key) proxy.Key {
-	if k.IPs == "" {
-		return k
-	}
 	ck := k
-	ck.IPs = ""
-	if sig := gen.InboundSignature(s.Snapshot, k); sig != "" {
-		ck.IPs = "inbound:" + sig
+	ck.IPs, ck.Labels = "", ""
+	if k.IPs != "" {
+		if sig := gen.InboundSignature(s.Snapshot, k); sig != "" {
+			ck.IPs = "inbound:" + sig
+		}
+	}
+	if sig := gen.LabelSignature(s.Snapshot, k); sig != "" {
+		ck.Labels = "selects:" + sig
 	}
 	return ck
 }

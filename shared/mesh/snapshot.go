@@ -51,6 +51,21 @@ type Snapshot struct {
 	// atAddress indexes services by endpoint address, built on first use.
 	atAddressOnce sync.Once
 	atAddress     map[string][]*Service
+	// memo holds values derived from the snapshot (see Memo).
+	memo sync.Map
+}
+
+// Memo returns the value derived from the snapshot under key, computing it
+// with fn on first use. Since a snapshot never changes, derived values
+// never go stale; keys should be unexported types of the caller's package.
+// Safe for concurrent use (fn may run more than once under a race; one
+// result wins).
+func (s *Snapshot) Memo(key any, fn func() any) any {
+	if v, ok := s.memo.Load(key); ok {
+		return v
+	}
+	v, _ := s.memo.LoadOrStore(key, fn())
+	return v
 }
 
 // ServicesAt returns the services with an endpoint at address, sorted by
