@@ -212,6 +212,9 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 				if c, err = s.accept(ctx, req.GetNode(), delta); err != nil {
 					return err
 				}
+				if w, ok := s.src.(interface{ Watch(string) func() }); ok {
+					defer w.Watch(c.mesh)()
+				}
 				if err := s.admit(ctx); err != nil {
 					return err
 				}

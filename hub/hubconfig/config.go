@@ -94,6 +94,7 @@ func (i *Ingest) Validate() error {
 type Push struct {
 	DebounceQuiet time.Duration `key:"debounceQuiet" default:"100ms" help:"push once no config change has arrived for this long"`
 	DebounceMax   time.Duration `key:"debounceMax" default:"1s" help:"push at the latest this long after the first change of a batch, even if changes keep arriving"`
+	Adaptive      bool          `key:"adaptive" default:"false" help:"do not rebuild a mesh no proxy is connected to (its debug views then lag); build it when one connects. Generation is lazy either way"`
 	// VerifyIncremental is a test mode (invariant 6): see pushctx.Options.Verify.
 	VerifyIncremental bool `key:"verifyIncremental" default:"false" help:"test mode: also generate from scratch whatever is generated incrementally and log and count any difference (doubles generation cost)"`
 }

@@ -30,6 +30,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"push.debounceQuiet":      cfg.Push.DebounceQuiet == 100*time.Millisecond,
 		"push.debounceMax":        cfg.Push.DebounceMax == time.Second,
 		"push.verifyIncremental":  !cfg.Push.VerifyIncremental,
+		"push.adaptive":           !cfg.Push.Adaptive,
 	}
 	for key, ok := range checks {
 		if !ok {

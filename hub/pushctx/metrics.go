@@ -13,6 +13,7 @@ type metrics struct {
 	proxyGenSeconds prometheus.Histogram
 	generations     *prometheus.CounterVec
 	fastBuilds      prometheus.Counter
+	skipped         prometheus.Counter
 	mismatches      prometheus.Counter
 }
 
@@ -37,11 +38,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), reused (nothing changed)."}, []string{"mode"}),
 		fastBuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_endpoint_builds_total",
 			Help: "Push context builds started at once for endpoint-only changes (no debounce)."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_builds_deferred_total",
+			Help: "Builds skipped because no proxy stream watches the mesh (push.adaptive); the mesh is built when one connects."}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_proxy_generation_mismatches_total",
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches, m.fastBuilds)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches, m.fastBuilds, m.skipped)
 	}
 	return m
 }

@@ -47,7 +47,11 @@ type Options struct {
 	// difference means the reuse missed an input (DESIGN.md invariant 6).
 	// Differences are logged, counted and returned by Mismatches. For
 	// tests; it doubles generation cost.
-	Verify     bool
+	Verify bool
+	// Adaptive skips rebuilding a published mesh that no stream watches
+	// (see Watch): the changes are kept and built when a stream watches
+	// again. The first publication of a mesh always happens.
+	Adaptive   bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -483,6 +487,10 @@ type meshState struct {
 	everSynced bool
 	// firstChange is when the oldest change not yet built was reported.
 	firstChange time.Time
+	// watchers counts streams following the mesh (Watch); dirty is set
+	// when an adaptive Manager skipped a build for lack of them.
+	watchers int
+	dirty    bool
 	// builder is used by the mesh's build loop only.
 	builder mesh.Builder
 }
@@ -596,7 +604,44 @@ func (m *Manager) loop(ctx context.Context, ms *meshState) {
 		case <-ms.endpoints:
 			m.metrics.fastBuilds.Inc()
 		}
+		if m.opts.Adaptive {
+			ms.mu.Lock()
+			idle := ms.watchers == 0 && ms.current != nil
+			ms.dirty = ms.dirty || idle
+			ms.mu.Unlock()
+			if idle {
+				m.metrics.skipped.Inc()
+				m.log.Debug("no stream watches the mesh; build deferred", "mesh", ms.name)
+				continue
+			}
+		}
 		m.safeBuild(ms)
+	}
+}
+
+// Watch registers a stream following mesh until the returned function is
+// called. With Options.Adaptive, a mesh whose changes were not built for
+// lack of watchers is built at once when one arrives.
+func (m *Manager) Watch(mesh string) (unwatch func()) {
+	ms := m.mesh(mesh)
+	ms.mu.Lock()
+	ms.watchers++
+	dirty := ms.dirty
+	ms.dirty = false
+	ms.mu.Unlock()
+	if dirty {
+		select {
+		case ms.endpoints <- struct{}{}: // skips the debounce: the changes are old
+		default:
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ms.mu.Lock()
+			ms.watchers--
+			ms.mu.Unlock()
+		})
 	}
 }
 

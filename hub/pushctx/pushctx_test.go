@@ -264,3 +264,37 @@ func TestEndpointNotificationSkipsDebounce(t *testing.T) {
 		t.Fatal("a new State appeared during the debounce")
 	}
 }
+
+// TestAdaptiveDefersBuildsNobodyWatches: with Adaptive, a published mesh
+// that no stream watches is not rebuilt; a watcher arriving gets the
+// deferred changes built at once.
+func TestAdaptiveDefersBuildsNobodyWatches(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Adaptive: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the first publication happens without watchers")
+
+	st, changed := m.Current("m")
+	src.set("m", cluster("c1", true, echoConfig(t, 20, 80)))
+	m.Notify("m")
+	time.Sleep(100 * time.Millisecond)
+	if closed(changed) {
+		t.Fatal("a mesh nobody watches was rebuilt")
+	}
+	unwatch := m.Watch("m")
+	defer unwatch()
+	await(t, changed, "the deferred build when a stream watches")
+	if now, _ := m.Current("m"); now == st || now.Diff.Unchanged() {
+		t.Error("the new State does not carry the deferred change")
+	}
+	// While watched, changes are built as usual.
+	_, changed = m.Current("m")
+	src.set("m", cluster("c1", true, echoConfig(t, 50, 50)))
+	m.Notify("m")
+	await(t, changed, "a build while watched")
+}

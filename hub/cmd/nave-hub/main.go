@@ -65,6 +65,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		DebounceQuiet: cfg.Push.DebounceQuiet,
 		DebounceMax:   cfg.Push.DebounceMax,
 		Verify:        cfg.Push.VerifyIncremental,
+		Adaptive:      cfg.Push.Adaptive,
 		Logger:        log.With("component", "pushctx"),
 		Registerer:    reg,
 	})
