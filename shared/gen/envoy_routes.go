@@ -240,6 +240,11 @@ func (rb *routeBuilder) gatewayRoutes() []Resource {
 	for _, gw := range rb.v.Gateways() {
 		spec, _ := gw.Object.Spec.(*networking.Gateway)
 		vss := rb.v.GatewayVirtualServices(gw)
+		// TLS-terminated servers of one gateway with the same port and hosts
+		// (one per certificate, say) route alike: their route
+		// configurations differ only in name and share the virtual hosts
+		// (read-only once built).
+		same := map[string]*routev3.RouteConfiguration{}
 		for i, srv := range spec.GetServers() {
 			port := srv.GetPort().GetNumber()
 			listen := rb.v.GatewayListenPort(port)
@@ -251,10 +256,18 @@ func (rb *routeBuilder) gatewayRoutes() []Resource {
 				}
 				rb.collectHosts(httpHosts[listen], gw, srv, vss)
 			case serverHTTPS:
+				name := GatewayHTTPSRouteName(listen, ServerName(srv, i), gw.Object.Name, gw.Object.Namespace)
+				key := strconv.FormatUint(uint64(port), 10) + strconv.FormatBool(srv.GetTls().GetHttpsRedirect()) + "\x00" + strings.Join(srv.GetHosts(), "\x00")
+				if rc := same[key]; rc != nil {
+					out = append(out, Resource{Name: name, Message: &routev3.RouteConfiguration{Name: name, VirtualHosts: rc.VirtualHosts,
+						ValidateClusters: rc.ValidateClusters}})
+					continue
+				}
 				hosts := map[string]*gatewayVHost{}
 				rb.collectHosts(hosts, gw, srv, vss)
-				name := GatewayHTTPSRouteName(listen, ServerName(srv, i), gw.Object.Name, gw.Object.Namespace)
-				out = append(out, Resource{Name: name, Message: rb.gatewayRouteConfig(name, port, hosts)})
+				rc := rb.gatewayRouteConfig(name, port, hosts)
+				same[key] = rc
+				out = append(out, Resource{Name: name, Message: rc})
 			}
 		}
 	}

@@ -929,3 +929,36 @@ func TestEnvoyRoutesBenchmarkOnce(t *testing.T) {
 		t.Fatalf("problems: %+v", p)
 	}
 }
+
+// TestGatewayServersWithSameHostsShareRoutes: two TLS-terminated servers of
+// one gateway with the same port and hosts (two certificates) get route
+// configurations that differ only in name; a server with other hosts does
+// not share them.
+func TestGatewayServersWithSameHostsShareRoutes(t *testing.T) {
+	y := strings.Replace(gatewayYAML, `  - port: {number: 443, protocol: HTTPS}
+    hosts: ["other/*.example.com"]`, `  - port: {number: 443, protocol: HTTPS}
+    hosts: ["shop/*.example.com"]`, 1)
+	if y == gatewayYAML {
+		t.Fatal("the test's edit of gatewayYAML did not apply")
+	}
+	byName := map[string]*routev3.RouteConfiguration{}
+	for _, y := range []string{y, gatewayYAML} {
+		out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + y}), routerKey)
+		for _, r := range out.Resources[RouteType] {
+			byName[r.Name+"|"+strconv.Itoa(len(y))] = r.Message.(*routev3.RouteConfiguration)
+		}
+	}
+	a := byName[GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop")+"|"+strconv.Itoa(len(y))]
+	b := byName[GatewayHTTPSRouteName(443, "2", "gw", "shop")+"|"+strconv.Itoa(len(y))]
+	if a == nil || b == nil || a.GetName() == b.GetName() {
+		t.Fatalf("route configurations missing or not renamed: %v, %v", a.GetName(), b.GetName())
+	}
+	if !proto.Equal(&routev3.RouteConfiguration{VirtualHosts: a.GetVirtualHosts()}, &routev3.RouteConfiguration{VirtualHosts: b.GetVirtualHosts()}) {
+		t.Error("servers with the same hosts route differently")
+	}
+	// Unchanged config: the server with other hosts routes differently.
+	c := byName[GatewayHTTPSRouteName(443, "2", "gw", "shop")+"|"+strconv.Itoa(len(gatewayYAML))]
+	if proto.Equal(&routev3.RouteConfiguration{VirtualHosts: a.GetVirtualHosts()}, &routev3.RouteConfiguration{VirtualHosts: c.GetVirtualHosts()}) {
+		t.Error("servers with different hosts share routes")
+	}
+}
