@@ -2,8 +2,13 @@ package ads_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -70,6 +75,109 @@ func BenchmarkFanOut(b *testing.B) {
 func TestFanOutBenchmarkOnce(t *testing.T) {
 	config, push := fanOut(t, 20, 3)
 	if size := push(config(0)); size == 0 {
+		t.Fatal("the proxies received nothing")
+	}
+}
+
+// scaleMesh is S1's workload in one cluster: services in 10 namespaces,
+// each with endpoints as WorkloadEntries across three localities.
+func scaleMesh(services, endpoints int) string {
+	var b strings.Builder
+	for i := range services {
+		ns := fmt.Sprint("ns-", i%10)
+		fmt.Fprintf(&b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: svc-%[1]d, namespace: %[2]s}
+spec:
+  hosts: [svc-%[1]d.%[2]s.svc.cluster.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: svc-%[1]d}}
+`, i, ns)
+		for j := range endpoints {
+			fmt.Fprintf(&b, `---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: svc-%[1]d-%[3]d, namespace: %[2]s}
+spec: {address: 10.%[4]d.%[5]d.%[6]d, labels: {app: svc-%[1]d}, locality: region/zone-%[7]d}
+`, i, ns, j, 1+j%3, i/250, i%250+1, j%3)
+		}
+	}
+	return b.String()
+}
+
+// coldConnect connects proxies sidecars (over 10 namespaces) at once to a
+// hub holding services × endpoints, each subscribing like Envoy (CDS and
+// LDS wildcard, then EDS for every EDS cluster and RDS for every route
+// name), and waits until all have ACKed everything. It returns the bytes
+// one proxy received.
+func coldConnect(tb testing.TB, f *fixture, proxies int) int {
+	var wg sync.WaitGroup
+	sizes := make([]int, proxies)
+	for i := range proxies {
+		ns := fmt.Sprint("ns-", i%10)
+		id := fmt.Sprintf("sidecar~10.9.%d.%d~client-%d.%s~%s.svc.cluster.local", i/250, i%250+1, i, ns, ns)
+		p := f.connect(tb, envoyNodeNS(id, ns, map[string]string{"app": fmt.Sprint("client-", i)}))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			get := func(typeURL string, names ...string) *discoveryv3.DiscoveryResponse {
+				p.subscribe(typeURL, names...)
+				r := p.next(typeURL)
+				for _, a := range r.GetResources() {
+					sizes[i] += len(a.GetValue())
+				}
+				p.ack(r, names...)
+				return r
+			}
+			cds := get(gen.ClusterType)
+			var eds []string
+			for _, a := range cds.GetResources() {
+				var c clusterv3.Cluster
+				if a.UnmarshalTo(&c) == nil && c.GetType() == clusterv3.Cluster_EDS {
+					eds = append(eds, c.GetName())
+				}
+			}
+			lds := get(gen.ListenerType)
+			var rds []string
+			for _, a := range lds.GetResources() {
+				var l listenerv3.Listener
+				if a.UnmarshalTo(&l) == nil {
+					rds = append(rds, rdsNames(tb, map[string]*listenerv3.Listener{l.GetName(): &l})...)
+				}
+			}
+			get(gen.EndpointType, eds...)
+			get(gen.RouteType, rds...)
+		}()
+	}
+	wg.Wait()
+	return sizes[0]
+}
+
+func BenchmarkColdConnect(b *testing.B) {
+	for _, sz := range []struct{ services, endpoints, proxies int }{{1000, 15, 100}} {
+		b.Run(fmt.Sprintf("services=%d/endpoints=%d/proxies=%d", sz.services, sz.endpoints, sz.proxies), func(b *testing.B) {
+			objs := decode(b, scaleMesh(sz.services, sz.endpoints))
+			b.ResetTimer()
+			size := 0
+			for range b.N {
+				b.StopTimer()
+				f := newFixtureVerify(b, nil, false)
+				f.set(b, "m", synced("c1", objs))
+				b.StartTimer()
+				size = coldConnect(b, f, sz.proxies)
+			}
+			b.ReportMetric(float64(size)/1024, "kb/proxy")
+		})
+	}
+}
+
+// TestColdConnectBenchmarkOnce is BenchmarkColdConnect's twin, small.
+func TestColdConnectBenchmarkOnce(t *testing.T) {
+	f := newFixtureVerify(t, nil, true)
+	f.set(t, "m", synced("c1", decode(t, scaleMesh(20, 3))))
+	if size := coldConnect(t, f, 5); size == 0 {
 		t.Fatal("the proxies received nothing")
 	}
 }

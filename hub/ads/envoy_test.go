@@ -49,6 +49,13 @@ spec:
   http: [{route: [{destination: {host: reviews, subset: v2}}]}]
 `
 
+// envoyNodeNS is envoyNode with a NAMESPACE in the metadata.
+func envoyNodeNS(id, ns string, labels map[string]string) *corev3.Node {
+	n := envoyNode(id, labels)
+	n.Metadata.Fields["NAMESPACE"] = structpb.NewStringValue(ns)
+	return n
+}
+
 func envoyNode(id string, labels map[string]string) *corev3.Node {
 	l := map[string]any{}
 	for k, v := range labels {
@@ -142,7 +149,7 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 
 // rdsNames lists the route configuration names the listeners' HTTP
 // connection managers ask for.
-func rdsNames(t *testing.T, listeners map[string]*listenerv3.Listener) []string {
+func rdsNames(t testing.TB, listeners map[string]*listenerv3.Listener) []string {
 	t.Helper()
 	var out []string
 	for _, l := range listeners {

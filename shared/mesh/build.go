@@ -98,8 +98,15 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	}
 
 	s.shared = map[*Service]bool{}
-	b.addServiceEntries(s, byKind["ServiceEntry"], byKind["WorkloadEntry"], byKind["Workload"], stale)
-	s.addRegistryServices(byKind["Service"], byKind["Workload"], stale)
+	var index *selectIndex
+	selector := func() *selectIndex { // built on first use
+		if index == nil {
+			index = newSelectIndex(byKind["WorkloadEntry"], byKind["Workload"])
+		}
+		return index
+	}
+	b.addServiceEntries(s, byKind["ServiceEntry"], selector, stale)
+	s.addRegistryServices(byKind["Service"], byKind["Workload"], selector, stale)
 	for _, svc := range s.Services {
 		if s.shared[svc] {
 			continue // built complete and sorted
@@ -264,18 +271,18 @@ func (svc *Service) addPort(p Port) {
 // without a workload selector convert to services on their own; those are
 // remembered in b and shared across snapshots. It returns the shared
 // services in s.shared.
-func (b *Builder) addServiceEntries(s *Snapshot, entries, workloadEntries, workloads []*Config, stale map[string]bool) {
+func (b *Builder) addServiceEntries(s *Snapshot, entries []*Config, selector func() *selectIndex, stale map[string]bool) {
 	next := make(map[*meshconfig.Object]*entryServices, len(entries))
 	for _, c := range entries {
 		se, _ := c.Object.Spec.(*networking.ServiceEntry)
 		if len(se.GetWorkloadSelector().GetLabels()) > 0 {
-			s.addServiceEntry(c, se, workloadEntries, workloads, stale)
+			s.addServiceEntry(c, se, selector(), stale)
 			continue
 		}
 		es := b.entries[c.Object]
 		if es == nil || es.cluster != c.Cluster || es.stale != stale[c.Cluster] {
 			single := &Snapshot{Services: map[string]*Service{}, shared: map[*Service]bool{}}
-			single.addServiceEntry(c, se, nil, nil, stale)
+			single.addServiceEntry(c, se, nil, stale)
 			es = &entryServices{cluster: c.Cluster, stale: stale[c.Cluster]}
 			for _, h := range single.Hostnames() {
 				svc := single.Services[h]
@@ -315,26 +322,21 @@ func (svc *Service) merge(o *Service) {
 }
 
 // addServiceEntry adds the services of one ServiceEntry.
-func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, workloadEntries, workloads []*Config, stale map[string]bool) {
+func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, index *selectIndex, stale map[string]bool) {
 	ns := c.Object.Namespace
 	ref := c.Ref()
 	eps := make([]*Endpoint, 0, len(se.GetEndpoints()))
 	for i, we := range se.GetEndpoints() {
 		eps = append(eps, workloadEntryEndpoint(we, c.Object.Labels, c.Cluster, stale[c.Cluster], ref+" spec.endpoints["+strconv.Itoa(i)+"]"))
 	}
-	if sel := se.GetWorkloadSelector().GetLabels(); len(sel) > 0 {
-		for _, wc := range workloadEntries {
+	if sel := se.GetWorkloadSelector().GetLabels(); len(sel) > 0 && index != nil {
+		index.selectEntries(ns, sel, func(wc *Config) {
 			we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
-			labels := mergeLabels(wc.Object.Labels, we.GetLabels())
-			if wc.Object.Namespace == ns && Matches(sel, labels) {
-				eps = append(eps, workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, stale[wc.Cluster], wc.Ref()))
-			}
-		}
-		for _, wc := range workloads {
-			if wc.Object.Namespace == ns && Matches(sel, wc.Object.Labels) {
-				eps = append(eps, registryEndpoint(wc, stale[wc.Cluster]))
-			}
-		}
+			eps = append(eps, workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, stale[wc.Cluster], wc.Ref()))
+		})
+		index.selectWorkloads(ns, sel, func(wc *Config) {
+			eps = append(eps, registryEndpoint(wc, stale[wc.Cluster]))
+		})
 	}
 	o := &Service{External: se.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL, Addresses: se.GetAddresses(),
 		ExportTo: se.GetExportTo(), Sources: []string{ref}, Endpoints: eps}
@@ -355,7 +357,7 @@ func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, workl
 	}
 }
 
-func (s *Snapshot) addRegistryServices(services, workloads []*Config, stale map[string]bool) {
+func (s *Snapshot) addRegistryServices(services, workloads []*Config, selector func() *selectIndex, stale map[string]bool) {
 	byHost := map[string][]*Config{}
 	for _, wc := range workloads {
 		w, _ := wc.Object.Spec.(*protocolv1.Workload)
@@ -382,11 +384,11 @@ func (s *Snapshot) addRegistryServices(services, workloads []*Config, stale map[
 			}
 		}
 		if sel := rs.GetSelector(); len(sel) > 0 && len(listed) == 0 {
-			for _, wc := range workloads {
-				if wc.Cluster == c.Cluster && wc.Object.Namespace == c.Object.Namespace && Matches(sel, wc.Object.Labels) {
+			selector().selectWorkloads(c.Object.Namespace, sel, func(wc *Config) {
+				if wc.Cluster == c.Cluster {
 					svc.Endpoints = append(svc.Endpoints, registryEndpoint(wc, stale[wc.Cluster]))
 				}
-			}
+			})
 		}
 	}
 }
