@@ -49,6 +49,16 @@ func Build(mesh string, clusters []ClusterInput) *Snapshot {
 // Build's. Safe for use by one goroutine at a time.
 type Builder struct {
 	entries map[*meshconfig.Object]*entryServices
+	// endpoints remembers the endpoint made of each WorkloadEntry selected
+	// by a ServiceEntry (objects are never modified, endpoints never
+	// either), so an unchanged entry is not converted again.
+	endpoints map[endpointKey]*Endpoint
+}
+
+type endpointKey struct {
+	object  *meshconfig.Object
+	cluster string
+	stale   bool
 }
 
 type entryServices struct {
@@ -99,14 +109,26 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 
 	s.shared = map[*Service]bool{}
 	var index *selectIndex
+	nextEndpoints := make(map[endpointKey]*Endpoint, len(b.endpoints))
 	selector := func() *selectIndex { // built on first use
 		if index == nil {
 			index = newSelectIndex(byKind["WorkloadEntry"], byKind["Workload"])
+			index.entryEndpoint = func(wc *Config) *Endpoint {
+				k := endpointKey{wc.Object, wc.Cluster, stale[wc.Cluster]}
+				ep := b.endpoints[k]
+				if ep == nil {
+					we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
+					ep = workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, k.stale, wc.Ref())
+				}
+				nextEndpoints[k] = ep
+				return ep
+			}
 		}
 		return index
 	}
 	b.addServiceEntries(s, byKind["ServiceEntry"], selector, stale)
 	s.addRegistryServices(byKind["Service"], byKind["Workload"], selector, stale)
+	b.endpoints = nextEndpoints
 	for _, svc := range s.Services {
 		if s.shared[svc] {
 			continue // built complete and sorted
@@ -159,16 +181,9 @@ func ResolveHost(host, namespace string) string {
 type configKey struct{ kind, namespace, name string }
 
 func (s *Snapshot) resolveConflicts(candidates map[configKey][]*Config) []*Config {
-	keys := make([]configKey, 0, len(candidates))
-	for k := range candidates {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b configKey) int {
-		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
-	})
-	winners := make([]*Config, 0, len(keys))
-	for _, k := range keys {
-		defs := candidates[k]
+	// Winners are sorted by the caller (per kind); conflicts are sorted here.
+	winners := make([]*Config, 0, len(candidates))
+	for _, defs := range candidates {
 		if len(defs) > 1 {
 			sort.Slice(defs, func(i, j int) bool { return precedes(defs[i], defs[j]) })
 		}
@@ -185,6 +200,9 @@ func (s *Snapshot) resolveConflicts(candidates map[configKey][]*Config) []*Confi
 			})
 		}
 	}
+	slices.SortFunc(s.Conflicts, func(a, b Conflict) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key, b.Key), cmp.Compare(a.LoserCluster, b.LoserCluster))
+	})
 	return winners
 }
 
@@ -331,8 +349,7 @@ func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, index
 	}
 	if sel := se.GetWorkloadSelector().GetLabels(); len(sel) > 0 && index != nil {
 		index.selectEntries(ns, sel, func(wc *Config) {
-			we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
-			eps = append(eps, workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, stale[wc.Cluster], wc.Ref()))
+			eps = append(eps, index.entryEndpoint(wc))
 		})
 		index.selectWorkloads(ns, sel, func(wc *Config) {
 			eps = append(eps, registryEndpoint(wc, stale[wc.Cluster]))

@@ -15,9 +15,13 @@ type selectIndex struct {
 	workloads []indexed
 	// postings maps namespace\x00key\x00value to entry (or workload)
 	// positions, ascending.
-	entryPostings    map[string][]int
-	workloadPostings map[string][]int
+	entryPostings    map[posting][]int
+	workloadPostings map[posting][]int
+	// entryEndpoint converts a selected WorkloadEntry (the Builder's cache).
+	entryEndpoint func(wc *Config) *Endpoint
 }
+
+type posting struct{ namespace, key, value string }
 
 type indexed struct {
 	cfg    *Config
@@ -25,27 +29,25 @@ type indexed struct {
 }
 
 func newSelectIndex(workloadEntries, workloads []*Config) *selectIndex {
-	x := &selectIndex{entryPostings: map[string][]int{}, workloadPostings: map[string][]int{}}
+	x := &selectIndex{entryPostings: map[posting][]int{}, workloadPostings: map[posting][]int{}}
 	for i, wc := range workloadEntries {
 		we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
 		labels := mergeLabels(wc.Object.Labels, we.GetLabels())
 		x.entries = append(x.entries, indexed{wc, labels})
 		for k, v := range labels {
-			key := postingKey(wc.Object.Namespace, k, v)
+			key := posting{wc.Object.Namespace, k, v}
 			x.entryPostings[key] = append(x.entryPostings[key], i)
 		}
 	}
 	for i, wc := range workloads {
 		x.workloads = append(x.workloads, indexed{wc, wc.Object.Labels})
 		for k, v := range wc.Object.Labels {
-			key := postingKey(wc.Object.Namespace, k, v)
+			key := posting{wc.Object.Namespace, k, v}
 			x.workloadPostings[key] = append(x.workloadPostings[key], i)
 		}
 	}
 	return x
 }
-
-func postingKey(ns, k, v string) string { return ns + "\x00" + k + "\x00" + v }
 
 // selectEntries calls fn for each WorkloadEntry of namespace ns whose
 // labels match sel (non-empty), in input order.
@@ -58,11 +60,11 @@ func (x *selectIndex) selectWorkloads(ns string, sel map[string]string, fn func(
 	x.match(x.workloads, x.workloadPostings, ns, sel, fn)
 }
 
-func (x *selectIndex) match(items []indexed, postings map[string][]int, ns string, sel map[string]string, fn func(c *Config)) {
+func (x *selectIndex) match(items []indexed, postings map[posting][]int, ns string, sel map[string]string, fn func(c *Config)) {
 	var best []int
 	first := true
 	for k, v := range sel {
-		p := postings[postingKey(ns, k, v)]
+		p := postings[posting{ns, k, v}]
 		if len(p) == 0 {
 			return // nothing has this pair: nothing matches
 		}
