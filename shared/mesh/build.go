@@ -53,6 +53,8 @@ type Builder struct {
 	// by a ServiceEntry (objects are never modified, endpoints never
 	// either), so an unchanged entry is not converted again.
 	endpoints map[endpointKey]*Endpoint
+	// last is the previous build's input and result (see buildEndpoints).
+	last *builderState
 }
 
 type endpointKey struct {
@@ -71,6 +73,9 @@ type entryServices struct {
 func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	clusters = append([]ClusterInput(nil), clusters...)
 	sort.Slice(clusters, func(i, j int) bool { return clusters[i].Name < clusters[j].Name })
+	if s := b.buildEndpoints(mesh, clusters); s != nil {
+		return s
+	}
 
 	s := &Snapshot{
 		Mesh:             mesh,
@@ -167,6 +172,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	s.AllVirtualServices = byKind["VirtualService"]
 	s.Gateways = byKind["Gateway"]
 	s.Sidecars = byKind["Sidecar"]
+	b.remember(mesh, clusters, byKind["ServiceEntry"], s)
 	return s
 }
 

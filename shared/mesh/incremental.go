@@ -1,0 +1,214 @@
+package mesh
+
+import (
+	"maps"
+	"slices"
+	"sort"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+// builderState is what a Builder remembers of its last build so that the
+// next one, when only WorkloadEntries changed, can update the services they
+// feed instead of merging everything again.
+type builderState struct {
+	mesh     string
+	clusters []ClusterState // names, stale, synced, connected (Objects ignored)
+	objects  map[*meshconfig.Object]string
+	// keys counts definitions per WorkloadEntry kind/namespace/name: an
+	// entry defined in several clusters goes through conflict resolution,
+	// which only a full build does.
+	keys map[configKey]int
+	// selectors are the ServiceEntries with a workload selector, by
+	// namespace.
+	selectors map[string][]*Config
+	snap      *Snapshot
+}
+
+// remember records a full build's inputs and result.
+func (b *Builder) remember(mesh string, clusters []ClusterInput, entries []*Config, s *Snapshot) {
+	st := &builderState{mesh: mesh, objects: map[*meshconfig.Object]string{}, keys: map[configKey]int{},
+		selectors: map[string][]*Config{}, snap: s}
+	for _, c := range clusters {
+		st.clusters = append(st.clusters, ClusterState{Name: c.Name, Stale: c.Stale, Synced: c.Synced, Connected: c.Connected})
+		for _, o := range c.Objects {
+			st.objects[o] = c.Name
+			if o.Kind.Kind == "WorkloadEntry" {
+				st.keys[configKey{o.Kind.Kind, o.Namespace, o.Name}]++
+			}
+		}
+	}
+	for _, c := range entries {
+		if se, _ := c.Object.Spec.(*networking.ServiceEntry); len(se.GetWorkloadSelector().GetLabels()) > 0 {
+			st.selectors[c.Object.Namespace] = append(st.selectors[c.Object.Namespace], c)
+		}
+	}
+	b.last = st
+}
+
+type entryChange struct {
+	cfg   *Config
+	added bool
+}
+
+// buildEndpoints is Build when only WorkloadEntries changed since the last
+// build, each defined in one cluster only, and every service they feed is
+// defined by a single ServiceEntry: it copies the last snapshot and
+// rebuilds just those services' endpoint lists. It returns nil when that
+// does not hold; Build then merges everything.
+func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
+	last := b.last
+	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) {
+		return nil
+	}
+	stale := map[string]bool{}
+	seen := 0
+	var changes []entryChange
+	for i, c := range clusters {
+		lc := last.clusters[i]
+		if lc.Name != c.Name || lc.Stale != c.Stale || lc.Synced != c.Synced || lc.Connected != c.Connected {
+			return nil
+		}
+		stale[c.Name] = c.Stale
+		for _, o := range c.Objects {
+			if cl, ok := last.objects[o]; ok && cl == c.Name {
+				seen++
+				continue
+			}
+			if o.Kind.Kind != "WorkloadEntry" {
+				return nil
+			}
+			changes = append(changes, entryChange{&Config{Cluster: c.Name, Object: o}, true})
+			if len(changes) > 64 {
+				return nil // a large change: merge everything
+			}
+		}
+	}
+	if seen < len(last.objects) {
+		// Some objects are gone: find them (each must be a WorkloadEntry).
+		present := make(map[*meshconfig.Object]bool, len(last.objects))
+		for _, c := range clusters {
+			for _, o := range c.Objects {
+				present[o] = true
+			}
+		}
+		for o, cl := range last.objects {
+			if present[o] {
+				continue
+			}
+			if o.Kind.Kind != "WorkloadEntry" {
+				return nil
+			}
+			changes = append(changes, entryChange{&Config{Cluster: cl, Object: o}, false})
+			if len(changes) > 64 {
+				return nil
+			}
+		}
+	}
+	if len(changes) == 0 {
+		return nil // nothing changed; a full build is cheap enough to stay simple
+	}
+	keys := maps.Clone(last.keys)
+	for _, ch := range changes {
+		k := configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		if ch.added {
+			keys[k]++
+		} else {
+			keys[k]--
+		}
+	}
+	for _, ch := range changes {
+		if n := keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}]; n > 1 || last.keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}] > 1 {
+			return nil // defined in several clusters: conflict resolution decides
+		}
+	}
+
+	// The ServiceEntries each changed entry is (or was) selected by.
+	affected := map[*Config][]entryChange{}
+	for _, ch := range changes {
+		we, _ := ch.cfg.Object.Spec.(*networking.WorkloadEntry)
+		labels := mergeLabels(ch.cfg.Object.Labels, we.GetLabels())
+		for _, sc := range last.selectors[ch.cfg.Object.Namespace] {
+			se, _ := sc.Object.Spec.(*networking.ServiceEntry)
+			if Matches(se.GetWorkloadSelector().GetLabels(), labels) {
+				affected[sc] = append(affected[sc], ch)
+			}
+		}
+	}
+	prev := last.snap
+	replaced := map[string]*Service{}
+	for sc, chs := range affected {
+		se, _ := sc.Object.Spec.(*networking.ServiceEntry)
+		for _, h := range se.GetHosts() {
+			host := ResolveHost(h, sc.Object.Namespace)
+			old := prev.Services[host]
+			if old == nil || len(old.Sources) != 1 || old.Sources[0] != sc.Ref() {
+				return nil // merged from several definitions
+			}
+			svc := replaced[host]
+			if svc == nil {
+				c := *old
+				c.Endpoints = slices.Clone(old.Endpoints)
+				svc = &c
+				replaced[host] = svc
+			}
+			for _, ch := range chs {
+				ref := ch.cfg.Ref()
+				if !ch.added {
+					svc.Endpoints = slices.DeleteFunc(svc.Endpoints, func(e *Endpoint) bool { return e.Source == ref && e.Cluster == ch.cfg.Cluster })
+				}
+			}
+			for _, ch := range chs {
+				if ch.added {
+					svc.Endpoints = append(svc.Endpoints, b.entryEndpoint(ch.cfg, stale))
+				}
+			}
+		}
+	}
+	for _, svc := range replaced {
+		sort.Slice(svc.Endpoints, func(i, j int) bool { return endpointLess(svc.Endpoints[i], svc.Endpoints[j]) })
+	}
+
+	s := &Snapshot{
+		Mesh: prev.Mesh, Services: maps.Clone(prev.Services), VirtualServices: prev.VirtualServices,
+		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
+		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
+	}
+	for _, c := range clusters {
+		s.Clusters = append(s.Clusters, ClusterState{Name: c.Name, Stale: c.Stale, Objects: len(c.Objects), Synced: c.Synced, Connected: c.Connected})
+	}
+	maps.Copy(s.Services, replaced)
+	s.hostnames = prev.Hostnames()
+	s.sorted = s.SortedServices()
+
+	// Remember: the objects, keys and snapshot move on; selectors stay.
+	for _, ch := range changes {
+		if ch.added {
+			last.objects[ch.cfg.Object] = ch.cfg.Cluster
+		} else {
+			delete(last.objects, ch.cfg.Object)
+			delete(b.endpoints, endpointKey{ch.cfg.Object, ch.cfg.Cluster, stale[ch.cfg.Cluster]})
+		}
+	}
+	last.keys = keys
+	last.snap = s
+	return s
+}
+
+// entryEndpoint returns the endpoint of a selected WorkloadEntry, made
+// once per object.
+func (b *Builder) entryEndpoint(wc *Config, stale map[string]bool) *Endpoint {
+	k := endpointKey{wc.Object, wc.Cluster, stale[wc.Cluster]}
+	if ep := b.endpoints[k]; ep != nil {
+		return ep
+	}
+	we, _ := wc.Object.Spec.(*networking.WorkloadEntry)
+	ep := workloadEntryEndpoint(we, wc.Object.Labels, wc.Cluster, k.stale, wc.Ref())
+	if b.endpoints == nil {
+		b.endpoints = map[endpointKey]*Endpoint{}
+	}
+	b.endpoints[k] = ep
+	return ep
+}
