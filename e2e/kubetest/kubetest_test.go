@@ -99,7 +99,15 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: developers}
 `))
-		if _, err := alice.CoreV1().Pods("team").List(ctx, metav1.ListOptions{}); err != nil {
+		// The authorizer learns of new bindings through a watch: allow it a
+		// moment (seen failing once right after the apply).
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if _, err = alice.CoreV1().Pods("team").List(ctx, metav1.ListOptions{}); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
 			t.Fatalf("alice lists pods with a role: %v", err)
 		}
 		if _, err := alice.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
