@@ -301,3 +301,94 @@ func resourceName(m proto.Message) string {
 	}
 	return ""
 }
+
+// TestSpokeFlapPushesNothing: a spoke that disconnects and comes back with
+// unchanged state changes nothing a proxy holds (DESIGN.md invariant 4):
+// an Envoy sidecar on state-of-the-world ADS receives no response during
+// the flap or after the resync, and the hub counts no pushes.
+func TestSpokeFlapPushesNothing(t *testing.T) {
+	h := newHub(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "reviews.yaml"), reviewsYAML("2026-01-01T00:00:00Z", "v2"))
+	sp := newSpoke(t, h, "c1", dir)
+	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+
+	p := dialADS(t, h, "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local")
+	clusters := p.fetch(t, gen.ClusterType)
+	var eds []string
+	for name, c := range clusters {
+		if c.(*clusterv3.Cluster).GetEdsClusterConfig() != nil {
+			eds = append(eds, name)
+		}
+	}
+	p.fetch(t, gen.ListenerType)
+	p.fetch(t, gen.EndpointType, eds...)
+	p.fetch(t, gen.RouteType, gen.SidecarRouteName(9080))
+	before := pushes(t, h)
+
+	// Flap: the spoke stops; the hub keeps its state (stale); the spoke
+	// starts again on the same directory and resyncs.
+	sp.proc.Stop(5 * time.Second)
+	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", false) })
+	newSpoke(t, h, "c1", dir)
+	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+
+	p.quiet(t, 2*time.Second, "a spoke flap with unchanged state")
+	if after := pushes(t, h); after != before {
+		t.Errorf("the hub counted %v responses to proxies during the flap (before %v)", after-before, before)
+	}
+}
+
+// spokeSynced checks the hub's view of a cluster: connected and synced
+// (want true) or disconnected (want false).
+func spokeSynced(h *hub, cluster string, want bool) error {
+	var spokes []struct {
+		Cluster   string `json:"cluster"`
+		Connected bool   `json:"connected"`
+		Synced    bool   `json:"synced"`
+	}
+	if err := harness.GetJSON(h.url("/debug/spokes"), &spokes); err != nil {
+		return err
+	}
+	for _, s := range spokes {
+		if s.Cluster == cluster && (s.Connected && s.Synced) == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster %s not connected+synced=%v: %+v", cluster, want, spokes)
+}
+
+// pushes sums nave_hub_xds_pushes_total over every label.
+func pushes(t *testing.T, h *hub) float64 {
+	t.Helper()
+	body, err := httpGet(h.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "nave_hub_xds_pushes_total{") {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// quiet fails if a response arrives within d.
+func (c *adsClient) quiet(t *testing.T, d time.Duration, why string) {
+	t.Helper()
+	ch := make(chan *discoveryv3.DiscoveryResponse, 1)
+	go func() {
+		if r, err := c.stream.Recv(); err == nil {
+			ch <- r
+		}
+	}()
+	select {
+	case r := <-ch:
+		t.Errorf("%s: the proxy received a %s response (%d resources)", why, r.GetTypeUrl(), len(r.GetResources()))
+	case <-time.After(d):
+	}
+}
