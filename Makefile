@@ -7,7 +7,7 @@ CMDS          := nave-hub=./hub/cmd/nave-hub nave-spoke=./spoke/cmd/nave-spoke \
                  nave-demo=./examples/demo/launcher nave-demo-backend=./examples/demo/backend \
                  nave-demo-client=./examples/demo/client
 
-.PHONY: all build run test test-race bench generate lint fmt clean kube-assets
+.PHONY: all build run test test-race bench bench-load generate lint fmt clean kube-assets
 
 all: build
 
@@ -36,9 +36,15 @@ test: kube-assets
 test-race: kube-assets
 	$(GO) test -race -count=1 -timeout 40m ./...
 
-## bench: Go benchmarks (each has a test twin that runs it once in make test)
+## bench: Go benchmarks (each has a test twin that runs it once in make test), then the load benchmark
 bench: kube-assets
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+	$(MAKE) bench-load
+
+## bench-load: issue 6's load benchmark against a real hub (docs/load-benchmark.md); LOAD_ARGS adds flags
+bench-load:
+	$(GO) run ./e2e/loadgen/cmd/nave-load --runs 3 $(LOAD_ARGS)
+	$(GO) run ./e2e/loadgen/cmd/nave-load --runs 3 --delta $(LOAD_ARGS)
 
 ## generate: regenerate protobuf Go code, docs/config.md and the Istio CRDs in deploy/spoke (pinned tools, no protoc needed)
 generate:
