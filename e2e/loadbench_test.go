@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/e2e/load"
+)
+
+// The load benchmark's scale (issue 6's by default); pass them after
+// -args, e.g. go test -run '^$' -bench BenchmarkLoad ./e2e/ -args -load.proxies=100.
+var (
+	loadServices  = flag.Int("load.services", 1000, "load benchmark: services")
+	loadEndpoints = flag.Int("load.endpoints", 5, "load benchmark: endpoints per service in each of the three clusters")
+	loadProxies   = flag.Int("load.proxies", 500, "load benchmark: proxies (2% gateways, 5% proxyless, the rest sidecars)")
+	loadDuration  = flag.Duration("load.duration", 60*time.Second, "load benchmark: S3's endpoint churn duration")
+	loadModes     = flag.String("load.modes", "sotw,delta", "load benchmark: ADS variants, comma separated")
+)
+
+// loadHub starts a fresh nave-hub for each run of the load tool, through
+// the harness (killed by PID when the test ends at the latest).
+func loadHub(tb testing.TB) load.HubStarter {
+	return func(ctx context.Context) (*load.Hub, func(), error) {
+		admin, spokes, xds := addr(harness.FreePort(tb)), addr(harness.FreePort(tb)), addr(harness.FreePort(tb))
+		p := harness.Start(tb, "hub", binary("nave-hub"), load.HubArgs(admin, spokes, xds, "--log.level", "info")...)
+		harness.WaitReady(tb, "http://"+admin+"/healthz/ready", 30*time.Second)
+		return &load.Hub{PID: p.PID(), Admin: admin, Spokes: spokes, XDS: xds}, func() { p.Stop(10 * time.Second) }, nil
+	}
+}
+
+// BenchmarkLoad runs issue 6's load scenarios (S1 cold connect, S2
+// fan-out, S3 endpoint churn, S4 spoke flap) against a real hub process,
+// once per b.Loop iteration, for each ADS variant, and reports each
+// scenario's p99 latency (seconds), the hub's CPU-seconds and peak RSS,
+// and S4's pushed resources. The table is logged.
+func BenchmarkLoad(b *testing.B) {
+	for _, mode := range strings.Split(*loadModes, ",") {
+		b.Run(mode, func(b *testing.B) {
+			o := load.Options{Services: *loadServices, EndpointsPerCluster: *loadEndpoints, Proxies: *loadProxies,
+				Gateways: -1, Proxyless: -1, Delta: mode == "delta", ChurnDuration: *loadDuration}
+			var res []load.Result
+			for b.Loop() {
+				var err error
+				if res, err = load.Run(context.Background(), o, loadHub(b)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, r := range res {
+				if r.Latency.N > 0 {
+					b.ReportMetric(r.Latency.P99, r.Scenario+"-p99-s")
+				}
+				b.ReportMetric(r.HubCPU, r.Scenario+"-hub-cpu-s")
+				b.ReportMetric(r.PeakRSS, r.Scenario+"-hub-rss-MB")
+				if r.Scenario == "S4" {
+					b.ReportMetric(r.Extra["resources"]+r.Extra["removals"], "S4-pushed")
+				}
+			}
+			var buf bytes.Buffer
+			if err := load.WriteTable(&buf, res); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("\n%s", buf.String())
+		})
+	}
+}
+
+// TestBenchmarkLoadOnce is BenchmarkLoad's twin: every scenario once, at a
+// tiny scale (20 services × 3 endpoints, 10 proxies of the three kinds),
+// in both ADS variants. Its deadlines only catch hangs; it checks that the
+// tool saw what it must (every proxy converged, every edit and endpoint
+// move arrived), never how fast.
+func TestBenchmarkLoadOnce(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		o := load.Options{Services: 20, EndpointsPerCluster: 1, Proxies: 10, Gateways: 1, Proxyless: 2, Delta: delta,
+			ChurnRate: 30, ChurnDuration: 2 * time.Second, FlapOutage: 2 * time.Second, FlapQuiet: time.Second,
+			Settle: 300 * time.Millisecond, Timeout: 2 * time.Minute, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+		t.Run(o.Mode(), func(t *testing.T) {
+			res, err := load.Run(context.Background(), o, loadHub(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := load.WriteTable(&buf, res); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("\n%s", buf.String())
+			if len(res) != 4 {
+				t.Fatalf("%d results, want one per scenario", len(res))
+			}
+			cpu := 0.0
+			for _, r := range res {
+				if r.ClientErrors > 0 {
+					t.Errorf("%s: %v proxy streams failed", r.Scenario, r.ClientErrors)
+				}
+				if r.PeakRSS <= 0 {
+					t.Errorf("%s: the hub's peak RSS was not measured", r.Scenario)
+				}
+				cpu += r.HubCPU // in 10 ms ticks: a tiny scenario may take none
+			}
+			if cpu <= 0 {
+				t.Error("the hub's CPU time was not measured")
+			}
+			s1, s2, s3 := res[0], res[1], res[2]
+			if s1.Extra["complete"] != 10 || s1.Latency.N != 10 {
+				t.Errorf("S1: %v of 10 proxies fully ACKed", s1.Extra["complete"])
+			}
+			if s1.Bytes == 0 || s1.ByType["EDS"].Resources == 0 || s1.ByType["RDS"].Resources == 0 {
+				t.Errorf("S1: the proxies received %v bytes, by type %+v", s1.Bytes, s1.ByType)
+			}
+			if s2.Extra["holders"] != 10 || s2.Extra["reached"] != 10 || s2.Latency.N != 10 {
+				t.Errorf("S2: the edit reached %v of %v proxies holding the cluster, want all 10", s2.Extra["reached"], s2.Extra["holders"])
+			}
+			if s3.Extra["moves"] < 30 || s3.Extra["expected"] == 0 || s3.Extra["missed"] != 0 {
+				t.Errorf("S3: %v moves, %v of %v expected observations, %v missed", s3.Extra["moves"], s3.Extra["observed"], s3.Extra["expected"], s3.Extra["missed"])
+			}
+		})
+	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
