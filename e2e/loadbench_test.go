@@ -107,8 +107,8 @@ func TestBenchmarkLoadOnce(t *testing.T) {
 				t.Error("the hub's CPU time was not measured")
 			}
 			s1, s2, s3 := res[0], res[1], res[2]
-			if s1.Extra["complete"] != 10 || s1.Latency.N != 10 {
-				t.Errorf("S1: %v of 10 proxies fully ACKed", s1.Extra["complete"])
+			if s1.Extra["complete"] != 10 || s1.Latency.N != 10 || s1.Extra["hub_acked"] != 10 {
+				t.Errorf("S1: %v of 10 proxies fully ACKed (the hub says %v)", s1.Extra["complete"], s1.Extra["hub_acked"])
 			}
 			if s1.Bytes == 0 || s1.ByType["EDS"].Resources == 0 || s1.ByType["RDS"].Resources == 0 {
 				t.Errorf("S1: the proxies received %v bytes, by type %+v", s1.Bytes, s1.ByType)

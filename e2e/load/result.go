@@ -139,7 +139,7 @@ func (r Result) Notes() string {
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	switch r.Scenario {
 	case "S1":
-		add("fully ACKed %.0f/%d", e["complete"], r.Proxies)
+		add("fully ACKed %.0f/%d (the hub agrees for %.0f)", e["complete"], r.Proxies, e["hub_acked"])
 		if e["sidecars"] > 0 {
 			add("per sidecar %s (CDS %s/%.0f, EDS %s/%.0f, LDS %s/%.0f, RDS %s/%.0f)", mb(e["sidecar_bytes"]),
 				mb(e["sidecar_CDS_bytes"]), e["sidecar_CDS_resources"], mb(e["sidecar_EDS_bytes"]), e["sidecar_EDS_resources"],
@@ -164,6 +164,15 @@ func (r Result) Notes() string {
 			seen = "yes"
 		}
 		add("hub saw the outage: %s; resynced in %s", seen, secs(e["resync_seconds"]))
+	}
+	var gens []string
+	for _, mode := range []string{"full", "endpoints", "reused"} {
+		if v := r.Hub[`nave_hub_proxy_generations_total{mode="`+mode+`"}`]; v > 0 {
+			gens = append(gens, fmt.Sprintf("%s %.0f", mode, v))
+		}
+	}
+	if len(gens) > 0 {
+		add("hub generations: %s", strings.Join(gens, ", "))
 	}
 	if r.ClientErrors > 0 {
 		add("%.0f PROXY STREAMS FAILED", r.ClientErrors)

@@ -53,7 +53,8 @@ type Options struct {
 	// removed, bytes, endpoint moves first seen).
 	TracePath string
 	// ProfileDir, if set, receives a hub CPU profile of each scenario
-	// (ProfileSeconds long from the scenario's start, default 30).
+	// reported (ProfileSeconds long from the scenario's start, default 30;
+	// the next scenario waits for it).
 	ProfileDir     string
 	ProfileSeconds int
 	// Label names the run in profile file names.
@@ -111,14 +112,13 @@ func (o *Options) Mode() string {
 }
 
 type runner struct {
-	o        Options
-	w        *Workload
-	hub      *Hub
-	env      *env
-	spokes   *spokes
-	clients  []*Client
-	log      *slog.Logger
-	profiles sync.WaitGroup
+	o       Options
+	w       *Workload
+	hub     *Hub
+	env     *env
+	spokes  *spokes
+	clients []*Client
+	log     *slog.Logger
 }
 
 // Run starts a hub with start, feeds it the workload through one
@@ -146,7 +146,6 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	}
 	defer stop()
 	r := &runner{o: o, w: w, hub: hub, env: newEnv(), log: o.Logger}
-	defer r.profiles.Wait()
 	r.log.Info("hub started", "pid", hub.PID, "xds", hub.XDS, "admin", hub.Admin)
 
 	loadStart := time.Now()
@@ -303,6 +302,7 @@ type probe struct {
 	peakReset  bool
 	stop, done chan struct{}
 	sampledKB  int64
+	profiled   chan struct{} // closed when the scenario's profile is saved
 }
 
 func (r *runner) begin(name string) *probe {
@@ -326,10 +326,10 @@ func (r *runner) begin(name string) *probe {
 			}
 		}
 	}()
-	if r.o.ProfileDir != "" {
-		r.profiles.Add(1)
+	if r.o.ProfileDir != "" && slices.Contains(r.o.Scenarios, name) {
+		p.profiled = make(chan struct{})
 		go func() {
-			defer r.profiles.Done()
+			defer close(p.profiled)
 			path := filepath.Join(r.o.ProfileDir, fmt.Sprintf("%s%s-%s-%d-%s.pprof", r.o.Label, name, r.o.Mode(), r.o.Proxies, strings.ReplaceAll(Titles[name], " ", "-")))
 			if err := r.profile(path, r.o.ProfileSeconds); err != nil {
 				r.log.Error("hub CPU profile", "scenario", name, "err", err)
@@ -401,6 +401,9 @@ func (p *probe) end() Result {
 			res.ByType[TypeNames[ev.Type]] = tc
 			res.Bytes += float64(ev.Bytes)
 		}
+	}
+	if p.profiled != nil {
+		<-p.profiled
 	}
 	return res
 }
@@ -492,8 +495,44 @@ func (r *runner) coldConnect(ctx context.Context) (Result, error) {
 	}
 	res.Extra["sidecars"] = sidecars
 	res.Extra["complete"] = float64(len(samples))
+	res.Extra["hub_acked"] = float64(r.hubAcked(ctx))
 	res.Latency = newStats(samples)
 	return res, nil
+}
+
+// hubAcked asks the hub (/debug/syncz) how many proxies have ACKed every
+// version it sent them, NACKed none, and have nothing pending: the hub's
+// side of "fully ACKed". It waits up to 10 s for all to be; -1 if the
+// view cannot be read.
+func (r *runner) hubAcked(ctx context.Context) int {
+	n := -1
+	_ = poll(ctx, 10*time.Second, 100*time.Millisecond, func() error {
+		var conns []struct {
+			Types map[string]struct {
+				AckedVersion  string `json:"ackedVersion"`
+				NackedVersion string `json:"nackedVersion"`
+				Pending       bool   `json:"pending"`
+			} `json:"types"`
+		}
+		if err := r.hub.getJSON("/debug/syncz", &conns); err != nil {
+			return err
+		}
+		n = 0
+		for _, c := range conns {
+			ok := len(c.Types) > 0
+			for _, t := range c.Types {
+				ok = ok && !t.Pending && t.AckedVersion != "" && t.NackedVersion == ""
+			}
+			if ok {
+				n++
+			}
+		}
+		if n < len(r.clients) {
+			return fmt.Errorf("%d of %d", n, len(r.clients))
+		}
+		return nil
+	})
+	return n
 }
 
 // incomplete describes one proxy that does not hold everything yet.
