@@ -287,8 +287,9 @@ func (c *Client) dependent(t int) int {
 	return -1
 }
 
-// resource processes one received resource of type t. It returns whether
-// the resource carries an endpoint move not seen before.
+// resource processes one received resource of type t: what it makes the
+// client subscribe to, a watched resource's change, and (EDS) the endpoint
+// moves it is the first to carry, appended to obs.
 func (c *Client) resource(t int, id int32, b []byte, at time.Time, obs *[]int32) {
 	ts := &c.ts[t]
 	if c.dependent(t) >= 0 {

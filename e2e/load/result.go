@@ -165,6 +165,9 @@ func (r Result) Notes() string {
 		}
 		add("hub saw the outage: %s; resynced in %s", seen, secs(e["resync_seconds"]))
 	}
+	if v, ok := e["hub_rss_start_mb"]; ok {
+		add("hub RSS at start %.0f MB", v)
+	}
 	var gens []string
 	for _, mode := range []string{"full", "endpoints", "reused"} {
 		if v := r.Hub[`nave_hub_proxy_generations_total{mode="`+mode+`"}`]; v > 0 {

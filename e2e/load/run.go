@@ -302,12 +302,14 @@ type probe struct {
 	peakReset  bool
 	stop, done chan struct{}
 	sampledKB  int64
+	startKB    int64         // the hub's RSS when the scenario started
 	profiled   chan struct{} // closed when the scenario's profile is saved
 }
 
 func (r *runner) begin(name string) *probe {
 	p := &probe{r: r, name: name, stop: make(chan struct{}), done: make(chan struct{})}
 	p.metrics0, _ = r.hub.Metrics()
+	p.startKB, _ = memKB(r.hub.PID, "VmRSS")
 	p.peakReset = resetPeak(r.hub.PID) == nil
 	p.cpu0, _ = cpuSeconds(r.hub.PID)
 	p.tool0 = selfCPU()
@@ -376,7 +378,7 @@ func (p *probe) end() Result {
 	}
 	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Runs: 1,
 		HubCPU: cpu1 - p.cpu0, PeakRSS: float64(peak) / 1024, ToolCPU: tool1 - p.tool0, Wall: end.Sub(p.start).Seconds(),
-		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
+		ByType: map[string]TypeCounts{}, Extra: map[string]float64{"hub_rss_start_mb": float64(p.startKB) / 1024}, Hub: map[string]float64{}}
 	if m1, err := p.r.hub.Metrics(); err == nil {
 		for k, v := range m1 {
 			if d := v - p.metrics0[k]; d != 0 && !strings.HasSuffix(k, "_connections") {
@@ -475,6 +477,7 @@ func (r *runner) coldConnect(ctx context.Context) (Result, error) {
 	}
 	samples := make([]float64, 0, len(r.clients))
 	sidecars := 0.0
+	per := map[string]float64{} // sums over the sidecars
 	for _, c := range r.clients {
 		samples = append(samples, c.CompleteAt().Sub(t0).Seconds())
 		if c.Spec.Kind != Sidecar {
@@ -483,14 +486,14 @@ func (r *runner) coldConnect(ctx context.Context) (Result, error) {
 		sidecars++
 		held := c.holds()
 		for t := range numTypes {
-			res.Extra["sidecar_"+TypeNames[t]+"_resources"] += float64(held[t])
+			per["sidecar_"+TypeNames[t]+"_resources"] += float64(held[t])
 		}
 		for _, ev := range r.window(c, t0, time.Now()) {
-			res.Extra["sidecar_"+TypeNames[ev.Type]+"_bytes"] += float64(ev.Bytes)
-			res.Extra["sidecar_bytes"] += float64(ev.Bytes)
+			per["sidecar_"+TypeNames[ev.Type]+"_bytes"] += float64(ev.Bytes)
+			per["sidecar_bytes"] += float64(ev.Bytes)
 		}
 	}
-	for k, v := range res.Extra {
+	for k, v := range per {
 		res.Extra[k] = v / max(sidecars, 1)
 	}
 	res.Extra["sidecars"] = sidecars

@@ -69,6 +69,7 @@ func run() error {
 		profileSec = flag.Int("profile-seconds", 30, "length of each hub CPU profile, from the scenario's start")
 		verbose    = flag.Bool("v", false, "log progress (and the spokes' warnings) to stderr")
 		selfProf   = flag.String("cpuprofile", "", "write this tool's own CPU profile to this file (to keep the load generator cheap)")
+		report     = flag.String("report", "", "print the table of a file written by --json, and run nothing")
 	)
 	flag.Var(&hubArgs, "hub-arg", "extra nave-hub flag, e.g. --hub-arg=--push.debounce-quiet=50ms (repeatable)")
 	flag.Parse()
@@ -76,6 +77,21 @@ func run() error {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
 
+	if *report != "" {
+		b, err := os.ReadFile(*report)
+		if err != nil {
+			return err
+		}
+		var saved struct {
+			Args    []string      `json:"args"`
+			Medians []load.Result `json:"medians"`
+		}
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return fmt.Errorf("%s: %w", *report, err)
+		}
+		fmt.Printf("nave-load %s\n\n", strings.Join(saved.Args, " "))
+		return load.WriteTable(os.Stdout, saved.Medians)
+	}
 	if *selfProf != "" {
 		f, err := os.Create(*selfProf)
 		if err != nil {
