@@ -41,10 +41,9 @@ bench: kube-assets
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 	$(MAKE) bench-load
 
-## bench-load: issue 6's load benchmark against a real hub (docs/load-benchmark.md); LOAD_ARGS adds flags
+## bench-load: issue 6's load benchmark against a real hub, both ADS variants, median of 3 runs (docs/load-benchmark.md); LOAD_ARGS adds flags
 bench-load:
-	$(GO) run ./e2e/loadgen/cmd/nave-load --runs 3 $(LOAD_ARGS)
-	$(GO) run ./e2e/loadgen/cmd/nave-load --runs 3 --delta $(LOAD_ARGS)
+	$(GO) run ./e2e/load/cmd/nave-load --mode sotw,delta --runs 3 $(LOAD_ARGS)
 
 ## generate: regenerate protobuf Go code, docs/config.md and the Istio CRDs in deploy/spoke (pinned tools, no protoc needed)
 generate:
