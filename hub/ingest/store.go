@@ -1,7 +1,8 @@
 package ingest
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/navemesh/nave/shared/mesh"
@@ -19,6 +20,8 @@ type entry struct {
 type store struct {
 	id        Identity
 	resources map[string]map[string]*entry // type URL -> name -> entry
+	// sorted caches input's object list; nil after any change.
+	sorted []*meshconfig.Object
 	// rejected holds the current rejection reason by type URL + " " + name.
 	rejected map[string]Rejection
 
@@ -58,6 +61,7 @@ func (s *store) put(typeURL string, o *meshconfig.Object, session uint64) (chang
 		return false
 	}
 	byName[name] = &entry{obj: o, session: session}
+	s.sorted = nil
 	return true
 }
 
@@ -72,6 +76,7 @@ func (s *store) keep(typeURL, name string, session uint64) {
 func (s *store) remove(typeURL, name string) (changed bool) {
 	if _, ok := s.resources[typeURL][name]; ok {
 		delete(s.resources[typeURL], name)
+		s.sorted = nil
 		return true
 	}
 	return false
@@ -85,6 +90,7 @@ func (s *store) prune() (removed int) {
 		for name, e := range byName {
 			if e.session != s.session {
 				delete(byName, name)
+				s.sorted = nil
 				removed++
 			}
 		}
@@ -111,19 +117,20 @@ func (s *store) input() mesh.ClusterInput {
 		Connected: s.connected,
 		Synced:    s.synced,
 		Stale:     !s.connected,
-		Objects:   make([]*meshconfig.Object, 0, s.count()),
 	}
-	for _, byName := range s.resources {
-		for _, e := range byName {
-			in.Objects = append(in.Objects, e.obj)
+	if s.sorted == nil {
+		objs := make([]*meshconfig.Object, 0, s.count())
+		for _, byName := range s.resources {
+			for _, e := range byName {
+				objs = append(objs, e.obj)
+			}
 		}
+		slices.SortFunc(objs, func(a, b *meshconfig.Object) int {
+			return cmp.Or(cmp.Compare(a.Kind.Kind, b.Kind.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+		s.sorted = objs
 	}
-	sort.Slice(in.Objects, func(i, j int) bool {
-		a, b := in.Objects[i], in.Objects[j]
-		if a.Kind.Kind != b.Kind.Kind {
-			return a.Kind.Kind < b.Kind.Kind
-		}
-		return a.Key() < b.Key()
-	})
+	// Readers get the shared list (never modified: a change makes a new one).
+	in.Objects = s.sorted
 	return in
 }

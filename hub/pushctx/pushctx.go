@@ -84,6 +84,7 @@ type State struct {
 
 	metrics *metrics
 	mgr     *Manager
+	results *resultCache // the mesh's, shared by its States
 
 	// proxies memoizes Envoy generation per proxy key; interned shares one
 	// Prepared per (type, name, content) across every key. prev is the
@@ -230,29 +231,88 @@ func (s *State) cacheKey(k proxy.Key) proxy.Key {
 	return ck
 }
 
-// previous returns what the previous State generated for k, if it did.
-func (s *State) previous(k proxy.Key) *ProxyResources {
+// resultCache holds, per cache key, the newest result generated for the
+// mesh in any State, so that generation can start from it even when the
+// State just before skipped that key (States published faster than
+// proxies asked). Entries of keys nobody asked for lately are dropped.
+type resultCache struct {
+	mu    sync.Mutex
+	byKey map[proxy.Key]cachedResult
+}
+
+type cachedResult struct {
+	version uint64
+	snap    *mesh.Snapshot
+	res     *ProxyResources
+}
+
+func (c *resultCache) get(k proxy.Key) (cachedResult, bool) {
+	if c == nil {
+		return cachedResult{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.byKey[k]
+	return r, ok
+}
+
+func (c *resultCache) put(k proxy.Key, r cachedResult) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byKey = map[proxy.Key]cachedResult{}
+	}
+	if old, ok := c.byKey[k]; !ok || old.version < r.version {
+		c.byKey[k] = r
+	}
+}
+
+// prune drops entries older than version minus keep.
+func (c *resultCache) prune(version, keep uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, r := range c.byKey {
+		if r.version+keep < version {
+			delete(c.byKey, k)
+		}
+	}
+}
+
+// base returns the result generation for ck may start from, and how this
+// State's snapshot differs from the one it was generated from.
+func (s *State) base(ck proxy.Key) (*ProxyResources, mesh.Diff) {
+	r, ok := s.results.get(ck)
+	if !ok || r.res == nil {
+		return nil, mesh.Diff{}
+	}
+	if r.snap == s.Snapshot {
+		return r.res, mesh.Diff{}
+	}
 	s.proxyMu.Lock()
 	prev := s.prev
 	s.proxyMu.Unlock()
-	if prev == nil {
-		return nil
+	if prev != nil && r.snap == prev.Snapshot {
+		return r.res, s.Diff
 	}
-	prev.proxyMu.Lock()
-	defer prev.proxyMu.Unlock()
-	if e := prev.proxies[k]; e != nil {
-		return e.res // nil while prev is still generating it
-	}
-	return nil
+	return r.res, mesh.DiffSnapshots(r.snap, s.Snapshot)
 }
 
 // generate builds what the State gives key k, whose cache key is ck.
 func (s *State) generate(ck, k proxy.Key) (*ProxyResources, string) {
-	pr := s.previous(ck)
+	res, mode := s.generateFrom(ck, k)
+	s.results.put(ck, cachedResult{version: s.Version, snap: s.Snapshot, res: res})
+	return res, mode
+}
+
+func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
+	pr, diff := s.base(ck)
 	switch {
-	case pr != nil && s.Diff.Unchanged():
+	case pr != nil && diff.Unchanged():
 		return pr, genReused
-	case pr == nil || s.Diff.Config:
+	case pr == nil || diff.Config:
 		out := gen.Envoy(s.Snapshot, k)
 		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(out.Resources)), Problems: out.Problems}
 		for typeURL, list := range s.intern(marshal(out)) {
@@ -272,15 +332,15 @@ func (s *State) generate(ck, k proxy.Key) (*ProxyResources, string) {
 	v := gen.NewView(s.Snapshot, k)
 	own := false
 	for _, ip := range k.IPList() {
-		own = own || s.Diff.Addresses[ip]
+		own = own || diff.Addresses[ip]
 	}
 	dns := false
-	for h := range s.Diff.Hosts {
+	for h := range diff.Hosts {
 		if svc := s.Snapshot.Services[h]; svc != nil && svc.Resolution != mesh.ResolutionStatic {
 			dns = true
 		}
 	}
-	out := &gen.Output{Resources: map[string][]gen.Resource{gen.EndpointType: v.EndpointsOf(s.Diff.Hosts)}}
+	out := &gen.Output{Resources: map[string][]gen.Resource{gen.EndpointType: v.EndpointsOf(diff.Hosts)}}
 	if own || dns {
 		out.Resources[gen.ClusterType] = v.Clusters()
 	}
@@ -493,6 +553,7 @@ type meshState struct {
 	dirty    bool
 	// builder is used by the mesh's build loop only.
 	builder mesh.Builder
+	results resultCache
 }
 
 // New returns a Manager reading clusters from src.
@@ -718,6 +779,7 @@ func (m *Manager) build(ms *meshState) {
 		metrics:    m.metrics,
 		mgr:        m,
 		prev:       prev,
+		results:    &ms.results,
 	}
 
 	ms.mu.Lock()
@@ -735,6 +797,7 @@ func (m *Manager) build(ms *meshState) {
 		prev.prev = nil // States never chain: only the newest reuses its predecessor
 		prev.proxyMu.Unlock()
 	}
+	ms.results.prune(st.Version, 16)
 
 	d := time.Since(start)
 	m.metrics.builds.Inc()
