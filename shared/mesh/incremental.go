@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -182,6 +183,41 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 	maps.Copy(s.Services, replaced)
 	s.hostnames = prev.Hostnames()
 	s.sorted = s.SortedServices()
+	// The address index: the addresses of the changed services (before and
+	// after) are answered from an overlay, the rest by the index of the
+	// last fully indexed snapshot (the root). The overlay is copied forward
+	// for up to 16 builds, then the index is built afresh; only the root is
+	// kept alive, never a chain of snapshots.
+	if prev.atDepth < 16 {
+		s.atRoot, s.atDepth, s.atOverlay = prev, 1, map[string][]*Service{}
+		if prev.atRoot != nil {
+			s.atRoot, s.atDepth, s.atOverlay = prev.atRoot, prev.atDepth+1, maps.Clone(prev.atOverlay)
+		}
+		seen := map[string]bool{}
+		for host, svc := range replaced {
+			for _, list := range [][]*Endpoint{prev.Services[host].Endpoints, svc.Endpoints} {
+				for _, ep := range list {
+					if seen[ep.Address] {
+						continue
+					}
+					seen[ep.Address] = true
+					var at []*Service
+					for _, cand := range prev.ServicesAt(ep.Address) {
+						if replaced[cand.Hostname] == nil {
+							at = append(at, cand)
+						}
+					}
+					for _, r := range replaced {
+						if slices.ContainsFunc(r.Endpoints, func(e *Endpoint) bool { return e.Address == ep.Address }) {
+							at = append(at, r)
+						}
+					}
+					slices.SortFunc(at, func(a, b *Service) int { return strings.Compare(a.Hostname, b.Hostname) })
+					s.atOverlay[ep.Address] = at
+				}
+			}
+		}
+	}
 
 	// Remember: the objects, keys and snapshot move on; selectors stay.
 	for _, ch := range changes {

@@ -18,6 +18,14 @@ func decodeOne(t *testing.T, y string) *meshconfig.Object {
 	return objs[0]
 }
 
+func hostsOf(svcs []*Service) string {
+	var out []string
+	for _, s := range svcs {
+		out = append(out, s.Hostname+fmt.Sprint(len(s.Endpoints)))
+	}
+	return fmt.Sprint(out)
+}
+
 func snapshotJSON(t *testing.T, s *Snapshot) string {
 	t.Helper()
 	b, err := json.Marshal(struct {
@@ -84,8 +92,23 @@ func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
 		if b.last == last && last != nil {
 			incremental++
 		}
-		if g, w := snapshotJSON(t, got), snapshotJSON(t, Build("m", in)); g != w {
+		full := Build("m", in)
+		if g, w := snapshotJSON(t, got), snapshotJSON(t, full); g != w {
 			t.Fatalf("step %d: the Builder's snapshot differs from a full build:\n%s\n%s", step, g, w)
+		}
+		// The address index answers alike, for every address there is.
+		for a := range 48 {
+			addr := fmt.Sprintf("10.0.%d.%d", a/16, 1+a%40)
+			if g, w := hostsOf(got.ServicesAt(addr)), hostsOf(full.ServicesAt(addr)); g != w {
+				t.Fatalf("step %d: ServicesAt(%s) = %s, a full build says %s", step, addr, g, w)
+			}
+		}
+		for _, svc := range full.Services {
+			for _, ep := range svc.Endpoints {
+				if g, w := hostsOf(got.ServicesAt(ep.Address)), hostsOf(full.ServicesAt(ep.Address)); g != w {
+					t.Fatalf("step %d: ServicesAt(%s) = %s, a full build says %s", step, ep.Address, g, w)
+				}
+			}
 		}
 		i := rng.IntN(40)
 		name, ns, app := fmt.Sprint("we-", i), nss[rng.IntN(2)], apps[rng.IntN(3)]

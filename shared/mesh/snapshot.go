@@ -9,6 +9,7 @@
 package mesh
 
 import (
+	"slices"
 	"sort"
 	"sync"
 
@@ -49,8 +50,15 @@ type Snapshot struct {
 	// snapshot: they are cloned before any change.
 	shared map[*Service]bool
 	// atAddress indexes services by endpoint address, built on first use.
+	// An incrementally built snapshot instead answers from atOverlay (the
+	// addresses of every service changed since atRoot, a fully indexed
+	// snapshot) and then atRoot's index; atDepth counts the builds since
+	// atRoot.
 	atAddressOnce sync.Once
 	atAddress     map[string][]*Service
+	atRoot        *Snapshot
+	atOverlay     map[string][]*Service
+	atDepth       int
 	// memo holds values derived from the snapshot (see Memo).
 	memo sync.Map
 }
@@ -72,12 +80,18 @@ func (s *Snapshot) Memo(key any, fn func() any) any {
 // hostname (what a proxy at that address serves). The index is built once
 // per snapshot, on first use; safe for concurrent use.
 func (s *Snapshot) ServicesAt(address string) []*Service {
+	if s.atRoot != nil {
+		if list, ok := s.atOverlay[address]; ok {
+			return list
+		}
+		return s.atRoot.ServicesAt(address)
+	}
 	s.atAddressOnce.Do(func() {
 		s.atAddress = map[string][]*Service{}
 		for _, svc := range s.SortedServices() {
 			for _, ep := range svc.Endpoints {
 				list := s.atAddress[ep.Address]
-				if len(list) == 0 || list[len(list)-1] != svc {
+				if !slices.Contains(list, svc) {
 					s.atAddress[ep.Address] = append(list, svc)
 				}
 			}
