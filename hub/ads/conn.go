@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -35,6 +36,9 @@ type conn struct {
 	peer        string
 	connectedAt time.Time
 	delta       bool // incremental ADS
+	// pushed is the version of the push context last pushed (or first
+	// served); see Server.pendingPushes.
+	pushed atomic.Uint64
 
 	mu    sync.Mutex
 	nonce uint64
@@ -82,6 +86,13 @@ func trigger(st *pushctx.State, request bool) string {
 		return "config"
 	}
 	return "endpoints"
+}
+
+// pushedState records that st was pushed to the stream.
+func (c *conn) pushedState(st *pushctx.State) {
+	if st != nil {
+		c.pushed.Store(st.Version)
+	}
 }
 
 // converged observes how long a change took to be ACKed by the proxy.

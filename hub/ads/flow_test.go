@@ -57,13 +57,25 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 	live.ack(live.next(gen.ClusterType))
 
 	// Updates until the stuck stream is cut; the live one gets each.
+	// Meanwhile the stuck proxy shows as a pending push.
 	deadline := time.Now().Add(waitFor)
+	pending := 0.0
 	for i := 0; f.metric(t, "nave_hub_xds_stuck_disconnects_total") == 0; i++ {
 		if time.Now().After(deadline) {
 			t.Fatal("the stuck proxy was not disconnected")
 		}
 		f.set(t, "m", synced("c1", decode(t, bigMesh(400, fmt.Sprint("v", i)))))
 		live.ack(live.next(gen.ClusterType))
+		pending = max(pending, f.metric(t, "nave_hub_xds_pending_pushes"))
+	}
+	if pending < 1 {
+		t.Error("nave_hub_xds_pending_pushes never counted the stuck proxy")
+	}
+	for f.metric(t, "nave_hub_xds_pending_pushes") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("pushes still pending with the stuck proxy gone and the live one served")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// The server ended the stuck stream: the connection is gone from the
 	// status (the client itself sees it only once it reads again).

@@ -23,9 +23,13 @@ type metrics struct {
 	// admissionWait times how long new streams waited for admission.
 	admissionWait  prometheus.Histogram
 	admissionQueue prometheus.GaugeFunc
+	// pushSeconds times pushing one push context to one proxy; pending
+	// counts proxies with a push pending.
+	pushSeconds prometheus.Histogram
+	pending     prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, waiting, pending func() float64) *metrics {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_xds_connections",
 			Help: "Connected proxy ADS streams."}),
@@ -44,9 +48,14 @@ func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 			Help: "How long new proxy streams waited for admission (xds.admissionRate).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		admissionQueue: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_xds_admission_queue",
 			Help: "New proxy streams waiting for admission."}, waiting),
+		pushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_xds_push_duration_seconds",
+			Help:    "Time to push a new push context to one proxy: generating (or reusing) its resources and sending every changed type.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
+		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_xds_pending_pushes",
+			Help: "Proxies whose mesh has a newer push context than the one last pushed to them (at most one pending push per proxy)."}, pending),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue, m.convergence)
+		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue, m.convergence, m.pushSeconds, m.pending)
 	}
 	return m
 }

@@ -88,7 +88,7 @@ func New(src StateSource, opts Options) *Server {
 	if opts.AdmissionRate > 0 {
 		s.admission = rate.NewLimiter(rate.Limit(opts.AdmissionRate), max(1, opts.AdmissionBurst))
 	}
-	s.metrics = newMetrics(opts.Registerer, func() float64 { return float64(s.waiting.Load()) })
+	s.metrics = newMetrics(opts.Registerer, func() float64 { return float64(s.waiting.Load()) }, s.pendingPushes)
 	return s
 }
 
@@ -219,15 +219,21 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 					return err
 				}
 				state, changed = s.src.Current(c.mesh)
+				c.pushedState(state)
 			}
 			if err := handle(c, state, req); err != nil {
 				return err
 			}
 		case <-changed:
+			// Every change published since the last push is merged into
+			// this one: the stream always pushes the newest push context.
 			state, changed = s.src.Current(c.mesh)
+			start := time.Now()
 			if err := pushAll(c, state); err != nil {
 				return err
 			}
+			s.metrics.pushSeconds.Observe(time.Since(start).Seconds())
+			c.pushedState(state)
 		}
 	}
 }
@@ -265,6 +271,25 @@ func (s *Server) remove(c *conn) {
 	s.mu.Unlock()
 	s.metrics.connections.Dec()
 	s.log.Info("proxy disconnected", "conn", c.id, "mesh", c.mesh)
+}
+
+// pendingPushes counts the streams whose mesh has a newer push context than
+// the one they last pushed (the per-proxy push queue's depth: at most one
+// pending push per proxy, since a stream always pushes the newest).
+func (s *Server) pendingPushes() float64 {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		if st, _ := s.src.Current(c.mesh); st != nil && st.Version > c.pushed.Load() {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 // knownType reports whether the server generates typeURL.

@@ -96,13 +96,17 @@ type Push struct {
 	DebounceMax   time.Duration `key:"debounceMax" default:"1s" help:"push at the latest this long after the first change of a batch, even if changes keep arriving"`
 	Adaptive      bool          `key:"adaptive" default:"false" help:"do not rebuild a mesh no proxy is connected to (its debug views then lag); build it when one connects. Generation is lazy either way"`
 	// VerifyIncremental is a test mode (invariant 6): see pushctx.Options.Verify.
-	VerifyIncremental bool `key:"verifyIncremental" default:"false" help:"test mode: also generate from scratch whatever is generated incrementally and log and count any difference (doubles generation cost)"`
+	VerifyIncremental        bool `key:"verifyIncremental" default:"false" help:"test mode: also generate from scratch whatever is generated incrementally and log and count any difference (doubles generation cost)"`
+	MaxConcurrentGenerations int  `key:"maxConcurrentGenerations" default:"0" help:"proxy generations run at once across all meshes (a connection storm or a mesh-wide change is generated in turns); 0 means one per CPU"`
 }
 
 // Validate checks quiet > 0 and max >= quiet.
 func (p *Push) Validate() error {
 	if p.DebounceQuiet <= 0 {
 		return settings.Invalid("debounceQuiet", "must be greater than 0, got %s", p.DebounceQuiet)
+	}
+	if p.MaxConcurrentGenerations < 0 {
+		return settings.Invalid("maxConcurrentGenerations", "must be 0 (one per CPU) or more, got %d", p.MaxConcurrentGenerations)
 	}
 	if p.DebounceMax < p.DebounceQuiet {
 		return settings.Invalid("debounceMax", "must be at least debounceQuiet (%s), got %s", p.DebounceQuiet, p.DebounceMax)

@@ -16,21 +16,22 @@ func TestDefaultsValidate(t *testing.T) {
 		t.Fatalf("defaults refused: %v", err)
 	}
 	checks := map[string]bool{
-		"log.level":               cfg.Log.Level == "info",
-		"log.format":              cfg.Log.Format == "text",
-		"admin.listen":            cfg.Admin.Listen == "127.0.0.1:15014",
-		"spokes.listen":           cfg.Spokes.Listen == "127.0.0.1:15012",
-		"spokes.maxMessageBytes":  cfg.Spokes.MaxMessageBytes == 16<<20,
-		"xds.listen":              cfg.XDS.Listen == "127.0.0.1:15010",
-		"xds.defaultMesh":         cfg.XDS.DefaultMesh == "default",
-		"xds.sendTimeout":         cfg.XDS.SendTimeout == 30*time.Second,
-		"xds.admissionRate":       cfg.XDS.AdmissionRate == 500,
-		"xds.admissionBurst":      cfg.XDS.AdmissionBurst == 100,
-		"ingest.staleGracePeriod": cfg.Ingest.StaleGracePeriod == 10*time.Minute,
-		"push.debounceQuiet":      cfg.Push.DebounceQuiet == 100*time.Millisecond,
-		"push.debounceMax":        cfg.Push.DebounceMax == time.Second,
-		"push.verifyIncremental":  !cfg.Push.VerifyIncremental,
-		"push.adaptive":           !cfg.Push.Adaptive,
+		"log.level":                     cfg.Log.Level == "info",
+		"log.format":                    cfg.Log.Format == "text",
+		"admin.listen":                  cfg.Admin.Listen == "127.0.0.1:15014",
+		"spokes.listen":                 cfg.Spokes.Listen == "127.0.0.1:15012",
+		"spokes.maxMessageBytes":        cfg.Spokes.MaxMessageBytes == 16<<20,
+		"xds.listen":                    cfg.XDS.Listen == "127.0.0.1:15010",
+		"xds.defaultMesh":               cfg.XDS.DefaultMesh == "default",
+		"xds.sendTimeout":               cfg.XDS.SendTimeout == 30*time.Second,
+		"xds.admissionRate":             cfg.XDS.AdmissionRate == 500,
+		"xds.admissionBurst":            cfg.XDS.AdmissionBurst == 100,
+		"ingest.staleGracePeriod":       cfg.Ingest.StaleGracePeriod == 10*time.Minute,
+		"push.debounceQuiet":            cfg.Push.DebounceQuiet == 100*time.Millisecond,
+		"push.debounceMax":              cfg.Push.DebounceMax == time.Second,
+		"push.verifyIncremental":        !cfg.Push.VerifyIncremental,
+		"push.adaptive":                 !cfg.Push.Adaptive,
+		"push.maxConcurrentGenerations": cfg.Push.MaxConcurrentGenerations == 0,
 	}
 	for key, ok := range checks {
 		if !ok {

@@ -15,6 +15,7 @@ type metrics struct {
 	fastBuilds      prometheus.Counter
 	skipped         prometheus.Counter
 	mismatches      prometheus.Counter
+	genWaiting      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,9 +43,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Builds skipped because no proxy stream watches the mesh (push.adaptive); the mesh is built when one connects."}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_proxy_generation_mismatches_total",
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
+		genWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_proxy_generations_waiting",
+			Help: "Generations (proxy keys, proxyless outputs) waiting for one of push.maxConcurrentGenerations slots."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches, m.fastBuilds, m.skipped)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.proxyGenSeconds, m.conflicts, m.problems, m.generations, m.mismatches, m.fastBuilds, m.skipped, m.genWaiting)
 	}
 	return m
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -51,9 +52,15 @@ type Options struct {
 	// Adaptive skips rebuilding a published mesh that no stream watches
 	// (see Watch): the changes are kept and built when a stream watches
 	// again. The first publication of a mesh always happens.
-	Adaptive   bool
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Adaptive bool
+	// MaxConcurrentGenerations bounds how many proxy keys (and proxyless
+	// outputs) are generated at once across all meshes, so that a storm of
+	// new connections or a change reaching every proxy takes the CPU in
+	// turns instead of all generations' memory at once. Zero means
+	// GOMAXPROCS.
+	MaxConcurrentGenerations int
+	Logger                   *slog.Logger
+	Registerer               prometheus.Registerer
 }
 
 // Prepared is a resource marshalled once, shared by every stream.
@@ -196,6 +203,7 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 	s.proxyMu.Unlock()
 	verify := s.mgr != nil && s.mgr.opts.Verify
 	e.once.Do(func() {
+		defer s.acquire()()
 		start := time.Now()
 		res, mode := s.generate(ck, k)
 		if mode != genFull && verify {
@@ -445,6 +453,7 @@ func (s *State) verify(k proxy.Key, res *ProxyResources) {
 // previous State's; resources with equal bytes keep their identity.
 func (s *State) Proxyless() *ProxyResources {
 	s.grpcOnce.Do(func() {
+		defer s.acquire()()
 		s.proxyMu.Lock()
 		prev := s.prev
 		s.proxyMu.Unlock()
@@ -509,10 +518,29 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// gens holds a token per generation running (MaxConcurrentGenerations).
+	gens chan struct{}
+
 	mu         sync.Mutex
 	ctx        context.Context
 	meshes     map[string]*meshState
 	mismatches []string
+}
+
+// acquire waits for a generation slot; the returned function frees it. A
+// State without a Manager (tests) is unbounded.
+func (s *State) acquire() (release func()) {
+	if s.mgr == nil {
+		return func() {}
+	}
+	select {
+	case s.mgr.gens <- struct{}{}:
+	default:
+		s.mgr.metrics.genWaiting.Inc()
+		s.mgr.gens <- struct{}{}
+		s.mgr.metrics.genWaiting.Dec()
+	}
+	return func() { <-s.mgr.gens }
 }
 
 // Mismatches lists what Verify found: incremental generations that
@@ -561,7 +589,11 @@ func New(src Source, opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{src: src, opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer), meshes: map[string]*meshState{}}
+	if opts.MaxConcurrentGenerations <= 0 {
+		opts.MaxConcurrentGenerations = runtime.GOMAXPROCS(0)
+	}
+	return &Manager{src: src, opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer),
+		gens: make(chan struct{}, opts.MaxConcurrentGenerations), meshes: map[string]*meshState{}}
 }
 
 // Start makes the Manager build in the background until ctx is done.

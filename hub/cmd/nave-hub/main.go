@@ -62,12 +62,13 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		Registerer:       reg,
 	})
 	pc = pushctx.New(in, pushctx.Options{
-		DebounceQuiet: cfg.Push.DebounceQuiet,
-		DebounceMax:   cfg.Push.DebounceMax,
-		Verify:        cfg.Push.VerifyIncremental,
-		Adaptive:      cfg.Push.Adaptive,
-		Logger:        log.With("component", "pushctx"),
-		Registerer:    reg,
+		DebounceQuiet:            cfg.Push.DebounceQuiet,
+		DebounceMax:              cfg.Push.DebounceMax,
+		Verify:                   cfg.Push.VerifyIncremental,
+		Adaptive:                 cfg.Push.Adaptive,
+		MaxConcurrentGenerations: cfg.Push.MaxConcurrentGenerations,
+		Logger:                   log.With("component", "pushctx"),
+		Registerer:               reg,
 	})
 	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst,
