@@ -69,6 +69,14 @@ type typeState struct {
 	// changedAt is when the change the last response carries was reported
 	// (zero for answers to requests): its ACK observes convergence.
 	changedAt time.Time
+
+	// synced is the pushctx result (ProxyResources.ID) whose resources of
+	// this type the proxy holds exactly, as far as it subscribes (wildcard,
+	// or covered: subscribed to every one of them), 0 if none; the next
+	// push can then send just what changed since (ChangesSince) instead
+	// of comparing every resource. Any subscription change resets it.
+	synced  uint64
+	covered bool
 }
 
 // pendingResponse is a delta response not yet ACKed.
@@ -133,6 +141,9 @@ func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.Dis
 	first := !ts.requested
 	ts.requested = true
 	changed := ts.subscribe(typeURL, req.GetResourceNames(), first)
+	if changed {
+		ts.synced = 0
+	}
 	c.mu.Unlock()
 	if first || changed {
 		return c.push(stream, st, typeURL, true)
@@ -202,41 +213,59 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	var picked []*pushctx.Prepared
 	var hashes map[string]string
 	var version string
-	if ts.wildcard || coversAll(ts.names, all) {
-		// The whole set, sorted and versioned once for every stream that
-		// shares this result (read-only).
+	if ch, ok := c.sotwChanges(ts, res, typeURL, force); ok {
+		// The proxy holds what the result was derived from: send what
+		// changed (the whole set, for a root type), nothing if nothing did.
+		if ch.Empty() {
+			ts.synced = res.ID()
+			c.mu.Unlock()
+			return nil
+		}
 		set := res.Set(typeURL)
-		picked, hashes, version = set.Sorted, set.Hashes, set.Version
+		picked, hashes, version = ch.Updated, set.Hashes, set.Version
+		if rootType(typeURL) {
+			picked = set.Sorted
+		}
 	} else {
-		for n := range ts.names {
-			if p, ok := all[n]; ok {
-				picked = append(picked, p)
+		ts.covered = ts.wildcard || coversAll(ts.names, all)
+		if ts.covered {
+			// The whole set, sorted and versioned once for every stream
+			// that shares this result (read-only).
+			set := res.Set(typeURL)
+			picked, hashes, version = set.Sorted, set.Hashes, set.Version
+		} else {
+			for n := range ts.names {
+				if p, ok := all[n]; ok {
+					picked = append(picked, p)
+				}
 			}
-		}
-		sort.Slice(picked, func(i, j int) bool { return picked[i].Name < picked[j].Name })
-		hashes = make(map[string]string, len(picked))
-		for _, p := range picked {
-			hashes[p.Name] = p.Hash
-		}
-		version = pushctx.SetVersion(hashes)
-	}
-	if !force && ts.sentHashes != nil && version == ts.sentVersion {
-		c.mu.Unlock()
-		return nil
-	}
-	// Endpoints and routes are not root types: a proxy keeps those a
-	// response leaves out (Envoy's xDS protocol, "Resource types"; grpc-go
-	// likewise), so an update carries only what changed. A proxy's own
-	// request is answered in full.
-	if !force && ts.sentHashes != nil && !rootType(typeURL) {
-		changed := picked[:0:0]
-		for _, p := range picked {
-			if ts.sentHashes[p.Name] != p.Hash {
-				changed = append(changed, p)
+			sort.Slice(picked, func(i, j int) bool { return picked[i].Name < picked[j].Name })
+			hashes = make(map[string]string, len(picked))
+			for _, p := range picked {
+				hashes[p.Name] = p.Hash
 			}
+			version = pushctx.SetVersion(hashes)
 		}
-		picked = changed
+		if !force && ts.sentHashes != nil && version == ts.sentVersion {
+			ts.synced = syncedTo(ts, res)
+			c.mu.Unlock()
+			return nil
+		}
+		// Endpoints and routes are not root types: a proxy keeps those a
+		// response leaves out (Envoy's xDS protocol, "Resource types";
+		// grpc-go likewise), so an update carries only what changed. A
+		// proxy's own request is answered in full.
+		if !force && ts.sentHashes != nil && !rootType(typeURL) {
+			changed := picked[:0:0]
+			for _, p := range picked {
+				if ts.sentHashes[p.Name] != p.Hash {
+					changed = append(changed, p)
+				}
+			}
+			picked = changed
+		}
 	}
+	ts.synced = syncedTo(ts, res)
 	c.nonce++
 	nonce := strconv.FormatUint(c.nonce, 10)
 	resources := make([]*anypb.Any, len(picked))
@@ -261,6 +290,37 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
 	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version)
 	return nil
+}
+
+// sotwChanges returns what changed for typeURL since the result the proxy
+// holds, when the proxy holds one (see typeState.synced) and its
+// subscription still covers everything: a push then costs what changed,
+// not what the proxy holds. A request (force) is answered in full.
+func (c *conn) sotwChanges(ts *typeState, res *pushctx.ProxyResources, typeURL string, force bool) (*pushctx.Changes, bool) {
+	if force || ts.sentHashes == nil || !ts.covered {
+		return nil, false
+	}
+	ch, ok := res.ChangesSince(ts.synced, typeURL)
+	if !ok {
+		return nil, false
+	}
+	if !ts.wildcard {
+		for _, p := range ch.Updated {
+			if !ts.names[p.Name] {
+				return nil, false // a new resource the proxy does not subscribe to
+			}
+		}
+	}
+	return ch, true
+}
+
+// syncedTo is what typeState.synced becomes once the proxy holds what the
+// push sends of res.
+func syncedTo(ts *typeState, res *pushctx.ProxyResources) uint64 {
+	if ts.covered {
+		return res.ID()
+	}
+	return 0
 }
 
 // rootType reports whether a state-of-the-world response of typeURL is

@@ -45,6 +45,9 @@ func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discovery
 		c.settle(ts, typeURL, nonce, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	}
 	changed := ts.subscribeDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
+	if first || changed {
+		ts.synced = 0
+	}
 	c.mu.Unlock()
 	if first || changed {
 		return c.pushDelta(stream, st, typeURL, true)
@@ -130,34 +133,53 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
-	all := c.resources(st).Resources[typeURL]
+	res := c.resources(st)
+	all := res.Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
 	var upd []*pushctx.Prepared
 	var removed []string
-	if ts.wildcard {
-		for _, p := range all {
-			if ts.sentHashes[p.Name] != p.Hash {
+	if ch, ok := res.ChangesSince(ts.synced, typeURL); ok && !request && ts.answered {
+		// The proxy holds what it subscribes to of the result res was
+		// derived from (or of res): only what changed since can differ.
+		for _, p := range ch.Updated {
+			if ts.wildcard || ts.names[p.Name] {
 				upd = append(upd, p)
 			}
 		}
-	}
-	for n := range ts.names {
-		p, ok := all[n]
-		switch {
-		case ok && !ts.wildcard && ts.sentHashes[n] != p.Hash:
-			upd = append(upd, p)
-		case !ok && !ts.absent[n]:
-			if _, held := ts.sentHashes[n]; !held {
-				removed = append(removed, n) // does not exist: say so once
+		for _, n := range ch.Removed {
+			if _, held := ts.sentHashes[n]; held {
+				removed = append(removed, n)
+			}
+		}
+	} else {
+		if ts.wildcard {
+			for _, p := range all {
+				if ts.sentHashes[p.Name] != p.Hash {
+					upd = append(upd, p)
+				}
+			}
+		}
+		for n := range ts.names {
+			p, ok := all[n]
+			switch {
+			case ok && !ts.wildcard && ts.sentHashes[n] != p.Hash:
+				upd = append(upd, p)
+			case !ok && !ts.absent[n]:
+				if _, held := ts.sentHashes[n]; !held {
+					removed = append(removed, n) // does not exist: say so once
+				}
+			}
+		}
+		for n := range ts.sentHashes {
+			if _, ok := all[n]; !ok {
+				removed = append(removed, n)
 			}
 		}
 	}
-	for n := range ts.sentHashes {
-		if _, ok := all[n]; !ok {
-			removed = append(removed, n)
-		}
-	}
+	// Once this push is sent the proxy holds exactly what it subscribes to
+	// of res (see typeState.synced).
+	ts.synced = res.ID()
 	if len(upd) == 0 && len(removed) == 0 && ts.answered {
 		c.mu.Unlock()
 		return nil
@@ -176,7 +198,14 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	sort.Strings(removed)
 	c.nonce++
 	nonce := strconv.FormatUint(c.nonce, 10)
-	version := pushctx.SetVersion(ts.sentHashes)
+	// What the proxy holds is all of res's set when it holds as many (it
+	// holds nothing res lacks): its version is then computed once per set.
+	var version string
+	if set := res.Set(typeURL); len(set.Hashes) == len(ts.sentHashes) {
+		version = set.Version
+	} else {
+		version = pushctx.SetVersion(ts.sentHashes)
+	}
 	ts.answered = true
 	ts.nonce, ts.sentVersion, ts.sentAt = nonce, version, time.Now()
 	pr := pendingResponse{version: version}

@@ -20,7 +20,9 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,8 +123,54 @@ type ProxyResources struct {
 	Resources map[string]map[string]*Prepared // type URL -> name -> resource
 	Problems  []mesh.Problem
 
+	// id identifies the result (0 for one made outside this package). A
+	// result derived from an earlier one (only endpoints changed) records
+	// that result's id as base and, per type, what differs from it.
+	id, base uint64
+	changes  map[string]*Changes
+
 	setMu sync.Mutex
 	sets  map[string]*Set
+}
+
+// Changes is how one type of a result differs from the result it was
+// derived from: resources added or changed (sorted by name), and names
+// removed (sorted). Read-only.
+type Changes struct {
+	Updated []*Prepared
+	Removed []string
+}
+
+// Empty reports whether nothing changed.
+func (c *Changes) Empty() bool { return len(c.Updated) == 0 && len(c.Removed) == 0 }
+
+var (
+	resultIDs atomic.Uint64
+	noChanges = &Changes{}
+)
+
+func newResults() uint64 { return resultIDs.Add(1) }
+
+// ID identifies the result among every result of this process (0: none).
+func (r *ProxyResources) ID() uint64 { return r.id }
+
+// ChangesSince reports how typeURL's resources differ from those of the
+// result with id since, when that is known: since is this result, or the
+// one it was derived from. A stream holding exactly since's resources can
+// then send just the changes instead of comparing every resource.
+func (r *ProxyResources) ChangesSince(since uint64, typeURL string) (*Changes, bool) {
+	switch {
+	case since == 0:
+		return nil, false
+	case since == r.id:
+		return noChanges, true
+	case since != r.base:
+		return nil, false
+	}
+	if c := r.changes[typeURL]; c != nil {
+		return c, true
+	}
+	return noChanges, true
 }
 
 // Set is every resource of one type, sorted by name, with its version: what
@@ -322,7 +370,7 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 		return pr, genReused
 	case pr == nil || diff.Config:
 		out := gen.Envoy(s.Snapshot, k)
-		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(out.Resources)), Problems: out.Problems}
+		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(out.Resources)), Problems: out.Problems, id: newResults()}
 		for typeURL, list := range s.intern(marshal(out)) {
 			byName := make(map[string]*Prepared, len(list))
 			for _, p := range list {
@@ -357,7 +405,8 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 		out.Resources[gen.RouteType] = v.Routes()
 	}
 	out.Problems = v.Problems()
-	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(pr.Resources)), Problems: pr.Problems}
+	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(pr.Resources)), Problems: pr.Problems,
+		id: newResults(), base: pr.id, changes: map[string]*Changes{}}
 	for typeURL, byName := range pr.Resources {
 		res.Resources[typeURL] = byName // immutable: shared
 	}
@@ -371,12 +420,25 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 		} else {
 			byName = make(map[string]*Prepared, len(list))
 		}
+		ch := &Changes{}
 		for _, p := range list {
 			if q := pr.Resources[typeURL][p.Name]; q != nil && q.Hash == p.Hash {
 				p = q // unchanged content keeps its identity
+			} else {
+				ch.Updated = append(ch.Updated, p)
 			}
 			byName[p.Name] = p
 		}
+		if typeURL != gen.EndpointType {
+			for name := range pr.Resources[typeURL] {
+				if byName[name] == nil {
+					ch.Removed = append(ch.Removed, name)
+				}
+			}
+		}
+		slices.SortFunc(ch.Updated, func(a, b *Prepared) int { return strings.Compare(a.Name, b.Name) })
+		slices.Sort(ch.Removed)
+		res.changes[typeURL] = ch
 		res.Resources[typeURL] = byName
 	}
 	for _, p := range out.Problems {
@@ -473,7 +535,7 @@ func (s *State) Proxyless() *ProxyResources {
 		if pg != nil {
 			prevRes = pg.Resources
 		}
-		s.setProxyless(&ProxyResources{Resources: prepare(out, prevRes), Problems: out.Problems})
+		s.setProxyless(&ProxyResources{Resources: prepare(out, prevRes), Problems: out.Problems, id: newResults()})
 	})
 	return s.grpc
 }
