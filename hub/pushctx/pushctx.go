@@ -13,6 +13,7 @@ package pushctx
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -180,6 +181,7 @@ type Set struct {
 	Sorted  []*Prepared
 	Hashes  map[string]string // name -> content hash
 	Version string
+	sum     versionSum
 }
 
 // Set returns the complete set of typeURL.
@@ -194,32 +196,84 @@ func (r *ProxyResources) Set(typeURL string) *Set {
 	for _, p := range all {
 		s.Sorted = append(s.Sorted, p)
 		s.Hashes[p.Name] = p.Hash
+		s.sum.toggle(p.Name, p.Hash)
 	}
-	sort.Slice(s.Sorted, func(i, j int) bool { return s.Sorted[i].Name < s.Sorted[j].Name })
-	s.Version = SetVersion(s.Hashes)
+	slices.SortFunc(s.Sorted, compareNames)
+	s.Version = s.sum.String()
+	r.setSet(typeURL, s)
+	return s
+}
+
+func (r *ProxyResources) setSet(typeURL string, s *Set) {
 	if r.sets == nil {
 		r.sets = map[string]*Set{}
 	}
 	r.sets[typeURL] = s
-	return s
+}
+
+func compareNames(a, b *Prepared) int { return strings.Compare(a.Name, b.Name) }
+
+// apply returns the set that ch makes of s, in time proportional to the
+// set's size for the copies but to the change for sorting and hashing.
+func (s *Set) apply(ch *Changes) *Set {
+	out := &Set{Sorted: slices.Clone(s.Sorted), Hashes: maps.Clone(s.Hashes), sum: s.sum}
+	for _, name := range ch.Removed {
+		if old, ok := out.Hashes[name]; ok {
+			out.sum.toggle(name, old)
+			delete(out.Hashes, name)
+			if i, found := slices.BinarySearchFunc(out.Sorted, name, func(p *Prepared, n string) int { return strings.Compare(p.Name, n) }); found {
+				out.Sorted = slices.Delete(out.Sorted, i, i+1)
+			}
+		}
+	}
+	for _, p := range ch.Updated {
+		if old, ok := out.Hashes[p.Name]; ok {
+			out.sum.toggle(p.Name, old)
+		}
+		out.Hashes[p.Name] = p.Hash
+		out.sum.toggle(p.Name, p.Hash)
+		if i, found := slices.BinarySearchFunc(out.Sorted, p.Name, func(q *Prepared, n string) int { return strings.Compare(q.Name, n) }); found {
+			out.Sorted[i] = p
+		} else {
+			out.Sorted = slices.Insert(out.Sorted, i, p)
+		}
+	}
+	out.Version = out.sum.String()
+	return out
 }
 
 // SetVersion is the version of a set of resources: a hash of their names
-// and content hashes, so equal sets have equal versions.
+// and content hashes, so equal sets have equal versions. It is the XOR of
+// a 128-bit hash of each (name, content hash) pair, so a set that differs
+// from another by a few resources gets its version from the other's in
+// time proportional to the difference (Set.apply).
 func SetVersion(hashes map[string]string) string {
-	names := make([]string, 0, len(hashes))
-	for n := range hashes {
-		names = append(names, n)
+	var v versionSum
+	for n, h := range hashes {
+		v.toggle(n, h)
 	}
-	sort.Strings(names)
+	return v.String()
+}
+
+// versionSum accumulates SetVersion; toggle adds or removes an entry.
+type versionSum [2]uint64
+
+func (v *versionSum) toggle(name, hash string) {
 	h := sha256.New()
-	for _, n := range names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-		h.Write([]byte(hashes[n]))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write([]byte(hash))
+	var b [sha256.Size]byte
+	sum := h.Sum(b[:0])
+	v[0] ^= binary.BigEndian.Uint64(sum[0:8])
+	v[1] ^= binary.BigEndian.Uint64(sum[8:16])
+}
+
+func (v versionSum) String() string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], v[0])
+	binary.BigEndian.PutUint64(b[8:], v[1])
+	return hex.EncodeToString(b[:])
 }
 
 // Generation modes (metric label and log field).
@@ -405,15 +459,25 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 		out.Resources[gen.RouteType] = v.Routes()
 	}
 	out.Problems = v.Problems()
-	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(pr.Resources)), Problems: pr.Problems,
-		id: newResults(), base: pr.id, changes: map[string]*Changes{}}
-	for typeURL, byName := range pr.Resources {
+	res := s.derive(pr, out)
+	s.addProblems(out.Problems)
+	return res, genEndpoints
+}
+
+// derive returns base with out's resources in place of base's: endpoints
+// by name (base's others kept), every other type out holds wholesale. It
+// records what changed per type (ChangesSince) and derives the sorted sets
+// base had already computed.
+func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
+	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(base.Resources)), Problems: base.Problems,
+		id: newResults(), base: base.id, changes: map[string]*Changes{}}
+	for typeURL, byName := range base.Resources {
 		res.Resources[typeURL] = byName // immutable: shared
 	}
 	for typeURL, list := range s.intern(marshal(out)) {
 		var byName map[string]*Prepared
 		if typeURL == gen.EndpointType {
-			byName = maps.Clone(pr.Resources[typeURL])
+			byName = maps.Clone(base.Resources[typeURL])
 			if byName == nil {
 				byName = map[string]*Prepared{}
 			}
@@ -422,7 +486,7 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 		}
 		ch := &Changes{}
 		for _, p := range list {
-			if q := pr.Resources[typeURL][p.Name]; q != nil && q.Hash == p.Hash {
+			if q := base.Resources[typeURL][p.Name]; q != nil && q.Hash == p.Hash {
 				p = q // unchanged content keeps its identity
 			} else {
 				ch.Updated = append(ch.Updated, p)
@@ -430,13 +494,13 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 			byName[p.Name] = p
 		}
 		if typeURL != gen.EndpointType {
-			for name := range pr.Resources[typeURL] {
+			for name := range base.Resources[typeURL] {
 				if byName[name] == nil {
 					ch.Removed = append(ch.Removed, name)
 				}
 			}
 		}
-		slices.SortFunc(ch.Updated, func(a, b *Prepared) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(ch.Updated, compareNames)
 		slices.Sort(ch.Removed)
 		res.changes[typeURL] = ch
 		res.Resources[typeURL] = byName
@@ -446,8 +510,16 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 			res.Problems = append(res.Problems, p)
 		}
 	}
-	s.addProblems(out.Problems)
-	return res, genEndpoints
+	base.setMu.Lock()
+	for typeURL, set := range base.sets {
+		if ch := res.changes[typeURL]; ch == nil || ch.Empty() {
+			res.setSet(typeURL, set) // unchanged: shared
+		} else if 4*(len(ch.Updated)+len(ch.Removed)) < len(set.Sorted) {
+			res.setSet(typeURL, set.apply(ch))
+		}
+	}
+	base.setMu.Unlock()
+	return res
 }
 
 // intern replaces each Prepared by the State's equal one, if any.
@@ -491,7 +563,11 @@ func (s *State) addProblems(ps []mesh.Problem) {
 
 // verify generates k from scratch and compares with res.
 func (s *State) verify(k proxy.Key, res *ProxyResources) {
-	out := gen.Envoy(s.Snapshot, k)
+	s.verifyOutput(k, res, gen.Envoy(s.Snapshot, k))
+}
+
+// verifyOutput compares res with out, generated from scratch for k.
+func (s *State) verifyOutput(k proxy.Key, res *ProxyResources, out *gen.Output) {
 	var diffs []string
 	for typeURL, list := range marshal(out) {
 		got := res.Resources[typeURL]
@@ -516,26 +592,34 @@ func (s *State) verify(k proxy.Key, res *ProxyResources) {
 func (s *State) Proxyless() *ProxyResources {
 	s.grpcOnce.Do(func() {
 		defer s.acquire()()
-		s.proxyMu.Lock()
-		prev := s.prev
-		s.proxyMu.Unlock()
-		var pg *ProxyResources
-		if prev != nil {
-			prev.proxyMu.Lock()
-			pg = prev.grpc // nil unless prev generated it (written before its once completed)
-			prev.proxyMu.Unlock()
+		// The mesh's newest proxyless result is the base, as for Envoy keys.
+		key := proxy.Key{Type: proxy.GRPC, Mesh: s.Mesh}
+		pg, diff := s.base(key)
+		var res *ProxyResources
+		mode := genFull
+		switch {
+		case pg != nil && diff.Unchanged():
+			res, mode = pg, genReused
+		case pg != nil && !diff.Config:
+			// Only endpoints changed: only those hosts' assignments.
+			res, mode = s.derive(pg, &gen.Output{Resources: map[string][]gen.Resource{gen.EndpointType: gen.GRPCEndpoints(s.Snapshot, diff.Hosts)}}), genEndpoints
+			if s.mgr != nil && s.mgr.opts.Verify {
+				s.verifyOutput(key, res, gen.GRPC(s.Snapshot))
+			}
+		default:
+			out := gen.GRPC(s.Snapshot)
+			s.addProblems(out.Problems)
+			var prevRes map[string]map[string]*Prepared
+			if pg != nil {
+				prevRes = pg.Resources
+			}
+			res = &ProxyResources{Resources: prepare(out, prevRes), Problems: out.Problems, id: newResults()}
 		}
-		if pg != nil && s.Diff.Unchanged() {
-			s.setProxyless(pg)
-			return
+		if s.metrics != nil {
+			s.metrics.generations.WithLabelValues(mode).Inc()
 		}
-		out := gen.GRPC(s.Snapshot)
-		s.addProblems(out.Problems)
-		var prevRes map[string]map[string]*Prepared
-		if pg != nil {
-			prevRes = pg.Resources
-		}
-		s.setProxyless(&ProxyResources{Resources: prepare(out, prevRes), Problems: out.Problems, id: newResults()})
+		s.results.put(key, cachedResult{version: s.Version, snap: s.Snapshot, res: res})
+		s.setProxyless(res)
 	})
 	return s.grpc
 }

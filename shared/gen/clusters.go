@@ -12,16 +12,22 @@ import (
 // clusters adds a cluster and its endpoints for every port of svc, and for
 // every subset of its DestinationRule.
 func (g *grpcGen) clusters(svc *mesh.Service) {
+	g.eachCluster(svc, g.cluster)
+}
+
+// eachCluster calls fn for every port of svc, and every subset of its
+// DestinationRule, with the traffic policy that applies.
+func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, policy *networking.TrafficPolicy)) {
 	dr := g.snap.DestinationRule(svc.Hostname, "")
 	for _, p := range svc.Ports {
 		policy := dr.DestinationRule().GetTrafficPolicy()
-		g.cluster(svc, p, "", nil, policy)
+		fn(svc, p, "", nil, policy)
 		for _, ss := range dr.DestinationRule().GetSubsets() {
 			sp := policy
 			if ss.GetTrafficPolicy() != nil {
 				sp = ss.GetTrafficPolicy()
 			}
-			g.cluster(svc, p, ss.GetName(), ss.GetLabels(), sp)
+			fn(svc, p, ss.GetName(), ss.GetLabels(), sp)
 		}
 	}
 }

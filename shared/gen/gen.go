@@ -14,6 +14,7 @@ import (
 	"strconv"
 
 	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/mesh"
 )
@@ -70,6 +71,25 @@ func GRPC(s *mesh.Snapshot) *Output {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
 	}
 	return g.out
+}
+
+// GRPCEndpoints generates the proxyless endpoints (cluster load
+// assignments, every port and subset) of hosts only, sorted by name: all
+// that changes for proxyless clients when only those hosts' endpoints
+// changed (their listeners, routes and clusters do not read endpoints).
+func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
+	g := &grpcGen{snap: s, out: &Output{Resources: map[string][]Resource{}}}
+	for host := range hosts {
+		if svc := s.Services[host]; svc != nil {
+			g.eachCluster(svc, func(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, _ *networking.TrafficPolicy) {
+				name := ClusterName(svc.Hostname, p.Number, subset)
+				g.add(EndpointType, name, loadAssignment(name, svc, p, labels))
+			})
+		}
+	}
+	rs := g.out.Resources[EndpointType]
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
+	return rs
 }
 
 type grpcGen struct {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -194,5 +196,35 @@ func TestConflictOldestWinsThenClusterName(t *testing.T) {
 	vs := s.VirtualServices[host][0].VirtualService()
 	if w := vs.GetHttp()[1].GetRoute()[0].GetWeight(); w != 70 {
 		t.Fatalf("winning VirtualService has weight %d, want b-cluster's 70", w)
+	}
+}
+
+// TestGRPCEndpointsMatchFullGeneration: the endpoints generated for some
+// hosts are exactly full generation's assignments of those hosts.
+func TestGRPCEndpointsMatchFullGeneration(t *testing.T) {
+	snap := snapshot(t, map[string]string{"c1": config})
+	full := GRPC(snap)
+	for _, host := range snap.Hostnames() {
+		got := GRPCEndpoints(snap, map[string]bool{host: true})
+		if len(got) == 0 {
+			t.Fatalf("%s: no endpoints generated", host)
+		}
+		var want []Resource
+		for _, r := range full.Resources[EndpointType] {
+			if strings.HasSuffix(r.Name, "|"+host) {
+				want = append(want, r)
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d assignments, full generation has %d", host, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Name != want[i].Name || !proto.Equal(got[i].Message, want[i].Message) {
+				t.Errorf("%s: assignment %s differs from full generation's %s", host, got[i].Name, want[i].Name)
+			}
+		}
+	}
+	if got := GRPCEndpoints(snap, map[string]bool{"absent.example": true}); len(got) != 0 {
+		t.Errorf("an unknown host generated %d assignments", len(got))
 	}
 }
