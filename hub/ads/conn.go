@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -77,6 +78,8 @@ type typeState struct {
 	// of comparing every resource. Any subscription change resets it.
 	synced  uint64
 	covered bool
+	// lastNames is the SotW request's name list as last received.
+	lastNames []string
 }
 
 // pendingResponse is a delta response not yet ACKed.
@@ -154,6 +157,12 @@ func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.Dis
 // subscribe updates the subscription and reports whether it changed. An
 // empty first request for a type names the legacy wildcard.
 func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool {
+	// An ACK usually repeats the request's list as it was (an Envoy
+	// sidecar names every EDS cluster in each): no set to build then.
+	if !first && ts.names != nil && slices.Equal(names, ts.lastNames) {
+		return false
+	}
+	ts.lastNames = names
 	wildcard := false
 	set := make(map[string]bool, len(names))
 	for _, n := range names {

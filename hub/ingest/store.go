@@ -20,8 +20,13 @@ type entry struct {
 type store struct {
 	id        Identity
 	resources map[string]map[string]*entry // type URL -> name -> entry
-	// sorted caches input's object list; nil after any change.
-	sorted []*meshconfig.Object
+	// sorted caches input's object list, kept up to date by small changes
+	// (a copy is made before the first change after input handed it out:
+	// readers hold it); nil when it must be sorted again. edits counts the
+	// changes applied to it since input last handed it out.
+	sorted       []*meshconfig.Object
+	sortedShared bool
+	edits        int
 	// rejected holds the current rejection reason by type URL + " " + name.
 	rejected map[string]Rejection
 
@@ -61,8 +66,37 @@ func (s *store) put(typeURL string, o *meshconfig.Object, session uint64) (chang
 		return false
 	}
 	byName[name] = &entry{obj: o, session: session}
-	s.sorted = nil
+	s.edit(o, false)
 	return true
+}
+
+// edit applies one put (or removal) of o to the sorted list, or drops the
+// list when a batch of changes makes sorting afresh cheaper.
+func (s *store) edit(o *meshconfig.Object, removed bool) {
+	if s.sorted == nil {
+		return
+	}
+	if s.edits++; s.edits > 64 {
+		s.sorted = nil
+		return
+	}
+	if s.sortedShared {
+		s.sorted, s.sortedShared = slices.Clone(s.sorted), false
+	}
+	i, found := slices.BinarySearchFunc(s.sorted, o, compareObjects)
+	switch {
+	case removed && found:
+		s.sorted = slices.Delete(s.sorted, i, i+1)
+	case removed:
+	case found:
+		s.sorted[i] = o
+	default:
+		s.sorted = slices.Insert(s.sorted, i, o)
+	}
+}
+
+func compareObjects(a, b *meshconfig.Object) int {
+	return cmp.Or(cmp.Compare(a.Kind.Kind, b.Kind.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // keep marks a resource as confirmed by this session without changing it:
@@ -74,9 +108,9 @@ func (s *store) keep(typeURL, name string, session uint64) {
 }
 
 func (s *store) remove(typeURL, name string) (changed bool) {
-	if _, ok := s.resources[typeURL][name]; ok {
+	if e, ok := s.resources[typeURL][name]; ok {
 		delete(s.resources[typeURL], name)
-		s.sorted = nil
+		s.edit(e.obj, true)
 		return true
 	}
 	return false
@@ -125,11 +159,10 @@ func (s *store) input() mesh.ClusterInput {
 				objs = append(objs, e.obj)
 			}
 		}
-		slices.SortFunc(objs, func(a, b *meshconfig.Object) int {
-			return cmp.Or(cmp.Compare(a.Kind.Kind, b.Kind.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-		})
+		slices.SortFunc(objs, compareObjects)
 		s.sorted = objs
 	}
+	s.sortedShared, s.edits = true, 0
 	// Readers get the shared list (never modified: a change makes a new one).
 	in.Objects = s.sorted
 	return in
