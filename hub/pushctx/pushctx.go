@@ -95,6 +95,8 @@ type State struct {
 	metrics *metrics
 	mgr     *Manager
 	results *resultCache // the mesh's, shared by its States
+	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key).
+	cacheKeys sync.Map
 
 	// proxies memoizes Envoy generation per proxy key; interned shares one
 	// Prepared per (type, name, content) across every key. prev is the
@@ -125,10 +127,11 @@ type ProxyResources struct {
 	Problems  []mesh.Problem
 
 	// id identifies the result (0 for one made outside this package). A
-	// result derived from an earlier one (only endpoints changed) records
-	// that result's id as base and, per type, what differs from it.
-	id, base uint64
-	changes  map[string]*Changes
+	// result derived from an earlier one (only endpoints changed) keeps
+	// how it differs from its base and from up to historyDepth results
+	// before it: steps, newest first (never the results themselves).
+	id    uint64
+	steps []step
 
 	setMu sync.Mutex
 	sets  map[string]*Set
@@ -155,23 +158,65 @@ func newResults() uint64 { return resultIDs.Add(1) }
 // ID identifies the result among every result of this process (0: none).
 func (r *ProxyResources) ID() uint64 { return r.id }
 
+// historyDepth bounds how many derivations back ChangesSince can answer.
+const historyDepth = 8
+
+// step is how a result differs from the result with id base, by type.
+type step struct {
+	base    uint64
+	changes map[string]*Changes
+}
+
 // ChangesSince reports how typeURL's resources differ from those of the
-// result with id since, when that is known: since is this result, or the
-// one it was derived from. A stream holding exactly since's resources can
-// then send just the changes instead of comparing every resource.
+// result with id since, when that is known: since is this result, or one
+// of the (up to historyDepth) results it was derived from, step by step.
+// A stream holding exactly since's resources can then send just the
+// changes instead of comparing every resource.
 func (r *ProxyResources) ChangesSince(since uint64, typeURL string) (*Changes, bool) {
-	switch {
-	case since == 0:
+	if since == 0 {
 		return nil, false
-	case since == r.id:
+	}
+	if since == r.id {
 		return noChanges, true
-	case since != r.base:
+	}
+	n := slices.IndexFunc(r.steps, func(st step) bool { return st.base == since })
+	switch {
+	case n < 0:
 		return nil, false
+	case n == 0:
+		if c := r.steps[0].changes[typeURL]; c != nil {
+			return c, true
+		}
+		return noChanges, true
 	}
-	if c := r.changes[typeURL]; c != nil {
-		return c, true
+	// Several steps: every name any of them touched is updated to what this
+	// result holds, or removed if it holds none.
+	all := r.Resources[typeURL]
+	touched := map[string]bool{}
+	for _, st := range r.steps[:n+1] {
+		if c := st.changes[typeURL]; c != nil {
+			for _, p := range c.Updated {
+				touched[p.Name] = true
+			}
+			for _, name := range c.Removed {
+				touched[name] = true
+			}
+		}
 	}
-	return noChanges, true
+	if len(touched) == 0 {
+		return noChanges, true
+	}
+	out := &Changes{}
+	for name := range touched {
+		if p := all[name]; p != nil {
+			out.Updated = append(out.Updated, p)
+		} else {
+			out.Removed = append(out.Removed, name)
+		}
+	}
+	slices.SortFunc(out.Updated, compareNames)
+	slices.Sort(out.Removed)
+	return out, true
 }
 
 // Set is every resource of one type, sorted by name, with its version: what
@@ -328,6 +373,15 @@ func (s *State) ForProxy(k proxy.Key) *ProxyResources {
 // gen.LabelSignature), so the sidecars of one deployment, and proxies whose
 // labels and IPs select nothing different, share one generation.
 func (s *State) cacheKey(k proxy.Key) proxy.Key {
+	if ck, ok := s.cacheKeys.Load(k); ok {
+		return ck.(proxy.Key)
+	}
+	ck := s.computeCacheKey(k)
+	s.cacheKeys.Store(k, ck)
+	return ck
+}
+
+func (s *State) computeCacheKey(k proxy.Key) proxy.Key {
 	ck := k
 	ck.IPs, ck.Labels = "", ""
 	if k.IPs != "" {
@@ -469,8 +523,12 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 // records what changed per type (ChangesSince) and derives the sorted sets
 // base had already computed.
 func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
-	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(base.Resources)), Problems: base.Problems,
-		id: newResults(), base: base.id, changes: map[string]*Changes{}}
+	changes := map[string]*Changes{}
+	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(base.Resources)), Problems: base.Problems, id: newResults()}
+	if base.id != 0 {
+		res.steps = append(make([]step, 0, historyDepth), step{base: base.id, changes: changes})
+		res.steps = append(res.steps, base.steps[:min(len(base.steps), historyDepth-1)]...)
+	}
 	for typeURL, byName := range base.Resources {
 		res.Resources[typeURL] = byName // immutable: shared
 	}
@@ -502,7 +560,7 @@ func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
 		}
 		slices.SortFunc(ch.Updated, compareNames)
 		slices.Sort(ch.Removed)
-		res.changes[typeURL] = ch
+		changes[typeURL] = ch
 		res.Resources[typeURL] = byName
 	}
 	for _, p := range out.Problems {
@@ -512,7 +570,7 @@ func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
 	}
 	base.setMu.Lock()
 	for typeURL, set := range base.sets {
-		if ch := res.changes[typeURL]; ch == nil || ch.Empty() {
+		if ch := changes[typeURL]; ch == nil || ch.Empty() {
 			res.setSet(typeURL, set) // unchanged: shared
 		} else if 4*(len(ch.Updated)+len(ch.Removed)) < len(set.Sorted) {
 			res.setSet(typeURL, set.apply(ch))
