@@ -95,8 +95,10 @@ type State struct {
 	metrics *metrics
 	mgr     *Manager
 	results *resultCache // the mesh's, shared by its States
-	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key).
-	cacheKeys sync.Map
+	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key); marshalled
+	// maps each generated message to its Prepared (see marshal).
+	cacheKeys  sync.Map
+	marshalled sync.Map
 
 	// proxies memoizes Envoy generation per proxy key; interned shares one
 	// Prepared per (type, name, content) across every key. prev is the
@@ -479,7 +481,7 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 	case pr == nil || diff.Config:
 		out := gen.Envoy(s.Snapshot, k)
 		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(out.Resources)), Problems: out.Problems, id: newResults()}
-		for typeURL, list := range s.intern(marshal(out)) {
+		for typeURL, list := range s.intern(s.marshal(out)) {
 			byName := make(map[string]*Prepared, len(list))
 			for _, p := range list {
 				byName[p.Name] = p
@@ -532,7 +534,7 @@ func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
 	for typeURL, byName := range base.Resources {
 		res.Resources[typeURL] = byName // immutable: shared
 	}
-	for typeURL, list := range s.intern(marshal(out)) {
+	for typeURL, list := range s.intern(s.marshal(out)) {
 		var byName map[string]*Prepared
 		if typeURL == gen.EndpointType {
 			byName = maps.Clone(base.Resources[typeURL])
@@ -1064,21 +1066,53 @@ func prepare(out *gen.Output, prev map[string]map[string]*Prepared) map[string]m
 	return res
 }
 
-// marshal serializes every resource deterministically and hashes it.
-func marshal(out *gen.Output) map[string][]*Prepared {
-	opts := proto.MarshalOptions{Deterministic: true}
+// marshal is the package's marshal, except that an endpoint assignment the
+// generators shared between keys (memoized per snapshot) is marshalled
+// once per State. Only assignments are remembered: no other message is
+// shared, and remembering them would keep them alive.
+func (s *State) marshal(out *gen.Output) map[string][]*Prepared {
 	res := make(map[string][]*Prepared, len(out.Resources))
 	for typeURL, list := range out.Resources {
+		if typeURL != gen.EndpointType {
+			res[typeURL] = marshal(&gen.Output{Resources: map[string][]gen.Resource{typeURL: list}})[typeURL]
+			continue
+		}
 		ps := make([]*Prepared, 0, len(list))
 		for _, r := range list {
-			b, err := opts.Marshal(r.Message)
-			if err != nil {
-				continue // generated messages always marshal
+			if p, ok := s.marshalled.Load(r.Message); ok && p.(*Prepared).Name == r.Name {
+				ps = append(ps, p.(*Prepared))
+			} else if p := prepareOne(typeURL, r); p != nil {
+				s.marshalled.Store(r.Message, p)
+				ps = append(ps, p)
 			}
-			sum := sha256.Sum256(b)
-			ps = append(ps, &Prepared{Name: r.Name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:8])})
 		}
 		res[typeURL] = ps
 	}
 	return res
+}
+
+// marshal serializes every resource deterministically and hashes it.
+func marshal(out *gen.Output) map[string][]*Prepared {
+	res := make(map[string][]*Prepared, len(out.Resources))
+	for typeURL, list := range out.Resources {
+		ps := make([]*Prepared, 0, len(list))
+		for _, r := range list {
+			if p := prepareOne(typeURL, r); p != nil {
+				ps = append(ps, p)
+			}
+		}
+		res[typeURL] = ps
+	}
+	return res
+}
+
+// prepareOne marshals one resource (nil if it does not marshal, which a
+// generated message always does).
+func prepareOne(typeURL string, r gen.Resource) *Prepared {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Message)
+	if err != nil {
+		return nil
+	}
+	sum := sha256.Sum256(b)
+	return &Prepared{Name: r.Name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:8])}
 }

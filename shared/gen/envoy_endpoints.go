@@ -51,6 +51,28 @@ func (v *View) EndpointsOf(hosts map[string]bool) []Resource {
 // applies), with locality weights from locality distribution when one
 // applies to the proxy.
 func (v *View) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+	if oc.kind == kindEDS && localityIndependent(oc) {
+		// Without locality load balancing an EDS assignment reads only the
+		// cluster (name, service, the DestinationRule that gave its subset
+		// labels) and the proxy's network, and reports no problems: every
+		// proxy that shares those shares one assignment per snapshot
+		// (read-only from here on).
+		k := assignmentKey{name: oc.name, svc: oc.svc, dr: oc.dr, network: v.Key().Network}
+		return v.snap.Memo(k, func() any { return v.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
+	}
+	return v.newAssignment(oc)
+}
+
+// assignmentKey is everything an EDS assignment without locality load
+// balancing reads (see assignment).
+type assignmentKey struct {
+	name    string
+	svc     *mesh.Service
+	dr      *mesh.Config
+	network string
+}
+
+func (v *View) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
 	cla := buildAssignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc))
 	if d := v.distribution(oc); d != nil {
 		distribute(cla, d)
@@ -174,6 +196,15 @@ func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority fu
 // localitySetting is the cluster's localityLbSetting, and whether
 // locality load balancing is on (it is unless enabled: false; no setting
 // means Istio's mesh default: on, with nothing configured).
+// localityIndependent reports whether no locality load balancing applies
+// to the cluster: no distribution, no failover settings, and no outlier
+// detection (which turns on failover by proximity), or the setting is off.
+// Its assignment is then the same wherever the proxy is.
+func localityIndependent(oc *outboundCluster) bool {
+	s, on := localitySetting(oc)
+	return !on || len(s.GetDistribute()) == 0 && len(s.GetFailover()) == 0 && len(s.GetFailoverPriority()) == 0 && oc.policy.GetOutlierDetection() == nil
+}
+
 func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetting, bool) {
 	s := oc.policy.GetLoadBalancer().GetLocalityLbSetting()
 	if e := s.GetEnabled(); e != nil && !e.GetValue() {
