@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 	"time"
 
 	"github.com/navemesh/nave/hub/ads"
@@ -124,5 +126,32 @@ func TestConnectionStormIsAdmittedAtTheConfiguredRate(t *testing.T) {
 	}
 	if last < 350*time.Millisecond {
 		t.Errorf("ten proxies were all served within %s; admission at 20/s with burst 2 needs at least 400 ms", last)
+	}
+}
+
+// TestLargeResponsesShareTheSendBudget: with room for one large response
+// at a time, five proxies connecting at once still all get their clusters,
+// each large response took budget, and none is left taken.
+func TestLargeResponsesShareTheSendBudget(t *testing.T) {
+	f := newFixture(t, nil, func(o *ads.Options) { o.MaxInflightBytes = 1 })
+	f.set(t, "m", synced("c1", decode(t, bigMesh(1500, "a"))))
+	var ps []*proxy
+	for i := range 5 {
+		p := f.connect(t, node(fmt.Sprint("p", i), "m"))
+		p.subscribe(gen.ClusterType)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		r := p.next(gen.ClusterType)
+		if proto.Size(r) < 64<<10 {
+			t.Fatalf("the test needs responses of 64 KiB or more; got %d bytes", proto.Size(r))
+		}
+		p.ack(r)
+	}
+	if n := f.metric(t, "nave_hub_xds_send_budget_wait_seconds"); n != 5 {
+		t.Errorf("%v large responses took send budget, want 5", n)
+	}
+	if n := f.metric(t, "nave_hub_xds_inflight_bytes"); n != 0 {
+		t.Errorf("%v bytes of send budget still taken after every send", n)
 	}
 }

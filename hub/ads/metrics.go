@@ -27,9 +27,12 @@ type metrics struct {
 	// counts proxies with a push pending.
 	pushSeconds prometheus.Histogram
 	pending     prometheus.GaugeFunc
+	// budgetWait times waits for send budget; inflight is the budget taken.
+	budgetWait prometheus.Histogram
+	inflight   prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, waiting, pending func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, waiting, pending, inflight func() float64) *metrics {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_xds_connections",
 			Help: "Connected proxy ADS streams."}),
@@ -53,9 +56,14 @@ func newMetrics(reg prometheus.Registerer, waiting, pending func() float64) *met
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_xds_pending_pushes",
 			Help: "Proxies whose mesh has a newer push context than the one last pushed to them (at most one pending push per proxy)."}, pending),
+		budgetWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_xds_send_budget_wait_seconds",
+			Help:    "How long responses of 64 KiB or more waited for room in xds.maxInflightBytes before being sent.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
+		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_xds_inflight_bytes",
+			Help: "Bytes of responses of 64 KiB or more being sent now (bounded by xds.maxInflightBytes)."}, inflight),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue, m.convergence, m.pushSeconds, m.pending)
+		reg.MustRegister(m.connections, m.pushes, m.nacks, m.bytes, m.stuck, m.admissionWait, m.admissionQueue, m.convergence, m.pushSeconds, m.pending, m.budgetWait, m.inflight)
 	}
 	return m
 }

@@ -19,10 +19,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/hub/pushctx"
 	"github.com/navemesh/nave/shared/gen"
@@ -50,8 +52,13 @@ type Options struct {
 	// rate means unlimited.
 	AdmissionRate  float64
 	AdmissionBurst int
-	Logger         *slog.Logger
-	Registerer     prometheus.Registerer
+	// MaxInflightBytes bounds the bytes of responses of 64 KiB or more
+	// being sent at once across all streams (gRPC holds a marshalled copy
+	// of each until it is written); a large response waits for room. Zero
+	// means 64 MiB; negative means unbounded.
+	MaxInflightBytes int64
+	Logger           *slog.Logger
+	Registerer       prometheus.Registerer
 }
 
 // Server implements discoveryv3.AggregatedDiscoveryServiceServer. Safe for
@@ -67,7 +74,11 @@ type Server struct {
 	nextID  atomic.Uint64
 
 	admission *rate.Limiter // nil: unlimited
-	waiting   atomic.Int64  // streams waiting for admission
+	// budget holds Options.MaxInflightBytes (nil: unbounded); inflight is
+	// how much of it is taken.
+	budget   *semaphore.Weighted
+	inflight atomic.Int64
+	waiting  atomic.Int64 // streams waiting for admission
 
 	mu    sync.Mutex
 	conns map[string]*conn
@@ -84,11 +95,18 @@ func New(src StateSource, opts Options) *Server {
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 30 * time.Second
 	}
+	if opts.MaxInflightBytes == 0 {
+		opts.MaxInflightBytes = 64 << 20
+	}
 	s := &Server{src: src, opts: opts, log: opts.Logger, conns: map[string]*conn{}}
+	if opts.MaxInflightBytes > 0 {
+		s.budget = semaphore.NewWeighted(opts.MaxInflightBytes)
+	}
 	if opts.AdmissionRate > 0 {
 		s.admission = rate.NewLimiter(rate.Limit(opts.AdmissionRate), max(1, opts.AdmissionBurst))
 	}
-	s.metrics = newMetrics(opts.Registerer, func() float64 { return float64(s.waiting.Load()) }, s.pendingPushes)
+	s.metrics = newMetrics(opts.Registerer, func() float64 { return float64(s.waiting.Load()) }, s.pendingPushes,
+		func() float64 { return float64(s.inflight.Load()) })
 	return s
 }
 
@@ -112,15 +130,41 @@ func (s *Server) admit(ctx context.Context) error {
 // response within timeout (it stopped reading and flow control blocks),
 // the stream is ended with DeadlineExceeded and a logged reason. The send
 // itself runs on its own goroutine, which ends when the stream does.
-type sender[Resp any] struct {
+//
+// A response of budgetFloor bytes or more first takes its size from the
+// server's budget of bytes being sent (Options.MaxInflightBytes): gRPC
+// marshals a copy of every response it sends, so a storm of proxies each
+// receiving megabytes would otherwise hold all those copies at once. The
+// wait for budget is not part of the deadline.
+type sender[Resp proto.Message] struct {
+	ctx     context.Context
 	send    func(Resp) error
 	timeout time.Duration
 	onStuck func()
+	server  *Server
 }
 
+// budgetFloor is the response size from which sends take budget: smaller
+// responses (an endpoint update) never wait behind a large one.
+const budgetFloor = 64 << 10
+
 func (s sender[Resp]) Send(r Resp) error {
+	release := func() {}
+	if size := int64(proto.Size(r)); size >= budgetFloor && s.server.budget != nil {
+		size = min(size, s.server.opts.MaxInflightBytes)
+		start := time.Now()
+		if err := s.server.budget.Acquire(s.ctx, size); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		s.server.metrics.budgetWait.Observe(time.Since(start).Seconds())
+		s.server.inflight.Add(size)
+		release = func() { s.server.inflight.Add(-size); s.server.budget.Release(size) }
+	}
 	done := make(chan error, 1)
-	go func() { done <- s.send(r) }()
+	go func() {
+		defer release()
+		done <- s.send(r)
+	}()
 	t := time.NewTimer(s.timeout)
 	defer t.Stop()
 	select {
@@ -138,7 +182,7 @@ const MetadataMesh = proxy.MetaMesh
 // StreamAggregatedResources serves one proxy over state-of-the-world ADS.
 func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	var c *conn
-	out := sender[*discoveryv3.DiscoveryResponse]{send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }}
+	out := sender[*discoveryv3.DiscoveryResponse]{ctx: stream.Context(), send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
 	return serveStream(s, stream.Context(), stream.Recv, false,
 		func(cc *conn, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
 			c = cc
@@ -150,7 +194,7 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 // DeltaAggregatedResources serves one proxy over incremental (delta) ADS.
 func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	var c *conn
-	out := sender[*discoveryv3.DeltaDiscoveryResponse]{send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }}
+	out := sender[*discoveryv3.DeltaDiscoveryResponse]{ctx: stream.Context(), send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
 	return serveStream(s, stream.Context(), stream.Recv, true,
 		func(cc *conn, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 			c = cc

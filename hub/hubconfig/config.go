@@ -53,11 +53,12 @@ func (s *Spokes) Validate() error {
 
 // XDS configures the discovery service proxies dial.
 type XDS struct {
-	Listen         string        `key:"listen" default:"127.0.0.1:15010" help:"host:port the ADS server that proxies dial listens on"`
-	DefaultMesh    string        `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none"`
-	SendTimeout    time.Duration `key:"sendTimeout" default:"30s" help:"a proxy that does not read a response for this long (it stopped reading; flow control blocks) is disconnected, with a logged reason"`
-	AdmissionRate  float64       `key:"admissionRate" default:"500" help:"new proxy streams served per second (0: unlimited); a connection storm is admitted in arrival order at this rate"`
-	AdmissionBurst int           `key:"admissionBurst" default:"100" help:"new proxy streams that may be admitted at once before admissionRate applies"`
+	Listen           string        `key:"listen" default:"127.0.0.1:15010" help:"host:port the ADS server that proxies dial listens on"`
+	DefaultMesh      string        `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none"`
+	SendTimeout      time.Duration `key:"sendTimeout" default:"30s" help:"a proxy that does not read a response for this long (it stopped reading; flow control blocks) is disconnected, with a logged reason"`
+	AdmissionRate    float64       `key:"admissionRate" default:"500" help:"new proxy streams served per second (0: unlimited); a connection storm is admitted in arrival order at this rate"`
+	AdmissionBurst   int           `key:"admissionBurst" default:"100" help:"new proxy streams that may be admitted at once before admissionRate applies"`
+	MaxInflightBytes int64         `key:"maxInflightBytes" default:"67108864" help:"bytes of responses of 64 KiB or more being sent at once across all proxies (gRPC holds a marshalled copy of each until written): bounds memory in connection storms; a larger response waits for room; -1 means unbounded"`
 }
 
 // Validate checks the listen address, the timeout and the admission limits.
@@ -70,6 +71,9 @@ func (x *XDS) Validate() error {
 	}
 	if x.AdmissionRate < 0 {
 		return settings.Invalid("admissionRate", "must be 0 (unlimited) or more, got %g", x.AdmissionRate)
+	}
+	if x.MaxInflightBytes == 0 || x.MaxInflightBytes < -1 {
+		return settings.Invalid("maxInflightBytes", "must be positive, or -1 for unbounded, got %d", x.MaxInflightBytes)
 	}
 	if x.AdmissionBurst < 1 {
 		return settings.Invalid("admissionBurst", "must be at least 1, got %d", x.AdmissionBurst)

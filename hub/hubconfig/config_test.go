@@ -26,6 +26,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"xds.sendTimeout":               cfg.XDS.SendTimeout == 30*time.Second,
 		"xds.admissionRate":             cfg.XDS.AdmissionRate == 500,
 		"xds.admissionBurst":            cfg.XDS.AdmissionBurst == 100,
+		"xds.maxInflightBytes":          cfg.XDS.MaxInflightBytes == 64<<20,
 		"ingest.staleGracePeriod":       cfg.Ingest.StaleGracePeriod == 10*time.Minute,
 		"push.debounceQuiet":            cfg.Push.DebounceQuiet == 100*time.Millisecond,
 		"push.debounceMax":              cfg.Push.DebounceMax == time.Second,

@@ -71,7 +71,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		Registerer:               reg,
 	})
 	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
-		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst,
+		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
 		Logger: log.With("component", "ads"), Registerer: reg})
 	registerDebug(adm, in, pc, xds)
 
