@@ -15,13 +15,14 @@ import (
 	"github.com/navemesh/nave/shared/proxy"
 )
 
-// sotwStream and deltaStream send responses (through a sender).
+// sotwStream and deltaStream send responses (through a sender). Send
+// returns what frees the response's send budget once the proxy has it.
 type (
 	sotwStream interface {
-		Send(*discoveryv3.DiscoveryResponse) error
+		Send(*discoveryv3.DiscoveryResponse) (release func(), err error)
 	}
 	deltaStream interface {
-		Send(*discoveryv3.DeltaDiscoveryResponse) error
+		Send(*discoveryv3.DeltaDiscoveryResponse) (release func(), err error)
 	}
 )
 
@@ -80,6 +81,13 @@ type typeState struct {
 	covered bool
 	// lastNames is the SotW request's name list as last received.
 	lastNames []string
+	// release frees the send budget of the last response once the proxy
+	// answers it (see conn.hold); answeredNonce is the last nonce answered.
+	release       func()
+	answeredNonce string
+	// sharedHashes says sentHashes is a pushctx Set's map, shared and
+	// read-only (delta: the proxy holds exactly that set).
+	sharedHashes bool
 }
 
 // pendingResponse is a delta response not yet ACKed.
@@ -97,6 +105,68 @@ func trigger(st *pushctx.State, request bool) string {
 		return "config"
 	}
 	return "endpoints"
+}
+
+// hold keeps a sent response's send budget until the proxy answers it: a
+// gRPC send returns once the response is queued, not written, so only the
+// proxy's ACK or NACK says the bytes have left the hub. A proxy that does
+// not answer within the send timeout, or whose stream ends, frees it too;
+// a newer response of the type frees the older one (gRPC queued it only
+// once the older one was written).
+func (c *conn) hold(ts *typeState, nonce string, release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ts.release != nil {
+		ts.release()
+		ts.release = nil
+	}
+	if ts.answeredNonce == nonce {
+		release() // answered before the send returned
+		return
+	}
+	var once sync.Once
+	var timer *time.Timer
+	free := func() {
+		once.Do(func() {
+			if timer != nil {
+				timer.Stop()
+			}
+			release()
+		})
+	}
+	timer = time.AfterFunc(c.server.opts.SendTimeout, free)
+	ts.release = free
+}
+
+// answered frees what hold kept for ts (c.mu held).
+func (c *conn) answered(ts *typeState) {
+	if ts.release != nil {
+		ts.release()
+		ts.release = nil
+	}
+}
+
+// answer frees the send budget of typeURL's last response if the request
+// answers it (nonce); called by the stream's receiving goroutine.
+func (c *conn) answer(typeURL, nonce string) {
+	if nonce == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ts := c.types[typeURL]; ts != nil && ts.nonce == nonce {
+		ts.answeredNonce = nonce
+		c.answered(ts)
+	}
+}
+
+// releaseAll frees every held send budget (the stream ended).
+func (c *conn) releaseAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ts := range c.types {
+		c.answered(ts)
+	}
 }
 
 // pushedState records that st was pushed to the stream.
@@ -130,6 +200,7 @@ func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.Dis
 		return nil // stale: answers a response superseded since
 	}
 	if req.GetResponseNonce() != "" {
+		c.answered(ts)
 		if e := req.GetErrorDetail(); e != nil {
 			ts.nacked, ts.nackReason = ts.sentVersion, e.GetMessage()
 			c.server.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
@@ -291,9 +362,11 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	c.mu.Unlock()
 
 	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: resources, TypeUrl: typeURL, Nonce: nonce}
-	if err := stream.Send(resp); err != nil {
+	release, err := stream.Send(resp)
+	if err != nil {
 		return err
 	}
+	c.hold(ts, nonce, release)
 	short := shortType(typeURL)
 	c.server.metrics.pushes.WithLabelValues(short, trigger(st, force)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))

@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -42,6 +43,9 @@ func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discovery
 		}
 	}
 	if nonce := req.GetResponseNonce(); nonce != "" {
+		if nonce == ts.nonce {
+			c.answered(ts)
+		}
 		c.settle(ts, typeURL, nonce, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	}
 	changed := ts.subscribeDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
@@ -97,6 +101,9 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 			ts.names[n], changed = true, true
 		}
 	}
+	if len(unsub) > 0 {
+		ts.ownHashes()
+	}
 	for _, n := range unsub {
 		if n == "*" {
 			// What only the wildcard covered is no longer the proxy's.
@@ -126,6 +133,14 @@ func (c *conn) pushAllDelta(stream deltaStream, st *pushctx.State) error {
 	return nil
 }
 
+// ownHashes makes sentHashes the stream's own before it is changed (it
+// may be a result set's shared map; see sharedHashes).
+func (ts *typeState) ownHashes() {
+	if ts.sharedHashes {
+		ts.sentHashes, ts.sharedHashes = maps.Clone(ts.sentHashes), false
+	}
+}
+
 // pushDelta sends what changed for typeURL since the proxy last got it.
 // The first response of a type is sent even when empty, so a proxy waiting
 // for its initial config learns there is none.
@@ -139,7 +154,10 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	ts := c.types[typeURL]
 	var upd []*pushctx.Prepared
 	var removed []string
-	if ch, ok := res.ChangesSince(ts.synced, typeURL); ok && !request && ts.answered {
+	fastChanges, fast := res.ChangesSince(ts.synced, typeURL)
+	fast = fast && !request && ts.answered
+	if fast {
+		ch := fastChanges
 		// The proxy holds what it subscribes to of the result res was
 		// derived from (or of res): only what changed since can differ.
 		for _, p := range ch.Updated {
@@ -184,24 +202,38 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 		c.mu.Unlock()
 		return nil
 	}
+	// What the proxy holds: when that is all of a result's set, the set's
+	// own (read-only) map stands for it rather than a copy per stream.
+	set := res.Set(typeURL)
+	if ts.sharedHashes && fast && len(upd) == len(fastChanges.Updated) && len(removed) == len(fastChanges.Removed) {
+		ts.sentHashes = set.Hashes // held all of the base's set, got every change
+	} else {
+		ts.ownHashes()
+		for _, p := range upd {
+			ts.sentHashes[p.Name] = p.Hash
+		}
+		for _, n := range removed {
+			delete(ts.sentHashes, n)
+		}
+	}
 	for _, p := range upd {
-		ts.sentHashes[p.Name] = p.Hash
 		delete(ts.absent, p.Name)
 	}
 	for _, n := range removed {
-		delete(ts.sentHashes, n)
 		if ts.names[n] {
 			ts.absent[n] = true
 		}
+	}
+	// It holds nothing res lacks, so as many as res's set is all of it.
+	if !ts.sharedHashes && len(set.Hashes) == len(ts.sentHashes) {
+		ts.sentHashes, ts.sharedHashes = set.Hashes, true
 	}
 	sort.Slice(upd, func(i, j int) bool { return upd[i].Name < upd[j].Name })
 	sort.Strings(removed)
 	c.nonce++
 	nonce := strconv.FormatUint(c.nonce, 10)
-	// What the proxy holds is all of res's set when it holds as many (it
-	// holds nothing res lacks): its version is then computed once per set.
 	var version string
-	if set := res.Set(typeURL); len(set.Hashes) == len(ts.sentHashes) {
+	if ts.sharedHashes {
 		version = set.Version
 	} else {
 		version = pushctx.SetVersion(ts.sentHashes)
@@ -223,9 +255,11 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	}
 	resp := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: resources, RemovedResources: removed,
 		TypeUrl: typeURL, Nonce: nonce}
-	if err := stream.Send(resp); err != nil {
+	release, err := stream.Send(resp)
+	if err != nil {
 		return err
 	}
+	c.hold(ts, nonce, release)
 	short := shortType(typeURL)
 	c.server.metrics.pushes.WithLabelValues(short, trigger(st, request)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))

@@ -133,8 +133,10 @@ func (s *Server) admit(ctx context.Context) error {
 //
 // A response of budgetFloor bytes or more first takes its size from the
 // server's budget of bytes being sent (Options.MaxInflightBytes): gRPC
-// marshals a copy of every response it sends, so a storm of proxies each
-// receiving megabytes would otherwise hold all those copies at once. The
+// marshals a copy of every response it sends and keeps it until written,
+// so a storm of proxies each receiving megabytes would otherwise hold all
+// those copies at once. Send returns the function that gives the budget
+// back, which the stream calls when the proxy answers (conn.hold). The
 // wait for budget is not part of the deadline.
 type sender[Resp proto.Message] struct {
 	ctx     context.Context
@@ -148,31 +150,33 @@ type sender[Resp proto.Message] struct {
 // responses (an endpoint update) never wait behind a large one.
 const budgetFloor = 64 << 10
 
-func (s sender[Resp]) Send(r Resp) error {
+func (s sender[Resp]) Send(r Resp) (func(), error) {
 	release := func() {}
 	if size := int64(proto.Size(r)); size >= budgetFloor && s.server.budget != nil {
 		size = min(size, s.server.opts.MaxInflightBytes)
 		start := time.Now()
 		if err := s.server.budget.Acquire(s.ctx, size); err != nil {
-			return status.FromContextError(err).Err()
+			return nil, status.FromContextError(err).Err()
 		}
 		s.server.metrics.budgetWait.Observe(time.Since(start).Seconds())
 		s.server.inflight.Add(size)
 		release = func() { s.server.inflight.Add(-size); s.server.budget.Release(size) }
 	}
 	done := make(chan error, 1)
-	go func() {
-		defer release()
-		done <- s.send(r)
-	}()
+	go func() { done <- s.send(r) }()
 	t := time.NewTimer(s.timeout)
 	defer t.Stop()
 	select {
 	case err := <-done:
-		return err
+		if err != nil {
+			release()
+			return nil, err
+		}
+		return release, nil
 	case <-t.C:
 		s.onStuck()
-		return status.Errorf(codes.DeadlineExceeded, "the proxy did not read a response for %s (flow control): disconnected", s.timeout)
+		go func() { <-done; release() }()
+		return nil, status.Errorf(codes.DeadlineExceeded, "the proxy did not read a response for %s (flow control): disconnected", s.timeout)
 	}
 }
 
@@ -203,6 +207,12 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 		func(cc *conn, st *pushctx.State) error { return cc.pushAllDelta(out, st) })
 }
 
+// answer is what both variants' requests say of the response they answer.
+type answer interface {
+	GetTypeUrl() string
+	GetResponseNonce() string
+}
+
 // stuck logs and counts a proxy disconnected for not reading.
 func (s *Server) stuck(c *conn) {
 	s.metrics.stuck.Inc()
@@ -218,12 +228,21 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 	handle func(*conn, *pushctx.State, Req) error, pushAll func(*conn, *pushctx.State) error) error {
 	reqs := make(chan Req)
 	recvErr := make(chan error, 1)
+	// The receiving goroutine frees the send budget a request answers
+	// (conn.hold) itself: the stream's own goroutine may be waiting for
+	// budget, and must not be what an ACK waits for.
+	var accepted atomic.Pointer[conn]
 	go func() {
 		for {
 			r, err := recv()
 			if err != nil {
 				recvErr <- err
 				return
+			}
+			if c := accepted.Load(); c != nil {
+				if a, ok := any(r).(answer); ok {
+					c.answer(a.GetTypeUrl(), a.GetResponseNonce())
+				}
 			}
 			select {
 			case reqs <- r:
@@ -256,6 +275,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 				if c, err = s.accept(ctx, req.GetNode(), delta); err != nil {
 					return err
 				}
+				accepted.Store(c)
 				if w, ok := s.src.(interface{ Watch(string) func() }); ok {
 					defer w.Watch(c.mesh)()
 				}
@@ -310,6 +330,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 }
 
 func (s *Server) remove(c *conn) {
+	c.releaseAll()
 	s.mu.Lock()
 	delete(s.conns, c.id)
 	s.mu.Unlock()
