@@ -207,8 +207,8 @@ func TestRestartKeepsRoot(t *testing.T) {
 
 	// Files: the key is private to the hub's user.
 	for path, want := range map[string]os.FileMode{
-		filepath.Join(dir, "m1"):             0o700 | os.ModeDir,
-		filepath.Join(dir, "m1", FileRootKey): 0o600,
+		filepath.Join(dir, "m1"):               0o700 | os.ModeDir,
+		filepath.Join(dir, "m1", FileRootKey):  0o600,
 		filepath.Join(dir, "m1", FileRootCert): 0o600,
 	} {
 		fi, err := os.Stat(path)
