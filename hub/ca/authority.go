@@ -166,6 +166,9 @@ func (a *Authority) Load(ctx context.Context, m Mesh) error {
 
 	c, err := a.loadCA(ctx, m)
 	if err != nil {
+		if l, ok := a.store.(Locator); ok {
+			return fmt.Errorf("ca: mesh %q (%s): %w", m.Name, l.Location(m.Name), err)
+		}
 		return fmt.Errorf("ca: mesh %q: %w", m.Name, err)
 	}
 	a.mu.Lock()

@@ -327,7 +327,7 @@ func TestLoadRefusesPartialRoot(t *testing.T) {
 			store, _ := NewDirStore(d)
 			a, _ := New(store, Options{})
 			err := a.Load(ctx, mesh1)
-			wantErrorSays(t, err, append([]string{`ca: mesh "m1": `}, tc.says...)...)
+			wantErrorSays(t, err, append([]string{`ca: mesh "m1" (`}, tc.says...)...)
 		})
 	}
 }

@@ -245,3 +245,7 @@ func wantErrorSays(t testing.TB, err error, parts ...string) {
 		}
 	}
 }
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}

@@ -63,6 +63,13 @@ type Store interface {
 	Create(ctx context.Context, mesh string, blobs map[string][]byte) error
 }
 
+// Locator is implemented by a Store that can say where a mesh's blobs are
+// (a directory, a Secret's namespace/name); the Authority's errors then
+// name the place as well as the blob.
+type Locator interface {
+	Location(mesh string) string
+}
+
 // DirStore is a Store in a directory: mesh m's blob n is the file
 // <dir>/<m>/<n>. It creates directories with mode 0700 and files with mode
 // 0600. A file is written under a temporary name, synced and renamed into
@@ -92,8 +99,8 @@ func NewDirStore(dir string) (*DirStore, error) {
 	return &DirStore{dir: dir}, nil
 }
 
-// Dir returns the directory of mesh's blobs.
-func (s *DirStore) Dir(mesh string) string { return filepath.Join(s.dir, mesh) }
+// Location returns the directory of mesh's blobs (see Locator).
+func (s *DirStore) Location(mesh string) string { return filepath.Join(s.dir, mesh) }
 
 var blobNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
