@@ -97,7 +97,7 @@ func TestIssueAndVerify(t *testing.T) {
 	if !root.IsCA || root.Subject.Organization[0] != "m1.example" || root.Subject.OrganizationalUnit[0] != "mesh m1" {
 		t.Errorf("root %s: want a CA named after mesh m1 and m1.example", root.Subject)
 	}
-	if life := root.NotAfter.Sub(time.Now()); life < DefaultRootTTL-time.Hour {
+	if life := time.Until(root.NotAfter); life < DefaultRootTTL-time.Hour {
 		t.Errorf("root valid for %s, want about 10 years", life)
 	}
 	bundle, err := a.RootsPEM("m1")
