@@ -98,9 +98,12 @@ func New(store Store, opts Options) (*Authority, error) {
 	if store == nil {
 		return nil, fmt.Errorf("ca: store is nil")
 	}
-	for name, d := range map[string]time.Duration{"DefaultTTL": opts.DefaultTTL, "MaxTTL": opts.MaxTTL, "RootTTL": opts.RootTTL} {
-		if d < 0 {
-			return nil, fmt.Errorf("ca: options: %s is negative (%s)", name, d)
+	for _, o := range []struct {
+		name string
+		d    time.Duration
+	}{{"DefaultTTL", opts.DefaultTTL}, {"MaxTTL", opts.MaxTTL}, {"RootTTL", opts.RootTTL}} {
+		if o.d < 0 {
+			return nil, fmt.Errorf("ca: options: %s is negative (%s)", o.name, o.d)
 		}
 	}
 	if opts.MaxTTL == 0 {

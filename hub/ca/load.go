@@ -120,6 +120,16 @@ func (a *Authority) pluggedCA(m Mesh, blobs map[string][]byte) (*meshCA, error) 
 		return nil, fmt.Errorf("plugged-in CA: %s (%s) does not chain to %s through %s: %w",
 			FileCACert, caCert.Subject, FileRootCert, FileCertChain, err)
 	}
+	// The leaves it issues are for serverAuth and clientAuth: a chain whose
+	// extended key usages exclude either would issue certificates that do
+	// not verify.
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := caCert.Verify(x509.VerifyOptions{Roots: rootPool, Intermediates: inter, CurrentTime: now,
+			KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			return nil, fmt.Errorf("plugged-in CA: %s (%s): its chain does not allow %s, which workload certificates need: %w",
+				FileCACert, caCert.Subject, extKeyUsageName(u), err)
+		}
+	}
 	// Prefer the shortest path: fewer certificates on every handshake.
 	path := slices.MinFunc(paths, func(x, y []*x509.Certificate) int { return len(x) - len(y) })
 	return newMeshCA(m, sourcePlugged, key, path, roots), nil
@@ -235,4 +245,11 @@ func randomSerial() (*big.Int, error) {
 			return n, nil
 		}
 	}
+}
+
+func extKeyUsageName(u x509.ExtKeyUsage) string {
+	if u == x509.ExtKeyUsageServerAuth {
+		return "serverAuth"
+	}
+	return "clientAuth"
 }

@@ -126,11 +126,22 @@ func TestPluggedRefused(t *testing.T) {
 		return &testCA{cert: p.inter.leaf(t, key, tmpl), key: key}
 	}()
 
+	serverOnly := func() *testCA {
+		key := ecKey(t)
+		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "server-only CA"}, IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		return &testCA{cert: p.inter.leaf(t, key, tmpl), key: key}
+	}()
+
 	for _, tc := range []struct {
 		name string
 		edit func(map[string][]byte)
 		says []string
 	}{
+		{"chain excludes clientAuth", func(f map[string][]byte) {
+			f[FileCACert], f[FileCAKey] = serverOnly.pem(), serverOnly.keyPEM(t)
+		}, []string{FileCACert + " (CN=server-only CA): its chain does not allow clientAuth"}},
 		{"mismatched key", func(f map[string][]byte) { f[FileCAKey] = strangerCA.keyPEM(t) },
 			[]string{FileCAKey + ": key does not match the certificate in " + FileCACert}},
 		{"chain misses the intermediate", func(f map[string][]byte) { f[FileCertChain] = concat(p.ca.pem(), p.root.pem()) },

@@ -3,7 +3,6 @@ package ca
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"log/slog"
 	"math"
 	"net"
@@ -162,10 +161,10 @@ func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterIstioCertificate
 func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
 	grant, err := s.authz.Authorize(ctx)
 	if err != nil {
-		reason, code := authzRefusal(err)
+		reason, st := authzRefusal(err)
 		s.ca.metrics.refused(reason)
 		s.log.Warn("certificate refused", "reason", reason, "peer", peerAddr(ctx), "error", err)
-		return nil, status.Error(code, err.Error())
+		return nil, st.Err()
 	}
 	is, err := s.ca.issue(ctx, grant.Mesh, []byte(req.GetCsr()), SignOptions{
 		Identities:  grant.Identities,
@@ -203,25 +202,22 @@ func secondsToDuration(sec int64) time.Duration {
 	return time.Duration(sec) * time.Second
 }
 
-// authzRefusal classifies an Authorizer's error: a RefusalError's reason,
-// else a gRPC status's code, else Unauthenticated.
-func authzRefusal(err error) (Reason, codes.Code) {
+// authzRefusal classifies an Authorizer's error: a RefusalError's reason
+// and code; else a gRPC status, kept as it is; else Unauthenticated.
+func authzRefusal(err error) (Reason, *status.Status) {
 	if r, ok := ReasonOf(err); ok {
-		return r, reasonCode(r)
+		return r, status.New(reasonCode(r), err.Error())
 	}
-	var se interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &se) {
-		switch c := se.GRPCStatus().Code(); c {
+	if st, ok := status.FromError(err); ok && st.Code() != codes.OK && st.Code() != codes.Unknown {
+		switch st.Code() {
 		case codes.PermissionDenied:
-			return ReasonIdentityNotAllowed, c
+			return ReasonIdentityNotAllowed, st
 		case codes.InvalidArgument:
-			return ReasonInvalidRequest, c
-		case codes.OK, codes.Unknown:
-		default:
-			return ReasonUnauthenticated, c
+			return ReasonInvalidRequest, st
 		}
+		return ReasonUnauthenticated, st
 	}
-	return ReasonUnauthenticated, codes.Unauthenticated
+	return ReasonUnauthenticated, status.New(codes.Unauthenticated, err.Error())
 }
 
 func reasonCode(r Reason) codes.Code {

@@ -364,6 +364,9 @@ func TestServerAuthorizerErrors(t *testing.T) {
 		if status.Code(err) != tc.code {
 			t.Errorf("authorizer error %v: got %v, want %s", tc.err, err, tc.code)
 		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "rpc error") {
+			t.Errorf("authorizer error %v: message %q nests a status", tc.err, msg)
+		}
 	}
 
 	// The grant is for mesh m9, which has no CA.

@@ -172,10 +172,10 @@ func (s *DirStore) Create(_ context.Context, mesh string, blobs map[string][]byt
 	if len(blobs) == 0 {
 		return errors.New("ca store: create: no blobs")
 	}
-	names := make([]string, 0, len(blobs))
 	if err := checkMesh(mesh); err != nil {
 		return fmt.Errorf("ca store: %w", err)
 	}
+	names := make([]string, 0, len(blobs))
 	for name := range blobs {
 		if !blobNameRE.MatchString(name) {
 			return fmt.Errorf("ca store: blob name %q: want [a-z0-9][a-z0-9._-]*, at most 128 bytes", name)
