@@ -355,7 +355,9 @@ func TestSignRefusals(t *testing.T) {
 		{"other service account", "m1", csrFor(t, "spiffe://m1.example/ns/a/sa/admin"), opts, ReasonIdentityNotAllowed,
 			"sa/admin: not an identity this caller may obtain"},
 		{"granted plus another", "m1", csrFor(t, uriA, "spiffe://m1.example/ns/a/sa/c"), opts, ReasonIdentityNotAllowed,
-			"sa/c: not an identity"},
+			"csr: has 2 URI SANs (" + uriA + ", spiffe://m1.example/ns/a/sa/c); an X.509 SVID has exactly one"},
+		{"two granted", "m1", csrFor(t, uriA, "spiffe://m1.example/ns/a/sa/c"),
+			SignOptions{Identities: []ID{granted, mustID(t, "spiffe://m1.example/ns/a/sa/c")}}, ReasonIdentityNotAllowed, "has 2 URI SANs"},
 		{"nothing granted", "m1", csrFor(t, uriA), SignOptions{}, ReasonIdentityNotAllowed, "may obtain none"},
 		{"no URI SAN", "m1", makeCSR(t, ecKey(t), csrTemplate{DNS: []string{"a.example"}}), opts, ReasonIdentityNotAllowed, "csr: has no URI SAN"},
 		{"not SPIFFE", "m1", csrFor(t, "https://m1.example/ns/a/sa/b"), opts, ReasonIdentityNotAllowed, "scheme"},
@@ -380,7 +382,7 @@ func TestSignRefusals(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.issued); got != 0 {
 		t.Errorf("issued %v, want 0", got)
 	}
-	for r, want := range map[Reason]float64{ReasonIdentityNotAllowed: 12, ReasonInvalidCSR: 1, ReasonUnknownMesh: 1, ReasonKeyNotAllowed: 0} {
+	for r, want := range map[Reason]float64{ReasonIdentityNotAllowed: 13, ReasonInvalidCSR: 1, ReasonUnknownMesh: 1, ReasonKeyNotAllowed: 0} {
 		if got := testutil.ToFloat64(a.metrics.refusals.WithLabelValues(string(r))); got != want {
 			t.Errorf("refusals{reason=%s} = %v, want %v", r, got, want)
 		}

@@ -17,9 +17,9 @@ import (
 // what it has authenticated (see Authorizer); nothing in the CSR widens
 // them.
 type SignOptions struct {
-	// Identities are the SPIFFE IDs the caller may obtain. Every URI SAN of
-	// the CSR must be one of them, and in the mesh's trust domain; the CSR
-	// must have at least one.
+	// Identities are the SPIFFE IDs the caller may obtain. The CSR's URI
+	// SAN must be one of them, and in the mesh's trust domain. A CSR has
+	// exactly one URI SAN, as an X.509 SVID must (SPIFFE X509-SVID §2).
 	Identities []ID
 	// TTL is the requested lifetime; zero means Options.DefaultTTL. It is
 	// shortened to Options.MaxTTL, and so that the certificate does not
@@ -140,12 +140,16 @@ func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions)
 	return &issued{leaf: leaf, chain: chain}, nil
 }
 
-// checkSANs refuses a CSR with a SAN that opts do not allow, or with no URI
-// SAN, and returns the URI SANs to issue, built from the parsed IDs (so the
+// checkSANs refuses a CSR with a SAN that opts do not allow, or without
+// exactly one URI SAN, and returns the URI SANs to issue, built from the parsed IDs (so the
 // certificate holds exactly what was checked).
 func checkSANs(m Mesh, csr *x509.CertificateRequest, opts SignOptions) ([]*url.URL, error) {
-	if len(csr.URIs) == 0 {
-		return nil, refuse(ReasonIdentityNotAllowed, "csr: has no URI SAN; want a SPIFFE ID (this caller may obtain %s)", idList(opts.Identities))
+	switch len(csr.URIs) {
+	case 0:
+		return nil, refuse(ReasonIdentityNotAllowed, "csr: has no URI SAN; want one SPIFFE ID (this caller may obtain %s)", idList(opts.Identities))
+	case 1:
+	default:
+		return nil, refuse(ReasonIdentityNotAllowed, "csr: has %d URI SANs (%s); an X.509 SVID has exactly one", len(csr.URIs), strings.Join(uriStrings(csr.URIs), ", "))
 	}
 	uris := make([]*url.URL, 0, len(csr.URIs))
 	for _, u := range csr.URIs {
