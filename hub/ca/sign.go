@@ -19,7 +19,8 @@ import (
 type SignOptions struct {
 	// Identities are the SPIFFE IDs the caller may obtain. The CSR's URI
 	// SAN must be one of them, and in the mesh's trust domain. A CSR has
-	// exactly one URI SAN, as an X.509 SVID must (SPIFFE X509-SVID §2).
+	// exactly one URI SAN, as the SPIFFE X509-SVID
+	// specification requires.
 	Identities []ID
 	// TTL is the requested lifetime; zero means Options.DefaultTTL. It is
 	// shortened to Options.MaxTTL, and so that the certificate does not
@@ -45,8 +46,8 @@ const leafBackdate = time.Minute
 //
 // It returns the chain as PEM: the leaf first, then the CA's chain in
 // order, the root last (a generated root signs leaves itself, so its chain
-// is leaf, root). Proxies that want only intermediates drop the last
-// certificate, as Istio's clients do with CreateCertificate's answer.
+// is leaf, root). That is the order of Istio's CreateCertificate answer,
+// whose last entry is the root.
 //
 // A refusal is a *RefusalError whose message says what was refused and
 // why; Sign does not log it, the caller does.
