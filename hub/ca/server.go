@@ -1,0 +1,242 @@
+package ca
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"math"
+	"net"
+	"time"
+
+	pb "istio.io/api/security/v1alpha1"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Grant is what an authenticated caller may obtain from the CA.
+type Grant struct {
+	// Mesh is the mesh whose CA signs.
+	Mesh string
+	// Identities are the SPIFFE IDs the caller may obtain (see
+	// SignOptions.Identities).
+	Identities []ID
+	// DNSNames and IPAddresses are the DNS and IP SANs it may obtain;
+	// usually none.
+	DNSNames    []string
+	IPAddresses []net.IP
+	// Caller names the caller in logs, for example by its own SPIFFE ID.
+	Caller string
+}
+
+// Authorizer decides who is calling the CA and what it may obtain. It is
+// the one seam where that is decided: the request's fields never widen a
+// Grant. An error refuses the call; a *RefusalError's Reason, or else a
+// gRPC status's code, says how (see Server). Implementations must be safe
+// for concurrent use.
+type Authorizer interface {
+	Authorize(ctx context.Context) (Grant, error)
+}
+
+// AuthorizerFunc adapts a function to Authorizer.
+type AuthorizerFunc func(ctx context.Context) (Grant, error)
+
+// Authorize calls f.
+func (f AuthorizerFunc) Authorize(ctx context.Context) (Grant, error) { return f(ctx) }
+
+// PeerCertificateAuthorizer lets a workload renew its own identity: the
+// caller's TLS client certificate holds exactly one URI SAN, a workload
+// SPIFFE ID (spiffe://<td>/ns/<ns>/sa/<sa>); its trust domain names the
+// mesh; the certificate, with the intermediates the client sent, must
+// verify (client auth, now) against that mesh's roots — so a certificate
+// from mesh A's CA that claims mesh B's trust domain is refused. The Grant
+// is that mesh and that one identity.
+//
+// It verifies the chain itself and ignores the TLS layer's verified chains,
+// which may have been built against another mesh's root. Serve the CA with
+// tls.Config.ClientAuth set to tls.RequestClientCert or
+// tls.RequireAnyClientCert, so that a bad client certificate gets a clear
+// Unauthenticated status rather than a failed handshake; the handshake
+// still proves that the client holds the certificate's key.
+//
+// Safe for concurrent use.
+type PeerCertificateAuthorizer struct {
+	Authority *Authority
+}
+
+// Authorize implements Authorizer.
+func (p PeerCertificateAuthorizer) Authorize(ctx context.Context) (Grant, error) {
+	pr, ok := peer.FromContext(ctx)
+	if !ok || pr.AuthInfo == nil {
+		return Grant{}, refuse(ReasonUnauthenticated, "no transport credentials: the CA needs mutual TLS with a workload certificate")
+	}
+	ti, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return Grant{}, refuse(ReasonUnauthenticated, "connection is %s, not TLS: the CA needs mutual TLS with a workload certificate", pr.AuthInfo.AuthType())
+	}
+	certs := ti.State.PeerCertificates
+	if len(certs) == 0 {
+		return Grant{}, refuse(ReasonUnauthenticated, "no client certificate: the CA needs mutual TLS with a workload certificate")
+	}
+	leaf := certs[0]
+	if leaf.IsCA {
+		return Grant{}, refuse(ReasonUnauthenticated, "client certificate %s is a CA certificate, not a workload's", leaf.Subject)
+	}
+	if len(leaf.URIs) != 1 {
+		return Grant{}, refuse(ReasonUnauthenticated, "client certificate has %d URI SANs; a workload certificate has exactly one", len(leaf.URIs))
+	}
+	id, err := ParseSPIFFEID(leaf.URIs[0].String())
+	if err != nil {
+		return Grant{}, refuse(ReasonUnauthenticated, "client certificate: %v", err)
+	}
+	m, ok := p.Authority.MeshOf(id.TrustDomain)
+	if !ok {
+		return Grant{}, refuse(ReasonUnauthenticated, "client certificate %s: trust domain %q is no mesh's", id, id.TrustDomain)
+	}
+	roots, err := p.Authority.Roots(m.Name)
+	if err != nil {
+		return Grant{}, err
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: inter,
+		CurrentTime:   p.Authority.opts.Now(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return Grant{}, refuse(ReasonUnauthenticated, "client certificate %s does not verify against mesh %q's root: %v", id, m.Name, err)
+	}
+	return Grant{Mesh: m.Name, Identities: []ID{id}, Caller: id.String()}, nil
+}
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Logger receives a line for each refusal; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server implements Istio's certificate service,
+// istio.v1.auth.IstioCertificateService/CreateCertificate, so that Istio's
+// agents and proxyless gRPC clients can obtain certificates from the hub.
+// Who calls and what it may obtain comes from the Authorizer only; the
+// request's metadata (Istio's impersonation of another identity) is
+// ignored.
+//
+// Errors carry gRPC codes: InvalidArgument for a malformed request or CSR
+// or a key not allowed, PermissionDenied for an identity the caller may not
+// obtain, Unauthenticated when the Authorizer cannot tell who is calling,
+// FailedPrecondition for a mesh without a CA, Internal for a failure of
+// the CA itself. Every refusal is logged and counted
+// (nave_hub_ca_refusals_total) with its reason.
+//
+// Safe for concurrent use.
+type Server struct {
+	pb.UnimplementedIstioCertificateServiceServer
+
+	ca    *Authority
+	authz Authorizer
+	log   *slog.Logger
+}
+
+// NewServer returns a Server signing with a for callers authz admits.
+func NewServer(a *Authority, authz Authorizer, opts ServerOptions) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{ca: a, authz: authz, log: opts.Logger}
+}
+
+// Register registers s on r.
+func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterIstioCertificateServiceServer(r, s) }
+
+// CreateCertificate signs the request's CSR for the caller. ValidityDuration
+// is in seconds (zero: the default); the answer's CertChain holds one PEM
+// certificate per entry, the leaf first and the root last.
+func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+	grant, err := s.authz.Authorize(ctx)
+	if err != nil {
+		reason, st := authzRefusal(err)
+		s.ca.metrics.refused(reason)
+		s.log.Warn("certificate refused", "reason", reason, "peer", peerAddr(ctx), "error", err)
+		return nil, st.Err()
+	}
+	is, err := s.ca.issue(ctx, grant.Mesh, []byte(req.GetCsr()), SignOptions{
+		Identities:  grant.Identities,
+		DNSNames:    grant.DNSNames,
+		IPAddresses: grant.IPAddresses,
+		TTL:         secondsToDuration(req.GetValidityDuration()),
+	})
+	if err != nil {
+		reason, ok := ReasonOf(err)
+		if !ok {
+			s.log.Error("certificate signing failed", "caller", grant.Caller, "mesh", grant.Mesh, "error", err)
+			return nil, status.Error(codes.Internal, "the CA failed to sign; see the hub's log")
+		}
+		s.log.Warn("certificate refused", "reason", reason, "caller", grant.Caller, "mesh", grant.Mesh,
+			"peer", peerAddr(ctx), "error", err)
+		return nil, status.Error(reasonCode(reason), err.Error())
+	}
+	chain := make([]string, len(is.chain))
+	for i, c := range is.chain {
+		chain[i] = string(c)
+	}
+	return &pb.IstioCertificateResponse{CertChain: chain}, nil
+}
+
+// secondsToDuration converts Istio's validity in seconds, saturating
+// instead of overflowing (the Authority clamps it to its maximum anyway).
+func secondsToDuration(sec int64) time.Duration {
+	const maxSec = int64(math.MaxInt64 / int64(time.Second))
+	switch {
+	case sec > maxSec:
+		return math.MaxInt64
+	case sec < -maxSec:
+		return math.MinInt64
+	}
+	return time.Duration(sec) * time.Second
+}
+
+// authzRefusal classifies an Authorizer's error: a RefusalError's reason
+// and code; else a gRPC status, kept as it is; else Unauthenticated.
+func authzRefusal(err error) (Reason, *status.Status) {
+	if r, ok := ReasonOf(err); ok {
+		return r, status.New(reasonCode(r), err.Error())
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != codes.OK && st.Code() != codes.Unknown {
+		switch st.Code() {
+		case codes.PermissionDenied:
+			return ReasonIdentityNotAllowed, st
+		case codes.InvalidArgument:
+			return ReasonInvalidRequest, st
+		}
+		return ReasonUnauthenticated, st
+	}
+	return ReasonUnauthenticated, status.New(codes.Unauthenticated, err.Error())
+}
+
+func reasonCode(r Reason) codes.Code {
+	switch r {
+	case ReasonInvalidRequest, ReasonInvalidCSR, ReasonKeyNotAllowed:
+		return codes.InvalidArgument
+	case ReasonIdentityNotAllowed:
+		return codes.PermissionDenied
+	case ReasonUnauthenticated:
+		return codes.Unauthenticated
+	case ReasonUnknownMesh:
+		return codes.FailedPrecondition
+	}
+	return codes.Internal
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
