@@ -84,6 +84,7 @@ func (c *CA) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte,
 	}
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: cluster},
+		NotBefore:   time.Now(),
 		NotAfter:    time.Now().Add(ttl),
 		URIs:        []*url.URL{id},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
