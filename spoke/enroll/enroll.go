@@ -32,6 +32,7 @@ import (
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlspin"
 )
 
 // Options say where the hub is, how to trust it at first contact, and
@@ -87,7 +88,7 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 		}
 		tlsConf = &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS13}
 	case opts.HubCAHash != "":
-		pin, err := parsePin(opts.HubCAHash)
+		pin, err := tlspin.Parse(opts.HubCAHash)
 		if err != nil {
 			return nil, err
 		}
