@@ -63,6 +63,19 @@ const (
 	dirRevoked  = "revoked"
 )
 
+// StateSubdir is the subdirectory of the hub's state dir that holds the
+// enrollment state.
+const StateSubdir = "enroll"
+
+// OpenStateDir opens the store in the hub's state dir (its StateSubdir).
+// The hub and navectl both open it this way.
+func OpenStateDir(stateDir string, opts ...DirOption) (*DirStore, error) {
+	if stateDir == "" {
+		return nil, errors.New("hub state dir: not set")
+	}
+	return OpenDir(filepath.Join(stateDir, StateSubdir), opts...)
+}
+
 // OpenDir opens (creating if needed, mode 0700) the store in dir.
 func OpenDir(dir string, opts ...DirOption) (*DirStore, error) {
 	if dir == "" {
