@@ -34,7 +34,8 @@ type EnforcerOptions struct {
 // on a shared (network) volume.
 //
 // New streams and renewals of a revoked cluster are refused by the
-// CertAuthenticator, which reads the revocation itself.
+// CertAuthenticator, which reads the revocation itself. Run is called
+// once; disconnect must be safe for concurrent use.
 type Enforcer struct {
 	reg        Registry
 	disconnect func(id ingest.Identity, reason string) bool

@@ -72,6 +72,9 @@ type refusal struct {
 	code   codes.Code
 	reason string
 	err    error
+	// hint is added to what the spoke is told of an internal error (whose
+	// details stay in the log).
+	hint string
 }
 
 // refuse counts and logs r and returns its status. attrs name what is
@@ -81,7 +84,7 @@ func (s *Server) refuse(ctx context.Context, msg string, r refusal, attrs ...any
 	s.log.Warn(msg, append(attrs, "peer", peerAddr(ctx), "reason", r.reason, "err", r.err)...)
 	if r.code == codes.Internal {
 		// The details stay in the log.
-		return status.Error(codes.Internal, "the hub could not issue a certificate; see its log")
+		return status.Error(codes.Internal, "the hub could not issue a certificate; see its log"+r.hint)
 	}
 	return status.Error(r.code, r.err.Error())
 }
@@ -91,12 +94,12 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	const refused = "enrollment refused"
 	tok, err := ParseToken(req.GetToken())
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.Unauthenticated, reasonMalformedToken, err})
+		return nil, s.refuse(ctx, refused, refusal{code: codes.Unauthenticated, reason: reasonMalformedToken, err: err})
 	}
 	// The request is checked before the token is spent on it.
 	csr, err := parseCSR(req.GetCsrPem())
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.InvalidArgument, reasonBadCSR, err}, "token", tok.ID)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: err}, "token", tok.ID)
 	}
 	info, err := s.store.Redeem(req.GetToken())
 	if err != nil {
@@ -104,23 +107,24 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	}
 	id := info.Identity()
 	attrs := []any{"mesh", id.Mesh, "cluster", id.Cluster, "token", tok.ID}
+	// From here on the token is spent.
+	spent := fmt.Sprintf("; join token %s is used up: create a new one", tok.ID)
 	if revoked, err := s.store.Revoked(id.Mesh, id.Cluster); err != nil || revoked {
-		r := refusal{codes.PermissionDenied, reasonRevoked, fmt.Errorf("cluster %s is revoked", id)}
+		r := refusal{code: codes.PermissionDenied, reason: reasonRevoked, err: fmt.Errorf("cluster %s is revoked", id)}
 		if err != nil {
-			r = refusal{codes.Internal, reasonInternal, err}
+			r = refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}
 		}
 		return nil, s.refuse(ctx, refused, r, attrs...)
 	}
 	chain, bundle, leaf, td, err := s.issue(ctx, id, req.GetCsrPem(), csr)
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.Internal, reasonInternal,
-			fmt.Errorf("%w (join token %s is used up; create a new one)", err, tok.ID)}, attrs...)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}, attrs...)
 	}
 	now := s.now().UTC()
 	rec := ClusterRecord{Mesh: id.Mesh, Cluster: id.Cluster, TrustDomain: td, Serial: leaf.SerialNumber.Text(16),
 		NotAfter: leaf.NotAfter.UTC(), EnrolledAt: now, TokenID: tok.ID}
 	if err := s.store.RecordCluster(rec); err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.Internal, reasonInternal, err}, attrs...)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}, attrs...)
 	}
 	s.metrics.enrollments.Inc()
 	s.log.Info("spoke enrolled", append(attrs, "peer", peerAddr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)
@@ -140,10 +144,10 @@ func redeemRefusal(err error) refusal {
 		{ErrTokenExpired, reasonExpiredToken},
 	} {
 		if errors.Is(err, m.err) {
-			return refusal{codes.Unauthenticated, m.reason, err}
+			return refusal{code: codes.Unauthenticated, reason: m.reason, err: err}
 		}
 	}
-	return refusal{codes.Internal, reasonInternal, err}
+	return refusal{code: codes.Internal, reason: reasonInternal, err: err}
 }
 
 // Renew implements protocolv1.EnrollmentServer.
@@ -163,29 +167,29 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 	attrs := []any{"mesh", id.Mesh, "cluster", id.Cluster}
 	csr, err := parseCSR(req.GetCsrPem())
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.InvalidArgument, reasonBadCSR, err}, attrs...)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: err}, attrs...)
 	}
 	prev, err := s.store.Cluster(id.Mesh, id.Cluster)
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.Internal, reasonInternal, err}, attrs...)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
 	}
 	chain, bundle, leaf, td, err := s.issue(ctx, id, req.GetCsrPem(), csr)
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.Internal, reasonInternal, err}, attrs...)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
 	}
 	// A revocation that landed while the certificate was being signed
 	// wins: the certificate is not handed out.
 	if revoked, err := s.store.Revoked(id.Mesh, id.Cluster); err != nil || revoked {
-		r := refusal{codes.PermissionDenied, reasonRevoked, fmt.Errorf("cluster %s is revoked", id)}
+		r := refusal{code: codes.PermissionDenied, reason: reasonRevoked, err: fmt.Errorf("cluster %s is revoked", id)}
 		if err != nil {
-			r = refusal{codes.Internal, reasonInternal, err}
+			r = refusal{code: codes.Internal, reason: reasonInternal, err: err}
 		}
 		return nil, s.refuse(ctx, refused, r, attrs...)
 	}
 	rec := prev
 	rec.TrustDomain, rec.Serial, rec.NotAfter, rec.RenewedAt = td, leaf.SerialNumber.Text(16), leaf.NotAfter.UTC(), s.now().UTC()
 	if err := s.store.RecordCluster(rec); err != nil {
-		return nil, s.refuse(ctx, refused, refusal{codes.Internal, reasonInternal, err}, attrs...)
+		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
 	}
 	s.metrics.renewals.Inc()
 	s.log.Info("spoke certificate renewed", append(attrs, "peer", peerAddr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)

@@ -398,7 +398,7 @@ func TestMisbehavingCAIsCaught(t *testing.T) {
 	other, _ := spiffeid.Cluster(enrolltest.TrustDomainA, "someone-else")
 	h.CA.Tamper = func(c *x509.Certificate) { c.URIs = []*url.URL{other} }
 	e := enrollCall(t, h, newToken(t, h, enrolltest.MeshA, "east"))
-	wantStatus(t, "certificate for the wrong cluster", e.err, codes.Internal, "could not issue")
+	wantStatus(t, "certificate for the wrong cluster", e.err, codes.Internal, "is used up: create a new one")
 	if _, err := h.Store.Cluster(enrolltest.MeshA, "east"); err == nil {
 		t.Error("a cluster whose certificate was withheld is recorded as enrolled")
 	}

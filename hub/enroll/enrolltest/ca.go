@@ -21,7 +21,8 @@ type CA struct {
 	mu     sync.Mutex
 	meshes map[string]caMesh
 	// Tamper, if set, may change every certificate template SignCluster
-	// is about to sign (a misbehaving CA, for tests of what the hub checks).
+	// is about to sign (a misbehaving CA, for tests of what the hub
+	// checks). Set it before the CA is used.
 	Tamper func(*x509.Certificate)
 }
 

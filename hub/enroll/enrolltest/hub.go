@@ -44,6 +44,8 @@ type HubOptions struct {
 // Hub is one hub replica's enrollment side behind a real gRPC server on
 // 127.0.0.1 with TLS: the Enrollment service, ingest's Sync service with
 // the CertAuthenticator, and the revocation Enforcer (100 ms interval).
+// Its fields are set once by StartHub; what they point to is safe for
+// concurrent use.
 type Hub struct {
 	Addr    string
 	Serving *Authority // root of the hub's serving certificate
