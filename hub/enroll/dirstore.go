@@ -296,21 +296,32 @@ func (s *DirStore) Clusters() ([]ClusterRecord, error) {
 		}
 		out = append(out, c)
 	}
+	sort.Slice(out, func(i, j int) bool { return identityLess(out[i].Mesh, out[i].Cluster, out[j].Mesh, out[j].Cluster) })
 	return out, nil
 }
 
-// Meshes implements Registry; it reads only file names.
+func identityLess(m1, c1, m2, c2 string) bool {
+	if m1 != m2 {
+		return m1 < m2
+	}
+	return c1 < c2
+}
+
+// Meshes implements Registry, sorted; it reads only file names.
 func (s *DirStore) Meshes() ([]string, error) {
 	names, err := s.list(dirClusters)
 	if err != nil {
 		return nil, err
 	}
+	seen := map[string]bool{}
 	var out []string
 	for _, n := range names {
-		if m, _, ok := splitClusterFile(n); ok && (len(out) == 0 || out[len(out)-1] != m) {
+		if m, _, ok := splitClusterFile(n); ok && !seen[m] {
+			seen[m] = true
 			out = append(out, m)
 		}
 	}
+	sort.Strings(out)
 	return out, nil
 }
 
@@ -364,6 +375,7 @@ func (s *DirStore) Revocations() ([]Revocation, error) {
 		r.Mesh, r.Cluster = mesh, cluster
 		out = append(out, r)
 	}
+	sort.Slice(out, func(i, j int) bool { return identityLess(out[i].Mesh, out[i].Cluster, out[j].Mesh, out[j].Cluster) })
 	return out, nil
 }
 

@@ -193,8 +193,11 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	if err := s.RecordCluster(rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordCluster(enroll.ClusterRecord{Mesh: "beta", Cluster: "east"}); err != nil {
-		t.Fatal(err)
+	// "a-b" sorts after "a" as a mesh name, before it as a file name prefix.
+	for _, id := range [][2]string{{"beta", "east"}, {"a-b", "x"}, {"a", "y"}} {
+		if err := s.RecordCluster(enroll.ClusterRecord{Mesh: id[0], Cluster: id[1]}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := s.Revoke("beta", "east"); err != nil {
 		t.Fatal(err)
@@ -205,10 +208,15 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, rec) {
 		t.Fatalf("after restart Cluster = %+v, %v; want %+v", got, err, rec)
 	}
-	if all, err := s2.Clusters(); err != nil || len(all) != 2 {
-		t.Fatalf("after restart Clusters = %+v, %v", all, err)
+	all, err := s2.Clusters()
+	var ids []string
+	for _, c := range all {
+		ids = append(ids, c.Identity().String())
 	}
-	if meshes, err := s2.Meshes(); err != nil || !reflect.DeepEqual(meshes, []string{"acme", "beta"}) {
+	if err != nil || !reflect.DeepEqual(ids, []string{"a/y", "a-b/x", "acme/east", "beta/east"}) {
+		t.Fatalf("after restart Clusters = %v, %v; want all four, sorted", ids, err)
+	}
+	if meshes, err := s2.Meshes(); err != nil || !reflect.DeepEqual(meshes, []string{"a", "a-b", "acme", "beta"}) {
 		t.Fatalf("after restart Meshes = %v, %v", meshes, err)
 	}
 	if ok, err := s2.Revoked("beta", "east"); err != nil || !ok {
