@@ -61,9 +61,17 @@ func ClaimedIdentity() Authenticator {
 		if err != nil {
 			return Identity{}, err
 		}
-		if v := md.Get(protocol.MetadataProtocol); len(v) > 0 && v[0] != protocol.Version {
-			return Identity{}, status.Error(codes.FailedPrecondition, fmt.Sprintf("protocol %q is not supported; this hub speaks %s", v[0], protocol.Version))
-		}
 		return Identity{Mesh: mesh, Cluster: cluster}, nil
 	})
+}
+
+// checkProtocol refuses a stream whose metadata names a protocol version
+// other than ours. It is checked for every stream, whatever the
+// Authenticator.
+func checkProtocol(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(protocol.MetadataProtocol); len(v) > 0 && v[0] != protocol.Version {
+		return status.Error(codes.FailedPrecondition, fmt.Sprintf("protocol %q is not supported; this hub speaks %s", v[0], protocol.Version))
+	}
+	return nil
 }

@@ -282,3 +282,37 @@ func TestEndpointChangesAreReportedSeparately(t *testing.T) {
 			f.endpointChanges.Load()-ep, f.changes.Load()-calls)
 	}
 }
+
+func TestDisconnectClosesOnlyThatClustersStreamWithItsReason(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	c1 := f.dial(t, "m", "c1")
+	c1.sync(objs)
+	c2 := f.dial(t, "m", "c2")
+	c2.sync(objs)
+	other := f.dial(t, "other", "c1")
+	other.sync(objs)
+
+	if !f.srv.Disconnect(ingest.Identity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
+		t.Fatal("Disconnect of an open stream reported none")
+	}
+	err := c1.ended()
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "cluster revoked") {
+		t.Errorf("closed stream ended with %v, want PermissionDenied naming the reason", err)
+	}
+	eventually(t, "the cluster is disconnected", func() bool {
+		st, ok := f.status("m", "c1")
+		return ok && !st.Connected && st.Stale
+	})
+	// The other streams, of the same mesh and of another mesh's
+	// same-named cluster, still work.
+	for _, s := range []*spoke{c2, other} {
+		s.acked(s.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+	}
+	if f.srv.Disconnect(ingest.Identity{Mesh: "m", Cluster: "c1"}, "again") {
+		t.Error("Disconnect of a closed stream reported one")
+	}
+	if f.srv.Disconnect(ingest.Identity{Mesh: "m", Cluster: "never"}, "unknown") {
+		t.Error("Disconnect of an unknown cluster reported a stream")
+	}
+}

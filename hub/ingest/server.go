@@ -67,6 +67,11 @@ type Server struct {
 
 var errSuperseded = errors.New("superseded by a newer stream of the same cluster")
 
+// disconnected is the cause of a stream closed by Disconnect.
+type disconnected struct{ reason string }
+
+func (d *disconnected) Error() string { return "the hub closed this cluster's stream: " + d.reason }
+
 // New returns a Server that authenticates spokes with auth.
 func New(auth Authenticator, opts Options) *Server {
 	if opts.OnChange == nil {
@@ -95,6 +100,11 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 		s.log.Warn("spoke stream refused", "reason", err)
 		return err
 	}
+	if err := checkProtocol(stream.Context()); err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	session := s.open(id, cancel, peerAddr(stream.Context()))
@@ -119,8 +129,12 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 	for {
 		select {
 		case <-ctx.Done():
-			if cause := context.Cause(ctx); errors.Is(cause, errSuperseded) {
+			cause := context.Cause(ctx)
+			if errors.Is(cause, errSuperseded) {
 				return status.Error(codes.Aborted, cause.Error())
+			}
+			if d := (*disconnected)(nil); errors.As(cause, &d) {
+				return status.Error(codes.PermissionDenied, d.Error())
 			}
 			return ctx.Err()
 		case err := <-recvErr:
@@ -169,6 +183,26 @@ func (s *Server) open(id Identity, cancel func(error), peer string) uint64 {
 	s.metrics.streams.Inc()
 	s.log.Info("spoke connected", "mesh", id.Mesh, "cluster", id.Cluster, "peer", peer, "session", st.session)
 	return st.session
+}
+
+// Disconnect closes id's open Push stream, if it has one, at once: the
+// spoke gets PermissionDenied with reason (say, "cluster revoked"). It
+// reports whether a stream was open. The cluster's resources are then kept
+// for the grace period like those of any disconnected cluster; keeping the
+// spoke from reconnecting is the Authenticator's part.
+func (s *Server) Disconnect(id Identity, reason string) bool {
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil || st.cancel == nil {
+		s.mu.Unlock()
+		return false
+	}
+	st.cancel(&disconnected{reason: reason})
+	st.cancel = nil
+	session := st.session
+	s.mu.Unlock()
+	s.log.Warn("spoke stream closed by the hub", "mesh", id.Mesh, "cluster", id.Cluster, "session", session, "reason", reason)
+	return true
 }
 
 // close marks id disconnected if session is still its current stream, and

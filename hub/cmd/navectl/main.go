@@ -1,0 +1,286 @@
+// Command navectl administers a hub's spoke enrollment through the hub's
+// state directory (shared by the hub replicas): it creates one-time join
+// tokens, lists tokens and enrolled clusters, and revokes clusters. Every
+// hub replica enforces a revocation within about a second.
+//
+//	navectl token create   --state-dir D --mesh M --cluster C [--ttl 1h]
+//	navectl token list     --state-dir D
+//	navectl cluster list   --state-dir D
+//	navectl cluster revoke --state-dir D --mesh M --cluster C [--force]
+//	navectl ca-hash FILE
+//
+// Exit codes: 0 done, 1 failed, 2 usage error.
+package main
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/shared/tlspin"
+)
+
+const usage = `navectl administers spoke enrollment through a hub's state directory.
+
+Usage:
+  navectl token create   --state-dir DIR --mesh MESH --cluster CLUSTER [--ttl 1h]
+        print a one-time join token for (MESH, CLUSTER); only its hash is stored
+  navectl token list     --state-dir DIR
+        list join tokens (pending, expired, used); never their secrets
+  navectl cluster list   --state-dir DIR
+        list enrolled and revoked clusters
+  navectl cluster revoke --state-dir DIR --mesh MESH --cluster CLUSTER [--force]
+        cut a cluster off: its streams are closed, its renewals refused
+        (--force revokes a cluster that has not enrolled)
+  navectl ca-hash FILE
+        print the pin (sha256:...) of each CA certificate in the PEM FILE,
+        for a spoke's first contact with the hub
+`
+
+// errUsage marks errors that exit with status 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	err := dispatch(args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "navectl: %v\n\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "navectl: %v\n", err)
+		return 1
+	}
+}
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("no command")
+	}
+	cmd := args[0]
+	if cmd == "-h" || cmd == "--help" || cmd == "help" {
+		return flag.ErrHelp
+	}
+	if cmd == "ca-hash" {
+		return caHash(args[1:], stdout)
+	}
+	if cmd != "token" && cmd != "cluster" {
+		return usageErr("unknown command %q", cmd)
+	}
+	if len(args) < 2 {
+		return usageErr("%s: no subcommand", cmd)
+	}
+	switch sub := cmd + " " + args[1]; sub {
+	case "token create":
+		return tokenCreate(args[2:], stdout, stderr)
+	case "token list":
+		return tokenList(args[2:], stdout)
+	case "cluster list":
+		return clusterList(args[2:], stdout)
+	case "cluster revoke":
+		return clusterRevoke(args[2:], stdout)
+	default:
+		return usageErr("unknown command %q", sub)
+	}
+}
+
+// flags is one command's flag set; parse reports bad flags as usage errors.
+type flags struct {
+	*flag.FlagSet
+	stateDir string
+}
+
+func newFlags(name string) *flags {
+	f := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	f.SetOutput(io.Discard) // errors are reported once, by run
+	f.StringVar(&f.stateDir, "state-dir", "", "the hub's state directory")
+	return f
+}
+
+func (f *flags) parse(args []string) (*enroll.DirStore, error) {
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageErr("%s: %v", f.Name(), err)
+	}
+	if f.NArg() > 0 {
+		return nil, usageErr("%s: unexpected argument %q", f.Name(), f.Arg(0))
+	}
+	if f.stateDir == "" {
+		return nil, usageErr("%s: --state-dir is required", f.Name())
+	}
+	if st, err := os.Stat(f.stateDir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("state dir %s: not a directory", f.stateDir)
+	}
+	return enroll.OpenStateDir(f.stateDir)
+}
+
+func required(name string, vals map[string]string) error {
+	for _, k := range []string{"mesh", "cluster"} {
+		if v, ok := vals[k]; ok && v == "" {
+			return usageErr("%s: --%s is required", name, k)
+		}
+	}
+	return nil
+}
+
+func tokenCreate(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("token create")
+	mesh := f.String("mesh", "", "the mesh the cluster joins")
+	cluster := f.String("cluster", "", "the cluster's name (a DNS label)")
+	ttl := f.Duration("ttl", time.Hour, "how long the token stays valid (at most "+enroll.MaxTokenTTL.String()+")")
+	store, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := required(f.Name(), map[string]string{"mesh": *mesh, "cluster": *cluster}); err != nil {
+		return err
+	}
+	tok, info, err := store.CreateToken(*mesh, *cluster, *ttl)
+	if err != nil {
+		return err
+	}
+	// stdout gets the token alone, for scripts; the note goes to stderr.
+	fmt.Fprintln(stdout, tok)
+	fmt.Fprintf(stderr, "join token %s for %s/%s, single use, expires %s\n", info.ID, info.Mesh, info.Cluster,
+		info.ExpiresAt.Format(time.RFC3339))
+	return nil
+}
+
+func tokenList(args []string, stdout io.Writer) error {
+	store, err := newFlags("token list").parse(args)
+	if err != nil {
+		return err
+	}
+	tokens, err := store.ListTokens()
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tMESH\tCLUSTER\tSTATE\tCREATED\tEXPIRES\tUSED")
+	for _, t := range tokens {
+		used := "-"
+		if t.UsedAt != nil {
+			used = t.UsedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Mesh, t.Cluster, t.State,
+			t.CreatedAt.Format(time.RFC3339), t.ExpiresAt.Format(time.RFC3339), used)
+	}
+	return w.Flush()
+}
+
+func clusterList(args []string, stdout io.Writer) error {
+	store, err := newFlags("cluster list").parse(args)
+	if err != nil {
+		return err
+	}
+	clusters, err := store.Clusters()
+	if err != nil {
+		return err
+	}
+	revs, err := store.Revocations()
+	if err != nil {
+		return err
+	}
+	revoked := map[string]enroll.Revocation{}
+	for _, r := range revs {
+		revoked[r.Identity().String()] = r
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "MESH\tCLUSTER\tSTATUS\tTRUST DOMAIN\tSERIAL\tCERT EXPIRES\tENROLLED")
+	for _, c := range clusters {
+		st := "enrolled"
+		if r, ok := revoked[c.Identity().String()]; ok {
+			st = "revoked " + r.RevokedAt.Format(time.RFC3339)
+			delete(revoked, c.Identity().String())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Mesh, c.Cluster, st, c.TrustDomain, c.Serial,
+			c.NotAfter.Format(time.RFC3339), c.EnrolledAt.Format(time.RFC3339))
+	}
+	// Revoked before they ever enrolled.
+	for _, r := range revs {
+		if _, ok := revoked[r.Identity().String()]; ok {
+			fmt.Fprintf(w, "%s\t%s\trevoked %s\t-\t-\t-\t-\n", r.Mesh, r.Cluster, r.RevokedAt.Format(time.RFC3339))
+		}
+	}
+	return w.Flush()
+}
+
+func clusterRevoke(args []string, stdout io.Writer) error {
+	f := newFlags("cluster revoke")
+	mesh := f.String("mesh", "", "the cluster's mesh")
+	cluster := f.String("cluster", "", "the cluster to revoke")
+	force := f.Bool("force", false, "revoke even if the cluster has not enrolled")
+	store, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := required(f.Name(), map[string]string{"mesh": *mesh, "cluster": *cluster}); err != nil {
+		return err
+	}
+	if _, err := store.Cluster(*mesh, *cluster); err != nil {
+		if !errors.Is(err, enroll.ErrNotEnrolled) || !*force {
+			return fmt.Errorf("%w (a typo? --force revokes it anyway)", err)
+		}
+	}
+	if err := store.Revoke(*mesh, *cluster); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cluster %s/%s revoked: hub replicas close its streams and refuse its renewals\n", *mesh, *cluster)
+	return nil
+}
+
+func caHash(args []string, stdout io.Writer) error {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		return usageErr("ca-hash: want exactly one PEM file")
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		return err
+	}
+	n := 0
+	for rest := b; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return fmt.Errorf("%s: %w", args[0], err)
+		}
+		if !c.IsCA {
+			continue
+		}
+		fmt.Fprintln(stdout, tlspin.Hash(c))
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: no CA certificate", args[0])
+	}
+	return nil
+}

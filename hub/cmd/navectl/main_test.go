@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/tlspin"
+	spokeenroll "github.com/navemesh/nave/spoke/enroll"
+)
+
+// navectl is the built binary.
+var navectl string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "navectl-test")
+	if err != nil {
+		panic(err)
+	}
+	navectl = filepath.Join(dir, "navectl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", navectl, ".").CombinedOutput()
+	cancel()
+	if err != nil {
+		os.RemoveAll(dir)
+		panic("go build navectl: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one navectl run.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func navectlRun(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, navectl, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("navectl %v: %v", args, err)
+	}
+	return r
+}
+
+func TestTokenCreateThenRedeem(t *testing.T) {
+	state := t.TempDir()
+	r := navectlRun(t, "token", "create", "--state-dir", state, "--mesh", "acme", "--cluster", "east", "--ttl", "10m")
+	if r.code != 0 {
+		t.Fatalf("token create: exit %d: %s", r.code, r.stderr)
+	}
+	tok := strings.TrimSuffix(r.stdout, "\n")
+	if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(tok, "nave-join.") {
+		t.Fatalf("token create printed %q, want the token alone", r.stdout)
+	}
+	secret := tok[strings.LastIndex(tok, ".")+1:]
+	if strings.Contains(r.stderr, secret) {
+		t.Errorf("token create printed the secret on stderr: %q", r.stderr)
+	}
+
+	store, err := enroll.OpenStateDir(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.Redeem(tok)
+	if err != nil {
+		t.Fatalf("redeem the token navectl made: %v", err)
+	}
+	if info.Mesh != "acme" || info.Cluster != "east" || info.ExpiresAt.Sub(info.CreatedAt) != 10*time.Minute {
+		t.Errorf("redeemed %+v", info)
+	}
+
+	r = navectlRun(t, "token", "list", "--state-dir", state)
+	if r.code != 0 || !strings.Contains(r.stdout, info.ID) || !strings.Contains(r.stdout, "used") || strings.Contains(r.stdout, secret) {
+		t.Errorf("token list: exit %d:\n%s", r.code, r.stdout)
+	}
+}
+
+// TestEnrollListRevoke drives a hub (on navectl's state dir) and a spoke
+// through navectl: a token, the spoke's enrollment and stream, the
+// cluster listed, revoked, its stream closed.
+func TestEnrollListRevoke(t *testing.T) {
+	state := t.TempDir()
+	h := enrolltest.StartHub(t, enrolltest.HubOptions{Dir: filepath.Join(state, enroll.StateSubdir)})
+	caFile := filepath.Join(t.TempDir(), "hub-ca.pem")
+	if err := os.WriteFile(caFile, h.Serving.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := navectlRun(t, "ca-hash", caFile)
+	if r.code != 0 || r.stdout != tlspin.Hash(h.Serving.Cert)+"\n" {
+		t.Fatalf("ca-hash: exit %d: %q", r.code, r.stdout)
+	}
+	pin := strings.TrimSpace(r.stdout)
+	r = navectlRun(t, "token", "create", "--state-dir", state, "--mesh", enrolltest.MeshA, "--cluster", "east")
+	if r.code != 0 {
+		t.Fatalf("token create: exit %d: %s", r.code, r.stderr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spokeState := t.TempDir()
+	if _, err := spokeenroll.Enroll(ctx, spokeenroll.Options{Address: h.Addr, ServerName: enrolltest.ServerName,
+		HubCAHash: pin, StateDir: spokeState}, strings.TrimSpace(r.stdout)); err != nil {
+		t.Fatalf("spoke enrollment with navectl's token: %v", err)
+	}
+	ren, err := spokeenroll.NewRenewer(spokeenroll.RenewerOptions{Address: h.Addr, ServerName: enrolltest.ServerName, StateDir: spokeState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(h.Addr, grpc.WithTransportCredentials(credentials.NewTLS(ren.ClientTLS())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := protocolv1.NewSyncClient(conn).Push(metadata.AppendToOutgoingContext(ctx, protocol.MetadataProtocol, protocol.Version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.SyncedTypeURL, Nonce: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("push stream: %v", err)
+	}
+
+	r = navectlRun(t, "cluster", "list", "--state-dir", state)
+	if r.code != 0 || !strings.Contains(r.stdout, "east") || !strings.Contains(r.stdout, "enrolled") {
+		t.Errorf("cluster list: exit %d:\n%s", r.code, r.stdout)
+	}
+	r = navectlRun(t, "cluster", "revoke", "--state-dir", state, "--mesh", enrolltest.MeshA, "--cluster", "east")
+	if r.code != 0 {
+		t.Fatalf("cluster revoke: exit %d: %s", r.code, r.stderr)
+	}
+	_, err = stream.Recv()
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("the revoked spoke's stream: %v, want PermissionDenied: revoked", err)
+	}
+	r = navectlRun(t, "cluster", "list", "--state-dir", state)
+	if !strings.Contains(r.stdout, "revoked") {
+		t.Errorf("cluster list after revoke:\n%s", r.stdout)
+	}
+	r = navectlRun(t, "token", "create", "--state-dir", state, "--mesh", enrolltest.MeshA, "--cluster", "east")
+	if r.code != 1 || !strings.Contains(r.stderr, "revoked") || r.stdout != "" {
+		t.Errorf("token for a revoked cluster: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestUsageAndFailures(t *testing.T) {
+	state := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "no command"},
+		{[]string{"bogus"}, 2, "unknown command"},
+		{[]string{"token"}, 2, "no subcommand"},
+		{[]string{"token", "burn"}, 2, "unknown command"},
+		{[]string{"token", "create", "--mesh", "a", "--cluster", "b"}, 2, "--state-dir is required"},
+		{[]string{"token", "create", "--state-dir", state, "--cluster", "b"}, 2, "--mesh is required"},
+		{[]string{"token", "create", "--state-dir", state, "--mesh", "a", "--cluster", "b", "--ttl", "soon"}, 2, "invalid value"},
+		{[]string{"token", "create", "--state-dir", state, "--mesh", "a", "--cluster", "b", "--colour", "red"}, 2, "not defined"},
+		{[]string{"token", "list", "--state-dir", state, "extra"}, 2, "unexpected argument"},
+		{[]string{"ca-hash"}, 2, "exactly one"},
+		{[]string{"token", "create", "--state-dir", state, "--mesh", "a", "--cluster", "b", "--ttl", "720h"}, 1, "at most"},
+		{[]string{"token", "create", "--state-dir", state, "--mesh", "A", "--cluster", "b"}, 1, "not a DNS label"},
+		{[]string{"token", "list", "--state-dir", filepath.Join(state, "missing")}, 1, "not a directory"},
+		{[]string{"cluster", "revoke", "--state-dir", state, "--mesh", "a", "--cluster", "b"}, 1, "not enrolled"},
+		{[]string{"ca-hash", filepath.Join(state, "missing.pem")}, 1, "no such file"},
+	} {
+		r := navectlRun(t, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("navectl %v: exit %d, stderr %q; want exit %d mentioning %q", c.args, r.code, r.stderr, c.code, c.want)
+		}
+		if r.stdout != "" {
+			t.Errorf("navectl %v printed %q on stdout", c.args, r.stdout)
+		}
+	}
+	if r := navectlRun(t, "--help"); r.code != 0 || !strings.Contains(r.stdout, "token create") {
+		t.Errorf("--help: exit %d, %q", r.code, r.stdout)
+	}
+	// Nothing was created by the failures.
+	store, _ := enroll.OpenStateDir(state)
+	if tokens, _ := store.ListTokens(); len(tokens) != 0 {
+		t.Errorf("failed commands left tokens: %+v", tokens)
+	}
+}

@@ -1,0 +1,196 @@
+package enrolltest
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/ingest"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+)
+
+// ServerName is the name the hub fixture's serving certificate is for.
+const ServerName = "hub.nave.test"
+
+// Meshes the hub fixture's CA knows from the start.
+const (
+	MeshA        = "acme"
+	TrustDomainA = "acme.example"
+	MeshB        = "beta"
+	TrustDomainB = "beta.example"
+)
+
+// HubOptions configure StartHub.
+type HubOptions struct {
+	// Dir is the enrollment state dir; "" is a fresh temporary one.
+	Dir string
+	// Now is the store's and the Enrollment service's clock; nil is
+	// time.Now.
+	Now func() time.Time
+	// CertTTL of issued certificates; 0 is the default.
+	CertTTL time.Duration
+}
+
+// Hub is one hub replica's enrollment side behind a real gRPC server on
+// 127.0.0.1 with TLS: the Enrollment service, ingest's Sync service with
+// the CertAuthenticator, and the revocation Enforcer (100 ms interval).
+// Its fields are set once by StartHub; what they point to is safe for
+// concurrent use.
+type Hub struct {
+	Addr    string
+	Serving *Authority // root of the hub's serving certificate
+	CA      *CA        // meshes MeshA and MeshB
+	Store   *enroll.DirStore
+	Ingest  *ingest.Server
+	Auth    *enroll.CertAuthenticator
+	Metrics *prometheus.Registry
+
+	logs *lockedBuffer
+}
+
+// StartHub starts a hub; it stops when the test ends.
+func StartHub(t testing.TB, opts HubOptions) *Hub {
+	t.Helper()
+	ca := NewCA()
+	ca.AddMesh(MeshA, TrustDomainA)
+	ca.AddMesh(MeshB, TrustDomainB)
+	return StartHubWithCA(t, ca, opts)
+}
+
+// StartHubWithCA starts a hub whose Signer is ca (replicas share one).
+func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	var storeOpts []enroll.DirOption
+	if opts.Now != nil {
+		storeOpts = append(storeOpts, enroll.WithClock(opts.Now))
+	}
+	store, err := enroll.OpenDir(opts.Dir, storeOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Hub{Serving: NewAuthority("nave hub serving root"), CA: ca, Store: store,
+		Metrics: prometheus.NewRegistry(), logs: &lockedBuffer{}}
+	log := slog.New(slog.NewJSONHandler(h.logs, nil))
+	h.Auth = enroll.NewCertAuthenticator(ca, store, enroll.AuthOptions{Logger: log, Registerer: h.Metrics})
+	h.Ingest = ingest.New(h.Auth, ingest.Options{StaleGracePeriod: time.Hour, Logger: log, Registerer: h.Metrics})
+	srv := enroll.NewServer(store, ca, h.Auth, enroll.ServerOptions{CertTTL: opts.CertTTL, Logger: log,
+		Registerer: h.Metrics, Now: opts.Now})
+	enf := enroll.NewEnforcer(store, h.Ingest.Disconnect, enroll.EnforcerOptions{Interval: 100 * time.Millisecond,
+		Logger: log, Registerer: h.Metrics})
+
+	serving := h.Serving.ServerCert(ServerName)
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{serving},
+		ClientAuth:   tls.RequestClientCert, // the CertAuthenticator verifies, per mesh
+		MinVersion:   tls.VersionTLS13,
+	})))
+	protocolv1.RegisterEnrollmentServer(gs, srv)
+	protocolv1.RegisterSyncServer(gs, h.Ingest)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Addr = lis.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(lis); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := enf.Run(ctx); err != nil {
+			t.Errorf("enforcer: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		gs.Stop()
+		wg.Wait()
+	})
+	return h
+}
+
+// TLS is a client configuration that verifies the hub and presents cert,
+// if not nil.
+func (h *Hub) TLS(cert *tls.Certificate) *tls.Config {
+	c := &tls.Config{RootCAs: h.Serving.Pool(), ServerName: ServerName, MinVersion: tls.VersionTLS13}
+	if cert != nil {
+		c.Certificates = []tls.Certificate{*cert}
+	}
+	return c
+}
+
+// Dial connects to the hub over TLS, presenting cert if not nil.
+func (h *Hub) Dial(t testing.TB, cert *tls.Certificate) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(h.Addr, grpc.WithTransportCredentials(credentials.NewTLS(h.TLS(cert))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Logs is everything the hub logged so far (JSON lines).
+func (h *Hub) Logs() string { return h.logs.String() }
+
+// Counter is the value of counter name with label reason ("" for a
+// counter without labels); 0 if it has not been counted.
+func (h *Hub) Counter(t testing.TB, name, reason string) float64 {
+	t.Helper()
+	mfs, err := h.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := reason == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					match = true
+				}
+			}
+			if match {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

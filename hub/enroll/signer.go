@@ -1,0 +1,34 @@
+package enroll
+
+import (
+	"context"
+	"crypto/x509"
+	"time"
+)
+
+// Signer is the certificate authority seam: one CA (one root of trust, one
+// SPIFFE trust domain) per mesh. Implementations must be safe for
+// concurrent use.
+type Signer interface {
+	// SignCluster issues a client certificate for the key of csrPEM (a PEM
+	// certificate request) valid for ttl, and returns it PEM-encoded,
+	// followed by its intermediates. Whatever the request asks for, the
+	// certificate's only URI SAN must be the cluster's SPIFFE ID
+	// (spiffeid.Cluster(TrustDomain(mesh), cluster)) and it must allow
+	// client authentication. The caller checks the result.
+	SignCluster(ctx context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) (chainPEM []byte, err error)
+	// Roots are the mesh's roots of trust: a cluster certificate of the
+	// mesh verifies against them and against no other mesh's.
+	Roots(mesh string) (*x509.CertPool, error)
+	// TrustDomain is the mesh's SPIFFE trust domain. Two meshes never
+	// share one.
+	TrustDomain(mesh string) (string, error)
+}
+
+// TrustBundler is implemented by a Signer that can hand out its mesh's
+// roots as PEM; the Enrollment service sends them to the spoke
+// (EnrollResponse.trust_bundle_pem). A Signer without it leaves the field
+// empty: an x509.CertPool cannot be turned back into certificates.
+type TrustBundler interface {
+	TrustBundlePEM(mesh string) ([]byte, error)
+}

@@ -1,0 +1,127 @@
+// Package enroll admits spoke clusters to the hub and keeps them
+// accountable: one-time join tokens, the Enrollment gRPC service that
+// trades a token (later, the current certificate) for a client
+// certificate bound to one (mesh, cluster), the authenticator that turns
+// that certificate back into an ingest.Identity, and revocation, which
+// refuses a cluster's renewals and closes its open streams.
+//
+// State (tokens, enrolled clusters, revocations) lives behind the Store
+// interface so that every hub replica shares it; DirStore keeps it in a
+// directory (the hub's state dir, on a volume the replicas share). The
+// certificate authority is behind Signer.
+package enroll
+
+import (
+	"errors"
+	"time"
+
+	"github.com/navemesh/nave/hub/ingest"
+)
+
+// ErrNotEnrolled is returned by Registry.Cluster for a cluster that has
+// never enrolled.
+var ErrNotEnrolled = errors.New("cluster is not enrolled")
+
+// ErrRevoked refuses a token for, or an enrollment of, a revoked cluster.
+var ErrRevoked = errors.New("cluster is revoked")
+
+// TokenState is where a join token is in its life.
+type TokenState string
+
+// Token states.
+const (
+	TokenPending TokenState = "pending"
+	TokenExpired TokenState = "expired"
+	TokenUsed    TokenState = "used"
+)
+
+// TokenInfo describes a join token; it never holds the secret nor its hash.
+type TokenInfo struct {
+	ID        string     `json:"id"`
+	Mesh      string     `json:"mesh"`
+	Cluster   string     `json:"cluster"`
+	CreatedAt time.Time  `json:"createdAt"`
+	ExpiresAt time.Time  `json:"expiresAt"`
+	State     TokenState `json:"state"`
+	// UsedAt is set for used tokens, when the store knows it.
+	UsedAt *time.Time `json:"usedAt,omitempty"`
+}
+
+// Identity is the (mesh, cluster) the token admits.
+func (t TokenInfo) Identity() ingest.Identity {
+	return ingest.Identity{Mesh: t.Mesh, Cluster: t.Cluster}
+}
+
+// ClusterRecord is an enrolled cluster and its newest certificate.
+type ClusterRecord struct {
+	Mesh        string    `json:"mesh"`
+	Cluster     string    `json:"cluster"`
+	TrustDomain string    `json:"trustDomain"`
+	Serial      string    `json:"serial"` // hex
+	NotAfter    time.Time `json:"notAfter"`
+	EnrolledAt  time.Time `json:"enrolledAt"`
+	RenewedAt   time.Time `json:"renewedAt,omitzero"`
+	// TokenID names the join token the cluster enrolled with.
+	TokenID string `json:"tokenID"`
+}
+
+// Identity is the record's (mesh, cluster).
+func (c ClusterRecord) Identity() ingest.Identity {
+	return ingest.Identity{Mesh: c.Mesh, Cluster: c.Cluster}
+}
+
+// Revocation is a cluster cut off from the hub.
+type Revocation struct {
+	Mesh      string    `json:"mesh"`
+	Cluster   string    `json:"cluster"`
+	RevokedAt time.Time `json:"revokedAt"`
+}
+
+// Identity is the revoked (mesh, cluster).
+func (r Revocation) Identity() ingest.Identity {
+	return ingest.Identity{Mesh: r.Mesh, Cluster: r.Cluster}
+}
+
+// Tokens issues and redeems one-time join tokens. Implementations must be
+// safe for concurrent use, also by several hub replicas and navectl at
+// once: a token is redeemed at most once across all of them.
+type Tokens interface {
+	// CreateToken returns a new token for (mesh, cluster), valid for ttl.
+	// The returned string is the only copy of the secret. A revoked
+	// cluster gets no token (ErrRevoked).
+	CreateToken(mesh, cluster string, ttl time.Duration) (token string, info TokenInfo, err error)
+	// Redeem consumes token. It fails with an error wrapping one of
+	// ErrTokenMalformed, ErrTokenUnknown, ErrTokenInvalid, ErrTokenUsed,
+	// ErrTokenExpired; any other error is the store's.
+	Redeem(token string) (TokenInfo, error)
+	// ListTokens lists every token, pending, expired or used.
+	ListTokens() ([]TokenInfo, error)
+}
+
+// Registry records enrolled clusters and revocations. Implementations must
+// be safe for concurrent use, also across hub replicas.
+type Registry interface {
+	// RecordCluster creates or replaces the record of an enrolled cluster.
+	RecordCluster(ClusterRecord) error
+	// Cluster returns a cluster's record, or an error wrapping
+	// ErrNotEnrolled.
+	Cluster(mesh, cluster string) (ClusterRecord, error)
+	// Clusters lists every enrolled cluster.
+	Clusters() ([]ClusterRecord, error)
+	// Meshes lists the meshes that have an enrolled cluster.
+	Meshes() ([]string, error)
+	// Revoke cuts (mesh, cluster) off for good: no token, enrollment,
+	// renewal or stream is accepted for it afterwards.
+	Revoke(mesh, cluster string) error
+	// Revoked reports whether (mesh, cluster) is revoked. It reads the
+	// shared state, so a revocation by another replica counts at once.
+	Revoked(mesh, cluster string) (bool, error)
+	// Revocations lists every revoked cluster.
+	Revocations() ([]Revocation, error)
+}
+
+// Store is the whole enrollment state.
+type Store interface {
+	Tokens
+	Registry
+}

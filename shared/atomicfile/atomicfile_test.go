@@ -1,0 +1,38 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWriteReplacesWithMode(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "key.pem")
+	for _, content := range []string{"first", "second"} {
+		if err := Write(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != content {
+			t.Fatalf("read back %q, %v; want %q", b, err, content)
+		}
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", st.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("temporary files left: %v", entries)
+	}
+}
+
+func TestWriteMissingDirFails(t *testing.T) {
+	if err := Write(filepath.Join(t.TempDir(), "no", "such"), []byte("x"), 0o600); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+}

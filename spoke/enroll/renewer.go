@@ -1,0 +1,220 @@
+package enroll
+
+import (
+	"context"
+	"crypto/tls"
+
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/spiffeid"
+)
+
+// Renewal schedule: at renewFraction of the certificate's lifetime, less
+// up to renewJitter of it (so that spokes enrolled together do not renew
+// together), and never sooner than minRenewInterval after a renewal.
+const (
+	renewFraction    = 0.8
+	renewJitter      = 0.1
+	minRenewInterval = time.Second
+)
+
+// RenewerOptions configure a Renewer.
+type RenewerOptions struct {
+	// Address is the hub's spoke listener, host:port.
+	Address string
+	// ServerName the hub's certificate must be valid for; "" is
+	// Address's host.
+	ServerName string
+	// StateDir holds the credentials Enroll saved; renewed ones replace
+	// them there.
+	StateDir string
+	// RetryInitial and RetryMax bound the backoff between failed
+	// renewals; 0 is 1 s and 5 min.
+	RetryInitial, RetryMax time.Duration
+	Logger                 *slog.Logger
+	// Registerer receives nave_spoke_cert_renewals_total and
+	// nave_spoke_cert_expiry_timestamp_seconds; nil registers nowhere.
+	Registerer prometheus.Registerer
+}
+
+// Renewer keeps a spoke's cluster certificate fresh: Run renews it at
+// about 80 % of its lifetime, over mTLS with the current certificate, with
+// a fresh key each time, and saves it to the state dir. New TLS
+// connections made with ClientTLS (or GetClientCertificate) present the
+// newest certificate; open connections keep the one they started with.
+// A Renewer is safe for concurrent use.
+type Renewer struct {
+	opts       RenewerOptions
+	serverName string
+	log        *slog.Logger
+	cur        atomic.Pointer[Credentials]
+	renewMu    sync.Mutex // one renewal at a time
+	renewals   *prometheus.CounterVec
+	expiry     prometheus.Gauge
+}
+
+// NewRenewer loads the credentials in opts.StateDir.
+func NewRenewer(opts RenewerOptions) (*Renewer, error) {
+	if opts.RetryInitial <= 0 {
+		opts.RetryInitial = time.Second
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = 5 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	name, err := Options{Address: opts.Address, ServerName: opts.ServerName}.serverName()
+	if err != nil {
+		return nil, err
+	}
+	creds, err := Load(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Renewer{opts: opts, serverName: name, log: opts.Logger,
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_spoke_cert_renewals_total",
+			Help: "Cluster certificate renewals, by result (ok, error)."}, []string{"result"}),
+		expiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_spoke_cert_expiry_timestamp_seconds",
+			Help: "When the current cluster certificate expires (Unix time)."}),
+	}
+	r.renewals.WithLabelValues("ok")
+	r.renewals.WithLabelValues("error")
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(r.renewals, r.expiry)
+	}
+	r.set(creds)
+	return r, nil
+}
+
+func (r *Renewer) set(c *Credentials) {
+	r.cur.Store(c)
+	r.expiry.Set(float64(c.Certificate.Leaf.NotAfter.Unix()))
+}
+
+// Credentials are the current credentials.
+func (r *Renewer) Credentials() *Credentials { return r.cur.Load() }
+
+// GetClientCertificate returns the current certificate, for
+// tls.Config.GetClientCertificate.
+func (r *Renewer) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	c := r.cur.Load().Certificate
+	return &c, nil
+}
+
+// ClientTLS is the configuration for connections to the hub: it trusts the
+// hub's CA from the state dir and presents the current certificate.
+func (r *Renewer) ClientTLS() *tls.Config {
+	return &tls.Config{
+		RootCAs:              r.cur.Load().HubRoots,
+		ServerName:           r.serverName,
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: r.GetClientCertificate,
+	}
+}
+
+// Renew renews the certificate now.
+func (r *Renewer) Renew(ctx context.Context) error {
+	r.renewMu.Lock()
+	defer r.renewMu.Unlock()
+	err := r.renew(ctx)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	r.renewals.WithLabelValues(result).Inc()
+	return err
+}
+
+func (r *Renewer) renew(ctx context.Context) error {
+	cur := r.cur.Load()
+	key, csr, err := newKey()
+	if err != nil {
+		return err
+	}
+	// A connection of its own, so that the hub sees the current
+	// certificate whatever other connections started with.
+	conn, err := grpc.NewClient(r.opts.Address, grpc.WithTransportCredentials(credentials.NewTLS(r.ClientTLS())))
+	if err != nil {
+		return fmt.Errorf("renew: %w", err)
+	}
+	defer conn.Close()
+	resp, err := protocolv1.NewEnrollmentClient(conn).Renew(ctx, &protocolv1.RenewRequest{CsrPem: csr})
+	if err != nil {
+		return fmt.Errorf("renew at %s: %w", r.opts.Address, err)
+	}
+	cert, td, err := checkIssued(resp.GetCertChainPem(), key, resp.GetTrustBundlePem())
+	if err != nil {
+		return fmt.Errorf("renew: the hub's answer: %w", err)
+	}
+	if _, cluster, _ := spiffeid.FromCertificate(cert.Leaf); td != cur.TrustDomain || cluster != cur.Cluster {
+		return fmt.Errorf("renew: the hub issued a certificate for %s/%s, want %s/%s", td, cluster, cur.TrustDomain, cur.Cluster)
+	}
+	next := *cur
+	next.Certificate = cert
+	if b := resp.GetTrustBundlePem(); len(b) > 0 {
+		next.TrustBundle = b
+	}
+	if err := next.saveCertificate(r.opts.StateDir); err != nil {
+		return fmt.Errorf("renew: %w", err)
+	}
+	r.set(&next)
+	r.log.Info("cluster certificate renewed", "mesh", next.Mesh, "cluster", next.Cluster,
+		"serial", cert.Leaf.SerialNumber.Text(16), "notAfter", cert.Leaf.NotAfter)
+	return nil
+}
+
+// renewAt is when a certificate is due for renewal; jitter is in [0, 1).
+func renewAt(notBefore, notAfter time.Time, jitter float64) time.Time {
+	life := notAfter.Sub(notBefore)
+	return notBefore.Add(time.Duration(float64(life) * (renewFraction - renewJitter*jitter)))
+}
+
+// Run renews the certificate whenever it is due until ctx is done, then
+// returns nil. A failed renewal is logged and retried with capped
+// exponential backoff (a revoked cluster keeps failing; its log says so).
+func (r *Renewer) Run(ctx context.Context) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(r.opts.RetryInitial),
+		backoff.WithMaxInterval(r.opts.RetryMax), backoff.WithMaxElapsedTime(0))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	wait := r.untilDue()
+	for {
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		err := r.Renew(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			wait = b.NextBackOff()
+			leaf := r.cur.Load().Certificate.Leaf
+			r.log.Warn("cluster certificate renewal failed; retrying", "err", err, "retryIn", wait,
+				"notAfter", leaf.NotAfter, "expired", !time.Now().Before(leaf.NotAfter))
+		default:
+			b.Reset()
+			wait = max(r.untilDue(), minRenewInterval)
+		}
+	}
+}
+
+// untilDue is how long until the current certificate is due.
+func (r *Renewer) untilDue() time.Duration {
+	leaf := r.cur.Load().Certificate.Leaf
+	return max(time.Until(renewAt(leaf.NotBefore, leaf.NotAfter, rand.Float64())), 0)
+}

@@ -1,0 +1,149 @@
+package enroll
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/navemesh/nave/shared/atomicfile"
+	"github.com/navemesh/nave/shared/spiffeid"
+)
+
+// Files of the state dir.
+const (
+	// credentialsFile holds the private key, then the certificate chain
+	// (mode 0600): one file, replaced atomically, so that key and
+	// certificate always match.
+	credentialsFile = "credentials.pem"
+	// hubCAFile holds the roots the hub's serving certificate verifies
+	// against (learnt at enrollment).
+	hubCAFile = "hub-ca.pem"
+	// trustBundleFile holds the mesh CA's roots, when the hub sent them.
+	trustBundleFile = "trust-bundle.pem"
+	// identityFile says which (mesh, cluster) the credentials are for.
+	identityFile = "identity.json"
+)
+
+// Credentials are what enrollment gives a spoke: a client certificate
+// bound to one (mesh, cluster), and the roots it trusts the hub by. They
+// are immutable once built.
+type Credentials struct {
+	Mesh        string
+	Cluster     string
+	TrustDomain string
+	// Certificate is the key and chain, with Leaf set.
+	Certificate tls.Certificate
+	// HubCA is the PEM roots the hub's serving certificate verifies
+	// against; HubRoots is the same as a pool.
+	HubCA    []byte
+	HubRoots *x509.CertPool
+	// TrustBundle is the mesh CA's roots as PEM (may be empty).
+	TrustBundle []byte
+}
+
+type identity struct {
+	Mesh        string `json:"mesh"`
+	Cluster     string `json:"cluster"`
+	TrustDomain string `json:"trustDomain"`
+}
+
+// Load reads credentials from a state dir that Enroll wrote.
+func Load(dir string) (*Credentials, error) {
+	var id identity
+	b, err := os.ReadFile(filepath.Join(dir, identityFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("state dir %s: not enrolled (no %s)", dir, identityFile)
+		}
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, identityFile), err)
+	}
+	hubCA, err := os.ReadFile(filepath.Join(dir, hubCAFile))
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := os.ReadFile(filepath.Join(dir, trustBundleFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	p := filepath.Join(dir, credentialsFile)
+	cert, err := tls.LoadX509KeyPair(p, p)
+	if err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	return newCredentials(id, cert, hubCA, bundle)
+}
+
+// newCredentials checks that the parts fit together.
+func newCredentials(id identity, cert tls.Certificate, hubCA, bundle []byte) (*Credentials, error) {
+	if !spiffeid.ValidName(id.Mesh) || !spiffeid.ValidName(id.Cluster) {
+		return nil, fmt.Errorf("identity %s/%s: not DNS labels", id.Mesh, id.Cluster)
+	}
+	if cert.Leaf == nil {
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			return nil, err
+		}
+		cert.Leaf = leaf
+	}
+	td, cluster, err := spiffeid.FromCertificate(cert.Leaf)
+	if err != nil {
+		return nil, err
+	}
+	if cluster != id.Cluster || (id.TrustDomain != "" && td != id.TrustDomain) {
+		return nil, fmt.Errorf("certificate is for %s/%s, want %s/%s", td, cluster, id.TrustDomain, id.Cluster)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(hubCA) {
+		return nil, errors.New("no hub CA certificate")
+	}
+	return &Credentials{Mesh: id.Mesh, Cluster: id.Cluster, TrustDomain: td, Certificate: cert,
+		HubCA: hubCA, HubRoots: roots, TrustBundle: bundle}, nil
+}
+
+// save writes c to dir: the identity, the roots, then the credentials
+// last, so a state dir with credentials is complete.
+func (c *Credentials) save(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	id, err := json.MarshalIndent(identity{Mesh: c.Mesh, Cluster: c.Cluster, TrustDomain: c.TrustDomain}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, identityFile), append(id, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, hubCAFile), c.HubCA, 0o644); err != nil {
+		return err
+	}
+	return c.saveCertificate(dir)
+}
+
+// saveCertificate writes the trust bundle and the key and chain.
+func (c *Credentials) saveCertificate(dir string) error {
+	if len(c.TrustBundle) > 0 {
+		if err := atomicfile.Write(filepath.Join(dir, trustBundleFile), c.TrustBundle, 0o644); err != nil {
+			return err
+		}
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(c.Certificate.PrivateKey)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	pem.Encode(&buf, &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	for _, der := range c.Certificate.Certificate {
+		pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+	}
+	return atomicfile.Write(filepath.Join(dir, credentialsFile), buf.Bytes(), 0o600)
+}
