@@ -1,6 +1,8 @@
 package gen
 
 import (
+	"slices"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
@@ -157,4 +159,22 @@ func (b *listenerBuilder) inboundChains(name string, match func() *listenerv3.Fi
 		{Name: name + "tls", FilterChainMatch: passTLS, Filters: tcp()},
 		{Name: name, FilterChainMatch: plain, Filters: app()},
 	}, true
+}
+
+// gatewayHTTPFilters are the HTTP filters of a gateway's connection
+// managers: the gateway workload's JWT authentication and authorization
+// (AuthorizationPolicies select gateways as they do sidecars), then
+// fault, CORS and router.
+func (b *listenerBuilder) gatewayHTTPFilters() []*hcmv3.HttpFilter {
+	sec := b.v.inboundSecurityFilters()
+	if len(sec.http) == 0 {
+		return b.outboundHTTPFilters
+	}
+	return append(slices.Clone(sec.http), b.outboundHTTPFilters...)
+}
+
+// gatewayTCPFilters puts the gateway workload's network authorization
+// filters before a gateway's tcp_proxy.
+func (b *listenerBuilder) gatewayTCPFilters(proxy *listenerv3.Filter) []*listenerv3.Filter {
+	return append(slices.Clone(b.v.inboundSecurityFilters().tcp), proxy)
 }

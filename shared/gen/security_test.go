@@ -12,6 +12,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
@@ -530,4 +531,77 @@ spec:
 	if n := len(out.Resources[gen.ClusterType]); n == 0 {
 		t.Error("no clusters")
 	}
+}
+
+// TestGatewayAuthorization: AuthorizationPolicies select gateway
+// workloads as they select sidecars; their filters run in the gateway's
+// HTTP connection managers and before its TCP proxies.
+func TestGatewayAuthorization(t *testing.T) {
+	objs := decodeMesh(t, secMesh+`
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - {port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}
+  - {port: {number: 31400, name: tcp, protocol: TCP}, hosts: ["*"]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: httpbin, namespace: foo}
+spec:
+  hosts: ["*"]
+  gateways: [istio-system/gw]
+  http: [{route: [{destination: {host: httpbin.foo.svc.cluster.local, port: {number: 8000}}}]}]
+  tcp: [{match: [{port: 31400}], route: [{destination: {host: httpbin.foo.svc.cluster.local, port: {number: 9000}}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: ingress, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway, app: public}}
+  rules: [{from: [{source: {remoteIpBlocks: [198.51.100.0/24]}}]}]
+`)
+	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
+	out := gen.Envoy(snap, proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "app=public\nistio=ingressgateway", IPs: "10.0.9.9"})
+	validateDeepAll(t, out)
+	s := sim.New(out.Resources)
+	for _, tc := range []struct {
+		req    sim.Request
+		denied bool
+	}{
+		{sim.Request{ListenerPort: 80, Port: 80, Authority: "shop.example", Path: "/", Method: "GET", SourceIP: "198.51.100.7"}, false},
+		{sim.Request{ListenerPort: 80, Port: 80, Authority: "shop.example", Path: "/", Method: "GET", SourceIP: "203.0.113.7"}, true},
+		{sim.Request{ListenerPort: 31400, Port: 31400, SourceIP: "198.51.100.7"}, false},
+		{sim.Request{ListenerPort: 31400, Port: 31400, SourceIP: "203.0.113.7"}, true},
+	} {
+		r := s.Do(tc.req)
+		if r.Err != nil {
+			t.Fatalf("port %d: %v", tc.req.ListenerPort, r.Err)
+		}
+		if (r.Denied != "") != tc.denied {
+			t.Errorf("port %d from %s: denied %q, want denied %v", tc.req.ListenerPort, tc.req.SourceIP, r.Denied, tc.denied)
+		}
+	}
+	// A gateway the Gateway selects and the policy does not.
+	other := gen.Envoy(snap, proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.0.9.8"})
+	if len(other.Resources[gen.ListenerType]) != 2 {
+		t.Fatalf("the other gateway has listeners %v", other.Resources[gen.ListenerType])
+	}
+	for _, r := range other.Resources[gen.ListenerType] {
+		if text := protoText(t, r); strings.Contains(text, gen.RBACHTTPFilter) || strings.Contains(text, gen.RBACNetworkFilter) {
+			t.Errorf("listener %s of an unselected gateway has an RBAC filter", r.Name)
+		}
+	}
+}
+
+func protoText(t *testing.T, r gen.Resource) string {
+	t.Helper()
+	b, err := protojson.Marshal(r.Message)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
