@@ -77,12 +77,20 @@ func requestPrincipal(v string) (*rbacv3.Principal, error) {
 	case 'p':
 		alts = append(alts, andIDs([]*rbacv3.Principal{claimString(iss, prefixString(w.value)), claimPresent(sub)}))
 		splits(w.value, func(l, r string) {
-			alts = append(alts, andIDs([]*rbacv3.Principal{claimString(iss, exactString(l)), claimString(sub, prefixString(r))}))
+			subM := claimPresent(sub)
+			if r != "" {
+				subM = claimString(sub, prefixString(r))
+			}
+			alts = append(alts, andIDs([]*rbacv3.Principal{claimString(iss, exactString(l)), subM}))
 		})
 	case 's':
 		alts = append(alts, andIDs([]*rbacv3.Principal{claimPresent(iss), claimString(sub, suffixString(w.value))}))
 		splits(w.value, func(l, r string) {
-			alts = append(alts, andIDs([]*rbacv3.Principal{claimString(iss, suffixString(l)), claimString(sub, exactString(r))}))
+			issM := claimPresent(iss)
+			if l != "" {
+				issM = claimString(iss, suffixString(l))
+			}
+			alts = append(alts, andIDs([]*rbacv3.Principal{issM, claimString(sub, exactString(r))}))
 		})
 	default:
 		if !strings.Contains(w.value, "/") {

@@ -24,8 +24,8 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/ from the gener
 // goldenMesh is one representative mesh: two namespaces of services with
 // routing and traffic policy, a Sidecar resource, an egress ServiceEntry,
 // an ingress gateway, and security: STRICT mTLS in shop, auto-mTLS to
-// ratings (one endpoint injected), ISTIO_MUTUAL to frontend, an ALLOW
-// policy for reviews and a mesh-wide DENY. Every proxy below is generated against it.
+// ratings (one endpoint injected), ISTIO_MUTUAL to frontend, JWT
+// authentication and an ALLOW policy for reviews, and a mesh-wide DENY. Every proxy below is generated against it.
 const goldenMesh = `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: reviews, namespace: shop}
@@ -150,6 +150,18 @@ spec:
   rules:
   - from: [{source: {namespaces: [web]}}]
     to: [{operation: {methods: [GET], paths: ["/reviews*"]}}]
+  - from: [{source: {requestPrincipals: [https://accounts.example.com/admin]}}]
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: reviews-jwt, namespace: shop}
+spec:
+  selector: {matchLabels: {app: reviews}}
+  jwtRules:
+  - issuer: https://accounts.example.com
+    audiences: [reviews]
+    jwks: '{"keys":[{"kty":"RSA","kid":"k1","e":"AQAB","n":"sXch"}]}'
+    fromHeaders: [{name: authorization, prefix: "Bearer "}]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy

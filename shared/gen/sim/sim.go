@@ -98,6 +98,8 @@ type Request struct {
 	PeerCert string
 	// SourceIP is the downstream address (RBAC ipBlocks, source.ip).
 	SourceIP string
+	// JWT is a token the request carries (jwt_authn).
+	JWT *Token
 	// HTTP fields.
 	Authority string
 	Path      string // with the query string
