@@ -59,9 +59,22 @@ type RBAC struct {
 // Empty reports whether no policy applies.
 func (r RBAC) Empty() bool { return r.Audit == nil && r.Deny == nil && r.Allow == nil }
 
+// RBACTarget says what RBAC is built for.
+type RBACTarget struct {
+	// TrustDomain completes serviceAccounts into identities.
+	TrustDomain string
+	// TCP builds for TCP connections (network RBAC) instead of HTTP.
+	TCP bool
+	// GRPC builds for a proxyless gRPC server (grpc-go's RBAC filter,
+	// gRFC A41), which refuses a whole listener whose RBAC matches the
+	// :scheme header or a grpc- header: such conditions are reported and
+	// fail closed instead.
+	GRPC bool
+}
+
 // BuildRBAC translates AuthorizationPolicies into Envoy RBAC for HTTP
-// traffic or, with tcp set, for TCP connections (network RBAC). Each rule
-// becomes one RBAC policy named "ns[NS]-policy[NAME]-rule[I]".
+// traffic or, with target.TCP, for TCP connections (network RBAC). Each
+// rule becomes one RBAC policy named "ns[NS]-policy[NAME]-rule[I]".
 //
 // Fields nave cannot express (an unsupported condition key, a malformed
 // principal or address, path templates, ...) are reported, naming the
@@ -78,7 +91,7 @@ func (r RBAC) Empty() bool { return r.Audit == nil && r.Deny == nil && r.Allow =
 // Action CUSTOM (an external authorizer) is refused by validation; should
 // a CUSTOM policy reach generation it is reported and fails closed: what
 // its rules match is denied.
-func BuildRBAC(policies []*mesh.Config, trustDomain string, tcp bool, report func(mesh.Problem)) RBAC {
+func BuildRBAC(policies []*mesh.Config, target RBACTarget, report func(mesh.Problem)) RBAC {
 	if report == nil {
 		report = func(mesh.Problem) {}
 	}
@@ -105,7 +118,7 @@ func BuildRBAC(policies []*mesh.Config, trustDomain string, tcp bool, report fun
 		}
 		for i, r := range ap.GetRules() {
 			t := &ruleTranslator{c: c, field: "spec.rules[" + strconv.Itoa(i) + "]", allow: action == securityv1beta1.AuthorizationPolicy_ALLOW,
-				tcp: tcp, trustDomain: trustDomain, report: report}
+				tcp: target.TCP, grpc: target.GRPC, trustDomain: target.TrustDomain, report: report}
 			p := t.policy(r)
 			name := "ns[" + c.Object.Namespace + "]-policy[" + c.Object.Name + "]-rule[" + strconv.Itoa(i) + "]"
 			switch action {
@@ -127,6 +140,7 @@ type ruleTranslator struct {
 	field       string
 	allow       bool // fail closed by dropping the rule (else the field)
 	tcp         bool
+	grpc        bool
 	trustDomain string
 	report      func(mesh.Problem)
 	// dropped is set when an ALLOW rule cannot be expressed.
@@ -305,6 +319,10 @@ func (t *ruleTranslator) condition(c *securityv1beta1.Condition, field string) (
 		permOf = sniPermission
 	case strings.HasPrefix(key, "request.headers[") && strings.HasSuffix(key, "]") && len(key) > len("request.headers[]"):
 		name := strings.ToLower(key[len("request.headers[") : len(key)-1])
+		if t.grpc && (name == ":scheme" || strings.HasPrefix(name, "grpc-")) {
+			t.unsupported(field+".key", "gRPC servers cannot match header %q (gRFC A41)", name)
+			return nil, nil
+		}
 		permOf, httpOnly = headerPermission(name), true
 	default:
 		t.unsupported(field+".key", "condition key %q is not supported", key)

@@ -16,7 +16,8 @@ import (
 	"github.com/navemesh/nave/shared/mesh"
 )
 
-// Filter names of inbound security.
+// Filter names of inbound security: the RBAC filters are named after
+// these with their action appended (".audit", ".deny", ".allow").
 const (
 	RBACHTTPFilter    = "envoy.filters.http.rbac"
 	RBACNetworkFilter = "envoy.filters.network.rbac"
@@ -66,22 +67,42 @@ func (v *View) inboundSecurityFilters() *inboundFilters {
 	}
 	policies := SelectAuthorizationPolicies(v.snap, v.key.Namespace, v.labels, v.report)
 	td := trustDomain(v.snap)
-	h := BuildRBAC(policies, td, false, v.report)
-	for _, r := range []*rbacv3.RBAC{h.Audit, h.Deny, h.Allow} {
-		if r != nil {
-			f.http = append(f.http, &hcmv3.HttpFilter{Name: RBACHTTPFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{
-				TypedConfig: mustAny(&rbachttpv3.RBAC{Rules: r})}})
-		}
-	}
-	t := BuildRBAC(policies, td, true, v.report)
+	f.http = append(f.http, BuildRBAC(policies, RBACTarget{TrustDomain: td}, v.report).httpFilters(true)...)
+	t := BuildRBAC(policies, RBACTarget{TrustDomain: td, TCP: true}, v.report)
 	for _, r := range []*rbacv3.RBAC{t.Audit, t.Deny, t.Allow} {
 		if r != nil {
-			f.tcp = append(f.tcp, &listenerv3.Filter{Name: RBACNetworkFilter, ConfigType: &listenerv3.Filter_TypedConfig{
-				TypedConfig: mustAny(&rbacnetv3.RBAC{Rules: r, StatPrefix: "inbound_rbac_" + r.GetAction().String() + "."})}})
+			f.tcp = append(f.tcp, &listenerv3.Filter{Name: RBACNetworkFilter + "." + actionName(r), ConfigType: &listenerv3.Filter_TypedConfig{
+				TypedConfig: mustAny(&rbacnetv3.RBAC{Rules: r, StatPrefix: "inbound_rbac_" + actionName(r) + "."})}})
 		}
 	}
 	v.filters = f
 	return f
+}
+
+// httpFilters renders the RBAC configs as HTTP filters in order (audit,
+// deny, allow; audit only withAudit), each named after the filter and its
+// action so that names are unique, as grpc-go requires.
+func (r RBAC) httpFilters(withAudit bool) []*hcmv3.HttpFilter {
+	var out []*hcmv3.HttpFilter
+	for _, rules := range []*rbacv3.RBAC{r.Audit, r.Deny, r.Allow} {
+		if rules == nil || (rules == r.Audit && !withAudit) {
+			continue
+		}
+		out = append(out, &hcmv3.HttpFilter{Name: RBACHTTPFilter + "." + actionName(rules), ConfigType: &hcmv3.HttpFilter_TypedConfig{
+			TypedConfig: mustAny(&rbachttpv3.RBAC{Rules: rules})}})
+	}
+	return out
+}
+
+// actionName is "audit", "deny" or "allow".
+func actionName(r *rbacv3.RBAC) string {
+	switch r.GetAction() {
+	case rbacv3.RBAC_LOG:
+		return "audit"
+	case rbacv3.RBAC_DENY:
+		return "deny"
+	}
+	return "allow"
 }
 
 // meshSANMatcher accepts peer identities of the mesh's trust domain.
