@@ -6,10 +6,19 @@
 // retries, fault, mirrors, header changes), and which endpoints the chosen
 // clusters hold, by priority and locality.
 //
+// It also applies inbound security: filter chain selection by transport
+// protocol and ALPN (tls_inspector), the TLS handshake of a chain's
+// DownstreamTlsContext (client certificate required, SAN matchers), the
+// RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
+// reports which transport socket an upstream endpoint gets (transport
+// socket matches).
+//
 // It follows Envoy's documented matching semantics (cited where they are
 // subtle). It does not simulate the network, load balancing choices,
-// randomness (a runtime fraction is reported as a probability), or HTTP
-// filters other than reading the fault and CORS filters' per-route config.
+// randomness (a runtime fraction is reported as a probability),
+// cryptography (a certificate is its URI SAN, a token its claims and key
+// id), or HTTP filters other than those above and reading the fault and
+// CORS filters' per-route config.
 package sim
 
 import (
