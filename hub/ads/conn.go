@@ -424,10 +424,11 @@ func coversAll(names map[string]bool, all map[string]*pushctx.Prepared) bool {
 }
 
 // resources returns what st holds for this proxy: the mesh-wide proxyless
-// resources, or the Envoy resources generated for its key.
+// resources (with the server listeners of its own ports), or the Envoy
+// resources generated for its key.
 func (c *conn) resources(st *pushctx.State) *pushctx.ProxyResources {
 	if c.proxy.Type == proxy.GRPC {
-		return st.Proxyless()
+		return st.ProxylessFor(c.key)
 	}
 	return st.ForProxy(c.key)
 }

@@ -95,3 +95,54 @@ func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
 		t.Errorf("shared results differ from generation from scratch: %v", mm)
 	}
 }
+
+// TestProxylessServersGetTheirServerListeners: a proxyless client whose
+// IPs serve ports receives, besides the mesh-wide resources, the server
+// listeners of those ports (shared by keys of equal signatures); one that
+// serves nothing receives the mesh-wide resources alone.
+func TestProxylessServersGetTheirServerListeners(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the mesh is published")
+	st, _ := m.Current("m")
+
+	key := func(ips string) proxy.Key {
+		return proxy.Key{Type: proxy.GRPC, Mesh: "m", Namespace: "demo", Labels: "app=echo", IPs: ips}
+	}
+	base := st.Proxyless()
+	if st.ProxylessFor(key("10.9.0.1")) != base || st.ProxylessFor(key("")) != base {
+		t.Error("a client that serves nothing does not get the mesh-wide resources as they are")
+	}
+	// 127.0.0.1 serves echo on 17071 and 17072.
+	own := st.ProxylessFor(key("127.0.0.1"))
+	for _, port := range []string{"17071", "17072"} {
+		for _, host := range []string{"0.0.0.0:", "[::]:"} {
+			if own.Resources[gen.ListenerType][gen.GRPCServerListenerName(host+port)] == nil {
+				t.Errorf("no server listener for %s%s", host, port)
+			}
+		}
+	}
+	if got, want := len(own.Resources[gen.ListenerType]), len(base.Resources[gen.ListenerType])+4; got != want {
+		t.Errorf("%d listeners, want the %d mesh-wide ones and 4 server listeners", got, want-4)
+	}
+	for name, p := range base.Resources[gen.ListenerType] {
+		if own.Resources[gen.ListenerType][name] != p {
+			t.Errorf("mesh-wide listener %s is not shared", name)
+		}
+	}
+	if own.Resources[gen.ClusterType] == nil || len(own.Resources[gen.ClusterType]) != len(base.Resources[gen.ClusterType]) {
+		t.Error("the other types are not the mesh-wide ones")
+	}
+	if st.ProxylessFor(key("127.0.0.1")) != own {
+		t.Error("a second call generates again")
+	}
+	if mm := m.Mismatches(); len(mm) > 0 {
+		t.Errorf("shared results differ from generation from scratch: %v", mm)
+	}
+}

@@ -113,6 +113,9 @@ type State struct {
 
 	grpcOnce sync.Once
 	grpc     *ProxyResources
+	// servers memoizes, per cache key, Proxyless plus the server
+	// listeners of the workload (ProxylessFor).
+	servers map[proxy.Key]*proxyEntry
 }
 
 type internKey struct{ typeURL, name, hash string }
@@ -682,6 +685,76 @@ func (s *State) Proxyless() *ProxyResources {
 		s.setProxyless(res)
 	})
 	return s.grpc
+}
+
+// ProxylessFor returns what the proxyless client with key k receives: the
+// mesh-wide Proxyless resources and, when k's IPs serve some ports, the
+// server listeners an xDS gRPC server on those ports asks for
+// (gen.GRPCServerListeners: its PeerAuthentication and
+// AuthorizationPolicies). The addition is generated once per cache key
+// (labels and inbound ports, as for Envoy) and shares every other
+// resource with Proxyless. Safe for concurrent use.
+func (s *State) ProxylessFor(k proxy.Key) *ProxyResources {
+	base := s.Proxyless()
+	if k.IPs == "" || gen.InboundSignature(s.Snapshot, k) == "" {
+		return base
+	}
+	ck := s.cacheKey(k)
+	s.proxyMu.Lock()
+	if s.servers == nil {
+		s.servers = map[proxy.Key]*proxyEntry{}
+	}
+	e := s.servers[ck]
+	if e == nil {
+		e = &proxyEntry{origin: k}
+		s.servers[ck] = e
+	}
+	s.proxyMu.Unlock()
+	e.once.Do(func() {
+		listeners, problems := gen.GRPCServerListeners(s.Snapshot, k)
+		if len(listeners) == 0 {
+			e.res = base
+			return
+		}
+		s.addProblems(problems)
+		res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(base.Resources)), Problems: base.Problems}
+		for typeURL, byName := range base.Resources {
+			res.Resources[typeURL] = byName // immutable: shared
+		}
+		all := maps.Clone(base.Resources[gen.ListenerType])
+		if all == nil {
+			all = map[string]*Prepared{}
+		}
+		for typeURL, list := range s.intern(marshal(&gen.Output{Resources: map[string][]gen.Resource{gen.ListenerType: listeners}})) {
+			for _, p := range list {
+				all[p.Name] = p
+			}
+			res.Resources[typeURL] = all
+		}
+		for _, p := range problems {
+			if !slices.Contains(res.Problems, p) {
+				res.Problems = append(res.Problems, p)
+			}
+		}
+		e.res = res
+	})
+	if s.mgr != nil && s.mgr.opts.Verify && e.origin != k {
+		// Shared with a key of other IPs or labels: must be equal.
+		listeners, _ := gen.GRPCServerListeners(s.Snapshot, k)
+		var diffs []string
+		if got, want := len(e.res.Resources[gen.ListenerType]), len(base.Resources[gen.ListenerType])+len(listeners); got != want {
+			diffs = append(diffs, fmt.Sprintf("%s: %d listeners shared, %d from scratch", gen.ListenerType, got, want))
+		}
+		for _, p := range marshal(&gen.Output{Resources: map[string][]gen.Resource{gen.ListenerType: listeners}})[gen.ListenerType] {
+			if q := e.res.Resources[gen.ListenerType][p.Name]; q == nil || q.Hash != p.Hash {
+				diffs = append(diffs, fmt.Sprintf("%s %s differs from a generation from scratch", gen.ListenerType, p.Name))
+			}
+		}
+		if len(diffs) > 0 {
+			s.mgr.mismatch(s, k, diffs)
+		}
+	}
+	return e.res
 }
 
 func (s *State) setProxyless(r *ProxyResources) {

@@ -7,10 +7,14 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 
+	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/proxy"
 )
 
@@ -31,15 +35,19 @@ func IstioMutualSNI(host string, port uint32, subset string) string {
 	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
 }
 
-// tls applies the TLS origination of the cluster's policy. DISABLE (or no
-// tls) originates nothing.
+// tls applies the TLS origination of the cluster's policy: SIMPLE and
+// MUTUAL as configured, ISTIO_MUTUAL as mesh mTLS; DISABLE originates
+// nothing. Without any tls setting, auto-mTLS applies (autoMTLS).
 func (b *cdsBuilder) tls(c *clusterv3.Cluster, oc *outboundCluster) {
 	settings := oc.policy.GetTls()
 	var ctx *tlsv3.UpstreamTlsContext
-	switch settings.GetMode() {
-	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
+	switch {
+	case settings == nil:
+		b.autoMTLS(c, oc)
+		return
+	case settings.GetMode() == networking.ClientTLSSettings_SIMPLE, settings.GetMode() == networking.ClientTLSSettings_MUTUAL:
 		ctx = b.originate(oc, settings)
-	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+	case settings.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL:
 		ctx = b.istioMutual(oc, settings)
 	default:
 		return
@@ -50,14 +58,61 @@ func (b *cdsBuilder) tls(c *clusterv3.Cluster, oc *outboundCluster) {
 	}
 }
 
-// istioMutual is the hook for mesh mTLS: the workload certificate and the
-// mesh roots come by SDS over ADS (secrets "default" and "ROOTCA"); the
-// security part serves them and may add the expected peer identities
-// (SPIFFE URIs of the endpoints' service accounts) here.
+// Endpoint metadata auto-mTLS reads: Istio's sidecar injection labels a
+// workload security.istio.io/tlsMode=istio; EDS copies the label into the
+// endpoint's metadata under envoy.transport_socket_match, where a
+// cluster's transport socket matches look.
+const (
+	TLSModeLabel            = "security.istio.io/tlsMode"
+	TLSModeIstio            = "istio"
+	transportSocketMatchKey = "envoy.transport_socket_match"
+	rawBufferTransport      = "envoy.transport_sockets.raw_buffer"
+)
+
+// autoMTLS is Istio's auto mutual TLS for a cluster without a tls
+// setting: endpoints that run a sidecar (metadata tlsMode: istio) are
+// reached with ISTIO_MUTUAL, the others in plain text, chosen per
+// endpoint by the cluster's transport socket matches. It does not apply to
+// MESH_EXTERNAL services, to original-destination clusters (no endpoint
+// metadata to match), nor when the mesh- or namespace-wide
+// PeerAuthentication of the service's namespace is DISABLE (Istio's best
+// effort: workload-level DISABLE is applied per endpoint, by leaving the
+// endpoint's tlsMode out; see View.tlsModeMetadata).
+func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
+	if oc.svc.External || oc.kind == kindOriginalDst {
+		return
+	}
+	if mode, _ := EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0); mode == MTLSDisable {
+		return
+	}
+	ctx := b.istioMutual(oc, nil)
+	if b.rawBuffer == nil {
+		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbufferv3.RawBuffer{})}}
+		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(TLSModeIstio)}}
+	}
+	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
+		{Name: "tlsMode-istio", Match: b.istioMatch, TransportSocket: &corev3.TransportSocket{
+			Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}},
+		{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: b.rawBuffer},
+	}
+}
+
+// istioMutual is mesh mTLS: the workload certificate and the mesh roots
+// come by SDS over ADS (secrets "default" and "ROOTCA", served by the
+// CA), the SNI is Istio's for the cluster unless the DestinationRule names
+// one, and the peer must present an identity of the mesh's trust domain,
+// or one of the DestinationRule's subjectAltNames when it lists some.
+// (Istio narrows the check to the service accounts of the endpoints; that
+// would make the cluster depend on endpoints, which an endpoint-only
+// change must not regenerate.) settings is nil for auto-mTLS.
 func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
 	sni := settings.GetSni()
 	if sni == "" {
 		sni = IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
+	}
+	sans := sanMatchers(settings.GetSubjectAltNames())
+	if len(sans) == 0 {
+		sans = meshSANMatcher(trustDomain(b.v.snap))
 	}
 	return &tlsv3.UpstreamTlsContext{
 		Sni: sni,
@@ -65,11 +120,65 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 			AlpnProtocols:                  []string{"istio"},
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: WorkloadCertSecret, SdsConfig: b.ads}},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(settings.GetSubjectAltNames())},
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
 				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: RootCASecret, SdsConfig: b.ads},
 			}},
 		},
 	}
+}
+
+// tlsModeMetadata is the metadata of an endpoint of svc serving port:
+// tlsMode from its label, left out when the endpoint's own effective
+// PeerAuthentication for that port is DISABLE (it would refuse mTLS).
+// Nil when there is nothing to say.
+func (v *View) tlsModeMetadata(svc *mesh.Service, ep *mesh.Endpoint, port uint32) *corev3.Metadata {
+	mode := ep.Labels[TLSModeLabel]
+	if mode == "" {
+		return nil
+	}
+	if mayDisable(v.snap) {
+		m, problems := EffectiveMTLS(v.snap, svc.Namespace, ep.Labels, port)
+		for _, p := range problems {
+			v.report(p)
+		}
+		if m == MTLSDisable {
+			return nil
+		}
+	}
+	if mode == TLSModeIstio {
+		if v.istioMeta == nil {
+			v.istioMeta = tlsModeMeta(mode)
+		}
+		return v.istioMeta
+	}
+	return tlsModeMeta(mode)
+}
+
+func tlsModeMeta(mode string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		transportSocketMatchKey: {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(mode)}},
+	}}
+}
+
+type mayDisableKey struct{}
+
+// mayDisable reports whether any PeerAuthentication of the snapshot sets
+// DISABLE (so that endpoints need their own check).
+func mayDisable(s *mesh.Snapshot) bool {
+	return s.Memo(mayDisableKey{}, func() any {
+		for _, c := range s.PeerAuthentications {
+			pa := c.PeerAuthentication()
+			if pa.GetMtls().GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
+				return true
+			}
+			for _, pl := range pa.GetPortLevelMtls() {
+				if pl.GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
+					return true
+				}
+			}
+		}
+		return false
+	}).(bool)
 }
 
 // originate builds SIMPLE/MUTUAL TLS origination. credentialName takes

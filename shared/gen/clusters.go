@@ -70,7 +70,7 @@ func loadAssignment(name string, svc *mesh.Service, p mesh.Port, labels map[stri
 			eps = append(eps, ep)
 		}
 	}
-	return buildAssignment(name, p, eps, nil)
+	return buildAssignment(name, p, eps, nil, nil)
 }
 
 func socketAddress(addr string, port uint32) *corev3.Address {

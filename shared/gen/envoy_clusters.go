@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -108,6 +109,10 @@ type cdsBuilder struct {
 	breakers *clusterv3.CircuitBreakers // Istio's defaults: no limits
 	h2       map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
 	eds      *clusterv3.Cluster_Type
+	// rawBuffer and istioMatch are auto-mTLS's plain-text socket and
+	// tlsMode: istio match (built on first use).
+	rawBuffer  *corev3.TransportSocket
+	istioMatch *structpb.Struct
 }
 
 func newCDSBuilder(v *View) *cdsBuilder {
@@ -147,8 +152,8 @@ func explicitHTTP2(opts *corev3.Http2ProtocolOptions) *upstreamhttpv3.HttpProtoc
 // visible service port and DestinationRule subset, BlackHoleCluster and
 // PassthroughCluster, and for sidecars InboundPassthroughCluster and one
 // inbound cluster per port the workload serves. Routers get no inbound
-// clusters. Auto-mTLS (ISTIO_MUTUAL without a DestinationRule when the
-// endpoints run sidecars) is not done here.
+// clusters. Outbound clusters originate TLS per their DestinationRule, or
+// auto-mTLS to endpoints that run a sidecar (cds_tls.go).
 func (v *View) Clusters() []Resource {
 	b := newCDSBuilder(v)
 	var out []Resource

@@ -54,9 +54,10 @@ func (v *View) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment
 	if oc.kind == kindEDS && localityIndependent(oc) {
 		// Without locality load balancing an EDS assignment reads only the
 		// cluster (name, service, the DestinationRule that gave its subset
-		// labels) and the proxy's network, and reports no problems: every
-		// proxy that shares those shares one assignment per snapshot
-		// (read-only from here on).
+		// labels), the proxy's network, and the snapshot's mTLS policy for
+		// each endpoint (tlsModeMetadata): every proxy that shares those
+		// shares one assignment per snapshot (read-only from here on). The
+		// problems it finds are reported by the first proxy's generation.
 		k := assignmentKey{name: oc.name, svc: oc.svc, dr: oc.dr, network: v.Key().Network}
 		return v.snap.Memo(k, func() any { return v.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
 	}
@@ -73,7 +74,8 @@ type assignmentKey struct {
 }
 
 func (v *View) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
-	cla := buildAssignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc))
+	meta := func(ep *mesh.Endpoint) *corev3.Metadata { return v.tlsModeMetadata(oc.svc, ep, ep.PortFor(oc.port)) }
+	cla := buildAssignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc), meta)
 	if d := v.distribution(oc); d != nil {
 		distribute(cla, d)
 	}
@@ -128,8 +130,9 @@ func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 // is the sum of its endpoints' weights (0 counts as 1); groups are sorted
 // by priority, then region/zone/subzone, and priorities are renumbered
 // 0..n-1 without gaps (Envoy requires contiguous priorities). priority
-// may be nil (everything at priority 0).
-func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority func(*mesh.Endpoint) uint32) *endpointv3.ClusterLoadAssignment {
+// may be nil (everything at priority 0); so may metadata (an endpoint's
+// metadata, nil for none).
+func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority func(*mesh.Endpoint) uint32, metadata func(*mesh.Endpoint) *corev3.Metadata) *endpointv3.ClusterLoadAssignment {
 	type groupKey struct {
 		priority uint32
 		locality mesh.Locality
@@ -169,7 +172,11 @@ func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority fu
 		if weight == 0 {
 			weight = 1
 		}
-		g.lle.LbEndpoints = append(g.lle.LbEndpoints, a.endpoint(ep.Address, ep.PortFor(p), healthStatus(ep.Health), weight))
+		lb := a.endpoint(ep.Address, ep.PortFor(p), healthStatus(ep.Health), weight)
+		if metadata != nil {
+			lb.Metadata = metadata(ep)
+		}
+		g.lle.LbEndpoints = append(g.lle.LbEndpoints, lb)
 		g.lle.LoadBalancingWeight.Value += weight
 	}
 	slices.SortStableFunc(groups, func(a, b *group) int {

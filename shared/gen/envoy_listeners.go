@@ -54,6 +54,8 @@ type listenerBuilder struct {
 	outboundHTTPFilters []*hcmv3.HttpFilter
 	routerFilter        *hcmv3.HttpFilter
 	tlsInspector        *listenerv3.ListenerFilter
+	// mtlsHTTP and mtlsTCP terminate inbound mesh mTLS (built on first use).
+	mtlsHTTP, mtlsTCP *corev3.TransportSocket
 }
 
 func newListenerBuilder(v *View) *listenerBuilder {

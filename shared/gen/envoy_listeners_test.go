@@ -372,6 +372,11 @@ spec:
 	}
 }
 
+// meshMTLS is a mesh-wide PeerAuthentication (a YAML document to append).
+func meshMTLS(mode string) string {
+	return "\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: " + mode + "}}\n"
+}
+
 func TestVirtualInbound(t *testing.T) {
 	ingress := `apiVersion: networking.istio.io/v1
 kind: Sidecar
@@ -393,9 +398,11 @@ spec:
 		want []chain
 	}{
 		// 10.0.0.1 serves web (8080 -> workload port 18080) and db (5432).
-		{"workload ports", ldsMesh, ldsSidecarKey, []chain{{5432, false}, {18080, true}}},
-		{"no workload", ldsMesh, proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", IPs: "10.9.9.9"}, nil},
-		{"sidecar ingress overrides", ldsMesh + "---\n" + ingress, ldsSidecarKey, []chain{{9090, true}, {9091, false}}},
+		// mTLS is off mesh-wide: one plain-text chain per port (the mTLS
+		// layouts are TestInboundMTLSChains').
+		{"workload ports", ldsMesh + meshMTLS("DISABLE"), ldsSidecarKey, []chain{{5432, false}, {18080, true}}},
+		{"no workload", ldsMesh + meshMTLS("DISABLE"), proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", IPs: "10.9.9.9"}, nil},
+		{"sidecar ingress overrides", ldsMesh + "---\n" + ingress + meshMTLS("DISABLE"), ldsSidecarKey, []chain{{9090, true}, {9091, false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ls, _ := listeners(t, tc.yaml, tc.key)

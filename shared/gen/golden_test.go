@@ -22,8 +22,10 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/golden/ from the generators' current output")
 
 // goldenMesh is one representative mesh: two namespaces of services with
-// routing and traffic policy, a Sidecar resource, an egress ServiceEntry
-// and an ingress gateway. Every proxy below is generated against it.
+// routing and traffic policy, a Sidecar resource, an egress ServiceEntry,
+// an ingress gateway, and security: STRICT mTLS in shop, auto-mTLS to
+// ratings (one endpoint injected), ISTIO_MUTUAL to frontend, JWT
+// authentication and an ALLOW policy for reviews, and a mesh-wide DENY. Every proxy below is generated against it.
 const goldenMesh = `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: reviews, namespace: shop}
@@ -44,9 +46,11 @@ spec:
   hosts: [ratings.shop.svc.cluster.local]
   addresses: [10.96.0.11]
   ports: [{number: 9080, name: http, protocol: HTTP}, {number: 5432, name: tcp-db, protocol: TCP}]
+  location: MESH_INTERNAL
   resolution: STATIC
   endpoints:
-  - {address: 10.1.1.1, labels: {app: ratings}, locality: us-east/a}
+  - {address: 10.1.1.1, labels: {app: ratings, security.istio.io/tlsMode: istio}, locality: us-east/a}
+  - {address: 10.1.1.2, labels: {app: ratings}, locality: us-east/a}
 ---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -125,6 +129,46 @@ spec:
     rewrite: {uri: /}
     route: [{destination: {host: reviews.shop.svc.cluster.local, port: {number: 9080}}}]
   - route: [{destination: {host: frontend.web.svc.cluster.local}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: frontend, namespace: web}
+spec:
+  host: frontend.web.svc.cluster.local
+  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: shop}
+spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: reviews-viewer, namespace: shop}
+spec:
+  selector: {matchLabels: {app: reviews}}
+  rules:
+  - from: [{source: {namespaces: [web]}}]
+    to: [{operation: {methods: [GET], paths: ["/reviews*"]}}]
+  - from: [{source: {requestPrincipals: [https://accounts.example.com/admin]}}]
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: reviews-jwt, namespace: shop}
+spec:
+  selector: {matchLabels: {app: reviews}}
+  jwtRules:
+  - issuer: https://accounts.example.com
+    audiences: [reviews]
+    jwks: '{"keys":[{"kty":"RSA","kid":"k1","e":"AQAB","n":"sXch"}]}'
+    fromHeaders: [{name: authorization, prefix: "Bearer "}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-blocked, namespace: istio-system}
+spec:
+  action: DENY
+  rules: [{from: [{source: {ipBlocks: [203.0.113.0/24]}}]}]
 `
 
 var goldenProxies = []struct {

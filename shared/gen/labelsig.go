@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
+	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/proxy"
@@ -12,7 +13,8 @@ import (
 
 // labelInputs are the places a snapshot's config reads a proxy's labels:
 // label selectors (Sidecar workloadSelector, Gateway selector, route
-// sourceLabels) and label names whose value the proxy's endpoints are
+// sourceLabels, the selectors of PeerAuthentication,
+// RequestAuthentication and AuthorizationPolicy) and label names whose value the proxy's endpoints are
 // prioritized by (DestinationRule failoverPriority).
 type labelInputs struct {
 	selectors []map[string]string
@@ -32,6 +34,20 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 		for _, c := range s.Gateways {
 			if gw, _ := c.Object.Spec.(*networking.Gateway); gw != nil {
 				in.selectors = append(in.selectors, gw.GetSelector())
+			}
+		}
+		for _, list := range [][]*mesh.Config{s.PeerAuthentications, s.RequestAuthentications, s.AuthorizationPolicies} {
+			for _, c := range list {
+				var sel map[string]string
+				switch spec := c.Object.Spec.(type) {
+				case interface {
+					GetSelector() *typev1beta1.WorkloadSelector
+				}:
+					sel = spec.GetSelector().GetMatchLabels()
+				}
+				if len(sel) > 0 {
+					in.selectors = append(in.selectors, sel)
+				}
 			}
 		}
 		for _, c := range s.AllVirtualServices {

@@ -77,7 +77,7 @@ func (b *listenerBuilder) gateways() {
 			case gwHTTP:
 				if len(gp.chains) == 0 {
 					gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{
-						rdsHCM(GatewayHTTPRouteName(num), GatewayHTTPRouteName(num), b.outboundHTTPFilters, true),
+						rdsHCM(GatewayHTTPRouteName(num), GatewayHTTPRouteName(num), b.gatewayHTTPFilters(), true),
 					}})
 				}
 			case gwTCP:
@@ -210,7 +210,7 @@ func (b *listenerBuilder) gatewayTCPServer(gp *gatewayPort, gw *mesh.Config, fie
 		return
 	}
 	gp.claimed[""] = gw.Ref()
-	gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{tcpProxy("gateway_tcp_"+portString(num), dests)}})
+	gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(tcpProxy("gateway_tcp_"+portString(num), dests))})
 }
 
 // gatewayTCPRoute finds where a (plain or TLS-terminated) TCP server
@@ -260,7 +260,7 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 				gp.sni = true
 				gp.chains = append(gp.chains, &listenerv3.FilterChain{
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names},
-					Filters:          []*listenerv3.Filter{tcpProxy("gateway_passthrough_"+portString(gp.port)+"_"+names[0], dests)},
+					Filters:          b.gatewayTCPFilters(tcpProxy("gateway_passthrough_"+portString(gp.port)+"_"+names[0], dests)),
 				})
 			}
 		}
@@ -306,10 +306,11 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 	if serverName == "" {
 		serverName = strconv.Itoa(index)
 	}
+	var filters []*listenerv3.Filter
 	var filter *listenerv3.Filter
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
 		route := GatewayHTTPSRouteName(num, serverName, gw.Object.Name, gw.Object.Namespace)
-		filter = rdsHCM(route, route, b.outboundHTTPFilters, true)
+		filter = rdsHCM(route, route, b.gatewayHTTPFilters(), true)
 	} else {
 		dests := b.gatewayTCPRoute(gw, srv)
 		if dests == nil {
@@ -317,13 +318,18 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 		}
 		filter = tcpProxy("gateway_tls_"+portString(num)+"_"+serverName, dests)
 	}
+	if filter.GetName() == TCPProxyFilter {
+		filters = b.gatewayTCPFilters(filter)
+	} else {
+		filters = []*listenerv3.Filter{filter}
+	}
 	for _, k := range keys {
 		gp.claimed[k] = gw.Ref()
 	}
 	chain := &listenerv3.FilterChain{
 		Name:            "https." + portString(num) + "." + serverName + "." + gw.Object.Name + "." + gw.Object.Namespace,
 		TransportSocket: ts,
-		Filters:         []*listenerv3.Filter{filter},
+		Filters:         filters,
 	}
 	if len(names) > 0 {
 		chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: names}

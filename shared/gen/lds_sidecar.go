@@ -271,49 +271,56 @@ func (v *View) inboundPortList() []inboundPort {
 	return out
 }
 
-// inboundSecurity is the hook for the workload's inbound security: the
-// transport socket (mTLS), HTTP filters (placed before the router) and
-// network filters (placed before the HCM or tcp_proxy) of the chain for an
-// inbound port. PeerAuthentication and AuthorizationPolicy will fill it;
-// today inbound traffic is accepted in plain text, unfiltered.
-func (v *View) inboundSecurity(port inboundPort) (transportSocket *corev3.TransportSocket, httpFilters []*hcmv3.HttpFilter, networkFilters []*listenerv3.Filter) {
-	return nil, nil, nil
-}
-
 // virtualInbound adds the listener iptables redirects inbound traffic to:
-// one chain per inbound port, matched on the original destination port,
-// and a fallthrough to InboundPassthroughCluster.
+// chains per inbound port, matched on the original destination port, with
+// the port's effective mTLS mode (PeerAuthentication) and the workload's
+// authorization filters, and passthrough to InboundPassthroughCluster for
+// ports no service declares, with the workload's mode and filters too
+// (Istio enforces policies there as well).
 func (b *listenerBuilder) virtualInbound() {
 	v := b.v
 	l := listener(VirtualInboundListener, "0.0.0.0", VirtualInboundPort, true, corev3.TrafficDirection_INBOUND)
 	l.ListenerFilters = []*listenerv3.ListenerFilter{originalDstFilter()}
-	needTLS := false
-	for _, p := range v.inboundPortList() {
-		ts, httpFilters, netFilters := v.inboundSecurity(p)
-		cluster := InboundClusterName(p.port)
-		chain := &listenerv3.FilterChain{
-			Name:             cluster,
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.port)},
-			TransportSocket:  ts,
-			Filters:          netFilters,
+	sec := v.inboundSecurityFilters()
+	tcpFilters := func(cluster string) func() []*listenerv3.Filter {
+		return func() []*listenerv3.Filter {
+			return append(slices.Clone(sec.tcp), tcpProxyTo(cluster))
 		}
-		if ts != nil {
-			needTLS = true
-		}
-		if IsHTTP(p.protocol) {
-			chain.Filters = append(chain.Filters, b.inboundHCM(p.port, cluster, httpFilters))
-		} else {
-			chain.Filters = append(chain.Filters, tcpProxyTo(cluster))
-		}
-		l.FilterChains = append(l.FilterChains, chain)
 	}
-	if needTLS {
+	needInspector := false
+	for _, p := range v.inboundPortList() {
+		cluster := InboundClusterName(p.port)
+		http := IsHTTP(p.protocol)
+		app := tcpFilters(cluster)
+		if http {
+			app = func() []*listenerv3.Filter { return []*listenerv3.Filter{b.inboundHCM(p.port, cluster, sec.http)} }
+		}
+		match := func() *listenerv3.FilterChainMatch {
+			return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.port)}
+		}
+		chains, inspect := b.inboundChains(cluster, match, v.mtlsMode(p.port), http, app, tcpFilters(cluster))
+		l.FilterChains = append(l.FilterChains, chains...)
+		needInspector = needInspector || inspect
+	}
+	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(InboundPassthroughCluster)()}
+	switch v.mtlsMode(0) {
+	case MTLSStrict:
+		passthrough.TransportSocket = b.inboundMTLS(false)
+	case MTLSPermissive:
+		// mTLS from the mesh on an undeclared port is terminated; anything
+		// else (plain text, the application's own TLS) takes the default.
+		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+			Name:             "InboundPassthroughFilterChainMTLS",
+			FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: transportTLS, ApplicationProtocols: meshALPN},
+			TransportSocket:  b.inboundMTLS(false),
+			Filters:          tcpFilters(InboundPassthroughCluster)(),
+		})
+		needInspector = true
+	}
+	if needInspector {
 		l.ListenerFilters = append(l.ListenerFilters, b.tlsInspector)
 	}
-	l.DefaultFilterChain = &listenerv3.FilterChain{
-		Name:    "InboundPassthroughFilterChain",
-		Filters: []*listenerv3.Filter{tcpProxyTo(InboundPassthroughCluster)},
-	}
+	l.DefaultFilterChain = passthrough
 	b.add(l)
 }
 

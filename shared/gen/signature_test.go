@@ -33,6 +33,27 @@ spec:
   trafficPolicy:
     outlierDetection: {consecutive5xxErrors: 3}
     loadBalancer: {localityLbSetting: {enabled: true, failoverPriority: [track]}}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: strict-edge, namespace: web}
+spec:
+  selector: {matchLabels: {tier: edge}}
+  mtls: {mode: STRICT}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: frontend-from-web, namespace: istio-system}
+spec:
+  selector: {matchLabels: {app: frontend}}
+  rules: [{from: [{source: {namespaces: [web]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt-v1, namespace: shop}
+spec:
+  selector: {matchLabels: {version: v1}}
+  jwtRules: [{issuer: https://issuer.example, jwks: '{"keys":[]}'}]
 `
 
 // outputDigest is a digest per resource of a generation's output.
@@ -101,6 +122,12 @@ func TestSignaturesCaptureWhatLabelsAndIPsContribute(t *testing.T) {
 	b := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=other"}
 	if gen.LabelSignature(snap, a) == gen.LabelSignature(snap, b) {
 		t.Error("a sourceLabels match does not show in the label signature")
+	}
+	for _, labels := range []string{"tier=edge", "app=frontend", "version=v1"} {
+		sel := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: labels}
+		if gen.LabelSignature(snap, sel) == gen.LabelSignature(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "app=other"}) {
+			t.Errorf("labels %s, selected by a security policy, do not show in the label signature", labels)
+		}
 	}
 	if c := (proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "track=a"}); gen.LabelSignature(snap, c) ==
 		gen.LabelSignature(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "track=b"}) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/mesh"
@@ -36,6 +37,13 @@ type View struct {
 
 	inbound     []InboundPort
 	inboundDone bool
+
+	// The workload's own security config, selected on first use.
+	pa      PeerAuthentications
+	paDone  bool
+	filters *inboundFilters
+	// istioMeta is the endpoint metadata tlsMode: istio, shared.
+	istioMeta *corev3.Metadata
 
 	problems []mesh.Problem
 	reported map[mesh.Problem]bool

@@ -55,6 +55,12 @@ type Builder struct {
 	endpoints map[endpointKey]*Endpoint
 	// last is the previous build's input and result (see buildEndpoints).
 	last *builderState
+
+	// TrustDomain is the mesh's SPIFFE trust domain, copied into every
+	// snapshot (Snapshot.TrustDomain); empty means DefaultTrustDomain.
+	// Whoever runs the mesh's CA sets it before building; changing it
+	// between builds is a config change.
+	TrustDomain string
 }
 
 type endpointKey struct {
@@ -82,6 +88,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		Services:         map[string]*Service{},
 		VirtualServices:  map[string][]*Config{},
 		DestinationRules: map[string][]*Config{},
+		TrustDomain:      b.trustDomain(),
 	}
 	stale := map[string]bool{}
 	var registry []*Config
@@ -172,8 +179,18 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	s.AllVirtualServices = byKind["VirtualService"]
 	s.Gateways = byKind["Gateway"]
 	s.Sidecars = byKind["Sidecar"]
+	s.PeerAuthentications = byKind["PeerAuthentication"]
+	s.RequestAuthentications = byKind["RequestAuthentication"]
+	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
 	b.remember(mesh, clusters, byKind["ServiceEntry"], s)
 	return s
+}
+
+func (b *Builder) trustDomain() string {
+	if b.TrustDomain == "" {
+		return DefaultTrustDomain
+	}
+	return b.TrustDomain
 }
 
 // ResolveHost completes a short host name relative to namespace.

@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -98,5 +100,78 @@ func TestBuilderMatchesBuild(t *testing.T) {
 	}
 	if servicesJSON(t, s1) != before {
 		t.Fatal("the third build changed the first snapshot")
+	}
+}
+
+// TestBuildCarriesSecurityPolicies: the security kinds reach the snapshot,
+// sorted by namespace/name, and the trust domain defaults to cluster.local
+// unless the Builder names one.
+func TestBuildCarriesSecurityPolicies(t *testing.T) {
+	objs := decode(t, `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: b, namespace: ns}
+spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: a, namespace: ns}
+spec: {mtls: {mode: DISABLE}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny, namespace: ns}
+spec: {action: DENY, rules: [{}]}
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: ns}
+spec: {jwtRules: [{issuer: https://issuer.example}]}
+`)
+	s := Build("m", []ClusterInput{{Name: "c1", Synced: true, Objects: objs}})
+	var got []string
+	for _, list := range [][]*Config{s.PeerAuthentications, s.AuthorizationPolicies, s.RequestAuthentications} {
+		for _, c := range list {
+			got = append(got, c.Ref())
+		}
+	}
+	want := []string{"c1:PeerAuthentication ns/a", "c1:PeerAuthentication ns/b", "c1:AuthorizationPolicy ns/deny", "c1:RequestAuthentication ns/jwt"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("security config %v, want %v", got, want)
+	}
+	if s.PeerAuthentications[0].PeerAuthentication().GetMtls().GetMode().String() != "DISABLE" ||
+		s.AuthorizationPolicies[0].AuthorizationPolicy().GetAction().String() != "DENY" ||
+		s.RequestAuthentications[0].RequestAuthentication().GetJwtRules()[0].GetIssuer() != "https://issuer.example" {
+		t.Error("spec accessors do not return the specs")
+	}
+	if s.TrustDomain != DefaultTrustDomain {
+		t.Errorf("trust domain %q, want %q", s.TrustDomain, DefaultTrustDomain)
+	}
+	b := Builder{TrustDomain: "example.org"}
+	if got := b.Build("m", []ClusterInput{{Name: "c1", Synced: true, Objects: objs}}).TrustDomain; got != "example.org" {
+		t.Errorf("Builder.TrustDomain: snapshot has %q", got)
+	}
+	// A WorkloadEntry change alone takes the incremental path; with a new
+	// trust domain it must not keep the old one.
+	base := append(decode(t, entries), objs...)
+	in := func(we string) []ClusterInput {
+		return []ClusterInput{{Name: "c1", Synced: true, Objects: append(slices.Clone(base), decode(t, we)...)}}
+	}
+	var ib Builder
+	ib.Build("m", in("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: wy, namespace: ns}\nspec: {address: 10.0.1.2, labels: {app: z}}\n"))
+	ib.TrustDomain = "example.org"
+	s2 := ib.Build("m", in("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: wy, namespace: ns}\nspec: {address: 10.0.1.3, labels: {app: z}}\n"))
+	if s2.TrustDomain != "example.org" {
+		t.Errorf("after a WorkloadEntry change and a new trust domain the snapshot has %q", s2.TrustDomain)
+	}
+	ib.TrustDomain = ""
+	s3 := ib.Build("m", in("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: wy, namespace: ns}\nspec: {address: 10.0.1.4, labels: {app: z}}\n"))
+	afterFull := ib.last
+	s4 := ib.Build("m", in("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: wy, namespace: ns}\nspec: {address: 10.0.1.5, labels: {app: z}}\n"))
+	if s3.TrustDomain != DefaultTrustDomain || s4.TrustDomain != DefaultTrustDomain || len(s4.PeerAuthentications) != 2 || len(s4.AuthorizationPolicies) != 1 {
+		t.Errorf("trust domains %q, %q; an incremental build keeps %d PeerAuthentications, %d AuthorizationPolicies",
+			s3.TrustDomain, s4.TrustDomain, len(s4.PeerAuthentications), len(s4.AuthorizationPolicies))
+	}
+	if ib.last != afterFull { // an incremental build updates the remembered state in place
+		t.Error("the last build was not incremental: the test does not exercise that path")
 	}
 }

@@ -9,7 +9,7 @@ import (
 // for generators that reuse earlier output.
 type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
-	// gateways, sidecars, or a service itself (added, removed, ports,
+	// gateways, sidecars, security policies, the trust domain, or a service itself (added, removed, ports,
 	// addresses, resolution, export, sources). Then nothing can be reused.
 	Config bool
 	// Hosts are the services whose endpoints changed (Config false).
@@ -30,6 +30,9 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 	d := Diff{Hosts: map[string]bool{}, Addresses: map[string]bool{}}
 	if prev == nil || next == nil || prev.Mesh != next.Mesh || !sameConfigs(prev.AllVirtualServices, next.AllVirtualServices) ||
 		!sameConfigs(prev.Gateways, next.Gateways) || !sameConfigs(prev.Sidecars, next.Sidecars) ||
+		!sameConfigs(prev.PeerAuthentications, next.PeerAuthentications) ||
+		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
+		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) || prev.TrustDomain != next.TrustDomain ||
 		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {
 		d.Config = true

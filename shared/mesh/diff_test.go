@@ -3,6 +3,8 @@ package mesh
 import (
 	"reflect"
 	"testing"
+
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
 func diffFixture() *Snapshot {
@@ -110,13 +112,53 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 	covered := map[string]string{
 		"Mesh": "compared", "Services": "compared", "VirtualServices": "compared", "AllVirtualServices": "compared",
 		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
-		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
+		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
+		"TrustDomain": "compared",
+		"Conflicts":   "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators",
 	}
 	st := reflect.TypeOf(Snapshot{})
 	for i := range st.NumField() {
 		if f := st.Field(i); f.IsExported() && covered[f.Name] == "" {
 			t.Errorf("Snapshot.%s is new: make DiffSnapshots compare it, then list it here", f.Name)
+		}
+	}
+}
+
+// TestDiffSeesSecurityConfigAndTrustDomain: a security policy added,
+// replaced or removed, or a new trust domain, is a config change.
+func TestDiffSeesSecurityConfigAndTrustDomain(t *testing.T) {
+	pa := func(mode string) *Config {
+		objs, errs := meshconfig.DecodeYAML([]byte("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\n"+
+			"metadata: {name: default, namespace: ns}\nspec: {mtls: {mode: "+mode+"}}\n"), "pa.yaml")
+		if len(errs) > 0 {
+			t.Fatal(errs[0])
+		}
+		return &Config{Cluster: "c1", Object: objs[0]}
+	}
+	strict := pa("STRICT")
+	base := func() *Snapshot {
+		s := diffFixture()
+		s.TrustDomain = DefaultTrustDomain
+		s.PeerAuthentications = []*Config{strict}
+		s.RequestAuthentications = []*Config{strict}
+		s.AuthorizationPolicies = []*Config{strict}
+		return s
+	}
+	if d := DiffSnapshots(base(), base()); !d.Unchanged() {
+		t.Fatalf("equal snapshots differ: %+v", d)
+	}
+	for name, change := range map[string]func(*Snapshot){
+		"PeerAuthentications replaced":     func(s *Snapshot) { s.PeerAuthentications = []*Config{pa("PERMISSIVE")} },
+		"RequestAuthentications removed":   func(s *Snapshot) { s.RequestAuthentications = nil },
+		"AuthorizationPolicies added":      func(s *Snapshot) { s.AuthorizationPolicies = append(s.AuthorizationPolicies, pa("DISABLE")) },
+		"TrustDomain":                      func(s *Snapshot) { s.TrustDomain = "example.org" },
+		"same object from another cluster": func(s *Snapshot) { s.PeerAuthentications = []*Config{{Cluster: "c2", Object: strict.Object}} },
+	} {
+		next := base()
+		change(next)
+		if d := DiffSnapshots(base(), next); !d.Config {
+			t.Errorf("%s: not a config change (%+v)", name, d)
 		}
 	}
 }

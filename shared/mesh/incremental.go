@@ -61,7 +61,7 @@ type entryChange struct {
 // does not hold; Build then merges everything.
 func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
 	last := b.last
-	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) {
+	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() {
 		return nil
 	}
 	stale := map[string]bool{}
@@ -176,6 +176,8 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		Mesh: prev.Mesh, Services: maps.Clone(prev.Services), VirtualServices: prev.VirtualServices,
 		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
 		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
+		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
+		AuthorizationPolicies: prev.AuthorizationPolicies, TrustDomain: prev.TrustDomain,
 	}
 	for _, c := range clusters {
 		s.Clusters = append(s.Clusters, ClusterState{Name: c.Name, Stale: c.Stale, Objects: len(c.Objects), Synced: c.Synced, Connected: c.Connected})

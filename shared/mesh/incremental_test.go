@@ -35,11 +35,24 @@ func snapshotJSON(t *testing.T, s *Snapshot) string {
 		Clusters  []ClusterState
 		VS, DR    int
 		Hostnames []string
-	}{s.Services, s.Conflicts, s.Problems, s.Clusters, len(s.VirtualServices), len(s.DestinationRules), s.Hostnames()})
+		Security  []string
+		Trust     string
+	}{s.Services, s.Conflicts, s.Problems, s.Clusters, len(s.VirtualServices), len(s.DestinationRules), s.Hostnames(),
+		securityRefs(s), s.TrustDomain})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func securityRefs(s *Snapshot) []string {
+	var out []string
+	for _, list := range [][]*Config{s.PeerAuthentications, s.RequestAuthentications, s.AuthorizationPolicies} {
+		for _, c := range list {
+			out = append(out, c.Ref()+"@"+c.Object.Version)
+		}
+	}
+	return out
 }
 
 // TestIncrementalBuildMatchesFullBuild applies random changes — mostly
@@ -129,6 +142,9 @@ func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
 			objs[key{"c1", "se-" + ns + app}] = decodeOne(t, se("svc-"+app, ns, app, extra))
 		case r < 97:
 			staleC2 = !staleC2
+		default: // a security policy changes: never an endpoint-only build
+			objs[key{"c1", "pa-" + ns}] = decodeOne(t, fmt.Sprintf("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\n"+
+				"metadata: {name: default, namespace: %s}\nspec: {mtls: {mode: %s}}\n", ns, []string{"STRICT", "PERMISSIVE"}[rng.IntN(2)]))
 		}
 	}
 	if incremental < 100 {

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	networking "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 )
@@ -33,6 +34,19 @@ type Snapshot struct {
 	// Gateways and Sidecars, sorted by namespace/name.
 	Gateways []*Config
 	Sidecars []*Config
+	// PeerAuthentications, RequestAuthentications and
+	// AuthorizationPolicies (security.istio.io), each sorted by
+	// namespace/name. Which ones apply depends on the workload (its
+	// namespace and labels); see the generators.
+	PeerAuthentications    []*Config
+	RequestAuthentications []*Config
+	AuthorizationPolicies  []*Config
+	// TrustDomain is the mesh's SPIFFE trust domain: workload identities
+	// are spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT, and
+	// sidecars accept mTLS peers (inbound and upstream) only from it.
+	// Build sets it from Builder.TrustDomain, DefaultTrustDomain when
+	// that is empty.
+	TrustDomain string
 	// Conflicts lists objects that lost to a differently defined object of
 	// the same kind, namespace and name in another cluster.
 	Conflicts []Conflict
@@ -231,6 +245,36 @@ func (c *Config) DestinationRule() *networking.DestinationRule {
 	return dr
 }
 
+// PeerAuthentication returns the spec of a PeerAuthentication config;
+// nil for a nil Config.
+func (c *Config) PeerAuthentication() *securityv1beta1.PeerAuthentication {
+	if c == nil {
+		return nil
+	}
+	pa, _ := c.Object.Spec.(*securityv1beta1.PeerAuthentication)
+	return pa
+}
+
+// RequestAuthentication returns the spec of a RequestAuthentication
+// config; nil for a nil Config.
+func (c *Config) RequestAuthentication() *securityv1beta1.RequestAuthentication {
+	if c == nil {
+		return nil
+	}
+	ra, _ := c.Object.Spec.(*securityv1beta1.RequestAuthentication)
+	return ra
+}
+
+// AuthorizationPolicy returns the spec of an AuthorizationPolicy config;
+// nil for a nil Config.
+func (c *Config) AuthorizationPolicy() *securityv1beta1.AuthorizationPolicy {
+	if c == nil {
+		return nil
+	}
+	ap, _ := c.Object.Spec.(*securityv1beta1.AuthorizationPolicy)
+	return ap
+}
+
 // Ref names the config for messages: "cluster:Kind namespace/name".
 func (c *Config) Ref() string {
 	return c.Cluster + ":" + c.Object.Kind.Kind + " " + c.Object.Key()
@@ -266,9 +310,15 @@ func (s *Snapshot) Hostnames() []string {
 	return out
 }
 
+// DefaultTrustDomain is the trust domain of a mesh that names none
+// (Istio's default).
+const DefaultTrustDomain = "cluster.local"
+
 // RootNamespace holds mesh-wide config (Istio's default root namespace):
-// a Sidecar there without a selector is every namespace's default, and a
-// DestinationRule there is the last fallback.
+// a Sidecar there without a selector is every namespace's default, a
+// DestinationRule there is the last fallback, a PeerAuthentication there
+// without a selector is the mesh-wide policy and an AuthorizationPolicy
+// there applies to every namespace.
 const RootNamespace = "istio-system"
 
 // DestinationRule returns the DestinationRule of host that applies to a

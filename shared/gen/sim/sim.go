@@ -6,10 +6,19 @@
 // retries, fault, mirrors, header changes), and which endpoints the chosen
 // clusters hold, by priority and locality.
 //
+// It also applies inbound security: filter chain selection by transport
+// protocol and ALPN (tls_inspector), the TLS handshake of a chain's
+// DownstreamTlsContext (client certificate required, SAN matchers), the
+// RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
+// reports which transport socket an upstream endpoint gets (transport
+// socket matches).
+//
 // It follows Envoy's documented matching semantics (cited where they are
 // subtle). It does not simulate the network, load balancing choices,
-// randomness (a runtime fraction is reported as a probability), or HTTP
-// filters other than reading the fault and CORS filters' per-route config.
+// randomness (a runtime fraction is reported as a probability),
+// cryptography (a certificate is its URI SAN, a token its claims and key
+// id), or HTTP filters other than those above and reading the fault and
+// CORS filters' per-route config.
 package sim
 
 import (
@@ -17,6 +26,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -30,7 +40,9 @@ import (
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/gen"
@@ -87,6 +99,16 @@ type Request struct {
 	ListenerPort uint32
 	// SNI, when set, makes the transport "tls".
 	SNI string
+	// TLS makes the transport "tls" without an SNI; ALPN lists the
+	// application protocols the client offers; PeerCert is the URI SAN of
+	// the client certificate it presents (empty: none; set: TLS).
+	TLS      bool
+	ALPN     []string
+	PeerCert string
+	// SourceIP is the downstream address (RBAC ipBlocks, source.ip).
+	SourceIP string
+	// JWT is a token the request carries (jwt_authn).
+	JWT *Token
 	// HTTP fields.
 	Authority string
 	Path      string // with the query string
@@ -123,6 +145,20 @@ type Result struct {
 	Mirrors []*routev3.RouteAction_RequestMirrorPolicy
 	Hash    []*routev3.RouteAction_HashPolicy
 
+	// TLSTerminated is set when the chain terminated TLS; Peer is then
+	// the client certificate's identity.
+	TLSTerminated bool
+	Peer          string
+	// Denied says why the proxy refused the connection or request: a
+	// failed TLS handshake, an RBAC filter. Empty when it passed.
+	Denied string
+	// Allowed and Audited list the RBAC policies that matched in ALLOW
+	// and LOG filters.
+	Allowed, Audited []string
+	// Metadata is the request's dynamic metadata, by filter name (what
+	// jwt_authn writes).
+	Metadata map[string]map[string]any
+
 	// Err says why the request could not be followed (no listener, an
 	// unknown route configuration, no virtual host, no route, ...).
 	Err error
@@ -148,6 +184,47 @@ type Endpoint struct {
 	LocalityWeight uint32
 	Weight         uint32
 	Health         corev3.HealthStatus
+	// TransportSocket is how the proxy connects to the endpoint: the
+	// first of the cluster's transport_socket_matches whose match the
+	// endpoint's metadata (envoy.transport_socket_match) satisfies, else
+	// the cluster's transport_socket; nil means plain text.
+	TransportSocket *corev3.TransportSocket
+}
+
+// UpstreamTLS returns the TLS the proxy originates to the endpoint, or
+// nil for plain text.
+func (e Endpoint) UpstreamTLS() (*tlsv3.UpstreamTlsContext, error) {
+	ts := e.TransportSocket
+	if ts == nil {
+		return nil, nil
+	}
+	ctx := new(tlsv3.UpstreamTlsContext)
+	if !ts.GetTypedConfig().MessageIs(ctx) {
+		return nil, nil // raw_buffer and other sockets: no TLS
+	}
+	if err := ts.GetTypedConfig().UnmarshalTo(ctx); err != nil {
+		return nil, err
+	}
+	return ctx, nil
+}
+
+// transportSocketFor applies Envoy's transport socket matching (cluster
+// transport_socket_matches against endpoint metadata under
+// envoy.transport_socket_match: every field of a match must be equal).
+func transportSocketFor(c *clusterv3.Cluster, md *corev3.Metadata) *corev3.TransportSocket {
+	have := md.GetFilterMetadata()["envoy.transport_socket_match"].GetFields()
+	for _, m := range c.GetTransportSocketMatches() {
+		ok := true
+		for k, v := range m.GetMatch().GetFields() {
+			if hv, found := have[k]; !found || !proto.Equal(hv, v) {
+				ok = false
+			}
+		}
+		if ok {
+			return m.GetTransportSocket()
+		}
+	}
+	return c.GetTransportSocket()
 }
 
 // Do follows r through the proxy.
@@ -165,7 +242,16 @@ func (s *Sim) Do(r Request) Result {
 		return res
 	}
 	res.Chain = name
+	if ts := fc.GetTransportSocket(); ts != nil && !handshake(ts, r, &res) {
+		return res
+	}
 	for _, f := range fc.GetFilters() {
+		if handled, ok := networkRBAC(f.GetTypedConfig(), r, &res); handled {
+			if !ok {
+				return res
+			}
+			continue
+		}
 		tcp := new(tcpv3.TcpProxy)
 		if f.GetTypedConfig().MessageIs(tcp) {
 			if err := f.GetTypedConfig().UnmarshalTo(tcp); err != nil {
@@ -240,10 +326,7 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 // listener components, "Filter chain match").
 func chainFor(l *listenerv3.Listener, r Request) (*listenerv3.FilterChain, string) {
 	cands := l.GetFilterChains()
-	transport := "raw_buffer"
-	if r.SNI != "" {
-		transport = "tls"
-	}
+	transport := r.transport()
 	ip, _ := netip.ParseAddr(r.IP)
 	steps := []func(*listenerv3.FilterChainMatch) (set bool, score int){
 		func(m *listenerv3.FilterChainMatch) (bool, int) {
@@ -285,6 +368,17 @@ func chainFor(l *listenerv3.Listener, r Request) (*listenerv3.FilterChain, strin
 				return false, 0
 			}
 			return true, boolScore(m.GetTransportProtocol() == transport)
+		},
+		func(m *listenerv3.FilterChainMatch) (bool, int) {
+			if len(m.GetApplicationProtocols()) == 0 {
+				return false, 0
+			}
+			for _, p := range r.ALPN {
+				if slices.Contains(m.GetApplicationProtocols(), p) {
+					return true, 1
+				}
+			}
+			return true, -1
 		},
 	}
 	for _, step := range steps {
@@ -331,6 +425,14 @@ func chainName(fc *listenerv3.FilterChain) string {
 }
 
 func (s *Sim) http(hcm *hcmv3.HttpConnectionManager, r Request, res *Result) {
+	for _, f := range hcm.GetHttpFilters() {
+		if handled, ok := httpRBAC(f.GetTypedConfig(), r, res); handled && !ok {
+			return
+		}
+		if handled, ok := jwtAuthn(f.GetTypedConfig(), r, res); handled && !ok {
+			return
+		}
+	}
 	rc := hcm.GetRouteConfig()
 	if name := hcm.GetRds().GetRouteConfigName(); name != "" {
 		res.RouteConfig = name
@@ -609,7 +711,7 @@ func (s *Sim) destination(name string, weight uint32, r Request) Destination {
 			return d
 		}
 	case clusterv3.Cluster_ORIGINAL_DST:
-		d.Endpoints = []Endpoint{{Address: r.IP, Port: r.Port, Weight: 1, LocalityWeight: 1}}
+		d.Endpoints = []Endpoint{{Address: r.IP, Port: r.Port, Weight: 1, LocalityWeight: 1, TransportSocket: transportSocketFor(c, nil)}}
 		return d
 	default:
 		la = c.GetLoadAssignment()
@@ -621,7 +723,7 @@ func (s *Sim) destination(name string, weight uint32, r Request) Destination {
 			d.Endpoints = append(d.Endpoints, Endpoint{
 				Address: sa.GetAddress(), Port: sa.GetPortValue(), Priority: lle.GetPriority(), Locality: loc,
 				LocalityWeight: lle.GetLoadBalancingWeight().GetValue(), Weight: e.GetLoadBalancingWeight().GetValue(),
-				Health: e.GetHealthStatus(),
+				Health: e.GetHealthStatus(), TransportSocket: transportSocketFor(c, e.GetMetadata()),
 			})
 		}
 	}
