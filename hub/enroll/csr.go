@@ -1,64 +1,27 @@
 package enroll
 
 import (
-	"bytes"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
-
-// maxCSRBytes bounds a certificate request.
-const maxCSRBytes = 16 << 10
 
 // errBadCSR wraps every refusal of a certificate request.
 var errBadCSR = errors.New("bad certificate request")
 
-// parseCSR checks a PEM certificate request: exactly one CERTIFICATE
-// REQUEST block and nothing else, a valid self-signature, and a key of a
-// kind and size we issue for (ECDSA P-256 or P-384, Ed25519, RSA of at
-// least 2048 bits).
+// parseCSR checks a PEM certificate request with the CA's own rules
+// (ca.ParseCSR: one CERTIFICATE REQUEST block and nothing else, a valid
+// self-signature, a key the CA issues for), as errBadCSR.
 func parseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
-	if len(csrPEM) == 0 {
-		return nil, fmt.Errorf("%w: empty", errBadCSR)
-	}
-	if len(csrPEM) > maxCSRBytes {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", errBadCSR, len(csrPEM), maxCSRBytes)
-	}
-	block, rest := pem.Decode(csrPEM)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, fmt.Errorf("%w: not a PEM CERTIFICATE REQUEST", errBadCSR)
-	}
-	if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, fmt.Errorf("%w: data after the CERTIFICATE REQUEST block", errBadCSR)
-	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	csr, err := ca.ParseCSR(csrPEM)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadCSR, err)
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("%w: signature: %v", errBadCSR, err)
-	}
-	switch k := csr.PublicKey.(type) {
-	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
-			return nil, fmt.Errorf("%w: ECDSA curve %s; want P-256 or P-384", errBadCSR, k.Curve.Params().Name)
-		}
-	case ed25519.PublicKey:
-	case *rsa.PublicKey:
-		if k.N.BitLen() < 2048 {
-			return nil, fmt.Errorf("%w: RSA key of %d bits; want at least 2048", errBadCSR, k.N.BitLen())
-		}
-	default:
-		return nil, fmt.Errorf("%w: unsupported key type %T", errBadCSR, csr.PublicKey)
 	}
 	return csr, nil
 }
