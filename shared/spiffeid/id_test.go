@@ -1,4 +1,4 @@
-package ca
+package spiffeid
 
 import (
 	"strings"
@@ -16,17 +16,17 @@ func TestParseSPIFFEIDAccepts(t *testing.T) {
 		{"spiffe://td/ns/kube-system/sa/my.service-account", "td", "kube-system", "my.service-account"},
 		{"spiffe://a-b.c-d.e/ns/" + strings.Repeat("n", 63) + "/sa/s1", "a-b.c-d.e", strings.Repeat("n", 63), "s1"},
 	} {
-		id, err := ParseSPIFFEID(tc.in)
+		id, err := ParseWorkloadID(tc.in)
 		if err != nil {
-			t.Errorf("ParseSPIFFEID(%q): %v", tc.in, err)
+			t.Errorf("ParseWorkloadID(%q): %v", tc.in, err)
 			continue
 		}
 		ns, sa, ok := id.Workload()
 		if id.TrustDomain != tc.td || !ok || ns != tc.ns || sa != tc.sa {
-			t.Errorf("ParseSPIFFEID(%q) = %+v (workload %q %q %v), want td %q ns %q sa %q", tc.in, id, ns, sa, ok, tc.td, tc.ns, tc.sa)
+			t.Errorf("ParseWorkloadID(%q) = %+v (workload %q %q %v), want td %q ns %q sa %q", tc.in, id, ns, sa, ok, tc.td, tc.ns, tc.sa)
 		}
 		if id.String() != tc.in {
-			t.Errorf("ParseSPIFFEID(%q).String() = %q", tc.in, id.String())
+			t.Errorf("ParseWorkloadID(%q).String() = %q", tc.in, id.String())
 		}
 		built, err := WorkloadID(tc.td, tc.ns, tc.sa)
 		if err != nil || built != id {
@@ -72,13 +72,13 @@ func TestParseSPIFFEIDRefuses(t *testing.T) {
 		{"spiffe://m1.example/nave/cluster/c1", "is not /ns/"},
 		{"spiffe://m1.example/ns/a/sa/" + strings.Repeat("b", 2100), "longer than 2048"},
 	} {
-		_, err := ParseSPIFFEID(tc.in)
+		_, err := ParseWorkloadID(tc.in)
 		if err == nil {
-			t.Errorf("ParseSPIFFEID(%q): no error, want one saying %q", tc.in, tc.says)
+			t.Errorf("ParseWorkloadID(%q): no error, want one saying %q", tc.in, tc.says)
 			continue
 		}
 		if !strings.Contains(err.Error(), tc.says) {
-			t.Errorf("ParseSPIFFEID(%q) = %q, want it to say %q", tc.in, err, tc.says)
+			t.Errorf("ParseWorkloadID(%q) = %q, want it to say %q", tc.in, err, tc.says)
 		}
 	}
 }
