@@ -383,6 +383,12 @@ func (c *conn) sotwChanges(ts *typeState, res *pushctx.ProxyResources, typeURL s
 		return nil, false
 	}
 	ch, ok := res.ChangesSince(ts.synced, typeURL)
+	if !ok && ts.synced != 0 {
+		// Covered, so the proxy holds all of that result's set, whose
+		// (shared) map sentHashes is: the difference is computed once for
+		// every stream that holds it.
+		ch, ok = res.ChangesFrom(ts.synced, typeURL, ts.sentHashes), true
+	}
 	if !ok {
 		return nil, false
 	}

@@ -155,6 +155,11 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	var upd []*pushctx.Prepared
 	var removed []string
 	fastChanges, fast := res.ChangesSince(ts.synced, typeURL)
+	if !fast && ts.sharedHashes && ts.synced != 0 {
+		// The proxy holds all of an unrelated earlier result's set: the
+		// difference is computed once for every stream that holds it.
+		fastChanges, fast = res.ChangesFrom(ts.synced, typeURL, ts.sentHashes), true
+	}
 	fast = fast && !request && ts.answered
 	if fast {
 		ch := fastChanges

@@ -69,3 +69,27 @@ func TestChangesSinceSpansSteps(t *testing.T) {
 		t.Error("changes since an unrelated result are claimed known")
 	}
 }
+
+// TestChangesFromAnUnrelatedResult: the difference from a held set is what
+// the result holds differently or no longer, computed once per (since,
+// type) and shared.
+func TestChangesFromAnUnrelatedResult(t *testing.T) {
+	const typeURL = "t"
+	p := func(name, hash string) *Prepared { return &Prepared{Name: name, Hash: hash} }
+	r := &ProxyResources{id: newResults(), Resources: map[string]map[string]*Prepared{typeURL: {"a": p("a", "1"), "b": p("b", "2"), "d": p("d", "1")}}}
+	held := map[string]string{"a": "1", "b": "1", "c": "1"}
+	ch := r.ChangesFrom(4242, typeURL, held)
+	var got []string
+	for _, u := range ch.Updated {
+		got = append(got, u.Name+u.Hash)
+	}
+	if fmt.Sprint(got, ch.Removed) != "[b2 d1] [c]" {
+		t.Errorf("changes from the held set: updated %v removed %v, want [b2 d1] [c]", got, ch.Removed)
+	}
+	if again := r.ChangesFrom(4242, typeURL, held); again != ch {
+		t.Error("the difference from the same result was computed again")
+	}
+	if self := r.ChangesFrom(r.id, typeURL, nil); !self.Empty() {
+		t.Error("a result differs from itself")
+	}
+}

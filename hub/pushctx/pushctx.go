@@ -138,6 +138,10 @@ type ProxyResources struct {
 	id    uint64
 	steps []step
 
+	// from memoizes ChangesFrom by (since, type).
+	fromMu sync.Mutex
+	from   map[fromKey]*Changes
+
 	setMu sync.Mutex
 	sets  map[string]*Set
 }
@@ -222,6 +226,47 @@ func (r *ProxyResources) ChangesSince(since uint64, typeURL string) (*Changes, b
 	slices.SortFunc(out.Updated, compareNames)
 	slices.Sort(out.Removed)
 	return out, true
+}
+
+type fromKey struct {
+	since   uint64
+	typeURL string
+}
+
+// ChangesFrom is ChangesSince for any earlier result since whose whole set
+// of typeURL the caller holds as held (name → content hash; a Set's
+// Hashes, read-only): when the results are unrelated (a config change), the
+// difference is computed once per (since, type) and shared by every stream
+// that holds the same set, instead of each comparing everything.
+func (r *ProxyResources) ChangesFrom(since uint64, typeURL string, held map[string]string) *Changes {
+	if ch, ok := r.ChangesSince(since, typeURL); ok {
+		return ch
+	}
+	k := fromKey{since, typeURL}
+	r.fromMu.Lock()
+	defer r.fromMu.Unlock()
+	if ch := r.from[k]; ch != nil {
+		return ch
+	}
+	all := r.Resources[typeURL]
+	ch := &Changes{}
+	for name, p := range all {
+		if held[name] != p.Hash {
+			ch.Updated = append(ch.Updated, p)
+		}
+	}
+	for name := range held {
+		if all[name] == nil {
+			ch.Removed = append(ch.Removed, name)
+		}
+	}
+	slices.SortFunc(ch.Updated, compareNames)
+	slices.Sort(ch.Removed)
+	if r.from == nil || len(r.from) >= 16 {
+		r.from = map[fromKey]*Changes{}
+	}
+	r.from[k] = ch
+	return ch
 }
 
 // Set is every resource of one type, sorted by name, with its version: what
