@@ -10,6 +10,8 @@ import (
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
@@ -82,20 +84,52 @@ func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
 	if oc.svc.External || oc.kind == kindOriginalDst {
 		return
 	}
-	if mode, _ := EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0); mode == MTLSDisable {
+	mode, ok := b.autoModes[oc.svc.Namespace]
+	if !ok {
+		mode, _ = EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0)
+		if b.autoModes == nil {
+			b.autoModes = map[string]MTLSMode{}
+		}
+		b.autoModes[oc.svc.Namespace] = mode
+	}
+	if mode == MTLSDisable {
 		return
 	}
-	ctx := b.istioMutual(oc, nil)
 	if b.rawBuffer == nil {
 		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbufferv3.RawBuffer{})}}
 		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(TLSModeIstio)}}
 	}
 	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 		{Name: "tlsMode-istio", Match: b.istioMatch, TransportSocket: &corev3.TransportSocket{
-			Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}},
+			Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.autoMTLSContext(oc)}}},
 		{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: b.rawBuffer},
 	}
 }
+
+// autoMTLSContext is istioMutual(oc, nil) as an Any. Only the SNI differs
+// between clusters, so the rest is marshalled once per generation and the
+// SNI (field 2, after common_tls_context, field 1) appended: the bytes are
+// what marshalling the whole message gives, which writes fields in number
+// order (TestAutoMTLSContextBytes).
+func (b *cdsBuilder) autoMTLSContext(oc *outboundCluster) *anypb.Any {
+	if b.autoContext == nil {
+		ctx := b.istioMutual(oc, nil)
+		ctx.Sni = ""
+		b.autoContext = mustAny(ctx).GetValue()
+	}
+	sni := IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
+	v := make([]byte, len(b.autoContext), len(b.autoContext)+len(sni)+8)
+	copy(v, b.autoContext)
+	v = protowire.AppendTag(v, upstreamTLSSNIField, protowire.BytesType)
+	v = protowire.AppendString(v, sni)
+	return &anypb.Any{TypeUrl: upstreamTLSTypeURL, Value: v}
+}
+
+// The UpstreamTlsContext facts autoMTLSContext relies on.
+var (
+	upstreamTLSTypeURL  = "type.googleapis.com/" + string((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().FullName())
+	upstreamTLSSNIField = protowire.Number((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().Fields().ByName("sni").Number())
+)
 
 // istioMutual is mesh mTLS: the workload certificate and the mesh roots
 // come by SDS over ADS (secrets "default" and "ROOTCA", served by the

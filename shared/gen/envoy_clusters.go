@@ -113,6 +113,11 @@ type cdsBuilder struct {
 	// tlsMode: istio match (built on first use).
 	rawBuffer  *corev3.TransportSocket
 	istioMatch *structpb.Struct
+	// autoContext is auto-mTLS's UpstreamTlsContext without its SNI,
+	// marshalled; autoModes the service namespaces' mesh/namespace-wide
+	// mTLS modes (both built on first use; see autoMTLS).
+	autoContext []byte
+	autoModes   map[string]MTLSMode
 }
 
 func newCDSBuilder(v *View) *cdsBuilder {
