@@ -193,20 +193,3 @@ func TestPluggedRefused(t *testing.T) {
 		})
 	}
 }
-
-// TestPluggedReadOnly: a plugged-in CA on a read-only directory (a Secret
-// volume) loads.
-func TestPluggedReadOnly(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root ignores directory permissions")
-	}
-	p := newPluggedCA(t)
-	dir := t.TempDir()
-	meshDir := filepath.Join(dir, "m1")
-	writeFiles(t, meshDir, p.files(t))
-	if err := os.Chmod(meshDir, 0o500); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Chmod(meshDir, 0o700) })
-	newAuthority(t, dir, Options{}, mesh1)
-}
