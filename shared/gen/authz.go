@@ -597,42 +597,46 @@ func pathPermission(v string) (*rbacv3.Permission, error) {
 		Rule: &matcherv3.PathMatcher_Path{Path: w.stringMatcher("", false)}}}}, nil
 }
 
-func orIDs(ids []*rbacv3.Principal) *rbacv3.Principal {
-	switch len(ids) {
+// combine is one of xs when there is only one, all() when there is none,
+// and join(xs) otherwise.
+func combine[T any](xs []T, all func() T, join func([]T) T) T {
+	switch len(xs) {
 	case 0:
-		return &rbacv3.Principal{Identifier: &rbacv3.Principal_Any{Any: true}}
+		return all()
 	case 1:
-		return ids[0]
+		return xs[0]
 	}
-	return &rbacv3.Principal{Identifier: &rbacv3.Principal_OrIds{OrIds: &rbacv3.Principal_Set{Ids: ids}}}
+	return join(xs)
+}
+
+func anyPrincipal() *rbacv3.Principal {
+	return &rbacv3.Principal{Identifier: &rbacv3.Principal_Any{Any: true}}
+}
+
+func anyPermission() *rbacv3.Permission {
+	return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
+}
+
+func orIDs(ids []*rbacv3.Principal) *rbacv3.Principal {
+	return combine(ids, anyPrincipal, func(ids []*rbacv3.Principal) *rbacv3.Principal {
+		return &rbacv3.Principal{Identifier: &rbacv3.Principal_OrIds{OrIds: &rbacv3.Principal_Set{Ids: ids}}}
+	})
 }
 
 func andIDs(ids []*rbacv3.Principal) *rbacv3.Principal {
-	switch len(ids) {
-	case 0:
-		return &rbacv3.Principal{Identifier: &rbacv3.Principal_Any{Any: true}}
-	case 1:
-		return ids[0]
-	}
-	return &rbacv3.Principal{Identifier: &rbacv3.Principal_AndIds{AndIds: &rbacv3.Principal_Set{Ids: ids}}}
+	return combine(ids, anyPrincipal, func(ids []*rbacv3.Principal) *rbacv3.Principal {
+		return &rbacv3.Principal{Identifier: &rbacv3.Principal_AndIds{AndIds: &rbacv3.Principal_Set{Ids: ids}}}
+	})
 }
 
 func orPerms(ps []*rbacv3.Permission) *rbacv3.Permission {
-	switch len(ps) {
-	case 0:
-		return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
-	case 1:
-		return ps[0]
-	}
-	return &rbacv3.Permission{Rule: &rbacv3.Permission_OrRules{OrRules: &rbacv3.Permission_Set{Rules: ps}}}
+	return combine(ps, anyPermission, func(ps []*rbacv3.Permission) *rbacv3.Permission {
+		return &rbacv3.Permission{Rule: &rbacv3.Permission_OrRules{OrRules: &rbacv3.Permission_Set{Rules: ps}}}
+	})
 }
 
 func andPerms(ps []*rbacv3.Permission) *rbacv3.Permission {
-	switch len(ps) {
-	case 0:
-		return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
-	case 1:
-		return ps[0]
-	}
-	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: ps}}}
+	return combine(ps, anyPermission, func(ps []*rbacv3.Permission) *rbacv3.Permission {
+		return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: ps}}}
+	})
 }
