@@ -16,7 +16,8 @@ import (
 )
 
 // sotwStream and deltaStream send responses (through a sender). Send
-// returns what frees the response's send budget once the proxy has it.
+// returns what frees the response's send budget once the proxy has it (nil
+// when the response took none).
 type (
 	sotwStream interface {
 		Send(*discoveryv3.DiscoveryResponse) (release func(), err error)
@@ -119,6 +120,9 @@ func (c *conn) hold(ts *typeState, nonce string, release func()) {
 	if ts.release != nil {
 		ts.release()
 		ts.release = nil
+	}
+	if release == nil {
+		return // a small response: nothing held
 	}
 	if ts.answeredNonce == nonce {
 		release() // answered before the send returned

@@ -136,7 +136,8 @@ func (s *Server) admit(ctx context.Context) error {
 // marshals a copy of every response it sends and keeps it until written,
 // so a storm of proxies each receiving megabytes would otherwise hold all
 // those copies at once. Send returns the function that gives the budget
-// back, which the stream calls when the proxy answers (conn.hold). The
+// back (nil if it took none), which the stream calls when the proxy
+// answers (conn.hold). The
 // wait for budget is not part of the deadline.
 type sender[Resp proto.Message] struct {
 	ctx     context.Context
@@ -151,7 +152,7 @@ type sender[Resp proto.Message] struct {
 const budgetFloor = 64 << 10
 
 func (s sender[Resp]) Send(r Resp) (func(), error) {
-	release := func() {}
+	var release func() // nil: the response took no budget
 	if size := int64(proto.Size(r)); size >= budgetFloor && s.server.budget != nil {
 		size = min(size, s.server.opts.MaxInflightBytes)
 		start := time.Now()
@@ -169,13 +170,17 @@ func (s sender[Resp]) Send(r Resp) (func(), error) {
 	select {
 	case err := <-done:
 		if err != nil {
-			release()
+			if release != nil {
+				release()
+			}
 			return nil, err
 		}
 		return release, nil
 	case <-t.C:
 		s.onStuck()
-		go func() { <-done; release() }()
+		if release != nil {
+			go func() { <-done; release() }()
+		}
 		return nil, status.Errorf(codes.DeadlineExceeded, "the proxy did not read a response for %s (flow control): disconnected", s.timeout)
 	}
 }

@@ -741,10 +741,10 @@ func (s *State) Proxyless() *ProxyResources {
 // resource with Proxyless. Safe for concurrent use.
 func (s *State) ProxylessFor(k proxy.Key) *ProxyResources {
 	base := s.Proxyless()
-	if k.IPs == "" || gen.InboundSignature(s.Snapshot, k) == "" {
+	ck := s.cacheKey(k) // memoized; its IPs say whether k's IPs serve ports
+	if ck.IPs == "" {
 		return base
 	}
-	ck := s.cacheKey(k)
 	s.proxyMu.Lock()
 	if s.servers == nil {
 		s.servers = map[proxy.Key]*proxyEntry{}
