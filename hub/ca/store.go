@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+
+	"github.com/navemesh/nave/shared/atomicfile"
 )
 
 // Names of the blobs a mesh's CA is kept in. The plugged-in names are
@@ -211,7 +213,7 @@ func (s *DirStore) Create(_ context.Context, mesh string, blobs map[string][]byt
 		}
 	}()
 	for _, name := range names {
-		t, err := writeTemp(dir, name, blobs[name])
+		t, err := atomicfile.WriteTemp(dir, name, blobs[name], 0o600)
 		if err != nil {
 			return fmt.Errorf("ca store: %w", err)
 		}
@@ -223,45 +225,8 @@ func (s *DirStore) Create(_ context.Context, mesh string, blobs map[string][]byt
 		}
 	}
 	temps = nil
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return fmt.Errorf("ca store: %w", err)
 	}
 	return nil
-}
-
-// writeTemp writes data to a new temporary file (mode 0600) in dir and
-// syncs it, returning its path.
-func writeTemp(dir, name string, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	path := f.Name()
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return "", err
-	}
-	return path, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

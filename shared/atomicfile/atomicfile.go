@@ -15,42 +15,63 @@ import (
 const TempPrefix = "."
 
 // Write replaces path with data, with mode perm. The directory must exist.
-func Write(path string, data []byte, perm os.FileMode) (err error) {
+func Write(path string, data []byte, perm os.FileMode) error {
 	dir, name := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	tmp, err := os.CreateTemp(dir, TempPrefix+name+".*")
+	tmp, err := WriteTemp(dir, name, data, perm)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	// The rename is durable once the directory is synced; failing to sync
 	// it leaves a complete file that may not survive a power loss, which
 	// is no reason to fail the write.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	_ = SyncDir(dir)
 	return nil
+}
+
+// WriteTemp writes data, with mode perm, to a new temporary file in dir
+// named after name (TempPrefix first, so listings skip it), syncs it and
+// returns its path: renaming it over the target then replaces the target
+// whole. Callers replacing several files write every temporary file first
+// and rename them after.
+func WriteTemp(dir, name string, data []byte, perm os.FileMode) (path string, err error) {
+	f, err := os.CreateTemp(dir, TempPrefix+name+".*")
+	if err != nil {
+		return "", err
+	}
+	path = f.Name()
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	return path, nil
+}
+
+// SyncDir makes the renames into dir durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
