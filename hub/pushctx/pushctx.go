@@ -308,6 +308,8 @@ func (r *ProxyResources) setSet(typeURL string, s *Set) {
 
 func compareNames(a, b *Prepared) int { return strings.Compare(a.Name, b.Name) }
 
+func compareName(p *Prepared, name string) int { return strings.Compare(p.Name, name) }
+
 // apply returns the set that ch makes of s, in time proportional to the
 // set's size for the copies but to the change for sorting and hashing.
 func (s *Set) apply(ch *Changes) *Set {
@@ -316,7 +318,7 @@ func (s *Set) apply(ch *Changes) *Set {
 		if old, ok := out.Hashes[name]; ok {
 			out.sum.toggle(name, old)
 			delete(out.Hashes, name)
-			if i, found := slices.BinarySearchFunc(out.Sorted, name, func(p *Prepared, n string) int { return strings.Compare(p.Name, n) }); found {
+			if i, found := slices.BinarySearchFunc(out.Sorted, name, compareName); found {
 				out.Sorted = slices.Delete(out.Sorted, i, i+1)
 			}
 		}
@@ -327,7 +329,7 @@ func (s *Set) apply(ch *Changes) *Set {
 		}
 		out.Hashes[p.Name] = p.Hash
 		out.sum.toggle(p.Name, p.Hash)
-		if i, found := slices.BinarySearchFunc(out.Sorted, p.Name, func(q *Prepared, n string) int { return strings.Compare(q.Name, n) }); found {
+		if i, found := slices.BinarySearchFunc(out.Sorted, p.Name, compareName); found {
 			out.Sorted[i] = p
 		} else {
 			out.Sorted = slices.Insert(out.Sorted, i, p)
@@ -354,12 +356,9 @@ func SetVersion(hashes map[string]string) string {
 type versionSum [2]uint64
 
 func (v *versionSum) toggle(name, hash string) {
-	h := sha256.New()
-	h.Write([]byte(name))
-	h.Write([]byte{0})
-	h.Write([]byte(hash))
-	var b [sha256.Size]byte
-	sum := h.Sum(b[:0])
+	var buf [256]byte
+	b := append(append(append(buf[:0], name...), 0), hash...)
+	sum := sha256.Sum256(b)
 	v[0] ^= binary.BigEndian.Uint64(sum[0:8])
 	v[1] ^= binary.BigEndian.Uint64(sum[8:16])
 }
