@@ -40,7 +40,7 @@ func (h *hub) start() {
 	h.t.Helper()
 	args := append([]string{
 		"--admin.listen", addr(h.admin), "--spokes.listen", addr(h.spokes), "--xds.listen", addr(h.xds),
-		"--log.level", "debug", "--push.verify-incremental",
+		"--log.level", "debug", "--push.verify-incremental", "--tls.plaintext",
 	}, h.extraArgs...)
 	h.proc = harness.Start(h.t, "hub", binary("nave-hub"), args...)
 	harness.WaitReady(h.t, h.url("/healthz/ready"), 20*time.Second)

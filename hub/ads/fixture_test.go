@@ -252,12 +252,13 @@ type proxy struct {
 	err    error
 }
 
-// connect opens an ADS stream for n on a connection of its own. A reader
+// connect opens an ADS stream for n on a connection of its own, dialled
+// with opts. A reader
 // goroutine collects responses until the stream ends or the test is
 // cleaned up.
-func (f *fixture) connect(t testing.TB, n *corev3.Node) *proxy {
+func (f *fixture) connect(t testing.TB, n *corev3.Node, opts ...grpc.DialOption) *proxy {
 	t.Helper()
-	p := f.open(t, dial(t, f.addr), n)
+	p := f.open(t, dial(t, f.addr, opts...), n)
 	t.Cleanup(func() {
 		p.cancel()
 		<-p.done

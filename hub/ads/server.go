@@ -22,12 +22,12 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/hub/pushctx"
 	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/proxy"
 )
 
@@ -57,8 +57,12 @@ type Options struct {
 	// of each until it is written); a large response waits for room. Zero
 	// means 64 MiB; negative means unbounded.
 	MaxInflightBytes int64
-	Logger           *slog.Logger
-	Registerer       prometheus.Registerer
+	// Authenticator proves each stream's identity (its mesh, namespace and
+	// service account); nil trusts the node's metadata, for plaintext mode
+	// (the mesh is then the node's MESH, else DefaultMesh).
+	Authenticator Authenticator
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
 }
 
 // Server implements discoveryv3.AggregatedDiscoveryServiceServer. Safe for
@@ -71,7 +75,9 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
-	nextID  atomic.Uint64
+	// authRefusals counts streams refused by identify.
+	authRefusals *prometheus.CounterVec
+	nextID       atomic.Uint64
 
 	admission *rate.Limiter // nil: unlimited
 	// budget holds Options.MaxInflightBytes (nil: unbounded); inflight is
@@ -105,6 +111,7 @@ func New(src StateSource, opts Options) *Server {
 	if opts.AdmissionRate > 0 {
 		s.admission = rate.NewLimiter(rate.Limit(opts.AdmissionRate), max(1, opts.AdmissionBurst))
 	}
+	s.authRefusals = newAuthRefusals(opts.Registerer)
 	s.metrics = newMetrics(opts.Registerer, func() float64 { return float64(s.waiting.Load()) }, s.pendingPushes,
 		func() float64 { return float64(s.inflight.Load()) })
 	return s
@@ -308,9 +315,9 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 }
 
 func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*conn, error) {
-	px, err := proxy.FromNode(node, s.opts.DefaultMesh)
+	px, err := s.identify(ctx, node)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	c := &conn{
 		server:      s,
@@ -323,9 +330,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 		delta:       delta,
 		types:       map[string]*typeState{},
 	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		c.peer = p.Addr.String()
-	}
+	c.peer = grpcpeer.Addr(ctx)
 	s.mu.Lock()
 	s.conns[c.id] = c
 	s.mu.Unlock()

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/navemesh/nave/shared/grpcpeer"
 )
 
 // Grant is what an authenticated caller may obtain from the CA.
@@ -163,7 +165,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	if err != nil {
 		reason, st := authzRefusal(err)
 		s.ca.metrics.refused(reason)
-		s.log.Warn("certificate refused", "reason", reason, "peer", peerAddr(ctx), "error", err)
+		s.log.Warn("certificate refused", "reason", reason, "peer", grpcpeer.Addr(ctx), "error", err)
 		return nil, st.Err()
 	}
 	is, err := s.ca.issue(ctx, grant.Mesh, []byte(req.GetCsr()), SignOptions{
@@ -179,7 +181,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 			return nil, status.Error(codes.Internal, "the CA failed to sign; see the hub's log")
 		}
 		s.log.Warn("certificate refused", "reason", reason, "caller", grant.Caller, "mesh", grant.Mesh,
-			"peer", peerAddr(ctx), "error", err)
+			"peer", grpcpeer.Addr(ctx), "error", err)
 		return nil, status.Error(reasonCode(reason), err.Error())
 	}
 	chain := make([]string, len(is.chain))
@@ -232,11 +234,4 @@ func reasonCode(r Reason) codes.Code {
 		return codes.FailedPrecondition
 	}
 	return codes.Internal
-}
-
-func peerAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
 }

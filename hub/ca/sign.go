@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/navemesh/nave/shared/spiffeid"
 )
 
 // SignOptions say what one signing may issue. The caller fills them from
@@ -67,7 +69,39 @@ type issued struct {
 }
 
 func (a *Authority) issue(_ context.Context, mesh string, csrPEM []byte, opts SignOptions) (*issued, error) {
-	is, err := a.issueUncounted(mesh, csrPEM, opts)
+	return a.count(mesh, func(c *meshCA, csr *x509.CertificateRequest) ([]*url.URL, error) {
+		return checkSANs(c.mesh, csr, opts)
+	}, csrPEM, opts)
+}
+
+// SignCluster issues a spoke cluster's client certificate in mesh (it
+// implements enroll.Signer): its only SAN is the cluster's SPIFFE ID,
+// spiffe://<trust domain>/nave/cluster/<cluster>, whatever the request
+// asks for; only the request's key is used (after ParseCSR's checks).
+// The certificate allows server and client authentication like every leaf
+// of the Authority; it is valid for ttl (0: Options.DefaultTTL).
+func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) ([]byte, error) {
+	is, err := a.count(mesh, func(c *meshCA, _ *x509.CertificateRequest) ([]*url.URL, error) {
+		u, err := spiffeid.Cluster(c.mesh.TrustDomain, cluster)
+		if err != nil {
+			return nil, refuse(ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
+		}
+		return []*url.URL{u}, nil
+	}, csrPEM, SignOptions{TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Join(is.chain, nil), nil
+}
+
+// TrustBundlePEM is RootsPEM; it implements enroll.TrustBundler, so the
+// Enrollment service hands spokes their mesh's roots.
+func (a *Authority) TrustBundlePEM(mesh string) ([]byte, error) { return a.RootsPEM(mesh) }
+
+// count issues with the URI SANs sans decides, and counts and logs the
+// outcome.
+func (a *Authority) count(mesh string, sans func(*meshCA, *x509.CertificateRequest) ([]*url.URL, error), csrPEM []byte, opts SignOptions) (*issued, error) {
+	is, err := a.issueUncounted(mesh, csrPEM, opts, sans)
 	if err != nil {
 		if r, ok := ReasonOf(err); ok {
 			a.metrics.refused(r)
@@ -80,7 +114,7 @@ func (a *Authority) issue(_ context.Context, mesh string, csrPEM []byte, opts Si
 	return is, nil
 }
 
-func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions) (*issued, error) {
+func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions, sans func(*meshCA, *x509.CertificateRequest) ([]*url.URL, error)) (*issued, error) {
 	c, err := a.ca(mesh)
 	if err != nil {
 		return nil, err
@@ -92,9 +126,13 @@ func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions)
 	if err != nil {
 		return nil, err
 	}
-	uris, err := checkSANs(c.mesh, csr, opts)
+	uris, err := sans(c, csr)
 	if err != nil {
 		return nil, err
+	}
+	dnsNames, ips := csr.DNSNames, csr.IPAddresses
+	if opts.DNSNames == nil && opts.IPAddresses == nil {
+		dnsNames, ips = nil, nil // checkSANs refused any; SignCluster ignores them
 	}
 
 	now := a.opts.Now()
@@ -122,8 +160,8 @@ func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions)
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		URIs:                  uris,
-		DNSNames:              csr.DNSNames,
-		IPAddresses:           csr.IPAddresses,
+		DNSNames:              dnsNames,
+		IPAddresses:           ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.path[0], csr.PublicKey, c.signer)
 	if err != nil {

@@ -10,11 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/grpcpeer"
 )
 
 // DefaultCertTTL is how long a cluster certificate is valid unless
@@ -81,7 +81,7 @@ type refusal struct {
 // known of the caller.
 func (s *Server) refuse(ctx context.Context, msg string, r refusal, attrs ...any) error {
 	s.metrics.refusals.WithLabelValues(r.reason).Inc()
-	s.log.Warn(msg, append(attrs, "peer", peerAddr(ctx), "reason", r.reason, "err", r.err)...)
+	s.log.Warn(msg, append(attrs, "peer", grpcpeer.Addr(ctx), "reason", r.reason, "err", r.err)...)
 	if r.code == codes.Internal {
 		// The details stay in the log.
 		return status.Error(codes.Internal, "the hub could not issue a certificate; see its log"+r.hint)
@@ -127,7 +127,7 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}, attrs...)
 	}
 	s.metrics.enrollments.Inc()
-	s.log.Info("spoke enrolled", append(attrs, "peer", peerAddr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)
+	s.log.Info("spoke enrolled", append(attrs, "peer", grpcpeer.Addr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)
 	return &protocolv1.EnrollResponse{CertChainPem: chain, TrustBundlePem: bundle, Mesh: id.Mesh, Cluster: id.Cluster}, nil
 }
 
@@ -192,7 +192,7 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
 	}
 	s.metrics.renewals.Inc()
-	s.log.Info("spoke certificate renewed", append(attrs, "peer", peerAddr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)
+	s.log.Info("spoke certificate renewed", append(attrs, "peer", grpcpeer.Addr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)
 	return &protocolv1.RenewResponse{CertChainPem: chain, TrustBundlePem: bundle}, nil
 }
 
@@ -220,11 +220,4 @@ func (s *Server) issue(ctx context.Context, id ingest.Identity, csrPEM []byte, c
 		}
 	}
 	return chain, bundle, leaf, td, nil
-}
-
-func peerAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
 }

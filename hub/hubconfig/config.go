@@ -3,10 +3,14 @@
 package hubconfig
 
 import (
+	"net"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/shared/spiffeid"
 )
 
 // Program is the hub binary's name, as its usage text and the config reference show it.
@@ -24,6 +28,98 @@ type Config struct {
 	XDS    XDS            `key:"xds" help:"the aggregated discovery service (ADS) that proxies dial"`
 	Ingest Ingest         `key:"ingest" help:"how the hub keeps the state spokes push"`
 	Push   Push           `key:"push" help:"how changes are batched before proxies are pushed"`
+	State  State          `key:"state" help:"where the hub keeps what must survive a restart"`
+	TLS    TLS            `key:"tls" help:"transport security of the spokes and xds listeners"`
+	CA     CA             `key:"ca" help:"the per-mesh certificate authorities (the tenants) and spoke enrollment"`
+}
+
+// State configures the hub's state directory.
+type State struct {
+	Dir string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/); replicas share it on a volume"`
+}
+
+// TLS configures transport security.
+type TLS struct {
+	Plaintext        bool          `key:"plaintext" default:"false" help:"INSECURE: serve the spokes and xds listeners without TLS; spokes and proxies then name their own mesh and cluster. For tests and local development only; logged loudly"`
+	Hosts            []string      `key:"hosts" default:"localhost,127.0.0.1,::1" help:"DNS names and IP addresses the hub's serving certificate is valid for: the names spokes and proxies dial it by"`
+	HandshakeTimeout time.Duration `key:"handshakeTimeout" default:"10s" help:"a connection that has not completed its TLS handshake in this long is closed"`
+}
+
+// Validate checks the hosts and the timeout.
+func (t *TLS) Validate() error {
+	if !t.Plaintext && len(t.Hosts) == 0 {
+		return settings.Invalid("hosts", "must name at least one DNS name or IP address the hub is dialled by")
+	}
+	for _, h := range t.Hosts {
+		if net.ParseIP(h) == nil && !dnsName.MatchString(h) {
+			return settings.Invalid("hosts", "%q is neither an IP address nor a DNS name", h)
+		}
+	}
+	if t.HandshakeTimeout <= 0 {
+		return settings.Invalid("handshakeTimeout", "must be greater than 0, got %s", t.HandshakeTimeout)
+	}
+	return nil
+}
+
+var dnsName = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
+
+// CA configures the mesh certificate authorities.
+type CA struct {
+	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) this hub serves, as MESH=TRUSTDOMAIN: each gets its own root of trust under state.dir (generated on first start, or plugged in as Istio's cacerts files in ca/<mesh>/); two meshes never share a trust domain"`
+	WorkloadCertTTL time.Duration `key:"workloadCertTTL" default:"24h" help:"lifetime of workload certificates that name none"`
+	ClusterCertTTL  time.Duration `key:"clusterCertTTL" default:"24h" help:"lifetime of spoke cluster certificates; spokes renew at about 80 %"`
+}
+
+// Mesh is one entry of CA.Meshes.
+type Mesh struct{ Name, TrustDomain string }
+
+// ParsedMeshes returns CA.Meshes parsed; call it on a validated Config.
+func (c *CA) ParsedMeshes() []Mesh {
+	out, _ := c.parse()
+	return out
+}
+
+func (c *CA) parse() ([]Mesh, error) {
+	var out []Mesh
+	names, tds := map[string]bool{}, map[string]bool{}
+	for _, e := range c.Meshes {
+		name, td, ok := strings.Cut(e, "=")
+		if !ok {
+			return nil, settings.Invalid("meshes", "%q: want MESH=TRUSTDOMAIN", e)
+		}
+		if err := spiffeid.ValidateName(name); err != nil {
+			return nil, settings.Invalid("meshes", "%q: mesh name: %v", e, err)
+		}
+		if err := spiffeid.ValidateTrustDomain(td); err != nil {
+			return nil, settings.Invalid("meshes", "%q: trust domain: %v", e, err)
+		}
+		if names[name] {
+			return nil, settings.Invalid("meshes", "mesh %q is listed twice", name)
+		}
+		if tds[td] {
+			return nil, settings.Invalid("meshes", "trust domain %q is listed for two meshes; each mesh needs its own", td)
+		}
+		names[name], tds[td] = true, true
+		out = append(out, Mesh{name, td})
+	}
+	return out, nil
+}
+
+// Validate checks the meshes and lifetimes.
+func (c *CA) Validate() error {
+	if len(c.Meshes) == 0 {
+		return settings.Invalid("meshes", "must list at least one MESH=TRUSTDOMAIN")
+	}
+	if _, err := c.parse(); err != nil {
+		return err
+	}
+	if c.WorkloadCertTTL < time.Minute {
+		return settings.Invalid("workloadCertTTL", "must be at least 1m, got %s", c.WorkloadCertTTL)
+	}
+	if c.ClusterCertTTL < time.Minute {
+		return settings.Invalid("clusterCertTTL", "must be at least 1m, got %s", c.ClusterCertTTL)
+	}
+	return nil
 }
 
 // Admin configures the admin HTTP server.

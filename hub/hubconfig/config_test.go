@@ -33,6 +33,16 @@ func TestDefaultsValidate(t *testing.T) {
 		"push.verifyIncremental":        !cfg.Push.VerifyIncremental,
 		"push.adaptive":                 !cfg.Push.Adaptive,
 		"push.maxConcurrentGenerations": cfg.Push.MaxConcurrentGenerations == 0,
+		"state.dir":                     cfg.State.Dir == "nave-hub-state",
+		"tls.plaintext":                 !cfg.TLS.Plaintext,
+		"tls.hosts":                     strings.Join(cfg.TLS.Hosts, ",") == "localhost,127.0.0.1,::1",
+		"tls.handshakeTimeout":          cfg.TLS.HandshakeTimeout == 10*time.Second,
+		"ca.meshes":                     strings.Join(cfg.CA.Meshes, ",") == "default=cluster.local",
+		"ca.workloadCertTTL":            cfg.CA.WorkloadCertTTL == 24*time.Hour,
+		"ca.clusterCertTTL":             cfg.CA.ClusterCertTTL == 24*time.Hour,
+	}
+	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
+		t.Errorf("ParsedMeshes() = %v", got)
 	}
 	for key, ok := range checks {
 		if !ok {
@@ -60,6 +70,14 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--ingest.stale-grace-period=0s"}, "ingest.staleGracePeriod", "must be greater than 0"},
 		{[]string{"--push.debounce-quiet=0s"}, "push.debounceQuiet", "must be greater than 0"},
 		{[]string{"--push.debounce-quiet=2s", "--push.debounce-max=1s"}, "push.debounceMax", "must be at least debounceQuiet"},
+		{[]string{"--tls.hosts=hub.example.com,under_score"}, "tls.hosts", `"under_score" is neither an IP address nor a DNS name`},
+		{[]string{"--tls.handshake-timeout=0s"}, "tls.handshakeTimeout", "must be greater than 0"},
+		{[]string{"--ca.meshes=acme"}, "ca.meshes", `"acme": want MESH=TRUSTDOMAIN`},
+		{[]string{"--ca.meshes=Acme=acme.example"}, "ca.meshes", "mesh name"},
+		{[]string{"--ca.meshes=acme=acme..example"}, "ca.meshes", "trust domain"},
+		{[]string{"--ca.meshes=a=x.example,a=y.example"}, "ca.meshes", `mesh "a" is listed twice`},
+		{[]string{"--ca.meshes=a=x.example,b=x.example"}, "ca.meshes", `trust domain "x.example" is listed for two meshes`},
+		{[]string{"--ca.cluster-cert-ttl=30s"}, "ca.clusterCertTTL", "must be at least 1m"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key, func(t *testing.T) {

@@ -23,12 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
@@ -107,7 +107,7 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	session := s.open(id, cancel, peerAddr(stream.Context()))
+	session := s.open(id, cancel, grpcpeer.Addr(stream.Context()))
 	defer s.close(id, session)
 
 	msgs := make(chan *discoveryv3.DeltaDiscoveryResponse)
@@ -148,13 +148,6 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 			}
 		}
 	}
-}
-
-func peerAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
 }
 
 // open registers a new stream for id, superseding any older one.

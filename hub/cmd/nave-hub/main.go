@@ -52,9 +52,16 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
+	sec, err := newSecurity(ctx, cfg, log, reg)
+	if err != nil {
+		for _, l := range lis {
+			l.Close()
+		}
+		return err
+	}
 
 	var pc *pushctx.Manager
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{
+	in := ingest.New(sec.spokeAuthenticator(), ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		OnChange:         func(mesh string) { pc.Notify(mesh) },
 		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh) },
@@ -72,23 +79,28 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	})
 	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
-		Logger: log.With("component", "ads"), Registerer: reg})
+		Authenticator: sec.proxyAuthenticator(), Logger: log.With("component", "ads"), Registerer: reg})
 	registerDebug(adm, in, pc, xds)
+	sec.debug(adm)
 
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
-	spokeSrv := grpc.NewServer(
+	spokeSrv := grpc.NewServer(append(sec.serverOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(ka))
+		grpc.KeepaliveEnforcementPolicy(ka))...)
 	protocolv1.RegisterSyncServer(spokeSrv, in)
-	xdsSrv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
+	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
+	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	if e := sec.enforcer(in, log, reg); e != nil {
+		g.Go(func() error { return e.Run(gctx) })
+	}
 	for key, srv := range map[string]*grpc.Server{"spokes.listen": spokeSrv, "xds.listen": xdsSrv} {
 		g.Go(func() error {
 			if err := srv.Serve(lis[key]); err != nil {
@@ -103,7 +115,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		})
 	}
 	adm.AddReadyCheck("listeners", func() error { return nil })
-	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen)
+	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
 }
 

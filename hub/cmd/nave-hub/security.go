@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/navemesh/nave/hub/ads"
+	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/hubconfig"
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/servingcert"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/admin"
+)
+
+// security is what the hub authenticates spokes and proxies with. Its zero
+// value (plaintext mode) trusts what they claim.
+type security struct {
+	plaintext bool
+	authority *ca.Authority
+	serving   *servingcert.Cert
+	store     *enroll.DirStore
+	spokeAuth *enroll.CertAuthenticator
+	stateDir  string
+}
+
+// newSecurity loads the mesh CAs, the serving certificate and the enrollment
+// state from cfg.State.Dir; in plaintext mode it loads nothing and warns.
+func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
+	if cfg.TLS.Plaintext {
+		log.Warn("INSECURE: tls.plaintext is set: the spokes and xds listeners serve without TLS, and spokes and proxies name their own mesh and cluster unchecked. Use only where every client is trusted")
+		return &security{plaintext: true}, nil
+	}
+	dir := cfg.State.Dir
+	store, err := ca.NewDirStore(filepath.Join(dir, "ca"))
+	if err != nil {
+		return nil, fmt.Errorf("state.dir: %w", err)
+	}
+	auth, err := ca.New(store, ca.Options{DefaultTTL: cfg.CA.WorkloadCertTTL, Logger: log.With("component", "ca"), Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range cfg.CA.ParsedMeshes() {
+		if err := auth.Load(ctx, ca.Mesh{Name: m.Name, TrustDomain: m.TrustDomain}); err != nil {
+			return nil, fmt.Errorf("ca.meshes: mesh %s: %w", m.Name, err)
+		}
+	}
+	serving, err := servingcert.New(ctx, dir, cfg.TLS.Hosts, log.With("component", "servingcert"))
+	if err != nil {
+		return nil, fmt.Errorf("state.dir: %w", err)
+	}
+	es, err := enroll.OpenStateDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("state.dir: %w", err)
+	}
+	return &security{
+		authority: auth, serving: serving, store: es, stateDir: dir,
+		spokeAuth: enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg}),
+	}, nil
+}
+
+// spokeAuthenticator decides a spoke stream's (mesh, cluster).
+func (s *security) spokeAuthenticator() ingest.Authenticator {
+	if s.plaintext {
+		return ingest.ClaimedIdentity()
+	}
+	return s.spokeAuth
+}
+
+// proxyAuthenticator decides a proxy stream's mesh and workload; nil in
+// plaintext mode (the node's metadata stands).
+func (s *security) proxyAuthenticator() ads.Authenticator {
+	if s.plaintext {
+		return nil
+	}
+	authz := ca.PeerCertificateAuthorizer{Authority: s.authority}
+	return ads.AuthenticatorFunc(func(ctx context.Context) (ads.Identity, error) {
+		g, err := authz.Authorize(ctx)
+		if err != nil {
+			return ads.Identity{}, err
+		}
+		ns, sa, _ := g.Identities[0].Workload()
+		return ads.Identity{Mesh: g.Mesh, Namespace: ns, ServiceAccount: sa, Name: g.Caller}, nil
+	})
+}
+
+// serverOptions are the transport options of both gRPC listeners.
+func (s *security) serverOptions(cfg hubconfig.Config) []grpc.ServerOption {
+	if s.plaintext {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.serving.ServerConfig())), grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout)}
+}
+
+// register adds the services that need the CA: on the spokes listener
+// Enrollment and Istio's CA API, on the xds listener the CA API (workloads
+// renewing their own certificates with the one they hold).
+func (s *security) register(cfg hubconfig.Config, spokes, xds *grpc.Server, log *slog.Logger, reg prometheus.Registerer) {
+	if s.plaintext {
+		return
+	}
+	protocolv1.RegisterEnrollmentServer(spokes, enroll.NewServer(s.store, s.authority, s.spokeAuth, enroll.ServerOptions{
+		CertTTL: cfg.CA.ClusterCertTTL, Logger: log.With("component", "enroll"), Registerer: reg}))
+	caSrv := ca.NewServer(s.authority, ca.PeerCertificateAuthorizer{Authority: s.authority}, ca.ServerOptions{Logger: log.With("component", "ca")})
+	caSrv.Register(spokes)
+	caSrv.Register(xds)
+}
+
+// enforcer closes revoked clusters' streams; nil in plaintext mode.
+func (s *security) enforcer(in *ingest.Server, log *slog.Logger, reg prometheus.Registerer) *enroll.Enforcer {
+	if s.plaintext {
+		return nil
+	}
+	return enroll.NewEnforcer(s.store, in.Disconnect, enroll.EnforcerOptions{Logger: log.With("component", "enforcer"), Registerer: reg})
+}
+
+// debug registers /debug/security: the mode, the meshes and their trust
+// domains, the serving CA's place and the enrolled and revoked clusters.
+func (s *security) debug(adm *admin.Server) {
+	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(*http.Request) (any, error) {
+		if s.plaintext {
+			return map[string]any{"plaintext": true}, nil
+		}
+		clusters, err := s.store.Clusters()
+		if err != nil {
+			return nil, err
+		}
+		revoked, err := s.store.Revocations()
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{
+			"plaintext": false,
+			"meshes":    s.authority.Meshes(),
+			"servingCA": servingcert.RootPath(s.stateDir),
+			"clusters":  clusters,
+			"revoked":   revoked,
+			"now":       time.Now().UTC(),
+		}, nil
+	})
+}

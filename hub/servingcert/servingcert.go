@@ -1,0 +1,163 @@
+// Package servingcert keeps the hub's TLS serving certificate. It is issued by
+// the hub's own serving CA — a hub/ca Authority of one mesh, "hub", kept in
+// <state dir>/serving-ca and separate from every tenant's CA, so that no
+// tenant's CA can impersonate the hub — for the names the hub is dialled by,
+// with that CA in its chain so that a spoke can pin it at first contact
+// (docs/enrollment.md). It is renewed when it is due, on the handshake that
+// finds it so.
+package servingcert
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/navemesh/nave/hub/ca"
+)
+
+// Mesh names the serving CA inside its store; TrustDomain and the identity
+// below are the hub's own SPIFFE ID, never a tenant's.
+const (
+	Mesh           = "hub"
+	TrustDomain    = "hub.nave.internal"
+	subdir         = "serving-ca"
+	namespace      = "nave-system"
+	serviceAccount = "nave-hub"
+	ttl            = 7 * 24 * time.Hour
+)
+
+// RootPath is where the serving CA's certificate is, under the hub's state
+// dir: what `navectl ca-hash` pins and a spoke's hub.caFile names.
+func RootPath(stateDir string) string {
+	return filepath.Join(stateDir, subdir, Mesh, ca.FileRootCert)
+}
+
+// Cert is the hub's serving certificate. It is safe for concurrent use.
+type Cert struct {
+	auth  *ca.Authority
+	hosts []string
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	current *tls.Certificate
+	renewAt time.Time
+}
+
+// New loads (or, on first start, generates) the serving CA under stateDir
+// and issues a certificate for hosts (DNS names and IP addresses).
+func New(ctx context.Context, stateDir string, hosts []string, log *slog.Logger) (*Cert, error) {
+	store, err := ca.NewDirStore(filepath.Join(stateDir, subdir))
+	if err != nil {
+		return nil, fmt.Errorf("serving CA: %w", err)
+	}
+	auth, err := ca.New(store, ca.Options{MaxTTL: ttl, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := auth.Load(ctx, ca.Mesh{Name: Mesh, TrustDomain: TrustDomain}); err != nil {
+		return nil, fmt.Errorf("serving CA: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cert{auth: auth, hosts: hosts, log: log}
+	if err := c.renew(ctx, time.Now()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// RootsPEM is the serving CA's certificate(s), PEM.
+func (c *Cert) RootsPEM() ([]byte, error) { return c.auth.RootsPEM(Mesh) }
+
+// Roots is the serving CA as a pool, for clients of the hub (tests, navectl).
+func (c *Cert) Roots() (*x509.CertPool, error) { return c.auth.Roots(Mesh) }
+
+// GetCertificate implements tls.Config.GetCertificate: the current
+// certificate, renewed first if it is due. A failed renewal is logged and
+// the current certificate served until it expires.
+func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	now := time.Now()
+	c.mu.Lock()
+	due := now.After(c.renewAt)
+	c.mu.Unlock()
+	if due {
+		if err := c.renew(context.Background(), now); err != nil {
+			c.log.Error("serving certificate renewal failed; serving the current one", "err", err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current, nil
+}
+
+// ServerConfig is a TLS configuration serving the certificate: TLS 1.2 or
+// later, asking for (not requiring) a client certificate, which the
+// services verify themselves against the caller's own mesh's roots.
+func (c *Cert) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: c.GetCertificate,
+		ClientAuth:     tls.RequestClientCert,
+	}
+}
+
+func (c *Cert) renew(ctx context.Context, now time.Time) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	id, err := ca.WorkloadID(TrustDomain, namespace, serviceAccount)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(id.String())
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.CertificateRequest{URIs: []*url.URL{u}}
+	var ips []net.IP
+	var dns []string
+	for _, h := range c.hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, h)
+		}
+	}
+	tmpl.DNSNames, tmpl.IPAddresses = dns, ips
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		return err
+	}
+	chainPEM, err := c.auth.Sign(ctx, Mesh, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+		ca.SignOptions{Identities: []ca.ID{id}, DNSNames: dns, IPAddresses: ips, TTL: ttl})
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	cert, err := tls.X509KeyPair(chainPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	c.mu.Lock()
+	c.current = &cert
+	c.renewAt = ca.RenewAt(cert.Leaf)
+	c.mu.Unlock()
+	c.log.Info("serving certificate issued", "hosts", c.hosts, "not_after", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	return nil
+}
