@@ -117,6 +117,22 @@ func (p PeerCertificateAuthorizer) Authorize(ctx context.Context) (Grant, error)
 	return Grant{Mesh: m.Name, Identities: []ID{id}, Caller: id.String()}, nil
 }
 
+// ImpersonatedIdentityKey is the field of an IstioCertificateRequest's
+// metadata naming the identity a trusted agent asks for on a workload's
+// behalf (Istio's own key).
+const ImpersonatedIdentityKey = "ImpersonatedIdentity"
+
+type impersonatedKey struct{}
+
+// Impersonated returns the identity the request being authorized asks for
+// on someone's behalf (its ImpersonatedIdentity metadata), and whether it
+// named one. An Authorizer that does not trust its caller to act for others
+// ignores it.
+func Impersonated(ctx context.Context) (string, bool) {
+	v, ok := ctx.Value(impersonatedKey{}).(string)
+	return v, ok
+}
+
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Logger receives a line for each refusal; nil discards them.
@@ -126,9 +142,12 @@ type ServerOptions struct {
 // Server implements Istio's certificate service,
 // istio.v1.auth.IstioCertificateService/CreateCertificate, so that Istio's
 // agents and proxyless gRPC clients can obtain certificates from the hub.
-// Who calls and what it may obtain comes from the Authorizer only; the
-// request's metadata (Istio's impersonation of another identity) is
-// ignored.
+// Who calls and what it may obtain comes from the Authorizer only. The
+// identity a request asks to be issued on someone's behalf (Istio's
+// ImpersonatedIdentity metadata, which a trusted agent such as a spoke's
+// registration authority sets) reaches the Authorizer through the context
+// (see Impersonated); only an Authorizer that trusts the caller to act for
+// others grants it.
 //
 // Errors carry gRPC codes: InvalidArgument for a malformed request or CSR
 // or a key not allowed, PermissionDenied for an identity the caller may not
@@ -161,6 +180,9 @@ func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterIstioCertificate
 // is in seconds (zero: the default); the answer's CertChain holds one PEM
 // certificate per entry, the leaf first and the root last.
 func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+	if v, ok := req.GetMetadata().GetFields()[ImpersonatedIdentityKey]; ok {
+		ctx = context.WithValue(ctx, impersonatedKey{}, v.GetStringValue())
+	}
 	grant, err := s.authz.Authorize(ctx)
 	if err != nil {
 		reason, st := authzRefusal(err)

@@ -102,17 +102,21 @@ func (s *security) serverOptions(cfg hubconfig.Config) []grpc.ServerOption {
 }
 
 // register adds the services that need the CA: on the spokes listener
-// Enrollment and Istio's CA API, on the xds listener the CA API (workloads
-// renewing their own certificates with the one they hold).
+// Enrollment and Istio's CA API for spokes acting for their workloads (and
+// for renewals), on the xds listener the CA API for workloads renewing
+// their own certificates with the one they hold.
 func (s *security) register(cfg hubconfig.Config, spokes, xds *grpc.Server, log *slog.Logger, reg prometheus.Registerer) {
 	if s.plaintext {
 		return
 	}
 	protocolv1.RegisterEnrollmentServer(spokes, enroll.NewServer(s.store, s.authority, s.spokeAuth, enroll.ServerOptions{
 		CertTTL: cfg.CA.ClusterCertTTL, Logger: log.With("component", "enroll"), Registerer: reg}))
-	caSrv := ca.NewServer(s.authority, ca.PeerCertificateAuthorizer{Authority: s.authority}, ca.ServerOptions{Logger: log.With("component", "ca")})
-	caSrv.Register(spokes)
-	caSrv.Register(xds)
+	own := ca.PeerCertificateAuthorizer{Authority: s.authority}
+	caLog := ca.ServerOptions{Logger: log.With("component", "ca")}
+	// Spokes obtain their workloads' certificates (as registration
+	// authorities); any caller may renew its own.
+	ca.NewServer(s.authority, enroll.SpokeRAAuthorizer{Auth: s.spokeAuth, Signer: s.authority, Next: own}, caLog).Register(spokes)
+	ca.NewServer(s.authority, own, caLog).Register(xds)
 }
 
 // enforcer closes revoked clusters' streams; nil in plaintext mode.

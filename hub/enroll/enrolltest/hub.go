@@ -39,6 +39,11 @@ type HubOptions struct {
 	Now func() time.Time
 	// CertTTL of issued certificates; 0 is the default.
 	CertTTL time.Duration
+	// Signer, if set, issues and verifies cluster certificates instead of
+	// the fixture's CA (for example the hub's real hub/ca Authority).
+	Signer enroll.Signer
+	// Register, if set, adds services to the fixture's gRPC server.
+	Register func(*grpc.Server, *Hub)
 }
 
 // Hub is one hub replica's enrollment side behind a real gRPC server on
@@ -84,9 +89,13 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 	h := &Hub{Serving: NewAuthority("nave hub serving root"), CA: ca, Store: store,
 		Metrics: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
-	h.Auth = enroll.NewCertAuthenticator(ca, store, enroll.AuthOptions{Logger: log, Registerer: h.Metrics})
+	var signer enroll.Signer = ca
+	if opts.Signer != nil {
+		signer = opts.Signer
+	}
+	h.Auth = enroll.NewCertAuthenticator(signer, store, enroll.AuthOptions{Logger: log, Registerer: h.Metrics})
 	h.Ingest = ingest.New(h.Auth, ingest.Options{StaleGracePeriod: time.Hour, Logger: log, Registerer: h.Metrics})
-	srv := enroll.NewServer(store, ca, h.Auth, enroll.ServerOptions{CertTTL: opts.CertTTL, Logger: log,
+	srv := enroll.NewServer(store, signer, h.Auth, enroll.ServerOptions{CertTTL: opts.CertTTL, Logger: log,
 		Registerer: h.Metrics, Now: opts.Now})
 	enf := enroll.NewEnforcer(store, h.Ingest.Disconnect, enroll.EnforcerOptions{Interval: 100 * time.Millisecond,
 		Logger: log, Registerer: h.Metrics})
@@ -99,6 +108,9 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 	})))
 	protocolv1.RegisterEnrollmentServer(gs, srv)
 	protocolv1.RegisterSyncServer(gs, h.Ingest)
+	if opts.Register != nil {
+		opts.Register(gs, h)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
