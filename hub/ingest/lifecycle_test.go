@@ -316,3 +316,37 @@ func TestDisconnectClosesOnlyThatClustersStreamWithItsReason(t *testing.T) {
 		t.Error("Disconnect of an unknown cluster reported a stream")
 	}
 }
+
+func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	c1 := f.dial(t, "m", "c1")
+	c1.sync(objs)
+	c2 := f.dial(t, "m", "c2")
+	c2.sync(objs)
+	calls := f.changes.Load()
+
+	if !f.srv.Withdraw(ingest.Identity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
+		t.Fatal("Withdraw of a connected cluster reported nothing")
+	}
+	if err := c1.ended(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "cluster revoked") {
+		t.Errorf("withdrawn stream ended with %v, want PermissionDenied naming the reason", err)
+	}
+	// Gone now, not after the hour of grace; the other cluster stays.
+	if _, ok := f.status("m", "c1"); ok {
+		t.Error("a withdrawn cluster is still listed")
+	}
+	if _, found := f.cluster("m", "c1"); found {
+		t.Error("a withdrawn cluster's resources are still merged")
+	}
+	if len(f.objects("m", "c2")) == 0 {
+		t.Error("the other cluster lost its resources")
+	}
+	if f.changes.Load() == calls {
+		t.Error("Withdraw did not notify a change")
+	}
+	if f.srv.Withdraw(ingest.Identity{Mesh: "m", Cluster: "c1"}, "again") {
+		t.Error("Withdraw of a withdrawn cluster reported something")
+	}
+	c2.acked(c2.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+}

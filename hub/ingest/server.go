@@ -198,6 +198,35 @@ func (s *Server) Disconnect(id Identity, reason string) bool {
 	return true
 }
 
+// Withdraw cuts id off at once: it closes id's open Push stream, if any
+// (the spoke gets PermissionDenied with reason), and drops its resources
+// without waiting for the grace period — for a revoked cluster, whose
+// endpoints must not attract traffic any longer. It reports whether there
+// was anything to withdraw; keeping the spoke from reconnecting is the
+// Authenticator's part.
+func (s *Server) Withdraw(id Identity, reason string) bool {
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil {
+		s.mu.Unlock()
+		return false
+	}
+	if st.cancel != nil {
+		st.cancel(&disconnected{reason: reason})
+	}
+	if st.withdraw != nil {
+		st.withdraw.Stop()
+	}
+	n := st.count()
+	delete(s.stores, id)
+	s.mu.Unlock()
+	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
+	s.metrics.withdrawals.Inc()
+	s.log.Warn("cluster withdrawn at once", "mesh", id.Mesh, "cluster", id.Cluster, "resources", n, "reason", reason)
+	s.opts.OnChange(id.Mesh)
+	return true
+}
+
 // close marks id disconnected if session is still its current stream, and
 // schedules the withdrawal of its resources after the grace period.
 func (s *Server) close(id Identity, session uint64) {
