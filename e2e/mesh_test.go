@@ -28,6 +28,9 @@ type hub struct {
 	admin, spokes, xds int
 	proc               *harness.Proc
 	extraArgs          []string
+	// state is the state dir of a hub serving TLS (newSecureHub); ""
+	// runs it in plaintext mode.
+	state string
 }
 
 func newHub(t testing.TB, extra ...string) *hub {
@@ -40,8 +43,13 @@ func (h *hub) start() {
 	h.t.Helper()
 	args := append([]string{
 		"--admin.listen", addr(h.admin), "--spokes.listen", addr(h.spokes), "--xds.listen", addr(h.xds),
-		"--log.level", "debug", "--push.verify-incremental", "--tls.plaintext",
+		"--log.level", "debug", "--push.verify-incremental",
 	}, h.extraArgs...)
+	if h.state == "" {
+		args = append(args, "--tls.plaintext")
+	} else {
+		args = append(args, "--state.dir", h.state)
+	}
 	h.proc = harness.Start(h.t, "hub", binary("nave-hub"), args...)
 	harness.WaitReady(h.t, h.url("/healthz/ready"), 20*time.Second)
 }

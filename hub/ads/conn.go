@@ -39,6 +39,10 @@ type conn struct {
 	peer        string
 	connectedAt time.Time
 	delta       bool // incremental ADS
+	// identity is what the stream authenticated as (zero in plaintext
+	// mode); sds its secrets, nil when it is served none.
+	identity Identity
+	sds      *sdsState
 	// pushed is the version of the push context last pushed (or first
 	// served); see Server.pendingPushes.
 	pushed atomic.Uint64
@@ -189,6 +193,9 @@ func (c *conn) converged(typeURL string, changedAt time.Time) {
 
 func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
+	if typeURL == SecretType {
+		return c.handleSecrets(stream, req)
+	}
 	if !knownType(typeURL) {
 		c.server.log.Debug("request for a type this hub does not serve", "conn", c.id, "type", typeURL)
 		return nil
@@ -264,6 +271,9 @@ func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool 
 }
 
 func (c *conn) pushAll(stream sotwStream, st *pushctx.State) error {
+	if err := c.renewSecrets(stream, nil); err != nil {
+		return err
+	}
 	for _, typeURL := range typeOrder(c) {
 		if err := c.push(stream, st, typeURL, false); err != nil {
 			return err

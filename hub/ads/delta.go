@@ -24,6 +24,9 @@ import (
 
 func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
+	if typeURL == SecretType {
+		return c.handleSecretsDelta(stream, req)
+	}
 	if !knownType(typeURL) {
 		c.server.log.Debug("delta request for a type this hub does not serve", "conn", c.id, "type", typeURL)
 		return nil
@@ -125,6 +128,9 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 }
 
 func (c *conn) pushAllDelta(stream deltaStream, st *pushctx.State) error {
+	if err := c.renewSecrets(nil, stream); err != nil {
+		return err
+	}
 	for _, typeURL := range typeOrder(c) {
 		if err := c.pushDelta(stream, st, typeURL, false); err != nil {
 			return err

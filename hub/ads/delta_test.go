@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/navemesh/nave/shared/gen"
@@ -29,10 +30,10 @@ type deltaProxy struct {
 	held   map[string]map[string][]byte // type → name → resource bytes
 }
 
-func (f *fixture) connectDelta(t *testing.T, n *corev3.Node) *deltaProxy {
+func (f *fixture) connectDelta(t *testing.T, n *corev3.Node, opts ...grpc.DialOption) *deltaProxy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dial(t, f.addr)).DeltaAggregatedResources(ctx)
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dial(t, f.addr, opts...)).DeltaAggregatedResources(ctx)
 	if err != nil {
 		cancel()
 		t.Fatalf("open delta ADS stream: %v", err)

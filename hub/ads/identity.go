@@ -62,21 +62,21 @@ func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
 // credentials prove: without an Authenticator the node's own claims stand
 // (plaintext mode); with one, the mesh is the identity's, and a node naming
 // another mesh, namespace or service account is refused.
-func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, error) {
+func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, Identity, error) {
 	if s.opts.Authenticator == nil {
 		px, err := proxy.FromNode(node, s.opts.DefaultMesh)
 		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
 		}
-		return px, nil
+		return px, Identity{}, nil
 	}
 	id, err := s.opts.Authenticator.Authenticate(ctx)
 	if err != nil {
-		return nil, s.refuse(ctx, node, refusedUnauthenticated, codes.Unauthenticated, err.Error())
+		return nil, Identity{}, s.refuse(ctx, node, refusedUnauthenticated, codes.Unauthenticated, err.Error())
 	}
 	px, err := proxy.FromNode(node, id.Mesh)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	check := func(what, claimed, proven, reason string) error {
 		if claimed != "" && claimed != proven {
@@ -86,16 +86,16 @@ func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy,
 		return nil
 	}
 	if err := check("mesh", px.Mesh, id.Mesh, refusedMesh); err != nil {
-		return nil, err
+		return nil, Identity{}, err
 	}
 	if err := check("namespace", px.Namespace, id.Namespace, refusedNamespace); err != nil {
-		return nil, err
+		return nil, Identity{}, err
 	}
 	if err := check("service account", px.ServiceAccount, id.ServiceAccount, refusedServiceAccount); err != nil {
-		return nil, err
+		return nil, Identity{}, err
 	}
 	px.Namespace, px.ServiceAccount = id.Namespace, id.ServiceAccount
-	return px, nil
+	return px, id, nil
 }
 
 // refuse logs an audit line, counts the refusal and returns the status the

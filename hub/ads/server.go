@@ -61,8 +61,11 @@ type Options struct {
 	// service account); nil trusts the node's metadata, for plaintext mode
 	// (the mesh is then the node's MESH, else DefaultMesh).
 	Authenticator Authenticator
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
+	// Secrets mints the workload certificates served by SDS ("default",
+	// "ROOTCA") to authenticated streams; nil serves no secrets.
+	Secrets    SecretSource
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Server implements discoveryv3.AggregatedDiscoveryServiceServer. Safe for
@@ -300,6 +303,13 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 			if err := handle(c, state, req); err != nil {
 				return err
 			}
+		case <-c.secretsDue():
+			// The stream's SDS certificate is due: the push mints and
+			// sends a new one.
+			c.sds.renew = true
+			if err := pushAll(c, state); err != nil {
+				return err
+			}
 		case <-changed:
 			// Every change published since the last push is merged into
 			// this one: the stream always pushes the newest push context.
@@ -315,7 +325,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 }
 
 func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*conn, error) {
-	px, err := s.identify(ctx, node)
+	px, id, err := s.identify(ctx, node)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +339,10 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 		connectedAt: time.Now(),
 		delta:       delta,
 		types:       map[string]*typeState{},
+		identity:    id,
+	}
+	if s.opts.Secrets != nil && id.Mesh != "" {
+		c.sds = &sdsState{due: make(chan struct{}, 1), ctx: ctx}
 	}
 	c.peer = grpcpeer.Addr(ctx)
 	s.mu.Lock()
@@ -341,6 +355,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 
 func (s *Server) remove(c *conn) {
 	c.releaseAll()
+	c.stopSecrets()
 	s.mu.Lock()
 	delete(s.conns, c.id)
 	s.mu.Unlock()

@@ -9,16 +9,11 @@ package servingcert
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"time"
@@ -72,7 +67,7 @@ func New(ctx context.Context, stateDir string, hosts []string, log *slog.Logger)
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cert{auth: auth, hosts: hosts, log: log}
-	if err := c.renew(ctx, time.Now()); err != nil {
+	if err := c.renew(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -93,7 +88,7 @@ func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	due := now.After(c.renewAt)
 	c.mu.Unlock()
 	if due {
-		if err := c.renew(context.Background(), now); err != nil {
+		if err := c.renew(context.Background()); err != nil {
 			c.log.Error("serving certificate renewal failed; serving the current one", "err", err)
 		}
 	}
@@ -113,20 +108,11 @@ func (c *Cert) ServerConfig() *tls.Config {
 	}
 }
 
-func (c *Cert) renew(ctx context.Context, now time.Time) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
+func (c *Cert) renew(ctx context.Context) error {
 	id, err := ca.WorkloadID(TrustDomain, namespace, serviceAccount)
 	if err != nil {
 		return err
 	}
-	u, err := url.Parse(id.String())
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.CertificateRequest{URIs: []*url.URL{u}}
 	var ips []net.IP
 	var dns []string
 	for _, h := range c.hosts {
@@ -136,21 +122,11 @@ func (c *Cert) renew(ctx context.Context, now time.Time) error {
 			dns = append(dns, h)
 		}
 	}
-	tmpl.DNSNames, tmpl.IPAddresses = dns, ips
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		return err
-	}
-	chainPEM, err := c.auth.Sign(ctx, Mesh, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-		ca.SignOptions{Identities: []ca.ID{id}, DNSNames: dns, IPAddresses: ips, TTL: ttl})
+	m, err := c.auth.Mint(ctx, Mesh, ca.SignOptions{Identities: []ca.ID{id}, DNSNames: dns, IPAddresses: ips, TTL: ttl})
 	if err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	cert, err := tls.X509KeyPair(chainPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	cert, err := tls.X509KeyPair(m.ChainPEM, m.KeyPEM)
 	if err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}

@@ -93,6 +93,39 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 	})
 }
 
+// secrets mints the certificates the xds listener serves Envoy proxies by
+// SDS; nil in plaintext mode.
+func (s *security) secrets() ads.SecretSource {
+	if s.plaintext {
+		return nil
+	}
+	return meshSecrets{s.authority}
+}
+
+// meshSecrets mints a proxy's workload certificate from its mesh's CA.
+type meshSecrets struct{ a *ca.Authority }
+
+func (m meshSecrets) Mint(ctx context.Context, id ads.Identity) (*ads.Credential, error) {
+	td, err := m.a.TrustDomain(id.Mesh)
+	if err != nil {
+		return nil, err
+	}
+	wid, err := ca.WorkloadID(td, id.Namespace, id.ServiceAccount)
+	if err != nil {
+		return nil, err
+	}
+	mt, err := m.a.Mint(ctx, id.Mesh, ca.SignOptions{Identities: []ca.ID{wid}})
+	if err != nil {
+		return nil, err
+	}
+	roots, err := m.a.RootsPEM(id.Mesh)
+	if err != nil {
+		return nil, err
+	}
+	return &ads.Credential{ChainPEM: mt.ChainPEM, KeyPEM: mt.KeyPEM, RootsPEM: roots,
+		Serial: mt.Leaf.SerialNumber.Text(16), RenewAt: ca.RenewAt(mt.Leaf)}, nil
+}
+
 // serverOptions are the transport options of both gRPC listeners.
 func (s *security) serverOptions(cfg hubconfig.Config) []grpc.ServerOption {
 	if s.plaintext {
