@@ -212,7 +212,7 @@ func (a *Authority) newRoot(m Mesh) (certPEM, keyPEM []byte, err error) {
 		// Each attribute stays within X.520's 64 characters for mesh names;
 		// the trust domain is the Organization, as Istio names its roots.
 		Subject: pkix.Name{
-			CommonName:         "nave mesh root CA",
+			CommonName:         generatedRootCN,
 			Organization:       []string{m.TrustDomain},
 			OrganizationalUnit: []string{"mesh " + m.Name},
 		},

@@ -35,8 +35,11 @@ type xdsServer struct {
 	ServerFeatures []string       `json:"server_features"`
 }
 
+// channelCreds is one entry of an xDS server's channel_creds: "insecure", or "tls" with
+// the files of gRFC A65 (grpc-go's xds/bootstrap registers it).
 type channelCreds struct {
-	Type string `json:"type"`
+	Type   string    `json:"type"`
+	Config *tlsFiles `json:"config,omitempty"`
 }
 
 type node struct {
@@ -44,13 +47,19 @@ type node struct {
 	Metadata map[string]string `json:"metadata"`
 }
 
-// makeBootstrap returns a bootstrap that points at the hub's xDS address over plaintext
-// and names the node and the mesh and namespace it belongs to.
-func makeBootstrap(hub, nodeID, mesh, namespace string) ([]byte, error) {
+// makeBootstrap returns a bootstrap that points at the hub's xDS address and names the
+// node and the mesh and namespace it belongs to. With tls, the client dials the hub over
+// TLS, verifies it with tls's CA and presents tls's certificate; without, it dials in
+// plaintext.
+func makeBootstrap(hub, nodeID, mesh, namespace string, tls *tlsFiles) ([]byte, error) {
+	creds := channelCreds{Type: "insecure"}
+	if tls != nil {
+		creds = channelCreds{Type: "tls", Config: tls}
+	}
 	doc := bootstrapDoc{
 		XDSServers: []xdsServer{{
 			ServerURI:      hub,
-			ChannelCreds:   []channelCreds{{Type: "insecure"}},
+			ChannelCreds:   []channelCreds{creds},
 			ServerFeatures: []string{"xds_v3"},
 		}},
 		Node: node{ID: nodeID, Metadata: map[string]string{"MESH": mesh, "NAMESPACE": namespace}},
@@ -79,7 +88,14 @@ func bootstrapEnv(o options, getenv func(string) string) (*envVar, error) {
 		}
 		want = envVar{name: bootstrapFileEnv, value: path}
 	case o.hub != "" && o.nodeID != "":
-		doc, err := makeBootstrap(o.hub, o.nodeID, o.mesh, o.namespace)
+		var tls *tlsFiles
+		if o.xdsCertDir != "" {
+			var err error
+			if tls, err = loadTLSFiles(o.xdsCertDir, o.xdsCAFile, o.namespace); err != nil {
+				return nil, err
+			}
+		}
+		doc, err := makeBootstrap(o.hub, o.nodeID, o.mesh, o.namespace, tls)
 		if err != nil {
 			return nil, err
 		}

@@ -3,7 +3,12 @@
 // answered each call: one JSON line per call (--json), or every --report interval a
 // summary of the split between instances.
 //
+// With --xds-cert-dir (a workload certificate, as navectl cert issue writes it) and
+// --xds-ca-file (the hub's serving CA) it talks to the hub over mTLS; the calls to the
+// echo backends stay plaintext gRPC.
+//
 //	nave-demo-client --hub 127.0.0.1:15010 --node-id demo-client.demo [--header x-user=beta]
+//	nave-demo-client --hub 127.0.0.1:15010 --node-id demo-client.demo --xds-cert-dir certs --xds-ca-file hub-ca.pem
 //	nave-demo-client --bootstrap bootstrap.json --json --count 100
 package main
 

@@ -174,6 +174,9 @@ func TestProcessRejectsBadFlags(t *testing.T) {
 		{"--hub", "127.0.0.1:1"},
 		{"--interval", "0s"},
 		{"--target", "xds:///echo.demo.svc.cluster.local:7070"},
+		{"--hub", "127.0.0.1:1", "--node-id", "n", "--xds-cert-dir", t.TempDir()},
+		{"--xds-cert-dir", t.TempDir(), "--xds-ca-file", "ca.pem"},
+		{"--hub", "127.0.0.1:1", "--node-id", "n", "--xds-cert-dir", t.TempDir(), "--xds-ca-file", "ca.pem"},
 	} {
 		cmd := clientCommand(t, args...)
 		cmd.Env = append(cmd.Env, bootstrapFileEnv+"=", bootstrapContentEnv+"=")

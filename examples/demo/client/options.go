@@ -19,10 +19,13 @@ type options struct {
 	nodeID    string
 	mesh      string
 	namespace string
-	json      bool
-	timeout   time.Duration
-	headers   metadata.MD
-	pacing    pacing
+	// xdsCertDir and xdsCAFile make the bootstrap dial the hub over mTLS (see tls.go).
+	xdsCertDir string
+	xdsCAFile  string
+	json       bool
+	timeout    time.Duration
+	headers    metadata.MD
+	pacing     pacing
 }
 
 func parseFlags(args []string, output io.Writer) (options, error) {
@@ -38,6 +41,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.nodeID, "node-id", "", "xDS node id, for a bootstrap made on the fly")
 	fs.StringVar(&o.mesh, "mesh", "default", "mesh named in the node metadata of a bootstrap made on the fly")
 	fs.StringVar(&o.namespace, "namespace", "demo", "namespace named in the node metadata of a bootstrap made on the fly")
+	fs.StringVar(&o.xdsCertDir, "xds-cert-dir", "", "dial the hub over mTLS with the workload certificate in this directory (cert-chain.pem, key.pem, as navectl cert issue writes them); needs --xds-ca-file")
+	fs.StringVar(&o.xdsCAFile, "xds-ca-file", "", "CA (PEM) that the hub's xDS serving certificate must chain to, with --xds-cert-dir: the hub's serving CA, <hub state dir>/serving-ca/hub/root-cert.pem")
 	fs.DurationVar(&o.pacing.interval, "interval", 100*time.Millisecond, "time between the starts of two calls")
 	fs.IntVar(&o.pacing.count, "count", 0, "calls to make before exiting; 0 means until interrupted")
 	fs.StringArrayVar(&headers, "header", nil, "request header k=v sent with every call (repeatable)")
@@ -57,6 +62,10 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return o, errors.New("--interval, --report and --timeout must be positive")
 	case o.pacing.count < 0:
 		return o, errors.New("--count must not be negative")
+	case (o.xdsCertDir == "") != (o.xdsCAFile == ""):
+		return o, errors.New("--xds-cert-dir and --xds-ca-file must be given together")
+	case o.xdsCertDir != "" && o.hub == "":
+		return o, errors.New("--xds-cert-dir needs --hub: it goes into the bootstrap made from --hub and --node-id")
 	}
 	md, err := parseHeaders(headers)
 	if err != nil {

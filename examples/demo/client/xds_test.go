@@ -1,15 +1,19 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -20,7 +24,11 @@ import (
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+
+	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -36,9 +44,19 @@ type staticADS struct {
 	mu    sync.Mutex
 	nodes []*corepb.Node
 	nacks []string
+	peers []string // the URI SANs of the client certificates the streams came with
 }
 
 func (s *staticADS) StreamAggregatedResources(stream discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	if p, ok := peer.FromContext(stream.Context()); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
+			s.mu.Lock()
+			for _, u := range info.State.PeerCertificates[0].URIs {
+				s.peers = append(s.peers, u.String())
+			}
+			s.mu.Unlock()
+		}
+	}
 	answered := map[string]string{} // type URL to the names last answered
 	nonce := 0
 	for {
@@ -85,6 +103,12 @@ func (s *staticADS) seen() ([]*corepb.Node, []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.nodes), slices.Clone(s.nacks)
+}
+
+func (s *staticADS) seenPeers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.peers)
 }
 
 func mustAny(t *testing.T, m proto.Message) *anypb.Any {
@@ -191,10 +215,9 @@ func port(t *testing.T, addr string) uint32 {
 	return uint32(n)
 }
 
-// TestProcessRoutesThroughXDS runs the client the way the demo does, with --hub and
-// --node-id, so it must hand grpc a bootstrap it made itself, and checks that the calls
-// follow the routes the ADS server gave it.
-func TestProcessRoutesThroughXDS(t *testing.T) {
+// echoADS starts the three echo backends and an ADS server, with opts, that routes to them.
+func echoADS(t *testing.T, opts ...grpc.ServerOption) (*staticADS, string) {
+	t.Helper()
 	ports := map[string]uint32{}
 	for _, name := range []string{"echo-v1", "echo-v2", "echo-v3"} {
 		ports[name] = port(t, startBackend(t, name).addr)
@@ -204,29 +227,47 @@ func TestProcessRoutesThroughXDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	discoverypb.RegisterAggregatedDiscoveryServiceServer(srv, ads)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
+	return ads, lis.Addr().String()
+}
 
+// xdsCalls runs the client against the ADS server at hub, with --json and args, and
+// returns its calls: by backend, and those that failed.
+func xdsCalls(t *testing.T, hub string, count int, args ...string) (byBackend map[string]int, failed []callLine) {
+	t.Helper()
+	args = append([]string{"--hub", hub, "--node-id", "test-client.demo", "--json",
+		"--count", strconv.Itoa(count), "--interval", "5ms", "--timeout", "10s"}, args...)
+	cmd := clientCommand(t, args...)
+	cmd.Env = append(cmd.Env, bootstrapFileEnv+"=", bootstrapContentEnv+"=")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client %q: %v, stderr %s", args, err, stderr.String())
+	}
+	byBackend = map[string]int{}
+	for _, l := range decodeLines(t, out) {
+		if l.Code != "OK" {
+			failed = append(failed, l)
+		}
+		byBackend[l.Backend]++
+	}
+	return byBackend, failed
+}
+
+// TestProcessRoutesThroughXDS runs the client the way the demo does, with --hub and
+// --node-id, so it must hand grpc a bootstrap it made itself, and checks that the calls
+// follow the routes the ADS server gave it.
+func TestProcessRoutesThroughXDS(t *testing.T) {
+	ads, hub := echoADS(t)
 	calls := func(args ...string) map[string]int {
 		t.Helper()
-		args = append([]string{"--hub", lis.Addr().String(), "--node-id", "test-client.demo", "--json",
-			"--count", "40", "--interval", "5ms", "--timeout", "10s"}, args...)
-		cmd := clientCommand(t, args...)
-		cmd.Env = append(cmd.Env, bootstrapFileEnv+"=", bootstrapContentEnv+"=")
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("client %q: %v, stderr %s", args, err, stderr.String())
-		}
-		byBackend := map[string]int{}
-		for _, l := range decodeLines(t, out) {
-			if l.Code != "OK" {
-				t.Errorf("call %d: %s %s", l.Seq, l.Code, l.Error)
-			}
-			byBackend[l.Backend]++
+		byBackend, failed := xdsCalls(t, hub, 40, args...)
+		for _, l := range failed {
+			t.Errorf("call %d: %s %s", l.Seq, l.Code, l.Error)
 		}
 		return byBackend
 	}
@@ -251,5 +292,45 @@ func TestProcessRoutesThroughXDS(t *testing.T) {
 	if n := nodes[0]; n.GetId() != "test-client.demo" || n.GetMetadata().GetFields()["MESH"].GetStringValue() != "default" ||
 		n.GetMetadata().GetFields()["NAMESPACE"].GetStringValue() != "demo" {
 		t.Errorf("node %v, want id test-client.demo with MESH=default NAMESPACE=demo", n)
+	}
+}
+
+// TestProcessRoutesThroughXDSOverMTLS runs the client with --xds-cert-dir against an ADS
+// server that, as the hub's, serves TLS for 127.0.0.1 under its own serving CA and
+// requires a client certificate of the mesh's CA: the client must verify the server
+// with --xds-ca-file and present its workload certificate.
+func TestProcessRoutesThroughXDSOverMTLS(t *testing.T) {
+	hubCA, meshCA := enrolltest.NewAuthority("hub serving CA"), enrolltest.NewAuthority("mesh root")
+	serving := hubCA.ServerCert("localhost")
+	ads, hub := echoADS(t, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{serving},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    meshCA.Pool(),
+		MinVersion:   tls.VersionTLS12,
+	})))
+	const id = "spiffe://cluster.local/ns/demo/sa/demo-client"
+	certDir := writeCertDir(t, meshCA, id, time.Hour)
+	hubCAFile := filepath.Join(t.TempDir(), "hub-ca.pem")
+	if err := os.WriteFile(hubCAFile, hubCA.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	byBackend, failed := xdsCalls(t, hub, 10, "--xds-cert-dir", certDir, "--xds-ca-file", hubCAFile, "--header", "x-user=beta")
+	if byBackend["echo-v3"] != 10 || len(failed) > 0 {
+		t.Errorf("calls over mTLS went to %v (failed: %+v), want all 10 to echo-v3", byBackend, failed)
+	}
+	if peers := ads.seenPeers(); len(peers) == 0 || peers[0] != id {
+		t.Errorf("the ADS server saw client certificates %q, want %s", peers, id)
+	}
+
+	// A client that does not trust the hub's CA (here: the mesh's root in its place)
+	// never gets its config: the calls fail.
+	meshRootFile := filepath.Join(t.TempDir(), "root-cert.pem")
+	if err := os.WriteFile(meshRootFile, meshCA.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	byBackend, failed = xdsCalls(t, hub, 2, "--xds-cert-dir", certDir, "--xds-ca-file", meshRootFile, "--timeout", "1s")
+	if len(failed) != 2 || !strings.Contains(failed[0].Error, "certificate signed by unknown authority") {
+		t.Errorf("calls trusting the wrong CA went to %v (failed: %+v), want both to fail for the hub's unknown CA", byBackend, failed)
 	}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // printBanner tells the user what runs where and what to try.
-func printBanner(w io.Writer, o options) {
+func printBanner(w io.Writer, o options, p plan) {
 	routing := filepath.Join(o.config, "echo-routing.yaml")
 	if _, err := os.Stat(routing); err != nil {
 		routing = o.config
@@ -21,12 +21,19 @@ nave demo is running
 	for _, b := range demoBackends() {
 		fmt.Fprintf(w, "  %s %s", b.name, b.addr)
 	}
+	security := fmt.Sprintf(`  security the spoke enrolled with a join token, the client has spiffe://%s/ns/%s/sa/%s;
+           both talk to the hub over mTLS (state: %s, %s)`,
+		trustDomain, clientNamespace, clientServiceAccount, p.state.hubState, p.state.spokeState)
+	if p.plaintext {
+		security = "  security none: --plaintext"
+	}
 	fmt.Fprintf(w, `
+%s
   logs     %s
   client   %s via %s, node %s; its output follows
 
 Edit %s (try the 80/20 weights as 20/80) and watch the split follow.
 Ctrl-C stops everything.
 
-`, filepath.Join(o.work, "*.log"), clientTarget, o.hubXDS, o.nodeID, routing)
+`, security, filepath.Join(o.work, "*.log"), clientTarget, o.hubXDS, o.nodeID, routing)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -76,6 +77,15 @@ func startDemo(t *testing.T, env []string, args ...string) *demo {
 	if err := os.WriteFile(filepath.Join(d.config, "echo-routing.yaml"), []byte("# routes\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// What a last run left: the launcher must start afresh.
+	if err := os.MkdirAll(filepath.Join(d.work, "hub-state"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"hub-state/stale", "join-token"} {
+		if err := os.WriteFile(filepath.Join(d.work, f), []byte("last run\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d.cmd = exec.Command(exe, append([]string{
 		"--bin", bin, "--config", d.config, "--work", d.work,
 		"--hub-admin", freeAddr(t), "--hub-spokes", freeAddr(t), "--hub-xds", d.hubXDS, "--spoke-admin", freeAddr(t),
@@ -124,6 +134,33 @@ func (d *demo) records(t *testing.T) map[int][]string {
 		recs[pid] = strings.Split(string(b), "\n")
 	}
 	return recs
+}
+
+// navectlRuns returns the arguments of each navectl run, by command ("token create",
+// "ca-hash", "cert issue").
+func (d *demo) navectlRuns(t *testing.T) map[string][][]string {
+	t.Helper()
+	entries, err := os.ReadDir(d.stubs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string][][]string{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "navectl-") || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d.stubs, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Split(string(b), "\n")
+		cmd := args[0]
+		if cmd != "ca-hash" && len(args) > 1 {
+			cmd += " " + args[1]
+		}
+		runs[cmd] = append(runs[cmd], args)
+	}
+	return runs
 }
 
 // waitRecords waits until n stubs have recorded themselves.
@@ -265,8 +302,43 @@ func TestSIGTERMStopsEveryChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spoke := names["nave-spoke"][0]; !hasArgs(spoke, "--source", "fs://"+config, "--cluster", "demo-cluster", "--mesh", "default") {
+	hubState := filepath.Join(d.work, "hub-state")
+	if hub := names["nave-hub"][0]; !hasArgs(hub, "--state.dir", hubState, "--ca.meshes", "default=cluster.local") || slices.Contains(hub, "--tls.plaintext") {
+		t.Errorf("hub arguments %q", hub)
+	}
+	tokenFile := filepath.Join(d.work, "join-token")
+	if spoke := names["nave-spoke"][0]; !hasArgs(spoke, "--source", "fs://"+config, "--cluster", "demo-cluster", "--mesh", "default",
+		"--hub.token-file", tokenFile, "--hub.ca-hash", stubPin, "--hub.state-dir", filepath.Join(d.work, "spoke-state")) ||
+		slices.Contains(spoke, "--hub.plaintext") {
 		t.Errorf("spoke arguments %q", spoke)
+	}
+
+	// The secure flow: one navectl run of each step, on the hub's state dir; the token
+	// in a file only the user can read; nothing left of the last run.
+	hubCA := filepath.Join(hubState, "serving-ca", "hub", "root-cert.pem")
+	certs := filepath.Join(d.work, "client-certs")
+	runs := d.navectlRuns(t)
+	if len(runs) != 3 || len(runs["token create"]) != 1 || len(runs["ca-hash"]) != 1 || len(runs["cert issue"]) != 1 {
+		t.Fatalf("navectl runs %q, want token create, ca-hash and cert issue once each", runs)
+	}
+	if r := runs["token create"][0]; !hasArgs(r, "--state-dir", hubState, "--mesh", "default", "--cluster", "demo-cluster") {
+		t.Errorf("navectl %q", r)
+	}
+	if r := runs["ca-hash"][0]; !slices.Equal(r, []string{"ca-hash", hubCA}) {
+		t.Errorf("navectl %q, want ca-hash %s", r, hubCA)
+	}
+	if r := runs["cert issue"][0]; !hasArgs(r, "--state-dir", hubState, "--mesh", "default", "--trust-domain", "cluster.local",
+		"--namespace", "demo", "--service-account", "demo-client", "--out", certs) {
+		t.Errorf("navectl %q", r)
+	}
+	if b, err := os.ReadFile(tokenFile); err != nil || string(b) != stubToken+"\n" {
+		t.Errorf("join token file %q (err %v), want navectl's token", b, err)
+	}
+	if st, err := os.Stat(tokenFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("join token file mode %v (err %v), want 0600", st.Mode().Perm(), err)
+	}
+	if _, err := os.Stat(filepath.Join(hubState, "stale")); !os.IsNotExist(err) {
+		t.Errorf("the last run's hub state is still there (err %v)", err)
 	}
 	var listens []string
 	for _, args := range names["nave-demo-backend"] {
@@ -277,17 +349,22 @@ func TestSIGTERMStopsEveryChild(t *testing.T) {
 	if want := []string{"127.0.0.1:17071 echo-v1", "127.0.0.1:17072 echo-v2", "127.0.0.1:17073 echo-v3"}; !slices.Equal(listens, want) {
 		t.Errorf("backends listen on %q, want %q", listens, want)
 	}
-	if client := names["nave-demo-client"][0]; !hasArgs(client, "--hub", d.hubXDS, "--node-id", "demo-client.demo", "--header", "x-user=beta") {
+	if client := names["nave-demo-client"][0]; !hasArgs(client, "--hub", d.hubXDS, "--node-id", "demo-client.demo", "--header", "x-user=beta",
+		"--namespace", "demo", "--xds-cert-dir", certs, "--xds-ca-file", hubCA) {
 		t.Errorf("client arguments %q", client)
 	}
 
 	// Output: the log paths, the banner, and the client's own output on the terminal.
 	hubLog := filepath.Join(d.work, "hub.log")
 	out := d.out.String()
-	for _, want := range []string{hubLog, filepath.Join(d.work, "echo-v3.log"), "Ctrl-C stops everything", "echo-routing.yaml", "stub nave-demo-client running"} {
+	for _, want := range []string{hubLog, filepath.Join(d.work, "echo-v3.log"), "Ctrl-C stops everything", "echo-routing.yaml", "stub nave-demo-client running",
+		tokenFile, stubPin, stubIssued, "mTLS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("launcher output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "stub-secret") {
+		t.Errorf("launcher output shows the join token:\n%s", out)
 	}
 	if b, err := os.ReadFile(hubLog); err != nil || !strings.Contains(string(b), "stub nave-hub running") {
 		t.Errorf("hub log %q (err %v), want the hub's output", b, err)
@@ -303,6 +380,47 @@ func TestSIGTERMStopsEveryChild(t *testing.T) {
 	if b, err := os.ReadFile(hubLog); err != nil || !strings.Contains(string(b), "stub nave-hub stopping") {
 		t.Errorf("hub log %q (err %v), want the hub to have stopped on SIGTERM", b, err)
 	}
+}
+
+func TestPlaintextRunsNoNavectl(t *testing.T) {
+	d := startDemo(t, nil, "--plaintext")
+	recs := d.waitRecords(t, 6)
+	d.waitOutput(t, func(out string) bool { return strings.Contains(out, "stub nave-demo-client running") })
+	names := byName(recs)
+	if hub := names["nave-hub"][0]; !slices.Contains(hub, "--tls.plaintext") {
+		t.Errorf("hub arguments %q, want --tls.plaintext", hub)
+	}
+	if spoke := names["nave-spoke"][0]; !slices.Contains(spoke, "--hub.plaintext") || slices.Contains(spoke, "--hub.token-file") {
+		t.Errorf("spoke arguments %q, want --hub.plaintext and no token", spoke)
+	}
+	if client := names["nave-demo-client"][0]; slices.Contains(client, "--xds-cert-dir") {
+		t.Errorf("client arguments %q, want no certificate", client)
+	}
+	if runs := d.navectlRuns(t); len(runs) != 0 {
+		t.Errorf("navectl ran in plaintext: %q", runs)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d.wait(t); code != 0 {
+		t.Errorf("launcher exit status %d after SIGTERM, want 0; output:\n%s", code, d.out.String())
+	}
+	d.assertAllGone(t)
+}
+
+func TestNavectlFailureStopsEverything(t *testing.T) {
+	d := startDemo(t, []string{stubNavectlFailEnv + "=ca-hash"})
+	if code := d.wait(t); code != 1 {
+		t.Errorf("launcher exit status %d, want 1", code)
+	}
+	out := d.out.String()
+	if !strings.Contains(out, "navectl ca-hash: exit status 1: stub navectl: ca-hash refused") {
+		t.Errorf("output does not name the failed step and why:\n%s", out)
+	}
+	if started := d.started(t); len(started) != 4 || slices.Contains(slices.Collect(maps.Values(started)), "spoke") {
+		t.Errorf("launcher started %v, want the hub and the backends only", started)
+	}
+	d.assertAllGone(t)
 }
 
 func TestChildIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {

@@ -2,7 +2,13 @@
 // the mesh config from a directory, three echo backends, and a client that calls the echo
 // service through the hub and prints how its calls split between the backends.
 //
-//	nave-demo --bin bin --config examples/config [--work .cache/demo] [-- CLIENT FLAGS...]
+//	nave-demo --bin bin --config examples/config [--work .cache/demo] [--plaintext] [-- CLIENT FLAGS...]
+//
+// Unless --plaintext, the hub serves TLS and the launcher does what an operator does, with
+// navectl on the hub's state directory: once the hub is ready, it creates a join token for
+// the spoke, pins the hub's serving CA and issues the client a workload certificate; the
+// spoke enrolls with the token and the pin, the client dials the hub over mTLS. Every run
+// starts from fresh state: it removes the last run's state from the work directory.
 //
 // The hub, spoke and backends write to log files in the work directory; the client
 // writes to the terminal. Arguments after "--" go to the client (e.g. --header
@@ -39,6 +45,7 @@ type options struct {
 	mesh         string
 	cluster      string
 	nodeID       string
+	plaintext    bool
 	readyTimeout time.Duration
 	grace        time.Duration
 	clientArgs   []string
@@ -50,7 +57,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.SetOutput(output)
 	fs.StringVar(&o.bin, "bin", "bin", "directory holding nave-hub, nave-spoke, nave-demo-backend and nave-demo-client")
 	fs.StringVar(&o.config, "config", "examples/config", "directory of mesh config YAML the spoke reads")
-	fs.StringVar(&o.work, "work", ".cache/demo", "directory for the log files")
+	fs.StringVar(&o.work, "work", ".cache/demo", "directory for the log files and the hub's and spoke's state (removed at start)")
 	fs.StringVar(&o.hubAdmin, "hub-admin", "127.0.0.1:15014", "hub admin (health) address")
 	fs.StringVar(&o.hubSpokes, "hub-spokes", "127.0.0.1:15012", "hub address spokes dial")
 	fs.StringVar(&o.hubXDS, "hub-xds", "127.0.0.1:15010", "hub xDS address proxies and the client dial")
@@ -58,6 +65,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.mesh, "mesh", "default", "mesh the spoke and the client belong to")
 	fs.StringVar(&o.cluster, "cluster", "demo-cluster", "cluster name of the spoke")
 	fs.StringVar(&o.nodeID, "node-id", "demo-client.demo", "xDS node id of the client")
+	fs.BoolVar(&o.plaintext, "plaintext", false, "run without TLS and enrollment: the hub with --tls.plaintext, the spoke with --hub.plaintext, the client without a certificate")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 30*time.Second, "how long the hub and spoke have to become ready")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "how long children have to exit after SIGTERM before they are killed")
 	if err := fs.Parse(args); err != nil {
@@ -99,7 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	g := newGroup(stdout, stderr)
-	err = supervise(ctx, g, p, opts, stdout)
+	err = supervise(ctx, g, p, opts, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "nave-demo: %v\n", err)
 	}

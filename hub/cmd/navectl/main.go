@@ -1,13 +1,16 @@
 // Command navectl administers a hub's spoke enrollment through the hub's
 // state directory (shared by the hub replicas): it creates one-time join
 // tokens, lists tokens and enrolled clusters, and revokes clusters. Every
-// hub replica enforces a revocation within about a second.
+// hub replica enforces a revocation within about a second. It also issues
+// workload certificates from a mesh's CA, for VMs and the demo.
 //
 //	navectl token create   --state-dir D --mesh M --cluster C [--ttl 1h]
 //	navectl token list     --state-dir D
 //	navectl cluster list   --state-dir D
 //	navectl cluster revoke --state-dir D --mesh M --cluster C [--force]
 //	navectl ca-hash FILE
+//	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
+//	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //
 // Exit codes: 0 done, 1 failed, 2 usage error.
 package main
@@ -28,7 +31,8 @@ import (
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
-const usage = `navectl administers spoke enrollment through a hub's state directory.
+const usage = `navectl administers spoke enrollment through a hub's state directory
+and issues workload certificates from its mesh CAs.
 
 Usage:
   navectl token create   --state-dir DIR --mesh MESH --cluster CLUSTER [--ttl 1h]
@@ -43,6 +47,10 @@ Usage:
   navectl ca-hash FILE
         print the pin (sha256:...) of each CA certificate in the PEM FILE,
         for a spoke's first contact with the hub
+  navectl cert issue     --state-dir DIR --mesh MESH [--trust-domain cluster.local]
+                         --namespace NS --service-account SA --out OUT [--ttl 24h]
+        issue a workload certificate spiffe://TD/ns/NS/sa/SA from MESH's CA
+        (DIR/ca) and write OUT/cert-chain.pem, OUT/key.pem, OUT/root-cert.pem
 `
 
 // errUsage marks errors that exit with status 2.
@@ -84,7 +92,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	if cmd == "ca-hash" {
 		return caHash(args[1:], stdout)
 	}
-	if cmd != "token" && cmd != "cluster" {
+	if cmd != "token" && cmd != "cluster" && cmd != "cert" {
 		return usageErr("unknown command %q", cmd)
 	}
 	if len(args) < 2 {
@@ -99,6 +107,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return clusterList(args[2:], stdout)
 	case "cluster revoke":
 		return clusterRevoke(args[2:], stdout)
+	case "cert issue":
+		return certIssue(args[2:], stdout, stderr)
 	default:
 		return usageErr("unknown command %q", sub)
 	}
@@ -117,27 +127,45 @@ func newFlags(name string) *flags {
 	return f
 }
 
+// parse parses args and opens the enrollment store of the state dir.
 func (f *flags) parse(args []string) (*enroll.DirStore, error) {
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageErr("%s: %v", f.Name(), err)
+	if err := f.parseArgs(args); err != nil {
+		return nil, err
 	}
-	if f.NArg() > 0 {
-		return nil, usageErr("%s: unexpected argument %q", f.Name(), f.Arg(0))
-	}
-	if f.stateDir == "" {
-		return nil, usageErr("%s: --state-dir is required", f.Name())
-	}
-	if st, err := os.Stat(f.stateDir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("state dir %s: not a directory", f.stateDir)
+	if err := f.checkStateDir(); err != nil {
+		return nil, err
 	}
 	return enroll.OpenStateDir(f.stateDir)
 }
 
+// parseArgs parses args: flags only, --state-dir required.
+func (f *flags) parseArgs(args []string) error {
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErr("%s: %v", f.Name(), err)
+	}
+	if f.NArg() > 0 {
+		return usageErr("%s: unexpected argument %q", f.Name(), f.Arg(0))
+	}
+	if f.stateDir == "" {
+		return usageErr("%s: --state-dir is required", f.Name())
+	}
+	return nil
+}
+
+// checkStateDir fails unless the state dir exists: a typo must not make a
+// new, empty one.
+func (f *flags) checkStateDir() error {
+	if st, err := os.Stat(f.stateDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("state dir %s: not a directory", f.stateDir)
+	}
+	return nil
+}
+
 func required(name string, vals map[string]string) error {
-	for _, k := range []string{"mesh", "cluster"} {
+	for _, k := range []string{"mesh", "cluster", "namespace", "service-account", "out"} {
 		if v, ok := vals[k]; ok && v == "" {
 			return usageErr("%s: --%s is required", name, k)
 		}

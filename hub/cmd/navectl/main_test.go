@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/protocol"
@@ -174,6 +178,10 @@ func TestEnrollListRevoke(t *testing.T) {
 
 func TestUsageAndFailures(t *testing.T) {
 	state := t.TempDir()
+	out := filepath.Join(t.TempDir(), "certs")
+	certArgs := func(flag, value string) []string {
+		return []string{"cert", "issue", "--state-dir", state, "--mesh", "m", "--service-account", "sa", flag, value}
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -194,6 +202,16 @@ func TestUsageAndFailures(t *testing.T) {
 		{[]string{"token", "list", "--state-dir", filepath.Join(state, "missing")}, 1, "not a directory"},
 		{[]string{"cluster", "revoke", "--state-dir", state, "--mesh", "a", "--cluster", "b"}, 1, "not enrolled"},
 		{[]string{"ca-hash", filepath.Join(state, "missing.pem")}, 1, "no such file"},
+		{[]string{"cert"}, 2, "no subcommand"},
+		{append(certArgs("--namespace", ""), "--out", out), 2, "--namespace is required"},
+		{certArgs("--namespace", "demo"), 2, "--out is required"},
+		{append(certArgs("--namespace", "Demo"), "--out", out), 2, `namespace "Demo"`},
+		{append(certArgs("--namespace", "demo"), "--out", out, "--mesh", "Mesh"), 2, `--mesh "Mesh"`},
+		{append(certArgs("--namespace", "demo"), "--out", out, "--trust-domain", "a/b"), 2, "trust domain"},
+		{append(certArgs("--namespace", "demo"), "--out", out, "--ttl", "0s"), 2, "--ttl must be positive"},
+		{append(certArgs("--namespace", "demo"), "--out", out, "--ttl", "200h"), 1, "at most"},
+		{[]string{"cert", "issue", "--state-dir", filepath.Join(state, "missing"), "--mesh", "m", "--namespace", "demo",
+			"--service-account", "sa", "--out", out}, 1, "not a directory"},
 	} {
 		r := navectlRun(t, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
@@ -211,4 +229,123 @@ func TestUsageAndFailures(t *testing.T) {
 	if tokens, _ := store.ListTokens(); len(tokens) != 0 {
 		t.Errorf("failed commands left tokens: %+v", tokens)
 	}
+	for _, p := range []string{out, filepath.Join(state, "ca")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("failed commands made %s (err %v)", p, err)
+		}
+	}
+}
+
+// TestCertIssue issues a workload certificate the way the demo and a VM
+// get one, and checks it against the mesh CA the hub would load from the
+// same state dir.
+func TestCertIssue(t *testing.T) {
+	state := t.TempDir()
+	out := filepath.Join(t.TempDir(), "certs")
+	issue := func(extra ...string) result {
+		t.Helper()
+		return navectlRun(t, append([]string{"cert", "issue", "--state-dir", state, "--mesh", "default",
+			"--namespace", "demo", "--service-account", "demo-client", "--out", out}, extra...)...)
+	}
+	r := issue("--ttl", "2h")
+	if r.code != 0 {
+		t.Fatalf("cert issue: exit %d: %s", r.code, r.stderr)
+	}
+	const wantID = "spiffe://cluster.local/ns/demo/sa/demo-client"
+	if !strings.Contains(r.stdout, wantID) || !strings.Contains(r.stderr, "generated a new root") {
+		t.Errorf("cert issue printed %q, stderr %q; want the identity, and a note that the mesh's root was created", r.stdout, r.stderr)
+	}
+
+	// The files: a key pair that matches, a chain that verifies against
+	// root-cert.pem for both usages, one URI SAN, the lifetime asked for.
+	pair, err := tls.LoadX509KeyPair(filepath.Join(out, "cert-chain.pem"), filepath.Join(out, "key.pem"))
+	if err != nil {
+		t.Fatalf("cert-chain.pem and key.pem: %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(out, "key.pem")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("key.pem: mode %v (err %v), want 0600", st.Mode().Perm(), err)
+	}
+	rootsPEM, err := os.ReadFile(filepath.Join(out, "root-cert.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(rootsPEM) {
+		t.Fatalf("root-cert.pem holds no certificate: %q", rootsPEM)
+	}
+	leaf := pair.Leaf
+	inter := x509.NewCertPool()
+	for _, der := range pair.Certificate[1:] {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inter.AddCert(c)
+	}
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			t.Errorf("the certificate does not verify against root-cert.pem for usage %v: %v", u, err)
+		}
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != wantID || len(leaf.DNSNames)+len(leaf.IPAddresses) != 0 {
+		t.Errorf("SANs: URIs %v, DNS %v, IPs %v; want only %s", leaf.URIs, leaf.DNSNames, leaf.IPAddresses, wantID)
+	}
+	if life := time.Until(leaf.NotAfter); life < 110*time.Minute || life > 2*time.Hour {
+		t.Errorf("valid for %v more, want about 2h", life)
+	}
+
+	// root-cert.pem is the root of the mesh as the hub loads it from
+	// <state dir>/ca.
+	store, err := ca.NewDirStore(filepath.Join(state, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCA, err := ca.New(store, ca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hubCA.Load(context.Background(), ca.Mesh{Name: "default", TrustDomain: "cluster.local"}); err != nil {
+		t.Fatal(err)
+	}
+	if hubRoots, _ := hubCA.RootsPEM("default"); !bytes.Equal(hubRoots, rootsPEM) {
+		t.Errorf("root-cert.pem is not the root the hub loads:\n%s\nvs\n%s", rootsPEM, hubRoots)
+	}
+
+	// Again: the same root, no note, a new key.
+	r = issue()
+	if r.code != 0 || strings.Contains(r.stderr, "generated") {
+		t.Fatalf("second cert issue: exit %d, stderr %q", r.code, r.stderr)
+	}
+	again, err := tls.LoadX509KeyPair(filepath.Join(out, "cert-chain.pem"), filepath.Join(out, "key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Leaf.Equal(leaf) || again.Leaf.CheckSignatureFrom(mustRoot(t, rootsPEM)) != nil {
+		t.Errorf("second certificate: %v, want a new one from the same root", again.Leaf.Subject)
+	}
+
+	// Another trust domain than the stored root's is refused, and nothing
+	// is written.
+	other := filepath.Join(t.TempDir(), "other")
+	r = navectlRun(t, "cert", "issue", "--state-dir", state, "--mesh", "default", "--trust-domain", "example.org",
+		"--namespace", "demo", "--service-account", "demo-client", "--out", other)
+	if r.code != 1 || !strings.Contains(r.stderr, `generated for trust domain "cluster.local"`) || !strings.Contains(r.stderr, "--trust-domain cluster.local") {
+		t.Errorf("cert issue with another trust domain: exit %d, stderr %q; want 1 naming the root's trust domain", r.code, r.stderr)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Errorf("the refused cert issue wrote %s (err %v)", other, err)
+	}
+}
+
+func mustRoot(t *testing.T, rootsPEM []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(rootsPEM)
+	if block == nil {
+		t.Fatal("no PEM block")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

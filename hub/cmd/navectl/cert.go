@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/atomicfile"
+	"github.com/navemesh/nave/shared/spiffeid"
+)
+
+// caSubdir is where, in the hub's state dir, the hub keeps its mesh CAs (a
+// ca.DirStore: mesh m's files are <state dir>/ca/<m>/).
+const caSubdir = "ca"
+
+// The files cert issue writes, named as Istio names a workload's
+// certificate files (./etc/certs on a VM).
+const (
+	fileCertChain = "cert-chain.pem" // the leaf, then its CA chain up to the root
+	fileKey       = "key.pem"        // the leaf's PKCS #8 key, mode 0600
+	fileRootCert  = "root-cert.pem"  // the mesh's roots, to verify peers with
+)
+
+// certIssue issues a workload certificate from a mesh's CA and writes it,
+// its key and the mesh's roots to a directory.
+func certIssue(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("cert issue")
+	mesh := f.String("mesh", "", "the mesh whose CA signs")
+	td := f.String("trust-domain", "cluster.local", "the mesh's trust domain (the hub's ca.meshes)")
+	ns := f.String("namespace", "", "the workload's namespace")
+	sa := f.String("service-account", "", "the workload's service account")
+	out := f.String("out", "", "directory to write "+fileCertChain+", "+fileKey+" and "+fileRootCert+" to")
+	ttl := f.Duration("ttl", ca.DefaultTTL, "the certificate's lifetime (at most "+ca.DefaultMaxTTL.String()+")")
+	if err := f.parseArgs(args); err != nil {
+		return err
+	}
+	if err := required(f.Name(), map[string]string{"mesh": *mesh, "namespace": *ns, "service-account": *sa, "out": *out}); err != nil {
+		return err
+	}
+	if err := spiffeid.ValidateName(*mesh); err != nil {
+		return usageErr("%s: --mesh %q: %v", f.Name(), *mesh, err)
+	}
+	id, err := ca.WorkloadID(*td, *ns, *sa)
+	if err != nil {
+		return usageErr("%s: %v", f.Name(), err)
+	}
+	if *ttl <= 0 {
+		return usageErr("%s: --ttl must be positive, got %s", f.Name(), *ttl)
+	}
+	if *ttl > ca.DefaultMaxTTL {
+		return fmt.Errorf("--ttl %s: at most %s", *ttl, ca.DefaultMaxTTL)
+	}
+	if err := f.checkStateDir(); err != nil {
+		return err
+	}
+
+	ctx := context.Background()
+	store, err := ca.NewDirStore(filepath.Join(f.stateDir, caSubdir))
+	if err != nil {
+		return err
+	}
+	// Load creates the mesh's root when there is none, as the hub does:
+	// whichever of the two comes first makes it. Say so, since a root made
+	// here for a mistyped mesh is trusted by nothing.
+	before, err := store.Get(ctx, *mesh)
+	if err != nil {
+		return err
+	}
+	authority, err := ca.New(store, ca.Options{})
+	if err != nil {
+		return err
+	}
+	if err := authority.Load(ctx, ca.Mesh{Name: *mesh, TrustDomain: *td}); err != nil {
+		return err
+	}
+	if len(before) == 0 {
+		fmt.Fprintf(stderr, "navectl: mesh %q had no CA in %s: generated a new root for trust domain %s\n",
+			*mesh, store.Location(*mesh), *td)
+	}
+	rootsPEM, err := authority.RootsPEM(*mesh)
+	if err != nil {
+		return err
+	}
+	if err := checkRootTrustDomain(rootsPEM, *mesh, *td); err != nil {
+		return fmt.Errorf("%s: %w", store.Location(*mesh), err)
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	uri, err := url.Parse(id.String())
+	if err != nil {
+		return err
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{uri}}, key)
+	if err != nil {
+		return err
+	}
+	chain, err := authority.Sign(ctx, *mesh, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}),
+		ca.SignOptions{Identities: []ca.ID{id}, TTL: *ttl})
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	leaf, err := firstCert(chain)
+	if err != nil {
+		return fmt.Errorf("the issued chain: %w", err)
+	}
+	if err := writeFiles(*out, []file{
+		{fileKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
+		{fileCertChain, chain, 0o644},
+		{fileRootCert, rootsPEM, 0o644},
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "issued %s (mesh %s), valid until %s: %s, %s, %s in %s\n", id, *mesh,
+		leaf.NotAfter.UTC().Format(time.RFC3339), fileCertChain, fileKey, fileRootCert, *out)
+	return nil
+}
+
+// checkRootTrustDomain refuses a trust domain the mesh's root was not
+// generated for. Load does not compare them, and a certificate of another
+// trust domain than the hub's for the mesh would be refused by the hub
+// (it decides a proxy's mesh by its trust domain). A plugged-in CA's root
+// names no trust domain nave can read; the flag is trusted then.
+func checkRootTrustDomain(rootsPEM []byte, mesh, td string) error {
+	for rest := rootsPEM; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return nil
+		}
+		root, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return err
+		}
+		if m, rootTD, ok := ca.GeneratedRootMesh(root); ok && rootTD != td {
+			return fmt.Errorf("mesh %q's root was generated for trust domain %q (as mesh %q), not %q: pass --trust-domain %s, the trust domain the hub's ca.meshes gives the mesh",
+				mesh, rootTD, m, td, rootTD)
+		}
+	}
+}
+
+// firstCert returns the first certificate of a PEM chain.
+func firstCert(chainPEM []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(chainPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("no certificate")
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+// file is one file to write.
+type file struct {
+	name string
+	data []byte
+	perm os.FileMode
+}
+
+// writeFiles writes files into dir (created, mode 0700, if missing), each
+// replaced whole: every file is written to a temporary name first and
+// renamed into place after, so a failure leaves the old set or, at worst
+// between two renames, a mix of whole files.
+func writeFiles(dir string, files []file) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	temps := make([]string, 0, len(files))
+	defer func() {
+		for _, t := range temps {
+			if t != "" {
+				os.Remove(t)
+			}
+		}
+	}()
+	for _, f := range files {
+		t, err := atomicfile.WriteTemp(dir, f.name, f.data, f.perm)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, f.name), err)
+		}
+		temps = append(temps, t)
+	}
+	for i, f := range files {
+		if err := os.Rename(temps[i], filepath.Join(dir, f.name)); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, f.name), err)
+		}
+		temps[i] = ""
+	}
+	// A failed directory sync leaves complete files that may not survive a
+	// power loss: no reason to fail (as atomicfile.Write).
+	_ = atomicfile.SyncDir(dir)
+	return nil
+}
