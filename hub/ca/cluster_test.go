@@ -45,3 +45,12 @@ func TestSignClusterIssuesOnlyTheClusterID(t *testing.T) {
 		t.Errorf("TrustBundlePEM: %d bytes, %v", len(b), err)
 	}
 }
+
+func TestLoadRefusesAnotherTrustDomainForAGeneratedRoot(t *testing.T) {
+	dir := t.TempDir()
+	newAuthority(t, dir, Options{}, mesh1)
+	store, _ := NewDirStore(dir)
+	a, _ := New(store, Options{})
+	err := a.Load(context.Background(), Mesh{Name: "m1", TrustDomain: "elsewhere.example"})
+	wantErrorSays(t, err, `generated for trust domain "m1.example", not "elsewhere.example"`)
+}

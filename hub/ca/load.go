@@ -162,6 +162,12 @@ func (a *Authority) generatedCA(m Mesh, certPEM, keyPEM []byte, source string) (
 		return nil, fmt.Errorf("generated root: %s: valid from %s to %s, not now (%s)", FileRootCert,
 			root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
+	// A root names the trust domain it was made for: loading it for
+	// another would issue identities it was never meant to vouch for.
+	if _, td, ok := GeneratedRootMesh(root); ok && td != m.TrustDomain {
+		return nil, fmt.Errorf("generated root: %s: was generated for trust domain %q, not %q (a mesh's trust domain cannot change while it keeps its root)",
+			FileRootCert, td, m.TrustDomain)
+	}
 	return newMeshCA(m, source, key, []*x509.Certificate{root}, certs), nil
 }
 

@@ -14,9 +14,8 @@ const generatedRootCN = "nave mesh root CA"
 // O=<trust domain>". For any other certificate, such as a plugged-in CA's
 // root, it returns false: those name no trust domain nave can rely on.
 //
-// Load does not compare a stored root's trust domain with the one it is
-// given; a tool that signs for a mesh outside the hub (navectl) uses this
-// to refuse a trust domain the root was not made for.
+// Load refuses a generated root for another trust domain than the one it
+// was made for.
 func GeneratedRootMesh(root *x509.Certificate) (mesh, trustDomain string, ok bool) {
 	s := root.Subject
 	if s.CommonName != generatedRootCN || len(s.Organization) != 1 || len(s.OrganizationalUnit) != 1 {

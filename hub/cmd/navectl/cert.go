@@ -2,14 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -91,38 +85,14 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkRootTrustDomain(rootsPEM, *mesh, *td); err != nil {
-		return fmt.Errorf("%s: %w", store.Location(*mesh), err)
-	}
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	m, err := authority.Mint(ctx, *mesh, ca.SignOptions{Identities: []ca.ID{id}, TTL: *ttl})
 	if err != nil {
 		return err
 	}
-	uri, err := url.Parse(id.String())
-	if err != nil {
-		return err
-	}
-	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{uri}}, key)
-	if err != nil {
-		return err
-	}
-	chain, err := authority.Sign(ctx, *mesh, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}),
-		ca.SignOptions{Identities: []ca.ID{id}, TTL: *ttl})
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	leaf, err := firstCert(chain)
-	if err != nil {
-		return fmt.Errorf("the issued chain: %w", err)
-	}
+	leaf := m.Leaf
 	if err := writeFiles(*out, []file{
-		{fileKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
-		{fileCertChain, chain, 0o644},
+		{fileKey, m.KeyPEM, 0o600},
+		{fileCertChain, m.ChainPEM, 0o644},
 		{fileRootCert, rootsPEM, 0o644},
 	}); err != nil {
 		return err
@@ -130,38 +100,6 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "issued %s (mesh %s), valid until %s: %s, %s, %s in %s\n", id, *mesh,
 		leaf.NotAfter.UTC().Format(time.RFC3339), fileCertChain, fileKey, fileRootCert, *out)
 	return nil
-}
-
-// checkRootTrustDomain refuses a trust domain the mesh's root was not
-// generated for. Load does not compare them, and a certificate of another
-// trust domain than the hub's for the mesh would be refused by the hub
-// (it decides a proxy's mesh by its trust domain). A plugged-in CA's root
-// names no trust domain nave can read; the flag is trusted then.
-func checkRootTrustDomain(rootsPEM []byte, mesh, td string) error {
-	for rest := rootsPEM; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return nil
-		}
-		root, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return err
-		}
-		if m, rootTD, ok := ca.GeneratedRootMesh(root); ok && rootTD != td {
-			return fmt.Errorf("mesh %q's root was generated for trust domain %q (as mesh %q), not %q: pass --trust-domain %s, the trust domain the hub's ca.meshes gives the mesh",
-				mesh, rootTD, m, td, rootTD)
-		}
-	}
-}
-
-// firstCert returns the first certificate of a PEM chain.
-func firstCert(chainPEM []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(chainPEM)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("no certificate")
-	}
-	return x509.ParseCertificate(block.Bytes)
 }
 
 // file is one file to write.
