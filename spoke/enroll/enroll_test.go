@@ -294,3 +294,27 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func TestLoadTellsNotEnrolledFromBroken(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spoke")
+	if _, err := enroll.Load(dir); !errors.Is(err, enroll.ErrNotEnrolled) {
+		t.Errorf("Load of a missing dir: %v, want ErrNotEnrolled", err)
+	}
+	// An enrollment that stopped before the credentials were written.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "identity.json"), []byte(`{"mesh":"acme","cluster":"east"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enroll.Load(dir); !errors.Is(err, enroll.ErrNotEnrolled) {
+		t.Errorf("Load without credentials.pem: %v, want ErrNotEnrolled", err)
+	}
+	// Credentials that cannot be used are not "not enrolled".
+	if err := os.WriteFile(filepath.Join(dir, "credentials.pem"), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enroll.Load(dir); err == nil || errors.Is(err, enroll.ErrNotEnrolled) {
+		t.Errorf("Load of broken credentials: %v, want an error other than ErrNotEnrolled", err)
+	}
+}

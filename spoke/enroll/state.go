@@ -54,14 +54,22 @@ type identity struct {
 	TrustDomain string `json:"trustDomain"`
 }
 
-// Load reads credentials from a state dir that Enroll wrote.
+// ErrNotEnrolled is Load's error (wrapped) for a state dir without
+// credentials: a missing dir, or one an enrollment did not complete.
+var ErrNotEnrolled = errors.New("not enrolled")
+
+// Load reads credentials from a state dir that Enroll wrote. Without
+// credentials there, its error wraps ErrNotEnrolled; any other error is a
+// state dir that holds credentials it cannot use.
 func Load(dir string) (*Credentials, error) {
+	// The credentials are written last (see save): without them the
+	// state dir is not enrolled, whatever else it holds.
+	if _, err := os.Stat(filepath.Join(dir, credentialsFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("state dir %s: %w (no %s)", dir, ErrNotEnrolled, credentialsFile)
+	}
 	var id identity
 	b, err := os.ReadFile(filepath.Join(dir, identityFile))
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("state dir %s: not enrolled (no %s)", dir, identityFile)
-		}
 		return nil, err
 	}
 	if err := json.Unmarshal(b, &id); err != nil {
