@@ -3,12 +3,14 @@
 package spokeconfig
 
 import (
+	"net"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/shared/tlspin"
 )
 
 // Program is the spoke binary's name, as its usage text and the config reference show it.
@@ -92,9 +94,16 @@ type Hub struct {
 	BackoffInitial  time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub; later waits grow up to backoffMax"`
 	BackoffMax      time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub"`
 	MaxMessageBytes int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
+	Plaintext       bool          `key:"plaintext" default:"false" help:"INSECURE, for tests and development only: connect without TLS and claim mesh and cluster in gRPC metadata (the hub must run with --tls.plaintext); tokenFile, caHash, caFile, stateDir and serverName are then ignored"`
+	TokenFile       string        `key:"tokenFile" help:"file holding the one-time join token (navectl token create), e.g. a mounted Secret (surrounding white space is ignored); read only when stateDir holds no credentials"`
+	CAHash          string        `key:"caHash" help:"pin of the hub's serving CA, sha256:HEX as printed by navectl ca-hash; this or caFile is needed for the first enrollment"`
+	CAFile          string        `key:"caFile" help:"PEM file of the hub's serving CA; this or caHash is needed for the first enrollment"`
+	StateDir        string        `key:"stateDir" default:"nave-spoke-state" help:"directory where the spoke keeps its cluster certificate, key and the hub's CA (created 0700); it enrolls when this holds no credentials"`
+	ServerName      string        `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
 }
 
-// Validate checks the address, the backoff bounds and the message size limit.
+// Validate checks the address, the backoff bounds, the message size limit and the TLS
+// settings. It normalizes caHash to lowercase.
 func (h *Hub) Validate() error {
 	if err := settings.CheckHostPort("address", h.Address); err != nil {
 		return err
@@ -107,6 +116,31 @@ func (h *Hub) Validate() error {
 	}
 	if h.MaxMessageBytes < minMessageBytes {
 		return settings.Invalid("maxMessageBytes", "must be at least %d, got %d", minMessageBytes, h.MaxMessageBytes)
+	}
+	return h.validateTLS()
+}
+
+// validateTLS checks the form of the TLS settings. Whether they suffice (a token and a way to
+// trust the hub, needed only when stateDir holds no credentials) is known only at start-up.
+func (h *Hub) validateTLS() error {
+	if h.Plaintext {
+		return nil
+	}
+	if h.StateDir == "" {
+		return settings.Invalid("stateDir", "is required unless plaintext is set")
+	}
+	if h.CAHash != "" {
+		pin, err := tlspin.Parse(h.CAHash)
+		if err != nil {
+			return settings.Invalid("caHash", "%q is not a CA hash: want sha256:<64 hex digits>, as printed by navectl ca-hash", h.CAHash)
+		}
+		h.CAHash = pin
+		if h.CAFile != "" {
+			return settings.Invalid("caFile", "set caHash or caFile, not both")
+		}
+	}
+	if host, _, err := net.SplitHostPort(h.ServerName); err == nil {
+		return settings.Invalid("serverName", "%q is host:port; want the name alone (%q)", h.ServerName, host)
 	}
 	return nil
 }

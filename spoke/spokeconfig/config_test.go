@@ -26,6 +26,12 @@ func TestDefaultsValidate(t *testing.T) {
 		"hub.backoffInitial":           cfg.Hub.BackoffInitial == 250*time.Millisecond,
 		"hub.backoffMax":               cfg.Hub.BackoffMax == 15*time.Second,
 		"hub.maxMessageBytes":          cfg.Hub.MaxMessageBytes == 16<<20,
+		"hub.plaintext":                !cfg.Hub.Plaintext,
+		"hub.tokenFile":                cfg.Hub.TokenFile == "",
+		"hub.caHash":                   cfg.Hub.CAHash == "",
+		"hub.caFile":                   cfg.Hub.CAFile == "",
+		"hub.stateDir":                 cfg.Hub.StateDir == "nave-spoke-state",
+		"hub.serverName":               cfg.Hub.ServerName == "",
 		"files.debounce":               cfg.Files.Debounce == 100*time.Millisecond,
 		"files.maxFileBytes":           cfg.Files.MaxFileBytes == 4<<20,
 		"kubernetes.kubeconfig":        cfg.Kube.Kubeconfig == "",
@@ -65,6 +71,12 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--hub.backoff-initial=0s"}, "hub.backoffInitial", "must be greater than 0"},
 		{[]string{"--hub.backoff-max=100ms"}, "hub.backoffMax", "must be at least backoffInitial"},
 		{[]string{"--hub.max-message-bytes=10"}, "hub.maxMessageBytes", "must be at least 1024"},
+		{[]string{"--hub.ca-hash=sha256:abc"}, "hub.caHash", "want sha256:<64 hex digits>, as printed by navectl ca-hash"},
+		{[]string{"--hub.ca-hash=" + strings.Repeat("a", 64)}, "hub.caHash", "is not a CA hash"},
+		{[]string{"--hub.ca-hash=" + pin, "--hub.ca-file=ca.pem"}, "hub.caFile", "set caHash or caFile, not both"},
+		{[]string{"--hub.state-dir="}, "hub.stateDir", "is required unless plaintext is set"},
+		{[]string{"--hub.server-name=hub.example:15012"}, "hub.serverName", `want the name alone ("hub.example")`},
+		{[]string{"--hub.plaintext=maybe"}, "hub.plaintext", "not a boolean"},
 		{[]string{"--files.debounce=-1s"}, "files.debounce", "must be greater than 0"},
 		{[]string{"--files.max-file-bytes=1000"}, "files.maxFileBytes", "must be at least 1024"},
 	}
@@ -77,6 +89,36 @@ func TestBadValuesAreRefused(t *testing.T) {
 				t.Fatalf("got %v, want %s: %s", err, tc.key, tc.reason)
 			}
 		})
+	}
+}
+
+// pin is a well-formed CA hash.
+var pin = "sha256:" + strings.Repeat("0f", 32)
+
+func TestHubTLSSettings(t *testing.T) {
+	var cfg Config
+	args := []string{"--hub.ca-hash=" + strings.ToUpper(pin), "--hub.token-file=/var/run/nave/token",
+		"--hub.state-dir=/var/lib/nave-spoke", "--hub.server-name=hub.example"}
+	if err := settings.Load(Program, &cfg, args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Hub.CAHash != pin {
+		t.Errorf("caHash = %q, want it in lowercase: %q", cfg.Hub.CAHash, pin)
+	}
+	if cfg.Hub.TokenFile != "/var/run/nave/token" || cfg.Hub.StateDir != "/var/lib/nave-spoke" || cfg.Hub.ServerName != "hub.example" {
+		t.Errorf("hub = %+v", cfg.Hub)
+	}
+	// An IPv6 literal is a name, not host:port.
+	if err := settings.Load(Program, &cfg, []string{"--hub.server-name=::1"}, &bytes.Buffer{}); err != nil {
+		t.Errorf("serverName ::1: %v", err)
+	}
+	// Plaintext needs none of the TLS settings.
+	if err := settings.Load(Program, &cfg, []string{"--hub.plaintext", "--hub.state-dir="}, &bytes.Buffer{}); err != nil || !cfg.Hub.Plaintext {
+		t.Errorf("plaintext without a state dir: %v (plaintext %v)", err, cfg.Hub.Plaintext)
+	}
+	// So does a file of the hub's CA.
+	if err := settings.Load(Program, &cfg, []string{"--hub.ca-file=/etc/nave/hub-ca.pem"}, &bytes.Buffer{}); err != nil {
+		t.Errorf("caFile: %v", err)
 	}
 }
 
