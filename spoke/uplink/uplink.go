@@ -7,6 +7,7 @@ package uplink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -31,8 +33,16 @@ import (
 
 // Options configure an Uplink.
 type Options struct {
-	Address         string
-	Mesh, Cluster   string
+	Address string
+	// Mesh and Cluster are sent in the stream's metadata: the identity
+	// of a plaintext spoke; a hub that authenticates the spoke's
+	// certificate ignores them.
+	Mesh, Cluster string
+	// TLS secures the connection to the hub; every (re)connection
+	// handshakes with it, so a GetClientCertificate callback (the
+	// enrollment Renewer's) presents its newest certificate. nil
+	// connects without TLS (insecure: tests and development).
+	TLS             *tls.Config
 	BackoffInitial  time.Duration
 	BackoffMax      time.Duration
 	MaxMessageBytes int
@@ -118,8 +128,12 @@ func (u *Uplink) Run(ctx context.Context) error {
 		return nil
 	case <-u.first:
 	}
+	creds := insecure.NewCredentials()
+	if u.opts.TLS != nil {
+		creds = credentials.NewTLS(u.opts.TLS)
+	}
 	conn, err := grpc.NewClient(u.opts.Address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
 	)
@@ -393,6 +407,7 @@ type Status struct {
 	Address  string        `json:"address"`
 	Mesh     string        `json:"mesh"`
 	Cluster  string        `json:"cluster"`
+	TLS      bool          `json:"tls"`
 	State    string        `json:"state"`
 	Since    time.Time     `json:"since"`
 	LastErr  string        `json:"lastError,omitempty"`
@@ -414,7 +429,7 @@ type NackedEntry struct {
 func (u *Uplink) Status() Status {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, State: u.state, Since: u.since,
+	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, TLS: u.opts.TLS != nil, State: u.state, Since: u.since,
 		LastErr: u.lastErr, Sessions: u.sessions, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{}}
 	for k, n := range u.nacked {
 		kind := k.typeURL
