@@ -1,9 +1,12 @@
 // Command nave-spoke is the per-cluster control plane: it watches its
-// cluster's config and pushes it to the hub over a stream it dials.
+// cluster's config and pushes it to the hub over a stream it dials, proving
+// which (mesh, cluster) it is with a certificate it gets by enrolling (see
+// docs/enrollment.md).
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,6 +26,10 @@ func main() {
 	program.Main(spokeconfig.Program, func(c *spokeconfig.Config) logging.Config { return c.Log }, serve)
 }
 
+// serve runs the spoke until ctx ends. The admin server starts first, so
+// that metrics and debug views are served while the spoke waits for the
+// hub to enroll it; the uplink and the source start once it has its
+// identity (readiness fails until then).
 func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
@@ -36,12 +43,6 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		lis.Close()
 		return err
 	}
-	up := uplink.New(uplink.Options{
-		Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster,
-		BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
-		Logger: log.With("component", "uplink"), Registerer: reg,
-	})
-
 	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
 		type view struct {
 			Kind      string `json:"kind"`
@@ -56,16 +57,40 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		}
 		return out, nil
 	})
-	adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
-		return up.Status(), nil
-	})
+	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
+	adm.AddReadyCheck("identity", id.ready)
+	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial and expiry, "+
+		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Serve(gctx, lis) })
-	g.Go(func() error { return src.Run(gctx, func(objs []*meshconfig.Object) { up.Update(objs) }) })
-	g.Go(func() error { return up.Run(gctx) })
-	log.Info("spoke running", "source", cfg.Source, "mesh", cfg.Mesh, "cluster", cfg.Cluster, "hub", cfg.Hub.Address, "admin", cfg.Admin.Listen)
+	g.Go(func() error {
+		renewer, err := id.establish(gctx)
+		if err != nil {
+			if gctx.Err() != nil {
+				return nil // stopped while enrolling
+			}
+			return err
+		}
+		var hubTLS *tls.Config // plaintext
+		if renewer != nil {
+			hubTLS = renewer.ClientTLS()
+			g.Go(func() error { return renewer.Run(gctx) })
+		}
+		up := uplink.New(uplink.Options{
+			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, TLS: hubTLS,
+			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
+			Logger: log.With("component", "uplink"), Registerer: reg,
+		})
+		adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
+			return up.Status(), nil
+		})
+		g.Go(func() error { return src.Run(gctx, func(objs []*meshconfig.Object) { up.Update(objs) }) })
+		log.Info("spoke running", "source", cfg.Source, "mesh", cfg.Mesh, "cluster", cfg.Cluster, "hub", cfg.Hub.Address,
+			"tls", hubTLS != nil, "admin", cfg.Admin.Listen)
+		return up.Run(gctx)
+	})
 	return g.Wait()
 }
