@@ -130,7 +130,7 @@ func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) 
 		}
 		id.setErr(err)
 		wait := b.NextBackOff()
-		id.log.Warn("hub unreachable; retrying enrollment", "hub", id.hub.Address, "in", wait.Round(time.Millisecond), "err", err)
+		id.log.Warn("hub unreachable or not trusted (TLS handshake); retrying enrollment", "hub", id.hub.Address, "in", wait.Round(time.Millisecond), "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -391,3 +391,29 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestSpokeKeepsItsTokenFromAHubThatDoesNotMatchThePin: a failed handshake
+// is retried like an unreachable hub (it says why), and the token is not
+// spent.
+func TestSpokeKeepsItsTokenFromAHubThatDoesNotMatchThePin(t *testing.T) {
+	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
+	token, tok := tokenFile(t, h, enrolltest.MeshA, "east")
+	args := append(tlsArgs(h, "east", filepath.Join(t.TempDir(), "state")), "--hub.token-file="+token,
+		"--hub.ca-hash="+enroll.CAHash(enrolltest.NewAuthority("another").Cert))
+	s := startSpoke(t, args...)
+	eventually(t, func() error {
+		if v := s.identity(t); !strings.Contains(v.LastError, "CA hash") {
+			return fmt.Errorf("/debug/identity = %+v, want the pin mismatch", v)
+		}
+		return nil
+	})
+	if err := s.shutdown(t); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := enroll.Enroll(ctx, enroll.Options{Address: h.Addr, ServerName: enrolltest.ServerName,
+		HubCA: h.Serving.PEM(), StateDir: t.TempDir()}, tok); err != nil {
+		t.Errorf("the token after the spoke tried it at a hub it does not trust: %v", err)
+	}
+}
