@@ -94,13 +94,15 @@ func (s *spoke) shutdown(t *testing.T) error {
 	return s.exit(t)
 }
 
-// get fetches an admin path and returns its status and body.
+// get fetches an admin path and returns its status and body; it waits
+// for the admin server to listen (serve runs in a goroutine).
 func (s *spoke) get(t *testing.T, path string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get("http://" + s.admin + path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var resp *http.Response
+	eventually(t, func() (err error) {
+		resp, err = http.Get("http://" + s.admin + path)
+		return err
+	})
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
