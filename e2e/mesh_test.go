@@ -68,7 +68,7 @@ type spoke struct {
 func newSpoke(t *testing.T, h *hub, cluster, dir string) *spoke {
 	s := &spoke{admin: harness.FreePort(t), dir: dir}
 	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes),
+		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
 		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
 		"--log.level", "debug")
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
