@@ -448,6 +448,10 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 		unchanged(t, "the proxies")
 	})
 
+	t.Run("metrics are documented", func(t *testing.T) {
+		assertMetricsDocumented(t, h.url("/metrics"), s1.url("/metrics"))
+	})
+
 	t.Run("revocation", func(t *testing.T) {
 		mustNavectl(t, "cluster", "revoke", "--state-dir", h.state, "--mesh", "default", "--cluster", "c1")
 		start := time.Now()
