@@ -20,8 +20,8 @@ const (
 	// apiServerAudience is kubetest's service-account issuer, the API
 	// server's default audience.
 	apiServerAudience = "https://kubernetes.default.svc"
-	certsMetric    = "nave_spoke_ra_certificates_total"
-	refusalsMetric = "nave_spoke_ra_refusals_total"
+	certsMetric       = "nave_spoke_ra_certificates_total"
+	refusalsMetric    = "nave_spoke_ra_refusals_total"
 )
 
 // The RA against a real API server (as the nave-spoke service account,
