@@ -273,18 +273,26 @@ func (b *logBuffer) String() string {
 
 // raFixture is an RA served over TLS on 127.0.0.1.
 type raFixture struct {
-	srv  *ra.Server
-	addr string
-	reg  *prometheus.Registry
-	logs *logBuffer
-	m    *mesh
+	srv   *ra.Server
+	addr  string
+	reg   *prometheus.Registry
+	logs  *logBuffer
+	roots *x509.CertPool // the mesh's, which the RA's certificate verifies against
 }
 
 // startRA serves an RA reviewing tokens with reviewer and forwarding to
 // hubConn, with the mesh's cluster certificate.
 func startRA(t *testing.T, m *mesh, reviewer ra.TokenReviewer, hubConn *grpc.ClientConn, opts ra.Options) *raFixture {
 	t.Helper()
-	f := &raFixture{reg: prometheus.NewRegistry(), logs: &logBuffer{}, m: m}
+	return serveRA(t, m.ca.Pool(), func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &m.spoke, nil }, reviewer, hubConn, opts)
+}
+
+// serveRA serves an RA presenting the certificate getCert returns, which
+// verifies against roots.
+func serveRA(t *testing.T, roots *x509.CertPool, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error),
+	reviewer ra.TokenReviewer, hubConn *grpc.ClientConn, opts ra.Options) *raFixture {
+	t.Helper()
+	f := &raFixture{reg: prometheus.NewRegistry(), logs: &logBuffer{}, roots: roots}
 	opts.Reviewer = reviewer
 	opts.Hub = pb.NewIstioCertificateServiceClient(hubConn)
 	if opts.TrustDomain == "" {
@@ -305,7 +313,7 @@ func startRA(t *testing.T, m *mesh, reviewer ra.TokenReviewer, hubConn *grpc.Cli
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- srv.Serve(ctx, lis, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &m.spoke, nil })
+		done <- srv.Serve(ctx, lis, getCert)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -322,7 +330,7 @@ func startRA(t *testing.T, m *mesh, reviewer ra.TokenReviewer, hubConn *grpc.Cli
 // workloadTLS is how a workload trusts its RA: the chain verifies against
 // the mesh's root and the leaf's only URI SAN is the cluster's SPIFFE ID
 // (the cluster certificate has no DNS name to check).
-func workloadTLS(m *mesh) *tls.Config {
+func workloadTLS(roots *x509.CertPool) *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: true, // verified below, as a SPIFFE ID
@@ -335,7 +343,7 @@ func workloadTLS(m *mesh) *tls.Config {
 				inter.AddCert(c)
 			}
 			leaf := cs.PeerCertificates[0]
-			if _, err := leaf.Verify(x509.VerifyOptions{Roots: m.ca.Pool(), Intermediates: inter,
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
 				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 				return err
 			}
@@ -351,7 +359,7 @@ func workloadTLS(m *mesh) *tls.Config {
 // ("" for none).
 func (f *raFixture) call(t *testing.T, auth, csr string, validity int64) (*pb.IstioCertificateResponse, error) {
 	t.Helper()
-	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(credentials.NewTLS(workloadTLS(f.m))))
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(credentials.NewTLS(workloadTLS(f.roots))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,6 +143,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCert func(*tls.
 	go func() { errc <- gs.Serve(lis) }()
 	select {
 	case err := <-errc:
+		gs.Stop()
 		return fmt.Errorf("ra: serve: %w", err)
 	case <-ctx.Done():
 	}

@@ -179,7 +179,7 @@ func TestRA(t *testing.T) {
 	// An RA configured for the API server's own audience: tokens for it
 	// work, and a user's token authenticates, as someone who is not a
 	// workload.
-	t.Run("the API server's audience", func(t *testing.T) {
+	t.Run("an RA for the API server's audience", func(t *testing.T) {
 		f2 := startRA(t, m, ra.KubeReviewer(k.spoke), dialHub(t, hub.addr, m), ra.Options{Audiences: []string{apiServerAudience}})
 		const admin = "spiffe://acme.example/ns/shop/sa/admin"
 		if _, err := f2.call(t, "Bearer "+apiDefault, csrFor(t, newKey(), x509.CertificateRequest{}, admin), 0); err != nil {
@@ -195,6 +195,8 @@ func TestRA(t *testing.T) {
 		_, err = f2.call(t, bearer, csrFor(t, newKey(), x509.CertificateRequest{}, id), 0)
 		wantStatus(t, err, codes.Unauthenticated, "did not authenticate")
 	})
+
+	t.Run("the hub's real CA", func(t *testing.T) { testRealHub(t, k) })
 
 	t.Run("status and audit log", func(t *testing.T) {
 		st := f.srv.Status()
