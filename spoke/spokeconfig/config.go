@@ -42,6 +42,26 @@ type Config struct {
 	Hub     Hub            `key:"hub" help:"the connection to the hub"`
 	Files   Files          `key:"files" help:"the fs:// source"`
 	Kube    Kubernetes     `key:"kubernetes" help:"the kubernetes source"`
+	RA      RA             `key:"ra" help:"the registration authority: workloads of this cluster obtain their certificates here with their service-account token (kubernetes source, TLS to the hub)"`
+}
+
+// RA configures the registration authority.
+type RA struct {
+	Listen    string   `key:"listen" default:"127.0.0.1:15023" help:"host:port the registration authority (Istio's CA API, TLS with the spoke's cluster certificate) listens on; empty: none. Runs only with the kubernetes source and TLS to the hub"`
+	Audiences []string `key:"audiences" default:"istio-ca" help:"a workload's service-account token must be valid for one of these audiences (checked with a TokenReview)"`
+}
+
+// Validate checks the listen address and the audiences.
+func (r *RA) Validate() error {
+	if r.Listen != "" {
+		if err := settings.CheckHostPort("listen", r.Listen); err != nil {
+			return err
+		}
+	}
+	if len(r.Audiences) == 0 {
+		return settings.Invalid("audiences", "must name at least one audience")
+	}
+	return nil
 }
 
 // IsKubernetes reports whether the source is the Kubernetes API server.

@@ -39,6 +39,8 @@ func TestDefaultsValidate(t *testing.T) {
 		"kubernetes.domainSuffix":      cfg.Kube.DomainSuffix == "cluster.local",
 		"kubernetes.debounce":          cfg.Kube.Debounce == 100*time.Millisecond,
 		"kubernetes.crdPoll":           cfg.Kube.CRDPoll == 30*time.Second,
+		"ra.listen":                    cfg.RA.Listen == "127.0.0.1:15023",
+		"ra.audiences":                 strings.Join(cfg.RA.Audiences, ",") == "istio-ca",
 	}
 	for key, ok := range checks {
 		if !ok {
@@ -76,6 +78,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--hub.ca-hash=" + pin, "--hub.ca-file=ca.pem"}, "hub.caFile", "set caHash or caFile, not both"},
 		{[]string{"--hub.state-dir="}, "hub.stateDir", "is required unless plaintext is set"},
 		{[]string{"--hub.server-name=hub.example:15012"}, "hub.serverName", `want the name alone ("hub.example")`},
+		{[]string{"--ra.listen=15023"}, "ra.listen", "must be host:port"},
+		{[]string{"--ra.audiences="}, "ra.audiences", "must name at least one audience"},
 		{[]string{"--hub.plaintext=maybe"}, "hub.plaintext", "not a boolean"},
 		{[]string{"--files.debounce=-1s"}, "files.debounce", "must be greater than 0"},
 		{[]string{"--files.max-file-bytes=1000"}, "files.maxFileBytes", "must be at least 1024"},

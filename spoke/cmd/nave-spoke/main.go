@@ -38,9 +38,19 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
 
+	var raLis net.Listener
+	if raEnabled(cfg) {
+		if raLis, err = net.Listen("tcp", cfg.RA.Listen); err != nil {
+			lis.Close()
+			return fmt.Errorf("ra.listen: %w", err)
+		}
+	}
 	src, err := newSource(cfg, log, reg, adm)
 	if err != nil {
 		lis.Close()
+		if raLis != nil {
+			raLis.Close()
+		}
 		return err
 	}
 	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
@@ -78,6 +88,11 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		if renewer != nil {
 			hubTLS = renewer.ClientTLS()
 			g.Go(func() error { return renewer.Run(gctx) })
+			if raLis != nil {
+				g.Go(func() error { return runRA(gctx, cfg, renewer, raLis, adm, log.With("component", "ra"), reg) })
+			}
+		} else if raLis != nil {
+			raLis.Close()
 		}
 		up := uplink.New(uplink.Options{
 			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, TLS: hubTLS,
