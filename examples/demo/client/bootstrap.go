@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/navemesh/nave/shared/gen"
 )
 
 // The variables grpc's xDS client reads its bootstrap from. grpc-go reads both once,
@@ -27,6 +29,23 @@ type envVar struct{ name, value string }
 type bootstrapDoc struct {
 	XDSServers []xdsServer `json:"xds_servers"`
 	Node       node        `json:"node"`
+	// CertificateProviders name the workload certificate (instance
+	// "default") for mTLS to other workloads when the hub's config asks for
+	// it (DestinationRule ISTIO_MUTUAL); grpc reads the files itself.
+	CertificateProviders map[string]certProvider `json:"certificate_providers,omitempty"`
+}
+
+// certProvider is grpc-go's file_watcher certificate provider.
+type certProvider struct {
+	PluginName string          `json:"plugin_name"`
+	Config     fileWatcherConf `json:"config"`
+}
+
+type fileWatcherConf struct {
+	CertificateFile   string `json:"certificate_file"`
+	PrivateKeyFile    string `json:"private_key_file"`
+	CACertificateFile string `json:"ca_certificate_file"`
+	RefreshInterval   string `json:"refresh_interval"`
 }
 
 type xdsServer struct {
@@ -63,6 +82,13 @@ func makeBootstrap(hub, nodeID, mesh, namespace string, tls *tlsFiles) ([]byte, 
 			ServerFeatures: []string{"xds_v3"},
 		}},
 		Node: node{ID: nodeID, Metadata: map[string]string{"MESH": mesh, "NAMESPACE": namespace}},
+	}
+	if tls != nil {
+		// The same workload certificate, verified against the mesh's
+		// roots (root-cert.pem beside it), for the data plane.
+		doc.CertificateProviders = map[string]certProvider{gen.GRPCCertificateProvider: {PluginName: "file_watcher", Config: fileWatcherConf{
+			CertificateFile: tls.CertificateFile, PrivateKeyFile: tls.PrivateKeyFile,
+			CACertificateFile: filepath.Join(filepath.Dir(tls.CertificateFile), meshRootsFile), RefreshInterval: "60s"}}}
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {

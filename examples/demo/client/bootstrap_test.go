@@ -50,7 +50,9 @@ func TestMakeBootstrapTLS(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{
 		"xds_servers": [{"server_uri": "127.0.0.1:15010", "server_features": ["xds_v3"], "channel_creds": [{"type": "tls", "config": {
 			"ca_certificate_file": "/hub/ca.pem", "certificate_file": "/c/cert-chain.pem", "private_key_file": "/c/key.pem"}}]}],
-		"node": {"id": "demo-client.demo", "metadata": {"MESH": "default", "NAMESPACE": "demo"}}
+		"node": {"id": "demo-client.demo", "metadata": {"MESH": "default", "NAMESPACE": "demo"}},
+		"certificate_providers": {"default": {"plugin_name": "file_watcher", "config": {
+			"certificate_file": "/c/cert-chain.pem", "private_key_file": "/c/key.pem", "ca_certificate_file": "/c/root-cert.pem", "refresh_interval": "60s"}}}
 	}`), &want); err != nil {
 		t.Fatal(err)
 	}

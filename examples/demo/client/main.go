@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
 	_ "google.golang.org/grpc/xds" // registers the xds:/// resolver and the xDS balancers
 )
 
@@ -58,7 +59,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	conn, err := grpc.NewClient(opts.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// With a workload certificate the client speaks mTLS to workloads
+	// whose DestinationRule says ISTIO_MUTUAL (the hub's config decides);
+	// to the rest, and without one, plain text.
+	creds := insecure.NewCredentials()
+	if opts.xdsCertDir != "" {
+		if creds, err = xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()}); err != nil {
+			fmt.Fprintf(stderr, "nave-demo-client: %v\n", err)
+			return 2
+		}
+	}
+	conn, err := grpc.NewClient(opts.target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		fmt.Fprintf(stderr, "nave-demo-client: dial %s: %v\n", opts.target, err)
 		return 2

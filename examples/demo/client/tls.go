@@ -15,6 +15,7 @@ import (
 const (
 	certChainFile = "cert-chain.pem"
 	keyFile       = "key.pem"
+	meshRootsFile = "root-cert.pem"
 )
 
 // tlsFiles is the config of the "tls" channel credentials of grpc's xDS bootstrap (gRFC
