@@ -23,6 +23,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ads"
 	"github.com/navemesh/nave/hub/pushctx"
+	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
@@ -121,19 +122,7 @@ type fixture struct {
 // gauges; for histograms the sample count; all label values).
 func (f *fixture) metric(t testing.TB, name string) float64 {
 	t.Helper()
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return metrictest.Value(t, f.reg, name)
 }
 
 // newFixture serves the push contexts built from src; with a nil src the

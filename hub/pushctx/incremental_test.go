@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/navemesh/nave/hub/pushctx"
+	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -255,21 +256,5 @@ spec: {address: 127.0.0.2, ports: {grpc: 17072}, labels: {app: echo, version: v2
 // generations reads nave_hub_proxy_generations_total{mode}.
 func generations(t *testing.T, reg *prometheus.Registry, mode string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "nave_hub_proxy_generations_total" {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			for _, l := range mt.GetLabel() {
-				if l.GetName() == "mode" && l.GetValue() == mode {
-					return mt.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return metrictest.Value(t, reg, "nave_hub_proxy_generations_total", "mode", mode)
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/spoke/ra"
 )
 
@@ -375,28 +376,10 @@ func (f *raFixture) call(t *testing.T, auth, csr string, validity int64) (*pb.Is
 // counter is the value of name{reason} ("" for no label) in reg.
 func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	if reason == "" {
+		return metrictest.Value(t, reg, name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := reason == ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					match = true
-				}
-			}
-			if match {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("metric %s{reason=%q} not exported", name, reason)
-	return 0
+	return metrictest.Value(t, reg, name, "reason", reason)
 }
 
 func newKey() *ecdsa.PrivateKey {

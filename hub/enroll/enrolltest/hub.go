@@ -16,6 +16,7 @@ import (
 
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/metrictest"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
 
@@ -167,27 +168,10 @@ func (h *Hub) Logs() string { return h.logs.String() }
 // counter without labels); 0 if it has not been counted.
 func (h *Hub) Counter(t testing.TB, name, reason string) float64 {
 	t.Helper()
-	mfs, err := h.Metrics.Gather()
-	if err != nil {
-		t.Fatal(err)
+	if reason == "" {
+		return metrictest.Value(t, h.Metrics, name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := reason == ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					match = true
-				}
-			}
-			if match {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return metrictest.Value(t, h.Metrics, name, "reason", reason)
 }
 
 type lockedBuffer struct {

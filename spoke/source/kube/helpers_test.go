@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -160,35 +161,7 @@ func (r *running) kindStatus(t *testing.T, kind string) KindStatus {
 // metric returns the value of a gauge or counter, with the given labels.
 func (r *running) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	families, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return 0
+	return metrictest.Value(t, r.reg, name, labels...)
 }
 
 // find returns the object of a kind by namespace/name, or nil.
