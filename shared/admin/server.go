@@ -102,6 +102,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
 	s.logger.Info("admin server listening", "address", lis.Addr().String())
+	if a, ok := lis.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		s.logger.Warn("the admin server listens beyond loopback: it serves plain HTTP, and its debug views show every mesh; expose it to the operator only",
+			"address", lis.Addr().String())
+	}
 
 	select {
 	case err := <-done:
