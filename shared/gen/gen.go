@@ -14,7 +14,6 @@ import (
 	"strconv"
 
 	"google.golang.org/protobuf/proto"
-	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/mesh"
 )
@@ -81,9 +80,8 @@ func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
 	g := &grpcGen{snap: s, out: &Output{Resources: map[string][]Resource{}}}
 	for host := range hosts {
 		if svc := s.Services[host]; svc != nil {
-			g.eachCluster(svc, func(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, _ *networking.TrafficPolicy) {
-				name := ClusterName(svc.Hostname, p.Number, subset)
-				g.add(EndpointType, name, loadAssignment(name, svc, p, labels))
+			g.eachCluster(svc, func(oc *outboundCluster) {
+				g.add(EndpointType, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
 			})
 		}
 	}
