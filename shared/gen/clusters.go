@@ -18,15 +18,21 @@ func (g *grpcGen) clusters(svc *mesh.Service) {
 // eachCluster calls fn for every port of svc, and every subset of its
 // DestinationRule, with the traffic policy that applies merged as for
 // Envoy (TrafficPolicyFor: the subset's settings over the rule's, a
-// port-level setting over its policy's own).
+// port-level setting over its policy's own); not for clusters whose TLS
+// proxyless clients cannot have (grpcTLSSupported).
 func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *outboundCluster)) {
 	dr := g.snap.DestinationRule(svc.Hostname, "")
 	spec := dr.DestinationRule()
+	each := func(oc *outboundCluster) {
+		if g.grpcTLSSupported(oc) {
+			fn(oc)
+		}
+	}
 	for _, p := range svc.Ports {
-		fn(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
+		each(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
 			policy: TrafficPolicyFor(spec, p.Number, "")})
 		for _, ss := range spec.GetSubsets() {
-			fn(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
+			each(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
 				labels: ss.GetLabels(), dr: dr, policy: TrafficPolicyFor(spec, p.Number, ss.GetName())})
 		}
 	}
@@ -38,6 +44,7 @@ func (g *grpcGen) cluster(oc *outboundCluster) {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: oc.name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		TransportSocket:      g.grpcTransportSocket(oc.policy.GetTls()),
 	}
 	if oc.policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
