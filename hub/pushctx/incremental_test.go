@@ -63,6 +63,11 @@ spec: {address: %s, ports: {http: %d}, labels: {app: %s, version: %s}, locality:
 func TestIncrementalGenerationMatchesFromScratch(t *testing.T) {
 	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
 	apps := []struct{ name, ns string }{{"reviews", "shop"}, {"ratings", "shop"}, {"web", "front"}}
+	// Upstream TLS per app (proxyless: ISTIO_MUTUAL clusters carry TLS,
+	// SIMPLE ones are left out with their endpoints): reviews mesh mTLS,
+	// ratings SIMPLE for subset v2 only, web none.
+	tls := map[string]string{"reviews": ", tls: {mode: ISTIO_MUTUAL}"}
+	subsetTLS := map[string]string{"ratings": ", trafficPolicy: {tls: {mode: SIMPLE}}"}
 	for _, a := range apps {
 		w.put("se-"+a.name, fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -78,9 +83,9 @@ kind: DestinationRule
 metadata: {name: %[1]s, namespace: %[2]s}
 spec:
   host: %[1]s.%[2]s.svc.cluster.local
-  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
-  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: region-1/zone-a/*, to: {"region-1/zone-a/*": 80, "region-1/zone-b/*": 20}}]}}}
-`, a.name, a.ns))
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}%[4]s}]
+  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: region-1/zone-a/*, to: {"region-1/zone-a/*": 80, "region-1/zone-b/*": 20}}]}}%[3]s}
+`, a.name, a.ns, tls[a.name], subsetTLS[a.name]))
 	}
 	w.put("se-dns", `apiVersion: networking.istio.io/v1
 kind: ServiceEntry

@@ -16,48 +16,41 @@ func (g *grpcGen) clusters(svc *mesh.Service) {
 }
 
 // eachCluster calls fn for every port of svc, and every subset of its
-// DestinationRule, with the traffic policy that applies.
-func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, policy *networking.TrafficPolicy)) {
+// DestinationRule, with the traffic policy that applies merged as for
+// Envoy (TrafficPolicyFor: the subset's settings over the rule's, a
+// port-level setting over its policy's own); not for clusters whose TLS
+// proxyless clients cannot have (grpcTLSSupported).
+func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *outboundCluster)) {
 	dr := g.snap.DestinationRule(svc.Hostname, "")
+	spec := dr.DestinationRule()
+	each := func(oc *outboundCluster) {
+		if g.grpcTLSSupported(oc) {
+			fn(oc)
+		}
+	}
 	for _, p := range svc.Ports {
-		policy := dr.DestinationRule().GetTrafficPolicy()
-		fn(svc, p, "", nil, policy)
-		for _, ss := range dr.DestinationRule().GetSubsets() {
-			sp := policy
-			if ss.GetTrafficPolicy() != nil {
-				sp = ss.GetTrafficPolicy()
-			}
-			fn(svc, p, ss.GetName(), ss.GetLabels(), sp)
+		each(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
+			policy: TrafficPolicyFor(spec, p.Number, "")})
+		for _, ss := range spec.GetSubsets() {
+			each(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
+				labels: ss.GetLabels(), dr: dr, policy: TrafficPolicyFor(spec, p.Number, ss.GetName())})
 		}
 	}
 }
 
-func (g *grpcGen) cluster(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, policy *networking.TrafficPolicy) {
-	name := ClusterName(svc.Hostname, p.Number, subset)
+func (g *grpcGen) cluster(oc *outboundCluster) {
 	c := &clusterv3.Cluster{
-		Name:                 name,
+		Name:                 oc.name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: oc.name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		TransportSocket:      g.grpcTransportSocket(oc.policy.GetTls()),
 	}
-	if portPolicy := portTrafficPolicy(policy, p.Number); portPolicy != nil {
-		policy = portPolicy
-	}
-	if policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
+	if oc.policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	}
-	g.add(ClusterType, name, c)
-	g.add(EndpointType, name, loadAssignment(name, svc, p, labels))
-}
-
-// portTrafficPolicy returns the port-level settings for port, as a policy.
-func portTrafficPolicy(policy *networking.TrafficPolicy, port uint32) *networking.TrafficPolicy {
-	for _, pl := range policy.GetPortLevelSettings() {
-		if pl.GetPort().GetNumber() == port {
-			return &networking.TrafficPolicy{LoadBalancer: pl.GetLoadBalancer()}
-		}
-	}
-	return nil
+	g.add(ClusterType, oc.name, c)
+	g.add(EndpointType, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
 }
 
 // loadAssignment groups the endpoints of svc that match labels by

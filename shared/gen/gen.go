@@ -6,15 +6,16 @@
 // GRPC generates for proxyless gRPC clients (grpc-go's xDS resolver):
 // one api_listener per service host:port, a route configuration per
 // listener built from the host's VirtualService, a cluster per service port
-// and DestinationRule subset, and an EDS assignment per cluster.
+// and DestinationRule subset (with mesh mTLS for ISTIO_MUTUAL; see
+// grpcTLSSupported), and an EDS assignment per cluster.
 package gen
 
 import (
 	"sort"
 	"strconv"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
-	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/mesh"
 )
@@ -81,9 +82,8 @@ func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
 	g := &grpcGen{snap: s, out: &Output{Resources: map[string][]Resource{}}}
 	for host := range hosts {
 		if svc := s.Services[host]; svc != nil {
-			g.eachCluster(svc, func(svc *mesh.Service, p mesh.Port, subset string, labels map[string]string, _ *networking.TrafficPolicy) {
-				name := ClusterName(svc.Hostname, p.Number, subset)
-				g.add(EndpointType, name, loadAssignment(name, svc, p, labels))
+			g.eachCluster(svc, func(oc *outboundCluster) {
+				g.add(EndpointType, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
 			})
 		}
 	}
@@ -98,6 +98,9 @@ type grpcGen struct {
 	// reported dedupes problems found once per listener.
 	reported map[mesh.Problem]bool
 	routes   *routeTranslator
+	// meshTLS is the ISTIO_MUTUAL transport socket of clusters without
+	// their own sni or subjectAltNames (built on first use).
+	meshTLS *corev3.TransportSocket
 }
 
 func (g *grpcGen) add(typeURL, name string, m proto.Message) {

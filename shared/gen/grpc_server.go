@@ -116,12 +116,7 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 // from the certificate provider (certificate names as the SDS secrets).
 func grpcServerTLS() *tlsv3.DownstreamTlsContext {
 	return &tlsv3.DownstreamTlsContext{
-		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: WorkloadCertSecret},
-			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: RootCASecret},
-			}},
-		},
+		CommonTlsContext:         grpcCommonTLS(nil),
 		RequireClientCertificate: wrapperspb.Bool(true),
 	}
 }

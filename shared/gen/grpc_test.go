@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -226,5 +227,28 @@ func TestGRPCEndpointsMatchFullGeneration(t *testing.T) {
 	}
 	if got := GRPCEndpoints(snap, map[string]bool{"absent.example": true}); len(got) != 0 {
 		t.Errorf("an unknown host generated %d assignments", len(got))
+	}
+}
+
+// TestGRPCClusterPolicyMerge: proxyless clusters merge traffic policies as
+// the Envoy generator does (TrafficPolicyFor): a subset's policy without a
+// load balancer keeps the rule's, and a port-level setting overrides only
+// what it sets.
+func TestGRPCClusterPolicyMerge(t *testing.T) {
+	y := strings.Replace(config, `  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}`, `  trafficPolicy:
+    loadBalancer: {simple: LEAST_REQUEST}
+    portLevelSettings: [{port: {number: 7070}, connectionPool: {tcp: {maxConnections: 5}}}]
+  subsets:
+  - {name: v1, labels: {version: v1}, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}
+  - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: ROUND_ROBIN}}]}}`, 1)
+	out := GRPC(snapshot(t, map[string]string{"c1": y}))
+	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_LEAST_REQUEST, "v1": clusterv3.Cluster_LEAST_REQUEST, "v2": clusterv3.Cluster_ROUND_ROBIN} {
+		c, _ := byName(out, ClusterType, ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
+		if c.GetLbPolicy() != want {
+			t.Errorf("subset %q: lb policy %v, want %v", subset, c.GetLbPolicy(), want)
+		}
 	}
 }
