@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -104,10 +105,12 @@ type tokenFile struct {
 	CreatedAt    time.Time `json:"createdAt"`
 	ExpiresAt    time.Time `json:"expiresAt"`
 	SecretSHA256 string    `json:"secretSHA256"` // hex
+	Namespaces   []string  `json:"namespaces,omitempty"`
 }
 
 func (f tokenFile) info(state TokenState) TokenInfo {
-	return TokenInfo{ID: f.ID, Mesh: f.Mesh, Cluster: f.Cluster, CreatedAt: f.CreatedAt, ExpiresAt: f.ExpiresAt, State: state}
+	return TokenInfo{ID: f.ID, Mesh: f.Mesh, Cluster: f.Cluster, CreatedAt: f.CreatedAt, ExpiresAt: f.ExpiresAt, State: state,
+		Namespaces: f.Namespaces}
 }
 
 func validIdentity(mesh, cluster string) error {
@@ -121,9 +124,14 @@ func validIdentity(mesh, cluster string) error {
 }
 
 // CreateToken implements Tokens.
-func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration) (string, TokenInfo, error) {
+func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration, namespaces ...string) (string, TokenInfo, error) {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return "", TokenInfo{}, err
+	}
+	for _, ns := range namespaces {
+		if err := spiffeid.ValidateName(ns); err != nil {
+			return "", TokenInfo{}, fmt.Errorf("namespace %q: %w", ns, err)
+		}
 	}
 	if ttl <= 0 || ttl > MaxTokenTTL {
 		return "", TokenInfo{}, fmt.Errorf("token ttl %s: must be greater than 0 and at most %s", ttl, MaxTokenTTL)
@@ -141,7 +149,7 @@ func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration) (string,
 	}
 	now := s.now().UTC()
 	f := tokenFile{ID: t.ID, Mesh: mesh, Cluster: cluster, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		SecretSHA256: hex.EncodeToString(t.hash())}
+		SecretSHA256: hex.EncodeToString(t.hash()), Namespaces: slices.Sorted(slices.Values(namespaces))}
 	if err := s.writeJSON(dirTokens, t.ID+".json", f); err != nil {
 		return "", TokenInfo{}, err
 	}

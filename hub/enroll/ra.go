@@ -3,6 +3,8 @@ package enroll
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -17,15 +19,18 @@ import (
 // not revoked) may obtain exactly the workload identity its request names as
 // ImpersonatedIdentity (see ca.Impersonated), and only in its own mesh's
 // trust domain. The spoke has checked the workload's service-account token
-// with its own API server before asking. A caller whose certificate is not a
+// with its own API server before asking. A cluster enrolled with a token
+// scoped to namespaces (ClusterRecord.Namespaces, read from Registry) obtains
+// identities of those namespaces only. A caller whose certificate is not a
 // cluster certificate is passed to Next (a workload renewing its own
 // certificate, ca.PeerCertificateAuthorizer).
 //
 // Safe for concurrent use.
 type SpokeRAAuthorizer struct {
-	Auth   *CertAuthenticator
-	Signer Signer
-	Next   ca.Authorizer
+	Auth     *CertAuthenticator
+	Signer   Signer
+	Registry Registry
+	Next     ca.Authorizer
 }
 
 // Authorize implements ca.Authorizer.
@@ -54,6 +59,15 @@ func (a SpokeRAAuthorizer) Authorize(ctx context.Context) (ca.Grant, error) {
 	if wid.TrustDomain != td {
 		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf(
 			"%s: %s %s is not in mesh %q's trust domain %q", caller, ca.ImpersonatedIdentityKey, wid, id.Mesh, td)}
+	}
+	ns, _, _ := wid.Workload()
+	rec, err := a.Registry.Cluster(id.Mesh, id.Cluster)
+	if err != nil {
+		return ca.Grant{}, err
+	}
+	if len(rec.Namespaces) > 0 && !slices.Contains(rec.Namespaces, ns) {
+		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf(
+			"%s: %s %s: namespace %q is outside the cluster's scope (%s), set by its join token", caller, ca.ImpersonatedIdentityKey, wid, ns, strings.Join(rec.Namespaces, ", "))}
 	}
 	return ca.Grant{Mesh: id.Mesh, Identities: []ca.ID{wid}, Caller: caller + " for " + wid.String()}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,7 +40,7 @@ func raHub(t *testing.T) (*enrolltest.Hub, *ca.Authority) {
 		}
 	}
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{Signer: auth, Register: func(s *grpc.Server, h *enrolltest.Hub) {
-		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
+		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Registry: h.Store, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
 	}})
 	return h, auth
 }
@@ -120,6 +121,23 @@ func TestSpokeObtainsWorkloadCertificates(t *testing.T) {
 	_, other := workloadCSR(t, "spiffe://acme.example/ns/shop/sa/admin")
 	_, err = createCert(t, h, &wl, other, "spiffe://acme.example/ns/shop/sa/admin")
 	wantStatus(t, "workload impersonating", err, codes.PermissionDenied, "not an identity this caller may obtain")
+
+	// A cluster enrolled with a token scoped to namespaces obtains
+	// identities of those only.
+	tok, _, err := h.Store.CreateToken(enrolltest.MeshA, "scoped", time.Hour, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := enrollCall(t, h, tok)
+	if se.err != nil {
+		t.Fatal(se.err)
+	}
+	if _, err := createCert(t, h, &se.cert, csr, id); err != nil {
+		t.Errorf("scoped spoke for its namespace: %v", err)
+	}
+	_, bank := workloadCSR(t, "spiffe://acme.example/ns/bank/sa/teller")
+	_, err = createCert(t, h, &se.cert, bank, "spiffe://acme.example/ns/bank/sa/teller")
+	wantStatus(t, "scoped spoke outside its namespaces", err, codes.PermissionDenied, `namespace "bank" is outside the cluster's scope (shop)`)
 
 	// A revoked cluster obtains nothing.
 	if err := h.Store.Revoke(enrolltest.MeshA, "east"); err != nil {

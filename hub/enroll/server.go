@@ -122,7 +122,7 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	}
 	now := s.now().UTC()
 	rec := ClusterRecord{Mesh: id.Mesh, Cluster: id.Cluster, TrustDomain: td, Serial: leaf.SerialNumber.Text(16),
-		NotAfter: leaf.NotAfter.UTC(), EnrolledAt: now, TokenID: tok.ID}
+		NotAfter: leaf.NotAfter.UTC(), EnrolledAt: now, TokenID: tok.ID, Namespaces: info.Namespaces}
 	if err := s.store.RecordCluster(rec); err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}, attrs...)
 	}

@@ -43,6 +43,8 @@ type TokenInfo struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	ExpiresAt time.Time  `json:"expiresAt"`
 	State     TokenState `json:"state"`
+	// Namespaces scope the cluster's registration authority; none: any.
+	Namespaces []string `json:"namespaces,omitempty"`
 	// UsedAt is set for used tokens, when the store knows it.
 	UsedAt *time.Time `json:"usedAt,omitempty"`
 }
@@ -63,6 +65,10 @@ type ClusterRecord struct {
 	RenewedAt   time.Time `json:"renewedAt,omitzero"`
 	// TokenID names the join token the cluster enrolled with.
 	TokenID string `json:"tokenID"`
+	// Namespaces are the only namespaces whose workload certificates the
+	// cluster may obtain as registration authority (from its join token);
+	// none means any namespace of its mesh.
+	Namespaces []string `json:"namespaces,omitempty"`
 }
 
 // Identity is the record's (mesh, cluster).
@@ -89,7 +95,9 @@ type Tokens interface {
 	// CreateToken returns a new token for (mesh, cluster), valid for ttl.
 	// The returned string is the only copy of the secret. A revoked
 	// cluster gets no token (ErrRevoked).
-	CreateToken(mesh, cluster string, ttl time.Duration) (token string, info TokenInfo, err error)
+	// With namespaces, the cluster may obtain workload certificates (as
+	// its workloads' registration authority) only in those namespaces.
+	CreateToken(mesh, cluster string, ttl time.Duration, namespaces ...string) (token string, info TokenInfo, err error)
 	// Redeem consumes token. It fails with an error wrapping one of
 	// ErrTokenMalformed, ErrTokenUnknown, ErrTokenInvalid, ErrTokenUsed,
 	// ErrTokenExpired; any other error is the store's.

@@ -4,7 +4,7 @@
 // hub replica enforces a revocation within about a second. It also issues
 // workload certificates from a mesh's CA, for VMs and the demo.
 //
-//	navectl token create   --state-dir D --mesh M --cluster C [--ttl 1h]
+//	navectl token create   --state-dir D --mesh M --cluster C [--ttl 1h] [--namespaces a,b]
 //	navectl token list     --state-dir D
 //	navectl cluster list   --state-dir D
 //	navectl cluster revoke --state-dir D --mesh M --cluster C [--force]
@@ -35,7 +35,7 @@ const usage = `navectl administers spoke enrollment through a hub's state direct
 and issues workload certificates from its mesh CAs.
 
 Usage:
-  navectl token create   --state-dir DIR --mesh MESH --cluster CLUSTER [--ttl 1h]
+  navectl token create   --state-dir DIR --mesh MESH --cluster CLUSTER [--ttl 1h] [--namespaces a,b]
         print a one-time join token for (MESH, CLUSTER); only its hash is stored
   navectl token list     --state-dir DIR
         list join tokens (pending, expired, used); never their secrets
@@ -178,6 +178,7 @@ func tokenCreate(args []string, stdout, stderr io.Writer) error {
 	mesh := f.String("mesh", "", "the mesh the cluster joins")
 	cluster := f.String("cluster", "", "the cluster's name (a DNS label)")
 	ttl := f.Duration("ttl", time.Hour, "how long the token stays valid (at most "+enroll.MaxTokenTTL.String()+")")
+	namespaces := f.String("namespaces", "", "comma-separated namespaces whose workload certificates the cluster may obtain as registration authority (default: any of its mesh)")
 	store, err := f.parse(args)
 	if err != nil {
 		return err
@@ -185,14 +186,22 @@ func tokenCreate(args []string, stdout, stderr io.Writer) error {
 	if err := required(f.Name(), map[string]string{"mesh": *mesh, "cluster": *cluster}); err != nil {
 		return err
 	}
-	tok, info, err := store.CreateToken(*mesh, *cluster, *ttl)
+	var scope []string
+	if *namespaces != "" {
+		scope = strings.Split(*namespaces, ",")
+	}
+	tok, info, err := store.CreateToken(*mesh, *cluster, *ttl, scope...)
 	if err != nil {
 		return err
 	}
 	// stdout gets the token alone, for scripts; the note goes to stderr.
 	fmt.Fprintln(stdout, tok)
-	fmt.Fprintf(stderr, "join token %s for %s/%s, single use, expires %s\n", info.ID, info.Mesh, info.Cluster,
-		info.ExpiresAt.Format(time.RFC3339))
+	scoped := "any namespace"
+	if len(info.Namespaces) > 0 {
+		scoped = "namespaces " + strings.Join(info.Namespaces, ", ")
+	}
+	fmt.Fprintf(stderr, "join token %s for %s/%s (workload certificates: %s), single use, expires %s\n", info.ID, info.Mesh, info.Cluster,
+		scoped, info.ExpiresAt.Format(time.RFC3339))
 	return nil
 }
 

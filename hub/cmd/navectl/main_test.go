@@ -105,6 +105,18 @@ func TestTokenCreateThenRedeem(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, info.ID) || !strings.Contains(r.stdout, "used") || strings.Contains(r.stdout, secret) {
 		t.Errorf("token list: exit %d:\n%s", r.code, r.stdout)
 	}
+
+	// A token scoped to namespaces carries them to the enrollment.
+	r = navectlRun(t, "token", "create", "--state-dir", state, "--mesh", "acme", "--cluster", "west", "--namespaces", "shop,bank")
+	if r.code != 0 || !strings.Contains(r.stderr, "namespaces bank, shop") {
+		t.Fatalf("token create --namespaces: exit %d: %s", r.code, r.stderr)
+	}
+	if info, err := store.Redeem(strings.TrimSpace(r.stdout)); err != nil || strings.Join(info.Namespaces, ",") != "bank,shop" {
+		t.Errorf("scoped token redeemed as %+v, %v; want namespaces bank, shop", info, err)
+	}
+	if r := navectlRun(t, "token", "create", "--state-dir", state, "--mesh", "acme", "--cluster", "west", "--namespaces", "Not_A_Label"); r.code != 1 || !strings.Contains(r.stderr, "Not_A_Label") {
+		t.Errorf("token create with a bad namespace: exit %d: %s", r.code, r.stderr)
+	}
 }
 
 // TestEnrollListRevoke drives a hub (on navectl's state dir) and a spoke
