@@ -22,6 +22,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,6 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/hub/ads"
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/servingcert"
@@ -304,6 +306,37 @@ func adsFirst(t *testing.T, conn *grpc.ClientConn, node *corev3.Node) (*discover
 	return stream.Recv()
 }
 
+// sdsFirst asks for the secrets default and ROOTCA on an ADS stream and
+// returns them by name.
+func sdsFirst(t *testing.T, conn *grpc.ClientConn, node *corev3.Node) map[string]*tlsv3.Secret {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: ads.SecretType, ResourceNames: []string{gen.WorkloadCertSecret, gen.RootCASecret}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("SDS: %v", err)
+	}
+	out := map[string]*tlsv3.Secret{}
+	for _, a := range resp.GetResources() {
+		s := &tlsv3.Secret{}
+		if err := a.UnmarshalTo(s); err != nil {
+			t.Fatal(err)
+		}
+		out[s.GetName()] = s
+	}
+	if len(out) != 2 {
+		t.Fatalf("SDS answered %d secrets, want default and ROOTCA", len(out))
+	}
+	return out
+}
+
 func grpcNode(id string, meta map[string]string) *corev3.Node {
 	f := map[string]*structpb.Value{}
 	for k, v := range meta {
@@ -441,6 +474,26 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 		resp, err = adsFirst(t, conn, grpcNode("p5", nil))
 		if err != nil || len(resp.GetResources()) == 0 {
 			t.Errorf("a proxy with its own certificate: %v, %d clusters", err, len(resp.GetResources()))
+		}
+		// An Envoy sidecar gets its workload certificate and its mesh's
+		// roots by SDS on the same stream.
+		sidecar := grpcNode("sidecar~127.0.0.1~client-1.demo~demo.svc.cluster.local", nil)
+		secrets := sdsFirst(t, conn, sidecar)
+		chain := secrets[gen.WorkloadCertSecret].GetTlsCertificate().GetCertificateChain().GetInlineBytes()
+		key := secrets[gen.WorkloadCertSecret].GetTlsCertificate().GetPrivateKey().GetInlineBytes()
+		rootsPEM := secrets[gen.RootCASecret].GetValidationContext().GetTrustedCa().GetInlineBytes()
+		pair, err := tls.X509KeyPair(chain, key)
+		if err != nil {
+			t.Fatalf("SDS default: %v", err)
+		}
+		meshRoots := x509.NewCertPool()
+		meshRoots.AppendCertsFromPEM(rootsPEM)
+		if _, err := pair.Leaf.Verify(x509.VerifyOptions{Roots: meshRoots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil ||
+			len(pair.Leaf.URIs) != 1 || pair.Leaf.URIs[0].String() != "spiffe://cluster.local/ns/demo/sa/client" {
+			t.Errorf("SDS default is %v (%v); want the proxy's own identity, verifying against ROOTCA", pair.Leaf.URIs, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(h.state, "ca", "default", "root-cert.pem")); string(b) != string(rootsPEM) {
+			t.Error("SDS ROOTCA is not mesh default's root")
 		}
 		rogue := selfSignedClient(t, "spiffe://cluster.local/ns/demo/sa/client")
 		_, err = adsFirst(t, dialTLS(t, addr(h.xds), roots, &rogue), grpcNode("p6", nil))
