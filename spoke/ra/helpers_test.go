@@ -1,7 +1,6 @@
 package ra_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -39,6 +38,7 @@ import (
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/spoke/ra"
 )
 
@@ -255,22 +255,7 @@ func dialHub(t *testing.T, addr string, m *mesh) *grpc.ClientConn {
 }
 
 // logBuffer collects the RA's audit log.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = testlog.Buffer
 
 // raFixture is an RA served over TLS on 127.0.0.1.
 type raFixture struct {

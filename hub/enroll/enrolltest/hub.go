@@ -1,7 +1,6 @@
 package enrolltest
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/internal/testlog"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
 
@@ -174,19 +174,4 @@ func (h *Hub) Counter(t testing.TB, name, reason string) float64 {
 	return metrictest.Value(t, h.Metrics, name, "reason", reason)
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type lockedBuffer = testlog.Buffer

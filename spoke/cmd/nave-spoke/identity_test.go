@@ -12,12 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/spokeconfig"
@@ -369,22 +369,7 @@ func freeAddr(t *testing.T) string {
 	return lis.Addr().String()
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testlog.Buffer
 
 // testWriter logs through t.
 type testWriter struct{ t *testing.T }

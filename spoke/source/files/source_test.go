@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -154,22 +155,7 @@ func (r *running) waitForKeys(t *testing.T, want string) []*meshconfig.Object {
 	return r.waitFor(t, "objects ["+want+"]", func(objs []*meshconfig.Object) bool { return keys(objs) == want })
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testlog.Buffer
 
 func TestLoadsNestedDirectories(t *testing.T) {
 	dir := t.TempDir()

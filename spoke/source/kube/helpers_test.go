@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -67,22 +67,7 @@ func (r *recorder) first() []*meshconfig.Object {
 }
 
 // logBuffer collects a source's logs; the test prints them if it fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = testlog.Buffer
 
 // running is a source under test.
 type running struct {
