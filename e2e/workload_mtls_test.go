@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -15,21 +14,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/xds"
 	pb "istio.io/api/security/v1alpha1"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,7 +32,9 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // workloadConfig is the demo namespace's service accounts and mesh config:
@@ -219,28 +215,17 @@ func (a *agent) obtain(t *testing.T, ns, sa string) string {
 // checks with the caller's SPIFFE ID in the x-nave-backend header.
 func startMTLSServer(t *testing.T, h *hub, lis net.Listener, dir string) {
 	t.Helper()
-	bootstrap, err := json.Marshal(map[string]any{
-		"xds_servers": []any{map[string]any{"server_uri": addr(h.xds), "server_features": []any{"xds_v3"},
-			"channel_creds": []any{map[string]any{"type": "tls", "config": map[string]any{
-				"ca_certificate_file": servingcert.RootPath(h.state), "certificate_file": filepath.Join(dir, "cert-chain.pem"),
-				"private_key_file": filepath.Join(dir, "key.pem")}}}}},
-		"node": map[string]any{"id": "echo-server", "metadata": map[string]any{
-			"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "echo"}, "INSTANCE_IPS": "127.0.0.1"}},
-		"server_listener_resource_name_template": gen.GRPCServerListenerPrefix + "%s",
-		"certificate_providers": map[string]any{gen.GRPCCertificateProvider: map[string]any{"plugin_name": "file_watcher", "config": map[string]any{
-			"certificate_file": filepath.Join(dir, "cert-chain.pem"), "private_key_file": filepath.Join(dir, "key.pem"),
-			"ca_certificate_file": filepath.Join(dir, "root-cert.pem"), "refresh_interval": "60s"}}},
-	})
+	bootstrap, err := xdsbootstrap.New(addr(h.xds), "echo-server", map[string]any{
+		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "echo"}, "INSTANCE_IPS": "127.0.0.1"},
+		&xdsbootstrap.TLSFiles{CACertificateFile: servingcert.RootPath(h.state), CertificateFile: filepath.Join(dir, "cert-chain.pem"),
+			PrivateKeyFile: filepath.Join(dir, "key.pem")}).
+		WithServerListenerTemplate(gen.GRPCServerListenerPrefix+"%s").
+		WithFileWatcher(gen.GRPCCertificateProvider, filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"),
+			filepath.Join(dir, "root-cert.pem"), "60s").JSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving := make(chan struct{})
-	var once sync.Once
-	srv, err := xds.NewGRPCServer(grpc.Creds(creds), xds.BootstrapContentsForTesting(bootstrap),
+	xdstest.ServeHealth(t, lis, bootstrap, 30*time.Second,
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			caller := "no client certificate"
 			if p, ok := peer.FromContext(ctx); ok {
@@ -250,23 +235,7 @@ func startMTLSServer(t *testing.T, h *hub, lis net.Listener, dir string) {
 			}
 			_ = grpc.SetHeader(ctx, metadata.Pairs("x-nave-backend", caller))
 			return handler(ctx, req)
-		}),
-		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
-			if args.Mode == connectivity.ServingModeServing {
-				once.Do(func() { close(serving) })
-			}
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	select {
-	case <-serving:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the xDS server never got its listener from the hub")
-	}
 }
 
 // lastCalls waits for n calls after the ones seen so far and returns them.

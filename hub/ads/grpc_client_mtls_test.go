@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -22,19 +21,19 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
+	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 const (
@@ -45,9 +44,8 @@ const (
 
 // workloadCerts writes a test mesh root and a leaf certificate for each
 // SPIFFE ID into a temporary folder, as grpc-go's file_watcher
-// certificate provider reads them; it returns the certificate_providers
-// bootstrap entry of each identity.
-func workloadCerts(t *testing.T, ids ...string) map[string]any {
+// certificate provider reads them; it returns the files of each identity.
+func workloadCerts(t *testing.T, ids ...string) map[string]xdsbootstrap.FileWatcher {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, typ string, der []byte) string {
@@ -73,7 +71,7 @@ func workloadCerts(t *testing.T, ids ...string) map[string]any {
 	}
 	root, _ := x509.ParseCertificate(rootDER)
 	rootFile := write("root.pem", "CERTIFICATE", rootDER)
-	out := map[string]any{}
+	out := map[string]xdsbootstrap.FileWatcher{}
 	for i, id := range ids {
 		u, err := url.Parse(id)
 		if err != nil {
@@ -92,27 +90,22 @@ func workloadCerts(t *testing.T, ids ...string) map[string]any {
 			t.Fatal(err)
 		}
 		name := id[strings.LastIndex(id, "/")+1:]
-		out[id] = map[string]any{gen.GRPCCertificateProvider: map[string]any{"plugin_name": "file_watcher", "config": map[string]any{
-			"certificate_file":    write(name+"-cert.pem", "CERTIFICATE", der),
-			"private_key_file":    write(name+"-key.pem", "PRIVATE KEY", keyDER),
-			"ca_certificate_file": rootFile,
-			"refresh_interval":    "1s",
-		}}}
+		out[id] = xdsbootstrap.FileWatcher{
+			CertificateFile:   write(name+"-cert.pem", "CERTIFICATE", der),
+			PrivateKeyFile:    write(name+"-key.pem", "PRIVATE KEY", keyDER),
+			CACertificateFile: rootFile,
+			RefreshInterval:   "1s",
+		}
 	}
 	return out
 }
 
 // proxylessBootstrap is a grpc-go bootstrap for the fixture's ADS with
 // node id and metadata, and certificate providers.
-func proxylessBootstrap(t *testing.T, f *fixture, id string, meta map[string]any, providers any) []byte {
+func proxylessBootstrap(t *testing.T, f *fixture, id string, meta map[string]any, files xdsbootstrap.FileWatcher) []byte {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{
-		"xds_servers": []any{map[string]any{"server_uri": f.addr, "channel_creds": []any{map[string]any{"type": "insecure"}},
-			"server_features": []any{"xds_v3"}}},
-		"node":                                   map[string]any{"id": id, "metadata": meta},
-		"server_listener_resource_name_template": gen.GRPCServerListenerPrefix + "%s",
-		"certificate_providers":                  providers,
-	})
+	b, err := xdsbootstrap.New(f.addr, id, meta, nil).WithServerListenerTemplate(gen.GRPCServerListenerPrefix+"%s").
+		WithFileWatcher(gen.GRPCCertificateProvider, files.CertificateFile, files.PrivateKeyFile, files.CACertificateFile, files.RefreshInterval).JSON()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,31 +197,9 @@ func TestProxylessClientMTLS(t *testing.T) {
 		}
 		return resp, err
 	}
-	serverCreds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving := make(chan struct{})
-	var once sync.Once
-	srv, err := xds.NewGRPCServer(grpc.Creds(serverCreds), grpc.UnaryInterceptor(record),
-		xds.BootstrapContentsForTesting(proxylessBootstrap(t, f, "secure-server", map[string]any{
-			"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "secure"}, "INSTANCE_IPS": "127.0.0.1"}, providers[serverSPIFFE])),
-		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
-			if args.Mode == connectivity.ServingModeServing {
-				once.Do(func() { close(serving) })
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	select {
-	case <-serving:
-	case <-time.After(waitFor):
-		t.Fatalf("the xDS server never serves: %+v", f.connStatus(t, "secure-server"))
-	}
+	xdstest.ServeHealth(t, lis, proxylessBootstrap(t, f, "secure-server", map[string]any{
+		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "secure"}, "INSTANCE_IPS": "127.0.0.1"}, providers[serverSPIFFE]),
+		waitFor, grpc.UnaryInterceptor(record))
 
 	// newClient is a fresh proxyless client (its own xDS client and
 	// resolver, from its own bootstrap) with the client's certificates.

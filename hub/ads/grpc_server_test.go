@@ -2,27 +2,20 @@ package ads_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 
+	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // TestProxylessServerEnforcesAuthorization: a real grpc-go xDS server
@@ -61,39 +54,13 @@ spec:
   rules: [{when: [{key: "request.headers[x-block]", values: ["yes"]}]}]
 `, port))})
 
-	bootstrap, err := json.Marshal(map[string]any{
-		"xds_servers": []any{map[string]any{"server_uri": f.addr, "channel_creds": []any{map[string]any{"type": "insecure"}},
-			"server_features": []any{"xds_v3"}}},
-		"node": map[string]any{"id": "health-server", "metadata": map[string]any{
-			"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "health"}, "INSTANCE_IPS": "127.0.0.1"}},
-		"server_listener_resource_name_template": gen.GRPCServerListenerPrefix + "%s",
-	})
+	bootstrap, err := xdsbootstrap.New(f.addr, "health-server", map[string]any{
+		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "health"}, "INSTANCE_IPS": "127.0.0.1"}, nil).
+		WithServerListenerTemplate(gen.GRPCServerListenerPrefix + "%s").JSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving := make(chan struct{})
-	var once sync.Once
-	srv, err := xds.NewGRPCServer(grpc.Creds(creds), xds.BootstrapContentsForTesting(bootstrap),
-		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
-			if args.Mode == connectivity.ServingModeServing {
-				once.Do(func() { close(serving) })
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	select {
-	case <-serving:
-	case <-time.After(waitFor):
-		t.Fatalf("the xDS server never serves: %+v", f.connStatus(t, "health-server"))
-	}
+	xdstest.ServeHealth(t, lis, bootstrap, waitFor)
 
 	client := healthpb.NewHealthClient(dial(t, "127.0.0.1:"+strconv.Itoa(port)))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -24,20 +23,18 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/proxy"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 var grpcServerKey = proxy.Key{Type: proxy.GRPC, Mesh: "m", Namespace: "foo", Labels: "app=httpbin", IPs: "10.0.0.5"}
@@ -209,44 +206,17 @@ func serveXDS(t *testing.T, pki *testPKI, listener func(name string) (*listenerv
 	go func() { _ = adsSrv.Serve(adsLis) }()
 	t.Cleanup(adsSrv.Stop)
 
-	bootstrap, err := json.Marshal(map[string]any{
-		"xds_servers": []any{map[string]any{"server_uri": adsLis.Addr().String(), "channel_creds": []any{map[string]any{"type": "insecure"}},
-			"server_features": []any{"xds_v3"}}},
-		"node":                                   map[string]any{"id": "grpc-server~" + t.Name()},
-		"server_listener_resource_name_template": gen.GRPCServerListenerPrefix + "%s",
-		"certificate_providers": map[string]any{gen.GRPCCertificateProvider: map[string]any{"plugin_name": "file_watcher", "config": map[string]any{
-			"certificate_file": pki.serverCert, "private_key_file": pki.serverKey, "ca_certificate_file": pki.caFile, "refresh_interval": "600s"}}},
-	})
+	bootstrap, err := xdsbootstrap.New(adsLis.Addr().String(), "grpc-server~"+t.Name(), nil, nil).
+		WithServerListenerTemplate(gen.GRPCServerListenerPrefix+"%s").
+		WithFileWatcher(gen.GRPCCertificateProvider, pki.serverCert, pki.serverKey, pki.caFile, "600s").JSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving := make(chan struct{})
-	var once sync.Once
-	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := xds.NewGRPCServer(grpc.Creds(creds), xds.BootstrapContentsForTesting(bootstrap),
-		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
-			if args.Mode == connectivity.ServingModeServing {
-				once.Do(func() { close(serving) })
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	select {
-	case <-serving:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the xDS server never serves; ADS saw: %v", ads.nacks())
-	}
+	xdstest.ServeHealth(t, lis, bootstrap, 10*time.Second)
 	if n := ads.nacks(); len(n) > 0 {
 		t.Fatalf("grpc-go refused the listener: %v", n)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // The variables grpc's xDS client reads its bootstrap from. grpc-go reads both once,
@@ -25,76 +25,23 @@ const (
 // envVar is one environment variable and its value.
 type envVar struct{ name, value string }
 
-// bootstrapDoc is the part of grpc's xDS bootstrap format the demo client fills in.
-type bootstrapDoc struct {
-	XDSServers []xdsServer `json:"xds_servers"`
-	Node       node        `json:"node"`
-	// CertificateProviders name the workload certificate (instance
-	// "default") for mTLS to other workloads when the hub's config asks for
-	// it (DestinationRule ISTIO_MUTUAL); grpc reads the files itself.
-	CertificateProviders map[string]certProvider `json:"certificate_providers,omitempty"`
-}
-
-// certProvider is grpc-go's file_watcher certificate provider.
-type certProvider struct {
-	PluginName string          `json:"plugin_name"`
-	Config     fileWatcherConf `json:"config"`
-}
-
-type fileWatcherConf struct {
-	CertificateFile   string `json:"certificate_file"`
-	PrivateKeyFile    string `json:"private_key_file"`
-	CACertificateFile string `json:"ca_certificate_file"`
-	RefreshInterval   string `json:"refresh_interval"`
-}
-
-type xdsServer struct {
-	ServerURI      string         `json:"server_uri"`
-	ChannelCreds   []channelCreds `json:"channel_creds"`
-	ServerFeatures []string       `json:"server_features"`
-}
-
-// channelCreds is one entry of an xDS server's channel_creds: "insecure", or "tls" with
-// the files of gRFC A65 (grpc-go's xds/bootstrap registers it).
-type channelCreds struct {
-	Type   string    `json:"type"`
-	Config *tlsFiles `json:"config,omitempty"`
-}
-
-type node struct {
-	ID       string            `json:"id"`
-	Metadata map[string]string `json:"metadata"`
-}
-
 // makeBootstrap returns a bootstrap that points at the hub's xDS address and names the
 // node and the mesh and namespace it belongs to. With tls, the client dials the hub over
-// TLS, verifies it with tls's CA and presents tls's certificate; without, it dials in
-// plaintext.
+// TLS, verifies it with tls's CA and presents tls's certificate, and names the same
+// certificate, verified against the mesh's roots (root-cert.pem beside it), as certificate
+// provider "default" for mTLS to workloads when the hub's config asks for it; without, it
+// dials in plaintext.
 func makeBootstrap(hub, nodeID, mesh, namespace string, tls *tlsFiles) ([]byte, error) {
-	creds := channelCreds{Type: "insecure"}
+	b := xdsbootstrap.New(hub, nodeID, map[string]any{"MESH": mesh, "NAMESPACE": namespace}, tls)
 	if tls != nil {
-		creds = channelCreds{Type: "tls", Config: tls}
+		b.WithFileWatcher(gen.GRPCCertificateProvider, tls.CertificateFile, tls.PrivateKeyFile,
+			filepath.Join(filepath.Dir(tls.CertificateFile), meshRootsFile), "60s")
 	}
-	doc := bootstrapDoc{
-		XDSServers: []xdsServer{{
-			ServerURI:      hub,
-			ChannelCreds:   []channelCreds{creds},
-			ServerFeatures: []string{"xds_v3"},
-		}},
-		Node: node{ID: nodeID, Metadata: map[string]string{"MESH": mesh, "NAMESPACE": namespace}},
-	}
-	if tls != nil {
-		// The same workload certificate, verified against the mesh's
-		// roots (root-cert.pem beside it), for the data plane.
-		doc.CertificateProviders = map[string]certProvider{gen.GRPCCertificateProvider: {PluginName: "file_watcher", Config: fileWatcherConf{
-			CertificateFile: tls.CertificateFile, PrivateKeyFile: tls.PrivateKeyFile,
-			CACertificateFile: filepath.Join(filepath.Dir(tls.CertificateFile), meshRootsFile), RefreshInterval: "60s"}}}
-	}
-	b, err := json.Marshal(doc)
+	doc, err := b.JSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode xds bootstrap: %w", err)
 	}
-	return b, nil
+	return doc, nil
 }
 
 // bootstrapEnv returns the bootstrap variable the process must run under for these

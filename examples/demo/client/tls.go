@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // The files of a workload certificate directory, as navectl cert issue writes it.
@@ -22,11 +23,7 @@ const (
 // A65): the CA the server's certificate must chain to, and the client's certificate and
 // key. grpc re-reads the files every 10 minutes, so a certificate issued again is picked
 // up without a restart.
-type tlsFiles struct {
-	CACertificateFile string `json:"ca_certificate_file"`
-	CertificateFile   string `json:"certificate_file"`
-	PrivateKeyFile    string `json:"private_key_file"`
-}
+type tlsFiles = xdsbootstrap.TLSFiles
 
 // loadTLSFiles checks the workload certificate in certDir and the hub CA in caFile before
 // grpc gets them (grpc only says that a handshake failed), and returns their absolute

@@ -1,0 +1,96 @@
+// Package xdsbootstrap writes grpc-go's xDS bootstrap (gRFC A27, with A65's
+// "tls" channel credentials and the certificate providers of A29), for the
+// demo client and for tests that run grpc-go xDS clients and servers
+// against the hub.
+package xdsbootstrap
+
+import "encoding/json"
+
+// Bootstrap is the part of the bootstrap format nave fills in.
+type Bootstrap struct {
+	XDSServers []Server `json:"xds_servers"`
+	Node       Node     `json:"node"`
+	// CertificateProviders are the certificate-provider instances the
+	// hub's config names (gen.GRPCCertificateProvider) for mTLS between
+	// workloads.
+	CertificateProviders map[string]CertificateProvider `json:"certificate_providers,omitempty"`
+	// ServerListenerResourceNameTemplate names an xDS server's listener
+	// (gen.GRPCServerListenerPrefix + "%s").
+	ServerListenerResourceNameTemplate string `json:"server_listener_resource_name_template,omitempty"`
+}
+
+// Server is one xDS server (the hub).
+type Server struct {
+	ServerURI      string         `json:"server_uri"`
+	ChannelCreds   []ChannelCreds `json:"channel_creds"`
+	ServerFeatures []string       `json:"server_features"`
+}
+
+// ChannelCreds are "insecure", or "tls" with Config.
+type ChannelCreds struct {
+	Type   string    `json:"type"`
+	Config *TLSFiles `json:"config,omitempty"`
+}
+
+// TLSFiles configure "tls" channel credentials (gRFC A65): the CA the hub's
+// certificate must chain to, and the client's certificate and key.
+type TLSFiles struct {
+	CACertificateFile string `json:"ca_certificate_file"`
+	CertificateFile   string `json:"certificate_file"`
+	PrivateKeyFile    string `json:"private_key_file"`
+}
+
+// Node is the xDS node the hub sees.
+type Node struct {
+	ID       string         `json:"id"`
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+// CertificateProvider is grpc-go's file_watcher plugin.
+type CertificateProvider struct {
+	PluginName string      `json:"plugin_name"`
+	Config     FileWatcher `json:"config"`
+}
+
+// FileWatcher names a workload's certificate files; grpc re-reads them
+// every RefreshInterval.
+type FileWatcher struct {
+	CertificateFile   string `json:"certificate_file"`
+	PrivateKeyFile    string `json:"private_key_file"`
+	CACertificateFile string `json:"ca_certificate_file"`
+	RefreshInterval   string `json:"refresh_interval"`
+}
+
+// New is a bootstrap for one hub at serverURI (xDS v3), dialled over TLS
+// with tls, or in plain text when tls is nil.
+func New(serverURI, nodeID string, metadata map[string]any, tls *TLSFiles) *Bootstrap {
+	creds := ChannelCreds{Type: "insecure"}
+	if tls != nil {
+		creds = ChannelCreds{Type: "tls", Config: tls}
+	}
+	return &Bootstrap{
+		XDSServers: []Server{{ServerURI: serverURI, ChannelCreds: []ChannelCreds{creds}, ServerFeatures: []string{"xds_v3"}}},
+		Node:       Node{ID: nodeID, Metadata: metadata},
+	}
+}
+
+// WithFileWatcher adds the certificate provider instance name reading the
+// workload certificate files, and returns b.
+func (b *Bootstrap) WithFileWatcher(name, certFile, keyFile, caFile, refresh string) *Bootstrap {
+	if b.CertificateProviders == nil {
+		b.CertificateProviders = map[string]CertificateProvider{}
+	}
+	b.CertificateProviders[name] = CertificateProvider{PluginName: "file_watcher", Config: FileWatcher{
+		CertificateFile: certFile, PrivateKeyFile: keyFile, CACertificateFile: caFile, RefreshInterval: refresh}}
+	return b
+}
+
+// WithServerListenerTemplate sets the server listener name template, and
+// returns b.
+func (b *Bootstrap) WithServerListenerTemplate(template string) *Bootstrap {
+	b.ServerListenerResourceNameTemplate = template
+	return b
+}
+
+// JSON is the bootstrap's contents.
+func (b *Bootstrap) JSON() ([]byte, error) { return json.Marshal(b) }
