@@ -2,13 +2,14 @@ package ca
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 )
@@ -17,16 +18,25 @@ import (
 // blobs in: nave-ca-<m>.
 const SecretPrefix = "nave-ca-"
 
+// Secret is what a SecretStore reads and writes of a Kubernetes core/v1
+// Secret.
+type Secret struct {
+	Name, Namespace string
+	Labels          map[string]string
+	Data            map[string][]byte
+}
+
 // SecretClient is the part of the Kubernetes core/v1 API a SecretStore
 // uses. NewSecretClient returns one for an API server; tests may use
 // another.
 type SecretClient interface {
 	// Get returns the Secret namespace/name, or an error for which
 	// apierrors.IsNotFound holds if there is none.
-	Get(ctx context.Context, namespace, name string) (*corev1.Secret, error)
-	// Create creates secret in its namespace, or returns an error for which
-	// apierrors.IsAlreadyExists holds if one of that name exists.
-	Create(ctx context.Context, secret *corev1.Secret) (*corev1.Secret, error)
+	Get(ctx context.Context, namespace, name string) (*Secret, error)
+	// Create creates secret (of type Opaque) in its namespace, or returns
+	// an error for which apierrors.IsAlreadyExists holds if one of that
+	// name exists.
+	Create(ctx context.Context, secret *Secret) error
 }
 
 // defaultTimeout bounds one request of a SecretClient whose rest.Config
@@ -35,16 +45,19 @@ type SecretClient interface {
 const defaultTimeout = 30 * time.Second
 
 // NewSecretClient returns a SecretClient for the API server cfg reaches.
-// It is a REST client of core/v1 alone: the hub links none of the other
-// API groups a typed clientset would bring.
+// It is a REST client of core/v1 Secrets alone, speaking JSON into a
+// struct of its own: the hub links neither the typed clientset (every API
+// group) nor k8s.io/api/core/v1 (every core type). The scheme knows only
+// metav1.Status, so that the API server's refusals keep their reason
+// (NotFound, AlreadyExists, Forbidden).
 func NewSecretClient(cfg *rest.Config) (SecretClient, error) {
 	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
+	metav1.AddToGroupVersion(scheme, coreV1)
 	c := rest.CopyConfig(cfg)
 	c.APIPath = "/api"
-	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.GroupVersion = &coreV1
+	c.ContentType = runtime.ContentTypeJSON
+	c.AcceptContentTypes = runtime.ContentTypeJSON
 	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
@@ -59,18 +72,47 @@ func NewSecretClient(cfg *rest.Config) (SecretClient, error) {
 	return restSecrets{rc}, nil
 }
 
-type restSecrets struct{ rc *rest.RESTClient }
+var coreV1 = schema.GroupVersion{Version: "v1"}
 
-func (r restSecrets) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
-	var s corev1.Secret
-	err := r.rc.Get().Namespace(namespace).Resource("secrets").Name(name).Do(ctx).Into(&s)
-	return &s, err
+// secretJSON is a core/v1 Secret on the wire, as much of it as Secret
+// holds. encoding/json writes []byte in base64, as the API does.
+type secretJSON struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace,omitempty"`
+		Labels    map[string]string `json:"labels,omitempty"`
+	} `json:"metadata"`
+	Type string            `json:"type,omitempty"`
+	Data map[string][]byte `json:"data,omitempty"`
 }
 
-func (r restSecrets) Create(ctx context.Context, secret *corev1.Secret) (*corev1.Secret, error) {
-	var s corev1.Secret
-	err := r.rc.Post().Namespace(secret.Namespace).Resource("secrets").Body(secret).Do(ctx).Into(&s)
-	return &s, err
+type restSecrets struct{ rc *rest.RESTClient }
+
+func (r restSecrets) Get(ctx context.Context, namespace, name string) (*Secret, error) {
+	res := r.rc.Get().Namespace(namespace).Resource("secrets").Name(name).Do(ctx)
+	// Error, unlike Raw, decodes the API server's Status: its message says
+	// why.
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	b, _ := res.Raw()
+	var w secretJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, fmt.Errorf("decoding secret %s/%s: %w", namespace, name, err)
+	}
+	return &Secret{Name: w.Metadata.Name, Namespace: w.Metadata.Namespace, Labels: w.Metadata.Labels, Data: w.Data}, nil
+}
+
+func (r restSecrets) Create(ctx context.Context, s *Secret) error {
+	w := secretJSON{APIVersion: "v1", Kind: "Secret", Type: "Opaque", Data: s.Data}
+	w.Metadata.Name, w.Metadata.Namespace, w.Metadata.Labels = s.Name, s.Namespace, s.Labels
+	body, err := json.Marshal(&w)
+	if err != nil {
+		return err
+	}
+	return r.rc.Post().Namespace(s.Namespace).Resource("secrets").Body(body).Do(ctx).Error()
 }
 
 // SecretStore is a Store in Kubernetes Secrets: mesh m's blob n is the key n
@@ -139,19 +181,15 @@ func (s *SecretStore) Create(ctx context.Context, mesh string, blobs map[string]
 	if _, err := blobNames(blobs); err != nil {
 		return err
 	}
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      SecretPrefix + mesh,
-			Namespace: s.namespace,
-			Labels: map[string]string{
-				"app.kubernetes.io/part-of":    "nave",
-				"app.kubernetes.io/managed-by": "nave-hub",
-			},
+	err := s.client.Create(ctx, &Secret{
+		Name:      SecretPrefix + mesh,
+		Namespace: s.namespace,
+		Labels: map[string]string{
+			"app.kubernetes.io/part-of":    "nave",
+			"app.kubernetes.io/managed-by": "nave-hub",
 		},
-		Type: corev1.SecretTypeOpaque,
 		Data: blobs,
-	}
-	_, err := s.client.Create(ctx, sec)
+	})
 	if apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("ca store: secret %s: %w", s.Location(mesh), ErrExist)
 	}

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/navemesh/nave/e2e/kubetest"
 )
 
@@ -72,13 +69,13 @@ type barrierClient struct {
 	once sync.Once
 }
 
-func (b *barrierClient) Get(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+func (b *barrierClient) Get(ctx context.Context, ns, name string) (*Secret, error) {
 	s, err := b.SecretClient.Get(ctx, ns, name)
 	b.once.Do(b.gets.Done)
 	return s, err
 }
 
-func (b *barrierClient) Create(ctx context.Context, s *corev1.Secret) (*corev1.Secret, error) {
+func (b *barrierClient) Create(ctx context.Context, s *Secret) error {
 	b.gets.Wait()
 	return b.SecretClient.Create(ctx, s)
 }
@@ -130,6 +127,9 @@ func TestSecretStore(t *testing.T) {
 		if len(sec.Data) != 2 || !bytes.Equal(sec.Data[FileRootCert], roots[0]) || len(sec.Data[FileRootKey]) == 0 {
 			t.Errorf("secret holds %d keys; want %s (the root the replicas use) and %s", len(sec.Data), FileRootCert, FileRootKey)
 		}
+		if sec.Labels["app.kubernetes.io/part-of"] != "nave" {
+			t.Errorf("secret labels %v", sec.Labels)
+		}
 
 		// A restarted replica loads the same root.
 		a, err := New(k.hubStore(t), Options{})
@@ -152,10 +152,7 @@ func TestSecretStore(t *testing.T) {
 
 	t.Run("PluggedInSecretIsUsedAsIntermediate", func(t *testing.T) {
 		p := newPluggedCA(t)
-		if _, err := k.admin.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "nave-ca-m1", Namespace: hubNamespace},
-			Data:       p.files(t),
-		}); err != nil {
+		if err := k.admin.Create(ctx, &Secret{Name: "nave-ca-m1", Namespace: hubNamespace, Data: p.files(t)}); err != nil {
 			t.Fatal(err)
 		}
 		a, err := New(k.hubStore(t), Options{})
@@ -204,10 +201,8 @@ func TestSecretStore(t *testing.T) {
 			t.Fatalf("Get = %q, %v; want what the first Create stored", got, err)
 		}
 		// Keys that are not blob names are not blobs.
-		if _, err := k.admin.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "nave-ca-odd", Namespace: hubNamespace},
-			Data:       map[string][]byte{".hidden": []byte("x"), "UPPER.pem": []byte("x"), "ok.pem": []byte("y")},
-		}); err != nil {
+		if err := k.admin.Create(ctx, &Secret{Name: "nave-ca-odd", Namespace: hubNamespace,
+			Data: map[string][]byte{".hidden": []byte("x"), "UPPER.pem": []byte("x"), "ok.pem": []byte("y")}}); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := s.Get(ctx, "odd"); err != nil || len(got) != 1 || string(got["ok.pem"]) != "y" {
