@@ -106,6 +106,23 @@ func (s *DirStore) Location(mesh string) string { return filepath.Join(s.dir, me
 
 var blobNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
+// blobNames checks the names of blobs a Store is to create and returns
+// them sorted.
+func blobNames(blobs map[string][]byte) ([]string, error) {
+	if len(blobs) == 0 {
+		return nil, errors.New("ca store: create: no blobs")
+	}
+	names := make([]string, 0, len(blobs))
+	for name := range blobs {
+		if !blobNameRE.MatchString(name) {
+			return nil, fmt.Errorf("ca store: blob name %q: want [a-z0-9][a-z0-9._-]*, at most 128 bytes", name)
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
 func checkMesh(mesh string) error {
 	if err := validateLabel(mesh); err != nil {
 		return fmt.Errorf("mesh %q: %w", mesh, err)
@@ -171,20 +188,13 @@ func readLimited(path string) ([]byte, error) {
 
 // Create implements Store.
 func (s *DirStore) Create(_ context.Context, mesh string, blobs map[string][]byte) error {
-	if len(blobs) == 0 {
-		return errors.New("ca store: create: no blobs")
-	}
 	if err := checkMesh(mesh); err != nil {
 		return fmt.Errorf("ca store: %w", err)
 	}
-	names := make([]string, 0, len(blobs))
-	for name := range blobs {
-		if !blobNameRE.MatchString(name) {
-			return fmt.Errorf("ca store: blob name %q: want [a-z0-9][a-z0-9._-]*, at most 128 bytes", name)
-		}
-		names = append(names, name)
+	names, err := blobNames(blobs)
+	if err != nil {
+		return err
 	}
-	sort.Strings(names)
 	dir := filepath.Join(s.dir, mesh)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("ca store: %w", err)

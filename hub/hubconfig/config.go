@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/spiffeid"
@@ -35,7 +37,7 @@ type Config struct {
 
 // State configures the hub's state directory.
 type State struct {
-	Dir string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/); replicas share it on a volume"`
+	Dir string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/); replicas share it on a volume"`
 }
 
 // TLS configures transport security.
@@ -65,10 +67,19 @@ var dnsName = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[
 
 // CA configures the mesh certificate authorities.
 type CA struct {
-	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) this hub serves, as MESH=TRUSTDOMAIN: each gets its own root of trust under state.dir (generated on first start, or plugged in as Istio's cacerts files in ca/<mesh>/); two meshes never share a trust domain"`
+	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) this hub serves, as MESH=TRUSTDOMAIN: each gets its own root of trust in ca.store (generated on first start, or plugged in as Istio's cacerts files); two meshes never share a trust domain"`
+	Store           string        `key:"store" default:"dir" help:"where the mesh CAs are kept: dir (state.dir/ca/<mesh>/, one file per blob; replicas share the volume) or kubernetes (Secret nave-ca-<mesh> in ca.namespace, one data key per blob; replicas share the API server). A plugged-in CA is Istio's cacerts files (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem) in that directory or Secret"`
+	Namespace       string        `key:"namespace" default:"nave-system" help:"with ca.store=kubernetes, the namespace of the mesh CA Secrets; the hub needs get and create on secrets there (deploy/hub/rbac.yaml)"`
+	Kubeconfig      string        `key:"kubeconfig" help:"with ca.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 	WorkloadCertTTL time.Duration `key:"workloadCertTTL" default:"24h" help:"lifetime of workload certificates that name none"`
 	ClusterCertTTL  time.Duration `key:"clusterCertTTL" default:"24h" help:"lifetime of spoke cluster certificates; spokes renew at about 80 %"`
 }
+
+// Values of CA.Store.
+const (
+	StoreDir        = "dir"
+	StoreKubernetes = "kubernetes"
+)
 
 // Mesh is one entry of CA.Meshes.
 type Mesh struct{ Name, TrustDomain string }
@@ -105,13 +116,25 @@ func (c *CA) parse() ([]Mesh, error) {
 	return out, nil
 }
 
-// Validate checks the meshes and lifetimes.
+// Validate checks the meshes, the store and the lifetimes.
 func (c *CA) Validate() error {
 	if len(c.Meshes) == 0 {
 		return settings.Invalid("meshes", "must list at least one MESH=TRUSTDOMAIN")
 	}
 	if _, err := c.parse(); err != nil {
 		return err
+	}
+	switch c.Store {
+	case StoreDir:
+		if c.Kubeconfig != "" {
+			return settings.Invalid("kubeconfig", "is used only with ca.store=%s, but ca.store is %s", StoreKubernetes, c.Store)
+		}
+	case StoreKubernetes:
+		if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
+			return settings.Invalid("namespace", "%q is not a namespace name: %s", c.Namespace, strings.Join(errs, "; "))
+		}
+	default:
+		return settings.Invalid("store", "must be %s or %s, got %q", StoreDir, StoreKubernetes, c.Store)
 	}
 	if c.WorkloadCertTTL < time.Minute {
 		return settings.Invalid("workloadCertTTL", "must be at least 1m, got %s", c.WorkloadCertTTL)

@@ -40,6 +40,9 @@ func TestDefaultsValidate(t *testing.T) {
 		"ca.meshes":                     strings.Join(cfg.CA.Meshes, ",") == "default=cluster.local",
 		"ca.workloadCertTTL":            cfg.CA.WorkloadCertTTL == 24*time.Hour,
 		"ca.clusterCertTTL":             cfg.CA.ClusterCertTTL == 24*time.Hour,
+		"ca.store":                      cfg.CA.Store == StoreDir,
+		"ca.namespace":                  cfg.CA.Namespace == "nave-system",
+		"ca.kubeconfig":                 cfg.CA.Kubeconfig == "",
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)
@@ -78,6 +81,10 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--ca.meshes=a=x.example,a=y.example"}, "ca.meshes", `mesh "a" is listed twice`},
 		{[]string{"--ca.meshes=a=x.example,b=x.example"}, "ca.meshes", `trust domain "x.example" is listed for two meshes`},
 		{[]string{"--ca.cluster-cert-ttl=30s"}, "ca.clusterCertTTL", "must be at least 1m"},
+		{[]string{"--ca.store=etcd"}, "ca.store", `must be dir or kubernetes, got "etcd"`},
+		{[]string{"--ca.store=kubernetes", "--ca.namespace=Nave_System"}, "ca.namespace", `"Nave_System" is not a namespace name`},
+		{[]string{"--ca.store=kubernetes", "--ca.namespace="}, "ca.namespace", `"" is not a namespace name`},
+		{[]string{"--ca.kubeconfig=/etc/kubeconfig"}, "ca.kubeconfig", "is used only with ca.store=kubernetes, but ca.store is dir"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key, func(t *testing.T) {
@@ -88,5 +95,16 @@ func TestBadValuesAreRefused(t *testing.T) {
 				t.Fatalf("got %v, want %s: %s", err, tc.key, tc.reason)
 			}
 		})
+	}
+}
+
+func TestKubernetesStoreAccepted(t *testing.T) {
+	var cfg Config
+	args := []string{"--ca.store=kubernetes", "--ca.namespace=nave-hub", "--ca.kubeconfig=/etc/kubeconfig"}
+	if err := settings.Load(Program, &cfg, args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CA.Store != StoreKubernetes || cfg.CA.Namespace != "nave-hub" || cfg.CA.Kubeconfig != "/etc/kubeconfig" {
+		t.Errorf("got %+v", cfg.CA)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/navemesh/nave/hub/servingcert"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/kubeconfig"
 )
 
 // security is what the hub authenticates spokes and proxies with. Its zero
@@ -41,10 +42,11 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		return &security{plaintext: true}, nil
 	}
 	dir := cfg.State.Dir
-	store, err := ca.NewDirStore(filepath.Join(dir, "ca"))
+	store, err := meshStore(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("state.dir: %w", err)
+		return nil, err
 	}
+	log.Info("mesh CAs", "store", cfg.CA.Store, "location", store.(ca.Locator).Location("<mesh>"))
 	auth, err := ca.New(store, ca.Options{DefaultTTL: cfg.CA.WorkloadCertTTL, Logger: log.With("component", "ca"), Registerer: reg})
 	if err != nil {
 		return nil, err
@@ -66,6 +68,27 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		authority: auth, serving: serving, store: es, stateDir: dir,
 		spokeAuth: enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg}),
 	}, nil
+}
+
+// meshStore is where the mesh CAs are kept (ca.store). The hub's serving
+// CA and enrollment stay in state.dir either way.
+func meshStore(cfg hubconfig.Config) (ca.Store, error) {
+	if cfg.CA.Store != hubconfig.StoreKubernetes {
+		store, err := ca.NewDirStore(filepath.Join(cfg.State.Dir, "ca"))
+		if err != nil {
+			return nil, fmt.Errorf("state.dir: %w", err)
+		}
+		return store, nil
+	}
+	rc, err := kubeconfig.Load(cfg.CA.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("ca.kubeconfig: %w", err)
+	}
+	client, err := ca.NewSecretClient(rc)
+	if err != nil {
+		return nil, fmt.Errorf("ca.kubeconfig: %w", err)
+	}
+	return ca.NewSecretStore(client, cfg.CA.Namespace), nil
 }
 
 // spokeAuthenticator decides a spoke stream's (mesh, cluster).

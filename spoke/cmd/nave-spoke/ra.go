@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/kubeconfig"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/ra"
 	"github.com/navemesh/nave/spoke/spokeconfig"
@@ -33,7 +34,7 @@ func raEnabled(cfg spokeconfig.Config) bool {
 // the hub over the spoke's mTLS connection, served with the spoke's current
 // cluster certificate.
 func runRA(ctx context.Context, cfg spokeconfig.Config, renewer *enroll.Renewer, lis net.Listener, adm *admin.Server, log *slog.Logger, reg prometheus.Registerer) error {
-	rc, err := restConfig(cfg.Kube.Kubeconfig)
+	rc, err := kubeconfig.Load(cfg.Kube.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubernetes.kubeconfig: %w", err)
 	}

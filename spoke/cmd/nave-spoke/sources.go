@@ -8,10 +8,9 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/kubeconfig"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/spoke/source/files"
 	"github.com/navemesh/nave/spoke/source/kube"
@@ -28,7 +27,7 @@ type source interface {
 // and debug views.
 func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) (source, error) {
 	if cfg.IsKubernetes() {
-		rc, err := restConfig(cfg.Kube.Kubeconfig)
+		rc, err := kubeconfig.Load(cfg.Kube.Kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
 		}
@@ -64,17 +63,4 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 		return src.Rejections(), nil
 	})
 	return src, nil
-}
-
-// restConfig reads a kubeconfig file; without one it uses the pod's
-// in-cluster credentials, else $KUBECONFIG or ~/.kube/config.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if rc, err := rest.InClusterConfig(); err == nil {
-		return rc, nil
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 }

@@ -1,0 +1,261 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/e2e/kubetest"
+)
+
+// The tests below run against a real kube-apiserver with deploy/hub's RBAC
+// applied, acting as the hub's service account.
+const (
+	hubNamespace = "nave-system"
+	hubUser      = "system:serviceaccount:nave-system:nave-hub"
+)
+
+var hubGroups = []string{"system:serviceaccounts", "system:serviceaccounts:nave-system"}
+
+type secretKube struct {
+	c     *kubetest.Cluster
+	admin SecretClient
+}
+
+func startSecretKube(t *testing.T) *secretKube {
+	t.Helper()
+	c := kubetest.Start(t, kubetest.Options{})
+	var manifests [][]byte
+	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "hub", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifests = append(manifests, b)
+	}
+	c.Apply(t, manifests...)
+	return &secretKube{c: c, admin: secretClient(t, c, "")}
+}
+
+// secretClient acts as user in groups (the admin if user is "").
+func secretClient(t *testing.T, c *kubetest.Cluster, user string, groups ...string) SecretClient {
+	t.Helper()
+	cfg := c.Admin
+	if user != "" {
+		cfg = c.As(user, groups...)
+	}
+	sc, err := NewSecretClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func (k *secretKube) hubStore(t *testing.T) *SecretStore {
+	return NewSecretStore(secretClient(t, k.c, hubUser, hubGroups...), hubNamespace)
+}
+
+// barrierClient holds every Create until n Gets have been answered, so
+// that n Authorities all find no root before any of them creates one.
+type barrierClient struct {
+	SecretClient
+	gets *sync.WaitGroup
+	once sync.Once
+}
+
+func (b *barrierClient) Get(ctx context.Context, ns, name string) (*Secret, error) {
+	s, err := b.SecretClient.Get(ctx, ns, name)
+	b.once.Do(b.gets.Done)
+	return s, err
+}
+
+func (b *barrierClient) Create(ctx context.Context, s *Secret) error {
+	b.gets.Wait()
+	return b.SecretClient.Create(ctx, s)
+}
+
+func TestSecretStore(t *testing.T) {
+	k := startSecretKube(t)
+
+	t.Run("RaceEndsWithOneRootAndRestartKeepsIt", func(t *testing.T) {
+		m := Mesh{Name: "race", TrustDomain: "race.example"}
+		const replicas = 2
+		var gets sync.WaitGroup
+		gets.Add(replicas)
+		auths := make([]*Authority, replicas)
+		errs := make([]error, replicas)
+		var wg sync.WaitGroup
+		for i := range auths {
+			// Each replica has its own client, as separate processes would.
+			store := NewSecretStore(&barrierClient{SecretClient: secretClient(t, k.c, hubUser, hubGroups...), gets: &gets}, hubNamespace)
+			a, err := New(store, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			auths[i] = a
+			wg.Go(func() { errs[i] = a.Load(ctx, m) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("replica %d: %v", i, err)
+			}
+		}
+		sources := map[string]int{}
+		var roots [][]byte
+		for _, a := range auths {
+			sources[a.meshes[m.Name].source]++
+			r, _ := a.RootsPEM(m.Name)
+			roots = append(roots, r)
+		}
+		if !bytes.Equal(roots[0], roots[1]) {
+			t.Fatal("the racing replicas ended with different roots")
+		}
+		if sources[sourceCreated] != 1 || sources[sourceGenerated] != 1 {
+			t.Errorf("sources %v: want one replica to create the root and the other to load it", sources)
+		}
+		sec, err := k.admin.Get(ctx, hubNamespace, "nave-ca-race")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sec.Data) != 2 || !bytes.Equal(sec.Data[FileRootCert], roots[0]) || len(sec.Data[FileRootKey]) == 0 {
+			t.Errorf("secret holds %d keys; want %s (the root the replicas use) and %s", len(sec.Data), FileRootCert, FileRootKey)
+		}
+		if sec.Labels["app.kubernetes.io/part-of"] != "nave" {
+			t.Errorf("secret labels %v", sec.Labels)
+		}
+
+		// A restarted replica loads the same root.
+		a, err := New(k.hubStore(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Load(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := a.RootsPEM(m.Name); !bytes.Equal(r, roots[0]) {
+			t.Error("after a restart the mesh has another root")
+		}
+		if got := a.meshes[m.Name].source; got != sourceGenerated {
+			t.Errorf("source after restart %s, want %s", got, sourceGenerated)
+		}
+		// Its certificates verify against the root the others hold.
+		chain := parseChain(t, mustSign(t, a, m.Name, "spiffe://race.example/ns/a/sa/b"))
+		verifyLeaf(t, chain, mustRoots(t, auths[0], m.Name), time.Now())
+	})
+
+	t.Run("PluggedInSecretIsUsedAsIntermediate", func(t *testing.T) {
+		p := newPluggedCA(t)
+		if err := k.admin.Create(ctx, &Secret{Name: "nave-ca-m1", Namespace: hubNamespace, Data: p.files(t)}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(k.hubStore(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Load(ctx, mesh1); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.meshes["m1"].source; got != sourcePlugged {
+			t.Fatalf("source %s, want %s", got, sourcePlugged)
+		}
+		chain := parseChain(t, mustSign(t, a, "m1", uriA))
+		if len(chain) != 4 || !chain[1].Equal(p.ca.cert) || !chain[2].Equal(p.inter.cert) || !chain[3].Equal(p.root.cert) {
+			t.Fatalf("chain of %d certificates; want leaf, the plugged-in CA, its intermediate and root", len(chain))
+		}
+		operatorRoot := x509.NewCertPool()
+		operatorRoot.AddCert(p.root.cert)
+		verifyLeaf(t, chain, operatorRoot, time.Now())
+		sec, err := k.admin.Get(ctx, hubNamespace, "nave-ca-m1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := sec.Data[FileRootKey]; ok || len(sec.Data) != 4 {
+			t.Errorf("the plugged-in Secret was changed: %d keys", len(sec.Data))
+		}
+	})
+
+	t.Run("GetAndCreate", func(t *testing.T) {
+		s := k.hubStore(t)
+		got, err := s.Get(ctx, "absent")
+		if err != nil || got == nil || len(got) != 0 {
+			t.Fatalf("Get of a missing Secret = %v, %v; want an empty map", got, err)
+		}
+		blobs := map[string][]byte{"a.pem": []byte("a"), "b.pem": []byte("b")}
+		if err := s.Create(ctx, "blobs", blobs); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Create(ctx, "blobs", map[string][]byte{"c.pem": []byte("c")})
+		if !errors.Is(err, ErrExist) {
+			t.Fatalf("second Create: %v, want ErrExist", err)
+		}
+		wantErrorSays(t, err, "nave-system/nave-ca-blobs")
+		got, err = s.Get(ctx, "blobs")
+		if err != nil || len(got) != 2 || string(got["a.pem"]) != "a" || string(got["b.pem"]) != "b" {
+			t.Fatalf("Get = %q, %v; want what the first Create stored", got, err)
+		}
+		// Keys that are not blob names are not blobs.
+		if err := k.admin.Create(ctx, &Secret{Name: "nave-ca-odd", Namespace: hubNamespace,
+			Data: map[string][]byte{".hidden": []byte("x"), "UPPER.pem": []byte("x"), "ok.pem": []byte("y")}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Get(ctx, "odd"); err != nil || len(got) != 1 || string(got["ok.pem"]) != "y" {
+			t.Errorf("Get = %q, %v; want ok.pem only", got, err)
+		}
+		// Bad names are refused before a request is made.
+		wantErrorSays(t, s.Create(ctx, "blobs2", map[string][]byte{"../x": nil}), "blob name")
+		wantErrorSays(t, s.Create(ctx, "Bad_Mesh", map[string][]byte{"a.pem": nil}), "Bad_Mesh")
+		wantErrorSays(t, s.Create(ctx, "blobs2", nil), "no blobs")
+		if got := s.Location("acme"); got != "nave-system/nave-ca-acme" {
+			t.Errorf("Location = %q", got)
+		}
+	})
+
+	t.Run("RefusalsNameTheSecretAndWhy", func(t *testing.T) {
+		// A user the RBAC does not allow.
+		s := NewSecretStore(secretClient(t, k.c, "mallory"), hubNamespace)
+		_, err := s.Get(ctx, "race")
+		t.Logf("refused: %v", err)
+		wantErrorSays(t, err, "nave-system/nave-ca-race", "get", "forbidden", `"mallory"`, "deploy/hub/rbac.yaml")
+		err = s.Create(ctx, "new", map[string][]byte{"a.pem": []byte("a")})
+		wantErrorSays(t, err, "nave-system/nave-ca-new", "create", "forbidden", `"mallory"`)
+		if errors.Is(err, ErrExist) {
+			t.Error("a refused Create matches ErrExist")
+		}
+		// The hub's own service account in a namespace the Role does not cover.
+		other := NewSecretStore(secretClient(t, k.c, hubUser, hubGroups...), "default")
+		_, err = other.Get(ctx, "race")
+		wantErrorSays(t, err, "default/nave-ca-race", "get", "forbidden", "nave-hub")
+		// The Authority's error names the mesh and the Secret.
+		a, err := New(s, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = a.Load(ctx, Mesh{Name: "race", TrustDomain: "race.example"})
+		wantErrorSays(t, err, `mesh "race"`, "nave-system/nave-ca-race", "forbidden")
+	})
+}
+
+func mustSign(t *testing.T, a *Authority, mesh, uri string) []byte {
+	t.Helper()
+	chainPEM, err := a.Sign(ctx, mesh, csrFor(t, uri), SignOptions{Identities: []ID{mustID(t, uri)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chainPEM
+}
+
+func mustRoots(t *testing.T, a *Authority, mesh string) *x509.CertPool {
+	t.Helper()
+	r, err := a.Roots(mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
