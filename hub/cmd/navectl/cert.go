@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/shared/atomicfile"
+	"github.com/navemesh/nave/shared/kubeconfig"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -25,6 +26,31 @@ const (
 	fileRootCert  = "root-cert.pem"  // the mesh's roots, to verify peers with
 )
 
+// caStore is where the hub keeps its mesh CAs.
+type caStore interface {
+	ca.Store
+	ca.Locator
+}
+
+// caStoreOf opens the hub's CA store: the state dir's, or its Secrets.
+func caStoreOf(f *flags, kind, namespace, kubeconfigPath string) (caStore, error) {
+	if kind == "kubernetes" {
+		rc, err := kubeconfig.Load(kubeconfigPath)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		client, err := ca.NewSecretClient(rc)
+		if err != nil {
+			return nil, err
+		}
+		return ca.NewSecretStore(client, namespace), nil
+	}
+	if err := f.checkStateDir(); err != nil {
+		return nil, err
+	}
+	return ca.NewDirStore(filepath.Join(f.stateDir, caSubdir))
+}
+
 // certIssue issues a workload certificate from a mesh's CA and writes it,
 // its key and the mesh's roots to a directory.
 func certIssue(args []string, stdout, stderr io.Writer) error {
@@ -35,8 +61,18 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	sa := f.String("service-account", "", "the workload's service account")
 	out := f.String("out", "", "directory to write "+fileCertChain+", "+fileKey+" and "+fileRootCert+" to")
 	ttl := f.Duration("ttl", ca.DefaultTTL, "the certificate's lifetime (at most "+ca.DefaultMaxTTL.String()+")")
+	caStore := f.String("ca-store", "dir", "where the hub keeps its mesh CAs (its ca.store): dir (under --state-dir) or kubernetes (Secrets)")
+	caNamespace := f.String("ca-namespace", "nave-system", "with --ca-store kubernetes: the namespace of the CA Secrets (the hub's ca.namespace)")
+	kubeconfig := f.String("kubeconfig", "", "with --ca-store kubernetes: kubeconfig file (empty: in-cluster, else $KUBECONFIG)")
+	f.stateOptional = true
 	if err := f.parseArgs(args); err != nil {
 		return err
+	}
+	switch {
+	case *caStore != "dir" && *caStore != "kubernetes":
+		return usageErr("%s: --ca-store %q: want dir or kubernetes", f.Name(), *caStore)
+	case *caStore == "dir" && f.stateDir == "":
+		return usageErr("%s: --state-dir is required", f.Name())
 	}
 	if err := required(f.Name(), map[string]string{"mesh": *mesh, "namespace": *ns, "service-account": *sa, "out": *out}); err != nil {
 		return err
@@ -54,12 +90,8 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	if *ttl > ca.DefaultMaxTTL {
 		return fmt.Errorf("--ttl %s: at most %s", *ttl, ca.DefaultMaxTTL)
 	}
-	if err := f.checkStateDir(); err != nil {
-		return err
-	}
-
 	ctx := context.Background()
-	store, err := ca.NewDirStore(filepath.Join(f.stateDir, caSubdir))
+	store, err := caStoreOf(f, *caStore, *caNamespace, *kubeconfig)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@
 //	navectl ca-hash FILE
 //	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
+//	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
 //
 // Exit codes: 0 done, 1 failed, 2 usage error.
 package main
@@ -50,7 +51,10 @@ Usage:
   navectl cert issue     --state-dir DIR --mesh MESH [--trust-domain cluster.local]
                          --namespace NS --service-account SA --out OUT [--ttl 24h]
         issue a workload certificate spiffe://TD/ns/NS/sa/SA from MESH's CA
-        (DIR/ca) and write OUT/cert-chain.pem, OUT/key.pem, OUT/root-cert.pem
+        (DIR/ca) and write OUT/cert-chain.pem, OUT/key.pem, OUT/root-cert.pem;
+        with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
+        the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
+        --state-dir is not needed
 `
 
 // errUsage marks errors that exit with status 2.
@@ -118,6 +122,9 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 type flags struct {
 	*flag.FlagSet
 	stateDir string
+	// stateOptional: the command checks itself whether it needs
+	// --state-dir.
+	stateOptional bool
 }
 
 func newFlags(name string) *flags {
@@ -149,7 +156,7 @@ func (f *flags) parseArgs(args []string) error {
 	if f.NArg() > 0 {
 		return usageErr("%s: unexpected argument %q", f.Name(), f.Arg(0))
 	}
-	if f.stateDir == "" {
+	if f.stateDir == "" && !f.stateOptional {
 		return usageErr("%s: --state-dir is required", f.Name())
 	}
 	return nil
