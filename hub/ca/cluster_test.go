@@ -54,3 +54,20 @@ func TestLoadRefusesAnotherTrustDomainForAGeneratedRoot(t *testing.T) {
 	err := a.Load(context.Background(), Mesh{Name: "m1", TrustDomain: "elsewhere.example"})
 	wantErrorSays(t, err, `generated for trust domain "m1.example", not "elsewhere.example"`)
 }
+
+// takenStore is a Store whose place for every mesh exists but holds nothing
+// (an empty Secret made by hand).
+type takenStore struct{}
+
+func (takenStore) Get(context.Context, string) (map[string][]byte, error) {
+	return map[string][]byte{}, nil
+}
+func (takenStore) Create(context.Context, string, map[string][]byte) error { return ErrExist }
+
+func TestLoadNamesAnEmptyPlaceThatIsTaken(t *testing.T) {
+	a, err := New(takenStore{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErrorSays(t, a.Load(context.Background(), mesh1), "holds none of", "remove it")
+}

@@ -59,7 +59,11 @@ func (a *Authority) loadCA(ctx context.Context, m Mesh) (*meshCA, error) {
 		}
 		return a.generatedCA(m, certPEM, keyPEM, sourceCreated)
 	}
-	return nil, fmt.Errorf("root was being created concurrently and still is not readable; retry")
+	// Create found the place taken twice, yet Get finds no CA in it: either
+	// a concurrent creator has still not finished, or the place exists and
+	// holds none of the CA's blobs (an empty Secret made by hand, say).
+	return nil, fmt.Errorf("the store says the CA exists, but it holds none of %s, %s (or a plugged-in %s): if it was not just being created by another replica, remove it (an empty Secret or directory) or fill it with a plugged-in CA",
+		FileRootCert, FileRootKey, FileCACert)
 }
 
 // pluggedCA checks and builds a plugged-in CA from Istio's cacerts files.
