@@ -271,9 +271,6 @@ func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool 
 }
 
 func (c *conn) pushAll(stream sotwStream, st *pushctx.State) error {
-	if err := c.renewSecrets(stream, nil); err != nil {
-		return err
-	}
 	for _, typeURL := range typeOrder(c) {
 		if err := c.push(stream, st, typeURL, false); err != nil {
 			return err

@@ -128,9 +128,6 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 }
 
 func (c *conn) pushAllDelta(stream deltaStream, st *pushctx.State) error {
-	if err := c.renewSecrets(nil, stream); err != nil {
-		return err
-	}
 	for _, typeURL := range typeOrder(c) {
 		if err := c.pushDelta(stream, st, typeURL, false); err != nil {
 			return err

@@ -47,13 +47,11 @@ type sdsState struct {
 	timer *time.Timer
 	due   chan struct{} // capacity 1: a renewal is due
 	ctx   context.Context
-	// renew is set by the stream's goroutine when due fired; the next
-	// push mints and sends a new certificate.
-	renew bool
 }
 
 // secretsDue is signalled when the stream's certificate is due for
-// renewal; nil (never ready) while it has none.
+// renewal (its timer is armed only once the stream asked for secrets); nil
+// (never ready) for a stream served none.
 func (c *conn) secretsDue() <-chan struct{} {
 	if c == nil || c.sds == nil {
 		return nil
@@ -175,23 +173,6 @@ func (c *conn) secretState() *typeState {
 		c.types[SecretType] = ts
 	}
 	return ts
-}
-
-// renewSecrets mints a new credential and pushes it, if the stream's
-// certificate is due (see sdsState.renew) and it asked for secrets.
-func (c *conn) renewSecrets(sotw sotwStream, delta deltaStream) error {
-	if c.sds == nil || !c.sds.renew {
-		return nil
-	}
-	c.sds.renew = false
-	c.mu.Lock()
-	ts := c.types[SecretType]
-	requested := ts != nil && ts.requested
-	c.mu.Unlock()
-	if !requested {
-		return nil
-	}
-	return c.sendSecrets(sotw, delta, true)
 }
 
 // sendSecrets sends the subscribed secrets on whichever stream is set:

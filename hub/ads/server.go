@@ -207,7 +207,8 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 			c = cc
 			return cc.handle(out, st, req)
 		},
-		func(cc *conn, st *pushctx.State) error { return cc.pushAll(out, st) })
+		func(cc *conn, st *pushctx.State) error { return cc.pushAll(out, st) },
+		func(cc *conn) error { return cc.sendSecrets(out, nil, true) })
 }
 
 // DeltaAggregatedResources serves one proxy over incremental (delta) ADS.
@@ -219,7 +220,8 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 			c = cc
 			return cc.handleDelta(out, st, req)
 		},
-		func(cc *conn, st *pushctx.State) error { return cc.pushAllDelta(out, st) })
+		func(cc *conn, st *pushctx.State) error { return cc.pushAllDelta(out, st) },
+		func(cc *conn) error { return cc.sendSecrets(nil, out, true) })
 }
 
 // answer is what both variants' requests say of the response they answer.
@@ -240,7 +242,7 @@ func (s *Server) stuck(c *conn) {
 // their own goroutine, the first one's node is accepted, and each new push
 // context of the proxy's mesh is pushed with pushAll.
 func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context.Context, recv func() (Req, error), delta bool,
-	handle func(*conn, *pushctx.State, Req) error, pushAll func(*conn, *pushctx.State) error) error {
+	handle func(*conn, *pushctx.State, Req) error, pushAll func(*conn, *pushctx.State) error, renewSecrets func(*conn) error) error {
 	reqs := make(chan Req)
 	recvErr := make(chan error, 1)
 	// The receiving goroutine frees the send budget a request answers
@@ -304,10 +306,8 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 				return err
 			}
 		case <-c.secretsDue():
-			// The stream's SDS certificate is due: the push mints and
-			// sends a new one.
-			c.sds.renew = true
-			if err := pushAll(c, state); err != nil {
+			// The stream's SDS certificate is due: mint and send a new one.
+			if err := renewSecrets(c); err != nil {
 				return err
 			}
 		case <-changed:
