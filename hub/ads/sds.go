@@ -43,10 +43,12 @@ type SecretSource interface {
 
 // sdsState is a stream's secrets: the credential and the renewal timer.
 type sdsState struct {
-	cred  *Credential
-	timer *time.Timer
-	due   chan struct{} // capacity 1: a renewal is due
-	ctx   context.Context
+	cred *Credential
+	// secrets are cred's secrets by name, marshalled once per credential.
+	secrets map[string]*anypb.Any
+	timer   *time.Timer
+	due     chan struct{} // capacity 1: a renewal is due
+	ctx     context.Context
 }
 
 // secretsDue is signalled when the stream's certificate is due for
@@ -69,7 +71,7 @@ func (c *conn) credential(renew bool) (*Credential, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.sds.cred = cred
+	c.sds.cred, c.sds.secrets = cred, secretResources(cred)
 	if c.sds.timer != nil {
 		c.sds.timer.Stop()
 	}
@@ -184,7 +186,7 @@ func (c *conn) sendSecrets(sotw sotwStream, delta deltaStream, renew bool) error
 		c.server.log.Error("cannot mint a workload certificate for SDS; the proxy waits", "conn", c.id, "identity", c.identity.Name, "err", err)
 		return nil
 	}
-	all := secretResources(cred)
+	all := c.sds.secrets
 	c.mu.Lock()
 	ts := c.secretState()
 	var names, removed []string
