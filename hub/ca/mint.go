@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -37,12 +38,10 @@ func (a *Authority) Mint(ctx context.Context, mesh string, opts SignOptions) (*M
 	if err != nil {
 		return nil, fmt.Errorf("mint: %w", err)
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{u},
-		DNSNames: opts.DNSNames, IPAddresses: opts.IPAddresses}, key)
-	if err != nil {
-		return nil, fmt.Errorf("mint: %w", err)
-	}
-	is, err := a.issue(ctx, mesh, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), opts)
+	// The request is the Authority's own: it needs no signature to prove
+	// the key, so none is made and checked.
+	csr := &x509.CertificateRequest{PublicKey: &key.PublicKey, URIs: []*url.URL{u}, DNSNames: opts.DNSNames, IPAddresses: opts.IPAddresses}
+	is, err := a.count(mesh, func() (*x509.CertificateRequest, error) { return csr, nil }, opts, requestedSANs(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -50,9 +49,5 @@ func (a *Authority) Mint(ctx context.Context, mesh string, opts SignOptions) (*M
 	if err != nil {
 		return nil, fmt.Errorf("mint: %w", err)
 	}
-	var chain []byte
-	for _, c := range is.chain {
-		chain = append(chain, c...)
-	}
-	return &Minted{ChainPEM: chain, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), Leaf: is.leaf}, nil
+	return &Minted{ChainPEM: bytes.Join(is.chain, nil), KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), Leaf: is.leaf}, nil
 }

@@ -69,10 +69,28 @@ type issued struct {
 }
 
 func (a *Authority) issue(_ context.Context, mesh string, csrPEM []byte, opts SignOptions) (*issued, error) {
-	return a.count(mesh, func(c *meshCA, csr *x509.CertificateRequest) ([]*url.URL, error) {
-		return checkSANs(c.mesh, csr, opts)
-	}, csrPEM, opts)
+	return a.count(mesh, func() (*x509.CertificateRequest, error) { return ParseCSR(csrPEM) }, opts, requestedSANs(opts))
 }
+
+// requestedSANs is the policy of Sign: the CSR's SANs, every one of which
+// opts must allow.
+func requestedSANs(opts SignOptions) sanPolicy {
+	return func(c *meshCA, csr *x509.CertificateRequest) (sans, error) {
+		uris, err := checkSANs(c.mesh, csr, opts)
+		return sans{uris: uris, dns: csr.DNSNames, ips: csr.IPAddresses}, err
+	}
+}
+
+// sans are the subject alternative names a certificate is issued with.
+type sans struct {
+	uris []*url.URL
+	dns  []string
+	ips  []net.IP
+}
+
+// sanPolicy decides, for a mesh's CA and a request, the SANs to issue, or
+// refuses the request.
+type sanPolicy func(*meshCA, *x509.CertificateRequest) (sans, error)
 
 // SignCluster issues a spoke cluster's client certificate in mesh (it
 // implements enroll.Signer): its only SAN is the cluster's SPIFFE ID,
@@ -81,13 +99,14 @@ func (a *Authority) issue(_ context.Context, mesh string, csrPEM []byte, opts Si
 // The certificate allows server and client authentication like every leaf
 // of the Authority; it is valid for ttl (0: Options.DefaultTTL).
 func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) ([]byte, error) {
-	is, err := a.count(mesh, func(c *meshCA, _ *x509.CertificateRequest) ([]*url.URL, error) {
-		u, err := spiffeid.Cluster(c.mesh.TrustDomain, cluster)
-		if err != nil {
-			return nil, refuse(ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
-		}
-		return []*url.URL{u}, nil
-	}, csrPEM, SignOptions{TTL: ttl})
+	is, err := a.count(mesh, func() (*x509.CertificateRequest, error) { return ParseCSR(csrPEM) }, SignOptions{TTL: ttl},
+		func(c *meshCA, _ *x509.CertificateRequest) (sans, error) {
+			u, err := spiffeid.Cluster(c.mesh.TrustDomain, cluster)
+			if err != nil {
+				return sans{}, refuse(ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
+			}
+			return sans{uris: []*url.URL{u}}, nil
+		})
 	if err != nil {
 		return nil, err
 	}
@@ -98,10 +117,10 @@ func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM 
 // Enrollment service hands spokes their mesh's roots.
 func (a *Authority) TrustBundlePEM(mesh string) ([]byte, error) { return a.RootsPEM(mesh) }
 
-// count issues with the URI SANs sans decides, and counts and logs the
-// outcome.
-func (a *Authority) count(mesh string, sans func(*meshCA, *x509.CertificateRequest) ([]*url.URL, error), csrPEM []byte, opts SignOptions) (*issued, error) {
-	is, err := a.issueUncounted(mesh, csrPEM, opts, sans)
+// count issues for the request csr returns with the SANs policy decides,
+// and counts and logs the outcome.
+func (a *Authority) count(mesh string, csr func() (*x509.CertificateRequest, error), opts SignOptions, policy sanPolicy) (*issued, error) {
+	is, err := a.issueUncounted(mesh, csr, opts, policy)
 	if err != nil {
 		if r, ok := ReasonOf(err); ok {
 			a.metrics.refused(r)
@@ -114,7 +133,7 @@ func (a *Authority) count(mesh string, sans func(*meshCA, *x509.CertificateReque
 	return is, nil
 }
 
-func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions, sans func(*meshCA, *x509.CertificateRequest) ([]*url.URL, error)) (*issued, error) {
+func (a *Authority) issueUncounted(mesh string, parse func() (*x509.CertificateRequest, error), opts SignOptions, policy sanPolicy) (*issued, error) {
 	c, err := a.ca(mesh)
 	if err != nil {
 		return nil, err
@@ -122,17 +141,13 @@ func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions,
 	if opts.TTL < 0 {
 		return nil, refuse(ReasonInvalidRequest, "requested lifetime %s is negative", opts.TTL)
 	}
-	csr, err := ParseCSR(csrPEM)
+	csr, err := parse()
 	if err != nil {
 		return nil, err
 	}
-	uris, err := sans(c, csr)
+	names, err := policy(c, csr)
 	if err != nil {
 		return nil, err
-	}
-	dnsNames, ips := csr.DNSNames, csr.IPAddresses
-	if opts.DNSNames == nil && opts.IPAddresses == nil {
-		dnsNames, ips = nil, nil // checkSANs refused any; SignCluster ignores them
 	}
 
 	now := a.opts.Now()
@@ -159,9 +174,9 @@ func (a *Authority) issueUncounted(mesh string, csrPEM []byte, opts SignOptions,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
-		URIs:                  uris,
-		DNSNames:              dnsNames,
-		IPAddresses:           ips,
+		URIs:                  names.uris,
+		DNSNames:              names.dns,
+		IPAddresses:           names.ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.path[0], csr.PublicKey, c.signer)
 	if err != nil {
