@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -86,12 +87,17 @@ func NewCertAuthenticator(signer Signer, reg Registry, opts AuthOptions) *CertAu
 
 // Authenticate implements ingest.Authenticator.
 func (a *CertAuthenticator) Authenticate(ctx context.Context) (ingest.Identity, error) {
+	rec, err := a.AuthenticateCluster(ctx)
+	return rec.Identity(), err
+}
+
+// AuthenticateCluster authenticates like Authenticate and returns the
+// enrolled cluster's record, read once, for callers that need more than its
+// identity (the namespaces its join token scoped it to). On error the
+// record is zero.
+func (a *CertAuthenticator) AuthenticateCluster(ctx context.Context) (ClusterRecord, error) {
 	p, _ := peer.FromContext(ctx)
-	var addr string
-	if p != nil && p.Addr != nil {
-		addr = p.Addr.String()
-	}
-	id, td, err := a.authenticate(p)
+	rec, id, td, err := a.authenticate(p)
 	if err != nil {
 		var ae *AuthError
 		if !errors.As(err, &ae) {
@@ -99,60 +105,60 @@ func (a *CertAuthenticator) Authenticate(ctx context.Context) (ingest.Identity, 
 		}
 		a.refusals.WithLabelValues(ae.Reason).Inc()
 		a.log.Warn("spoke authentication refused", "mesh", id.Mesh, "cluster", id.Cluster, "trustDomain", td,
-			"peer", addr, "reason", ae.Reason, "err", ae.Msg)
-		return ingest.Identity{}, ae
+			"peer", grpcpeer.Addr(ctx), "reason", ae.Reason, "err", ae.Msg)
+		return ClusterRecord{}, ae
 	}
-	return id, nil
+	return rec, nil
 }
 
-// authenticate returns the identity, and as much of it as it learnt
-// before refusing (for the audit line).
-func (a *CertAuthenticator) authenticate(p *peer.Peer) (id ingest.Identity, td string, err error) {
+// authenticate returns the cluster's record, and as much of its identity
+// as it learnt before refusing (for the audit line).
+func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id ingest.Identity, td string, err error) {
 	refuse := func(code codes.Code, reason, format string, args ...any) error {
 		return &AuthError{Code: code, Reason: reason, Msg: fmt.Sprintf(format, args...)}
 	}
 	if p == nil {
-		return id, "", refuse(codes.Unauthenticated, authNoCertificate, "no peer information")
+		return rec, id, "", refuse(codes.Unauthenticated, authNoCertificate, "no peer information")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return id, "", refuse(codes.Unauthenticated, authNoCertificate, "connection is not TLS; a spoke presents its cluster certificate over mTLS")
+		return rec, id, "", refuse(codes.Unauthenticated, authNoCertificate, "connection is not TLS; a spoke presents its cluster certificate over mTLS")
 	}
 	certs := info.State.PeerCertificates
 	if len(certs) == 0 {
-		return id, "", refuse(codes.Unauthenticated, authNoCertificate, "no client certificate; a spoke presents its cluster certificate over mTLS")
+		return rec, id, "", refuse(codes.Unauthenticated, authNoCertificate, "no client certificate; a spoke presents its cluster certificate over mTLS")
 	}
 	td, cluster, err := spiffeid.FromCertificate(certs[0])
 	if err != nil {
-		return id, "", refuse(codes.Unauthenticated, authBadIdentity, "client certificate: %v", err)
+		return rec, id, "", refuse(codes.Unauthenticated, authBadIdentity, "client certificate: %v", err)
 	}
 	id.Cluster = cluster
 	mesh, err := a.meshOf(td)
 	if err != nil {
-		return id, td, err
+		return rec, id, td, err
 	}
 	id.Mesh = mesh
 	roots, err := a.signer.Roots(mesh)
 	if err != nil {
-		return id, td, refuse(codes.Unavailable, authInternal, "roots of mesh %s: %v", mesh, err)
+		return rec, id, td, refuse(codes.Unavailable, authInternal, "roots of mesh %s: %v", mesh, err)
 	}
 	if _, err := verifyClient(certs, roots, a.now()); err != nil {
-		return id, td, refuse(codes.Unauthenticated, authUntrusted, "client certificate for %s is not trusted by mesh %s: %v", id, mesh, err)
+		return rec, id, td, refuse(codes.Unauthenticated, authUntrusted, "client certificate for %s is not trusted by mesh %s: %v", id, mesh, err)
 	}
 	revoked, err := a.reg.Revoked(mesh, cluster)
 	if err != nil {
-		return id, td, refuse(codes.Unavailable, authInternal, "revocation of %s: %v", id, err)
+		return rec, id, td, refuse(codes.Unavailable, authInternal, "revocation of %s: %v", id, err)
 	}
 	if revoked {
-		return id, td, refuse(codes.PermissionDenied, authRevoked, "cluster %s is revoked", id)
+		return rec, id, td, refuse(codes.PermissionDenied, authRevoked, "cluster %s is revoked", id)
 	}
-	if _, err := a.reg.Cluster(mesh, cluster); err != nil {
+	if rec, err = a.reg.Cluster(mesh, cluster); err != nil {
 		if errors.Is(err, ErrNotEnrolled) {
-			return id, td, refuse(codes.PermissionDenied, authNotEnrolled, "cluster %s is not enrolled", id)
+			return ClusterRecord{}, id, td, refuse(codes.PermissionDenied, authNotEnrolled, "cluster %s is not enrolled", id)
 		}
-		return id, td, refuse(codes.Unavailable, authInternal, "enrollment of %s: %v", id, err)
+		return ClusterRecord{}, id, td, refuse(codes.Unavailable, authInternal, "enrollment of %s: %v", id, err)
 	}
-	return id, td, nil
+	return rec, id, td, nil
 }
 
 // meshOf maps a trust domain to the one mesh with enrolled clusters whose

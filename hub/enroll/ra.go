@@ -20,17 +20,16 @@ import (
 // ImpersonatedIdentity (see ca.Impersonated), and only in its own mesh's
 // trust domain. The spoke has checked the workload's service-account token
 // with its own API server before asking. A cluster enrolled with a token
-// scoped to namespaces (ClusterRecord.Namespaces, read from Registry) obtains
-// identities of those namespaces only. A caller whose certificate is not a
+// scoped to namespaces (ClusterRecord.Namespaces, as authentication read it)
+// obtains identities of those namespaces only. A caller whose certificate is not a
 // cluster certificate is passed to Next (a workload renewing its own
 // certificate, ca.PeerCertificateAuthorizer).
 //
 // Safe for concurrent use.
 type SpokeRAAuthorizer struct {
-	Auth     *CertAuthenticator
-	Signer   Signer
-	Registry Registry
-	Next     ca.Authorizer
+	Auth   *CertAuthenticator
+	Signer Signer
+	Next   ca.Authorizer
 }
 
 // Authorize implements ca.Authorizer.
@@ -38,10 +37,11 @@ func (a SpokeRAAuthorizer) Authorize(ctx context.Context) (ca.Grant, error) {
 	if !presentsClusterID(ctx) {
 		return a.Next.Authorize(ctx)
 	}
-	id, err := a.Auth.Authenticate(ctx)
+	rec, err := a.Auth.AuthenticateCluster(ctx)
 	if err != nil {
 		return ca.Grant{}, err
 	}
+	id := rec.Identity()
 	caller := "cluster " + id.String()
 	want, ok := ca.Impersonated(ctx)
 	if !ok {
@@ -61,10 +61,6 @@ func (a SpokeRAAuthorizer) Authorize(ctx context.Context) (ca.Grant, error) {
 			"%s: %s %s is not in mesh %q's trust domain %q", caller, ca.ImpersonatedIdentityKey, wid, id.Mesh, td)}
 	}
 	ns, _, _ := wid.Workload()
-	rec, err := a.Registry.Cluster(id.Mesh, id.Cluster)
-	if err != nil {
-		return ca.Grant{}, err
-	}
 	if len(rec.Namespaces) > 0 && !slices.Contains(rec.Namespaces, ns) {
 		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf(
 			"%s: %s %s: namespace %q is outside the cluster's scope (%s), set by its join token", caller, ca.ImpersonatedIdentityKey, wid, ns, strings.Join(rec.Namespaces, ", "))}
@@ -81,9 +77,9 @@ func presentsClusterID(ctx context.Context) bool {
 		return false
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.PeerCertificates) == 0 || len(ti.State.PeerCertificates[0].URIs) != 1 {
+	if !ok || len(ti.State.PeerCertificates) == 0 {
 		return false
 	}
-	_, _, err := spiffeid.ParseCluster(ti.State.PeerCertificates[0].URIs[0])
+	_, _, err := spiffeid.FromCertificate(ti.State.PeerCertificates[0])
 	return err == nil
 }

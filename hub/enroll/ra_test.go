@@ -40,7 +40,7 @@ func raHub(t *testing.T) (*enrolltest.Hub, *ca.Authority) {
 		}
 	}
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{Signer: auth, Register: func(s *grpc.Server, h *enrolltest.Hub) {
-		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Registry: h.Store, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
+		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
 	}})
 	return h, auth
 }

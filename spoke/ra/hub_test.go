@@ -39,7 +39,7 @@ func realHub(t *testing.T) (*enrolltest.Hub, *ca.Authority, *spokeenroll.Renewer
 		}
 	}
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{Signer: auth, Register: func(s *grpc.Server, h *enrolltest.Hub) {
-		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Registry: h.Store, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
+		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
 	}})
 	tok, _, err := h.Store.CreateToken(enrolltest.MeshA, cluster, time.Hour)
 	if err != nil {

@@ -171,7 +171,7 @@ func (s *security) register(cfg hubconfig.Config, spokes, xds *grpc.Server, log 
 	caLog := ca.ServerOptions{Logger: log.With("component", "ca")}
 	// Spokes obtain their workloads' certificates (as registration
 	// authorities); any caller may renew its own.
-	ca.NewServer(s.authority, enroll.SpokeRAAuthorizer{Auth: s.spokeAuth, Signer: s.authority, Registry: s.store, Next: own}, caLog).Register(spokes)
+	ca.NewServer(s.authority, enroll.SpokeRAAuthorizer{Auth: s.spokeAuth, Signer: s.authority, Next: own}, caLog).Register(spokes)
 	ca.NewServer(s.authority, own, caLog).Register(xds)
 }
 
