@@ -214,27 +214,14 @@ func (s *DirStore) Create(_ context.Context, mesh string, blobs map[string][]byt
 			return fmt.Errorf("ca store: %w", err)
 		}
 	}
-	// Write and sync every temporary file first, then rename them all: a
-	// crash leaves part of the set only if it falls between two renames.
-	temps := make([]string, 0, len(names))
-	defer func() {
-		for _, t := range temps {
-			_ = os.Remove(t) // gone after a successful rename
-		}
-	}()
-	for _, name := range names {
-		t, err := atomicfile.WriteTemp(dir, name, blobs[name], 0o600)
-		if err != nil {
-			return fmt.Errorf("ca store: %w", err)
-		}
-		temps = append(temps, t)
-	}
+	// A crash leaves part of the set only if it falls between two renames.
+	files := make([]atomicfile.File, len(names))
 	for i, name := range names {
-		if err := os.Rename(temps[i], filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("ca store: %w", err)
-		}
+		files[i] = atomicfile.File{Name: name, Data: blobs[name], Perm: 0o600}
 	}
-	temps = nil
+	if err := atomicfile.WriteSet(dir, files); err != nil {
+		return fmt.Errorf("ca store: %w", err)
+	}
 	if err := atomicfile.SyncDir(dir); err != nil {
 		return fmt.Errorf("ca store: %w", err)
 	}

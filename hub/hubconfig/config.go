@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/spiffeid"
@@ -77,8 +78,8 @@ type CA struct {
 
 // Values of CA.Store.
 const (
-	StoreDir        = "dir"
-	StoreKubernetes = "kubernetes"
+	StoreDir        = ca.StoreDir
+	StoreKubernetes = ca.StoreKubernetes
 )
 
 // Mesh is one entry of CA.Meshes.

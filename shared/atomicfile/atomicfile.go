@@ -75,3 +75,38 @@ func SyncDir(dir string) error {
 	}
 	return err
 }
+
+// File is one file of a set WriteSet writes.
+type File struct {
+	Name string
+	Data []byte
+	Perm os.FileMode
+}
+
+// WriteSet replaces files in dir, each whole: every temporary file is
+// written and synced first (WriteTemp), then all are renamed into place, so
+// a failure leaves the old set, or — only if it falls between two renames —
+// a mix of whole old and new files. It does not sync dir; callers that need
+// the renames to survive a power loss call SyncDir.
+func WriteSet(dir string, files []File) error {
+	temps := make([]string, 0, len(files))
+	defer func() {
+		for _, t := range temps {
+			_ = os.Remove(t) // gone after a successful rename
+		}
+	}()
+	for _, f := range files {
+		t, err := WriteTemp(dir, f.Name, f.Data, f.Perm)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, f.Name), err)
+		}
+		temps = append(temps, t)
+	}
+	for i, f := range files {
+		if err := os.Rename(temps[i], filepath.Join(dir, f.Name)); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, f.Name), err)
+		}
+	}
+	temps = nil
+	return nil
+}

@@ -36,3 +36,25 @@ func TestWriteMissingDirFails(t *testing.T) {
 		t.Fatal("write into a missing directory succeeded")
 	}
 }
+
+func TestWriteSetReplacesEveryFileAndLeavesNoTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSet(dir, []File{{Name: "a", Data: []byte("new a"), Perm: 0o600}, {Name: "b", Data: []byte("new b"), Perm: 0o644}}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Errorf("dir holds %d entries, want a and b only", len(entries))
+	}
+	for name, want := range map[string]string{"a": "new a", "b": "new b"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
+		}
+	}
+}

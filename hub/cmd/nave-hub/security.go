@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +19,6 @@ import (
 	"github.com/navemesh/nave/hub/servingcert"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/kubeconfig"
 )
 
 // security is what the hub authenticates spokes and proxies with. Its zero
@@ -42,11 +40,13 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		return &security{plaintext: true}, nil
 	}
 	dir := cfg.State.Dir
-	store, err := meshStore(cfg)
+	// The hub's serving CA and enrollment stay in state.dir whatever
+	// ca.store says.
+	store, err := ca.OpenStore(cfg.CA.Store, dir, cfg.CA.Namespace, cfg.CA.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ca.store: %w", err)
 	}
-	log.Info("mesh CAs", "store", cfg.CA.Store, "location", store.(ca.Locator).Location("<mesh>"))
+	log.Info("mesh CAs", "store", cfg.CA.Store, "location", store.Location("<mesh>"))
 	auth, err := ca.New(store, ca.Options{DefaultTTL: cfg.CA.WorkloadCertTTL, Logger: log.With("component", "ca"), Registerer: reg})
 	if err != nil {
 		return nil, err
@@ -68,27 +68,6 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		authority: auth, serving: serving, store: es, stateDir: dir,
 		spokeAuth: enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg}),
 	}, nil
-}
-
-// meshStore is where the mesh CAs are kept (ca.store). The hub's serving
-// CA and enrollment stay in state.dir either way.
-func meshStore(cfg hubconfig.Config) (ca.Store, error) {
-	if cfg.CA.Store != hubconfig.StoreKubernetes {
-		store, err := ca.NewDirStore(filepath.Join(cfg.State.Dir, "ca"))
-		if err != nil {
-			return nil, fmt.Errorf("state.dir: %w", err)
-		}
-		return store, nil
-	}
-	rc, err := kubeconfig.Load(cfg.CA.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("ca.kubeconfig: %w", err)
-	}
-	client, err := ca.NewSecretClient(rc)
-	if err != nil {
-		return nil, fmt.Errorf("ca.kubeconfig: %w", err)
-	}
-	return ca.NewSecretStore(client, cfg.CA.Namespace), nil
 }
 
 // spokeAuthenticator decides a spoke stream's (mesh, cluster).

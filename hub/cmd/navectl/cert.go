@@ -5,18 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/shared/atomicfile"
-	"github.com/navemesh/nave/shared/kubeconfig"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
-
-// caSubdir is where, in the hub's state dir, the hub keeps its mesh CAs (a
-// ca.DirStore: mesh m's files are <state dir>/ca/<m>/).
-const caSubdir = "ca"
 
 // The files cert issue writes, named as Istio names a workload's
 // certificate files (./etc/certs on a VM).
@@ -25,31 +19,6 @@ const (
 	fileKey       = "key.pem"        // the leaf's PKCS #8 key, mode 0600
 	fileRootCert  = "root-cert.pem"  // the mesh's roots, to verify peers with
 )
-
-// caStore is where the hub keeps its mesh CAs.
-type caStore interface {
-	ca.Store
-	ca.Locator
-}
-
-// caStoreOf opens the hub's CA store: the state dir's, or its Secrets.
-func caStoreOf(f *flags, kind, namespace, kubeconfigPath string) (caStore, error) {
-	if kind == "kubernetes" {
-		rc, err := kubeconfig.Load(kubeconfigPath)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		client, err := ca.NewSecretClient(rc)
-		if err != nil {
-			return nil, err
-		}
-		return ca.NewSecretStore(client, namespace), nil
-	}
-	if err := f.checkStateDir(); err != nil {
-		return nil, err
-	}
-	return ca.NewDirStore(filepath.Join(f.stateDir, caSubdir))
-}
 
 // certIssue issues a workload certificate from a mesh's CA and writes it,
 // its key and the mesh's roots to a directory.
@@ -61,7 +30,7 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	sa := f.String("service-account", "", "the workload's service account")
 	out := f.String("out", "", "directory to write "+fileCertChain+", "+fileKey+" and "+fileRootCert+" to")
 	ttl := f.Duration("ttl", ca.DefaultTTL, "the certificate's lifetime (at most "+ca.DefaultMaxTTL.String()+")")
-	caStore := f.String("ca-store", "dir", "where the hub keeps its mesh CAs (its ca.store): dir (under --state-dir) or kubernetes (Secrets)")
+	caStore := f.String("ca-store", ca.StoreDir, "where the hub keeps its mesh CAs (its ca.store): dir (under --state-dir) or kubernetes (Secrets)")
 	caNamespace := f.String("ca-namespace", "nave-system", "with --ca-store kubernetes: the namespace of the CA Secrets (the hub's ca.namespace)")
 	kubeconfig := f.String("kubeconfig", "", "with --ca-store kubernetes: kubeconfig file (empty: in-cluster, else $KUBECONFIG)")
 	f.stateOptional = true
@@ -69,9 +38,9 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	switch {
-	case *caStore != "dir" && *caStore != "kubernetes":
-		return usageErr("%s: --ca-store %q: want dir or kubernetes", f.Name(), *caStore)
-	case *caStore == "dir" && f.stateDir == "":
+	case *caStore != ca.StoreDir && *caStore != ca.StoreKubernetes:
+		return usageErr("%s: --ca-store %q: want %s or %s", f.Name(), *caStore, ca.StoreDir, ca.StoreKubernetes)
+	case *caStore == ca.StoreDir && f.stateDir == "":
 		return usageErr("%s: --state-dir is required", f.Name())
 	}
 	if err := required(f.Name(), map[string]string{"mesh": *mesh, "namespace": *ns, "service-account": *sa, "out": *out}); err != nil {
@@ -91,7 +60,12 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--ttl %s: at most %s", *ttl, ca.DefaultMaxTTL)
 	}
 	ctx := context.Background()
-	store, err := caStoreOf(f, *caStore, *caNamespace, *kubeconfig)
+	if *caStore == ca.StoreDir {
+		if err := f.checkStateDir(); err != nil {
+			return err
+		}
+	}
+	store, err := ca.OpenStore(*caStore, f.stateDir, *caNamespace, *kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -122,10 +96,10 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	leaf := m.Leaf
-	if err := writeFiles(*out, []file{
-		{fileKey, m.KeyPEM, 0o600},
-		{fileCertChain, m.ChainPEM, 0o644},
-		{fileRootCert, rootsPEM, 0o644},
+	if err := writeFiles(*out, []atomicfile.File{
+		{Name: fileKey, Data: m.KeyPEM, Perm: 0o600},
+		{Name: fileCertChain, Data: m.ChainPEM, Perm: 0o644},
+		{Name: fileRootCert, Data: rootsPEM, Perm: 0o644},
 	}); err != nil {
 		return err
 	}
@@ -134,41 +108,14 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// file is one file to write.
-type file struct {
-	name string
-	data []byte
-	perm os.FileMode
-}
-
 // writeFiles writes files into dir (created, mode 0700, if missing), each
-// replaced whole: every file is written to a temporary name first and
-// renamed into place after, so a failure leaves the old set or, at worst
-// between two renames, a mix of whole files.
-func writeFiles(dir string, files []file) error {
+// replaced whole (atomicfile.WriteSet).
+func writeFiles(dir string, files []atomicfile.File) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	temps := make([]string, 0, len(files))
-	defer func() {
-		for _, t := range temps {
-			if t != "" {
-				os.Remove(t)
-			}
-		}
-	}()
-	for _, f := range files {
-		t, err := atomicfile.WriteTemp(dir, f.name, f.data, f.perm)
-		if err != nil {
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, f.name), err)
-		}
-		temps = append(temps, t)
-	}
-	for i, f := range files {
-		if err := os.Rename(temps[i], filepath.Join(dir, f.name)); err != nil {
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, f.name), err)
-		}
-		temps[i] = ""
+	if err := atomicfile.WriteSet(dir, files); err != nil {
+		return err
 	}
 	// A failed directory sync leaves complete files that may not survive a
 	// power loss: no reason to fail (as atomicfile.Write).
