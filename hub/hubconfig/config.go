@@ -4,7 +4,6 @@ package hubconfig
 
 import (
 	"net"
-	"regexp"
 	"strings"
 	"time"
 
@@ -54,7 +53,7 @@ func (t *TLS) Validate() error {
 		return settings.Invalid("hosts", "must name at least one DNS name or IP address the hub is dialled by")
 	}
 	for _, h := range t.Hosts {
-		if net.ParseIP(h) == nil && !dnsName.MatchString(h) {
+		if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 && len(validation.IsWildcardDNS1123Subdomain(h)) > 0 {
 			return settings.Invalid("hosts", "%q is neither an IP address nor a DNS name", h)
 		}
 	}
@@ -63,8 +62,6 @@ func (t *TLS) Validate() error {
 	}
 	return nil
 }
-
-var dnsName = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
 
 // CA configures the mesh certificate authorities.
 type CA struct {

@@ -217,13 +217,7 @@ func (s *Server) Withdraw(id Identity, reason string) bool {
 	if st.withdraw != nil {
 		st.withdraw.Stop()
 	}
-	n := st.count()
-	delete(s.stores, id)
-	s.mu.Unlock()
-	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
-	s.metrics.withdrawals.Inc()
-	s.log.Warn("cluster withdrawn at once", "mesh", id.Mesh, "cluster", id.Cluster, "resources", n, "reason", reason)
-	s.opts.OnChange(id.Mesh)
+	s.drop(id, st, "cluster withdrawn at once", "reason", reason)
 	return true
 }
 
@@ -253,12 +247,18 @@ func (s *Server) withdraw(id Identity, session uint64) {
 		s.mu.Unlock()
 		return
 	}
+	s.drop(id, st, "stale cluster withdrawn after grace period")
+}
+
+// drop removes id's store st (s.mu held; drop releases it), its metrics,
+// logs msg with attrs, and reports the change.
+func (s *Server) drop(id Identity, st *store, msg string, attrs ...any) {
 	n := st.count()
 	delete(s.stores, id)
 	s.mu.Unlock()
 	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
 	s.metrics.withdrawals.Inc()
-	s.log.Warn("stale cluster withdrawn after grace period", "mesh", id.Mesh, "cluster", id.Cluster, "resources", n)
+	s.log.Warn(msg, append([]any{"mesh", id.Mesh, "cluster", id.Cluster, "resources", n}, attrs...)...)
 	s.opts.OnChange(id.Mesh)
 }
 
