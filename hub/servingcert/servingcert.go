@@ -10,7 +10,6 @@ package servingcert
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -42,7 +41,10 @@ func RootPath(stateDir string) string {
 type Cert struct {
 	auth  *ca.Authority
 	hosts []string
-	log   *slog.Logger
+	// sign is what every renewal asks for: the hub's identity, hosts as
+	// DNS and IP SANs.
+	sign ca.SignOptions
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	current *tls.Certificate
@@ -66,7 +68,18 @@ func New(ctx context.Context, stateDir string, hosts []string, log *slog.Logger)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cert{auth: auth, hosts: hosts, log: log}
+	id, err := ca.WorkloadID(TrustDomain, namespace, serviceAccount)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cert{auth: auth, hosts: hosts, log: log, sign: ca.SignOptions{Identities: []ca.ID{id}, TTL: ttl}}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			c.sign.IPAddresses = append(c.sign.IPAddresses, ip)
+		} else {
+			c.sign.DNSNames = append(c.sign.DNSNames, h)
+		}
+	}
 	if err := c.renew(ctx); err != nil {
 		return nil, err
 	}
@@ -76,26 +89,25 @@ func New(ctx context.Context, stateDir string, hosts []string, log *slog.Logger)
 // RootsPEM is the serving CA's certificate(s), PEM.
 func (c *Cert) RootsPEM() ([]byte, error) { return c.auth.RootsPEM(Mesh) }
 
-// Roots is the serving CA as a pool, for clients of the hub (tests, navectl).
-func (c *Cert) Roots() (*x509.CertPool, error) { return c.auth.Roots(Mesh) }
-
 // GetCertificate implements tls.Config.GetCertificate: the current
 // certificate, renewed first if it is due. A failed renewal is logged and
 // the current certificate served until it expires.
 func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	now := time.Now()
-	c.mu.Lock()
-	due := now.After(c.renewAt)
-	c.mu.Unlock()
-	if due {
-		if err := c.renew(context.Background()); err != nil {
-			c.log.Error("serving certificate renewal failed; serving the current one", "err", err)
-		}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// One handshake renews (a mint, under a millisecond, once a week);
+	// the ones arriving meanwhile wait for it rather than mint too.
+	if time.Now().After(c.renewAt) {
+		if err := c.renew(context.Background()); err != nil {
+			c.renewAt = time.Now().Add(retryRenewal)
+			c.log.Error("serving certificate renewal failed; serving the current one", "retry_in", retryRenewal, "err", err)
+		}
+	}
 	return c.current, nil
 }
+
+// retryRenewal is how long after a failed renewal the next is tried.
+const retryRenewal = time.Minute
 
 // ServerConfig is a TLS configuration serving the certificate: TLS 1.2 or
 // later, asking for (not requiring) a client certificate, which the
@@ -108,21 +120,9 @@ func (c *Cert) ServerConfig() *tls.Config {
 	}
 }
 
+// renew mints a new certificate (c.mu held).
 func (c *Cert) renew(ctx context.Context) error {
-	id, err := ca.WorkloadID(TrustDomain, namespace, serviceAccount)
-	if err != nil {
-		return err
-	}
-	var ips []net.IP
-	var dns []string
-	for _, h := range c.hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			ips = append(ips, ip)
-		} else {
-			dns = append(dns, h)
-		}
-	}
-	m, err := c.auth.Mint(ctx, Mesh, ca.SignOptions{Identities: []ca.ID{id}, DNSNames: dns, IPAddresses: ips, TTL: ttl})
+	m, err := c.auth.Mint(ctx, Mesh, c.sign)
 	if err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
@@ -130,10 +130,7 @@ func (c *Cert) renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
-	c.mu.Lock()
-	c.current = &cert
-	c.renewAt = ca.RenewAt(cert.Leaf)
-	c.mu.Unlock()
+	c.current, c.renewAt = &cert, ca.RenewAt(cert.Leaf)
 	c.log.Info("serving certificate issued", "hosts", c.hosts, "not_after", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	return nil
 }
