@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,6 +21,29 @@ import (
 func Hash(cert *x509.Certificate) string {
 	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// HashesPEM are the pins of the CA certificates in a PEM bundle, in order;
+// other blocks and non-CA certificates are skipped. An unparseable
+// certificate is an error.
+func HashesPEM(bundle []byte) ([]string, error) {
+	var out []string
+	for rest := bundle; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return out, nil
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		if c.IsCA {
+			out = append(out, Hash(c))
+		}
+	}
 }
 
 // Parse checks the form of a pin and returns it in lowercase.

@@ -2,6 +2,7 @@ package tlspin_test
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"strings"
 	"testing"
 
@@ -48,5 +49,18 @@ func TestParse(t *testing.T) {
 		if _, err := tlspin.Parse(bad); err == nil {
 			t.Errorf("Parse(%q) succeeded", bad)
 		}
+	}
+}
+
+func TestHashesPEM(t *testing.T) {
+	ca := enrolltest.NewAuthority("hub")
+	leaf := ca.ServerCert("hub.example").Leaf
+	bundle := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})...)
+	got, err := tlspin.HashesPEM(bundle)
+	if err != nil || len(got) != 1 || got[0] != tlspin.Hash(ca.Cert) {
+		t.Errorf("HashesPEM = %v, %v; want the CA's pin only", got, err)
+	}
+	if _, err := tlspin.HashesPEM(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")})); err == nil {
+		t.Error("a garbled certificate was accepted")
 	}
 }

@@ -17,8 +17,6 @@
 package main
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -303,26 +301,14 @@ func caHash(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n := 0
-	for rest := b; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return fmt.Errorf("%s: %w", args[0], err)
-		}
-		if !c.IsCA {
-			continue
-		}
-		fmt.Fprintln(stdout, tlspin.Hash(c))
-		n++
+	pins, err := tlspin.HashesPEM(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", args[0], err)
 	}
+	for _, p := range pins {
+		fmt.Fprintln(stdout, p)
+	}
+	n := len(pins)
 	if n == 0 {
 		return fmt.Errorf("%s: no CA certificate", args[0])
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -235,14 +233,6 @@ func (id *hubIdentity) debug(*http.Request) (any, error) {
 	if len(leaf.URIs) == 1 {
 		v.URI = leaf.URIs[0].String()
 	}
-	for rest := c.HubCA; ; {
-		var block *pem.Block
-		if block, rest = pem.Decode(rest); block == nil {
-			break
-		}
-		if ca, err := x509.ParseCertificate(block.Bytes); err == nil {
-			v.HubCAHashes = append(v.HubCAHashes, tlspin.Hash(ca))
-		}
-	}
+	v.HubCAHashes, _ = tlspin.HashesPEM(c.HubCA) // parsed when loaded
 	return v, nil
 }
