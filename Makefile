@@ -3,7 +3,7 @@ GO            ?= go
 BIN           := bin
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT  ?= 20m
-CMDS          := nave-hub=./hub/cmd/nave-hub navectl=./hub/cmd/navectl nave-spoke=./spoke/cmd/nave-spoke \
+CMDS          := nave-hub=./hub/cmd/nave-hub navectl=./cmd/navectl nave-spoke=./spoke/cmd/nave-spoke \
                  nave-demo=./examples/demo/launcher nave-demo-backend=./examples/demo/backend \
                  nave-demo-client=./examples/demo/client
 
@@ -47,7 +47,7 @@ bench-load:
 
 ## generate: regenerate protobuf Go code, docs/config.md and the Istio CRDs in deploy/spoke (pinned tools, no protoc needed)
 generate:
-	$(GO) run ./protocol/internal/protogen protocol/v1
+	$(GO) run ./internal/protogen protocol/v1 shared/meshconfig/v1
 	$(GO) run ./internal/configdoc > docs/config.md
 	$(GO) run ./internal/crdgen deploy/spoke/istio-crds.yaml
 

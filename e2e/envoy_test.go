@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/shared/gen"
-	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/mesh"
 )
 
 // reviewsYAML is the same service in both clusters (identical objects are

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	err = harness.Build(dir, map[string]string{
 		"nave-hub":          "./hub/cmd/nave-hub",
 		"nave-spoke":        "./spoke/cmd/nave-spoke",
-		"navectl":           "./hub/cmd/navectl",
+		"navectl":           "./cmd/navectl",
 		"nave-demo-client":  "./examples/demo/client",
 		"nave-demo-backend": "./examples/demo/backend",
 	})

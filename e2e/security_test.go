@@ -33,15 +33,15 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/hub/ads"
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
-	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/meshconfig"
 	spokeenroll "github.com/navemesh/nave/spoke/enroll"
+	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/gen"
 )
 
 // secureConfig is a spoke's config directory content for the security

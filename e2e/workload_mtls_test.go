@@ -33,8 +33,8 @@ import (
 	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/xdstest"
-	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
+	"github.com/navemesh/nave/xds/gen"
 )
 
 // workloadConfig is the demo namespace's service accounts and mesh config:

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/xds/gen"
 )
 
 // Type indices.

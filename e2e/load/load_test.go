@@ -10,10 +10,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/navemesh/nave/shared/gen"
-	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/shared/proxy"
+	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
 )
 
 // The objects the workload builds directly are the ones a spoke would

@@ -6,7 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/navemesh/nave/shared/gen"
+	"github.com/navemesh/nave/xds/gen"
 )
 
 // ProxyKind is the kind of a simulated proxy.

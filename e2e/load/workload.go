@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
-	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/gen"
 )
 
 // ServicePort is the one port of every service, and EndpointPort the

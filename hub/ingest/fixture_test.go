@@ -19,8 +19,8 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
-	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/mesh"
 )
 
 // waitFor bounds every wait of these tests; it is generous because the

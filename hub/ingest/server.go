@@ -29,8 +29,8 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/grpcpeer"
-	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/mesh"
 )
 
 // Options configure a Server.

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/navemesh/nave/shared/mesh"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/mesh"
 )
 
 // entry is one accepted resource and the stream session that last sent

@@ -9,7 +9,7 @@ import (
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // API groups of the kinds nave knows.
@@ -65,8 +65,8 @@ var kinds = []*Kind{
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.PeerAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),
-	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &protocolv1.Service{} }),
-	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &protocolv1.Workload{} }),
+	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &meshconfigv1.Service{} }),
+	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &meshconfigv1.Workload{} }),
 }
 
 // Kinds returns every kind in a stable order: the Istio networking kinds,

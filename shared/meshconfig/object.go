@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // DefaultNamespace is the namespace of an object whose metadata names none.
@@ -37,7 +37,7 @@ func (o *Object) Key() string { return o.Namespace + "/" + o.Name }
 // characters. Name, namespace, creation time and origin are not content.
 func (o *Object) ComputeVersion() string {
 	det := proto.MarshalOptions{Deterministic: true}
-	env := &protocolv1.Envelope{Labels: o.Labels, Annotations: o.Annotations}
+	env := &meshconfigv1.Content{Labels: o.Labels, Annotations: o.Annotations}
 	var err error
 	if o.Spec != nil {
 		spec := &anypb.Any{TypeUrl: typeURLPrefix + string(o.Spec.ProtoReflect().Descriptor().FullName())}

@@ -9,7 +9,7 @@ import (
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // Validate checks an object against a practical subset of Istio's own
@@ -91,9 +91,9 @@ func validateSpec(c *checker, o *Object) {
 		validateRequestAuthentication(c, p, s)
 	case *securityv1beta1.AuthorizationPolicy:
 		validateAuthorizationPolicy(c, p, s)
-	case *protocolv1.Service:
+	case *meshconfigv1.Service:
 		validateRegistryService(c, p, s)
-	case *protocolv1.Workload:
+	case *meshconfigv1.Workload:
 		validateRegistryWorkload(c, p, s)
 	default:
 		c.fail("spec", "no validation for %s", o.Kind.TypeURL)

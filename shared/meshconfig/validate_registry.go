@@ -1,10 +1,10 @@
 package meshconfig
 
 import (
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
-func validateRegistryService(c *checker, p path, s *protocolv1.Service) {
+func validateRegistryService(c *checker, p path, s *meshconfigv1.Service) {
 	if s.GetHostname() == "" {
 		c.fail(p.field("hostname"), "hostname is required")
 	} else if reason := checkHost(s.GetHostname(), hostRules{}); reason != "" {
@@ -18,7 +18,7 @@ func validateRegistryService(c *checker, p path, s *protocolv1.Service) {
 	}
 }
 
-func validateRegistryWorkload(c *checker, p path, w *protocolv1.Workload) {
+func validateRegistryWorkload(c *checker, p path, w *meshconfigv1.Workload) {
 	if w.GetAddress() == "" {
 		c.fail(p.field("address"), "address is required")
 	}

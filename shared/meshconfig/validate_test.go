@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // object renders one document of a kind with the given spec (indented YAML).
@@ -231,17 +231,17 @@ func TestValidateRegistryKinds(t *testing.T) {
 		field  string // "" for valid
 		reason string
 	}{
-		{"service ok", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &protocolv1.Service{
-			Hostname: "reviews.shop.svc.cluster.local", Ports: []*protocolv1.ServicePort{{Name: "http", Number: 9080, TargetPort: 8080}}}}, "", ""},
-		{"service no hostname", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &protocolv1.Service{}}, "spec.hostname", "hostname is required"},
-		{"service bad hostname", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &protocolv1.Service{Hostname: "reviews:80"}}, "spec.hostname", "port"},
-		{"service port zero", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &protocolv1.Service{
-			Hostname: "reviews", Ports: []*protocolv1.ServicePort{{Number: 0}}}}, "spec.ports[0].number", "out of range 1-65535"},
-		{"service port too big", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &protocolv1.Service{
-			Hostname: "reviews", Ports: []*protocolv1.ServicePort{{Number: 80}, {Number: 65536}}}}, "spec.ports[1].number", "out of range"},
-		{"workload ok", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &protocolv1.Workload{Address: "10.0.0.7", Ports: map[string]uint32{"http": 9080}}}, "", ""},
-		{"workload no address", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &protocolv1.Workload{}}, "spec.address", "address is required"},
-		{"wrong spec type", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &protocolv1.Service{}}, "spec", "want type.googleapis.com/nave.protocol.v1.Workload"},
+		{"service ok", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{
+			Hostname: "reviews.shop.svc.cluster.local", Ports: []*meshconfigv1.ServicePort{{Name: "http", Number: 9080, TargetPort: 8080}}}}, "", ""},
+		{"service no hostname", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{}}, "spec.hostname", "hostname is required"},
+		{"service bad hostname", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{Hostname: "reviews:80"}}, "spec.hostname", "port"},
+		{"service port zero", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{
+			Hostname: "reviews", Ports: []*meshconfigv1.ServicePort{{Number: 0}}}}, "spec.ports[0].number", "out of range 1-65535"},
+		{"service port too big", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{
+			Hostname: "reviews", Ports: []*meshconfigv1.ServicePort{{Number: 80}, {Number: 65536}}}}, "spec.ports[1].number", "out of range"},
+		{"workload ok", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &meshconfigv1.Workload{Address: "10.0.0.7", Ports: map[string]uint32{"http": 9080}}}, "", ""},
+		{"workload no address", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &meshconfigv1.Workload{}}, "spec.address", "address is required"},
+		{"wrong spec type", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &meshconfigv1.Service{}}, "spec", "want type.googleapis.com/nave.meshconfig.v1.Workload"},
 		{"no spec", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop"}, "spec", "spec is missing"},
 		{"no kind", &Object{Name: "x", Namespace: "shop"}, "kind", "kind is missing"},
 	}

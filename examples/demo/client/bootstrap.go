@@ -8,8 +8,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/navemesh/nave/shared/gen"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
+	"github.com/navemesh/nave/xds/gen"
 )
 
 // The variables grpc's xDS client reads its bootstrap from. grpc-go reads both once,

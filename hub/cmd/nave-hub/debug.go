@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/navemesh/nave/hub/ads"
 	"github.com/navemesh/nave/hub/ingest"
-	"github.com/navemesh/nave/hub/pushctx"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/mesh"
+	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx"
 )
 
 func registerDebug(adm *admin.Server, in *ingest.Server, pc *pushctx.Manager, xds *ads.Server) {

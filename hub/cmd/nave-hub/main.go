@@ -14,14 +14,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/navemesh/nave/hub/ads"
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/ingest"
-	"github.com/navemesh/nave/hub/pushctx"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/program"
+	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/pushctx"
 )
 
 func main() {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/navemesh/nave/hub/ads"
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/hubconfig"
@@ -19,6 +18,7 @@ import (
 	"github.com/navemesh/nave/hub/servingcert"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/xds/ads"
 )
 
 // security is what the hub authenticates spokes and proxies with. Its zero

@@ -5,8 +5,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // origin is every object's Origin.
@@ -14,8 +14,8 @@ const origin = "kubernetes"
 
 // The registry kinds the source produces.
 var (
-	serviceKind  = registryKind(&protocolv1.Service{})
-	workloadKind = registryKind(&protocolv1.Workload{})
+	serviceKind  = registryKind(&meshconfigv1.Service{})
+	workloadKind = registryKind(&meshconfigv1.Workload{})
 )
 
 func registryKind(spec proto.Message) *meshconfig.Kind {
@@ -35,7 +35,7 @@ func hostname(name, namespace, domain string) string {
 // ExternalName ones too) into a registry Service. UDP and SCTP ports are
 // left out: the mesh carries TCP only. The version is not set.
 func serviceObject(svc *corev1.Service, domain string) *meshconfig.Object {
-	spec := &protocolv1.Service{
+	spec := &meshconfigv1.Service{
 		Hostname:     hostname(svc.Name, svc.Namespace, domain),
 		ExternalName: svc.Spec.ExternalName,
 		Selector:     svc.Spec.Selector,
@@ -44,7 +44,7 @@ func serviceObject(svc *corev1.Service, domain string) *meshconfig.Object {
 		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
 			continue
 		}
-		sp := &protocolv1.ServicePort{
+		sp := &meshconfigv1.ServicePort{
 			Name:     p.Name,
 			Number:   uint32(p.Port),
 			Protocol: portProtocol(p.Name, p.AppProtocol),

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/navemesh/nave/e2e/kubetest"
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 const (
@@ -139,16 +139,16 @@ func TestKubeSource(t *testing.T) {
 		}
 
 		web := find(first, "Service", "shop/web")
-		wantWeb := &protocolv1.Service{
+		wantWeb := &meshconfigv1.Service{
 			Hostname: "web.shop.svc.cluster.local",
-			Ports: []*protocolv1.ServicePort{
+			Ports: []*meshconfigv1.ServicePort{
 				{Name: "http", Number: 80, Protocol: "HTTP", TargetPort: 8080},
 				{Name: "api", Number: 9090, Protocol: "GRPC"},
 				{Name: "metrics", Number: 9100, Protocol: "TCP", TargetPort: 9100},
 			},
 			Selector: map[string]string{"app": "web"},
 		}
-		gotWeb := proto.Clone(web.Spec).(*protocolv1.Service)
+		gotWeb := proto.Clone(web.Spec).(*meshconfigv1.Service)
 		if len(gotWeb.GetAddresses()) != 1 || !strings.HasPrefix(gotWeb.GetAddresses()[0], "10.96.") {
 			t.Errorf("web addresses %v, want one cluster IP in 10.96.0.0/16", gotWeb.GetAddresses())
 		}
@@ -159,27 +159,27 @@ func TestKubeSource(t *testing.T) {
 		if web.Labels["app"] != "web" || web.Annotations["example.com/owner"] != "shop" || web.CreationTime.IsZero() {
 			t.Errorf("web envelope: labels %v annotations %v created %v", web.Labels, web.Annotations, web.CreationTime)
 		}
-		db := find(first, "Service", "shop/db").Spec.(*protocolv1.Service)
+		db := find(first, "Service", "shop/db").Spec.(*meshconfigv1.Service)
 		if len(db.GetAddresses()) != 0 || len(db.GetPorts()) != 1 || db.GetPorts()[0].GetProtocol() != "Mongo" {
 			t.Errorf("headless db service: %v", db)
 		}
-		ext := find(first, "Service", "shop/ext").Spec.(*protocolv1.Service)
+		ext := find(first, "Service", "shop/ext").Spec.(*meshconfigv1.Service)
 		if ext.GetExternalName() != "db.example.com" || len(ext.GetAddresses()) != 0 {
 			t.Errorf("ExternalName service: %v", ext)
 		}
 
-		wantWorkloads := map[string]*protocolv1.Workload{
+		wantWorkloads := map[string]*meshconfigv1.Workload{
 			"shop/web-1": {Address: "10.1.0.1", Ports: map[string]uint32{"http": 8080, "api": 9090},
-				ServiceAccount: "web-1-sa", Locality: &protocolv1.Locality{Region: "r1", Zone: "z1", Subzone: "s1"},
-				Network: "net-ns", Health: protocolv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
+				ServiceAccount: "web-1-sa", Locality: &meshconfigv1.Locality{Region: "r1", Zone: "z1", Subzone: "s1"},
+				Network: "net-ns", Health: meshconfigv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
 			"shop/web-2": {Address: "10.1.0.2", Ports: map[string]uint32{"http": 8080, "api": 9090},
-				ServiceAccount: "web-2-sa", Locality: &protocolv1.Locality{Region: "r1", Zone: "z2"},
-				Network: "net-pod", Health: protocolv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
+				ServiceAccount: "web-2-sa", Locality: &meshconfigv1.Locality{Region: "r1", Zone: "z2"},
+				Network: "net-pod", Health: meshconfigv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
 			"shop/web-3": {Address: "10.1.0.3", Ports: map[string]uint32{"http": 8080, "api": 9090},
-				ServiceAccount: "web-3-sa", Locality: &protocolv1.Locality{Region: "r1", Zone: "z1", Subzone: "s1"},
-				Network: "net-ns", Health: protocolv1.Workload_TERMINATING, Services: []string{"web.shop.svc.cluster.local"}},
+				ServiceAccount: "web-3-sa", Locality: &meshconfigv1.Locality{Region: "r1", Zone: "z1", Subzone: "s1"},
+				Network: "net-ns", Health: meshconfigv1.Workload_TERMINATING, Services: []string{"web.shop.svc.cluster.local"}},
 			"shop/web-abc-10-1-0-50": {Address: "10.1.0.50", Ports: map[string]uint32{"http": 8080, "api": 9090},
-				Network: "net-ns", Health: protocolv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
+				Network: "net-ns", Health: meshconfigv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
 		}
 		for key, want := range wantWorkloads {
 			o := find(first, "Workload", key)
@@ -282,7 +282,7 @@ func TestKubeSource(t *testing.T) {
 			sliceEndpoint{ip: "10.1.0.4", pod: "web-4", node: "node-b", ready: true}).Endpoints...)
 		k.updateSlice(webSlice)
 		objs := src.waitPublished(t, "workload web-4", has("Workload", "shop/web-4"))
-		if h := find(objs, "Workload", "shop/web-4").Spec.(*protocolv1.Workload).GetHealth(); h != protocolv1.Workload_READY {
+		if h := find(objs, "Workload", "shop/web-4").Spec.(*meshconfigv1.Workload).GetHealth(); h != meshconfigv1.Workload_READY {
 			t.Errorf("web-4 health %v, want READY", h)
 		}
 
@@ -292,7 +292,7 @@ func TestKubeSource(t *testing.T) {
 		k.updateSlice(webSlice)
 		src.waitPublished(t, "web-2 gone and web-1 not ready", all(hasNot("Workload", "shop/web-2"), func(objs []*meshconfig.Object) bool {
 			w := find(objs, "Workload", "shop/web-1")
-			return w != nil && w.Spec.(*protocolv1.Workload).GetHealth() == protocolv1.Workload_NOT_READY
+			return w != nil && w.Spec.(*meshconfigv1.Workload).GetHealth() == meshconfigv1.Workload_NOT_READY
 		}))
 
 		// A pod's labels and a node's topology flow into the workload.
@@ -314,7 +314,7 @@ func TestKubeSource(t *testing.T) {
 		}
 		src.waitPublished(t, "web-1 relabeled and relocated", func(objs []*meshconfig.Object) bool {
 			w := find(objs, "Workload", "shop/web-1")
-			return w != nil && w.Labels["version"] == "v2" && w.Spec.(*protocolv1.Workload).GetLocality().GetZone() == "z9"
+			return w != nil && w.Labels["version"] == "v2" && w.Spec.(*meshconfigv1.Workload).GetLocality().GetZone() == "z9"
 		})
 
 		// Deletes.
@@ -412,11 +412,11 @@ func TestKubeSource(t *testing.T) {
 				}
 				var i int
 				fmt.Sscanf(o.Name, "p-%d", &i)
-				want := protocolv1.Workload_NOT_READY
+				want := meshconfigv1.Workload_NOT_READY
 				if i%2 == 0 {
-					want = protocolv1.Workload_READY
+					want = meshconfigv1.Workload_READY
 				}
-				if o.Spec.(*protocolv1.Workload).GetHealth() == want {
+				if o.Spec.(*meshconfigv1.Workload).GetHealth() == want {
 					n++
 				}
 			}

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // view is what a build reads from the informer caches besides the
@@ -32,7 +32,7 @@ type endpoint struct {
 	nodeName, zone     string
 	ports              map[string]uint32
 	services           []string
-	health             protocolv1.Workload_Health
+	health             meshconfigv1.Workload_Health
 }
 
 // workloadObjects normalizes EndpointSlices (and the pods and nodes
@@ -126,10 +126,10 @@ func slicePorts(sl *discoveryv1.EndpointSlice) map[string]uint32 {
 // NOT_READY. An endpoint that does not say whether it is ready takes its
 // pod's Ready condition, and counts as ready without one, as the
 // EndpointSlice API asks.
-func endpointHealth(ep discoveryv1.Endpoint, pod *corev1.Pod) protocolv1.Workload_Health {
+func endpointHealth(ep discoveryv1.Endpoint, pod *corev1.Pod) meshconfigv1.Workload_Health {
 	c := ep.Conditions
 	if c.Terminating != nil && *c.Terminating || pod != nil && pod.DeletionTimestamp != nil {
-		return protocolv1.Workload_TERMINATING
+		return meshconfigv1.Workload_TERMINATING
 	}
 	ready := c.Ready == nil || *c.Ready
 	if c.Ready == nil && pod != nil {
@@ -138,9 +138,9 @@ func endpointHealth(ep discoveryv1.Endpoint, pod *corev1.Pod) protocolv1.Workloa
 		}
 	}
 	if ready {
-		return protocolv1.Workload_READY
+		return meshconfigv1.Workload_READY
 	}
-	return protocolv1.Workload_NOT_READY
+	return meshconfigv1.Workload_NOT_READY
 }
 
 // workloadNames names each endpoint uniquely within its namespace.
@@ -181,7 +181,7 @@ func addressLabel(addr string) string {
 }
 
 func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
-	w := &protocolv1.Workload{
+	w := &meshconfigv1.Workload{
 		Address: e.address,
 		Health:  e.health,
 	}
@@ -206,7 +206,7 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 			w.Network = ns.Labels[labelNetwork]
 		}
 	}
-	loc := &protocolv1.Locality{Zone: e.zone}
+	loc := &meshconfigv1.Locality{Zone: e.zone}
 	if node := v.nodes[nodeName]; node != nil {
 		loc.Region = node.Labels[labelRegion]
 		if z := node.Labels[labelZone]; z != "" {

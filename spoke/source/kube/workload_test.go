@@ -9,8 +9,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // These tests cover the naming and merging rules on plain values; the
@@ -31,14 +31,14 @@ func podRef(name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Pod", Name: name}
 }
 
-func workloadsByName(t *testing.T, objs []*meshconfig.Object) map[string]*protocolv1.Workload {
+func workloadsByName(t *testing.T, objs []*meshconfig.Object) map[string]*meshconfigv1.Workload {
 	t.Helper()
-	out := map[string]*protocolv1.Workload{}
+	out := map[string]*meshconfigv1.Workload{}
 	for _, o := range objs {
 		if err := meshconfig.Validate(o); err != nil {
 			t.Errorf("workload %s invalid: %v", o.Key(), err)
 		}
-		out[o.Key()] = o.Spec.(*protocolv1.Workload)
+		out[o.Key()] = o.Spec.(*meshconfigv1.Workload)
 	}
 	return out
 }
@@ -98,15 +98,15 @@ func TestEndpointHealth(t *testing.T) {
 		name string
 		cond discoveryv1.EndpointConditions
 		pod  *corev1.Pod
-		want protocolv1.Workload_Health
+		want meshconfigv1.Workload_Health
 	}{
-		{"ready", discoveryv1.EndpointConditions{Ready: ptr(true)}, nil, protocolv1.Workload_READY},
-		{"not ready", discoveryv1.EndpointConditions{Ready: ptr(false)}, readyPod, protocolv1.Workload_NOT_READY},
-		{"terminating", discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}, nil, protocolv1.Workload_TERMINATING},
-		{"pod being deleted", discoveryv1.EndpointConditions{Ready: ptr(true)}, deleting, protocolv1.Workload_TERMINATING},
-		{"unknown, pod ready", discoveryv1.EndpointConditions{}, readyPod, protocolv1.Workload_READY},
-		{"unknown, pod not ready", discoveryv1.EndpointConditions{}, unreadyPod, protocolv1.Workload_NOT_READY},
-		{"unknown, no pod", discoveryv1.EndpointConditions{}, nil, protocolv1.Workload_READY},
+		{"ready", discoveryv1.EndpointConditions{Ready: ptr(true)}, nil, meshconfigv1.Workload_READY},
+		{"not ready", discoveryv1.EndpointConditions{Ready: ptr(false)}, readyPod, meshconfigv1.Workload_NOT_READY},
+		{"terminating", discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}, nil, meshconfigv1.Workload_TERMINATING},
+		{"pod being deleted", discoveryv1.EndpointConditions{Ready: ptr(true)}, deleting, meshconfigv1.Workload_TERMINATING},
+		{"unknown, pod ready", discoveryv1.EndpointConditions{}, readyPod, meshconfigv1.Workload_READY},
+		{"unknown, pod not ready", discoveryv1.EndpointConditions{}, unreadyPod, meshconfigv1.Workload_NOT_READY},
+		{"unknown, no pod", discoveryv1.EndpointConditions{}, nil, meshconfigv1.Workload_READY},
 	}
 	for _, tt := range tests {
 		if got := endpointHealth(discoveryv1.Endpoint{Conditions: tt.cond}, tt.pod); got != tt.want {

@@ -1,0 +1,444 @@
+package ads_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx"
+)
+
+// waitFor bounds every wait for something that must happen; a passing
+// test never waits for it.
+const waitFor = 10 * time.Second
+
+// quietFor is how long a test watches for something that must not happen.
+const quietFor = 300 * time.Millisecond
+
+const (
+	echoHost     = "echo.demo.svc.cluster.local"
+	echoListener = "echo.demo.svc.cluster.local:7070"
+	echoCluster  = "outbound|7070||echo.demo.svc.cluster.local"
+	echoV1       = "outbound|7070|v1|echo.demo.svc.cluster.local"
+	echoV2       = "outbound|7070|v2|echo.demo.svc.cluster.local"
+)
+
+// echoYAML is the demo mesh's echo service: a ServiceEntry selecting two
+// WorkloadEntries, a DestinationRule with subsets v1 and v2 (v2 with the
+// given load balancer), and a VirtualService splitting v1/v2 by weight.
+func echoYAML(v1, v2 int, v2LB string) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo.demo.svc.cluster.local]
+  ports: [{number: 7070, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: echo}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-v1, namespace: demo}
+spec: {address: 127.0.0.1, ports: {grpc: 17071}, labels: {app: echo, version: v1}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-v2, namespace: demo}
+spec: {address: 127.0.0.1, ports: {grpc: 17072}, labels: {app: echo, version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: echo.demo.svc.cluster.local
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}, trafficPolicy: {loadBalancer: {simple: %s}}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo.demo.svc.cluster.local]
+  http:
+  - route:
+    - {destination: {host: echo.demo.svc.cluster.local, subset: v1}, weight: %d}
+    - {destination: {host: echo.demo.svc.cluster.local, subset: v2}, weight: %d}
+`, v2LB, v1, v2)
+}
+
+func decode(t testing.TB, y string) []*meshconfig.Object {
+	t.Helper()
+	objs, errs := meshconfig.DecodeYAML([]byte(y), "test.yaml")
+	if len(errs) > 0 {
+		t.Fatalf("decode: %v", errs)
+	}
+	return objs
+}
+
+// source is a pushctx.Source whose clusters the test sets.
+type source struct {
+	mu       sync.Mutex
+	clusters map[string][]mesh.ClusterInput
+}
+
+func (s *source) Clusters(meshName string) []mesh.ClusterInput {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]mesh.ClusterInput(nil), s.clusters[meshName]...)
+}
+
+// fixture is an ADS server on loopback, following a real pushctx.Manager.
+type fixture struct {
+	src  pushctx.Source
+	fake *source // src when the test feeds clusters directly
+	pc   *pushctx.Manager
+	ads  *ads.Server
+	addr string
+	reg  *prometheus.Registry
+}
+
+// metric sums the values of the ADS server's metric name (counters and
+// gauges; for histograms the sample count; all label values).
+func (f *fixture) metric(t testing.TB, name string) float64 {
+	t.Helper()
+	return metrictest.Value(t, f.reg, name)
+}
+
+// newFixture serves the push contexts built from src; with a nil src the
+// test sets clusters with f.set.
+func newFixture(t testing.TB, src pushctx.Source, opts ...func(*ads.Options)) *fixture {
+	t.Helper()
+	return newFixtureVerify(t, src, true, opts...)
+}
+
+// newFixtureVerify is newFixture with pushctx's verify mode (every reused
+// generation checked against one from scratch) on or off.
+func newFixtureVerify(t testing.TB, src pushctx.Source, verify bool, opts ...func(*ads.Options)) *fixture {
+	t.Helper()
+	f := &fixture{src: src}
+	if src == nil {
+		f.fake = &source{clusters: map[string][]mesh.ClusterInput{}}
+		f.src = f.fake
+	}
+	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond, Verify: verify})
+	t.Cleanup(func() {
+		for _, m := range f.pc.Mismatches() {
+			t.Errorf("incremental generation: %s", m)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.pc.Start(ctx)
+	f.reg = prometheus.NewRegistry()
+	o := ads.Options{DefaultMesh: "m", Registerer: f.reg}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	f.ads = ads.New(f.pc, o)
+	f.addr = serve(t, func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, f.ads) })
+	return f
+}
+
+// serve starts a gRPC server on loopback; it stops with the test.
+func serve(t testing.TB, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	t.Cleanup(func() {
+		gs.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+// dial connects to addr; the connection closes with the test.
+func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// set replaces a mesh's clusters and waits until a State built from them
+// is published.
+func (f *fixture) set(t testing.TB, meshName string, clusters ...mesh.ClusterInput) *pushctx.State {
+	t.Helper()
+	f.fake.mu.Lock()
+	f.fake.clusters[meshName] = clusters
+	f.fake.mu.Unlock()
+	return f.republish(t, meshName)
+}
+
+// republish makes the Manager rebuild meshName and waits for the new State.
+func (f *fixture) republish(t testing.TB, meshName string) *pushctx.State {
+	t.Helper()
+	_, changed := f.pc.Current(meshName)
+	f.pc.Notify(meshName)
+	select {
+	case <-changed:
+	case <-time.After(waitFor):
+		t.Fatalf("mesh %s was not published", meshName)
+	}
+	st, _ := f.pc.Current(meshName)
+	return st
+}
+
+// synced is a connected, synced cluster holding objs.
+func synced(name string, objs []*meshconfig.Object) mesh.ClusterInput {
+	return mesh.ClusterInput{Name: name, Connected: true, Synced: true, Objects: objs}
+}
+
+// node is a proxy's node naming its mesh in metadata (none if meshName is "").
+func node(id, meshName string) *corev3.Node {
+	n := &corev3.Node{Id: id}
+	if meshName != "" {
+		n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{ads.MetadataMesh: structpb.NewStringValue(meshName)}}
+	}
+	return n
+}
+
+// proxy is a raw ADS client stream driven by the test.
+type proxy struct {
+	t      testing.TB
+	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	cancel context.CancelFunc
+	node   *corev3.Node
+	sent   bool
+	resps  chan *discoveryv3.DiscoveryResponse
+	done   chan struct{} // closed when the stream ended; err is set then
+	err    error
+}
+
+// connect opens an ADS stream for n on a connection of its own, dialled
+// with opts. A reader
+// goroutine collects responses until the stream ends or the test is
+// cleaned up.
+func (f *fixture) connect(t testing.TB, n *corev3.Node, opts ...grpc.DialOption) *proxy {
+	t.Helper()
+	p := f.open(t, dial(t, f.addr, opts...), n)
+	t.Cleanup(func() {
+		p.cancel()
+		<-p.done
+	})
+	go func() {
+		defer close(p.done)
+		for {
+			r, err := p.stream.Recv()
+			if err != nil {
+				p.err = err
+				return
+			}
+			select {
+			case p.resps <- r:
+			case <-p.stream.Context().Done():
+				p.err = p.stream.Context().Err()
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// open opens an ADS stream on conn without reading from it.
+func (f *fixture) open(t testing.TB, conn *grpc.ClientConn, n *corev3.Node) *proxy {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("open ADS stream: %v", err)
+	}
+	p := &proxy{t: t, stream: stream, cancel: cancel, node: n, resps: make(chan *discoveryv3.DiscoveryResponse, 64), done: make(chan struct{})}
+	t.Cleanup(cancel)
+	return p
+}
+
+// send sends req, adding the node to the stream's first request.
+func (p *proxy) send(req *discoveryv3.DiscoveryRequest) {
+	p.t.Helper()
+	if !p.sent {
+		req.Node = p.node
+		p.sent = true
+	}
+	if err := p.stream.Send(req); err != nil {
+		p.t.Fatalf("send %s request: %v", req.GetTypeUrl(), err)
+	}
+}
+
+// subscribe requests names of typeURL (the first request for a type).
+func (p *proxy) subscribe(typeURL string, names ...string) {
+	p.t.Helper()
+	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names})
+}
+
+// ack ACKs resp, keeping the subscription to names.
+func (p *proxy) ack(resp *discoveryv3.DiscoveryResponse, names ...string) {
+	p.t.Helper()
+	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
+		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+}
+
+// nack rejects resp with reason, keeping the subscription to names and the
+// version it last accepted.
+func (p *proxy) nack(resp *discoveryv3.DiscoveryResponse, accepted, reason string, names ...string) {
+	p.t.Helper()
+	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
+		VersionInfo: accepted, ResponseNonce: resp.GetNonce(),
+		ErrorDetail: &statuspb.Status{Code: int32(codes.InvalidArgument), Message: reason}})
+}
+
+// next returns the next response, which must be of typeURL.
+func (p *proxy) next(typeURL string) *discoveryv3.DiscoveryResponse {
+	p.t.Helper()
+	select {
+	case r := <-p.resps:
+		if r.GetTypeUrl() != typeURL {
+			p.t.Fatalf("got a %s response (version %s), want %s", r.GetTypeUrl(), r.GetVersionInfo(), typeURL)
+		}
+		return r
+	case <-p.done:
+		p.t.Fatalf("stream ended while waiting for %s: %v", typeURL, p.err)
+	case <-time.After(waitFor):
+		p.t.Fatalf("no %s response", typeURL)
+	}
+	return nil
+}
+
+// quiet fails if a response arrives within d.
+func (p *proxy) quiet(d time.Duration, why string) {
+	p.t.Helper()
+	select {
+	case r := <-p.resps:
+		p.t.Fatalf("%s: got a %s response (version %s, %d resources)", why, r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
+	case <-p.done:
+		p.t.Fatalf("%s: stream ended: %v", why, p.err)
+	case <-time.After(d):
+	}
+}
+
+// ended waits for the stream to end and returns its error.
+func (p *proxy) ended() error {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		if status.Code(p.err) == codes.Canceled {
+			p.t.Fatal("stream was ended by the test, not the server")
+		}
+		return p.err
+	case <-time.After(waitFor):
+		p.t.Fatal("stream did not end")
+	}
+	return nil
+}
+
+// names lists the resource names of resp, in order.
+func names(t testing.TB, resp *discoveryv3.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range resp.GetResources() {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatalf("resource of %s: %v", resp.GetTypeUrl(), err)
+		}
+		n, ok := m.(interface{ GetName() string })
+		if !ok {
+			n2, ok := m.(interface{ GetClusterName() string })
+			if !ok {
+				t.Fatalf("resource %T has no name", m)
+			}
+			out = append(out, n2.GetClusterName())
+			continue
+		}
+		out = append(out, n.GetName())
+	}
+	return out
+}
+
+// connStatus returns the ADS status of the one connection of node id.
+func (f *fixture) connStatus(t testing.TB, nodeID string) ads.ConnStatus {
+	t.Helper()
+	var found []ads.ConnStatus
+	for _, cs := range f.ads.Status() {
+		if cs.NodeID == nodeID {
+			found = append(found, cs)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d connections of node %s, want 1", len(found), nodeID)
+	}
+	return found[0]
+}
+
+// shortName is the type name /debug/syncz uses ("Listener").
+func shortName(typeURL string) string { return typeURL[strings.LastIndex(typeURL, ".")+1:] }
+
+// weights returns the weighted clusters of the first route of a route
+// configuration response's only resource.
+func weights(t testing.TB, resp *discoveryv3.DiscoveryResponse) map[string]uint32 {
+	t.Helper()
+	if len(resp.GetResources()) != 1 {
+		t.Fatalf("%d route configurations, want 1", len(resp.GetResources()))
+	}
+	var rc routev3.RouteConfiguration
+	if err := resp.GetResources()[0].UnmarshalTo(&rc); err != nil {
+		t.Fatal(err)
+	}
+	// The weights of the first route of the first virtual host.
+	out := map[string]uint32{}
+	if vhs := rc.GetVirtualHosts(); len(vhs) > 0 && len(vhs[0].GetRoutes()) > 0 {
+		for _, wc := range vhs[0].GetRoutes()[0].GetRoute().GetWeightedClusters().GetClusters() {
+			out[wc.GetName()] = wc.GetWeight().GetValue()
+		}
+	}
+	return out
+}
+
+// ports returns the endpoint ports of an endpoints response's resources.
+func ports(t testing.TB, resp *discoveryv3.DiscoveryResponse) map[uint32]int {
+	t.Helper()
+	out := map[uint32]int{}
+	for _, a := range resp.GetResources() {
+		var cla endpointv3.ClusterLoadAssignment
+		if err := a.UnmarshalTo(&cla); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range cla.GetEndpoints() {
+			for _, e := range l.GetLbEndpoints() {
+				out[e.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()]++
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,107 @@
+package ads
+
+import (
+	"context"
+	"fmt"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/navemesh/nave/shared/grpcpeer"
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// Identity is what a proxy's credentials prove: its mesh, and the
+// workload (namespace, service account) it runs as.
+type Identity struct {
+	Mesh           string
+	Namespace      string
+	ServiceAccount string
+	// Name names the identity in logs, e.g. its SPIFFE ID.
+	Name string
+}
+
+// Authenticator decides a proxy stream's identity from its connection (for
+// example its TLS client certificate). It is the one seam where a proxy's
+// mesh is decided when set (DESIGN.md invariant 2): the node may repeat
+// what the identity says, never contradict it. Implementations must be safe
+// for concurrent use.
+type Authenticator interface {
+	Authenticate(ctx context.Context) (Identity, error)
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(ctx context.Context) (Identity, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context) (Identity, error) { return f(ctx) }
+
+// Refusal reasons, the label set of nave_hub_xds_auth_refusals_total.
+const (
+	refusedUnauthenticated = "unauthenticated"
+	refusedMesh            = "mesh_mismatch"
+	refusedNamespace       = "namespace_mismatch"
+	refusedServiceAccount  = "service_account_mismatch"
+)
+
+func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_auth_refusals_total",
+		Help: "Proxy streams refused because their credentials did not prove the identity their node claims, by reason."}, []string{"reason"})
+	for _, r := range []string{refusedUnauthenticated, refusedMesh, refusedNamespace, refusedServiceAccount} {
+		c.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
+
+// identify returns the proxy a stream's node describes, bound to what its
+// credentials prove: without an Authenticator the node's own claims stand
+// (plaintext mode); with one, the mesh is the identity's, and a node naming
+// another mesh, namespace or service account is refused.
+func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, Identity, error) {
+	if s.opts.Authenticator == nil {
+		px, err := proxy.FromNode(node, s.opts.DefaultMesh)
+		if err != nil {
+			return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return px, Identity{}, nil
+	}
+	id, err := s.opts.Authenticator.Authenticate(ctx)
+	if err != nil {
+		return nil, Identity{}, s.refuse(ctx, node, refusedUnauthenticated, codes.Unauthenticated, err.Error())
+	}
+	px, err := proxy.FromNode(node, id.Mesh)
+	if err != nil {
+		return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	check := func(what, claimed, proven, reason string) error {
+		if claimed != "" && claimed != proven {
+			return s.refuse(ctx, node, reason, codes.PermissionDenied,
+				fmt.Sprintf("node %q names %s %q, but its certificate (%s) is of %s %q", node.GetId(), what, claimed, id.Name, what, proven))
+		}
+		return nil
+	}
+	if err := check("mesh", px.Mesh, id.Mesh, refusedMesh); err != nil {
+		return nil, Identity{}, err
+	}
+	if err := check("namespace", px.Namespace, id.Namespace, refusedNamespace); err != nil {
+		return nil, Identity{}, err
+	}
+	if err := check("service account", px.ServiceAccount, id.ServiceAccount, refusedServiceAccount); err != nil {
+		return nil, Identity{}, err
+	}
+	px.Namespace, px.ServiceAccount = id.Namespace, id.ServiceAccount
+	return px, id, nil
+}
+
+// refuse logs an audit line, counts the refusal and returns the status the
+// proxy gets.
+func (s *Server) refuse(ctx context.Context, node *corev3.Node, reason string, code codes.Code, msg string) error {
+	s.authRefusals.WithLabelValues(reason).Inc()
+	s.log.Warn("proxy refused", "node", node.GetId(), "peer", grpcpeer.Addr(ctx), "reason", reason, "detail", msg)
+	return status.Error(code, msg)
+}

@@ -1,0 +1,295 @@
+package gen
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	networking "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
+
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// Names of the SDS secrets a proxy's own workload identity comes in
+// (Istio's names, served over ADS by the security part).
+const (
+	WorkloadCertSecret = "default"
+	RootCASecret       = "ROOTCA"
+	// tlsTransportSocket is the name of Envoy's TLS transport socket.
+	tlsTransportSocket = "envoy.transport_sockets.tls"
+)
+
+// IstioMutualSNI is the SNI a client sends for ISTIO_MUTUAL traffic to a
+// cluster when the DestinationRule names none:
+// "outbound_.PORT_.SUBSET_.HOST", which lets a gateway in the path route
+// the still-encrypted connection by SNI.
+func IstioMutualSNI(host string, port uint32, subset string) string {
+	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
+}
+
+// tls applies the TLS origination of the cluster's policy: SIMPLE and
+// MUTUAL as configured, ISTIO_MUTUAL as mesh mTLS; DISABLE originates
+// nothing. Without any tls setting, auto-mTLS applies (autoMTLS).
+func (b *cdsBuilder) tls(c *clusterv3.Cluster, oc *outboundCluster) {
+	settings := oc.policy.GetTls()
+	var ctx *tlsv3.UpstreamTlsContext
+	switch {
+	case settings == nil:
+		b.autoMTLS(c, oc)
+		return
+	case settings.GetMode() == networking.ClientTLSSettings_SIMPLE, settings.GetMode() == networking.ClientTLSSettings_MUTUAL:
+		ctx = b.originate(oc, settings)
+	case settings.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL:
+		ctx = b.istioMutual(oc, settings)
+	default:
+		return
+	}
+	c.TransportSocket = &corev3.TransportSocket{
+		Name:       tlsTransportSocket,
+		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+	}
+}
+
+// Endpoint metadata auto-mTLS reads: Istio's sidecar injection labels a
+// workload security.istio.io/tlsMode=istio; EDS copies the label into the
+// endpoint's metadata under envoy.transport_socket_match, where a
+// cluster's transport socket matches look.
+const (
+	TLSModeLabel            = "security.istio.io/tlsMode"
+	TLSModeIstio            = "istio"
+	transportSocketMatchKey = "envoy.transport_socket_match"
+	rawBufferTransport      = "envoy.transport_sockets.raw_buffer"
+)
+
+// autoMTLS is Istio's auto mutual TLS for a cluster without a tls
+// setting: endpoints that run a sidecar (metadata tlsMode: istio) are
+// reached with ISTIO_MUTUAL, the others in plain text, chosen per
+// endpoint by the cluster's transport socket matches. It does not apply to
+// MESH_EXTERNAL services, to original-destination clusters (no endpoint
+// metadata to match), nor when the mesh- or namespace-wide
+// PeerAuthentication of the service's namespace is DISABLE (Istio's best
+// effort: workload-level DISABLE is applied per endpoint, by leaving the
+// endpoint's tlsMode out; see View.tlsModeMetadata).
+func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
+	if oc.svc.External || oc.kind == kindOriginalDst {
+		return
+	}
+	mode, ok := b.autoModes[oc.svc.Namespace]
+	if !ok {
+		mode, _ = EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0)
+		if b.autoModes == nil {
+			b.autoModes = map[string]MTLSMode{}
+		}
+		b.autoModes[oc.svc.Namespace] = mode
+	}
+	if mode == MTLSDisable {
+		return
+	}
+	if b.rawBuffer == nil {
+		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbufferv3.RawBuffer{})}}
+		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(TLSModeIstio)}}
+	}
+	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
+		{Name: "tlsMode-istio", Match: b.istioMatch, TransportSocket: &corev3.TransportSocket{
+			Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.autoMTLSContext(oc)}}},
+		{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: b.rawBuffer},
+	}
+}
+
+// autoMTLSContext is istioMutual(oc, nil) as an Any. Only the SNI differs
+// between clusters, so the rest is marshalled once per generation and the
+// SNI (field 2, after common_tls_context, field 1) appended: the bytes are
+// what marshalling the whole message gives, which writes fields in number
+// order (TestAutoMTLSContextBytes).
+func (b *cdsBuilder) autoMTLSContext(oc *outboundCluster) *anypb.Any {
+	if b.autoContext == nil {
+		ctx := b.istioMutual(oc, nil)
+		ctx.Sni = ""
+		b.autoContext = mustAny(ctx).GetValue()
+	}
+	sni := IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
+	v := make([]byte, len(b.autoContext), len(b.autoContext)+len(sni)+8)
+	copy(v, b.autoContext)
+	v = protowire.AppendTag(v, upstreamTLSSNIField, protowire.BytesType)
+	v = protowire.AppendString(v, sni)
+	return &anypb.Any{TypeUrl: upstreamTLSTypeURL, Value: v}
+}
+
+// The UpstreamTlsContext facts autoMTLSContext relies on.
+var (
+	upstreamTLSTypeURL  = "type.googleapis.com/" + string((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().FullName())
+	upstreamTLSSNIField = protowire.Number((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().Fields().ByName("sni").Number())
+)
+
+// istioMutual is mesh mTLS: the workload certificate and the mesh roots
+// come by SDS over ADS (secrets "default" and "ROOTCA", served by the
+// CA), the SNI is Istio's for the cluster unless the DestinationRule names
+// one, and the peer must present an identity of the mesh's trust domain,
+// or one of the DestinationRule's subjectAltNames when it lists some.
+// (Istio narrows the check to the service accounts of the endpoints; that
+// would make the cluster depend on endpoints, which an endpoint-only
+// change must not regenerate.) settings is nil for auto-mTLS.
+func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
+	sni := settings.GetSni()
+	if sni == "" {
+		sni = IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
+	}
+	sans := sanMatchers(settings.GetSubjectAltNames())
+	if len(sans) == 0 {
+		sans = meshSANMatcher(trustDomain(b.v.snap))
+	}
+	return &tlsv3.UpstreamTlsContext{
+		Sni: sni,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			AlpnProtocols:                  []string{"istio"},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: WorkloadCertSecret, SdsConfig: b.ads}},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: RootCASecret, SdsConfig: b.ads},
+			}},
+		},
+	}
+}
+
+// tlsModeMetadata is the metadata of an endpoint of svc serving port:
+// tlsMode from its label, left out when the endpoint's own effective
+// PeerAuthentication for that port is DISABLE (it would refuse mTLS).
+// Nil when there is nothing to say.
+func (v *View) tlsModeMetadata(svc *mesh.Service, ep *mesh.Endpoint, port uint32) *corev3.Metadata {
+	mode := ep.Labels[TLSModeLabel]
+	if mode == "" {
+		return nil
+	}
+	if mayDisable(v.snap) {
+		m, problems := EffectiveMTLS(v.snap, svc.Namespace, ep.Labels, port)
+		for _, p := range problems {
+			v.report(p)
+		}
+		if m == MTLSDisable {
+			return nil
+		}
+	}
+	if mode == TLSModeIstio {
+		if v.istioMeta == nil {
+			v.istioMeta = tlsModeMeta(mode)
+		}
+		return v.istioMeta
+	}
+	return tlsModeMeta(mode)
+}
+
+func tlsModeMeta(mode string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		transportSocketMatchKey: {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(mode)}},
+	}}
+}
+
+type mayDisableKey struct{}
+
+// mayDisable reports whether any PeerAuthentication of the snapshot sets
+// DISABLE (so that endpoints need their own check).
+func mayDisable(s *mesh.Snapshot) bool {
+	return s.Memo(mayDisableKey{}, func() any {
+		for _, c := range s.PeerAuthentications {
+			pa := c.PeerAuthentication()
+			if pa.GetMtls().GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
+				return true
+			}
+			for _, pl := range pa.GetPortLevelMtls() {
+				if pl.GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
+					return true
+				}
+			}
+		}
+		return false
+	}).(bool)
+}
+
+// originate builds SIMPLE/MUTUAL TLS origination. credentialName takes
+// the certificates from an SDS secret of that name (the CA from
+// "NAME-cacert") — Istio honours it only on gateways, and on sidecars only
+// when the DestinationRule has a workloadSelector; elsewhere the file
+// paths apply.
+func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
+	mutual := s.GetMode() == networking.ClientTLSSettings_MUTUAL
+	ctx := &tlsv3.UpstreamTlsContext{Sni: s.GetSni(), CommonTlsContext: &tlsv3.CommonTlsContext{}}
+	skipVerify := s.GetInsecureSkipVerify().GetValue()
+	sans := sanMatchers(s.GetSubjectAltNames())
+	useCredential := s.GetCredentialName() != "" &&
+		(b.v.Key().Type == proxy.Router || oc.dr.DestinationRule().GetWorkloadSelector() != nil)
+	if useCredential {
+		name := s.GetCredentialName()
+		if mutual {
+			ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: name, SdsConfig: b.ads}}
+		}
+		if !skipVerify {
+			ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: name + "-cacert", SdsConfig: b.ads},
+			}}
+		}
+		return ctx
+	}
+	if mutual {
+		if s.GetClientCertificate() == "" || s.GetPrivateKey() == "" {
+			b.v.Problem(oc.dr.Ref(), policyPath(oc, "tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
+		} else {
+			ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
+				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: s.GetClientCertificate()}},
+				PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: s.GetPrivateKey()}},
+			}}
+		}
+	}
+	if skipVerify {
+		return ctx
+	}
+	if s.GetCaCertificates() == "" {
+		// Envoy refuses to match SANs without a trusted CA (it would be no
+		// check at all).
+		if len(sans) > 0 {
+			b.v.Problem(oc.dr.Ref(), policyPath(oc, "tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
+		}
+		return ctx
+	}
+	vc := &tlsv3.CertificateValidationContext{
+		TrustedCa:                 &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: s.GetCaCertificates()}},
+		MatchTypedSubjectAltNames: sans,
+	}
+	if crl := s.GetCaCrl(); crl != "" {
+		vc.Crl = &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: crl}}
+	}
+	ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
+	return ctx
+}
+
+// sanMatchers turns subjectAltNames into exact matchers of the SAN type
+// each one looks like: a URI (spiffe://...), an IP address, or a DNS name.
+func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(names))
+	for _, n := range names {
+		t := tlsv3.SubjectAltNameMatcher_DNS
+		if strings.Contains(n, "://") {
+			t = tlsv3.SubjectAltNameMatcher_URI
+		} else if _, err := netip.ParseAddr(n); err == nil {
+			t = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+		}
+		out = append(out, &tlsv3.SubjectAltNameMatcher{
+			SanType: t,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}},
+		})
+	}
+	return out
+}

@@ -1,0 +1,459 @@
+package gen
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// Endpoints generates one ClusterLoadAssignment per EDS cluster (the
+// outbound clusters of STATIC-resolution services and their subsets),
+// named like the cluster. Original-destination and DNS clusters have no
+// EDS resource (DNS clusters carry their assignment inline).
+func (v *View) Endpoints() []Resource {
+	var out []Resource
+	v.outboundClusters(func(oc *outboundCluster) {
+		if oc.kind == kindEDS {
+			out = append(out, Resource{Name: oc.name, Message: v.assignment(oc)})
+		}
+	})
+	return out
+}
+
+// EndpointsOf is Endpoints restricted to the clusters of the given
+// services (hostnames): what changes when only their endpoints did.
+func (v *View) EndpointsOf(hosts map[string]bool) []Resource {
+	var out []Resource
+	for h := range hosts {
+		svc := v.Service(h)
+		if svc == nil {
+			continue // not visible to this proxy
+		}
+		v.serviceClusters(svc, func(oc *outboundCluster) {
+			if oc.kind == kindEDS {
+				out = append(out, Resource{Name: oc.name, Message: v.assignment(oc)})
+			}
+		})
+	}
+	return out
+}
+
+// assignment builds the load assignment of an EDS or DNS cluster: its
+// endpoints grouped by locality (and priority, when locality failover
+// applies), with locality weights from locality distribution when one
+// applies to the proxy.
+func (v *View) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+	if oc.kind == kindEDS && localityIndependent(oc) {
+		// Without locality load balancing an EDS assignment reads only the
+		// cluster (name, service, the DestinationRule that gave its subset
+		// labels), the proxy's network, and the snapshot's mTLS policy for
+		// each endpoint (tlsModeMetadata): every proxy that shares those
+		// shares one assignment per snapshot (read-only from here on). The
+		// problems it finds are reported by the first proxy's generation.
+		k := assignmentKey{name: oc.name, svc: oc.svc, dr: oc.dr, network: v.Key().Network}
+		return v.snap.Memo(k, func() any { return v.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
+	}
+	return v.newAssignment(oc)
+}
+
+// assignmentKey is everything an EDS assignment without locality load
+// balancing reads (see assignment).
+type assignmentKey struct {
+	name    string
+	svc     *mesh.Service
+	dr      *mesh.Config
+	network string
+}
+
+func (v *View) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+	meta := func(ep *mesh.Endpoint) *corev3.Metadata { return v.tlsModeMetadata(oc.svc, ep, ep.PortFor(oc.port)) }
+	cla := buildAssignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc), meta)
+	if d := v.distribution(oc); d != nil {
+		distribute(cla, d)
+	}
+	return cla
+}
+
+// clusterEndpoints selects the endpoints of a cluster: the service's
+// endpoints carrying the subset's labels, in snapshot order.
+//
+// Endpoints on another network than the proxy's (both known and
+// different) are left out: reaching them needs an east-west gateway, which
+// the mesh model does not have yet, and a direct connection to another
+// network's pod address would fail or reach the wrong workload.
+//
+// A DNS service without endpoints resolves its own host name, as Istio's
+// ServiceEntry does. A DNS_ROUND_ROBIN (LOGICAL_DNS) cluster takes exactly
+// one host name, the first.
+func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
+	network := v.Key().Network
+	eps := make([]*mesh.Endpoint, 0, len(oc.svc.Endpoints))
+	for _, ep := range oc.svc.Endpoints {
+		if !mesh.Matches(oc.labels, ep.Labels) {
+			continue
+		}
+		if network != "" && ep.Network != "" && ep.Network != network {
+			continue
+		}
+		eps = append(eps, ep)
+	}
+	if oc.kind != kindStrictDNS && oc.kind != kindLogicalDNS {
+		return eps
+	}
+	resource := oc.svc.Hostname
+	if len(oc.svc.Sources) > 0 {
+		resource = oc.svc.Sources[0]
+	}
+	if len(oc.svc.Endpoints) == 0 {
+		if strings.HasPrefix(oc.svc.Hostname, "*") {
+			v.Problem(resource, "spec.resolution", "a wildcard host (%s) cannot be resolved by DNS without endpoints; the cluster has none", oc.svc.Hostname)
+			return eps
+		}
+		eps = append(eps, &mesh.Endpoint{Address: oc.svc.Hostname, Health: mesh.Healthy})
+	}
+	if oc.kind == kindLogicalDNS && len(eps) > 1 {
+		v.Problem(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
+		eps = eps[:1]
+	}
+	return eps
+}
+
+// buildAssignment groups eps by (priority, locality). A locality's weight
+// is the sum of its endpoints' weights (0 counts as 1); groups are sorted
+// by priority, then region/zone/subzone, and priorities are renumbered
+// 0..n-1 without gaps (Envoy requires contiguous priorities). priority
+// may be nil (everything at priority 0); so may metadata (an endpoint's
+// metadata, nil for none).
+func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority func(*mesh.Endpoint) uint32, metadata func(*mesh.Endpoint) *corev3.Metadata) *endpointv3.ClusterLoadAssignment {
+	type groupKey struct {
+		priority uint32
+		locality mesh.Locality
+	}
+	type group struct {
+		groupKey
+		lle *endpointv3.LocalityLbEndpoints
+	}
+	a := newEndpointArena(len(eps))
+	// Few localities per cluster: a linear search beats a map.
+	var groups []*group
+	var last *group
+	for _, ep := range eps {
+		k := groupKey{locality: ep.Locality}
+		if priority != nil {
+			k.priority = priority(ep)
+		}
+		g := last
+		if g == nil || g.groupKey != k {
+			g = nil
+			for _, h := range groups {
+				if h.groupKey == k {
+					g = h
+					break
+				}
+			}
+		}
+		if g == nil {
+			g = &group{groupKey: k, lle: &endpointv3.LocalityLbEndpoints{
+				Locality:            &corev3.Locality{Region: ep.Locality.Region, Zone: ep.Locality.Zone, SubZone: ep.Locality.Subzone},
+				LoadBalancingWeight: wrapperspb.UInt32(0),
+			}}
+			groups = append(groups, g)
+		}
+		last = g
+		weight := ep.Weight
+		if weight == 0 {
+			weight = 1
+		}
+		lb := a.endpoint(ep.Address, ep.PortFor(p), healthStatus(ep.Health), weight)
+		if metadata != nil {
+			lb.Metadata = metadata(ep)
+		}
+		g.lle.LbEndpoints = append(g.lle.LbEndpoints, lb)
+		g.lle.LoadBalancingWeight.Value += weight
+	}
+	slices.SortStableFunc(groups, func(a, b *group) int {
+		if a.priority != b.priority {
+			return cmp.Compare(a.priority, b.priority)
+		}
+		return cmp.Or(
+			strings.Compare(a.locality.Region, b.locality.Region),
+			strings.Compare(a.locality.Zone, b.locality.Zone),
+			strings.Compare(a.locality.Subzone, b.locality.Subzone))
+	})
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(groups))}
+	var next uint32
+	for i, g := range groups {
+		if i > 0 && g.priority != groups[i-1].priority {
+			next++
+		}
+		g.lle.Priority = next
+		cla.Endpoints = append(cla.Endpoints, g.lle)
+	}
+	return cla
+}
+
+// localitySetting is the cluster's localityLbSetting, and whether
+// locality load balancing is on (it is unless enabled: false; no setting
+// means Istio's mesh default: on, with nothing configured).
+// localityIndependent reports whether no locality load balancing applies
+// to the cluster: no distribution, no failover settings, and no outlier
+// detection (which turns on failover by proximity), or the setting is off.
+// Its assignment is then the same wherever the proxy is.
+func localityIndependent(oc *outboundCluster) bool {
+	s, on := localitySetting(oc)
+	return !on || len(s.GetDistribute()) == 0 && len(s.GetFailover()) == 0 && len(s.GetFailoverPriority()) == 0 && oc.policy.GetOutlierDetection() == nil
+}
+
+func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetting, bool) {
+	s := oc.policy.GetLoadBalancer().GetLocalityLbSetting()
+	if e := s.GetEnabled(); e != nil && !e.GetValue() {
+		return nil, false
+	}
+	return s, true
+}
+
+// distribution returns the localityLbSetting.distribute entry whose from
+// matches the proxy's locality, or nil.
+func (v *View) distribution(oc *outboundCluster) *networking.LocalityLoadBalancerSetting_Distribute {
+	s, on := localitySetting(oc)
+	if !on {
+		return nil
+	}
+	for _, d := range s.GetDistribute() {
+		if localityMatches(d.GetFrom(), v.Key().Locality) {
+			return d
+		}
+	}
+	return nil
+}
+
+// priorities returns how endpoints are prioritized for locality failover,
+// or nil for "all at priority 0".
+//
+// As in Istio, failover applies only when the cluster has outlier
+// detection: without it Envoy never sees a local endpoint as unhealthy
+// (beyond health status), so traffic would never fail over and the
+// priorities would only hide endpoints. failover / failoverPriority
+// without outlierDetection are reported and ignored; with it and nothing
+// configured, endpoints are prioritized by proximity to the proxy.
+//
+// By proximity (the proxy's locality must be known): same
+// region/zone/subzone first, then same region/zone, then same region,
+// then the regions named by failover entries from the proxy's region (in
+// order), then the rest.
+//
+// By failoverPriority (a list of label names, or "name=value"): an
+// endpoint matching the proxy on the first n labels and not the n+1th has
+// priority len(list)-n. The topology labels (topology.kubernetes.io/region,
+// topology.kubernetes.io/zone, topology.istio.io/subzone,
+// topology.istio.io/network) compare localities and networks. When both
+// are set, nave applies failoverPriority alone and reports the failover
+// list as ignored.
+func (v *View) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32 {
+	s, on := localitySetting(oc)
+	if !on || v.distribution(oc) != nil {
+		return nil
+	}
+	if oc.policy.GetOutlierDetection() == nil {
+		if len(s.GetFailover()) > 0 || len(s.GetFailoverPriority()) > 0 {
+			v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
+		}
+		return nil
+	}
+	if keys := s.GetFailoverPriority(); len(keys) > 0 {
+		if len(s.GetFailover()) > 0 {
+			v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
+		}
+		return v.labelPriorities(keys)
+	}
+	loc := v.Key().Locality
+	if loc.Region == "" {
+		return nil
+	}
+	var targets []string
+	for _, f := range s.GetFailover() {
+		if f.GetFrom() == loc.Region && !slices.Contains(targets, f.GetTo()) {
+			targets = append(targets, f.GetTo())
+		}
+	}
+	rest := uint32(3 + len(targets))
+	return func(ep *mesh.Endpoint) uint32 {
+		l := ep.Locality
+		switch {
+		case l.Region != loc.Region:
+			if i := slices.Index(targets, l.Region); i >= 0 {
+				return uint32(3 + i)
+			}
+			return rest
+		case l.Zone != loc.Zone:
+			return 2
+		case l.Subzone != loc.Subzone:
+			return 1
+		}
+		return 0
+	}
+}
+
+// Topology label names failoverPriority may use.
+const (
+	labelRegion  = "topology.kubernetes.io/region"
+	labelZone    = "topology.kubernetes.io/zone"
+	labelSubzone = "topology.istio.io/subzone"
+	labelNetwork = "topology.istio.io/network"
+)
+
+func (v *View) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
+	type want struct {
+		label string
+		value string // the proxy's value, or the one the entry names
+	}
+	k := v.Key()
+	wants := make([]want, len(keys))
+	for i, key := range keys {
+		name, value, explicit := strings.Cut(key, "=")
+		if !explicit {
+			switch name {
+			case labelRegion:
+				value = k.Locality.Region
+			case labelZone:
+				value = k.Locality.Zone
+			case labelSubzone:
+				value = k.Locality.Subzone
+			case labelNetwork:
+				value = k.Network
+			default:
+				value = v.Labels()[name]
+			}
+		}
+		wants[i] = want{label: name, value: value}
+	}
+	return func(ep *mesh.Endpoint) uint32 {
+		n := 0
+		for _, w := range wants {
+			var got string
+			switch w.label {
+			case labelRegion:
+				got = ep.Locality.Region
+			case labelZone:
+				got = ep.Locality.Zone
+			case labelSubzone:
+				got = ep.Locality.Subzone
+			case labelNetwork:
+				got = ep.Network
+			default:
+				got = ep.Labels[w.label]
+			}
+			if w.value == "" || got != w.value {
+				break
+			}
+			n++
+		}
+		return uint32(len(wants) - n)
+	}
+}
+
+// distribute sets locality weights from a distribute entry: each locality
+// takes the weight of the most specific `to` pattern it matches (longest,
+// then alphabetical), shared among the localities that pattern matches in
+// proportion to their endpoint counts. Localities no pattern matches get
+// no traffic and are left out. Weights are scaled by 1000 so the shares
+// stay close to exact.
+func distribute(cla *endpointv3.ClusterLoadAssignment, d *networking.LocalityLoadBalancerSetting_Distribute) {
+	patterns := sortedKeys(d.GetTo())
+	sort.SliceStable(patterns, func(i, j int) bool { return len(patterns[i]) > len(patterns[j]) })
+	match := make([]int, len(cla.Endpoints))
+	counts := make([]uint64, len(patterns))
+	for i, lle := range cla.Endpoints {
+		l := lle.GetLocality()
+		match[i] = -1
+		for j, p := range patterns {
+			if localityMatches(p, mesh.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}) {
+				match[i] = j
+				counts[j] += uint64(len(lle.GetLbEndpoints()))
+				break
+			}
+		}
+	}
+	kept := cla.Endpoints[:0]
+	for i, lle := range cla.Endpoints {
+		j := match[i]
+		if j < 0 || d.GetTo()[patterns[j]] == 0 {
+			continue
+		}
+		w := uint64(d.GetTo()[patterns[j]]) * 1000 * uint64(len(lle.GetLbEndpoints())) / counts[j]
+		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(w, 1)))
+		kept = append(kept, lle)
+	}
+	cla.Endpoints = kept
+}
+
+// localityMatches reports whether locality l matches pattern
+// "region/zone/subzone", where "*" matches anything from its level down
+// and a pattern naming fewer levels matches every locality below them.
+func localityMatches(pattern string, l mesh.Locality) bool {
+	vals := [3]string{l.Region, l.Zone, l.Subzone}
+	for i, seg := range strings.SplitN(pattern, "/", 3) {
+		if seg == "*" {
+			return true
+		}
+		if seg != vals[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// endpointArena allocates the messages of n endpoints in a few slices
+// instead of eight allocations per endpoint. The messages live as long as
+// the assignment that holds them, so nothing is retained longer.
+type endpointArena struct {
+	lb      []endpointv3.LbEndpoint
+	host    []endpointv3.LbEndpoint_Endpoint
+	ep      []endpointv3.Endpoint
+	addr    []corev3.Address
+	sockets []corev3.Address_SocketAddress
+	sa      []corev3.SocketAddress
+	port    []corev3.SocketAddress_PortValue
+	weight  []wrapperspb.UInt32Value
+	next    int
+}
+
+func newEndpointArena(n int) *endpointArena {
+	return &endpointArena{
+		lb:      make([]endpointv3.LbEndpoint, n),
+		host:    make([]endpointv3.LbEndpoint_Endpoint, n),
+		ep:      make([]endpointv3.Endpoint, n),
+		addr:    make([]corev3.Address, n),
+		sockets: make([]corev3.Address_SocketAddress, n),
+		sa:      make([]corev3.SocketAddress, n),
+		port:    make([]corev3.SocketAddress_PortValue, n),
+		weight:  make([]wrapperspb.UInt32Value, n),
+	}
+}
+
+// endpoint returns the next endpoint, set to address:port.
+func (a *endpointArena) endpoint(address string, port uint32, health corev3.HealthStatus, weight uint32) *endpointv3.LbEndpoint {
+	i := a.next
+	a.next++
+	a.port[i].PortValue = port
+	a.sa[i].Address = address
+	a.sa[i].PortSpecifier = &a.port[i]
+	a.sockets[i].SocketAddress = &a.sa[i]
+	a.addr[i].Address = &a.sockets[i]
+	a.ep[i].Address = &a.addr[i]
+	a.host[i].Endpoint = &a.ep[i]
+	a.weight[i].Value = weight
+	lb := &a.lb[i]
+	lb.HostIdentifier = &a.host[i]
+	lb.HealthStatus = health
+	lb.LoadBalancingWeight = &a.weight[i]
+	return lb
+}

@@ -1,0 +1,420 @@
+package gen
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// Virtual host names of a sidecar's catch-all virtual host.
+const (
+	AllowAnyVirtualHost = "allow_any"
+	BlockAllVirtualHost = "block_all"
+)
+
+// Routes generates the proxy's route configurations (RDS): for a sidecar,
+// one per outbound HTTP port (SidecarRouteName); for a router, one per
+// plain-HTTP gateway port (GatewayHTTPRouteName) and one per
+// TLS-terminating server (GatewayHTTPSRouteName).
+func (v *View) Routes() []Resource {
+	rb := v.newRouteBuilder()
+	switch v.key.Type {
+	case proxy.Sidecar:
+		return rb.sidecarRoutes()
+	case proxy.Router:
+		return rb.gatewayRoutes()
+	}
+	return nil
+}
+
+// routeBuilder holds what one Routes call shares: the translator and the
+// translations already made (a VirtualService naming several hosts is
+// translated once per port and context).
+type routeBuilder struct {
+	v     *View
+	t     *routeTranslator
+	cache map[routeCacheKey][]*routev3.Route
+	// sidecarVS caches View.VirtualServices by host (a host has several
+	// ports).
+	sidecarVS  map[string][]*mesh.Config
+	noValidate *wrapperspb.BoolValue
+}
+
+type routeCacheKey struct {
+	cfg     *mesh.Config
+	port    uint32
+	gateway *mesh.Config // nil: mesh
+}
+
+func (v *View) newRouteBuilder() *routeBuilder {
+	t := &routeTranslator{
+		envoy:   true,
+		service: v.Service,
+		known:   func(host string) bool { return v.snap.Services[host] != nil },
+		subset: func(host, subset string) bool {
+			_, ok := v.Subset(host, subset)
+			return ok
+		},
+		problem:   func(resource, field, reason string) { v.Problem(resource, field, "%s", reason) },
+		labels:    v.labels,
+		namespace: v.key.Namespace,
+		delegate:  v.VirtualServiceByName,
+		hashPolicy: func(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
+			dr := v.DestinationRule(host).DestinationRule()
+			if dr == nil {
+				return nil
+			}
+			return consistentHash(TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
+		},
+	}
+	return &routeBuilder{v: v, t: t, cache: map[routeCacheKey][]*routev3.Route{}, sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+}
+
+func (rb *routeBuilder) translate(cfg *mesh.Config, ctx routeContext, gw *mesh.Config) []*routev3.Route {
+	k := routeCacheKey{cfg: cfg, port: ctx.port, gateway: gw}
+	if rs, ok := rb.cache[k]; ok {
+		return rs
+	}
+	rs := rb.t.virtualService(cfg, ctx)
+	rb.cache[k] = rs
+	return rs
+}
+
+// sidecarRoutes builds one route configuration per port number on which
+// a visible service has an HTTP port.
+func (rb *routeBuilder) sidecarRoutes() []Resource {
+	v := rb.v
+	byPort := map[uint32][]*mesh.Service{}
+	var ports []uint32
+	for _, svc := range v.Services() {
+		for _, p := range svc.Ports {
+			if !IsHTTP(p.Protocol) {
+				continue
+			}
+			if _, ok := byPort[p.Number]; !ok {
+				ports = append(ports, p.Number)
+			}
+			byPort[p.Number] = append(byPort[p.Number], svc)
+		}
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+
+	catchAll := rb.catchAllVirtualHost()
+	out := make([]Resource, 0, len(ports))
+	for _, port := range ports {
+		name := SidecarRouteName(port)
+		rc := &routev3.RouteConfiguration{
+			Name: name,
+			// Clusters are pushed separately (CDS) and may arrive later.
+			ValidateClusters: rb.noValidate,
+		}
+		seen := make(map[string]bool, 4*len(byPort[port]))
+		rc.VirtualHosts = make([]*routev3.VirtualHost, 0, len(byPort[port])+1)
+		for _, svc := range byPort[port] { // sorted by hostname: the first keeps a shared domain
+			vh := &routev3.VirtualHost{
+				Name:    svc.Hostname + ":" + strconv.FormatUint(uint64(port), 10),
+				Domains: rb.domains(svc, port, seen),
+				Routes:  rb.sidecarHostRoutes(svc, port),
+			}
+			if len(vh.Domains) == 0 {
+				continue // every name already taken by an earlier service
+			}
+			rc.VirtualHosts = append(rc.VirtualHosts, vh)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, catchAll)
+		out = append(out, Resource{Name: name, Message: rc})
+	}
+	return out
+}
+
+// catchAllVirtualHost is the "*" virtual host: passthrough under
+// ALLOW_ANY, a 502 under REGISTRY_ONLY.
+func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
+	all := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+	if rb.v.AllowAny() {
+		return &routev3.VirtualHost{Name: AllowAnyVirtualHost, Domains: []string{"*"}, Routes: []*routev3.Route{{
+			Name:  AllowAnyVirtualHost,
+			Match: all,
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: PassthroughCluster},
+				Timeout:          rb.t.noTimeout(),
+			}},
+		}}}
+	}
+	return &routev3.VirtualHost{Name: BlockAllVirtualHost, Domains: []string{"*"}, Routes: []*routev3.Route{{
+		Name:   BlockAllVirtualHost,
+		Match:  all,
+		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},
+	}}}
+}
+
+// domains lists the names a client of the proxy may use for svc on port
+// that no earlier service took: the hostname, for Kubernetes services the
+// short forms the proxy's namespace resolves ("name", "name.ns",
+// "name.ns.svc", ... in the service's namespace; "name.ns" onwards from
+// elsewhere), and the VIPs, each also with ":port". Envoy rejects a
+// route configuration with a domain twice (RouteConfiguration docs,
+// virtual_hosts), so seen records what is taken.
+func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) []string {
+	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	out := make([]string, 0, 4+2*len(svc.Addresses))
+	add := func(name string) {
+		for _, d := range [2]string{name, name + ps} {
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
+		}
+	}
+	add(svc.Hostname)
+	if suffix := "." + svc.Namespace + ".svc." + mesh.DomainSuffix; svc.Namespace != "" && strings.HasSuffix(svc.Hostname, suffix) {
+		// name.ns.svc.cluster.local: every shorter form ending at a dot.
+		start := len(svc.Hostname) - len(suffix) // the dot after "name"
+		if svc.Namespace != rb.v.key.Namespace {
+			start += 1 + len(svc.Namespace) // the dot after "name.ns"
+		}
+		for i := start; i < len(svc.Hostname); i++ {
+			if svc.Hostname[i] == '.' {
+				add(svc.Hostname[:i])
+			}
+		}
+	}
+	for _, a := range svc.Addresses {
+		add(a)
+	}
+	return out
+}
+
+// sidecarHostRoutes are the routes of svc on port: from the first
+// VirtualService that applies (the others are reported as shadowed), or
+// one default route to the port's cluster.
+func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*routev3.Route {
+	vss, done := rb.sidecarVS[svc.Hostname]
+	if !done {
+		vss = rb.v.VirtualServices(svc.Hostname)
+		rb.sidecarVS[svc.Hostname] = vss
+	}
+	for _, other := range vss[min(1, len(vss)):] {
+		rb.v.Problem(other.Ref(), "spec.hosts", "shadowed: host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
+	}
+	if len(vss) > 0 {
+		if rs := rb.translate(vss[0], meshContext(port), nil); len(rs) > 0 {
+			return rs
+		}
+	}
+	return []*routev3.Route{{
+		Name:  "default",
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(svc.Hostname, port, "")},
+			Timeout:          rb.t.noTimeout(),
+			RetryPolicy:      rb.t.defaultRetryPolicy(),
+		}},
+	}}
+}
+
+// gatewayVHost collects one virtual host of a gateway route configuration.
+type gatewayVHost struct {
+	host       string
+	requireTLS bool
+	vss        []*mesh.Config // merged, oldest first
+	gws        []*mesh.Config // the gateway each VirtualService came through
+}
+
+// gatewayRoutes builds the router's route configurations: all plain HTTP
+// servers on a port share one; each TLS-terminating server has its own.
+func (rb *routeBuilder) gatewayRoutes() []Resource {
+	// Keyed by the port the listener binds (GatewayListenPort), which names
+	// the route configuration; domains carry the server port clients use.
+	httpHosts := map[uint32]map[string]*gatewayVHost{}
+	serverPort := map[uint32]uint32{}
+	var out []Resource
+	for _, gw := range rb.v.Gateways() {
+		spec, _ := gw.Object.Spec.(*networking.Gateway)
+		vss := rb.v.GatewayVirtualServices(gw)
+		// TLS-terminated servers of one gateway with the same port and hosts
+		// (one per certificate, say) route alike: their route
+		// configurations differ only in name and share the virtual hosts
+		// (read-only once built).
+		same := map[string]*routev3.RouteConfiguration{}
+		for i, srv := range spec.GetServers() {
+			port := srv.GetPort().GetNumber()
+			listen := rb.v.GatewayListenPort(port)
+			switch serverKind(srv) {
+			case serverHTTP:
+				if httpHosts[listen] == nil {
+					httpHosts[listen] = map[string]*gatewayVHost{}
+					serverPort[listen] = port
+				}
+				rb.collectHosts(httpHosts[listen], gw, srv, vss)
+			case serverHTTPS:
+				name := GatewayHTTPSRouteName(listen, ServerName(srv, i), gw.Object.Name, gw.Object.Namespace)
+				key := strconv.FormatUint(uint64(port), 10) + strconv.FormatBool(srv.GetTls().GetHttpsRedirect()) + "\x00" + strings.Join(srv.GetHosts(), "\x00")
+				if rc := same[key]; rc != nil {
+					out = append(out, Resource{Name: name, Message: &routev3.RouteConfiguration{Name: name, VirtualHosts: rc.VirtualHosts,
+						ValidateClusters: rc.ValidateClusters}})
+					continue
+				}
+				hosts := map[string]*gatewayVHost{}
+				rb.collectHosts(hosts, gw, srv, vss)
+				rc := rb.gatewayRouteConfig(name, port, hosts)
+				same[key] = rc
+				out = append(out, Resource{Name: name, Message: rc})
+			}
+		}
+	}
+	for listen, hosts := range httpHosts {
+		name := GatewayHTTPRouteName(listen)
+		out = append(out, Resource{Name: name, Message: rb.gatewayRouteConfig(name, serverPort[listen], hosts)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+type serverType int
+
+const (
+	serverOther serverType = iota // TLS passthrough, TCP: no routes
+	serverHTTP
+	serverHTTPS // TLS terminated, HTTP inside
+)
+
+func serverKind(srv *networking.Server) serverType {
+	proto := strings.ToUpper(srv.GetPort().GetProtocol())
+	mode := srv.GetTls().GetMode()
+	terminated := srv.GetTls() != nil && (mode == networking.ServerTLSSettings_SIMPLE || mode == networking.ServerTLSSettings_MUTUAL ||
+		mode == networking.ServerTLSSettings_ISTIO_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL)
+	switch {
+	case IsHTTP(proto) && (!terminated || srv.GetTls().GetHttpsRedirect()):
+		return serverHTTP
+	case (proto == "HTTPS" || IsHTTP(proto)) && terminated:
+		return serverHTTPS
+	}
+	return serverOther
+}
+
+// ServerName is how route and listener names refer to a gateway server:
+// its name, or its index in spec.servers.
+func ServerName(srv *networking.Server, index int) string {
+	if srv.GetName() != "" {
+		return srv.GetName()
+	}
+	return strconv.Itoa(index)
+}
+
+// collectHosts adds to hosts the virtual hosts server srv of gateway gw
+// gets from its VirtualServices: one per VirtualService host a server
+// host matches (wildcards either way), named by the more specific of the
+// two. Several VirtualServices for one host merge.
+func (rb *routeBuilder) collectHosts(hosts map[string]*gatewayVHost, gw *mesh.Config, srv *networking.Server, vss []*mesh.Config) {
+	for _, vs := range vss {
+		for _, h := range vs.VirtualService().GetHosts() {
+			h = mesh.ResolveHost(h, vs.Object.Namespace)
+			for _, sh := range srv.GetHosts() {
+				ns, shost, ok := strings.Cut(sh, "/")
+				if !ok {
+					ns, shost = "*", sh
+				}
+				if ns == "." {
+					ns = gw.Object.Namespace
+				}
+				if ns != "*" && ns != vs.Object.Namespace {
+					continue
+				}
+				var host string
+				switch {
+				case HostMatches(shost, h):
+					host = h
+				case HostMatches(h, shost):
+					host = shost
+				default:
+					continue
+				}
+				vh := hosts[host]
+				if vh == nil {
+					vh = &gatewayVHost{host: host}
+					hosts[host] = vh
+				}
+				vh.requireTLS = vh.requireTLS || srv.GetTls().GetHttpsRedirect()
+				if !containsPair(vh, vs, gw) && (!slices.Contains(vh.vss, vs) || matchesNameGateways(vs)) {
+					vh.vss = append(vh.vss, vs)
+					vh.gws = append(vh.gws, gw)
+				}
+			}
+		}
+	}
+}
+
+// matchesNameGateways reports whether a route match of vs names gateways:
+// only then do its routes differ between two gateways that share a port,
+// and it is translated once per gateway; otherwise once.
+func matchesNameGateways(vs *mesh.Config) bool {
+	for _, hr := range vs.VirtualService().GetHttp() {
+		for _, m := range hr.GetMatch() {
+			if len(m.GetGateways()) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
+	for i := range vh.vss {
+		if vh.vss[i] == vs && vh.gws[i] == gw {
+			return true
+		}
+	}
+	return false
+}
+
+func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
+	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
+	names := sortedKeys(hosts)
+	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	for _, h := range names {
+		vh := hosts[h]
+		// Oldest VirtualService first (stable: namespace/name breaks ties).
+		idx := make([]int, len(vh.vss))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(a, b int) bool {
+			ta, tb := vh.vss[idx[a]].Object.CreationTime, vh.vss[idx[b]].Object.CreationTime
+			if ta.IsZero() != tb.IsZero() {
+				return !ta.IsZero()
+			}
+			return ta.Before(tb)
+		})
+		evh := &routev3.VirtualHost{Name: h + ps, Domains: []string{h, h + ps}}
+		if h == "*" {
+			evh.Domains = []string{"*"}
+		}
+		if vh.requireTLS {
+			evh.RequireTls = routev3.VirtualHost_ALL
+		}
+		for _, i := range idx {
+			vs, gw := vh.vss[i], vh.gws[i]
+			evh.Routes = append(evh.Routes, rb.translate(vs, gatewayContext(gw, port), gw)...)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, evh)
+	}
+	return rc
+}
+
+// gatewayContext: a match's gateways entry names gw as "namespace/name",
+// or as "name" from a VirtualService in gw's namespace.
+func gatewayContext(gw *mesh.Config, port uint32) routeContext {
+	full := gw.Object.Namespace + "/" + gw.Object.Name
+	return routeContext{port: port, gateway: func(vsNamespace, name string) bool {
+		return name == full || (name == gw.Object.Name && vsNamespace == gw.Object.Namespace)
+	}}
+}

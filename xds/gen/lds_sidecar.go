@@ -1,0 +1,355 @@
+package gen
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// svcPort is one port of one service.
+type svcPort struct {
+	svc  *mesh.Service
+	port mesh.Port
+}
+
+// outboundPort collects what the visible services put on one port number
+// of the 0.0.0.0 address.
+type outboundPort struct {
+	http []svcPort // any: one listener whose routes (RDS) cover them all
+	tls  []svcPort
+	tcp  []svcPort // services without a usable VIP
+}
+
+// sidecarOutbound adds the sidecar's outbound listeners. None binds a
+// port: virtualOutbound accepts every redirected connection and hands it
+// to the listener of its original destination, the most specific address
+// first, then 0.0.0.0 (Envoy docs, "Listener > use_original_dst").
+func (b *listenerBuilder) sidecarOutbound() {
+	v := b.v
+	byPort := map[uint32]*outboundPort{}
+	vipOwner := map[string]string{}
+	for _, svc := range v.Services() {
+		vips := b.listenAddresses(svc)
+		for _, p := range svc.Ports {
+			if p.Number == VirtualOutboundPort || p.Number == VirtualInboundPort {
+				v.Problem(serviceRef(svc), "spec.ports", "port %d of %s is reserved for the sidecar's own listeners; no outbound listener for it", p.Number, svc.Hostname)
+				continue
+			}
+			u := byPort[p.Number]
+			if u == nil {
+				u = &outboundPort{}
+				byPort[p.Number] = u
+			}
+			sp := svcPort{svc: svc, port: p}
+			switch {
+			case IsHTTP(p.Protocol):
+				u.http = append(u.http, sp)
+			case IsTLS(p.Protocol):
+				u.tls = append(u.tls, sp)
+			case len(vips) > 0:
+				dests := v.sidecarTCPRoute(svc, p.Number)
+				for _, vip := range vips {
+					name := OutboundListenerName(vip, p.Number)
+					if owner, dup := vipOwner[name]; dup {
+						v.Problem(serviceRef(svc), "spec.addresses", "address %s port %d is also used by %s, which wins (first by hostname)", vip, p.Number, owner)
+						continue
+					}
+					vipOwner[name] = svc.Hostname
+					l := listener(name, vip, p.Number, false, corev3.TrafficDirection_OUTBOUND)
+					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{tcpProxy(ClusterName(svc.Hostname, p.Number, ""), dests)}}}
+					b.add(l)
+				}
+			default:
+				u.tcp = append(u.tcp, sp)
+			}
+		}
+	}
+	ports := make([]uint32, 0, len(byPort))
+	for p := range byPort {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	for _, port := range ports {
+		u := byPort[port]
+		switch {
+		case len(u.http) > 0:
+			b.reportLosers(u.tls, u.http[0], "HTTP")
+			b.reportLosers(u.tcp, u.http[0], "HTTP")
+			name := OutboundListenerName("0.0.0.0", port)
+			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
+			l.FilterChains = []*listenerv3.FilterChain{{
+				Filters: []*listenerv3.Filter{rdsHCM("outbound_"+name, SidecarRouteName(port), b.outboundHTTPFilters, false)},
+			}}
+			b.add(l)
+		case len(u.tls) > 0:
+			b.reportLosers(u.tcp, u.tls[0], "TLS")
+			b.add(b.sidecarTLSListener(port, u.tls))
+		case len(u.tcp) > 0:
+			first := u.tcp[0]
+			b.reportLosers(u.tcp[1:], first, "TCP")
+			name := OutboundListenerName("0.0.0.0", port)
+			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
+			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{
+				tcpProxy(ClusterName(first.svc.Hostname, port, ""), v.sidecarTCPRoute(first.svc, port)),
+			}}}
+			b.add(l)
+		}
+	}
+}
+
+// reportLosers reports services that get no 0.0.0.0 outbound listener
+// because winner's protocol took the port.
+func (b *listenerBuilder) reportLosers(losers []svcPort, winner svcPort, kind string) {
+	for _, l := range losers {
+		b.v.Problem(serviceRef(l.svc), "spec.ports", "%s port %d (%s) has no address of its own and %s takes 0.0.0.0:%d as %s; its traffic is not routed by the sidecar",
+			l.svc.Hostname, l.port.Number, l.port.Protocol, winner.svc.Hostname, l.port.Number, kind)
+	}
+}
+
+// listenAddresses returns the service VIPs a listener can bind to. Address
+// ranges (CIDR) and unparsable addresses are reported and skipped.
+func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
+	if len(svc.Addresses) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(svc.Addresses))
+	for _, a := range svc.Addresses {
+		if ip, err := netip.ParseAddr(a); err == nil {
+			out = append(out, ip.String())
+			continue
+		}
+		if pf, err := netip.ParsePrefix(a); err == nil && pf.IsSingleIP() {
+			out = append(out, pf.Addr().String())
+			continue
+		}
+		b.v.Problem(serviceRef(svc), "spec.addresses", "address %q of %s is not a single IP; TCP listeners for address ranges are not supported, it is ignored", a, svc.Hostname)
+	}
+	return out
+}
+
+// sidecarTLSListener routes TLS by SNI without terminating it: first the
+// tls routes of the services' VirtualServices (in service order, first
+// claim of a server name wins), then each service's own hostname.
+// Connections with no matching SNI take the passthrough/blackhole chain.
+func (b *listenerBuilder) sidecarTLSListener(port uint32, sps []svcPort) *listenerv3.Listener {
+	v := b.v
+	claimed := map[string]string{} // server name -> claiming config
+	done := map[*mesh.Config]bool{}
+	var chains []*listenerv3.FilterChain
+	for _, sp := range sps {
+		vs := v.sidecarVirtualService(sp.svc.Hostname, "spec.tls", func(vs *networking.VirtualService) bool { return len(vs.GetTls()) > 0 })
+		if vs == nil || done[vs] {
+			continue
+		}
+		done[vs] = true
+		for i, r := range vs.VirtualService().GetTls() {
+			field := "spec.tls[" + strconv.Itoa(i) + "]"
+			for j, m := range r.GetMatch() {
+				if !v.l4Applies(m, port, nil, vs.Object.Namespace) {
+					continue
+				}
+				names := b.claim(claimed, m.GetSniHosts(), vs.Ref(), field+".match["+strconv.Itoa(j)+"].sniHosts")
+				if len(names) == 0 {
+					continue
+				}
+				dests := v.l4Routes(vs, field+".route", r.GetRoute(), port)
+				if dests == nil {
+					continue
+				}
+				chains = append(chains, &listenerv3.FilterChain{
+					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names},
+					Filters:          []*listenerv3.Filter{tcpProxy(dests[0].cluster, dests)},
+				})
+			}
+		}
+	}
+	for _, sp := range sps {
+		if _, taken := claimed[sp.svc.Hostname]; taken {
+			continue
+		}
+		claimed[sp.svc.Hostname] = serviceRef(sp.svc)
+		cluster := ClusterName(sp.svc.Hostname, port, "")
+		chains = append(chains, &listenerv3.FilterChain{
+			FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{sp.svc.Hostname}},
+			Filters:          []*listenerv3.Filter{tcpProxyTo(cluster)},
+		})
+	}
+	name := OutboundListenerName("0.0.0.0", port)
+	l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
+	l.ListenerFilters = []*listenerv3.ListenerFilter{b.tlsInspector}
+	l.FilterChains = chains
+	l.DefaultFilterChain = b.fallthroughChain()
+	return l
+}
+
+// claim takes the server names not yet claimed on a listener, reporting
+// the ones another config holds.
+func (b *listenerBuilder) claim(claimed map[string]string, names []string, ref, field string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if owner, taken := claimed[n]; taken {
+			if owner != ref {
+				b.v.Problem(ref, field, "server name %s is already routed by %s on this port", n, owner)
+			}
+			continue
+		}
+		claimed[n] = ref
+		out = append(out, n)
+	}
+	return out
+}
+
+// fallthroughChain takes outbound traffic no listener or chain knows:
+// passed through under ALLOW_ANY, dropped under REGISTRY_ONLY.
+func (b *listenerBuilder) fallthroughChain() *listenerv3.FilterChain {
+	if b.v.outboundAllowAny() {
+		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(PassthroughCluster)}}
+	}
+	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(BlackHoleCluster)}}
+}
+
+// outboundAllowAny reports whether traffic to unknown destinations passes
+// through: Istio's default (no Sidecar, or one without an
+// outboundTrafficPolicy) is ALLOW_ANY. View.AllowAny compares with
+// REGISTRY_ONLY, which is the enum's zero value, so it answers false when
+// nothing is configured; until it is fixed, listeners decide here.
+func (v *View) outboundAllowAny() bool {
+	p := v.SidecarSpec().GetOutboundTrafficPolicy()
+	return p == nil || p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
+}
+
+// virtualOutbound adds the listener iptables redirects outbound traffic
+// to.
+func (b *listenerBuilder) virtualOutbound() {
+	l := listener(VirtualOutboundListener, "0.0.0.0", VirtualOutboundPort, true, corev3.TrafficDirection_OUTBOUND)
+	l.UseOriginalDst = wrapperspb.Bool(true)
+	l.DefaultFilterChain = b.fallthroughChain()
+	b.add(l)
+}
+
+// inboundPort is one port the sidecar accepts inbound traffic on.
+type inboundPort struct {
+	port     uint32 // the destination port of the traffic
+	protocol string
+}
+
+// inboundPorts are the Sidecar resource's ingress ports when it has any
+// (traffic then goes to their defaultEndpoint, through the cluster
+// InboundClusterName(port)), else the workload's service target ports.
+func (v *View) inboundPortList() []inboundPort {
+	if sc := v.SidecarSpec(); sc != nil && len(sc.GetIngress()) > 0 {
+		seen := map[uint32]bool{}
+		var out []inboundPort
+		for i, in := range sc.GetIngress() {
+			n := in.GetPort().GetNumber()
+			if seen[n] {
+				v.Problem(v.sidecar.Ref(), "spec.ingress["+strconv.Itoa(i)+"].port", "port %d is already an ingress port", n)
+				continue
+			}
+			seen[n] = true
+			out = append(out, inboundPort{port: n, protocol: strings.ToUpper(in.GetPort().GetProtocol())})
+		}
+		slices.SortFunc(out, func(a, b inboundPort) int { return int(a.port) - int(b.port) })
+		return out
+	}
+	ips := v.InboundPorts()
+	out := make([]inboundPort, 0, len(ips))
+	for _, p := range ips {
+		out = append(out, inboundPort{port: p.TargetPort, protocol: p.Port.Protocol})
+	}
+	return out
+}
+
+// virtualInbound adds the listener iptables redirects inbound traffic to:
+// chains per inbound port, matched on the original destination port, with
+// the port's effective mTLS mode (PeerAuthentication) and the workload's
+// authorization filters, and passthrough to InboundPassthroughCluster for
+// ports no service declares, with the workload's mode and filters too
+// (Istio enforces policies there as well).
+func (b *listenerBuilder) virtualInbound() {
+	v := b.v
+	l := listener(VirtualInboundListener, "0.0.0.0", VirtualInboundPort, true, corev3.TrafficDirection_INBOUND)
+	l.ListenerFilters = []*listenerv3.ListenerFilter{originalDstFilter()}
+	sec := v.inboundSecurityFilters()
+	tcpFilters := func(cluster string) func() []*listenerv3.Filter {
+		return func() []*listenerv3.Filter {
+			return append(slices.Clone(sec.tcp), tcpProxyTo(cluster))
+		}
+	}
+	needInspector := false
+	for _, p := range v.inboundPortList() {
+		cluster := InboundClusterName(p.port)
+		http := IsHTTP(p.protocol)
+		app := tcpFilters(cluster)
+		if http {
+			app = func() []*listenerv3.Filter { return []*listenerv3.Filter{b.inboundHCM(p.port, cluster, sec.http)} }
+		}
+		match := func() *listenerv3.FilterChainMatch {
+			return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.port)}
+		}
+		chains, inspect := b.inboundChains(cluster, match, v.mtlsMode(p.port), http, app, tcpFilters(cluster))
+		l.FilterChains = append(l.FilterChains, chains...)
+		needInspector = needInspector || inspect
+	}
+	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(InboundPassthroughCluster)()}
+	switch v.mtlsMode(0) {
+	case MTLSStrict:
+		passthrough.TransportSocket = b.inboundMTLS(false)
+	case MTLSPermissive:
+		// mTLS from the mesh on an undeclared port is terminated; anything
+		// else (plain text, the application's own TLS) takes the default.
+		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+			Name:             "InboundPassthroughFilterChainMTLS",
+			FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: transportTLS, ApplicationProtocols: meshALPN},
+			TransportSocket:  b.inboundMTLS(false),
+			Filters:          tcpFilters(InboundPassthroughCluster)(),
+		})
+		needInspector = true
+	}
+	if needInspector {
+		l.ListenerFilters = append(l.ListenerFilters, b.tlsInspector)
+	}
+	l.DefaultFilterChain = passthrough
+	b.add(l)
+}
+
+// inboundHCM serves an inbound HTTP port: every request goes to the local
+// workload's cluster. The route has no timeout: the caller's sidecar
+// enforces the VirtualService timeout.
+func (b *listenerBuilder) inboundHCM(port uint32, cluster string, security []*hcmv3.HttpFilter) *listenerv3.Filter {
+	filters := make([]*hcmv3.HttpFilter, 0, len(security)+1)
+	filters = append(filters, security...)
+	filters = append(filters, b.routerFilter)
+	hcm := &hcmv3.HttpConnectionManager{
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		StatPrefix: "inbound_0.0.0.0_" + portString(port),
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: cluster,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    "inbound|http|" + portString(port),
+				Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+						ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
+						Timeout:          durationpb.New(0),
+					}},
+				}},
+			}},
+			ValidateClusters: wrapperspb.Bool(false),
+		}},
+		HttpFilters: filters,
+	}
+	return hcmFilter(hcm)
+}

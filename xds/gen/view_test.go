@@ -1,0 +1,67 @@
+package gen
+
+import (
+	"testing"
+
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// TestSidecarWithoutEgressRestrictsNothing: a Sidecar resource that only
+// sets an outbound policy leaves every service visible (Istio reads a
+// missing egress as */*).
+func TestSidecarWithoutEgressRestrictsNothing(t *testing.T) {
+	snap := snapshot(t, map[string]string{"c1": goldenMesh + `---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}
+`})
+	v := NewView(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop"})
+	if v.Service("frontend.web.svc.cluster.local") == nil || v.AllowAny() {
+		t.Fatalf("services %d, allowAny %v: want everything visible and REGISTRY_ONLY", len(v.Services()), v.AllowAny())
+	}
+	if NewView(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "other"}).AllowAny() != true {
+		t.Fatal("a namespace without a Sidecar resource must allow any")
+	}
+}
+
+// TestGatewayListenPortNamesListenerAndRoutes: a gateway whose Service maps
+// port 80 to 8080 listens on 8080, and the listener and the route
+// configuration agree on the name http.8080.
+func TestGatewayListenPortNamesListenerAndRoutes(t *testing.T) {
+	snap := snapshot(t, map[string]string{"c1": goldenMesh + `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ingressgateway, namespace: istio-system}
+spec:
+  hosts: [ingressgateway.istio-system.svc.cluster.local]
+  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]
+  resolution: STATIC
+  endpoints: [{address: 10.3.0.1}]
+`})
+	key := goldenProxies[2].key // the ingress gateway at 10.3.0.1
+	out := Envoy(snap, key)
+	if _, ok := byNameOK(out, ListenerType, OutboundListenerName("0.0.0.0", 8080)); !ok {
+		t.Fatalf("no listener on 8080: %v", resourceNames(out, ListenerType))
+	}
+	if _, ok := byNameOK(out, RouteType, GatewayHTTPRouteName(8080)); !ok {
+		t.Fatalf("no route configuration %s: %v", GatewayHTTPRouteName(8080), resourceNames(out, RouteType))
+	}
+}
+
+func byNameOK(out *Output, typeURL, name string) (Resource, bool) {
+	for _, r := range out.Resources[typeURL] {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Resource{}, false
+}
+
+func resourceNames(out *Output, typeURL string) []string {
+	var names []string
+	for _, r := range out.Resources[typeURL] {
+		names = append(names, r.Name)
+	}
+	return names
+}

@@ -1,0 +1,215 @@
+// Package proxy is the model of one xDS client: who it is (from its node),
+// what kind of proxy it is, and the explicit key the generators take
+// (DESIGN.md invariant 6).
+//
+// Node ids follow Istio's form TYPE~IP~POD.NAMESPACE~DOMAIN, where TYPE is
+// "sidecar" or "router" for Envoy. Any other id (or metadata GENERATOR=grpc)
+// is a proxyless gRPC client. Metadata keys are Istio's where Istio has one
+// (NAMESPACE, LABELS, SERVICE_ACCOUNT, INSTANCE_IPS, NETWORK, CLUSTER_ID),
+// plus nave's MESH.
+package proxy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// Type is the kind of proxy.
+type Type string
+
+// Proxy types.
+const (
+	// Sidecar is an Envoy next to one workload.
+	Sidecar Type = "sidecar"
+	// Router is an Envoy gateway (ingress or egress).
+	Router Type = "router"
+	// GRPC is a proxyless gRPC client or server (grpc-go's xDS support).
+	GRPC Type = "proxyless"
+)
+
+// Node metadata keys.
+const (
+	MetaMesh           = "MESH"
+	MetaNamespace      = "NAMESPACE"
+	MetaLabels         = "LABELS"
+	MetaServiceAccount = "SERVICE_ACCOUNT"
+	MetaInstanceIPs    = "INSTANCE_IPS"
+	MetaNetwork        = "NETWORK"
+	MetaClusterID      = "CLUSTER_ID"
+	MetaGenerator      = "GENERATOR"
+)
+
+// Proxy is one connected xDS client, parsed and validated once per
+// connection.
+type Proxy struct {
+	ID             string
+	Type           Type
+	Mesh           string
+	Namespace      string
+	Name           string // the pod (or VM) name, when the id names one
+	IPs            []string
+	Labels         map[string]string
+	ServiceAccount string
+	Network        string
+	Cluster        string // the Kubernetes cluster the proxy runs in
+	Locality       mesh.Locality
+}
+
+// FromNode parses an xDS node. defaultMesh applies when the node names no
+// mesh. The error says which field is unusable and why.
+func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
+	if n == nil {
+		return nil, fmt.Errorf("the first request of a stream must carry the node")
+	}
+	if n.GetId() == "" {
+		return nil, fmt.Errorf("node.id is required")
+	}
+	md := n.GetMetadata().GetFields()
+	p := &Proxy{ID: n.GetId(), Type: GRPC, Mesh: defaultMesh}
+	var err error
+	str := func(key string) string {
+		v, ok := md[key]
+		if !ok || err != nil {
+			return ""
+		}
+		s, isStr := v.GetKind().(*structpb.Value_StringValue)
+		if !isStr {
+			err = fmt.Errorf("node.metadata.%s must be a string", key)
+			return ""
+		}
+		return s.StringValue
+	}
+	if m, ok := md[MetaMesh]; ok {
+		if p.Mesh = str(MetaMesh); err == nil && p.Mesh == "" {
+			return nil, fmt.Errorf("node.metadata.%s must be a non-empty string (got %v)", MetaMesh, m.AsInterface())
+		}
+	}
+	p.Namespace = str(MetaNamespace)
+	p.ServiceAccount = str(MetaServiceAccount)
+	p.Network = str(MetaNetwork)
+	p.Cluster = str(MetaClusterID)
+	ips := str(MetaInstanceIPs)
+	generator := str(MetaGenerator)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := md[MetaLabels]; ok {
+		s := v.GetStructValue()
+		if s == nil {
+			return nil, fmt.Errorf("node.metadata.%s must be a struct of strings", MetaLabels)
+		}
+		p.Labels = make(map[string]string, len(s.GetFields()))
+		for k, lv := range s.GetFields() {
+			sv, isStr := lv.GetKind().(*structpb.Value_StringValue)
+			if !isStr {
+				return nil, fmt.Errorf("node.metadata.%s.%s must be a string", MetaLabels, k)
+			}
+			p.Labels[k] = sv.StringValue
+		}
+	}
+	if l := n.GetLocality(); l != nil {
+		p.Locality = mesh.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}
+	}
+
+	if parts := strings.Split(p.ID, "~"); len(parts) == 4 && (parts[0] == string(Sidecar) || parts[0] == string(Router)) {
+		p.Type = Type(parts[0])
+		if parts[1] != "" {
+			if _, perr := netip.ParseAddr(parts[1]); perr != nil {
+				return nil, fmt.Errorf("node.id %q: %q is not an IP address (want TYPE~IP~POD.NAMESPACE~DOMAIN)", p.ID, parts[1])
+			}
+			if ips == "" {
+				ips = parts[1]
+			}
+		}
+		if name, ns, ok := strings.Cut(parts[2], "."); ok {
+			p.Name = name
+			if p.Namespace == "" {
+				p.Namespace = ns
+			} else if p.Namespace != ns {
+				return nil, fmt.Errorf("node.id %q names namespace %q but node.metadata.%s is %q", p.ID, ns, MetaNamespace, p.Namespace)
+			}
+		}
+	}
+	if generator == "grpc" {
+		p.Type = GRPC
+	}
+	for _, ip := range strings.Split(ips, ",") {
+		if ip = strings.TrimSpace(ip); ip == "" {
+			continue
+		}
+		if _, perr := netip.ParseAddr(ip); perr != nil {
+			return nil, fmt.Errorf("node.metadata.%s: %q is not an IP address", MetaInstanceIPs, ip)
+		}
+		p.IPs = append(p.IPs, ip)
+	}
+	if p.Type != GRPC && p.Namespace == "" {
+		return nil, fmt.Errorf("node %q: a %s needs a namespace (node.metadata.%s or an id of the form TYPE~IP~POD.NAMESPACE~DOMAIN)", p.ID, p.Type, MetaNamespace)
+	}
+	return p, nil
+}
+
+// Key is everything about a proxy that generation may depend on, and
+// nothing else: proxies with equal keys receive identical config. It is
+// comparable, so it can key a cache.
+type Key struct {
+	Type      Type
+	Mesh      string
+	Namespace string
+	// Labels is the canonical form of the labels: sorted "k=v" joined by
+	// newlines. LabelMap parses it.
+	Labels string
+	// IPs is the sorted, comma-joined instance IPs (they decide the
+	// inbound listener).
+	IPs      string
+	Network  string
+	Locality mesh.Locality
+}
+
+// Key returns the proxy's generation key.
+func (p *Proxy) Key() Key {
+	labels := make([]string, 0, len(p.Labels))
+	for k, v := range p.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
+	ips := append([]string(nil), p.IPs...)
+	sort.Strings(ips)
+	return Key{
+		Type:      p.Type,
+		Mesh:      p.Mesh,
+		Namespace: p.Namespace,
+		Labels:    strings.Join(labels, "\n"),
+		IPs:       strings.Join(ips, ","),
+		Network:   p.Network,
+		Locality:  p.Locality,
+	}
+}
+
+// LabelMap returns the key's labels as a map.
+func (k Key) LabelMap() map[string]string {
+	if k.Labels == "" {
+		return nil
+	}
+	lines := strings.Split(k.Labels, "\n")
+	m := make(map[string]string, len(lines))
+	for _, l := range lines {
+		name, value, _ := strings.Cut(l, "=")
+		m[name] = value
+	}
+	return m
+}
+
+// IPList returns the key's instance IPs.
+func (k Key) IPList() []string {
+	if k.IPs == "" {
+		return nil
+	}
+	return strings.Split(k.IPs, ",")
+}

@@ -1,0 +1,148 @@
+package pushctx_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/proxy"
+	"github.com/navemesh/nave/xds/pushctx"
+)
+
+// TestForProxyGeneratesOncePerKeyAndSharesBytes checks the per-proxy
+// memo: equal keys share one result (also when asked concurrently), and a
+// resource with the same content for two keys is marshalled once.
+func TestForProxyGeneratesOncePerKeyAndSharesBytes(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := start(t, src, time.Millisecond, 10*time.Millisecond)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the mesh is published")
+	st, _ := m.Current("m")
+
+	a := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: "10.9.0.1"}
+	b := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "other", IPs: "10.9.0.2"}
+	var wg sync.WaitGroup
+	results := make([]*pushctx.ProxyResources, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = st.ForProxy(a)
+		}()
+	}
+	wg.Wait()
+	for _, r := range results[1:] {
+		if r != results[0] {
+			t.Fatal("equal keys got different results")
+		}
+	}
+	ra, rb := st.ForProxy(a), st.ForProxy(b)
+	if ra == rb {
+		t.Fatal("different keys got the same result")
+	}
+	clusters := ra.Resources[gen.ClusterType]
+	if len(clusters) == 0 {
+		t.Fatal("no clusters generated")
+	}
+	for name, p := range clusters {
+		if q := rb.Resources[gen.ClusterType][name]; q != p {
+			t.Fatalf("cluster %s: same content for two keys was not shared (%p vs %p)", name, p, q)
+		}
+	}
+}
+
+// TestKeysDifferingOnlyInIPsShareGeneration: IPs matter only through the
+// ports their workloads serve, so proxies whose IPs serve nothing (or the
+// same ports) share one generation, and one that serves differs.
+func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the mesh is published")
+	st, _ := m.Current("m")
+
+	key := func(ips string) proxy.Key {
+		return proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: ips}
+	}
+	a, b := st.ForProxy(key("10.9.0.1")), st.ForProxy(key("10.9.0.2"))
+	if a != b {
+		t.Error("two proxies whose IPs serve nothing did not share a generation")
+	}
+	labelled := key("10.9.0.3")
+	labelled.Labels = "app=client-7" // no selector in the config reads it
+	if st.ForProxy(labelled) != a {
+		t.Error("a proxy whose labels select nothing did not share the generation")
+	}
+	// 127.0.0.1 is echo's workload address: it has inbound ports.
+	own := st.ForProxy(key("127.0.0.1"))
+	if own == a {
+		t.Error("a proxy serving echo shares the config of one serving nothing")
+	}
+	if len(own.Resources[gen.ClusterType]) <= len(a.Resources[gen.ClusterType]) {
+		t.Errorf("the serving proxy has %d clusters, the other %d: want its inbound clusters too",
+			len(own.Resources[gen.ClusterType]), len(a.Resources[gen.ClusterType]))
+	}
+	if mm := m.Mismatches(); len(mm) > 0 {
+		t.Errorf("shared results differ from generation from scratch: %v", mm)
+	}
+}
+
+// TestProxylessServersGetTheirServerListeners: a proxyless client whose
+// IPs serve ports receives, besides the mesh-wide resources, the server
+// listeners of those ports (shared by keys of equal signatures); one that
+// serves nothing receives the mesh-wide resources alone.
+func TestProxylessServersGetTheirServerListeners(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the mesh is published")
+	st, _ := m.Current("m")
+
+	key := func(ips string) proxy.Key {
+		return proxy.Key{Type: proxy.GRPC, Mesh: "m", Namespace: "demo", Labels: "app=echo", IPs: ips}
+	}
+	base := st.Proxyless()
+	if st.ProxylessFor(key("10.9.0.1")) != base || st.ProxylessFor(key("")) != base {
+		t.Error("a client that serves nothing does not get the mesh-wide resources as they are")
+	}
+	// 127.0.0.1 serves echo on 17071 and 17072.
+	own := st.ProxylessFor(key("127.0.0.1"))
+	for _, port := range []string{"17071", "17072"} {
+		for _, host := range []string{"0.0.0.0:", "[::]:"} {
+			if own.Resources[gen.ListenerType][gen.GRPCServerListenerName(host+port)] == nil {
+				t.Errorf("no server listener for %s%s", host, port)
+			}
+		}
+	}
+	if got, want := len(own.Resources[gen.ListenerType]), len(base.Resources[gen.ListenerType])+4; got != want {
+		t.Errorf("%d listeners, want the %d mesh-wide ones and 4 server listeners", got, want-4)
+	}
+	for name, p := range base.Resources[gen.ListenerType] {
+		if own.Resources[gen.ListenerType][name] != p {
+			t.Errorf("mesh-wide listener %s is not shared", name)
+		}
+	}
+	if own.Resources[gen.ClusterType] == nil || len(own.Resources[gen.ClusterType]) != len(base.Resources[gen.ClusterType]) {
+		t.Error("the other types are not the mesh-wide ones")
+	}
+	if st.ProxylessFor(key("127.0.0.1")) != own {
+		t.Error("a second call generates again")
+	}
+	if mm := m.Mismatches(); len(mm) > 0 {
+		t.Errorf("shared results differ from generation from scratch: %v", mm)
+	}
+}

@@ -1,0 +1,300 @@
+package pushctx_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx"
+)
+
+const echoListener = "echo.demo.svc.cluster.local:7070"
+
+func TestNotificationsWithinQuietPeriodMakeOneBuild(t *testing.T) {
+	const quiet = 300 * time.Millisecond
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := start(t, src, quiet, time.Minute)
+	_, ready := m.Current("m")
+
+	// Spread over time, so that the debounce (not the one-slot pending
+	// notification) is what merges them: every gap is well inside quiet.
+	for range 15 {
+		m.Notify("m")
+		time.Sleep(10 * time.Millisecond)
+	}
+	if closed(ready) {
+		t.Fatal("published while notifications were still arriving")
+	}
+	await(t, ready, "the first publication")
+	st, _ := m.Current("m")
+	if st.Version != 1 || src.builds("m") != 1 {
+		t.Fatalf("after 15 notifications: version %d, %d builds; want one build", st.Version, src.builds("m"))
+	}
+	// Nothing is pending, so no second build follows.
+	time.Sleep(2 * quiet)
+	if st, _ := m.Current("m"); st.Version != 1 || src.builds("m") != 1 {
+		t.Errorf("later: version %d, %d builds; want still one", st.Version, src.builds("m"))
+	}
+}
+
+func TestContinuousNotificationsBuildByDebounceMax(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	// The mesh is never quiet for an hour: every build comes from DebounceMax.
+	m := start(t, src, time.Hour, 50*time.Millisecond)
+	st, ready := m.Current("m")
+	if st != nil {
+		t.Fatal("a State before any notification")
+	}
+
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			m.Notify("m")
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	await(t, ready, "a build under continuous change")
+	eventually(t, "three builds under continuous change", func() bool {
+		st, _ := m.Current("m")
+		return st.Version >= 3
+	})
+}
+
+func TestNotificationBeforeStartIsKept(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond})
+	m.Notify("m")
+	_, ready := m.Current("m")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	await(t, ready, "the notification sent before Start is served")
+}
+
+func TestCurrentWaitsUntilAClusterHasSynced(t *testing.T) {
+	src := newSource()
+	objs := echoConfig(t, 80, 20)
+	src.set("m", cluster("c1", false, objs))
+	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+
+	st, ready := m.Current("m")
+	if st != nil || closed(ready) {
+		t.Fatal("a mesh without a synced cluster is ready")
+	}
+	// Two builds run one after the other: once the second has started, the
+	// first has decided not to publish.
+	m.Notify("m")
+	eventually(t, "a build", func() bool { return src.builds("m") >= 1 })
+	m.Notify("m")
+	eventually(t, "a second build", func() bool { return src.builds("m") >= 2 })
+	if st, ch := m.Current("m"); st != nil || closed(ready) || ch != ready {
+		t.Fatalf("published %+v before any cluster synced", st)
+	}
+
+	src.set("m", cluster("c1", true, objs), cluster("c2", false, nil))
+	m.Notify("m")
+	await(t, ready, "the first publication")
+	st, superseded := m.Current("m")
+	if st == nil || st.Version != 1 || st.Mesh != "m" || superseded != st.Superseded() || closed(superseded) {
+		t.Fatalf("first State = %+v, want version 1 of mesh m, not superseded", st)
+	}
+	if st.Proxyless().Resources[gen.ListenerType][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
+		t.Errorf("first State lacks the echo service: resources %v", st.Proxyless())
+	}
+	if len(st.Snapshot.Clusters) != 2 {
+		t.Errorf("snapshot clusters = %+v, want c1 and c2", st.Snapshot.Clusters)
+	}
+
+	// Once ready, a mesh stays ready while its clusters resync.
+	src.set("m", cluster("c1", false, objs))
+	m.Notify("m")
+	await(t, superseded, "the next publication")
+	st2, _ := m.Current("m")
+	if st2 == nil || st2.Version != 2 {
+		t.Fatalf("after a resync began: State %+v, want version 2", st2)
+	}
+	if states := m.States(); len(states) != 1 || states[0] != st2 {
+		t.Errorf("States() = %v, want only the current State", states)
+	}
+}
+
+func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the first publication")
+	st1, _ := m.Current("m")
+	for _, typeURL := range gen.Types {
+		if len(st1.Proxyless().Resources[typeURL]) == 0 {
+			t.Fatalf("no %s generated; the test needs every type", typeURL)
+		}
+	}
+
+	// Only the route's weights change.
+	src.set("m", cluster("c1", true, echoConfig(t, 20, 80)))
+	m.Notify("m")
+	await(t, st1.Superseded(), "the first State is superseded")
+	st2, _ := m.Current("m")
+	if st2.Version != st1.Version+1 || closed(st2.Superseded()) {
+		t.Fatalf("second State: version %d (superseded %v), want %d and current", st2.Version, closed(st2.Superseded()), st1.Version+1)
+	}
+	for _, typeURL := range gen.Types {
+		if len(st2.Proxyless().Resources[typeURL]) != len(st1.Proxyless().Resources[typeURL]) {
+			t.Errorf("%s: %d resources, before %d", typeURL, len(st2.Proxyless().Resources[typeURL]), len(st1.Proxyless().Resources[typeURL]))
+		}
+		for name, p1 := range st1.Proxyless().Resources[typeURL] {
+			p2 := st2.Proxyless().Resources[typeURL][name]
+			changed := typeURL == gen.RouteType && name == echoListener
+			switch {
+			case p2 == nil:
+				t.Errorf("%s %s vanished", typeURL, name)
+			case changed && (p2 == p1 || p2.Hash == p1.Hash):
+				t.Errorf("%s %s did not change with the weights", typeURL, name)
+			case !changed && p2 != p1:
+				t.Errorf("unchanged %s %s is a new Prepared (hash %s, was %s)", typeURL, name, p2.Hash, p1.Hash)
+			}
+		}
+	}
+
+	// A rebuild without change publishes the very same resources.
+	m.Notify("m")
+	await(t, st2.Superseded(), "the second State is superseded")
+	st3, _ := m.Current("m")
+	for _, typeURL := range gen.Types {
+		for name, p2 := range st2.Proxyless().Resources[typeURL] {
+			if st3.Proxyless().Resources[typeURL][name] != p2 {
+				t.Errorf("unchanged %s %s is a new Prepared", typeURL, name)
+			}
+		}
+	}
+}
+
+func TestMeshesAreBuiltSeparately(t *testing.T) {
+	src := newSource()
+	src.set("m1", cluster("c1", true, echoConfig(t, 80, 20)))
+	src.set("m2", cluster("c1", false, echoConfig(t, 20, 80)), cluster("c2", false, nil))
+	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+	_, ready1 := m.Current("m1")
+	_, ready2 := m.Current("m2")
+	m.Notify("m1")
+	m.Notify("m2")
+	await(t, ready1, "m1 is published")
+	eventually(t, "m2 was built", func() bool { return src.builds("m2") >= 1 })
+	m.Notify("m2")
+	eventually(t, "m2 was built again", func() bool { return src.builds("m2") >= 2 })
+	if closed(ready2) {
+		t.Error("m2 published although none of its clusters synced")
+	}
+	st, _ := m.Current("m1")
+	if len(st.Snapshot.Clusters) != 1 || st.Snapshot.Clusters[0].Name != "c1" || st.Snapshot.Mesh != "m1" {
+		t.Errorf("m1's snapshot holds clusters %+v", st.Snapshot.Clusters)
+	}
+	if states := m.States(); len(states) != 1 || states[0].Mesh != "m1" {
+		t.Errorf("States() = %v, want only m1", states)
+	}
+}
+
+// A service without a DestinationRule is ordinary config. The generator
+// runs in the Manager's goroutine, where a panic would end the hub; it is
+// first called here, where a panic fails only this test.
+func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
+	objs := echoConfig(t, 100, 0)
+	var noDR []*meshconfig.Object
+	for _, o := range objs {
+		if o.Kind.Kind != "DestinationRule" && o.Kind.Kind != "VirtualService" {
+			noDR = append(noDR, o)
+		}
+	}
+	in := []mesh.ClusterInput{cluster("c1", true, noDR)}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("generating a service without a DestinationRule panics: %v", r)
+			}
+		}()
+		gen.GRPC(mesh.Build("m", in))
+	}()
+
+	src := newSource()
+	src.set("m", in...)
+	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the first publication")
+	st, _ := m.Current("m")
+	if st.Proxyless().Resources[gen.ClusterType]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
+		t.Errorf("clusters = %v, want the echo service's", st.Proxyless().Resources[gen.ClusterType])
+	}
+}
+
+// TestEndpointNotificationSkipsDebounce: an endpoint-only change is built
+// at once, while a config change waits out the quiet period.
+func TestEndpointNotificationSkipsDebounce(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := start(t, src, time.Hour, time.Hour)
+	_, ready := m.Current("m")
+	m.NotifyEndpoints("m")
+	await(t, ready, "an endpoint notification publishes without waiting for the hour-long debounce")
+
+	st, changed := m.Current("m")
+	m.Notify("m")
+	time.Sleep(50 * time.Millisecond)
+	if closed(changed) {
+		t.Fatal("a config notification was built before its debounce ended")
+	}
+	if now, _ := m.Current("m"); now != st {
+		t.Fatal("a new State appeared during the debounce")
+	}
+}
+
+// TestAdaptiveDefersBuildsNobodyWatches: with Adaptive, a published mesh
+// that no stream watches is not rebuilt; a watcher arriving gets the
+// deferred changes built at once.
+func TestAdaptiveDefersBuildsNobodyWatches(t *testing.T) {
+	src := newSource()
+	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Adaptive: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	_, ready := m.Current("m")
+	m.Notify("m")
+	await(t, ready, "the first publication happens without watchers")
+
+	st, changed := m.Current("m")
+	src.set("m", cluster("c1", true, echoConfig(t, 20, 80)))
+	m.Notify("m")
+	time.Sleep(100 * time.Millisecond)
+	if closed(changed) {
+		t.Fatal("a mesh nobody watches was rebuilt")
+	}
+	unwatch := m.Watch("m")
+	defer unwatch()
+	await(t, changed, "the deferred build when a stream watches")
+	if now, _ := m.Current("m"); now == st || now.Diff.Unchanged() {
+		t.Error("the new State does not carry the deferred change")
+	}
+	// While watched, changes are built as usual.
+	_, changed = m.Current("m")
+	src.set("m", cluster("c1", true, echoConfig(t, 50, 50)))
+	m.Notify("m")
+	await(t, changed, "a build while watched")
+}
