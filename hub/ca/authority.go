@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/navemesh/nave/shared/certreq"
 )
 
 // Defaults of Options.
@@ -243,7 +245,7 @@ func (a *Authority) ca(mesh string) (*meshCA, error) {
 	c, ok := a.meshes[mesh]
 	a.mu.RUnlock()
 	if !ok {
-		return nil, refuse(ReasonUnknownMesh, "mesh %q has no CA loaded", mesh)
+		return nil, certreq.Refuse(certreq.ReasonUnknownMesh, "mesh %q has no CA loaded", mesh)
 	}
 	return c, nil
 }

@@ -15,6 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/navemesh/nave/shared/certreq"
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 var ctx = context.Background()
@@ -25,7 +28,7 @@ func TestIssueAndVerify(t *testing.T) {
 	id := mustID(t, uriA)
 
 	before := time.Now()
-	chainPEM, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{id}})
+	chainPEM, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{id}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +78,7 @@ func TestIssueAndVerify(t *testing.T) {
 	}
 
 	// A second certificate gets another serial.
-	again, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{id}})
+	again, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{id}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +88,7 @@ func TestIssueAndVerify(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.issued); got != 2 {
 		t.Errorf("issued counter %v, want 2", got)
 	}
-	if n, err := testutil.GatherAndCount(reg, "nave_hub_ca_certificates_issued_total", "nave_hub_ca_refusals_total"); err != nil || n != 1+len(reasons) {
+	if n, err := testutil.GatherAndCount(reg, "nave_hub_ca_certificates_issued_total", "nave_hub_ca_refusals_total"); err != nil || n != 1+len(certreq.Reasons) {
 		t.Errorf("registered series %d (%v), want 1 + one per reason", n, err)
 	}
 
@@ -125,7 +128,7 @@ func TestTTL(t *testing.T) {
 		{48 * time.Hour, 48 * time.Hour},
 		{1000 * time.Hour, 48 * time.Hour}, // clamped
 	} {
-		chain, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{id}, TTL: tc.ask})
+		chain, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{id}, TTL: tc.ask})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,12 +137,12 @@ func TestTTL(t *testing.T) {
 			t.Errorf("TTL %s: valid %s to %s, want %s to %s", tc.ask, leaf.NotBefore, leaf.NotAfter, now.Add(-time.Minute), now.Add(tc.want))
 		}
 	}
-	_, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{id}, TTL: -time.Second})
-	wantRefusal(t, err, ReasonInvalidRequest, "negative")
+	_, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{id}, TTL: -time.Second})
+	wantRefusal(t, err, certreq.ReasonInvalidRequest, "negative")
 
 	// A default above the maximum is clamped too.
 	b := newAuthority(t, dir, Options{DefaultTTL: 100 * time.Hour, MaxTTL: 2 * time.Hour, Now: func() time.Time { return now }}, mesh1)
-	chain, err := b.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{id}})
+	chain, err := b.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{id}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +159,7 @@ func TestLeafNeverOutlivesCA(t *testing.T) {
 	a := newAuthority(t, t.TempDir(), Options{RootTTL: 10 * time.Hour, Now: func() time.Time { return clock }}, mesh1)
 	root := parseChain(t, must(a.RootsPEM("m1")))[0]
 	clock = now.Add(9 * time.Hour)
-	chain, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
+	chain, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +167,9 @@ func TestLeafNeverOutlivesCA(t *testing.T) {
 		t.Errorf("leaf NotAfter %s, want the root's %s", leaf.NotAfter, root.NotAfter)
 	}
 	clock = now.Add(11 * time.Hour)
-	if _, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}}); err == nil {
+	if _, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}}); err == nil {
 		t.Error("signed with an expired root")
-	} else if _, refusal := ReasonOf(err); refusal {
+	} else if _, refusal := certreq.ReasonOf(err); refusal {
 		t.Errorf("an expired CA is the CA's failure, not a refusal: %v", err)
 	}
 }
@@ -181,7 +184,7 @@ func must[T any](v T, err error) T {
 func TestRestartKeepsRoot(t *testing.T) {
 	dir := t.TempDir()
 	a := newAuthority(t, dir, Options{}, mesh1, mesh2)
-	chainPEM, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
+	chainPEM, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +309,7 @@ func TestLoadRefusesPartialRoot(t *testing.T) {
 	newAuthority(t, dir, Options{}, mesh1)
 	cert, _ := os.ReadFile(filepath.Join(dir, "m1", FileRootCert))
 	key, _ := os.ReadFile(filepath.Join(dir, "m1", FileRootKey))
-	other := ecKey(t)
+	other := certreqtest.ECKey(t)
 	otherKey := (&testCA{key: other}).keyPEM(t)
 
 	for _, tc := range []struct {
@@ -343,33 +346,33 @@ func TestSignRefusals(t *testing.T) {
 		mesh   string
 		csr    []byte
 		opts   SignOptions
-		reason Reason
+		reason certreq.Reason
 		says   string
 	}{
-		{"other trust domain", "m1", csrFor(t, "spiffe://other.td/ns/a/sa/b"), opts, ReasonIdentityNotAllowed,
+		{"other trust domain", "m1", certreqtest.For(t, "spiffe://other.td/ns/a/sa/b"), opts, certreq.ReasonIdentityNotAllowed,
 			`csr: URI SAN spiffe://other.td/ns/a/sa/b: trust domain "other.td" is not mesh "m1"'s ("m1.example")`},
-		{"another mesh's trust domain", "m1", csrFor(t, "spiffe://m2.example/ns/a/sa/b"), opts, ReasonIdentityNotAllowed,
+		{"another mesh's trust domain", "m1", certreqtest.For(t, "spiffe://m2.example/ns/a/sa/b"), opts, certreq.ReasonIdentityNotAllowed,
 			`trust domain "m2.example" is not mesh "m1"'s`},
-		{"other namespace", "m1", csrFor(t, "spiffe://m1.example/ns/x/sa/b"), opts, ReasonIdentityNotAllowed,
+		{"other namespace", "m1", certreqtest.For(t, "spiffe://m1.example/ns/x/sa/b"), opts, certreq.ReasonIdentityNotAllowed,
 			"csr: URI SAN spiffe://m1.example/ns/x/sa/b: not an identity this caller may obtain (it may obtain " + uriA + ")"},
-		{"other service account", "m1", csrFor(t, "spiffe://m1.example/ns/a/sa/admin"), opts, ReasonIdentityNotAllowed,
+		{"other service account", "m1", certreqtest.For(t, "spiffe://m1.example/ns/a/sa/admin"), opts, certreq.ReasonIdentityNotAllowed,
 			"sa/admin: not an identity this caller may obtain"},
-		{"granted plus another", "m1", csrFor(t, uriA, "spiffe://m1.example/ns/a/sa/c"), opts, ReasonIdentityNotAllowed,
+		{"granted plus another", "m1", certreqtest.For(t, uriA, "spiffe://m1.example/ns/a/sa/c"), opts, certreq.ReasonIdentityNotAllowed,
 			"csr: has 2 URI SANs (" + uriA + ", spiffe://m1.example/ns/a/sa/c); an X.509 SVID has exactly one"},
-		{"two granted", "m1", csrFor(t, uriA, "spiffe://m1.example/ns/a/sa/c"),
-			SignOptions{Identities: []ID{granted, mustID(t, "spiffe://m1.example/ns/a/sa/c")}}, ReasonIdentityNotAllowed, "has 2 URI SANs"},
-		{"nothing granted", "m1", csrFor(t, uriA), SignOptions{}, ReasonIdentityNotAllowed, "may obtain none"},
-		{"no URI SAN", "m1", makeCSR(t, ecKey(t), csrTemplate{DNS: []string{"a.example"}}), opts, ReasonIdentityNotAllowed, "csr: has no URI SAN"},
-		{"not SPIFFE", "m1", csrFor(t, "https://m1.example/ns/a/sa/b"), opts, ReasonIdentityNotAllowed, "scheme"},
-		{"encoded path", "m1", csrFor(t, "spiffe://m1.example/ns/a/sa/%62"), opts, ReasonIdentityNotAllowed, "percent"},
-		{"DNS SAN", "m1", makeCSR(t, ecKey(t), csrTemplate{URIs: []string{uriA}, DNS: []string{"evil.example"}}), opts, ReasonIdentityNotAllowed,
+		{"two granted", "m1", certreqtest.For(t, uriA, "spiffe://m1.example/ns/a/sa/c"),
+			SignOptions{Identities: []ID{granted, mustID(t, "spiffe://m1.example/ns/a/sa/c")}}, certreq.ReasonIdentityNotAllowed, "has 2 URI SANs"},
+		{"nothing granted", "m1", certreqtest.For(t, uriA), SignOptions{}, certreq.ReasonIdentityNotAllowed, "may obtain none"},
+		{"no URI SAN", "m1", certreqtest.New(t, certreqtest.ECKey(t), certreqtest.Template{DNS: []string{"a.example"}}), opts, certreq.ReasonIdentityNotAllowed, "csr: has no URI SAN"},
+		{"not SPIFFE", "m1", certreqtest.For(t, "https://m1.example/ns/a/sa/b"), opts, certreq.ReasonIdentityNotAllowed, "scheme"},
+		{"encoded path", "m1", certreqtest.For(t, "spiffe://m1.example/ns/a/sa/%62"), opts, certreq.ReasonIdentityNotAllowed, "percent"},
+		{"DNS SAN", "m1", certreqtest.New(t, certreqtest.ECKey(t), certreqtest.Template{URIs: []string{uriA}, DNS: []string{"evil.example"}}), opts, certreq.ReasonIdentityNotAllowed,
 			`csr: DNS SAN "evil.example": not allowed for this caller (allowed: none)`},
-		{"IP SAN", "m1", makeCSR(t, ecKey(t), csrTemplate{URIs: []string{uriA}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}), opts, ReasonIdentityNotAllowed,
+		{"IP SAN", "m1", certreqtest.New(t, certreqtest.ECKey(t), certreqtest.Template{URIs: []string{uriA}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}), opts, certreq.ReasonIdentityNotAllowed,
 			"csr: IP SAN 127.0.0.1: not allowed"},
-		{"email SAN", "m1", makeCSR(t, ecKey(t), csrTemplate{URIs: []string{uriA}, Emails: []string{"a@m1.example"}}), opts, ReasonIdentityNotAllowed,
+		{"email SAN", "m1", certreqtest.New(t, certreqtest.ECKey(t), certreqtest.Template{URIs: []string{uriA}, Emails: []string{"a@m1.example"}}), opts, certreq.ReasonIdentityNotAllowed,
 			`csr: email SAN "a@m1.example"`},
-		{"garbage", "m1", []byte("garbage"), opts, ReasonInvalidCSR, "csr: "},
-		{"unknown mesh", "m9", csrFor(t, uriA), opts, ReasonUnknownMesh, `mesh "m9" has no CA loaded`},
+		{"garbage", "m1", []byte("garbage"), opts, certreq.ReasonInvalidCSR, "csr: "},
+		{"unknown mesh", "m9", certreqtest.For(t, uriA), opts, certreq.ReasonUnknownMesh, `mesh "m9" has no CA loaded`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			chain, err := a.Sign(ctx, tc.mesh, tc.csr, tc.opts)
@@ -382,7 +385,7 @@ func TestSignRefusals(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.issued); got != 0 {
 		t.Errorf("issued %v, want 0", got)
 	}
-	for r, want := range map[Reason]float64{ReasonIdentityNotAllowed: 13, ReasonInvalidCSR: 1, ReasonUnknownMesh: 1, ReasonKeyNotAllowed: 0} {
+	for r, want := range map[certreq.Reason]float64{certreq.ReasonIdentityNotAllowed: 13, certreq.ReasonInvalidCSR: 1, certreq.ReasonUnknownMesh: 1, certreq.ReasonKeyNotAllowed: 0} {
 		if got := testutil.ToFloat64(a.metrics.refusals.WithLabelValues(string(r))); got != want {
 			t.Errorf("refusals{reason=%s} = %v, want %v", r, got, want)
 		}
@@ -391,7 +394,7 @@ func TestSignRefusals(t *testing.T) {
 
 func TestSignAllowedDNSAndIP(t *testing.T) {
 	a := newAuthority(t, t.TempDir(), Options{}, mesh1)
-	csr := makeCSR(t, ecKey(t), csrTemplate{URIs: []string{uriA}, DNS: []string{"a.m1.example"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	csr := certreqtest.New(t, certreqtest.ECKey(t), certreqtest.Template{URIs: []string{uriA}, DNS: []string{"a.m1.example"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	chain, err := a.Sign(ctx, "m1", csr, SignOptions{Identities: []ID{mustID(t, uriA)},
 		DNSNames: []string{"a.m1.example"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
 	if err != nil {
@@ -411,7 +414,7 @@ func TestSignClusterID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, err := a.Sign(ctx, "m1", csrFor(t, id.String()), SignOptions{Identities: []ID{id}})
+	chain, err := a.Sign(ctx, "m1", certreqtest.For(t, id.String()), SignOptions{Identities: []ID{id}})
 	if err != nil {
 		t.Fatal(err)
 	}

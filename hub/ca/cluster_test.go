@@ -6,13 +6,15 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 func TestSignClusterIssuesOnlyTheClusterID(t *testing.T) {
 	a := newAuthority(t, t.TempDir(), Options{}, mesh1, mesh2)
 	// Whatever the request asks for — another identity, a DNS and an IP
 	// name — the certificate names the cluster and nothing else.
-	csr := makeCSR(t, ecKey(t), csrTemplate{URIs: []string{"spiffe://m2.example/ns/x/sa/y"}, DNS: []string{"hub.example"}, IPs: []net.IP{net.ParseIP("10.0.0.1")}})
+	csr := certreqtest.New(t, certreqtest.ECKey(t), certreqtest.Template{URIs: []string{"spiffe://m2.example/ns/x/sa/y"}, DNS: []string{"hub.example"}, IPs: []net.IP{net.ParseIP("10.0.0.1")}})
 	chainPEM, err := a.SignCluster(context.Background(), "m1", "east", csr, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@
 //
 // # Certificates
 //
-// Authority.Sign checks a CSR strictly (ParseCSR), allows only the SPIFFE
+// Authority.Sign checks a CSR strictly (certreq.Parse), allows only the SPIFFE
 // IDs its caller was granted (spiffe://<td>/ns/<ns>/sa/<sa>, see ID), and
 // issues a leaf for serverAuth and clientAuth with a short lifetime
 // (24 h by default). Its chain is returned leaf first and root last, which

@@ -5,19 +5,19 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/shared/certreq"
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 var (
@@ -45,46 +45,7 @@ func newAuthority(t testing.TB, dir string, opts Options, meshes ...Mesh) *Autho
 	return a
 }
 
-func ecKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// csrTemplate is what a test CSR asks for.
-type csrTemplate struct {
-	URIs   []string
-	DNS    []string
-	IPs    []net.IP
-	Emails []string
-}
-
-// makeCSR returns a PEM CSR signed by key.
-func makeCSR(t testing.TB, key crypto.Signer, req csrTemplate) []byte {
-	t.Helper()
-	tmpl := &x509.CertificateRequest{DNSNames: req.DNS, IPAddresses: req.IPs, EmailAddresses: req.Emails,
-		Subject: pkix.Name{CommonName: "ignored"}}
-	for _, u := range req.URIs {
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, pu)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
-func csrFor(t testing.TB, uris ...string) []byte {
-	t.Helper()
-	return makeCSR(t, ecKey(t), csrTemplate{URIs: uris})
-}
+const uriA = "spiffe://m1.example/ns/a/sa/b"
 
 func mustID(t testing.TB, s string) ID {
 	t.Helper()
@@ -152,7 +113,7 @@ func nextSerial() *big.Int {
 // nil, else signed by parent.
 func newTestCA(t testing.TB, cn string, parent *testCA) *testCA {
 	t.Helper()
-	key := ecKey(t)
+	key := certreqtest.ECKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber:          nextSerial(),
 		Subject:               pkix.Name{CommonName: cn},
@@ -212,14 +173,14 @@ func writeFiles(t testing.TB, dir string, files map[string][]byte) {
 
 func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
-// wantRefusal asserts that err is a RefusalError of reason whose message
+// wantRefusal asserts that err is a certreq.RefusalError of reason whose message
 // contains every one of parts.
-func wantRefusal(t testing.TB, err error, reason Reason, parts ...string) {
+func wantRefusal(t testing.TB, err error, reason certreq.Reason, parts ...string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want a %s refusal", reason)
 	}
-	got, ok := ReasonOf(err)
+	got, ok := certreq.ReasonOf(err)
 	if !ok {
 		t.Fatalf("error %q is not a refusal, want reason %s", err, reason)
 	}

@@ -1,6 +1,10 @@
 package ca
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/navemesh/nave/shared/certreq"
+)
 
 // metrics are the CA's Prometheus metrics. They are shared by the
 // Authority (signing) and its Servers (authorization).
@@ -17,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Certificate requests the hub's CA refused, by reason (invalid_request, invalid_csr, key_not_allowed, identity_not_allowed, unauthenticated, unknown_mesh)."},
 			[]string{"reason"}),
 	}
-	for _, r := range reasons {
+	for _, r := range certreq.Reasons {
 		m.refusals.WithLabelValues(string(r)) // export every reason from the start, at 0
 	}
 	if reg != nil {
@@ -26,4 +30,4 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) refused(r Reason) { m.refusals.WithLabelValues(string(r)).Inc() }
+func (m *metrics) refused(r certreq.Reason) { m.refusals.WithLabelValues(string(r)).Inc() }

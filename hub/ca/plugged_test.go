@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 // pluggedCA is an operator's CA hierarchy: root → intermediate → ca (the
@@ -41,7 +43,7 @@ func TestPluggedIntermediate(t *testing.T) {
 		t.Fatalf("source %s, want %s", got, sourcePlugged)
 	}
 
-	chainPEM, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
+	chainPEM, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestPluggedVariants(t *testing.T) {
 			dir := t.TempDir()
 			writeFiles(t, filepath.Join(dir, "m1"), files)
 			a := newAuthority(t, dir, Options{}, mesh1)
-			chain, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
+			chain, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,16 +120,16 @@ func TestPluggedRefused(t *testing.T) {
 	p := newPluggedCA(t)
 	stranger := newTestCA(t, "stranger root", nil)
 	strangerCA := newTestCA(t, "stranger CA", stranger)
-	notCA := p.inter.leaf(t, ecKey(t), &x509.Certificate{Subject: pkix.Name{CommonName: "not a CA"}})
+	notCA := p.inter.leaf(t, certreqtest.ECKey(t), &x509.Certificate{Subject: pkix.Name{CommonName: "not a CA"}})
 	expired := func() *testCA {
-		key := ecKey(t)
+		key := certreqtest.ECKey(t)
 		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "expired CA"}, IsCA: true, BasicConstraintsValid: true,
 			KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
 		return &testCA{cert: p.inter.leaf(t, key, tmpl), key: key}
 	}()
 
 	serverOnly := func() *testCA {
-		key := ecKey(t)
+		key := certreqtest.ECKey(t)
 		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "server-only CA"}, IsCA: true, BasicConstraintsValid: true,
 			KeyUsage: x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
@@ -184,7 +186,7 @@ func TestPluggedRefused(t *testing.T) {
 			err := a.Load(ctx, mesh1)
 			t.Log(err)
 			wantErrorSays(t, err, append([]string{`plugged-in CA: `}, tc.says...)...)
-			if _, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}}); err == nil {
+			if _, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}}); err == nil {
 				t.Error("signed with a refused CA")
 			}
 			if _, err := os.Stat(filepath.Join(dir, "m1", FileRootKey)); err == nil {

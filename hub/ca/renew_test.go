@@ -4,6 +4,8 @@ import (
 	"crypto/x509"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 func TestRenewAt(t *testing.T) {
@@ -58,7 +60,7 @@ func TestRenewAt(t *testing.T) {
 // after about 19 h 12 min.
 func TestRenewAtIssued(t *testing.T) {
 	a := newAuthority(t, t.TempDir(), Options{}, mesh1)
-	chain, err := a.Sign(ctx, "m1", csrFor(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
+	chain, err := a.Sign(ctx, "m1", certreqtest.For(t, uriA), SignOptions{Identities: []ID{mustID(t, uriA)}})
 	if err != nil {
 		t.Fatal(err)
 	}

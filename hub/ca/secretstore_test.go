@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 // The tests below run against a real kube-apiserver with deploy/hub's RBAC
@@ -244,7 +245,7 @@ func TestSecretStore(t *testing.T) {
 
 func mustSign(t *testing.T, a *Authority, mesh, uri string) []byte {
 	t.Helper()
-	chainPEM, err := a.Sign(ctx, mesh, csrFor(t, uri), SignOptions{Identities: []ID{mustID(t, uri)}})
+	chainPEM, err := a.Sign(ctx, mesh, certreqtest.For(t, uri), SignOptions{Identities: []ID{mustID(t, uri)}})
 	if err != nil {
 		t.Fatal(err)
 	}

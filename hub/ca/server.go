@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/grpcpeer"
 )
 
@@ -36,7 +37,7 @@ type Grant struct {
 
 // Authorizer decides who is calling the CA and what it may obtain. It is
 // the one seam where that is decided: the request's fields never widen a
-// Grant. An error refuses the call; a *RefusalError's Reason, or else a
+// Grant. An error refuses the call; a *certreq.RefusalError's Reason, or else a
 // gRPC status's code, says how (see Server). Implementations must be safe
 // for concurrent use.
 type Authorizer interface {
@@ -73,30 +74,30 @@ type PeerCertificateAuthorizer struct {
 func (p PeerCertificateAuthorizer) Authorize(ctx context.Context) (Grant, error) {
 	pr, ok := peer.FromContext(ctx)
 	if !ok || pr.AuthInfo == nil {
-		return Grant{}, refuse(ReasonUnauthenticated, "no transport credentials: the CA needs mutual TLS with a workload certificate")
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "no transport credentials: the CA needs mutual TLS with a workload certificate")
 	}
 	ti, ok := pr.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return Grant{}, refuse(ReasonUnauthenticated, "connection is %s, not TLS: the CA needs mutual TLS with a workload certificate", pr.AuthInfo.AuthType())
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "connection is %s, not TLS: the CA needs mutual TLS with a workload certificate", pr.AuthInfo.AuthType())
 	}
 	certs := ti.State.PeerCertificates
 	if len(certs) == 0 {
-		return Grant{}, refuse(ReasonUnauthenticated, "no client certificate: the CA needs mutual TLS with a workload certificate")
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "no client certificate: the CA needs mutual TLS with a workload certificate")
 	}
 	leaf := certs[0]
 	if leaf.IsCA {
-		return Grant{}, refuse(ReasonUnauthenticated, "client certificate %s is a CA certificate, not a workload's", leaf.Subject)
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "client certificate %s is a CA certificate, not a workload's", leaf.Subject)
 	}
 	if len(leaf.URIs) != 1 {
-		return Grant{}, refuse(ReasonUnauthenticated, "client certificate has %d URI SANs; a workload certificate has exactly one", len(leaf.URIs))
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "client certificate has %d URI SANs; a workload certificate has exactly one", len(leaf.URIs))
 	}
 	id, err := ParseSPIFFEID(leaf.URIs[0].String())
 	if err != nil {
-		return Grant{}, refuse(ReasonUnauthenticated, "client certificate: %v", err)
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "client certificate: %v", err)
 	}
 	m, ok := p.Authority.MeshOf(id.TrustDomain)
 	if !ok {
-		return Grant{}, refuse(ReasonUnauthenticated, "client certificate %s: trust domain %q is no mesh's", id, id.TrustDomain)
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "client certificate %s: trust domain %q is no mesh's", id, id.TrustDomain)
 	}
 	roots, err := p.Authority.Roots(m.Name)
 	if err != nil {
@@ -112,15 +113,10 @@ func (p PeerCertificateAuthorizer) Authorize(ctx context.Context) (Grant, error)
 		CurrentTime:   p.Authority.opts.Now(),
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}); err != nil {
-		return Grant{}, refuse(ReasonUnauthenticated, "client certificate %s does not verify against mesh %q's root: %v", id, m.Name, err)
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "client certificate %s does not verify against mesh %q's root: %v", id, m.Name, err)
 	}
 	return Grant{Mesh: m.Name, Identities: []ID{id}, Caller: id.String()}, nil
 }
-
-// ImpersonatedIdentityKey is the field of an IstioCertificateRequest's
-// metadata naming the identity a trusted agent asks for on a workload's
-// behalf (Istio's own key).
-const ImpersonatedIdentityKey = "ImpersonatedIdentity"
 
 type impersonatedKey struct{}
 
@@ -180,7 +176,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterIstioCertificate
 // is in seconds (zero: the default); the answer's CertChain holds one PEM
 // certificate per entry, the leaf first and the root last.
 func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
-	if v, ok := req.GetMetadata().GetFields()[ImpersonatedIdentityKey]; ok {
+	if v, ok := req.GetMetadata().GetFields()[certreq.ImpersonatedIdentityKey]; ok {
 		ctx = context.WithValue(ctx, impersonatedKey{}, v.GetStringValue())
 	}
 	grant, err := s.authz.Authorize(ctx)
@@ -197,7 +193,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		TTL:         secondsToDuration(req.GetValidityDuration()),
 	})
 	if err != nil {
-		reason, ok := ReasonOf(err)
+		reason, ok := certreq.ReasonOf(err)
 		if !ok {
 			s.log.Error("certificate signing failed", "caller", grant.Caller, "mesh", grant.Mesh, "error", err)
 			return nil, status.Error(codes.Internal, "the CA failed to sign; see the hub's log")
@@ -226,33 +222,33 @@ func secondsToDuration(sec int64) time.Duration {
 	return time.Duration(sec) * time.Second
 }
 
-// authzRefusal classifies an Authorizer's error: a RefusalError's reason
+// authzRefusal classifies an Authorizer's error: a certreq.RefusalError's reason
 // and code; else a gRPC status, kept as it is; else Unauthenticated.
-func authzRefusal(err error) (Reason, *status.Status) {
-	if r, ok := ReasonOf(err); ok {
+func authzRefusal(err error) (certreq.Reason, *status.Status) {
+	if r, ok := certreq.ReasonOf(err); ok {
 		return r, status.New(reasonCode(r), err.Error())
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.OK && st.Code() != codes.Unknown {
 		switch st.Code() {
 		case codes.PermissionDenied:
-			return ReasonIdentityNotAllowed, st
+			return certreq.ReasonIdentityNotAllowed, st
 		case codes.InvalidArgument:
-			return ReasonInvalidRequest, st
+			return certreq.ReasonInvalidRequest, st
 		}
-		return ReasonUnauthenticated, st
+		return certreq.ReasonUnauthenticated, st
 	}
-	return ReasonUnauthenticated, status.New(codes.Unauthenticated, err.Error())
+	return certreq.ReasonUnauthenticated, status.New(codes.Unauthenticated, err.Error())
 }
 
-func reasonCode(r Reason) codes.Code {
+func reasonCode(r certreq.Reason) codes.Code {
 	switch r {
-	case ReasonInvalidRequest, ReasonInvalidCSR, ReasonKeyNotAllowed:
+	case certreq.ReasonInvalidRequest, certreq.ReasonInvalidCSR, certreq.ReasonKeyNotAllowed:
 		return codes.InvalidArgument
-	case ReasonIdentityNotAllowed:
+	case certreq.ReasonIdentityNotAllowed:
 		return codes.PermissionDenied
-	case ReasonUnauthenticated:
+	case certreq.ReasonUnauthenticated:
 		return codes.Unauthenticated
-	case ReasonUnknownMesh:
+	case certreq.ReasonUnknownMesh:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

@@ -27,6 +27,9 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
+
+	"github.com/navemesh/nave/shared/certreq"
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -64,7 +67,7 @@ func newCAFixture(t *testing.T) *caFixture {
 
 	// The hub's serving certificate comes from a CA of its own.
 	servingCA := newTestCA(t, "hub serving CA", nil)
-	key := ecKey(t)
+	key := certreqtest.ECKey(t)
 	cert := servingCA.leaf(t, key, &x509.Certificate{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	tlsCfg := &tls.Config{
@@ -105,8 +108,8 @@ func (f *caFixture) client(t *testing.T, cert *tls.Certificate) pb.IstioCertific
 // workload would hold it.
 func (f *caFixture) workloadCert(t *testing.T, mesh string, id string) *tls.Certificate {
 	t.Helper()
-	key := ecKey(t)
-	chainPEM, err := f.a.Sign(ctx, mesh, makeCSR(t, key, csrTemplate{URIs: []string{id}}), SignOptions{Identities: []ID{mustID(t, id)}})
+	key := certreqtest.ECKey(t)
+	chainPEM, err := f.a.Sign(ctx, mesh, certreqtest.New(t, key, certreqtest.Template{URIs: []string{id}}), SignOptions{Identities: []ID{mustID(t, id)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +138,9 @@ func TestServerRenewsOwnIdentity(t *testing.T) {
 	f := newCAFixture(t)
 	c := f.client(t, f.workloadCert(t, "m1", uriA))
 
-	key := ecKey(t)
+	key := certreqtest.ECKey(t)
 	resp, err := c.CreateCertificate(ctx, &pb.IstioCertificateRequest{
-		Csr: string(makeCSR(t, key, csrTemplate{URIs: []string{uriA}})), ValidityDuration: 3600})
+		Csr: string(certreqtest.New(t, key, certreqtest.Template{URIs: []string{uriA}})), ValidityDuration: 3600})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +173,7 @@ func TestServerRenewsOwnIdentity(t *testing.T) {
 	}
 	// The renewed certificate renews again.
 	again := f.client(t, tlsCert(chain, key))
-	if _, err := again.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA))}); err != nil {
+	if _, err := again.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA))}); err != nil {
 		t.Fatalf("renewing with the renewed certificate: %v", err)
 	}
 	if got := testutil.ToFloat64(f.a.metrics.issued); got != 3 {
@@ -184,13 +187,13 @@ func TestServerRefusals(t *testing.T) {
 
 	// A certificate from a CA nave does not know, claiming an m1 identity.
 	stranger := newTestCA(t, "stranger", nil)
-	sKey := ecKey(t)
+	sKey := certreqtest.ECKey(t)
 	strangerCert := stranger.leaf(t, sKey, &x509.Certificate{URIs: []*url.URL{mustURL(t, uriA)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 
 	// A certificate that m1's CA signed, claiming m2's trust domain.
 	m1CA := f.a.meshes["m1"]
-	xKey := ecKey(t)
+	xKey := certreqtest.ECKey(t)
 	crossCert := (&testCA{cert: m1CA.path[0], key: nil}).leafWith(t, m1CA.signer, xKey, &x509.Certificate{
 		URIs: []*url.URL{mustURL(t, "spiffe://m2.example/ns/a/sa/b")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 
@@ -207,28 +210,28 @@ func TestServerRefusals(t *testing.T) {
 		says   string
 	}{
 		{"mesh A workload asks for mesh B identity", m1,
-			&pb.IstioCertificateRequest{Csr: string(csrFor(t, "spiffe://m2.example/ns/a/sa/b"))},
+			&pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, "spiffe://m2.example/ns/a/sa/b"))},
 			codes.PermissionDenied, `trust domain "m2.example" is not mesh "m1"'s ("m1.example")`},
 		{"workload asks for another service account", m1,
-			&pb.IstioCertificateRequest{Csr: string(csrFor(t, "spiffe://m1.example/ns/a/sa/admin"))},
+			&pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, "spiffe://m1.example/ns/a/sa/admin"))},
 			codes.PermissionDenied, "not an identity this caller may obtain"},
 		{"workload asks for another namespace", m1,
-			&pb.IstioCertificateRequest{Csr: string(csrFor(t, "spiffe://m1.example/ns/kube-system/sa/b"))},
+			&pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, "spiffe://m1.example/ns/kube-system/sa/b"))},
 			codes.PermissionDenied, "not an identity this caller may obtain"},
 		{"client certificate from another CA", f.client(t, tlsCert([]*x509.Certificate{strangerCert}, sKey)),
-			&pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA))},
+			&pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA))},
 			codes.Unauthenticated, `does not verify against mesh "m1"'s root`},
 		{"mesh A certificate claiming mesh B", f.client(t, tlsCert([]*x509.Certificate{crossCert}, xKey)),
-			&pb.IstioCertificateRequest{Csr: string(csrFor(t, "spiffe://m2.example/ns/a/sa/b"))},
+			&pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, "spiffe://m2.example/ns/a/sa/b"))},
 			codes.Unauthenticated, `does not verify against mesh "m2"'s root`},
 		{"no client certificate", f.client(t, nil),
-			&pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA))},
+			&pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA))},
 			codes.Unauthenticated, "no client certificate"},
 		{"garbage CSR", m1, &pb.IstioCertificateRequest{Csr: "garbage"}, codes.InvalidArgument, "csr: does not start with a PEM block"},
-		{"oversized CSR", m1, &pb.IstioCertificateRequest{Csr: strings.Repeat("A", MaxCSRSize+1)}, codes.InvalidArgument, "larger than"},
-		{"weak key", m1, &pb.IstioCertificateRequest{Csr: string(makeCSR(t, rsa1024, csrTemplate{URIs: []string{uriA}}))},
+		{"oversized CSR", m1, &pb.IstioCertificateRequest{Csr: strings.Repeat("A", certreq.MaxSize+1)}, codes.InvalidArgument, "larger than"},
+		{"weak key", m1, &pb.IstioCertificateRequest{Csr: string(certreqtest.New(t, rsa1024, certreqtest.Template{URIs: []string{uriA}}))},
 			codes.InvalidArgument, "RSA key of 1024 bits"},
-		{"negative validity", m1, &pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA)), ValidityDuration: -5},
+		{"negative validity", m1, &pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA)), ValidityDuration: -5},
 			codes.InvalidArgument, "negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -240,8 +243,8 @@ func TestServerRefusals(t *testing.T) {
 		})
 	}
 
-	for r, want := range map[Reason]float64{ReasonIdentityNotAllowed: 3, ReasonUnauthenticated: 3,
-		ReasonInvalidCSR: 2, ReasonKeyNotAllowed: 1, ReasonInvalidRequest: 1} {
+	for r, want := range map[certreq.Reason]float64{certreq.ReasonIdentityNotAllowed: 3, certreq.ReasonUnauthenticated: 3,
+		certreq.ReasonInvalidCSR: 2, certreq.ReasonKeyNotAllowed: 1, certreq.ReasonInvalidRequest: 1} {
 		if got := testutil.ToFloat64(f.a.metrics.refusals.WithLabelValues(string(r))); got != want {
 			t.Errorf("refusals{reason=%s} = %v, want %v", r, got, want)
 		}
@@ -297,7 +300,7 @@ func TestPeerCertificateAuthorizer(t *testing.T) {
 		if tmpl.ExtKeyUsage == nil {
 			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 		}
-		return m1CA.leafWith(t, signer, ecKey(t), tmpl)
+		return m1CA.leafWith(t, signer, certreqtest.ECKey(t), tmpl)
 	}
 	tlsPeer := func(certs ...*x509.Certificate) *peer.Peer {
 		return &peer.Peer{AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: certs}}}
@@ -332,14 +335,14 @@ func TestPeerCertificateAuthorizer(t *testing.T) {
 				c = peer.NewContext(ctx, tc.peer)
 			}
 			_, err := authz.Authorize(c)
-			wantRefusal(t, err, ReasonUnauthenticated, tc.says)
+			wantRefusal(t, err, certreq.ReasonUnauthenticated, tc.says)
 		})
 	}
 
 	// Expired: the same good certificate, two hours later.
 	now = now.Add(2 * time.Hour)
 	_, err = authz.Authorize(peer.NewContext(ctx, tlsPeer(good)))
-	wantRefusal(t, err, ReasonUnauthenticated, "expired")
+	wantRefusal(t, err, certreq.ReasonUnauthenticated, "expired")
 }
 
 type insecureInfo struct{}
@@ -357,10 +360,10 @@ func TestServerAuthorizerErrors(t *testing.T) {
 		{errors.New("who are you"), codes.Unauthenticated},
 		{status.Error(codes.PermissionDenied, "no"), codes.PermissionDenied},
 		{status.Error(codes.Unavailable, "token review down"), codes.Unavailable},
-		{refuse(ReasonIdentityNotAllowed, "no"), codes.PermissionDenied},
+		{certreq.Refuse(certreq.ReasonIdentityNotAllowed, "no"), codes.PermissionDenied},
 	} {
 		s := NewServer(a, AuthorizerFunc(func(context.Context) (Grant, error) { return Grant{}, tc.err }), ServerOptions{})
-		_, err := s.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA))})
+		_, err := s.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA))})
 		if status.Code(err) != tc.code {
 			t.Errorf("authorizer error %v: got %v, want %s", tc.err, err, tc.code)
 		}
@@ -373,7 +376,7 @@ func TestServerAuthorizerErrors(t *testing.T) {
 	s := NewServer(a, AuthorizerFunc(func(context.Context) (Grant, error) {
 		return Grant{Mesh: "m9", Identities: []ID{mustID(t, uriA)}}, nil
 	}), ServerOptions{})
-	_, err := s.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA))})
+	_, err := s.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA))})
 	wantCode(t, err, codes.FailedPrecondition, `mesh "m9" has no CA loaded`)
 
 	// Over a connection without TLS, the peer authorizer refuses.
@@ -390,7 +393,7 @@ func TestServerAuthorizerErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_, err = pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(csrFor(t, uriA))})
+	_, err = pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(certreqtest.For(t, uriA))})
 	wantCode(t, err, codes.Unauthenticated, "no transport credentials")
 }
 

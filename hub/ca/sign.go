@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -51,7 +52,7 @@ const leafBackdate = time.Minute
 // is leaf, root). That is the order of Istio's CreateCertificate answer,
 // whose last entry is the root.
 //
-// A refusal is a *RefusalError whose message says what was refused and
+// A refusal is a *certreq.RefusalError whose message says what was refused and
 // why; Sign does not log it, the caller does.
 func (a *Authority) Sign(ctx context.Context, mesh string, csrPEM []byte, opts SignOptions) ([]byte, error) {
 	is, err := a.issue(ctx, mesh, csrPEM, opts)
@@ -69,7 +70,7 @@ type issued struct {
 }
 
 func (a *Authority) issue(_ context.Context, mesh string, csrPEM []byte, opts SignOptions) (*issued, error) {
-	return a.count(mesh, func() (*x509.CertificateRequest, error) { return ParseCSR(csrPEM) }, opts, requestedSANs(opts))
+	return a.count(mesh, func() (*x509.CertificateRequest, error) { return certreq.Parse(csrPEM) }, opts, requestedSANs(opts))
 }
 
 // requestedSANs is the policy of Sign: the CSR's SANs, every one of which
@@ -95,15 +96,15 @@ type sanPolicy func(*meshCA, *x509.CertificateRequest) (sans, error)
 // SignCluster issues a spoke cluster's client certificate in mesh (it
 // implements enroll.Signer): its only SAN is the cluster's SPIFFE ID,
 // spiffe://<trust domain>/nave/cluster/<cluster>, whatever the request
-// asks for; only the request's key is used (after ParseCSR's checks).
+// asks for; only the request's key is used (after certreq.Parse's checks).
 // The certificate allows server and client authentication like every leaf
 // of the Authority; it is valid for ttl (0: Options.DefaultTTL).
 func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) ([]byte, error) {
-	is, err := a.count(mesh, func() (*x509.CertificateRequest, error) { return ParseCSR(csrPEM) }, SignOptions{TTL: ttl},
+	is, err := a.count(mesh, func() (*x509.CertificateRequest, error) { return certreq.Parse(csrPEM) }, SignOptions{TTL: ttl},
 		func(c *meshCA, _ *x509.CertificateRequest) (sans, error) {
 			u, err := spiffeid.Cluster(c.mesh.TrustDomain, cluster)
 			if err != nil {
-				return sans{}, refuse(ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
+				return sans{}, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
 			}
 			return sans{uris: []*url.URL{u}}, nil
 		})
@@ -122,7 +123,7 @@ func (a *Authority) TrustBundlePEM(mesh string) ([]byte, error) { return a.Roots
 func (a *Authority) count(mesh string, csr func() (*x509.CertificateRequest, error), opts SignOptions, policy sanPolicy) (*issued, error) {
 	is, err := a.issueUncounted(mesh, csr, opts, policy)
 	if err != nil {
-		if r, ok := ReasonOf(err); ok {
+		if r, ok := certreq.ReasonOf(err); ok {
 			a.metrics.refused(r)
 		}
 		return nil, err
@@ -139,7 +140,7 @@ func (a *Authority) issueUncounted(mesh string, parse func() (*x509.CertificateR
 		return nil, err
 	}
 	if opts.TTL < 0 {
-		return nil, refuse(ReasonInvalidRequest, "requested lifetime %s is negative", opts.TTL)
+		return nil, certreq.Refuse(certreq.ReasonInvalidRequest, "requested lifetime %s is negative", opts.TTL)
 	}
 	csr, err := parse()
 	if err != nil {
@@ -200,23 +201,23 @@ func (a *Authority) issueUncounted(mesh string, parse func() (*x509.CertificateR
 func checkSANs(m Mesh, csr *x509.CertificateRequest, opts SignOptions) ([]*url.URL, error) {
 	switch len(csr.URIs) {
 	case 0:
-		return nil, refuse(ReasonIdentityNotAllowed, "csr: has no URI SAN; want one SPIFFE ID (this caller may obtain %s)", idList(opts.Identities))
+		return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: has no URI SAN; want one SPIFFE ID (this caller may obtain %s)", idList(opts.Identities))
 	case 1:
 	default:
-		return nil, refuse(ReasonIdentityNotAllowed, "csr: has %d URI SANs (%s); an X.509 SVID has exactly one", len(csr.URIs), strings.Join(uriStrings(csr.URIs), ", "))
+		return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: has %d URI SANs (%s); an X.509 SVID has exactly one", len(csr.URIs), strings.Join(uriStrings(csr.URIs), ", "))
 	}
 	uris := make([]*url.URL, 0, len(csr.URIs))
 	for _, u := range csr.URIs {
 		raw := u.String()
 		id, err := ParseID(raw)
 		if err != nil {
-			return nil, refuse(ReasonIdentityNotAllowed, "csr: URI SAN %s: %v", raw, err)
+			return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: URI SAN %s: %v", raw, err)
 		}
 		if id.TrustDomain != m.TrustDomain {
-			return nil, refuse(ReasonIdentityNotAllowed, "csr: URI SAN %s: trust domain %q is not mesh %q's (%q)", raw, id.TrustDomain, m.Name, m.TrustDomain)
+			return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: URI SAN %s: trust domain %q is not mesh %q's (%q)", raw, id.TrustDomain, m.Name, m.TrustDomain)
 		}
 		if !slices.Contains(opts.Identities, id) {
-			return nil, refuse(ReasonIdentityNotAllowed, "csr: URI SAN %s: not an identity this caller may obtain (it may obtain %s)", raw, idList(opts.Identities))
+			return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: URI SAN %s: not an identity this caller may obtain (it may obtain %s)", raw, idList(opts.Identities))
 		}
 		pu, err := url.Parse(id.String())
 		if err != nil {
@@ -226,7 +227,7 @@ func checkSANs(m Mesh, csr *x509.CertificateRequest, opts SignOptions) ([]*url.U
 	}
 	for _, d := range csr.DNSNames {
 		if !slices.Contains(opts.DNSNames, d) {
-			return nil, refuse(ReasonIdentityNotAllowed, "csr: DNS SAN %q: not allowed for this caller (allowed: %s)", d, quotedList(opts.DNSNames))
+			return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: not allowed for this caller (allowed: %s)", d, quotedList(opts.DNSNames))
 		}
 	}
 	for _, ip := range csr.IPAddresses {
@@ -235,11 +236,11 @@ func checkSANs(m Mesh, csr *x509.CertificateRequest, opts SignOptions) ([]*url.U
 			for i, a := range opts.IPAddresses {
 				ips[i] = a.String()
 			}
-			return nil, refuse(ReasonIdentityNotAllowed, "csr: IP SAN %s: not allowed for this caller (allowed: %s)", ip, quotedList(ips))
+			return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: IP SAN %s: not allowed for this caller (allowed: %s)", ip, quotedList(ips))
 		}
 	}
 	if len(csr.EmailAddresses) > 0 {
-		return nil, refuse(ReasonIdentityNotAllowed, "csr: email SAN %q: mesh certificates carry none", csr.EmailAddresses[0])
+		return nil, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: email SAN %q: mesh certificates carry none", csr.EmailAddresses[0])
 	}
 	return uris, nil
 }

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -16,10 +16,10 @@ import (
 var errBadCSR = errors.New("bad certificate request")
 
 // parseCSR checks a PEM certificate request with the CA's own rules
-// (ca.ParseCSR: one CERTIFICATE REQUEST block and nothing else, a valid
+// (certreq.Parse: one CERTIFICATE REQUEST block and nothing else, a valid
 // self-signature, a key the CA issues for), as errBadCSR.
 func parseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
-	csr, err := ca.ParseCSR(csrPEM)
+	csr, err := certreq.Parse(csrPEM)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadCSR, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -45,25 +46,25 @@ func (a SpokeRAAuthorizer) Authorize(ctx context.Context) (ca.Grant, error) {
 	caller := "cluster " + id.String()
 	want, ok := ca.Impersonated(ctx)
 	if !ok {
-		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf(
-			"%s: a spoke obtains certificates only for its workloads, named by the request's %s metadata", caller, ca.ImpersonatedIdentityKey)}
+		return ca.Grant{}, &certreq.RefusalError{Reason: certreq.ReasonIdentityNotAllowed, Err: fmt.Errorf(
+			"%s: a spoke obtains certificates only for its workloads, named by the request's %s metadata", caller, certreq.ImpersonatedIdentityKey)}
 	}
 	wid, err := spiffeid.ParseWorkloadID(want)
 	if err != nil {
-		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf("%s: %s %q: %v", caller, ca.ImpersonatedIdentityKey, want, err)}
+		return ca.Grant{}, &certreq.RefusalError{Reason: certreq.ReasonIdentityNotAllowed, Err: fmt.Errorf("%s: %s %q: %v", caller, certreq.ImpersonatedIdentityKey, want, err)}
 	}
 	td, err := a.Signer.TrustDomain(id.Mesh)
 	if err != nil {
 		return ca.Grant{}, err
 	}
 	if wid.TrustDomain != td {
-		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf(
-			"%s: %s %s is not in mesh %q's trust domain %q", caller, ca.ImpersonatedIdentityKey, wid, id.Mesh, td)}
+		return ca.Grant{}, &certreq.RefusalError{Reason: certreq.ReasonIdentityNotAllowed, Err: fmt.Errorf(
+			"%s: %s %s is not in mesh %q's trust domain %q", caller, certreq.ImpersonatedIdentityKey, wid, id.Mesh, td)}
 	}
 	ns, _, _ := wid.Workload()
 	if len(rec.Namespaces) > 0 && !slices.Contains(rec.Namespaces, ns) {
-		return ca.Grant{}, &ca.RefusalError{Reason: ca.ReasonIdentityNotAllowed, Err: fmt.Errorf(
-			"%s: %s %s: namespace %q is outside the cluster's scope (%s), set by its join token", caller, ca.ImpersonatedIdentityKey, wid, ns, strings.Join(rec.Namespaces, ", "))}
+		return ca.Grant{}, &certreq.RefusalError{Reason: certreq.ReasonIdentityNotAllowed, Err: fmt.Errorf(
+			"%s: %s %s: namespace %q is outside the cluster's scope (%s), set by its join token", caller, certreq.ImpersonatedIdentityKey, wid, ns, strings.Join(rec.Namespaces, ", "))}
 	}
 	return ca.Grant{Mesh: id.Mesh, Identities: []ca.ID{wid}, Caller: caller + " for " + wid.String()}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/shared/certreq"
 )
 
 // raHub is the enrollment fixture with the hub's real CA (meshes acme and
@@ -64,7 +65,7 @@ func createCert(t *testing.T, h *enrolltest.Hub, cert *tls.Certificate, csr, imp
 	t.Helper()
 	req := &pb.IstioCertificateRequest{Csr: csr}
 	if impersonate != "" {
-		req.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{ca.ImpersonatedIdentityKey: structpb.NewStringValue(impersonate)}}
+		req.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{certreq.ImpersonatedIdentityKey: structpb.NewStringValue(impersonate)}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

@@ -11,7 +11,7 @@
 //     the configured audiences, by default Istio's "istio-ca"); the token must
 //     be authenticated for one of those audiences and name a service account,
 //     system:serviceaccount:<namespace>:<name>;
-//  2. parses the CSR strictly (hub/ca.ParseCSR) and requires that its only
+//  2. parses the CSR strictly (hub/csr.Parse) and requires that its only
 //     SAN be the URI spiffe://<trust domain>/ns/<namespace>/sa/<name> of the
 //     reviewed service account;
 //  3. forwards it to the hub's CA over the spoke's mTLS connection (its

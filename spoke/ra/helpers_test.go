@@ -35,10 +35,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/kubetest"
-	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/spoke/ra"
 )
 
@@ -198,8 +198,8 @@ func (h *fakeHub) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 	if h.err != nil {
 		return nil, h.err
 	}
-	id := req.GetMetadata().GetFields()[ca.ImpersonatedIdentityKey].GetStringValue()
-	csr, err := ca.ParseCSR([]byte(req.GetCsr()))
+	id := req.GetMetadata().GetFields()[certreq.ImpersonatedIdentityKey].GetStringValue()
+	csr, err := certreq.Parse([]byte(req.GetCsr()))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	pb "istio.io/api/security/v1alpha1"
 
-	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
@@ -35,9 +35,9 @@ const (
 	DefaultHubTimeout    = 30 * time.Second
 )
 
-// maxRequestBytes bounds a request message: a CSR (at most ca.MaxCSRSize)
+// maxRequestBytes bounds a request message: a CSR (at most certreq.MaxSize)
 // and a little metadata.
-const maxRequestBytes = ca.MaxCSRSize + 16<<10
+const maxRequestBytes = certreq.MaxSize + 16<<10
 
 // Options configure a Server.
 type Options struct {
@@ -176,7 +176,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		Csr:              req.GetCsr(),
 		ValidityDuration: req.GetValidityDuration(),
 		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			ca.ImpersonatedIdentityKey: structpb.NewStringValue(id.String()),
+			certreq.ImpersonatedIdentityKey: structpb.NewStringValue(id.String()),
 		}},
 	}
 	hctx, cancel := context.WithTimeout(ctx, s.opts.HubTimeout)
@@ -238,7 +238,7 @@ func (s *Server) authenticate(ctx context.Context) (spiffeid.ID, Reason, error) 
 // checkCSR parses csr strictly and requires that its only SAN be the URI
 // id.
 func checkCSR(csrPEM string, id spiffeid.ID) (Reason, error) {
-	csr, err := ca.ParseCSR([]byte(csrPEM))
+	csr, err := certreq.Parse([]byte(csrPEM))
 	if err != nil {
 		return ReasonInvalidCSR, err
 	}

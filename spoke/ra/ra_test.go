@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/spoke/ra"
 )
 
@@ -52,7 +52,7 @@ func TestRA(t *testing.T) {
 			t.Fatalf("CreateCertificate: %v", err)
 		}
 		call, sent := hub.lastCall()
-		if got := call.req.GetMetadata().GetFields()[ca.ImpersonatedIdentityKey].GetStringValue(); got != id {
+		if got := call.req.GetMetadata().GetFields()[certreq.ImpersonatedIdentityKey].GetStringValue(); got != id {
 			t.Errorf("hub saw ImpersonatedIdentity %q, want %q", got, id)
 		}
 		if call.peer != clusterID {
@@ -62,7 +62,7 @@ func TestRA(t *testing.T) {
 			t.Errorf("hub saw csr/validity changed (validity %d)", call.req.GetValidityDuration())
 		}
 		if len(call.req.GetMetadata().GetFields()) != 1 {
-			t.Errorf("hub saw metadata %v, want only %s", call.req.GetMetadata(), ca.ImpersonatedIdentityKey)
+			t.Errorf("hub saw metadata %v, want only %s", call.req.GetMetadata(), certreq.ImpersonatedIdentityKey)
 		}
 		if strings.Join(resp.GetCertChain(), "|") != strings.Join(sent.GetCertChain(), "|") || len(resp.GetCertChain()) != 2 {
 			t.Fatalf("RA answered %d certificates, not the hub's answer", len(resp.GetCertChain()))
@@ -184,7 +184,7 @@ func TestRA(t *testing.T) {
 		const admin = "spiffe://acme.example/ns/shop/sa/admin"
 		if _, err := f2.call(t, "Bearer "+apiDefault, csrFor(t, newKey(), x509.CertificateRequest{}, admin), 0); err != nil {
 			t.Errorf("shop/admin with a token for %s: %v", apiServerAudience, err)
-		} else if call, _ := hub.lastCall(); call.req.GetMetadata().GetFields()[ca.ImpersonatedIdentityKey].GetStringValue() != admin {
+		} else if call, _ := hub.lastCall(); call.req.GetMetadata().GetFields()[certreq.ImpersonatedIdentityKey].GetStringValue() != admin {
 			t.Errorf("hub saw %v, want %s", call.req.GetMetadata(), admin)
 		}
 		_, err := f2.call(t, "Bearer "+k.c.Admin.BearerToken, csrFor(t, newKey(), x509.CertificateRequest{}, admin), 0)

@@ -1,4 +1,4 @@
-package ca
+package certreq
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"encoding/pem"
 	"strings"
 	"testing"
+
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
 const uriA = "spiffe://m1.example/ns/a/sa/b"
@@ -28,8 +30,8 @@ func TestParseCSRAcceptsAllowedKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, key := range map[string]crypto.Signer{"P-256": ecKey(t), "P-384": p384, "RSA-2048": rsa2048, "Ed25519": ed} {
-		csr, err := ParseCSR(makeCSR(t, key, csrTemplate{URIs: []string{uriA}}))
+	for name, key := range map[string]crypto.Signer{"P-256": certreqtest.ECKey(t), "P-384": p384, "RSA-2048": rsa2048, "Ed25519": ed} {
+		csr, err := Parse(certreqtest.New(t, key, certreqtest.Template{URIs: []string{uriA}}))
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -39,13 +41,13 @@ func TestParseCSRAcceptsAllowedKeys(t *testing.T) {
 		}
 	}
 	// White space around the one block is fine.
-	if _, err := ParseCSR(append([]byte("\n  \n"), append(csrFor(t, uriA), "\n\n"...)...)); err != nil {
+	if _, err := Parse(append([]byte("\n  \n"), append(certreqtest.For(t, uriA), "\n\n"...)...)); err != nil {
 		t.Errorf("surrounding white space: %v", err)
 	}
 }
 
 func TestParseCSRRefuses(t *testing.T) {
-	good := csrFor(t, uriA)
+	good := certreqtest.For(t, uriA)
 	block, _ := pem.Decode(good)
 
 	tampered := bytes.Clone(block.Bytes)
@@ -62,7 +64,7 @@ func TestParseCSRRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oversized := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: bytes.Repeat([]byte{0x30}, MaxCSRSize)})
+	oversized := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: bytes.Repeat([]byte{0x30}, MaxSize)})
 
 	for _, tc := range []struct {
 		name   string
@@ -86,11 +88,11 @@ func TestParseCSRRefuses(t *testing.T) {
 		{"DER with trailing bytes", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: append(bytes.Clone(block.Bytes), 0)}), ReasonInvalidCSR, "not a valid PKCS #10 request"},
 		{"tampered signature", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: tampered}), ReasonInvalidCSR, "signature does not verify"},
 		{"tampered content", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: tamperedSubject}), ReasonInvalidCSR, "signature does not verify"},
-		{"RSA-1024", makeCSR(t, rsa1024, csrTemplate{URIs: []string{uriA}}), ReasonKeyNotAllowed, "RSA key of 1024 bits is not allowed"},
-		{"P-521", makeCSR(t, p521, csrTemplate{URIs: []string{uriA}}), ReasonKeyNotAllowed, "curve P-521 is not allowed"},
+		{"RSA-1024", certreqtest.New(t, rsa1024, certreqtest.Template{URIs: []string{uriA}}), ReasonKeyNotAllowed, "RSA key of 1024 bits is not allowed"},
+		{"P-521", certreqtest.New(t, p521, certreqtest.Template{URIs: []string{uriA}}), ReasonKeyNotAllowed, "curve P-521 is not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			csr, err := ParseCSR(tc.in)
+			csr, err := Parse(tc.in)
 			if csr != nil {
 				t.Error("returned a CSR along with the refusal")
 			}
@@ -102,9 +104,29 @@ func TestParseCSRRefuses(t *testing.T) {
 // TestParseCSRSizeCheckedFirst: input over the limit is refused by its
 // size, even when it is not PEM at all, so nothing large is ever parsed.
 func TestParseCSRSizeCheckedFirst(t *testing.T) {
-	_, err := ParseCSR(bytes.Repeat([]byte("x"), MaxCSRSize+1))
+	_, err := Parse(bytes.Repeat([]byte("x"), MaxSize+1))
 	wantRefusal(t, err, ReasonInvalidCSR, "65537 bytes")
 	if strings.Contains(err.Error(), "PEM") {
 		t.Errorf("error %q looked at the content", err)
+	}
+}
+
+func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// wantRefusal asserts that err is a RefusalError of reason whose message
+// contains every one of parts.
+func wantRefusal(t testing.TB, err error, reason Reason, parts ...string) {
+	t.Helper()
+	got, ok := ReasonOf(err)
+	if !ok {
+		t.Fatalf("error %v is not a refusal, want reason %s", err, reason)
+	}
+	if got != reason {
+		t.Errorf("reason %s, want %s (error: %v)", got, reason, err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not say %q", err, p)
+		}
 	}
 }

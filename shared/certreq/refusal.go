@@ -1,4 +1,4 @@
-package ca
+package certreq
 
 import (
 	"errors"
@@ -30,8 +30,8 @@ const (
 	ReasonUnknownMesh Reason = "unknown_mesh"
 )
 
-// reasons lists every Reason, for initialising the metric's label values.
-var reasons = []Reason{ReasonInvalidRequest, ReasonInvalidCSR, ReasonKeyNotAllowed,
+// Reasons lists every Reason, for initialising a metric's label values.
+var Reasons = []Reason{ReasonInvalidRequest, ReasonInvalidCSR, ReasonKeyNotAllowed,
 	ReasonIdentityNotAllowed, ReasonUnauthenticated, ReasonUnknownMesh}
 
 // RefusalError is a refusal to issue a certificate: a caller's mistake or
@@ -47,8 +47,8 @@ func (e *RefusalError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *RefusalError) Unwrap() error { return e.Err }
 
-// refuse returns a RefusalError with a formatted message.
-func refuse(r Reason, format string, args ...any) error {
+// Refuse returns a RefusalError with a formatted message.
+func Refuse(r Reason, format string, args ...any) error {
 	return &RefusalError{Reason: r, Err: fmt.Errorf(format, args...)}
 }
 

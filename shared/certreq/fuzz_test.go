@@ -1,18 +1,20 @@
-package ca
+package certreq
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 
-// FuzzParseCSR: ParseCSR never panics; what it accepts is a CSR whose
+// FuzzParseCSR: Parse never panics; what it accepts is a CSR whose
 // signature verifies and whose key is allowed; what it refuses is a
 // RefusalError saying "csr: ". Seeds are in testdata/fuzz/FuzzParseCSR.
 func FuzzParseCSR(f *testing.F) {
-	f.Add(csrFor(f, uriA))
+	f.Add(certreqtest.For(f, uriA))
 	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		csr, err := ParseCSR(data)
+		csr, err := Parse(data)
 		if err != nil {
 			if csr != nil {
 				t.Fatal("a CSR along with an error")
@@ -26,7 +28,7 @@ func FuzzParseCSR(f *testing.F) {
 			}
 			return
 		}
-		if len(data) > MaxCSRSize {
+		if len(data) > MaxSize {
 			t.Fatalf("accepted %d bytes", len(data))
 		}
 		if err := csr.CheckSignature(); err != nil {

@@ -1,4 +1,4 @@
-package ca
+package certreq
 
 import (
 	"bytes"
@@ -11,17 +11,22 @@ import (
 	"fmt"
 )
 
-// MaxCSRSize is the largest CSR, in PEM bytes, that ParseCSR reads. A
+// ImpersonatedIdentityKey is the field of an IstioCertificateRequest's
+// metadata naming the identity a trusted agent asks for on a workload's
+// behalf (Istio's own key).
+const ImpersonatedIdentityKey = "ImpersonatedIdentity"
+
+// MaxSize is the largest CSR, in PEM bytes, that Parse reads. A
 // workload CSR is well under 2 KiB.
-const MaxCSRSize = 64 << 10
+const MaxSize = 64 << 10
 
 // minRSABits is the smallest RSA modulus allowed in a CSR.
 const minRSABits = 2048
 
 const csrBlockType = "CERTIFICATE REQUEST"
 
-// ParseCSR parses a PEM-encoded PKCS #10 certificate signing request
-// strictly: at most MaxCSRSize bytes (checked before anything is parsed);
+// Parse parses a PEM-encoded PKCS #10 certificate signing request
+// strictly: at most MaxSize bytes (checked before anything is parsed);
 // exactly one "CERTIFICATE REQUEST" block, without PEM headers, and nothing
 // but white space around it; DER without trailing bytes; a signature that
 // verifies with the request's own key; and a key that is ECDSA P-256 or
@@ -30,39 +35,39 @@ const csrBlockType = "CERTIFICATE REQUEST"
 // It checks form, not permission: which SANs the request may carry is
 // Sign's business. Every error is a *RefusalError (ReasonInvalidCSR or
 // ReasonKeyNotAllowed) whose message starts with "csr: ".
-func ParseCSR(data []byte) (*x509.CertificateRequest, error) {
-	if len(data) > MaxCSRSize {
-		return nil, refuse(ReasonInvalidCSR, "csr: %d bytes: larger than the %d allowed", len(data), MaxCSRSize)
+func Parse(data []byte) (*x509.CertificateRequest, error) {
+	if len(data) > MaxSize {
+		return nil, Refuse(ReasonInvalidCSR, "csr: %d bytes: larger than the %d allowed", len(data), MaxSize)
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return nil, refuse(ReasonInvalidCSR, "csr: is empty")
+		return nil, Refuse(ReasonInvalidCSR, "csr: is empty")
 	}
 	if !bytes.HasPrefix(trimmed, []byte("-----BEGIN ")) {
-		return nil, refuse(ReasonInvalidCSR, "csr: does not start with a PEM block")
+		return nil, Refuse(ReasonInvalidCSR, "csr: does not start with a PEM block")
 	}
 	block, rest := pem.Decode(trimmed)
 	if block == nil {
-		return nil, refuse(ReasonInvalidCSR, "csr: is not valid PEM")
+		return nil, Refuse(ReasonInvalidCSR, "csr: is not valid PEM")
 	}
 	if block.Type != csrBlockType {
-		return nil, refuse(ReasonInvalidCSR, "csr: PEM block is %q, want %q", block.Type, csrBlockType)
+		return nil, Refuse(ReasonInvalidCSR, "csr: PEM block is %q, want %q", block.Type, csrBlockType)
 	}
 	if len(block.Headers) != 0 {
-		return nil, refuse(ReasonInvalidCSR, "csr: PEM block has headers; want none")
+		return nil, Refuse(ReasonInvalidCSR, "csr: PEM block has headers; want none")
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
 		if next, _ := pem.Decode(rest); next != nil {
-			return nil, refuse(ReasonInvalidCSR, "csr: has a second PEM block (%q); want exactly one", next.Type)
+			return nil, Refuse(ReasonInvalidCSR, "csr: has a second PEM block (%q); want exactly one", next.Type)
 		}
-		return nil, refuse(ReasonInvalidCSR, "csr: has %d bytes after its PEM block; want none", len(bytes.TrimSpace(rest)))
+		return nil, Refuse(ReasonInvalidCSR, "csr: has %d bytes after its PEM block; want none", len(bytes.TrimSpace(rest)))
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, refuse(ReasonInvalidCSR, "csr: not a valid PKCS #10 request: %v", err)
+		return nil, Refuse(ReasonInvalidCSR, "csr: not a valid PKCS #10 request: %v", err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, refuse(ReasonInvalidCSR, "csr: signature does not verify: %v", err)
+		return nil, Refuse(ReasonInvalidCSR, "csr: signature does not verify: %v", err)
 	}
 	if err := checkPublicKey(csr.PublicKey); err != nil {
 		return nil, &RefusalError{Reason: ReasonKeyNotAllowed, Err: fmt.Errorf("csr: %w", err)}
