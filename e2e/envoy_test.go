@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
 )
@@ -125,7 +126,7 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	})
 
 	p := dialADS(t, h, "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local")
-	clusters := p.fetch(t, gen.ClusterType)
+	clusters := p.fetch(t, typeurl.Cluster)
 	for _, want := range []string{"outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v2|reviews.shop.svc.cluster.local",
 		"outbound|9080||ratings.shop.svc.cluster.local"} {
 		if _, ok := clusters[want]; !ok {
@@ -137,8 +138,8 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 			t.Errorf("reviews is not an EDS cluster: %v", c)
 		}
 	}
-	p.fetch(t, gen.ListenerType)
-	routes := p.fetch(t, gen.RouteType, gen.SidecarRouteName(9080))
+	p.fetch(t, typeurl.Listener)
+	routes := p.fetch(t, typeurl.Route, gen.SidecarRouteName(9080))
 	rc, _ := routes[gen.SidecarRouteName(9080)].(*routev3.RouteConfiguration)
 	got := map[string]string{} // virtual host → first route's cluster
 	for _, vh := range rc.GetVirtualHosts() {
@@ -314,16 +315,16 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
 
 	p := dialADS(t, h, "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local")
-	clusters := p.fetch(t, gen.ClusterType)
+	clusters := p.fetch(t, typeurl.Cluster)
 	var eds []string
 	for name, c := range clusters {
 		if c.(*clusterv3.Cluster).GetEdsClusterConfig() != nil {
 			eds = append(eds, name)
 		}
 	}
-	p.fetch(t, gen.ListenerType)
-	p.fetch(t, gen.EndpointType, eds...)
-	p.fetch(t, gen.RouteType, gen.SidecarRouteName(9080))
+	p.fetch(t, typeurl.Listener)
+	p.fetch(t, typeurl.Endpoint, eds...)
+	p.fetch(t, typeurl.Route, gen.SidecarRouteName(9080))
 	before := pushes(t, h)
 
 	// Flap: the spoke stops; the hub keeps its state (stale); the spoke

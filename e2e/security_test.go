@@ -39,8 +39,8 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	spokeenroll "github.com/navemesh/nave/spoke/enroll"
-	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/gen"
 )
 
@@ -299,7 +299,7 @@ func adsFirst(t *testing.T, conn *grpc.ClientConn, node *corev3.Node) (*discover
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: gen.ClusterType}); err != nil {
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeurl.Cluster}); err != nil {
 		_, rerr := stream.Recv()
 		return nil, rerr
 	}
@@ -316,7 +316,7 @@ func sdsFirst(t *testing.T, conn *grpc.ClientConn, node *corev3.Node) map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: ads.SecretType, ResourceNames: []string{gen.WorkloadCertSecret, gen.RootCASecret}}); err != nil {
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeurl.Secret, ResourceNames: []string{gen.WorkloadCertSecret, gen.RootCASecret}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := stream.Recv()

@@ -8,23 +8,22 @@ package protocol
 
 import (
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // Version is the protocol version this code speaks.
 const Version = "v1"
 
-const typeURLPrefix = "type.googleapis.com/"
-
 // Type URLs of the protocol's own messages.
 var (
 	// EnvelopeTypeURL is the type of every pushed resource body.
-	EnvelopeTypeURL = typeURLPrefix + string((&protocolv1.Envelope{}).ProtoReflect().Descriptor().FullName())
+	EnvelopeTypeURL = typeurl.Of(&protocolv1.Envelope{})
 	// SyncedTypeURL marks the end of a spoke's full state on a stream.
-	SyncedTypeURL = typeURLPrefix + string((&protocolv1.Synced{}).ProtoReflect().Descriptor().FullName())
+	SyncedTypeURL = typeurl.Of(&protocolv1.Synced{})
 	// RejectionsTypeURL is the detail type in a NACK's error_detail.
-	RejectionsTypeURL = typeURLPrefix + string((&protocolv1.Rejections{}).ProtoReflect().Descriptor().FullName())
+	RejectionsTypeURL = typeurl.Of(&protocolv1.Rejections{})
 	// ClusterStatusTypeURL is the resource type served on Watch.
-	ClusterStatusTypeURL = typeURLPrefix + string((&protocolv1.ClusterStatus{}).ProtoReflect().Descriptor().FullName())
+	ClusterStatusTypeURL = typeurl.Of(&protocolv1.ClusterStatus{})
 )
 
 // gRPC metadata keys a spoke sends when it opens a stream. Until spokes

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // Type indices.
@@ -28,7 +28,7 @@ const (
 	numTypes
 )
 
-var typeURLs = [numTypes]string{gen.ClusterType, gen.EndpointType, gen.ListenerType, gen.RouteType}
+var typeURLs = [numTypes]string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route}
 
 // TypeNames are the short names of the types, by index.
 var TypeNames = [numTypes]string{"CDS", "EDS", "LDS", "RDS"}

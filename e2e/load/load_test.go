@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -128,7 +129,7 @@ func TestWireReadsGeneratedResources(t *testing.T) {
 			out = gen.Envoy(snap, px.Key())
 		}
 		eds := 0
-		for _, r := range out.Resources[gen.ClusterType] {
+		for _, r := range out.Resources[typeurl.Cluster] {
 			b, err := proto.Marshal(r.Message)
 			if err != nil {
 				t.Fatal(err)
@@ -154,7 +155,7 @@ func TestWireReadsGeneratedResources(t *testing.T) {
 			t.Errorf("%s: %d EDS clusters, want at least %d", sp.Kind, eds, w.Services)
 		}
 		var routes []int32
-		for _, r := range out.Resources[gen.ListenerType] {
+		for _, r := range out.Resources[typeurl.Listener] {
 			b, _ := proto.Marshal(r.Message)
 			if got := string(resourceName(b)); got != r.Name {
 				t.Errorf("%s: listener name %q, want %q", sp.Kind, got, r.Name)
@@ -162,7 +163,7 @@ func TestWireReadsGeneratedResources(t *testing.T) {
 			routes = append(routes, d.derive(typeLDS, b)...)
 		}
 		var wantRoutes []string
-		for _, r := range out.Resources[gen.RouteType] {
+		for _, r := range out.Resources[typeurl.Route] {
 			wantRoutes = append(wantRoutes, r.Name)
 		}
 		if len(wantRoutes) == 0 {
@@ -172,7 +173,7 @@ func TestWireReadsGeneratedResources(t *testing.T) {
 			t.Errorf("%s: listeners name routes %v, want the route configurations %v", sp.Kind, got, ids(wantRoutes...))
 		}
 		if sp.Kind == Proxyless {
-			for _, r := range out.Resources[gen.RouteType] {
+			for _, r := range out.Resources[typeurl.Route] {
 				if r.Name != gen.ListenerName(w.Hostname(1), ServicePort) {
 					continue
 				}
@@ -188,24 +189,24 @@ func TestWireReadsGeneratedResources(t *testing.T) {
 func TestParseResponse(t *testing.T) {
 	a1, _ := anypb.New(&clusterv3.Cluster{Name: "one"})
 	a2, _ := anypb.New(&clusterv3.Cluster{Name: "two"})
-	sotw := &discoveryv3.DiscoveryResponse{VersionInfo: "v1", TypeUrl: gen.ClusterType, Nonce: "7", Resources: []*anypb.Any{a1, a2}}
+	sotw := &discoveryv3.DiscoveryResponse{VersionInfo: "v1", TypeUrl: typeurl.Cluster, Nonce: "7", Resources: []*anypb.Any{a1, a2}}
 	b, _ := proto.Marshal(sotw)
 	var r rawResponse
 	if err := parseResponse(b, false, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.version != "v1" || r.typeURL != gen.ClusterType || r.nonce != "7" || r.size != len(b) || len(r.resources) != 2 ||
+	if r.version != "v1" || r.typeURL != typeurl.Cluster || r.nonce != "7" || r.size != len(b) || len(r.resources) != 2 ||
 		string(resourceName(r.resources[1].value)) != "two" {
 		t.Errorf("state of the world: %+v", r)
 	}
-	delta := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "s", TypeUrl: gen.EndpointType, Nonce: "8",
+	delta := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "s", TypeUrl: typeurl.Endpoint, Nonce: "8",
 		Resources:        []*discoveryv3.Resource{{Name: "one", Version: "h1", Resource: a1}},
 		RemovedResources: []string{"gone", "also-gone"}}
 	b, _ = proto.Marshal(delta)
 	if err := parseResponse(b, true, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.version != "s" || r.typeURL != gen.EndpointType || r.nonce != "8" || len(r.resources) != 1 || string(r.resources[0].name) != "one" ||
+	if r.version != "s" || r.typeURL != typeurl.Endpoint || r.nonce != "8" || len(r.resources) != 1 || string(r.resources[0].name) != "one" ||
 		string(resourceName(r.resources[0].value)) != "one" || len(r.removed) != 2 || string(r.removed[1]) != "also-gone" {
 		t.Errorf("delta: %+v", r)
 	}
@@ -222,7 +223,7 @@ func TestNeedleMatchesOnlyThatAddress(t *testing.T) {
 	snap := snapshot(t, w)
 	out := gen.GRPC(snap)
 	var cla []byte
-	for _, r := range out.Resources[gen.EndpointType] {
+	for _, r := range out.Resources[typeurl.Endpoint] {
 		cla, _ = proto.Marshal(r.Message)
 	}
 	svc := snap.Services[w.Hostname(0)]

@@ -10,6 +10,7 @@ import (
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // API groups of the kinds nave knows.
@@ -18,8 +19,6 @@ const (
 	GroupSecurity   = "security.istio.io"
 	GroupRegistry   = "nave.io"
 )
-
-const typeURLPrefix = "type.googleapis.com/"
 
 // Kind describes one config kind. Kinds come from an immutable table:
 // compare them by pointer, never modify one.
@@ -47,7 +46,7 @@ func newKind(group string, versions []string, registry bool, newSpec func() prot
 		Group:    group,
 		Kind:     string(desc.Name()),
 		Versions: versions,
-		TypeURL:  typeURLPrefix + string(desc.FullName()),
+		TypeURL:  typeurl.Prefix + string(desc.FullName()),
 		New:      newSpec,
 		Registry: registry,
 	}

@@ -3,6 +3,8 @@ package meshconfig
 import (
 	"strings"
 	"testing"
+
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 func TestKinds(t *testing.T) {
@@ -13,7 +15,7 @@ func TestKinds(t *testing.T) {
 		if !ok || got != k {
 			t.Errorf("KindByTypeURL(%s) = %v, %v", k.TypeURL, got, ok)
 		}
-		if spec := k.New(); typeURLPrefix+string(spec.ProtoReflect().Descriptor().FullName()) != k.TypeURL {
+		if spec := k.New(); typeurl.Of(spec) != k.TypeURL {
 			t.Errorf("%s: New() makes a %T, not a %s", k.Kind, spec, k.TypeURL)
 		}
 		if k.New() == k.New() {

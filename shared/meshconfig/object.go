@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // DefaultNamespace is the namespace of an object whose metadata names none.
@@ -40,7 +41,7 @@ func (o *Object) ComputeVersion() string {
 	env := &meshconfigv1.Content{Labels: o.Labels, Annotations: o.Annotations}
 	var err error
 	if o.Spec != nil {
-		spec := &anypb.Any{TypeUrl: typeURLPrefix + string(o.Spec.ProtoReflect().Descriptor().FullName())}
+		spec := &anypb.Any{TypeUrl: typeurl.Of(o.Spec)}
 		spec.Value, err = det.Marshal(o.Spec)
 		env.Spec = spec
 	}

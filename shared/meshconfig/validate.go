@@ -10,6 +10,7 @@ import (
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // Validate checks an object against a practical subset of Istio's own
@@ -65,7 +66,7 @@ func validateSpec(c *checker, o *Object) {
 		c.fail("spec", "spec is missing")
 		return
 	}
-	if got := typeURLPrefix + string(o.Spec.ProtoReflect().Descriptor().FullName()); got != o.Kind.TypeURL {
+	if got := typeurl.Of(o.Spec); got != o.Kind.TypeURL {
 		c.fail("spec", "spec is a %s, want %s", got, o.Kind.TypeURL)
 		return
 	}

@@ -11,7 +11,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // fanOut connects proxies Envoy sidecars, each holding the clusters of a
@@ -28,8 +28,8 @@ func fanOut(tb testing.TB, services, proxies int) (config func(i int) []*meshcon
 	for i := range ps {
 		id := fmt.Sprintf("sidecar~10.8.%d.%d~client-%d.demo~demo.svc.cluster.local", i/250, i%250+1, i)
 		ps[i] = f.connect(tb, envoyNode(id, map[string]string{"app": "client"}))
-		ps[i].subscribe(gen.ClusterType)
-		ps[i].ack(ps[i].next(gen.ClusterType))
+		ps[i].subscribe(typeurl.Cluster)
+		ps[i].ack(ps[i].next(typeurl.Cluster))
 	}
 	config = func(i int) []*meshconfig.Object { return decode(tb, bigMesh(services, fmt.Sprint("v", i+1))) }
 	return config, func(objs []*meshconfig.Object) int {
@@ -40,7 +40,7 @@ func fanOut(tb testing.TB, services, proxies int) (config func(i int) []*meshcon
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := p.next(gen.ClusterType)
+				r := p.next(typeurl.Cluster)
 				for _, a := range r.GetResources() {
 					sizes[j] += len(a.GetValue())
 				}
@@ -131,7 +131,7 @@ func coldConnect(tb testing.TB, f *fixture, proxies int) int {
 				p.ack(r, names...)
 				return r
 			}
-			cds := get(gen.ClusterType)
+			cds := get(typeurl.Cluster)
 			var eds []string
 			for _, a := range cds.GetResources() {
 				var c clusterv3.Cluster
@@ -139,7 +139,7 @@ func coldConnect(tb testing.TB, f *fixture, proxies int) int {
 					eds = append(eds, c.GetName())
 				}
 			}
-			lds := get(gen.ListenerType)
+			lds := get(typeurl.Listener)
 			var rds []string
 			for _, a := range lds.GetResources() {
 				var l listenerv3.Listener
@@ -147,8 +147,8 @@ func coldConnect(tb testing.TB, f *fixture, proxies int) int {
 					rds = append(rds, rdsNames(tb, map[string]*listenerv3.Listener{l.GetName(): &l})...)
 				}
 			}
-			get(gen.EndpointType, eds...)
-			get(gen.RouteType, rds...)
+			get(typeurl.Endpoint, eds...)
+			get(typeurl.Route, rds...)
 		}()
 	}
 	wg.Wait()

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/shared/typeurl"
 	proxymodel "github.com/navemesh/nave/xds/proxy"
 )
 
@@ -62,7 +62,7 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 	}
 	want := func() map[string][]byte {
 		out := map[string][]byte{}
-		for name, p := range st.ForProxy(px.Key()).Resources[gen.EndpointType] {
+		for name, p := range st.ForProxy(px.Key()).Resources[typeurl.Endpoint] {
 			out[name] = p.Any.GetValue()
 		}
 		return out
@@ -74,22 +74,22 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 
 	s := f.connect(t, n)
 	d := f.connectDelta(t, n)
-	s.subscribe(gen.ClusterType)
-	s.ack(s.next(gen.ClusterType))
-	d.subscribe(gen.ClusterType)
-	d.ack(d.next(gen.ClusterType))
-	s.subscribe(gen.EndpointType, edsNames...)
+	s.subscribe(typeurl.Cluster)
+	s.ack(s.next(typeurl.Cluster))
+	d.subscribe(typeurl.Cluster)
+	d.ack(d.next(typeurl.Cluster))
+	s.subscribe(typeurl.Endpoint, edsNames...)
 	sotw := map[string][]byte{}
 	apply := func() {
-		r := s.next(gen.EndpointType)
+		r := s.next(typeurl.Endpoint)
 		for name, b := range sotwHeld(t, r) {
 			sotw[name] = b
 		}
 		s.ack(r, edsNames...)
 	}
 	apply()
-	d.subscribe(gen.EndpointType, edsNames...)
-	d.ack(d.next(gen.EndpointType))
+	d.subscribe(typeurl.Endpoint, edsNames...)
+	d.ack(d.next(typeurl.Endpoint))
 
 	rng := rand.New(rand.NewPCG(7, 11))
 	for step := range 30 {
@@ -112,8 +112,8 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 		for !maps.EqualFunc(sotw, w, bytes.Equal) {
 			apply()
 		}
-		for !maps.EqualFunc(d.held[gen.EndpointType], w, bytes.Equal) {
-			d.ack(d.next(gen.EndpointType))
+		for !maps.EqualFunc(d.held[typeurl.Endpoint], w, bytes.Equal) {
+			d.ack(d.next(typeurl.Endpoint))
 		}
 	}
 	s.quiet(quietFor, "the SotW client holds everything")

@@ -11,6 +11,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx"
 )
@@ -187,13 +188,13 @@ func (c *conn) pushedState(st *pushctx.State) {
 // converged observes how long a change took to be ACKed by the proxy.
 func (c *conn) converged(typeURL string, changedAt time.Time) {
 	if !changedAt.IsZero() {
-		c.server.metrics.convergence.WithLabelValues(shortType(typeURL)).Observe(time.Since(changedAt).Seconds())
+		c.server.metrics.convergence.WithLabelValues(typeurl.Short(typeURL)).Observe(time.Since(changedAt).Seconds())
 	}
 }
 
 func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
-	if typeURL == SecretType {
+	if typeURL == typeurl.Secret {
 		return c.handleSecrets(stream, req)
 	}
 	if !knownType(typeURL) {
@@ -214,8 +215,8 @@ func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.Dis
 		c.answered(ts)
 		if e := req.GetErrorDetail(); e != nil {
 			ts.nacked, ts.nackReason = ts.sentVersion, e.GetMessage()
-			c.server.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
-			c.server.log.Warn("proxy rejected config", "conn", c.id, "type", shortType(typeURL), "version", ts.sentVersion, "reason", e.GetMessage())
+			c.server.metrics.nacks.WithLabelValues(typeurl.Short(typeURL)).Inc()
+			c.server.log.Warn("proxy rejected config", "conn", c.id, "type", typeurl.Short(typeURL), "version", ts.sentVersion, "reason", e.GetMessage())
 		} else {
 			ts.acked = req.GetVersionInfo()
 			ts.nacked, ts.nackReason = "", ""
@@ -283,7 +284,7 @@ func typeOrder(c *conn) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for _, t := range []string{clusterType, endpointType, listenerType, routeType} {
+	for _, t := range []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route} {
 		if ts := c.types[t]; ts != nil && ts.requested {
 			out = append(out, t)
 		}
@@ -378,7 +379,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 		return err
 	}
 	c.hold(ts, nonce, release)
-	short := shortType(typeURL)
+	short := typeurl.Short(typeURL)
 	c.server.metrics.pushes.WithLabelValues(short, trigger(st, force)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
 	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version)
@@ -424,7 +425,7 @@ func syncedTo(ts *typeState, res *pushctx.ProxyResources) uint64 {
 
 // rootType reports whether a state-of-the-world response of typeURL is
 // the complete set (listeners, clusters): what it leaves out is removed.
-func rootType(typeURL string) bool { return typeURL == listenerType || typeURL == clusterType }
+func rootType(typeURL string) bool { return typeURL == typeurl.Listener || typeURL == typeurl.Cluster }
 
 // coversAll reports whether names subscribe to every resource of all
 // (an Envoy asking for every EDS cluster, say).
@@ -455,7 +456,7 @@ func (c *conn) status() ConnStatus {
 	defer c.mu.Unlock()
 	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Delta: c.delta, Namespace: c.proxy.Namespace, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
 	for t, ts := range c.types {
-		cs.Types[shortType(t)] = TypeStatus{
+		cs.Types[typeurl.Short(t)] = TypeStatus{
 			Wildcard: ts.wildcard, Subscribed: len(ts.names),
 			SentVersion: ts.sentVersion, SentResources: len(ts.sentHashes), SentAt: ts.sentAt,
 			AckedVersion: ts.acked, NackedVersion: ts.nacked, NackReason: ts.nackReason,

@@ -8,6 +8,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
@@ -24,7 +25,7 @@ import (
 
 func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
-	if typeURL == SecretType {
+	if typeURL == typeurl.Secret {
 		return c.handleSecretsDelta(stream, req)
 	}
 	if !knownType(typeURL) {
@@ -78,8 +79,8 @@ func (c *conn) settle(ts *typeState, typeURL, nonce, reason string, nack bool) {
 	}
 	if nack {
 		ts.nacked, ts.nackReason = version, reason
-		c.server.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
-		c.server.log.Warn("proxy rejected config", "conn", c.id, "type", shortType(typeURL), "version", version, "reason", reason)
+		c.server.metrics.nacks.WithLabelValues(typeurl.Short(typeURL)).Inc()
+		c.server.log.Warn("proxy rejected config", "conn", c.id, "type", typeurl.Short(typeURL), "version", version, "reason", reason)
 		return
 	}
 	ts.acked = version
@@ -268,7 +269,7 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 		return err
 	}
 	c.hold(ts, nonce, release)
-	short := shortType(typeURL)
+	short := typeurl.Short(typeURL)
 	c.server.metrics.pushes.WithLabelValues(short, trigger(st, request)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
 	c.server.log.Debug("pushed delta", "conn", c.id, "type", short, "version", version, "resources", len(upd), "removed", len(removed), "mesh_version", st.Version)

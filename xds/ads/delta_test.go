@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 )
 
@@ -164,7 +165,7 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 	d := f.connectDelta(t, envoyNode(id, map[string]string{"app": "client"}))
 
 	sotw := map[string]map[string][]byte{}
-	for _, typeURL := range []string{gen.ClusterType, gen.ListenerType} {
+	for _, typeURL := range []string{typeurl.Cluster, typeurl.Listener} {
 		s.subscribe(typeURL)
 		r := s.next(typeURL)
 		sotw[typeURL] = sotwHeld(t, r)
@@ -173,7 +174,7 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 		d.ack(d.next(typeURL))
 	}
 	var eds []string
-	for n := range sotw[gen.ClusterType] {
+	for n := range sotw[typeurl.Cluster] {
 		if n == "outbound|9080|v2|reviews.shop.svc.cluster.local" || n == "outbound|9080||reviews.shop.svc.cluster.local" {
 			eds = append(eds, n)
 		}
@@ -182,7 +183,7 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 	for _, sub := range []struct {
 		typeURL string
 		names   []string
-	}{{gen.EndpointType, eds}, {gen.RouteType, []string{gen.SidecarRouteName(9080)}}} {
+	}{{typeurl.Endpoint, eds}, {typeurl.Route, []string{gen.SidecarRouteName(9080)}}} {
 		s.subscribe(sub.typeURL, sub.names...)
 		r := s.next(sub.typeURL)
 		sotw[sub.typeURL] = sotwHeld(t, r)
@@ -204,15 +205,15 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 	// else of CDS, and no listener or route update it does not need.
 	changed := envoyMeshWithout(t, "{name: v1, labels: {version: v1}}, ")
 	f.set(t, "m", synced("c1", decode(t, changed)))
-	r := d.next(gen.ClusterType)
+	r := d.next(typeurl.Cluster)
 	if len(r.GetResources()) != 0 || !slices.Equal(r.GetRemovedResources(), []string{"outbound|9080|v1|reviews.shop.svc.cluster.local"}) {
 		t.Errorf("delta CDS after dropping subset v1: resources %v, removed %v; want only the v1 cluster removed",
 			resourceNames(r), r.GetRemovedResources())
 	}
 	d.ack(r)
-	full := s.next(gen.ClusterType)
-	if len(full.GetResources()) != len(sotw[gen.ClusterType])-1 {
-		t.Errorf("SotW CDS after the change has %d clusters, want %d", len(full.GetResources()), len(sotw[gen.ClusterType])-1)
+	full := s.next(typeurl.Cluster)
+	if len(full.GetResources()) != len(sotw[typeurl.Cluster])-1 {
+		t.Errorf("SotW CDS after the change has %d clusters, want %d", len(full.GetResources()), len(sotw[typeurl.Cluster])-1)
 	}
 	s.ack(full)
 	d.quiet(quietFor, "the listeners, routes and subscribed endpoints did not change")
@@ -237,26 +238,26 @@ func TestDeltaSubscriptions(t *testing.T) {
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
 	d := f.connectDelta(t, node("proxyless-1", "m"))
 
-	d.subscribe(gen.ClusterType, echoV1, "outbound|7070|v9|echo.demo.svc.cluster.local")
-	r := d.next(gen.ClusterType)
+	d.subscribe(typeurl.Cluster, echoV1, "outbound|7070|v9|echo.demo.svc.cluster.local")
+	r := d.next(typeurl.Cluster)
 	if !slices.Equal(resourceNames(r), []string{echoV1}) || !slices.Equal(r.GetRemovedResources(), []string{"outbound|7070|v9|echo.demo.svc.cluster.local"}) {
 		t.Fatalf("resources %v, removed %v; want %s and the missing v9 reported removed", resourceNames(r), r.GetRemovedResources(), echoV1)
 	}
 	d.ack(r)
 
 	// Adding a name sends just that one.
-	d.subscribe(gen.ClusterType, echoV2)
-	r = d.next(gen.ClusterType)
+	d.subscribe(typeurl.Cluster, echoV2)
+	r = d.next(typeurl.Cluster)
 	if !slices.Equal(resourceNames(r), []string{echoV2}) || len(r.GetRemovedResources()) != 0 {
 		t.Fatalf("after subscribing %s: resources %v, removed %v", echoV2, resourceNames(r), r.GetRemovedResources())
 	}
 	d.ack(r)
 
 	// Unsubscribe, then subscribe again: sent again.
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResourceNamesUnsubscribe: []string{echoV2}})
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeurl.Cluster, ResourceNamesUnsubscribe: []string{echoV2}})
 	d.quiet(quietFor, "unsubscribing is not answered")
-	d.subscribe(gen.ClusterType, echoV2)
-	r = d.next(gen.ClusterType)
+	d.subscribe(typeurl.Cluster, echoV2)
+	r = d.next(typeurl.Cluster)
 	if !slices.Equal(resourceNames(r), []string{echoV2}) {
 		t.Fatalf("re-subscribing %s: resources %v", echoV2, resourceNames(r))
 	}
@@ -266,12 +267,12 @@ func TestDeltaSubscriptions(t *testing.T) {
 	y := echoYAML(80, 20, "ROUND_ROBIN")
 	f.set(t, "m", synced("c1", decode(t, y[:strings.Index(y, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule")]+
 		y[strings.Index(y, "---\napiVersion: networking.istio.io/v1\nkind: VirtualService"):])))
-	r = d.next(gen.ClusterType)
+	r = d.next(typeurl.Cluster)
 	if len(r.GetResources()) != 0 || !slices.Equal(r.GetRemovedResources(), []string{echoV1, echoV2}) {
 		t.Fatalf("after removing the subsets: resources %v, removed %v", resourceNames(r), r.GetRemovedResources())
 	}
 	d.ack(r)
-	if n := len(d.held[gen.ClusterType]); n != 0 {
+	if n := len(d.held[typeurl.Cluster]); n != 0 {
 		t.Errorf("client still holds %d clusters", n)
 	}
 }
@@ -283,8 +284,8 @@ func TestDeltaNACKAndReconnect(t *testing.T) {
 	f := newFixture(t, nil)
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
 	d := f.connectDelta(t, node("proxyless-n", "m"))
-	d.subscribe(gen.ClusterType)
-	r := d.next(gen.ClusterType)
+	d.subscribe(typeurl.Cluster)
+	r := d.next(typeurl.Cluster)
 	if len(r.GetResources()) == 0 {
 		t.Fatal("wildcard CDS is empty")
 	}
@@ -302,7 +303,7 @@ func TestDeltaNACKAndReconnect(t *testing.T) {
 	}
 	// New content is sent: only the changed cluster.
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "LEAST_REQUEST"))))
-	r = d.next(gen.ClusterType)
+	r = d.next(typeurl.Cluster)
 	if !slices.Equal(resourceNames(r), []string{echoV2}) {
 		t.Errorf("after the change: resources %v, want only %s", resourceNames(r), echoV2)
 	}
@@ -320,16 +321,16 @@ func TestDeltaNACKAndReconnect(t *testing.T) {
 
 	// Reconnect saying what it holds: the first answer is empty.
 	d2 := f.connectDelta(t, node("proxyless-n2", "m"))
-	d2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, InitialResourceVersions: versions})
-	r = d2.next(gen.ClusterType)
+	d2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeurl.Cluster, InitialResourceVersions: versions})
+	r = d2.next(typeurl.Cluster)
 	if len(r.GetResources()) != 0 || len(r.GetRemovedResources()) != 0 {
 		t.Errorf("reconnect with current versions: resources %v, removed %v; want nothing", resourceNames(r), r.GetRemovedResources())
 	}
 	// One stale version: just that one is sent.
 	versions[echoV1] = "stale"
 	d3 := f.connectDelta(t, node("proxyless-n3", "m"))
-	d3.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, InitialResourceVersions: versions})
-	if r = d3.next(gen.ClusterType); !slices.Equal(resourceNames(r), []string{echoV1}) {
+	d3.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeurl.Cluster, InitialResourceVersions: versions})
+	if r = d3.next(typeurl.Cluster); !slices.Equal(resourceNames(r), []string{echoV1}) {
 		t.Errorf("reconnect with one stale version: resources %v, want %s", resourceNames(r), echoV1)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 )
 
@@ -106,8 +107,8 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 
 	t.Run("sidecar", func(t *testing.T) {
 		p := f.connect(t, envoyNode("sidecar~10.9.0.1~client-1.shop~shop.svc.cluster.local", map[string]string{"app": "client"}))
-		p.subscribe(gen.ClusterType)
-		cds := p.next(gen.ClusterType)
+		p.subscribe(typeurl.Cluster)
+		cds := p.next(typeurl.Cluster)
 		clusters := resourcesOf(t, cds, func() *clusterv3.Cluster { return new(clusterv3.Cluster) })
 		for _, want := range []string{"outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v2|reviews.shop.svc.cluster.local"} {
 			if _, ok := clusters[want]; !ok {
@@ -115,8 +116,8 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 			}
 		}
 		p.ack(cds)
-		p.subscribe(gen.ListenerType)
-		lds := p.next(gen.ListenerType)
+		p.subscribe(typeurl.Listener)
+		lds := p.next(typeurl.Listener)
 		listeners := resourcesOf(t, lds, func() *listenerv3.Listener { return new(listenerv3.Listener) })
 		if _, ok := listeners[gen.VirtualOutboundListener]; !ok {
 			t.Fatalf("LDS lacks %s: has %v", gen.VirtualOutboundListener, keys(listeners))
@@ -126,8 +127,8 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 			t.Fatalf("listeners name routes %v, want %s among them", rds, gen.SidecarRouteName(9080))
 		}
 		p.ack(lds)
-		p.subscribe(gen.RouteType, gen.SidecarRouteName(9080))
-		routes := resourcesOf(t, p.next(gen.RouteType), func() *routev3.RouteConfiguration { return new(routev3.RouteConfiguration) })
+		p.subscribe(typeurl.Route, gen.SidecarRouteName(9080))
+		routes := resourcesOf(t, p.next(typeurl.Route), func() *routev3.RouteConfiguration { return new(routev3.RouteConfiguration) })
 		if len(routes[gen.SidecarRouteName(9080)].GetVirtualHosts()) == 0 {
 			t.Fatalf("route %s has no virtual hosts", gen.SidecarRouteName(9080))
 		}
@@ -135,8 +136,8 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 
 	t.Run("gateway", func(t *testing.T) {
 		p := f.connect(t, envoyNode("router~10.9.0.2~ingress-1.shop~shop.svc.cluster.local", map[string]string{"istio": "ingressgateway"}))
-		p.subscribe(gen.ListenerType)
-		listeners := resourcesOf(t, p.next(gen.ListenerType), func() *listenerv3.Listener { return new(listenerv3.Listener) })
+		p.subscribe(typeurl.Listener)
+		listeners := resourcesOf(t, p.next(typeurl.Listener), func() *listenerv3.Listener { return new(listenerv3.Listener) })
 		if _, ok := listeners[gen.VirtualOutboundListener]; ok {
 			t.Fatal("a gateway got the sidecar's virtual outbound listener")
 		}

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
-	"github.com/navemesh/nave/xds/gen"
 )
 
 // bigMesh has n services, so that a cluster response is large enough to
@@ -42,7 +42,7 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 
 	// stuck subscribes and never reads again.
 	stuck := f.open(t, dial(t, f.addr), node("stuck", "m"))
-	stuck.subscribe(gen.ClusterType)
+	stuck.subscribe(typeurl.Cluster)
 	ended := make(chan error, 1)
 	go func() {
 		for {
@@ -55,8 +55,8 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 	}()
 
 	live := f.connect(t, node("live", "m"))
-	live.subscribe(gen.ClusterType)
-	live.ack(live.next(gen.ClusterType))
+	live.subscribe(typeurl.Cluster)
+	live.ack(live.next(typeurl.Cluster))
 
 	// Updates until the stuck stream is cut; the live one gets each.
 	// Meanwhile the stuck proxy shows as a pending push.
@@ -67,7 +67,7 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 			t.Fatal("the stuck proxy was not disconnected")
 		}
 		f.set(t, "m", synced("c1", decode(t, bigMesh(400, fmt.Sprint("v", i)))))
-		live.ack(live.next(gen.ClusterType))
+		live.ack(live.next(typeurl.Cluster))
 		pending = max(pending, f.metric(t, "nave_hub_xds_pending_pushes"))
 	}
 	if pending < 1 {
@@ -108,7 +108,7 @@ func TestConnectionStormIsAdmittedAtTheConfiguredRate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.subscribe(gen.ClusterType)
+			p.subscribe(typeurl.Cluster)
 			select {
 			case <-p.resps:
 				got[i] = time.Since(start)
@@ -139,7 +139,7 @@ func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 	var ps []*proxy
 	for i := range 5 {
 		p := f.connect(t, node(fmt.Sprint("p", i), "m"))
-		p.subscribe(gen.ClusterType)
+		p.subscribe(typeurl.Cluster)
 		ps = append(ps, p)
 	}
 	// Proxies answer independently, in whatever order the budget lets
@@ -149,7 +149,7 @@ func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 		for _, p := range ps {
 			select {
 			case r := <-p.resps:
-				if r.GetTypeUrl() != gen.ClusterType || proto.Size(r) < 64<<10 {
+				if r.GetTypeUrl() != typeurl.Cluster || proto.Size(r) < 64<<10 {
 					t.Fatalf("got a %s response of %d bytes; the test needs clusters of 64 KiB or more", r.GetTypeUrl(), proto.Size(r))
 				}
 				p.ack(r)

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
-	"github.com/navemesh/nave/xds/gen"
 )
 
 // identityKey carries, in these tests only, the identity a certificate
@@ -69,8 +69,8 @@ func TestProxyIdentityDecidesItsMesh(t *testing.T) {
 
 	// Proven m2, names nothing: gets m2, though the default mesh is m.
 	p := f.connect(t, workloadNode("proxy-1", "", "", ""), withIdentity("m2/shop/other"))
-	p.subscribe(gen.ClusterType)
-	if got, want := names(t, p.next(gen.ClusterType)), []string{"outbound|8080||other.shop.svc.cluster.local"}; !slices.Equal(got, want) {
+	p.subscribe(typeurl.Cluster)
+	if got, want := names(t, p.next(typeurl.Cluster)), []string{"outbound|8080||other.shop.svc.cluster.local"}; !slices.Equal(got, want) {
 		t.Errorf("clusters = %v, want %v (mesh m2's)", got, want)
 	}
 
@@ -87,7 +87,7 @@ func TestProxyIdentityDecidesItsMesh(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.connect(t, tc.node, withIdentity(tc.identity))
-			p.subscribe(gen.ClusterType)
+			p.subscribe(typeurl.Cluster)
 			err := p.ended()
 			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("stream ended with %v; want %s saying %q", err, tc.code, tc.says)

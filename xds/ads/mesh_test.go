@@ -16,7 +16,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 const otherYAML = `apiVersion: networking.istio.io/v1
@@ -49,8 +49,8 @@ func TestProxyGetsOnlyItsMesh(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.connect(t, node(tc.node, tc.mesh))
-			p.subscribe(gen.ClusterType)
-			if got := names(t, p.next(gen.ClusterType)); !slices.Equal(got, tc.want) {
+			p.subscribe(typeurl.Cluster)
+			if got := names(t, p.next(typeurl.Cluster)); !slices.Equal(got, tc.want) {
 				t.Errorf("clusters = %v, want %v", got, tc.want)
 			}
 		})
@@ -58,7 +58,7 @@ func TestProxyGetsOnlyItsMesh(t *testing.T) {
 
 	// A mesh nobody pushed is never ready: its proxies get no answer.
 	p := f.connect(t, node("proxy-4", "m3"))
-	p.subscribe(gen.ClusterType)
+	p.subscribe(typeurl.Cluster)
 	p.quiet(quietFor, "mesh m3 has no cluster")
 }
 
@@ -73,19 +73,19 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	objs := decode(t, echoYAML(80, 20, "ROUND_ROBIN"))
 
 	p := f.connect(t, node("proxy-1", "m"))
-	p.subscribe(gen.ListenerType, echoListener)
+	p.subscribe(typeurl.Listener, echoListener)
 	p.quiet(quietFor, "mesh m has no cluster")
 
 	s := connectSpoke(t, spokes, "m", "c1")
 	s.sendState(objs)
 	p.quiet(quietFor, "the only cluster has not synced")
 	s.synced()
-	lds := p.next(gen.ListenerType)
+	lds := p.next(typeurl.Listener)
 	if got := names(t, lds); !slices.Equal(got, []string{echoListener}) {
 		t.Fatalf("listeners = %v, want %s", got, echoListener)
 	}
 	p.ack(lds, echoListener)
-	for _, typeURL := range []string{gen.ClusterType, gen.EndpointType, gen.RouteType} {
+	for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Route} {
 		p.subscribe(typeURL)
 		p.ack(p.next(typeURL))
 	}

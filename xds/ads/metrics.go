@@ -2,15 +2,6 @@ package ads
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/navemesh/nave/xds/gen"
-)
-
-const (
-	clusterType  = gen.ClusterType
-	endpointType = gen.EndpointType
-	listenerType = gen.ListenerType
-	routeType    = gen.RouteType
 )
 
 type metrics struct {

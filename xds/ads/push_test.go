@@ -16,6 +16,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 )
 
@@ -26,14 +27,14 @@ func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 	// p follows one cluster, the listener and its routes; q every cluster.
 	p := f.connect(t, node("proxy-p", "m"))
 	for _, sub := range []struct{ typeURL, name string }{
-		{gen.ClusterType, echoV1}, {gen.ListenerType, echoListener}, {gen.RouteType, echoListener},
+		{typeurl.Cluster, echoV1}, {typeurl.Listener, echoListener}, {typeurl.Route, echoListener},
 	} {
 		p.subscribe(sub.typeURL, sub.name)
 		p.ack(p.next(sub.typeURL), sub.name)
 	}
 	q := f.connect(t, node("proxy-q", "m"))
-	q.subscribe(gen.ClusterType)
-	cds := q.next(gen.ClusterType)
+	q.subscribe(typeurl.Cluster)
+	cds := q.next(typeurl.Cluster)
 	q.ack(cds)
 
 	// New weights change the routes only.
@@ -41,11 +42,11 @@ func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 	f.set(t, "m", synced("c1", decode(t, echoYAML(20, 80, "ROUND_ROBIN"))))
 	// Types are sent clusters first, routes last: a route response first
 	// means no cluster or listener was sent for this change.
-	rds := p.next(gen.RouteType)
+	rds := p.next(typeurl.Route)
 	if got, want := weights(t, rds), map[string]uint32{echoV1: 20, echoV2: 80}; !maps.Equal(got, want) {
 		t.Errorf("route weights after the change = %v, want %v", got, want)
 	}
-	if rds.GetVersionInfo() == before[gen.RouteType] {
+	if rds.GetVersionInfo() == before[typeurl.Route] {
 		t.Errorf("changed routes kept version %s", rds.GetVersionInfo())
 	}
 	p.ack(rds, echoListener)
@@ -53,7 +54,7 @@ func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 
 	// Subset v2's load balancer changes a cluster p does not follow.
 	f.set(t, "m", synced("c1", decode(t, echoYAML(20, 80, "LEAST_REQUEST"))))
-	cds2 := q.next(gen.ClusterType)
+	cds2 := q.next(typeurl.Cluster)
 	if cds2.GetVersionInfo() == cds.GetVersionInfo() || lbPolicy(t, cds2, echoV2) != clusterv3.Cluster_LEAST_REQUEST {
 		t.Errorf("wildcard CDS after the change: version %s (was %s), want a new one with %s least-request",
 			cds2.GetVersionInfo(), cds.GetVersionInfo(), echoV2)
@@ -99,12 +100,12 @@ func TestNACKedVersionIsNotResent(t *testing.T) {
 	f := newFixture(t, nil)
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
-	p.subscribe(gen.RouteType, echoListener)
-	rds1 := p.next(gen.RouteType)
+	p.subscribe(typeurl.Route, echoListener)
+	rds1 := p.next(typeurl.Route)
 	p.ack(rds1, echoListener)
 
 	f.set(t, "m", synced("c1", decode(t, echoYAML(20, 80, "ROUND_ROBIN"))))
-	rds2 := p.next(gen.RouteType)
+	rds2 := p.next(typeurl.Route)
 	const reason = "route weights: not supported by this client"
 	p.nack(rds2, rds1.GetVersionInfo(), reason, echoListener)
 	p.quiet(quietFor, "a NACK is not answered with the same version")
@@ -118,7 +119,7 @@ func TestNACKedVersionIsNotResent(t *testing.T) {
 
 	// A real change is sent.
 	f.set(t, "m", synced("c1", decode(t, echoYAML(50, 50, "ROUND_ROBIN"))))
-	rds3 := p.next(gen.RouteType)
+	rds3 := p.next(typeurl.Route)
 	if v := rds3.GetVersionInfo(); v == rds1.GetVersionInfo() || v == rds2.GetVersionInfo() {
 		t.Errorf("the change after a NACK has an old version %s", v)
 	}
@@ -130,8 +131,8 @@ func TestNACKedVersionIsNotResent(t *testing.T) {
 	// A late NACK of an older response is stale and ignored. The listener
 	// request after it is answered, so the NACK has been handled by then.
 	p.nack(rds2, rds3.GetVersionInfo(), "stale", echoListener)
-	p.subscribe(gen.ListenerType, echoListener)
-	p.next(gen.ListenerType)
+	p.subscribe(typeurl.Listener, echoListener)
+	p.next(typeurl.Listener)
 	ts = f.connStatus(t, "proxy-1").Types["RouteConfiguration"]
 	if ts.AckedVersion != rds3.GetVersionInfo() || ts.NackReason != "" || ts.Pending {
 		t.Errorf("route status = %+v, want %s ACKed and no NACK", ts, rds3.GetVersionInfo())
@@ -196,19 +197,19 @@ func TestSlowProxyDoesNotBlockOthers(t *testing.T) {
 	// keeps gRPC from growing it, so the server soon cannot send to a.
 	small := []grpc.DialOption{grpc.WithInitialWindowSize(64 << 10), grpc.WithInitialConnWindowSize(64 << 10)}
 	a := f.open(t, dial(t, f.addr, small...), node("proxy-a", "m"))
-	a.subscribe(gen.EndpointType)
-	if r, err := a.stream.Recv(); err != nil || r.GetTypeUrl() != gen.EndpointType {
+	a.subscribe(typeurl.Endpoint)
+	if r, err := a.stream.Recv(); err != nil || r.GetTypeUrl() != typeurl.Endpoint {
 		t.Fatalf("proxy a's first response: %v, %v", r, err)
 	}
 
 	b := f.connect(t, node("proxy-b", "m"))
-	b.subscribe(gen.EndpointType, bigEDS)
-	b.ack(b.next(gen.EndpointType), bigEDS)
+	b.subscribe(typeurl.Endpoint, bigEDS)
+	b.ack(b.next(typeurl.Endpoint), bigEDS)
 
 	for i := 1; i <= changes; i++ {
 		port := uint32(20000 + i)
 		f.set(t, "m", synced("c1", withPort(big, port)))
-		eds := b.next(gen.EndpointType)
+		eds := b.next(typeurl.Endpoint)
 		if got := ports(t, eds); !maps.Equal(got, map[uint32]int{port: endpoints}) {
 			t.Fatalf("change %d: proxy b got endpoint ports %v, want %d on %d", i, got, endpoints, port)
 		}
@@ -232,8 +233,8 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	f.set(t, "m", synced("c1", decode(t, y)))
 	p := f.connect(t, node("proxy-eds", "m"))
 	subs := []string{echoCluster, echoV1, echoV2}
-	p.subscribe(gen.EndpointType, subs...)
-	first := p.next(gen.EndpointType)
+	p.subscribe(typeurl.Endpoint, subs...)
+	first := p.next(typeurl.Endpoint)
 	if got := names(t, first); len(got) != 3 {
 		t.Fatalf("first EDS answer has %v, want all three subscribed", got)
 	}
@@ -242,7 +243,7 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	// Move echo-v2 to another port: the v2 subset's and the service's
 	// assignments change, v1's does not.
 	f.set(t, "m", synced("c1", decode(t, strings.Replace(y, "ports: {grpc: 17072}", "ports: {grpc: 17073}", 1))))
-	upd := p.next(gen.EndpointType)
+	upd := p.next(typeurl.Endpoint)
 	got := names(t, upd)
 	sort.Strings(got)
 	if want := []string{echoV2, echoCluster}; !slices.Equal(got, want) { // sorted

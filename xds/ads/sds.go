@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 )
 
@@ -22,9 +23,6 @@ import (
 // stored; a new certificate is minted and pushed when the current one is
 // due for renewal. Other secret names (a gateway's credentialName) are not
 // served by the hub: SotW leaves them out, delta reports them removed.
-
-// SecretType is the type URL of SDS secrets.
-const SecretType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
 // Credential is a workload certificate minted for one stream.
 type Credential struct {
@@ -131,7 +129,7 @@ func (c *conn) handleSecrets(stream sotwStream, req *discoveryv3.DiscoveryReques
 		}
 		if e := req.GetErrorDetail(); e != nil {
 			ts.nacked, ts.nackReason = ts.sentVersion, e.GetMessage()
-			c.server.metrics.nacks.WithLabelValues(shortType(SecretType)).Inc()
+			c.server.metrics.nacks.WithLabelValues(typeurl.Short(typeurl.Secret)).Inc()
 			c.server.log.Warn("proxy rejected secrets", "conn", c.id, "version", ts.sentVersion, "reason", e.GetMessage())
 		} else {
 			ts.acked, ts.nacked, ts.nackReason = req.GetVersionInfo(), "", ""
@@ -139,7 +137,7 @@ func (c *conn) handleSecrets(stream sotwStream, req *discoveryv3.DiscoveryReques
 	}
 	first := !ts.requested
 	ts.requested = true
-	changed := ts.subscribe(SecretType, req.GetResourceNames(), first)
+	changed := ts.subscribe(typeurl.Secret, req.GetResourceNames(), first)
 	c.mu.Unlock()
 	if first || changed {
 		return c.sendSecrets(stream, nil, false)
@@ -157,7 +155,7 @@ func (c *conn) handleSecretsDelta(stream deltaStream, req *discoveryv3.DeltaDisc
 	first := !ts.requested
 	ts.requested = true
 	if n := req.GetResponseNonce(); n != "" {
-		c.settle(ts, SecretType, n, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+		c.settle(ts, typeurl.Secret, n, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	}
 	changed := ts.subscribeDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
 	c.mu.Unlock()
@@ -169,10 +167,10 @@ func (c *conn) handleSecretsDelta(stream deltaStream, req *discoveryv3.DeltaDisc
 
 // secretState is the stream's typeState for secrets (c.mu held).
 func (c *conn) secretState() *typeState {
-	ts := c.types[SecretType]
+	ts := c.types[typeurl.Secret]
 	if ts == nil {
 		ts = &typeState{names: map[string]bool{}, sentHashes: map[string]string{}, pending: map[string]pendingResponse{}, absent: map[string]bool{}}
-		c.types[SecretType] = ts
+		c.types[typeurl.Secret] = ts
 	}
 	return ts
 }
@@ -231,7 +229,7 @@ func (c *conn) sendSecrets(sotw sotwStream, delta deltaStream, renew bool) error
 			size += proto.Size(all[n])
 		}
 		if _, err := delta.Send(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: cred.Serial, Resources: resources,
-			RemovedResources: removed, TypeUrl: SecretType, Nonce: nonce}); err != nil {
+			RemovedResources: removed, TypeUrl: typeurl.Secret, Nonce: nonce}); err != nil {
 			return err
 		}
 	} else {
@@ -240,7 +238,7 @@ func (c *conn) sendSecrets(sotw sotwStream, delta deltaStream, renew bool) error
 			resources[i] = all[n]
 			size += proto.Size(all[n])
 		}
-		if _, err := sotw.Send(&discoveryv3.DiscoveryResponse{VersionInfo: cred.Serial, Resources: resources, TypeUrl: SecretType, Nonce: nonce}); err != nil {
+		if _, err := sotw.Send(&discoveryv3.DiscoveryResponse{VersionInfo: cred.Serial, Resources: resources, TypeUrl: typeurl.Secret, Nonce: nonce}); err != nil {
 			return err
 		}
 	}
@@ -248,8 +246,8 @@ func (c *conn) sendSecrets(sotw sotwStream, delta deltaStream, renew bool) error
 	if renew {
 		trig = "renewal"
 	}
-	c.server.metrics.pushes.WithLabelValues(shortType(SecretType), trig).Inc()
-	c.server.metrics.bytes.WithLabelValues(shortType(SecretType)).Add(float64(size))
+	c.server.metrics.pushes.WithLabelValues(typeurl.Short(typeurl.Secret), trig).Inc()
+	c.server.metrics.bytes.WithLabelValues(typeurl.Short(typeurl.Secret)).Add(float64(size))
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
 )
 
@@ -44,8 +45,8 @@ func TestSecretsOverSotW(t *testing.T) {
 	m := &minter{renewAfter: 300 * time.Millisecond}
 	f := newFixture(t, nil, func(o *ads.Options) { o.Authenticator = metadataAuthenticator(); o.Secrets = m })
 	p := f.connect(t, workloadNode("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", "", "", ""), withIdentity("m/shop/cart"))
-	p.subscribe(ads.SecretType, "default", "ROOTCA", "gateway-cred")
-	r := p.next(ads.SecretType)
+	p.subscribe(typeurl.Secret, "default", "ROOTCA", "gateway-cred")
+	r := p.next(typeurl.Secret)
 	got := map[string]*tlsv3.Secret{}
 	for _, a := range r.GetResources() {
 		s := secrets(t, a)
@@ -57,7 +58,7 @@ func TestSecretsOverSotW(t *testing.T) {
 	}
 	p.ack(r, "default", "ROOTCA", "gateway-cred")
 	// Renewal: a new certificate, without the proxy asking.
-	r2 := p.next(ads.SecretType)
+	r2 := p.next(typeurl.Secret)
 	if r2.GetVersionInfo() == r.GetVersionInfo() || len(r2.GetResources()) != 2 {
 		t.Fatalf("renewal pushed version %s with %d secrets, after %s", r2.GetVersionInfo(), len(r2.GetResources()), r.GetVersionInfo())
 	}
@@ -68,8 +69,8 @@ func TestSecretsOverDelta(t *testing.T) {
 	m := &minter{renewAfter: time.Hour}
 	f := newFixture(t, nil, func(o *ads.Options) { o.Authenticator = metadataAuthenticator(); o.Secrets = m })
 	p := f.connectDelta(t, workloadNode("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", "", "", ""), withIdentity("m/shop/cart"))
-	p.subscribe(ads.SecretType, "default", "gateway-cred")
-	r := p.next(ads.SecretType)
+	p.subscribe(typeurl.Secret, "default", "gateway-cred")
+	r := p.next(typeurl.Secret)
 	var names []string
 	for _, res := range r.GetResources() {
 		names = append(names, res.GetName())
@@ -78,8 +79,8 @@ func TestSecretsOverDelta(t *testing.T) {
 		t.Fatalf("resources %v, removed %v; want [default] and [gateway-cred] (not served by the hub)", names, r.GetRemovedResources())
 	}
 	p.ack(r)
-	p.subscribe(ads.SecretType, "ROOTCA")
-	r = p.next(ads.SecretType)
+	p.subscribe(typeurl.Secret, "ROOTCA")
+	r = p.next(typeurl.Secret)
 	if len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != "ROOTCA" || len(r.GetRemovedResources()) != 0 {
 		t.Fatalf("after subscribing ROOTCA: %v", r)
 	}
@@ -93,6 +94,6 @@ func TestSecretsOverDelta(t *testing.T) {
 func TestNoSecretsWithoutIdentity(t *testing.T) {
 	f := newFixture(t, nil, func(o *ads.Options) { o.Secrets = &minter{renewAfter: time.Hour} })
 	p := f.connect(t, node("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", "m"))
-	p.subscribe(ads.SecretType, "default")
+	p.subscribe(typeurl.Secret, "default")
 	p.quiet(300*time.Millisecond, "a plaintext stream asked for secrets")
 }

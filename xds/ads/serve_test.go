@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
-	"github.com/navemesh/nave/xds/gen"
 )
 
 func TestResourcesAreServedByName(t *testing.T) {
@@ -21,30 +21,30 @@ func TestResourcesAreServedByName(t *testing.T) {
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 
-	p.subscribe(gen.ListenerType, echoListener)
-	lds := p.next(gen.ListenerType)
+	p.subscribe(typeurl.Listener, echoListener)
+	lds := p.next(typeurl.Listener)
 	if got := names(t, lds); !slices.Equal(got, []string{echoListener}) || lds.GetVersionInfo() == "" || lds.GetNonce() == "" {
 		t.Fatalf("LDS response: resources %v, version %q, nonce %q", got, lds.GetVersionInfo(), lds.GetNonce())
 	}
 	p.ack(lds, echoListener)
 
-	p.subscribe(gen.RouteType, echoListener)
-	rds := p.next(gen.RouteType)
+	p.subscribe(typeurl.Route, echoListener)
+	rds := p.next(typeurl.Route)
 	if got, want := weights(t, rds), map[string]uint32{echoV1: 80, echoV2: 20}; !maps.Equal(got, want) {
 		t.Errorf("route weights = %v, want %v", got, want)
 	}
 	p.ack(rds, echoListener)
 
 	// A subset of the clusters.
-	p.subscribe(gen.ClusterType, echoV1)
-	cds := p.next(gen.ClusterType)
+	p.subscribe(typeurl.Cluster, echoV1)
+	cds := p.next(typeurl.Cluster)
 	if got := names(t, cds); !slices.Equal(got, []string{echoV1}) {
 		t.Errorf("CDS for %s sent %v", echoV1, got)
 	}
 	p.ack(cds, echoV1)
 
-	p.subscribe(gen.EndpointType, echoV1)
-	eds := p.next(gen.EndpointType)
+	p.subscribe(typeurl.Endpoint, echoV1)
+	eds := p.next(typeurl.Endpoint)
 	if got := names(t, eds); !slices.Equal(got, []string{echoV1}) {
 		t.Errorf("EDS for %s sent %v", echoV1, got)
 	}
@@ -66,9 +66,9 @@ func TestResourcesAreServedByName(t *testing.T) {
 	}
 
 	// Asking for a name that does not exist is answered with what exists.
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: gen.ListenerType, ResourceNames: []string{echoListener, "missing.demo.svc.cluster.local:80"},
+	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Listener, ResourceNames: []string{echoListener, "missing.demo.svc.cluster.local:80"},
 		VersionInfo: lds.GetVersionInfo(), ResponseNonce: lds.GetNonce()})
-	lds2 := p.next(gen.ListenerType)
+	lds2 := p.next(typeurl.Listener)
 	if got := names(t, lds2); !slices.Equal(got, []string{echoListener}) {
 		t.Errorf("LDS for a known and a missing name sent %v", got)
 	}
@@ -79,14 +79,14 @@ func TestWildcardClusterRequestGetsEveryCluster(t *testing.T) {
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 
-	p.subscribe(gen.ClusterType)
-	cds := p.next(gen.ClusterType)
+	p.subscribe(typeurl.Cluster)
+	cds := p.next(typeurl.Cluster)
 	if got, want := names(t, cds), []string{echoV1, echoV2, echoCluster}; !slices.Equal(got, want) {
 		t.Errorf("wildcard CDS sent %v, want %v", got, want)
 	}
 	p.ack(cds)
-	p.subscribe(gen.EndpointType)
-	eds := p.next(gen.EndpointType)
+	p.subscribe(typeurl.Endpoint)
+	eds := p.next(typeurl.Endpoint)
 	if got := ports(t, eds); !maps.Equal(got, map[uint32]int{17071: 2, 17072: 2}) {
 		t.Errorf("wildcard EDS endpoint ports = %v, want both endpoints in the whole cluster and in their subsets", got)
 	}
@@ -102,8 +102,8 @@ func TestUnknownTypeIsIgnored(t *testing.T) {
 	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 	p.subscribe("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "default")
-	p.subscribe(gen.ListenerType, echoListener)
-	p.next(gen.ListenerType)
+	p.subscribe(typeurl.Listener, echoListener)
+	p.next(typeurl.Listener)
 }
 
 func TestFirstRequestMustNameTheNode(t *testing.T) {
@@ -124,7 +124,7 @@ func TestFirstRequestMustNameTheNode(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.connect(t, tc.node)
-			p.subscribe(gen.ListenerType, echoListener)
+			p.subscribe(typeurl.Listener, echoListener)
 			err := p.ended()
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("stream ended with %v, want InvalidArgument naming %s", err, tc.want)

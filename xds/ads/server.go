@@ -433,12 +433,3 @@ func (s *Server) Status() []ConnStatus {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
-
-func shortType(typeURL string) string {
-	for i := len(typeURL) - 1; i >= 0; i-- {
-		if typeURL[i] == '.' {
-			return typeURL[i+1:]
-		}
-	}
-	return typeURL
-}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -111,7 +112,7 @@ func TestBenchmarksRunOnce(t *testing.T) {
 	}
 	snap := mesh.Build("m", benchConfig(t, 50))
 	out := GRPC(snap)
-	if n := len(out.Resources[ClusterType]); n != 150 {
+	if n := len(out.Resources[typeurl.Cluster]); n != 150 {
 		t.Fatalf("clusters = %d, want 150", n)
 	}
 	if len(out.Problems) != 0 {

@@ -16,6 +16,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -127,7 +128,7 @@ func (b *cdsBuilder) autoMTLSContext(oc *outboundCluster) *anypb.Any {
 
 // The UpstreamTlsContext facts autoMTLSContext relies on.
 var (
-	upstreamTLSTypeURL  = "type.googleapis.com/" + string((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().FullName())
+	upstreamTLSTypeURL  = typeurl.Of(&tlsv3.UpstreamTlsContext{})
 	upstreamTLSSNIField = protowire.Number((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().Fields().ByName("sni").Number())
 )
 

@@ -6,6 +6,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -49,8 +50,8 @@ func (g *grpcGen) cluster(oc *outboundCluster) {
 	if oc.policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	}
-	g.add(ClusterType, oc.name, c)
-	g.add(EndpointType, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
+	g.add(typeurl.Cluster, oc.name, c)
+	g.add(typeurl.Endpoint, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
 }
 
 // loadAssignment groups the endpoints of svc that match labels by

@@ -6,6 +6,7 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -62,10 +63,10 @@ func GatewayHTTPSRouteName(port uint32, server, gateway, namespace string) strin
 func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
 	v := NewView(s, key)
 	out := &Output{Resources: map[string][]Resource{
-		ClusterType:  v.Clusters(),
-		EndpointType: v.Endpoints(),
-		ListenerType: v.Listeners(),
-		RouteType:    v.Routes(),
+		typeurl.Cluster:  v.Clusters(),
+		typeurl.Endpoint: v.Endpoints(),
+		typeurl.Listener: v.Listeners(),
+		typeurl.Route:    v.Routes(),
 	}}
 	for _, rs := range out.Resources {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })

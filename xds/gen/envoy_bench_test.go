@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -139,10 +140,10 @@ var envoyTypes = []struct {
 	gen  func(*View) []Resource
 	url  string
 }{
-	{"CDS", (*View).Clusters, ClusterType},
-	{"EDS", (*View).Endpoints, EndpointType},
-	{"LDS", (*View).Listeners, ListenerType},
-	{"RDS", (*View).Routes, RouteType},
+	{"CDS", (*View).Clusters, typeurl.Cluster},
+	{"EDS", (*View).Endpoints, typeurl.Endpoint},
+	{"LDS", (*View).Listeners, typeurl.Listener},
+	{"RDS", (*View).Routes, typeurl.Route},
 }
 
 // generateMarshalled scopes the snapshot to the key, generates one type and

@@ -11,6 +11,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -67,9 +68,9 @@ func validateAll(t *testing.T, out *Output) {
 
 func clusterOf(t *testing.T, out *Output, name string) *clusterv3.Cluster {
 	t.Helper()
-	c, _ := byName(out, ClusterType, name).Message.(*clusterv3.Cluster)
+	c, _ := byName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
 	if c == nil {
-		t.Fatalf("no cluster %s; have %v", name, names(out.Resources[ClusterType]))
+		t.Fatalf("no cluster %s; have %v", name, names(out.Resources[typeurl.Cluster]))
 	}
 	return c
 }
@@ -156,7 +157,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if httpOptions(t, clusterOf(t, out, tcp)) != nil {
 				t.Errorf("TCP port has HTTP protocol options")
 			}
-			if n := len(out.Resources[EndpointType]); n != 3 {
+			if n := len(out.Resources[typeurl.Endpoint]); n != 3 {
 				t.Errorf("EDS resources = %d, want one per port", n)
 			}
 		}},
@@ -167,7 +168,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			for _, p := range []uint32{9080, 7070, 3306} {
 				for _, ss := range []string{"", "v1", "v2"} {
 					clusterOf(t, out, ClusterName(cdsReviews, p, ss))
-					if byName(out, EndpointType, ClusterName(cdsReviews, p, ss)).Message == nil {
+					if byName(out, typeurl.Endpoint, ClusterName(cdsReviews, p, ss)).Message == nil {
 						t.Errorf("no EDS for %s", ClusterName(cdsReviews, p, ss))
 					}
 				}
@@ -228,7 +229,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if c.GetType() != clusterv3.Cluster_ORIGINAL_DST || c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED || c.GetEdsClusterConfig() != nil {
 				t.Errorf("cluster = %v", c)
 			}
-			if n := len(out.Resources[EndpointType]); n != 0 {
+			if n := len(out.Resources[typeurl.Endpoint]); n != 0 {
 				t.Errorf("EDS resources = %d, want none for original-destination clusters", n)
 			}
 		}},
@@ -390,7 +391,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			clusterOf(t, out, http)
 			clusterOf(t, out, BlackHoleCluster)
 			clusterOf(t, out, PassthroughCluster)
-			for _, r := range out.Resources[ClusterType] {
+			for _, r := range out.Resources[typeurl.Cluster] {
 				if strings.HasPrefix(r.Name, "inbound|") || r.Name == InboundPassthroughCluster {
 					t.Errorf("router has %s", r.Name)
 				}
@@ -523,8 +524,8 @@ spec:
 	if od.GetType() != clusterv3.Cluster_ORIGINAL_DST || od.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED || od.GetLoadAssignment() != nil {
 		t.Errorf("NONE cluster = %v", od)
 	}
-	if n := len(out.Resources[EndpointType]); n != 0 {
-		t.Errorf("EDS resources = %v, want none (no EDS clusters)", names(out.Resources[EndpointType]))
+	if n := len(out.Resources[typeurl.Endpoint]); n != 0 {
+		t.Errorf("EDS resources = %v, want none (no EDS clusters)", names(out.Resources[typeurl.Endpoint]))
 	}
 }
 
@@ -551,8 +552,8 @@ func TestEnvoySpecialAndInboundClusters(t *testing.T) {
 			t.Errorf("inbound %d: HTTP/2 = %v", tp, h2)
 		}
 	}
-	if n := len(out.Resources[ClusterType]); n != 3+3+3 {
-		t.Errorf("clusters = %v", names(out.Resources[ClusterType]))
+	if n := len(out.Resources[typeurl.Cluster]); n != 3+3+3 {
+		t.Errorf("clusters = %v", names(out.Resources[typeurl.Cluster]))
 	}
 }
 
@@ -568,7 +569,7 @@ func TestEnvoyClustersAndEndpointsAreDeterministic(t *testing.T) {
 	s := snapshot(t, map[string]string{"c1": y, "c2": y})
 	key := sidecarKey("demo", mesh.Locality{Region: "us-east", Zone: "zone-a"})
 	a, b := Envoy(s, key), Envoy(s, key)
-	for _, typeURL := range []string{ClusterType, EndpointType} {
+	for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint} {
 		ra, rb := a.Resources[typeURL], b.Resources[typeURL]
 		if len(ra) == 0 || len(ra) != len(rb) {
 			t.Fatalf("%s: %d vs %d resources", typeURL, len(ra), len(rb))

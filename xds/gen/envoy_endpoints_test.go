@@ -8,15 +8,16 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
 func claOf(t *testing.T, out *Output, name string) *endpointv3.ClusterLoadAssignment {
 	t.Helper()
-	cla, _ := byName(out, EndpointType, name).Message.(*endpointv3.ClusterLoadAssignment)
+	cla, _ := byName(out, typeurl.Endpoint, name).Message.(*endpointv3.ClusterLoadAssignment)
 	if cla == nil {
-		t.Fatalf("no EDS resource %s; have %v", name, names(out.Resources[EndpointType]))
+		t.Fatalf("no EDS resource %s; have %v", name, names(out.Resources[typeurl.Endpoint]))
 	}
 	return cla
 }

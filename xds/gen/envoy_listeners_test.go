@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -123,7 +124,7 @@ func listeners(t *testing.T, yaml string, key proxy.Key) (map[string]*listenerv3
 	t.Helper()
 	out := Envoy(snapshot(t, map[string]string{"c1": yaml}), key)
 	ls := map[string]*listenerv3.Listener{}
-	for _, r := range out.Resources[ListenerType] {
+	for _, r := range out.Resources[typeurl.Listener] {
 		l := r.Message.(*listenerv3.Listener)
 		if r.Name != l.Name {
 			t.Errorf("resource %q holds listener %q", r.Name, l.Name)
@@ -657,7 +658,7 @@ func TestListenersDeterministic(t *testing.T) {
 		first := Envoy(s, tc.key)
 		for range 5 {
 			again := Envoy(s, tc.key)
-			a, b := first.Resources[ListenerType], again.Resources[ListenerType]
+			a, b := first.Resources[typeurl.Listener], again.Resources[typeurl.Listener]
 			if len(a) != len(b) {
 				t.Fatalf("%d then %d listeners", len(a), len(b))
 			}

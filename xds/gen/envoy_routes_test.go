@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -86,10 +87,10 @@ func rdsOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *Output {
 
 func routeConfig(t *testing.T, out *Output, name string) *routev3.RouteConfiguration {
 	t.Helper()
-	rc, _ := byName(out, RouteType, name).Message.(*routev3.RouteConfiguration)
+	rc, _ := byName(out, typeurl.Route, name).Message.(*routev3.RouteConfiguration)
 	if rc == nil {
 		var names []string
-		for _, r := range out.Resources[RouteType] {
+		for _, r := range out.Resources[typeurl.Route] {
 			names = append(names, r.Name)
 		}
 		t.Fatalf("no route configuration %q; have %v", name, names)
@@ -159,7 +160,7 @@ func TestSidecarRouteConfigs(t *testing.T) {
 	// unset policy as REGISTRY_ONLY (the enum's zero value).
 	out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("ALLOW_ANY")}), rdsSidecarKey)
 	var names []string
-	for _, r := range out.Resources[RouteType] {
+	for _, r := range out.Resources[typeurl.Route] {
 		names = append(names, r.Name)
 	}
 	if !slices.Equal(names, []string{"9080", "9090"}) {
@@ -788,7 +789,7 @@ var routerKey = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-syste
 func TestGatewayRoutes(t *testing.T) {
 	out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), routerKey)
 	var names []string
-	for _, r := range out.Resources[RouteType] {
+	for _, r := range out.Resources[typeurl.Route] {
 		names = append(names, r.Name)
 	}
 	want := []string{GatewayHTTPRouteName(80), GatewayHTTPSRouteName(443, "2", "gw", "shop"), GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop")}
@@ -827,11 +828,11 @@ func TestGatewayRoutes(t *testing.T) {
 	// The mesh-bound VirtualService applies to sidecars too, with only its
 	// mesh match, and gateway-only ones do not.
 	side := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), rdsSidecarKey)
-	if n := len(side.Resources[RouteType]); n != 2 {
+	if n := len(side.Resources[typeurl.Route]); n != 2 {
 		t.Fatalf("sidecar route configurations = %d", n)
 	}
 	// A sidecar proxy gets no gateway routes.
-	for _, r := range side.Resources[RouteType] {
+	for _, r := range side.Resources[typeurl.Route] {
 		if strings.HasPrefix(r.Name, "http.") || strings.HasPrefix(r.Name, "https.") {
 			t.Errorf("sidecar got %s", r.Name)
 		}
@@ -874,7 +875,7 @@ func TestEnvoyRoutesDeterministic(t *testing.T) {
 	for _, key := range []proxy.Key{rdsSidecarKey, routerKey} {
 		a := Envoy(snapshot(t, y), key)
 		b := Envoy(snapshot(t, y), key)
-		ra, rb := a.Resources[RouteType], b.Resources[RouteType]
+		ra, rb := a.Resources[typeurl.Route], b.Resources[typeurl.Route]
 		if len(ra) == 0 || len(ra) != len(rb) {
 			t.Fatalf("%s: %d vs %d route configurations", key.Type, len(ra), len(rb))
 		}
@@ -944,7 +945,7 @@ func TestGatewayServersWithSameHostsShareRoutes(t *testing.T) {
 	byName := map[string]*routev3.RouteConfiguration{}
 	for _, y := range []string{y, gatewayYAML} {
 		out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + y}), routerKey)
-		for _, r := range out.Resources[RouteType] {
+		for _, r := range out.Resources[typeurl.Route] {
 			byName[r.Name+"|"+strconv.Itoa(len(y))] = r.Message.(*routev3.RouteConfiguration)
 		}
 	}

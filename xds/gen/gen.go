@@ -17,20 +17,13 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
-)
-
-// xDS type URLs.
-const (
-	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 )
 
 // Types lists the xDS types in the order a server should send them
 // (clusters before listeners, so that what a listener names exists).
-var Types = []string{ClusterType, EndpointType, ListenerType, RouteType}
+var Types = []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route}
 
 // Resource is one named xDS resource.
 type Resource struct {
@@ -64,8 +57,8 @@ func GRPC(s *mesh.Snapshot) *Output {
 		g.clusters(svc)
 		for _, p := range svc.Ports {
 			name := ListenerName(host, p.Number)
-			g.add(ListenerType, name, apiListener(name))
-			g.add(RouteType, name, g.routeConfig(svc, p, name))
+			g.add(typeurl.Listener, name, apiListener(name))
+			g.add(typeurl.Route, name, g.routeConfig(svc, p, name))
 		}
 	}
 	for _, rs := range g.out.Resources {
@@ -83,11 +76,11 @@ func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
 	for host := range hosts {
 		if svc := s.Services[host]; svc != nil {
 			g.eachCluster(svc, func(oc *outboundCluster) {
-				g.add(EndpointType, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
+				g.add(typeurl.Endpoint, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
 			})
 		}
 	}
-	rs := g.out.Resources[EndpointType]
+	rs := g.out.Resources[typeurl.Endpoint]
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
 	return rs
 }

@@ -7,6 +7,8 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // mtlsConfig is echo (ports 7070 and 7071) with a DestinationRule asking
@@ -44,7 +46,7 @@ spec:
 // them); nil when the cluster has no transport socket.
 func grpcUpstreamTLSOf(t *testing.T, out *Output, name string) *tlsv3.UpstreamTlsContext {
 	t.Helper()
-	c, _ := byName(out, ClusterType, name).Message.(*clusterv3.Cluster)
+	c, _ := byName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
 	if c == nil {
 		t.Fatalf("no cluster %s", name)
 	}
@@ -115,7 +117,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 	// SIMPLE on port 7071 cannot be had: those clusters and their
 	// endpoints are left out (never plain text), and it is reported.
 	for _, name := range []string{ClusterName(host, 7071, ""), ClusterName(host, 7071, "v1")} {
-		for _, typeURL := range []string{ClusterType, EndpointType} {
+		for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint} {
 			if r := byName(out, typeURL, name); r.Message != nil {
 				t.Errorf("%s %s generated; want it left out (SIMPLE)", typeURL, name)
 			}
@@ -133,7 +135,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 
 	// Endpoint-only regeneration leaves out the same clusters.
 	var want []Resource
-	for _, r := range out.Resources[EndpointType] {
+	for _, r := range out.Resources[typeurl.Endpoint] {
 		if strings.HasSuffix(r.Name, "|"+host) {
 			want = append(want, r)
 		}
@@ -160,7 +162,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	y := strings.Replace(mtlsConfig, "tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}", "tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}", 1)
 	out := GRPC(snapshot(t, map[string]string{"c1": y}))
-	if r := byName(out, ClusterType, ClusterName(host, 7071, "")); r.Message != nil {
+	if r := byName(out, typeurl.Cluster, ClusterName(host, 7071, "")); r.Message != nil {
 		t.Errorf("MUTUAL cluster generated")
 	}
 	if len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Reason, "MUTUAL TLS origination is not supported") {
@@ -168,7 +170,7 @@ func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	}
 
 	plain := GRPC(snapshot(t, map[string]string{"c1": config}))
-	for _, r := range plain.Resources[ClusterType] {
+	for _, r := range plain.Resources[typeurl.Cluster] {
 		if ctx := grpcUpstreamTLSOf(t, plain, r.Name); ctx != nil {
 			t.Errorf("cluster %s without a tls setting has TLS", r.Name)
 		}

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/internal/xdstest"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
@@ -60,7 +61,7 @@ func TestGRPCServerListeners(t *testing.T) {
 			t.Errorf("%s: STRICT without TLS", r.Name)
 		}
 	}
-	validateDeepAll(t, &gen.Output{Resources: map[string][]gen.Resource{gen.ListenerType: rs}})
+	validateDeepAll(t, &gen.Output{Resources: map[string][]gen.Resource{typeurl.Listener: rs}})
 	want := []string{gen.GRPCServerListenerName("0.0.0.0:80"), gen.GRPCServerListenerName("0.0.0.0:9000"),
 		gen.GRPCServerListenerName("[::]:80"), gen.GRPCServerListenerName("[::]:9000")}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
@@ -251,11 +252,11 @@ func (a *testADS) StreamAggregatedResources(stream discoveryv3.AggregatedDiscove
 			a.mu.Unlock()
 			continue
 		}
-		if req.GetTypeUrl() != gen.ListenerType || strings.Join(req.GetResourceNames(), ",") == sent {
+		if req.GetTypeUrl() != typeurl.Listener || strings.Join(req.GetResourceNames(), ",") == sent {
 			continue
 		}
 		sent = strings.Join(req.GetResourceNames(), ",")
-		resp := &discoveryv3.DiscoveryResponse{TypeUrl: gen.ListenerType, VersionInfo: "1", Nonce: sent}
+		resp := &discoveryv3.DiscoveryResponse{TypeUrl: typeurl.Listener, VersionInfo: "1", Nonce: sent}
 		for _, name := range req.GetResourceNames() {
 			l, err := a.listener(name)
 			if err != nil {

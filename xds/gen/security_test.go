@@ -17,6 +17,7 @@ import (
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
@@ -528,7 +529,7 @@ spec:
 		}
 	}
 	// Everything else is still generated.
-	if n := len(out.Resources[gen.ClusterType]); n == 0 {
+	if n := len(out.Resources[typeurl.Cluster]); n == 0 {
 		t.Error("no clusters")
 	}
 }
@@ -587,10 +588,10 @@ spec:
 	}
 	// A gateway the Gateway selects and the policy does not.
 	other := gen.Envoy(snap, proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.0.9.8"})
-	if len(other.Resources[gen.ListenerType]) != 2 {
-		t.Fatalf("the other gateway has listeners %v", other.Resources[gen.ListenerType])
+	if len(other.Resources[typeurl.Listener]) != 2 {
+		t.Fatalf("the other gateway has listeners %v", other.Resources[typeurl.Listener])
 	}
-	for _, r := range other.Resources[gen.ListenerType] {
+	for _, r := range other.Resources[typeurl.Listener] {
 		if text := protoText(t, r); strings.Contains(text, gen.RBACHTTPFilter) || strings.Contains(text, gen.RBACNetworkFilter) {
 			t.Errorf("listener %s of an unselected gateway has an RBAC filter", r.Name)
 		}

@@ -7,6 +7,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
@@ -135,7 +136,7 @@ func TestUpstreamMTLS(t *testing.T) {
 		validateDeepAll(t, out)
 		s := sim.New(out.Resources)
 		clusters := map[string]*clusterv3.Cluster{}
-		for _, r := range out.Resources[gen.ClusterType] {
+		for _, r := range out.Resources[typeurl.Cluster] {
 			clusters[r.Name] = r.Message.(*clusterv3.Cluster)
 		}
 		for _, tc := range []struct {

@@ -3,6 +3,7 @@ package gen
 import (
 	"testing"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -41,11 +42,11 @@ spec:
 `})
 	key := goldenProxies[2].key // the ingress gateway at 10.3.0.1
 	out := Envoy(snap, key)
-	if _, ok := byNameOK(out, ListenerType, OutboundListenerName("0.0.0.0", 8080)); !ok {
-		t.Fatalf("no listener on 8080: %v", resourceNames(out, ListenerType))
+	if _, ok := byNameOK(out, typeurl.Listener, OutboundListenerName("0.0.0.0", 8080)); !ok {
+		t.Fatalf("no listener on 8080: %v", resourceNames(out, typeurl.Listener))
 	}
-	if _, ok := byNameOK(out, RouteType, GatewayHTTPRouteName(8080)); !ok {
-		t.Fatalf("no route configuration %s: %v", GatewayHTTPRouteName(8080), resourceNames(out, RouteType))
+	if _, ok := byNameOK(out, typeurl.Route, GatewayHTTPRouteName(8080)); !ok {
+		t.Fatalf("no route configuration %s: %v", GatewayHTTPRouteName(8080), resourceNames(out, typeurl.Route))
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx"
@@ -231,7 +231,7 @@ spec: {address: 127.0.0.2, ports: {grpc: 17072}, labels: {app: echo, version: v2
 		t.Fatalf("diff %+v, want only echo's endpoints changed", st2.Diff)
 	}
 	r2 := st2.ForProxy(k)
-	for _, typeURL := range []string{gen.ClusterType, gen.ListenerType, gen.RouteType} {
+	for _, typeURL := range []string{typeurl.Cluster, typeurl.Listener, typeurl.Route} {
 		for name, p := range r1.Resources[typeURL] {
 			if r2.Resources[typeURL][name] != p {
 				t.Errorf("%s %s was regenerated for an endpoint change", typeURL, name)
@@ -239,8 +239,8 @@ spec: {address: 127.0.0.2, ports: {grpc: 17072}, labels: {app: echo, version: v2
 		}
 	}
 	changed := 0
-	for name, p := range r2.Resources[gen.EndpointType] {
-		if r1.Resources[gen.EndpointType][name] != p {
+	for name, p := range r2.Resources[typeurl.Endpoint] {
+		if r1.Resources[typeurl.Endpoint][name] != p {
 			changed++
 		}
 	}

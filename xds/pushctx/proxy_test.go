@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx"
@@ -44,12 +45,12 @@ func TestForProxyGeneratesOncePerKeyAndSharesBytes(t *testing.T) {
 	if ra == rb {
 		t.Fatal("different keys got the same result")
 	}
-	clusters := ra.Resources[gen.ClusterType]
+	clusters := ra.Resources[typeurl.Cluster]
 	if len(clusters) == 0 {
 		t.Fatal("no clusters generated")
 	}
 	for name, p := range clusters {
-		if q := rb.Resources[gen.ClusterType][name]; q != p {
+		if q := rb.Resources[typeurl.Cluster][name]; q != p {
 			t.Fatalf("cluster %s: same content for two keys was not shared (%p vs %p)", name, p, q)
 		}
 	}
@@ -87,9 +88,9 @@ func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
 	if own == a {
 		t.Error("a proxy serving echo shares the config of one serving nothing")
 	}
-	if len(own.Resources[gen.ClusterType]) <= len(a.Resources[gen.ClusterType]) {
+	if len(own.Resources[typeurl.Cluster]) <= len(a.Resources[typeurl.Cluster]) {
 		t.Errorf("the serving proxy has %d clusters, the other %d: want its inbound clusters too",
-			len(own.Resources[gen.ClusterType]), len(a.Resources[gen.ClusterType]))
+			len(own.Resources[typeurl.Cluster]), len(a.Resources[typeurl.Cluster]))
 	}
 	if mm := m.Mismatches(); len(mm) > 0 {
 		t.Errorf("shared results differ from generation from scratch: %v", mm)
@@ -123,20 +124,20 @@ func TestProxylessServersGetTheirServerListeners(t *testing.T) {
 	own := st.ProxylessFor(key("127.0.0.1"))
 	for _, port := range []string{"17071", "17072"} {
 		for _, host := range []string{"0.0.0.0:", "[::]:"} {
-			if own.Resources[gen.ListenerType][gen.GRPCServerListenerName(host+port)] == nil {
+			if own.Resources[typeurl.Listener][gen.GRPCServerListenerName(host+port)] == nil {
 				t.Errorf("no server listener for %s%s", host, port)
 			}
 		}
 	}
-	if got, want := len(own.Resources[gen.ListenerType]), len(base.Resources[gen.ListenerType])+4; got != want {
+	if got, want := len(own.Resources[typeurl.Listener]), len(base.Resources[typeurl.Listener])+4; got != want {
 		t.Errorf("%d listeners, want the %d mesh-wide ones and 4 server listeners", got, want-4)
 	}
-	for name, p := range base.Resources[gen.ListenerType] {
-		if own.Resources[gen.ListenerType][name] != p {
+	for name, p := range base.Resources[typeurl.Listener] {
+		if own.Resources[typeurl.Listener][name] != p {
 			t.Errorf("mesh-wide listener %s is not shared", name)
 		}
 	}
-	if own.Resources[gen.ClusterType] == nil || len(own.Resources[gen.ClusterType]) != len(base.Resources[gen.ClusterType]) {
+	if own.Resources[typeurl.Cluster] == nil || len(own.Resources[typeurl.Cluster]) != len(base.Resources[typeurl.Cluster]) {
 		t.Error("the other types are not the mesh-wide ones")
 	}
 	if st.ProxylessFor(key("127.0.0.1")) != own {

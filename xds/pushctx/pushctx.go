@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -553,13 +554,13 @@ func (s *State) generateFrom(ck, k proxy.Key) (*ProxyResources, string) {
 			dns = true
 		}
 	}
-	out := &gen.Output{Resources: map[string][]gen.Resource{gen.EndpointType: v.EndpointsOf(diff.Hosts)}}
+	out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: v.EndpointsOf(diff.Hosts)}}
 	if own || dns {
-		out.Resources[gen.ClusterType] = v.Clusters()
+		out.Resources[typeurl.Cluster] = v.Clusters()
 	}
 	if own {
-		out.Resources[gen.ListenerType] = v.Listeners()
-		out.Resources[gen.RouteType] = v.Routes()
+		out.Resources[typeurl.Listener] = v.Listeners()
+		out.Resources[typeurl.Route] = v.Routes()
 	}
 	out.Problems = v.Problems()
 	res := s.derive(pr, out)
@@ -583,7 +584,7 @@ func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
 	}
 	for typeURL, list := range s.intern(s.marshal(out)) {
 		var byName map[string]*Prepared
-		if typeURL == gen.EndpointType {
+		if typeURL == typeurl.Endpoint {
 			byName = maps.Clone(base.Resources[typeURL])
 			if byName == nil {
 				byName = map[string]*Prepared{}
@@ -600,7 +601,7 @@ func (s *State) derive(base *ProxyResources, out *gen.Output) *ProxyResources {
 			}
 			byName[p.Name] = p
 		}
-		if typeURL != gen.EndpointType {
+		if typeURL != typeurl.Endpoint {
 			for name := range base.Resources[typeURL] {
 				if byName[name] == nil {
 					ch.Removed = append(ch.Removed, name)
@@ -709,7 +710,7 @@ func (s *State) Proxyless() *ProxyResources {
 			res, mode = pg, genReused
 		case pg != nil && !diff.Config:
 			// Only endpoints changed: only those hosts' assignments.
-			res, mode = s.derive(pg, &gen.Output{Resources: map[string][]gen.Resource{gen.EndpointType: gen.GRPCEndpoints(s.Snapshot, diff.Hosts)}}), genEndpoints
+			res, mode = s.derive(pg, &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: gen.GRPCEndpoints(s.Snapshot, diff.Hosts)}}), genEndpoints
 			if s.mgr != nil && s.mgr.opts.Verify {
 				s.verifyOutput(key, res, gen.GRPC(s.Snapshot))
 			}
@@ -765,11 +766,11 @@ func (s *State) ProxylessFor(k proxy.Key) *ProxyResources {
 		for typeURL, byName := range base.Resources {
 			res.Resources[typeURL] = byName // immutable: shared
 		}
-		all := maps.Clone(base.Resources[gen.ListenerType])
+		all := maps.Clone(base.Resources[typeurl.Listener])
 		if all == nil {
 			all = map[string]*Prepared{}
 		}
-		for typeURL, list := range s.intern(marshal(&gen.Output{Resources: map[string][]gen.Resource{gen.ListenerType: listeners}})) {
+		for typeURL, list := range s.intern(marshal(&gen.Output{Resources: map[string][]gen.Resource{typeurl.Listener: listeners}})) {
 			for _, p := range list {
 				all[p.Name] = p
 			}
@@ -786,12 +787,12 @@ func (s *State) ProxylessFor(k proxy.Key) *ProxyResources {
 		// Shared with a key of other IPs or labels: must be equal.
 		listeners, _ := gen.GRPCServerListeners(s.Snapshot, k)
 		var diffs []string
-		if got, want := len(e.res.Resources[gen.ListenerType]), len(base.Resources[gen.ListenerType])+len(listeners); got != want {
-			diffs = append(diffs, fmt.Sprintf("%s: %d listeners shared, %d from scratch", gen.ListenerType, got, want))
+		if got, want := len(e.res.Resources[typeurl.Listener]), len(base.Resources[typeurl.Listener])+len(listeners); got != want {
+			diffs = append(diffs, fmt.Sprintf("%s: %d listeners shared, %d from scratch", typeurl.Listener, got, want))
 		}
-		for _, p := range marshal(&gen.Output{Resources: map[string][]gen.Resource{gen.ListenerType: listeners}})[gen.ListenerType] {
-			if q := e.res.Resources[gen.ListenerType][p.Name]; q == nil || q.Hash != p.Hash {
-				diffs = append(diffs, fmt.Sprintf("%s %s differs from a generation from scratch", gen.ListenerType, p.Name))
+		for _, p := range marshal(&gen.Output{Resources: map[string][]gen.Resource{typeurl.Listener: listeners}})[typeurl.Listener] {
+			if q := e.res.Resources[typeurl.Listener][p.Name]; q == nil || q.Hash != p.Hash {
+				diffs = append(diffs, fmt.Sprintf("%s %s differs from a generation from scratch", typeurl.Listener, p.Name))
 			}
 		}
 		if len(diffs) > 0 {
@@ -1190,7 +1191,7 @@ func prepare(out *gen.Output, prev map[string]map[string]*Prepared) map[string]m
 func (s *State) marshal(out *gen.Output) map[string][]*Prepared {
 	res := make(map[string][]*Prepared, len(out.Resources))
 	for typeURL, list := range out.Resources {
-		if typeURL != gen.EndpointType {
+		if typeURL != typeurl.Endpoint {
 			res[typeURL] = marshal(&gen.Output{Resources: map[string][]gen.Resource{typeURL: list}})[typeURL]
 			continue
 		}

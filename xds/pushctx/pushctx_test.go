@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
@@ -113,7 +114,7 @@ func TestCurrentWaitsUntilAClusterHasSynced(t *testing.T) {
 	if st == nil || st.Version != 1 || st.Mesh != "m" || superseded != st.Superseded() || closed(superseded) {
 		t.Fatalf("first State = %+v, want version 1 of mesh m, not superseded", st)
 	}
-	if st.Proxyless().Resources[gen.ListenerType][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
+	if st.Proxyless().Resources[typeurl.Listener][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
 		t.Errorf("first State lacks the echo service: resources %v", st.Proxyless())
 	}
 	if len(st.Snapshot.Clusters) != 2 {
@@ -161,7 +162,7 @@ func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
 		}
 		for name, p1 := range st1.Proxyless().Resources[typeURL] {
 			p2 := st2.Proxyless().Resources[typeURL][name]
-			changed := typeURL == gen.RouteType && name == echoListener
+			changed := typeURL == typeurl.Route && name == echoListener
 			switch {
 			case p2 == nil:
 				t.Errorf("%s %s vanished", typeURL, name)
@@ -239,8 +240,8 @@ func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
 	m.Notify("m")
 	await(t, ready, "the first publication")
 	st, _ := m.Current("m")
-	if st.Proxyless().Resources[gen.ClusterType]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
-		t.Errorf("clusters = %v, want the echo service's", st.Proxyless().Resources[gen.ClusterType])
+	if st.Proxyless().Resources[typeurl.Cluster]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
+		t.Errorf("clusters = %v, want the echo service's", st.Proxyless().Resources[typeurl.Cluster])
 	}
 }
 

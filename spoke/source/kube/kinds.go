@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // Names of the watched Kubernetes kinds (the Istio kinds are named by
@@ -188,7 +189,7 @@ func istioKind[T any](plural string, informer func(istioclient.Interface) cache.
 	var zero T
 	_, spec, _ := parts(&zero)
 	full := string(spec.ProtoReflect().Descriptor().FullName())
-	mk, ok := meshconfig.KindByTypeURL("type.googleapis.com/" + full)
+	mk, ok := meshconfig.KindByTypeURL(typeurl.Prefix + full)
 	if !ok {
 		panic(fmt.Sprintf("kube: %s has no meshconfig kind", full))
 	}

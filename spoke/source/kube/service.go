@@ -7,6 +7,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
+	"github.com/navemesh/nave/shared/typeurl"
 )
 
 // origin is every object's Origin.
@@ -19,7 +20,7 @@ var (
 )
 
 func registryKind(spec proto.Message) *meshconfig.Kind {
-	k, ok := meshconfig.KindByTypeURL("type.googleapis.com/" + string(spec.ProtoReflect().Descriptor().FullName()))
+	k, ok := meshconfig.KindByTypeURL(typeurl.Prefix + string(spec.ProtoReflect().Descriptor().FullName()))
 	if !ok {
 		panic("kube: no meshconfig kind for " + string(spec.ProtoReflect().Descriptor().FullName()))
 	}

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 )
 
@@ -63,22 +64,22 @@ func New(resources map[string][]gen.Resource) *Sim {
 		clusters:  map[string]*clusterv3.Cluster{},
 		endpoints: map[string]*endpointv3.ClusterLoadAssignment{},
 	}
-	for _, r := range resources[gen.ListenerType] {
+	for _, r := range resources[typeurl.Listener] {
 		if l, ok := r.Message.(*listenerv3.Listener); ok {
 			s.listeners = append(s.listeners, l)
 		}
 	}
-	for _, r := range resources[gen.RouteType] {
+	for _, r := range resources[typeurl.Route] {
 		if rc, ok := r.Message.(*routev3.RouteConfiguration); ok {
 			s.routes[rc.GetName()] = rc
 		}
 	}
-	for _, r := range resources[gen.ClusterType] {
+	for _, r := range resources[typeurl.Cluster] {
 		if c, ok := r.Message.(*clusterv3.Cluster); ok {
 			s.clusters[c.GetName()] = c
 		}
 	}
-	for _, r := range resources[gen.EndpointType] {
+	for _, r := range resources[typeurl.Endpoint] {
 		if la, ok := r.Message.(*endpointv3.ClusterLoadAssignment); ok {
 			s.endpoints[la.GetClusterName()] = la
 		}
