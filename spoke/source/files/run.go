@@ -25,8 +25,9 @@ const (
 // until ctx is done (it then returns nil). publish is called from Run's
 // goroutine only, never concurrently; it owns the slice it is given.
 //
-// Run fails at once when the directory is missing or unreadable. If it
-// becomes unreadable later (or a reload panics), the last objects stay
+// Run fails at once when the directory is missing or unreadable, or holds
+// more than the limits (Options). If it becomes so later (or a reload
+// panics), the last objects stay
 // published and Run retries, backing off, until a reload succeeds. Run
 // may be called again after it returned, but not concurrently.
 func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object)) error {
