@@ -17,8 +17,8 @@ import (
 
 // loadResult is one load of the directory.
 type loadResult struct {
-	objects    []*meshconfig.Object // valid, sorted
-	rejections []Rejection          // sorted
+	objects    []*meshconfig.Object // valid: in path order from load, sorted and unique after settle
+	rejections []Rejection          // sorted after settle
 	dirs       []string             // every directory walked, as reached
 }
 
@@ -43,10 +43,7 @@ func (s *Source) load(watch func(dir string)) (loadResult, error) {
 	}
 	slices.SortFunc(w.files, func(a, b string) int { return strings.Compare(a, b) })
 
-	var (
-		res   = loadResult{rejections: w.rejections, dirs: w.dirs}
-		first = map[string]string{} // kind namespace/name -> origin of the object kept
-	)
+	res := loadResult{rejections: w.rejections, dirs: w.dirs}
 	for _, rel := range w.files {
 		data, reason := readLimited(root, rel, s.opts.MaxFileBytes)
 		if reason != "" {
@@ -57,22 +54,8 @@ func (s *Source) load(watch func(dir string)) (loadResult, error) {
 		for _, e := range errs {
 			res.rejections = append(res.rejections, fromObjectError(e))
 		}
-		for _, o := range objs {
-			key := o.Kind.Kind + " " + o.Key()
-			if at, dup := first[key]; dup {
-				file, index := splitOrigin(o.Origin)
-				res.rejections = append(res.rejections, Rejection{
-					File: file, Index: index, Kind: o.Kind.Kind, Namespace: o.Namespace, Name: o.Name,
-					Reason: fmt.Sprintf("duplicate %s %s: the first one, at %s, is kept", o.Kind.Kind, o.Key(), at),
-				})
-				continue
-			}
-			first[key] = o.Origin
-			res.objects = append(res.objects, o)
-		}
+		res.objects = append(res.objects, objs...)
 	}
-	sortObjects(res.objects)
-	sortRejections(res.rejections)
 	return res, nil
 }
 

@@ -119,7 +119,7 @@ func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Ob
 		return err
 	}
 	s.unwatchGone(watcher, res.dirs)
-	keepLastGood(s.Objects(), &res)
+	settle(s.Objects(), &res)
 	elapsed := time.Since(start)
 
 	for _, r := range res.rejections {
