@@ -1,6 +1,7 @@
 package files
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,15 @@ type loadResult struct {
 	objects    []*meshconfig.Object // valid: in path order from load, sorted and unique after settle
 	rejections []Rejection          // sorted after settle
 	dirs       []string             // every directory walked, as reached
+	files      map[string]fileState // every YAML file found, by path relative to the root
+}
+
+// fileState is what a load saw of a file, to tell whether it changed
+// between two loads. It is comparable.
+type fileState struct {
+	size  int64
+	mtime int64 // Unix nanoseconds
+	sum   [sha256.Size]byte
 }
 
 // load reads the whole tree. watch is called with every directory before
@@ -43,9 +53,10 @@ func (s *Source) load(watch func(dir string)) (loadResult, error) {
 	}
 	slices.SortFunc(w.files, func(a, b string) int { return strings.Compare(a, b) })
 
-	res := loadResult{rejections: w.rejections, dirs: w.dirs}
+	res := loadResult{rejections: w.rejections, dirs: w.dirs, files: make(map[string]fileState, len(w.files))}
 	for _, rel := range w.files {
-		data, reason := readLimited(root, rel, s.opts.MaxFileBytes)
+		data, state, reason := readLimited(root, rel, s.opts.MaxFileBytes)
+		res.files[rel] = state
 		if reason != "" {
 			res.rejections = append(res.rejections, Rejection{File: rel, Index: -1, Reason: reason})
 			continue
@@ -174,28 +185,30 @@ func isYAML(name string) bool {
 }
 
 // readLimited reads a file of the root of at most limit bytes, or says
-// why not.
-func readLimited(root *os.Root, name string, limit int64) ([]byte, string) {
+// why not, and what it saw of the file (what it could).
+func readLimited(root *os.Root, name string, limit int64) ([]byte, fileState, string) {
 	f, err := root.Open(name)
 	if err != nil {
-		return nil, "cannot open: " + linkReason(err)
+		return nil, fileState{}, "cannot open: " + linkReason(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, "cannot stat: " + errReason(err)
+		return nil, fileState{}, "cannot stat: " + errReason(err)
 	}
+	state := fileState{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	if fi.Size() > limit {
-		return nil, fmt.Sprintf("file is %d bytes, larger than the limit %d", fi.Size(), limit)
+		return nil, state, fmt.Sprintf("file is %d bytes, larger than the limit %d", fi.Size(), limit)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, "cannot read: " + errReason(err)
+		return nil, state, "cannot read: " + errReason(err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Sprintf("file is more than %d bytes, larger than the limit %d", limit, limit)
+		return nil, state, fmt.Sprintf("file is more than %d bytes, larger than the limit %d", limit, limit)
 	}
-	return data, ""
+	state.size, state.sum = int64(len(data)), sha256.Sum256(data)
+	return data, state, ""
 }
 
 // errReason is an error without the absolute path that *fs.PathError

@@ -57,8 +57,11 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 		pendingSince time.Time // zero when no reload is pending
 		retry        = minRetry
 	)
-	timer.Stop() // armed by the first change
+	timer.Stop() // armed by the first change, or by a withdrawal held
 	defer timer.Stop()
+	if len(s.held) > 0 {
+		timer.Reset(s.opts.Debounce)
+	}
 	schedule := func() {
 		now := time.Now()
 		if pendingSince.IsZero() {
@@ -96,6 +99,10 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 				continue
 			}
 			retry = minRetry
+			if len(s.held) > 0 {
+				// Look again in a window: withdraw, or keep holding.
+				timer.Reset(s.opts.Debounce)
+			}
 		}
 	}
 }
@@ -119,7 +126,9 @@ func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Ob
 		return err
 	}
 	s.unwatchGone(watcher, res.dirs)
-	settle(s.Objects(), &res)
+	held := map[string]time.Time{}
+	settle(s.Objects(), &res, func(o *meshconfig.Object) bool { return s.holdWithdrawal(o, res.files, start, held) })
+	s.files, s.lastLoad, s.held = res.files, start, held
 	elapsed := time.Since(start)
 
 	for _, r := range res.rejections {

@@ -21,13 +21,15 @@ const keptNote = "; the last good version is kept"
 //  2. else the live object stays as it is when the load failed on it
 //     (keepLastGood), so that a broken edit never withdraws config that
 //     worked (invariant 3);
-//  3. else the first candidate in path order wins (at start, nothing is
+//  3. else the live object stays while hold says so: its file changed in
+//     this round and may be half-written (Source.holdWithdrawal);
+//  4. else the first candidate in path order wins (at start, nothing is
 //     live).
 //
 // Every other candidate is rejected as a duplicate, naming where the one
 // kept is. An object removed from a file that loads fine is gone, and so
 // are the objects of a deleted file: those are edits, not errors.
-func settle(prev []*meshconfig.Object, res *loadResult) {
+func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconfig.Object) bool) {
 	live := make(map[string]*meshconfig.Object, len(prev))
 	for _, o := range prev {
 		live[keyOf(o)] = o
@@ -62,7 +64,7 @@ func settle(prev []*meshconfig.Object, res *loadResult) {
 					break
 				}
 			}
-			if w == nil && keepLastGood(l, res.rejections) {
+			if w == nil && (keepLastGood(l, res.rejections) || hold(l)) {
 				w = l
 			}
 		}

@@ -73,6 +73,12 @@ type Source struct {
 	metrics *metrics
 	running atomic.Bool
 
+	// What the last load saw, for holdWithdrawal; only Run's goroutine
+	// touches these.
+	files    map[string]fileState
+	lastLoad time.Time
+	held     map[string]time.Time // object key -> when its withdrawal was first held
+
 	mu         sync.RWMutex
 	loaded     bool
 	objects    []*meshconfig.Object
