@@ -27,9 +27,13 @@ const (
 //
 // Run fails at once when the directory is missing or unreadable, or holds
 // more than the limits (Options). If it becomes so later (or a reload
-// panics), the last objects stay
-// published and Run retries, backing off, until a reload succeeds. Run
-// may be called again after it returned, but not concurrently.
+// panics), the last objects stay published and Run retries, backing off,
+// until a reload succeeds. Run may be called again after it returned, but
+// not concurrently.
+//
+// Adds and updates publish at the first reload that sees them; a
+// withdrawal may wait a few debounce windows for its file to settle
+// (holdWithdrawal).
 func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object)) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("files source: already running")
