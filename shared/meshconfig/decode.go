@@ -3,6 +3,7 @@ package meshconfig
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -62,27 +63,44 @@ func DecodeYAML(data []byte, origin string) ([]*Object, []*ObjectError) {
 
 // decodeDocument turns one document into an Object, or nil for an empty
 // document. Errors carry whatever of kind and name was readable.
+//
+// A document that does not name one of the kinds nave knows may be any
+// file at all (a key, a token, a kubeconfig), so its errors quote none of
+// it: they say where it is (its first line) and why, in nave's words.
+// Once a document names a known kind it is config, and errors name its
+// fields and may quote its values, as any config error does.
 func decodeDocument(doc document) (*Object, *ObjectError) {
 	if !utf8.Valid(doc.data) {
-		return nil, &ObjectError{Reason: "document is not UTF-8 text (binary data?)"}
+		return nil, &ObjectError{Reason: fmt.Sprintf("line %d: document is not UTF-8 text (binary data?)", doc.line)}
 	}
 	if !hasContent(doc.data) {
 		return nil, nil
 	}
 	js, err := yamlToJSON(doc.data)
 	if err != nil {
-		return nil, &ObjectError{Reason: "invalid YAML: " + fileLines(err.Error(), doc.line)}
+		return nil, &ObjectError{Reason: "invalid YAML: " + yamlReason(err.Error(), doc.line)}
 	}
 	if string(js) == "null" {
 		return nil, nil
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(js, &top); err != nil {
-		return nil, &ObjectError{Reason: fmt.Sprintf("document is %s, not a mapping", jsonTypeName(js))}
+		return nil, &ObjectError{Reason: fmt.Sprintf("line %d: document is %s, not a mapping", doc.line, jsonTypeName(js))}
+	}
+
+	kindName, kerr := stringField(top, "kind")
+	if kerr == nil && slices.Contains(otherIstioKinds, kindName) {
+		return nil, &ObjectError{Kind: kindName, Reason: fmt.Sprintf("line %d: %s is an Istio kind nave does not support (it supports %s)",
+			doc.line, kindName, strings.Join(kindNames(), ", "))}
+	}
+	if kerr == nil && !isKindName(kindName) {
+		kerr = fmt.Errorf("its kind is not one nave accepts (%s)", strings.Join(kindNames(), ", "))
+	}
+	if kerr != nil {
+		return nil, &ObjectError{Field: "kind", Reason: fmt.Sprintf("line %d: not a config object: %v", doc.line, kerr)}
 	}
 
 	apiVersion, aerr := stringField(top, "apiVersion")
-	kindName, kerr := stringField(top, "kind")
 	oerr := &ObjectError{Kind: kindName}
 	meta, merr := decodeMetadata(top["metadata"])
 	oerr.Namespace, oerr.Name = meta.namespace, meta.name
@@ -101,9 +119,6 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 		return nil, oerr
 	case aerr != nil:
 		oerr.Field, oerr.Reason = "apiVersion", aerr.Error()
-		return nil, oerr
-	case kerr != nil:
-		oerr.Field, oerr.Reason = "kind", kerr.Error()
 		return nil, oerr
 	}
 	kind, err := KindFor(apiVersion, kindName)
@@ -144,26 +159,78 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 func yamlToJSON(data []byte) (js []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			js, err = nil, fmt.Errorf("the YAML parser failed: %v", r)
+			// The panic value may hold the input: it is not quoted.
+			js, err = nil, errors.New("the YAML parser failed on this document")
 		}
 	}()
 	return yaml.YAMLToJSONStrict(data)
 }
 
-var yamlLineRE = regexp.MustCompile(`\bline (\d+)\b`)
+var (
+	yamlLineRE  = regexp.MustCompile(`\bline (\d+)\b`)
+	yamlQuoteRE = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"|'[^']*'|`[^`]*`")
+)
 
-// fileLines rewrites "line N" in a YAML error, counted from the start of
-// its document, to the line of the file.
-func fileLines(msg string, firstLine int) string {
+// yamlProblems rewords the YAML parser's messages that quote the input
+// (a key, a value, an anchor's name) in nave's words. The parser's other
+// messages are fixed text, such as "did not find expected ',' or ']'".
+var yamlProblems = []struct {
+	re     *regexp.Regexp
+	reason string
+}{
+	{regexp.MustCompile(`^key .* already set in map$`), "a key is repeated in one mapping"},
+	{regexp.MustCompile(`^cannot (unmarshal|decode) `), "a value does not match its tag"},
+	{regexp.MustCompile(`^(invalid|unsupported) map key`), "a mapping key is a list or a mapping"},
+	{regexp.MustCompile(`^unknown anchor `), "an alias names an unknown anchor"},
+	{regexp.MustCompile(`^anchor .* value contains itself$`), "an anchor's value contains itself"},
+}
+
+// yamlReason turns a YAML error into a reason that gives lines of the file
+// (the parser counts from the start of the document, which starts at
+// firstLine) and quotes nothing of the input. A problem the parser gives
+// no line for is placed at the document's first line.
+func yamlReason(msg string, firstLine int) string {
 	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
 	msg = strings.TrimPrefix(msg, "yaml: ")
-	return yamlLineRE.ReplaceAllStringFunc(msg, func(s string) string {
-		n, err := strconv.Atoi(strings.TrimPrefix(s, "line "))
-		if err != nil {
-			return s
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	var out []string
+	for part := range strings.SplitSeq(msg, "\n") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
 		}
-		return "line " + strconv.Itoa(n+firstLine-1)
-	})
+		line := 0
+		if m := yamlLineRE.FindStringSubmatchIndex(part); m != nil && m[0] == 0 {
+			line, _ = strconv.Atoi(part[m[2]:m[3]])
+			part = strings.TrimPrefix(strings.TrimSpace(part[m[1]:]), ": ")
+		}
+		problem := ""
+		for _, p := range yamlProblems {
+			if p.re.MatchString(part) {
+				problem = p.reason
+				break
+			}
+		}
+		if problem == "" {
+			// Unknown text: keep it, but not what it quotes beyond one
+			// character (the parser quotes syntax like ':' or ']').
+			problem = yamlQuoteRE.ReplaceAllStringFunc(part, func(q string) string {
+				if len(q) <= 3 {
+					return q
+				}
+				return q[:1] + "…" + q[len(q)-1:]
+			})
+		}
+		if line > 0 {
+			out = append(out, fmt.Sprintf("line %d: %s", line+firstLine-1, problem))
+		} else {
+			out = append(out, fmt.Sprintf("in the document from line %d: %s", firstLine, problem))
+		}
+	}
+	if len(out) == 0 {
+		return fmt.Sprintf("in the document from line %d", firstLine)
+	}
+	return strings.Join(out, "; ")
 }
 
 func jsonTypeName(js []byte) string {
@@ -306,4 +373,25 @@ func stringMap(raw json.RawMessage, field string) (map[string]string, *metadataE
 		out[k] = s
 	}
 	return out, nil
+}
+
+// otherIstioKinds are Istio's config kinds that nave does not support:
+// fixed names, so an error may name them.
+var otherIstioKinds = []string{"EnvoyFilter", "ProxyConfig", "Telemetry", "WasmPlugin"}
+
+// isKindName reports whether name is the kind of one of nave's kinds, of
+// any group.
+func isKindName(name string) bool {
+	return slices.ContainsFunc(kinds, func(k *Kind) bool { return k.Kind == name })
+}
+
+// kindNames lists the kinds accepted in config files.
+func kindNames() []string {
+	var names []string
+	for _, k := range kinds {
+		if !k.Registry {
+			names = append(names, k.Kind)
+		}
+	}
+	return names
 }

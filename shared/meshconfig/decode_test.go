@@ -181,16 +181,18 @@ func TestDecodeDocumentErrors(t *testing.T) {
 		{"control characters", "a: \x00\x01\n", "", "", "invalid YAML"},
 		{"broken YAML", "a: b\nc: d: e\n", "", "", "invalid YAML: line 2"},
 		{"tab indentation", "a:\n\tb: c\n", "", "", "invalid YAML: line 2"},
-		{"duplicate key", vsHead + "metadata: {name: a}\nmetadata: {name: b}\n", "", "", `key "metadata" already set`},
+		{"duplicate key", vsHead + "metadata: {name: a}\nmetadata: {name: b}\n", "", "", "line 4: a key is repeated in one mapping"},
 		{"unknown top-level key", vsHead + "metadata: {name: r}\nspc: {}\n", "spc", "VirtualService", `unknown field "spc"`},
 		{"missing apiVersion", "kind: VirtualService\nmetadata: {name: r}\n", "apiVersion", "VirtualService", "apiVersion is required"},
 		{"kind a mapping", "apiVersion: networking.istio.io/v1\nkind: {a: b}\nmetadata: {name: r}\n", "kind", "", "kind must be a string, not a mapping"},
 		{"apiVersion not a string", "apiVersion: 3\nkind: VirtualService\nmetadata: {name: r}\n", "apiVersion", "VirtualService", "must be a string"},
 		{"missing kind", "apiVersion: networking.istio.io/v1\nmetadata: {name: r}\n", "kind", "", "kind is required"},
-		{"unknown group", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: r}\n", "", "Widget", `apiVersion "example.com/v1" is not supported`},
+		{"unknown kind of an unknown group", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: r}\n", "kind", "", "line 1: not a config object: its kind is not one nave accepts (VirtualService, "},
+		{"unknown group", "apiVersion: example.com/v1\nkind: VirtualService\nmetadata: {name: r}\n", "", "VirtualService", `apiVersion "example.com/v1" is not supported`},
 		{"unknown version", "apiVersion: networking.istio.io/v2\nkind: VirtualService\nmetadata: {name: r}\n", "", "VirtualService", `apiVersion "networking.istio.io/v2" is not supported for VirtualService`},
 		{"security v1alpha3", "apiVersion: security.istio.io/v1alpha3\nkind: AuthorizationPolicy\nmetadata: {name: r}\n", "", "AuthorizationPolicy", "supported versions: v1, v1beta1"},
-		{"unknown kind", "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: r}\n", "", "EnvoyFilter", `kind "EnvoyFilter" is not supported in networking.istio.io`},
+		{"unknown kind", "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: r}\n", "", "EnvoyFilter", "EnvoyFilter is an Istio kind nave does not support"},
+		{"kubernetes kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: r}\ndata: {a: b}\n", "kind", "", "not a config object"},
 		{"registry Service", "apiVersion: nave.io/v1\nkind: Service\nmetadata: {name: r}\nspec: {hostname: r.default.svc}\n", "", "Service", "produced by the spoke's registry, not accepted in config files"},
 		{"registry Workload", "apiVersion: nave.io/v1\nkind: Workload\nmetadata: {name: r}\nspec: {address: 10.0.0.1}\n", "", "Workload", "produced by the spoke's registry"},
 		{"missing metadata", vsHead + okSpec, "metadata.name", "VirtualService", "name is required"},
@@ -360,5 +362,48 @@ func TestObjectErrorFormat(t *testing.T) {
 		if got := tt.err.Error(); got != tt.want {
 			t.Errorf("Error() = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// TestDecodeNeverQuotesForeignDocuments: a document that is not a config
+// object of a known kind may be any file (a key, a token, a kubeconfig),
+// so nothing of it may appear in its error, only where it is and why.
+func TestDecodeNeverQuotesForeignDocuments(t *testing.T) {
+	const secret = "sk_live_51HxQsecret"
+	docs := map[string]string{
+		"top-level key":          secret + ": 1\n",
+		"env file":               "API_TOKEN=" + secret + "\n",
+		"kubernetes Secret":      "apiVersion: v1\nkind: Secret\nmetadata: {name: " + secret + ", namespace: " + secret + "}\ndata: {token: " + secret + "}\n",
+		"kind":                   "apiVersion: example.com/v1\nkind: " + secret + "\nmetadata: {name: a}\n",
+		"apiVersion":             "apiVersion: " + secret + "\nkind: Widget\n",
+		"json key file":          `{"type": "service_account", "private_key_id": "` + secret + `", "` + secret + `": 1}` + "\n",
+		"metadata only":          "metadata: {name: " + secret + "}\n",
+		"duplicate key":          secret + ": 1\n" + secret + ": 2\n",
+		"duplicate nested key":   "a:\n  " + secret + ": 1\n  " + secret + ": 2\n",
+		"tag mismatch":           "a: !!int " + secret + "\n",
+		"bad binary":             "a: !!binary " + secret + "!!\n",
+		"unknown anchor":         "a: *" + secret + "\n",
+		"anchor contains itself": "a: &" + secret + " [*" + secret + "]\n",
+		"list as key":            "? [" + secret + "]\n: v\n",
+		"mapping as key":         "? {" + secret + ": 1}\n: v\n",
+		"not UTF-8":              secret + ": \xff\xfe\n",
+		"pem":                    "-----BEGIN PRIVATE KEY-----\n" + secret + "\n-----END PRIVATE KEY-----\n",
+		"broken flow":            "{" + secret + ": [1, 2\n",
+		"tab":                    "a:\n\t" + secret + ": 1\n",
+	}
+	for name, doc := range docs {
+		t.Run(name, func(t *testing.T) {
+			objs, errs := DecodeYAML([]byte(doc), "in.yaml")
+			if len(objs) != 0 || len(errs) != 1 {
+				t.Fatalf("got %d objects and errors %v, want one error", len(objs), errs)
+			}
+			e := errs[0]
+			if strings.Contains(e.Error(), secret) || strings.Contains(e.Field, secret) || strings.Contains(e.Kind+e.Namespace+e.Name, secret) {
+				t.Errorf("error quotes the document: %#v", e)
+			}
+			if !regexp.MustCompile(`\bline [0-9]+\b`).MatchString(e.Reason) {
+				t.Errorf("reason %q does not give the line", e.Reason)
+			}
+		})
 	}
 }

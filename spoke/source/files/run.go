@@ -25,10 +25,15 @@ const (
 // until ctx is done (it then returns nil). publish is called from Run's
 // goroutine only, never concurrently; it owns the slice it is given.
 //
-// Run fails at once when the directory is missing or unreadable. If it
-// becomes unreadable later (or a reload panics), the last objects stay
-// published and Run retries, backing off, until a reload succeeds. Run
-// may be called again after it returned, but not concurrently.
+// Run fails at once when the directory is missing or unreadable, or holds
+// more than the limits (Options). If it becomes so later (or a reload
+// panics), the last objects stay published and Run retries, backing off,
+// until a reload succeeds. Run may be called again after it returned, but
+// not concurrently.
+//
+// Adds and updates publish at the first reload that sees them; a
+// withdrawal may wait a few debounce windows for its file to settle
+// (holdWithdrawal).
 func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object)) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("files source: already running")
@@ -56,8 +61,11 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 		pendingSince time.Time // zero when no reload is pending
 		retry        = minRetry
 	)
-	timer.Stop() // armed by the first change
+	timer.Stop() // armed by the first change, or by a withdrawal held
 	defer timer.Stop()
+	if len(s.held) > 0 {
+		timer.Reset(s.opts.Debounce)
+	}
 	schedule := func() {
 		now := time.Now()
 		if pendingSince.IsZero() {
@@ -95,6 +103,10 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 				continue
 			}
 			retry = minRetry
+			if len(s.held) > 0 {
+				// Look again in a window: withdraw, or keep holding.
+				timer.Reset(s.opts.Debounce)
+			}
 		}
 	}
 }
@@ -118,7 +130,9 @@ func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Ob
 		return err
 	}
 	s.unwatchGone(watcher, res.dirs)
-	keepLastGood(s.Objects(), &res)
+	held := map[string]time.Time{}
+	settle(s.Objects(), &res, func(o *meshconfig.Object) bool { return s.holdWithdrawal(o, res.files, start, held) })
+	s.files, s.lastLoad, s.held = res.files, start, held
 	elapsed := time.Since(start)
 
 	for _, r := range res.rejections {

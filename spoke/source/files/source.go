@@ -23,6 +23,9 @@ import (
 const (
 	DefaultDebounce     = 100 * time.Millisecond
 	DefaultMaxFileBytes = 4 << 20
+	DefaultMaxDepth     = 16
+	DefaultMaxDirs      = 1000
+	DefaultMaxFiles     = 10000
 )
 
 // Options tune a Source. Zero fields take the defaults above.
@@ -32,6 +35,14 @@ type Options struct {
 	Debounce time.Duration
 	// MaxFileBytes is the size above which a file is rejected unread.
 	MaxFileBytes int64
+	// MaxDepth is how many levels of directories below the source's
+	// directory are read; a deeper directory is rejected unread.
+	MaxDepth int
+	// MaxDirs and MaxFiles bound the directories and YAML files of the
+	// tree: a larger tree is not loaded at all (an error, like an
+	// unreadable directory), so that a directory pointed at the wrong
+	// place does not walk a whole file system.
+	MaxDirs, MaxFiles int
 }
 
 func (o Options) withDefaults() Options {
@@ -40,6 +51,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxFileBytes <= 0 {
 		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.MaxDirs <= 0 {
+		o.MaxDirs = DefaultMaxDirs
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultMaxFiles
 	}
 	return o
 }
@@ -52,6 +72,12 @@ type Source struct {
 	logger  *slog.Logger
 	metrics *metrics
 	running atomic.Bool
+
+	// What the last load saw, for holdWithdrawal; only Run's goroutine
+	// touches these.
+	files    map[string]fileState
+	lastLoad time.Time
+	held     map[string]time.Time // object key -> when its withdrawal was first held
 
 	mu         sync.RWMutex
 	loaded     bool
