@@ -105,7 +105,7 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 			addrs[i] = fmt.Sprintf("10.3.%d.%d", step, i+1) // moved
 		}
 		st = f.set(t, "m", synced("c1", decode(t, churnMesh(addrs))))
-		if st.Diff.Config {
+		if st.State.Diff.Config {
 			t.Fatalf("step %d: a WorkloadEntry change counted as a config change", step)
 		}
 		w := want()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/proxy"
-	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/resource"
 )
 
 // sotwStream and deltaStream send responses (through a sender). Send
@@ -78,7 +78,7 @@ type typeState struct {
 	// (zero for answers to requests): its ACK observes convergence.
 	changedAt time.Time
 
-	// synced is the pushctx result (ProxyResources.ID) whose resources of
+	// synced is the result (resource.ProxyResources.ID) whose resources of
 	// this type the proxy holds exactly, as far as it subscribes (wildcard,
 	// or covered: subscribed to every one of them), 0 if none; the next
 	// push can then send just what changed since (ChangesSince) instead
@@ -91,7 +91,7 @@ type typeState struct {
 	// answers it (see conn.hold); answeredNonce is the last nonce answered.
 	release       func()
 	answeredNonce string
-	// sharedHashes says sentHashes is a pushctx Set's map, shared and
+	// sharedHashes says sentHashes is a resource.Set's map, shared and
 	// read-only (delta: the proxy holds exactly that set).
 	sharedHashes bool
 }
@@ -103,11 +103,11 @@ type pendingResponse struct {
 }
 
 // trigger names why a response is sent (metric label).
-func trigger(st *pushctx.State, request bool) string {
+func trigger(st resource.State, request bool) string {
 	switch {
 	case request:
 		return "request"
-	case st.Diff.Config:
+	case st.ConfigChanged():
 		return "config"
 	}
 	return "endpoints"
@@ -179,9 +179,9 @@ func (c *conn) releaseAll() {
 }
 
 // pushedState records that st was pushed to the stream.
-func (c *conn) pushedState(st *pushctx.State) {
+func (c *conn) pushedState(st resource.State) {
 	if st != nil {
-		c.pushed.Store(st.Version)
+		c.pushed.Store(st.Version())
 	}
 }
 
@@ -192,7 +192,7 @@ func (c *conn) converged(typeURL string, changedAt time.Time) {
 	}
 }
 
-func (c *conn) handle(stream sotwStream, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
+func (c *conn) handle(stream sotwStream, st resource.State, req *discoveryv3.DiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
 	if typeURL == typeurl.Secret {
 		return c.handleSecrets(stream, req)
@@ -271,7 +271,7 @@ func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool 
 	return changed
 }
 
-func (c *conn) pushAll(stream sotwStream, st *pushctx.State) error {
+func (c *conn) pushAll(stream sotwStream, st resource.State) error {
 	for _, typeURL := range typeOrder(c) {
 		if err := c.push(stream, st, typeURL, false); err != nil {
 			return err
@@ -294,7 +294,7 @@ func typeOrder(c *conn) []string {
 
 // push sends typeURL's subscribed resources if their content differs from
 // what was last sent, or if the proxy's request must be answered (force).
-func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force bool) error {
+func (c *conn) push(stream sotwStream, st resource.State, typeURL string, force bool) error {
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
@@ -302,7 +302,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	all := res.Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
-	var picked []*pushctx.Prepared
+	var picked []*resource.Prepared
 	var hashes map[string]string
 	var version string
 	if ch, ok := c.sotwChanges(ts, res, typeURL, force); ok {
@@ -336,7 +336,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 			for _, p := range picked {
 				hashes[p.Name] = p.Hash
 			}
-			version = pushctx.SetVersion(hashes)
+			version = resource.SetVersion(hashes)
 		}
 		if !force && ts.sentHashes != nil && version == ts.sentVersion {
 			ts.synced = syncedTo(ts, res)
@@ -369,7 +369,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	ts.nonce, ts.sentVersion, ts.sentHashes, ts.sentAt = nonce, version, hashes, time.Now()
 	ts.changedAt = time.Time{}
 	if !force {
-		ts.changedAt = st.ChangedAt
+		ts.changedAt = st.ChangedAt()
 	}
 	c.mu.Unlock()
 
@@ -382,7 +382,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 	short := typeurl.Short(typeURL)
 	c.server.metrics.pushes.WithLabelValues(short, trigger(st, force)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
-	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version)
+	c.server.log.Debug("pushed", "conn", c.id, "type", short, "version", version, "resources", len(picked), "mesh_version", st.Version())
 	return nil
 }
 
@@ -390,7 +390,7 @@ func (c *conn) push(stream sotwStream, st *pushctx.State, typeURL string, force 
 // holds, when the proxy holds one (see typeState.synced) and its
 // subscription still covers everything: a push then costs what changed,
 // not what the proxy holds. A request (force) is answered in full.
-func (c *conn) sotwChanges(ts *typeState, res *pushctx.ProxyResources, typeURL string, force bool) (*pushctx.Changes, bool) {
+func (c *conn) sotwChanges(ts *typeState, res *resource.ProxyResources, typeURL string, force bool) (*resource.Changes, bool) {
 	if force || ts.sentHashes == nil || !ts.covered {
 		return nil, false
 	}
@@ -416,7 +416,7 @@ func (c *conn) sotwChanges(ts *typeState, res *pushctx.ProxyResources, typeURL s
 
 // syncedTo is what typeState.synced becomes once the proxy holds what the
 // push sends of res.
-func syncedTo(ts *typeState, res *pushctx.ProxyResources) uint64 {
+func syncedTo(ts *typeState, res *resource.ProxyResources) uint64 {
 	if ts.covered {
 		return res.ID()
 	}
@@ -429,7 +429,7 @@ func rootType(typeURL string) bool { return typeURL == typeurl.Listener || typeU
 
 // coversAll reports whether names subscribe to every resource of all
 // (an Envoy asking for every EDS cluster, say).
-func coversAll(names map[string]bool, all map[string]*pushctx.Prepared) bool {
+func coversAll(names map[string]bool, all map[string]*resource.Prepared) bool {
 	if len(names) < len(all) || len(all) == 0 {
 		return false
 	}
@@ -444,7 +444,7 @@ func coversAll(names map[string]bool, all map[string]*pushctx.Prepared) bool {
 // resources returns what st holds for this proxy: the mesh-wide proxyless
 // resources (with the server listeners of its own ports), or the Envoy
 // resources generated for its key.
-func (c *conn) resources(st *pushctx.State) *pushctx.ProxyResources {
+func (c *conn) resources(st resource.State) *resource.ProxyResources {
 	if c.proxy.Type == proxy.GRPC {
 		return st.ProxylessFor(c.key)
 	}

@@ -9,7 +9,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/resource"
 )
 
 // Incremental (delta) ADS, after Envoy's xDS protocol ("Incremental xDS"):
@@ -23,7 +23,7 @@ import (
 // the proxy keeps its previous resources and the rejected versions are not
 // sent again: only newer content is.
 
-func (c *conn) handleDelta(stream deltaStream, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
+func (c *conn) handleDelta(stream deltaStream, st resource.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
 	if typeURL == typeurl.Secret {
 		return c.handleSecretsDelta(stream, req)
@@ -128,7 +128,7 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 	return changed
 }
 
-func (c *conn) pushAllDelta(stream deltaStream, st *pushctx.State) error {
+func (c *conn) pushAllDelta(stream deltaStream, st resource.State) error {
 	for _, typeURL := range typeOrder(c) {
 		if err := c.pushDelta(stream, st, typeURL, false); err != nil {
 			return err
@@ -148,7 +148,7 @@ func (ts *typeState) ownHashes() {
 // pushDelta sends what changed for typeURL since the proxy last got it.
 // The first response of a type is sent even when empty, so a proxy waiting
 // for its initial config learns there is none.
-func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, request bool) error {
+func (c *conn) pushDelta(stream deltaStream, st resource.State, typeURL string, request bool) error {
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
@@ -156,7 +156,7 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	all := res.Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
-	var upd []*pushctx.Prepared
+	var upd []*resource.Prepared
 	var removed []string
 	fastChanges, fast := res.ChangesSince(ts.synced, typeURL)
 	if !fast && ts.sharedHashes && ts.synced != 0 {
@@ -245,13 +245,13 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	if ts.sharedHashes {
 		version = set.Version
 	} else {
-		version = pushctx.SetVersion(ts.sentHashes)
+		version = resource.SetVersion(ts.sentHashes)
 	}
 	ts.answered = true
 	ts.nonce, ts.sentVersion, ts.sentAt = nonce, version, time.Now()
 	pr := pendingResponse{version: version}
 	if !request {
-		pr.changedAt = st.ChangedAt
+		pr.changedAt = st.ChangedAt()
 	}
 	ts.pending[nonce] = pr
 	c.mu.Unlock()
@@ -272,6 +272,6 @@ func (c *conn) pushDelta(stream deltaStream, st *pushctx.State, typeURL string, 
 	short := typeurl.Short(typeURL)
 	c.server.metrics.pushes.WithLabelValues(short, trigger(st, request)).Inc()
 	c.server.metrics.bytes.WithLabelValues(short).Add(float64(size))
-	c.server.log.Debug("pushed delta", "conn", c.id, "type", short, "version", version, "resources", len(upd), "removed", len(removed), "mesh_version", st.Version)
+	c.server.log.Debug("pushed delta", "conn", c.id, "type", short, "version", version, "resources", len(upd), "removed", len(removed), "mesh_version", st.Version())
 	return nil
 }

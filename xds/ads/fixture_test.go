@@ -24,6 +24,7 @@ import (
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
 )
@@ -108,11 +109,13 @@ func (s *source) Clusters(meshName string) []mesh.ClusterInput {
 	return append([]mesh.ClusterInput(nil), s.clusters[meshName]...)
 }
 
-// fixture is an ADS server on loopback, following a real pushctx.Manager.
+// fixture is an ADS server on loopback, serving a real cache over a real
+// pushctx.Publisher.
 type fixture struct {
 	src  pushctx.Source
 	fake *source // src when the test feeds clusters directly
-	pc   *pushctx.Manager
+	pc   *pushctx.Publisher
+	c    *cache.Cache
 	ads  *ads.Server
 	addr string
 	reg  *prometheus.Registry
@@ -141,9 +144,11 @@ func newFixtureVerify(t testing.TB, src pushctx.Source, verify bool, opts ...fun
 		f.fake = &source{clusters: map[string][]mesh.ClusterInput{}}
 		f.src = f.fake
 	}
-	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond, Verify: verify})
+	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond,
+		OnPublish: func(st *pushctx.State) { f.c.Entry(st) }})
+	f.c = cache.New(f.pc, cache.Options{Verify: verify})
 	t.Cleanup(func() {
-		for _, m := range f.pc.Mismatches() {
+		for _, m := range f.c.Mismatches() {
 			t.Errorf("incremental generation: %s", m)
 		}
 	})
@@ -155,7 +160,7 @@ func newFixtureVerify(t testing.TB, src pushctx.Source, verify bool, opts ...fun
 	for _, fn := range opts {
 		fn(&o)
 	}
-	f.ads = ads.New(f.pc, o)
+	f.ads = ads.New(f.c, o)
 	f.addr = serve(t, func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, f.ads) })
 	return f
 }
@@ -193,7 +198,7 @@ func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 
 // set replaces a mesh's clusters and waits until a State built from them
 // is published.
-func (f *fixture) set(t testing.TB, meshName string, clusters ...mesh.ClusterInput) *pushctx.State {
+func (f *fixture) set(t testing.TB, meshName string, clusters ...mesh.ClusterInput) *cache.Entry {
 	t.Helper()
 	f.fake.mu.Lock()
 	f.fake.clusters[meshName] = clusters
@@ -201,8 +206,8 @@ func (f *fixture) set(t testing.TB, meshName string, clusters ...mesh.ClusterInp
 	return f.republish(t, meshName)
 }
 
-// republish makes the Manager rebuild meshName and waits for the new State.
-func (f *fixture) republish(t testing.TB, meshName string) *pushctx.State {
+// republish makes the Publisher rebuild meshName and waits for the new State.
+func (f *fixture) republish(t testing.TB, meshName string) *cache.Entry {
 	t.Helper()
 	_, changed := f.pc.Current(meshName)
 	f.pc.Notify(meshName)
@@ -212,7 +217,7 @@ func (f *fixture) republish(t testing.TB, meshName string) *pushctx.State {
 		t.Fatalf("mesh %s was not published", meshName)
 	}
 	st, _ := f.pc.Current(meshName)
-	return st
+	return f.c.Entry(st)
 }
 
 // synced is a connected, synced cluster holding objs.

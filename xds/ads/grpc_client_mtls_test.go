@@ -298,13 +298,13 @@ func TestProxylessClientMTLS(t *testing.T) {
 		}
 		st, _ := f.pc.Current("m")
 		found := false
-		for _, p := range st.AllProblems() {
+		for _, p := range f.c.Entry(st).AllProblems() {
 			if p.Resource == "c1:DestinationRule demo/secure" && p.Field == "spec.trafficPolicy.tls.mode" && strings.Contains(p.Reason, "proxyless") {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("SIMPLE not reported; problems: %+v", st.AllProblems())
+			t.Errorf("SIMPLE not reported; problems: %+v", f.c.Entry(st).AllProblems())
 		}
 	})
 }

@@ -1,6 +1,6 @@
 // Package ads serves the Aggregated Discovery Service, state of the world
 // and incremental (delta), to proxies. Each stream follows its mesh's published push context
-// (pushctx.State) and sends a type only when what the proxy subscribed to
+// (a resource.State, from the cache) and sends a type only when what the proxy subscribed to
 // changed in content; a NACKed version is never re-sent, and the last good
 // config stays with the proxy.
 package ads
@@ -28,14 +28,8 @@ import (
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/proxy"
-	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/resource"
 )
-
-// StateSource gives a mesh's current push context; pushctx.Manager
-// implements it.
-type StateSource interface {
-	Current(mesh string) (*pushctx.State, <-chan struct{})
-}
 
 // Options configure a Server.
 type Options struct {
@@ -74,7 +68,7 @@ type Options struct {
 type Server struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 
-	src     StateSource
+	src     resource.Source
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
@@ -94,7 +88,7 @@ type Server struct {
 }
 
 // New returns a Server serving the push contexts of src.
-func New(src StateSource, opts Options) *Server {
+func New(src resource.Source, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -203,11 +197,11 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 	var c *conn
 	out := sender[*discoveryv3.DiscoveryResponse]{ctx: stream.Context(), send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
 	return serveStream(s, stream.Context(), stream.Recv, false,
-		func(cc *conn, st *pushctx.State, req *discoveryv3.DiscoveryRequest) error {
+		func(cc *conn, st resource.State, req *discoveryv3.DiscoveryRequest) error {
 			c = cc
 			return cc.handle(out, st, req)
 		},
-		func(cc *conn, st *pushctx.State) error { return cc.pushAll(out, st) },
+		func(cc *conn, st resource.State) error { return cc.pushAll(out, st) },
 		func(cc *conn) error { return cc.sendSecrets(out, nil, true) })
 }
 
@@ -216,11 +210,11 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 	var c *conn
 	out := sender[*discoveryv3.DeltaDiscoveryResponse]{ctx: stream.Context(), send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
 	return serveStream(s, stream.Context(), stream.Recv, true,
-		func(cc *conn, st *pushctx.State, req *discoveryv3.DeltaDiscoveryRequest) error {
+		func(cc *conn, st resource.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 			c = cc
 			return cc.handleDelta(out, st, req)
 		},
-		func(cc *conn, st *pushctx.State) error { return cc.pushAllDelta(out, st) },
+		func(cc *conn, st resource.State) error { return cc.pushAllDelta(out, st) },
 		func(cc *conn) error { return cc.sendSecrets(nil, out, true) })
 }
 
@@ -242,7 +236,7 @@ func (s *Server) stuck(c *conn) {
 // their own goroutine, the first one's node is accepted, and each new push
 // context of the proxy's mesh is pushed with pushAll.
 func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context.Context, recv func() (Req, error), delta bool,
-	handle func(*conn, *pushctx.State, Req) error, pushAll func(*conn, *pushctx.State) error, renewSecrets func(*conn) error) error {
+	handle func(*conn, resource.State, Req) error, pushAll func(*conn, resource.State) error, renewSecrets func(*conn) error) error {
 	reqs := make(chan Req)
 	recvErr := make(chan error, 1)
 	// The receiving goroutine frees the send budget a request answers
@@ -270,7 +264,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 	}()
 
 	var c *conn
-	var state *pushctx.State
+	var state resource.State
 	var changed <-chan struct{}
 	defer func() {
 		if c != nil {
@@ -293,9 +287,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 					return err
 				}
 				accepted.Store(c)
-				if w, ok := s.src.(interface{ Watch(string) func() }); ok {
-					defer w.Watch(c.mesh)()
-				}
+				defer s.src.Watch(c.mesh)()
 				if err := s.admit(ctx); err != nil {
 					return err
 				}
@@ -375,7 +367,7 @@ func (s *Server) pendingPushes() float64 {
 	s.mu.Unlock()
 	n := 0
 	for _, c := range conns {
-		if st, _ := s.src.Current(c.mesh); st != nil && st.Version > c.pushed.Load() {
+		if st, _ := s.src.Current(c.mesh); st != nil && st.Version() > c.pushed.Load() {
 			n++
 		}
 	}

@@ -7,17 +7,19 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 const echoListener = "echo.demo.svc.cluster.local:7070"
 
 func TestNotificationsWithinQuietPeriodMakeOneBuild(t *testing.T) {
 	const quiet = 300 * time.Millisecond
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
 	m := start(t, src, quiet, time.Minute)
 	_, ready := m.Current("m")
 
@@ -27,24 +29,24 @@ func TestNotificationsWithinQuietPeriodMakeOneBuild(t *testing.T) {
 		m.Notify("m")
 		time.Sleep(10 * time.Millisecond)
 	}
-	if closed(ready) {
+	if pushctxtest.Closed(ready) {
 		t.Fatal("published while notifications were still arriving")
 	}
-	await(t, ready, "the first publication")
+	pushctxtest.Await(t, ready, "the first publication")
 	st, _ := m.Current("m")
-	if st.Version != 1 || src.builds("m") != 1 {
-		t.Fatalf("after 15 notifications: version %d, %d builds; want one build", st.Version, src.builds("m"))
+	if st.Version != 1 || src.Builds("m") != 1 {
+		t.Fatalf("after 15 notifications: version %d, %d builds; want one build", st.Version, src.Builds("m"))
 	}
 	// Nothing is pending, so no second build follows.
 	time.Sleep(2 * quiet)
-	if st, _ := m.Current("m"); st.Version != 1 || src.builds("m") != 1 {
-		t.Errorf("later: version %d, %d builds; want still one", st.Version, src.builds("m"))
+	if st, _ := m.Current("m"); st.Version != 1 || src.Builds("m") != 1 {
+		t.Errorf("later: version %d, %d builds; want still one", st.Version, src.Builds("m"))
 	}
 }
 
 func TestContinuousNotificationsBuildByDebounceMax(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
 	// The mesh is never quiet for an hour: every build comes from DebounceMax.
 	m := start(t, src, time.Hour, 50*time.Millisecond)
 	st, ready := m.Current("m")
@@ -68,63 +70,64 @@ func TestContinuousNotificationsBuildByDebounceMax(t *testing.T) {
 	}()
 	defer func() { close(stop); <-done }()
 
-	await(t, ready, "a build under continuous change")
-	eventually(t, "three builds under continuous change", func() bool {
+	pushctxtest.Await(t, ready, "a build under continuous change")
+	pushctxtest.Eventually(t, "three builds under continuous change", func() bool {
 		st, _ := m.Current("m")
 		return st.Version >= 3
 	})
 }
 
 func TestNotificationBeforeStartIsKept(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
 	m := pushctx.New(src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond})
 	m.Notify("m")
 	_, ready := m.Current("m")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	m.Start(ctx)
-	await(t, ready, "the notification sent before Start is served")
+	pushctxtest.Await(t, ready, "the notification sent before Start is served")
 }
 
 func TestCurrentWaitsUntilAClusterHasSynced(t *testing.T) {
-	src := newSource()
-	objs := echoConfig(t, 80, 20)
-	src.set("m", cluster("c1", false, objs))
+	src := pushctxtest.NewSource()
+	objs := pushctxtest.EchoConfig(t, 80, 20)
+	src.Set("m", pushctxtest.Cluster("c1", false, objs))
 	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+	c := cache.New(m, cache.Options{})
 
 	st, ready := m.Current("m")
-	if st != nil || closed(ready) {
+	if st != nil || pushctxtest.Closed(ready) {
 		t.Fatal("a mesh without a synced cluster is ready")
 	}
 	// Two builds run one after the other: once the second has started, the
 	// first has decided not to publish.
 	m.Notify("m")
-	eventually(t, "a build", func() bool { return src.builds("m") >= 1 })
+	pushctxtest.Eventually(t, "a build", func() bool { return src.Builds("m") >= 1 })
 	m.Notify("m")
-	eventually(t, "a second build", func() bool { return src.builds("m") >= 2 })
-	if st, ch := m.Current("m"); st != nil || closed(ready) || ch != ready {
+	pushctxtest.Eventually(t, "a second build", func() bool { return src.Builds("m") >= 2 })
+	if st, ch := m.Current("m"); st != nil || pushctxtest.Closed(ready) || ch != ready {
 		t.Fatalf("published %+v before any cluster synced", st)
 	}
 
-	src.set("m", cluster("c1", true, objs), cluster("c2", false, nil))
+	src.Set("m", pushctxtest.Cluster("c1", true, objs), pushctxtest.Cluster("c2", false, nil))
 	m.Notify("m")
-	await(t, ready, "the first publication")
+	pushctxtest.Await(t, ready, "the first publication")
 	st, superseded := m.Current("m")
-	if st == nil || st.Version != 1 || st.Mesh != "m" || superseded != st.Superseded() || closed(superseded) {
+	if st == nil || st.Version != 1 || st.Mesh != "m" || superseded != st.Superseded() || pushctxtest.Closed(superseded) {
 		t.Fatalf("first State = %+v, want version 1 of mesh m, not superseded", st)
 	}
-	if st.Proxyless().Resources[typeurl.Listener][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
-		t.Errorf("first State lacks the echo service: resources %v", st.Proxyless())
+	if c.Entry(st).Proxyless().Resources[typeurl.Listener][echoListener] == nil || st.Snapshot.Services["echo.demo.svc.cluster.local"] == nil {
+		t.Errorf("first State lacks the echo service: resources %v", c.Entry(st).Proxyless())
 	}
 	if len(st.Snapshot.Clusters) != 2 {
 		t.Errorf("snapshot clusters = %+v, want c1 and c2", st.Snapshot.Clusters)
 	}
 
 	// Once ready, a mesh stays ready while its clusters resync.
-	src.set("m", cluster("c1", false, objs))
+	src.Set("m", pushctxtest.Cluster("c1", false, objs))
 	m.Notify("m")
-	await(t, superseded, "the next publication")
+	pushctxtest.Await(t, superseded, "the next publication")
 	st2, _ := m.Current("m")
 	if st2 == nil || st2.Version != 2 {
 		t.Fatalf("after a resync began: State %+v, want version 2", st2)
@@ -135,33 +138,34 @@ func TestCurrentWaitsUntilAClusterHasSynced(t *testing.T) {
 }
 
 func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
 	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+	c := cache.New(m, cache.Options{})
 	_, ready := m.Current("m")
 	m.Notify("m")
-	await(t, ready, "the first publication")
+	pushctxtest.Await(t, ready, "the first publication")
 	st1, _ := m.Current("m")
 	for _, typeURL := range gen.Types {
-		if len(st1.Proxyless().Resources[typeURL]) == 0 {
+		if len(c.Entry(st1).Proxyless().Resources[typeURL]) == 0 {
 			t.Fatalf("no %s generated; the test needs every type", typeURL)
 		}
 	}
 
 	// Only the route's weights change.
-	src.set("m", cluster("c1", true, echoConfig(t, 20, 80)))
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 20, 80)))
 	m.Notify("m")
-	await(t, st1.Superseded(), "the first State is superseded")
+	pushctxtest.Await(t, st1.Superseded(), "the first State is superseded")
 	st2, _ := m.Current("m")
-	if st2.Version != st1.Version+1 || closed(st2.Superseded()) {
-		t.Fatalf("second State: version %d (superseded %v), want %d and current", st2.Version, closed(st2.Superseded()), st1.Version+1)
+	if st2.Version != st1.Version+1 || pushctxtest.Closed(st2.Superseded()) {
+		t.Fatalf("second State: version %d (superseded %v), want %d and current", st2.Version, pushctxtest.Closed(st2.Superseded()), st1.Version+1)
 	}
 	for _, typeURL := range gen.Types {
-		if len(st2.Proxyless().Resources[typeURL]) != len(st1.Proxyless().Resources[typeURL]) {
-			t.Errorf("%s: %d resources, before %d", typeURL, len(st2.Proxyless().Resources[typeURL]), len(st1.Proxyless().Resources[typeURL]))
+		if len(c.Entry(st2).Proxyless().Resources[typeURL]) != len(c.Entry(st1).Proxyless().Resources[typeURL]) {
+			t.Errorf("%s: %d resources, before %d", typeURL, len(c.Entry(st2).Proxyless().Resources[typeURL]), len(c.Entry(st1).Proxyless().Resources[typeURL]))
 		}
-		for name, p1 := range st1.Proxyless().Resources[typeURL] {
-			p2 := st2.Proxyless().Resources[typeURL][name]
+		for name, p1 := range c.Entry(st1).Proxyless().Resources[typeURL] {
+			p2 := c.Entry(st2).Proxyless().Resources[typeURL][name]
 			changed := typeURL == typeurl.Route && name == echoListener
 			switch {
 			case p2 == nil:
@@ -176,11 +180,11 @@ func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
 
 	// A rebuild without change publishes the very same resources.
 	m.Notify("m")
-	await(t, st2.Superseded(), "the second State is superseded")
+	pushctxtest.Await(t, st2.Superseded(), "the second State is superseded")
 	st3, _ := m.Current("m")
 	for _, typeURL := range gen.Types {
-		for name, p2 := range st2.Proxyless().Resources[typeURL] {
-			if st3.Proxyless().Resources[typeURL][name] != p2 {
+		for name, p2 := range c.Entry(st2).Proxyless().Resources[typeURL] {
+			if c.Entry(st3).Proxyless().Resources[typeURL][name] != p2 {
 				t.Errorf("unchanged %s %s is a new Prepared", typeURL, name)
 			}
 		}
@@ -188,19 +192,19 @@ func TestPublicationSupersedesAndSharesUnchangedResources(t *testing.T) {
 }
 
 func TestMeshesAreBuiltSeparately(t *testing.T) {
-	src := newSource()
-	src.set("m1", cluster("c1", true, echoConfig(t, 80, 20)))
-	src.set("m2", cluster("c1", false, echoConfig(t, 20, 80)), cluster("c2", false, nil))
+	src := pushctxtest.NewSource()
+	src.Set("m1", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+	src.Set("m2", pushctxtest.Cluster("c1", false, pushctxtest.EchoConfig(t, 20, 80)), pushctxtest.Cluster("c2", false, nil))
 	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
 	_, ready1 := m.Current("m1")
 	_, ready2 := m.Current("m2")
 	m.Notify("m1")
 	m.Notify("m2")
-	await(t, ready1, "m1 is published")
-	eventually(t, "m2 was built", func() bool { return src.builds("m2") >= 1 })
+	pushctxtest.Await(t, ready1, "m1 is published")
+	pushctxtest.Eventually(t, "m2 was built", func() bool { return src.Builds("m2") >= 1 })
 	m.Notify("m2")
-	eventually(t, "m2 was built again", func() bool { return src.builds("m2") >= 2 })
-	if closed(ready2) {
+	pushctxtest.Eventually(t, "m2 was built again", func() bool { return src.Builds("m2") >= 2 })
+	if pushctxtest.Closed(ready2) {
 		t.Error("m2 published although none of its clusters synced")
 	}
 	st, _ := m.Current("m1")
@@ -216,14 +220,14 @@ func TestMeshesAreBuiltSeparately(t *testing.T) {
 // runs in the Manager's goroutine, where a panic would end the hub; it is
 // first called here, where a panic fails only this test.
 func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
-	objs := echoConfig(t, 100, 0)
+	objs := pushctxtest.EchoConfig(t, 100, 0)
 	var noDR []*meshconfig.Object
 	for _, o := range objs {
 		if o.Kind.Kind != "DestinationRule" && o.Kind.Kind != "VirtualService" {
 			noDR = append(noDR, o)
 		}
 	}
-	in := []mesh.ClusterInput{cluster("c1", true, noDR)}
+	in := []mesh.ClusterInput{pushctxtest.Cluster("c1", true, noDR)}
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -233,32 +237,33 @@ func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
 		gen.GRPC(mesh.Build("m", in))
 	}()
 
-	src := newSource()
-	src.set("m", in...)
+	src := pushctxtest.NewSource()
+	src.Set("m", in...)
 	m := start(t, src, 10*time.Millisecond, 100*time.Millisecond)
+	c := cache.New(m, cache.Options{})
 	_, ready := m.Current("m")
 	m.Notify("m")
-	await(t, ready, "the first publication")
+	pushctxtest.Await(t, ready, "the first publication")
 	st, _ := m.Current("m")
-	if st.Proxyless().Resources[typeurl.Cluster]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
-		t.Errorf("clusters = %v, want the echo service's", st.Proxyless().Resources[typeurl.Cluster])
+	if c.Entry(st).Proxyless().Resources[typeurl.Cluster]["outbound|7070||echo.demo.svc.cluster.local"] == nil {
+		t.Errorf("clusters = %v, want the echo service's", c.Entry(st).Proxyless().Resources[typeurl.Cluster])
 	}
 }
 
 // TestEndpointNotificationSkipsDebounce: an endpoint-only change is built
 // at once, while a config change waits out the quiet period.
 func TestEndpointNotificationSkipsDebounce(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
 	m := start(t, src, time.Hour, time.Hour)
 	_, ready := m.Current("m")
 	m.NotifyEndpoints("m")
-	await(t, ready, "an endpoint notification publishes without waiting for the hour-long debounce")
+	pushctxtest.Await(t, ready, "an endpoint notification publishes without waiting for the hour-long debounce")
 
 	st, changed := m.Current("m")
 	m.Notify("m")
 	time.Sleep(50 * time.Millisecond)
-	if closed(changed) {
+	if pushctxtest.Closed(changed) {
 		t.Fatal("a config notification was built before its debounce ended")
 	}
 	if now, _ := m.Current("m"); now != st {
@@ -270,32 +275,32 @@ func TestEndpointNotificationSkipsDebounce(t *testing.T) {
 // that no stream watches is not rebuilt; a watcher arriving gets the
 // deferred changes built at once.
 func TestAdaptiveDefersBuildsNobodyWatches(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
 	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Adaptive: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	m.Start(ctx)
 	_, ready := m.Current("m")
 	m.Notify("m")
-	await(t, ready, "the first publication happens without watchers")
+	pushctxtest.Await(t, ready, "the first publication happens without watchers")
 
 	st, changed := m.Current("m")
-	src.set("m", cluster("c1", true, echoConfig(t, 20, 80)))
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 20, 80)))
 	m.Notify("m")
 	time.Sleep(100 * time.Millisecond)
-	if closed(changed) {
+	if pushctxtest.Closed(changed) {
 		t.Fatal("a mesh nobody watches was rebuilt")
 	}
 	unwatch := m.Watch("m")
 	defer unwatch()
-	await(t, changed, "the deferred build when a stream watches")
+	pushctxtest.Await(t, changed, "the deferred build when a stream watches")
 	if now, _ := m.Current("m"); now == st || now.Diff.Unchanged() {
 		t.Error("the new State does not carry the deferred change")
 	}
 	// While watched, changes are built as usual.
 	_, changed = m.Current("m")
-	src.set("m", cluster("c1", true, echoConfig(t, 50, 50)))
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 50, 50)))
 	m.Notify("m")
-	await(t, changed, "a build while watched")
+	pushctxtest.Await(t, changed, "a build while watched")
 }

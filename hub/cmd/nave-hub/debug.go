@@ -7,11 +7,11 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/mesh"
-	"github.com/navemesh/nave/xds/pushctx"
 )
 
-func registerDebug(adm *admin.Server, in *ingest.Server, pc *pushctx.Manager, xds *ads.Server) {
+func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache, xds *ads.Server) {
 	adm.HandleDebug("spokes", "connected and stale clusters: stream, sync state, resources, rejected resources", func(*http.Request) (any, error) {
 		return in.Status(), nil
 	})
@@ -30,11 +30,12 @@ func registerDebug(adm *admin.Server, in *ingest.Server, pc *pushctx.Manager, xd
 			Problems  []mesh.Problem      `json:"problems"`
 		}
 		out := []meshView{}
-		for _, st := range pc.States() {
+		for _, e := range resources.Entries() {
+			st := e.State
 			v := meshView{Mesh: st.Mesh, Version: st.Version, BuiltAt: st.BuiltAt.UTC().Format("2006-01-02T15:04:05.000Z"),
 				Clusters: st.Snapshot.Clusters, Services: len(st.Snapshot.Services), Resources: map[string]int{},
-				Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: st.AllProblems()}
-			for t, rs := range st.Proxyless().Resources {
+				Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: e.AllProblems()}
+			for t, rs := range e.Proxyless().Resources {
 				v.Resources[t] = len(rs)
 			}
 			out = append(out, v)
@@ -44,7 +45,8 @@ func registerDebug(adm *admin.Server, in *ingest.Server, pc *pushctx.Manager, xd
 	adm.HandleDebug("services", "services and endpoints of a mesh (?mesh=NAME, default: every mesh), with cluster, locality and stale marks", func(r *http.Request) (any, error) {
 		want := r.URL.Query().Get("mesh")
 		out := map[string][]*mesh.Service{}
-		for _, st := range pc.States() {
+		for _, e := range resources.Entries() {
+			st := e.State
 			if want != "" && st.Mesh != want {
 				continue
 			}

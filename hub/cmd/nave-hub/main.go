@@ -21,6 +21,7 @@ import (
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
@@ -60,7 +61,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		return err
 	}
 
-	var pc *pushctx.Manager
+	var pc *pushctx.Publisher
 	in := ingest.New(sec.spokeAuthenticator(), ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		OnChange:         func(mesh string) { pc.Notify(mesh) },
@@ -68,19 +69,25 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		Logger:           log.With("component", "ingest"),
 		Registerer:       reg,
 	})
+	var resources *cache.Cache
 	pc = pushctx.New(in, pushctx.Options{
-		DebounceQuiet:            cfg.Push.DebounceQuiet,
-		DebounceMax:              cfg.Push.DebounceMax,
+		DebounceQuiet: cfg.Push.DebounceQuiet,
+		DebounceMax:   cfg.Push.DebounceMax,
+		Adaptive:      cfg.Push.Adaptive,
+		OnPublish:     func(st *pushctx.State) { resources.Entry(st) },
+		Logger:        log.With("component", "pushctx"),
+		Registerer:    reg,
+	})
+	resources = cache.New(pc, cache.Options{
 		Verify:                   cfg.Push.VerifyIncremental,
-		Adaptive:                 cfg.Push.Adaptive,
 		MaxConcurrentGenerations: cfg.Push.MaxConcurrentGenerations,
-		Logger:                   log.With("component", "pushctx"),
+		Logger:                   log.With("component", "cache"),
 		Registerer:               reg,
 	})
-	xds := ads.New(pc, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
+	xds := ads.New(resources, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
 		Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(), Logger: log.With("component", "ads"), Registerer: reg})
-	registerDebug(adm, in, pc, xds)
+	registerDebug(adm, in, resources, xds)
 	sec.debug(adm)
 
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}

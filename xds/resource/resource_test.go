@@ -1,37 +1,9 @@
-package pushctx
+package resource
 
 import (
 	"fmt"
 	"testing"
-	"time"
 )
-
-// TestGenerationsAreBounded: with MaxConcurrentGenerations slots taken, the
-// next generation waits (and is counted as waiting) until one is freed.
-func TestGenerationsAreBounded(t *testing.T) {
-	m := New(nil, Options{MaxConcurrentGenerations: 2})
-	st := &State{mgr: m, metrics: m.metrics}
-	r1, r2 := st.acquire(), st.acquire()
-	got := make(chan func())
-	go func() { got <- st.acquire() }()
-	select {
-	case <-got:
-		t.Fatal("a third generation started while both slots were taken")
-	case <-time.After(100 * time.Millisecond):
-	}
-	r1()
-	var r3 func()
-	select {
-	case r3 = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a freed slot was not given to the waiting generation")
-	}
-	r2()
-	r3()
-	if n := len(m.gens); n != 0 {
-		t.Fatalf("%d slots still taken after every release", n)
-	}
-}
 
 // TestChangesSinceSpansSteps: a result derived over several steps reports,
 // from any of its last historyDepth ancestors, the union of what changed,

@@ -1,33 +1,33 @@
-package pushctx_test
+package cache_test
 
 import (
-	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/proxy"
-	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
+	"github.com/navemesh/nave/xds/resource"
 )
 
 // TestForProxyGeneratesOncePerKeyAndSharesBytes checks the per-proxy
 // memo: equal keys share one result (also when asked concurrently), and a
 // resource with the same content for two keys is marshalled once.
 func TestForProxyGeneratesOncePerKeyAndSharesBytes(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
-	m := start(t, src, time.Millisecond, 10*time.Millisecond)
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+	m, c := start(t, src, cache.Options{})
 	_, ready := m.Current("m")
 	m.Notify("m")
-	await(t, ready, "the mesh is published")
-	st, _ := m.Current("m")
+	pushctxtest.Await(t, ready, "the mesh is published")
+	st := current(c, m, "m")
 
 	a := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: "10.9.0.1"}
 	b := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "other", IPs: "10.9.0.2"}
 	var wg sync.WaitGroup
-	results := make([]*pushctx.ProxyResources, 8)
+	results := make([]*resource.ProxyResources, 8)
 	for i := range results {
 		wg.Add(1)
 		go func() {
@@ -60,16 +60,13 @@ func TestForProxyGeneratesOncePerKeyAndSharesBytes(t *testing.T) {
 // ports their workloads serve, so proxies whose IPs serve nothing (or the
 // same ports) share one generation, and one that serves differs.
 func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
-	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m.Start(ctx)
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+	m, c := start(t, src, cache.Options{Verify: true})
 	_, ready := m.Current("m")
 	m.Notify("m")
-	await(t, ready, "the mesh is published")
-	st, _ := m.Current("m")
+	pushctxtest.Await(t, ready, "the mesh is published")
+	st := current(c, m, "m")
 
 	key := func(ips string) proxy.Key {
 		return proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: ips}
@@ -92,7 +89,7 @@ func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
 		t.Errorf("the serving proxy has %d clusters, the other %d: want its inbound clusters too",
 			len(own.Resources[typeurl.Cluster]), len(a.Resources[typeurl.Cluster]))
 	}
-	if mm := m.Mismatches(); len(mm) > 0 {
+	if mm := c.Mismatches(); len(mm) > 0 {
 		t.Errorf("shared results differ from generation from scratch: %v", mm)
 	}
 }
@@ -102,16 +99,13 @@ func TestKeysDifferingOnlyInIPsShareGeneration(t *testing.T) {
 // listeners of those ports (shared by keys of equal signatures); one that
 // serves nothing receives the mesh-wide resources alone.
 func TestProxylessServersGetTheirServerListeners(t *testing.T) {
-	src := newSource()
-	src.set("m", cluster("c1", true, echoConfig(t, 80, 20)))
-	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m.Start(ctx)
+	src := pushctxtest.NewSource()
+	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+	m, c := start(t, src, cache.Options{Verify: true})
 	_, ready := m.Current("m")
 	m.Notify("m")
-	await(t, ready, "the mesh is published")
-	st, _ := m.Current("m")
+	pushctxtest.Await(t, ready, "the mesh is published")
+	st := current(c, m, "m")
 
 	key := func(ips string) proxy.Key {
 		return proxy.Key{Type: proxy.GRPC, Mesh: "m", Namespace: "demo", Labels: "app=echo", IPs: ips}
@@ -143,7 +137,7 @@ func TestProxylessServersGetTheirServerListeners(t *testing.T) {
 	if st.ProxylessFor(key("127.0.0.1")) != own {
 		t.Error("a second call generates again")
 	}
-	if mm := m.Mismatches(); len(mm) > 0 {
+	if mm := c.Mismatches(); len(mm) > 0 {
 		t.Errorf("shared results differ from generation from scratch: %v", mm)
 	}
 }

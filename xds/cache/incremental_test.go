@@ -1,21 +1,20 @@
-package pushctx_test
+package cache_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
-	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // world is a mesh config the test mutates one object at a time; unchanged
@@ -124,25 +123,22 @@ spec:
 	}
 
 	reg := prometheus.NewRegistry()
-	src := newSource()
-	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true, Registerer: reg})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m.Start(ctx)
+	src := pushctxtest.NewSource()
+	m, c := start(t, src, cache.Options{Verify: true, Registerer: reg})
 
 	keys := []proxy.Key{
 		{Type: proxy.Sidecar, Mesh: "m", Namespace: "front", Labels: "app=web", IPs: "10.0.0.1"},
 		{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=client", IPs: "10.9.0.1", Locality: mesh.Locality{Region: "region-1", Zone: "zone-a"}},
 		{Type: proxy.Router, Mesh: "m", Namespace: "front", Labels: "istio=ingressgateway", IPs: "10.9.0.2"},
 	}
-	var last *pushctx.State
-	publish := func() *pushctx.State {
+	var last *cache.Entry
+	publish := func() *cache.Entry {
 		t.Helper()
 		_, changed := m.Current("m")
-		src.set("m", cluster("c1", true, w.list()))
+		src.Set("m", pushctxtest.Cluster("c1", true, w.list()))
 		m.Notify("m")
-		await(t, changed, "a new push context")
-		st, _ := m.Current("m")
+		pushctxtest.Await(t, changed, "a new push context")
+		st := current(c, m, "m")
 		for _, k := range keys {
 			st.ForProxy(k)
 		}
@@ -179,11 +175,11 @@ spec:
 				addrs[rng.IntN(len(addrs))], fmt.Sprintf("v%d", j+1), zones[rng.IntN(2)], 8000+rng.IntN(3), 1+rng.IntN(3)))
 		}
 		st := publish()
-		if !st.Diff.Config && !st.Diff.Unchanged() {
+		if !st.State.Diff.Config && !st.State.Diff.Unchanged() {
 			endpointSteps++
 		}
 	}
-	for _, mm := range m.Mismatches() {
+	for _, mm := range c.Mismatches() {
 		t.Error(mm)
 	}
 	if endpointSteps == 0 {
@@ -201,20 +197,17 @@ spec:
 // endpoint-only change regenerates: the changed service's endpoints only.
 func TestEndpointChangeReusesClustersListenersRoutes(t *testing.T) {
 	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
-	for _, o := range echoConfig(t, 80, 20) {
+	for _, o := range pushctxtest.EchoConfig(t, 80, 20) {
 		w.objs[o.Kind.Kind+"/"+o.Name] = o
 	}
-	src := newSource()
-	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Verify: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m.Start(ctx)
-	publish := func() *pushctx.State {
+	src := pushctxtest.NewSource()
+	m, c := start(t, src, cache.Options{Verify: true})
+	publish := func() *cache.Entry {
 		_, changed := m.Current("m")
-		src.set("m", cluster("c1", true, w.list()))
+		src.Set("m", pushctxtest.Cluster("c1", true, w.list()))
 		m.Notify("m")
-		await(t, changed, "a new push context")
-		st, _ := m.Current("m")
+		pushctxtest.Await(t, changed, "a new push context")
+		st := current(c, m, "m")
 		return st
 	}
 	k := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: "10.9.0.1"}
@@ -227,8 +220,8 @@ metadata: {name: echo-v2, namespace: demo}
 spec: {address: 127.0.0.2, ports: {grpc: 17072}, labels: {app: echo, version: v2}}
 `)
 	st2 := publish()
-	if st2.Diff.Config || !st2.Diff.Hosts["echo.demo.svc.cluster.local"] || !st2.Diff.Addresses["127.0.0.2"] {
-		t.Fatalf("diff %+v, want only echo's endpoints changed", st2.Diff)
+	if st2.State.Diff.Config || !st2.State.Diff.Hosts["echo.demo.svc.cluster.local"] || !st2.State.Diff.Addresses["127.0.0.2"] {
+		t.Fatalf("diff %+v, want only echo's endpoints changed", st2.State.Diff)
 	}
 	r2 := st2.ForProxy(k)
 	for _, typeURL := range []string{typeurl.Cluster, typeurl.Listener, typeurl.Route} {
@@ -248,13 +241,13 @@ spec: {address: 127.0.0.2, ports: {grpc: 17072}, labels: {app: echo, version: v2
 	if changed != 2 {
 		t.Errorf("%d endpoint assignments changed, want 2 (echo and echo v2)", changed)
 	}
-	if mm := m.Mismatches(); len(mm) > 0 {
+	if mm := c.Mismatches(); len(mm) > 0 {
 		t.Errorf("mismatches: %v", mm)
 	}
 	// Nothing changed: the same result.
 	st3 := publish()
-	if !st3.Diff.Unchanged() || st3.ForProxy(k) != r2 {
-		t.Errorf("an unchanged rebuild did not reuse the result (diff %+v)", st3.Diff)
+	if !st3.State.Diff.Unchanged() || st3.ForProxy(k) != r2 {
+		t.Errorf("an unchanged rebuild did not reuse the result (diff %+v)", st3.State.Diff)
 	}
 }
 

@@ -1,0 +1,320 @@
+package cache
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
+	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/resource"
+)
+
+// Entry is the cache's memo for one published State: what it generates
+// for each proxy key, on first use. It implements resource.State. Safe for
+// concurrent use.
+type Entry struct {
+	State *pushctx.State
+
+	c       *Cache
+	results *resultCache // the mesh's, shared by its Entries
+	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key); marshalled
+	// maps each generated message to its Prepared (see marshal).
+	cacheKeys  sync.Map
+	marshalled sync.Map
+
+	// proxies memoizes Envoy generation per proxy key; interned shares one
+	// Prepared per (type, name, content) across every key. prev is the
+	// Entry of the State just before this one, whose output generation may
+	// reuse (per State.Diff); it is dropped when a newer State gets its
+	// Entry, so Entries never chain.
+	mu       sync.Mutex
+	prev     *Entry
+	proxies  map[proxy.Key]*proxyEntry
+	interned map[internKey]*resource.Prepared
+	problems map[mesh.Problem]bool
+
+	grpcOnce sync.Once
+	grpc     *resource.ProxyResources
+	// servers memoizes, per cache key, Proxyless plus the server
+	// listeners of the workload (ProxylessFor).
+	servers map[proxy.Key]*proxyEntry
+}
+
+type internKey struct{ typeURL, name, hash string }
+
+type proxyEntry struct {
+	once   sync.Once
+	origin proxy.Key // the key generated for; others of its cacheKey share the result
+	res    *resource.ProxyResources
+}
+
+// Version is the State's version.
+func (e *Entry) Version() uint64 { return e.State.Version }
+
+// ChangedAt is when the first change the State includes was reported.
+func (e *Entry) ChangedAt() time.Time { return e.State.ChangedAt }
+
+// ConfigChanged reports whether config, not only endpoints, changed.
+func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config }
+
+// Generation modes (metric label and log field).
+const (
+	genFull      = "full"      // from scratch
+	genEndpoints = "endpoints" // only the endpoints of changed services, the rest reused
+	genReused    = "reused"    // nothing changed: the previous State's output
+)
+
+// ForProxy returns the resources for Envoy proxies with key k, generating
+// and marshalling them on first use; later callers with an equal key share
+// the result, and resources with equal content share their bytes across
+// keys (marshal once). When only endpoints changed since the previous
+// State and that State generated for k, only the changed services'
+// endpoints are generated again (and the clusters and listeners of a proxy
+// whose own address is among the changed endpoints). Safe for concurrent
+// use.
+func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
+	ck := e.cacheKey(k)
+	e.mu.Lock()
+	if e.proxies == nil {
+		e.proxies = map[proxy.Key]*proxyEntry{}
+	}
+	pe := e.proxies[ck]
+	if pe == nil {
+		pe = &proxyEntry{origin: k}
+		e.proxies[ck] = pe
+	}
+	e.mu.Unlock()
+	verify := e.c.opts.Verify
+	pe.once.Do(func() {
+		defer e.c.acquire()()
+		start := time.Now()
+		res, mode := e.generate(ck, k)
+		if mode != genFull && verify {
+			e.verify(k, res)
+		}
+		pe.res = res
+		e.c.metrics.generations.WithLabelValues(mode).Inc()
+		e.c.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
+	})
+	if verify && pe.origin != k {
+		e.verify(k, pe.res) // shared with a key of other IPs: must be equal
+	}
+	return pe.res
+}
+
+// cacheKey is the key generation for k is memoized under: k with its IPs
+// and labels replaced by what they contribute (gen.InboundSignature,
+// gen.LabelSignature), so the sidecars of one deployment, and proxies whose
+// labels and IPs select nothing different, share one generation.
+func (e *Entry) cacheKey(k proxy.Key) proxy.Key {
+	if ck, ok := e.cacheKeys.Load(k); ok {
+		return ck.(proxy.Key)
+	}
+	ck := e.computeCacheKey(k)
+	e.cacheKeys.Store(k, ck)
+	return ck
+}
+
+func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
+	ck := k
+	ck.IPs, ck.Labels = "", ""
+	if k.IPs != "" {
+		if sig := gen.InboundSignature(e.State.Snapshot, k); sig != "" {
+			ck.IPs = "inbound:" + sig
+		}
+	}
+	if sig := gen.LabelSignature(e.State.Snapshot, k); sig != "" {
+		ck.Labels = "selects:" + sig
+	}
+	return ck
+}
+
+// base returns the result generation for ck may start from, and how this
+// State's snapshot differs from the one it was generated from.
+func (e *Entry) base(ck proxy.Key) (*resource.ProxyResources, mesh.Diff) {
+	r, ok := e.results.get(ck)
+	if !ok || r.res == nil {
+		return nil, mesh.Diff{}
+	}
+	if r.snap == e.State.Snapshot {
+		return r.res, mesh.Diff{}
+	}
+	e.mu.Lock()
+	prev := e.prev
+	e.mu.Unlock()
+	if prev != nil && r.snap == prev.State.Snapshot {
+		return r.res, e.State.Diff
+	}
+	return r.res, mesh.DiffSnapshots(r.snap, e.State.Snapshot)
+}
+
+// generate builds what the State gives key k, whose cache key is ck.
+func (e *Entry) generate(ck, k proxy.Key) (*resource.ProxyResources, string) {
+	res, mode := e.generateFrom(ck, k)
+	e.results.put(ck, cachedResult{version: e.State.Version, snap: e.State.Snapshot, res: res})
+	return res, mode
+}
+
+func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string) {
+	pr, diff := e.base(ck)
+	switch {
+	case pr != nil && diff.Unchanged():
+		return pr, genReused
+	case pr == nil || diff.Config:
+		out := gen.Envoy(e.State.Snapshot, k)
+		byType := make(map[string]map[string]*resource.Prepared, len(out.Resources))
+		for typeURL, list := range e.intern(e.marshal(out)) {
+			byName := make(map[string]*resource.Prepared, len(list))
+			for _, p := range list {
+				byName[p.Name] = p
+			}
+			byType[typeURL] = byName
+		}
+		res := resource.New(byType, out.Problems)
+		e.addProblems(out.Problems)
+		return res, genFull
+	}
+	// Only endpoints changed. Clusters, listeners and routes read
+	// endpoints only for DNS clusters (inline assignments) and for the
+	// proxy's own inbound ports (its IPs); endpoints are regenerated just
+	// for the changed services.
+	v := gen.NewView(e.State.Snapshot, k)
+	own := false
+	for _, ip := range k.IPList() {
+		own = own || diff.Addresses[ip]
+	}
+	dns := false
+	for h := range diff.Hosts {
+		if svc := e.State.Snapshot.Services[h]; svc != nil && svc.Resolution != mesh.ResolutionStatic {
+			dns = true
+		}
+	}
+	out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: v.EndpointsOf(diff.Hosts)}}
+	if own || dns {
+		out.Resources[typeurl.Cluster] = v.Clusters()
+	}
+	if own {
+		out.Resources[typeurl.Listener] = v.Listeners()
+		out.Resources[typeurl.Route] = v.Routes()
+	}
+	out.Problems = v.Problems()
+	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)
+	e.addProblems(out.Problems)
+	return res, genEndpoints
+}
+
+// intern replaces each Prepared by the State's equal one, if any.
+func (e *Entry) intern(marshalled map[string][]*resource.Prepared) map[string][]*resource.Prepared {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.interned == nil {
+		e.interned = map[internKey]*resource.Prepared{}
+	}
+	for typeURL, list := range marshalled {
+		for i, p := range list {
+			ik := internKey{typeURL, p.Name, p.Hash}
+			if q, ok := e.interned[ik]; ok {
+				list[i] = q
+			} else {
+				e.interned[ik] = p
+			}
+		}
+	}
+	return marshalled
+}
+
+// addProblems records problems found generating, for AllProblems.
+func (e *Entry) addProblems(ps []mesh.Problem) {
+	e.mu.Lock()
+	if e.problems == nil {
+		e.problems = make(map[mesh.Problem]bool, len(e.State.Problems)+len(ps))
+		for _, p := range e.State.Problems {
+			e.problems[p] = true
+		}
+	}
+	for _, p := range ps {
+		e.problems[p] = true
+	}
+	n := len(e.problems)
+	e.mu.Unlock()
+	e.c.metrics.problems.WithLabelValues(e.State.Mesh).Set(float64(n))
+}
+
+// verify generates k from scratch and compares with res.
+func (e *Entry) verify(k proxy.Key, res *resource.ProxyResources) {
+	e.verifyOutput(k, res, gen.Envoy(e.State.Snapshot, k))
+}
+
+// verifyOutput compares res with out, generated from scratch for k.
+func (e *Entry) verifyOutput(k proxy.Key, res *resource.ProxyResources, out *gen.Output) {
+	var diffs []string
+	for typeURL, list := range resource.Marshal(out.Resources) {
+		got := res.Resources[typeURL]
+		if len(got) != len(list) {
+			diffs = append(diffs, fmt.Sprintf("%s: %d resources reused/regenerated, %d from scratch", typeURL, len(got), len(list)))
+		}
+		for _, p := range list {
+			if q := got[p.Name]; q == nil || q.Hash != p.Hash {
+				diffs = append(diffs, fmt.Sprintf("%s %s differs from a generation from scratch", typeURL, p.Name))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		e.c.mismatch(e.State, k, diffs)
+	}
+}
+
+// marshal is resource.Marshal, except that an endpoint assignment the
+// generators shared between keys (memoized per snapshot) is marshalled
+// once per Entry. Only assignments are remembered: no other message is
+// shared, and remembering them would keep them alive.
+func (e *Entry) marshal(out *gen.Output) map[string][]*resource.Prepared {
+	res := make(map[string][]*resource.Prepared, len(out.Resources))
+	for typeURL, list := range out.Resources {
+		if typeURL != typeurl.Endpoint {
+			res[typeURL] = resource.Marshal(map[string][]gen.Resource{typeURL: list})[typeURL]
+			continue
+		}
+		ps := make([]*resource.Prepared, 0, len(list))
+		for _, r := range list {
+			if p, ok := e.marshalled.Load(r.Message); ok && p.(*resource.Prepared).Name == r.Name {
+				ps = append(ps, p.(*resource.Prepared))
+			} else if p := resource.Prepare(typeURL, r); p != nil {
+				e.marshalled.Store(r.Message, p)
+				ps = append(ps, p)
+			}
+		}
+		res[typeURL] = ps
+	}
+	return res
+}
+
+// AllProblems returns the problems of the build and of every proxy
+// generation so far, sorted.
+func (e *Entry) AllProblems() []mesh.Problem {
+	e.mu.Lock()
+	out := append([]mesh.Problem(nil), e.State.Problems...)
+	for p := range e.problems {
+		if !slices.Contains(e.State.Problems, p) {
+			out = append(out, p)
+		}
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Resource != b.Resource {
+			return a.Resource < b.Resource
+		}
+		if a.Field != b.Field {
+			return a.Field < b.Field
+		}
+		return a.Reason < b.Reason
+	})
+	return out
+}
