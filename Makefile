@@ -51,11 +51,12 @@ generate:
 	$(GO) run ./internal/configdoc > docs/config.md
 	$(GO) run ./internal/crdgen deploy/spoke/istio-crds.yaml
 
-## lint: gofmt, go vet, staticcheck
+## lint: gofmt, go vet, staticcheck, and the layering (internal/layercheck/layers.txt)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run ./internal/layercheck -rules internal/layercheck/layers.txt ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
