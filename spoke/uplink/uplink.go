@@ -143,12 +143,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 	defer conn.Close()
 	client := protocolv1.NewSyncClient(conn)
 
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = u.opts.BackoffInitial
-	b.MaxInterval = u.opts.BackoffMax
-	b.RandomizationFactor = 0.5
-	b.MaxElapsedTime = 0
-	b.Reset()
+	b := newBackOff(u.opts.BackoffInitial, u.opts.BackoffMax)
 	for {
 		synced, err := u.session(ctx, client)
 		if ctx.Err() != nil {
@@ -167,6 +162,28 @@ func (u *Uplink) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// newBackOff returns the waits between attempts to reach the hub: the
+// first within initial ± 50 %, each next one 1.5 times the last (± 50 %),
+// never more than maxWait.
+func newBackOff(initial, maxWait time.Duration) backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = initial
+	b.MaxInterval = maxWait
+	b.RandomizationFactor = 0.5
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return cappedBackOff{b}
+}
+
+// cappedBackOff clamps each wait of an ExponentialBackOff to its
+// MaxInterval: the library caps the interval it jitters around, so at the
+// cap it would wait up to MaxInterval × (1 + RandomizationFactor).
+type cappedBackOff struct{ *backoff.ExponentialBackOff }
+
+func (b cappedBackOff) NextBackOff() time.Duration {
+	return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)
 }
 
 func (u *Uplink) setState(s string, err error) {
