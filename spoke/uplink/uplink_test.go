@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -158,6 +159,49 @@ func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 	})
 	if up.Status().Sessions < 2 {
 		t.Fatalf("sessions = %d", up.Status().Sessions)
+	}
+}
+
+// TestUplinkFindsAHubThatCameBack starts the uplink while nothing listens
+// at the hub's address, lets it fail a few times, then starts the hub
+// there: the attempt under way may still fail, the next one must reach the
+// hub. (gRPC caches a failed connection and retries it on a backoff of its
+// own, from 1 s up to 2 min; an attempt must not fail on that stale error.)
+func TestUplinkFindsAHubThatCameBack(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, MaxMessageBytes: 1 << 20})
+	up.Update(serviceEntries(t, 3))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	failures := func() int { return int(testutil.ToFloat64(up.metrics.reconnects)) }
+	eventually(t, func() error {
+		if n := failures(); n < 3 {
+			return fmt.Errorf("%d failed attempts so far", n)
+		}
+		return nil
+	})
+
+	in, _, _ := hubServer(t, addr) // listening once it returns
+	before := failures()
+	eventually(t, func() error {
+		if n := objectCount(in); n != 3 {
+			return fmt.Errorf("hub holds %d objects", n)
+		}
+		return up.Synced()
+	})
+	if extra := failures() - before; extra > 1 {
+		t.Fatalf("%d attempts failed after the hub was listening (last error %q), want at most the one under way", extra, up.Status().LastErr)
 	}
 }
 
