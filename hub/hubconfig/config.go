@@ -35,6 +35,27 @@ type Config struct {
 	CA     CA             `key:"ca" help:"the per-mesh certificate authorities (the tenants) and spoke enrollment"`
 }
 
+// Validate checks what spans sections: with tls.plaintext a proxy whose
+// node names no mesh is of xds.defaultMesh, which must then be a mesh the
+// hub serves, or every such proxy would be refused.
+func (c *Config) Validate() error {
+	if !c.TLS.Plaintext {
+		return nil
+	}
+	meshes, err := c.CA.parse()
+	if err != nil {
+		return nil // ca.meshes reports it
+	}
+	names := make([]string, 0, len(meshes))
+	for _, m := range meshes {
+		if m.Name == c.XDS.DefaultMesh {
+			return nil
+		}
+		names = append(names, m.Name)
+	}
+	return settings.Invalid("xds.defaultMesh", "with tls.plaintext it must be a mesh of ca.meshes (%s), got %q", strings.Join(names, ", "), c.XDS.DefaultMesh)
+}
+
 // State configures the hub's state directory.
 type State struct {
 	Dir string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/); replicas share it on a volume"`
@@ -42,7 +63,7 @@ type State struct {
 
 // TLS configures transport security.
 type TLS struct {
-	Plaintext        bool          `key:"plaintext" default:"false" help:"INSECURE: serve the spokes and xds listeners without TLS; spokes and proxies then name their own mesh and cluster. For tests and local development only; logged loudly"`
+	Plaintext        bool          `key:"plaintext" default:"false" help:"INSECURE: serve the spokes and xds listeners without TLS and check no credentials: a spoke names its own mesh and cluster, a proxy its own mesh (else xds.defaultMesh), namespace and service account, and the hub believes them; a mesh not listed in ca.meshes is still refused. For tests and local development only; logged loudly"`
 	Hosts            []string      `key:"hosts" default:"localhost,127.0.0.1,::1" help:"DNS names and IP addresses the hub's serving certificate is valid for: the names spokes and proxies dial it by"`
 	HandshakeTimeout time.Duration `key:"handshakeTimeout" default:"10s" help:"a connection that has not completed its TLS handshake in this long is closed"`
 }
@@ -65,7 +86,7 @@ func (t *TLS) Validate() error {
 
 // CA configures the mesh certificate authorities.
 type CA struct {
-	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) this hub serves, as MESH=TRUSTDOMAIN: each gets its own root of trust in ca.store (generated on first start, or plugged in as Istio's cacerts files); two meshes never share a trust domain"`
+	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) this hub serves, as MESH=TRUSTDOMAIN: each gets its own root of trust in ca.store (generated on first start, or plugged in as Istio's cacerts files); two meshes never share a trust domain. Spokes and proxies of any other mesh are refused, with tls.plaintext too"`
 	Store           string        `key:"store" default:"dir" help:"where the mesh CAs are kept: dir (state.dir/ca/<mesh>/, one file per blob; replicas share the volume) or kubernetes (Secret nave-ca-<mesh> in ca.namespace, one data key per blob; replicas share the API server). A plugged-in CA is Istio's cacerts files (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem) in that directory or Secret"`
 	Namespace       string        `key:"namespace" default:"nave-system" help:"with ca.store=kubernetes, the namespace of the mesh CA Secrets; the hub needs get and create on secrets there (deploy/hub/rbac.yaml)"`
 	Kubeconfig      string        `key:"kubeconfig" help:"with ca.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
@@ -81,6 +102,15 @@ const (
 
 // Mesh is one entry of CA.Meshes.
 type Mesh struct{ Name, TrustDomain string }
+
+// MeshNames returns the names of CA.Meshes; call it on a validated Config.
+func (c *CA) MeshNames() []string {
+	var out []string
+	for _, m := range c.ParsedMeshes() {
+		out = append(out, m.Name)
+	}
+	return out
+}
 
 // ParsedMeshes returns CA.Meshes parsed; call it on a validated Config.
 func (c *CA) ParsedMeshes() []Mesh {
@@ -171,7 +201,7 @@ func (s *Spokes) Validate() error {
 // XDS configures the discovery service proxies dial.
 type XDS struct {
 	Listen           string        `key:"listen" default:"127.0.0.1:15010" help:"host:port the ADS server that proxies dial listens on"`
-	DefaultMesh      string        `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none"`
+	DefaultMesh      string        `key:"defaultMesh" default:"default" required:"true" help:"mesh of a proxy whose node metadata names none, in plaintext mode (with TLS its certificate decides); with tls.plaintext it must be a mesh of ca.meshes"`
 	SendTimeout      time.Duration `key:"sendTimeout" default:"30s" help:"a proxy that does not read a response for this long (it stopped reading; flow control blocks) is disconnected, with a logged reason"`
 	AdmissionRate    float64       `key:"admissionRate" default:"500" help:"new proxy streams served per second (0: unlimited); a connection storm is admitted in arrival order at this rate"`
 	AdmissionBurst   int           `key:"admissionBurst" default:"100" help:"new proxy streams that may be admitted at once before admissionRate applies"`

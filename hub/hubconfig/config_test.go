@@ -85,6 +85,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--ca.store=kubernetes", "--ca.namespace=Nave_System"}, "ca.namespace", `"Nave_System" is not a namespace name`},
 		{[]string{"--ca.store=kubernetes", "--ca.namespace="}, "ca.namespace", `"" is not a namespace name`},
 		{[]string{"--ca.kubeconfig=/etc/kubeconfig"}, "ca.kubeconfig", "is used only with ca.store=kubernetes, but ca.store is dir"},
+		{[]string{"--tls.plaintext", "--ca.meshes=acme=acme.example,beta=beta.example"}, "xds.defaultMesh", `with tls.plaintext it must be a mesh of ca.meshes (acme, beta), got "default"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key, func(t *testing.T) {
@@ -95,6 +96,21 @@ func TestBadValuesAreRefused(t *testing.T) {
 				t.Fatalf("got %v, want %s: %s", err, tc.key, tc.reason)
 			}
 		})
+	}
+}
+
+func TestPlaintextDefaultMeshAmongTheMeshes(t *testing.T) {
+	var cfg Config
+	args := []string{"--tls.plaintext", "--ca.meshes=acme=acme.example,beta=beta.example", "--xds.default-mesh=beta"}
+	if err := settings.Load(Program, &cfg, args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.CA.MeshNames(), ","); got != "acme,beta" {
+		t.Errorf("MeshNames() = %s, want acme,beta", got)
+	}
+	// With TLS the certificate decides a proxy's mesh: the default is not checked.
+	if err := settings.Load(Program, &cfg, []string{"--ca.meshes=acme=acme.example"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -62,6 +64,25 @@ func ClaimedIdentity() Authenticator {
 			return Identity{}, err
 		}
 		return Identity{Mesh: mesh, Cluster: cluster}, nil
+	})
+}
+
+// HostedMeshes refuses, with PermissionDenied, a stream that a decides
+// belongs to a mesh other than hosted (the meshes this hub serves); it
+// passes the others on. It bounds what ClaimedIdentity accepts: a
+// plaintext spoke still names its cluster unchecked, but only in a mesh of
+// this hub.
+func HostedMeshes(hosted []string, a Authenticator) Authenticator {
+	hosted = slices.Clone(hosted)
+	return AuthenticatorFunc(func(ctx context.Context) (Identity, error) {
+		id, err := a.Authenticate(ctx)
+		if err != nil {
+			return Identity{}, err
+		}
+		if !slices.Contains(hosted, id.Mesh) {
+			return Identity{}, status.Errorf(codes.PermissionDenied, "mesh %q is not a mesh of this hub (it serves %s)", id.Mesh, strings.Join(hosted, ", "))
+		}
+		return id, nil
 	})
 }
 

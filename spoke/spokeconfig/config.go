@@ -111,8 +111,8 @@ func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Lis
 // Hub configures the spoke's outbound connection to the hub.
 type Hub struct {
 	Address         string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
-	BackoffInitial  time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub; later waits grow up to backoffMax"`
-	BackoffMax      time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub"`
+	BackoffInitial  time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one (same jitter), up to backoffMax; the waits start over once a stream has synced"`
+	BackoffMax      time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub, jitter included; every attempt dials anew, so a hub that is back is reached at most this long after (plus the dial)"`
 	MaxMessageBytes int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
 	Plaintext       bool          `key:"plaintext" default:"false" help:"INSECURE, for tests and development only: connect without TLS and claim mesh and cluster in gRPC metadata (the hub must run with --tls.plaintext); tokenFile, caHash, caFile, stateDir and serverName are then ignored"`
 	TokenFile       string        `key:"tokenFile" help:"file holding the one-time join token (navectl token create), e.g. a mounted Secret (surrounding white space is ignored); read only when stateDir holds no credentials"`

@@ -2,7 +2,8 @@
 // dials the hub (the spoke only ever dials out), sends the full state on
 // every (re)connect followed by the synced marker, then deltas, and tracks
 // the hub's ACK/NACK of every nonce. Lost connections are retried with
-// jittered, capped exponential backoff.
+// jittered exponential backoff that never waits more than its maximum, each
+// attempt on a new connection.
 package uplink
 
 import (
@@ -132,25 +133,25 @@ func (u *Uplink) Run(ctx context.Context) error {
 	if u.opts.TLS != nil {
 		creds = credentials.NewTLS(u.opts.TLS)
 	}
-	conn, err := grpc.NewClient(u.opts.Address,
+	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
-	)
-	if err != nil {
-		return fmt.Errorf("hub address %q: %w", u.opts.Address, err)
 	}
-	defer conn.Close()
-	client := protocolv1.NewSyncClient(conn)
 
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = u.opts.BackoffInitial
-	b.MaxInterval = u.opts.BackoffMax
-	b.RandomizationFactor = 0.5
-	b.MaxElapsedTime = 0
-	b.Reset()
+	b := newBackOff(u.opts.BackoffInitial, u.opts.BackoffMax)
 	for {
-		synced, err := u.session(ctx, client)
+		// Each attempt dials afresh: a ClientConn that failed to connect
+		// keeps failing calls with its cached error until its own
+		// reconnect backoff (1 s growing to 2 min) lets it try again, so a
+		// hub that came back would be found late. NewClient fails only on
+		// a malformed target or options, which no retry mends.
+		conn, err := grpc.NewClient(u.opts.Address, dialOpts...)
+		if err != nil {
+			return fmt.Errorf("hub address %q: %w", u.opts.Address, err)
+		}
+		synced, err := u.session(ctx, protocolv1.NewSyncClient(conn))
+		conn.Close()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -167,6 +168,28 @@ func (u *Uplink) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// newBackOff returns the waits between attempts to reach the hub: the
+// first within initial ± 50 %, each next one 1.5 times the last (± 50 %),
+// never more than maxWait.
+func newBackOff(initial, maxWait time.Duration) backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = initial
+	b.MaxInterval = maxWait
+	b.RandomizationFactor = 0.5
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return cappedBackOff{b}
+}
+
+// cappedBackOff clamps each wait of an ExponentialBackOff to its
+// MaxInterval: the library caps the interval it jitters around, so at the
+// cap it would wait up to MaxInterval × (1 + RandomizationFactor).
+type cappedBackOff struct{ *backoff.ExponentialBackOff }
+
+func (b cappedBackOff) NextBackOff() time.Duration {
+	return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)
 }
 
 func (u *Uplink) setState(s string, err error) {

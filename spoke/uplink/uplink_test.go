@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -161,6 +162,49 @@ func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 	}
 }
 
+// TestUplinkFindsAHubThatCameBack starts the uplink while nothing listens
+// at the hub's address, lets it fail a few times, then starts the hub
+// there: the attempt under way may still fail, the next one must reach the
+// hub. (gRPC caches a failed connection and retries it on a backoff of its
+// own, from 1 s up to 2 min; an attempt must not fail on that stale error.)
+func TestUplinkFindsAHubThatCameBack(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, MaxMessageBytes: 1 << 20})
+	up.Update(serviceEntries(t, 3))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	failures := func() int { return int(testutil.ToFloat64(up.metrics.reconnects)) }
+	eventually(t, func() error {
+		if n := failures(); n < 3 {
+			return fmt.Errorf("%d failed attempts so far", n)
+		}
+		return nil
+	})
+
+	in, _, _ := hubServer(t, addr) // listening once it returns
+	before := failures()
+	eventually(t, func() error {
+		if n := objectCount(in); n != 3 {
+			return fmt.Errorf("hub holds %d objects", n)
+		}
+		return up.Synced()
+	})
+	if extra := failures() - before; extra > 1 {
+		t.Fatalf("%d attempts failed after the hub was listening (last error %q), want at most the one under way", extra, up.Status().LastErr)
+	}
+}
+
 // TestUplinkWaitsForTheSource checks that no stream opens before the
 // source's first state: an early empty full state would make the hub
 // prune the cluster at the synced marker.
@@ -189,4 +233,29 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 		}
 		return up.Synced()
 	})
+}
+
+// TestBackoffStaysWithinItsBounds draws the waits of a long outage: none
+// exceeds backoffMax (the jitter must not add to the maximum), the first is
+// within half of backoffInitial, and the waits reach the maximum.
+func TestBackoffStaysWithinItsBounds(t *testing.T) {
+	const initial, maxWait = 250 * time.Millisecond, 15 * time.Second
+	b := newBackOff(initial, maxWait)
+	for round := range 50 {
+		b.Reset()
+		if w := b.NextBackOff(); w < initial/2 || w > initial*3/2 {
+			t.Fatalf("round %d: first wait %s, want within [%s, %s]", round, w, initial/2, initial*3/2)
+		}
+		reached := false
+		for i := range 100 {
+			w := b.NextBackOff()
+			if w <= 0 || w > maxWait {
+				t.Fatalf("round %d: wait %d is %s, want within (0, %s]", round, i+1, w, maxWait)
+			}
+			reached = reached || w == maxWait
+		}
+		if !reached {
+			t.Fatalf("round %d: 100 waits never reached the maximum %s", round, maxWait)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package ads
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,12 +46,13 @@ const (
 	refusedMesh            = "mesh_mismatch"
 	refusedNamespace       = "namespace_mismatch"
 	refusedServiceAccount  = "service_account_mismatch"
+	refusedNotHosted       = "mesh_not_hosted"
 )
 
 func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_auth_refusals_total",
 		Help: "Proxy streams refused because their credentials did not prove the identity their node claims, by reason."}, []string{"reason"})
-	for _, r := range []string{refusedUnauthenticated, refusedMesh, refusedNamespace, refusedServiceAccount} {
+	for _, r := range []string{refusedUnauthenticated, refusedMesh, refusedNamespace, refusedServiceAccount, refusedNotHosted} {
 		c.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -61,12 +64,16 @@ func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
 // identify returns the proxy a stream's node describes, bound to what its
 // credentials prove: without an Authenticator the node's own claims stand
 // (plaintext mode); with one, the mesh is the identity's, and a node naming
-// another mesh, namespace or service account is refused.
+// another mesh, namespace or service account is refused. Either way a mesh
+// not in Options.Meshes is refused.
 func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, Identity, error) {
 	if s.opts.Authenticator == nil {
 		px, err := proxy.FromNode(node, s.opts.DefaultMesh)
 		if err != nil {
 			return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := s.checkHosted(ctx, node, px.Mesh); err != nil {
+			return nil, Identity{}, err
 		}
 		return px, Identity{}, nil
 	}
@@ -94,8 +101,20 @@ func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy,
 	if err := check("service account", px.ServiceAccount, id.ServiceAccount, refusedServiceAccount); err != nil {
 		return nil, Identity{}, err
 	}
+	if err := s.checkHosted(ctx, node, px.Mesh); err != nil {
+		return nil, Identity{}, err
+	}
 	px.Namespace, px.ServiceAccount = id.Namespace, id.ServiceAccount
 	return px, id, nil
+}
+
+// checkHosted refuses a proxy of a mesh not in Options.Meshes.
+func (s *Server) checkHosted(ctx context.Context, node *corev3.Node, mesh string) error {
+	if len(s.opts.Meshes) == 0 || slices.Contains(s.opts.Meshes, mesh) {
+		return nil
+	}
+	return s.refuse(ctx, node, refusedNotHosted, codes.PermissionDenied,
+		fmt.Sprintf("node %q is of mesh %q, which is not a mesh of this hub (it serves %s)", node.GetId(), mesh, strings.Join(s.opts.Meshes, ", ")))
 }
 
 // refuse logs an audit line, counts the refusal and returns the status the

@@ -51,6 +51,9 @@ type Options struct {
 	// of each until it is written); a large response waits for room. Zero
 	// means 64 MiB; negative means unbounded.
 	MaxInflightBytes int64
+	// Meshes are the meshes this hub serves: a proxy of any other is
+	// refused, whatever decided its mesh. Empty serves every mesh.
+	Meshes []string
 	// Authenticator proves each stream's identity (its mesh, namespace and
 	// service account); nil trusts the node's metadata, for plaintext mode
 	// (the mesh is then the node's MESH, else DefaultMesh).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,10 +22,11 @@ import (
 	"github.com/navemesh/nave/xds/ads"
 )
 
-// security is what the hub authenticates spokes and proxies with. Its zero
-// value (plaintext mode) trusts what they claim.
+// security is what the hub authenticates spokes and proxies with. In
+// plaintext mode it trusts what they claim, within the meshes it serves.
 type security struct {
 	plaintext bool
+	meshes    []string // ca.meshes by name: every other mesh is refused
 	authority *ca.Authority
 	serving   *servingcert.Cert
 	store     *enroll.DirStore
@@ -35,9 +37,13 @@ type security struct {
 // newSecurity loads the mesh CAs, the serving certificate and the enrollment
 // state from cfg.State.Dir; in plaintext mode it loads nothing and warns.
 func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
+	meshes := cfg.CA.MeshNames()
 	if cfg.TLS.Plaintext {
-		log.Warn("INSECURE: tls.plaintext is set: the spokes and xds listeners serve without TLS, and spokes and proxies name their own mesh and cluster unchecked. Use only where every client is trusted")
-		return &security{plaintext: true}, nil
+		log.Warn("INSECURE: tls.plaintext is set: the spokes and xds listeners serve without TLS and check no credentials; "+
+			"whoever reaches them is believed: a spoke writes the cluster it names, a proxy reads its node's mesh (else defaultMesh) "+
+			"as the namespace and service account it names, in any of these meshes; other meshes are refused. Use only where every client is trusted",
+			"meshes", strings.Join(meshes, ","), "defaultMesh", cfg.XDS.DefaultMesh)
+		return &security{plaintext: true, meshes: meshes}, nil
 	}
 	dir := cfg.State.Dir
 	// The hub's serving CA and enrollment stay in state.dir whatever
@@ -65,15 +71,16 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		return nil, fmt.Errorf("state.dir: %w", err)
 	}
 	return &security{
-		authority: auth, serving: serving, store: es, stateDir: dir,
+		meshes: meshes, authority: auth, serving: serving, store: es, stateDir: dir,
 		spokeAuth: enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg}),
 	}, nil
 }
 
-// spokeAuthenticator decides a spoke stream's (mesh, cluster).
+// spokeAuthenticator decides a spoke stream's (mesh, cluster), refusing
+// meshes the hub does not serve.
 func (s *security) spokeAuthenticator() ingest.Authenticator {
 	if s.plaintext {
-		return ingest.ClaimedIdentity()
+		return ingest.HostedMeshes(s.meshes, ingest.ClaimedIdentity())
 	}
 	return s.spokeAuth
 }
@@ -169,7 +176,7 @@ func (s *security) enforcer(in *ingest.Server, log *slog.Logger, reg prometheus.
 func (s *security) debug(adm *admin.Server) {
 	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(*http.Request) (any, error) {
 		if s.plaintext {
-			return map[string]any{"plaintext": true}, nil
+			return map[string]any{"plaintext": true, "meshes": s.meshes}, nil
 		}
 		clusters, err := s.store.Clusters()
 		if err != nil {
