@@ -459,7 +459,7 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 	t.Run("proxies", func(t *testing.T) {
 		roots := h.servingRoots(t)
 		_, err := adsFirst(t, dialTLS(t, addr(h.xds), roots, nil), grpcNode("p1", nil))
-		wantCode(t, "a proxy without a certificate", err, codes.Unauthenticated, "")
+		wantCode(t, "a proxy without a certificate", err, codes.Unauthenticated, "no client certificate: the xDS listener (xds.listen) needs mutual TLS")
 		cert := h.workloadCert(t, "default", "cluster.local", "demo", "client")
 		conn := dialTLS(t, addr(h.xds), roots, &cert)
 		_, err = adsFirst(t, conn, grpcNode("p2", map[string]string{"MESH": "other"}))

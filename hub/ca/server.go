@@ -68,21 +68,32 @@ func (f AuthorizerFunc) Authorize(ctx context.Context) (Grant, error) { return f
 // Safe for concurrent use.
 type PeerCertificateAuthorizer struct {
 	Authority *Authority
+	// Service names what the authorizer guards in its refusals ("the xDS
+	// listener"); empty means "the CA".
+	Service string
+}
+
+// service is what refusals say needs mutual TLS.
+func (p PeerCertificateAuthorizer) service() string {
+	if p.Service == "" {
+		return "the CA"
+	}
+	return p.Service
 }
 
 // Authorize implements Authorizer.
 func (p PeerCertificateAuthorizer) Authorize(ctx context.Context) (Grant, error) {
 	pr, ok := peer.FromContext(ctx)
 	if !ok || pr.AuthInfo == nil {
-		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "no transport credentials: the CA needs mutual TLS with a workload certificate")
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "no transport credentials: %s needs mutual TLS with a workload certificate", p.service())
 	}
 	ti, ok := pr.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "connection is %s, not TLS: the CA needs mutual TLS with a workload certificate", pr.AuthInfo.AuthType())
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "connection is %s, not TLS: %s needs mutual TLS with a workload certificate", pr.AuthInfo.AuthType(), p.service())
 	}
 	certs := ti.State.PeerCertificates
 	if len(certs) == 0 {
-		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "no client certificate: the CA needs mutual TLS with a workload certificate")
+		return Grant{}, certreq.Refuse(certreq.ReasonUnauthenticated, "no client certificate: %s needs mutual TLS with a workload certificate", p.service())
 	}
 	leaf := certs[0]
 	if leaf.IsCA {

@@ -91,7 +91,7 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 	if s.plaintext {
 		return nil
 	}
-	authz := ca.PeerCertificateAuthorizer{Authority: s.authority}
+	authz := ca.PeerCertificateAuthorizer{Authority: s.authority, Service: "the xDS listener (xds.listen)"}
 	return ads.AuthenticatorFunc(func(ctx context.Context) (ads.Identity, error) {
 		g, err := authz.Authorize(ctx)
 		if err != nil {
