@@ -10,6 +10,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -83,12 +85,20 @@ type fixture struct {
 	changes atomic.Int64 // OnChange calls
 	// endpointChanges counts OnEndpointChange calls.
 	endpointChanges atomic.Int64
+	reg             *prometheus.Registry
+}
+
+// metric sums the values of the ingest metric name.
+func (f *fixture) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	return metrictest.Value(t, f.reg, name)
 }
 
 func newFixture(t *testing.T, grace time.Duration) *fixture {
 	t.Helper()
-	f := &fixture{}
+	f := &fixture{reg: prometheus.NewRegistry()}
 	f.srv = ingest.New(ingest.ClaimedIdentity(), ingest.Options{
+		Registerer:       f.reg,
 		StaleGracePeriod: grace,
 		OnChange:         func(string) { f.changes.Add(1) },
 		OnEndpointChange: func(string) { f.endpointChanges.Add(1) },

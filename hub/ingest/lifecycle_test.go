@@ -112,8 +112,13 @@ func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
 	if gone := time.Since(disconnected); gone < grace {
 		t.Errorf("withdrawn %v after the disconnect, before the grace period of %v", gone, grace)
 	}
-	if len(f.srv.Status()) != 0 || len(f.srv.Meshes()) != 0 {
-		t.Errorf("after withdrawal: status %+v, meshes %v; want nothing", f.srv.Status(), f.srv.Meshes())
+	// Withdrawn, it is still listed: when, why, what it held (issue 18).
+	if sts := f.srv.Status(); len(sts) != 1 || sts[0].Withdrawn == nil || sts[0].Withdrawn.Resources != len(before) ||
+		!strings.Contains(sts[0].Withdrawn.Reason, "grace period") || sts[0].Withdrawn.At.Before(disconnected) || len(sts[0].Resources) != 0 {
+		t.Errorf("after withdrawal: status %+v, want m/c1 listed as withdrawn after the grace period with %d resources", sts, len(before))
+	}
+	if len(f.srv.Meshes()) != 0 {
+		t.Errorf("after withdrawal: meshes %v; want none", f.srv.Meshes())
 	}
 	eventually(t, "OnChange reports the withdrawal", func() bool { return f.changes.Load() > calls })
 }

@@ -9,9 +9,10 @@ type metrics struct {
 	rejected    prometheus.Counter
 	resources   *prometheus.GaugeVec
 	withdrawals prometheus.Counter
+	withdrawn   prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, withdrawn func() float64) *metrics {
 	m := &metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_spoke_streams",
 			Help: "Open spoke Push streams."}),
@@ -25,9 +26,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Resources held per cluster."}, []string{"mesh", "cluster"}),
 		withdrawals: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_ingest_withdrawals_total",
 			Help: "Clusters whose resources were withdrawn after their grace period."}),
+		withdrawn: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_ingest_clusters_withdrawn",
+			Help: "Clusters withdrawn after their grace period that have not reconnected since (listed at /debug/spokes)."}, withdrawn),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals)
+		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn)
 	}
 	return m
 }

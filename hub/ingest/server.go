@@ -63,6 +63,16 @@ type Server struct {
 	mu      sync.Mutex
 	stores  map[Identity]*store
 	session uint64
+	// withdrawn lists the clusters withdrawn after their grace period,
+	// until they reconnect or are revoked (Withdraw).
+	withdrawn map[Identity]Withdrawal
+}
+
+// Withdrawal says when and why a cluster's resources were withdrawn.
+type Withdrawal struct {
+	At        time.Time `json:"at"`
+	Reason    string    `json:"reason"`
+	Resources int       `json:"resources"`
 }
 
 var errSuperseded = errors.New("superseded by a newer stream of the same cluster")
@@ -83,13 +93,19 @@ func New(auth Authenticator, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
-		auth:    auth,
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: newMetrics(opts.Registerer),
-		stores:  map[Identity]*store{},
+	s := &Server{
+		auth:      auth,
+		opts:      opts,
+		log:       opts.Logger,
+		stores:    map[Identity]*store{},
+		withdrawn: map[Identity]Withdrawal{},
 	}
+	s.metrics = newMetrics(opts.Registerer, func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(len(s.withdrawn))
+	})
+	return s
 }
 
 // Push serves one spoke stream.
@@ -159,6 +175,7 @@ func (s *Server) open(id Identity, cancel func(error), peer string) uint64 {
 		st = newStore(id)
 		s.stores[id] = st
 	}
+	delete(s.withdrawn, id)
 	if st.cancel != nil {
 		st.cancel(errSuperseded)
 	}
@@ -172,6 +189,7 @@ func (s *Server) open(id Identity, cancel func(error), peer string) uint64 {
 	st.peer = peer
 	st.connected = true
 	st.synced = false
+	st.staged = nil // a new stream sends its full state anew
 	st.connectedAt = time.Now()
 	s.metrics.streams.Inc()
 	s.log.Info("spoke connected", "mesh", id.Mesh, "cluster", id.Cluster, "peer", peer, "session", st.session)
@@ -206,6 +224,7 @@ func (s *Server) Disconnect(id Identity, reason string) bool {
 // Authenticator's part.
 func (s *Server) Withdraw(id Identity, reason string) bool {
 	s.mu.Lock()
+	delete(s.withdrawn, id) // revoked: listed by enrollment, not here
 	st := s.stores[id]
 	if st == nil {
 		s.mu.Unlock()
@@ -247,6 +266,8 @@ func (s *Server) withdraw(id Identity, session uint64) {
 		s.mu.Unlock()
 		return
 	}
+	s.withdrawn[id] = Withdrawal{At: time.Now(), Resources: st.count(),
+		Reason: fmt.Sprintf("disconnected at %s and not back within the grace period (%s)", st.disconnectedAt.UTC().Format(time.RFC3339), s.opts.StaleGracePeriod)}
 	s.drop(id, st, "stale cluster withdrawn after grace period")
 }
 
@@ -279,11 +300,12 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 	var rejections []*protocolv1.Rejection
 	switch {
 	case m.GetTypeUrl() == protocol.SyncedTypeURL:
-		wasSynced := st.synced
-		st.synced = true
-		removed := st.prune()
-		changed = removed > 0 || !wasSynced
-		s.log.Info("spoke synced", "mesh", id.Mesh, "cluster", id.Cluster, "resources", st.count(), "pruned", removed)
+		if !st.synced {
+			staged := st.stagedCount()
+			var removed int
+			changed, removed = st.sync()
+			s.log.Info("spoke synced", "mesh", id.Mesh, "cluster", id.Cluster, "resources", st.count(), "applied", staged, "removed", removed)
+		}
 	default:
 		if _, ok := meshconfig.KindByTypeURL(m.GetTypeUrl()); !ok {
 			st.nacks++
@@ -411,9 +433,15 @@ type ClusterStatus struct {
 	Acks           uint64         `json:"acks"`
 	Nacks          uint64         `json:"nacks"`
 	Rejected       []Rejection    `json:"rejected"`
+	// Pending counts what the stream sent that waits for its synced marker.
+	Pending int `json:"pending,omitempty"`
+	// Withdrawn is set for a cluster withdrawn after its grace period that
+	// has not reconnected since; it contributes nothing.
+	Withdrawn *Withdrawal `json:"withdrawn,omitempty"`
 }
 
-// Status reports every cluster's stream and sync state.
+// Status reports every cluster's stream and sync state, and the clusters
+// withdrawn after their grace period that have not come back.
 func (s *Server) Status() []ClusterStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -438,7 +466,13 @@ func (s *Server) Status() []ClusterStatus {
 			cs.Rejected = append(cs.Rejected, r)
 		}
 		sort.Slice(cs.Rejected, func(i, j int) bool { return cs.Rejected[i].Name < cs.Rejected[j].Name })
+		cs.Pending = st.stagedCount()
 		out = append(out, cs)
+	}
+	for id, w := range s.withdrawn {
+		if s.stores[id] == nil {
+			out = append(out, ClusterStatus{Identity: id, Resources: map[string]int{}, Rejected: []Rejection{}, Withdrawn: &w})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Identity.String() < out[j].Identity.String() })
 	return out

@@ -17,9 +17,21 @@ type entry struct {
 }
 
 // store is one cluster's resources. It is guarded by Server.mu.
+//
+// resources is the cluster's last synced state and the changes its spoke
+// made since: what the hub serves. While a stream has not sent its synced
+// marker, what it sends that changes content is staged instead (a nil
+// entry stages a removal) and applied, with the pruning of what the stream
+// did not send, only when the marker arrives (DESIGN.md invariant 8): a
+// spoke that dies in the middle of its full state changes nothing, and a
+// cluster that never synced contributes nothing.
 type store struct {
 	id        Identity
 	resources map[string]map[string]*entry // type URL -> name -> entry
+	staged    map[string]map[string]*entry // type URL -> name -> entry (nil: removal)
+	// everSynced is set at the first synced marker: resources is then a
+	// complete state of the cluster.
+	everSynced bool
 	// sorted caches input's object list, kept up to date by small changes
 	// (a copy is made before the first change after input handed it out:
 	// readers hold it); nil when it must be sorted again. edits counts the
@@ -54,7 +66,24 @@ func newStore(id Identity) *store {
 	return &store{id: id, resources: map[string]map[string]*entry{}, rejected: map[string]Rejection{}}
 }
 
+// put accepts o from session. Until the session has synced, a change of
+// content is staged (see store) and put reports no change.
 func (s *store) put(typeURL string, o *meshconfig.Object, session uint64) (changed bool) {
+	if !s.synced {
+		name := o.Key()
+		if e, ok := s.resources[typeURL][name]; ok && e.obj.Version == o.Version {
+			e.session = session
+			s.unstage(typeURL, name)
+			return false
+		}
+		s.stage(typeURL, name, &entry{obj: o, session: session})
+		return false
+	}
+	return s.apply(typeURL, o, session)
+}
+
+// apply puts o into resources.
+func (s *store) apply(typeURL string, o *meshconfig.Object, session uint64) (changed bool) {
 	byName := s.resources[typeURL]
 	if byName == nil {
 		byName = map[string]*entry{}
@@ -107,7 +136,61 @@ func (s *store) keep(typeURL, name string, session uint64) {
 	}
 }
 
+// remove drops a resource; until the session has synced the removal is
+// staged and remove reports no change.
 func (s *store) remove(typeURL, name string) (changed bool) {
+	if !s.synced {
+		s.stage(typeURL, name, nil)
+		return false
+	}
+	return s.drop(typeURL, name)
+}
+
+func (s *store) stage(typeURL, name string, e *entry) {
+	if s.staged == nil {
+		s.staged = map[string]map[string]*entry{}
+	}
+	if s.staged[typeURL] == nil {
+		s.staged[typeURL] = map[string]*entry{}
+	}
+	s.staged[typeURL][name] = e
+}
+
+func (s *store) unstage(typeURL, name string) {
+	delete(s.staged[typeURL], name)
+}
+
+// stagedCount is how many changes wait for the synced marker.
+func (s *store) stagedCount() int {
+	n := 0
+	for _, byName := range s.staged {
+		n += len(byName)
+	}
+	return n
+}
+
+// sync applies what the session staged, then prunes what it did not send:
+// the spoke's full state is complete. The cluster's state changes (it is
+// synced again), so sync always reports a change; removed counts the
+// resources it dropped.
+func (s *store) sync() (changed bool, removed int) {
+	for typeURL, byName := range s.staged {
+		for name, e := range byName {
+			if e == nil {
+				if s.drop(typeURL, name) {
+					removed++
+				}
+			} else {
+				s.apply(typeURL, e.obj, e.session)
+			}
+		}
+	}
+	s.staged = nil
+	s.synced, s.everSynced = true, true
+	return true, removed + s.prune()
+}
+
+func (s *store) drop(typeURL, name string) (changed bool) {
 	if e, ok := s.resources[typeURL][name]; ok {
 		delete(s.resources[typeURL], name)
 		s.edit(e.obj, true)
@@ -151,6 +234,9 @@ func (s *store) input() mesh.ClusterInput {
 		Connected: s.connected,
 		Synced:    s.synced,
 		Stale:     !s.connected,
+	}
+	if !s.everSynced {
+		return in // nothing the cluster said is complete yet
 	}
 	if s.sorted == nil {
 		objs := make([]*meshconfig.Object, 0, s.count())

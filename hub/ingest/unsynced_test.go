@@ -1,0 +1,94 @@
+package ingest_test
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUnsyncedClusterContributesNothing: a spoke that dies in the middle
+// of its first full state leaves nothing to serve — its resources wait for
+// a synced marker that never comes (issue 18 item 1).
+func TestUnsyncedClusterContributesNothing(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	s := f.dial(t, "m", "c1")
+	s.sendState(decode(t, fullState))
+	if held := f.objects("m", "c1"); len(held) != 0 {
+		t.Errorf("before its first synced marker the cluster contributes %v, want nothing", refs(held))
+	}
+	if st, ok := f.status("m", "c1"); !ok || st.Pending != len(decode(t, fullState)) || len(st.Resources) != 0 {
+		t.Errorf("status %+v, want every resource pending and none held", st)
+	}
+	s.close()
+	eventually(t, "the cluster is disconnected", func() bool {
+		st, ok := f.status("m", "c1")
+		return ok && !st.Connected
+	})
+	if held := f.objects("m", "c1"); len(held) != 0 {
+		t.Errorf("after the spoke died unsynced the cluster contributes %v, want nothing", refs(held))
+	}
+}
+
+// TestReconnectPartialStateKeepsTheLastSynced: a reconnecting spoke's new
+// full state replaces the last synced one only at its synced marker; one
+// that dies half-way changes nothing (issue 18 item 1).
+func TestReconnectPartialStateKeepsTheLastSynced(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	s1 := f.dial(t, "m", "c1")
+	s1.sync(decode(t, fullState))
+	before := f.objects("m", "c1")
+	s1.close()
+
+	changed := decode(t, strings.NewReplacer("weight: 80", "weight: 70", "weight: 20", "weight: 30").Replace(fullState))
+	changed = changed[:1] // the changed VirtualService only: half a state
+	for range 2 {
+		s := f.dial(t, "m", "c1")
+		s.sendState(changed)
+		s.acked(s.send(vsType, nil, "demo/echo-beta")) // and a removal
+		if got := f.objects("m", "c1"); !maps.Equal(got, before) {
+			t.Fatalf("an unsynced reconnect changed the served state:\nbefore %v\n   now %v", refs(before), refs(got))
+		}
+		s.close()
+		eventually(t, "the cluster is disconnected", func() bool {
+			st, ok := f.status("m", "c1")
+			return ok && !st.Connected
+		})
+		if got := f.objects("m", "c1"); !maps.Equal(got, before) {
+			t.Fatalf("a reconnect that died unsynced changed the served state:\nbefore %v\n   now %v", refs(before), refs(got))
+		}
+	}
+
+	s := f.dial(t, "m", "c1")
+	s.sendState(changed)
+	s.synced()
+	got := f.objects("m", "c1")
+	if len(got) != 1 || got["VirtualService demo/echo"] == nil || got["VirtualService demo/echo"].Version != changed[0].Version {
+		t.Errorf("after the synced marker the hub holds %v, want only the changed demo/echo", refs(got))
+	}
+}
+
+// TestWithdrawnClusterListedUntilItReconnects: a cluster withdrawn after
+// its grace period stays at /debug/spokes (issue 18 item 6) until it
+// reconnects.
+func TestWithdrawnClusterListedUntilItReconnects(t *testing.T) {
+	f := newFixture(t, 50*time.Millisecond)
+	s := f.dial(t, "m", "c1")
+	s.sync(decode(t, fullState))
+	s.close()
+	eventually(t, "the cluster is withdrawn", func() bool {
+		st, ok := f.status("m", "c1")
+		return ok && st.Withdrawn != nil
+	})
+	if n := f.metric(t, "nave_hub_ingest_clusters_withdrawn"); n != 1 {
+		t.Errorf("nave_hub_ingest_clusters_withdrawn = %v, want 1", n)
+	}
+	f.dial(t, "m", "c1")
+	eventually(t, "the reconnected cluster is no longer listed as withdrawn", func() bool {
+		st, ok := f.status("m", "c1")
+		return ok && st.Withdrawn == nil && st.Connected
+	})
+	if n := f.metric(t, "nave_hub_ingest_clusters_withdrawn"); n != 0 {
+		t.Errorf("nave_hub_ingest_clusters_withdrawn = %v after the reconnect, want 0", n)
+	}
+}
