@@ -3,7 +3,6 @@ package protocol
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -13,9 +12,6 @@ import (
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
-
-// ResourceName is the wire name of an object: "namespace/name".
-func ResourceName(namespace, name string) string { return namespace + "/" + name }
 
 // Encode wraps an object into the resource that carries it on Push.
 func Encode(o *meshconfig.Object) (*discoveryv3.Resource, error) {
@@ -40,7 +36,7 @@ func Encode(o *meshconfig.Object) (*discoveryv3.Resource, error) {
 		return nil, fmt.Errorf("encode %s %s: %w", o.Kind.Kind, o.Key(), err)
 	}
 	return &discoveryv3.Resource{
-		Name:     ResourceName(o.Namespace, o.Name),
+		Name:     o.Key(),
 		Version:  o.Version,
 		Resource: body,
 	}, nil
@@ -61,15 +57,22 @@ func (e *DecodeError) Error() string {
 // failure is a *DecodeError naming the resource and the reason; a garbled
 // or hostile resource never panics.
 func Decode(typeURL string, r *discoveryv3.Resource) (*meshconfig.Object, error) {
+	kind, ok := meshconfig.KindByTypeURL(typeURL)
+	if !ok {
+		return nil, &DecodeError{TypeURL: typeURL, Name: r.GetName(), Reason: "unknown type URL"}
+	}
+	return DecodeKind(kind, r)
+}
+
+// DecodeKind is Decode for a kind the caller already resolved from the
+// message's type URL (once per message, not per resource).
+func DecodeKind(kind *meshconfig.Kind, r *discoveryv3.Resource) (*meshconfig.Object, error) {
+	typeURL := kind.TypeURL
 	if r == nil {
 		return nil, &DecodeError{TypeURL: typeURL, Reason: "resource is empty"}
 	}
 	fail := func(format string, args ...any) error {
 		return &DecodeError{TypeURL: typeURL, Name: r.GetName(), Reason: fmt.Sprintf(format, args...)}
-	}
-	kind, ok := meshconfig.KindByTypeURL(typeURL)
-	if !ok {
-		return nil, fail("unknown type URL")
 	}
 	if len(r.GetName()) > MaxNameLength {
 		return nil, fail("name is %d bytes, longer than %d", len(r.GetName()), MaxNameLength)
@@ -84,7 +87,7 @@ func Decode(typeURL string, r *discoveryv3.Resource) (*meshconfig.Object, error)
 	if err := proto.Unmarshal(r.GetResource().GetValue(), &env); err != nil {
 		return nil, fail("envelope does not decode: %v", err)
 	}
-	if got, want := r.GetName(), ResourceName(env.GetNamespace(), env.GetName()); got != want {
+	if got, want := r.GetName(), meshconfig.Key(env.GetNamespace(), env.GetName()); got != want {
 		return nil, fail("name does not match the envelope's %q", want)
 	}
 	if env.GetSpec() == nil {
@@ -143,10 +146,4 @@ func Rejections(req *discoveryv3.DeltaDiscoveryRequest) []*protocolv1.Rejection 
 		}
 	}
 	return out
-}
-
-// SplitName splits "namespace/name".
-func SplitName(name string) (namespace, n string, ok bool) {
-	namespace, n, ok = strings.Cut(name, "/")
-	return namespace, n, ok && namespace != "" && n != ""
 }

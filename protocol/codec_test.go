@@ -74,7 +74,7 @@ func TestDecodeRefusesWithReason(t *testing.T) {
 		}
 		mut(&env)
 		body, _ := anypb.New(&env)
-		return &discoveryv3.Resource{Name: ResourceName(env.Namespace, env.Name), Resource: body}
+		return &discoveryv3.Resource{Name: meshconfig.Key(env.Namespace, env.Name), Resource: body}
 	}
 	badSpec, _ := anypb.New(&networking.VirtualService{Hosts: []string{"a.b"}, Http: []*networking.HTTPRoute{{
 		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a.b"}, Weight: 30},

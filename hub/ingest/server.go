@@ -296,7 +296,7 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 		return s.nack(id, reply, "stream superseded", nil)
 	}
 	st.lastMessageAt = time.Now()
-	changed := false
+	changed, endpoints := false, false
 	var rejections []*protocolv1.Rejection
 	switch {
 	case m.GetTypeUrl() == protocol.SyncedTypeURL:
@@ -307,13 +307,15 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 			s.log.Info("spoke synced", "mesh", id.Mesh, "cluster", id.Cluster, "resources", st.count(), "applied", staged, "removed", removed)
 		}
 	default:
-		if _, ok := meshconfig.KindByTypeURL(m.GetTypeUrl()); !ok {
+		kind, ok := meshconfig.KindByTypeURL(m.GetTypeUrl())
+		if !ok {
 			st.nacks++
 			s.mu.Unlock()
 			return s.nack(id, reply, fmt.Sprintf("unknown type URL %q", m.GetTypeUrl()), nil)
 		}
+		endpoints = kind.EndpointsOnly()
 		for _, r := range m.GetResources() {
-			o, err := protocol.Decode(m.GetTypeUrl(), r)
+			o, err := protocol.DecodeKind(kind, r)
 			key := m.GetTypeUrl() + " " + r.GetName()
 			if err != nil {
 				var de *protocol.DecodeError
@@ -347,7 +349,7 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 	s.mu.Unlock()
 
 	switch {
-	case changed && EndpointKind(m.GetTypeUrl()):
+	case changed && endpoints:
 		s.opts.OnEndpointChange(id.Mesh)
 	case changed:
 		s.opts.OnChange(id.Mesh)
@@ -357,13 +359,6 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 	}
 	s.metrics.messages.WithLabelValues("ack").Inc()
 	return reply
-}
-
-// EndpointKind reports whether resources of typeURL only contribute
-// endpoints (WorkloadEntry, the registry's Workload).
-func EndpointKind(typeURL string) bool {
-	k, ok := meshconfig.KindByTypeURL(typeURL)
-	return ok && (k.Kind == "WorkloadEntry" || k.Kind == "Workload")
 }
 
 func (s *Server) nack(id Identity, reply *discoveryv3.DeltaDiscoveryRequest, msg string, rejections []*protocolv1.Rejection) *discoveryv3.DeltaDiscoveryRequest {

@@ -113,3 +113,8 @@ func KindByTypeURL(typeURL string) (*Kind, bool) {
 	}
 	return nil, false
 }
+
+// EndpointsOnly reports whether objects of the kind only contribute
+// endpoints (WorkloadEntry, the registry's Workload): a change of them
+// skips the config debounce.
+func (k *Kind) EndpointsOnly() bool { return k.Kind == "WorkloadEntry" || k.Kind == "Workload" }

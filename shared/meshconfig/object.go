@@ -30,8 +30,21 @@ type Object struct {
 	Origin string
 }
 
-// Key returns "namespace/name".
-func (o *Object) Key() string { return o.Namespace + "/" + o.Name }
+// Key returns the object's key, "namespace/name": how one object of a
+// kind is named everywhere, the wire included.
+func (o *Object) Key() string { return Key(o.Namespace, o.Name) }
+
+// Ref returns the object's reference: its kind and key.
+func (o *Object) Ref() Ref { return Ref{Kind: o.Kind.Kind, Namespace: o.Namespace, Name: o.Name} }
+
+// Key is the key of the object name in namespace: "namespace/name".
+func Key(namespace, name string) string { return namespace + "/" + name }
+
+// Ref names one object of any kind: comparable, a map key, and printed
+// "Kind namespace/name" in logs and messages.
+type Ref struct{ Kind, Namespace, Name string }
+
+func (r Ref) String() string { return r.Kind + " " + Key(r.Namespace, r.Name) }
 
 // ComputeVersion hashes the object's content: a deterministic proto
 // marshal of its spec, labels and annotations, SHA-256, the first 16 hex

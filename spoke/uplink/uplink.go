@@ -108,7 +108,7 @@ func New(opts Options) *Uplink {
 func (u *Uplink) Update(objs []*meshconfig.Object) {
 	desired := make(map[key]*meshconfig.Object, len(objs))
 	for _, o := range objs {
-		desired[key{o.Kind.TypeURL, protocol.ResourceName(o.Namespace, o.Name)}] = o
+		desired[key{o.Kind.TypeURL, o.Key()}] = o
 	}
 	u.mu.Lock()
 	u.desired = desired

@@ -277,7 +277,7 @@ func (c *Config) AuthorizationPolicy() *securityv1beta1.AuthorizationPolicy {
 
 // Ref names the config for messages: "cluster:Kind namespace/name".
 func (c *Config) Ref() string {
-	return c.Cluster + ":" + c.Object.Kind.Kind + " " + c.Object.Key()
+	return c.Cluster + ":" + c.Object.Ref().String()
 }
 
 // Conflict records an object that lost to another cluster's definition.

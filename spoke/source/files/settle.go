@@ -110,7 +110,7 @@ func keepLastGood(o *meshconfig.Object, rejections []Rejection) bool {
 	for i, r := range rejections {
 		var hit bool
 		if r.Kind != "" && r.Name != "" {
-			hit = objectKey(r.Kind, namespaceOr(r.Namespace), r.Name) == k
+			hit = meshconfig.Ref{Kind: r.Kind, Namespace: namespaceOr(r.Namespace), Name: r.Name}.String() == k
 		} else if r.File != "" {
 			hit = file == r.File || strings.HasPrefix(file, r.File+"/")
 		}
@@ -124,9 +124,7 @@ func keepLastGood(o *meshconfig.Object, rejections []Rejection) bool {
 	return false
 }
 
-func keyOf(o *meshconfig.Object) string { return objectKey(o.Kind.Kind, o.Namespace, o.Name) }
-
-func objectKey(kind, namespace, name string) string { return kind + " " + namespace + "/" + name }
+func keyOf(o *meshconfig.Object) string { return o.Ref().String() }
 
 func sameFile(origin1, origin2 string) bool {
 	f1, _ := splitOrigin(origin1)

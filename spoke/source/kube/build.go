@@ -187,7 +187,7 @@ func (b *builder) logNewRejections(byKind map[string][]Rejection) {
 	now := map[string]string{}
 	for _, rs := range byKind {
 		for _, r := range rs {
-			key := r.Kind + " " + r.Namespace + "/" + r.Name
+			key := meshconfig.Ref{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}.String()
 			reason := r.Field + ": " + r.Reason
 			now[key] = reason
 			if b.reported[key] != reason {
