@@ -1,5 +1,6 @@
 // The load benchmark's scenarios (S1–S4, docs/load-benchmark.md), each a
 // method of runner returning one Result.
+
 package load
 
 import (
