@@ -21,6 +21,7 @@ import (
 
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/enroll"
@@ -272,12 +273,12 @@ func TestRevokedSpokeKeepsItsCredentialsWhenRenewalIsRefused(t *testing.T) {
 }
 
 func TestCAHashIsOfThePublicKey(t *testing.T) {
-	a := enrolltest.NewAuthority("x")
+	a := x509test.NewAuthority("x")
 	h := enroll.CAHash(a.Cert)
 	if !strings.HasPrefix(h, "sha256:") || len(h) != len("sha256:")+64 {
 		t.Fatalf("CAHash = %q", h)
 	}
-	if h == enroll.CAHash(enrolltest.NewAuthority("x").Cert) {
+	if h == enroll.CAHash(x509test.NewAuthority("x").Cert) {
 		t.Fatal("two keys, one hash")
 	}
 	var c x509.Certificate = *a.Cert

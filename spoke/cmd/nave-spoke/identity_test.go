@@ -18,6 +18,7 @@ import (
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/spokeconfig"
@@ -386,7 +387,7 @@ func TestSpokeKeepsItsTokenFromAHubThatDoesNotMatchThePin(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
 	token, tok := tokenFile(t, h, enrolltest.MeshA, "east")
 	args := append(tlsArgs(h, "east", filepath.Join(t.TempDir(), "state")), "--hub.token-file="+token,
-		"--hub.ca-hash="+enroll.CAHash(enrolltest.NewAuthority("another").Cert))
+		"--hub.ca-hash="+enroll.CAHash(x509test.NewAuthority("another").Cert))
 	s := startSpoke(t, args...)
 	eventually(t, func() error {
 		if v := s.identity(t); !strings.Contains(v.LastError, "CA hash") {
