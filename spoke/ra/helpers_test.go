@@ -44,7 +44,6 @@ import (
 
 const (
 	trustDomain = "acme.example"
-	cluster     = "east"
 	clusterID   = "spiffe://acme.example/nave/cluster/east"
 	hubName     = "hub.nave.test"
 	// spokeUser is the identity deploy/spoke/rbac.yaml grants.
