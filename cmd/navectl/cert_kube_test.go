@@ -19,7 +19,7 @@ import (
 func TestCertIssueFromKubernetesSecret(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "hub", f))
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "hub", f))
 		if err != nil {
 			t.Fatal(err)
 		}
