@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/internal/kubetest"
 )
 
 // hubIdentity is the service account deploy/hub/rbac.yaml grants.

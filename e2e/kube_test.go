@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/internal/kubetest"
 )
 
 // spokeIdentity is the service account deploy/spoke/rbac.yaml grants.

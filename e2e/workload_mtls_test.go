@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/navemesh/nave/e2e/kubetest"
 	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/internal/kubetest"
 )
 
 // With the hub's CAs in Kubernetes Secrets (ca.store kubernetes), cert

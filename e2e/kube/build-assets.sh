@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes test binaries (kube-apiserver and etcd) from the Go module proxy into a
-# version-keyed cache folder, for the tests in e2e/kubetest. Usage:
+# version-keyed cache folder, for the tests in internal/kubetest. Usage:
 #
 #   e2e/kube/build-assets.sh [DEST]      # DEST defaults to <repo>/.cache/kube/v$KUBE_VERSION
 #
@@ -10,7 +10,7 @@
 # repository's go.mod and go.sum are never touched. See e2e/kube/README.md.
 set -euo pipefail
 
-KUBE_VERSION=1.36.3   # kube-apiserver; e2e/kubetest.KubeVersion must match
+KUBE_VERSION=1.36.3   # kube-apiserver; internal/kubetest.KubeVersion must match
 ETCD_VERSION=3.5.35   # newest v3.5 release on the module proxy; the series kube-apiserver 1.36 expects
 
 repo="$(cd "$(dirname "$0")/../.." && pwd)"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/shared/certreq/certreqtest"
 )
 

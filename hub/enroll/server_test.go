@@ -18,6 +18,7 @@ import (
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/x509test"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
@@ -305,7 +306,7 @@ func TestCertificateAttacksAreRefused(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
 	enrolled(t, h, enrolltest.MeshA, "east")
 	enrolled(t, h, enrolltest.MeshB, "east")
-	rogue := enrolltest.NewAuthority("rogue")
+	rogue := x509test.NewAuthority("rogue")
 	idA, _ := spiffeid.Cluster(enrolltest.TrustDomainA, "east")
 	idB, _ := spiffeid.Cluster(enrolltest.TrustDomainB, "east")
 	idA2, _ := spiffeid.Cluster(enrolltest.TrustDomainA, "west")

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
 func TestVerify(t *testing.T) {
-	ca := enrolltest.NewAuthority("hub")
-	other := enrolltest.NewAuthority("other")
+	ca := x509test.NewAuthority("hub")
+	other := x509test.NewAuthority("other")
 	serving := ca.ServerCert("hub.example")
 	chain := []*x509.Certificate{serving.Leaf, ca.Cert}
 	pin := tlspin.Hash(ca.Cert)
@@ -41,7 +41,7 @@ func TestVerify(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
-	pin := tlspin.Hash(enrolltest.NewAuthority("x").Cert)
+	pin := tlspin.Hash(x509test.NewAuthority("x").Cert)
 	if got, err := tlspin.Parse(strings.ToUpper(pin)); err != nil || got != pin {
 		t.Errorf("Parse(upper case) = %q, %v", got, err)
 	}
@@ -53,7 +53,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestHashesPEM(t *testing.T) {
-	ca := enrolltest.NewAuthority("hub")
+	ca := x509test.NewAuthority("hub")
 	leaf := ca.ServerCert("hub.example").Leaf
 	bundle := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})...)
 	got, err := tlspin.HashesPEM(bundle)

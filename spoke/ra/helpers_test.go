@@ -34,17 +34,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/navemesh/nave/e2e/kubetest"
-	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/spoke/ra"
 )
 
 const (
 	trustDomain = "acme.example"
-	cluster     = "east"
 	clusterID   = "spiffe://acme.example/nave/cluster/east"
 	hubName     = "hub.nave.test"
 	// spokeUser is the identity deploy/spoke/rbac.yaml grants.
@@ -127,13 +126,13 @@ func repoFile(t *testing.T, rel string) []byte {
 // mesh is the test's mesh CA, the spoke's cluster certificate and the
 // hub's serving certificate.
 type mesh struct {
-	ca      *enrolltest.Authority // the mesh's root
-	spoke   tls.Certificate       // the cluster certificate, as hub/ca issues it
-	serving *enrolltest.Authority // the hub's serving root
+	ca      *x509test.Authority // the mesh's root
+	spoke   tls.Certificate     // the cluster certificate, as hub/ca issues it
+	serving *x509test.Authority // the hub's serving root
 }
 
 func newMesh() *mesh {
-	m := &mesh{ca: enrolltest.NewAuthority("acme mesh root"), serving: enrolltest.NewAuthority("hub serving root")}
+	m := &mesh{ca: x509test.NewAuthority("acme mesh root"), serving: x509test.NewAuthority("hub serving root")}
 	key := newKey()
 	leaf := m.ca.Issue(&x509.Certificate{
 		URIs:                  []*url.URL{mustURL(clusterID)},

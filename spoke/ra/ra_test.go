@@ -25,7 +25,9 @@ const (
 )
 
 // The RA against a real API server (as the nave-spoke service account,
-// with deploy/spoke's RBAC) and a hub that records what reaches it.
+// with deploy/spoke's RBAC) and a hub that records what reaches it. With
+// the hub's real CA it is tested in e2e/integration
+// (TestSpokeRAWithTheHubsRealCA).
 func TestRA(t *testing.T) {
 	k := startKube(t)
 	k.serviceAccount(t, "shop", "cart")
@@ -195,8 +197,6 @@ func TestRA(t *testing.T) {
 		_, err = f2.call(t, bearer, csrFor(t, newKey(), x509.CertificateRequest{}, id), 0)
 		wantStatus(t, err, codes.Unauthenticated, "did not authenticate")
 	})
-
-	t.Run("the hub's real CA", func(t *testing.T) { testRealHub(t, k) })
 
 	t.Run("status and audit log", func(t *testing.T) {
 		st := f.srv.Status()

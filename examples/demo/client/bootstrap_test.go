@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/x509test"
 )
 
 func TestMakeBootstrap(t *testing.T) {
@@ -71,7 +71,7 @@ func TestBootstrapEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	const xdsTarget = "xds:///echo.demo.svc.cluster.local:7070"
-	hubCA, meshCA := enrolltest.NewAuthority("hub serving CA"), enrolltest.NewAuthority("mesh root")
+	hubCA, meshCA := x509test.NewAuthority("hub serving CA"), x509test.NewAuthority("mesh root")
 	hubCAFile := filepath.Join(t.TempDir(), "hub-ca.pem")
 	if err := os.WriteFile(hubCAFile, hubCA.PEM(), 0o600); err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestBootstrapEnv(t *testing.T) {
 // writeCertDir writes a workload certificate for the SPIFFE ID uri, issued by ca and valid
 // for ttl more (expired when negative), as navectl cert issue does: cert-chain.pem (leaf,
 // then root) and key.pem.
-func writeCertDir(t *testing.T, ca *enrolltest.Authority, uri string, ttl time.Duration) string {
+func writeCertDir(t *testing.T, ca *x509test.Authority, uri string, ttl time.Duration) string {
 	t.Helper()
 	u, err := url.Parse(uri)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
-	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/x509test"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -300,7 +300,7 @@ func TestProcessRoutesThroughXDS(t *testing.T) {
 // requires a client certificate of the mesh's CA: the client must verify the server
 // with --xds-ca-file and present its workload certificate.
 func TestProcessRoutesThroughXDSOverMTLS(t *testing.T) {
-	hubCA, meshCA := enrolltest.NewAuthority("hub serving CA"), enrolltest.NewAuthority("mesh root")
+	hubCA, meshCA := x509test.NewAuthority("hub serving CA"), x509test.NewAuthority("mesh root")
 	serving := hubCA.ServerCert("localhost")
 	ads, hub := echoADS(t, grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{serving},

@@ -1,3 +1,8 @@
+// Package enrolltest holds what tests of enrollment share: a per-mesh CA
+// that satisfies enroll.Signer, and a hub fixture (the Enrollment service
+// and ingest behind a real gRPC server with TLS on 127.0.0.1). It is for
+// tests only: the hub's own, navectl's, and the cross-side integration
+// tests in e2e.
 package enrolltest
 
 import (
@@ -12,6 +17,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -28,7 +34,7 @@ type CA struct {
 
 type caMesh struct {
 	td   string
-	auth *Authority
+	auth *x509test.Authority
 }
 
 var (
@@ -40,8 +46,8 @@ var (
 func NewCA() *CA { return &CA{meshes: map[string]caMesh{}} }
 
 // AddMesh gives mesh its own root and trust domain td, and returns the root.
-func (c *CA) AddMesh(mesh, td string) *Authority {
-	a := NewAuthority("nave mesh " + mesh)
+func (c *CA) AddMesh(mesh, td string) *x509test.Authority {
+	a := x509test.NewAuthority("nave mesh " + mesh)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.meshes[mesh] = caMesh{td: td, auth: a}
@@ -49,7 +55,7 @@ func (c *CA) AddMesh(mesh, td string) *Authority {
 }
 
 // Authority is mesh's root.
-func (c *CA) Authority(mesh string) *Authority {
+func (c *CA) Authority(mesh string) *x509test.Authority {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.meshes[mesh].auth

@@ -17,6 +17,7 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/x509test"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
 
@@ -54,8 +55,8 @@ type HubOptions struct {
 // concurrent use.
 type Hub struct {
 	Addr    string
-	Serving *Authority // root of the hub's serving certificate
-	CA      *CA        // meshes MeshA and MeshB
+	Serving *x509test.Authority // root of the hub's serving certificate
+	CA      *CA                 // meshes MeshA and MeshB
 	Store   *enroll.DirStore
 	Ingest  *ingest.Server
 	Auth    *enroll.CertAuthenticator
@@ -87,7 +88,7 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &Hub{Serving: NewAuthority("nave hub serving root"), CA: ca, Store: store,
+	h := &Hub{Serving: x509test.NewAuthority("nave hub serving root"), CA: ca, Store: store,
 		Metrics: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
 	var signer enroll.Signer = ca

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/internal/kubetest"
 )
 
 const (

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/shared/meshconfig"

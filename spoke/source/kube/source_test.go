@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/navemesh/nave/e2e/kubetest"
+	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/shared/meshconfig"
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )

@@ -1,4 +1,4 @@
-package uplink
+package integration
 
 import (
 	"context"
@@ -8,16 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/metrictest"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/spoke/uplink"
 )
 
-// hubServer runs a real hub ingest server on loopback.
+// hubServer runs a real hub ingest server on loopback, trusting the
+// (mesh, cluster) a spoke claims.
 func hubServer(t *testing.T, addr string) (*ingest.Server, string, func()) {
 	t.Helper()
 	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute})
@@ -61,21 +64,6 @@ spec:
 	return objs
 }
 
-func eventually(t *testing.T, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func objectCount(in *ingest.Server) int {
 	n := 0
 	for _, c := range in.Clusters("m") {
@@ -86,7 +74,7 @@ func objectCount(in *ingest.Server) int {
 
 func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 	in, addr, stop := hubServer(t, "127.0.0.1:0")
-	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
+	up := uplink.New(uplink.Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
 		BackoffMax: 100 * time.Millisecond, MaxMessageBytes: 16 * 1024})
 	objs := serviceEntries(t, 300) // ~30 KB: several messages under the 8 KB budget
 
@@ -174,8 +162,9 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 10 * time.Millisecond,
-		BackoffMax: 20 * time.Millisecond, MaxMessageBytes: 1 << 20})
+	reg := prometheus.NewRegistry()
+	up := uplink.New(uplink.Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 10 * time.Millisecond,
+		BackoffMax: 20 * time.Millisecond, MaxMessageBytes: 1 << 20, Registerer: reg})
 	up.Update(serviceEntries(t, 3))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -184,7 +173,7 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 		cancel()
 		<-done
 	})
-	failures := func() int { return int(testutil.ToFloat64(up.metrics.reconnects)) }
+	failures := func() int { return int(metrictest.Value(t, reg, "nave_spoke_uplink_reconnects_total")) }
 	eventually(t, func() error {
 		if n := failures(); n < 3 {
 			return fmt.Errorf("%d failed attempts so far", n)
@@ -210,7 +199,7 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 // prune the cluster at the synced marker.
 func TestUplinkWaitsForTheSource(t *testing.T) {
 	in, addr, _ := hubServer(t, "127.0.0.1:0")
-	up := New(Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
+	up := uplink.New(uplink.Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
 		BackoffMax: 100 * time.Millisecond, MaxMessageBytes: 1 << 20})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -223,8 +212,8 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 	if s := in.Status(); len(s) != 0 {
 		t.Fatalf("a stream opened before the source published: %+v", s)
 	}
-	if st := up.Status().State; st != StateWaiting {
-		t.Fatalf("state = %s, want %s", st, StateWaiting)
+	if st := up.Status().State; st != uplink.StateWaiting {
+		t.Fatalf("state = %s, want %s", st, uplink.StateWaiting)
 	}
 	up.Update(serviceEntries(t, 3))
 	eventually(t, func() error {
@@ -233,29 +222,4 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 		}
 		return up.Synced()
 	})
-}
-
-// TestBackoffStaysWithinItsBounds draws the waits of a long outage: none
-// exceeds backoffMax (the jitter must not add to the maximum), the first is
-// within half of backoffInitial, and the waits reach the maximum.
-func TestBackoffStaysWithinItsBounds(t *testing.T) {
-	const initial, maxWait = 250 * time.Millisecond, 15 * time.Second
-	b := newBackOff(initial, maxWait)
-	for round := range 50 {
-		b.Reset()
-		if w := b.NextBackOff(); w < initial/2 || w > initial*3/2 {
-			t.Fatalf("round %d: first wait %s, want within [%s, %s]", round, w, initial/2, initial*3/2)
-		}
-		reached := false
-		for i := range 100 {
-			w := b.NextBackOff()
-			if w <= 0 || w > maxWait {
-				t.Fatalf("round %d: wait %d is %s, want within (0, %s]", round, i+1, w, maxWait)
-			}
-			reached = reached || w == maxWait
-		}
-		if !reached {
-			t.Fatalf("round %d: 100 waits never reached the maximum %s", round, maxWait)
-		}
-	}
 }

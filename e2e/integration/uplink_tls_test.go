@@ -1,4 +1,4 @@
-package uplink
+package integration
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/spoke/enroll"
+	"github.com/navemesh/nave/spoke/uplink"
 )
 
 // TestUplinkOverMTLSIsTheCertificatesCluster pushes over mTLS with an
@@ -32,7 +33,7 @@ func TestUplinkOverMTLSIsTheCertificatesCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := New(Options{Address: h.Addr, Mesh: enrolltest.MeshB, Cluster: "spoofed", TLS: r.ClientTLS(),
+	up := uplink.New(uplink.Options{Address: h.Addr, Mesh: enrolltest.MeshB, Cluster: "spoofed", TLS: r.ClientTLS(),
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MaxMessageBytes: 1 << 20})
 	up.Update(serviceEntries(t, 3))
 	done := make(chan error, 1)

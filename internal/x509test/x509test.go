@@ -1,8 +1,7 @@
-// Package enrolltest holds what tests of enrollment share: small X.509
-// authorities, a per-mesh CA that satisfies enroll.Signer, and a hub
-// fixture (the Enrollment service and ingest behind a real gRPC server with
-// TLS on 127.0.0.1). It is for tests only.
-package enrolltest
+// Package x509test makes small X.509 authorities and the certificates they
+// issue, for tests of code on either side that verifies, pins or presents
+// certificates. It is imported only by tests and test fixtures.
+package x509test
 
 import (
 	"crypto"

@@ -1,0 +1,419 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/pushctx"
+)
+
+// The hub's composition of ingest, push context and ADS, fed by a spoke
+// through the spoke protocol. The fixture and the raw ADS client below are
+// the part of xds/ads's test fixture this test needs.
+
+// quietFor is how long a test watches for something that must not happen.
+const quietFor = 300 * time.Millisecond
+
+const echoListener = "echo.demo.svc.cluster.local:7070"
+
+func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
+	var f *adsFixture
+	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{
+		StaleGracePeriod: time.Hour,
+		OnChange:         func(meshName string) { f.pc.Notify(meshName) },
+	})
+	f = newADSFixture(t, in)
+	spokes := serveGRPC(t, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, in) })
+	objs := decode(t, echoYAML(80, 20, "ROUND_ROBIN"))
+
+	p := f.connect(t, node("proxy-1", "m"))
+	p.subscribe(typeurl.Listener, echoListener)
+	p.quiet(quietFor, "mesh m has no cluster")
+
+	s := connectSpoke(t, spokes, "m", "c1")
+	s.sendState(objs)
+	p.quiet(quietFor, "the only cluster has not synced")
+	s.synced()
+	lds := p.next(typeurl.Listener)
+	if got := names(t, lds); !slices.Equal(got, []string{echoListener}) {
+		t.Fatalf("listeners = %v, want %s", got, echoListener)
+	}
+	p.ack(lds, echoListener)
+	for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Route} {
+		p.subscribe(typeURL)
+		p.ack(p.next(typeURL))
+	}
+
+	// The spoke reconnects with unchanged state: the mesh is rebuilt, and
+	// nothing is pushed (DESIGN.md invariant 4).
+	before, _ := f.pc.Current("m")
+	s.close()
+	s2 := connectSpoke(t, spokes, "m", "c1")
+	s2.sendState(decode(t, echoYAML(80, 20, "ROUND_ROBIN")))
+	s2.synced()
+	deadline := time.Now().Add(waitFor)
+	for {
+		st, _ := f.pc.Current("m")
+		if st.Version > before.Version && len(st.Snapshot.Clusters) == 1 && st.Snapshot.Clusters[0].Synced && st.Snapshot.Clusters[0].Connected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reconnected cluster was not published")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.quiet(quietFor, "an unchanged reconnect")
+}
+
+// spokeStream is a Push stream, sent to as a spoke would.
+type spokeStream struct {
+	t       *testing.T
+	stream  protocolv1.Sync_PushClient
+	cancel  context.CancelFunc
+	replies chan *discoveryv3.DeltaDiscoveryRequest
+	done    chan struct{}
+	nonce   int
+}
+
+func connectSpoke(t *testing.T, addr, meshName, cluster string) *spokeStream {
+	t.Helper()
+	md := metadata.Pairs(protocol.MetadataMesh, meshName, protocol.MetadataCluster, cluster, protocol.MetadataProtocol, protocol.Version)
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
+	stream, err := protocolv1.NewSyncClient(dialInsecure(t, addr)).Push(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	s := &spokeStream{t: t, stream: stream, cancel: cancel, replies: make(chan *discoveryv3.DeltaDiscoveryRequest, 16), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case s.replies <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *spokeStream) close() {
+	s.cancel()
+	<-s.done
+}
+
+// send pushes one message and waits for its ACK.
+func (s *spokeStream) send(typeURL string, objs []*meshconfig.Object) {
+	s.t.Helper()
+	s.nonce++
+	msg := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: strconv.Itoa(s.nonce), SystemVersionInfo: protocol.Version}
+	for _, o := range objs {
+		r, err := protocol.Encode(o)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		msg.Resources = append(msg.Resources, r)
+	}
+	if err := s.stream.Send(msg); err != nil {
+		s.t.Fatal(err)
+	}
+	select {
+	case r := <-s.replies:
+		if r.GetResponseNonce() != msg.Nonce || r.GetErrorDetail() != nil {
+			s.t.Fatalf("hub answered nonce %s with %v", msg.Nonce, r)
+		}
+	case <-s.done:
+		s.t.Fatal("push stream ended")
+	case <-time.After(waitFor):
+		s.t.Fatalf("no answer to nonce %s", msg.Nonce)
+	}
+}
+
+// sendState sends objs, one message per type in lexical order of type URL.
+func (s *spokeStream) sendState(objs []*meshconfig.Object) {
+	s.t.Helper()
+	byType := map[string][]*meshconfig.Object{}
+	for _, o := range objs {
+		byType[o.Kind.TypeURL] = append(byType[o.Kind.TypeURL], o)
+	}
+	types := make([]string, 0, len(byType))
+	for typeURL := range byType {
+		types = append(types, typeURL)
+	}
+	sort.Strings(types)
+	for _, typeURL := range types {
+		s.send(typeURL, byType[typeURL])
+	}
+}
+
+func (s *spokeStream) synced() {
+	s.t.Helper()
+	s.send(protocol.SyncedTypeURL, nil)
+}
+
+// echoYAML is the demo mesh's echo service: a ServiceEntry selecting two
+// WorkloadEntries, a DestinationRule with subsets v1 and v2 (v2 with the
+// given load balancer), and a VirtualService splitting v1/v2 by weight.
+func echoYAML(v1, v2 int, v2LB string) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo.demo.svc.cluster.local]
+  ports: [{number: 7070, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: echo}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-v1, namespace: demo}
+spec: {address: 127.0.0.1, ports: {grpc: 17071}, labels: {app: echo, version: v1}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-v2, namespace: demo}
+spec: {address: 127.0.0.1, ports: {grpc: 17072}, labels: {app: echo, version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: echo.demo.svc.cluster.local
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}, trafficPolicy: {loadBalancer: {simple: %s}}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo.demo.svc.cluster.local]
+  http:
+  - route:
+    - {destination: {host: echo.demo.svc.cluster.local, subset: v1}, weight: %d}
+    - {destination: {host: echo.demo.svc.cluster.local, subset: v2}, weight: %d}
+`, v2LB, v1, v2)
+}
+
+func decode(t testing.TB, y string) []*meshconfig.Object {
+	t.Helper()
+	objs, errs := meshconfig.DecodeYAML([]byte(y), "test.yaml")
+	if len(errs) > 0 {
+		t.Fatalf("decode: %v", errs)
+	}
+	return objs
+}
+
+// adsFixture is an ADS server on loopback, serving a real cache (in
+// verify mode) over a real pushctx.Publisher built on src.
+type adsFixture struct {
+	pc   *pushctx.Publisher
+	c    *cache.Cache
+	addr string
+}
+
+func newADSFixture(t testing.TB, src pushctx.Source) *adsFixture {
+	t.Helper()
+	f := &adsFixture{}
+	f.pc = pushctx.New(src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond,
+		OnPublish: func(st *pushctx.State) { f.c.Entry(st) }})
+	f.c = cache.New(f.pc, cache.Options{Verify: true})
+	t.Cleanup(func() {
+		for _, m := range f.c.Mismatches() {
+			t.Errorf("incremental generation: %s", m)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.pc.Start(ctx)
+	srv := ads.New(f.c, ads.Options{DefaultMesh: "m", Registerer: prometheus.NewRegistry()})
+	f.addr = serveGRPC(t, func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, srv) })
+	return f
+}
+
+// serveGRPC starts a gRPC server on loopback; it stops with the test.
+func serveGRPC(t testing.TB, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	t.Cleanup(func() {
+		gs.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+// dialInsecure connects to addr without TLS; the connection closes with
+// the test.
+func dialInsecure(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// node is a proxy's node naming its mesh in metadata.
+func node(id, meshName string) *corev3.Node {
+	return &corev3.Node{Id: id, Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{ads.MetadataMesh: structpb.NewStringValue(meshName)}}}
+}
+
+// proxy is a raw ADS client stream driven by the test.
+type proxy struct {
+	t      testing.TB
+	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	node   *corev3.Node
+	sent   bool
+	resps  chan *discoveryv3.DiscoveryResponse
+	done   chan struct{} // closed when the stream ended; err is set then
+	err    error
+}
+
+// connect opens an ADS stream for n on a connection of its own. A reader
+// goroutine collects responses until the stream ends or the test is
+// cleaned up.
+func (f *adsFixture) connect(t testing.TB, n *corev3.Node) *proxy {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dialInsecure(t, f.addr)).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("open ADS stream: %v", err)
+	}
+	p := &proxy{t: t, stream: stream, node: n, resps: make(chan *discoveryv3.DiscoveryResponse, 64), done: make(chan struct{})}
+	t.Cleanup(func() {
+		cancel()
+		<-p.done
+	})
+	go func() {
+		defer close(p.done)
+		for {
+			r, err := p.stream.Recv()
+			if err != nil {
+				p.err = err
+				return
+			}
+			select {
+			case p.resps <- r:
+			case <-p.stream.Context().Done():
+				p.err = p.stream.Context().Err()
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// send sends req, adding the node to the stream's first request.
+func (p *proxy) send(req *discoveryv3.DiscoveryRequest) {
+	p.t.Helper()
+	if !p.sent {
+		req.Node = p.node
+		p.sent = true
+	}
+	if err := p.stream.Send(req); err != nil {
+		p.t.Fatalf("send %s request: %v", req.GetTypeUrl(), err)
+	}
+}
+
+// subscribe requests names of typeURL (the first request for a type).
+func (p *proxy) subscribe(typeURL string, names ...string) {
+	p.t.Helper()
+	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names})
+}
+
+// ack ACKs resp, keeping the subscription to names.
+func (p *proxy) ack(resp *discoveryv3.DiscoveryResponse, names ...string) {
+	p.t.Helper()
+	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
+		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+}
+
+// next returns the next response, which must be of typeURL.
+func (p *proxy) next(typeURL string) *discoveryv3.DiscoveryResponse {
+	p.t.Helper()
+	select {
+	case r := <-p.resps:
+		if r.GetTypeUrl() != typeURL {
+			p.t.Fatalf("got a %s response (version %s), want %s", r.GetTypeUrl(), r.GetVersionInfo(), typeURL)
+		}
+		return r
+	case <-p.done:
+		p.t.Fatalf("stream ended while waiting for %s: %v", typeURL, p.err)
+	case <-time.After(waitFor):
+		p.t.Fatalf("no %s response", typeURL)
+	}
+	return nil
+}
+
+// quiet fails if a response arrives within d.
+func (p *proxy) quiet(d time.Duration, why string) {
+	p.t.Helper()
+	select {
+	case r := <-p.resps:
+		p.t.Fatalf("%s: got a %s response (version %s, %d resources)", why, r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
+	case <-p.done:
+		p.t.Fatalf("%s: stream ended: %v", why, p.err)
+	case <-time.After(d):
+	}
+}
+
+// names lists the resource names of resp, in order.
+func names(t testing.TB, resp *discoveryv3.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range resp.GetResources() {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatalf("resource of %s: %v", resp.GetTypeUrl(), err)
+		}
+		n, ok := m.(interface{ GetName() string })
+		if !ok {
+			n2, ok := m.(interface{ GetClusterName() string })
+			if !ok {
+				t.Fatalf("resource %T has no name", m)
+			}
+			out = append(out, n2.GetClusterName())
+			continue
+		}
+		out = append(out, n.GetName())
+	}
+	return out
+}
