@@ -155,7 +155,7 @@ func (h *hub) spokesView(t *testing.T) map[string]ingest.ClusterStatus {
 	}
 	out := map[string]ingest.ClusterStatus{}
 	for _, c := range list {
-		out[c.Identity.String()] = c
+		out[c.ClusterIdentity.String()] = c
 	}
 	return out
 }

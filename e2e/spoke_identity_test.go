@@ -177,7 +177,7 @@ func hubHolds(t *testing.T, h *enrolltest.Hub, cluster string) {
 	t.Helper()
 	harness.Eventually(t, identityWait, func() error {
 		st := h.Ingest.Status()
-		if len(st) != 1 || st[0].Identity != (ingest.Identity{Mesh: enrolltest.MeshA, Cluster: cluster}) {
+		if len(st) != 1 || st[0].ClusterIdentity != (ingest.ClusterIdentity{Mesh: enrolltest.MeshA, Cluster: cluster}) {
 			return fmt.Errorf("hub streams %+v, want acme/%s only", st, cluster)
 		}
 		n := 0

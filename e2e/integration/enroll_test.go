@@ -102,7 +102,7 @@ func TestEnrollByPinThenConnectWithTheCertificate(t *testing.T) {
 		t.Fatalf("push stream with the enrolled certificate: %v", err)
 	}
 	st := h.Ingest.Status()
-	if len(st) != 1 || st[0].Identity != (ingest.Identity{Mesh: enrolltest.MeshA, Cluster: "east"}) {
+	if len(st) != 1 || st[0].ClusterIdentity != (ingest.ClusterIdentity{Mesh: enrolltest.MeshA, Cluster: "east"}) {
 		t.Errorf("hub sees %+v, want acme/east", st)
 	}
 }

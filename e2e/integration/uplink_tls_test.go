@@ -47,7 +47,7 @@ func TestUplinkOverMTLSIsTheCertificatesCluster(t *testing.T) {
 			return err
 		}
 		st := h.Ingest.Status()
-		if len(st) != 1 || st[0].Identity != (ingest.Identity{Mesh: enrolltest.MeshA, Cluster: "east"}) {
+		if len(st) != 1 || st[0].ClusterIdentity != (ingest.ClusterIdentity{Mesh: enrolltest.MeshA, Cluster: "east"}) {
 			return fmt.Errorf("hub sees %+v, want acme/east only", st)
 		}
 		n := 0

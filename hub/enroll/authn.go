@@ -86,7 +86,7 @@ func NewCertAuthenticator(signer Signer, reg Registry, opts AuthOptions) *CertAu
 }
 
 // Authenticate implements ingest.Authenticator.
-func (a *CertAuthenticator) Authenticate(ctx context.Context) (ingest.Identity, error) {
+func (a *CertAuthenticator) Authenticate(ctx context.Context) (ingest.ClusterIdentity, error) {
 	rec, err := a.AuthenticateCluster(ctx)
 	return rec.Identity(), err
 }
@@ -113,7 +113,7 @@ func (a *CertAuthenticator) AuthenticateCluster(ctx context.Context) (ClusterRec
 
 // authenticate returns the cluster's record, and as much of its identity
 // as it learnt before refusing (for the audit line).
-func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id ingest.Identity, td string, err error) {
+func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id ingest.ClusterIdentity, td string, err error) {
 	refuse := func(code codes.Code, reason, format string, args ...any) error {
 		return &AuthError{Code: code, Reason: reason, Msg: fmt.Sprintf(format, args...)}
 	}

@@ -38,7 +38,7 @@ type EnforcerOptions struct {
 // once; disconnect must be safe for concurrent use.
 type Enforcer struct {
 	reg        Registry
-	disconnect func(id ingest.Identity, reason string) bool
+	disconnect func(id ingest.ClusterIdentity, reason string) bool
 	interval   time.Duration
 	log        *slog.Logger
 	closed     prometheus.Counter
@@ -46,7 +46,7 @@ type Enforcer struct {
 
 // NewEnforcer returns an Enforcer that closes streams through disconnect
 // (normally (*ingest.Server).Disconnect).
-func NewEnforcer(reg Registry, disconnect func(id ingest.Identity, reason string) bool, opts EnforcerOptions) *Enforcer {
+func NewEnforcer(reg Registry, disconnect func(id ingest.ClusterIdentity, reason string) bool, opts EnforcerOptions) *Enforcer {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultEnforceInterval
 	}

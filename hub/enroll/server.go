@@ -197,7 +197,7 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 }
 
 // issue has the signer sign csrPEM for id and checks the result.
-func (s *Server) issue(ctx context.Context, id ingest.Identity, csrPEM []byte, csr *x509.CertificateRequest) (chain, bundle []byte, leaf *x509.Certificate, td string, err error) {
+func (s *Server) issue(ctx context.Context, id ingest.ClusterIdentity, csrPEM []byte, csr *x509.CertificateRequest) (chain, bundle []byte, leaf *x509.Certificate, td string, err error) {
 	td, err = s.signer.TrustDomain(id.Mesh)
 	if err != nil {
 		return nil, nil, nil, "", fmt.Errorf("trust domain of mesh %s: %w", id.Mesh, err)

@@ -65,7 +65,7 @@ func TestEnrollIssuesACertificateBoundToTheCluster(t *testing.T) {
 		t.Fatalf("push stream with the enrolled certificate: %v", err)
 	}
 	st := h.Ingest.Status()
-	if len(st) != 1 || st[0].Identity != (ingest.Identity{Mesh: enrolltest.MeshA, Cluster: "east"}) || !st[0].Connected {
+	if len(st) != 1 || st[0].ClusterIdentity != (ingest.ClusterIdentity{Mesh: enrolltest.MeshA, Cluster: "east"}) || !st[0].Connected {
 		t.Errorf("ingest status %+v, want acme/east connected", st)
 	}
 

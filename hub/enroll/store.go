@@ -2,7 +2,7 @@
 // accountable: one-time join tokens, the Enrollment gRPC service that
 // trades a token (later, the current certificate) for a client
 // certificate bound to one (mesh, cluster), the authenticator that turns
-// that certificate back into an ingest.Identity, and revocation, which
+// that certificate back into an ingest.ClusterIdentity, and revocation, which
 // refuses a cluster's renewals and closes its open streams.
 //
 // State (tokens, enrolled clusters, revocations) lives behind the Store
@@ -50,8 +50,8 @@ type TokenInfo struct {
 }
 
 // Identity is the (mesh, cluster) the token admits.
-func (t TokenInfo) Identity() ingest.Identity {
-	return ingest.Identity{Mesh: t.Mesh, Cluster: t.Cluster}
+func (t TokenInfo) Identity() ingest.ClusterIdentity {
+	return ingest.ClusterIdentity{Mesh: t.Mesh, Cluster: t.Cluster}
 }
 
 // ClusterRecord is an enrolled cluster and its newest certificate.
@@ -72,8 +72,8 @@ type ClusterRecord struct {
 }
 
 // Identity is the record's (mesh, cluster).
-func (c ClusterRecord) Identity() ingest.Identity {
-	return ingest.Identity{Mesh: c.Mesh, Cluster: c.Cluster}
+func (c ClusterRecord) Identity() ingest.ClusterIdentity {
+	return ingest.ClusterIdentity{Mesh: c.Mesh, Cluster: c.Cluster}
 }
 
 // Revocation is a cluster cut off from the hub.
@@ -84,8 +84,8 @@ type Revocation struct {
 }
 
 // Identity is the revoked (mesh, cluster).
-func (r Revocation) Identity() ingest.Identity {
-	return ingest.Identity{Mesh: r.Mesh, Cluster: r.Cluster}
+func (r Revocation) Identity() ingest.ClusterIdentity {
+	return ingest.ClusterIdentity{Mesh: r.Mesh, Cluster: r.Cluster}
 }
 
 // Tokens issues and redeems one-time join tokens. Implementations must be

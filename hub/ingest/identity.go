@@ -14,28 +14,28 @@ import (
 	"github.com/navemesh/nave/protocol"
 )
 
-// Identity is the (mesh, cluster) a spoke's stream writes to. It comes
+// ClusterIdentity is the (mesh, cluster) a spoke's stream writes to. It comes
 // from the Authenticator only, never from a field of a pushed message
 // (DESIGN.md invariant 1).
-type Identity struct {
+type ClusterIdentity struct {
 	Mesh    string `json:"mesh"`
 	Cluster string `json:"cluster"`
 }
 
-func (id Identity) String() string { return id.Mesh + "/" + id.Cluster }
+func (id ClusterIdentity) String() string { return id.Mesh + "/" + id.Cluster }
 
 // Authenticator decides the identity of a spoke's stream. It is the one
 // seam where identity is established; implementations must be safe for
 // concurrent use.
 type Authenticator interface {
-	Authenticate(ctx context.Context) (Identity, error)
+	Authenticate(ctx context.Context) (ClusterIdentity, error)
 }
 
 // AuthenticatorFunc adapts a function to Authenticator.
-type AuthenticatorFunc func(ctx context.Context) (Identity, error)
+type AuthenticatorFunc func(ctx context.Context) (ClusterIdentity, error)
 
 // Authenticate calls f.
-func (f AuthenticatorFunc) Authenticate(ctx context.Context) (Identity, error) { return f(ctx) }
+func (f AuthenticatorFunc) Authenticate(ctx context.Context) (ClusterIdentity, error) { return f(ctx) }
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -43,7 +43,7 @@ var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // metadata. It authenticates nothing: it stands in until spokes present
 // certificates, and exists so that exactly one place reads the claim.
 func ClaimedIdentity() Authenticator {
-	return AuthenticatorFunc(func(ctx context.Context) (Identity, error) {
+	return AuthenticatorFunc(func(ctx context.Context) (ClusterIdentity, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		get := func(key string) (string, error) {
 			vs := md.Get(key)
@@ -57,13 +57,13 @@ func ClaimedIdentity() Authenticator {
 		}
 		mesh, err := get(protocol.MetadataMesh)
 		if err != nil {
-			return Identity{}, err
+			return ClusterIdentity{}, err
 		}
 		cluster, err := get(protocol.MetadataCluster)
 		if err != nil {
-			return Identity{}, err
+			return ClusterIdentity{}, err
 		}
-		return Identity{Mesh: mesh, Cluster: cluster}, nil
+		return ClusterIdentity{Mesh: mesh, Cluster: cluster}, nil
 	})
 }
 
@@ -74,13 +74,13 @@ func ClaimedIdentity() Authenticator {
 // this hub.
 func HostedMeshes(hosted []string, a Authenticator) Authenticator {
 	hosted = slices.Clone(hosted)
-	return AuthenticatorFunc(func(ctx context.Context) (Identity, error) {
+	return AuthenticatorFunc(func(ctx context.Context) (ClusterIdentity, error) {
 		id, err := a.Authenticate(ctx)
 		if err != nil {
-			return Identity{}, err
+			return ClusterIdentity{}, err
 		}
 		if !slices.Contains(hosted, id.Mesh) {
-			return Identity{}, status.Errorf(codes.PermissionDenied, "mesh %q is not a mesh of this hub (it serves %s)", id.Mesh, strings.Join(hosted, ", "))
+			return ClusterIdentity{}, status.Errorf(codes.PermissionDenied, "mesh %q is not a mesh of this hub (it serves %s)", id.Mesh, strings.Join(hosted, ", "))
 		}
 		return id, nil
 	})

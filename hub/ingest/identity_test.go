@@ -18,12 +18,12 @@ import (
 // claimed and the meshes hosted.
 func TestHostedMeshesRefusesOtherMeshes(t *testing.T) {
 	auth := ingest.HostedMeshes([]string{"default", "acme"}, ingest.ClaimedIdentity())
-	claim := func(mesh string) (ingest.Identity, error) {
+	claim := func(mesh string) (ingest.ClusterIdentity, error) {
 		md := metadata.Pairs(protocol.MetadataMesh, mesh, protocol.MetadataCluster, "c1")
 		return auth.Authenticate(metadata.NewIncomingContext(context.Background(), md))
 	}
 	for _, mesh := range []string{"default", "acme"} {
-		if id, err := claim(mesh); err != nil || id != (ingest.Identity{Mesh: mesh, Cluster: "c1"}) {
+		if id, err := claim(mesh); err != nil || id != (ingest.ClusterIdentity{Mesh: mesh, Cluster: "c1"}) {
 			t.Errorf("claim of the hosted mesh %s: %+v, %v", mesh, id, err)
 		}
 	}

@@ -298,7 +298,7 @@ func TestDisconnectClosesOnlyThatClustersStreamWithItsReason(t *testing.T) {
 	other := f.dial(t, "other", "c1")
 	other.sync(objs)
 
-	if !f.srv.Disconnect(ingest.Identity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
+	if !f.srv.Disconnect(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
 		t.Fatal("Disconnect of an open stream reported none")
 	}
 	err := c1.ended()
@@ -314,10 +314,10 @@ func TestDisconnectClosesOnlyThatClustersStreamWithItsReason(t *testing.T) {
 	for _, s := range []*spoke{c2, other} {
 		s.acked(s.send(vsType, pick(t, objs, "VirtualService demo/echo")))
 	}
-	if f.srv.Disconnect(ingest.Identity{Mesh: "m", Cluster: "c1"}, "again") {
+	if f.srv.Disconnect(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "again") {
 		t.Error("Disconnect of a closed stream reported one")
 	}
-	if f.srv.Disconnect(ingest.Identity{Mesh: "m", Cluster: "never"}, "unknown") {
+	if f.srv.Disconnect(ingest.ClusterIdentity{Mesh: "m", Cluster: "never"}, "unknown") {
 		t.Error("Disconnect of an unknown cluster reported a stream")
 	}
 }
@@ -331,7 +331,7 @@ func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
 	c2.sync(objs)
 	calls := f.changes.Load()
 
-	if !f.srv.Withdraw(ingest.Identity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
+	if !f.srv.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
 		t.Fatal("Withdraw of a connected cluster reported nothing")
 	}
 	if err := c1.ended(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "cluster revoked") {
@@ -350,7 +350,7 @@ func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
 	if f.changes.Load() == calls {
 		t.Error("Withdraw did not notify a change")
 	}
-	if f.srv.Withdraw(ingest.Identity{Mesh: "m", Cluster: "c1"}, "again") {
+	if f.srv.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "again") {
 		t.Error("Withdraw of a withdrawn cluster reported something")
 	}
 	c2.acked(c2.send(vsType, pick(t, objs, "VirtualService demo/echo")))

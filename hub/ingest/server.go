@@ -61,11 +61,11 @@ type Server struct {
 	metrics *metrics
 
 	mu      sync.Mutex
-	stores  map[Identity]*store
+	stores  map[ClusterIdentity]*store
 	session uint64
 	// withdrawn lists the clusters withdrawn after their grace period,
 	// until they reconnect or are revoked (Withdraw).
-	withdrawn map[Identity]Withdrawal
+	withdrawn map[ClusterIdentity]Withdrawal
 }
 
 // Withdrawal says when and why a cluster's resources were withdrawn.
@@ -97,8 +97,8 @@ func New(auth Authenticator, opts Options) *Server {
 		auth:      auth,
 		opts:      opts,
 		log:       opts.Logger,
-		stores:    map[Identity]*store{},
-		withdrawn: map[Identity]Withdrawal{},
+		stores:    map[ClusterIdentity]*store{},
+		withdrawn: map[ClusterIdentity]Withdrawal{},
 	}
 	s.metrics = newMetrics(opts.Registerer, func() float64 {
 		s.mu.Lock()
@@ -167,7 +167,7 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 }
 
 // open registers a new stream for id, superseding any older one.
-func (s *Server) open(id Identity, cancel func(error), peer string) uint64 {
+func (s *Server) open(id ClusterIdentity, cancel func(error), peer string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stores[id]
@@ -201,7 +201,7 @@ func (s *Server) open(id Identity, cancel func(error), peer string) uint64 {
 // reports whether a stream was open. The cluster's resources are then kept
 // for the grace period like those of any disconnected cluster; keeping the
 // spoke from reconnecting is the Authenticator's part.
-func (s *Server) Disconnect(id Identity, reason string) bool {
+func (s *Server) Disconnect(id ClusterIdentity, reason string) bool {
 	s.mu.Lock()
 	st := s.stores[id]
 	if st == nil || st.cancel == nil {
@@ -222,7 +222,7 @@ func (s *Server) Disconnect(id Identity, reason string) bool {
 // endpoints must not attract traffic any longer. It reports whether there
 // was anything to withdraw; keeping the spoke from reconnecting is the
 // Authenticator's part.
-func (s *Server) Withdraw(id Identity, reason string) bool {
+func (s *Server) Withdraw(id ClusterIdentity, reason string) bool {
 	s.mu.Lock()
 	delete(s.withdrawn, id) // revoked: listed by enrollment, not here
 	st := s.stores[id]
@@ -242,7 +242,7 @@ func (s *Server) Withdraw(id Identity, reason string) bool {
 
 // close marks id disconnected if session is still its current stream, and
 // schedules the withdrawal of its resources after the grace period.
-func (s *Server) close(id Identity, session uint64) {
+func (s *Server) close(id ClusterIdentity, session uint64) {
 	s.metrics.streams.Dec()
 	s.mu.Lock()
 	st := s.stores[id]
@@ -259,7 +259,7 @@ func (s *Server) close(id Identity, session uint64) {
 	s.opts.OnChange(id.Mesh)
 }
 
-func (s *Server) withdraw(id Identity, session uint64) {
+func (s *Server) withdraw(id ClusterIdentity, session uint64) {
 	s.mu.Lock()
 	st := s.stores[id]
 	if st == nil || st.session != session || st.connected {
@@ -273,7 +273,7 @@ func (s *Server) withdraw(id Identity, session uint64) {
 
 // drop removes id's store st (s.mu held; drop releases it), its metrics,
 // logs msg with attrs, and reports the change.
-func (s *Server) drop(id Identity, st *store, msg string, attrs ...any) {
+func (s *Server) drop(id ClusterIdentity, st *store, msg string, attrs ...any) {
 	n := st.count()
 	delete(s.stores, id)
 	s.mu.Unlock()
@@ -284,7 +284,7 @@ func (s *Server) drop(id Identity, st *store, msg string, attrs ...any) {
 }
 
 // apply stores one message and returns its ACK or NACK.
-func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscoveryResponse) *discoveryv3.DeltaDiscoveryRequest {
+func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaDiscoveryResponse) *discoveryv3.DeltaDiscoveryRequest {
 	reply := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: m.GetTypeUrl(), ResponseNonce: m.GetNonce()}
 	if m.GetNonce() == "" {
 		return s.nack(id, reply, "message has no nonce", nil)
@@ -361,7 +361,7 @@ func (s *Server) apply(id Identity, session uint64, m *discoveryv3.DeltaDiscover
 	return reply
 }
 
-func (s *Server) nack(id Identity, reply *discoveryv3.DeltaDiscoveryRequest, msg string, rejections []*protocolv1.Rejection) *discoveryv3.DeltaDiscoveryRequest {
+func (s *Server) nack(id ClusterIdentity, reply *discoveryv3.DeltaDiscoveryRequest, msg string, rejections []*protocolv1.Rejection) *discoveryv3.DeltaDiscoveryRequest {
 	s.metrics.messages.WithLabelValues("nack").Inc()
 	s.metrics.rejected.Add(float64(len(rejections)))
 	if msg == "" {
@@ -415,7 +415,7 @@ func (s *Server) Clusters(meshName string) []mesh.ClusterInput {
 
 // ClusterStatus is what /debug/spokes shows for one cluster.
 type ClusterStatus struct {
-	Identity
+	ClusterIdentity
 	Peer           string         `json:"peer,omitempty"`
 	Connected      bool           `json:"connected"`
 	Synced         bool           `json:"synced"`
@@ -443,7 +443,7 @@ func (s *Server) Status() []ClusterStatus {
 	out := make([]ClusterStatus, 0, len(s.stores))
 	for id, st := range s.stores {
 		cs := ClusterStatus{
-			Identity: id, Peer: st.peer, Connected: st.connected, Synced: st.synced, Stale: !st.connected,
+			ClusterIdentity: id, Peer: st.peer, Connected: st.connected, Synced: st.synced, Stale: !st.connected,
 			ConnectedAt: st.connectedAt, LastMessageAt: st.lastMessageAt,
 			Resources: map[string]int{}, Acks: st.acks, Nacks: st.nacks, Rejected: []Rejection{},
 		}
@@ -466,9 +466,9 @@ func (s *Server) Status() []ClusterStatus {
 	}
 	for id, w := range s.withdrawn {
 		if s.stores[id] == nil {
-			out = append(out, ClusterStatus{Identity: id, Resources: map[string]int{}, Rejected: []Rejection{}, Withdrawn: &w})
+			out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []Rejection{}, Withdrawn: &w})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Identity.String() < out[j].Identity.String() })
+	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })
 	return out
 }

@@ -26,7 +26,7 @@ type entry struct {
 // spoke that dies in the middle of its full state changes nothing, and a
 // cluster that never synced contributes nothing.
 type store struct {
-	id        Identity
+	id        ClusterIdentity
 	resources map[string]map[string]*entry // type URL -> name -> entry
 	staged    map[string]map[string]*entry // type URL -> name -> entry (nil: removal)
 	// everSynced is set at the first synced marker: resources is then a
@@ -62,7 +62,7 @@ type Rejection struct {
 	At      time.Time `json:"at"`
 }
 
-func newStore(id Identity) *store {
+func newStore(id ClusterIdentity) *store {
 	return &store{id: id, resources: map[string]map[string]*entry{}, rejected: map[string]Rejection{}}
 }
 

@@ -14,7 +14,7 @@ import (
 // list handed out earlier is never changed afterwards.
 func TestStoreInputStaysSorted(t *testing.T) {
 	kinds := meshconfig.Kinds()[:3]
-	s := newStore(Identity{Mesh: "m", Cluster: "c"})
+	s := newStore(ClusterIdentity{Mesh: "m", Cluster: "c"})
 	rng := rand.New(rand.NewPCG(3, 5))
 	type held struct {
 		list, copy []*meshconfig.Object

@@ -42,7 +42,7 @@ type conn struct {
 	delta       bool // incremental ADS
 	// identity is what the stream authenticated as (zero in plaintext
 	// mode); sds its secrets, nil when it is served none.
-	identity Identity
+	identity WorkloadIdentity
 	sds      *sdsState
 	// pushed is the version of the push context last pushed (or first
 	// served); see Server.pendingPushes.

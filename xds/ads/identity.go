@@ -15,9 +15,9 @@ import (
 	"github.com/navemesh/nave/xds/proxy"
 )
 
-// Identity is what a proxy's credentials prove: its mesh, and the
+// WorkloadIdentity is what a proxy's credentials prove: its mesh, and the
 // workload (namespace, service account) it runs as.
-type Identity struct {
+type WorkloadIdentity struct {
 	Mesh           string
 	Namespace      string
 	ServiceAccount string
@@ -31,14 +31,14 @@ type Identity struct {
 // what the identity says, never contradict it. Implementations must be safe
 // for concurrent use.
 type Authenticator interface {
-	Authenticate(ctx context.Context) (Identity, error)
+	Authenticate(ctx context.Context) (WorkloadIdentity, error)
 }
 
 // AuthenticatorFunc adapts a function to Authenticator.
-type AuthenticatorFunc func(ctx context.Context) (Identity, error)
+type AuthenticatorFunc func(ctx context.Context) (WorkloadIdentity, error)
 
 // Authenticate calls f.
-func (f AuthenticatorFunc) Authenticate(ctx context.Context) (Identity, error) { return f(ctx) }
+func (f AuthenticatorFunc) Authenticate(ctx context.Context) (WorkloadIdentity, error) { return f(ctx) }
 
 // Refusal reasons, the label set of nave_hub_xds_auth_refusals_total.
 const (
@@ -66,24 +66,24 @@ func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
 // (plaintext mode); with one, the mesh is the identity's, and a node naming
 // another mesh, namespace or service account is refused. Either way a mesh
 // not in Options.Meshes is refused.
-func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, Identity, error) {
+func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, WorkloadIdentity, error) {
 	if s.opts.Authenticator == nil {
 		px, err := proxy.FromNode(node, s.opts.DefaultMesh)
 		if err != nil {
-			return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
+			return nil, WorkloadIdentity{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if err := s.checkHosted(ctx, node, px.Mesh); err != nil {
-			return nil, Identity{}, err
+			return nil, WorkloadIdentity{}, err
 		}
-		return px, Identity{}, nil
+		return px, WorkloadIdentity{}, nil
 	}
 	id, err := s.opts.Authenticator.Authenticate(ctx)
 	if err != nil {
-		return nil, Identity{}, s.refuse(ctx, node, refusedUnauthenticated, codes.Unauthenticated, err.Error())
+		return nil, WorkloadIdentity{}, s.refuse(ctx, node, refusedUnauthenticated, codes.Unauthenticated, err.Error())
 	}
 	px, err := proxy.FromNode(node, id.Mesh)
 	if err != nil {
-		return nil, Identity{}, status.Error(codes.InvalidArgument, err.Error())
+		return nil, WorkloadIdentity{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	check := func(what, claimed, proven, reason string) error {
 		if claimed != "" && claimed != proven {
@@ -93,16 +93,16 @@ func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy,
 		return nil
 	}
 	if err := check("mesh", px.Mesh, id.Mesh, refusedMesh); err != nil {
-		return nil, Identity{}, err
+		return nil, WorkloadIdentity{}, err
 	}
 	if err := check("namespace", px.Namespace, id.Namespace, refusedNamespace); err != nil {
-		return nil, Identity{}, err
+		return nil, WorkloadIdentity{}, err
 	}
 	if err := check("service account", px.ServiceAccount, id.ServiceAccount, refusedServiceAccount); err != nil {
-		return nil, Identity{}, err
+		return nil, WorkloadIdentity{}, err
 	}
 	if err := s.checkHosted(ctx, node, px.Mesh); err != nil {
-		return nil, Identity{}, err
+		return nil, WorkloadIdentity{}, err
 	}
 	px.Namespace, px.ServiceAccount = id.Namespace, id.ServiceAccount
 	return px, id, nil

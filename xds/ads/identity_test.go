@@ -24,14 +24,14 @@ import (
 const identityKey = "x-test-identity"
 
 func metadataAuthenticator() ads.Authenticator {
-	return ads.AuthenticatorFunc(func(ctx context.Context) (ads.Identity, error) {
+	return ads.AuthenticatorFunc(func(ctx context.Context) (ads.WorkloadIdentity, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		v := md.Get(identityKey)
 		if len(v) != 1 {
-			return ads.Identity{}, errors.New("no client certificate")
+			return ads.WorkloadIdentity{}, errors.New("no client certificate")
 		}
 		p := strings.Split(v[0], "/")
-		return ads.Identity{Mesh: p[0], Namespace: p[1], ServiceAccount: p[2], Name: v[0]}, nil
+		return ads.WorkloadIdentity{Mesh: p[0], Namespace: p[1], ServiceAccount: p[2], Name: v[0]}, nil
 	})
 }
 

@@ -36,7 +36,7 @@ type Credential struct {
 // SecretSource mints credentials for an authenticated identity. It must be
 // safe for concurrent use.
 type SecretSource interface {
-	Mint(ctx context.Context, id Identity) (*Credential, error)
+	Mint(ctx context.Context, id WorkloadIdentity) (*Credential, error)
 }
 
 // sdsState is a stream's secrets: the credential and the renewal timer.

@@ -22,7 +22,7 @@ type minter struct {
 	n          atomic.Int64
 }
 
-func (m *minter) Mint(_ context.Context, id ads.Identity) (*ads.Credential, error) {
+func (m *minter) Mint(_ context.Context, id ads.WorkloadIdentity) (*ads.Credential, error) {
 	n := m.n.Add(1)
 	return &ads.Credential{
 		ChainPEM: fmt.Appendf(nil, "chain of %s #%d", id.Name, n), KeyPEM: fmt.Appendf(nil, "key #%d", n),

@@ -92,13 +92,13 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 		return nil
 	}
 	authz := ca.PeerCertificateAuthorizer{Authority: s.authority, Service: "the xDS listener (xds.listen)"}
-	return ads.AuthenticatorFunc(func(ctx context.Context) (ads.Identity, error) {
+	return ads.AuthenticatorFunc(func(ctx context.Context) (ads.WorkloadIdentity, error) {
 		g, err := authz.Authorize(ctx)
 		if err != nil {
-			return ads.Identity{}, err
+			return ads.WorkloadIdentity{}, err
 		}
 		ns, sa, _ := g.Identities[0].Workload()
-		return ads.Identity{Mesh: g.Mesh, Namespace: ns, ServiceAccount: sa, Name: g.Caller}, nil
+		return ads.WorkloadIdentity{Mesh: g.Mesh, Namespace: ns, ServiceAccount: sa, Name: g.Caller}, nil
 	})
 }
 
@@ -114,7 +114,7 @@ func (s *security) secrets() ads.SecretSource {
 // meshSecrets mints a proxy's workload certificate from its mesh's CA.
 type meshSecrets struct{ a *ca.Authority }
 
-func (m meshSecrets) Mint(ctx context.Context, id ads.Identity) (*ads.Credential, error) {
+func (m meshSecrets) Mint(ctx context.Context, id ads.WorkloadIdentity) (*ads.Credential, error) {
 	td, err := m.a.TrustDomain(id.Mesh)
 	if err != nil {
 		return nil, err
