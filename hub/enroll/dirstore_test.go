@@ -225,7 +225,7 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	if ok, err := s2.Revoked("acme", "east"); err != nil || ok {
 		t.Fatalf("after restart Revoked(acme/east) = %v, %v", ok, err)
 	}
-	if revs, err := s2.Revocations(); err != nil || len(revs) != 1 || revs[0].ClusterIdentity().String() != "beta/east" || revs[0].RevokedAt.IsZero() {
+	if revs, err := s2.Revocations(); err != nil || len(revs) != 1 || revs[0].Identity().String() != "beta/east" || revs[0].RevokedAt.IsZero() {
 		t.Fatalf("after restart Revocations = %+v, %v", revs, err)
 	}
 	if _, err := s2.Redeem(used); !errors.Is(err, enroll.ErrTokenUsed) {
