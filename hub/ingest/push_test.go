@@ -121,7 +121,7 @@ func TestInvalidResourceIsRejectedAndLastGoodStays(t *testing.T) {
 		t.Errorf("demo/other = %+v, want it applied next to the rejected resource", o)
 	}
 	st, _ := f.status("m", "c1")
-	if st.Nacks != 1 || len(st.Rejected) != 1 || st.Rejected[0].Name != "demo/echo" || st.Rejected[0].Reason != rej[0].GetReason() {
+	if st.Nacks != 1 || len(st.Rejected) != 1 || st.Rejected[0].Namespace != "demo" || st.Rejected[0].Name != "echo" || st.Rejected[0].Reason != rej[0].GetReason() {
 		t.Errorf("status: nacks %d, rejected %+v; want 1 nack and demo/echo with its reason", st.Nacks, st.Rejected)
 	}
 

@@ -316,7 +316,7 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 		endpoints = kind.EndpointsOnly()
 		for _, r := range m.GetResources() {
 			o, err := protocol.DecodeKind(kind, r)
-			key := m.GetTypeUrl() + " " + r.GetName()
+			key := resourceKey{m.GetTypeUrl(), r.GetName()}
 			if err != nil {
 				var de *protocol.DecodeError
 				reason := err.Error()
@@ -324,7 +324,11 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 					reason = de.Reason
 				}
 				rejections = append(rejections, &protocolv1.Rejection{TypeUrl: m.GetTypeUrl(), Name: r.GetName(), Reason: reason})
-				st.rejected[key] = Rejection{TypeURL: m.GetTypeUrl(), Name: r.GetName(), Reason: reason, At: time.Now()}
+				rj := meshconfig.Rejection{Kind: kind.Kind, Name: r.GetName(), Reason: reason, At: time.Now()}
+				if ns, name, ok := meshconfig.SplitKey(r.GetName()); ok {
+					rj.Namespace, rj.Name = ns, name
+				}
+				st.rejected[key] = rj
 				st.keep(m.GetTypeUrl(), r.GetName(), session)
 				continue
 			}
@@ -334,7 +338,7 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 			}
 		}
 		for _, name := range m.GetRemovedResources() {
-			delete(st.rejected, m.GetTypeUrl()+" "+name)
+			delete(st.rejected, resourceKey{m.GetTypeUrl(), name})
 			if st.remove(m.GetTypeUrl(), name) {
 				changed = true
 			}
@@ -416,18 +420,18 @@ func (s *Server) Clusters(meshName string) []mesh.ClusterInput {
 // ClusterStatus is what /debug/spokes shows for one cluster.
 type ClusterStatus struct {
 	ClusterIdentity
-	Peer           string         `json:"peer,omitempty"`
-	Connected      bool           `json:"connected"`
-	Synced         bool           `json:"synced"`
-	Stale          bool           `json:"stale"`
-	ConnectedAt    time.Time      `json:"connectedAt"`
-	DisconnectedAt *time.Time     `json:"disconnectedAt,omitempty"`
-	WithdrawAt     *time.Time     `json:"withdrawAt,omitempty"`
-	LastMessageAt  time.Time      `json:"lastMessageAt"`
-	Resources      map[string]int `json:"resources"`
-	Acks           uint64         `json:"acks"`
-	Nacks          uint64         `json:"nacks"`
-	Rejected       []Rejection    `json:"rejected"`
+	Peer           string                 `json:"peer,omitempty"`
+	Connected      bool                   `json:"connected"`
+	Synced         bool                   `json:"synced"`
+	Stale          bool                   `json:"stale"`
+	ConnectedAt    time.Time              `json:"connectedAt"`
+	DisconnectedAt *time.Time             `json:"disconnectedAt,omitempty"`
+	WithdrawAt     *time.Time             `json:"withdrawAt,omitempty"`
+	LastMessageAt  time.Time              `json:"lastMessageAt"`
+	Resources      map[string]int         `json:"resources"`
+	Acks           uint64                 `json:"acks"`
+	Nacks          uint64                 `json:"nacks"`
+	Rejected       []meshconfig.Rejection `json:"rejected"`
 	// Pending counts what the stream sent that waits for its synced marker.
 	Pending int `json:"pending,omitempty"`
 	// Withdrawn is set for a cluster withdrawn after its grace period that
@@ -445,7 +449,7 @@ func (s *Server) Status() []ClusterStatus {
 		cs := ClusterStatus{
 			ClusterIdentity: id, Peer: st.peer, Connected: st.connected, Synced: st.synced, Stale: !st.connected,
 			ConnectedAt: st.connectedAt, LastMessageAt: st.lastMessageAt,
-			Resources: map[string]int{}, Acks: st.acks, Nacks: st.nacks, Rejected: []Rejection{},
+			Resources: map[string]int{}, Acks: st.acks, Nacks: st.nacks, Rejected: []meshconfig.Rejection{},
 		}
 		if !st.connected {
 			d := st.disconnectedAt
@@ -460,13 +464,16 @@ func (s *Server) Status() []ClusterStatus {
 		for _, r := range st.rejected {
 			cs.Rejected = append(cs.Rejected, r)
 		}
-		sort.Slice(cs.Rejected, func(i, j int) bool { return cs.Rejected[i].Name < cs.Rejected[j].Name })
+		sort.Slice(cs.Rejected, func(i, j int) bool {
+			a, b := cs.Rejected[i], cs.Rejected[j]
+			return meshconfig.Key(a.Namespace, a.Name) < meshconfig.Key(b.Namespace, b.Name)
+		})
 		cs.Pending = st.stagedCount()
 		out = append(out, cs)
 	}
 	for id, w := range s.withdrawn {
 		if s.stores[id] == nil {
-			out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []Rejection{}, Withdrawn: &w})
+			out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Withdrawn: &w})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })

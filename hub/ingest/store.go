@@ -39,8 +39,8 @@ type store struct {
 	sorted       []*meshconfig.Object
 	sortedShared bool
 	edits        int
-	// rejected holds the current rejection reason by type URL + " " + name.
-	rejected map[string]Rejection
+	// rejected holds the current rejection of each resource refused.
+	rejected map[resourceKey]meshconfig.Rejection
 
 	session        uint64
 	cancel         func(error)
@@ -54,16 +54,11 @@ type store struct {
 	acks, nacks    uint64
 }
 
-// Rejection is a resource the hub refused, and why.
-type Rejection struct {
-	TypeURL string    `json:"typeUrl"`
-	Name    string    `json:"name"`
-	Reason  string    `json:"reason"`
-	At      time.Time `json:"at"`
-}
+// resourceKey names a pushed resource: its type URL and wire name.
+type resourceKey struct{ typeURL, name string }
 
 func newStore(id ClusterIdentity) *store {
-	return &store{id: id, resources: map[string]map[string]*entry{}, rejected: map[string]Rejection{}}
+	return &store{id: id, resources: map[string]map[string]*entry{}, rejected: map[resourceKey]meshconfig.Rejection{}}
 }
 
 // put accepts o from session. Until the session has synced, a change of
@@ -213,7 +208,7 @@ func (s *store) prune() (removed int) {
 		}
 	}
 	for k, r := range s.rejected {
-		if _, ok := s.resources[r.TypeURL][r.Name]; !ok && r.At.Before(s.connectedAt) {
+		if _, ok := s.resources[k.typeURL][k.name]; !ok && r.At.Before(s.connectedAt) {
 			delete(s.rejected, k)
 		}
 	}

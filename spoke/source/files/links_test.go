@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
 // secret stands for anything the spoke can read that is not config: it
@@ -48,7 +50,7 @@ func TestLinksStayInsideTheDirectory(t *testing.T) {
 		t.Errorf("published [%s], want [%s]", got, want)
 	}
 	rs := r.src.Rejections()
-	rejected := map[string]Rejection{}
+	rejected := map[string]meshconfig.Rejection{}
 	for _, rj := range rs {
 		rejected[rj.File] = rj
 	}

@@ -18,10 +18,10 @@ import (
 
 // loadResult is one load of the directory.
 type loadResult struct {
-	objects    []*meshconfig.Object // valid: in path order from load, sorted and unique after settle
-	rejections []Rejection          // sorted after settle
-	dirs       []string             // every directory walked, as reached
-	files      map[string]fileState // every YAML file found, by path relative to the root
+	objects    []*meshconfig.Object   // valid: in path order from load, sorted and unique after settle
+	rejections []meshconfig.Rejection // sorted after settle
+	dirs       []string               // every directory walked, as reached
+	files      map[string]fileState   // every YAML file found, by path relative to the root
 }
 
 // fileState is what a load saw of a file, to tell whether it changed
@@ -58,12 +58,12 @@ func (s *Source) load(watch func(dir string)) (loadResult, error) {
 		data, state, reason := readLimited(root, rel, s.opts.MaxFileBytes)
 		res.files[rel] = state
 		if reason != "" {
-			res.rejections = append(res.rejections, Rejection{File: rel, Index: -1, Reason: reason})
+			res.rejections = append(res.rejections, meshconfig.Rejection{File: rel, Index: -1, Reason: reason})
 			continue
 		}
 		objs, errs := meshconfig.DecodeYAML(data, rel)
 		for _, e := range errs {
-			res.rejections = append(res.rejections, fromObjectError(e))
+			res.rejections = append(res.rejections, e.Rejection())
 		}
 		res.objects = append(res.objects, objs...)
 	}
@@ -90,7 +90,7 @@ type walker struct {
 	visited    []visit
 	files      []string // slash-separated, relative to the root
 	dirs       []string // as watched
-	rejections []Rejection
+	rejections []meshconfig.Rejection
 }
 
 type visit struct {
@@ -176,7 +176,7 @@ func linkReason(err error) string {
 }
 
 func (w *walker) reject(rel, reason string) {
-	w.rejections = append(w.rejections, Rejection{File: rel, Index: -1, Reason: reason})
+	w.rejections = append(w.rejections, meshconfig.Rejection{File: rel, Index: -1, Reason: reason})
 }
 
 func isYAML(name string) bool {

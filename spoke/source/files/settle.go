@@ -87,7 +87,7 @@ func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconf
 			which = "the live one"
 		}
 		file, index := splitOrigin(o.Origin)
-		res.rejections = append(res.rejections, Rejection{
+		res.rejections = append(res.rejections, meshconfig.Rejection{
 			File: file, Index: index, Kind: o.Kind.Kind, Namespace: o.Namespace, Name: o.Name,
 			Reason: fmt.Sprintf("duplicate %s %s: %s, at %s, is kept", o.Kind.Kind, o.Key(), which, w.Origin),
 		})
@@ -104,7 +104,7 @@ func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconf
 //   - a file, directory or document that failed before any object in it
 //     could be named (unreadable, too large, broken YAML, a link not
 //     followed) keeps every previous object that came from it.
-func keepLastGood(o *meshconfig.Object, rejections []Rejection) bool {
+func keepLastGood(o *meshconfig.Object, rejections []meshconfig.Rejection) bool {
 	file, _ := splitOrigin(o.Origin)
 	k := keyOf(o)
 	for i, r := range rejections {

@@ -82,7 +82,7 @@ type Source struct {
 	mu         sync.RWMutex
 	loaded     bool
 	objects    []*meshconfig.Object
-	rejections []Rejection
+	rejections []meshconfig.Rejection
 }
 
 // New makes a source for dir. It registers the source's metrics on reg
@@ -109,7 +109,7 @@ func New(dir string, opts Options, logger *slog.Logger, reg prometheus.Registere
 
 // Rejections returns the rejections of the last load, sorted by file,
 // document index, kind, namespace and name. The slice is the caller's.
-func (s *Source) Rejections() []Rejection {
+func (s *Source) Rejections() []meshconfig.Rejection {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.rejections)
@@ -131,7 +131,7 @@ func (s *Source) Loaded() bool {
 	return s.loaded
 }
 
-func (s *Source) setState(objs []*meshconfig.Object, rejections []Rejection) {
+func (s *Source) setState(objs []*meshconfig.Object, rejections []meshconfig.Rejection) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.objects, s.rejections, s.loaded = objs, rejections, true

@@ -590,7 +590,7 @@ func TestPanickingPublishDoesNotStopRun(t *testing.T) {
 }
 
 func TestRejectionJSON(t *testing.T) {
-	b, err := json.Marshal(Rejection{File: "a.yaml", Index: 1, Kind: "Gateway", Namespace: "ns", Name: "gw", Field: "spec.servers", Reason: "r"})
+	b, err := json.Marshal(meshconfig.Rejection{File: "a.yaml", Index: 1, Kind: "Gateway", Namespace: "ns", Name: "gw", Field: "spec.servers", Reason: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ type builder struct {
 type converted struct {
 	resourceVersion string
 	object          *meshconfig.Object // nil when rejected
-	rejection       *Rejection
+	rejection       *meshconfig.Rejection
 }
 
 // buildResult is one build: the valid objects sorted by kind, namespace
@@ -38,7 +38,7 @@ type converted struct {
 // namespaces by watched kind, and invalid objects by config kind.
 type buildResult struct {
 	objects  []*meshconfig.Object
-	rejected map[string][]Rejection
+	rejected map[string][]meshconfig.Rejection
 	counts   map[string]int
 	invalid  map[string]int
 }
@@ -50,7 +50,7 @@ func newBuilder(s *Source) *builder {
 // build reads every started informer's cache and normalizes it.
 func (b *builder) build() buildResult {
 	s := b.s
-	res := buildResult{rejected: map[string][]Rejection{}, counts: map[string]int{}, invalid: map[string]int{}}
+	res := buildResult{rejected: map[string][]meshconfig.Rejection{}, counts: map[string]int{}, invalid: map[string]int{}}
 	v := &view{
 		domain:     s.opts.DomainSuffix,
 		namespaces: map[string]*corev1.Namespace{},
@@ -168,9 +168,9 @@ func (b *builder) check(res *buildResult, watchedKind string, o *meshconfig.Obje
 }
 
 // validated returns o with its version set, or its rejection.
-func validated(o *meshconfig.Object) (*meshconfig.Object, *Rejection) {
+func validated(o *meshconfig.Object) (*meshconfig.Object, *meshconfig.Rejection) {
 	if err := meshconfig.Validate(o); err != nil {
-		rej := &Rejection{Kind: o.Kind.Kind, Namespace: o.Namespace, Name: o.Name, Reason: err.Error()}
+		rej := &meshconfig.Rejection{Kind: o.Kind.Kind, Namespace: o.Namespace, Name: o.Name, Reason: err.Error()}
 		var oerr *meshconfig.ObjectError
 		if errors.As(err, &oerr) {
 			rej.Field, rej.Reason = oerr.Field, oerr.Reason
@@ -183,7 +183,7 @@ func validated(o *meshconfig.Object) (*meshconfig.Object, *Rejection) {
 
 // logNewRejections logs each rejection once, when it first appears or
 // its reason changes.
-func (b *builder) logNewRejections(byKind map[string][]Rejection) {
+func (b *builder) logNewRejections(byKind map[string][]meshconfig.Rejection) {
 	now := map[string]string{}
 	for _, rs := range byKind {
 		for _, r := range rs {

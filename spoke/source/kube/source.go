@@ -94,8 +94,8 @@ type Source struct {
 	discovered bool   // discovery answered for the Istio groups at least once
 	discErr    string // the last discovery error, while discovery fails
 	objects    []*meshconfig.Object
-	rejected   map[string][]Rejection // by watched kind name
-	counts     map[string]int         // cached objects in selected namespaces, by watched kind name
+	rejected   map[string][]meshconfig.Rejection // by watched kind name
+	counts     map[string]int                    // cached objects in selected namespaces, by watched kind name
 }
 
 // New makes a source for the cluster cfg points at. It registers the

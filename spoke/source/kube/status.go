@@ -3,6 +3,8 @@ package kube
 import (
 	"slices"
 	"time"
+
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
 // States of a watched kind, as KindStatus reports them.
@@ -31,16 +33,7 @@ type KindStatus struct {
 	// Invalid lists the objects of the last build that failed validation
 	// and were skipped (registry Services under Service, Workloads under
 	// EndpointSlice).
-	Invalid []Rejection `json:"invalid,omitempty"`
-}
-
-// Rejection is one object skipped as invalid. It is a plain value.
-type Rejection struct {
-	Kind      string `json:"kind"` // the config kind: "VirtualService", "Workload"
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Field     string `json:"field"`
-	Reason    string `json:"reason"`
+	Invalid []meshconfig.Rejection `json:"invalid,omitempty"`
 }
 
 // Status returns every watched kind's state, in a fixed order: the
