@@ -33,6 +33,11 @@ const (
 	MetadataMesh     = "x-nave-mesh"
 	MetadataCluster  = "x-nave-cluster"
 	MetadataProtocol = "x-nave-protocol"
+	// MetadataDomainSuffix is the cluster's DNS suffix (service hostnames
+	// are name.namespace.svc.<suffix>); absent means
+	// meshconfig.DefaultDomainSuffix. Not an identity: the hub uses it to
+	// complete the cluster's short host names.
+	MetadataDomainSuffix = "x-nave-domain-suffix"
 )
 
 // MaxNameLength bounds a resource name ("namespace/name") on the wire.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/shared/certreq/certreqtest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // The tests below run against a real kube-apiserver with deploy/hub's RBAC
@@ -41,6 +42,21 @@ func startSecretKube(t *testing.T) *secretKube {
 		manifests = append(manifests, b)
 	}
 	c.Apply(t, manifests...)
+	// The API server's RBAC authorizer learns new bindings from a watch:
+	// wait until the hub's identity may read Secrets (the probe is not
+	// found rather than forbidden) before acting as it.
+	hub := secretClient(t, c, hubUser, hubGroups...)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := hub.Get(context.Background(), hubNamespace, "nave-rbac-probe")
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deploy/hub's RBAC did not take effect: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return &secretKube{c: c, admin: secretClient(t, c, "")}
 }
 

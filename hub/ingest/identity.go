@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/protocol"
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
 // ClusterIdentity is the (mesh, cluster) a spoke's stream writes to. It comes
@@ -95,4 +96,22 @@ func checkProtocol(ctx context.Context) error {
 		return status.Error(codes.FailedPrecondition, fmt.Sprintf("protocol %q is not supported; this hub speaks %s", v[0], protocol.Version))
 	}
 	return nil
+}
+
+// domainSuffix reads the cluster's DNS suffix from the stream's metadata
+// (protocol.MetadataDomainSuffix): meshconfig.DefaultDomainSuffix when
+// absent, InvalidArgument when it is not one value that is a DNS subdomain.
+func domainSuffix(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vs := md.Get(protocol.MetadataDomainSuffix)
+	switch {
+	case len(vs) == 0:
+		return meshconfig.DefaultDomainSuffix, nil
+	case len(vs) > 1:
+		return "", status.Errorf(codes.InvalidArgument, "metadata %s: %d values, want one", protocol.MetadataDomainSuffix, len(vs))
+	}
+	if err := meshconfig.CheckDomainSuffix(vs[0]); err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "metadata %s: %v", protocol.MetadataDomainSuffix, err)
+	}
+	return vs[0], nil
 }

@@ -121,9 +121,15 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
 		return err
 	}
+	suffix, err := domainSuffix(stream.Context())
+	if err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	session := s.open(id, cancel, grpcpeer.Addr(stream.Context()))
+	session := s.open(id, cancel, grpcpeer.Addr(stream.Context()), suffix)
 	defer s.close(id, session)
 
 	msgs := make(chan *discoveryv3.DeltaDiscoveryResponse)
@@ -167,7 +173,7 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 }
 
 // open registers a new stream for id, superseding any older one.
-func (s *Server) open(id ClusterIdentity, cancel func(error), peer string) uint64 {
+func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stores[id]
@@ -187,6 +193,10 @@ func (s *Server) open(id ClusterIdentity, cancel func(error), peer string) uint6
 	st.session = s.session
 	st.cancel = cancel
 	st.peer = peer
+	if st.domainSuffix != suffix && st.everSynced {
+		s.log.Warn("cluster changed its domain suffix", "mesh", id.Mesh, "cluster", id.Cluster, "was", st.domainSuffix, "now", suffix)
+	}
+	st.domainSuffix = suffix
 	st.connected = true
 	st.synced = false
 	st.staged = nil // a new stream sends its full state anew
@@ -434,6 +444,8 @@ type ClusterStatus struct {
 	Rejected       []meshconfig.Rejection `json:"rejected"`
 	// Pending counts what the stream sent that waits for its synced marker.
 	Pending int `json:"pending,omitempty"`
+	// DomainSuffix is the cluster's DNS suffix, as its spoke said.
+	DomainSuffix string `json:"domainSuffix,omitempty"`
 	// Withdrawn is set for a cluster withdrawn after its grace period that
 	// has not reconnected since; it contributes nothing.
 	Withdrawn *Withdrawal `json:"withdrawn,omitempty"`
@@ -469,6 +481,7 @@ func (s *Server) Status() []ClusterStatus {
 			return meshconfig.Key(a.Namespace, a.Name) < meshconfig.Key(b.Namespace, b.Name)
 		})
 		cs.Pending = st.stagedCount()
+		cs.DomainSuffix = st.domainSuffix
 		out = append(out, cs)
 	}
 	for id, w := range s.withdrawn {

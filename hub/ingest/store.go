@@ -42,6 +42,9 @@ type store struct {
 	// rejected holds the current rejection of each resource refused.
 	rejected map[resourceKey]meshconfig.Rejection
 
+	// domainSuffix is the cluster's DNS suffix, from its stream.
+	domainSuffix string
+
 	session        uint64
 	cancel         func(error)
 	peer           string
@@ -225,10 +228,11 @@ func (s *store) count() int {
 
 func (s *store) input() mesh.ClusterInput {
 	in := mesh.ClusterInput{
-		Name:      s.id.Cluster,
-		Connected: s.connected,
-		Synced:    s.synced,
-		Stale:     !s.connected,
+		Name:         s.id.Cluster,
+		Connected:    s.connected,
+		Synced:       s.synced,
+		Stale:        !s.connected,
+		DomainSuffix: s.domainSuffix,
 	}
 	if !s.everSynced {
 		return in // nothing the cluster said is complete yet

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/shared/logging"
+	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/tlspin"
 )
@@ -39,10 +40,12 @@ type Config struct {
 	Source  string         `key:"source" default:"fs://examples" required:"true" help:"where the cluster's state is read from: kubernetes watches the cluster's API server (see kubernetes.*); fs://DIR watches a directory of YAML files"`
 	Mesh    string         `key:"mesh" default:"default" required:"true" help:"mesh this cluster belongs to"`
 	Cluster string         `key:"cluster" default:"cluster-1" required:"true" help:"name of this cluster, unique within its mesh"`
-	Hub     Hub            `key:"hub" help:"the connection to the hub"`
-	Files   Files          `key:"files" help:"the fs:// source"`
-	Kube    Kubernetes     `key:"kubernetes" help:"the kubernetes source"`
-	RA      RA             `key:"ra" help:"the registration authority: workloads of this cluster obtain their certificates here with their service-account token (kubernetes source, TLS to the hub)"`
+	// DomainSuffix is the cluster's: the spoke sends it to the hub.
+	DomainSuffix string     `key:"domainSuffix" default:"cluster.local" required:"true" help:"the cluster's DNS suffix: its service hostnames are name.namespace.svc.<domainSuffix> (the kubernetes source names services so), and the hub, which the spoke tells, completes the cluster's short host names in config (reviews in namespace shop: reviews.shop.svc.<domainSuffix>) with it"`
+	Hub          Hub        `key:"hub" help:"the connection to the hub"`
+	Files        Files      `key:"files" help:"the fs:// source"`
+	Kube         Kubernetes `key:"kubernetes" help:"the kubernetes source"`
+	RA           RA         `key:"ra" help:"the registration authority: workloads of this cluster obtain their certificates here with their service-account token (kubernetes source, TLS to the hub)"`
 }
 
 // RA configures the registration authority.
@@ -89,6 +92,9 @@ func (c *Config) Validate() error {
 func (c *Config) validateNames() error {
 	if err := checkLabel("mesh", c.Mesh); err != nil {
 		return err
+	}
+	if err := meshconfig.CheckDomainSuffix(c.DomainSuffix); err != nil {
+		return settings.Invalid("domainSuffix", "%v", err)
 	}
 	return checkLabel("cluster", c.Cluster)
 }
@@ -186,7 +192,6 @@ func (f *Files) Validate() error {
 type Kubernetes struct {
 	Kubeconfig        string        `key:"kubeconfig" help:"kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 	NamespaceSelector string        `key:"namespaceSelector" help:"label selector of the namespaces watched (like Istio's discoverySelectors); empty: every namespace"`
-	DomainSuffix      string        `key:"domainSuffix" default:"cluster.local" required:"true" help:"DNS suffix of service hostnames: name.namespace.svc.<domainSuffix>"`
 	Debounce          time.Duration `key:"debounce" default:"100ms" help:"after the initial sync, changes are pushed once none has arrived for this long"`
 	CRDPoll           time.Duration `key:"crdPoll" default:"30s" help:"how often to look again for Istio CRDs that were not installed"`
 }

@@ -36,7 +36,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"files.maxFileBytes":           cfg.Files.MaxFileBytes == 4<<20,
 		"kubernetes.kubeconfig":        cfg.Kube.Kubeconfig == "",
 		"kubernetes.namespaceSelector": cfg.Kube.NamespaceSelector == "",
-		"kubernetes.domainSuffix":      cfg.Kube.DomainSuffix == "cluster.local",
+		"domainSuffix":                 cfg.DomainSuffix == "cluster.local",
 		"kubernetes.debounce":          cfg.Kube.Debounce == 100*time.Millisecond,
 		"kubernetes.crdPoll":           cfg.Kube.CRDPoll == 30*time.Second,
 		"ra.listen":                    cfg.RA.Listen == "127.0.0.1:15023",

@@ -39,6 +39,10 @@ type Options struct {
 	// of a plaintext spoke; a hub that authenticates the spoke's
 	// certificate ignores them.
 	Mesh, Cluster string
+	// DomainSuffix is the cluster's DNS suffix, sent in the stream's
+	// metadata so that the hub completes the cluster's short host names
+	// with it; empty sends none (the hub assumes cluster.local).
+	DomainSuffix string
 	// TLS secures the connection to the hub; every (re)connection
 	// handshakes with it, so a GetClientCertificate callback (the
 	// enrollment Renewer's) presents its newest certificate. nil
@@ -211,6 +215,9 @@ func (u *Uplink) session(ctx context.Context, client protocolv1.SyncClient) (syn
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	md := metadata.Pairs(protocol.MetadataMesh, u.opts.Mesh, protocol.MetadataCluster, u.opts.Cluster, protocol.MetadataProtocol, protocol.Version)
+	if u.opts.DomainSuffix != "" {
+		md.Set(protocol.MetadataDomainSuffix, u.opts.DomainSuffix)
+	}
 	stream, err := client.Push(metadata.NewOutgoingContext(ctx, md), grpc.WaitForReady(false))
 	if err != nil {
 		return false, err

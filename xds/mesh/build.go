@@ -15,17 +15,29 @@ import (
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
-// DomainSuffix completes short host names in config ("reviews" in namespace
-// "shop" means reviews.shop.svc.cluster.local), as Istio does.
-const DomainSuffix = "cluster.local"
-
 // ClusterInput is one cluster's objects and connection state.
 type ClusterInput struct {
 	Name      string
 	Connected bool
 	Synced    bool
 	Stale     bool
-	Objects   []*meshconfig.Object
+	// DomainSuffix is the cluster's DNS suffix, as its spoke said; empty
+	// means meshconfig.DefaultDomainSuffix.
+	DomainSuffix string
+	Objects      []*meshconfig.Object
+}
+
+// suffix is the cluster's DNS suffix.
+func (c *ClusterInput) suffix() string {
+	if c.DomainSuffix == "" {
+		return meshconfig.DefaultDomainSuffix
+	}
+	return c.DomainSuffix
+}
+
+// state is what a snapshot records of the cluster.
+func (c *ClusterInput) state() ClusterState {
+	return ClusterState{Name: c.Name, Stale: c.Stale, Objects: len(c.Objects), Synced: c.Synced, Connected: c.Connected, DomainSuffix: c.suffix()}
 }
 
 // Build merges the clusters of one mesh into a Snapshot. It is a pure
@@ -89,12 +101,14 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		VirtualServices:  map[string][]*Config{},
 		DestinationRules: map[string][]*Config{},
 		TrustDomain:      b.trustDomain(),
+		DomainSuffixes:   map[string]string{},
 	}
 	stale := map[string]bool{}
 	var registry []*Config
 	candidates := map[configKey][]*Config{} // definitions of each kind/namespace/name
 	for _, c := range clusters {
-		s.Clusters = append(s.Clusters, ClusterState{Name: c.Name, Stale: c.Stale, Objects: len(c.Objects), Synced: c.Synced, Connected: c.Connected})
+		s.Clusters = append(s.Clusters, c.state())
+		s.DomainSuffixes[c.Name] = c.suffix()
 		stale[c.Name] = c.Stale
 		for _, o := range c.Objects {
 			cfg := &Config{Cluster: c.Name, Object: o}
@@ -152,12 +166,12 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 
 	for _, c := range byKind["VirtualService"] {
 		for _, h := range c.VirtualService().GetHosts() {
-			host := ResolveHost(h, c.Object.Namespace)
+			host := s.ResolveHost(h, c)
 			s.VirtualServices[host] = append(s.VirtualServices[host], c)
 		}
 	}
 	for _, c := range byKind["DestinationRule"] {
-		host := ResolveHost(c.DestinationRule().GetHost(), c.Object.Namespace)
+		host := s.ResolveHost(c.DestinationRule().GetHost(), c)
 		list := s.DestinationRules[host]
 		for _, prev := range list {
 			if prev.Object.Namespace == c.Object.Namespace {
@@ -193,12 +207,18 @@ func (b *Builder) trustDomain() string {
 	return b.TrustDomain
 }
 
-// ResolveHost completes a short host name relative to namespace.
+// DomainSuffix is the default domain suffix.
+//
+// Deprecated: use Snapshot.ServiceSuffix or Snapshot.DomainSuffix.
+const DomainSuffix = meshconfig.DefaultDomainSuffix
+
+// ResolveHost completes a short host name relative to namespace with the
+// default domain suffix.
+//
+// Deprecated: generators use Snapshot.ResolveHost, which completes with
+// the suffix of the cluster the config came from.
 func ResolveHost(host, namespace string) string {
-	if host == "" || strings.Contains(host, ".") || strings.Contains(host, "*") {
-		return host
-	}
-	return host + "." + namespace + ".svc." + DomainSuffix
+	return meshconfig.ResolveHost(host, namespace, meshconfig.DefaultDomainSuffix)
 }
 
 type configKey struct{ kind, namespace, name string }
@@ -392,7 +412,7 @@ func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, index
 		o.addPort(Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: strings.ToUpper(p.GetProtocol()), TargetPort: p.GetTargetPort()})
 	}
 	for _, h := range se.GetHosts() {
-		svc := s.service(ResolveHost(h, ns), ns)
+		svc := s.service(s.ResolveHost(h, c), ns)
 		svc.merge(o)
 	}
 }

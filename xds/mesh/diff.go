@@ -32,7 +32,7 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		!sameConfigs(prev.Gateways, next.Gateways) || !sameConfigs(prev.Sidecars, next.Sidecars) ||
 		!sameConfigs(prev.PeerAuthentications, next.PeerAuthentications) ||
 		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
-		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) || prev.TrustDomain != next.TrustDomain ||
+		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) || prev.TrustDomain != next.TrustDomain || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
 		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {
 		d.Config = true

@@ -113,8 +113,8 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"Mesh": "compared", "Services": "compared", "VirtualServices": "compared", "AllVirtualServices": "compared",
 		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
 		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
-		"TrustDomain": "compared",
-		"Conflicts":   "derived from the config compared", "Problems": "derived from the config compared",
+		"TrustDomain": "compared", "DomainSuffixes": "compared",
+		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators",
 	}
 	st := reflect.TypeOf(Snapshot{})
@@ -153,6 +153,7 @@ func TestDiffSeesSecurityConfigAndTrustDomain(t *testing.T) {
 		"RequestAuthentications removed":   func(s *Snapshot) { s.RequestAuthentications = nil },
 		"AuthorizationPolicies added":      func(s *Snapshot) { s.AuthorizationPolicies = append(s.AuthorizationPolicies, pa("DISABLE")) },
 		"TrustDomain":                      func(s *Snapshot) { s.TrustDomain = "example.org" },
+		"a cluster's DomainSuffix":         func(s *Snapshot) { s.DomainSuffixes = map[string]string{"c1": "corp.example"} },
 		"same object from another cluster": func(s *Snapshot) { s.PeerAuthentications = []*Config{{Cluster: "c2", Object: strict.Object}} },
 	} {
 		next := base()

@@ -33,7 +33,9 @@ func (b *Builder) remember(mesh string, clusters []ClusterInput, entries []*Conf
 	st := &builderState{mesh: mesh, objects: map[*meshconfig.Object]string{}, keys: map[configKey]int{},
 		selectors: map[string][]*Config{}, snap: s}
 	for _, c := range clusters {
-		st.clusters = append(st.clusters, ClusterState{Name: c.Name, Stale: c.Stale, Synced: c.Synced, Connected: c.Connected})
+		cs := c.state()
+		cs.Objects = 0
+		st.clusters = append(st.clusters, cs)
 		for _, o := range c.Objects {
 			st.objects[o] = c.Name
 			if o.Kind.Kind == "WorkloadEntry" {
@@ -69,7 +71,7 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 	var changes []entryChange
 	for i, c := range clusters {
 		lc := last.clusters[i]
-		if lc.Name != c.Name || lc.Stale != c.Stale || lc.Synced != c.Synced || lc.Connected != c.Connected {
+		if lc.Name != c.Name || lc.Stale != c.Stale || lc.Synced != c.Synced || lc.Connected != c.Connected || lc.DomainSuffix != c.suffix() {
 			return nil
 		}
 		stale[c.Name] = c.Stale
@@ -143,7 +145,7 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 	for sc, chs := range affected {
 		se, _ := sc.Object.Spec.(*networking.ServiceEntry)
 		for _, h := range se.GetHosts() {
-			host := ResolveHost(h, sc.Object.Namespace)
+			host := prev.ResolveHost(h, sc)
 			old := prev.Services[host]
 			if old == nil || len(old.Sources) != 1 || old.Sources[0] != sc.Ref() {
 				return nil // merged from several definitions
@@ -177,10 +179,10 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
 		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
 		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
-		AuthorizationPolicies: prev.AuthorizationPolicies, TrustDomain: prev.TrustDomain,
+		AuthorizationPolicies: prev.AuthorizationPolicies, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
 	}
 	for _, c := range clusters {
-		s.Clusters = append(s.Clusters, ClusterState{Name: c.Name, Stale: c.Stale, Objects: len(c.Objects), Synced: c.Synced, Connected: c.Connected})
+		s.Clusters = append(s.Clusters, c.state())
 	}
 	maps.Copy(s.Services, replaced)
 	s.hostnames = prev.Hostnames()

@@ -11,6 +11,7 @@ package mesh
 import (
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -47,6 +48,10 @@ type Snapshot struct {
 	// Build sets it from Builder.TrustDomain, DefaultTrustDomain when
 	// that is empty.
 	TrustDomain string
+	// DomainSuffixes holds each cluster's DNS suffix (its service hostnames
+	// are name.namespace.svc.<suffix>): a cluster's short host names in
+	// config are completed with its own (ResolveHost).
+	DomainSuffixes map[string]string
 	// Conflicts lists objects that lost to a differently defined object of
 	// the same kind, namespace and name in another cluster.
 	Conflicts []Conflict
@@ -116,11 +121,12 @@ func (s *Snapshot) ServicesAt(address string) []*Service {
 
 // ClusterState is a cluster's contribution, as the snapshot saw it.
 type ClusterState struct {
-	Name      string `json:"name"`
-	Stale     bool   `json:"stale"`
-	Objects   int    `json:"objects"`
-	Synced    bool   `json:"synced"`
-	Connected bool   `json:"connected"`
+	Name         string `json:"name"`
+	Stale        bool   `json:"stale"`
+	Objects      int    `json:"objects"`
+	Synced       bool   `json:"synced"`
+	Connected    bool   `json:"connected"`
+	DomainSuffix string `json:"domainSuffix"`
 }
 
 // Service is one destination hostname and the endpoints behind it.
@@ -413,4 +419,38 @@ func Matches(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// DomainSuffix is cluster's DNS suffix (meshconfig.DefaultDomainSuffix
+// for a cluster the snapshot does not hold).
+func (s *Snapshot) DomainSuffix(cluster string) string {
+	if d := s.DomainSuffixes[cluster]; d != "" {
+		return d
+	}
+	return meshconfig.DefaultDomainSuffix
+}
+
+// ResolveHost completes a short host name of config c ("reviews" in
+// namespace "shop" is reviews.shop.svc.<suffix>) with the domain suffix of
+// the cluster c came from, as Istio completes with its cluster's.
+func (s *Snapshot) ResolveHost(host string, c *Config) string {
+	return meshconfig.ResolveHost(host, c.Object.Namespace, s.DomainSuffix(c.Cluster))
+}
+
+// ServiceSuffix returns the domain suffix of a cluster of the mesh that
+// svc's hostname is made of, name.namespace.svc.<suffix>, and false when
+// it is not a name of that form.
+func (s *Snapshot) ServiceSuffix(svc *Service) (string, bool) {
+	if svc.Namespace == "" {
+		return "", false
+	}
+	for _, d := range s.DomainSuffixes {
+		if strings.HasSuffix(svc.Hostname, "."+svc.Namespace+".svc."+d) {
+			return d, true
+		}
+	}
+	if d := meshconfig.DefaultDomainSuffix; strings.HasSuffix(svc.Hostname, "."+svc.Namespace+".svc."+d) {
+		return d, true
+	}
+	return "", false
 }

@@ -95,7 +95,7 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 			raLis.Close()
 		}
 		up := uplink.New(uplink.Options{
-			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, TLS: hubTLS,
+			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix, TLS: hubTLS,
 			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
 			Logger: log.With("component", "uplink"), Registerer: reg,
 		})

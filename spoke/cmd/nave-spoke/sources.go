@@ -32,7 +32,7 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 			return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
 		}
 		src, err := kube.New(rc, kube.Options{
-			DomainSuffix:      cfg.Kube.DomainSuffix,
+			DomainSuffix:      cfg.DomainSuffix,
 			NamespaceSelector: cfg.Kube.NamespaceSelector,
 			Debounce:          cfg.Kube.Debounce,
 			CRDPoll:           cfg.Kube.CRDPoll,
