@@ -68,7 +68,8 @@ type Server struct {
 	withdrawn map[ClusterIdentity]Withdrawal
 }
 
-// Withdrawal says when and why a cluster's resources were withdrawn.
+// Withdrawal says when and why a cluster's resources were withdrawn. A
+// plain value.
 type Withdrawal struct {
 	At        time.Time `json:"at"`
 	Reason    string    `json:"reason"`

@@ -41,7 +41,7 @@ func (o *Object) Ref() Ref { return Ref{Kind: o.Kind.Kind, Namespace: o.Namespac
 func Key(namespace, name string) string { return namespace + "/" + name }
 
 // Ref names one object of any kind: comparable, a map key, and printed
-// "Kind namespace/name" in logs and messages.
+// "Kind namespace/name" in logs and messages. A plain value.
 type Ref struct{ Kind, Namespace, Name string }
 
 func (r Ref) String() string { return r.Kind + " " + Key(r.Namespace, r.Name) }

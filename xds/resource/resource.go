@@ -24,6 +24,7 @@ import (
 )
 
 // Prepared is a resource marshalled once, shared by every stream.
+// Immutable.
 type Prepared struct {
 	Name string
 	Any  *anypb.Any
