@@ -231,12 +231,16 @@ func (x *XDS) Validate() error {
 // Ingest configures how spoke state is kept.
 type Ingest struct {
 	StaleGracePeriod time.Duration `key:"staleGracePeriod" default:"10m" help:"how long a disconnected cluster's resources stay (marked stale) before they are withdrawn"`
+	StartupGrace     time.Duration `key:"startupGrace" default:"30s" help:"after the hub starts, a mesh is not served until every enrolled (not revoked) cluster of it has synced, or this long has passed; clusters still missing then are listed at /debug/spokes. 0 serves a mesh as soon as one cluster synced"`
 }
 
 // Validate checks the grace period is positive.
 func (i *Ingest) Validate() error {
 	if i.StaleGracePeriod <= 0 {
 		return settings.Invalid("staleGracePeriod", "must be greater than 0, got %s", i.StaleGracePeriod)
+	}
+	if i.StartupGrace < 0 {
+		return settings.Invalid("startupGrace", "must not be negative, got %s", i.StartupGrace)
 	}
 	return nil
 }

@@ -10,9 +10,10 @@ type metrics struct {
 	resources   *prometheus.GaugeVec
 	withdrawals prometheus.Counter
 	withdrawn   prometheus.GaugeFunc
+	missing     prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, withdrawn func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, withdrawn, missing func() float64) *metrics {
 	m := &metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_spoke_streams",
 			Help: "Open spoke Push streams."}),
@@ -28,9 +29,11 @@ func newMetrics(reg prometheus.Registerer, withdrawn func() float64) *metrics {
 			Help: "Clusters whose resources were withdrawn after their grace period."}),
 		withdrawn: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_ingest_clusters_withdrawn",
 			Help: "Clusters withdrawn after their grace period that have not reconnected since (listed at /debug/spokes)."}, withdrawn),
+		missing: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_ingest_clusters_missing",
+			Help: "Enrolled clusters that have not connected since the hub started (listed at /debug/spokes)."}, missing),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn)
+		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn, m.missing)
 	}
 	return m
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx"
 )
 
 // Options configure a Server.
@@ -45,7 +46,13 @@ type Options struct {
 	// message changed only endpoint kinds (WorkloadEntry, Workload), so
 	// that endpoint updates can skip the config debounce. It must not block.
 	OnEndpointChange func(mesh string)
-	Logger           *slog.Logger
+	// Expected lists the clusters the hub expects to come back after it
+	// starts (the enrolled ones, not revoked); nil expects none. Until
+	// StartupGrace has passed since New, Ready publishes a mesh only once
+	// every expected cluster of it has synced.
+	Expected     func() []ClusterIdentity
+	StartupGrace time.Duration
+	Logger       *slog.Logger
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 }
@@ -66,6 +73,8 @@ type Server struct {
 	// withdrawn lists the clusters withdrawn after their grace period,
 	// until they reconnect or are revoked (Withdraw).
 	withdrawn map[ClusterIdentity]Withdrawal
+	// started is when the Server was made; the startup grace runs from it.
+	started time.Time
 }
 
 // Withdrawal says when and why a cluster's resources were withdrawn. A
@@ -100,12 +109,27 @@ func New(auth Authenticator, opts Options) *Server {
 		log:       opts.Logger,
 		stores:    map[ClusterIdentity]*store{},
 		withdrawn: map[ClusterIdentity]Withdrawal{},
+		started:   time.Now(),
 	}
 	s.metrics = newMetrics(opts.Registerer, func() float64 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return float64(len(s.withdrawn))
-	})
+	}, func() float64 { return float64(len(s.missing())) })
+	if opts.Expected != nil && opts.StartupGrace > 0 {
+		// When the grace ends, meshes still waiting for a cluster are
+		// built with what came back.
+		time.AfterFunc(opts.StartupGrace, func() {
+			meshes := map[string]bool{}
+			for _, id := range s.missing() {
+				meshes[id.Mesh] = true
+			}
+			for m := range meshes {
+				s.log.Warn("startup grace over; serving the mesh without clusters that did not come back", "mesh", m, "grace", opts.StartupGrace)
+				opts.OnChange(m)
+			}
+		})
+	}
 	return s
 }
 
@@ -398,6 +422,48 @@ func (s *Server) nack(id ClusterIdentity, reply *discoveryv3.DeltaDiscoveryReque
 	return reply
 }
 
+// Ready reports whether mesh may be published for the first time
+// (pushctx.Options.Ready): during the startup grace, once every expected
+// cluster of it has synced; after, once any cluster has. A hub that
+// restarts thus never shows proxies a mesh missing a cluster that is
+// merely slower to reconnect (DESIGN.md invariant 8).
+func (s *Server) Ready(mesh string, clusters []mesh.ClusterInput) bool {
+	if !pushctx.AnySynced(mesh, clusters) {
+		return false
+	}
+	if s.opts.Expected == nil || time.Since(s.started) >= s.opts.StartupGrace {
+		return true
+	}
+	synced := map[string]bool{}
+	for _, c := range clusters {
+		synced[c.Name] = synced[c.Name] || c.Synced
+	}
+	for _, id := range s.opts.Expected() {
+		if id.Mesh == mesh && !synced[id.Cluster] {
+			return false
+		}
+	}
+	return true
+}
+
+// missing lists the expected clusters that have not connected since the
+// Server started.
+func (s *Server) missing() []ClusterIdentity {
+	if s.opts.Expected == nil {
+		return nil
+	}
+	expected := s.opts.Expected()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ClusterIdentity
+	for _, id := range expected {
+		if s.stores[id] == nil && s.withdrawn[id] == (Withdrawal{}) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // Meshes lists the meshes that have at least one cluster.
 func (s *Server) Meshes() []string {
 	s.mu.Lock()
@@ -450,6 +516,9 @@ type ClusterStatus struct {
 	// Withdrawn is set for a cluster withdrawn after its grace period that
 	// has not reconnected since; it contributes nothing.
 	Withdrawn *Withdrawal `json:"withdrawn,omitempty"`
+	// Missing is set for an enrolled cluster that has not connected since
+	// the hub started: when the hub started waiting for it.
+	Missing *time.Time `json:"missing,omitempty"`
 }
 
 // Status reports every cluster's stream and sync state, and the clusters
@@ -488,6 +557,14 @@ func (s *Server) Status() []ClusterStatus {
 	for id, w := range s.withdrawn {
 		if s.stores[id] == nil {
 			out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Withdrawn: &w})
+		}
+	}
+	if s.opts.Expected != nil {
+		for _, id := range s.opts.Expected() {
+			if s.stores[id] == nil && s.withdrawn[id] == (Withdrawal{}) {
+				at := s.started
+				out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Missing: &at})
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })

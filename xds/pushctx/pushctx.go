@@ -38,6 +38,10 @@ type Options struct {
 	// (see Watch): the changes are kept and built when a stream watches
 	// again. The first publication of a mesh always happens.
 	Adaptive bool
+	// Ready decides when a mesh is first published: until it says yes,
+	// Current answers nil and proxies keep what they hold. nil means
+	// AnySynced. After the first publication every build is published.
+	Ready func(mesh string, clusters []mesh.ClusterInput) bool
 	// OnPublish, if set, is called with each State as it is published, in
 	// order per mesh, on the mesh's build goroutine (cache.Cache.Entry,
 	// so that every State's cache entry follows its predecessor's).
@@ -67,6 +71,18 @@ type State struct {
 	superseded chan struct{}
 }
 
+// AnySynced is the default readiness: a mesh is first published once one
+// of its clusters has synced (a restarted hub never pushes an empty config
+// over a proxy's last good one).
+func AnySynced(_ string, clusters []mesh.ClusterInput) bool {
+	for _, c := range clusters {
+		if c.Synced {
+			return true
+		}
+	}
+	return false
+}
+
 // Superseded is closed when a newer State of the mesh is published.
 func (s *State) Superseded() <-chan struct{} { return s.superseded }
 
@@ -90,9 +106,8 @@ type meshState struct {
 	endpoints chan struct{}
 	ready     chan struct{} // closed at the first publication
 
-	mu         sync.Mutex
-	current    *State
-	everSynced bool
+	mu      sync.Mutex
+	current *State
 	// firstChange is when the oldest change not yet built was reported.
 	firstChange time.Time
 	// watchers counts streams following the mesh (Watch); dirty is set
@@ -107,6 +122,9 @@ type meshState struct {
 func New(src Source, opts Options) *Publisher {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Ready == nil {
+		opts.Ready = AnySynced
 	}
 	return &Publisher{src: src, opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer), meshes: map[string]*meshState{}}
 }
@@ -297,16 +315,10 @@ func (m *Publisher) build(ms *meshState) {
 	ms.mu.Unlock()
 	clusters := m.src.Clusters(ms.name)
 	ms.mu.Lock()
-	if !ms.everSynced {
-		for _, c := range clusters {
-			ms.everSynced = ms.everSynced || c.Synced
-		}
-	}
-	ready := ms.everSynced
 	prev := ms.current
 	ms.mu.Unlock()
-	if !ready {
-		m.log.Debug("mesh not ready; no cluster has synced", "mesh", ms.name)
+	if prev == nil && !m.opts.Ready(ms.name, clusters) {
+		m.log.Debug("mesh not ready to publish", "mesh", ms.name, "clusters", len(clusters))
 		return
 	}
 

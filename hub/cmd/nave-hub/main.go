@@ -64,6 +64,8 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	var pc *pushctx.Publisher
 	in := ingest.New(sec.spokeAuthenticator(), ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
+		Expected:         sec.expected(log),
+		StartupGrace:     cfg.Ingest.StartupGrace,
 		OnChange:         func(mesh string) { pc.Notify(mesh) },
 		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh) },
 		Logger:           log.With("component", "ingest"),
@@ -74,6 +76,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		DebounceQuiet: cfg.Push.DebounceQuiet,
 		DebounceMax:   cfg.Push.DebounceMax,
 		Adaptive:      cfg.Push.Adaptive,
+		Ready:         in.Ready,
 		OnPublish:     func(st *pushctx.State) { resources.Entry(st) },
 		Logger:        log.With("component", "pushctx"),
 		Registerer:    reg,

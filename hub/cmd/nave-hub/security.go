@@ -196,3 +196,26 @@ func (s *security) debug(adm *admin.Server) {
 		}, nil
 	})
 }
+
+// expected lists the enrolled clusters that are not revoked: the clusters a
+// restarted hub waits for (ingest.Options.Expected); nil in plaintext mode,
+// which enrolls no one. A store that cannot be read expects none (logged).
+func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
+	if s.plaintext {
+		return nil
+	}
+	return func() []ingest.ClusterIdentity {
+		clusters, err := s.store.Clusters()
+		if err != nil {
+			log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
+			return nil
+		}
+		var out []ingest.ClusterIdentity
+		for _, c := range clusters {
+			if revoked, err := s.store.Revoked(c.Mesh, c.Cluster); err == nil && !revoked {
+				out = append(out, c.Identity())
+			}
+		}
+		return out
+	}
+}

@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/shared/typeurl"
+)
+
+// watcher is a proxyless delta ADS client of the hub's clusters that
+// reconnects whenever its stream ends, telling the hub what it holds
+// (initial_resource_versions), and records every removal it is sent.
+type watcher struct {
+	mu       sync.Mutex
+	held     map[string]string // cluster name -> version
+	removals []string
+	streams  int // streams that got a first response
+}
+
+func (w *watcher) run(ctx context.Context, dial func() *grpc.ClientConn) {
+	for ctx.Err() == nil {
+		w.stream(ctx, dial())
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (w *watcher) stream(ctx context.Context, conn *grpc.ClientConn) {
+	defer conn.Close()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	req := &discoveryv3.DeltaDiscoveryRequest{Node: grpcNode("watcher", nil), TypeUrl: typeurl.Cluster,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: map[string]string{}}
+	for n, v := range w.held {
+		req.InitialResourceVersions[n] = v
+	}
+	w.mu.Unlock()
+	if stream.Send(req) != nil {
+		return
+	}
+	first := true
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		if first {
+			w.streams++
+			first = false
+		}
+		for _, r := range resp.GetResources() {
+			w.held[r.GetName()] = r.GetVersion()
+		}
+		for _, n := range resp.GetRemovedResources() {
+			delete(w.held, n)
+			w.removals = append(w.removals, n)
+		}
+		w.mu.Unlock()
+		if stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeurl.Cluster, ResponseNonce: resp.GetNonce()}) != nil {
+			return
+		}
+	}
+}
+
+// holds reports whether the watcher holds a cluster of every host.
+func (w *watcher) holds(hosts ...string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, h := range hosts {
+		if !slices.ContainsFunc(mapKeys(w.held), func(n string) bool { return strings.HasSuffix(n, "||"+h) }) {
+			return fmt.Errorf("no cluster of %s among %v", h, mapKeys(w.held))
+		}
+	}
+	return nil
+}
+
+func mapKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// startEnrolledSpoke starts a spoke of the default mesh serving config from
+// its own directory, enrolling with token the first time (state kept in
+// stateDir across restarts).
+func startEnrolledSpoke(t *testing.T, h *hub, cluster, config, token, stateDir string) *spoke {
+	t.Helper()
+	dir := filepath.Join(stateDir, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "config.yaml"), config)
+	tokenFile := filepath.Join(stateDir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &spoke{admin: harness.FreePort(t), dir: dir}
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
+		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes),
+		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
+		"--hub.token-file", tokenFile, "--hub.ca-hash", h.pin(t), "--hub.state-dir", filepath.Join(stateDir, "state"), "--log.level", "debug")
+	return s
+}
+
+func serviceEntry(name, host string, port int) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: %s, namespace: demo}
+spec:
+  hosts: [%s]
+  ports: [{number: 7070, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1, ports: {grpc: %d}}]
+`, name, host, port)
+}
+
+// TestRestartedHubWaitsForEveryEnrolledCluster restarts a hub with two
+// enrolled clusters, one of whose spokes comes back 5 s after the other: a
+// client that held both clusters' services is never told one was removed,
+// because the restarted hub serves the mesh only once every enrolled
+// cluster has synced (or ingest.startupGrace passed); meanwhile
+// /debug/spokes lists the late cluster as missing (issue 14, invariant 8).
+func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
+	const hostA, hostB = "svc-a.demo.svc.cluster.local", "svc-b.demo.svc.cluster.local"
+	h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t),
+		state: t.TempDir(), extraArgs: []string{"--ingest.startup-grace", "60s"}}
+	h.start()
+	stateA, stateB := t.TempDir(), t.TempDir()
+	startEnrolledSpoke(t, h, "c1", serviceEntry("svc-a", hostA, 17081), h.token(t, "default", "c1", "1h"), stateA)
+	b := startEnrolledSpoke(t, h, "c2", serviceEntry("svc-b", hostB, 17082), h.token(t, "default", "c2", "1h"), stateB)
+	h.waitSynced(t, "default/c1")
+	h.waitSynced(t, "default/c2")
+
+	roots := h.servingRoots(t)
+	cert := h.workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	w := &watcher{held: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	harness.Eventually(t, 30*time.Second, func() error { return w.holds(hostA, hostB) })
+
+	// The hub dies; so does c2's spoke, which comes back 5 s after the hub.
+	b.proc.Stop(5 * time.Second)
+	h.proc.Kill()
+	<-h.proc.Done()
+	h.start()
+	h.waitSynced(t, "default/c1")
+	if st := h.spokesView(t)["default/c2"]; st.Missing == nil {
+		t.Errorf("while c2 is away /debug/spokes shows it as %+v, want missing", st)
+	}
+	time.Sleep(5 * time.Second)
+	startEnrolledSpoke(t, h, "c2", serviceEntry("svc-b", hostB, 17082), "used", stateB)
+	h.waitSynced(t, "default/c2")
+
+	harness.Eventually(t, 30*time.Second, func() error {
+		w.mu.Lock()
+		n := w.streams
+		w.mu.Unlock()
+		if n < 2 {
+			return fmt.Errorf("the watcher has not been answered by the restarted hub (%d streams)", n)
+		}
+		return w.holds(hostA, hostB)
+	})
+	time.Sleep(time.Second) // a removal sent late would arrive by now
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.removals) > 0 {
+		t.Errorf("the restart showed the client removals no spoke made: %v", w.removals)
+	}
+}
