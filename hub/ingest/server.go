@@ -457,11 +457,18 @@ func (s *Server) missing() []ClusterIdentity {
 	defer s.mu.Unlock()
 	var out []ClusterIdentity
 	for _, id := range expected {
-		if s.stores[id] == nil && s.withdrawn[id] == (Withdrawal{}) {
+		if s.isMissing(id) {
 			out = append(out, id)
 		}
 	}
 	return out
+}
+
+// isMissing reports whether the Server has heard nothing of id since it
+// started (s.mu held).
+func (s *Server) isMissing(id ClusterIdentity) bool {
+	_, withdrawn := s.withdrawn[id]
+	return s.stores[id] == nil && !withdrawn
 }
 
 // Meshes lists the meshes that have at least one cluster.
@@ -561,7 +568,7 @@ func (s *Server) Status() []ClusterStatus {
 	}
 	if s.opts.Expected != nil {
 		for _, id := range s.opts.Expected() {
-			if s.stores[id] == nil && s.withdrawn[id] == (Withdrawal{}) {
+			if s.isMissing(id) {
 				at := s.started
 				out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Missing: &at})
 			}
