@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"slices"
 	"sort"
@@ -26,6 +25,7 @@ import (
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // The hub's composition of ingest, push context and ADS, fed by a spoke
@@ -45,7 +45,7 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	})
 	f = newADSFixture(t, in)
 	spokes := serveGRPC(t, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, in) })
-	objs := decode(t, echoYAML(80, 20, "ROUND_ROBIN"))
+	objs := pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))
 
 	p := f.connect(t, node("proxy-1", "m"))
 	p.subscribe(typeurl.Listener, echoListener)
@@ -70,7 +70,7 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	before, _ := f.pc.Current("m")
 	s.close()
 	s2 := connectSpoke(t, spokes, "m", "c1")
-	s2.sendState(decode(t, echoYAML(80, 20, "ROUND_ROBIN")))
+	s2.sendState(pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN")))
 	s2.synced()
 	deadline := time.Now().Add(waitFor)
 	for {
@@ -176,59 +176,6 @@ func (s *spokeStream) sendState(objs []*meshconfig.Object) {
 func (s *spokeStream) synced() {
 	s.t.Helper()
 	s.send(protocol.SyncedTypeURL, nil)
-}
-
-// echoYAML is the demo mesh's echo service: a ServiceEntry selecting two
-// WorkloadEntries, a DestinationRule with subsets v1 and v2 (v2 with the
-// given load balancer), and a VirtualService splitting v1/v2 by weight.
-func echoYAML(v1, v2 int, v2LB string) string {
-	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [echo.demo.svc.cluster.local]
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  resolution: STATIC
-  workloadSelector: {labels: {app: echo}}
----
-apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: echo-v1, namespace: demo}
-spec: {address: 127.0.0.1, ports: {grpc: 17071}, labels: {app: echo, version: v1}}
----
-apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: echo-v2, namespace: demo}
-spec: {address: 127.0.0.1, ports: {grpc: 17072}, labels: {app: echo, version: v2}}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: echo, namespace: demo}
-spec:
-  host: echo.demo.svc.cluster.local
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}, trafficPolicy: {loadBalancer: {simple: %s}}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [echo.demo.svc.cluster.local]
-  http:
-  - route:
-    - {destination: {host: echo.demo.svc.cluster.local, subset: v1}, weight: %d}
-    - {destination: {host: echo.demo.svc.cluster.local, subset: v2}, weight: %d}
-`, v2LB, v1, v2)
-}
-
-func decode(t testing.TB, y string) []*meshconfig.Object {
-	t.Helper()
-	objs, errs := meshconfig.DecodeYAML([]byte(y), "test.yaml")
-	if len(errs) > 0 {
-		t.Fatalf("decode: %v", errs)
-	}
-	return objs
 }
 
 // adsFixture is an ADS server on loopback, serving a real cache (in

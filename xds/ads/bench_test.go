@@ -12,6 +12,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // fanOut connects proxies Envoy sidecars, each holding the clusters of a
@@ -23,7 +24,7 @@ import (
 // state-of-the-world response per proxy.
 func fanOut(tb testing.TB, services, proxies int) (config func(i int) []*meshconfig.Object, push func([]*meshconfig.Object) int) {
 	f := newFixtureVerify(tb, nil, false)
-	f.set(tb, "m", synced("c1", decode(tb, bigMesh(services, "v0"))))
+	f.set(tb, "m", synced("c1", pushctxtest.Decode(tb, bigMesh(services, "v0"))))
 	ps := make([]*proxy, proxies)
 	for i := range ps {
 		id := fmt.Sprintf("sidecar~10.8.%d.%d~client-%d.demo~demo.svc.cluster.local", i/250, i%250+1, i)
@@ -31,7 +32,9 @@ func fanOut(tb testing.TB, services, proxies int) (config func(i int) []*meshcon
 		ps[i].subscribe(typeurl.Cluster)
 		ps[i].ack(ps[i].next(typeurl.Cluster))
 	}
-	config = func(i int) []*meshconfig.Object { return decode(tb, bigMesh(services, fmt.Sprint("v", i+1))) }
+	config = func(i int) []*meshconfig.Object {
+		return pushctxtest.Decode(tb, bigMesh(services, fmt.Sprint("v", i+1)))
+	}
 	return config, func(objs []*meshconfig.Object) int {
 		f.set(tb, "m", synced("c1", objs))
 		var wg sync.WaitGroup
@@ -158,7 +161,7 @@ func coldConnect(tb testing.TB, f *fixture, proxies int) int {
 func BenchmarkColdConnect(b *testing.B) {
 	for _, sz := range []struct{ services, endpoints, proxies int }{{1000, 15, 100}} {
 		b.Run(fmt.Sprintf("services=%d/endpoints=%d/proxies=%d", sz.services, sz.endpoints, sz.proxies), func(b *testing.B) {
-			objs := decode(b, scaleMesh(sz.services, sz.endpoints))
+			objs := pushctxtest.Decode(b, scaleMesh(sz.services, sz.endpoints))
 			b.ResetTimer()
 			size := 0
 			for range b.N {
@@ -176,7 +179,7 @@ func BenchmarkColdConnect(b *testing.B) {
 // TestColdConnectBenchmarkOnce is BenchmarkColdConnect's twin, small.
 func TestColdConnectBenchmarkOnce(t *testing.T) {
 	f := newFixtureVerify(t, nil, true)
-	f.set(t, "m", synced("c1", decode(t, scaleMesh(20, 3))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, scaleMesh(20, 3))))
 	if size := coldConnect(t, f, 5); size == 0 {
 		t.Fatal("the proxies received nothing")
 	}

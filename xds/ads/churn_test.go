@@ -11,6 +11,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	proxymodel "github.com/navemesh/nave/xds/proxy"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // churnMesh is three ServiceEntries selecting WorkloadEntries by app
@@ -54,7 +55,7 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 	for i := range addrs {
 		addrs[i] = fmt.Sprintf("10.1.0.%d", i+1)
 	}
-	st := f.set(t, "m", synced("c1", decode(t, churnMesh(addrs))))
+	st := f.set(t, "m", synced("c1", pushctxtest.Decode(t, churnMesh(addrs))))
 	n := envoyNode("sidecar~10.9.0.1~client-1.shop~shop.svc.cluster.local", map[string]string{"app": "client"})
 	px, err := proxymodel.FromNode(n, "m")
 	if err != nil {
@@ -104,7 +105,7 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 		default:
 			addrs[i] = fmt.Sprintf("10.3.%d.%d", step, i+1) // moved
 		}
-		st = f.set(t, "m", synced("c1", decode(t, churnMesh(addrs))))
+		st = f.set(t, "m", synced("c1", pushctxtest.Decode(t, churnMesh(addrs))))
 		if st.State.Diff.Config {
 			t.Fatalf("step %d: a WorkloadEntry change counted as a config change", step)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // deltaProxy is a raw incremental ADS client driven by the test. It keeps
@@ -159,7 +160,7 @@ func sotwHeld(t *testing.T, r *discoveryv3.DiscoveryResponse) map[string][]byte 
 // the whole type again.
 func TestDeltaAndSotWConverge(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, envoyMesh)))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, envoyMesh)))
 	id := "sidecar~10.9.0.1~client-1.shop~shop.svc.cluster.local"
 	s := f.connect(t, envoyNode(id, map[string]string{"app": "client"}))
 	d := f.connectDelta(t, envoyNode(id, map[string]string{"app": "client"}))
@@ -204,7 +205,7 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 	// delta client gets one removed cluster (and its endpoints), nothing
 	// else of CDS, and no listener or route update it does not need.
 	changed := envoyMeshWithout(t, "{name: v1, labels: {version: v1}}, ")
-	f.set(t, "m", synced("c1", decode(t, changed)))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, changed)))
 	r := d.next(typeurl.Cluster)
 	if len(r.GetResources()) != 0 || !slices.Equal(r.GetRemovedResources(), []string{"outbound|9080|v1|reviews.shop.svc.cluster.local"}) {
 		t.Errorf("delta CDS after dropping subset v1: resources %v, removed %v; want only the v1 cluster removed",
@@ -235,7 +236,7 @@ func envoyMeshWithout(t *testing.T, cut string) string {
 // removal of a subscribed resource is announced.
 func TestDeltaSubscriptions(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	d := f.connectDelta(t, node("proxyless-1", "m"))
 
 	d.subscribe(typeurl.Cluster, echoV1, "outbound|7070|v9|echo.demo.svc.cluster.local")
@@ -264,8 +265,8 @@ func TestDeltaSubscriptions(t *testing.T) {
 	d.ack(r)
 
 	// Removing the DestinationRule removes both subsets' clusters.
-	y := echoYAML(80, 20, "ROUND_ROBIN")
-	f.set(t, "m", synced("c1", decode(t, y[:strings.Index(y, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule")]+
+	y := pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN")
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, y[:strings.Index(y, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule")]+
 		y[strings.Index(y, "---\napiVersion: networking.istio.io/v1\nkind: VirtualService"):])))
 	r = d.next(typeurl.Cluster)
 	if len(r.GetResources()) != 0 || !slices.Equal(r.GetRemovedResources(), []string{echoV1, echoV2}) {
@@ -282,7 +283,7 @@ func TestDeltaSubscriptions(t *testing.T) {
 // holds receives nothing it already has.
 func TestDeltaNACKAndReconnect(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	d := f.connectDelta(t, node("proxyless-n", "m"))
 	d.subscribe(typeurl.Cluster)
 	r := d.next(typeurl.Cluster)
@@ -302,7 +303,7 @@ func TestDeltaNACKAndReconnect(t *testing.T) {
 		t.Errorf("status after NACK: %+v", ts)
 	}
 	// New content is sent: only the changed cluster.
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "LEAST_REQUEST"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "LEAST_REQUEST"))))
 	r = d.next(typeurl.Cluster)
 	if !slices.Equal(resourceNames(r), []string{echoV2}) {
 		t.Errorf("after the change: resources %v, want only %s", resourceNames(r), echoV2)

@@ -2,7 +2,6 @@ package ads_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -43,59 +42,6 @@ const (
 	echoV1       = "outbound|7070|v1|echo.demo.svc.cluster.local"
 	echoV2       = "outbound|7070|v2|echo.demo.svc.cluster.local"
 )
-
-// echoYAML is the demo mesh's echo service: a ServiceEntry selecting two
-// WorkloadEntries, a DestinationRule with subsets v1 and v2 (v2 with the
-// given load balancer), and a VirtualService splitting v1/v2 by weight.
-func echoYAML(v1, v2 int, v2LB string) string {
-	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [echo.demo.svc.cluster.local]
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  resolution: STATIC
-  workloadSelector: {labels: {app: echo}}
----
-apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: echo-v1, namespace: demo}
-spec: {address: 127.0.0.1, ports: {grpc: 17071}, labels: {app: echo, version: v1}}
----
-apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: echo-v2, namespace: demo}
-spec: {address: 127.0.0.1, ports: {grpc: 17072}, labels: {app: echo, version: v2}}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: echo, namespace: demo}
-spec:
-  host: echo.demo.svc.cluster.local
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}, trafficPolicy: {loadBalancer: {simple: %s}}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [echo.demo.svc.cluster.local]
-  http:
-  - route:
-    - {destination: {host: echo.demo.svc.cluster.local, subset: v1}, weight: %d}
-    - {destination: {host: echo.demo.svc.cluster.local, subset: v2}, weight: %d}
-`, v2LB, v1, v2)
-}
-
-func decode(t testing.TB, y string) []*meshconfig.Object {
-	t.Helper()
-	objs, errs := meshconfig.DecodeYAML([]byte(y), "test.yaml")
-	if len(errs) > 0 {
-		t.Fatalf("decode: %v", errs)
-	}
-	return objs
-}
 
 // source is a pushctx.Source whose clusters the test sets.
 type source struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // bigMesh has n services, so that a cluster response is large enough to
@@ -38,7 +39,7 @@ spec:
 // while a reading proxy keeps receiving every update.
 func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 	f := newFixture(t, nil, func(o *ads.Options) { o.SendTimeout = 300 * time.Millisecond })
-	f.set(t, "m", synced("c1", decode(t, bigMesh(400, "a"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, bigMesh(400, "a"))))
 
 	// stuck subscribes and never reads again.
 	stuck := f.open(t, dial(t, f.addr), node("stuck", "m"))
@@ -66,7 +67,7 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stuck proxy was not disconnected")
 		}
-		f.set(t, "m", synced("c1", decode(t, bigMesh(400, fmt.Sprint("v", i)))))
+		f.set(t, "m", synced("c1", pushctxtest.Decode(t, bigMesh(400, fmt.Sprint("v", i)))))
 		live.ack(live.next(typeurl.Cluster))
 		pending = max(pending, f.metric(t, "nave_hub_xds_pending_pushes"))
 	}
@@ -99,7 +100,7 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 // all served, the last no sooner than (10-2)/20 s after the first.
 func TestConnectionStormIsAdmittedAtTheConfiguredRate(t *testing.T) {
 	f := newFixture(t, nil, func(o *ads.Options) { o.AdmissionRate, o.AdmissionBurst = 20, 2 })
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	start := time.Now()
 	var wg sync.WaitGroup
 	got := make([]time.Duration, 10)
@@ -135,7 +136,7 @@ func TestConnectionStormIsAdmittedAtTheConfiguredRate(t *testing.T) {
 // none is left taken.
 func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 	f := newFixture(t, nil, func(o *ads.Options) { o.MaxInflightBytes = 1 })
-	f.set(t, "m", synced("c1", decode(t, bigMesh(1500, "a"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, bigMesh(1500, "a"))))
 	var ps []*proxy
 	for i := range 5 {
 		p := f.connect(t, node(fmt.Sprint("p", i), "m"))

@@ -34,6 +34,7 @@ import (
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 const (
@@ -174,7 +175,7 @@ func TestProxylessClientMTLS(t *testing.T) {
 	f := newFixture(t, nil)
 	set := func(t *testing.T, drTLS, allow string) {
 		t.Helper()
-		f.set(t, "m", mesh.ClusterInput{Name: "c1", Synced: true, Connected: true, Objects: decode(t, mtlsConfig(port, drTLS, allow))})
+		f.set(t, "m", mesh.ClusterInput{Name: "c1", Synced: true, Connected: true, Objects: pushctxtest.Decode(t, mtlsConfig(port, drTLS, allow))})
 	}
 	set(t, "{mode: ISTIO_MUTUAL}", "cluster.local/ns/demo/sa/client")
 	providers := workloadCerts(t, serverSPIFFE, clientSPIFFE)

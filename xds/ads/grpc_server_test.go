@@ -16,6 +16,7 @@ import (
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // TestProxylessServerEnforcesAuthorization: a real grpc-go xDS server
@@ -29,7 +30,7 @@ func TestProxylessServerEnforcesAuthorization(t *testing.T) {
 	}
 	port := lis.Addr().(*net.TCPAddr).Port
 	f := newFixture(t, nil)
-	f.set(t, "m", mesh.ClusterInput{Name: "c1", Synced: true, Connected: true, Objects: decode(t, fmt.Sprintf(`apiVersion: networking.istio.io/v1
+	f.set(t, "m", mesh.ClusterInput{Name: "c1", Synced: true, Connected: true, Objects: pushctxtest.Decode(t, fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: health, namespace: demo}
 spec:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // identityKey carries, in these tests only, the identity a certificate
@@ -64,8 +65,8 @@ func workloadNode(id, meshName, namespace, sa string) *corev3.Node {
 // another mesh, namespace or service account is refused with a reason.
 func TestProxyIdentityDecidesItsMesh(t *testing.T) {
 	f := newFixture(t, nil, func(o *ads.Options) { o.Authenticator = metadataAuthenticator() })
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
-	f.set(t, "m2", synced("c1", decode(t, otherYAML)))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m2", synced("c1", pushctxtest.Decode(t, otherYAML)))
 
 	// Proven m2, names nothing: gets m2, though the default mesh is m.
 	p := f.connect(t, workloadNode("proxy-1", "", "", ""), withIdentity("m2/shop/other"))

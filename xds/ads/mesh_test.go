@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // A mesh fed by a real hub ingest through the spoke protocol is tested in
@@ -27,8 +28,8 @@ spec: {host: other.shop.svc.cluster.local}
 
 func TestProxyGetsOnlyItsMesh(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
-	f.set(t, "m2", synced("c1", decode(t, otherYAML)))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m2", synced("c1", pushctxtest.Decode(t, otherYAML)))
 
 	for _, tc := range []struct {
 		name, node, mesh string

@@ -18,11 +18,12 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 
 	// p follows one cluster, the listener and its routes; q every cluster.
 	p := f.connect(t, node("proxy-p", "m"))
@@ -39,7 +40,7 @@ func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 
 	// New weights change the routes only.
 	before := p.stateVersion(t, f)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(20, 80, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(20, 80, "ROUND_ROBIN"))))
 	// Types are sent clusters first, routes last: a route response first
 	// means no cluster or listener was sent for this change.
 	rds := p.next(typeurl.Route)
@@ -53,7 +54,7 @@ func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 	q.quiet(quietFor, "a route change does not change clusters")
 
 	// Subset v2's load balancer changes a cluster p does not follow.
-	f.set(t, "m", synced("c1", decode(t, echoYAML(20, 80, "LEAST_REQUEST"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(20, 80, "LEAST_REQUEST"))))
 	cds2 := q.next(typeurl.Cluster)
 	if cds2.GetVersionInfo() == cds.GetVersionInfo() || lbPolicy(t, cds2, echoV2) != clusterv3.Cluster_LEAST_REQUEST {
 		t.Errorf("wildcard CDS after the change: version %s (was %s), want a new one with %s least-request",
@@ -98,13 +99,13 @@ func lbPolicy(t *testing.T, resp *discoveryv3.DiscoveryResponse, name string) cl
 
 func TestNACKedVersionIsNotResent(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 	p.subscribe(typeurl.Route, echoListener)
 	rds1 := p.next(typeurl.Route)
 	p.ack(rds1, echoListener)
 
-	f.set(t, "m", synced("c1", decode(t, echoYAML(20, 80, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(20, 80, "ROUND_ROBIN"))))
 	rds2 := p.next(typeurl.Route)
 	const reason = "route weights: not supported by this client"
 	p.nack(rds2, rds1.GetVersionInfo(), reason, echoListener)
@@ -118,7 +119,7 @@ func TestNACKedVersionIsNotResent(t *testing.T) {
 	}
 
 	// A real change is sent.
-	f.set(t, "m", synced("c1", decode(t, echoYAML(50, 50, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(50, 50, "ROUND_ROBIN"))))
 	rds3 := p.next(typeurl.Route)
 	if v := rds3.GetVersionInfo(); v == rds1.GetVersionInfo() || v == rds2.GetVersionInfo() {
 		t.Errorf("the change after a NACK has an old version %s", v)
@@ -162,7 +163,7 @@ spec:
 	for i := range n {
 		fmt.Fprintf(&b, "  - {address: 10.%d.%d.%d}\n", i>>16&255, i>>8&255, i&255)
 	}
-	return decode(t, b.String())
+	return pushctxtest.Decode(t, b.String())
 }
 
 func withPort(objs []*meshconfig.Object, port uint32) []*meshconfig.Object {
@@ -229,8 +230,8 @@ func TestSlowProxyDoesNotBlockOthers(t *testing.T) {
 // assignments that changed; clusters (a root type) are always complete.
 func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	f := newFixture(t, nil)
-	y := echoYAML(80, 20, "ROUND_ROBIN")
-	f.set(t, "m", synced("c1", decode(t, y)))
+	y := pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN")
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, y)))
 	p := f.connect(t, node("proxy-eds", "m"))
 	subs := []string{echoCluster, echoV1, echoV2}
 	p.subscribe(typeurl.Endpoint, subs...)
@@ -242,7 +243,7 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 
 	// Move echo-v2 to another port: the v2 subset's and the service's
 	// assignments change, v1's does not.
-	f.set(t, "m", synced("c1", decode(t, strings.Replace(y, "ports: {grpc: 17072}", "ports: {grpc: 17073}", 1))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, strings.Replace(y, "ports: {grpc: 17072}", "ports: {grpc: 17073}", 1))))
 	upd := p.next(typeurl.Endpoint)
 	got := names(t, upd)
 	sort.Strings(got)

@@ -14,11 +14,12 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 func TestResourcesAreServedByName(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 
 	p.subscribe(typeurl.Listener, echoListener)
@@ -76,7 +77,7 @@ func TestResourcesAreServedByName(t *testing.T) {
 
 func TestWildcardClusterRequestGetsEveryCluster(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 
 	p.subscribe(typeurl.Cluster)
@@ -99,7 +100,7 @@ func TestWildcardClusterRequestGetsEveryCluster(t *testing.T) {
 
 func TestUnknownTypeIsIgnored(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 	p.subscribe("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "default")
 	p.subscribe(typeurl.Listener, echoListener)
@@ -108,7 +109,7 @@ func TestUnknownTypeIsIgnored(t *testing.T) {
 
 func TestFirstRequestMustNameTheNode(t *testing.T) {
 	f := newFixture(t, nil)
-	f.set(t, "m", synced("c1", decode(t, echoYAML(80, 20, "ROUND_ROBIN"))))
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	cases := []struct {
 		name string
 		node *corev3.Node

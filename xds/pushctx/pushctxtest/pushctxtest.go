@@ -51,10 +51,16 @@ func (s *Source) Builds(meshName string) int {
 	return s.calls[meshName]
 }
 
-// EchoConfig is the demo mesh's echo service with a v1/v2 weighted route.
-func EchoConfig(t *testing.T, v1, v2 int) []*meshconfig.Object {
-	t.Helper()
-	y := fmt.Sprintf(`apiVersion: networking.istio.io/v1
+// EchoYAML is the demo mesh's echo service: a ServiceEntry selecting two
+// WorkloadEntries, a DestinationRule with subsets v1 and v2 (v2 with the
+// simple load balancer v2LB, unless it is empty), and a VirtualService
+// splitting v1/v2 by weight.
+func EchoYAML(v1, v2 int, v2LB string) string {
+	policy := ""
+	if v2LB != "" {
+		policy = ", trafficPolicy: {loadBalancer: {simple: " + v2LB + "}}"
+	}
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: echo, namespace: demo}
 spec:
@@ -80,7 +86,7 @@ spec:
   host: echo.demo.svc.cluster.local
   subsets:
   - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
+  - {name: v2, labels: {version: v2}%s}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -91,8 +97,19 @@ spec:
   - route:
     - {destination: {host: echo.demo.svc.cluster.local, subset: v1}, weight: %d}
     - {destination: {host: echo.demo.svc.cluster.local, subset: v2}, weight: %d}
-`, v1, v2)
-	objs, errs := meshconfig.DecodeYAML([]byte(y), "echo.yaml")
+`, policy, v1, v2)
+}
+
+// EchoConfig is EchoYAML without a load balancer, decoded.
+func EchoConfig(t testing.TB, v1, v2 int) []*meshconfig.Object {
+	t.Helper()
+	return Decode(t, EchoYAML(v1, v2, ""))
+}
+
+// Decode decodes YAML config, failing the test on any error.
+func Decode(t testing.TB, y string) []*meshconfig.Object {
+	t.Helper()
+	objs, errs := meshconfig.DecodeYAML([]byte(y), "test.yaml")
 	if len(errs) > 0 {
 		t.Fatalf("decode: %v", errs)
 	}
