@@ -17,17 +17,9 @@ import (
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
-)
-
-// Names of the SDS secrets a proxy's own workload identity comes in
-// (Istio's names, served over ADS by the security part).
-const (
-	WorkloadCertSecret = "default"
-	RootCASecret       = "ROOTCA"
-	// tlsTransportSocket is the name of Envoy's TLS transport socket.
-	tlsTransportSocket = "envoy.transport_sockets.tls"
 )
 
 // IstioMutualSNI is the SNI a client sends for ISTIO_MUTUAL traffic to a
@@ -56,8 +48,8 @@ func (b *cdsBuilder) tls(c *clusterv3.Cluster, oc *outboundCluster) {
 		return
 	}
 	c.TransportSocket = &corev3.TransportSocket{
-		Name:       tlsTransportSocket,
-		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+		Name:       build.TLSTransportSocket,
+		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(ctx)},
 	}
 }
 
@@ -97,12 +89,12 @@ func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
 		return
 	}
 	if b.rawBuffer == nil {
-		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbufferv3.RawBuffer{})}}
+		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(&rawbufferv3.RawBuffer{})}}
 		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(TLSModeIstio)}}
 	}
 	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 		{Name: "tlsMode-istio", Match: b.istioMatch, TransportSocket: &corev3.TransportSocket{
-			Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.autoMTLSContext(oc)}}},
+			Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.autoMTLSContext(oc)}}},
 		{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: b.rawBuffer},
 	}
 }
@@ -116,7 +108,7 @@ func (b *cdsBuilder) autoMTLSContext(oc *outboundCluster) *anypb.Any {
 	if b.autoContext == nil {
 		ctx := b.istioMutual(oc, nil)
 		ctx.Sni = ""
-		b.autoContext = mustAny(ctx).GetValue()
+		b.autoContext = build.Any(ctx).GetValue()
 	}
 	sni := IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
 	v := make([]byte, len(b.autoContext), len(b.autoContext)+len(sni)+8)
@@ -153,10 +145,10 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 		Sni: sni,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols:                  []string{"istio"},
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: WorkloadCertSecret, SdsConfig: b.ads}},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: b.ads}},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
-				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: RootCASecret, SdsConfig: b.ads},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: build.RootCASecret, SdsConfig: b.ads},
 			}},
 		},
 	}

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -22,7 +23,7 @@ func TestAutoMTLSContextBytes(t *testing.T) {
 		v.outboundClusters(func(oc *outboundCluster) {
 			n++
 			got := b.autoMTLSContext(oc)
-			want := mustAny(b.istioMutual(oc, nil))
+			want := build.Any(b.istioMutual(oc, nil))
 			if got.GetTypeUrl() != want.GetTypeUrl() || !bytes.Equal(got.GetValue(), want.GetValue()) {
 				t.Errorf("%s: assembled context differs from marshalling the whole message", oc.name)
 			}

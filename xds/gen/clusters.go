@@ -2,11 +2,11 @@ package gen
 
 import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -30,10 +30,10 @@ func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *outboundCluster)) {
 		}
 	}
 	for _, p := range svc.Ports {
-		each(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
+		each(&outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
 			policy: TrafficPolicyFor(spec, p.Number, "")})
 		for _, ss := range spec.GetSubsets() {
-			each(&outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
+			each(&outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
 				labels: ss.GetLabels(), dr: dr, policy: TrafficPolicyFor(spec, p.Number, ss.GetName())})
 		}
 	}
@@ -43,7 +43,7 @@ func (g *grpcGen) cluster(oc *outboundCluster) {
 	c := &clusterv3.Cluster{
 		Name:                 oc.name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: oc.name},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		TransportSocket:      g.grpcTransportSocket(oc.policy.GetTls()),
 	}
@@ -64,23 +64,5 @@ func loadAssignment(name string, svc *mesh.Service, p mesh.Port, labels map[stri
 			eps = append(eps, ep)
 		}
 	}
-	return buildAssignment(name, p, eps, nil, nil)
-}
-
-func socketAddress(addr string, port uint32) *corev3.Address {
-	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-		Address:       addr,
-		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
-	}}}
-}
-
-func healthStatus(h mesh.Health) corev3.HealthStatus {
-	switch h {
-	case mesh.Unhealthy:
-		return corev3.HealthStatus_UNHEALTHY
-	case mesh.Terminating:
-		return corev3.HealthStatus_DRAINING
-	default:
-		return corev3.HealthStatus_HEALTHY
-	}
+	return build.Assignment(name, p, eps, nil, nil)
 }

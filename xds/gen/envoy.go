@@ -1,12 +1,12 @@
 package gen
 
 import (
-	"sort"
 	"strconv"
 
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -22,10 +22,6 @@ const (
 	// VirtualInboundListener receives all inbound traffic (port 15006).
 	VirtualInboundListener = "virtualInbound"
 	VirtualInboundPort     = 15006
-
-	BlackHoleCluster          = "BlackHoleCluster"
-	PassthroughCluster        = "PassthroughCluster"
-	InboundPassthroughCluster = "InboundPassthroughCluster"
 )
 
 // OutboundListenerName names a sidecar's outbound listener for a port on
@@ -38,11 +34,6 @@ func OutboundListenerName(address string, port uint32) string {
 // a port: "8080".
 func SidecarRouteName(port uint32) string {
 	return strconv.FormatUint(uint64(port), 10)
-}
-
-// InboundClusterName names a sidecar's inbound cluster for a workload port.
-func InboundClusterName(port uint32) string {
-	return "inbound|" + strconv.FormatUint(uint64(port), 10) + "||"
 }
 
 // GatewayHTTPRouteName names the route configuration of a gateway's plain
@@ -69,7 +60,7 @@ func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
 		typeurl.Route:    v.Routes(),
 	}}
 	for _, rs := range out.Resources {
-		sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
+		build.SortByName(rs)
 	}
 	out.Problems = v.Problems()
 	return out

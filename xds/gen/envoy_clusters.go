@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -67,7 +68,7 @@ func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
 	dr := v.DestinationRule(svc.Hostname)
 	spec := dr.DestinationRule()
 	for _, p := range svc.Ports {
-		oc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr}
+		oc := &outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr}
 		oc.policy = TrafficPolicyFor(spec, p.Number, "")
 		oc.kind = kindFor(svc.Resolution, oc.policy)
 		fn(oc)
@@ -76,7 +77,7 @@ func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
 				v.Problem(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
 				continue
 			}
-			sc := &outboundCluster{name: ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
+			sc := &outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
 			sc.policy = TrafficPolicyFor(spec, p.Number, ss.GetName())
 			sc.kind = kindFor(svc.Resolution, sc.policy)
 			fn(sc)
@@ -123,9 +124,9 @@ type cdsBuilder struct {
 func newCDSBuilder(v *View) *cdsBuilder {
 	return &cdsBuilder{
 		v:        v,
-		ads:      adsSource(),
+		ads:      build.ADSConfigSource(),
 		breakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{defaultThresholds()}},
-		h2: map[string]*anypb.Any{httpProtocolOptionsName: mustAny(&upstreamhttpv3.HttpProtocolOptions{
+		h2: map[string]*anypb.Any{httpProtocolOptionsName: build.Any(&upstreamhttpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: explicitHTTP2(nil),
 		})},
 		eds: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
@@ -166,17 +167,17 @@ func (v *View) Clusters() []Resource {
 		out = append(out, Resource{Name: oc.name, Message: b.outbound(oc)})
 	})
 	out = append(out,
-		Resource{Name: BlackHoleCluster, Message: &clusterv3.Cluster{
-			Name:                 BlackHoleCluster,
+		Resource{Name: build.BlackHoleCluster, Message: &clusterv3.Cluster{
+			Name:                 build.BlackHoleCluster,
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 			ConnectTimeout:       defaultConnectTimeout,
 		}},
-		Resource{Name: PassthroughCluster, Message: originalDst(PassthroughCluster, b.breakers)},
+		Resource{Name: build.PassthroughCluster, Message: originalDst(build.PassthroughCluster, b.breakers)},
 	)
 	if v.Key().Type == proxy.Sidecar {
-		out = append(out, Resource{Name: InboundPassthroughCluster, Message: originalDst(InboundPassthroughCluster, b.breakers)})
+		out = append(out, Resource{Name: build.InboundPassthroughCluster, Message: originalDst(build.InboundPassthroughCluster, b.breakers)})
 		for _, in := range v.InboundPorts() {
-			name := InboundClusterName(in.TargetPort)
+			name := build.InboundClusterName(in.TargetPort)
 			out = append(out, Resource{Name: name, Message: b.inbound(name, in)})
 		}
 	}
@@ -210,7 +211,7 @@ func (b *cdsBuilder) inbound(name string, in InboundPort) *clusterv3.Cluster {
 		CircuitBreakers:      b.breakers,
 		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: socketAddress("127.0.0.1", in.TargetPort),
+				Address: build.SocketAddress("127.0.0.1", in.TargetPort),
 			}}}},
 		}}},
 	}
@@ -303,7 +304,7 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 	}
 	var slowStart *clusterv3.Cluster_SlowStartConfig
 	if warmup != nil {
-		slowStart = &clusterv3.Cluster_SlowStartConfig{SlowStartWindow: duration(warmup)}
+		slowStart = &clusterv3.Cluster_SlowStartConfig{SlowStartWindow: build.Duration(warmup)}
 		if a := lb.GetWarmup().GetAggression(); a != nil {
 			slowStart.Aggression = &corev3.RuntimeDouble{DefaultValue: a.GetValue(), RuntimeKey: "upstream.slow_start.aggression." + oc.name}
 		}
@@ -360,7 +361,7 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 	cp := oc.policy.GetConnectionPool()
 	tcp, http := cp.GetTcp(), cp.GetHttp()
 	if t := tcp.GetConnectTimeout(); t != nil {
-		c.ConnectTimeout = duration(t)
+		c.ConnectTimeout = build.Duration(t)
 	}
 	if tcp.GetMaxConnections() > 0 || http.GetHttp1MaxPendingRequests() > 0 || http.GetHttp2MaxRequests() > 0 || http.GetMaxRetries() > 0 {
 		th := defaultThresholds()
@@ -403,13 +404,13 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 	common := &corev3.HttpProtocolOptions{}
 	hasCommon := false
 	if t := http.GetIdleTimeout(); t != nil {
-		common.IdleTimeout, hasCommon = duration(t), true
+		common.IdleTimeout, hasCommon = build.Duration(t), true
 	}
 	if n := http.GetMaxRequestsPerConnection(); n > 0 {
 		common.MaxRequestsPerConnection, hasCommon = wrapperspb.UInt32(uint32(n)), true
 	}
 	if t := tcp.GetMaxConnectionDuration(); t != nil {
-		common.MaxConnectionDuration, hasCommon = duration(t), true
+		common.MaxConnectionDuration, hasCommon = build.Duration(t), true
 	}
 	var h2 *corev3.Http2ProtocolOptions
 	if n := http.GetMaxConcurrentStreams(); n > 0 {
@@ -419,7 +420,7 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		if h2 == nil {
 			h2 = &corev3.Http2ProtocolOptions{}
 		}
-		h2.ConnectionKeepalive = &corev3.KeepaliveSettings{Interval: duration(ka.GetInterval()), Timeout: duration(ka.GetTimeout())}
+		h2.ConnectionKeepalive = &corev3.KeepaliveSettings{Interval: build.Duration(ka.GetInterval()), Timeout: build.Duration(ka.GetTimeout())}
 		if h2.ConnectionKeepalive.Timeout == nil {
 			h2.ConnectionKeepalive.Timeout = durationpb.New(20e9) // Envoy requires one; Istio's default
 		}
@@ -452,7 +453,7 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 	if hasCommon {
 		opts.CommonHttpProtocolOptions = common
 	}
-	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)}
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: build.Any(opts)}
 }
 
 // keepaliveSeconds converts a keepalive duration to Envoy's whole
@@ -480,8 +481,8 @@ func (b *cdsBuilder) outlierDetection(c *clusterv3.Cluster, oc *outboundCluster)
 		return
 	}
 	out := &clusterv3.OutlierDetection{
-		Interval:         duration(od.GetInterval()),
-		BaseEjectionTime: duration(od.GetBaseEjectionTime()),
+		Interval:         build.Duration(od.GetInterval()),
+		BaseEjectionTime: build.Duration(od.GetBaseEjectionTime()),
 	}
 	//lint:ignore SA1019 consecutiveErrors is deprecated but still honoured (it counted 502/503/504 only)
 	legacy := od.GetConsecutiveErrors()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -111,7 +112,7 @@ func upstreamTLS(t *testing.T, c *clusterv3.Cluster) *tlsv3.UpstreamTlsContext {
 	if ts == nil {
 		return nil
 	}
-	if ts.GetName() != tlsTransportSocket {
+	if ts.GetName() != build.TLSTransportSocket {
 		t.Fatalf("transport socket %q", ts.GetName())
 	}
 	var ctx tlsv3.UpstreamTlsContext
@@ -126,9 +127,9 @@ func dr(spec string) string {
 }
 
 func TestEnvoyClusterPolicies(t *testing.T) {
-	http := ClusterName(cdsReviews, 9080, "")
-	grpc := ClusterName(cdsReviews, 7070, "")
-	tcp := ClusterName(cdsReviews, 3306, "")
+	http := build.ClusterName(cdsReviews, 9080, "")
+	grpc := build.ClusterName(cdsReviews, 7070, "")
+	tcp := build.ClusterName(cdsReviews, 3306, "")
 	tests := []struct {
 		name   string
 		dr     string
@@ -167,9 +168,9 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 `, check: func(t *testing.T, out *Output) {
 			for _, p := range []uint32{9080, 7070, 3306} {
 				for _, ss := range []string{"", "v1", "v2"} {
-					clusterOf(t, out, ClusterName(cdsReviews, p, ss))
-					if byName(out, typeurl.Endpoint, ClusterName(cdsReviews, p, ss)).Message == nil {
-						t.Errorf("no EDS for %s", ClusterName(cdsReviews, p, ss))
+					clusterOf(t, out, build.ClusterName(cdsReviews, p, ss))
+					if byName(out, typeurl.Endpoint, build.ClusterName(cdsReviews, p, ss)).Message == nil {
+						t.Errorf("no EDS for %s", build.ClusterName(cdsReviews, p, ss))
 					}
 				}
 			}
@@ -206,7 +207,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if p := clusterOf(t, out, grpc).GetLbPolicy(); p != clusterv3.Cluster_RANDOM {
 				t.Errorf("grpc (port level) lb = %v", p)
 			}
-			v1 := clusterOf(t, out, ClusterName(cdsReviews, 9080, "v1"))
+			v1 := clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "v1"))
 			if v1.GetLbPolicy() != clusterv3.Cluster_RING_HASH || v1.GetRingHashLbConfig().GetMinimumRingSize().GetValue() != 2048 {
 				t.Errorf("v1 = %v", v1)
 			}
@@ -300,7 +301,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.GetValue() != 0 {
 				t.Errorf("panic threshold = %v, want 0 (panic mode off)", p)
 			}
-			v1 := clusterOf(t, out, ClusterName(cdsReviews, 9080, "v1")).GetOutlierDetection()
+			v1 := clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "v1")).GetOutlierDetection()
 			if v1.GetConsecutiveGatewayFailure().GetValue() != 4 || v1.GetEnforcingConsecutiveGatewayFailure().GetValue() != 100 || v1.GetEnforcingConsecutive_5Xx().GetValue() != 0 {
 				t.Errorf("v1 outlier detection = %v", v1)
 			}
@@ -337,7 +338,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
     labels: {version: v1}
     trafficPolicy: {tls: {mode: MUTUAL, caCertificates: /c/ca.pem}}
 `, check: func(t *testing.T, out *Output) {
-			if upstreamTLS(t, clusterOf(t, out, ClusterName(cdsReviews, 9080, "v1"))) == nil {
+			if upstreamTLS(t, clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "v1"))) == nil {
 				t.Errorf("no TLS on the v1 cluster")
 			}
 			if upstreamTLS(t, clusterOf(t, out, http)) != nil {
@@ -364,8 +365,8 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 `, check: func(t *testing.T, out *Output) {
 			ctx := upstreamTLS(t, clusterOf(t, out, http))
 			c := ctx.GetCommonTlsContext()
-			if ctx.GetSni() != "outbound_.9080_._."+cdsReviews || c.GetTlsCertificateSdsSecretConfigs()[0].GetName() != WorkloadCertSecret ||
-				c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != RootCASecret {
+			if ctx.GetSni() != "outbound_.9080_._."+cdsReviews || c.GetTlsCertificateSdsSecretConfigs()[0].GetName() != build.WorkloadCertSecret ||
+				c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != build.RootCASecret {
 				t.Errorf("tls = %v", ctx)
 			}
 		}},
@@ -389,10 +390,10 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "router gets outbound clusters only", router: true, check: func(t *testing.T, out *Output) {
 			clusterOf(t, out, http)
-			clusterOf(t, out, BlackHoleCluster)
-			clusterOf(t, out, PassthroughCluster)
+			clusterOf(t, out, build.BlackHoleCluster)
+			clusterOf(t, out, build.PassthroughCluster)
 			for _, r := range out.Resources[typeurl.Cluster] {
-				if strings.HasPrefix(r.Name, "inbound|") || r.Name == InboundPassthroughCluster {
+				if strings.HasPrefix(r.Name, "inbound|") || r.Name == build.InboundPassthroughCluster {
 					t.Errorf("router has %s", r.Name)
 				}
 			}
@@ -476,7 +477,7 @@ spec:
 		return sa.GetAddress(), sa.GetPortValue()
 	}
 
-	c := clusterOf(t, out, ClusterName("api.example.com", 443, ""))
+	c := clusterOf(t, out, build.ClusterName("api.example.com", 443, ""))
 	if c.GetType() != clusterv3.Cluster_STRICT_DNS || c.GetEdsClusterConfig() != nil {
 		t.Errorf("DNS cluster = %v", c)
 	}
@@ -491,12 +492,12 @@ spec:
 		t.Errorf("second DNS endpoint = %s:%d", a, p)
 	}
 
-	bare := clusterOf(t, out, ClusterName("bare.example.com", 80, ""))
+	bare := clusterOf(t, out, build.ClusterName("bare.example.com", 80, ""))
 	if a, p := addr(bare.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0]); a != "bare.example.com" || p != 80 {
 		t.Errorf("DNS service without endpoints resolves %s:%d, want its host", a, p)
 	}
 
-	rr := clusterOf(t, out, ClusterName("rr.example.com", 80, ""))
+	rr := clusterOf(t, out, build.ClusterName("rr.example.com", 80, ""))
 	locs = rr.GetLoadAssignment().GetEndpoints()
 	if rr.GetType() != clusterv3.Cluster_LOGICAL_DNS || len(locs) != 1 || len(locs[0].GetLbEndpoints()) != 1 {
 		t.Fatalf("LOGICAL_DNS cluster = %v", rr)
@@ -510,17 +511,17 @@ spec:
 
 	// Envoy wants exactly one endpoint in a LOGICAL_DNS cluster: an empty
 	// subset becomes an empty STRICT_DNS cluster.
-	none := clusterOf(t, out, ClusterName("rr.example.com", 80, "none"))
+	none := clusterOf(t, out, build.ClusterName("rr.example.com", 80, "none"))
 	if none.GetType() != clusterv3.Cluster_STRICT_DNS || len(none.GetLoadAssignment().GetEndpoints()) != 0 {
 		t.Errorf("empty DNS_ROUND_ROBIN subset = %v", none)
 	}
 
-	wild := clusterOf(t, out, ClusterName("*.wild.example.com", 80, ""))
+	wild := clusterOf(t, out, build.ClusterName("*.wild.example.com", 80, ""))
 	if len(wild.GetLoadAssignment().GetEndpoints()) != 0 || !hasProblem(out, "spec.resolution", "wildcard") {
 		t.Errorf("wildcard DNS cluster = %v; problems %+v", wild, out.Problems)
 	}
 
-	od := clusterOf(t, out, ClusterName("any.example.com", 5432, ""))
+	od := clusterOf(t, out, build.ClusterName("any.example.com", 5432, ""))
 	if od.GetType() != clusterv3.Cluster_ORIGINAL_DST || od.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED || od.GetLoadAssignment() != nil {
 		t.Errorf("NONE cluster = %v", od)
 	}
@@ -533,17 +534,17 @@ func TestEnvoySpecialAndInboundClusters(t *testing.T) {
 	key := sidecarKey("demo", mesh.Locality{})
 	key.IPs = "10.0.0.1" // the reviews v1 endpoint
 	out := envoyOut(t, reviewsConfig, key)
-	if c := clusterOf(t, out, BlackHoleCluster); c.GetType() != clusterv3.Cluster_STATIC || c.GetLoadAssignment() != nil {
+	if c := clusterOf(t, out, build.BlackHoleCluster); c.GetType() != clusterv3.Cluster_STATIC || c.GetLoadAssignment() != nil {
 		t.Errorf("black hole = %v", c)
 	}
-	for _, n := range []string{PassthroughCluster, InboundPassthroughCluster} {
+	for _, n := range []string{build.PassthroughCluster, build.InboundPassthroughCluster} {
 		if c := clusterOf(t, out, n); c.GetType() != clusterv3.Cluster_ORIGINAL_DST || c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
 			t.Errorf("%s = %v", n, c)
 		}
 	}
 	// Ports: http → 19080 (endpoint port map), grpc → 7070, tcp → 13306 (targetPort).
 	for _, tp := range []uint32{19080, 7070, 13306} {
-		c := clusterOf(t, out, InboundClusterName(tp))
+		c := clusterOf(t, out, build.InboundClusterName(tp))
 		sa := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 		if c.GetType() != clusterv3.Cluster_STATIC || sa.GetAddress() != "127.0.0.1" || sa.GetPortValue() != tp {
 			t.Errorf("inbound %d = %v", tp, c)

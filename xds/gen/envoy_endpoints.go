@@ -1,7 +1,7 @@
 package gen
 
 import (
-	"cmp"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -75,7 +76,7 @@ type assignmentKey struct {
 
 func (v *View) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
 	meta := func(ep *mesh.Endpoint) *corev3.Metadata { return v.tlsModeMetadata(oc.svc, ep, ep.PortFor(oc.port)) }
-	cla := buildAssignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc), meta)
+	cla := build.Assignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc), meta)
 	if d := v.distribution(oc); d != nil {
 		distribute(cla, d)
 	}
@@ -124,80 +125,6 @@ func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 		eps = eps[:1]
 	}
 	return eps
-}
-
-// buildAssignment groups eps by (priority, locality). A locality's weight
-// is the sum of its endpoints' weights (0 counts as 1); groups are sorted
-// by priority, then region/zone/subzone, and priorities are renumbered
-// 0..n-1 without gaps (Envoy requires contiguous priorities). priority
-// may be nil (everything at priority 0); so may metadata (an endpoint's
-// metadata, nil for none).
-func buildAssignment(name string, p mesh.Port, eps []*mesh.Endpoint, priority func(*mesh.Endpoint) uint32, metadata func(*mesh.Endpoint) *corev3.Metadata) *endpointv3.ClusterLoadAssignment {
-	type groupKey struct {
-		priority uint32
-		locality mesh.Locality
-	}
-	type group struct {
-		groupKey
-		lle *endpointv3.LocalityLbEndpoints
-	}
-	a := newEndpointArena(len(eps))
-	// Few localities per cluster: a linear search beats a map.
-	var groups []*group
-	var last *group
-	for _, ep := range eps {
-		k := groupKey{locality: ep.Locality}
-		if priority != nil {
-			k.priority = priority(ep)
-		}
-		g := last
-		if g == nil || g.groupKey != k {
-			g = nil
-			for _, h := range groups {
-				if h.groupKey == k {
-					g = h
-					break
-				}
-			}
-		}
-		if g == nil {
-			g = &group{groupKey: k, lle: &endpointv3.LocalityLbEndpoints{
-				Locality:            &corev3.Locality{Region: ep.Locality.Region, Zone: ep.Locality.Zone, SubZone: ep.Locality.Subzone},
-				LoadBalancingWeight: wrapperspb.UInt32(0),
-			}}
-			groups = append(groups, g)
-		}
-		last = g
-		weight := ep.Weight
-		if weight == 0 {
-			weight = 1
-		}
-		lb := a.endpoint(ep.Address, ep.PortFor(p), healthStatus(ep.Health), weight)
-		if metadata != nil {
-			lb.Metadata = metadata(ep)
-		}
-		g.lle.LbEndpoints = append(g.lle.LbEndpoints, lb)
-		g.lle.LoadBalancingWeight.Value += weight
-	}
-	slices.SortStableFunc(groups, func(a, b *group) int {
-		if a.priority != b.priority {
-			return cmp.Compare(a.priority, b.priority)
-		}
-		return cmp.Or(
-			strings.Compare(a.locality.Region, b.locality.Region),
-			strings.Compare(a.locality.Zone, b.locality.Zone),
-			strings.Compare(a.locality.Subzone, b.locality.Subzone))
-	})
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(groups))}
-	var next uint32
-	for i, g := range groups {
-		if i > 0 && g.priority != groups[i-1].priority {
-			next++
-		}
-		g.lle.Priority = next
-		cla.Endpoints = append(cla.Endpoints, g.lle)
-	}
-	return cla
 }
 
 // localitySetting is the cluster's localityLbSetting, and whether
@@ -367,7 +294,7 @@ func (v *View) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
 // no traffic and are left out. Weights are scaled by 1000 so the shares
 // stay close to exact.
 func distribute(cla *endpointv3.ClusterLoadAssignment, d *networking.LocalityLoadBalancerSetting_Distribute) {
-	patterns := sortedKeys(d.GetTo())
+	patterns := slices.Sorted(maps.Keys(d.GetTo()))
 	sort.SliceStable(patterns, func(i, j int) bool { return len(patterns[i]) > len(patterns[j]) })
 	match := make([]int, len(cla.Endpoints))
 	counts := make([]uint64, len(patterns))
@@ -409,51 +336,4 @@ func localityMatches(pattern string, l mesh.Locality) bool {
 		}
 	}
 	return true
-}
-
-// endpointArena allocates the messages of n endpoints in a few slices
-// instead of eight allocations per endpoint. The messages live as long as
-// the assignment that holds them, so nothing is retained longer.
-type endpointArena struct {
-	lb      []endpointv3.LbEndpoint
-	host    []endpointv3.LbEndpoint_Endpoint
-	ep      []endpointv3.Endpoint
-	addr    []corev3.Address
-	sockets []corev3.Address_SocketAddress
-	sa      []corev3.SocketAddress
-	port    []corev3.SocketAddress_PortValue
-	weight  []wrapperspb.UInt32Value
-	next    int
-}
-
-func newEndpointArena(n int) *endpointArena {
-	return &endpointArena{
-		lb:      make([]endpointv3.LbEndpoint, n),
-		host:    make([]endpointv3.LbEndpoint_Endpoint, n),
-		ep:      make([]endpointv3.Endpoint, n),
-		addr:    make([]corev3.Address, n),
-		sockets: make([]corev3.Address_SocketAddress, n),
-		sa:      make([]corev3.SocketAddress, n),
-		port:    make([]corev3.SocketAddress_PortValue, n),
-		weight:  make([]wrapperspb.UInt32Value, n),
-	}
-}
-
-// endpoint returns the next endpoint, set to address:port.
-func (a *endpointArena) endpoint(address string, port uint32, health corev3.HealthStatus, weight uint32) *endpointv3.LbEndpoint {
-	i := a.next
-	a.next++
-	a.port[i].PortValue = port
-	a.sa[i].Address = address
-	a.sa[i].PortSpecifier = &a.port[i]
-	a.sockets[i].SocketAddress = &a.sa[i]
-	a.addr[i].Address = &a.sockets[i]
-	a.ep[i].Address = &a.addr[i]
-	a.host[i].Endpoint = &a.ep[i]
-	a.weight[i].Value = weight
-	lb := &a.lb[i]
-	lb.HostIdentifier = &a.host[i]
-	lb.HealthStatus = health
-	lb.LoadBalancingWeight = &a.weight[i]
-	return lb
 }

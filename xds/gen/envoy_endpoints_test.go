@@ -9,6 +9,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -61,7 +62,7 @@ func TestEnvoyEndpointsLocalitiesWeightsHealth(t *testing.T) {
 	out := Envoy(s, sidecarKey("demo", mesh.Locality{}))
 	validateAll(t, out)
 
-	got := layout(claOf(t, out, ClusterName(cdsReviews, 9080, "")))
+	got := layout(claOf(t, out, build.ClusterName(cdsReviews, 9080, "")))
 	want := "P0 eu/zone-a/ w=1 10.0.0.4:9080/1\n" +
 		"P0 us-east/zone-a/ w=2 10.0.0.1:19080/2\n" +
 		"P0 us-east/zone-b/ w=1 10.0.0.2:9080/1/UNHEALTHY\n" +
@@ -69,10 +70,10 @@ func TestEnvoyEndpointsLocalitiesWeightsHealth(t *testing.T) {
 	if got != want {
 		t.Errorf("http assignment:\n%s\nwant:\n%s", got, want)
 	}
-	if got := layout(claOf(t, out, ClusterName(cdsReviews, 3306, "v1"))); got != "P0 eu/zone-a/ w=1 10.0.0.4:13306/1\nP0 us-east/zone-a/ w=2 10.0.0.1:13306/2\n" {
+	if got := layout(claOf(t, out, build.ClusterName(cdsReviews, 3306, "v1"))); got != "P0 eu/zone-a/ w=1 10.0.0.4:13306/1\nP0 us-east/zone-a/ w=2 10.0.0.1:13306/2\n" {
 		t.Errorf("tcp v1 assignment (targetPort; subset labels):\n%s", got)
 	}
-	if cla := claOf(t, out, ClusterName(cdsReviews, 9080, "none")); len(cla.GetEndpoints()) != 0 {
+	if cla := claOf(t, out, build.ClusterName(cdsReviews, 9080, "none")); len(cla.GetEndpoints()) != 0 {
 		t.Errorf("subset without endpoints = %v, want an empty assignment", cla)
 	}
 	if len(out.Problems) != 0 {
@@ -93,7 +94,7 @@ spec:
   - {address: 10.1.0.1, network: net-b}
   - {address: 10.2.0.1}
 `
-	name := ClusterName("db.demo.svc.cluster.local", 5432, "")
+	name := build.ClusterName("db.demo.svc.cluster.local", 5432, "")
 	for _, tt := range []struct{ network, want string }{
 		{"net-a", "10.0.0.1 10.2.0.1"},
 		{"net-b", "10.1.0.1 10.2.0.1"},
@@ -181,7 +182,7 @@ func TestEnvoyEndpointsLocalityFailover(t *testing.T) {
 			key := sidecarKey("demo", tt.locality)
 			key.Labels = "app=productpage\nversion=v2"
 			out := envoyOut(t, tt.y, key)
-			if got := layout(claOf(t, out, ClusterName(cdsReviews, 9080, ""))); got != tt.want {
+			if got := layout(claOf(t, out, build.ClusterName(cdsReviews, 9080, ""))); got != tt.want {
 				t.Errorf("assignment:\n%s\nwant:\n%s", got, tt.want)
 			}
 			if tt.problem != "" && !hasProblem(out, "spec.trafficPolicy.loadBalancer.localityLbSetting", tt.problem) {
@@ -208,19 +209,19 @@ func TestEnvoyEndpointsLocalityDistribute(t *testing.T) {
 	want := "P0 eu/zone-a/ w=20000 10.0.0.4:9080/1\n" +
 		"P0 us-east/zone-a/ w=40000 10.0.0.1:19080/2\n" +
 		"P0 us-east/zone-b/ w=40000 10.0.0.2:9080/1\n"
-	if got := layout(claOf(t, out, ClusterName(cdsReviews, 9080, ""))); got != want {
+	if got := layout(claOf(t, out, build.ClusterName(cdsReviews, 9080, ""))); got != want {
 		t.Errorf("assignment:\n%s\nwant:\n%s", got, want)
 	}
-	if clusterOf(t, out, ClusterName(cdsReviews, 9080, "")).GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
+	if clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "")).GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
 		t.Errorf("cluster lacks locality_weighted_lb_config")
 	}
 
 	// A proxy elsewhere is not distributed.
 	out = envoyOut(t, y, sidecarKey("demo", mesh.Locality{Region: "eu", Zone: "zone-a"}))
-	if c := clusterOf(t, out, ClusterName(cdsReviews, 9080, "")); c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil {
+	if c := clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "")); c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil {
 		t.Errorf("eu proxy: cluster has locality weighting")
 	}
-	if n := len(claOf(t, out, ClusterName(cdsReviews, 9080, "")).GetEndpoints()); n != 4 {
+	if n := len(claOf(t, out, build.ClusterName(cdsReviews, 9080, "")).GetEndpoints()); n != 4 {
 		t.Errorf("eu proxy: %d localities, want all 4", n)
 	}
 }
@@ -230,7 +231,7 @@ func TestEnvoyEndpointsRouter(t *testing.T) {
 	key := sidecarKey("istio-system", mesh.Locality{})
 	key.Type = proxy.Router
 	out := envoyOut(t, reviewsConfig, key)
-	if n := len(claOf(t, out, ClusterName(cdsReviews, 7070, "")).GetEndpoints()); n != 4 {
+	if n := len(claOf(t, out, build.ClusterName(cdsReviews, 7070, "")).GetEndpoints()); n != 4 {
 		t.Errorf("router localities = %d", n)
 	}
 }

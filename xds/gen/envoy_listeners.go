@@ -14,16 +14,16 @@ import (
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
 // Envoy filter names the listeners use.
 const (
-	HTTPConnectionManagerFilter = "envoy.filters.network.http_connection_manager"
-	TCPProxyFilter              = "envoy.filters.network.tcp_proxy"
-	TLSInspectorFilter          = "envoy.filters.listener.tls_inspector"
-	OriginalDstFilter           = "envoy.filters.listener.original_dst"
+	TCPProxyFilter     = "envoy.filters.network.tcp_proxy"
+	TLSInspectorFilter = "envoy.filters.listener.tls_inspector"
+	OriginalDstFilter  = "envoy.filters.listener.original_dst"
 )
 
 // Listeners generates the proxy's listeners: for a sidecar the outbound
@@ -59,18 +59,18 @@ type listenerBuilder struct {
 }
 
 func newListenerBuilder(v *View) *listenerBuilder {
-	router := &hcmv3.HttpFilter{Name: RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}}
+	router := &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}}
 	return &listenerBuilder{
 		v: v,
 		outboundHTTPFilters: []*hcmv3.HttpFilter{
-			{Name: FaultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&faultv3.HTTPFault{})}},
-			{Name: CorsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&corsv3.Cors{})}},
+			{Name: build.FaultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&faultv3.HTTPFault{})}},
+			{Name: build.CorsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&corsv3.Cors{})}},
 			router,
 		},
 		routerFilter: router,
 		tlsInspector: &listenerv3.ListenerFilter{
 			Name:       TLSInspectorFilter,
-			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspectorv3.TlsInspector{})},
+			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: build.Any(&tlsinspectorv3.TlsInspector{})},
 		},
 	}
 }
@@ -83,17 +83,10 @@ func (b *listenerBuilder) add(l *listenerv3.Listener) {
 func listener(name, address string, port uint32, bind bool, dir corev3.TrafficDirection) *listenerv3.Listener {
 	return &listenerv3.Listener{
 		Name:             name,
-		Address:          socketAddr(address, port),
+		Address:          build.SocketAddress(address, port),
 		BindToPort:       wrapperspb.Bool(bind),
 		TrafficDirection: dir,
 	}
-}
-
-func socketAddr(address string, port uint32) *corev3.Address {
-	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-		Address:       address,
-		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
-	}}}
 }
 
 // rdsHCM is an HTTP connection manager whose routes come over ADS.
@@ -102,7 +95,7 @@ func rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
-			ConfigSource:    adsSource(),
+			ConfigSource:    build.ADSConfigSource(),
 			RouteConfigName: routeName,
 		}},
 		HttpFilters: filters,
@@ -113,11 +106,7 @@ func rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool
 		// detection": use_remote_address).
 		hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	}
-	return hcmFilter(hcm)
-}
-
-func hcmFilter(hcm *hcmv3.HttpConnectionManager) *listenerv3.Filter {
-	return &listenerv3.Filter{Name: HTTPConnectionManagerFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)}}
+	return build.HCMFilter(hcm)
 }
 
 // weightedCluster is one tcp_proxy destination.
@@ -139,7 +128,7 @@ func tcpProxy(statPrefix string, dests []weightedCluster) *listenerv3.Filter {
 		}
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: wc}
 	}
-	return &listenerv3.Filter{Name: TCPProxyFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)}}
+	return &listenerv3.Filter{Name: TCPProxyFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: build.Any(tp)}}
 }
 
 func tcpProxyTo(cluster string) *listenerv3.Filter {
@@ -149,7 +138,7 @@ func tcpProxyTo(cluster string) *listenerv3.Filter {
 func originalDstFilter() *listenerv3.ListenerFilter {
 	return &listenerv3.ListenerFilter{
 		Name:       OriginalDstFilter,
-		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&origdstv3.OriginalDst{})},
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: build.Any(&origdstv3.OriginalDst{})},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -226,7 +227,7 @@ func tcpDests(t *testing.T, fc *listenerv3.FilterChain) string {
 func rdsName(t *testing.T, fc *listenerv3.FilterChain) (string, *hcmv3.HttpConnectionManager) {
 	t.Helper()
 	f := only(t, fc)
-	if f.Name != HTTPConnectionManagerFilter {
+	if f.Name != build.HTTPConnectionManagerFilter {
 		t.Fatalf("filter %s, want HCM", f.Name)
 	}
 	hcm := unpack[*hcmv3.HttpConnectionManager](t, f.GetTypedConfig())
@@ -276,7 +277,7 @@ func TestSidecarOutboundListeners(t *testing.T) {
 		for _, f := range hcm.HttpFilters {
 			fs = append(fs, f.Name)
 		}
-		if !slices.Equal(fs, []string{FaultFilter, CorsFilter, RouterFilter}) {
+		if !slices.Equal(fs, []string{build.FaultFilter, build.CorsFilter, build.RouterFilter}) {
 			t.Errorf("http filters %v", fs)
 		}
 		if hcm.CodecType != hcmv3.HttpConnectionManager_AUTO || hcm.StatPrefix != "outbound_0.0.0.0_8080" {
@@ -322,7 +323,7 @@ func TestSidecarOutboundListeners(t *testing.T) {
 		if len(got) != len(want) || got["api.example.com"] != want["api.example.com"] || got["other.example.com"] != want["other.example.com"] {
 			t.Errorf("chains %v, want %v", got, want)
 		}
-		if d := tcpDests(t, l.DefaultFilterChain); d != PassthroughCluster {
+		if d := tcpDests(t, l.DefaultFilterChain); d != build.PassthroughCluster {
 			t.Errorf("unknown SNI goes to %s", d)
 		}
 	})
@@ -351,8 +352,8 @@ spec:
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
-		{"allow any (default)", ldsMesh, PassthroughCluster},
-		{"registry only", ldsMesh + "---\n" + registryOnly, BlackHoleCluster},
+		{"allow any (default)", ldsMesh, build.PassthroughCluster},
+		{"registry only", ldsMesh + "---\n" + registryOnly, build.BlackHoleCluster},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ls, _ := listeners(t, tc.yaml, ldsSidecarKey)
@@ -420,16 +421,16 @@ spec:
 			var got []chain
 			for _, fc := range l.FilterChains {
 				port := fc.FilterChainMatch.GetDestinationPort().GetValue()
-				cluster := InboundClusterName(port)
+				cluster := build.InboundClusterName(port)
 				f := only(t, fc)
-				c := chain{port: port, http: f.Name == HTTPConnectionManagerFilter}
+				c := chain{port: port, http: f.Name == build.HTTPConnectionManagerFilter}
 				if c.http {
 					hcm := unpack[*hcmv3.HttpConnectionManager](t, f.GetTypedConfig())
 					vh := hcm.GetRouteConfig().GetVirtualHosts()
 					if len(vh) != 1 || !slices.Equal(vh[0].Domains, []string{"*"}) || vh[0].Routes[0].GetRoute().GetCluster() != cluster {
 						t.Errorf("port %d: inline routes %v, want * -> %s", port, vh, cluster)
 					}
-					if n := len(hcm.HttpFilters); n != 1 || hcm.HttpFilters[0].Name != RouterFilter {
+					if n := len(hcm.HttpFilters); n != 1 || hcm.HttpFilters[0].Name != build.RouterFilter {
 						t.Errorf("port %d: inbound http filters %v", port, hcm.HttpFilters)
 					}
 				} else if d := tcpDests(t, fc); d != cluster {
@@ -440,7 +441,7 @@ spec:
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("chains %v, want %v", got, tc.want)
 			}
-			if d := tcpDests(t, l.DefaultFilterChain); d != InboundPassthroughCluster {
+			if d := tcpDests(t, l.DefaultFilterChain); d != build.InboundPassthroughCluster {
 				t.Errorf("fallthrough to %s", d)
 			}
 		})

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -144,7 +146,7 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 			Name:  AllowAnyVirtualHost,
 			Match: all,
 			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: PassthroughCluster},
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.PassthroughCluster},
 				Timeout:          rb.t.noTimeout(),
 			}},
 		}}}
@@ -214,7 +216,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		Name:  "default",
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(svc.Hostname, port, "")},
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, port, "")},
 			Timeout:          rb.t.noTimeout(),
 			RetryPolicy:      rb.t.defaultRetryPolicy(),
 		}},
@@ -378,7 +380,7 @@ func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
 
 func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
-	names := sortedKeys(hosts)
+	names := slices.Sorted(maps.Keys(hosts))
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
 	for _, h := range names {
 		vh := hosts[h]

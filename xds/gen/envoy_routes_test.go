@@ -14,6 +14,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -209,14 +210,14 @@ func TestSidecarRouteConfigs(t *testing.T) {
 	rs := vhost(t, rc, reviews+":9080").GetRoutes()
 	wantRoutes(t, rs, 1)
 	ra := rs[0].GetRoute()
-	if rs[0].GetMatch().GetPrefix() != "/" || ra.GetCluster() != ClusterName(reviews, 9080, "") || ra.GetTimeout() == nil || ra.GetTimeout().AsDuration() != 0 {
+	if rs[0].GetMatch().GetPrefix() != "/" || ra.GetCluster() != build.ClusterName(reviews, 9080, "") || ra.GetTimeout() == nil || ra.GetTimeout().AsDuration() != 0 {
 		t.Errorf("default route = %v", rs[0])
 	}
 	if rp := ra.GetRetryPolicy(); rp.GetNumRetries().GetValue() != 2 || rp.GetRetryOn() != defaultRetryOn {
 		t.Errorf("default retry policy = %v", rp)
 	}
 	allow := vhost(t, rc, AllowAnyVirtualHost)
-	if !slices.Equal(allow.GetDomains(), []string{"*"}) || allow.GetRoutes()[0].GetRoute().GetCluster() != PassthroughCluster {
+	if !slices.Equal(allow.GetDomains(), []string{"*"}) || allow.GetRoutes()[0].GetRoute().GetCluster() != build.PassthroughCluster {
 		t.Errorf("allow_any = %v", allow)
 	}
 	// The 9090 configuration has only ratings' GRPC port.
@@ -255,7 +256,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 					rs[1].GetMatch().GetCaseSensitive() == nil || rs[2].GetMatch().GetSafeRegex().GetRegex() != "/c/[0-9]+" {
 					t.Errorf("matches = %v", rs)
 				}
-				if rs[0].GetRoute() != rs[2].GetRoute() || rs[0].GetRoute().GetCluster() != ClusterName(reviews, 9080, "") {
+				if rs[0].GetRoute() != rs[2].GetRoute() || rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "") {
 					t.Errorf("match clauses should share one action: %v", rs)
 				}
 			},
@@ -327,12 +328,12 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 			check: func(t *testing.T, out *Output, _ []*routev3.Route) {
 				rs := vhost(t, routeConfig(t, out, "9080"), ratings+":9080").GetRoutes()
 				wantRoutes(t, rs, 1)
-				if rs[0].GetMatch().GetPrefix() != "/http" || rs[0].GetRoute().GetCluster() != ClusterName(ratings, 9080, "") {
+				if rs[0].GetMatch().GetPrefix() != "/http" || rs[0].GetRoute().GetCluster() != build.ClusterName(ratings, 9080, "") {
 					t.Errorf("9080 route = %v (destination port defaults to the route config's)", rs[0])
 				}
 				rs = vhost(t, routeConfig(t, out, "9090"), ratings+":9090").GetRoutes()
 				wantRoutes(t, rs, 1)
-				if rs[0].GetMatch().GetPrefix() != "/grpc" || rs[0].GetRoute().GetCluster() != ClusterName(ratings, 9090, "") {
+				if rs[0].GetMatch().GetPrefix() != "/grpc" || rs[0].GetRoute().GetCluster() != build.ClusterName(ratings, 9090, "") {
 					t.Errorf("9090 route = %v", rs[0])
 				}
 			},
@@ -373,12 +374,12 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 2)
 				wc := rs[0].GetRoute().GetWeightedClusters().GetClusters()
-				if len(wc) != 3 || wc[0].GetName() != ClusterName(reviews, 9080, "v1") || wc[0].GetWeight().GetValue() != 60 ||
-					wc[1].GetName() != ClusterName(reviews, 9080, "v2") || wc[2].GetName() != BlackHoleCluster || wc[2].GetWeight().GetValue() != 10 {
+				if len(wc) != 3 || wc[0].GetName() != build.ClusterName(reviews, 9080, "v1") || wc[0].GetWeight().GetValue() != 60 ||
+					wc[1].GetName() != build.ClusterName(reviews, 9080, "v2") || wc[2].GetName() != build.BlackHoleCluster || wc[2].GetWeight().GetValue() != 10 {
 					t.Errorf("split = %v", wc)
 				}
 				wc = rs[1].GetRoute().GetWeightedClusters().GetClusters()
-				if len(wc) != 2 || wc[0].GetName() != BlackHoleCluster || wc[1].GetName() != ClusterName(reviews, 9080, "v1") {
+				if len(wc) != 2 || wc[0].GetName() != build.BlackHoleCluster || wc[1].GetName() != build.ClusterName(reviews, 9080, "v1") {
 					t.Errorf("unknown host split = %v", wc)
 				}
 				wantProblem(t, out, "VirtualService shop/r", "spec.http[0].route[2].destination.subset", `"v9"`)
@@ -484,7 +485,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 `),
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				var f faultv3.HTTPFault
-				if err := rs[0].GetTypedPerFilterConfig()[FaultFilter].UnmarshalTo(&f); err != nil {
+				if err := rs[0].GetTypedPerFilterConfig()[build.FaultFilter].UnmarshalTo(&f); err != nil {
 					t.Fatal(err)
 				}
 				if f.GetDelay().GetFixedDelay().AsDuration().Seconds() != 5 || f.GetDelay().GetPercentage().GetNumerator() != 100000 ||
@@ -508,11 +509,11 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 `),
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				m := rs[0].GetRoute().GetRequestMirrorPolicies()
-				if len(m) != 1 || m[0].GetCluster() != ClusterName(reviews, 9080, "v2") || m[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 250000 {
+				if len(m) != 1 || m[0].GetCluster() != build.ClusterName(reviews, 9080, "v2") || m[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 250000 {
 					t.Errorf("mirror = %v", m)
 				}
 				m = rs[1].GetRoute().GetRequestMirrorPolicies()
-				if len(m) != 1 || m[0].GetCluster() != ClusterName(ratings, 9080, "") || m[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 1000000 {
+				if len(m) != 1 || m[0].GetCluster() != build.ClusterName(ratings, 9080, "") || m[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 1000000 {
 					t.Errorf("mirrors = %v", m)
 				}
 				wantProblem(t, out, "VirtualService shop/r", "spec.http[1].mirrors[1].destination.host", "not a service")
@@ -563,7 +564,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 `),
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				var c corsv3.CorsPolicy
-				if err := rs[0].GetTypedPerFilterConfig()[CorsFilter].UnmarshalTo(&c); err != nil {
+				if err := rs[0].GetTypedPerFilterConfig()[build.CorsFilter].UnmarshalTo(&c); err != nil {
 					t.Fatal(err)
 				}
 				o := c.GetAllowOriginStringMatch()
@@ -640,13 +641,13 @@ spec:
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 3)
 				if rs[0].GetMatch().GetPrefix() != "/api/v2" || rs[0].GetMatch().GetHeaders()[0].GetName() != "x-team" ||
-					rs[0].GetRoute().GetCluster() != ClusterName(reviews, 9080, "v2") || rs[0].GetRoute().GetTimeout().AsDuration().Seconds() != 7 {
+					rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "v2") || rs[0].GetRoute().GetTimeout().AsDuration().Seconds() != 7 {
 					t.Errorf("delegated route = %v", rs[0])
 				}
 				if rs[1].GetMatch().GetPrefix() != "/api" || rs[1].GetRoute().GetTimeout().AsDuration().Seconds() != 1 {
 					t.Errorf("delegated catch-all = %v (parent's uri, child's timeout)", rs[1])
 				}
-				if rs[2].GetRoute().GetCluster() != ClusterName(reviews, 9080, "") {
+				if rs[2].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "") {
 					t.Errorf("parent's next route = %v", rs[2])
 				}
 				wantProblem(t, out, "VirtualService shop/api", "spec.http[1].match[0]", "not within")
@@ -673,7 +674,7 @@ spec:
 `),
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 2)
-				if rs[0].GetMatch().GetPrefix() != "/b" || rs[0].GetRoute().GetCluster() != ClusterName(reviews, 9080, "v2") {
+				if rs[0].GetMatch().GetPrefix() != "/b" || rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "v2") {
 					t.Errorf("routes = %v", rs)
 				}
 				wantProblem(t, out, "VirtualService shop/ratings-vs", "spec.hosts", "must have no hosts")
@@ -706,7 +707,7 @@ spec:
 `),
 			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 1)
-				if rs[0].GetRoute().GetCluster() != ClusterName(reviews, 9080, "v1") {
+				if rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "v1") {
 					t.Errorf("route = %v", rs[0])
 				}
 				wantProblem(t, out, "VirtualService shop/b-second", "spec.hosts", "already routed")
@@ -806,11 +807,11 @@ func TestGatewayRoutes(t *testing.T) {
 	}
 	rs := vh.GetRoutes()
 	wantRoutes(t, rs, 2)
-	if rs[0].GetMatch().GetPrefix() != "/old" || rs[1].GetMatch().GetPrefix() != "/new" || rs[1].GetRoute().GetCluster() != ClusterName(ratings, 9080, "") {
+	if rs[0].GetMatch().GetPrefix() != "/old" || rs[1].GetMatch().GetPrefix() != "/new" || rs[1].GetRoute().GetCluster() != build.ClusterName(ratings, 9080, "") {
 		t.Errorf("merged routes = %v", rs)
 	}
 	api := vhost(t, rc, "api.internal:80")
-	if api.GetRequireTls() != routev3.VirtualHost_NONE || api.GetRoutes()[0].GetRoute().GetCluster() != ClusterName(ratings, 9090, "") {
+	if api.GetRequireTls() != routev3.VirtualHost_NONE || api.GetRoutes()[0].GetRoute().GetCluster() != build.ClusterName(ratings, 9090, "") {
 		t.Errorf("api vhost = %v", api)
 	}
 
@@ -865,7 +866,7 @@ spec:
 `
 	out = rdsOut(t, snapshot(t, map[string]string{"c1": wild}), routerKey)
 	vh = vhost(t, routeConfig(t, out, GatewayHTTPRouteName(8080)), "shop.example.com:8080")
-	if vh.GetRoutes()[0].GetRoute().GetCluster() != ClusterName(reviews, 9080, "") {
+	if vh.GetRoutes()[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "") {
 		t.Errorf("wildcard vhost = %v", vh)
 	}
 }

@@ -11,13 +11,13 @@
 package gen
 
 import (
-	"sort"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -25,24 +25,13 @@ import (
 // (clusters before listeners, so that what a listener names exists).
 var Types = []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route}
 
-// Resource is one named xDS resource.
-type Resource struct {
-	Name    string
-	Message proto.Message
-}
+// Resource is one named xDS resource (defined in build, where the rooms
+// that generate it can reach it).
+type Resource = build.Resource
 
-// Output is everything generated for one snapshot.
-type Output struct {
-	// Resources by type URL, each sorted by name.
-	Resources map[string][]Resource
-	// Problems lists config that could not be applied as written.
-	Problems []mesh.Problem
-}
-
-// ClusterName is Istio's naming for an outbound cluster.
-func ClusterName(host string, port uint32, subset string) string {
-	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
-}
+// Output is everything generated for one proxy or snapshot (defined in
+// build, where the rooms that generate it can reach it).
+type Output = build.Output
 
 // ListenerName is the name grpc-go asks for when dialing xds:///host:port.
 func ListenerName(host string, port uint32) string {
@@ -62,7 +51,7 @@ func GRPC(s *mesh.Snapshot) *Output {
 		}
 	}
 	for _, rs := range g.out.Resources {
-		sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
+		build.SortByName(rs)
 	}
 	return g.out
 }
@@ -81,7 +70,7 @@ func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
 		}
 	}
 	rs := g.out.Resources[typeurl.Endpoint]
-	sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
+	build.SortByName(rs)
 	return rs
 }
 

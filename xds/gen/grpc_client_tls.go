@@ -6,6 +6,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -50,8 +51,8 @@ func (g *grpcGen) grpcTransportSocket(settings *networking.ClientTLSSettings) *c
 	if shared && g.meshTLS != nil {
 		return g.meshTLS
 	}
-	ts := &corev3.TransportSocket{Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{
-		TypedConfig: mustAny(grpcUpstreamTLS(g.snap, settings))}}
+	ts := &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{
+		TypedConfig: build.Any(grpcUpstreamTLS(g.snap, settings))}}
 	if shared {
 		g.meshTLS = ts
 	}
@@ -85,9 +86,9 @@ func grpcUpstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings) *
 // SANs checked against sans (none on servers: grpc-go NACKs them there).
 func grpcCommonTLS(sans []*matcherv3.StringMatcher) *tlsv3.CommonTlsContext {
 	return &tlsv3.CommonTlsContext{
-		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: WorkloadCertSecret},
+		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: build.WorkloadCertSecret},
 		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: RootCASecret},
+			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: build.RootCASecret},
 			//lint:ignore SA1019 grpc-go (v1.85, xdsresource.securityConfigFromCommonTLSContextUsingNewFields) reads SAN matchers only from match_subject_alt_names, not from match_typed_subject_alt_names
 			MatchSubjectAltNames: sans,
 		}},

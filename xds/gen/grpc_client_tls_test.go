@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // mtlsConfig is echo (ports 7070 and 7071) with a DestinationRule asking
@@ -78,11 +79,11 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 			t.Fatalf("cluster %s: no TLS", name)
 		}
 		common := ctx.GetCommonTlsContext()
-		if id := common.GetTlsCertificateProviderInstance(); id.GetInstanceName() != GRPCCertificateProvider || id.GetCertificateName() != WorkloadCertSecret {
+		if id := common.GetTlsCertificateProviderInstance(); id.GetInstanceName() != GRPCCertificateProvider || id.GetCertificateName() != build.WorkloadCertSecret {
 			t.Errorf("cluster %s: identity %v", name, id)
 		}
 		vc := common.GetValidationContext()
-		if ca := vc.GetCaCertificateProviderInstance(); ca.GetInstanceName() != GRPCCertificateProvider || ca.GetCertificateName() != RootCASecret {
+		if ca := vc.GetCaCertificateProviderInstance(); ca.GetInstanceName() != GRPCCertificateProvider || ca.GetCertificateName() != build.RootCASecret {
 			t.Errorf("cluster %s: roots %v", name, ca)
 		}
 		//lint:ignore SA1019 the field grpc-go reads
@@ -104,11 +105,11 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 			t.Errorf("cluster %s: SNI %q, want %q", name, ctx.GetSni(), wantSNI)
 		}
 	}
-	check(ClusterName(host, 7070, ""), "", "spiffe://cluster.local/", true)
-	check(ClusterName(host, 7070, "v1"), "", "spiffe://cluster.local/", true)
-	check(ClusterName(host, 7070, "v2"), "v2.echo", "spiffe://cluster.local/ns/demo/sa/echo-v2", false)
-	check(ClusterName(host, 7071, "v2"), "v2.echo", "spiffe://cluster.local/ns/demo/sa/echo-v2", false)
-	for _, name := range []string{ClusterName(host, 7070, "v3"), ClusterName(host, 7071, "v3")} {
+	check(build.ClusterName(host, 7070, ""), "", "spiffe://cluster.local/", true)
+	check(build.ClusterName(host, 7070, "v1"), "", "spiffe://cluster.local/", true)
+	check(build.ClusterName(host, 7070, "v2"), "v2.echo", "spiffe://cluster.local/ns/demo/sa/echo-v2", false)
+	check(build.ClusterName(host, 7071, "v2"), "v2.echo", "spiffe://cluster.local/ns/demo/sa/echo-v2", false)
+	for _, name := range []string{build.ClusterName(host, 7070, "v3"), build.ClusterName(host, 7071, "v3")} {
 		if ctx := grpcUpstreamTLSOf(t, out, name); ctx != nil {
 			t.Errorf("cluster %s (DISABLE): TLS %v", name, ctx)
 		}
@@ -116,7 +117,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 
 	// SIMPLE on port 7071 cannot be had: those clusters and their
 	// endpoints are left out (never plain text), and it is reported.
-	for _, name := range []string{ClusterName(host, 7071, ""), ClusterName(host, 7071, "v1")} {
+	for _, name := range []string{build.ClusterName(host, 7071, ""), build.ClusterName(host, 7071, "v1")} {
 		for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint} {
 			if r := byName(out, typeURL, name); r.Message != nil {
 				t.Errorf("%s %s generated; want it left out (SIMPLE)", typeURL, name)
@@ -153,7 +154,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 	// The trust domain decides the SAN prefix.
 	snap.TrustDomain = "example.org"
 	out = GRPC(snap)
-	check(ClusterName(host, 7070, ""), "", "spiffe://example.org/", true)
+	check(build.ClusterName(host, 7070, ""), "", "spiffe://example.org/", true)
 }
 
 // TestGRPCClusterMutualLeftOut: MUTUAL, like SIMPLE, leaves the clusters
@@ -162,7 +163,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	y := strings.Replace(mtlsConfig, "tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}", "tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}", 1)
 	out := GRPC(snapshot(t, map[string]string{"c1": y}))
-	if r := byName(out, typeurl.Cluster, ClusterName(host, 7071, "")); r.Message != nil {
+	if r := byName(out, typeurl.Cluster, build.ClusterName(host, 7071, "")); r.Message != nil {
 		t.Errorf("MUTUAL cluster generated")
 	}
 	if len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Reason, "MUTUAL TLS origination is not supported") {

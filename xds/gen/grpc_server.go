@@ -15,6 +15,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -83,8 +84,8 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 	p := uint32(port)
 	policies := SelectAuthorizationPolicies(s, k.Namespace, labels, report)
 	filters := BuildRBAC(policies, RBACTarget{TrustDomain: trustDomain(s), GRPC: true}, report).httpFilters(false)
-	filters = append(filters, &hcmv3.HttpFilter{Name: RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}})
-	cluster := InboundClusterName(p)
+	filters = append(filters, &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}})
+	cluster := build.InboundClusterName(p)
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: "inbound_" + portStr,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
@@ -100,13 +101,13 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 		}},
 		HttpFilters: filters,
 	}
-	chain := &listenerv3.FilterChain{Name: cluster, Filters: []*listenerv3.Filter{hcmFilter(hcm)}}
+	chain := &listenerv3.FilterChain{Name: cluster, Filters: []*listenerv3.Filter{build.HCMFilter(hcm)}}
 	if SelectPeerAuthentications(s, k.Namespace, labels, report).Mode(p, report) == MTLSStrict {
-		chain.TransportSocket = &corev3.TransportSocket{Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(grpcServerTLS())}}
+		chain.TransportSocket = &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(grpcServerTLS())}}
 	}
 	return &listenerv3.Listener{
 		Name:               name,
-		Address:            socketAddr(host, p),
+		Address:            build.SocketAddress(host, p),
 		DefaultFilterChain: chain,
 		TrafficDirection:   corev3.TrafficDirection_INBOUND,
 	}, problems, nil

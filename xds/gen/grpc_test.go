@@ -4,16 +4,16 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -113,7 +113,7 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	filters := hcm.GetHttpFilters()
-	if hcm.GetRds().GetRouteConfigName() != name || filters[len(filters)-1].GetName() != RouterFilter {
+	if hcm.GetRds().GetRouteConfigName() != name || filters[len(filters)-1].GetName() != build.RouterFilter {
 		t.Fatalf("listener HCM: rds %q, last filter %q", hcm.GetRds().GetRouteConfigName(), filters[len(filters)-1].GetName())
 	}
 
@@ -124,28 +124,28 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 	}
 	beta := routes[0]
 	if beta.GetMatch().GetPrefix() != "/grpc.health" || beta.GetMatch().GetHeaders()[0].GetStringMatch().GetExact() != "beta" ||
-		beta.GetRoute().GetCluster() != ClusterName(host, 7070, "v2") {
+		beta.GetRoute().GetCluster() != build.ClusterName(host, 7070, "v2") {
 		t.Errorf("header route = %v", beta)
 	}
-	if _, ok := beta.GetTypedPerFilterConfig()[FaultFilter]; !ok {
+	if _, ok := beta.GetTypedPerFilterConfig()[build.FaultFilter]; !ok {
 		t.Errorf("header route has no fault override")
 	}
 	split := routes[1].GetRoute()
 	wc := split.GetWeightedClusters().GetClusters()
-	if len(wc) != 2 || wc[0].GetName() != ClusterName(host, 7070, "v1") || wc[0].GetWeight().GetValue() != 80 || wc[1].GetWeight().GetValue() != 20 {
+	if len(wc) != 2 || wc[0].GetName() != build.ClusterName(host, 7070, "v1") || wc[0].GetWeight().GetValue() != 80 || wc[1].GetWeight().GetValue() != 20 {
 		t.Errorf("weighted clusters = %v", wc)
 	}
 	if split.GetMaxStreamDuration().GetMaxStreamDuration().AsDuration().Seconds() != 3 || split.GetRetryPolicy().GetNumRetries().GetValue() != 2 {
 		t.Errorf("timeout/retries = %v / %v", split.GetMaxStreamDuration(), split.GetRetryPolicy())
 	}
 
-	cla, _ := byName(out, typeurl.Endpoint, ClusterName(host, 7070, "v1")).Message.(*endpointv3.ClusterLoadAssignment)
+	cla, _ := byName(out, typeurl.Endpoint, build.ClusterName(host, 7070, "v1")).Message.(*endpointv3.ClusterLoadAssignment)
 	eps := cla.GetEndpoints()
 	if len(eps) != 1 || eps[0].GetLoadBalancingWeight().GetValue() != 3 || eps[0].GetLocality().GetZone() != "zone-a" ||
 		eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue() != 17071 {
 		t.Errorf("v1 endpoints = %v", eps)
 	}
-	v2, _ := byName(out, typeurl.Endpoint, ClusterName(host, 7070, "v2")).Message.(*endpointv3.ClusterLoadAssignment)
+	v2, _ := byName(out, typeurl.Endpoint, build.ClusterName(host, 7070, "v2")).Message.(*endpointv3.ClusterLoadAssignment)
 	if port := v2.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); port != 7070 {
 		t.Errorf("v2 endpoint port = %d, want the service port 7070 (no port mapping)", port)
 	}
@@ -247,7 +247,7 @@ func TestGRPCClusterPolicyMerge(t *testing.T) {
   - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: ROUND_ROBIN}}]}}`, 1)
 	out := GRPC(snapshot(t, map[string]string{"c1": y}))
 	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_LEAST_REQUEST, "v1": clusterv3.Cluster_LEAST_REQUEST, "v2": clusterv3.Cluster_ROUND_ROBIN} {
-		c, _ := byName(out, typeurl.Cluster, ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
+		c, _ := byName(out, typeurl.Cluster, build.ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
 		if c.GetLbPolicy() != want {
 			t.Errorf("subset %q: lb policy %v, want %v", subset, c.GetLbPolicy(), want)
 		}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -188,7 +189,7 @@ func (v *View) jwtFilter() *hcmv3.HttpFilter {
 	if cfg == nil {
 		return nil
 	}
-	return &hcmv3.HttpFilter{Name: JWTAuthnFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(cfg)}}
+	return &hcmv3.HttpFilter{Name: JWTAuthnFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(cfg)}}
 }
 
 // jwksCluster is the outbound cluster of a service port visible to the
@@ -201,5 +202,5 @@ func (v *View) jwksCluster(host string, port uint32) string {
 	if _, ok := svc.Port(port); !ok {
 		return ""
 	}
-	return ClusterName(host, port, "")
+	return build.ClusterName(host, port, "")
 }

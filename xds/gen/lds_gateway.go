@@ -11,11 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
-
-// TLSTransportSocket is the name of Envoy's TLS transport socket.
-const TLSTransportSocket = "envoy.transport_sockets.tls"
 
 // What a gateway port carries; the first server on a port decides it.
 type gatewayPortKind int
@@ -351,7 +349,7 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 	}
 	switch {
 	case t.GetCredentialName() != "":
-		ctx.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: t.GetCredentialName(), SdsConfig: adsSource()}}
+		ctx.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: t.GetCredentialName(), SdsConfig: build.ADSConfigSource()}}
 	case t.GetServerCertificate() != "" && t.GetPrivateKey() != "":
 		ctx.TlsCertificates = []*tlsv3.TlsCertificate{{
 			CertificateChain: fileSource(t.GetServerCertificate()),
@@ -371,9 +369,9 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 		var sds *tlsv3.SdsSecretConfig
 		switch {
 		case t.GetCaCertCredentialName() != "":
-			sds = &tlsv3.SdsSecretConfig{Name: t.GetCaCertCredentialName(), SdsConfig: adsSource()}
+			sds = &tlsv3.SdsSecretConfig{Name: t.GetCaCertCredentialName(), SdsConfig: build.ADSConfigSource()}
 		case t.GetCredentialName() != "":
-			sds = &tlsv3.SdsSecretConfig{Name: t.GetCredentialName() + "-cacert", SdsConfig: adsSource()}
+			sds = &tlsv3.SdsSecretConfig{Name: t.GetCredentialName() + "-cacert", SdsConfig: build.ADSConfigSource()}
 		case t.GetCaCertificates() != "":
 			ctx.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 				TrustedCa:                 fileSource(t.GetCaCertificates()),
@@ -393,7 +391,7 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 			}}
 		}
 	}
-	return &corev3.TransportSocket{Name: TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(dtc)}}, true
+	return &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(dtc)}}, true
 }
 
 func fileSource(path string) *corev3.DataSource {

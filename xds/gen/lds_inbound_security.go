@@ -13,6 +13,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -72,7 +73,7 @@ func (v *View) inboundSecurityFilters() *inboundFilters {
 	for _, r := range []*rbacv3.RBAC{t.Audit, t.Deny, t.Allow} {
 		if r != nil {
 			f.tcp = append(f.tcp, &listenerv3.Filter{Name: RBACNetworkFilter + "." + actionName(r), ConfigType: &listenerv3.Filter_TypedConfig{
-				TypedConfig: mustAny(&rbacnetv3.RBAC{Rules: r, StatPrefix: "inbound_rbac_" + actionName(r) + "."})}})
+				TypedConfig: build.Any(&rbacnetv3.RBAC{Rules: r, StatPrefix: "inbound_rbac_" + actionName(r) + "."})}})
 		}
 	}
 	v.filters = f
@@ -89,7 +90,7 @@ func (r RBAC) httpFilters(withAudit bool) []*hcmv3.HttpFilter {
 			continue
 		}
 		out = append(out, &hcmv3.HttpFilter{Name: RBACHTTPFilter + "." + actionName(rules), ConfigType: &hcmv3.HttpFilter_TypedConfig{
-			TypedConfig: mustAny(&rbachttpv3.RBAC{Rules: rules})}})
+			TypedConfig: build.Any(&rbachttpv3.RBAC{Rules: rules})}})
 	}
 	return out
 }
@@ -118,7 +119,7 @@ func meshSANMatcher(td string) []*tlsv3.SubjectAltNameMatcher {
 func meshValidation(td string, ads *corev3.ConfigSource) *tlsv3.CommonTlsContext_CombinedValidationContext {
 	return &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 		DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: meshSANMatcher(td)},
-		ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: RootCASecret, SdsConfig: ads},
+		ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: build.RootCASecret, SdsConfig: ads},
 	}}
 }
 
@@ -134,17 +135,17 @@ func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 		cached, alpn = &b.mtlsHTTP, []string{"h2", "http/1.1"}
 	}
 	if *cached == nil {
-		ads := adsSource()
+		ads := build.ADSConfigSource()
 		ctx := &tlsv3.DownstreamTlsContext{
 			CommonTlsContext: &tlsv3.CommonTlsContext{
 				TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
 				AlpnProtocols:                  alpn,
-				TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: WorkloadCertSecret, SdsConfig: ads}},
+				TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: ads}},
 				ValidationContextType:          meshValidation(trustDomain(b.v.snap), ads),
 			},
 			RequireClientCertificate: wrapperspb.Bool(true),
 		}
-		*cached = &corev3.TransportSocket{Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+		*cached = &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(ctx)}}
 	}
 	return *cached
 }

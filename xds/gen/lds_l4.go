@@ -7,6 +7,7 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -101,7 +102,7 @@ func (v *View) l4Routes(vs *mesh.Config, field string, routes []*networking.Rout
 		if !anyWeight {
 			w = 1
 		}
-		out = append(out, weightedCluster{cluster: ClusterName(host, port, d.GetSubset()), weight: uint32(w)})
+		out = append(out, weightedCluster{cluster: build.ClusterName(host, port, d.GetSubset()), weight: uint32(w)})
 	}
 	if len(out) == 0 {
 		return nil
@@ -123,7 +124,7 @@ func (v *View) sidecarTCPRoute(svc *mesh.Service, port uint32) []weightedCluster
 			}
 		}
 	}
-	return []weightedCluster{{cluster: ClusterName(svc.Hostname, port, ""), weight: 1}}
+	return []weightedCluster{{cluster: build.ClusterName(svc.Hostname, port, ""), weight: 1}}
 }
 
 // anyL4Match reports whether a route applies: it has no match, or one of

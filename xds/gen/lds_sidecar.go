@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -67,7 +68,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 					}
 					vipOwner[name] = svc.Hostname
 					l := listener(name, vip, p.Number, false, corev3.TrafficDirection_OUTBOUND)
-					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{tcpProxy(ClusterName(svc.Hostname, p.Number, ""), dests)}}}
+					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{tcpProxy(build.ClusterName(svc.Hostname, p.Number, ""), dests)}}}
 					b.add(l)
 				}
 			default:
@@ -101,7 +102,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 			name := OutboundListenerName("0.0.0.0", port)
 			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
 			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{
-				tcpProxy(ClusterName(first.svc.Hostname, port, ""), v.sidecarTCPRoute(first.svc, port)),
+				tcpProxy(build.ClusterName(first.svc.Hostname, port, ""), v.sidecarTCPRoute(first.svc, port)),
 			}}}
 			b.add(l)
 		}
@@ -179,7 +180,7 @@ func (b *listenerBuilder) sidecarTLSListener(port uint32, sps []svcPort) *listen
 			continue
 		}
 		claimed[sp.svc.Hostname] = serviceRef(sp.svc)
-		cluster := ClusterName(sp.svc.Hostname, port, "")
+		cluster := build.ClusterName(sp.svc.Hostname, port, "")
 		chains = append(chains, &listenerv3.FilterChain{
 			FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{sp.svc.Hostname}},
 			Filters:          []*listenerv3.Filter{tcpProxyTo(cluster)},
@@ -214,9 +215,9 @@ func (b *listenerBuilder) claim(claimed map[string]string, names []string, ref, 
 // passed through under ALLOW_ANY, dropped under REGISTRY_ONLY.
 func (b *listenerBuilder) fallthroughChain() *listenerv3.FilterChain {
 	if b.v.outboundAllowAny() {
-		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(PassthroughCluster)}}
+		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(build.PassthroughCluster)}}
 	}
-	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(BlackHoleCluster)}}
+	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(build.BlackHoleCluster)}}
 }
 
 // outboundAllowAny reports whether traffic to unknown destinations passes
@@ -289,7 +290,7 @@ func (b *listenerBuilder) virtualInbound() {
 	}
 	needInspector := false
 	for _, p := range v.inboundPortList() {
-		cluster := InboundClusterName(p.port)
+		cluster := build.InboundClusterName(p.port)
 		http := IsHTTP(p.protocol)
 		app := tcpFilters(cluster)
 		if http {
@@ -302,7 +303,7 @@ func (b *listenerBuilder) virtualInbound() {
 		l.FilterChains = append(l.FilterChains, chains...)
 		needInspector = needInspector || inspect
 	}
-	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(InboundPassthroughCluster)()}
+	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(build.InboundPassthroughCluster)()}
 	switch v.mtlsMode(0) {
 	case MTLSStrict:
 		passthrough.TransportSocket = b.inboundMTLS(false)
@@ -313,7 +314,7 @@ func (b *listenerBuilder) virtualInbound() {
 			Name:             "InboundPassthroughFilterChainMTLS",
 			FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: transportTLS, ApplicationProtocols: meshALPN},
 			TransportSocket:  b.inboundMTLS(false),
-			Filters:          tcpFilters(InboundPassthroughCluster)(),
+			Filters:          tcpFilters(build.InboundPassthroughCluster)(),
 		})
 		needInspector = true
 	}
@@ -351,5 +352,5 @@ func (b *listenerBuilder) inboundHCM(port uint32, cluster string, security []*hc
 		}},
 		HttpFilters: filters,
 	}
-	return hcmFilter(hcm)
+	return build.HCMFilter(hcm)
 }

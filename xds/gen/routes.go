@@ -2,7 +2,8 @@ package gen
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -10,10 +11,10 @@ import (
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -34,7 +35,7 @@ func (g *grpcGen) routeConfig(svc *mesh.Service, p mesh.Port, name string) *rout
 	} else {
 		vh.Routes = []*routev3.Route{{
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(svc.Hostname, p.Number, "")}}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, p.Number, "")}}},
 		}}
 	}
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
@@ -89,10 +90,10 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	case *networking.StringMatch_Regex:
 		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: u.Regex}}
 	}
-	for _, name := range sortedKeys(m.GetHeaders()) {
+	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
 		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetHeaders()[name], false))
 	}
-	for _, name := range sortedKeys(m.GetWithoutHeaders()) {
+	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
 		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetWithoutHeaders()[name], true))
 	}
 	if m.GetMethod() != nil {
@@ -104,7 +105,7 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	if m.GetScheme() != nil {
 		rm.Headers = append(rm.Headers, headerMatcher(":scheme", m.GetScheme(), false))
 	}
-	for _, name := range sortedKeys(m.GetQueryParams()) {
+	for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
 		if sm := stringMatcher(m.GetQueryParams()[name]); sm != nil {
 			rm.QueryParameters = append(rm.QueryParameters, &routev3.QueryParameterMatcher{
 				Name: name, QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}})
@@ -191,20 +192,4 @@ func grpcCode(s string) uint32 {
 		return n
 	}
 	return 14 // UNAVAILABLE
-}
-
-func duration(d *durationpb.Duration) *durationpb.Duration {
-	if d == nil {
-		return nil
-	}
-	return durationpb.New(d.AsDuration())
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -145,16 +146,16 @@ func TestUpstreamMTLS(t *testing.T) {
 			sni     string // "" = no TLS at all
 			sans    []string
 		}{
-			{cluster: gen.ClusterName("ratings.shop.svc.cluster.local", 9080, ""), auto: true, sni: "outbound_.9080_._.ratings.shop.svc.cluster.local"},
-			{cluster: gen.ClusterName("db.internal", 5432, ""), auto: true, sni: "outbound_.5432_._.db.internal"},
-			{cluster: gen.ClusterName("details.books.svc.cluster.local", 9080, ""), sni: "outbound_.9080_._.details.books.svc.cluster.local",
+			{cluster: build.ClusterName("ratings.shop.svc.cluster.local", 9080, ""), auto: true, sni: "outbound_.9080_._.ratings.shop.svc.cluster.local"},
+			{cluster: build.ClusterName("db.internal", 5432, ""), auto: true, sni: "outbound_.5432_._.db.internal"},
+			{cluster: build.ClusterName("details.books.svc.cluster.local", 9080, ""), sni: "outbound_.9080_._.details.books.svc.cluster.local",
 				sans: []string{"spiffe://cluster.local/ns/books/sa/details"}},
-			{cluster: gen.ClusterName("details.books.svc.cluster.local", 9080, "v1"), sni: "outbound_.9080_.v1_.details.books.svc.cluster.local",
+			{cluster: build.ClusterName("details.books.svc.cluster.local", 9080, "v1"), sni: "outbound_.9080_.v1_.details.books.svc.cluster.local",
 				sans: []string{"spiffe://cluster.local/ns/books/sa/details"}},
-			{cluster: gen.ClusterName("api.example.com", 80, "")},
-			{cluster: gen.ClusterName("orig.internal", 8081, "")},
-			{cluster: gen.ClusterName("old.legacy.svc.cluster.local", 80, "")},
-			{cluster: gen.ClusterName("plain.shop.svc.cluster.local", 80, "")},
+			{cluster: build.ClusterName("api.example.com", 80, "")},
+			{cluster: build.ClusterName("orig.internal", 8081, "")},
+			{cluster: build.ClusterName("old.legacy.svc.cluster.local", 80, "")},
+			{cluster: build.ClusterName("plain.shop.svc.cluster.local", 80, "")},
 		} {
 			c := clusters[tc.cluster]
 			if c == nil {
@@ -190,9 +191,9 @@ func TestUpstreamMTLS(t *testing.T) {
 			common := ctx.GetCommonTlsContext()
 			vc := common.GetCombinedValidationContext()
 			if ctx.GetSni() != tc.sni || !slices.Equal(common.GetAlpnProtocols(), []string{"istio"}) ||
-				len(common.GetTlsCertificateSdsSecretConfigs()) != 1 || common.GetTlsCertificateSdsSecretConfigs()[0].GetName() != gen.WorkloadCertSecret ||
+				len(common.GetTlsCertificateSdsSecretConfigs()) != 1 || common.GetTlsCertificateSdsSecretConfigs()[0].GetName() != build.WorkloadCertSecret ||
 				common.GetTlsCertificateSdsSecretConfigs()[0].GetSdsConfig().GetAds() == nil ||
-				vc.GetValidationContextSdsSecretConfig().GetName() != gen.RootCASecret || vc.GetValidationContextSdsSecretConfig().GetSdsConfig().GetAds() == nil {
+				vc.GetValidationContextSdsSecretConfig().GetName() != build.RootCASecret || vc.GetValidationContextSdsSecretConfig().GetSdsConfig().GetAds() == nil {
 				t.Errorf("%s: upstream TLS %v", tc.cluster, ctx)
 			}
 			sans := vc.GetDefaultValidationContext().GetMatchTypedSubjectAltNames()
@@ -226,7 +227,7 @@ func TestUpstreamMTLS(t *testing.T) {
 			t.Errorf("endpoints %v missing", want)
 		}
 		// The DNS cluster carries its endpoints inline, with their metadata.
-		la := clusters[gen.ClusterName("db.internal", 5432, "")].GetLoadAssignment()
+		la := clusters[build.ClusterName("db.internal", 5432, "")].GetLoadAssignment()
 		if md := la.GetEndpoints()[0].GetLbEndpoints()[0].GetMetadata(); md.GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue() != "istio" {
 			t.Errorf("db.internal endpoint metadata %v", md)
 		}

@@ -2,7 +2,9 @@ package gen
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -232,7 +235,7 @@ func badRegex(m *networking.HTTPMatchRequest) (string, error) {
 		name string
 		m    map[string]*networking.StringMatch
 	}{{"headers", m.GetHeaders()}, {"withoutHeaders", m.GetWithoutHeaders()}, {"queryParams", m.GetQueryParams()}} {
-		for _, k := range sortedKeys(group.m) {
+		for _, k := range slices.Sorted(maps.Keys(group.m)) {
 			if f, err := check(group.name+"."+k+".regex", group.m[k]); err != nil {
 				return f, err
 			}
@@ -449,7 +452,7 @@ func (t *routeTranslator) route(cfg *mesh.Config, field string, hr *networking.H
 		r.Action = &routev3.Route_Route{Route: ra}
 	}
 	if f := hr.GetFault(); f != nil {
-		r.TypedPerFilterConfig = map[string]*anypb.Any{FaultFilter: mustAny(fault(f))}
+		r.TypedPerFilterConfig = map[string]*anypb.Any{build.FaultFilter: build.Any(fault(f))}
 	}
 	if !t.envoy {
 		return r, true
@@ -458,7 +461,7 @@ func (t *routeTranslator) route(cfg *mesh.Config, field string, hr *networking.H
 		if r.TypedPerFilterConfig == nil {
 			r.TypedPerFilterConfig = map[string]*anypb.Any{}
 		}
-		r.TypedPerFilterConfig[CorsFilter] = mustAny(corsPolicy(c))
+		r.TypedPerFilterConfig[build.CorsFilter] = build.Any(corsPolicy(c))
 	}
 	r.RequestHeadersToAdd, r.RequestHeadersToRemove = headerOps(hr.GetHeaders().GetRequest())
 	r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = headerOps(hr.GetHeaders().GetResponse())
@@ -616,9 +619,9 @@ func (t *routeTranslator) timeoutAndRetries(ra *routev3.RouteAction, hr *network
 	r := hr.GetRetries()
 	if !t.envoy {
 		if to := hr.GetTimeout(); to != nil {
-			ra.Timeout = duration(to)
+			ra.Timeout = build.Duration(to)
 			// grpc-go applies max_stream_duration, not timeout.
-			ra.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: duration(to)}
+			ra.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: build.Duration(to)}
 		}
 		if r.GetAttempts() > 0 {
 			ra.RetryPolicy = retryPolicy(r)
@@ -626,7 +629,7 @@ func (t *routeTranslator) timeoutAndRetries(ra *routev3.RouteAction, hr *network
 		return
 	}
 	if to := hr.GetTimeout(); to != nil {
-		ra.Timeout = duration(to)
+		ra.Timeout = build.Duration(to)
 	} else {
 		ra.Timeout = t.noTimeout()
 	}
@@ -670,7 +673,7 @@ func (t *routeTranslator) defaultRetryPolicy() *routev3.RetryPolicy {
 func retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 	p := &routev3.RetryPolicy{
 		NumRetries:    wrapperspb.UInt32(uint32(r.GetAttempts())),
-		PerTryTimeout: duration(r.GetPerTryTimeout()),
+		PerTryTimeout: build.Duration(r.GetPerTryTimeout()),
 	}
 	retryOn := r.GetRetryOn()
 	if retryOn == "" {
@@ -703,7 +706,7 @@ func retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 		// (Envoy "previous priorities" retry priority plugin).
 		p.RetryPriority = &routev3.RetryPolicy_RetryPriority{
 			Name:       "envoy.retry_priorities.previous_priorities",
-			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: mustAny(&prevprioritiesv3.PreviousPrioritiesConfig{UpdateFrequency: 2})},
+			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: build.Any(&prevprioritiesv3.PreviousPrioritiesConfig{UpdateFrequency: 2})},
 		}
 	}
 	return p
@@ -741,9 +744,9 @@ func (t *routeTranslator) cluster(cfg *mesh.Config, field string, d *networking.
 		ok = false
 	}
 	if !ok && t.envoy {
-		return BlackHoleCluster, host, port, false
+		return build.BlackHoleCluster, host, port, false
 	}
-	return ClusterName(host, port, d.GetSubset()), host, port, ok
+	return build.ClusterName(host, port, d.GetSubset()), host, port, ok
 }
 
 // mirrors translates mirror (with mirrorPercentage) and mirrors; a mirror
@@ -778,13 +781,13 @@ func headerOps(ops *networking.Headers_HeaderOperations) ([]*corev3.HeaderValueO
 		return nil, nil
 	}
 	var add []*corev3.HeaderValueOption
-	for _, k := range sortedKeys(ops.GetSet()) {
+	for _, k := range slices.Sorted(maps.Keys(ops.GetSet())) {
 		add = append(add, &corev3.HeaderValueOption{
 			Header:       &corev3.HeaderValue{Key: k, Value: ops.GetSet()[k]},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		})
 	}
-	for _, k := range sortedKeys(ops.GetAdd()) {
+	for _, k := range slices.Sorted(maps.Keys(ops.GetAdd())) {
 		add = append(add, &corev3.HeaderValueOption{
 			Header:       &corev3.HeaderValue{Key: k, Value: ops.GetAdd()[k]},
 			AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD,
@@ -830,7 +833,7 @@ func consistentHash(ch *networking.LoadBalancerSettings_ConsistentHashLB) []*rou
 		p = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.HttpHeaderName}}}
 	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
 		p = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{
-			Name: k.HttpCookie.GetName(), Path: k.HttpCookie.GetPath(), Ttl: duration(k.HttpCookie.GetTtl())}}}
+			Name: k.HttpCookie.GetName(), Path: k.HttpCookie.GetPath(), Ttl: build.Duration(k.HttpCookie.GetTtl())}}}
 	case *networking.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
 		if k.UseSourceIp {
 			p = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_ConnectionProperties_{ConnectionProperties: &routev3.RouteAction_HashPolicy_ConnectionProperties{SourceIp: true}}}

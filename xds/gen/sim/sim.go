@@ -47,6 +47,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // Sim holds one proxy's resources by name.
@@ -57,8 +58,8 @@ type Sim struct {
 	endpoints map[string]*endpointv3.ClusterLoadAssignment
 }
 
-// New indexes resources by type URL, as gen.Output holds them.
-func New(resources map[string][]gen.Resource) *Sim {
+// New indexes resources by type URL, as build.Output holds them.
+func New(resources map[string][]build.Resource) *Sim {
 	s := &Sim{
 		routes:    map[string]*routev3.RouteConfiguration{},
 		clusters:  map[string]*clusterv3.Cluster{},
@@ -651,13 +652,13 @@ func (s *Sim) action(vh *routev3.VirtualHost, rt *routev3.Route, r Request, res 
 		}
 		return vh.GetTypedPerFilterConfig()[name]
 	}
-	if a := perFilter(gen.FaultFilter); a != nil {
+	if a := perFilter(build.FaultFilter); a != nil {
 		res.Fault = new(faultv3.HTTPFault)
 		if err := a.UnmarshalTo(res.Fault); err != nil {
 			res.Err = fmt.Errorf("route %s: fault config: %w", rt.GetName(), err)
 		}
 	}
-	if a := perFilter(gen.CorsFilter); a != nil {
+	if a := perFilter(build.CorsFilter); a != nil {
 		res.CORS = new(corsv3.CorsPolicy)
 		if err := a.UnmarshalTo(res.CORS); err != nil {
 			res.Err = fmt.Errorf("route %s: CORS config: %w", rt.GetName(), err)
