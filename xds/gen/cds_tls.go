@@ -14,10 +14,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
-	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -79,13 +79,13 @@ func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
 	}
 	mode, ok := b.autoModes[oc.svc.Namespace]
 	if !ok {
-		mode, _ = EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0)
+		mode, _ = policy.EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0)
 		if b.autoModes == nil {
-			b.autoModes = map[string]MTLSMode{}
+			b.autoModes = map[string]policy.MTLSMode{}
 		}
 		b.autoModes[oc.svc.Namespace] = mode
 	}
-	if mode == MTLSDisable {
+	if mode == policy.MTLSDisable {
 		return
 	}
 	if b.rawBuffer == nil {
@@ -139,7 +139,7 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 	}
 	sans := sanMatchers(settings.GetSubjectAltNames())
 	if len(sans) == 0 {
-		sans = meshSANMatcher(trustDomain(b.v.snap))
+		sans = meshSANMatcher(b.v.snap)
 	}
 	return &tlsv3.UpstreamTlsContext{
 		Sni: sni,
@@ -163,12 +163,12 @@ func (v *View) tlsModeMetadata(svc *mesh.Service, ep *mesh.Endpoint, port uint32
 	if mode == "" {
 		return nil
 	}
-	if mayDisable(v.snap) {
-		m, problems := EffectiveMTLS(v.snap, svc.Namespace, ep.Labels, port)
+	if policy.DisablesMTLS(v.snap) {
+		m, problems := policy.EffectiveMTLS(v.snap, svc.Namespace, ep.Labels, port)
 		for _, p := range problems {
 			v.report(p)
 		}
-		if m == MTLSDisable {
+		if m == policy.MTLSDisable {
 			return nil
 		}
 	}
@@ -185,27 +185,6 @@ func tlsModeMeta(mode string) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 		transportSocketMatchKey: {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(mode)}},
 	}}
-}
-
-type mayDisableKey struct{}
-
-// mayDisable reports whether any PeerAuthentication of the snapshot sets
-// DISABLE (so that endpoints need their own check).
-func mayDisable(s *mesh.Snapshot) bool {
-	return s.Memo(mayDisableKey{}, func() any {
-		for _, c := range s.PeerAuthentications {
-			pa := c.PeerAuthentication()
-			if pa.GetMtls().GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
-				return true
-			}
-			for _, pl := range pa.GetPortLevelMtls() {
-				if pl.GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
-					return true
-				}
-			}
-		}
-		return false
-	}).(bool)
 }
 
 // originate builds SIMPLE/MUTUAL TLS origination. credentialName takes
@@ -235,7 +214,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 	}
 	if mutual {
 		if s.GetClientCertificate() == "" || s.GetPrivateKey() == "" {
-			b.v.Problem(oc.dr.Ref(), policyPath(oc, "tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
+			b.v.Problem(oc.dr.Ref(), oc.policyField("tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
 		} else {
 			ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
 				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: s.GetClientCertificate()}},
@@ -250,7 +229,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 		// Envoy refuses to match SANs without a trusted CA (it would be no
 		// check at all).
 		if len(sans) > 0 {
-			b.v.Problem(oc.dr.Ref(), policyPath(oc, "tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
+			b.v.Problem(oc.dr.Ref(), oc.policyField("tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
 		}
 		return ctx
 	}

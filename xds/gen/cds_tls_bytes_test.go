@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -15,7 +16,7 @@ import (
 // every cluster of a mesh (subsets and ports included), and still decodes
 // to the message istioMutual builds.
 func TestAutoMTLSContextBytes(t *testing.T) {
-	snap := snapshot(t, map[string]string{"c1": memoConfig})
+	snap := gentest.Snapshot(t, map[string]string{"c1": memoConfig})
 	for _, k := range []string{"demo", "other"} {
 		v := NewView(snap, benchSidecarKeyIn(k))
 		b := newCDSBuilder(v)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -31,10 +32,10 @@ func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *outboundCluster)) {
 	}
 	for _, p := range svc.Ports {
 		each(&outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
-			policy: TrafficPolicyFor(spec, p.Number, "")})
+			policy: policy.TrafficPolicyFor(spec, p.Number, "")})
 		for _, ss := range spec.GetSubsets() {
 			each(&outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
-				labels: ss.GetLabels(), dr: dr, policy: TrafficPolicyFor(spec, p.Number, ss.GetName())})
+				labels: ss.GetLabels(), dr: dr, policy: policy.TrafficPolicyFor(spec, p.Number, ss.GetName())})
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -54,6 +55,12 @@ type outboundCluster struct {
 	kind   clusterKind
 }
 
+// policyField names where part of oc's traffic policy was set, for
+// problems (policy.Field).
+func (oc *outboundCluster) policyField(part string) string {
+	return policy.Field(oc.dr.DestinationRule(), oc.port.Number, oc.subset, part)
+}
+
 // outboundClusters calls fn for every outbound cluster of the proxy, in
 // service, port, subset order: one per visible service port, and one per
 // subset of the DestinationRule that applies to the host.
@@ -69,7 +76,7 @@ func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
 	spec := dr.DestinationRule()
 	for _, p := range svc.Ports {
 		oc := &outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr}
-		oc.policy = TrafficPolicyFor(spec, p.Number, "")
+		oc.policy = policy.TrafficPolicyFor(spec, p.Number, "")
 		oc.kind = kindFor(svc.Resolution, oc.policy)
 		fn(oc)
 		for i, ss := range spec.GetSubsets() {
@@ -78,7 +85,7 @@ func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
 				continue
 			}
 			sc := &outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
-			sc.policy = TrafficPolicyFor(spec, p.Number, ss.GetName())
+			sc.policy = policy.TrafficPolicyFor(spec, p.Number, ss.GetName())
 			sc.kind = kindFor(svc.Resolution, sc.policy)
 			fn(sc)
 		}
@@ -118,7 +125,7 @@ type cdsBuilder struct {
 	// marshalled; autoModes the service namespaces' mesh/namespace-wide
 	// mTLS modes (both built on first use; see autoMTLS).
 	autoContext []byte
-	autoModes   map[string]MTLSMode
+	autoModes   map[string]policy.MTLSMode
 }
 
 func newCDSBuilder(v *View) *cdsBuilder {
@@ -278,16 +285,16 @@ func (b *cdsBuilder) unsupported(oc *outboundCluster) {
 		return
 	}
 	if p.GetTunnel() != nil {
-		b.v.Problem(oc.dr.Ref(), policyPath(oc, "tunnel"), "tunnel settings are not supported yet; ignored")
+		b.v.Problem(oc.dr.Ref(), oc.policyField("tunnel"), "tunnel settings are not supported yet; ignored")
 	}
 	if p.GetProxyProtocol() != nil {
-		b.v.Problem(oc.dr.Ref(), policyPath(oc, "proxyProtocol"), "proxyProtocol is not supported yet; ignored")
+		b.v.Problem(oc.dr.Ref(), oc.policyField("proxyProtocol"), "proxyProtocol is not supported yet; ignored")
 	}
 	if p.GetLoadBalancer().GetZoneAwareLbSetting() != nil {
-		b.v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".zoneAwareLbSetting", "zoneAwareLbSetting is not supported yet; ignored")
+		b.v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".zoneAwareLbSetting", "zoneAwareLbSetting is not supported yet; ignored")
 	}
 	if len(p.GetOutlierDetection().GetOutlierDetectionHttpErrorCodes()) > 0 {
-		b.v.Problem(oc.dr.Ref(), policyPath(oc, "outlierDetection")+".outlierDetectionHttpErrorCodes", "custom outlier detection error codes are not supported yet; ignored")
+		b.v.Problem(oc.dr.Ref(), oc.policyField("outlierDetection")+".outlierDetectionHttpErrorCodes", "custom outlier detection error codes are not supported yet; ignored")
 	}
 }
 
@@ -330,7 +337,7 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 			}
 		}
 		if slowStart != nil {
-			b.v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for consistent hashing")
+			b.v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for consistent hashing")
 		}
 		return
 	}
@@ -344,7 +351,7 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 	case networking.LoadBalancerSettings_RANDOM:
 		c.LbPolicy = clusterv3.Cluster_RANDOM
 		if slowStart != nil {
-			b.v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for RANDOM")
+			b.v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for RANDOM")
 		}
 	default: // UNSPECIFIED, ROUND_ROBIN
 		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
@@ -520,63 +527,4 @@ func enforce(n uint32) uint32 {
 		return 100
 	}
 	return 0
-}
-
-// policyPath names where part ("loadBalancer", "tls", ...) of the policy
-// of oc was set, for problems: the subset's policy wins over the top-level
-// one, and a port-level setting over its policy's own.
-func policyPath(oc *outboundCluster, part string) string {
-	dr := oc.dr.DestinationRule()
-	port := oc.port.Number
-	where := func(p *networking.TrafficPolicy) (string, bool) {
-		for j, pl := range p.GetPortLevelSettings() {
-			if pl.GetPort().GetNumber() == port && portPolicyHas(pl, part) {
-				return ".portLevelSettings[" + strconv.Itoa(j) + "]", true
-			}
-		}
-		return "", policyHas(p, part)
-	}
-	if oc.subset != "" {
-		for i, ss := range dr.GetSubsets() {
-			if ss.GetName() == oc.subset {
-				if s, ok := where(ss.GetTrafficPolicy()); ok {
-					return "spec.subsets[" + strconv.Itoa(i) + "].trafficPolicy" + s + "." + part
-				}
-			}
-		}
-	}
-	s, _ := where(dr.GetTrafficPolicy())
-	return "spec.trafficPolicy" + s + "." + part
-}
-
-func policyHas(p *networking.TrafficPolicy, part string) bool {
-	switch part {
-	case "loadBalancer":
-		return p.GetLoadBalancer() != nil
-	case "connectionPool":
-		return p.GetConnectionPool() != nil
-	case "outlierDetection":
-		return p.GetOutlierDetection() != nil
-	case "tls":
-		return p.GetTls() != nil
-	case "tunnel":
-		return p.GetTunnel() != nil
-	case "proxyProtocol":
-		return p.GetProxyProtocol() != nil
-	}
-	return false
-}
-
-func portPolicyHas(p *networking.TrafficPolicy_PortTrafficPolicy, part string) bool {
-	switch part {
-	case "loadBalancer":
-		return p.GetLoadBalancer() != nil
-	case "connectionPool":
-		return p.GetConnectionPool() != nil
-	case "outlierDetection":
-		return p.GetOutlierDetection() != nil
-	case "tls":
-		return p.GetTls() != nil
-	}
-	return false
 }

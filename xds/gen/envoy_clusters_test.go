@@ -13,6 +13,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -47,7 +48,7 @@ func sidecarKey(ns string, loc mesh.Locality) proxy.Key {
 // validates.
 func envoyOut(t *testing.T, y string, key proxy.Key) *Output {
 	t.Helper()
-	out := Envoy(snapshot(t, map[string]string{"c1": y}), key)
+	out := Envoy(gentest.Snapshot(t, map[string]string{"c1": y}), key)
 	validateAll(t, out)
 	return out
 }
@@ -567,7 +568,7 @@ func TestEnvoyClustersAndEndpointsAreDeterministic(t *testing.T) {
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}
 `)
-	s := snapshot(t, map[string]string{"c1": y, "c2": y})
+	s := gentest.Snapshot(t, map[string]string{"c1": y, "c2": y})
 	key := sidecarKey("demo", mesh.Locality{Region: "us-east", Zone: "zone-a"})
 	a, b := Envoy(s, key), Envoy(s, key)
 	for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint} {

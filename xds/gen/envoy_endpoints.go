@@ -191,13 +191,13 @@ func (v *View) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32 {
 	}
 	if oc.policy.GetOutlierDetection() == nil {
 		if len(s.GetFailover()) > 0 || len(s.GetFailoverPriority()) > 0 {
-			v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
+			v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
 		}
 		return nil
 	}
 	if keys := s.GetFailoverPriority(); len(keys) > 0 {
 		if len(s.GetFailover()) > 0 {
-			v.Problem(oc.dr.Ref(), policyPath(oc, "loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
+			v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
 		}
 		return v.labelPriorities(keys)
 	}

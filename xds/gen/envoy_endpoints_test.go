@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -47,7 +48,7 @@ func TestEnvoyEndpointsLocalitiesWeightsHealth(t *testing.T) {
   - {name: v1, labels: {version: v1}}
   - {name: none, labels: {version: v9}}
 `)
-	s := snapshot(t, map[string]string{"c1": y})
+	s := gentest.Snapshot(t, map[string]string{"c1": y})
 	// Health comes from the registry; set it here as a spoke would.
 	for _, ep := range s.Services[cdsReviews].Endpoints {
 		switch ep.Address {

@@ -16,6 +16,7 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -123,7 +124,7 @@ spec:
 
 func listeners(t *testing.T, yaml string, key proxy.Key) (map[string]*listenerv3.Listener, []mesh.Problem) {
 	t.Helper()
-	out := Envoy(snapshot(t, map[string]string{"c1": yaml}), key)
+	out := Envoy(gentest.Snapshot(t, map[string]string{"c1": yaml}), key)
 	ls := map[string]*listenerv3.Listener{}
 	for _, r := range out.Resources[typeurl.Listener] {
 		l := r.Message.(*listenerv3.Listener)
@@ -655,7 +656,7 @@ func TestListenersDeterministic(t *testing.T) {
 		yaml string
 		key  proxy.Key
 	}{{ldsMesh, ldsSidecarKey}, {gatewayMesh, ldsRouterKey}} {
-		s := snapshot(t, map[string]string{"c1": tc.yaml})
+		s := gentest.Snapshot(t, map[string]string{"c1": tc.yaml})
 		first := Envoy(s, tc.key)
 		for range 5 {
 			again := Envoy(s, tc.key)

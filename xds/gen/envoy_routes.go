@@ -12,6 +12,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -74,7 +75,7 @@ func (v *View) newRouteBuilder() *routeBuilder {
 			if dr == nil {
 				return nil
 			}
-			return consistentHash(TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
+			return consistentHash(policy.TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
 		},
 	}
 	return &routeBuilder{v: v, t: t, cache: map[routeCacheKey][]*routev3.Route{}, sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}

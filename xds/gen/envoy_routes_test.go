@@ -15,6 +15,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -159,7 +160,7 @@ spec:
 func TestSidecarRouteConfigs(t *testing.T) {
 	// The Sidecar states ALLOW_ANY explicitly: View.AllowAny reads an
 	// unset policy as REGISTRY_ONLY (the enum's zero value).
-	out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("ALLOW_ANY")}), rdsSidecarKey)
+	out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("ALLOW_ANY")}), rdsSidecarKey)
 	var names []string
 	for _, r := range out.Resources[typeurl.Route] {
 		names = append(names, r.Name)
@@ -227,7 +228,7 @@ func TestSidecarRouteConfigs(t *testing.T) {
 	}
 
 	// REGISTRY_ONLY: block_all answers 502.
-	out = rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("REGISTRY_ONLY")}), rdsSidecarKey)
+	out = rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("REGISTRY_ONLY")}), rdsSidecarKey)
 	block := vhost(t, routeConfig(t, out, "9080"), BlockAllVirtualHost)
 	if block.GetRoutes()[0].GetDirectResponse().GetStatus() != 502 || !slices.Equal(block.GetDomains(), []string{"*"}) {
 		t.Errorf("block_all = %v", block)
@@ -716,7 +717,7 @@ spec:
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := snapshot(t, map[string]string{"c1": rdsBase + tc.yaml})
+			s := gentest.Snapshot(t, map[string]string{"c1": rdsBase + tc.yaml})
 			if tc.mutate != nil {
 				tc.mutate(s)
 			}
@@ -788,7 +789,7 @@ spec:
 var routerKey = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway"}
 
 func TestGatewayRoutes(t *testing.T) {
-	out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), routerKey)
+	out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), routerKey)
 	var names []string
 	for _, r := range out.Resources[typeurl.Route] {
 		names = append(names, r.Name)
@@ -828,7 +829,7 @@ func TestGatewayRoutes(t *testing.T) {
 
 	// The mesh-bound VirtualService applies to sidecars too, with only its
 	// mesh match, and gateway-only ones do not.
-	side := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), rdsSidecarKey)
+	side := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), rdsSidecarKey)
 	if n := len(side.Resources[typeurl.Route]); n != 2 {
 		t.Fatalf("sidecar route configurations = %d", n)
 	}
@@ -843,7 +844,7 @@ func TestGatewayRoutes(t *testing.T) {
 	// once.
 	twice := strings.Replace(gatewayYAML, "gateways: [gw2]", "gateways: [gw2, gw]", 1)
 	twice = strings.Replace(twice, `hosts: ["*.example.com"]`, `hosts: ["*.example.com", api.internal]`, 1)
-	out = rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + twice}), routerKey)
+	out = rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + twice}), routerKey)
 	if rs := vhost(t, routeConfig(t, out, GatewayHTTPRouteName(80)), "api.internal:80").GetRoutes(); len(rs) != 1 {
 		t.Errorf("api.internal routes = %v, want one", rs)
 	}
@@ -864,7 +865,7 @@ spec:
   gateways: [gw]
   http: [{route: [{destination: {host: reviews}}]}]
 `
-	out = rdsOut(t, snapshot(t, map[string]string{"c1": wild}), routerKey)
+	out = rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": wild}), routerKey)
 	vh = vhost(t, routeConfig(t, out, GatewayHTTPRouteName(8080)), "shop.example.com:8080")
 	if vh.GetRoutes()[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "") {
 		t.Errorf("wildcard vhost = %v", vh)
@@ -874,8 +875,8 @@ spec:
 func TestEnvoyRoutesDeterministic(t *testing.T) {
 	y := map[string]string{"c1": rdsBase + gatewayYAML, "c2": rdsBase}
 	for _, key := range []proxy.Key{rdsSidecarKey, routerKey} {
-		a := Envoy(snapshot(t, y), key)
-		b := Envoy(snapshot(t, y), key)
+		a := Envoy(gentest.Snapshot(t, y), key)
+		b := Envoy(gentest.Snapshot(t, y), key)
 		ra, rb := a.Resources[typeurl.Route], b.Resources[typeurl.Route]
 		if len(ra) == 0 || len(ra) != len(rb) {
 			t.Fatalf("%s: %d vs %d route configurations", key.Type, len(ra), len(rb))
@@ -945,7 +946,7 @@ func TestGatewayServersWithSameHostsShareRoutes(t *testing.T) {
 	}
 	byName := map[string]*routev3.RouteConfiguration{}
 	for _, y := range []string{y, gatewayYAML} {
-		out := rdsOut(t, snapshot(t, map[string]string{"c1": rdsBase + y}), routerKey)
+		out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + y}), routerKey)
 		for _, r := range out.Resources[typeurl.Route] {
 			byName[r.Name+"|"+strconv.Itoa(len(y))] = r.Message.(*routev3.RouteConfiguration)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -186,7 +187,7 @@ var goldenProxies = []struct {
 // TestGolden compares every resource generated for representative proxies
 // with testdata/golden/PROXY.json.
 func TestGolden(t *testing.T) {
-	snap := snapshot(t, map[string]string{"c1": goldenMesh})
+	snap := gentest.Snapshot(t, map[string]string{"c1": goldenMesh})
 	for _, p := range goldenProxies {
 		t.Run(p.name, func(t *testing.T) {
 			out := Envoy(snap, p.key)

@@ -7,6 +7,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -32,7 +33,7 @@ func (g *grpcGen) grpcTLSSupported(oc *outboundCluster) bool {
 	settings := oc.policy.GetTls()
 	switch settings.GetMode() {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		g.problem(mesh.Problem{Resource: oc.dr.Ref(), Field: policyPath(oc, "tls") + ".mode",
+		g.problem(mesh.Problem{Resource: oc.dr.Ref(), Field: oc.policyField("tls") + ".mode",
 			Reason: settings.GetMode().String() + " TLS origination is not supported for proxyless gRPC clients (grpc-go takes certificates only from its bootstrap's certificate providers); their clusters for this policy are left out, so calls fail instead of going out in plain text"})
 		return false
 	}
@@ -76,7 +77,7 @@ func grpcUpstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings) *
 		sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}})
 	}
 	if len(sans) == 0 {
-		sans = []*matcherv3.StringMatcher{{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: spiffePrefix + trustDomain(s) + "/"}}}
+		sans = []*matcherv3.StringMatcher{{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: policy.IdentityPrefix(s)}}}
 	}
 	return &tlsv3.UpstreamTlsContext{Sni: settings.GetSni(), CommonTlsContext: grpcCommonTLS(sans)}
 }

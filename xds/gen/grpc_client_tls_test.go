@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 )
 
 // mtlsConfig is echo (ports 7070 and 7071) with a DestinationRule asking
@@ -69,7 +70,7 @@ func grpcUpstreamTLSOf(t *testing.T, out *Output, name string) *tlsv3.UpstreamTl
 // provider, SANs in match_subject_alt_names (the trust domain's prefix, or
 // the rule's names), per subset and port as Envoy merges policies.
 func TestGRPCClusterIstioMutual(t *testing.T) {
-	snap := snapshot(t, map[string]string{"c1": mtlsConfig})
+	snap := gentest.Snapshot(t, map[string]string{"c1": mtlsConfig})
 	out := GRPC(snap)
 
 	check := func(name, wantSNI, wantSAN string, prefix bool) {
@@ -162,7 +163,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 // cluster is plain text.
 func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	y := strings.Replace(mtlsConfig, "tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}", "tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}", 1)
-	out := GRPC(snapshot(t, map[string]string{"c1": y}))
+	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": y}))
 	if r := byName(out, typeurl.Cluster, build.ClusterName(host, 7071, "")); r.Message != nil {
 		t.Errorf("MUTUAL cluster generated")
 	}
@@ -170,7 +171,7 @@ func TestGRPCClusterMutualLeftOut(t *testing.T) {
 		t.Errorf("problems = %+v", out.Problems)
 	}
 
-	plain := GRPC(snapshot(t, map[string]string{"c1": config}))
+	plain := GRPC(gentest.Snapshot(t, map[string]string{"c1": config}))
 	for _, r := range plain.Resources[typeurl.Cluster] {
 		if ctx := grpcUpstreamTLSOf(t, plain, r.Name); ctx != nil {
 			t.Errorf("cluster %s without a tls setting has TLS", r.Name)

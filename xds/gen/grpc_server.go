@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -82,8 +83,8 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 	}
 	labels := k.LabelMap()
 	p := uint32(port)
-	policies := SelectAuthorizationPolicies(s, k.Namespace, labels, report)
-	filters := BuildRBAC(policies, RBACTarget{TrustDomain: trustDomain(s), GRPC: true}, report).httpFilters(false)
+	policies := policy.SelectAuthorizationPolicies(s, k.Namespace, labels, report)
+	filters := policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: policy.TrustDomain(s), GRPC: true}, report).HTTPFilters(false)
 	filters = append(filters, &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}})
 	cluster := build.InboundClusterName(p)
 	hcm := &hcmv3.HttpConnectionManager{
@@ -102,7 +103,7 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 		HttpFilters: filters,
 	}
 	chain := &listenerv3.FilterChain{Name: cluster, Filters: []*listenerv3.Filter{build.HCMFilter(hcm)}}
-	if SelectPeerAuthentications(s, k.Namespace, labels, report).Mode(p, report) == MTLSStrict {
+	if policy.SelectPeerAuthentications(s, k.Namespace, labels, report).Mode(p, report) == policy.MTLSStrict {
 		chain.TransportSocket = &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(grpcServerTLS())}}
 	}
 	return &listenerv3.Listener{

@@ -11,10 +11,9 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
-	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/gen/gentest"
 )
 
 const host = "echo.demo.svc.cluster.local"
@@ -64,19 +63,6 @@ spec:
     retries: {attempts: 2, perTryTimeout: 1s, retryOn: unavailable}
 `
 
-func snapshot(t testing.TB, clusters map[string]string) *mesh.Snapshot {
-	t.Helper()
-	var in []mesh.ClusterInput
-	for name, y := range clusters {
-		objs, errs := meshconfig.DecodeYAML([]byte(y), name+".yaml")
-		if len(errs) > 0 {
-			t.Fatalf("decode: %v", errs)
-		}
-		in = append(in, mesh.ClusterInput{Name: name, Synced: true, Connected: true, Objects: objs})
-	}
-	return mesh.Build("m", in)
-}
-
 func byName(out *Output, typeURL, name string) Resource {
 	for _, r := range out.Resources[typeURL] {
 		if r.Name == name {
@@ -87,7 +73,7 @@ func byName(out *Output, typeURL, name string) Resource {
 }
 
 func TestGRPCResourcesValidateAndRoute(t *testing.T) {
-	out := GRPC(snapshot(t, map[string]string{"c1": config}))
+	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": config}))
 	for typeURL, rs := range out.Resources {
 		for _, r := range rs {
 			v, ok := r.Message.(interface{ ValidateAll() error })
@@ -162,7 +148,7 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 }
 
 func TestGRPCIsDeterministic(t *testing.T) {
-	s := snapshot(t, map[string]string{"c1": config, "c2": config})
+	s := gentest.Snapshot(t, map[string]string{"c1": config, "c2": config})
 	a, b := GRPC(s), GRPC(s)
 	for typeURL, rs := range a.Resources {
 		for i, r := range rs {
@@ -184,14 +170,14 @@ func TestGRPCIsDeterministic(t *testing.T) {
 func TestConflictOldestWinsThenClusterName(t *testing.T) {
 	other := strings.Replace(config, "weight: 80}", "weight: 70}", 1)
 	other = strings.Replace(other, "subset: nope}, weight: 20}", "subset: nope}, weight: 30}", 1)
-	s := snapshot(t, map[string]string{"b-cluster": other, "a-cluster": config})
+	s := gentest.Snapshot(t, map[string]string{"b-cluster": other, "a-cluster": config})
 	if len(s.Conflicts) != 1 || s.Conflicts[0].WinnerCluster != "a-cluster" || s.Conflicts[0].LoserCluster != "b-cluster" {
 		t.Fatalf("conflicts = %+v", s.Conflicts)
 	}
 	// An older creation time beats the cluster name.
 	older := strings.Replace(other, "metadata: {name: echo, namespace: demo}\nspec:\n  hosts: [echo]",
 		"metadata: {name: echo, namespace: demo, creationTimestamp: \"2020-01-01T00:00:00Z\"}\nspec:\n  hosts: [echo]", 1)
-	s = snapshot(t, map[string]string{"b-cluster": older, "a-cluster": config})
+	s = gentest.Snapshot(t, map[string]string{"b-cluster": older, "a-cluster": config})
 	if len(s.Conflicts) != 1 || s.Conflicts[0].WinnerCluster != "b-cluster" {
 		t.Fatalf("conflicts with an older definition in b-cluster = %+v", s.Conflicts)
 	}
@@ -204,7 +190,7 @@ func TestConflictOldestWinsThenClusterName(t *testing.T) {
 // TestGRPCEndpointsMatchFullGeneration: the endpoints generated for some
 // hosts are exactly full generation's assignments of those hosts.
 func TestGRPCEndpointsMatchFullGeneration(t *testing.T) {
-	snap := snapshot(t, map[string]string{"c1": config})
+	snap := gentest.Snapshot(t, map[string]string{"c1": config})
 	full := GRPC(snap)
 	for _, host := range snap.Hostnames() {
 		got := GRPCEndpoints(snap, map[string]bool{host: true})
@@ -245,7 +231,7 @@ func TestGRPCClusterPolicyMerge(t *testing.T) {
   subsets:
   - {name: v1, labels: {version: v1}, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}
   - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: ROUND_ROBIN}}]}}`, 1)
-	out := GRPC(snapshot(t, map[string]string{"c1": y}))
+	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": y}))
 	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_LEAST_REQUEST, "v1": clusterv3.Cluster_LEAST_REQUEST, "v2": clusterv3.Cluster_ROUND_ROBIN} {
 		c, _ := byName(out, typeurl.Cluster, build.ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
 		if c.GetLbPolicy() != want {

@@ -5,23 +5,14 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
-	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
-)
-
-// Filter names of inbound security: the RBAC filters are named after
-// these with their action appended (".audit", ".deny", ".allow").
-const (
-	RBACHTTPFilter    = "envoy.filters.http.rbac"
-	RBACNetworkFilter = "envoy.filters.network.rbac"
 )
 
 // Transport protocols and ALPN values of inbound filter chain matches.
@@ -47,15 +38,6 @@ type inboundFilters struct {
 	tcp  []*listenerv3.Filter
 }
 
-// trustDomain is the snapshot's trust domain (DefaultTrustDomain when
-// the snapshot was not made by mesh.Build).
-func trustDomain(s *mesh.Snapshot) string {
-	if s.TrustDomain == "" {
-		return mesh.DefaultTrustDomain
-	}
-	return s.TrustDomain
-}
-
 // inboundSecurityFilters selects the workload's policies and translates
 // them: JWT authentication first (HTTP), then RBAC audit, deny, allow.
 func (v *View) inboundSecurityFilters() *inboundFilters {
@@ -66,59 +48,27 @@ func (v *View) inboundSecurityFilters() *inboundFilters {
 	if jwt := v.jwtFilter(); jwt != nil {
 		f.http = append(f.http, jwt)
 	}
-	policies := SelectAuthorizationPolicies(v.snap, v.key.Namespace, v.labels, v.report)
-	td := trustDomain(v.snap)
-	f.http = append(f.http, BuildRBAC(policies, RBACTarget{TrustDomain: td}, v.report).httpFilters(true)...)
-	t := BuildRBAC(policies, RBACTarget{TrustDomain: td, TCP: true}, v.report)
-	for _, r := range []*rbacv3.RBAC{t.Audit, t.Deny, t.Allow} {
-		if r != nil {
-			f.tcp = append(f.tcp, &listenerv3.Filter{Name: RBACNetworkFilter + "." + actionName(r), ConfigType: &listenerv3.Filter_TypedConfig{
-				TypedConfig: build.Any(&rbacnetv3.RBAC{Rules: r, StatPrefix: "inbound_rbac_" + actionName(r) + "."})}})
-		}
-	}
+	policies := policy.SelectAuthorizationPolicies(v.snap, v.key.Namespace, v.labels, v.report)
+	td := policy.TrustDomain(v.snap)
+	f.http = append(f.http, policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td}, v.report).HTTPFilters(true)...)
+	f.tcp = policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td, TCP: true}, v.report).NetworkFilters()
 	v.filters = f
 	return f
 }
 
-// httpFilters renders the RBAC configs as HTTP filters in order (audit,
-// deny, allow; audit only withAudit), each named after the filter and its
-// action so that names are unique, as grpc-go requires.
-func (r RBAC) httpFilters(withAudit bool) []*hcmv3.HttpFilter {
-	var out []*hcmv3.HttpFilter
-	for _, rules := range []*rbacv3.RBAC{r.Audit, r.Deny, r.Allow} {
-		if rules == nil || (rules == r.Audit && !withAudit) {
-			continue
-		}
-		out = append(out, &hcmv3.HttpFilter{Name: RBACHTTPFilter + "." + actionName(rules), ConfigType: &hcmv3.HttpFilter_TypedConfig{
-			TypedConfig: build.Any(&rbachttpv3.RBAC{Rules: rules})}})
-	}
-	return out
-}
-
-// actionName is "audit", "deny" or "allow".
-func actionName(r *rbacv3.RBAC) string {
-	switch r.GetAction() {
-	case rbacv3.RBAC_LOG:
-		return "audit"
-	case rbacv3.RBAC_DENY:
-		return "deny"
-	}
-	return "allow"
-}
-
 // meshSANMatcher accepts peer identities of the mesh's trust domain.
-func meshSANMatcher(td string) []*tlsv3.SubjectAltNameMatcher {
+func meshSANMatcher(s *mesh.Snapshot) []*tlsv3.SubjectAltNameMatcher {
 	return []*tlsv3.SubjectAltNameMatcher{{
 		SanType: tlsv3.SubjectAltNameMatcher_URI,
-		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: spiffePrefix + td + "/"}},
+		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: policy.IdentityPrefix(s)}},
 	}}
 }
 
 // meshValidation validates peers against the mesh roots (SDS secret
 // ROOTCA) and the trust domain.
-func meshValidation(td string, ads *corev3.ConfigSource) *tlsv3.CommonTlsContext_CombinedValidationContext {
+func meshValidation(s *mesh.Snapshot, ads *corev3.ConfigSource) *tlsv3.CommonTlsContext_CombinedValidationContext {
 	return &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-		DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: meshSANMatcher(td)},
+		DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: meshSANMatcher(s)},
 		ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: build.RootCASecret, SdsConfig: ads},
 	}}
 }
@@ -141,7 +91,7 @@ func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 				TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
 				AlpnProtocols:                  alpn,
 				TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: ads}},
-				ValidationContextType:          meshValidation(trustDomain(b.v.snap), ads),
+				ValidationContextType:          meshValidation(b.v.snap, ads),
 			},
 			RequireClientCertificate: wrapperspb.Bool(true),
 		}
@@ -164,12 +114,12 @@ func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 // app builds a chain's filters for the port's protocol; tcp builds TCP
 // filters (for TLS passed through). The returned flag says whether the
 // chains need the tls_inspector.
-func (b *listenerBuilder) inboundChains(name string, match func() *listenerv3.FilterChainMatch, mode MTLSMode, http bool,
+func (b *listenerBuilder) inboundChains(name string, match func() *listenerv3.FilterChainMatch, mode policy.MTLSMode, http bool,
 	app, tcp func() []*listenerv3.Filter) ([]*listenerv3.FilterChain, bool) {
 	switch mode {
-	case MTLSStrict:
+	case policy.MTLSStrict:
 		return []*listenerv3.FilterChain{{Name: name, FilterChainMatch: match(), TransportSocket: b.inboundMTLS(http), Filters: app()}}, false
-	case MTLSDisable:
+	case policy.MTLSDisable:
 		return []*listenerv3.FilterChain{{Name: name, FilterChainMatch: match(), Filters: app()}}, false
 	}
 	mtls, passTLS, plain := match(), match(), match()

@@ -15,6 +15,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -305,9 +306,9 @@ func (b *listenerBuilder) virtualInbound() {
 	}
 	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(build.InboundPassthroughCluster)()}
 	switch v.mtlsMode(0) {
-	case MTLSStrict:
+	case policy.MTLSStrict:
 		passthrough.TransportSocket = b.inboundMTLS(false)
-	case MTLSPermissive:
+	case policy.MTLSPermissive:
 		// mTLS from the mesh on an undeclared port is terminated; anything
 		// else (plain text, the application's own TLS) takes the default.
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{

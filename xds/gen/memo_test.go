@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -90,9 +91,9 @@ func TestSharedAssignmentsMatchFreshGeneration(t *testing.T) {
 			}
 		}
 	}
-	shared := snapshot(t, map[string]string{"c1": memoConfig})
+	shared := gentest.Snapshot(t, map[string]string{"c1": memoConfig})
 	for _, k := range keys {
-		want := Envoy(snapshot(t, map[string]string{"c1": memoConfig}), k).Resources[typeurl.Endpoint]
+		want := Envoy(gentest.Snapshot(t, map[string]string{"c1": memoConfig}), k).Resources[typeurl.Endpoint]
 		have := Envoy(shared, k).Resources[typeurl.Endpoint]
 		if len(have) != len(want) || len(want) == 0 {
 			t.Fatalf("%+v: %d assignments on the shared snapshot, %d fresh", k, len(have), len(want))

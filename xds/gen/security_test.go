@@ -10,15 +10,15 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/types/known/anypb"
-
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -592,7 +592,7 @@ spec:
 		t.Fatalf("the other gateway has listeners %v", other.Resources[typeurl.Listener])
 	}
 	for _, r := range other.Resources[typeurl.Listener] {
-		if text := protoText(t, r); strings.Contains(text, gen.RBACHTTPFilter) || strings.Contains(text, gen.RBACNetworkFilter) {
+		if text := protoText(t, r); strings.Contains(text, policy.RBACHTTPFilter) || strings.Contains(text, policy.RBACNetworkFilter) {
 			t.Errorf("listener %s of an unselected gateway has an RBAC filter", r.Name)
 		}
 	}

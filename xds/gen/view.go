@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -39,7 +40,7 @@ type View struct {
 	inboundDone bool
 
 	// The workload's own security config, selected on first use.
-	pa      PeerAuthentications
+	pa      policy.PeerAuthentications
 	paDone  bool
 	filters *inboundFilters
 	// istioMeta is the endpoint metadata tlsMode: istio, shared.

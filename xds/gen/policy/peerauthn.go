@@ -1,4 +1,4 @@
-package gen
+package policy
 
 import (
 	"fmt"
@@ -161,23 +161,25 @@ func EffectiveMTLS(s *mesh.Snapshot, namespace string, labels map[string]string,
 	return mode, problems
 }
 
-// peerAuthn returns the PeerAuthentications of the view's own workload
-// (selected once per view).
-func (v *View) peerAuthn() PeerAuthentications {
-	if !v.paDone {
-		v.paDone = true
-		v.pa = SelectPeerAuthentications(v.snap, v.key.Namespace, v.labels, v.report)
-	}
-	return v.pa
-}
+type disablesMTLSKey struct{}
 
-// mtlsMode is the effective mode of the proxy's workload port (0: the
-// workload).
-func (v *View) mtlsMode(port uint32) MTLSMode {
-	return v.peerAuthn().Mode(port, v.report)
-}
-
-// report records a problem found by a helper that takes a callback.
-func (v *View) report(p mesh.Problem) {
-	v.Problem(p.Resource, p.Field, "%s", p.Reason)
+// DisablesMTLS reports whether any PeerAuthentication of the snapshot
+// sets DISABLE, for a workload or one of its ports: only then can an
+// endpoint's own mode differ from what its namespace's policies say
+// (memoized per snapshot).
+func DisablesMTLS(s *mesh.Snapshot) bool {
+	return s.Memo(disablesMTLSKey{}, func() any {
+		for _, c := range s.PeerAuthentications {
+			pa := c.PeerAuthentication()
+			if pa.GetMtls().GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
+				return true
+			}
+			for _, pl := range pa.GetPortLevelMtls() {
+				if pl.GetMode() == securityv1beta1.PeerAuthentication_MutualTLS_DISABLE {
+					return true
+				}
+			}
+		}
+		return false
+	}).(bool)
 }

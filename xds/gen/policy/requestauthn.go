@@ -1,4 +1,4 @@
-package gen
+package policy
 
 import (
 	"cmp"
@@ -11,11 +11,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -176,31 +174,4 @@ func appendNew(list []string, add ...string) []string {
 		}
 	}
 	return list
-}
-
-// jwtFilter is the workload's JWT authentication filter; nil when no
-// RequestAuthentication applies.
-func (v *View) jwtFilter() *hcmv3.HttpFilter {
-	policies := SelectRequestAuthentications(v.snap, v.key.Namespace, v.labels, v.report)
-	if len(policies) == 0 {
-		return nil
-	}
-	cfg := BuildJWTAuthn(policies, v.jwksCluster, v.report)
-	if cfg == nil {
-		return nil
-	}
-	return &hcmv3.HttpFilter{Name: JWTAuthnFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(cfg)}}
-}
-
-// jwksCluster is the outbound cluster of a service port visible to the
-// proxy, or "".
-func (v *View) jwksCluster(host string, port uint32) string {
-	svc := v.Service(host)
-	if svc == nil {
-		return ""
-	}
-	if _, ok := svc.Port(port); !ok {
-		return ""
-	}
-	return build.ClusterName(host, port, "")
 }

@@ -1,9 +1,11 @@
-package gen
+package policy
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/navemesh/nave/xds/gen/gentest"
 )
 
 // pa renders a PeerAuthentication. selector "" means none; mode "" leaves
@@ -107,7 +109,7 @@ func TestPeerAuthenticationPrecedence(t *testing.T) {
 			problems: []string{"c1:PeerAuthentication istio-system/a metadata.name: the root namespace (istio-system) has several mesh-wide PeerAuthentications"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := snapshot(t, map[string]string{"c1": tc.config})
+			s := gentest.Snapshot(t, map[string]string{"c1": tc.config})
 			got, problems := EffectiveMTLS(s, tc.ns, tc.labels, tc.port)
 			if got != tc.want {
 				t.Errorf("mode %s, want %s", got, tc.want)
