@@ -184,7 +184,6 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	// endpoints only for DNS clusters (inline assignments) and for the
 	// proxy's own inbound ports (its IPs); endpoints are regenerated just
 	// for the changed services.
-	v := gen.NewView(e.State.Snapshot, k)
 	own := false
 	for _, ip := range k.IPList() {
 		own = own || diff.Addresses[ip]
@@ -195,15 +194,14 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 			dns = true
 		}
 	}
-	out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: v.EndpointsOf(diff.Hosts)}}
+	var types []string
 	if own || dns {
-		out.Resources[typeurl.Cluster] = v.Clusters()
+		types = append(types, typeurl.Cluster)
 	}
 	if own {
-		out.Resources[typeurl.Listener] = v.Listeners()
-		out.Resources[typeurl.Route] = v.Routes()
+		types = append(types, typeurl.Listener, typeurl.Route)
 	}
-	out.Problems = v.Problems()
+	out := gen.EnvoyEndpointsChanged(e.State.Snapshot, k, diff.Hosts, types...)
 	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)
 	e.addProblems(out.Problems)
 	return res, genEndpoints

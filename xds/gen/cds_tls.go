@@ -72,14 +72,14 @@ const (
 // metadata to match), nor when the mesh- or namespace-wide
 // PeerAuthentication of the service's namespace is DISABLE (Istio's best
 // effort: workload-level DISABLE is applied per endpoint, by leaving the
-// endpoint's tlsMode out; see View.tlsModeMetadata).
+// endpoint's tlsMode out; see edsBuilder.tlsModeMetadata).
 func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
 	if oc.svc.External || oc.kind == kindOriginalDst {
 		return
 	}
 	mode, ok := b.autoModes[oc.svc.Namespace]
 	if !ok {
-		mode, _ = policy.EffectiveMTLS(b.v.snap, oc.svc.Namespace, nil, 0)
+		mode, _ = policy.EffectiveMTLS(b.v.Snapshot(), oc.svc.Namespace, nil, 0)
 		if b.autoModes == nil {
 			b.autoModes = map[string]policy.MTLSMode{}
 		}
@@ -139,7 +139,7 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 	}
 	sans := sanMatchers(settings.GetSubjectAltNames())
 	if len(sans) == 0 {
-		sans = meshSANMatcher(b.v.snap)
+		sans = meshSANMatcher(b.v.Snapshot())
 	}
 	return &tlsv3.UpstreamTlsContext{
 		Sni: sni,
@@ -158,25 +158,25 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 // tlsMode from its label, left out when the endpoint's own effective
 // PeerAuthentication for that port is DISABLE (it would refuse mTLS).
 // Nil when there is nothing to say.
-func (v *View) tlsModeMetadata(svc *mesh.Service, ep *mesh.Endpoint, port uint32) *corev3.Metadata {
+func (b *edsBuilder) tlsModeMetadata(svc *mesh.Service, ep *mesh.Endpoint, port uint32) *corev3.Metadata {
 	mode := ep.Labels[TLSModeLabel]
 	if mode == "" {
 		return nil
 	}
-	if policy.DisablesMTLS(v.snap) {
-		m, problems := policy.EffectiveMTLS(v.snap, svc.Namespace, ep.Labels, port)
+	if snap := b.v.Snapshot(); policy.DisablesMTLS(snap) {
+		m, problems := policy.EffectiveMTLS(snap, svc.Namespace, ep.Labels, port)
 		for _, p := range problems {
-			v.report(p)
+			b.problems.Add(p)
 		}
 		if m == policy.MTLSDisable {
 			return nil
 		}
 	}
 	if mode == TLSModeIstio {
-		if v.istioMeta == nil {
-			v.istioMeta = tlsModeMeta(mode)
+		if b.istioMeta == nil {
+			b.istioMeta = tlsModeMeta(mode)
 		}
-		return v.istioMeta
+		return b.istioMeta
 	}
 	return tlsModeMeta(mode)
 }
@@ -214,7 +214,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 	}
 	if mutual {
 		if s.GetClientCertificate() == "" || s.GetPrivateKey() == "" {
-			b.v.Problem(oc.dr.Ref(), oc.policyField("tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
+			b.problems.Addf(oc.dr.Ref(), oc.policyField("tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
 		} else {
 			ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
 				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: s.GetClientCertificate()}},
@@ -229,7 +229,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 		// Envoy refuses to match SANs without a trusted CA (it would be no
 		// check at all).
 		if len(sans) > 0 {
-			b.v.Problem(oc.dr.Ref(), oc.policyField("tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
+			b.problems.Addf(oc.dr.Ref(), oc.policyField("tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
 		}
 		return ctx
 	}

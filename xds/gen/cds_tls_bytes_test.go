@@ -21,7 +21,7 @@ func TestAutoMTLSContextBytes(t *testing.T) {
 		v := NewView(snap, benchSidecarKeyIn(k))
 		b := newCDSBuilder(v)
 		n := 0
-		v.outboundClusters(func(oc *outboundCluster) {
+		outboundClusters(v, func(oc *outboundCluster) {
 			n++
 			got := b.autoMTLSContext(oc)
 			want := build.Any(b.istioMutual(oc, nil))

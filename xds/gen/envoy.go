@@ -47,20 +47,44 @@ func GatewayHTTPSRouteName(port uint32, server, gateway, namespace string) strin
 	return "https." + strconv.FormatUint(uint64(port), 10) + "." + server + "." + gateway + "." + namespace
 }
 
+// envoyGenerators are the Envoy generators by type URL (Istio registers
+// its own the same way), each building every resource of its type for the
+// proxy a View scopes.
+var envoyGenerators = map[string]func(*View) []Resource{
+	typeurl.Cluster:  Clusters,
+	typeurl.Endpoint: Endpoints,
+	typeurl.Listener: Listeners,
+	typeurl.Route:    Routes,
+}
+
 // Envoy generates every resource for an Envoy proxy with the given key
 // (sidecar or router). It is a pure function of (snapshot, key).
 func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
 	v := NewView(s, key)
-	out := &Output{Resources: map[string][]Resource{
-		typeurl.Cluster:  v.Clusters(),
-		typeurl.Endpoint: v.Endpoints(),
-		typeurl.Listener: v.Listeners(),
-		typeurl.Route:    v.Routes(),
-	}}
-	for _, rs := range out.Resources {
+	return generateEnvoy(v, &Output{Resources: make(map[string][]Resource, len(Types))}, Types)
+}
+
+// EnvoyEndpointsChanged generates for key what a change to the endpoints
+// of hosts alone can alter: the assignments of those hosts' clusters (of
+// those visible to key), and every resource of types, which the caller
+// names among the others that read endpoints (clusters of DNS services
+// hold theirs inline; the proxy's inbound ports come from the endpoints
+// at its IPs). It is a pure function of its arguments.
+func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]bool, types ...string) *Output {
+	v := NewView(s, key)
+	out := &Output{Resources: map[string][]Resource{typeurl.Endpoint: EndpointsOf(v, hosts)}}
+	return generateEnvoy(v, out, types)
+}
+
+// generateEnvoy adds to out every resource of types for v's proxy, each
+// type sorted by name, and the problems met.
+func generateEnvoy(v *View, out *Output, types []string) *Output {
+	for _, t := range types {
+		rs := envoyGenerators[t](v)
 		build.SortByName(rs)
+		out.Resources[t] = rs
 	}
-	out.Problems = v.Problems()
+	out.Problems = v.Problems().List()
 	return out
 }
 

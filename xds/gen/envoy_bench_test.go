@@ -140,10 +140,10 @@ var envoyTypes = []struct {
 	gen  func(*View) []Resource
 	url  string
 }{
-	{"CDS", (*View).Clusters, typeurl.Cluster},
-	{"EDS", (*View).Endpoints, typeurl.Endpoint},
-	{"LDS", (*View).Listeners, typeurl.Listener},
-	{"RDS", (*View).Routes, typeurl.Route},
+	{"CDS", Clusters, typeurl.Cluster},
+	{"EDS", Endpoints, typeurl.Endpoint},
+	{"LDS", Listeners, typeurl.Listener},
+	{"RDS", Routes, typeurl.Route},
 }
 
 // generateMarshalled scopes the snapshot to the key, generates one type and

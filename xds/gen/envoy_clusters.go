@@ -64,14 +64,14 @@ func (oc *outboundCluster) policyField(part string) string {
 // outboundClusters calls fn for every outbound cluster of the proxy, in
 // service, port, subset order: one per visible service port, and one per
 // subset of the DestinationRule that applies to the host.
-func (v *View) outboundClusters(fn func(*outboundCluster)) {
+func outboundClusters(v *View, fn func(*outboundCluster)) {
 	for _, svc := range v.Services() {
-		v.serviceClusters(svc, fn)
+		serviceClusters(v, svc, fn)
 	}
 }
 
 // serviceClusters calls fn for each outbound cluster of one service.
-func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
+func serviceClusters(v *View, svc *mesh.Service, fn func(*outboundCluster)) {
 	dr := v.DestinationRule(svc.Hostname)
 	spec := dr.DestinationRule()
 	for _, p := range svc.Ports {
@@ -81,7 +81,7 @@ func (v *View) serviceClusters(svc *mesh.Service, fn func(*outboundCluster)) {
 		fn(oc)
 		for i, ss := range spec.GetSubsets() {
 			if slices.ContainsFunc(spec.GetSubsets()[:i], func(o *networking.Subset) bool { return o.GetName() == ss.GetName() }) {
-				v.Problem(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
+				v.Problems().Addf(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", ss.GetName())
 				continue
 			}
 			sc := &outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(), labels: ss.GetLabels(), dr: dr}
@@ -111,12 +111,17 @@ func kindFor(r mesh.Resolution, policy *networking.TrafficPolicy) clusterKind {
 
 // cdsBuilder holds the sub-messages every cluster of one call shares. They
 // are read-only once built: several clusters point at the same message.
+//
+// A cdsBuilder belongs to one goroutine.
 type cdsBuilder struct {
 	v        *View
-	ads      *corev3.ConfigSource
-	breakers *clusterv3.CircuitBreakers // Istio's defaults: no limits
-	h2       map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
-	eds      *clusterv3.Cluster_Type
+	problems *build.Problems
+	// assignments builds the inline assignments of DNS clusters.
+	assignments *edsBuilder
+	ads         *corev3.ConfigSource
+	breakers    *clusterv3.CircuitBreakers // Istio's defaults: no limits
+	h2          map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
+	eds         *clusterv3.Cluster_Type
 	// rawBuffer and istioMatch are auto-mTLS's plain-text socket and
 	// tlsMode: istio match (built on first use).
 	rawBuffer  *corev3.TransportSocket
@@ -130,9 +135,11 @@ type cdsBuilder struct {
 
 func newCDSBuilder(v *View) *cdsBuilder {
 	return &cdsBuilder{
-		v:        v,
-		ads:      build.ADSConfigSource(),
-		breakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{defaultThresholds()}},
+		v:           v,
+		problems:    v.Problems(),
+		assignments: newEDSBuilder(v),
+		ads:         build.ADSConfigSource(),
+		breakers:    &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{defaultThresholds()}},
 		h2: map[string]*anypb.Any{httpProtocolOptionsName: build.Any(&upstreamhttpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: explicitHTTP2(nil),
 		})},
@@ -167,10 +174,10 @@ func explicitHTTP2(opts *corev3.Http2ProtocolOptions) *upstreamhttpv3.HttpProtoc
 // inbound cluster per port the workload serves. Routers get no inbound
 // clusters. Outbound clusters originate TLS per their DestinationRule, or
 // auto-mTLS to endpoints that run a sidecar (cds_tls.go).
-func (v *View) Clusters() []Resource {
+func Clusters(v *View) []Resource {
 	b := newCDSBuilder(v)
 	var out []Resource
-	v.outboundClusters(func(oc *outboundCluster) {
+	outboundClusters(v, func(oc *outboundCluster) {
 		out = append(out, Resource{Name: oc.name, Message: b.outbound(oc)})
 	})
 	out = append(out,
@@ -251,7 +258,7 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		// Istio resolves IPv4 only unless the proxy is dual-stack, which
 		// the generation key does not model yet.
 		c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
-		c.LoadAssignment = b.v.assignment(oc)
+		c.LoadAssignment = b.assignments.assignment(oc)
 		if oc.kind == kindLogicalDNS && len(c.LoadAssignment.GetEndpoints()) == 0 {
 			// Envoy requires exactly one endpoint in a LOGICAL_DNS
 			// cluster; a subset that selects none becomes an empty
@@ -264,7 +271,7 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 	b.connectionPool(c, oc)
 	b.outlierDetection(c, oc)
 	b.tls(c, oc)
-	if oc.kind != kindOriginalDst && b.v.distribution(oc) != nil {
+	if oc.kind != kindOriginalDst && b.assignments.distribution(oc) != nil {
 		if c.CommonLbConfig == nil {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
 		}
@@ -285,16 +292,16 @@ func (b *cdsBuilder) unsupported(oc *outboundCluster) {
 		return
 	}
 	if p.GetTunnel() != nil {
-		b.v.Problem(oc.dr.Ref(), oc.policyField("tunnel"), "tunnel settings are not supported yet; ignored")
+		b.problems.Addf(oc.dr.Ref(), oc.policyField("tunnel"), "tunnel settings are not supported yet; ignored")
 	}
 	if p.GetProxyProtocol() != nil {
-		b.v.Problem(oc.dr.Ref(), oc.policyField("proxyProtocol"), "proxyProtocol is not supported yet; ignored")
+		b.problems.Addf(oc.dr.Ref(), oc.policyField("proxyProtocol"), "proxyProtocol is not supported yet; ignored")
 	}
 	if p.GetLoadBalancer().GetZoneAwareLbSetting() != nil {
-		b.v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".zoneAwareLbSetting", "zoneAwareLbSetting is not supported yet; ignored")
+		b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".zoneAwareLbSetting", "zoneAwareLbSetting is not supported yet; ignored")
 	}
 	if len(p.GetOutlierDetection().GetOutlierDetectionHttpErrorCodes()) > 0 {
-		b.v.Problem(oc.dr.Ref(), oc.policyField("outlierDetection")+".outlierDetectionHttpErrorCodes", "custom outlier detection error codes are not supported yet; ignored")
+		b.problems.Addf(oc.dr.Ref(), oc.policyField("outlierDetection")+".outlierDetectionHttpErrorCodes", "custom outlier detection error codes are not supported yet; ignored")
 	}
 }
 
@@ -337,7 +344,7 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 			}
 		}
 		if slowStart != nil {
-			b.v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for consistent hashing")
+			b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for consistent hashing")
 		}
 		return
 	}
@@ -351,7 +358,7 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 	case networking.LoadBalancerSettings_RANDOM:
 		c.LbPolicy = clusterv3.Cluster_RANDOM
 		if slowStart != nil {
-			b.v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for RANDOM")
+			b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for RANDOM")
 		}
 	default: // UNSPECIFIED, ROUND_ROBIN
 		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN

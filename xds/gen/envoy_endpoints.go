@@ -15,15 +15,29 @@ import (
 	"github.com/navemesh/nave/xds/mesh"
 )
 
+// edsBuilder builds the load assignments of one View's clusters, for EDS
+// and for DNS clusters (inline). It belongs to one goroutine.
+type edsBuilder struct {
+	v        *View
+	problems *build.Problems
+	// istioMeta is the endpoint metadata tlsMode: istio, shared.
+	istioMeta *corev3.Metadata
+}
+
+func newEDSBuilder(v *View) *edsBuilder {
+	return &edsBuilder{v: v, problems: v.Problems()}
+}
+
 // Endpoints generates one ClusterLoadAssignment per EDS cluster (the
 // outbound clusters of STATIC-resolution services and their subsets),
 // named like the cluster. Original-destination and DNS clusters have no
 // EDS resource (DNS clusters carry their assignment inline).
-func (v *View) Endpoints() []Resource {
+func Endpoints(v *View) []Resource {
+	b := newEDSBuilder(v)
 	var out []Resource
-	v.outboundClusters(func(oc *outboundCluster) {
+	outboundClusters(v, func(oc *outboundCluster) {
 		if oc.kind == kindEDS {
-			out = append(out, Resource{Name: oc.name, Message: v.assignment(oc)})
+			out = append(out, Resource{Name: oc.name, Message: b.assignment(oc)})
 		}
 	})
 	return out
@@ -31,16 +45,17 @@ func (v *View) Endpoints() []Resource {
 
 // EndpointsOf is Endpoints restricted to the clusters of the given
 // services (hostnames): what changes when only their endpoints did.
-func (v *View) EndpointsOf(hosts map[string]bool) []Resource {
+func EndpointsOf(v *View, hosts map[string]bool) []Resource {
+	b := newEDSBuilder(v)
 	var out []Resource
 	for h := range hosts {
 		svc := v.Service(h)
 		if svc == nil {
 			continue // not visible to this proxy
 		}
-		v.serviceClusters(svc, func(oc *outboundCluster) {
+		serviceClusters(v, svc, func(oc *outboundCluster) {
 			if oc.kind == kindEDS {
-				out = append(out, Resource{Name: oc.name, Message: v.assignment(oc)})
+				out = append(out, Resource{Name: oc.name, Message: b.assignment(oc)})
 			}
 		})
 	}
@@ -51,7 +66,7 @@ func (v *View) EndpointsOf(hosts map[string]bool) []Resource {
 // endpoints grouped by locality (and priority, when locality failover
 // applies), with locality weights from locality distribution when one
 // applies to the proxy.
-func (v *View) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+func (b *edsBuilder) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
 	if oc.kind == kindEDS && localityIndependent(oc) {
 		// Without locality load balancing an EDS assignment reads only the
 		// cluster (name, service, the DestinationRule that gave its subset
@@ -59,10 +74,10 @@ func (v *View) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment
 		// each endpoint (tlsModeMetadata): every proxy that shares those
 		// shares one assignment per snapshot (read-only from here on). The
 		// problems it finds are reported by the first proxy's generation.
-		k := assignmentKey{name: oc.name, svc: oc.svc, dr: oc.dr, network: v.Key().Network}
-		return v.snap.Memo(k, func() any { return v.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
+		k := assignmentKey{name: oc.name, svc: oc.svc, dr: oc.dr, network: b.v.Key().Network}
+		return b.v.Snapshot().Memo(k, func() any { return b.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
 	}
-	return v.newAssignment(oc)
+	return b.newAssignment(oc)
 }
 
 // assignmentKey is everything an EDS assignment without locality load
@@ -74,10 +89,10 @@ type assignmentKey struct {
 	network string
 }
 
-func (v *View) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
-	meta := func(ep *mesh.Endpoint) *corev3.Metadata { return v.tlsModeMetadata(oc.svc, ep, ep.PortFor(oc.port)) }
-	cla := build.Assignment(oc.name, oc.port, v.clusterEndpoints(oc), v.priorities(oc), meta)
-	if d := v.distribution(oc); d != nil {
+func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+	meta := func(ep *mesh.Endpoint) *corev3.Metadata { return b.tlsModeMetadata(oc.svc, ep, ep.PortFor(oc.port)) }
+	cla := build.Assignment(oc.name, oc.port, b.clusterEndpoints(oc), b.priorities(oc), meta)
+	if d := b.distribution(oc); d != nil {
 		distribute(cla, d)
 	}
 	return cla
@@ -94,8 +109,8 @@ func (v *View) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignm
 // A DNS service without endpoints resolves its own host name, as Istio's
 // ServiceEntry does. A DNS_ROUND_ROBIN (LOGICAL_DNS) cluster takes exactly
 // one host name, the first.
-func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
-	network := v.Key().Network
+func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
+	network := b.v.Key().Network
 	eps := make([]*mesh.Endpoint, 0, len(oc.svc.Endpoints))
 	for _, ep := range oc.svc.Endpoints {
 		if !mesh.Matches(oc.labels, ep.Labels) {
@@ -115,13 +130,13 @@ func (v *View) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 	}
 	if len(oc.svc.Endpoints) == 0 {
 		if strings.HasPrefix(oc.svc.Hostname, "*") {
-			v.Problem(resource, "spec.resolution", "a wildcard host (%s) cannot be resolved by DNS without endpoints; the cluster has none", oc.svc.Hostname)
+			b.problems.Addf(resource, "spec.resolution", "a wildcard host (%s) cannot be resolved by DNS without endpoints; the cluster has none", oc.svc.Hostname)
 			return eps
 		}
 		eps = append(eps, &mesh.Endpoint{Address: oc.svc.Hostname, Health: mesh.Healthy})
 	}
 	if oc.kind == kindLogicalDNS && len(eps) > 1 {
-		v.Problem(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
+		b.problems.Addf(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
 		eps = eps[:1]
 	}
 	return eps
@@ -149,13 +164,13 @@ func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetti
 
 // distribution returns the localityLbSetting.distribute entry whose from
 // matches the proxy's locality, or nil.
-func (v *View) distribution(oc *outboundCluster) *networking.LocalityLoadBalancerSetting_Distribute {
+func (b *edsBuilder) distribution(oc *outboundCluster) *networking.LocalityLoadBalancerSetting_Distribute {
 	s, on := localitySetting(oc)
 	if !on {
 		return nil
 	}
 	for _, d := range s.GetDistribute() {
-		if localityMatches(d.GetFrom(), v.Key().Locality) {
+		if localityMatches(d.GetFrom(), b.v.Key().Locality) {
 			return d
 		}
 	}
@@ -184,24 +199,24 @@ func (v *View) distribution(oc *outboundCluster) *networking.LocalityLoadBalance
 // topology.istio.io/network) compare localities and networks. When both
 // are set, nave applies failoverPriority alone and reports the failover
 // list as ignored.
-func (v *View) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32 {
+func (b *edsBuilder) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32 {
 	s, on := localitySetting(oc)
-	if !on || v.distribution(oc) != nil {
+	if !on || b.distribution(oc) != nil {
 		return nil
 	}
 	if oc.policy.GetOutlierDetection() == nil {
 		if len(s.GetFailover()) > 0 || len(s.GetFailoverPriority()) > 0 {
-			v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
+			b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
 		}
 		return nil
 	}
 	if keys := s.GetFailoverPriority(); len(keys) > 0 {
 		if len(s.GetFailover()) > 0 {
-			v.Problem(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
+			b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
 		}
-		return v.labelPriorities(keys)
+		return b.labelPriorities(keys)
 	}
-	loc := v.Key().Locality
+	loc := b.v.Key().Locality
 	if loc.Region == "" {
 		return nil
 	}
@@ -237,12 +252,12 @@ const (
 	labelNetwork = "topology.istio.io/network"
 )
 
-func (v *View) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
+func (b *edsBuilder) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
 	type want struct {
 		label string
 		value string // the proxy's value, or the one the entry names
 	}
-	k := v.Key()
+	k := b.v.Key()
 	wants := make([]want, len(keys))
 	for i, key := range keys {
 		name, value, explicit := strings.Cut(key, "=")
@@ -257,7 +272,7 @@ func (v *View) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
 			case labelNetwork:
 				value = k.Network
 			default:
-				value = v.Labels()[name]
+				value = b.v.Labels()[name]
 			}
 		}
 		wants[i] = want{label: name, value: value}

@@ -30,7 +30,7 @@ const (
 // listeners (one per HTTP port, per TCP service VIP and port, per TLS port),
 // virtualOutbound and virtualInbound; for a router one listener per port of
 // the Gateway servers that select it. Proxyless clients get none here.
-func (v *View) Listeners() []Resource {
+func Listeners(v *View) []Resource {
 	b := newListenerBuilder(v)
 	switch v.key.Type {
 	case proxy.Sidecar:
@@ -45,10 +45,14 @@ func (v *View) Listeners() []Resource {
 
 // listenerBuilder holds what one Listeners call shares between listeners:
 // the typed configs that are the same everywhere are built (and marshalled
-// into Any) once per call.
+// into Any) once per call. It belongs to one goroutine.
 type listenerBuilder struct {
-	v   *View
-	out []Resource
+	v        *View
+	problems *build.Problems
+	out      []Resource
+	// security is what the workload's policies put into its inbound
+	// chains (built on first use).
+	security *inboundFilters
 	// outboundHTTPFilters is fault, cors, router (see the conventions in
 	// the package: routes configure fault and CORS per route).
 	outboundHTTPFilters []*hcmv3.HttpFilter
@@ -61,7 +65,8 @@ type listenerBuilder struct {
 func newListenerBuilder(v *View) *listenerBuilder {
 	router := &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}}
 	return &listenerBuilder{
-		v: v,
+		v:        v,
+		problems: v.Problems(),
 		outboundHTTPFilters: []*hcmv3.HttpFilter{
 			{Name: build.FaultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&faultv3.HTTPFault{})}},
 			{Name: build.CorsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&corsv3.Cors{})}},

@@ -27,9 +27,9 @@ const (
 // one per outbound HTTP port (SidecarRouteName); for a router, one per
 // plain-HTTP gateway port (GatewayHTTPRouteName) and one per
 // TLS-terminating server (GatewayHTTPSRouteName).
-func (v *View) Routes() []Resource {
-	rb := v.newRouteBuilder()
-	switch v.key.Type {
+func Routes(v *View) []Resource {
+	rb := newRouteBuilder(v)
+	switch v.Key().Type {
 	case proxy.Sidecar:
 		return rb.sidecarRoutes()
 	case proxy.Router:
@@ -40,11 +40,12 @@ func (v *View) Routes() []Resource {
 
 // routeBuilder holds what one Routes call shares: the translator and the
 // translations already made (a VirtualService naming several hosts is
-// translated once per port and context).
+// translated once per port and context). It belongs to one goroutine.
 type routeBuilder struct {
-	v     *View
-	t     *routeTranslator
-	cache map[routeCacheKey][]*routev3.Route
+	v        *View
+	problems *build.Problems
+	t        *routeTranslator
+	cache    map[routeCacheKey][]*routev3.Route
 	// sidecarVS caches View.VirtualServices by host (a host has several
 	// ports).
 	sidecarVS  map[string][]*mesh.Config
@@ -57,19 +58,23 @@ type routeCacheKey struct {
 	gateway *mesh.Config // nil: mesh
 }
 
-func (v *View) newRouteBuilder() *routeBuilder {
+func newRouteBuilder(v *View) *routeBuilder {
 	t := &routeTranslator{
 		envoy:   true,
 		service: v.Service,
-		known:   func(host string) bool { return v.snap.Services[host] != nil },
+		known:   func(host string) bool { return v.Snapshot().Services[host] != nil },
 		subset: func(host, subset string) bool {
 			_, ok := v.Subset(host, subset)
 			return ok
 		},
-		problem:   func(resource, field, reason string) { v.Problem(resource, field, "%s", reason) },
-		labels:    v.labels,
-		namespace: v.key.Namespace,
-		delegate:  v.VirtualServiceByName,
+		problem: func(resource, field, reason string) {
+			v.Problems().Add(mesh.Problem{Resource: resource, Field: field, Reason: reason})
+		},
+		labels:    v.Labels(),
+		namespace: v.Key().Namespace,
+		delegate: func(namespace, name string) *mesh.Config {
+			return virtualServiceByName(v.Snapshot(), namespace, name)
+		},
 		hashPolicy: func(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
 			dr := v.DestinationRule(host).DestinationRule()
 			if dr == nil {
@@ -78,7 +83,7 @@ func (v *View) newRouteBuilder() *routeBuilder {
 			return consistentHash(policy.TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
 		},
 	}
-	return &routeBuilder{v: v, t: t, cache: map[routeCacheKey][]*routev3.Route{}, sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+	return &routeBuilder{v: v, problems: v.Problems(), t: t, cache: map[routeCacheKey][]*routev3.Route{}, sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
 }
 
 func (rb *routeBuilder) translate(cfg *mesh.Config, ctx routeContext, gw *mesh.Config) []*routev3.Route {
@@ -181,7 +186,7 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 	if suffix := "." + svc.Namespace + ".svc." + mesh.DomainSuffix; svc.Namespace != "" && strings.HasSuffix(svc.Hostname, suffix) {
 		// name.ns.svc.cluster.local: every shorter form ending at a dot.
 		start := len(svc.Hostname) - len(suffix) // the dot after "name"
-		if svc.Namespace != rb.v.key.Namespace {
+		if svc.Namespace != rb.v.Key().Namespace {
 			start += 1 + len(svc.Namespace) // the dot after "name.ns"
 		}
 		for i := start; i < len(svc.Hostname); i++ {
@@ -206,7 +211,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		rb.sidecarVS[svc.Hostname] = vss
 	}
 	for _, other := range vss[min(1, len(vss)):] {
-		rb.v.Problem(other.Ref(), "spec.hosts", "shadowed: host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
+		rb.problems.Addf(other.Ref(), "spec.hosts", "shadowed: host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
 	}
 	if len(vss) > 0 {
 		if rs := rb.translate(vss[0], meshContext(port), nil); len(rs) > 0 {
@@ -224,6 +229,17 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	}}
 }
 
+// virtualServiceByName finds a VirtualService by namespace and name (for
+// delegation), or nil.
+func virtualServiceByName(s *mesh.Snapshot, namespace, name string) *mesh.Config {
+	for _, c := range s.AllVirtualServices {
+		if c.Object.Namespace == namespace && c.Object.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
 // gatewayVHost collects one virtual host of a gateway route configuration.
 type gatewayVHost struct {
 	host       string
@@ -235,7 +251,7 @@ type gatewayVHost struct {
 // gatewayRoutes builds the router's route configurations: all plain HTTP
 // servers on a port share one; each TLS-terminating server has its own.
 func (rb *routeBuilder) gatewayRoutes() []Resource {
-	// Keyed by the port the listener binds (GatewayListenPort), which names
+	// Keyed by the port the listener binds (gatewayListenPort), which names
 	// the route configuration; domains carry the server port clients use.
 	httpHosts := map[uint32]map[string]*gatewayVHost{}
 	serverPort := map[uint32]uint32{}
@@ -250,7 +266,7 @@ func (rb *routeBuilder) gatewayRoutes() []Resource {
 		same := map[string]*routev3.RouteConfiguration{}
 		for i, srv := range spec.GetServers() {
 			port := srv.GetPort().GetNumber()
-			listen := rb.v.GatewayListenPort(port)
+			listen := gatewayListenPort(rb.v, port)
 			switch serverKind(srv) {
 			case serverHTTP:
 				if httpHosts[listen] == nil {

@@ -902,7 +902,7 @@ func BenchmarkEnvoyRoutes(b *testing.B) {
 			var bytes, resources int
 			for b.Loop() {
 				bytes, resources = 0, 0
-				for _, r := range NewView(snap, key).Routes() {
+				for _, r := range Routes(NewView(snap, key)) {
 					m, err := proto.Marshal(r.Message)
 					if err != nil {
 						b.Fatal(err)
@@ -921,14 +921,14 @@ func BenchmarkEnvoyRoutes(b *testing.B) {
 func TestEnvoyRoutesBenchmarkOnce(t *testing.T) {
 	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "ns-0", Labels: "app=client"}
 	v := NewView(mesh.Build("m", benchConfig(t, 50)), key)
-	rs := v.Routes()
+	rs := Routes(v)
 	if len(rs) != 1 {
 		t.Fatalf("route configurations = %d, want 1 (port 7070)", len(rs))
 	}
 	if n := len(rs[0].Message.(*routev3.RouteConfiguration).GetVirtualHosts()); n != 51 {
 		t.Fatalf("virtual hosts = %d, want 50 + catch-all", n)
 	}
-	if p := v.Problems(); len(p) != 0 {
+	if p := v.Problems().List(); len(p) != 0 {
 		t.Fatalf("problems: %+v", p)
 	}
 }

@@ -131,10 +131,9 @@ func grpcServerTLS() *tlsv3.DownstreamTlsContext {
 // labels and inbound ports only (not on the IPs themselves), so they can
 // be cached like Envoy output (LabelSignature, InboundSignature).
 func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]Resource, []mesh.Problem) {
-	v := &View{snap: s, key: k, ips: k.IPList()}
 	var out []Resource
 	var problems []mesh.Problem
-	for _, in := range v.InboundPorts() {
+	for _, in := range InboundPortsOf(s, k) {
 		for _, host := range []string{"0.0.0.0", "::"} {
 			name := GRPCServerListenerName(net.JoinHostPort(host, strconv.FormatUint(uint64(in.TargetPort), 10)))
 			l, ps, err := GRPCServerListener(s, k, name)

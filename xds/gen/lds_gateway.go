@@ -36,7 +36,7 @@ func (k gatewayPortKind) String() string {
 
 // gatewayPort is one gateway listener being built.
 type gatewayPort struct {
-	port    uint32 // the port the listener binds (GatewayListenPort)
+	port    uint32 // the port the listener binds (gatewayListenPort)
 	kind    gatewayPortKind
 	owner   string // the config whose server decided kind
 	chains  []*listenerv3.FilterChain
@@ -59,16 +59,16 @@ func (b *listenerBuilder) gateways() {
 				continue
 			}
 			if srv.GetBind() != "" {
-				v.Problem(gw.Ref(), field+".bind", "bind is not supported; the server listens on 0.0.0.0")
+				b.problems.Addf(gw.Ref(), field+".bind", "bind is not supported; the server listens on 0.0.0.0")
 			}
-			num := v.GatewayListenPort(srv.GetPort().GetNumber())
+			num := gatewayListenPort(v, srv.GetPort().GetNumber())
 			gp := byPort[num]
 			if gp == nil {
 				gp = &gatewayPort{port: num, kind: kind, owner: gw.Ref(), claimed: map[string]string{}}
 				byPort[num] = gp
 			}
 			if gp.kind != kind {
-				v.Problem(gw.Ref(), field+".port", "port %d already serves %s for %s; this %s server is ignored", num, gp.kind, gp.owner, kind)
+				b.problems.Addf(gw.Ref(), field+".port", "port %d already serves %s for %s; this %s server is ignored", num, gp.kind, gp.owner, kind)
 				continue
 			}
 			switch kind {
@@ -108,13 +108,13 @@ func (b *listenerBuilder) gateways() {
 	}
 }
 
-// GatewayListenPort is the port a router listens on for a Gateway server
+// gatewayListenPort is the port a router listens on for a Gateway server
 // port: the target port of the router's own service port with that number
 // (a gateway's Service commonly maps 80 to 8080 so that the proxy need not
 // bind a privileged port), else the server port itself. Listener and
 // route configuration names (http.PORT, https.PORT...) use this port, so
 // RDS must name gateway routes by it too.
-func (v *View) GatewayListenPort(serverPort uint32) uint32 {
+func gatewayListenPort(v *View, serverPort uint32) uint32 {
 	for _, ip := range v.InboundPorts() {
 		if ip.Port.Number == serverPort {
 			return ip.TargetPort
@@ -128,7 +128,7 @@ func (v *View) GatewayListenPort(serverPort uint32) uint32 {
 func (b *listenerBuilder) serverKind(gw *mesh.Config, field string, srv *networking.Server) (gatewayPortKind, bool) {
 	proto := strings.ToUpper(srv.GetPort().GetProtocol())
 	if srv.GetPort().GetNumber() == 0 {
-		b.v.Problem(gw.Ref(), field+".port.number", "a server needs a port number")
+		b.problems.Addf(gw.Ref(), field+".port.number", "a server needs a port number")
 		return 0, false
 	}
 	switch {
@@ -137,14 +137,14 @@ func (b *listenerBuilder) serverKind(gw *mesh.Config, field string, srv *network
 		return gwHTTP, true
 	case IsTLS(proto):
 		if srv.GetTls() == nil {
-			b.v.Problem(gw.Ref(), field+".tls", "a %s server needs tls settings", proto)
+			b.problems.Addf(gw.Ref(), field+".tls", "a %s server needs tls settings", proto)
 			return 0, false
 		}
 		switch mode := srv.GetTls().GetMode(); mode {
 		case networking.ServerTLSSettings_PASSTHROUGH, networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
 			return gwSNI, true
 		default:
-			b.v.Problem(gw.Ref(), field+".tls.mode", "tls mode %s is not supported; the server is ignored", mode)
+			b.problems.Addf(gw.Ref(), field+".tls.mode", "tls mode %s is not supported; the server is ignored", mode)
 			return 0, false
 		}
 	default:
@@ -204,7 +204,7 @@ func (b *listenerBuilder) gatewayTCPServer(gp *gatewayPort, gw *mesh.Config, fie
 		return
 	}
 	if owner, taken := gp.claimed[""]; taken {
-		b.v.Problem(gw.Ref(), field, "port %d already forwards TCP for %s; this server is ignored", num, owner)
+		b.problems.Addf(gw.Ref(), field, "port %d already forwards TCP for %s; this server is ignored", num, owner)
 		return
 	}
 	gp.claimed[""] = gw.Ref()
@@ -217,10 +217,10 @@ func (b *listenerBuilder) gatewayTCPRoute(gw *mesh.Config, srv *networking.Serve
 	num := srv.GetPort().GetNumber()
 	for _, vs := range b.gatewayVSFor(gw, serverHosts(gw, srv)) {
 		for i, r := range vs.VirtualService().GetTcp() {
-			if !b.v.anyL4Match(r.GetMatch(), num, gw, vs.Object.Namespace) {
+			if !b.anyL4Match(r.GetMatch(), num, gw, vs.Object.Namespace) {
 				continue
 			}
-			if d := b.v.l4Routes(vs, "spec.tcp["+strconv.Itoa(i)+"].route", r.GetRoute(), 0); d != nil {
+			if d := b.l4Routes(vs, "spec.tcp["+strconv.Itoa(i)+"].route", r.GetRoute(), 0); d != nil {
 				return d
 			}
 		}
@@ -238,7 +238,7 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 		for i, r := range vs.VirtualService().GetTls() {
 			rf := "spec.tls[" + strconv.Itoa(i) + "]"
 			for j, m := range r.GetMatch() {
-				if !b.v.l4Applies(m, num, gw, vs.Object.Namespace) {
+				if !b.l4Applies(m, num, gw, vs.Object.Namespace) {
 					continue
 				}
 				var admitted []string
@@ -251,7 +251,7 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 				if len(names) == 0 {
 					continue
 				}
-				dests := b.v.l4Routes(vs, rf+".route", r.GetRoute(), 0)
+				dests := b.l4Routes(vs, rf+".route", r.GetRoute(), 0)
 				if dests == nil {
 					continue
 				}
@@ -270,7 +270,6 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 // terminated with the server's certificate, then an HCM on the server's
 // own route configuration (HTTPS) or tcp_proxy by tcp routes (TLS).
 func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Config, index int, field string, srv *networking.Server) {
-	v := b.v
 	num := gp.port
 	var names []string
 	for _, h := range serverHosts(gw, srv) {
@@ -292,7 +291,7 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 			if k == "" {
 				what = "the match of any server name"
 			}
-			v.Problem(gw.Ref(), field+".hosts", "%s on port %d is already served by %s; this server is ignored", what, num, owner)
+			b.problems.Addf(gw.Ref(), field+".hosts", "%s on port %d is already served by %s; this server is ignored", what, num, owner)
 			return
 		}
 	}
@@ -341,7 +340,6 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 // required client certificate validated by credentialName-cacert (or the
 // caCertificates file, or caCertCredentialName) and subjectAltNames.
 func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *networking.Server) (*corev3.TransportSocket, bool) {
-	v := b.v
 	t := srv.GetTls()
 	ctx := &tlsv3.CommonTlsContext{}
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
@@ -356,7 +354,7 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 			PrivateKey:       fileSource(t.GetPrivateKey()),
 		}}
 	default:
-		v.Problem(gw.Ref(), field+".tls.credentialName", "a %s server needs credentialName (or serverCertificate and privateKey); the server is ignored", t.GetMode())
+		b.problems.Addf(gw.Ref(), field+".tls.credentialName", "a %s server needs credentialName (or serverCertificate and privateKey); the server is ignored", t.GetMode())
 		return nil, false
 	}
 	if p := tlsParams(t); p != nil {
@@ -378,7 +376,7 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 				MatchTypedSubjectAltNames: sans,
 			}}
 		default:
-			v.Problem(gw.Ref(), field+".tls.caCertificates", "a MUTUAL server needs credentialName or caCertificates to validate clients; the server is ignored")
+			b.problems.Addf(gw.Ref(), field+".tls.caCertificates", "a MUTUAL server needs credentialName or caCertificates to validate clients; the server is ignored")
 			return nil, false
 		}
 		if sds != nil {

@@ -40,20 +40,53 @@ type inboundFilters struct {
 
 // inboundSecurityFilters selects the workload's policies and translates
 // them: JWT authentication first (HTTP), then RBAC audit, deny, allow.
-func (v *View) inboundSecurityFilters() *inboundFilters {
-	if v.filters != nil {
-		return v.filters
+func (b *listenerBuilder) inboundSecurityFilters() *inboundFilters {
+	if b.security != nil {
+		return b.security
 	}
 	f := &inboundFilters{}
-	if jwt := v.jwtFilter(); jwt != nil {
+	if jwt := b.jwtFilter(); jwt != nil {
 		f.http = append(f.http, jwt)
 	}
-	policies := policy.SelectAuthorizationPolicies(v.snap, v.key.Namespace, v.labels, v.report)
-	td := policy.TrustDomain(v.snap)
-	f.http = append(f.http, policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td}, v.report).HTTPFilters(true)...)
-	f.tcp = policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td, TCP: true}, v.report).NetworkFilters()
-	v.filters = f
+	policies := b.v.AuthorizationPolicies()
+	td := policy.TrustDomain(b.v.Snapshot())
+	f.http = append(f.http, policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td}, b.problems.Add).HTTPFilters(true)...)
+	f.tcp = policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td, TCP: true}, b.problems.Add).NetworkFilters()
+	b.security = f
 	return f
+}
+
+// jwtFilter is the workload's JWT authentication filter; nil when no
+// RequestAuthentication applies.
+func (b *listenerBuilder) jwtFilter() *hcmv3.HttpFilter {
+	policies := b.v.RequestAuthentications()
+	if len(policies) == 0 {
+		return nil
+	}
+	cfg := policy.BuildJWTAuthn(policies, b.jwksCluster, b.problems.Add)
+	if cfg == nil {
+		return nil
+	}
+	return &hcmv3.HttpFilter{Name: policy.JWTAuthnFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(cfg)}}
+}
+
+// jwksCluster is the outbound cluster of a service port visible to the
+// proxy, or "".
+func (b *listenerBuilder) jwksCluster(host string, port uint32) string {
+	svc := b.v.Service(host)
+	if svc == nil {
+		return ""
+	}
+	if _, ok := svc.Port(port); !ok {
+		return ""
+	}
+	return build.ClusterName(host, port, "")
+}
+
+// mtlsMode is the effective mTLS mode of the workload's port (0: the
+// workload as a whole).
+func (b *listenerBuilder) mtlsMode(port uint32) policy.MTLSMode {
+	return b.v.PeerAuthentications().Mode(port, b.problems.Add)
 }
 
 // meshSANMatcher accepts peer identities of the mesh's trust domain.
@@ -91,7 +124,7 @@ func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 				TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
 				AlpnProtocols:                  alpn,
 				TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: ads}},
-				ValidationContextType:          meshValidation(b.v.snap, ads),
+				ValidationContextType:          meshValidation(b.v.Snapshot(), ads),
 			},
 			RequireClientCertificate: wrapperspb.Bool(true),
 		}
@@ -138,7 +171,7 @@ func (b *listenerBuilder) inboundChains(name string, match func() *listenerv3.Fi
 // (AuthorizationPolicies select gateways as they do sidecars), then
 // fault, CORS and router.
 func (b *listenerBuilder) gatewayHTTPFilters() []*hcmv3.HttpFilter {
-	sec := b.v.inboundSecurityFilters()
+	sec := b.inboundSecurityFilters()
 	if len(sec.http) == 0 {
 		return b.outboundHTTPFilters
 	}
@@ -148,5 +181,5 @@ func (b *listenerBuilder) gatewayHTTPFilters() []*hcmv3.HttpFilter {
 // gatewayTCPFilters puts the gateway workload's network authorization
 // filters before a gateway's tcp_proxy.
 func (b *listenerBuilder) gatewayTCPFilters(proxy *listenerv3.Filter) []*listenerv3.Filter {
-	return append(slices.Clone(b.v.inboundSecurityFilters().tcp), proxy)
+	return append(slices.Clone(b.inboundSecurityFilters().tcp), proxy)
 }

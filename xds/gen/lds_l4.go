@@ -22,14 +22,14 @@ type l4Match interface {
 // l4Applies reports whether a tcp/tls match applies to traffic on port
 // (0: any) for this proxy, acting as gateway gw (nil: as a sidecar, the
 // "mesh" gateway). vsNS resolves bare gateway names in match.gateways.
-func (v *View) l4Applies(m l4Match, port uint32, gw *mesh.Config, vsNS string) bool {
+func (b *listenerBuilder) l4Applies(m l4Match, port uint32, gw *mesh.Config, vsNS string) bool {
 	if p := m.GetPort(); p != 0 && port != 0 && p != port {
 		return false
 	}
-	if !mesh.Matches(m.GetSourceLabels(), v.labels) {
+	if !mesh.Matches(m.GetSourceLabels(), b.v.Labels()) {
 		return false
 	}
-	if ns := m.GetSourceNamespace(); ns != "" && ns != v.key.Namespace {
+	if ns := m.GetSourceNamespace(); ns != "" && ns != b.v.Key().Namespace {
 		return false
 	}
 	if gws := m.GetGateways(); len(gws) > 0 && !namesGateway(gws, gw, vsNS) {
@@ -60,7 +60,7 @@ func namesGateway(gws []string, gw *mesh.Config, vsNS string) bool {
 // destinations. defaultPort applies to destinations without a port; 0
 // means "the destination service's only port". Destinations that cannot be
 // resolved are reported and left out; nil when none is left.
-func (v *View) l4Routes(vs *mesh.Config, field string, routes []*networking.RouteDestination, defaultPort uint32) []weightedCluster {
+func (b *listenerBuilder) l4Routes(vs *mesh.Config, field string, routes []*networking.RouteDestination, defaultPort uint32) []weightedCluster {
 	out := make([]weightedCluster, 0, len(routes))
 	anyWeight := false
 	for _, r := range routes {
@@ -75,7 +75,7 @@ func (v *View) l4Routes(vs *mesh.Config, field string, routes []*networking.Rout
 			continue // a zero weight takes no traffic
 		}
 		host := mesh.ResolveHost(d.GetHost(), vs.Object.Namespace)
-		svc := v.Service(host)
+		svc := b.v.Service(host)
 		port := d.GetPort().GetNumber()
 		if port == 0 {
 			port = defaultPort
@@ -84,18 +84,18 @@ func (v *View) l4Routes(vs *mesh.Config, field string, routes []*networking.Rout
 			if svc != nil && len(svc.Ports) == 1 {
 				port = svc.Ports[0].Number
 			} else {
-				v.Problem(vs.Ref(), f+".port", "a port is required: %s does not have exactly one port", host)
+				b.problems.Addf(vs.Ref(), f+".port", "a port is required: %s does not have exactly one port", host)
 				continue
 			}
 		}
 		if svc == nil {
 			// Kept: a cluster that does not exist closes connections,
 			// which is what the route asks for until the host appears.
-			v.Problem(vs.Ref(), f+".host", "host %s is not a service visible to this proxy", host)
+			b.problems.Addf(vs.Ref(), f+".host", "host %s is not a service visible to this proxy", host)
 		}
 		if ss := d.GetSubset(); ss != "" {
-			if _, ok := v.Subset(host, ss); !ok {
-				v.Problem(vs.Ref(), f+".subset", "subset %q is not defined by a DestinationRule of %s", ss, host)
+			if _, ok := b.v.Subset(host, ss); !ok {
+				b.problems.Addf(vs.Ref(), f+".subset", "subset %q is not defined by a DestinationRule of %s", ss, host)
 			}
 		}
 		w := r.GetWeight()
@@ -113,13 +113,13 @@ func (v *View) l4Routes(vs *mesh.Config, field string, routes []*networking.Rout
 // sidecarTCPRoute returns where a sidecar sends TCP connections for a
 // service port: the first tcp route of the host's VirtualService that
 // applies, else the service's own cluster.
-func (v *View) sidecarTCPRoute(svc *mesh.Service, port uint32) []weightedCluster {
-	if vs := v.sidecarVirtualService(svc.Hostname, "spec.tcp", func(vs *networking.VirtualService) bool { return len(vs.GetTcp()) > 0 }); vs != nil {
+func (b *listenerBuilder) sidecarTCPRoute(svc *mesh.Service, port uint32) []weightedCluster {
+	if vs := b.sidecarVirtualService(svc.Hostname, "spec.tcp", func(vs *networking.VirtualService) bool { return len(vs.GetTcp()) > 0 }); vs != nil {
 		for i, r := range vs.VirtualService().GetTcp() {
-			if !v.anyL4Match(r.GetMatch(), port, nil, vs.Object.Namespace) {
+			if !b.anyL4Match(r.GetMatch(), port, nil, vs.Object.Namespace) {
 				continue
 			}
-			if d := v.l4Routes(vs, "spec.tcp["+strconv.Itoa(i)+"].route", r.GetRoute(), port); d != nil {
+			if d := b.l4Routes(vs, "spec.tcp["+strconv.Itoa(i)+"].route", r.GetRoute(), port); d != nil {
 				return d
 			}
 		}
@@ -129,12 +129,12 @@ func (v *View) sidecarTCPRoute(svc *mesh.Service, port uint32) []weightedCluster
 
 // anyL4Match reports whether a route applies: it has no match, or one of
 // its matches applies.
-func (v *View) anyL4Match(ms []*networking.L4MatchAttributes, port uint32, gw *mesh.Config, vsNS string) bool {
+func (b *listenerBuilder) anyL4Match(ms []*networking.L4MatchAttributes, port uint32, gw *mesh.Config, vsNS string) bool {
 	if len(ms) == 0 {
 		return true
 	}
 	for _, m := range ms {
-		if v.l4Applies(m, port, gw, vsNS) {
+		if b.l4Applies(m, port, gw, vsNS) {
 			return true
 		}
 	}
@@ -144,14 +144,14 @@ func (v *View) anyL4Match(ms []*networking.L4MatchAttributes, port uint32, gw *m
 // sidecarVirtualService returns the VirtualService that applies to host
 // for a sidecar, reporting the ones it shadows that have routes of the
 // kind relevant here (has; field names that kind).
-func (v *View) sidecarVirtualService(host, field string, has func(*networking.VirtualService) bool) *mesh.Config {
-	list := v.VirtualServices(host)
+func (b *listenerBuilder) sidecarVirtualService(host, field string, has func(*networking.VirtualService) bool) *mesh.Config {
+	list := b.v.VirtualServices(host)
 	if len(list) == 0 {
 		return nil
 	}
 	for _, o := range list[1:] {
 		if has(o.VirtualService()) {
-			v.Problem(o.Ref(), field, "not applied to host %s: %s takes precedence", host, list[0].Ref())
+			b.problems.Addf(o.Ref(), field, "not applied to host %s: %s takes precedence", host, list[0].Ref())
 		}
 	}
 	return list[0]

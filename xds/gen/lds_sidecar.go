@@ -45,7 +45,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 		vips := b.listenAddresses(svc)
 		for _, p := range svc.Ports {
 			if p.Number == VirtualOutboundPort || p.Number == VirtualInboundPort {
-				v.Problem(serviceRef(svc), "spec.ports", "port %d of %s is reserved for the sidecar's own listeners; no outbound listener for it", p.Number, svc.Hostname)
+				b.problems.Addf(serviceRef(svc), "spec.ports", "port %d of %s is reserved for the sidecar's own listeners; no outbound listener for it", p.Number, svc.Hostname)
 				continue
 			}
 			u := byPort[p.Number]
@@ -60,11 +60,11 @@ func (b *listenerBuilder) sidecarOutbound() {
 			case IsTLS(p.Protocol):
 				u.tls = append(u.tls, sp)
 			case len(vips) > 0:
-				dests := v.sidecarTCPRoute(svc, p.Number)
+				dests := b.sidecarTCPRoute(svc, p.Number)
 				for _, vip := range vips {
 					name := OutboundListenerName(vip, p.Number)
 					if owner, dup := vipOwner[name]; dup {
-						v.Problem(serviceRef(svc), "spec.addresses", "address %s port %d is also used by %s, which wins (first by hostname)", vip, p.Number, owner)
+						b.problems.Addf(serviceRef(svc), "spec.addresses", "address %s port %d is also used by %s, which wins (first by hostname)", vip, p.Number, owner)
 						continue
 					}
 					vipOwner[name] = svc.Hostname
@@ -103,7 +103,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 			name := OutboundListenerName("0.0.0.0", port)
 			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
 			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{
-				tcpProxy(build.ClusterName(first.svc.Hostname, port, ""), v.sidecarTCPRoute(first.svc, port)),
+				tcpProxy(build.ClusterName(first.svc.Hostname, port, ""), b.sidecarTCPRoute(first.svc, port)),
 			}}}
 			b.add(l)
 		}
@@ -114,7 +114,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 // because winner's protocol took the port.
 func (b *listenerBuilder) reportLosers(losers []svcPort, winner svcPort, kind string) {
 	for _, l := range losers {
-		b.v.Problem(serviceRef(l.svc), "spec.ports", "%s port %d (%s) has no address of its own and %s takes 0.0.0.0:%d as %s; its traffic is not routed by the sidecar",
+		b.problems.Addf(serviceRef(l.svc), "spec.ports", "%s port %d (%s) has no address of its own and %s takes 0.0.0.0:%d as %s; its traffic is not routed by the sidecar",
 			l.svc.Hostname, l.port.Number, l.port.Protocol, winner.svc.Hostname, l.port.Number, kind)
 	}
 }
@@ -135,7 +135,7 @@ func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
 			out = append(out, pf.Addr().String())
 			continue
 		}
-		b.v.Problem(serviceRef(svc), "spec.addresses", "address %q of %s is not a single IP; TCP listeners for address ranges are not supported, it is ignored", a, svc.Hostname)
+		b.problems.Addf(serviceRef(svc), "spec.addresses", "address %q of %s is not a single IP; TCP listeners for address ranges are not supported, it is ignored", a, svc.Hostname)
 	}
 	return out
 }
@@ -145,12 +145,11 @@ func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
 // claim of a server name wins), then each service's own hostname.
 // Connections with no matching SNI take the passthrough/blackhole chain.
 func (b *listenerBuilder) sidecarTLSListener(port uint32, sps []svcPort) *listenerv3.Listener {
-	v := b.v
 	claimed := map[string]string{} // server name -> claiming config
 	done := map[*mesh.Config]bool{}
 	var chains []*listenerv3.FilterChain
 	for _, sp := range sps {
-		vs := v.sidecarVirtualService(sp.svc.Hostname, "spec.tls", func(vs *networking.VirtualService) bool { return len(vs.GetTls()) > 0 })
+		vs := b.sidecarVirtualService(sp.svc.Hostname, "spec.tls", func(vs *networking.VirtualService) bool { return len(vs.GetTls()) > 0 })
 		if vs == nil || done[vs] {
 			continue
 		}
@@ -158,14 +157,14 @@ func (b *listenerBuilder) sidecarTLSListener(port uint32, sps []svcPort) *listen
 		for i, r := range vs.VirtualService().GetTls() {
 			field := "spec.tls[" + strconv.Itoa(i) + "]"
 			for j, m := range r.GetMatch() {
-				if !v.l4Applies(m, port, nil, vs.Object.Namespace) {
+				if !b.l4Applies(m, port, nil, vs.Object.Namespace) {
 					continue
 				}
 				names := b.claim(claimed, m.GetSniHosts(), vs.Ref(), field+".match["+strconv.Itoa(j)+"].sniHosts")
 				if len(names) == 0 {
 					continue
 				}
-				dests := v.l4Routes(vs, field+".route", r.GetRoute(), port)
+				dests := b.l4Routes(vs, field+".route", r.GetRoute(), port)
 				if dests == nil {
 					continue
 				}
@@ -202,7 +201,7 @@ func (b *listenerBuilder) claim(claimed map[string]string, names []string, ref, 
 	for _, n := range names {
 		if owner, taken := claimed[n]; taken {
 			if owner != ref {
-				b.v.Problem(ref, field, "server name %s is already routed by %s on this port", n, owner)
+				b.problems.Addf(ref, field, "server name %s is already routed by %s on this port", n, owner)
 			}
 			continue
 		}
@@ -215,20 +214,10 @@ func (b *listenerBuilder) claim(claimed map[string]string, names []string, ref, 
 // fallthroughChain takes outbound traffic no listener or chain knows:
 // passed through under ALLOW_ANY, dropped under REGISTRY_ONLY.
 func (b *listenerBuilder) fallthroughChain() *listenerv3.FilterChain {
-	if b.v.outboundAllowAny() {
+	if b.v.AllowAny() {
 		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(build.PassthroughCluster)}}
 	}
 	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(build.BlackHoleCluster)}}
-}
-
-// outboundAllowAny reports whether traffic to unknown destinations passes
-// through: Istio's default (no Sidecar, or one without an
-// outboundTrafficPolicy) is ALLOW_ANY. View.AllowAny compares with
-// REGISTRY_ONLY, which is the enum's zero value, so it answers false when
-// nothing is configured; until it is fixed, listeners decide here.
-func (v *View) outboundAllowAny() bool {
-	p := v.SidecarSpec().GetOutboundTrafficPolicy()
-	return p == nil || p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
 }
 
 // virtualOutbound adds the listener iptables redirects outbound traffic
@@ -249,14 +238,15 @@ type inboundPort struct {
 // inboundPorts are the Sidecar resource's ingress ports when it has any
 // (traffic then goes to their defaultEndpoint, through the cluster
 // InboundClusterName(port)), else the workload's service target ports.
-func (v *View) inboundPortList() []inboundPort {
+func (b *listenerBuilder) inboundPortList() []inboundPort {
+	v := b.v
 	if sc := v.SidecarSpec(); sc != nil && len(sc.GetIngress()) > 0 {
 		seen := map[uint32]bool{}
 		var out []inboundPort
 		for i, in := range sc.GetIngress() {
 			n := in.GetPort().GetNumber()
 			if seen[n] {
-				v.Problem(v.sidecar.Ref(), "spec.ingress["+strconv.Itoa(i)+"].port", "port %d is already an ingress port", n)
+				b.problems.Addf(v.SidecarConfig().Ref(), "spec.ingress["+strconv.Itoa(i)+"].port", "port %d is already an ingress port", n)
 				continue
 			}
 			seen[n] = true
@@ -280,17 +270,16 @@ func (v *View) inboundPortList() []inboundPort {
 // ports no service declares, with the workload's mode and filters too
 // (Istio enforces policies there as well).
 func (b *listenerBuilder) virtualInbound() {
-	v := b.v
 	l := listener(VirtualInboundListener, "0.0.0.0", VirtualInboundPort, true, corev3.TrafficDirection_INBOUND)
 	l.ListenerFilters = []*listenerv3.ListenerFilter{originalDstFilter()}
-	sec := v.inboundSecurityFilters()
+	sec := b.inboundSecurityFilters()
 	tcpFilters := func(cluster string) func() []*listenerv3.Filter {
 		return func() []*listenerv3.Filter {
 			return append(slices.Clone(sec.tcp), tcpProxyTo(cluster))
 		}
 	}
 	needInspector := false
-	for _, p := range v.inboundPortList() {
+	for _, p := range b.inboundPortList() {
 		cluster := build.InboundClusterName(p.port)
 		http := IsHTTP(p.protocol)
 		app := tcpFilters(cluster)
@@ -300,12 +289,12 @@ func (b *listenerBuilder) virtualInbound() {
 		match := func() *listenerv3.FilterChainMatch {
 			return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.port)}
 		}
-		chains, inspect := b.inboundChains(cluster, match, v.mtlsMode(p.port), http, app, tcpFilters(cluster))
+		chains, inspect := b.inboundChains(cluster, match, b.mtlsMode(p.port), http, app, tcpFilters(cluster))
 		l.FilterChains = append(l.FilterChains, chains...)
 		needInspector = needInspector || inspect
 	}
 	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(build.InboundPassthroughCluster)()}
-	switch v.mtlsMode(0) {
+	switch b.mtlsMode(0) {
 	case policy.MTLSStrict:
 		passthrough.TransportSocket = b.inboundMTLS(false)
 	case policy.MTLSPermissive:

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -15,11 +15,13 @@ import (
 
 // View is one Envoy proxy's scoped view of a snapshot: what it may see
 // (exportTo, its Sidecar resource's egress hosts), which config applies to
-// it (DestinationRule lookup, Gateways selecting it), and the services it
-// serves. Every Envoy generator reads the snapshot only through a View, and
-// a View is a function of (snapshot, key) alone (invariant 6).
+// it (DestinationRule lookup, Gateways selecting it, its workload's
+// security policies), and the ports its workload serves. Every Envoy
+// generator reads the snapshot only through a View, and a View is a
+// function of (snapshot, key) alone (invariant 6). It also holds the
+// Problems met scoping and generating for the proxy.
 //
-// A View belongs to one goroutine.
+// A View belongs to one goroutine: it selects lazily and caches.
 type View struct {
 	snap   *mesh.Snapshot
 	key    proxy.Key
@@ -39,15 +41,12 @@ type View struct {
 	inbound     []InboundPort
 	inboundDone bool
 
-	// The workload's own security config, selected on first use.
-	pa      policy.PeerAuthentications
-	paDone  bool
-	filters *inboundFilters
-	// istioMeta is the endpoint metadata tlsMode: istio, shared.
-	istioMeta *corev3.Metadata
+	// The workload's own security policies, each selected on first use.
+	peerAuthn                        policy.PeerAuthentications
+	authzPolicies, requestAuthn      []*mesh.Config
+	peerDone, authzDone, requestDone bool
 
-	problems []mesh.Problem
-	reported map[mesh.Problem]bool
+	problems build.Problems
 }
 
 type egressHost struct {
@@ -201,17 +200,6 @@ func boundToMesh(gateways []string) bool {
 	return len(gateways) == 0 || slices.Contains(gateways, "mesh")
 }
 
-// VirtualServiceByName finds a VirtualService by namespace and name (for
-// delegation), or nil.
-func (v *View) VirtualServiceByName(namespace, name string) *mesh.Config {
-	for _, c := range v.snap.AllVirtualServices {
-		if c.Object.Namespace == namespace && c.Object.Name == name {
-			return c
-		}
-	}
-	return nil
-}
-
 // Gateways returns the Gateway resources that select this proxy (routers
 // only), sorted by namespace/name. An empty selector selects every gateway
 // proxy.
@@ -314,17 +302,27 @@ func (v *View) AllowAny() bool {
 // port of every service with an endpoint at one of the proxy's IPs, sorted
 // by target port. Services need not be visible to the proxy.
 func (v *View) InboundPorts() []InboundPort {
-	if v.inboundDone {
-		return v.inbound
+	if !v.inboundDone {
+		v.inboundDone = true
+		v.inbound = inboundPorts(v.snap, v.ips)
 	}
-	v.inboundDone = true
-	if len(v.ips) == 0 {
+	return v.inbound
+}
+
+// InboundPortsOf is View.InboundPorts for the workload at k's IPs, without
+// scoping the rest of the snapshot.
+func InboundPortsOf(s *mesh.Snapshot, k proxy.Key) []InboundPort {
+	return inboundPorts(s, k.IPList())
+}
+
+func inboundPorts(s *mesh.Snapshot, ips []string) []InboundPort {
+	if len(ips) == 0 {
 		return nil
 	}
 	// The services with an endpoint at one of the IPs, in hostname order.
 	var svcs []*mesh.Service
-	for _, ip := range v.ips {
-		for _, svc := range v.snap.ServicesAt(ip) {
+	for _, ip := range ips {
+		for _, svc := range s.ServicesAt(ip) {
 			if !slices.Contains(svcs, svc) {
 				svcs = append(svcs, svc)
 			}
@@ -332,9 +330,10 @@ func (v *View) InboundPorts() []InboundPort {
 	}
 	slices.SortFunc(svcs, func(a, b *mesh.Service) int { return strings.Compare(a.Hostname, b.Hostname) })
 	seen := map[uint32]bool{}
+	var out []InboundPort
 	for _, svc := range svcs {
 		for _, ep := range svc.Endpoints {
-			if !slices.Contains(v.ips, ep.Address) {
+			if !slices.Contains(ips, ep.Address) {
 				continue
 			}
 			for _, p := range svc.Ports {
@@ -343,12 +342,12 @@ func (v *View) InboundPorts() []InboundPort {
 					continue
 				}
 				seen[tp] = true
-				v.inbound = append(v.inbound, InboundPort{Service: svc, Port: p, TargetPort: tp})
+				out = append(out, InboundPort{Service: svc, Port: p, TargetPort: tp})
 			}
 		}
 	}
-	slices.SortFunc(v.inbound, func(a, b InboundPort) int { return int(a.TargetPort) - int(b.TargetPort) })
-	return v.inbound
+	slices.SortFunc(out, func(a, b InboundPort) int { return int(a.TargetPort) - int(b.TargetPort) })
+	return out
 }
 
 // InboundSignature names what a proxy's IPs contribute to its config: the
@@ -359,25 +358,13 @@ func InboundSignature(s *mesh.Snapshot, k proxy.Key) string {
 	if k.IPs == "" {
 		return ""
 	}
-	v := &View{snap: s, key: k, ips: k.IPList()}
 	var b strings.Builder
-	for _, in := range v.InboundPorts() {
+	for _, in := range InboundPortsOf(s, k) {
 		fmt.Fprintf(&b, "%s:%d:%d,", in.Service.Hostname, in.Port.Number, in.TargetPort)
 	}
 	return b.String()
 }
 
-// Problem records config that could not be applied as written (once).
-func (v *View) Problem(resource, field, format string, args ...any) {
-	p := mesh.Problem{Resource: resource, Field: field, Reason: fmt.Sprintf(format, args...)}
-	if v.reported == nil {
-		v.reported = map[mesh.Problem]bool{}
-	}
-	if !v.reported[p] {
-		v.reported[p] = true
-		v.problems = append(v.problems, p)
-	}
-}
-
-// Problems returns the problems recorded so far.
-func (v *View) Problems() []mesh.Problem { return v.problems }
+// Problems returns where the problems met scoping and generating for the
+// proxy are recorded.
+func (v *View) Problems() *build.Problems { return &v.problems }
