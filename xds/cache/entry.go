@@ -9,6 +9,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx"
@@ -109,8 +110,8 @@ func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 }
 
 // cacheKey is the key generation for k is memoized under: k with its IPs
-// and labels replaced by what they contribute (gen.InboundSignature,
-// gen.LabelSignature), so the sidecars of one deployment, and proxies whose
+// and labels replaced by what they contribute (scope.InboundSignature,
+// scope.LabelSignature), so the sidecars of one deployment, and proxies whose
 // labels and IPs select nothing different, share one generation.
 func (e *Entry) cacheKey(k proxy.Key) proxy.Key {
 	if ck, ok := e.cacheKeys.Load(k); ok {
@@ -125,11 +126,11 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	ck := k
 	ck.IPs, ck.Labels = "", ""
 	if k.IPs != "" {
-		if sig := gen.InboundSignature(e.State.Snapshot, k); sig != "" {
+		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig
 		}
 	}
-	if sig := gen.LabelSignature(e.State.Snapshot, k); sig != "" {
+	if sig := scope.LabelSignature(e.State.Snapshot, k); sig != "" {
 		ck.Labels = "selects:" + sig
 	}
 	return ck

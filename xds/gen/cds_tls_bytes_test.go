@@ -8,6 +8,7 @@ import (
 
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/gentest"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestAutoMTLSContextBytes(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": memoConfig})
 	for _, k := range []string{"demo", "other"} {
-		v := NewView(snap, benchSidecarKeyIn(k))
+		v := scope.New(snap, benchSidecarKeyIn(k))
 		b := newCDSBuilder(v)
 		n := 0
 		outboundClusters(v, func(oc *outboundCluster) {

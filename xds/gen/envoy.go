@@ -5,6 +5,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -50,7 +51,7 @@ func GatewayHTTPSRouteName(port uint32, server, gateway, namespace string) strin
 // envoyGenerators are the Envoy generators by type URL (Istio registers
 // its own the same way), each building every resource of its type for the
 // proxy a View scopes.
-var envoyGenerators = map[string]func(*View) []Resource{
+var envoyGenerators = map[string]func(*scope.View) []Resource{
 	typeurl.Cluster:  Clusters,
 	typeurl.Endpoint: Endpoints,
 	typeurl.Listener: Listeners,
@@ -60,7 +61,7 @@ var envoyGenerators = map[string]func(*View) []Resource{
 // Envoy generates every resource for an Envoy proxy with the given key
 // (sidecar or router). It is a pure function of (snapshot, key).
 func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
-	v := NewView(s, key)
+	v := scope.New(s, key)
 	return generateEnvoy(v, &Output{Resources: make(map[string][]Resource, len(Types))}, Types)
 }
 
@@ -71,14 +72,14 @@ func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
 // hold theirs inline; the proxy's inbound ports come from the endpoints
 // at its IPs). It is a pure function of its arguments.
 func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]bool, types ...string) *Output {
-	v := NewView(s, key)
+	v := scope.New(s, key)
 	out := &Output{Resources: map[string][]Resource{typeurl.Endpoint: EndpointsOf(v, hosts)}}
 	return generateEnvoy(v, out, types)
 }
 
 // generateEnvoy adds to out every resource of types for v's proxy, each
 // type sorted by name, and the problems met.
-func generateEnvoy(v *View, out *Output, types []string) *Output {
+func generateEnvoy(v *scope.View, out *Output, types []string) *Output {
 	for _, t := range types {
 		rs := envoyGenerators[t](v)
 		build.SortByName(rs)

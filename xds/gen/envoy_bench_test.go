@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -137,7 +138,7 @@ var envoyBenchSizes = []int{100, 1000, 5000}
 // envoyTypes are the per-type generators, as the ADS server calls them.
 var envoyTypes = []struct {
 	name string
-	gen  func(*View) []Resource
+	gen  func(*scope.View) []Resource
 	url  string
 }{
 	{"CDS", Clusters, typeurl.Cluster},
@@ -148,8 +149,8 @@ var envoyTypes = []struct {
 
 // generateMarshalled scopes the snapshot to the key, generates one type and
 // marshals each resource into an Any, as a push does (without caching).
-func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*View) []Resource) (bytes, resources int, err error) {
-	for _, r := range gen(NewView(snap, key)) {
+func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*scope.View) []Resource) (bytes, resources int, err error) {
+	for _, r := range gen(scope.New(snap, key)) {
 		a, err := anypb.New(r.Message)
 		if err != nil {
 			return 0, 0, err
@@ -220,7 +221,7 @@ func BenchmarkEnvoyView(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/services=%d", sh.name, n), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					v := NewView(snap, sh.key)
+					v := scope.New(snap, sh.key)
 					v.InboundPorts()
 				}
 			})

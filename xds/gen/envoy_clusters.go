@@ -18,6 +18,7 @@ import (
 
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -64,14 +65,14 @@ func (oc *outboundCluster) policyField(part string) string {
 // outboundClusters calls fn for every outbound cluster of the proxy, in
 // service, port, subset order: one per visible service port, and one per
 // subset of the DestinationRule that applies to the host.
-func outboundClusters(v *View, fn func(*outboundCluster)) {
+func outboundClusters(v *scope.View, fn func(*outboundCluster)) {
 	for _, svc := range v.Services() {
 		serviceClusters(v, svc, fn)
 	}
 }
 
 // serviceClusters calls fn for each outbound cluster of one service.
-func serviceClusters(v *View, svc *mesh.Service, fn func(*outboundCluster)) {
+func serviceClusters(v *scope.View, svc *mesh.Service, fn func(*outboundCluster)) {
 	dr := v.DestinationRule(svc.Hostname)
 	spec := dr.DestinationRule()
 	for _, p := range svc.Ports {
@@ -114,7 +115,7 @@ func kindFor(r mesh.Resolution, policy *networking.TrafficPolicy) clusterKind {
 //
 // A cdsBuilder belongs to one goroutine.
 type cdsBuilder struct {
-	v        *View
+	v        *scope.View
 	problems *build.Problems
 	// assignments builds the inline assignments of DNS clusters.
 	assignments *edsBuilder
@@ -133,7 +134,7 @@ type cdsBuilder struct {
 	autoModes   map[string]policy.MTLSMode
 }
 
-func newCDSBuilder(v *View) *cdsBuilder {
+func newCDSBuilder(v *scope.View) *cdsBuilder {
 	return &cdsBuilder{
 		v:           v,
 		problems:    v.Problems(),
@@ -174,7 +175,7 @@ func explicitHTTP2(opts *corev3.Http2ProtocolOptions) *upstreamhttpv3.HttpProtoc
 // inbound cluster per port the workload serves. Routers get no inbound
 // clusters. Outbound clusters originate TLS per their DestinationRule, or
 // auto-mTLS to endpoints that run a sidecar (cds_tls.go).
-func Clusters(v *View) []Resource {
+func Clusters(v *scope.View) []Resource {
 	b := newCDSBuilder(v)
 	var out []Resource
 	outboundClusters(v, func(oc *outboundCluster) {
@@ -217,7 +218,7 @@ func originalDst(name string, breakers *clusterv3.CircuitBreakers) *clusterv3.Cl
 // its marshalled form can be shared) and works for the common case of
 // applications listening on 0.0.0.0; moving to the pod IP is a change of
 // this one address (to the key's instance IP), e.g. behind an option.
-func (b *cdsBuilder) inbound(name string, in InboundPort) *clusterv3.Cluster {
+func (b *cdsBuilder) inbound(name string, in scope.InboundPort) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},

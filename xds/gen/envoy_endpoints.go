@@ -12,19 +12,20 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
 // edsBuilder builds the load assignments of one View's clusters, for EDS
 // and for DNS clusters (inline). It belongs to one goroutine.
 type edsBuilder struct {
-	v        *View
+	v        *scope.View
 	problems *build.Problems
 	// istioMeta is the endpoint metadata tlsMode: istio, shared.
 	istioMeta *corev3.Metadata
 }
 
-func newEDSBuilder(v *View) *edsBuilder {
+func newEDSBuilder(v *scope.View) *edsBuilder {
 	return &edsBuilder{v: v, problems: v.Problems()}
 }
 
@@ -32,7 +33,7 @@ func newEDSBuilder(v *View) *edsBuilder {
 // outbound clusters of STATIC-resolution services and their subsets),
 // named like the cluster. Original-destination and DNS clusters have no
 // EDS resource (DNS clusters carry their assignment inline).
-func Endpoints(v *View) []Resource {
+func Endpoints(v *scope.View) []Resource {
 	b := newEDSBuilder(v)
 	var out []Resource
 	outboundClusters(v, func(oc *outboundCluster) {
@@ -45,7 +46,7 @@ func Endpoints(v *View) []Resource {
 
 // EndpointsOf is Endpoints restricted to the clusters of the given
 // services (hostnames): what changes when only their endpoints did.
-func EndpointsOf(v *View, hosts map[string]bool) []Resource {
+func EndpointsOf(v *scope.View, hosts map[string]bool) []Resource {
 	b := newEDSBuilder(v)
 	var out []Resource
 	for h := range hosts {

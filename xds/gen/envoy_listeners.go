@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -30,9 +31,9 @@ const (
 // listeners (one per HTTP port, per TCP service VIP and port, per TLS port),
 // virtualOutbound and virtualInbound; for a router one listener per port of
 // the Gateway servers that select it. Proxyless clients get none here.
-func Listeners(v *View) []Resource {
+func Listeners(v *scope.View) []Resource {
 	b := newListenerBuilder(v)
-	switch v.key.Type {
+	switch v.Key().Type {
 	case proxy.Sidecar:
 		b.sidecarOutbound()
 		b.virtualOutbound()
@@ -47,7 +48,7 @@ func Listeners(v *View) []Resource {
 // the typed configs that are the same everywhere are built (and marshalled
 // into Any) once per call. It belongs to one goroutine.
 type listenerBuilder struct {
-	v        *View
+	v        *scope.View
 	problems *build.Problems
 	out      []Resource
 	// security is what the workload's policies put into its inbound
@@ -62,7 +63,7 @@ type listenerBuilder struct {
 	mtlsHTTP, mtlsTCP *corev3.TransportSocket
 }
 
-func newListenerBuilder(v *View) *listenerBuilder {
+func newListenerBuilder(v *scope.View) *listenerBuilder {
 	router := &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}}
 	return &listenerBuilder{
 		v:        v,

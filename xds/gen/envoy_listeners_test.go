@@ -17,6 +17,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/gentest"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -773,7 +774,7 @@ func benchListeners(b *testing.B, s *mesh.Snapshot, key proxy.Key) {
 // bytes and resource count.
 func marshalListeners(tb testing.TB, s *mesh.Snapshot, key proxy.Key) (int, int) {
 	bytes, count := 0, 0
-	for _, r := range Listeners(NewView(s, key)) {
+	for _, r := range Listeners(scope.New(s, key)) {
 		m, err := proto.Marshal(r.Message)
 		if err != nil {
 			tb.Fatal(err)
@@ -789,7 +790,7 @@ func marshalListeners(tb testing.TB, s *mesh.Snapshot, key proxy.Key) (int, int)
 func TestBenchmarkSidecarListeners(t *testing.T) {
 	s := ldsBenchConfig(t, 20)
 	ls := map[string]bool{}
-	for _, r := range Listeners(NewView(s, ldsSidecarKey)) {
+	for _, r := range Listeners(scope.New(s, ldsSidecarKey)) {
 		ls[r.Name] = true
 	}
 	// 5 HTTP ports, 5 TCP VIPs, 443, virtualOutbound, virtualInbound

@@ -13,6 +13,7 @@ import (
 
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -27,7 +28,7 @@ const (
 // one per outbound HTTP port (SidecarRouteName); for a router, one per
 // plain-HTTP gateway port (GatewayHTTPRouteName) and one per
 // TLS-terminating server (GatewayHTTPSRouteName).
-func Routes(v *View) []Resource {
+func Routes(v *scope.View) []Resource {
 	rb := newRouteBuilder(v)
 	switch v.Key().Type {
 	case proxy.Sidecar:
@@ -42,7 +43,7 @@ func Routes(v *View) []Resource {
 // translations already made (a VirtualService naming several hosts is
 // translated once per port and context). It belongs to one goroutine.
 type routeBuilder struct {
-	v        *View
+	v        *scope.View
 	problems *build.Problems
 	t        *routeTranslator
 	cache    map[routeCacheKey][]*routev3.Route
@@ -58,7 +59,7 @@ type routeCacheKey struct {
 	gateway *mesh.Config // nil: mesh
 }
 
-func newRouteBuilder(v *View) *routeBuilder {
+func newRouteBuilder(v *scope.View) *routeBuilder {
 	t := &routeTranslator{
 		envoy:   true,
 		service: v.Service,
@@ -350,9 +351,9 @@ func (rb *routeBuilder) collectHosts(hosts map[string]*gatewayVHost, gw *mesh.Co
 				}
 				var host string
 				switch {
-				case HostMatches(shost, h):
+				case scope.HostMatches(shost, h):
 					host = h
-				case HostMatches(h, shost):
+				case scope.HostMatches(h, shost):
 					host = shost
 				default:
 					continue

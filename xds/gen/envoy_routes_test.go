@@ -16,6 +16,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/gentest"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -902,7 +903,7 @@ func BenchmarkEnvoyRoutes(b *testing.B) {
 			var bytes, resources int
 			for b.Loop() {
 				bytes, resources = 0, 0
-				for _, r := range Routes(NewView(snap, key)) {
+				for _, r := range Routes(scope.New(snap, key)) {
 					m, err := proto.Marshal(r.Message)
 					if err != nil {
 						b.Fatal(err)
@@ -920,7 +921,7 @@ func BenchmarkEnvoyRoutes(b *testing.B) {
 // TestEnvoyRoutesBenchmarkOnce is BenchmarkEnvoyRoutes' test twin.
 func TestEnvoyRoutesBenchmarkOnce(t *testing.T) {
 	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "ns-0", Labels: "app=client"}
-	v := NewView(mesh.Build("m", benchConfig(t, 50)), key)
+	v := scope.New(mesh.Build("m", benchConfig(t, 50)), key)
 	rs := Routes(v)
 	if len(rs) != 1 {
 		t.Fatalf("route configurations = %d, want 1 (port 7070)", len(rs))

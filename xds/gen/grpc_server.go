@@ -17,6 +17,7 @@ import (
 
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -133,7 +134,7 @@ func grpcServerTLS() *tlsv3.DownstreamTlsContext {
 func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]Resource, []mesh.Problem) {
 	var out []Resource
 	var problems []mesh.Problem
-	for _, in := range InboundPortsOf(s, k) {
+	for _, in := range scope.InboundPortsOf(s, k) {
 		for _, host := range []string{"0.0.0.0", "::"} {
 			name := GRPCServerListenerName(net.JoinHostPort(host, strconv.FormatUint(uint64(in.TargetPort), 10)))
 			l, ps, err := GRPCServerListener(s, k, name)

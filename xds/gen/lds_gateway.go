@@ -12,6 +12,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -114,7 +115,7 @@ func (b *listenerBuilder) gateways() {
 // bind a privileged port), else the server port itself. Listener and
 // route configuration names (http.PORT, https.PORT...) use this port, so
 // RDS must name gateway routes by it too.
-func gatewayListenPort(v *View, serverPort uint32) uint32 {
+func gatewayListenPort(v *scope.View, serverPort uint32) uint32 {
 	for _, ip := range v.InboundPorts() {
 		if ip.Port.Number == serverPort {
 			return ip.TargetPort
@@ -173,7 +174,7 @@ func serverHosts(gw *mesh.Config, srv *networking.Server) []serverHost {
 // VirtualService in namespace vsNS (either may be a wildcard).
 func acceptsHost(hosts []serverHost, vsNS, host string) bool {
 	for _, h := range hosts {
-		if (h.namespace == "*" || h.namespace == vsNS) && (HostMatches(h.host, host) || HostMatches(host, h.host)) {
+		if (h.namespace == "*" || h.namespace == vsNS) && (scope.HostMatches(h.host, host) || scope.HostMatches(host, h.host)) {
 			return true
 		}
 	}

@@ -5,34 +5,13 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/gentest"
-	"github.com/navemesh/nave/xds/proxy"
 )
-
-// TestSidecarWithoutEgressRestrictsNothing: a Sidecar resource that only
-// sets an outbound policy leaves every service visible (Istio reads a
-// missing egress as */*).
-func TestSidecarWithoutEgressRestrictsNothing(t *testing.T) {
-	snap := gentest.Snapshot(t, map[string]string{"c1": goldenMesh + `---
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {name: default, namespace: shop}
-spec: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}
-`})
-
-	v := NewView(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop"})
-	if v.Service("frontend.web.svc.cluster.local") == nil || v.AllowAny() {
-		t.Fatalf("services %d, allowAny %v: want everything visible and REGISTRY_ONLY", len(v.Services()), v.AllowAny())
-	}
-	if NewView(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "other"}).AllowAny() != true {
-		t.Fatal("a namespace without a Sidecar resource must allow any")
-	}
-}
 
 // TestGatewayListenPortNamesListenerAndRoutes: a gateway whose Service maps
 // port 80 to 8080 listens on 8080, and the listener and the route
 // configuration agree on the name http.8080.
 func TestGatewayListenPortNamesListenerAndRoutes(t *testing.T) {
-	snap := gentest.Snapshot(t, map[string]string{"c1": goldenMesh + `---
+	snap := gentest.Snapshot(t, map[string]string{"c1": gentest.Mesh + `---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: ingressgateway, namespace: istio-system}
@@ -42,7 +21,6 @@ spec:
   resolution: STATIC
   endpoints: [{address: 10.3.0.1}]
 `})
-
 	key := goldenProxies[2].key // the ingress gateway at 10.3.0.1
 	out := Envoy(snap, key)
 	if _, ok := byNameOK(out, typeurl.Listener, OutboundListenerName("0.0.0.0", 8080)); !ok {

@@ -1,7 +1,14 @@
-package gen
+// Package scope holds the View: one proxy's scoped read model of a
+// snapshot — what the proxy may see (exportTo, its Sidecar resource's
+// egress hosts), which config applies to it (VirtualServices, Gateways
+// selecting it, DestinationRules, its Sidecar resource, its workload's
+// security policies) and the ports its own workload serves — and the
+// signatures that say what a proxy's labels and IPs contribute to its
+// config, so that caches may key on them (invariant 6: generation reads
+// only what its key holds). It generates nothing.
+package scope
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -54,16 +61,8 @@ type egressHost struct {
 	host      string // "*", "*.suffix" or exact
 }
 
-// InboundPort is one port the proxy's own workload serves.
-type InboundPort struct {
-	Service *mesh.Service
-	// Port is the service port; TargetPort the workload port behind it.
-	Port       mesh.Port
-	TargetPort uint32
-}
-
-// NewView scopes snapshot s to the proxy with key k.
-func NewView(s *mesh.Snapshot, k proxy.Key) *View {
+// New scopes snapshot s to the proxy with key k.
+func New(s *mesh.Snapshot, k proxy.Key) *View {
 	v := &View{snap: s, key: k, labels: k.LabelMap(), ips: k.IPList()}
 	if k.Type == proxy.Sidecar {
 		v.sidecar = v.selectSidecar()
@@ -296,73 +295,6 @@ func (v *View) AllowAny() bool {
 	// restricts.
 	p := v.SidecarSpec().GetOutboundTrafficPolicy()
 	return p == nil || p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
-}
-
-// InboundPorts returns the ports the proxy's own workload serves: every
-// port of every service with an endpoint at one of the proxy's IPs, sorted
-// by target port. Services need not be visible to the proxy.
-func (v *View) InboundPorts() []InboundPort {
-	if !v.inboundDone {
-		v.inboundDone = true
-		v.inbound = inboundPorts(v.snap, v.ips)
-	}
-	return v.inbound
-}
-
-// InboundPortsOf is View.InboundPorts for the workload at k's IPs, without
-// scoping the rest of the snapshot.
-func InboundPortsOf(s *mesh.Snapshot, k proxy.Key) []InboundPort {
-	return inboundPorts(s, k.IPList())
-}
-
-func inboundPorts(s *mesh.Snapshot, ips []string) []InboundPort {
-	if len(ips) == 0 {
-		return nil
-	}
-	// The services with an endpoint at one of the IPs, in hostname order.
-	var svcs []*mesh.Service
-	for _, ip := range ips {
-		for _, svc := range s.ServicesAt(ip) {
-			if !slices.Contains(svcs, svc) {
-				svcs = append(svcs, svc)
-			}
-		}
-	}
-	slices.SortFunc(svcs, func(a, b *mesh.Service) int { return strings.Compare(a.Hostname, b.Hostname) })
-	seen := map[uint32]bool{}
-	var out []InboundPort
-	for _, svc := range svcs {
-		for _, ep := range svc.Endpoints {
-			if !slices.Contains(ips, ep.Address) {
-				continue
-			}
-			for _, p := range svc.Ports {
-				tp := ep.PortFor(p)
-				if seen[tp] {
-					continue
-				}
-				seen[tp] = true
-				out = append(out, InboundPort{Service: svc, Port: p, TargetPort: tp})
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b InboundPort) int { return int(a.TargetPort) - int(b.TargetPort) })
-	return out
-}
-
-// InboundSignature names what a proxy's IPs contribute to its config: the
-// (service, port, target port) triples of InboundPorts. Proxies whose keys
-// differ only in IPs but have equal signatures get equal config, so a
-// cache may key on the signature instead of the IPs.
-func InboundSignature(s *mesh.Snapshot, k proxy.Key) string {
-	if k.IPs == "" {
-		return ""
-	}
-	var b strings.Builder
-	for _, in := range InboundPortsOf(s, k) {
-		fmt.Fprintf(&b, "%s:%d:%d,", in.Service.Hostname, in.Port.Number, in.TargetPort)
-	}
-	return b.String()
 }
 
 // Problems returns where the problems met scoping and generating for the

@@ -1,6 +1,7 @@
-package gen
+package scope
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -121,6 +122,21 @@ func LabelSignature(s *mesh.Snapshot, k proxy.Key) string {
 	}
 	for _, n := range in.names {
 		b.WriteString("," + n + "=" + labels[n])
+	}
+	return b.String()
+}
+
+// InboundSignature names what a proxy's IPs contribute to its config: the
+// (service, port, target port) triples of InboundPorts. Proxies whose keys
+// differ only in IPs but have equal signatures get equal config, so a
+// cache may key on the signature instead of the IPs.
+func InboundSignature(s *mesh.Snapshot, k proxy.Key) string {
+	if k.IPs == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, in := range InboundPortsOf(s, k) {
+		fmt.Fprintf(&b, "%s:%d:%d,", in.Service.Hostname, in.Port.Number, in.TargetPort)
 	}
 	return b.String()
 }

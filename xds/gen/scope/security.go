@@ -1,4 +1,4 @@
-package gen
+package scope
 
 import (
 	"github.com/navemesh/nave/xds/gen/policy"
