@@ -12,7 +12,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
-	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/gen/routes"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -45,7 +45,7 @@ func Routes(v *scope.View) []Resource {
 type routeBuilder struct {
 	v        *scope.View
 	problems *build.Problems
-	t        *routeTranslator
+	t        *routes.Translator
 	cache    map[routeCacheKey][]*routev3.Route
 	// sidecarVS caches View.VirtualServices by host (a host has several
 	// ports).
@@ -60,39 +60,22 @@ type routeCacheKey struct {
 }
 
 func newRouteBuilder(v *scope.View) *routeBuilder {
-	t := &routeTranslator{
-		envoy:   true,
-		service: v.Service,
-		known:   func(host string) bool { return v.Snapshot().Services[host] != nil },
-		subset: func(host, subset string) bool {
-			_, ok := v.Subset(host, subset)
-			return ok
-		},
-		problem: func(resource, field, reason string) {
-			v.Problems().Add(mesh.Problem{Resource: resource, Field: field, Reason: reason})
-		},
-		labels:    v.Labels(),
-		namespace: v.Key().Namespace,
-		delegate: func(namespace, name string) *mesh.Config {
-			return virtualServiceByName(v.Snapshot(), namespace, name)
-		},
-		hashPolicy: func(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
-			dr := v.DestinationRule(host).DestinationRule()
-			if dr == nil {
-				return nil
-			}
-			return consistentHash(policy.TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
-		},
-	}
-	return &routeBuilder{v: v, problems: v.Problems(), t: t, cache: map[routeCacheKey][]*routev3.Route{}, sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), cache: map[routeCacheKey][]*routev3.Route{},
+		sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
 }
 
-func (rb *routeBuilder) translate(cfg *mesh.Config, ctx routeContext, gw *mesh.Config) []*routev3.Route {
-	k := routeCacheKey{cfg: cfg, port: ctx.port, gateway: gw}
+// translate translates cfg's routes for port, as gateway gw's (nil: as
+// the sidecar's), once per builder.
+func (rb *routeBuilder) translate(cfg *mesh.Config, port uint32, gw *mesh.Config) []*routev3.Route {
+	k := routeCacheKey{cfg: cfg, port: port, gateway: gw}
 	if rs, ok := rb.cache[k]; ok {
 		return rs
 	}
-	rs := rb.t.virtualService(cfg, ctx)
+	ctx := routes.Mesh(port)
+	if gw != nil {
+		ctx = routes.Gateway(gw, port)
+	}
+	rs := rb.t.VirtualService(cfg, ctx)
 	rb.cache[k] = rs
 	return rs
 }
@@ -154,7 +137,7 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 			Match: all,
 			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.PassthroughCluster},
-				Timeout:          rb.t.noTimeout(),
+				Timeout:          rb.t.NoTimeout(),
 			}},
 		}}}
 	}
@@ -215,7 +198,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		rb.problems.Addf(other.Ref(), "spec.hosts", "shadowed: host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
 	}
 	if len(vss) > 0 {
-		if rs := rb.translate(vss[0], meshContext(port), nil); len(rs) > 0 {
+		if rs := rb.translate(vss[0], port, nil); len(rs) > 0 {
 			return rs
 		}
 	}
@@ -224,21 +207,10 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, port, "")},
-			Timeout:          rb.t.noTimeout(),
-			RetryPolicy:      rb.t.defaultRetryPolicy(),
+			Timeout:          rb.t.NoTimeout(),
+			RetryPolicy:      rb.t.DefaultRetryPolicy(),
 		}},
 	}}
-}
-
-// virtualServiceByName finds a VirtualService by namespace and name (for
-// delegation), or nil.
-func virtualServiceByName(s *mesh.Snapshot, namespace, name string) *mesh.Config {
-	for _, c := range s.AllVirtualServices {
-		if c.Object.Namespace == namespace && c.Object.Name == name {
-			return c
-		}
-	}
-	return nil
 }
 
 // gatewayVHost collects one virtual host of a gateway route configuration.
@@ -423,18 +395,9 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 		}
 		for _, i := range idx {
 			vs, gw := vh.vss[i], vh.gws[i]
-			evh.Routes = append(evh.Routes, rb.translate(vs, gatewayContext(gw, port), gw)...)
+			evh.Routes = append(evh.Routes, rb.translate(vs, port, gw)...)
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, evh)
 	}
 	return rc
-}
-
-// gatewayContext: a match's gateways entry names gw as "namespace/name",
-// or as "name" from a VirtualService in gw's namespace.
-func gatewayContext(gw *mesh.Config, port uint32) routeContext {
-	full := gw.Object.Namespace + "/" + gw.Object.Name
-	return routeContext{port: port, gateway: func(vsNamespace, name string) bool {
-		return name == full || (name == gw.Object.Name && vsNamespace == gw.Object.Namespace)
-	}}
 }

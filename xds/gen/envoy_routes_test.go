@@ -16,6 +16,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/gentest"
+	"github.com/navemesh/nave/xds/gen/routes"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -215,7 +216,7 @@ func TestSidecarRouteConfigs(t *testing.T) {
 	if rs[0].GetMatch().GetPrefix() != "/" || ra.GetCluster() != build.ClusterName(reviews, 9080, "") || ra.GetTimeout() == nil || ra.GetTimeout().AsDuration() != 0 {
 		t.Errorf("default route = %v", rs[0])
 	}
-	if rp := ra.GetRetryPolicy(); rp.GetNumRetries().GetValue() != 2 || rp.GetRetryOn() != defaultRetryOn {
+	if rp := ra.GetRetryPolicy(); rp.GetNumRetries().GetValue() != 2 || rp.GetRetryOn() != routes.DefaultRetryOn {
 		t.Errorf("default retry policy = %v", rp)
 	}
 	allow := vhost(t, rc, AllowAnyVirtualHost)
@@ -471,7 +472,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 				if b := rs[1].GetRoute(); b.GetRetryPolicy() != nil || b.GetTimeout() == nil || b.GetTimeout().AsDuration() != 0 {
 					t.Errorf("attempts 0 = %v, want no retries and timeout 0", b)
 				}
-				if rp := rs[2].GetRoute().GetRetryPolicy(); rp.GetNumRetries().GetValue() != 2 || rp.GetRetryOn() != defaultRetryOn {
+				if rp := rs[2].GetRoute().GetRetryPolicy(); rp.GetNumRetries().GetValue() != 2 || rp.GetRetryOn() != routes.DefaultRetryOn {
 					t.Errorf("default retries = %v", rp)
 				}
 			},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/routes"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -53,6 +54,7 @@ func GRPC(s *mesh.Snapshot) *Output {
 	for _, rs := range g.out.Resources {
 		build.SortByName(rs)
 	}
+	g.out.Problems = g.problems.List()
 	return g.out
 }
 
@@ -75,11 +77,10 @@ func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
 }
 
 type grpcGen struct {
-	snap *mesh.Snapshot
-	out  *Output
-	// reported dedupes problems found once per listener.
-	reported map[mesh.Problem]bool
-	routes   *routeTranslator
+	snap     *mesh.Snapshot
+	out      *Output
+	problems build.Problems
+	routes   *routes.Translator
 	// meshTLS is the ISTIO_MUTUAL transport socket of clusters without
 	// their own sni or subjectAltNames (built on first use).
 	meshTLS *corev3.TransportSocket
@@ -87,14 +88,4 @@ type grpcGen struct {
 
 func (g *grpcGen) add(typeURL, name string, m proto.Message) {
 	g.out.Resources[typeURL] = append(g.out.Resources[typeURL], Resource{Name: name, Message: m})
-}
-
-func (g *grpcGen) problem(p mesh.Problem) {
-	if g.reported == nil {
-		g.reported = map[mesh.Problem]bool{}
-	}
-	if !g.reported[p] {
-		g.reported[p] = true
-		g.out.Problems = append(g.out.Problems, p)
-	}
 }

@@ -33,7 +33,7 @@ func (g *grpcGen) grpcTLSSupported(oc *outboundCluster) bool {
 	settings := oc.policy.GetTls()
 	switch settings.GetMode() {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		g.problem(mesh.Problem{Resource: oc.dr.Ref(), Field: oc.policyField("tls") + ".mode",
+		g.problems.Add(mesh.Problem{Resource: oc.dr.Ref(), Field: oc.policyField("tls") + ".mode",
 			Reason: settings.GetMode().String() + " TLS origination is not supported for proxyless gRPC clients (grpc-go takes certificates only from its bootstrap's certificate providers); their clusters for this policy are left out, so calls fail instead of going out in plain text"})
 		return false
 	}
