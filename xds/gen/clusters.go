@@ -19,40 +19,29 @@ func (g *grpcGen) clusters(svc *mesh.Service) {
 
 // eachCluster calls fn for every port of svc, and every subset of its
 // DestinationRule, with the traffic policy that applies merged as for
-// Envoy (TrafficPolicyFor: the subset's settings over the rule's, a
-// port-level setting over its policy's own); not for clusters whose TLS
-// proxyless clients cannot have (grpcTLSSupported).
-func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *outboundCluster)) {
-	dr := g.snap.DestinationRule(svc.Hostname, "")
-	spec := dr.DestinationRule()
-	each := func(oc *outboundCluster) {
+// Envoy (policy.Clusters); not for clusters whose TLS proxyless clients
+// cannot have (grpcTLSSupported).
+func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *policy.Cluster)) {
+	policy.Clusters(svc, g.snap.DestinationRule(svc.Hostname, ""), func(oc *policy.Cluster) {
 		if g.grpcTLSSupported(oc) {
 			fn(oc)
 		}
-	}
-	for _, p := range svc.Ports {
-		each(&outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ""), svc: svc, port: p, dr: dr,
-			policy: policy.TrafficPolicyFor(spec, p.Number, "")})
-		for _, ss := range spec.GetSubsets() {
-			each(&outboundCluster{name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), svc: svc, port: p, subset: ss.GetName(),
-				labels: ss.GetLabels(), dr: dr, policy: policy.TrafficPolicyFor(spec, p.Number, ss.GetName())})
-		}
-	}
+	})
 }
 
-func (g *grpcGen) cluster(oc *outboundCluster) {
+func (g *grpcGen) cluster(oc *policy.Cluster) {
 	c := &clusterv3.Cluster{
-		Name:                 oc.name,
+		Name:                 oc.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.name},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		TransportSocket:      g.grpcTransportSocket(oc.policy.GetTls()),
+		TransportSocket:      g.grpcTransportSocket(oc.Policy.GetTls()),
 	}
-	if oc.policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
+	if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	}
-	g.add(typeurl.Cluster, oc.name, c)
-	g.add(typeurl.Endpoint, oc.name, loadAssignment(oc.name, oc.svc, oc.port, oc.labels))
+	g.add(typeurl.Cluster, oc.Name, c)
+	g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
 }
 
 // loadAssignment groups the endpoints of svc that match labels by

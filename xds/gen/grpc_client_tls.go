@@ -29,11 +29,11 @@ import (
 // The answer reads only the DestinationRule, never endpoints, so an
 // endpoint-only change leaves it as it was (GRPCEndpoints enumerates
 // clusters through here too, and leaves out the same ones).
-func (g *grpcGen) grpcTLSSupported(oc *outboundCluster) bool {
-	settings := oc.policy.GetTls()
+func (g *grpcGen) grpcTLSSupported(oc *policy.Cluster) bool {
+	settings := oc.Policy.GetTls()
 	switch settings.GetMode() {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		g.problems.Add(mesh.Problem{Resource: oc.dr.Ref(), Field: oc.policyField("tls") + ".mode",
+		g.problems.Add(mesh.Problem{Resource: oc.Rule.Ref(), Field: oc.Field("tls") + ".mode",
 			Reason: settings.GetMode().String() + " TLS origination is not supported for proxyless gRPC clients (grpc-go takes certificates only from its bootstrap's certificate providers); their clusters for this policy are left out, so calls fail instead of going out in plain text"})
 		return false
 	}

@@ -43,12 +43,12 @@ spec:
 `
 
 // grpcUpstreamTLSOf returns the UpstreamTlsContext of cluster name of
-// out (upstreamTLS), after checking the cluster and the context validate
+// out (grpcUpstreamTLS), after checking the cluster and the context validate
 // and that the cluster has no transport socket matches (grpc-go NACKs
 // them); nil when the cluster has no transport socket.
-func grpcUpstreamTLSOf(t *testing.T, out *Output, name string) *tlsv3.UpstreamTlsContext {
+func grpcUpstreamTLSOf(t *testing.T, out *build.Output, name string) *tlsv3.UpstreamTlsContext {
 	t.Helper()
-	c, _ := byName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
+	c, _ := gentest.ByName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
 	if c == nil {
 		t.Fatalf("no cluster %s", name)
 	}
@@ -58,7 +58,7 @@ func grpcUpstreamTLSOf(t *testing.T, out *Output, name string) *tlsv3.UpstreamTl
 	if len(c.GetTransportSocketMatches()) != 0 {
 		t.Errorf("cluster %s has transport socket matches", name)
 	}
-	ctx := upstreamTLS(t, c)
+	ctx := gentest.UpstreamTLS(t, c)
 	if err := ctx.ValidateAll(); ctx != nil && err != nil {
 		t.Fatalf("cluster %s: UpstreamTlsContext: %v", name, err)
 	}
@@ -120,7 +120,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 	// endpoints are left out (never plain text), and it is reported.
 	for _, name := range []string{build.ClusterName(host, 7071, ""), build.ClusterName(host, 7071, "v1")} {
 		for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint} {
-			if r := byName(out, typeURL, name); r.Message != nil {
+			if r := gentest.ByName(out, typeURL, name); r.Message != nil {
 				t.Errorf("%s %s generated; want it left out (SIMPLE)", typeURL, name)
 			}
 		}
@@ -136,7 +136,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 	}
 
 	// Endpoint-only regeneration leaves out the same clusters.
-	var want []Resource
+	var want []build.Resource
 	for _, r := range out.Resources[typeurl.Endpoint] {
 		if strings.HasSuffix(r.Name, "|"+host) {
 			want = append(want, r)
@@ -164,7 +164,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	y := strings.Replace(mtlsConfig, "tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}", "tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}", 1)
 	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": y}))
-	if r := byName(out, typeurl.Cluster, build.ClusterName(host, 7071, "")); r.Message != nil {
+	if r := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7071, "")); r.Message != nil {
 		t.Errorf("MUTUAL cluster generated")
 	}
 	if len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Reason, "MUTUAL TLS origination is not supported") {

@@ -131,8 +131,8 @@ func grpcServerTLS() *tlsv3.DownstreamTlsContext {
 // "[::]:PORT"), sorted by name. They depend on the key's namespace,
 // labels and inbound ports only (not on the IPs themselves), so they can
 // be cached like Envoy output (LabelSignature, InboundSignature).
-func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]Resource, []mesh.Problem) {
-	var out []Resource
+func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]build.Resource, []mesh.Problem) {
+	var out []build.Resource
 	var problems []mesh.Problem
 	for _, in := range scope.InboundPortsOf(s, k) {
 		for _, host := range []string{"0.0.0.0", "::"} {
@@ -141,7 +141,7 @@ func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]Resource, []mesh.Prob
 			if err != nil {
 				continue // cannot happen: the name is well formed
 			}
-			out = append(out, Resource{Name: name, Message: l})
+			out = append(out, build.Resource{Name: name, Message: l})
 			for _, p := range ps {
 				if !slices.Contains(problems, p) {
 					problems = append(problems, p)
@@ -149,6 +149,6 @@ func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]Resource, []mesh.Prob
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b build.Resource) int { return strings.Compare(a.Name, b.Name) })
 	return out, problems
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -45,7 +46,7 @@ var grpcServerKey = proxy.Key{Type: proxy.GRPC, Mesh: "m", Namespace: "foo", Lab
 // carry what grpc-go accepts.
 func TestGRPCServerListeners(t *testing.T) {
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true,
-		Objects: decodeMesh(t, secMesh+nsPA("foo", "STRICT")+authzPolicies)}})
+		Objects: gentest.Decode(t, gentest.SecurityMesh+gentest.PeerAuthentication("foo", "STRICT")+gentest.AuthorizationPolicies)}})
 	rs, problems := gen.GRPCServerListeners(snap, grpcServerKey)
 	if len(problems) > 0 {
 		t.Errorf("problems: %v", problems)
@@ -61,7 +62,7 @@ func TestGRPCServerListeners(t *testing.T) {
 			t.Errorf("%s: STRICT without TLS", r.Name)
 		}
 	}
-	validateDeepAll(t, &gen.Output{Resources: map[string][]gen.Resource{typeurl.Listener: rs}})
+	gentest.ValidateDeep(t, &gen.Output{Resources: map[string][]gen.Resource{typeurl.Listener: rs}})
 	want := []string{gen.GRPCServerListenerName("0.0.0.0:80"), gen.GRPCServerListenerName("0.0.0.0:9000"),
 		gen.GRPCServerListenerName("[::]:80"), gen.GRPCServerListenerName("[::]:9000")}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
@@ -71,7 +72,7 @@ func TestGRPCServerListeners(t *testing.T) {
 		t.Error("a name without a port is accepted")
 	}
 	// A header grpc-go refuses to match is reported, not generated.
-	snap = mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: decodeMesh(t, secMesh+`
+	snap = mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: gentest.Decode(t, gentest.SecurityMesh+`
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -96,7 +97,7 @@ func TestGRPCServerEnforces(t *testing.T) {
 		config string
 		calls  []grpcCall
 	}{
-		{"STRICT, allow a principal", nsPA("foo", "STRICT") + `
+		{"STRICT, allow a principal", gentest.PeerAuthentication("foo", "STRICT") + `
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -138,7 +139,7 @@ spec: {rules: [{from: [{source: {ipBlocks: [10.0.0.0/8]}}]}]}
 `, []grpcCall{{plain: true, want: codes.PermissionDenied}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: decodeMesh(t, secMesh+tc.config)}})
+			snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: gentest.Decode(t, gentest.SecurityMesh+tc.config)}})
 			addr := serveXDS(t, pki, func(name string) (*listenerv3.Listener, error) {
 				l, problems, err := gen.GRPCServerListener(snap, grpcServerKey, name)
 				if len(problems) > 0 {

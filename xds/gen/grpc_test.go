@@ -63,15 +63,6 @@ spec:
     retries: {attempts: 2, perTryTimeout: 1s, retryOn: unavailable}
 `
 
-func byName(out *Output, typeURL, name string) Resource {
-	for _, r := range out.Resources[typeURL] {
-		if r.Name == name {
-			return r
-		}
-	}
-	return Resource{}
-}
-
 func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": config}))
 	for typeURL, rs := range out.Resources {
@@ -90,7 +81,7 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 	}
 
 	name := ListenerName(host, 7070)
-	l, _ := byName(out, typeurl.Listener, name).Message.(*listenerv3.Listener)
+	l, _ := gentest.ByName(out, typeurl.Listener, name).Message.(*listenerv3.Listener)
 	if l == nil {
 		t.Fatalf("no listener %s", name)
 	}
@@ -103,7 +94,7 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 		t.Fatalf("listener HCM: rds %q, last filter %q", hcm.GetRds().GetRouteConfigName(), filters[len(filters)-1].GetName())
 	}
 
-	rc, _ := byName(out, typeurl.Route, name).Message.(*routev3.RouteConfiguration)
+	rc, _ := gentest.ByName(out, typeurl.Route, name).Message.(*routev3.RouteConfiguration)
 	routes := rc.GetVirtualHosts()[0].GetRoutes()
 	if len(routes) != 2 {
 		t.Fatalf("routes = %d, want 2", len(routes))
@@ -125,13 +116,13 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 		t.Errorf("timeout/retries = %v / %v", split.GetMaxStreamDuration(), split.GetRetryPolicy())
 	}
 
-	cla, _ := byName(out, typeurl.Endpoint, build.ClusterName(host, 7070, "v1")).Message.(*endpointv3.ClusterLoadAssignment)
+	cla, _ := gentest.ByName(out, typeurl.Endpoint, build.ClusterName(host, 7070, "v1")).Message.(*endpointv3.ClusterLoadAssignment)
 	eps := cla.GetEndpoints()
 	if len(eps) != 1 || eps[0].GetLoadBalancingWeight().GetValue() != 3 || eps[0].GetLocality().GetZone() != "zone-a" ||
 		eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue() != 17071 {
 		t.Errorf("v1 endpoints = %v", eps)
 	}
-	v2, _ := byName(out, typeurl.Endpoint, build.ClusterName(host, 7070, "v2")).Message.(*endpointv3.ClusterLoadAssignment)
+	v2, _ := gentest.ByName(out, typeurl.Endpoint, build.ClusterName(host, 7070, "v2")).Message.(*endpointv3.ClusterLoadAssignment)
 	if port := v2.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); port != 7070 {
 		t.Errorf("v2 endpoint port = %d, want the service port 7070 (no port mapping)", port)
 	}
@@ -197,7 +188,7 @@ func TestGRPCEndpointsMatchFullGeneration(t *testing.T) {
 		if len(got) == 0 {
 			t.Fatalf("%s: no endpoints generated", host)
 		}
-		var want []Resource
+		var want []build.Resource
 		for _, r := range full.Resources[typeurl.Endpoint] {
 			if strings.HasSuffix(r.Name, "|"+host) {
 				want = append(want, r)
@@ -233,7 +224,7 @@ func TestGRPCClusterPolicyMerge(t *testing.T) {
   - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: ROUND_ROBIN}}]}}`, 1)
 	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": y}))
 	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_LEAST_REQUEST, "v1": clusterv3.Cluster_LEAST_REQUEST, "v2": clusterv3.Cluster_ROUND_ROBIN} {
-		c, _ := byName(out, typeurl.Cluster, build.ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
+		c, _ := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
 		if c.GetLbPolicy() != want {
 			t.Errorf("subset %q: lb policy %v, want %v", subset, c.GetLbPolicy(), want)
 		}

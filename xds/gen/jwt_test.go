@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/gen/sim"
 )
 
@@ -74,7 +75,7 @@ spec:
 // TestJWT: RequestAuthentication refuses invalid tokens and lets requests
 // without one through; AuthorizationPolicy reads the verified token.
 func TestJWT(t *testing.T) {
-	out, s := secOut(t, decodeMesh(t, secMesh+jwtPolicies))
+	out, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+jwtPolicies))
 	problem := false
 	for _, p := range out.Problems {
 		if p.Resource == "c1:RequestAuthentication istio-system/ghost" && p.Field == "spec.jwtRules[0].jwksUri" &&
@@ -135,7 +136,7 @@ func TestJWT(t *testing.T) {
 	}
 	// Without a RequestAuthentication no token is ever verified:
 	// requestPrincipals match nothing.
-	_, plain := secOut(t, decodeMesh(t, secMesh+"\n---\n"+jwtPolicies[strings.Index(jwtPolicies, "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy"):]))
+	_, plain := secOut(t, gentest.Decode(t, gentest.SecurityMesh+"\n---\n"+jwtPolicies[strings.Index(jwtPolicies, "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy"):]))
 	req := inHTTP("GET", "/x")
 	req.JWT = tok(iss, "alice", nil)
 	if r := plain.Do(req); r.Err != nil || !strings.Contains(r.Denied, "no ALLOW policy matches") || slices.Contains(r.Allowed, "ns[foo]-policy[jwt]-rule[0]") {
@@ -158,7 +159,7 @@ func TestRequestPrincipalForms(t *testing.T) {
 	patterns := []string{"*", "a/b/s", "https://x/y/x/y/z", "a/*", "a/b*", "https://*", "https://x/*", "*/s", "*/z", "*b//", "*x/y/z", "*y/a/b", "b//*", "b///"}
 	for _, pat := range patterns {
 		ap := "\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: foo}\nspec: {rules: [{from: [{source: {requestPrincipals: [\"" + pat + "\"]}}]}]}\n"
-		out, s := secOut(t, decodeMesh(t, secMesh+ra+ap))
+		out, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+ra+ap))
 		if len(out.Problems) > 0 {
 			t.Fatalf("%s: %v", pat, out.Problems)
 		}

@@ -6,37 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
-
-// secMesh is one workload, httpbin in namespace foo at 10.0.0.5, with an
-// HTTP port (service 8000 → workload 80) and a TCP port (9000), injected
-// (tlsMode: istio).
-const secMesh = `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: httpbin, namespace: foo}
-spec:
-  hosts: [httpbin.foo.svc.cluster.local]
-  location: MESH_INTERNAL
-  ports: [{number: 8000, name: http, protocol: HTTP, targetPort: 80}, {number: 9000, name: tcp, protocol: TCP}]
-  resolution: STATIC
-  endpoints: [{address: 10.0.0.5, labels: {app: httpbin, security.istio.io/tlsMode: istio}}]
-`
 
 var httpbinKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "foo", Labels: "app=httpbin\nsecurity.istio.io/tlsMode=istio", IPs: "10.0.0.5"}
 
@@ -48,15 +30,6 @@ const (
 	foreign  = "spiffe://other.example/ns/bar/sa/sleep"
 )
 
-func decodeMesh(t *testing.T, y string) []*meshconfig.Object {
-	t.Helper()
-	objs, errs := meshconfig.DecodeYAML([]byte(y), "security.yaml")
-	if len(errs) > 0 {
-		t.Fatal(errs[0])
-	}
-	return objs
-}
-
 // secOut generates httpbin's sidecar config for objs, checks every
 // resource and every typed config inside listeners validates, and returns
 // it with a simulator.
@@ -64,75 +37,8 @@ func secOut(t *testing.T, objs []*meshconfig.Object) (*gen.Output, *sim.Sim) {
 	t.Helper()
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
 	out := gen.Envoy(snap, httpbinKey)
-	validateDeepAll(t, out)
+	gentest.ValidateDeep(t, out)
 	return out, sim.New(out.Resources)
-}
-
-// validateDeepAll runs ValidateAll on every resource and on every typed
-// config inside listeners and clusters (ValidateAll does not look into
-// Any): listener filters, network filters, HTTP filters, transport
-// sockets and transport socket matches.
-func validateDeepAll(t *testing.T, out *gen.Output) {
-	t.Helper()
-	check := func(where string, a *anypb.Any) {
-		if a == nil {
-			return
-		}
-		m, err := a.UnmarshalNew()
-		if err != nil {
-			t.Fatalf("%s: %v", where, err)
-		}
-		if err := m.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
-			t.Errorf("%s: %s: %v", where, a.TypeUrl, err)
-		}
-		if hcm, ok := m.(*hcmv3.HttpConnectionManager); ok {
-			for _, f := range hcm.GetHttpFilters() {
-				if inner := f.GetTypedConfig(); inner != nil {
-					im, err := inner.UnmarshalNew()
-					if err != nil {
-						t.Fatalf("%s: http filter %s: %v", where, f.GetName(), err)
-					}
-					if err := im.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
-						t.Errorf("%s: http filter %s: %v", where, f.GetName(), err)
-					}
-				}
-			}
-		}
-	}
-	socket := func(where string, ts *corev3.TransportSocket) {
-		if ts != nil {
-			check(where+" transport socket", ts.GetTypedConfig())
-		}
-	}
-	for typeURL, rs := range out.Resources {
-		for _, r := range rs {
-			if err := r.Message.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
-				t.Errorf("%s %s: %v", typeURL, r.Name, err)
-			}
-			switch m := r.Message.(type) {
-			case *listenerv3.Listener:
-				for _, lf := range m.GetListenerFilters() {
-					check("listener "+m.GetName(), lf.GetTypedConfig())
-				}
-				chains := slices.Clone(m.GetFilterChains())
-				if m.GetDefaultFilterChain() != nil {
-					chains = append(chains, m.GetDefaultFilterChain())
-				}
-				for _, fc := range chains {
-					where := "listener " + m.GetName() + " chain " + fc.GetName()
-					for _, f := range fc.GetFilters() {
-						check(where, f.GetTypedConfig())
-					}
-					socket(where, fc.GetTransportSocket())
-				}
-			case *clusterv3.Cluster:
-				socket("cluster "+m.GetName(), m.GetTransportSocket())
-				for _, tm := range m.GetTransportSocketMatches() {
-					socket("cluster "+m.GetName()+" match "+tm.GetName(), tm.GetTransportSocket())
-				}
-			}
-		}
-	}
 }
 
 // mtls is a connection from a mesh workload with identity peer.
@@ -185,7 +91,7 @@ func TestInboundMTLS(t *testing.T) {
 			{req: inTCP(7777, "10.1.1.1"), chain: "default", denied: "plain text"},
 			{req: mtls(inTCP(7777, "10.1.1.1"), sleepBar), chain: "default", tls: true},
 		}},
-		{"namespace DISABLE over mesh STRICT", meshPA("STRICT") + nsPA("foo", "DISABLE"), []conn{
+		{"namespace DISABLE over mesh STRICT", meshPA("STRICT") + gentest.PeerAuthentication("foo", "DISABLE"), []conn{
 			{req: inHTTP("GET", "/"), chain: "inbound|80||"},
 			{req: mtls(inTCP(9000, "10.1.1.1"), sleepBar), chain: "inbound|9000||"},
 			{req: inTCP(7777, "10.1.1.1"), chain: "default"},
@@ -207,7 +113,7 @@ spec:
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, s := secOut(t, decodeMesh(t, secMesh+tc.config))
+			_, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+tc.config))
 			for _, c := range tc.conns {
 				r := s.Do(c.req)
 				desc := c.req.Path + " port " + strconv.Itoa(int(c.req.Port)) + " peer " + c.req.PeerCert
@@ -229,51 +135,12 @@ spec:
 	}
 }
 
-func meshPA(mode string) string { return nsPA("istio-system", mode) }
-
-func nsPA(ns, mode string) string {
-	return "\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: " + ns + "}\nspec: {mtls: {mode: " + mode + "}}\n"
-}
-
-// authzPolicies: a namespace-wide DENY of /admin*, an ALLOW for httpbin
-// with rules by principal + method + path, by namespace, by IP block + TCP
-// port, by request header, and a mesh-wide AUDIT of DELETE.
-const authzPolicies = `
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: deny-admin, namespace: foo}
-spec:
-  action: DENY
-  rules: [{to: [{operation: {ports: ["80"], paths: ["/admin*"]}}]}]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: httpbin, namespace: foo}
-spec:
-  selector: {matchLabels: {app: httpbin}}
-  rules:
-  - from: [{source: {principals: [cluster.local/ns/bar/sa/sleep]}}]
-    to: [{operation: {methods: [GET], paths: [/headers, "/status/*"]}}]
-  - from: [{source: {namespaces: [ops]}}]
-  - from: [{source: {ipBlocks: [192.168.0.0/16]}}]
-    to: [{operation: {ports: ["9000"]}}]
-  - when: [{key: "request.headers[x-token]", values: [open-sesame]}]
-  - from: [{source: {notPrincipals: ["*"], notIpBlocks: [10.0.0.0/8]}}]
-    to: [{operation: {notPaths: ["/private*"], hosts: [httpbin.foo]}}]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: audit-delete, namespace: istio-system}
-spec:
-  action: AUDIT
-  rules: [{to: [{operation: {ports: ["80"], methods: [DELETE]}}]}]
-`
+func meshPA(mode string) string { return gentest.PeerAuthentication("istio-system", mode) }
 
 // TestAuthorization: requests by principal, namespace, path, method, port,
 // IP block and header are allowed or denied as Istio would.
 func TestAuthorization(t *testing.T) {
-	out, s := secOut(t, decodeMesh(t, secMesh+authzPolicies))
+	out, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+gentest.AuthorizationPolicies))
 	if len(out.Problems) > 0 {
 		t.Errorf("problems: %v", out.Problems)
 	}
@@ -359,7 +226,7 @@ func TestAuthorizationSourceForms(t *testing.T) {
 		{`{to: [{operation: {hosts: ["*.foo"]}}]}`, []sim.Request{func() sim.Request { r := plain; r.Authority = "httpbin.FOO"; return r }()}, []sim.Request{plain}},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
-			out, s := secOut(t, decodeMesh(t, secMesh+"\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: foo}\nspec: {rules: ["+tc.rule+"]}\n"))
+			out, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+"\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: foo}\nspec: {rules: ["+tc.rule+"]}\n"))
 			if len(out.Problems) > 0 {
 				t.Errorf("problems: %v", out.Problems)
 			}
@@ -399,7 +266,7 @@ func TestAuthorizationEmptyRules(t *testing.T) {
 		{"AUDIT never denies", policy("a", "AUDIT", ", rules: [{}]"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, s := secOut(t, decodeMesh(t, secMesh+tc.config))
+			_, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+tc.config))
 			for _, req := range []sim.Request{inHTTP("GET", "/"), mtls(inHTTP("POST", "/x"), sleepBar), inTCP(9000, "10.1.1.1"), inTCP(7777, "10.1.1.1")} {
 				r := s.Do(req)
 				if r.Err != nil {
@@ -432,7 +299,7 @@ func TestAuthorizationHTTPOnlyFieldsOnTCP(t *testing.T) {
 		{"DENY", "denied", "allowed", "denied", false, false},
 		{"AUDIT", "allowed", "allowed", "allowed", true, true},
 	} {
-		_, s := secOut(t, decodeMesh(t, secMesh+policy(tc.action)))
+		_, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+policy(tc.action)))
 		for _, c := range []struct {
 			req     sim.Request
 			want    string
@@ -455,7 +322,7 @@ func TestAuthorizationHTTPOnlyFieldsOnTCP(t *testing.T) {
 // TestAuthorizationBadInput: what cannot be translated is reported
 // naming the policy and field, fails closed, and the rest still applies.
 func TestAuthorizationBadInput(t *testing.T) {
-	objs := decodeMesh(t, secMesh+`
+	objs := gentest.Decode(t, gentest.SecurityMesh+`
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -538,7 +405,7 @@ spec:
 // workloads as they select sidecars; their filters run in the gateway's
 // HTTP connection managers and before its TCP proxies.
 func TestGatewayAuthorization(t *testing.T) {
-	objs := decodeMesh(t, secMesh+`
+	objs := gentest.Decode(t, gentest.SecurityMesh+`
 ---
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -567,7 +434,7 @@ spec:
 `)
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
 	out := gen.Envoy(snap, proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "app=public\nistio=ingressgateway", IPs: "10.0.9.9"})
-	validateDeepAll(t, out)
+	gentest.ValidateDeep(t, out)
 	s := sim.New(out.Resources)
 	for _, tc := range []struct {
 		req    sim.Request

@@ -12,6 +12,7 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -316,7 +317,7 @@ func TestSemantics(t *testing.T) {
 				}
 			}},
 		{"unknown destination passes through (ALLOW_ANY)", shopSidecar, sim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r sim.Result) {
-			if r.Listener != gen.VirtualOutboundListener || len(r.TCP) != 1 || r.TCP[0].Name != build.PassthroughCluster {
+			if r.Listener != envoy.VirtualOutboundListener || len(r.TCP) != 1 || r.TCP[0].Name != build.PassthroughCluster {
 				t.Errorf("listener %s tcp %v", r.Listener, sim.ClusterNames(r.TCP))
 			}
 		}},
@@ -352,7 +353,7 @@ func TestSemantics(t *testing.T) {
 		}},
 		{"gateway HTTP server with httpsRedirect requires TLS", ingress,
 			sim.Request{ListenerPort: 80, Authority: "shop.example.com", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
-				if r.RouteConfig != gen.GatewayHTTPRouteName(80) || r.VirtualHostConfig.GetRequireTls() != routev3.VirtualHost_ALL {
+				if r.RouteConfig != envoy.GatewayHTTPRouteName(80) || r.VirtualHostConfig.GetRequireTls() != routev3.VirtualHost_ALL {
 					t.Errorf("route config %s require_tls %v", r.RouteConfig, r.VirtualHostConfig.GetRequireTls())
 				}
 			}},

@@ -10,6 +10,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -129,12 +130,12 @@ var shopClient = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", La
 func TestUpstreamMTLS(t *testing.T) {
 	for _, td := range []string{"", "example.org"} {
 		b := mesh.Builder{TrustDomain: td}
-		snap := b.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: decodeMesh(t, upstreamMesh)}})
+		snap := b.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: gentest.Decode(t, upstreamMesh)}})
 		if td == "" {
 			td = mesh.DefaultTrustDomain
 		}
 		out := gen.Envoy(snap, shopClient)
-		validateDeepAll(t, out)
+		gentest.ValidateDeep(t, out)
 		s := sim.New(out.Resources)
 		clusters := map[string]*clusterv3.Cluster{}
 		for _, r := range out.Resources[typeurl.Cluster] {
@@ -240,7 +241,7 @@ func TestUpstreamMTLS(t *testing.T) {
 func TestMTLSBetweenSidecars(t *testing.T) {
 	server := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=ratings\nsecurity.istio.io/tlsMode=istio", IPs: "10.1.1.1"}
 	for _, mode := range []string{"PERMISSIVE", "STRICT"} {
-		objs := decodeMesh(t, upstreamMesh+nsPA("shop", mode))
+		objs := gentest.Decode(t, upstreamMesh+gentest.PeerAuthentication("shop", mode))
 		snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
 		client := sim.New(gen.Envoy(snap, shopClient).Resources)
 		r := client.Do(sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings:9080", Path: "/", Method: "GET"})
@@ -257,7 +258,7 @@ func TestMTLSBetweenSidecars(t *testing.T) {
 			t.Fatalf("%s: the client does not originate mTLS to 10.1.1.1", mode)
 		}
 		out := gen.Envoy(snap, server)
-		validateDeepAll(t, out)
+		gentest.ValidateDeep(t, out)
 		in := sim.New(out.Resources).Do(sim.Request{Inbound: true, IP: "10.1.1.1", Port: 9080, SNI: ctx.GetSni(),
 			ALPN: ctx.GetCommonTlsContext().GetAlpnProtocols(), PeerCert: "spiffe://cluster.local/ns/shop/sa/client",
 			Authority: "ratings:9080", Path: "/", Method: "GET", SourceIP: "10.9.9.9"})

@@ -4,7 +4,54 @@ import (
 	"strconv"
 
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/mesh"
 )
+
+// Cluster is one outbound cluster of a service — a port, optionally
+// narrowed to a subset of the DestinationRule that applies to the host —
+// with the traffic policy that applies to it. Envoy and proxyless gRPC
+// generation both enumerate these (Clusters). A Cluster is a plain value,
+// read-only once made.
+type Cluster struct {
+	// Name is the cluster's name (build.ClusterName).
+	Name    string
+	Service *mesh.Service
+	Port    mesh.Port
+	// Subset is the subset's name, "" for the whole port; SubsetIndex its
+	// index in the rule's spec.subsets (-1 for the whole port), and Labels
+	// its labels (nil for the whole port).
+	Subset      string
+	SubsetIndex int
+	Labels      map[string]string
+	// Rule is the DestinationRule that applies to the host, or nil.
+	Rule *mesh.Config
+	// Policy is the rule's traffic policy merged for the port and subset
+	// (TrafficPolicyFor); nil when none applies.
+	Policy *networking.TrafficPolicy
+}
+
+// Clusters calls fn for every outbound cluster of svc whose host rule dr
+// applies to (nil: none): per port in order, the whole port, then each of
+// dr's subsets in order (a name defined twice comes twice).
+func Clusters(svc *mesh.Service, dr *mesh.Config, fn func(*Cluster)) {
+	spec := dr.DestinationRule()
+	for _, p := range svc.Ports {
+		fn(&Cluster{Name: build.ClusterName(svc.Hostname, p.Number, ""), Service: svc, Port: p, SubsetIndex: -1, Rule: dr,
+			Policy: TrafficPolicyFor(spec, p.Number, "")})
+		for i, ss := range spec.GetSubsets() {
+			fn(&Cluster{Name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), Service: svc, Port: p, Subset: ss.GetName(),
+				SubsetIndex: i, Labels: ss.GetLabels(), Rule: dr, Policy: TrafficPolicyFor(spec, p.Number, ss.GetName())})
+		}
+	}
+}
+
+// Field names where part ("loadBalancer", "tls", ...) of c's policy was
+// set, for problems (the package function Field).
+func (c *Cluster) Field(part string) string {
+	return Field(c.Rule.DestinationRule(), c.Port.Number, c.Subset, part)
+}
 
 // TrafficPolicyFor merges a DestinationRule's traffic policies for one
 // port and subset, Istio's way: the subset's policy overrides the

@@ -46,8 +46,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
 // Sim holds one proxy's resources by name.
@@ -307,7 +307,7 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 	}
 	switch {
 	case r.Inbound:
-		return byName(gen.VirtualInboundListener)
+		return byName(envoy.VirtualInboundListener)
 	case r.ListenerPort != 0:
 		return find("0.0.0.0", r.ListenerPort)
 	}
@@ -317,7 +317,7 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 	if l := find("0.0.0.0", r.Port); l != nil {
 		return l
 	}
-	return byName(gen.VirtualOutboundListener)
+	return byName(envoy.VirtualOutboundListener)
 }
 
 // chainFor applies Envoy's filter chain match: criteria in order

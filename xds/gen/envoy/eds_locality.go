@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"maps"
@@ -6,142 +6,12 @@ import (
 	"sort"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
-	"github.com/navemesh/nave/xds/gen/build"
-	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 )
-
-// edsBuilder builds the load assignments of one View's clusters, for EDS
-// and for DNS clusters (inline). It belongs to one goroutine.
-type edsBuilder struct {
-	v        *scope.View
-	problems *build.Problems
-	// istioMeta is the endpoint metadata tlsMode: istio, shared.
-	istioMeta *corev3.Metadata
-}
-
-func newEDSBuilder(v *scope.View) *edsBuilder {
-	return &edsBuilder{v: v, problems: v.Problems()}
-}
-
-// Endpoints generates one ClusterLoadAssignment per EDS cluster (the
-// outbound clusters of STATIC-resolution services and their subsets),
-// named like the cluster. Original-destination and DNS clusters have no
-// EDS resource (DNS clusters carry their assignment inline).
-func Endpoints(v *scope.View) []Resource {
-	b := newEDSBuilder(v)
-	var out []Resource
-	outboundClusters(v, func(oc *outboundCluster) {
-		if oc.kind == kindEDS {
-			out = append(out, Resource{Name: oc.name, Message: b.assignment(oc)})
-		}
-	})
-	return out
-}
-
-// EndpointsOf is Endpoints restricted to the clusters of the given
-// services (hostnames): what changes when only their endpoints did.
-func EndpointsOf(v *scope.View, hosts map[string]bool) []Resource {
-	b := newEDSBuilder(v)
-	var out []Resource
-	for h := range hosts {
-		svc := v.Service(h)
-		if svc == nil {
-			continue // not visible to this proxy
-		}
-		serviceClusters(v, svc, func(oc *outboundCluster) {
-			if oc.kind == kindEDS {
-				out = append(out, Resource{Name: oc.name, Message: b.assignment(oc)})
-			}
-		})
-	}
-	return out
-}
-
-// assignment builds the load assignment of an EDS or DNS cluster: its
-// endpoints grouped by locality (and priority, when locality failover
-// applies), with locality weights from locality distribution when one
-// applies to the proxy.
-func (b *edsBuilder) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
-	if oc.kind == kindEDS && localityIndependent(oc) {
-		// Without locality load balancing an EDS assignment reads only the
-		// cluster (name, service, the DestinationRule that gave its subset
-		// labels), the proxy's network, and the snapshot's mTLS policy for
-		// each endpoint (tlsModeMetadata): every proxy that shares those
-		// shares one assignment per snapshot (read-only from here on). The
-		// problems it finds are reported by the first proxy's generation.
-		k := assignmentKey{name: oc.name, svc: oc.svc, dr: oc.dr, network: b.v.Key().Network}
-		return b.v.Snapshot().Memo(k, func() any { return b.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
-	}
-	return b.newAssignment(oc)
-}
-
-// assignmentKey is everything an EDS assignment without locality load
-// balancing reads (see assignment).
-type assignmentKey struct {
-	name    string
-	svc     *mesh.Service
-	dr      *mesh.Config
-	network string
-}
-
-func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
-	meta := func(ep *mesh.Endpoint) *corev3.Metadata { return b.tlsModeMetadata(oc.svc, ep, ep.PortFor(oc.port)) }
-	cla := build.Assignment(oc.name, oc.port, b.clusterEndpoints(oc), b.priorities(oc), meta)
-	if d := b.distribution(oc); d != nil {
-		distribute(cla, d)
-	}
-	return cla
-}
-
-// clusterEndpoints selects the endpoints of a cluster: the service's
-// endpoints carrying the subset's labels, in snapshot order.
-//
-// Endpoints on another network than the proxy's (both known and
-// different) are left out: reaching them needs an east-west gateway, which
-// the mesh model does not have yet, and a direct connection to another
-// network's pod address would fail or reach the wrong workload.
-//
-// A DNS service without endpoints resolves its own host name, as Istio's
-// ServiceEntry does. A DNS_ROUND_ROBIN (LOGICAL_DNS) cluster takes exactly
-// one host name, the first.
-func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
-	network := b.v.Key().Network
-	eps := make([]*mesh.Endpoint, 0, len(oc.svc.Endpoints))
-	for _, ep := range oc.svc.Endpoints {
-		if !mesh.Matches(oc.labels, ep.Labels) {
-			continue
-		}
-		if network != "" && ep.Network != "" && ep.Network != network {
-			continue
-		}
-		eps = append(eps, ep)
-	}
-	if oc.kind != kindStrictDNS && oc.kind != kindLogicalDNS {
-		return eps
-	}
-	resource := oc.svc.Hostname
-	if len(oc.svc.Sources) > 0 {
-		resource = oc.svc.Sources[0]
-	}
-	if len(oc.svc.Endpoints) == 0 {
-		if strings.HasPrefix(oc.svc.Hostname, "*") {
-			b.problems.Addf(resource, "spec.resolution", "a wildcard host (%s) cannot be resolved by DNS without endpoints; the cluster has none", oc.svc.Hostname)
-			return eps
-		}
-		eps = append(eps, &mesh.Endpoint{Address: oc.svc.Hostname, Health: mesh.Healthy})
-	}
-	if oc.kind == kindLogicalDNS && len(eps) > 1 {
-		b.problems.Addf(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
-		eps = eps[:1]
-	}
-	return eps
-}
 
 // localitySetting is the cluster's localityLbSetting, and whether
 // locality load balancing is on (it is unless enabled: false; no setting
@@ -152,11 +22,11 @@ func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 // Its assignment is then the same wherever the proxy is.
 func localityIndependent(oc *outboundCluster) bool {
 	s, on := localitySetting(oc)
-	return !on || len(s.GetDistribute()) == 0 && len(s.GetFailover()) == 0 && len(s.GetFailoverPriority()) == 0 && oc.policy.GetOutlierDetection() == nil
+	return !on || len(s.GetDistribute()) == 0 && len(s.GetFailover()) == 0 && len(s.GetFailoverPriority()) == 0 && oc.Policy.GetOutlierDetection() == nil
 }
 
 func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetting, bool) {
-	s := oc.policy.GetLoadBalancer().GetLocalityLbSetting()
+	s := oc.Policy.GetLoadBalancer().GetLocalityLbSetting()
 	if e := s.GetEnabled(); e != nil && !e.GetValue() {
 		return nil, false
 	}
@@ -205,15 +75,15 @@ func (b *edsBuilder) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32
 	if !on || b.distribution(oc) != nil {
 		return nil
 	}
-	if oc.policy.GetOutlierDetection() == nil {
+	if oc.Policy.GetOutlierDetection() == nil {
 		if len(s.GetFailover()) > 0 || len(s.GetFailoverPriority()) > 0 {
-			b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
+			b.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".localityLbSetting", "locality failover needs outlierDetection in the same traffic policy; ignored")
 		}
 		return nil
 	}
 	if keys := s.GetFailoverPriority(); len(keys) > 0 {
 		if len(s.GetFailover()) > 0 {
-			b.problems.Addf(oc.dr.Ref(), oc.policyField("loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
+			b.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".localityLbSetting.failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
 		}
 		return b.labelPriorities(keys)
 	}

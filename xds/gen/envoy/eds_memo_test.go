@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"testing"
@@ -93,8 +93,8 @@ func TestSharedAssignmentsMatchFreshGeneration(t *testing.T) {
 	}
 	shared := gentest.Snapshot(t, map[string]string{"c1": memoConfig})
 	for _, k := range keys {
-		want := Envoy(gentest.Snapshot(t, map[string]string{"c1": memoConfig}), k).Resources[typeurl.Endpoint]
-		have := Envoy(shared, k).Resources[typeurl.Endpoint]
+		want := generate(gentest.Snapshot(t, map[string]string{"c1": memoConfig}), k).Resources[typeurl.Endpoint]
+		have := generate(shared, k).Resources[typeurl.Endpoint]
 		if len(have) != len(want) || len(want) == 0 {
 			t.Fatalf("%+v: %d assignments on the shared snapshot, %d fresh", k, len(have), len(want))
 		}

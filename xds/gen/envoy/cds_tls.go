@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"net/netip"
@@ -18,7 +18,6 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
-	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -34,7 +33,7 @@ func IstioMutualSNI(host string, port uint32, subset string) string {
 // MUTUAL as configured, ISTIO_MUTUAL as mesh mTLS; DISABLE originates
 // nothing. Without any tls setting, auto-mTLS applies (autoMTLS).
 func (b *cdsBuilder) tls(c *clusterv3.Cluster, oc *outboundCluster) {
-	settings := oc.policy.GetTls()
+	settings := oc.Policy.GetTls()
 	var ctx *tlsv3.UpstreamTlsContext
 	switch {
 	case settings == nil:
@@ -58,8 +57,8 @@ func (b *cdsBuilder) tls(c *clusterv3.Cluster, oc *outboundCluster) {
 // endpoint's metadata under envoy.transport_socket_match, where a
 // cluster's transport socket matches look.
 const (
-	TLSModeLabel            = "security.istio.io/tlsMode"
-	TLSModeIstio            = "istio"
+	tlsModeLabel            = "security.istio.io/tlsMode"
+	tlsModeIstio            = "istio"
 	transportSocketMatchKey = "envoy.transport_socket_match"
 	rawBufferTransport      = "envoy.transport_sockets.raw_buffer"
 )
@@ -74,23 +73,23 @@ const (
 // effort: workload-level DISABLE is applied per endpoint, by leaving the
 // endpoint's tlsMode out; see edsBuilder.tlsModeMetadata).
 func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
-	if oc.svc.External || oc.kind == kindOriginalDst {
+	if oc.Service.External || oc.kind == kindOriginalDst {
 		return
 	}
-	mode, ok := b.autoModes[oc.svc.Namespace]
+	mode, ok := b.autoModes[oc.Service.Namespace]
 	if !ok {
-		mode, _ = policy.EffectiveMTLS(b.v.Snapshot(), oc.svc.Namespace, nil, 0)
+		mode, _ = policy.EffectiveMTLS(b.v.Snapshot(), oc.Service.Namespace, nil, 0)
 		if b.autoModes == nil {
 			b.autoModes = map[string]policy.MTLSMode{}
 		}
-		b.autoModes[oc.svc.Namespace] = mode
+		b.autoModes[oc.Service.Namespace] = mode
 	}
 	if mode == policy.MTLSDisable {
 		return
 	}
 	if b.rawBuffer == nil {
 		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(&rawbufferv3.RawBuffer{})}}
-		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(TLSModeIstio)}}
+		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(tlsModeIstio)}}
 	}
 	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 		{Name: "tlsMode-istio", Match: b.istioMatch, TransportSocket: &corev3.TransportSocket{
@@ -110,7 +109,7 @@ func (b *cdsBuilder) autoMTLSContext(oc *outboundCluster) *anypb.Any {
 		ctx.Sni = ""
 		b.autoContext = build.Any(ctx).GetValue()
 	}
-	sni := IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
+	sni := IstioMutualSNI(oc.Service.Hostname, oc.Port.Number, oc.Subset)
 	v := make([]byte, len(b.autoContext), len(b.autoContext)+len(sni)+8)
 	copy(v, b.autoContext)
 	v = protowire.AppendTag(v, upstreamTLSSNIField, protowire.BytesType)
@@ -135,7 +134,7 @@ var (
 func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
 	sni := settings.GetSni()
 	if sni == "" {
-		sni = IstioMutualSNI(oc.svc.Hostname, oc.port.Number, oc.subset)
+		sni = IstioMutualSNI(oc.Service.Hostname, oc.Port.Number, oc.Subset)
 	}
 	sans := sanMatchers(settings.GetSubjectAltNames())
 	if len(sans) == 0 {
@@ -154,39 +153,6 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 	}
 }
 
-// tlsModeMetadata is the metadata of an endpoint of svc serving port:
-// tlsMode from its label, left out when the endpoint's own effective
-// PeerAuthentication for that port is DISABLE (it would refuse mTLS).
-// Nil when there is nothing to say.
-func (b *edsBuilder) tlsModeMetadata(svc *mesh.Service, ep *mesh.Endpoint, port uint32) *corev3.Metadata {
-	mode := ep.Labels[TLSModeLabel]
-	if mode == "" {
-		return nil
-	}
-	if snap := b.v.Snapshot(); policy.DisablesMTLS(snap) {
-		m, problems := policy.EffectiveMTLS(snap, svc.Namespace, ep.Labels, port)
-		for _, p := range problems {
-			b.problems.Add(p)
-		}
-		if m == policy.MTLSDisable {
-			return nil
-		}
-	}
-	if mode == TLSModeIstio {
-		if b.istioMeta == nil {
-			b.istioMeta = tlsModeMeta(mode)
-		}
-		return b.istioMeta
-	}
-	return tlsModeMeta(mode)
-}
-
-func tlsModeMeta(mode string) *corev3.Metadata {
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		transportSocketMatchKey: {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(mode)}},
-	}}
-}
-
 // originate builds SIMPLE/MUTUAL TLS origination. credentialName takes
 // the certificates from an SDS secret of that name (the CA from
 // "NAME-cacert") — Istio honours it only on gateways, and on sidecars only
@@ -198,7 +164,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 	skipVerify := s.GetInsecureSkipVerify().GetValue()
 	sans := sanMatchers(s.GetSubjectAltNames())
 	useCredential := s.GetCredentialName() != "" &&
-		(b.v.Key().Type == proxy.Router || oc.dr.DestinationRule().GetWorkloadSelector() != nil)
+		(b.v.Key().Type == proxy.Router || oc.Rule.DestinationRule().GetWorkloadSelector() != nil)
 	if useCredential {
 		name := s.GetCredentialName()
 		if mutual {
@@ -214,7 +180,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 	}
 	if mutual {
 		if s.GetClientCertificate() == "" || s.GetPrivateKey() == "" {
-			b.problems.Addf(oc.dr.Ref(), oc.policyField("tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
+			b.problems.Addf(oc.Rule.Ref(), oc.Field("tls"), "MUTUAL needs clientCertificate and privateKey (or a credentialName where Istio honours one); originating TLS without a client certificate")
 		} else {
 			ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
 				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: s.GetClientCertificate()}},
@@ -229,7 +195,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 		// Envoy refuses to match SANs without a trusted CA (it would be no
 		// check at all).
 		if len(sans) > 0 {
-			b.problems.Addf(oc.dr.Ref(), oc.policyField("tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
+			b.problems.Addf(oc.Rule.Ref(), oc.Field("tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
 		}
 		return ctx
 	}

@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"math"
@@ -46,46 +46,23 @@ func sidecarKey(ns string, loc mesh.Locality) proxy.Key {
 
 // envoyOut generates for one cluster's YAML and checks every resource
 // validates.
-func envoyOut(t *testing.T, y string, key proxy.Key) *Output {
+func envoyOut(t *testing.T, y string, key proxy.Key) *build.Output {
 	t.Helper()
-	out := Envoy(gentest.Snapshot(t, map[string]string{"c1": y}), key)
-	validateAll(t, out)
+	out := generate(gentest.Snapshot(t, map[string]string{"c1": y}), key)
+	gentest.ValidateAll(t, out)
 	return out
 }
 
-func validateAll(t *testing.T, out *Output) {
+func clusterOf(t *testing.T, out *build.Output, name string) *clusterv3.Cluster {
 	t.Helper()
-	for typeURL, rs := range out.Resources {
-		for _, r := range rs {
-			v, ok := r.Message.(interface{ ValidateAll() error })
-			if !ok {
-				t.Fatalf("%s %s has no ValidateAll", typeURL, r.Name)
-			}
-			if err := v.ValidateAll(); err != nil {
-				t.Errorf("%s %s: %v", typeURL, r.Name, err)
-			}
-		}
-	}
-}
-
-func clusterOf(t *testing.T, out *Output, name string) *clusterv3.Cluster {
-	t.Helper()
-	c, _ := byName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
+	c, _ := gentest.ByName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
 	if c == nil {
-		t.Fatalf("no cluster %s; have %v", name, names(out.Resources[typeurl.Cluster]))
+		t.Fatalf("no cluster %s; have %v", name, gentest.Names(out.Resources[typeurl.Cluster]))
 	}
 	return c
 }
 
-func names(rs []Resource) []string {
-	out := make([]string, len(rs))
-	for i, r := range rs {
-		out[i] = r.Name
-	}
-	return out
-}
-
-func hasProblem(out *Output, field, reason string) bool {
+func hasProblem(out *build.Output, field, reason string) bool {
 	for _, p := range out.Problems {
 		if strings.Contains(p.Field, field) && strings.Contains(p.Reason, reason) {
 			return true
@@ -107,22 +84,6 @@ func httpOptions(t *testing.T, c *clusterv3.Cluster) *upstreamhttpv3.HttpProtoco
 	return &o
 }
 
-func upstreamTLS(t *testing.T, c *clusterv3.Cluster) *tlsv3.UpstreamTlsContext {
-	t.Helper()
-	ts := c.GetTransportSocket()
-	if ts == nil {
-		return nil
-	}
-	if ts.GetName() != build.TLSTransportSocket {
-		t.Fatalf("transport socket %q", ts.GetName())
-	}
-	var ctx tlsv3.UpstreamTlsContext
-	if err := ts.GetTypedConfig().UnmarshalTo(&ctx); err != nil {
-		t.Fatal(err)
-	}
-	return &ctx
-}
-
 func dr(spec string) string {
 	return "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: demo}\nspec:\n  host: reviews\n" + spec
 }
@@ -135,9 +96,9 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		name   string
 		dr     string
 		router bool
-		check  func(t *testing.T, out *Output)
+		check  func(t *testing.T, out *build.Output)
 	}{
-		{name: "defaults without a DestinationRule", check: func(t *testing.T, out *Output) {
+		{name: "defaults without a DestinationRule", check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			if c.GetType() != clusterv3.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != http ||
 				c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil || c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN {
@@ -150,7 +111,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if th.GetMaxConnections().GetValue() != math.MaxUint32 || th.GetMaxRequests().GetValue() != math.MaxUint32 || th.GetMaxRetries().GetValue() != math.MaxUint32 {
 				t.Errorf("default thresholds = %v", th)
 			}
-			if httpOptions(t, c) != nil || upstreamTLS(t, c) != nil || c.GetOutlierDetection() != nil {
+			if httpOptions(t, c) != nil || gentest.UpstreamTLS(t, c) != nil || c.GetOutlierDetection() != nil {
 				t.Errorf("plain HTTP cluster has protocol options, TLS or outlier detection: %v", c)
 			}
 			if o := httpOptions(t, clusterOf(t, out, grpc)); o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
@@ -166,11 +127,11 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		{name: "subsets", dr: `  subsets:
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			for _, p := range []uint32{9080, 7070, 3306} {
 				for _, ss := range []string{"", "v1", "v2"} {
 					clusterOf(t, out, build.ClusterName(cdsReviews, p, ss))
-					if byName(out, typeurl.Endpoint, build.ClusterName(cdsReviews, p, ss)).Message == nil {
+					if gentest.ByName(out, typeurl.Endpoint, build.ClusterName(cdsReviews, p, ss)).Message == nil {
 						t.Errorf("no EDS for %s", build.ClusterName(cdsReviews, p, ss))
 					}
 				}
@@ -178,7 +139,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "least request with warmup", dr: `  trafficPolicy:
     loadBalancer: {simple: LEAST_REQUEST, warmupDurationSecs: 30s}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			if c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST || c.GetLeastRequestLbConfig().GetSlowStartConfig().GetSlowStartWindow().AsDuration().Seconds() != 30 {
 				t.Errorf("cluster = %v", c)
@@ -186,7 +147,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "round robin warmup with aggression", dr: `  trafficPolicy:
     loadBalancer: {simple: ROUND_ROBIN, warmup: {duration: 10s, aggression: 2, minimumPercent: 5}}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			ss := clusterOf(t, out, http).GetRoundRobinLbConfig().GetSlowStartConfig()
 			if ss.GetSlowStartWindow().AsDuration().Seconds() != 10 || ss.GetAggression().GetDefaultValue() != 2 || ss.GetMinWeightPercent().GetValue() != 5 {
 				t.Errorf("slow start = %v", ss)
@@ -201,7 +162,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
   - name: v1
     labels: {version: v1}
     trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user, ringHash: {minimumRingSize: 2048}}}}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			if p := clusterOf(t, out, http).GetLbPolicy(); p != clusterv3.Cluster_LEAST_REQUEST {
 				t.Errorf("http lb = %v", p)
 			}
@@ -218,7 +179,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "maglev", dr: `  trafficPolicy:
     loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 65537}}}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, tcp)
 			if c.GetLbPolicy() != clusterv3.Cluster_MAGLEV || c.GetMaglevLbConfig().GetTableSize().GetValue() != 65537 {
 				t.Errorf("cluster = %v", c)
@@ -226,7 +187,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "passthrough is original destination", dr: `  trafficPolicy:
     loadBalancer: {simple: PASSTHROUGH}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			if c.GetType() != clusterv3.Cluster_ORIGINAL_DST || c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED || c.GetEdsClusterConfig() != nil {
 				t.Errorf("cluster = %v", c)
@@ -239,7 +200,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
     connectionPool:
       tcp: {maxConnections: 100, connectTimeout: 3s, maxConnectionDuration: 1h, tcpKeepalive: {probes: 3, time: 60s, interval: 10s}}
       http: {http1MaxPendingRequests: 10, http2MaxRequests: 200, maxRequestsPerConnection: 5, maxRetries: 4, idleTimeout: 30s, h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 50}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			th := c.GetCircuitBreakers().GetThresholds()[0]
 			if th.GetMaxConnections().GetValue() != 100 || th.GetMaxPendingRequests().GetValue() != 10 || th.GetMaxRequests().GetValue() != 200 || th.GetMaxRetries().GetValue() != 4 {
@@ -267,14 +228,14 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "use client protocol", dr: `  trafficPolicy:
     connectionPool: {http: {useClientProtocol: true}}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			if o := httpOptions(t, clusterOf(t, out, http)); o.GetUseDownstreamProtocolConfig() == nil {
 				t.Errorf("options = %v", o)
 			}
 		}},
 		{name: "outlier detection", dr: `  trafficPolicy:
     outlierDetection: {consecutive5xxErrors: 7, consecutiveGatewayErrors: 0, interval: 5s, baseEjectionTime: 1m, maxEjectionPercent: 50, minHealthPercent: 30}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			od := c.GetOutlierDetection()
 			if od.GetConsecutive_5Xx().GetValue() != 7 || od.GetEnforcingConsecutive_5Xx().GetValue() != 100 ||
@@ -292,7 +253,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
   - name: v1
     labels: {version: v1}
     trafficPolicy: {outlierDetection: {consecutiveErrors: 4}}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			od := c.GetOutlierDetection()
 			// Unset consecutive5xxErrors keeps Envoy's default (5, enforced).
@@ -309,8 +270,8 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "simple TLS with CA and SANs", dr: `  trafficPolicy:
     tls: {mode: SIMPLE, sni: reviews.example.com, caCertificates: /etc/certs/ca.pem, caCrl: /etc/certs/crl.pem, subjectAltNames: [reviews.example.com, "spiffe://td/ns/demo/sa/reviews", 10.1.2.3]}
-`, check: func(t *testing.T, out *Output) {
-			ctx := upstreamTLS(t, clusterOf(t, out, http))
+`, check: func(t *testing.T, out *build.Output) {
+			ctx := gentest.UpstreamTLS(t, clusterOf(t, out, http))
 			vc := ctx.GetCommonTlsContext().GetValidationContext()
 			if ctx.GetSni() != "reviews.example.com" || vc.GetTrustedCa().GetFilename() != "/etc/certs/ca.pem" || vc.GetCrl().GetFilename() != "/etc/certs/crl.pem" {
 				t.Errorf("tls = %v", ctx)
@@ -326,8 +287,8 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "mutual TLS from files", dr: `  trafficPolicy:
     tls: {mode: MUTUAL, clientCertificate: /c/cert.pem, privateKey: /c/key.pem, caCertificates: /c/ca.pem, credentialName: ignored-on-sidecars}
-`, check: func(t *testing.T, out *Output) {
-			ctx := upstreamTLS(t, clusterOf(t, out, http))
+`, check: func(t *testing.T, out *build.Output) {
+			ctx := gentest.UpstreamTLS(t, clusterOf(t, out, http))
 			certs := ctx.GetCommonTlsContext().GetTlsCertificates()
 			if len(certs) != 1 || certs[0].GetCertificateChain().GetFilename() != "/c/cert.pem" || certs[0].GetPrivateKey().GetFilename() != "/c/key.pem" ||
 				len(ctx.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs()) != 0 {
@@ -338,11 +299,11 @@ func TestEnvoyClusterPolicies(t *testing.T) {
   - name: v1
     labels: {version: v1}
     trafficPolicy: {tls: {mode: MUTUAL, caCertificates: /c/ca.pem}}
-`, check: func(t *testing.T, out *Output) {
-			if upstreamTLS(t, clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "v1"))) == nil {
+`, check: func(t *testing.T, out *build.Output) {
+			if gentest.UpstreamTLS(t, clusterOf(t, out, build.ClusterName(cdsReviews, 9080, "v1"))) == nil {
 				t.Errorf("no TLS on the v1 cluster")
 			}
-			if upstreamTLS(t, clusterOf(t, out, http)) != nil {
+			if gentest.UpstreamTLS(t, clusterOf(t, out, http)) != nil {
 				t.Errorf("the subset's TLS leaked to the service cluster")
 			}
 			if !hasProblem(out, "spec.subsets[0].trafficPolicy.tls", "clientCertificate") {
@@ -351,8 +312,8 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "credentialName on a gateway", router: true, dr: `  trafficPolicy:
     tls: {mode: MUTUAL, credentialName: reviews-client, subjectAltNames: [reviews.example.com]}
-`, check: func(t *testing.T, out *Output) {
-			ctx := upstreamTLS(t, clusterOf(t, out, http)).GetCommonTlsContext()
+`, check: func(t *testing.T, out *build.Output) {
+			ctx := gentest.UpstreamTLS(t, clusterOf(t, out, http)).GetCommonTlsContext()
 			sds := ctx.GetTlsCertificateSdsSecretConfigs()
 			cvc := ctx.GetCombinedValidationContext()
 			if len(sds) != 1 || sds[0].GetName() != "reviews-client" || sds[0].GetSdsConfig().GetAds() == nil ||
@@ -363,8 +324,8 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "istio mutual", dr: `  trafficPolicy:
     tls: {mode: ISTIO_MUTUAL}
-`, check: func(t *testing.T, out *Output) {
-			ctx := upstreamTLS(t, clusterOf(t, out, http))
+`, check: func(t *testing.T, out *build.Output) {
+			ctx := gentest.UpstreamTLS(t, clusterOf(t, out, http))
 			c := ctx.GetCommonTlsContext()
 			if ctx.GetSni() != "outbound_.9080_._."+cdsReviews || c.GetTlsCertificateSdsSecretConfigs()[0].GetName() != build.WorkloadCertSecret ||
 				c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != build.RootCASecret {
@@ -373,15 +334,15 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		}},
 		{name: "disable", dr: `  trafficPolicy:
     tls: {mode: DISABLE}
-`, check: func(t *testing.T, out *Output) {
-			if upstreamTLS(t, clusterOf(t, out, http)) != nil {
+`, check: func(t *testing.T, out *build.Output) {
+			if gentest.UpstreamTLS(t, clusterOf(t, out, http)) != nil {
 				t.Errorf("DISABLE originates TLS")
 			}
 		}},
 		{name: "unsupported settings are reported", dr: `  trafficPolicy:
     tunnel: {protocol: CONNECT, targetHost: proxy.example.com, targetPort: 8080}
     proxyProtocol: {version: V1}
-`, check: func(t *testing.T, out *Output) {
+`, check: func(t *testing.T, out *build.Output) {
 			if !hasProblem(out, "spec.trafficPolicy.tunnel", "not supported") {
 				t.Errorf("tunnel not reported: %+v", out.Problems)
 			}
@@ -389,7 +350,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 				t.Errorf("proxyProtocol not reported: %+v", out.Problems)
 			}
 		}},
-		{name: "router gets outbound clusters only", router: true, check: func(t *testing.T, out *Output) {
+		{name: "router gets outbound clusters only", router: true, check: func(t *testing.T, out *build.Output) {
 			clusterOf(t, out, http)
 			clusterOf(t, out, build.BlackHoleCluster)
 			clusterOf(t, out, build.PassthroughCluster)
@@ -527,7 +488,7 @@ spec:
 		t.Errorf("NONE cluster = %v", od)
 	}
 	if n := len(out.Resources[typeurl.Endpoint]); n != 0 {
-		t.Errorf("EDS resources = %v, want none (no EDS clusters)", names(out.Resources[typeurl.Endpoint]))
+		t.Errorf("EDS resources = %v, want none (no EDS clusters)", gentest.Names(out.Resources[typeurl.Endpoint]))
 	}
 }
 
@@ -555,7 +516,7 @@ func TestEnvoySpecialAndInboundClusters(t *testing.T) {
 		}
 	}
 	if n := len(out.Resources[typeurl.Cluster]); n != 3+3+3 {
-		t.Errorf("clusters = %v", names(out.Resources[typeurl.Cluster]))
+		t.Errorf("clusters = %v", gentest.Names(out.Resources[typeurl.Cluster]))
 	}
 }
 
@@ -570,7 +531,7 @@ func TestEnvoyClustersAndEndpointsAreDeterministic(t *testing.T) {
 `)
 	s := gentest.Snapshot(t, map[string]string{"c1": y, "c2": y})
 	key := sidecarKey("demo", mesh.Locality{Region: "us-east", Zone: "zone-a"})
-	a, b := Envoy(s, key), Envoy(s, key)
+	a, b := generate(s, key), generate(s, key)
 	for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint} {
 		ra, rb := a.Resources[typeURL], b.Resources[typeURL]
 		if len(ra) == 0 || len(ra) != len(rb) {

@@ -1,21 +1,16 @@
-package gen
+package envoy
 
 import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
-	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -55,9 +50,9 @@ func (b *listenerBuilder) sidecarOutbound() {
 			}
 			sp := svcPort{svc: svc, port: p}
 			switch {
-			case IsHTTP(p.Protocol):
+			case isHTTP(p.Protocol):
 				u.http = append(u.http, sp)
-			case IsTLS(p.Protocol):
+			case isTLS(p.Protocol):
 				u.tls = append(u.tls, sp)
 			case len(vips) > 0:
 				dests := b.sidecarTCPRoute(svc, p.Number)
@@ -227,120 +222,4 @@ func (b *listenerBuilder) virtualOutbound() {
 	l.UseOriginalDst = wrapperspb.Bool(true)
 	l.DefaultFilterChain = b.fallthroughChain()
 	b.add(l)
-}
-
-// inboundPort is one port the sidecar accepts inbound traffic on.
-type inboundPort struct {
-	port     uint32 // the destination port of the traffic
-	protocol string
-}
-
-// inboundPorts are the Sidecar resource's ingress ports when it has any
-// (traffic then goes to their defaultEndpoint, through the cluster
-// InboundClusterName(port)), else the workload's service target ports.
-func (b *listenerBuilder) inboundPortList() []inboundPort {
-	v := b.v
-	if sc := v.SidecarSpec(); sc != nil && len(sc.GetIngress()) > 0 {
-		seen := map[uint32]bool{}
-		var out []inboundPort
-		for i, in := range sc.GetIngress() {
-			n := in.GetPort().GetNumber()
-			if seen[n] {
-				b.problems.Addf(v.SidecarConfig().Ref(), "spec.ingress["+strconv.Itoa(i)+"].port", "port %d is already an ingress port", n)
-				continue
-			}
-			seen[n] = true
-			out = append(out, inboundPort{port: n, protocol: strings.ToUpper(in.GetPort().GetProtocol())})
-		}
-		slices.SortFunc(out, func(a, b inboundPort) int { return int(a.port) - int(b.port) })
-		return out
-	}
-	ips := v.InboundPorts()
-	out := make([]inboundPort, 0, len(ips))
-	for _, p := range ips {
-		out = append(out, inboundPort{port: p.TargetPort, protocol: p.Port.Protocol})
-	}
-	return out
-}
-
-// virtualInbound adds the listener iptables redirects inbound traffic to:
-// chains per inbound port, matched on the original destination port, with
-// the port's effective mTLS mode (PeerAuthentication) and the workload's
-// authorization filters, and passthrough to InboundPassthroughCluster for
-// ports no service declares, with the workload's mode and filters too
-// (Istio enforces policies there as well).
-func (b *listenerBuilder) virtualInbound() {
-	l := listener(VirtualInboundListener, "0.0.0.0", VirtualInboundPort, true, corev3.TrafficDirection_INBOUND)
-	l.ListenerFilters = []*listenerv3.ListenerFilter{originalDstFilter()}
-	sec := b.inboundSecurityFilters()
-	tcpFilters := func(cluster string) func() []*listenerv3.Filter {
-		return func() []*listenerv3.Filter {
-			return append(slices.Clone(sec.tcp), tcpProxyTo(cluster))
-		}
-	}
-	needInspector := false
-	for _, p := range b.inboundPortList() {
-		cluster := build.InboundClusterName(p.port)
-		http := IsHTTP(p.protocol)
-		app := tcpFilters(cluster)
-		if http {
-			app = func() []*listenerv3.Filter { return []*listenerv3.Filter{b.inboundHCM(p.port, cluster, sec.http)} }
-		}
-		match := func() *listenerv3.FilterChainMatch {
-			return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.port)}
-		}
-		chains, inspect := b.inboundChains(cluster, match, b.mtlsMode(p.port), http, app, tcpFilters(cluster))
-		l.FilterChains = append(l.FilterChains, chains...)
-		needInspector = needInspector || inspect
-	}
-	passthrough := &listenerv3.FilterChain{Name: "InboundPassthroughFilterChain", Filters: tcpFilters(build.InboundPassthroughCluster)()}
-	switch b.mtlsMode(0) {
-	case policy.MTLSStrict:
-		passthrough.TransportSocket = b.inboundMTLS(false)
-	case policy.MTLSPermissive:
-		// mTLS from the mesh on an undeclared port is terminated; anything
-		// else (plain text, the application's own TLS) takes the default.
-		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
-			Name:             "InboundPassthroughFilterChainMTLS",
-			FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: transportTLS, ApplicationProtocols: meshALPN},
-			TransportSocket:  b.inboundMTLS(false),
-			Filters:          tcpFilters(build.InboundPassthroughCluster)(),
-		})
-		needInspector = true
-	}
-	if needInspector {
-		l.ListenerFilters = append(l.ListenerFilters, b.tlsInspector)
-	}
-	l.DefaultFilterChain = passthrough
-	b.add(l)
-}
-
-// inboundHCM serves an inbound HTTP port: every request goes to the local
-// workload's cluster. The route has no timeout: the caller's sidecar
-// enforces the VirtualService timeout.
-func (b *listenerBuilder) inboundHCM(port uint32, cluster string, security []*hcmv3.HttpFilter) *listenerv3.Filter {
-	filters := make([]*hcmv3.HttpFilter, 0, len(security)+1)
-	filters = append(filters, security...)
-	filters = append(filters, b.routerFilter)
-	hcm := &hcmv3.HttpConnectionManager{
-		CodecType:  hcmv3.HttpConnectionManager_AUTO,
-		StatPrefix: "inbound_0.0.0.0_" + portString(port),
-		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-			Name: cluster,
-			VirtualHosts: []*routev3.VirtualHost{{
-				Name:    "inbound|http|" + portString(port),
-				Domains: []string{"*"},
-				Routes: []*routev3.Route{{
-					Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-					Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-						ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
-						Timeout:          durationpb.New(0),
-					}},
-				}},
-			}},
-			ValidateClusters: wrapperspb.Bool(false),
-		}},
-		HttpFilters: filters,
-	}
-	return build.HCMFilter(hcm)
 }

@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"fmt"
@@ -15,11 +15,11 @@ import (
 	"github.com/navemesh/nave/xds/proxy"
 )
 
-func claOf(t *testing.T, out *Output, name string) *endpointv3.ClusterLoadAssignment {
+func claOf(t *testing.T, out *build.Output, name string) *endpointv3.ClusterLoadAssignment {
 	t.Helper()
-	cla, _ := byName(out, typeurl.Endpoint, name).Message.(*endpointv3.ClusterLoadAssignment)
+	cla, _ := gentest.ByName(out, typeurl.Endpoint, name).Message.(*endpointv3.ClusterLoadAssignment)
 	if cla == nil {
-		t.Fatalf("no EDS resource %s; have %v", name, names(out.Resources[typeurl.Endpoint]))
+		t.Fatalf("no EDS resource %s; have %v", name, gentest.Names(out.Resources[typeurl.Endpoint]))
 	}
 	return cla
 }
@@ -60,8 +60,8 @@ func TestEnvoyEndpointsLocalitiesWeightsHealth(t *testing.T) {
 			ep.Stale = true // disconnected cluster, within the grace period
 		}
 	}
-	out := Envoy(s, sidecarKey("demo", mesh.Locality{}))
-	validateAll(t, out)
+	out := generate(s, sidecarKey("demo", mesh.Locality{}))
+	gentest.ValidateAll(t, out)
 
 	got := layout(claOf(t, out, build.ClusterName(cdsReviews, 9080, "")))
 	want := "P0 eu/zone-a/ w=1 10.0.0.4:9080/1\n" +

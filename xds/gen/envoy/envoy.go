@@ -1,4 +1,14 @@
-package gen
+// Package envoy generates the xDS resources of one Envoy proxy, sidecar
+// or router (gateway), from the View that scopes a snapshot to it: one
+// generator per type URL — Clusters (cds*.go), Endpoints (eds*.go),
+// Listeners (lds*.go) and Routes (rds*.go) — each a function of the View
+// alone (invariant 6), building through a builder of its own that shares
+// read-only sub-messages between the resources of one call. Route
+// translation is the routes room's, policy semantics the policy room's.
+//
+// Every function is safe to call from any number of goroutines on
+// different Views; a View, and so one generation, belongs to one.
+package envoy
 
 import (
 	"strconv"
@@ -6,8 +16,6 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/scope"
-	"github.com/navemesh/nave/xds/mesh"
-	"github.com/navemesh/nave/xds/proxy"
 )
 
 // Names of Envoy resources, following Istio's so that operators' tooling
@@ -48,50 +56,36 @@ func GatewayHTTPSRouteName(port uint32, server, gateway, namespace string) strin
 	return "https." + strconv.FormatUint(uint64(port), 10) + "." + server + "." + gateway + "." + namespace
 }
 
-// envoyGenerators are the Envoy generators by type URL (Istio registers
-// its own the same way), each building every resource of its type for the
+// generators are the Envoy generators by type URL (Istio registers its
+// own the same way), each building every resource of its type for the
 // proxy a View scopes.
-var envoyGenerators = map[string]func(*scope.View) []Resource{
+var generators = map[string]func(*scope.View) []build.Resource{
 	typeurl.Cluster:  Clusters,
 	typeurl.Endpoint: Endpoints,
 	typeurl.Listener: Listeners,
 	typeurl.Route:    Routes,
 }
 
-// Envoy generates every resource for an Envoy proxy with the given key
-// (sidecar or router). It is a pure function of (snapshot, key).
-func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
-	v := scope.New(s, key)
-	return generateEnvoy(v, &Output{Resources: make(map[string][]Resource, len(Types))}, Types)
-}
-
-// EnvoyEndpointsChanged generates for key what a change to the endpoints
-// of hosts alone can alter: the assignments of those hosts' clusters (of
-// those visible to key), and every resource of types, which the caller
-// names among the others that read endpoints (clusters of DNS services
-// hold theirs inline; the proxy's inbound ports come from the endpoints
-// at its IPs). It is a pure function of its arguments.
-func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]bool, types ...string) *Output {
-	v := scope.New(s, key)
-	out := &Output{Resources: map[string][]Resource{typeurl.Endpoint: EndpointsOf(v, hosts)}}
-	return generateEnvoy(v, out, types)
-}
-
-// generateEnvoy adds to out every resource of types for v's proxy, each
-// type sorted by name, and the problems met.
-func generateEnvoy(v *scope.View, out *Output, types []string) *Output {
+// Generate generates every resource of types, in that order, for the
+// proxy v scopes, each type's resources sorted by name, with the problems
+// met so far scoping and generating for v. Types other than Cluster,
+// Endpoint, Listener and Route have no generator here and are left out.
+func Generate(v *scope.View, types ...string) *build.Output {
+	out := &build.Output{Resources: make(map[string][]build.Resource, len(types))}
 	for _, t := range types {
-		rs := envoyGenerators[t](v)
-		build.SortByName(rs)
-		out.Resources[t] = rs
+		if gen := generators[t]; gen != nil {
+			rs := gen(v)
+			build.SortByName(rs)
+			out.Resources[t] = rs
+		}
 	}
 	out.Problems = v.Problems().List()
 	return out
 }
 
-// IsHTTP reports whether a service port protocol (upper case, Istio's
+// isHTTP reports whether a service port protocol (upper case, Istio's
 // names) carries HTTP: HTTP, HTTP2, GRPC and GRPC-WEB.
-func IsHTTP(protocol string) bool {
+func isHTTP(protocol string) bool {
 	switch protocol {
 	case "HTTP", "HTTP2", "GRPC", "GRPC-WEB":
 		return true
@@ -99,13 +93,13 @@ func IsHTTP(protocol string) bool {
 	return false
 }
 
-// IsHTTP2 reports whether a protocol needs HTTP/2 upstream (HTTP2, GRPC).
-func IsHTTP2(protocol string) bool {
+// isHTTP2 reports whether a protocol needs HTTP/2 upstream (HTTP2, GRPC).
+func isHTTP2(protocol string) bool {
 	return protocol == "HTTP2" || protocol == "GRPC"
 }
 
-// IsTLS reports whether a port carries TLS the sidecar routes by SNI
+// isTLS reports whether a port carries TLS the sidecar routes by SNI
 // without terminating it (TLS, HTTPS).
-func IsTLS(protocol string) bool {
+func isTLS(protocol string) bool {
 	return protocol == "TLS" || protocol == "HTTPS"
 }

@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"slices"
@@ -76,9 +76,9 @@ spec:
 var rdsSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=productpage\nversion=v1"}
 
 // envoyOut generates for key and checks that every resource validates.
-func rdsOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *Output {
+func rdsOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *build.Output {
 	t.Helper()
-	out := Envoy(s, key)
+	out := generate(s, key)
 	for typeURL, rs := range out.Resources {
 		for _, r := range rs {
 			if err := r.Message.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
@@ -89,9 +89,9 @@ func rdsOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *Output {
 	return out
 }
 
-func routeConfig(t *testing.T, out *Output, name string) *routev3.RouteConfiguration {
+func routeConfig(t *testing.T, out *build.Output, name string) *routev3.RouteConfiguration {
 	t.Helper()
-	rc, _ := byName(out, typeurl.Route, name).Message.(*routev3.RouteConfiguration)
+	rc, _ := gentest.ByName(out, typeurl.Route, name).Message.(*routev3.RouteConfiguration)
 	if rc == nil {
 		var names []string
 		for _, r := range out.Resources[typeurl.Route] {
@@ -114,12 +114,12 @@ func vhost(t *testing.T, rc *routev3.RouteConfiguration, name string) *routev3.V
 }
 
 // reviewsRoutes returns the routes of reviews on 9080 as the sidecar sees them.
-func reviewsRoutes(t *testing.T, out *Output) []*routev3.Route {
+func reviewsRoutes(t *testing.T, out *build.Output) []*routev3.Route {
 	t.Helper()
 	return vhost(t, routeConfig(t, out, "9080"), reviews+":9080").GetRoutes()
 }
 
-func rdsHasProblem(out *Output, resource, field, reason string) bool {
+func rdsHasProblem(out *build.Output, resource, field, reason string) bool {
 	for _, p := range out.Problems {
 		if strings.Contains(p.Resource, resource) && p.Field == field && strings.Contains(p.Reason, reason) {
 			return true
@@ -128,7 +128,7 @@ func rdsHasProblem(out *Output, resource, field, reason string) bool {
 	return false
 }
 
-func wantProblem(t *testing.T, out *Output, resource, field, reason string) {
+func wantProblem(t *testing.T, out *build.Output, resource, field, reason string) {
 	t.Helper()
 	if !rdsHasProblem(out, resource, field, reason) {
 		t.Errorf("missing problem %s %s %q; have %+v", resource, field, reason, out.Problems)
@@ -244,7 +244,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 		name   string
 		yaml   string
 		mutate func(s *mesh.Snapshot)
-		check  func(t *testing.T, out *Output, rs []*routev3.Route)
+		check  func(t *testing.T, out *build.Output, rs []*routev3.Route)
 	}{
 		{
 			name: "uri exact, prefix, regex and ignoreUriCase",
@@ -253,7 +253,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
   - match: [{uri: {exact: /a}}, {uri: {prefix: /b}, ignoreUriCase: true}, {uri: {regex: "/c/[0-9]+"}}]
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 3) // one per match clause, same action
 				if rs[0].GetMatch().GetPath() != "/a" || rs[1].GetMatch().GetPrefix() != "/b" || rs[1].GetMatch().GetCaseSensitive().GetValue() ||
 					rs[1].GetMatch().GetCaseSensitive() == nil || rs[2].GetMatch().GetSafeRegex().GetRegex() != "/c/[0-9]+" {
@@ -275,7 +275,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
 				s.VirtualServices[reviews][0].VirtualService().GetHttp()[0].GetMatch()[0].Uri =
 					&networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: "/a(["}}
 			},
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 1)
 				if rs[0].GetMatch().GetPrefix() != "/p" {
 					t.Errorf("kept route = %v", rs[0])
@@ -296,7 +296,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
       scheme: {exact: https}
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 1)
 				h := map[string]*routev3.HeaderMatcher{}
 				for _, hm := range rs[0].GetMatch().GetHeaders() {
@@ -328,7 +328,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
   - match: [{port: 9080, uri: {prefix: /http}}]
     route: [{destination: {host: ratings}}]
 `),
-			check: func(t *testing.T, out *Output, _ []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, _ []*routev3.Route) {
 				rs := vhost(t, routeConfig(t, out, "9080"), ratings+":9080").GetRoutes()
 				wantRoutes(t, rs, 1)
 				if rs[0].GetMatch().GetPrefix() != "/http" || rs[0].GetRoute().GetCluster() != build.ClusterName(ratings, 9080, "") {
@@ -354,7 +354,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
   - match: [{sourceNamespace: other, uri: {prefix: /other-ns}}, {sourceNamespace: shop, uri: {prefix: /shop-ns}}]
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 3)
 				if rs[0].GetMatch().GetPrefix() != "/mine" || rs[1].GetMatch().GetPrefix() != "/mesh" || rs[2].GetMatch().GetPrefix() != "/shop-ns" {
 					t.Errorf("routes = %v", rs)
@@ -374,7 +374,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
     - {destination: {host: nowhere.example.com, port: {number: 80}}, weight: 50}
     - {destination: {host: reviews.shop.svc.cluster.local, subset: v1}, weight: 50}
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 2)
 				wc := rs[0].GetRoute().GetWeightedClusters().GetClusters()
 				if len(wc) != 3 || wc[0].GetName() != build.ClusterName(reviews, 9080, "v1") || wc[0].GetWeight().GetValue() != 60 ||
@@ -399,7 +399,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
   - rewrite: {uriRegexRewrite: {match: "^/v1/(.*)$", rewrite: "/\\1"}}
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 2)
 				a := rs[0].GetRoute()
 				if a.GetPrefixRewrite() != "/new" || a.GetHostRewriteLiteral() != "internal.reviews" {
@@ -417,7 +417,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
   - match: [{uri: {exact: /old}}]
     redirect: {uri: /new, authority: new.example.com, scheme: https, port: 8443, redirectCode: 302}
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 1) // with a VirtualService, no default route is added
 				rd := rs[0].GetRedirect()
 				if rd.GetPathRedirect() != "/new" || rd.GetHostRedirect() != "new.example.com" || rd.GetSchemeRedirect() != "https" ||
@@ -435,7 +435,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
   - match: [{uri: {exact: /b}}]
     directResponse: {status: 200, body: {bytes: aGk=}}
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				if d := rs[0].GetDirectResponse(); d.GetStatus() != 418 || d.GetBody().GetInlineString() != "teapot" {
 					t.Errorf("direct response = %v", d)
 				}
@@ -457,7 +457,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
     route: [{destination: {host: reviews}}]
   - route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 3)
 				a := rs[0].GetRoute()
 				rp := a.GetRetryPolicy()
@@ -486,7 +486,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
       abort: {httpStatus: 503, percentage: {value: 0.5}}
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				var f faultv3.HTTPFault
 				if err := rs[0].GetTypedPerFilterConfig()[build.FaultFilter].UnmarshalTo(&f); err != nil {
 					t.Fatal(err)
@@ -510,7 +510,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
     - {destination: {host: nowhere.example.com}, percentage: {value: 5}}
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				m := rs[0].GetRoute().GetRequestMirrorPolicies()
 				if len(m) != 1 || m[0].GetCluster() != build.ClusterName(reviews, 9080, "v2") || m[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 250000 {
 					t.Errorf("mirror = %v", m)
@@ -535,7 +535,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
       headers: {request: {set: {x-dest: v1}}}
     - {destination: {host: reviews, subset: v2}, weight: 50}
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				r := rs[0]
 				add := r.GetRequestHeadersToAdd()
 				if len(add) != 2 || add[0].GetHeader().GetKey() != "x-set" || add[0].GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD ||
@@ -565,7 +565,7 @@ func TestSidecarVirtualServiceFeatures(t *testing.T) {
       allowCredentials: true
     route: [{destination: {host: reviews}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				var c corsv3.CorsPolicy
 				if err := rs[0].GetTypedPerFilterConfig()[build.CorsFilter].UnmarshalTo(&c); err != nil {
 					t.Fatal(err)
@@ -604,7 +604,7 @@ spec:
   - match: [{uri: {prefix: /q}}]
     route: [{destination: {host: ratings, subset: query}}]
 `),
-			check: func(t *testing.T, out *Output, _ []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, _ []*routev3.Route) {
 				rs := vhost(t, routeConfig(t, out, "9080"), ratings+":9080").GetRoutes()
 				wantRoutes(t, rs, 4)
 				hp := func(i int) *routev3.RouteAction_HashPolicy {
@@ -641,7 +641,7 @@ spec:
   - route: [{destination: {host: reviews, subset: v1}}]
     timeout: 1s
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 3)
 				if rs[0].GetMatch().GetPrefix() != "/api/v2" || rs[0].GetMatch().GetHeaders()[0].GetName() != "x-team" ||
 					rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "v2") || rs[0].GetRoute().GetTimeout().AsDuration().Seconds() != 7 {
@@ -675,7 +675,7 @@ spec:
   - route: [{destination: {host: reviews, subset: v2}}]
 `) + vsYAML("leaf", `  http: [{route: [{destination: {host: reviews}}]}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 2)
 				if rs[0].GetMatch().GetPrefix() != "/b" || rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "v2") {
 					t.Errorf("routes = %v", rs)
@@ -696,7 +696,7 @@ spec:
   - match: [{uri: {prefix: /b}}]
     route: [{destination: {host: reviews, subset: v2}}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 2)
 				wantProblem(t, out, "VirtualService shop/r", "spec.http[2]", "spec.http[2] is unreachable: spec.http[1] matches every request")
 			},
@@ -708,7 +708,7 @@ spec:
 `) + vsYAML("b-second", `  hosts: [reviews.shop.svc.cluster.local]
   http: [{route: [{destination: {host: reviews, subset: v2}}]}]
 `),
-			check: func(t *testing.T, out *Output, rs []*routev3.Route) {
+			check: func(t *testing.T, out *build.Output, rs []*routev3.Route) {
 				wantRoutes(t, rs, 1)
 				if rs[0].GetRoute().GetCluster() != build.ClusterName(reviews, 9080, "v1") {
 					t.Errorf("route = %v", rs[0])
@@ -877,8 +877,8 @@ spec:
 func TestEnvoyRoutesDeterministic(t *testing.T) {
 	y := map[string]string{"c1": rdsBase + gatewayYAML, "c2": rdsBase}
 	for _, key := range []proxy.Key{rdsSidecarKey, routerKey} {
-		a := Envoy(gentest.Snapshot(t, y), key)
-		b := Envoy(gentest.Snapshot(t, y), key)
+		a := generate(gentest.Snapshot(t, y), key)
+		b := generate(gentest.Snapshot(t, y), key)
 		ra, rb := a.Resources[typeurl.Route], b.Resources[typeurl.Route]
 		if len(ra) == 0 || len(ra) != len(rb) {
 			t.Fatalf("%s: %d vs %d route configurations", key.Type, len(ra), len(rb))
@@ -894,11 +894,11 @@ func TestEnvoyRoutesDeterministic(t *testing.T) {
 }
 
 // BenchmarkEnvoyRoutes measures generating and marshalling a sidecar's
-// route configurations (benchConfig: every service has a VirtualService).
+// route configurations (gentest.DemoServices: every service has a VirtualService).
 func BenchmarkEnvoyRoutes(b *testing.B) {
 	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "ns-0", Labels: "app=client"}
-	for _, n := range benchSizes {
-		snap := mesh.Build("m", benchConfig(b, n))
+	for _, n := range []int{100, 1000} {
+		snap := mesh.Build("m", gentest.DemoServices(b, n))
 		b.Run("services="+strconv.Itoa(n), func(b *testing.B) {
 			b.ReportAllocs()
 			var bytes, resources int
@@ -922,7 +922,7 @@ func BenchmarkEnvoyRoutes(b *testing.B) {
 // TestEnvoyRoutesBenchmarkOnce is BenchmarkEnvoyRoutes' test twin.
 func TestEnvoyRoutesBenchmarkOnce(t *testing.T) {
 	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "ns-0", Labels: "app=client"}
-	v := scope.New(mesh.Build("m", benchConfig(t, 50)), key)
+	v := scope.New(mesh.Build("m", gentest.DemoServices(t, 50)), key)
 	rs := Routes(v)
 	if len(rs) != 1 {
 		t.Fatalf("route configurations = %d, want 1 (port 7070)", len(rs))

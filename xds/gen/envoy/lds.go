@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"strconv"
@@ -31,7 +31,7 @@ const (
 // listeners (one per HTTP port, per TCP service VIP and port, per TLS port),
 // virtualOutbound and virtualInbound; for a router one listener per port of
 // the Gateway servers that select it. Proxyless clients get none here.
-func Listeners(v *scope.View) []Resource {
+func Listeners(v *scope.View) []build.Resource {
 	b := newListenerBuilder(v)
 	switch v.Key().Type {
 	case proxy.Sidecar:
@@ -50,7 +50,7 @@ func Listeners(v *scope.View) []Resource {
 type listenerBuilder struct {
 	v        *scope.View
 	problems *build.Problems
-	out      []Resource
+	out      []build.Resource
 	// security is what the workload's policies put into its inbound
 	// chains (built on first use).
 	security *inboundFilters
@@ -82,7 +82,7 @@ func newListenerBuilder(v *scope.View) *listenerBuilder {
 }
 
 func (b *listenerBuilder) add(l *listenerv3.Listener) {
-	b.out = append(b.out, Resource{Name: l.Name, Message: l})
+	b.out = append(b.out, build.Resource{Name: l.Name, Message: l})
 }
 
 // listener returns an empty listener on address:port.

@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"bytes"
@@ -27,11 +27,11 @@ func TestAutoMTLSContextBytes(t *testing.T) {
 			got := b.autoMTLSContext(oc)
 			want := build.Any(b.istioMutual(oc, nil))
 			if got.GetTypeUrl() != want.GetTypeUrl() || !bytes.Equal(got.GetValue(), want.GetValue()) {
-				t.Errorf("%s: assembled context differs from marshalling the whole message", oc.name)
+				t.Errorf("%s: assembled context differs from marshalling the whole message", oc.Name)
 			}
 			decoded, err := got.UnmarshalNew()
 			if err != nil || !proto.Equal(decoded, b.istioMutual(oc, nil)) {
-				t.Errorf("%s: assembled context decodes to %v (%v)", oc.name, decoded, err)
+				t.Errorf("%s: assembled context decodes to %v (%v)", oc.Name, decoded, err)
 			}
 		})
 		if n < 3 {

@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -138,7 +139,7 @@ var envoyBenchSizes = []int{100, 1000, 5000}
 // envoyTypes are the per-type generators, as the ADS server calls them.
 var envoyTypes = []struct {
 	name string
-	gen  func(*scope.View) []Resource
+	gen  func(*scope.View) []build.Resource
 	url  string
 }{
 	{"CDS", Clusters, typeurl.Cluster},
@@ -149,7 +150,7 @@ var envoyTypes = []struct {
 
 // generateMarshalled scopes the snapshot to the key, generates one type and
 // marshals each resource into an Any, as a push does (without caching).
-func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*scope.View) []Resource) (bytes, resources int, err error) {
+func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*scope.View) []build.Resource) (bytes, resources int, err error) {
 	for _, r := range gen(scope.New(snap, key)) {
 		a, err := anypb.New(r.Message)
 		if err != nil {
@@ -239,7 +240,7 @@ func TestEnvoyBenchmarksRunOnce(t *testing.T) {
 				t.Fatalf("%s %s: %v", sh.name, ty.name, err)
 			}
 		}
-		out := Envoy(snap, sh.key)
+		out := generate(snap, sh.key)
 		for typeURL, rs := range out.Resources {
 			for _, r := range rs {
 				if v, ok := r.Message.(interface{ ValidateAll() error }); ok {

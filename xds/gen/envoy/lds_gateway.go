@@ -1,4 +1,4 @@
-package gen
+package envoy
 
 import (
 	"slices"
@@ -133,10 +133,10 @@ func (b *listenerBuilder) serverKind(gw *mesh.Config, field string, srv *network
 		return 0, false
 	}
 	switch {
-	case IsHTTP(proto):
+	case isHTTP(proto):
 		// tls on a plain HTTP server only carries httpsRedirect (routes).
 		return gwHTTP, true
-	case IsTLS(proto):
+	case isTLS(proto):
 		if srv.GetTls() == nil {
 			b.problems.Addf(gw.Ref(), field+".tls", "a %s server needs tls settings", proto)
 			return 0, false
@@ -300,10 +300,7 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 	if !ok {
 		return
 	}
-	serverName := srv.GetName()
-	if serverName == "" {
-		serverName = strconv.Itoa(index)
-	}
+	serverName := serverID(srv, index)
 	var filters []*listenerv3.Filter
 	var filter *listenerv3.Filter
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
