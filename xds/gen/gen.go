@@ -13,11 +13,8 @@
 //	routes     VirtualService → Envoy routes, for Envoy and proxyless gRPC
 //	envoy      Envoy sidecars and gateways, one generator per type URL
 //	           (cds*.go, eds*.go, lds*.go, rds*.go)
+//	proxyless  proxyless gRPC clients (per snapshot) and xDS servers
 //	sim        walks generated config as Envoy would, for tests
-//
-// Proxyless gRPC generation (GRPC, GRPCEndpoints, GRPCServerListeners)
-// is still here, in gen itself.
-//
 //	gentest    what the rooms' tests share
 //
 // Generators are pure functions of their explicit input (DESIGN.md
@@ -27,16 +24,10 @@
 package gen
 
 import (
-	"strconv"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
-	"github.com/navemesh/nave/xds/gen/policy"
-	"github.com/navemesh/nave/xds/gen/routes"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -74,60 +65,20 @@ func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]boo
 	return out
 }
 
-// ListenerName is the name grpc-go asks for when dialing xds:///host:port.
-func ListenerName(host string, port uint32) string {
-	return host + ":" + strconv.FormatUint(uint64(port), 10)
+// GRPC generates the resources of every proxyless gRPC client of a
+// snapshot (they are the same for all of them).
+func GRPC(s *mesh.Snapshot) *Output { return proxyless.Generate(s) }
+
+// GRPCEndpoints generates the proxyless assignments of hosts' clusters
+// only, sorted by name: all that changes for proxyless clients when only
+// those hosts' endpoints changed.
+func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
+	return proxyless.Endpoints(s, hosts)
 }
 
-// GRPC generates the proxyless gRPC resources of a snapshot.
-func GRPC(s *mesh.Snapshot) *build.Output {
-	g := &grpcGen{snap: s, out: &build.Output{Resources: map[string][]build.Resource{}}}
-	for _, host := range s.Hostnames() {
-		svc := s.Services[host]
-		g.clusters(svc)
-		for _, p := range svc.Ports {
-			name := ListenerName(host, p.Number)
-			g.add(typeurl.Listener, name, apiListener(name))
-			g.add(typeurl.Route, name, g.routeConfig(svc, p, name))
-		}
-	}
-	for _, rs := range g.out.Resources {
-		build.SortByName(rs)
-	}
-	g.out.Problems = g.problems.List()
-	return g.out
-}
-
-// GRPCEndpoints generates the proxyless endpoints (cluster load
-// assignments, every port and subset) of hosts only, sorted by name: all
-// that changes for proxyless clients when only those hosts' endpoints
-// changed (their listeners, routes and clusters do not read endpoints).
-func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []build.Resource {
-	g := &grpcGen{snap: s, out: &build.Output{Resources: map[string][]build.Resource{}}}
-	for host := range hosts {
-		if svc := s.Services[host]; svc != nil {
-			g.eachCluster(svc, func(oc *policy.Cluster) {
-				g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
-			})
-		}
-	}
-	rs := g.out.Resources[typeurl.Endpoint]
-	build.SortByName(rs)
-	return rs
-}
-
-// grpcGen holds what one GRPC or GRPCEndpoints call shares. It belongs
-// to one goroutine.
-type grpcGen struct {
-	snap     *mesh.Snapshot
-	out      *build.Output
-	problems build.Problems
-	routes   *routes.Translator
-	// meshTLS is the ISTIO_MUTUAL transport socket of clusters without
-	// their own sni or subjectAltNames (built on first use).
-	meshTLS *corev3.TransportSocket
-}
-
-func (g *grpcGen) add(typeURL, name string, m proto.Message) {
-	g.out.Resources[typeURL] = append(g.out.Resources[typeURL], build.Resource{Name: name, Message: m})
+// GRPCServerListeners generates the server listeners an xDS gRPC server
+// with key k asks for, one per port its workload serves (under both
+// wildcard listening addresses), sorted by name, with the problems met.
+func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]Resource, []mesh.Problem) {
+	return proxyless.ServerListeners(s, k)
 }

@@ -1,4 +1,4 @@
-package gen
+package proxyless
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 
 // routeConfig builds the routes of one listener (service port). Without a
 // VirtualService every request goes to the port's cluster.
-func (g *grpcGen) routeConfig(svc *mesh.Service, p mesh.Port, name string) *routev3.RouteConfiguration {
+func (g *generator) routeConfig(svc *mesh.Service, p mesh.Port, name string) *routev3.RouteConfiguration {
 	vh := &routev3.VirtualHost{
 		Name:    name,
 		Domains: []string{name, svc.Hostname},
@@ -33,7 +33,7 @@ func (g *grpcGen) routeConfig(svc *mesh.Service, p mesh.Port, name string) *rout
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
 }
 
-func (g *grpcGen) httpRoutes(cfg *mesh.Config, svc *mesh.Service, p mesh.Port) []*routev3.Route {
+func (g *generator) httpRoutes(cfg *mesh.Config, svc *mesh.Service, p mesh.Port) []*routev3.Route {
 	if g.routes == nil {
 		g.routes = routes.ForProxyless(g.snap, &g.problems)
 	}

@@ -1,8 +1,7 @@
-package gen
+package proxyless
 
 import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/typeurl"
@@ -13,46 +12,33 @@ import (
 
 // clusters adds a cluster and its endpoints for every port of svc, and for
 // every subset of its DestinationRule.
-func (g *grpcGen) clusters(svc *mesh.Service) {
+func (g *generator) clusters(svc *mesh.Service) {
 	g.eachCluster(svc, g.cluster)
 }
 
 // eachCluster calls fn for every port of svc, and every subset of its
 // DestinationRule, with the traffic policy that applies merged as for
 // Envoy (policy.Clusters); not for clusters whose TLS proxyless clients
-// cannot have (grpcTLSSupported).
-func (g *grpcGen) eachCluster(svc *mesh.Service, fn func(oc *policy.Cluster)) {
+// cannot have (tlsSupported).
+func (g *generator) eachCluster(svc *mesh.Service, fn func(oc *policy.Cluster)) {
 	policy.Clusters(svc, g.snap.DestinationRule(svc.Hostname, ""), func(oc *policy.Cluster) {
-		if g.grpcTLSSupported(oc) {
+		if g.tlsSupported(oc) {
 			fn(oc)
 		}
 	})
 }
 
-func (g *grpcGen) cluster(oc *policy.Cluster) {
+func (g *generator) cluster(oc *policy.Cluster) {
 	c := &clusterv3.Cluster{
 		Name:                 oc.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		TransportSocket:      g.grpcTransportSocket(oc.Policy.GetTls()),
+		TransportSocket:      g.transportSocket(oc.Policy.GetTls()),
 	}
 	if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	}
 	g.add(typeurl.Cluster, oc.Name, c)
 	g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
-}
-
-// loadAssignment groups the endpoints of svc that match labels by
-// locality. Every locality carries a weight (grpc-go drops localities
-// without one).
-func loadAssignment(name string, svc *mesh.Service, p mesh.Port, labels map[string]string) *endpointv3.ClusterLoadAssignment {
-	eps := make([]*mesh.Endpoint, 0, len(svc.Endpoints))
-	for _, ep := range svc.Endpoints {
-		if mesh.Matches(labels, ep.Labels) {
-			eps = append(eps, ep)
-		}
-	}
-	return build.Assignment(name, p, eps, nil, nil)
 }

@@ -1,4 +1,4 @@
-package gen
+package proxyless
 
 import (
 	"strings"
@@ -43,7 +43,7 @@ spec:
 `
 
 // grpcUpstreamTLSOf returns the UpstreamTlsContext of cluster name of
-// out (grpcUpstreamTLS), after checking the cluster and the context validate
+// out (upstreamTLS), after checking the cluster and the context validate
 // and that the cluster has no transport socket matches (grpc-go NACKs
 // them); nil when the cluster has no transport socket.
 func grpcUpstreamTLSOf(t *testing.T, out *build.Output, name string) *tlsv3.UpstreamTlsContext {
@@ -71,7 +71,7 @@ func grpcUpstreamTLSOf(t *testing.T, out *build.Output, name string) *tlsv3.Upst
 // the rule's names), per subset and port as Envoy merges policies.
 func TestGRPCClusterIstioMutual(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": mtlsConfig})
-	out := GRPC(snap)
+	out := Generate(snap)
 
 	check := func(name, wantSNI, wantSAN string, prefix bool) {
 		t.Helper()
@@ -80,11 +80,11 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 			t.Fatalf("cluster %s: no TLS", name)
 		}
 		common := ctx.GetCommonTlsContext()
-		if id := common.GetTlsCertificateProviderInstance(); id.GetInstanceName() != GRPCCertificateProvider || id.GetCertificateName() != build.WorkloadCertSecret {
+		if id := common.GetTlsCertificateProviderInstance(); id.GetInstanceName() != CertificateProvider || id.GetCertificateName() != build.WorkloadCertSecret {
 			t.Errorf("cluster %s: identity %v", name, id)
 		}
 		vc := common.GetValidationContext()
-		if ca := vc.GetCaCertificateProviderInstance(); ca.GetInstanceName() != GRPCCertificateProvider || ca.GetCertificateName() != build.RootCASecret {
+		if ca := vc.GetCaCertificateProviderInstance(); ca.GetInstanceName() != CertificateProvider || ca.GetCertificateName() != build.RootCASecret {
 			t.Errorf("cluster %s: roots %v", name, ca)
 		}
 		//lint:ignore SA1019 the field grpc-go reads
@@ -142,7 +142,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 			want = append(want, r)
 		}
 	}
-	got := GRPCEndpoints(snap, map[string]bool{host: true})
+	got := Endpoints(snap, map[string]bool{host: true})
 	if len(got) != len(want) {
 		t.Fatalf("GRPCEndpoints: %d assignments, full generation %d", len(got), len(want))
 	}
@@ -154,7 +154,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 
 	// The trust domain decides the SAN prefix.
 	snap.TrustDomain = "example.org"
-	out = GRPC(snap)
+	out = Generate(snap)
 	check(build.ClusterName(host, 7070, ""), "", "spiffe://example.org/", true)
 }
 
@@ -163,7 +163,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 // cluster is plain text.
 func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	y := strings.Replace(mtlsConfig, "tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}", "tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}", 1)
-	out := GRPC(gentest.Snapshot(t, map[string]string{"c1": y}))
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}))
 	if r := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7071, "")); r.Message != nil {
 		t.Errorf("MUTUAL cluster generated")
 	}
@@ -171,7 +171,7 @@ func TestGRPCClusterMutualLeftOut(t *testing.T) {
 		t.Errorf("problems = %+v", out.Problems)
 	}
 
-	plain := GRPC(gentest.Snapshot(t, map[string]string{"c1": config}))
+	plain := Generate(gentest.Snapshot(t, map[string]string{"c1": config}))
 	for _, r := range plain.Resources[typeurl.Cluster] {
 		if ctx := grpcUpstreamTLSOf(t, plain, r.Name); ctx != nil {
 			t.Errorf("cluster %s without a tls setting has TLS", r.Name)

@@ -1,4 +1,4 @@
-package gen_test
+package proxyless_test
 
 import (
 	"context"
@@ -35,6 +35,7 @@ import (
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/gentest"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -47,7 +48,7 @@ var grpcServerKey = proxy.Key{Type: proxy.GRPC, Mesh: "m", Namespace: "foo", Lab
 func TestGRPCServerListeners(t *testing.T) {
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true,
 		Objects: gentest.Decode(t, gentest.SecurityMesh+gentest.PeerAuthentication("foo", "STRICT")+gentest.AuthorizationPolicies)}})
-	rs, problems := gen.GRPCServerListeners(snap, grpcServerKey)
+	rs, problems := proxyless.ServerListeners(snap, grpcServerKey)
 	if len(problems) > 0 {
 		t.Errorf("problems: %v", problems)
 	}
@@ -63,12 +64,12 @@ func TestGRPCServerListeners(t *testing.T) {
 		}
 	}
 	gentest.ValidateDeep(t, &gen.Output{Resources: map[string][]gen.Resource{typeurl.Listener: rs}})
-	want := []string{gen.GRPCServerListenerName("0.0.0.0:80"), gen.GRPCServerListenerName("0.0.0.0:9000"),
-		gen.GRPCServerListenerName("[::]:80"), gen.GRPCServerListenerName("[::]:9000")}
+	want := []string{proxyless.ServerListenerName("0.0.0.0:80"), proxyless.ServerListenerName("0.0.0.0:9000"),
+		proxyless.ServerListenerName("[::]:80"), proxyless.ServerListenerName("[::]:9000")}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("listeners %v, want %v", names, want)
 	}
-	if _, _, err := gen.GRPCServerListener(snap, grpcServerKey, "grpc/server?xds.resource.listening_address=nope"); err == nil {
+	if _, _, err := proxyless.ServerListener(snap, grpcServerKey, "grpc/server?xds.resource.listening_address=nope"); err == nil {
 		t.Error("a name without a port is accepted")
 	}
 	// A header grpc-go refuses to match is reported, not generated.
@@ -79,7 +80,7 @@ kind: AuthorizationPolicy
 metadata: {name: grpc-header, namespace: foo}
 spec: {rules: [{when: [{key: "request.headers[grpc-timeout]", values: ["1s"]}]}]}
 `)}})
-	_, problems, err := gen.GRPCServerListener(snap, grpcServerKey, gen.GRPCServerListenerName("0.0.0.0:80"))
+	_, problems, err := proxyless.ServerListener(snap, grpcServerKey, proxyless.ServerListenerName("0.0.0.0:80"))
 	if err != nil || len(problems) != 1 || problems[0].Field != "spec.rules[0].when[0].key" || !strings.Contains(problems[0].Reason, "A41") {
 		t.Errorf("problems %v, err %v", problems, err)
 	}
@@ -141,7 +142,7 @@ spec: {rules: [{from: [{source: {ipBlocks: [10.0.0.0/8]}}]}]}
 		t.Run(tc.name, func(t *testing.T) {
 			snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: gentest.Decode(t, gentest.SecurityMesh+tc.config)}})
 			addr := serveXDS(t, pki, func(name string) (*listenerv3.Listener, error) {
-				l, problems, err := gen.GRPCServerListener(snap, grpcServerKey, name)
+				l, problems, err := proxyless.ServerListener(snap, grpcServerKey, name)
 				if len(problems) > 0 {
 					t.Errorf("problems: %v", problems)
 				}
@@ -209,8 +210,8 @@ func serveXDS(t *testing.T, pki *testPKI, listener func(name string) (*listenerv
 	t.Cleanup(adsSrv.Stop)
 
 	bootstrap, err := xdsbootstrap.New(adsLis.Addr().String(), "grpc-server~"+t.Name(), nil, nil).
-		WithServerListenerTemplate(gen.GRPCServerListenerPrefix+"%s").
-		WithFileWatcher(gen.GRPCCertificateProvider, pki.serverCert, pki.serverKey, pki.caFile, "600s").JSON()
+		WithServerListenerTemplate(proxyless.ServerListenerPrefix+"%s").
+		WithFileWatcher(proxyless.CertificateProvider, pki.serverCert, pki.serverKey, pki.caFile, "600s").JSON()
 	if err != nil {
 		t.Fatal(err)
 	}

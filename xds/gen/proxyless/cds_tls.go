@@ -1,4 +1,4 @@
-package gen
+package proxyless
 
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -11,7 +11,7 @@ import (
 	"github.com/navemesh/nave/xds/mesh"
 )
 
-// grpcTLSSupported reports whether proxyless cluster oc can be generated
+// tlsSupported reports whether proxyless cluster oc can be generated
 // with the TLS its merged traffic policy asks for:
 //
 //   - no tls, or DISABLE: plain text. Auto-mTLS does not apply to
@@ -19,7 +19,7 @@ import (
 //     matches, which grpc-go refuses (it NACKs a cluster with any), and
 //     choosing per cluster would make clusters depend on endpoints.
 //   - ISTIO_MUTUAL: mesh mTLS with grpc-go's certificate provider
-//     (grpcTransportSocket).
+//     (transportSocket).
 //   - SIMPLE, MUTUAL: grpc-go takes certificates only from the certificate
 //     providers of its bootstrap, not from the rule's files or
 //     credentialName, so the hub cannot express them. The cluster (and its
@@ -27,9 +27,9 @@ import (
 //     plain text, and the policy is reported.
 //
 // The answer reads only the DestinationRule, never endpoints, so an
-// endpoint-only change leaves it as it was (GRPCEndpoints enumerates
+// endpoint-only change leaves it as it was (Endpoints enumerates
 // clusters through here too, and leaves out the same ones).
-func (g *grpcGen) grpcTLSSupported(oc *policy.Cluster) bool {
+func (g *generator) tlsSupported(oc *policy.Cluster) bool {
 	settings := oc.Policy.GetTls()
 	switch settings.GetMode() {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
@@ -40,11 +40,11 @@ func (g *grpcGen) grpcTLSSupported(oc *policy.Cluster) bool {
 	return true
 }
 
-// grpcTransportSocket is the transport socket of a proxyless cluster with
-// TLS settings settings: ISTIO_MUTUAL's (grpcUpstreamTLS), nil for plain
+// transportSocket is the transport socket of a proxyless cluster with
+// TLS settings settings: ISTIO_MUTUAL's (upstreamTLS), nil for plain
 // text. Clusters without their own sni or subjectAltNames share one
 // message (read-only once built).
-func (g *grpcGen) grpcTransportSocket(settings *networking.ClientTLSSettings) *corev3.TransportSocket {
+func (g *generator) transportSocket(settings *networking.ClientTLSSettings) *corev3.TransportSocket {
 	if settings.GetMode() != networking.ClientTLSSettings_ISTIO_MUTUAL {
 		return nil
 	}
@@ -53,16 +53,16 @@ func (g *grpcGen) grpcTransportSocket(settings *networking.ClientTLSSettings) *c
 		return g.meshTLS
 	}
 	ts := &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{
-		TypedConfig: build.Any(grpcUpstreamTLS(g.snap, settings))}}
+		TypedConfig: build.Any(upstreamTLS(g.snap, settings))}}
 	if shared {
 		g.meshTLS = ts
 	}
 	return ts
 }
 
-// grpcUpstreamTLS is ISTIO_MUTUAL for proxyless gRPC clients (gRFC A29):
+// upstreamTLS is ISTIO_MUTUAL for proxyless gRPC clients (gRFC A29):
 // the workload certificate and the mesh roots from certificate provider
-// instance GRPCCertificateProvider (certificate names as the SDS secrets
+// instance CertificateProvider (certificate names as the SDS secrets
 // of sidecars), and a server identity of the mesh's trust domain, or one
 // of the rule's subjectAltNames when it lists some. grpc-go reads SAN
 // matchers only from the deprecated match_subject_alt_names (not
@@ -71,7 +71,7 @@ func (g *grpcGen) grpcTransportSocket(settings *networking.ClientTLSSettings) *c
 // with GRPC_EXPERIMENTAL_XDS_SNI); there is no default SNI, as in Istio's
 // proxyless generator, and no ALPN (grpc-go ignores alpn_protocols and
 // always offers h2).
-func grpcUpstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
+func upstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
 	var sans []*matcherv3.StringMatcher
 	for _, n := range settings.GetSubjectAltNames() {
 		sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}})
@@ -79,17 +79,17 @@ func grpcUpstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings) *
 	if len(sans) == 0 {
 		sans = []*matcherv3.StringMatcher{{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: policy.IdentityPrefix(s)}}}
 	}
-	return &tlsv3.UpstreamTlsContext{Sni: settings.GetSni(), CommonTlsContext: grpcCommonTLS(sans)}
+	return &tlsv3.UpstreamTlsContext{Sni: settings.GetSni(), CommonTlsContext: commonTLS(sans)}
 }
 
-// grpcCommonTLS is the CommonTlsContext of proxyless gRPC mTLS, client and
+// commonTLS is the CommonTlsContext of proxyless gRPC mTLS, client and
 // server: identity and roots from the certificate provider, and the peer's
 // SANs checked against sans (none on servers: grpc-go NACKs them there).
-func grpcCommonTLS(sans []*matcherv3.StringMatcher) *tlsv3.CommonTlsContext {
+func commonTLS(sans []*matcherv3.StringMatcher) *tlsv3.CommonTlsContext {
 	return &tlsv3.CommonTlsContext{
-		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: build.WorkloadCertSecret},
+		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: CertificateProvider, CertificateName: build.WorkloadCertSecret},
 		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertificateProvider, CertificateName: build.RootCASecret},
+			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: CertificateProvider, CertificateName: build.RootCASecret},
 			//lint:ignore SA1019 grpc-go (v1.85, xdsresource.securityConfigFromCommonTLSContextUsingNewFields) reads SAN matchers only from match_subject_alt_names, not from match_typed_subject_alt_names
 			MatchSubjectAltNames: sans,
 		}},

@@ -1,4 +1,4 @@
-package gen
+package proxyless
 
 import (
 	"fmt"
@@ -22,23 +22,23 @@ import (
 	"github.com/navemesh/nave/xds/proxy"
 )
 
-// GRPCServerListenerPrefix is grpc-go's default
+// ServerListenerPrefix is grpc-go's default
 // server_listener_resource_name_template without its "%s": an xDS gRPC
 // server (xds.NewGRPCServer) asks for the listener named this followed by
 // the address it listens on ("0.0.0.0:8080", "[::]:8080", "10.0.0.5:8080").
-const GRPCServerListenerPrefix = "grpc/server?xds.resource.listening_address="
+const ServerListenerPrefix = "grpc/server?xds.resource.listening_address="
 
 // Certificate provider instance and certificate names a proxyless gRPC
 // server's security config names (gRFC A29): the bootstrap's
 // certificate_providers must define the instance (e.g. file_watcher on the
 // files the CA writes); the names follow the SDS secrets of sidecars.
-const GRPCCertificateProvider = "default"
+const CertificateProvider = "default"
 
-// GRPCServerListenerName names the server listener for a gRPC server
+// ServerListenerName names the server listener for a gRPC server
 // listening on hostport.
-func GRPCServerListenerName(hostport string) string { return GRPCServerListenerPrefix + hostport }
+func ServerListenerName(hostport string) string { return ServerListenerPrefix + hostport }
 
-// GRPCServerListener generates the listener a proxyless gRPC server with
+// ServerListener generates the listener a proxyless gRPC server with
 // key k asks for by name, for the workload k names (its namespace and
 // labels select the policies; the listening port is the workload port):
 //
@@ -52,7 +52,7 @@ func GRPCServerListenerName(hostport string) string { return GRPCServerListenerP
 //     one route has the non-forwarding action servers need (gRFC A36);
 //   - with PeerAuthentication STRICT for the port, TLS that requires a
 //     client certificate, with the identity and roots from certificate
-//     provider instance GRPCCertificateProvider (gRFC A29). grpc-go cannot
+//     provider instance CertificateProvider (gRFC A29). grpc-go cannot
 //     tell TLS from plain text on one port and does not check peer SANs on
 //     the server, so PERMISSIVE and DISABLE serve plain text, and STRICT
 //     accepts any certificate the mesh roots signed (the trust domain is
@@ -61,10 +61,10 @@ func GRPCServerListenerName(hostport string) string { return GRPCServerListenerP
 // RequestAuthentication does not apply (grpc-go has no JWT filter): rules
 // on request principals or JWT claims match no request (grpc-go treats
 // metadata matchers as never matching), which fails closed.
-func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3.Listener, []mesh.Problem, error) {
-	hostport, ok := strings.CutPrefix(name, GRPCServerListenerPrefix)
+func ServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3.Listener, []mesh.Problem, error) {
+	hostport, ok := strings.CutPrefix(name, ServerListenerPrefix)
 	if !ok {
-		return nil, nil, fmt.Errorf("listener %q is not a gRPC server listener (%s...)", name, GRPCServerListenerPrefix)
+		return nil, nil, fmt.Errorf("listener %q is not a gRPC server listener (%s...)", name, ServerListenerPrefix)
 	}
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -105,7 +105,7 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 	}
 	chain := &listenerv3.FilterChain{Name: cluster, Filters: []*listenerv3.Filter{build.HCMFilter(hcm)}}
 	if policy.SelectPeerAuthentications(s, k.Namespace, labels, report).Mode(p, report) == policy.MTLSStrict {
-		chain.TransportSocket = &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(grpcServerTLS())}}
+		chain.TransportSocket = &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(serverTLS())}}
 	}
 	return &listenerv3.Listener{
 		Name:               name,
@@ -115,29 +115,29 @@ func GRPCServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3
 	}, problems, nil
 }
 
-// grpcServerTLS requires a client certificate; identity and roots come
+// serverTLS requires a client certificate; identity and roots come
 // from the certificate provider (certificate names as the SDS secrets).
-func grpcServerTLS() *tlsv3.DownstreamTlsContext {
+func serverTLS() *tlsv3.DownstreamTlsContext {
 	return &tlsv3.DownstreamTlsContext{
-		CommonTlsContext:         grpcCommonTLS(nil),
+		CommonTlsContext:         commonTLS(nil),
 		RequireClientCertificate: wrapperspb.Bool(true),
 	}
 }
 
-// GRPCServerListeners generates the server listeners of every port the
+// ServerListeners generates the server listeners of every port the
 // workload of proxyless key k serves (the target ports of the services
 // with an endpoint at one of its IPs), each under the names of the
 // wildcard listening addresses grpc-go reports ("0.0.0.0:PORT" and
 // "[::]:PORT"), sorted by name. They depend on the key's namespace,
 // labels and inbound ports only (not on the IPs themselves), so they can
 // be cached like Envoy output (LabelSignature, InboundSignature).
-func GRPCServerListeners(s *mesh.Snapshot, k proxy.Key) ([]build.Resource, []mesh.Problem) {
+func ServerListeners(s *mesh.Snapshot, k proxy.Key) ([]build.Resource, []mesh.Problem) {
 	var out []build.Resource
 	var problems []mesh.Problem
 	for _, in := range scope.InboundPortsOf(s, k) {
 		for _, host := range []string{"0.0.0.0", "::"} {
-			name := GRPCServerListenerName(net.JoinHostPort(host, strconv.FormatUint(uint64(in.TargetPort), 10)))
-			l, ps, err := GRPCServerListener(s, k, name)
+			name := ServerListenerName(net.JoinHostPort(host, strconv.FormatUint(uint64(in.TargetPort), 10)))
+			l, ps, err := ServerListener(s, k, name)
 			if err != nil {
 				continue // cannot happen: the name is well formed
 			}

@@ -1,4 +1,4 @@
-package gen
+package proxyless
 
 import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
