@@ -1,4 +1,4 @@
-package gen_test
+package policy_test
 
 import (
 	"slices"

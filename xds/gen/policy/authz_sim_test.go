@@ -1,8 +1,7 @@
-package gen_test
+package policy_test
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
-	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/gentest"
@@ -19,123 +17,6 @@ import (
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
-
-var httpbinKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "foo", Labels: "app=httpbin\nsecurity.istio.io/tlsMode=istio", IPs: "10.0.0.5"}
-
-// Identities of callers.
-const (
-	sleepBar = "spiffe://cluster.local/ns/bar/sa/sleep"
-	otherBar = "spiffe://cluster.local/ns/bar/sa/other"
-	opsAny   = "spiffe://cluster.local/ns/ops/sa/tool"
-	foreign  = "spiffe://other.example/ns/bar/sa/sleep"
-)
-
-// secOut generates httpbin's sidecar config for objs, checks every
-// resource and every typed config inside listeners validates, and returns
-// it with a simulator.
-func secOut(t *testing.T, objs []*meshconfig.Object) (*gen.Output, *sim.Sim) {
-	t.Helper()
-	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
-	out := gen.Envoy(snap, httpbinKey)
-	gentest.ValidateDeep(t, out)
-	return out, sim.New(out.Resources)
-}
-
-// mtls is a connection from a mesh workload with identity peer.
-func mtls(req sim.Request, peer string) sim.Request {
-	req.PeerCert, req.ALPN = peer, []string{"istio"}
-	return req
-}
-
-func inHTTP(method, path string) sim.Request {
-	return sim.Request{Inbound: true, IP: "10.0.0.5", Port: 80, Authority: "httpbin.foo:8000", Method: method, Path: path, SourceIP: "10.1.1.1"}
-}
-
-func inTCP(port uint32, source string) sim.Request {
-	return sim.Request{Inbound: true, IP: "10.0.0.5", Port: port, SourceIP: source}
-}
-
-// TestInboundMTLS walks connections through the virtual inbound listener
-// for each PeerAuthentication mode: which chain takes them, whether TLS
-// is terminated and with which peer, and what is refused.
-func TestInboundMTLS(t *testing.T) {
-	type conn struct {
-		req    sim.Request
-		chain  string
-		tls    bool   // TLS terminated, peer = req.PeerCert
-		denied string // substring of Result.Denied; "" = passes
-	}
-	appTLS := func(r sim.Request) sim.Request { r.TLS = true; return r }
-	noCert := func(r sim.Request) sim.Request { r.TLS, r.ALPN = true, []string{"istio"}; return r }
-	for _, tc := range []struct {
-		name   string
-		config string
-		conns  []conn
-	}{
-		{"no policy: PERMISSIVE", "", []conn{
-			{req: inHTTP("GET", "/"), chain: "inbound|80||"},
-			{req: mtls(inHTTP("GET", "/"), sleepBar), chain: "inbound|80||mtls", tls: true},
-			{req: appTLS(inTCP(80, "10.1.1.1")), chain: "inbound|80||tls"},
-			{req: noCert(inHTTP("GET", "/")), chain: "inbound|80||mtls", denied: "requires a client certificate"},
-			{req: mtls(inHTTP("GET", "/"), foreign), chain: "inbound|80||mtls", denied: "matches no accepted subject alt name"},
-			{req: inTCP(9000, "10.1.1.1"), chain: "inbound|9000||"},
-			{req: mtls(inTCP(9000, "10.1.1.1"), sleepBar), chain: "inbound|9000||mtls", tls: true},
-			{req: inTCP(7777, "10.1.1.1"), chain: "default"},
-			{req: mtls(inTCP(7777, "10.1.1.1"), sleepBar), chain: "InboundPassthroughFilterChainMTLS", tls: true},
-			{req: appTLS(inTCP(7777, "10.1.1.1")), chain: "default"},
-		}},
-		{"mesh-wide STRICT", meshPA("STRICT"), []conn{
-			{req: inHTTP("GET", "/"), chain: "inbound|80||", denied: "plain text"},
-			{req: mtls(inHTTP("GET", "/"), sleepBar), chain: "inbound|80||", tls: true},
-			{req: inTCP(9000, "10.1.1.1"), chain: "inbound|9000||", denied: "plain text"},
-			{req: inTCP(7777, "10.1.1.1"), chain: "default", denied: "plain text"},
-			{req: mtls(inTCP(7777, "10.1.1.1"), sleepBar), chain: "default", tls: true},
-		}},
-		{"namespace DISABLE over mesh STRICT", meshPA("STRICT") + gentest.PeerAuthentication("foo", "DISABLE"), []conn{
-			{req: inHTTP("GET", "/"), chain: "inbound|80||"},
-			{req: mtls(inTCP(9000, "10.1.1.1"), sleepBar), chain: "inbound|9000||"},
-			{req: inTCP(7777, "10.1.1.1"), chain: "default"},
-		}},
-		{"workload STRICT with port 9000 PERMISSIVE", `
----
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {name: httpbin, namespace: foo}
-spec:
-  selector: {matchLabels: {app: httpbin}}
-  mtls: {mode: STRICT}
-  portLevelMtls: {9000: {mode: PERMISSIVE}}
-`, []conn{
-			{req: inHTTP("GET", "/"), chain: "inbound|80||", denied: "plain text"},
-			{req: inTCP(9000, "10.1.1.1"), chain: "inbound|9000||"},
-			{req: mtls(inTCP(9000, "10.1.1.1"), sleepBar), chain: "inbound|9000||mtls", tls: true},
-			{req: inTCP(7777, "10.1.1.1"), chain: "default", denied: "plain text"},
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+tc.config))
-			for _, c := range tc.conns {
-				r := s.Do(c.req)
-				desc := c.req.Path + " port " + strconv.Itoa(int(c.req.Port)) + " peer " + c.req.PeerCert
-				if r.Err != nil {
-					t.Errorf("%s: %v", desc, r.Err)
-					continue
-				}
-				if r.Chain != c.chain {
-					t.Errorf("%s: chain %s, want %s", desc, r.Chain, c.chain)
-				}
-				if c.denied == "" && r.Denied != "" || !strings.Contains(r.Denied, c.denied) {
-					t.Errorf("%s: denied %q, want %q", desc, r.Denied, c.denied)
-				}
-				if c.denied == "" && (r.TLSTerminated != c.tls || (c.tls && r.Peer != c.req.PeerCert)) {
-					t.Errorf("%s: TLS terminated %v peer %q, want %v", desc, r.TLSTerminated, r.Peer, c.tls)
-				}
-			}
-		})
-	}
-}
-
-func meshPA(mode string) string { return gentest.PeerAuthentication("istio-system", mode) }
 
 // TestAuthorization: requests by principal, namespace, path, method, port,
 // IP block and header are allowed or denied as Istio would.
