@@ -37,12 +37,14 @@ import (
 // (clusters before listeners, so that what a listener names exists).
 var Types = []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route}
 
-// Resource is one named xDS resource (defined in build, where the rooms
-// that generate it can reach it).
+// Resource is one named xDS resource, a plain value whose Message is
+// read-only once generated (defined in build, where the rooms that
+// generate it can reach it).
 type Resource = build.Resource
 
-// Output is everything generated for one proxy or snapshot (defined in
-// build, where the rooms that generate it can reach it).
+// Output is everything generated for one proxy or snapshot, read-only
+// once returned and then safe to read from any number of goroutines
+// (defined in build, where the rooms that generate it can reach it).
 type Output = build.Output
 
 // Envoy generates every resource for an Envoy proxy with the given key

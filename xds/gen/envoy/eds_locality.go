@@ -13,9 +13,6 @@ import (
 	"github.com/navemesh/nave/xds/mesh"
 )
 
-// localitySetting is the cluster's localityLbSetting, and whether
-// locality load balancing is on (it is unless enabled: false; no setting
-// means Istio's mesh default: on, with nothing configured).
 // localityIndependent reports whether no locality load balancing applies
 // to the cluster: no distribution, no failover settings, and no outlier
 // detection (which turns on failover by proximity), or the setting is off.
@@ -25,6 +22,9 @@ func localityIndependent(oc *outboundCluster) bool {
 	return !on || len(s.GetDistribute()) == 0 && len(s.GetFailover()) == 0 && len(s.GetFailoverPriority()) == 0 && oc.Policy.GetOutlierDetection() == nil
 }
 
+// localitySetting is the cluster's localityLbSetting, and whether
+// locality load balancing is on (it is unless enabled: false; no setting
+// means Istio's mesh default: on, with nothing configured).
 func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetting, bool) {
 	s := oc.Policy.GetLoadBalancer().GetLocalityLbSetting()
 	if e := s.GetEnabled(); e != nil && !e.GetValue() {

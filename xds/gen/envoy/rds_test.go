@@ -156,8 +156,8 @@ spec:
 }
 
 func TestSidecarRouteConfigs(t *testing.T) {
-	// The Sidecar states ALLOW_ANY explicitly: View.AllowAny reads an
-	// unset policy as REGISTRY_ONLY (the enum's zero value).
+	// The Sidecar states ALLOW_ANY explicitly; an unset outbound policy
+	// means the same (scope.View.AllowAny).
 	out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + sidecarResource("ALLOW_ANY")}), rdsSidecarKey)
 	var names []string
 	for _, r := range out.Resources[typeurl.Route] {

@@ -50,15 +50,14 @@ func SelectAuthorizationPolicies(s *mesh.Snapshot, namespace string, labels map[
 // needs it. Audit logs (action LOG) what AUDIT policies match and never
 // denies; Deny refuses what DENY policies match; Allow refuses what no
 // ALLOW policy matches and is present as soon as one ALLOW policy selects
-// the workload, even one without rules (which allows nothing).
+// the workload, even one without rules (which allows nothing). An RBAC is
+// read-only once built: its configs may be rendered any number of times,
+// from any goroutine.
 type RBAC struct {
 	Audit, Deny, Allow *rbacv3.RBAC
 }
 
-// Empty reports whether no policy applies.
-func (r RBAC) Empty() bool { return r.Audit == nil && r.Deny == nil && r.Allow == nil }
-
-// RBACTarget says what RBAC is built for.
+// RBACTarget says what RBAC is built for. It is a plain value.
 type RBACTarget struct {
 	// TrustDomain completes serviceAccounts into identities.
 	TrustDomain string

@@ -9,7 +9,7 @@ import (
 )
 
 // MTLSMode is the mutual TLS mode a workload port accepts inbound
-// traffic with (PeerAuthentication).
+// traffic with (PeerAuthentication). It is a plain value.
 type MTLSMode int
 
 // MTLSMode values. The zero value is Istio's default when no policy sets
@@ -34,7 +34,8 @@ func (m MTLSMode) String() string {
 }
 
 // PeerAuthentications are the PeerAuthentication policies that apply to
-// one workload, one per level; nil where none does.
+// one workload, one per level; nil where none does. It is a plain value
+// over read-only config: Mode may be called from any goroutine.
 type PeerAuthentications struct {
 	// Mesh is the root namespace's policy without a selector.
 	Mesh *mesh.Config

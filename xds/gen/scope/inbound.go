@@ -8,7 +8,8 @@ import (
 	"github.com/navemesh/nave/xds/proxy"
 )
 
-// InboundPort is one port the proxy's own workload serves.
+// InboundPort is one port the proxy's own workload serves. It is a plain
+// value.
 type InboundPort struct {
 	Service *mesh.Service
 	// Port is the service port; TargetPort the workload port behind it.

@@ -50,7 +50,8 @@ import (
 	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
-// Sim holds one proxy's resources by name.
+// Sim holds one proxy's resources by name. It is read-only once made:
+// Do may be called from any number of goroutines.
 type Sim struct {
 	listeners []*listenerv3.Listener
 	routes    map[string]*routev3.RouteConfiguration
@@ -88,7 +89,8 @@ func New(resources map[string][]build.Resource) *Sim {
 	return s
 }
 
-// Request is one connection and, for HTTP, one request on it.
+// Request is one connection and, for HTTP, one request on it. It is a
+// plain value.
 type Request struct {
 	// IP and Port are the original destination the application dialed (a
 	// sidecar's outbound traffic), or the destination on the workload
@@ -119,7 +121,8 @@ type Request struct {
 	Headers   map[string]string // lower-case names
 }
 
-// Result is what the proxy does with a Request.
+// Result is what the proxy does with a Request. It is a plain value,
+// owned by the caller once returned.
 type Result struct {
 	Listener string
 	Chain    string // the filter chain's name, "default" for the default chain
@@ -166,7 +169,8 @@ type Result struct {
 	Err error
 }
 
-// Destination is a cluster a request or connection goes to.
+// Destination is a cluster a request or connection goes to. It is a
+// plain value.
 type Destination struct {
 	Name    string
 	Weight  uint32
@@ -176,7 +180,7 @@ type Destination struct {
 	Err       error
 }
 
-// Endpoint is one endpoint of a cluster.
+// Endpoint is one endpoint of a cluster. It is a plain value.
 type Endpoint struct {
 	Address  string
 	Port     uint32
