@@ -71,17 +71,11 @@ spec:
 
 var rdsSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=productpage\nversion=v1"}
 
-// envoyOut generates for key and checks that every resource validates.
+// rdsOut generates for key and checks that every resource validates.
 func rdsOut(t *testing.T, s *mesh.Snapshot, key proxy.Key) *build.Output {
 	t.Helper()
 	out := generate(s, key)
-	for typeURL, rs := range out.Resources {
-		for _, r := range rs {
-			if err := r.Message.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
-				t.Errorf("%s %s: %v", typeURL, r.Name, err)
-			}
-		}
-	}
+	gentest.ValidateAll(t, out)
 	return out
 }
 

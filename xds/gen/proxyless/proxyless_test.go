@@ -65,17 +65,7 @@ spec:
 
 func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 	out := Generate(gentest.Snapshot(t, map[string]string{"c1": config}))
-	for typeURL, rs := range out.Resources {
-		for _, r := range rs {
-			v, ok := r.Message.(interface{ ValidateAll() error })
-			if !ok {
-				t.Fatalf("%s %s has no ValidateAll", typeURL, r.Name)
-			}
-			if err := v.ValidateAll(); err != nil {
-				t.Errorf("%s %s: %v", typeURL, r.Name, err)
-			}
-		}
-	}
+	gentest.ValidateAll(t, out)
 	if n := len(out.Resources[typeurl.Cluster]); n != 3 {
 		t.Errorf("clusters = %d, want 3 (base + 2 subsets)", n)
 	}
