@@ -21,7 +21,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -139,8 +139,8 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 		}
 	}
 	p.fetch(t, typeurl.Listener)
-	routes := p.fetch(t, typeurl.Route, gen.SidecarRouteName(9080))
-	rc, _ := routes[gen.SidecarRouteName(9080)].(*routev3.RouteConfiguration)
+	routes := p.fetch(t, typeurl.Route, envoy.SidecarRouteName(9080))
+	rc, _ := routes[envoy.SidecarRouteName(9080)].(*routev3.RouteConfiguration)
 	got := map[string]string{} // virtual host → first route's cluster
 	for _, vh := range rc.GetVirtualHosts() {
 		if len(vh.GetRoutes()) > 0 {
@@ -324,7 +324,7 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	}
 	p.fetch(t, typeurl.Listener)
 	p.fetch(t, typeurl.Endpoint, eds...)
-	p.fetch(t, typeurl.Route, gen.SidecarRouteName(9080))
+	p.fetch(t, typeurl.Route, envoy.SidecarRouteName(9080))
 	before := pushes(t, h)
 
 	// Flap: the spoke stops; the hub keeps its state (stale); the spoke

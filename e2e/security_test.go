@@ -41,7 +41,7 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	spokeenroll "github.com/navemesh/nave/spoke/enroll"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // secureConfig is a spoke's config directory content for the security
@@ -316,7 +316,7 @@ func sdsFirst(t *testing.T, conn *grpc.ClientConn, node *corev3.Node) map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeurl.Secret, ResourceNames: []string{gen.WorkloadCertSecret, gen.RootCASecret}}); err != nil {
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeurl.Secret, ResourceNames: []string{build.WorkloadCertSecret, build.RootCASecret}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := stream.Recv()
@@ -479,9 +479,9 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 		// roots by SDS on the same stream.
 		sidecar := grpcNode("sidecar~127.0.0.1~client-1.demo~demo.svc.cluster.local", nil)
 		secrets := sdsFirst(t, conn, sidecar)
-		chain := secrets[gen.WorkloadCertSecret].GetTlsCertificate().GetCertificateChain().GetInlineBytes()
-		key := secrets[gen.WorkloadCertSecret].GetTlsCertificate().GetPrivateKey().GetInlineBytes()
-		rootsPEM := secrets[gen.RootCASecret].GetValidationContext().GetTrustedCa().GetInlineBytes()
+		chain := secrets[build.WorkloadCertSecret].GetTlsCertificate().GetCertificateChain().GetInlineBytes()
+		key := secrets[build.WorkloadCertSecret].GetTlsCertificate().GetPrivateKey().GetInlineBytes()
+		rootsPEM := secrets[build.RootCASecret].GetValidationContext().GetTrustedCa().GetInlineBytes()
 		pair, err := tls.X509KeyPair(chain, key)
 		if err != nil {
 			t.Fatalf("SDS default: %v", err)

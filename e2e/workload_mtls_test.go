@@ -34,7 +34,7 @@ import (
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 )
 
 // workloadConfig is the demo namespace's service accounts and mesh config:
@@ -219,8 +219,8 @@ func startMTLSServer(t *testing.T, h *hub, lis net.Listener, dir string) {
 		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "echo"}, "INSTANCE_IPS": "127.0.0.1"},
 		&xdsbootstrap.TLSFiles{CACertificateFile: servingcert.RootPath(h.state), CertificateFile: filepath.Join(dir, "cert-chain.pem"),
 			PrivateKeyFile: filepath.Join(dir, "key.pem")}).
-		WithServerListenerTemplate(gen.GRPCServerListenerPrefix+"%s").
-		WithFileWatcher(gen.GRPCCertificateProvider, filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"),
+		WithServerListenerTemplate(proxyless.ServerListenerPrefix+"%s").
+		WithFileWatcher(proxyless.CertificateProvider, filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"),
 			filepath.Join(dir, "root-cert.pem"), "60s").JSON()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -174,7 +175,7 @@ func TestWireReadsGeneratedResources(t *testing.T) {
 		}
 		if sp.Kind == Proxyless {
 			for _, r := range out.Resources[typeurl.Route] {
-				if r.Name != gen.ListenerName(w.Hostname(1), ServicePort) {
+				if r.Name != proxyless.ListenerName(w.Hostname(1), ServicePort) {
 					continue
 				}
 				b, _ := proto.Marshal(r.Message)

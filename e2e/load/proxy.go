@@ -6,7 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/navemesh/nave/xds/gen"
+	proxylessgen "github.com/navemesh/nave/xds/gen/proxyless"
 )
 
 // ProxyKind is the kind of a simulated proxy.
@@ -82,7 +82,7 @@ func Proxies(w *Workload, n, gateways, proxyless int) ([]ProxySpec, error) {
 			for _, s := range []int{0, (7*j + 1) % w.Services, (13*j + 2) % w.Services} {
 				if !seen[s] {
 					seen[s] = true
-					p.Listeners = append(p.Listeners, gen.ListenerName(w.Hostname(s), ServicePort))
+					p.Listeners = append(p.Listeners, proxylessgen.ListenerName(w.Hostname(s), ServicePort))
 				}
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // ServicePort is the one port of every service, and EndpointPort the
@@ -137,7 +137,9 @@ func (w *Workload) Namespace(s int) string { return fmt.Sprintf("ns-%d", s%w.Nam
 func (w *Workload) Hostname(s int) string { return w.hostname[s] }
 
 // ClusterName is the xDS (outbound, EDS) cluster of service s.
-func (w *Workload) ClusterName(s int) string { return gen.ClusterName(w.hostname[s], ServicePort, "") }
+func (w *Workload) ClusterName(s int) string {
+	return build.ClusterName(w.hostname[s], ServicePort, "")
+}
 
 // Locality is cluster c's "region/zone".
 func (w *Workload) Locality(c int) (region, zone string) {

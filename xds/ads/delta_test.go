@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
@@ -184,7 +184,7 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 	for _, sub := range []struct {
 		typeURL string
 		names   []string
-	}{{typeurl.Endpoint, eds}, {typeurl.Route, []string{gen.SidecarRouteName(9080)}}} {
+	}{{typeurl.Endpoint, eds}, {typeurl.Route, []string{envoy.SidecarRouteName(9080)}}} {
 		s.subscribe(sub.typeURL, sub.names...)
 		r := s.next(sub.typeURL)
 		sotw[sub.typeURL] = sotwHeld(t, r)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
 const envoyMesh = `apiVersion: networking.istio.io/v1
@@ -119,18 +119,18 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 		p.subscribe(typeurl.Listener)
 		lds := p.next(typeurl.Listener)
 		listeners := resourcesOf(t, lds, func() *listenerv3.Listener { return new(listenerv3.Listener) })
-		if _, ok := listeners[gen.VirtualOutboundListener]; !ok {
-			t.Fatalf("LDS lacks %s: has %v", gen.VirtualOutboundListener, keys(listeners))
+		if _, ok := listeners[envoy.VirtualOutboundListener]; !ok {
+			t.Fatalf("LDS lacks %s: has %v", envoy.VirtualOutboundListener, keys(listeners))
 		}
 		rds := rdsNames(t, listeners)
-		if !slices.Contains(rds, gen.SidecarRouteName(9080)) {
-			t.Fatalf("listeners name routes %v, want %s among them", rds, gen.SidecarRouteName(9080))
+		if !slices.Contains(rds, envoy.SidecarRouteName(9080)) {
+			t.Fatalf("listeners name routes %v, want %s among them", rds, envoy.SidecarRouteName(9080))
 		}
 		p.ack(lds)
-		p.subscribe(typeurl.Route, gen.SidecarRouteName(9080))
+		p.subscribe(typeurl.Route, envoy.SidecarRouteName(9080))
 		routes := resourcesOf(t, p.next(typeurl.Route), func() *routev3.RouteConfiguration { return new(routev3.RouteConfiguration) })
-		if len(routes[gen.SidecarRouteName(9080)].GetVirtualHosts()) == 0 {
-			t.Fatalf("route %s has no virtual hosts", gen.SidecarRouteName(9080))
+		if len(routes[envoy.SidecarRouteName(9080)].GetVirtualHosts()) == 0 {
+			t.Fatalf("route %s has no virtual hosts", envoy.SidecarRouteName(9080))
 		}
 	})
 
@@ -138,12 +138,12 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 		p := f.connect(t, envoyNode("router~10.9.0.2~ingress-1.shop~shop.svc.cluster.local", map[string]string{"istio": "ingressgateway"}))
 		p.subscribe(typeurl.Listener)
 		listeners := resourcesOf(t, p.next(typeurl.Listener), func() *listenerv3.Listener { return new(listenerv3.Listener) })
-		if _, ok := listeners[gen.VirtualOutboundListener]; ok {
+		if _, ok := listeners[envoy.VirtualOutboundListener]; ok {
 			t.Fatal("a gateway got the sidecar's virtual outbound listener")
 		}
 		rds := rdsNames(t, listeners)
-		if !slices.Contains(rds, gen.GatewayHTTPRouteName(8080)) {
-			t.Fatalf("gateway listeners name routes %v, want %s", rds, gen.GatewayHTTPRouteName(8080))
+		if !slices.Contains(rds, envoy.GatewayHTTPRouteName(8080)) {
+			t.Fatalf("gateway listeners name routes %v, want %s", rds, envoy.GatewayHTTPRouteName(8080))
 		}
 	})
 }

@@ -32,7 +32,7 @@ import (
 
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
@@ -105,8 +105,8 @@ func workloadCerts(t *testing.T, ids ...string) map[string]xdsbootstrap.FileWatc
 // node id and metadata, and certificate providers.
 func proxylessBootstrap(t *testing.T, f *fixture, id string, meta map[string]any, files xdsbootstrap.FileWatcher) []byte {
 	t.Helper()
-	b, err := xdsbootstrap.New(f.addr, id, meta, nil).WithServerListenerTemplate(gen.GRPCServerListenerPrefix+"%s").
-		WithFileWatcher(gen.GRPCCertificateProvider, files.CertificateFile, files.PrivateKeyFile, files.CACertificateFile, files.RefreshInterval).JSON()
+	b, err := xdsbootstrap.New(f.addr, id, meta, nil).WithServerListenerTemplate(proxyless.ServerListenerPrefix+"%s").
+		WithFileWatcher(proxyless.CertificateProvider, files.CertificateFile, files.PrivateKeyFile, files.CACertificateFile, files.RefreshInterval).JSON()
 	if err != nil {
 		t.Fatal(err)
 	}

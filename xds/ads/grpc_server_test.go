@@ -14,7 +14,7 @@ import (
 
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
@@ -57,7 +57,7 @@ spec:
 
 	bootstrap, err := xdsbootstrap.New(f.addr, "health-server", map[string]any{
 		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "health"}, "INSTANCE_IPS": "127.0.0.1"}, nil).
-		WithServerListenerTemplate(gen.GRPCServerListenerPrefix + "%s").JSON()
+		WithServerListenerTemplate(proxyless.ServerListenerPrefix + "%s").JSON()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // Secret discovery (SDS) over the ADS stream, for Envoy: the hub answers the
@@ -91,9 +91,9 @@ func secretResources(cred *Credential) map[string]*anypb.Any {
 	}
 	out := map[string]*anypb.Any{}
 	for _, s := range []*tlsv3.Secret{
-		{Name: gen.WorkloadCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		{Name: build.WorkloadCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 			CertificateChain: inline(cred.ChainPEM), PrivateKey: inline(cred.KeyPEM)}}},
-		{Name: gen.RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		{Name: build.RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 			TrustedCa: inline(cred.RootsPEM)}}},
 	} {
 		a, err := anypb.New(s)

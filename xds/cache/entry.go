@@ -9,6 +9,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx"
@@ -109,8 +110,8 @@ func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 }
 
 // cacheKey is the key generation for k is memoized under: k with its IPs
-// and labels replaced by what they contribute (gen.InboundSignature,
-// gen.LabelSignature), so the sidecars of one deployment, and proxies whose
+// and labels replaced by what they contribute (scope.InboundSignature,
+// scope.LabelSignature), so the sidecars of one deployment, and proxies whose
 // labels and IPs select nothing different, share one generation.
 func (e *Entry) cacheKey(k proxy.Key) proxy.Key {
 	if ck, ok := e.cacheKeys.Load(k); ok {
@@ -125,11 +126,11 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	ck := k
 	ck.IPs, ck.Labels = "", ""
 	if k.IPs != "" {
-		if sig := gen.InboundSignature(e.State.Snapshot, k); sig != "" {
+		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig
 		}
 	}
-	if sig := gen.LabelSignature(e.State.Snapshot, k); sig != "" {
+	if sig := scope.LabelSignature(e.State.Snapshot, k); sig != "" {
 		ck.Labels = "selects:" + sig
 	}
 	return ck
@@ -184,7 +185,6 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	// endpoints only for DNS clusters (inline assignments) and for the
 	// proxy's own inbound ports (its IPs); endpoints are regenerated just
 	// for the changed services.
-	v := gen.NewView(e.State.Snapshot, k)
 	own := false
 	for _, ip := range k.IPList() {
 		own = own || diff.Addresses[ip]
@@ -195,15 +195,14 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 			dns = true
 		}
 	}
-	out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: v.EndpointsOf(diff.Hosts)}}
+	var types []string
 	if own || dns {
-		out.Resources[typeurl.Cluster] = v.Clusters()
+		types = append(types, typeurl.Cluster)
 	}
 	if own {
-		out.Resources[typeurl.Listener] = v.Listeners()
-		out.Resources[typeurl.Route] = v.Routes()
+		types = append(types, typeurl.Listener, typeurl.Route)
 	}
-	out.Problems = v.Problems()
+	out := gen.EnvoyEndpointsChanged(e.State.Snapshot, k, diff.Hosts, types...)
 	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)
 	e.addProblems(out.Problems)
 	return res, genEndpoints

@@ -6,7 +6,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/cache"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 	"github.com/navemesh/nave/xds/resource"
@@ -118,7 +118,7 @@ func TestProxylessServersGetTheirServerListeners(t *testing.T) {
 	own := st.ProxylessFor(key("127.0.0.1"))
 	for _, port := range []string{"17071", "17072"} {
 		for _, host := range []string{"0.0.0.0:", "[::]:"} {
-			if own.Resources[typeurl.Listener][gen.GRPCServerListenerName(host+port)] == nil {
+			if own.Resources[typeurl.Listener][proxyless.ServerListenerName(host+port)] == nil {
 				t.Errorf("no server listener for %s%s", host, port)
 			}
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -287,7 +289,7 @@ func TestSemantics(t *testing.T) {
 			wantClusters(t, r, reviewsV1+"=90", reviewsV2+"=10")
 		}},
 		{"a missing subset goes nowhere, visibly", shopSidecar, http("reviews:9080", "/broken", nil), func(t *testing.T, r sim.Result) {
-			wantClusters(t, r, gen.BlackHoleCluster+"=1")
+			wantClusters(t, r, build.BlackHoleCluster+"=1")
 			if len(r.Clusters[0].Endpoints) != 0 {
 				t.Errorf("blackhole has endpoints %v", r.Clusters[0].Endpoints)
 			}
@@ -315,17 +317,17 @@ func TestSemantics(t *testing.T) {
 				}
 			}},
 		{"unknown destination passes through (ALLOW_ANY)", shopSidecar, sim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r sim.Result) {
-			if r.Listener != gen.VirtualOutboundListener || len(r.TCP) != 1 || r.TCP[0].Name != gen.PassthroughCluster {
+			if r.Listener != envoy.VirtualOutboundListener || len(r.TCP) != 1 || r.TCP[0].Name != build.PassthroughCluster {
 				t.Errorf("listener %s tcp %v", r.Listener, sim.ClusterNames(r.TCP))
 			}
 		}},
 		{"unknown destination is dropped (REGISTRY_ONLY)", webSidecar, sim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r sim.Result) {
-			if len(r.TCP) != 1 || r.TCP[0].Name != gen.BlackHoleCluster {
+			if len(r.TCP) != 1 || r.TCP[0].Name != build.BlackHoleCluster {
 				t.Errorf("tcp %v", sim.ClusterNames(r.TCP))
 			}
 		}},
 		{"unknown HTTP host passes through (ALLOW_ANY)", shopSidecar, http("elsewhere.example:9080", "/", nil), func(t *testing.T, r sim.Result) {
-			wantClusters(t, r, gen.PassthroughCluster+"=1")
+			wantClusters(t, r, build.PassthroughCluster+"=1")
 		}},
 		{"Sidecar egress hides ratings; REGISTRY_ONLY answers 502", webSidecar,
 			sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings.shop.svc.cluster.local:9080", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
@@ -339,19 +341,19 @@ func TestSemantics(t *testing.T) {
 			}},
 		{"inbound: the workload's port goes to its inbound cluster", reviewsSidecar,
 			sim.Request{Inbound: true, IP: "10.1.0.1", Port: 9080, Authority: "reviews:9080", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
-				wantClusters(t, r, gen.InboundClusterName(9080)+"=1")
+				wantClusters(t, r, build.InboundClusterName(9080)+"=1")
 				if r.Clusters[0].Endpoints[0].Address != "127.0.0.1" {
 					t.Errorf("inbound endpoints %v", r.Clusters[0].Endpoints)
 				}
 			}},
 		{"inbound: another port passes through", reviewsSidecar, sim.Request{Inbound: true, IP: "10.1.0.1", Port: 15000}, func(t *testing.T, r sim.Result) {
-			if len(r.TCP) != 1 || r.TCP[0].Name != gen.InboundPassthroughCluster {
+			if len(r.TCP) != 1 || r.TCP[0].Name != build.InboundPassthroughCluster {
 				t.Errorf("tcp %v", sim.ClusterNames(r.TCP))
 			}
 		}},
 		{"gateway HTTP server with httpsRedirect requires TLS", ingress,
 			sim.Request{ListenerPort: 80, Authority: "shop.example.com", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
-				if r.RouteConfig != gen.GatewayHTTPRouteName(80) || r.VirtualHostConfig.GetRequireTls() != routev3.VirtualHost_ALL {
+				if r.RouteConfig != envoy.GatewayHTTPRouteName(80) || r.VirtualHostConfig.GetRequireTls() != routev3.VirtualHost_ALL {
 					t.Errorf("route config %s require_tls %v", r.RouteConfig, r.VirtualHostConfig.GetRequireTls())
 				}
 			}},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -98,7 +99,7 @@ func TestSignaturesCaptureWhatLabelsAndIPsContribute(t *testing.T) {
 				for _, ips := range ipSets {
 					k := proxy.Key{Type: typ, Mesh: "m", Namespace: ns, Labels: labels, IPs: ips,
 						Locality: mesh.Locality{Region: "us-east", Zone: "a"}}
-					sig := fmt.Sprintf("%s|%s|%s|%s", typ, ns, gen.LabelSignature(snap, k), gen.InboundSignature(snap, k))
+					sig := fmt.Sprintf("%s|%s|%s|%s", typ, ns, scope.LabelSignature(snap, k), scope.InboundSignature(snap, k))
 					d := outputDigest(t, gen.Envoy(snap, k))
 					g, ok := groups[sig]
 					if !ok {
@@ -120,17 +121,17 @@ func TestSignaturesCaptureWhatLabelsAndIPsContribute(t *testing.T) {
 	// Labels that select differently must not share: the sourceLabels route.
 	a := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=productpage"}
 	b := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=other"}
-	if gen.LabelSignature(snap, a) == gen.LabelSignature(snap, b) {
+	if scope.LabelSignature(snap, a) == scope.LabelSignature(snap, b) {
 		t.Error("a sourceLabels match does not show in the label signature")
 	}
 	for _, labels := range []string{"tier=edge", "app=frontend", "version=v1"} {
 		sel := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: labels}
-		if gen.LabelSignature(snap, sel) == gen.LabelSignature(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "app=other"}) {
+		if scope.LabelSignature(snap, sel) == scope.LabelSignature(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "app=other"}) {
 			t.Errorf("labels %s, selected by a security policy, do not show in the label signature", labels)
 		}
 	}
-	if c := (proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "track=a"}); gen.LabelSignature(snap, c) ==
-		gen.LabelSignature(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "track=b"}) {
+	if c := (proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "track=a"}); scope.LabelSignature(snap, c) ==
+		scope.LabelSignature(snap, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "track=b"}) {
 		t.Error("a failoverPriority label value does not show in the label signature")
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/navemesh/nave/shared/xdsbootstrap"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/proxyless"
 )
 
 // The variables grpc's xDS client reads its bootstrap from. grpc-go reads both once,
@@ -34,7 +34,7 @@ type envVar struct{ name, value string }
 func makeBootstrap(hub, nodeID, mesh, namespace string, tls *tlsFiles) ([]byte, error) {
 	b := xdsbootstrap.New(hub, nodeID, map[string]any{"MESH": mesh, "NAMESPACE": namespace}, tls)
 	if tls != nil {
-		b.WithFileWatcher(gen.GRPCCertificateProvider, tls.CertificateFile, tls.PrivateKeyFile,
+		b.WithFileWatcher(proxyless.CertificateProvider, tls.CertificateFile, tls.PrivateKeyFile,
 			filepath.Join(filepath.Dir(tls.CertificateFile), meshRootsFile), "60s")
 	}
 	doc, err := b.JSON()

@@ -14,7 +14,7 @@ import (
 
 // Token is a JWT a request carries. Signatures are not computed: KeyID
 // names the key that signed it, and Invalid marks a token that fails
-// verification anyway (expired, tampered).
+// verification anyway (expired, tampered). It is a plain value.
 type Token struct {
 	// Header is the (lower-case) header the token is sent in, with Prefix
 	// before it; Param a query parameter instead. Neither: the

@@ -46,10 +46,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
-// Sim holds one proxy's resources by name.
+// Sim holds one proxy's resources by name. It is read-only once made:
+// Do may be called from any number of goroutines.
 type Sim struct {
 	listeners []*listenerv3.Listener
 	routes    map[string]*routev3.RouteConfiguration
@@ -57,8 +59,8 @@ type Sim struct {
 	endpoints map[string]*endpointv3.ClusterLoadAssignment
 }
 
-// New indexes resources by type URL, as gen.Output holds them.
-func New(resources map[string][]gen.Resource) *Sim {
+// New indexes resources by type URL, as build.Output holds them.
+func New(resources map[string][]build.Resource) *Sim {
 	s := &Sim{
 		routes:    map[string]*routev3.RouteConfiguration{},
 		clusters:  map[string]*clusterv3.Cluster{},
@@ -87,7 +89,8 @@ func New(resources map[string][]gen.Resource) *Sim {
 	return s
 }
 
-// Request is one connection and, for HTTP, one request on it.
+// Request is one connection and, for HTTP, one request on it. It is a
+// plain value.
 type Request struct {
 	// IP and Port are the original destination the application dialed (a
 	// sidecar's outbound traffic), or the destination on the workload
@@ -118,7 +121,8 @@ type Request struct {
 	Headers   map[string]string // lower-case names
 }
 
-// Result is what the proxy does with a Request.
+// Result is what the proxy does with a Request. It is a plain value,
+// owned by the caller once returned.
 type Result struct {
 	Listener string
 	Chain    string // the filter chain's name, "default" for the default chain
@@ -165,7 +169,8 @@ type Result struct {
 	Err error
 }
 
-// Destination is a cluster a request or connection goes to.
+// Destination is a cluster a request or connection goes to. It is a
+// plain value.
 type Destination struct {
 	Name    string
 	Weight  uint32
@@ -175,7 +180,7 @@ type Destination struct {
 	Err       error
 }
 
-// Endpoint is one endpoint of a cluster.
+// Endpoint is one endpoint of a cluster. It is a plain value.
 type Endpoint struct {
 	Address  string
 	Port     uint32
@@ -306,7 +311,7 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 	}
 	switch {
 	case r.Inbound:
-		return byName(gen.VirtualInboundListener)
+		return byName(envoy.VirtualInboundListener)
 	case r.ListenerPort != 0:
 		return find("0.0.0.0", r.ListenerPort)
 	}
@@ -316,7 +321,7 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 	if l := find("0.0.0.0", r.Port); l != nil {
 		return l
 	}
-	return byName(gen.VirtualOutboundListener)
+	return byName(envoy.VirtualOutboundListener)
 }
 
 // chainFor applies Envoy's filter chain match: criteria in order
@@ -651,13 +656,13 @@ func (s *Sim) action(vh *routev3.VirtualHost, rt *routev3.Route, r Request, res 
 		}
 		return vh.GetTypedPerFilterConfig()[name]
 	}
-	if a := perFilter(gen.FaultFilter); a != nil {
+	if a := perFilter(build.FaultFilter); a != nil {
 		res.Fault = new(faultv3.HTTPFault)
 		if err := a.UnmarshalTo(res.Fault); err != nil {
 			res.Err = fmt.Errorf("route %s: fault config: %w", rt.GetName(), err)
 		}
 	}
-	if a := perFilter(gen.CorsFilter); a != nil {
+	if a := perFilter(build.CorsFilter); a != nil {
 		res.CORS = new(corsv3.CorsPolicy)
 		if err := a.UnmarshalTo(res.CORS); err != nil {
 			res.Err = fmt.Errorf("route %s: CORS config: %w", rt.GetName(), err)

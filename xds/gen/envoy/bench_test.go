@@ -1,0 +1,254 @@
+package envoy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/scope"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// The workload shapes Istio benchmarks its own generators on
+// (pilot/pkg/xds/bench_test.go), rebuilt here so the numbers compare:
+//
+//   - http: n ServiceEntries, each with a VIP, one HTTP port and one
+//     endpoint, and a service at the proxy's own IP (1.1.1.1);
+//   - virtualservice: the same without VIPs, plus one VirtualService per
+//     service (two match clauses, a rewrite, one destination);
+//   - gateways: n Gateways (one HTTP server, one ISTIO_MUTUAL and six SIMPLE
+//     HTTPS servers, three hosts each) with one VirtualService each, on one
+//     router proxy.
+type envoyShape struct {
+	name  string
+	key   proxy.Key
+	write func(b *strings.Builder, i int)
+}
+
+var benchSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"}
+
+var envoyShapes = []envoyShape{
+	{name: "http", key: benchSidecarKey, write: func(b *strings.Builder, i int) {
+		fmt.Fprintf(b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-%[1]d, namespace: default}
+spec:
+  addresses: [240.240.%[2]d.%[3]d]
+  hosts: [random-%[1]d.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  location: MESH_INTERNAL
+  endpoints: [{address: 240.241.%[2]d.%[3]d}]
+`, i, i/255, i%255)
+	}},
+	{name: "virtualservice", key: benchSidecarKey, write: func(b *strings.Builder, i int) {
+		fmt.Fprintf(b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-%[1]d, namespace: default}
+spec:
+  hosts: [random-%[1]d.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 1.2.3.4}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs-%[1]d, namespace: default}
+spec:
+  hosts: [random-%[1]d.host.example]
+  http:
+  - name: match-route
+    match: [{uri: {prefix: /foo}}, {uri: {regex: /bar}}]
+    rewrite: {uri: /new-url}
+    route: [{destination: {host: random-%[1]d.host.example}}]
+`, i)
+	}},
+	{name: "gateways", key: proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "gateway", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"},
+		write: func(b *strings.Builder, i int) {
+			hosts := fmt.Sprintf("[random-a-%[1]d.host.example, random-b-%[1]d.host.example, random-c-%[1]d.host.example]", i)
+			fmt.Fprintf(b, `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs-%[1]d, namespace: gateway}
+spec:
+  hosts: %[2]s
+  gateways: [gateway/gateway-%[1]d]
+  http:
+  - match: [{uri: {prefix: /route-%[1]d}}]
+    route: [{destination: {host: random-%[1]d.host.example}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gateway-%[1]d, namespace: gateway}
+spec:
+  selector: {istio.io/benchmark: "true"}
+  servers:
+  - {port: {number: 80, name: http, protocol: HTTP}, hosts: %[2]s}
+  - {port: {number: 443, name: https, protocol: HTTPS}, hosts: %[2]s, tls: {mode: ISTIO_MUTUAL}}
+`, i, hosts)
+			for s := 1; s <= 6; s++ {
+				fmt.Fprintf(b, "  - {port: {number: 443, name: https-simple-%d, protocol: HTTPS}, hosts: %s, tls: {mode: SIMPLE, serverCertificate: /etc/certs/servercert.pem, privateKey: /etc/certs/privatekey.pem}}\n", s, hosts)
+			}
+			fmt.Fprintf(b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-%[1]d, namespace: gateway}
+spec:
+  hosts: [random-%[1]d.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 1.2.3.4}]
+`, i)
+		}},
+}
+
+// shapeInput renders a shape at n services into one cluster's objects.
+func shapeInput(tb testing.TB, sh envoyShape, n int) []mesh.ClusterInput {
+	tb.Helper()
+	var b strings.Builder
+	b.WriteString(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: proxy-service-instance, namespace: default}
+spec:
+  hosts: [example.com]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 1.1.1.1, labels: {istio.io/benchmark: "true"}}]
+`)
+	for i := range n {
+		sh.write(&b, i)
+	}
+	objs, errs := meshconfig.DecodeYAML([]byte(b.String()), sh.name+".yaml")
+	if len(errs) > 0 {
+		tb.Fatal(errs[0])
+	}
+	return []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}}
+}
+
+var envoyBenchSizes = []int{100, 1000, 5000}
+
+// envoyTypes are the per-type generators, as the ADS server calls them.
+var envoyTypes = []struct {
+	name string
+	gen  func(*scope.View) []build.Resource
+	url  string
+}{
+	{"CDS", Clusters, typeurl.Cluster},
+	{"EDS", Endpoints, typeurl.Endpoint},
+	{"LDS", Listeners, typeurl.Listener},
+	{"RDS", Routes, typeurl.Route},
+}
+
+// generateMarshalled scopes the snapshot to the key, generates one type and
+// marshals each resource into an Any, as a push does (without caching).
+func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*scope.View) []build.Resource) (bytes, resources int, err error) {
+	for _, r := range gen(scope.New(snap, key)) {
+		a, err := anypb.New(r.Message)
+		if err != nil {
+			return 0, 0, err
+		}
+		bytes += proto.Size(a)
+		resources++
+	}
+	return bytes, resources, nil
+}
+
+// BenchmarkEnvoyPushContext measures merging a shape into a snapshot:
+// "cold" from nothing, "rebuild" with the hub's Builder after an earlier
+// build of the same objects (the push context rebuilt after a change
+// elsewhere in the mesh).
+func BenchmarkEnvoyPushContext(b *testing.B) {
+	for _, sh := range envoyShapes {
+		for _, n := range envoyBenchSizes {
+			in := shapeInput(b, sh, n)
+			b.Run(fmt.Sprintf("%s/services=%d/cold", sh.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					mesh.Build("m", in)
+				}
+			})
+			b.Run(fmt.Sprintf("%s/services=%d/rebuild", sh.name, n), func(b *testing.B) {
+				var builder mesh.Builder
+				builder.Build("m", in)
+				b.ReportAllocs()
+				for b.Loop() {
+					builder.Build("m", in)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkEnvoyGenerate measures per-type generation and marshalling for
+// one proxy of each shape, with no caching.
+func BenchmarkEnvoyGenerate(b *testing.B) {
+	for _, sh := range envoyShapes {
+		for _, n := range envoyBenchSizes {
+			snap := mesh.Build("m", shapeInput(b, sh, n))
+			for _, ty := range envoyTypes {
+				b.Run(fmt.Sprintf("%s/services=%d/%s", sh.name, n, ty.name), func(b *testing.B) {
+					b.ReportAllocs()
+					var bytes, resources int
+					for b.Loop() {
+						var err error
+						if bytes, resources, err = generateMarshalled(snap, sh.key, ty.gen); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(bytes)/1024, "kb/msg")
+					b.ReportMetric(float64(resources), "resources/msg")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkEnvoyView measures scoping a snapshot to one proxy (the View
+// every per-type generation above starts from; the hub builds it once per
+// proxy key and push context for all four types).
+func BenchmarkEnvoyView(b *testing.B) {
+	for _, sh := range envoyShapes {
+		for _, n := range envoyBenchSizes {
+			snap := mesh.Build("m", shapeInput(b, sh, n))
+			b.Run(fmt.Sprintf("%s/services=%d", sh.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					v := scope.New(snap, sh.key)
+					v.InboundPorts()
+				}
+			})
+		}
+	}
+}
+
+// TestEnvoyBenchmarksRunOnce is the benchmarks' test twin: every shape at a
+// small size, every type, once, and the output validates.
+func TestEnvoyBenchmarksRunOnce(t *testing.T) {
+	for _, sh := range envoyShapes {
+		snap := mesh.Build("m", shapeInput(t, sh, 5))
+		for _, ty := range envoyTypes {
+			if _, _, err := generateMarshalled(snap, sh.key, ty.gen); err != nil {
+				t.Fatalf("%s %s: %v", sh.name, ty.name, err)
+			}
+		}
+		out := generate(snap, sh.key)
+		for typeURL, rs := range out.Resources {
+			for _, r := range rs {
+				if v, ok := r.Message.(interface{ ValidateAll() error }); ok {
+					if err := v.ValidateAll(); err != nil {
+						t.Errorf("%s: %s %s does not validate: %v", sh.name, typeURL, r.Name, err)
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package envoy
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/routes"
+	"github.com/navemesh/nave/xds/gen/scope"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// Virtual host names of a sidecar's catch-all virtual host.
+const (
+	AllowAnyVirtualHost = "allow_any"
+	BlockAllVirtualHost = "block_all"
+)
+
+// Routes generates the proxy's route configurations (RDS): for a sidecar,
+// one per outbound HTTP port (SidecarRouteName); for a router, one per
+// plain-HTTP gateway port (GatewayHTTPRouteName) and one per
+// TLS-terminating server (GatewayHTTPSRouteName).
+func Routes(v *scope.View) []build.Resource {
+	rb := newRouteBuilder(v)
+	switch v.Key().Type {
+	case proxy.Sidecar:
+		return rb.sidecarRoutes()
+	case proxy.Router:
+		return rb.gatewayRoutes()
+	}
+	return nil
+}
+
+// routeBuilder holds what one Routes call shares: the translator and the
+// translations already made (a VirtualService naming several hosts is
+// translated once per port and context). It belongs to one goroutine.
+type routeBuilder struct {
+	v        *scope.View
+	problems *build.Problems
+	t        *routes.Translator
+	cache    map[routeCacheKey][]*routev3.Route
+	// sidecarVS caches View.VirtualServices by host (a host has several
+	// ports).
+	sidecarVS  map[string][]*mesh.Config
+	noValidate *wrapperspb.BoolValue
+}
+
+type routeCacheKey struct {
+	cfg     *mesh.Config
+	port    uint32
+	gateway *mesh.Config // nil: mesh
+}
+
+func newRouteBuilder(v *scope.View) *routeBuilder {
+	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), cache: map[routeCacheKey][]*routev3.Route{},
+		sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+}
+
+// translate translates cfg's routes for port, as gateway gw's (nil: as
+// the sidecar's), once per builder.
+func (rb *routeBuilder) translate(cfg *mesh.Config, port uint32, gw *mesh.Config) []*routev3.Route {
+	k := routeCacheKey{cfg: cfg, port: port, gateway: gw}
+	if rs, ok := rb.cache[k]; ok {
+		return rs
+	}
+	ctx := routes.Mesh(port)
+	if gw != nil {
+		ctx = routes.Gateway(gw, port)
+	}
+	rs := rb.t.VirtualService(cfg, ctx)
+	rb.cache[k] = rs
+	return rs
+}
+
+// sidecarRoutes builds one route configuration per port number on which
+// a visible service has an HTTP port.
+func (rb *routeBuilder) sidecarRoutes() []build.Resource {
+	v := rb.v
+	byPort := map[uint32][]*mesh.Service{}
+	var ports []uint32
+	for _, svc := range v.Services() {
+		for _, p := range svc.Ports {
+			if !isHTTP(p.Protocol) {
+				continue
+			}
+			if _, ok := byPort[p.Number]; !ok {
+				ports = append(ports, p.Number)
+			}
+			byPort[p.Number] = append(byPort[p.Number], svc)
+		}
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+
+	catchAll := rb.catchAllVirtualHost()
+	out := make([]build.Resource, 0, len(ports))
+	for _, port := range ports {
+		name := SidecarRouteName(port)
+		rc := &routev3.RouteConfiguration{
+			Name: name,
+			// Clusters are pushed separately (CDS) and may arrive later.
+			ValidateClusters: rb.noValidate,
+		}
+		seen := make(map[string]bool, 4*len(byPort[port]))
+		rc.VirtualHosts = make([]*routev3.VirtualHost, 0, len(byPort[port])+1)
+		for _, svc := range byPort[port] { // sorted by hostname: the first keeps a shared domain
+			vh := &routev3.VirtualHost{
+				Name:    svc.Hostname + ":" + strconv.FormatUint(uint64(port), 10),
+				Domains: rb.domains(svc, port, seen),
+				Routes:  rb.sidecarHostRoutes(svc, port),
+			}
+			if len(vh.Domains) == 0 {
+				continue // every name already taken by an earlier service
+			}
+			rc.VirtualHosts = append(rc.VirtualHosts, vh)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, catchAll)
+		out = append(out, build.Resource{Name: name, Message: rc})
+	}
+	return out
+}
+
+// catchAllVirtualHost is the "*" virtual host: passthrough under
+// ALLOW_ANY, a 502 under REGISTRY_ONLY.
+func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
+	all := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+	if rb.v.AllowAny() {
+		return &routev3.VirtualHost{Name: AllowAnyVirtualHost, Domains: []string{"*"}, Routes: []*routev3.Route{{
+			Name:  AllowAnyVirtualHost,
+			Match: all,
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.PassthroughCluster},
+				Timeout:          rb.t.NoTimeout(),
+			}},
+		}}}
+	}
+	return &routev3.VirtualHost{Name: BlockAllVirtualHost, Domains: []string{"*"}, Routes: []*routev3.Route{{
+		Name:   BlockAllVirtualHost,
+		Match:  all,
+		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},
+	}}}
+}
+
+// domains lists the names a client of the proxy may use for svc on port
+// that no earlier service took: the hostname, for Kubernetes services the
+// short forms the proxy's namespace resolves ("name", "name.ns",
+// "name.ns.svc", ... in the service's namespace; "name.ns" onwards from
+// elsewhere), and the VIPs, each also with ":port". Envoy rejects a
+// route configuration with a domain twice (RouteConfiguration docs,
+// virtual_hosts), so seen records what is taken.
+func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) []string {
+	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	out := make([]string, 0, 4+2*len(svc.Addresses))
+	add := func(name string) {
+		for _, d := range [2]string{name, name + ps} {
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
+		}
+	}
+	add(svc.Hostname)
+	if suffix := "." + svc.Namespace + ".svc." + mesh.DomainSuffix; svc.Namespace != "" && strings.HasSuffix(svc.Hostname, suffix) {
+		// name.ns.svc.cluster.local: every shorter form ending at a dot.
+		start := len(svc.Hostname) - len(suffix) // the dot after "name"
+		if svc.Namespace != rb.v.Key().Namespace {
+			start += 1 + len(svc.Namespace) // the dot after "name.ns"
+		}
+		for i := start; i < len(svc.Hostname); i++ {
+			if svc.Hostname[i] == '.' {
+				add(svc.Hostname[:i])
+			}
+		}
+	}
+	for _, a := range svc.Addresses {
+		add(a)
+	}
+	return out
+}
+
+// sidecarHostRoutes are the routes of svc on port: from the first
+// VirtualService that applies (the others are reported as shadowed), or
+// one default route to the port's cluster.
+func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*routev3.Route {
+	vss, done := rb.sidecarVS[svc.Hostname]
+	if !done {
+		vss = rb.v.VirtualServices(svc.Hostname)
+		rb.sidecarVS[svc.Hostname] = vss
+	}
+	for _, other := range vss[min(1, len(vss)):] {
+		rb.problems.Addf(other.Ref(), "spec.hosts", "shadowed: host %s is already routed for sidecars by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())
+	}
+	if len(vss) > 0 {
+		if rs := rb.translate(vss[0], port, nil); len(rs) > 0 {
+			return rs
+		}
+	}
+	return []*routev3.Route{{
+		Name:  "default",
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, port, "")},
+			Timeout:          rb.t.NoTimeout(),
+			RetryPolicy:      rb.t.DefaultRetryPolicy(),
+		}},
+	}}
+}
+
+const (
+	serverOther serverType = iota // TLS passthrough, TCP: no routes
+	serverHTTP
+	serverHTTPS // TLS terminated, HTTP inside
+)

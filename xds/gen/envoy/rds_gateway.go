@@ -1,0 +1,199 @@
+package envoy
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/scope"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// gatewayVHost collects one virtual host of a gateway route configuration.
+type gatewayVHost struct {
+	host       string
+	requireTLS bool
+	vss        []*mesh.Config // merged, oldest first
+	gws        []*mesh.Config // the gateway each VirtualService came through
+}
+
+// gatewayRoutes builds the router's route configurations: all plain HTTP
+// servers on a port share one; each TLS-terminating server has its own.
+func (rb *routeBuilder) gatewayRoutes() []build.Resource {
+	// Keyed by the port the listener binds (gatewayListenPort), which names
+	// the route configuration; domains carry the server port clients use.
+	httpHosts := map[uint32]map[string]*gatewayVHost{}
+	serverPort := map[uint32]uint32{}
+	var out []build.Resource
+	for _, gw := range rb.v.Gateways() {
+		spec, _ := gw.Object.Spec.(*networking.Gateway)
+		vss := rb.v.GatewayVirtualServices(gw)
+		// TLS-terminated servers of one gateway with the same port and hosts
+		// (one per certificate, say) route alike: their route
+		// configurations differ only in name and share the virtual hosts
+		// (read-only once built).
+		same := map[string]*routev3.RouteConfiguration{}
+		for i, srv := range spec.GetServers() {
+			port := srv.GetPort().GetNumber()
+			listen := gatewayListenPort(rb.v, port)
+			switch serverKind(srv) {
+			case serverHTTP:
+				if httpHosts[listen] == nil {
+					httpHosts[listen] = map[string]*gatewayVHost{}
+					serverPort[listen] = port
+				}
+				rb.collectHosts(httpHosts[listen], gw, srv, vss)
+			case serverHTTPS:
+				name := GatewayHTTPSRouteName(listen, serverID(srv, i), gw.Object.Name, gw.Object.Namespace)
+				key := strconv.FormatUint(uint64(port), 10) + strconv.FormatBool(srv.GetTls().GetHttpsRedirect()) + "\x00" + strings.Join(srv.GetHosts(), "\x00")
+				if rc := same[key]; rc != nil {
+					out = append(out, build.Resource{Name: name, Message: &routev3.RouteConfiguration{Name: name, VirtualHosts: rc.VirtualHosts,
+						ValidateClusters: rc.ValidateClusters}})
+					continue
+				}
+				hosts := map[string]*gatewayVHost{}
+				rb.collectHosts(hosts, gw, srv, vss)
+				rc := rb.gatewayRouteConfig(name, port, hosts)
+				same[key] = rc
+				out = append(out, build.Resource{Name: name, Message: rc})
+			}
+		}
+	}
+	for listen, hosts := range httpHosts {
+		name := GatewayHTTPRouteName(listen)
+		out = append(out, build.Resource{Name: name, Message: rb.gatewayRouteConfig(name, serverPort[listen], hosts)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+type serverType int
+
+func serverKind(srv *networking.Server) serverType {
+	proto := strings.ToUpper(srv.GetPort().GetProtocol())
+	mode := srv.GetTls().GetMode()
+	terminated := srv.GetTls() != nil && (mode == networking.ServerTLSSettings_SIMPLE || mode == networking.ServerTLSSettings_MUTUAL ||
+		mode == networking.ServerTLSSettings_ISTIO_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL)
+	switch {
+	case isHTTP(proto) && (!terminated || srv.GetTls().GetHttpsRedirect()):
+		return serverHTTP
+	case (proto == "HTTPS" || isHTTP(proto)) && terminated:
+		return serverHTTPS
+	}
+	return serverOther
+}
+
+// serverID is how route and listener names refer to a gateway server:
+// its name, or its index in spec.servers.
+func serverID(srv *networking.Server, index int) string {
+	if srv.GetName() != "" {
+		return srv.GetName()
+	}
+	return strconv.Itoa(index)
+}
+
+// collectHosts adds to hosts the virtual hosts server srv of gateway gw
+// gets from its VirtualServices: one per VirtualService host a server
+// host matches (wildcards either way), named by the more specific of the
+// two. Several VirtualServices for one host merge.
+func (rb *routeBuilder) collectHosts(hosts map[string]*gatewayVHost, gw *mesh.Config, srv *networking.Server, vss []*mesh.Config) {
+	for _, vs := range vss {
+		for _, h := range vs.VirtualService().GetHosts() {
+			h = mesh.ResolveHost(h, vs.Object.Namespace)
+			for _, sh := range srv.GetHosts() {
+				ns, shost, ok := strings.Cut(sh, "/")
+				if !ok {
+					ns, shost = "*", sh
+				}
+				if ns == "." {
+					ns = gw.Object.Namespace
+				}
+				if ns != "*" && ns != vs.Object.Namespace {
+					continue
+				}
+				var host string
+				switch {
+				case scope.HostMatches(shost, h):
+					host = h
+				case scope.HostMatches(h, shost):
+					host = shost
+				default:
+					continue
+				}
+				vh := hosts[host]
+				if vh == nil {
+					vh = &gatewayVHost{host: host}
+					hosts[host] = vh
+				}
+				vh.requireTLS = vh.requireTLS || srv.GetTls().GetHttpsRedirect()
+				if !containsPair(vh, vs, gw) && (!slices.Contains(vh.vss, vs) || matchesNameGateways(vs)) {
+					vh.vss = append(vh.vss, vs)
+					vh.gws = append(vh.gws, gw)
+				}
+			}
+		}
+	}
+}
+
+// matchesNameGateways reports whether a route match of vs names gateways:
+// only then do its routes differ between two gateways that share a port,
+// and it is translated once per gateway; otherwise once.
+func matchesNameGateways(vs *mesh.Config) bool {
+	for _, hr := range vs.VirtualService().GetHttp() {
+		for _, m := range hr.GetMatch() {
+			if len(m.GetGateways()) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
+	for i := range vh.vss {
+		if vh.vss[i] == vs && vh.gws[i] == gw {
+			return true
+		}
+	}
+	return false
+}
+
+func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
+	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
+	names := slices.Sorted(maps.Keys(hosts))
+	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	for _, h := range names {
+		vh := hosts[h]
+		// Oldest VirtualService first (stable: namespace/name breaks ties).
+		idx := make([]int, len(vh.vss))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(a, b int) bool {
+			ta, tb := vh.vss[idx[a]].Object.CreationTime, vh.vss[idx[b]].Object.CreationTime
+			if ta.IsZero() != tb.IsZero() {
+				return !ta.IsZero()
+			}
+			return ta.Before(tb)
+		})
+		evh := &routev3.VirtualHost{Name: h + ps, Domains: []string{h, h + ps}}
+		if h == "*" {
+			evh.Domains = []string{"*"}
+		}
+		if vh.requireTLS {
+			evh.RequireTls = routev3.VirtualHost_ALL
+		}
+		for _, i := range idx {
+			vs, gw := vh.vss[i], vh.gws[i]
+			evh.Routes = append(evh.Routes, rb.translate(vs, port, gw)...)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, evh)
+	}
+	return rc
+}

@@ -1,0 +1,87 @@
+// Package gentest holds what the generator rooms' tests share: building a
+// snapshot from YAML, finding resources in an Output, and checking that
+// generated messages validate. It imports no room, so that any room's own
+// tests can use it. Its functions are safe for concurrent use (each
+// fails only the test it is given).
+package gentest
+
+import (
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// Snapshot builds mesh "m" from one YAML document per cluster name, every
+// cluster synced and connected.
+func Snapshot(t testing.TB, clusters map[string]string) *mesh.Snapshot {
+	t.Helper()
+	var in []mesh.ClusterInput
+	for name, y := range clusters {
+		objs, errs := meshconfig.DecodeYAML([]byte(y), name+".yaml")
+		if len(errs) > 0 {
+			t.Fatalf("decode: %v", errs)
+		}
+		in = append(in, mesh.ClusterInput{Name: name, Synced: true, Connected: true, Objects: objs})
+	}
+	return mesh.Build("m", in)
+}
+
+// ByName returns the resource of typeURL named name in out, or the zero
+// Resource (whose Message is nil).
+func ByName(out *build.Output, typeURL, name string) build.Resource {
+	for _, r := range out.Resources[typeURL] {
+		if r.Name == name {
+			return r
+		}
+	}
+	return build.Resource{}
+}
+
+// ValidateAll fails t for every resource of out whose message does not
+// pass its own ValidateAll (or has none).
+func ValidateAll(t testing.TB, out *build.Output) {
+	t.Helper()
+	for typeURL, rs := range out.Resources {
+		for _, r := range rs {
+			v, ok := r.Message.(interface{ ValidateAll() error })
+			if !ok {
+				t.Fatalf("%s %s has no ValidateAll", typeURL, r.Name)
+			}
+			if err := v.ValidateAll(); err != nil {
+				t.Errorf("%s %s: %v", typeURL, r.Name, err)
+			}
+		}
+	}
+}
+
+// Names returns the names of rs, in order.
+func Names(rs []build.Resource) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// UpstreamTLS decodes the TLS transport socket of cluster c; nil when c
+// has no transport socket.
+func UpstreamTLS(t testing.TB, c *clusterv3.Cluster) *tlsv3.UpstreamTlsContext {
+	t.Helper()
+	ts := c.GetTransportSocket()
+	if ts == nil {
+		return nil
+	}
+	if ts.GetName() != build.TLSTransportSocket {
+		t.Fatalf("transport socket %q", ts.GetName())
+	}
+	var ctx tlsv3.UpstreamTlsContext
+	if err := ts.GetTypedConfig().UnmarshalTo(&ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &ctx
+}

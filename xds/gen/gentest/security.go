@@ -1,0 +1,147 @@
+package gentest
+
+import (
+	"slices"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/gen/build"
+)
+
+// SecurityMesh is one workload, httpbin in namespace foo at 10.0.0.5, with an
+// HTTP port (service 8000 → workload 80) and a TCP port (9000), injected
+// (tlsMode: istio).
+const SecurityMesh = `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: httpbin, namespace: foo}
+spec:
+  hosts: [httpbin.foo.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports: [{number: 8000, name: http, protocol: HTTP, targetPort: 80}, {number: 9000, name: tcp, protocol: TCP}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.0.5, labels: {app: httpbin, security.istio.io/tlsMode: istio}}]
+`
+
+// Decode decodes one cluster's YAML, failing t on the first error.
+func Decode(t testing.TB, y string) []*meshconfig.Object {
+	t.Helper()
+	objs, errs := meshconfig.DecodeYAML([]byte(y), "security.yaml")
+	if len(errs) > 0 {
+		t.Fatal(errs[0])
+	}
+	return objs
+}
+
+// ValidateDeep runs ValidateAll on every resource and on every typed
+// config inside listeners and clusters (ValidateAll does not look into
+// Any): listener filters, network filters, HTTP filters, transport
+// sockets and transport socket matches.
+func ValidateDeep(t testing.TB, out *build.Output) {
+	t.Helper()
+	check := func(where string, a *anypb.Any) {
+		if a == nil {
+			return
+		}
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if err := m.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
+			t.Errorf("%s: %s: %v", where, a.TypeUrl, err)
+		}
+		if hcm, ok := m.(*hcmv3.HttpConnectionManager); ok {
+			for _, f := range hcm.GetHttpFilters() {
+				if inner := f.GetTypedConfig(); inner != nil {
+					im, err := inner.UnmarshalNew()
+					if err != nil {
+						t.Fatalf("%s: http filter %s: %v", where, f.GetName(), err)
+					}
+					if err := im.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
+						t.Errorf("%s: http filter %s: %v", where, f.GetName(), err)
+					}
+				}
+			}
+		}
+	}
+	socket := func(where string, ts *corev3.TransportSocket) {
+		if ts != nil {
+			check(where+" transport socket", ts.GetTypedConfig())
+		}
+	}
+	for typeURL, rs := range out.Resources {
+		for _, r := range rs {
+			if err := r.Message.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
+				t.Errorf("%s %s: %v", typeURL, r.Name, err)
+			}
+			switch m := r.Message.(type) {
+			case *listenerv3.Listener:
+				for _, lf := range m.GetListenerFilters() {
+					check("listener "+m.GetName(), lf.GetTypedConfig())
+				}
+				chains := slices.Clone(m.GetFilterChains())
+				if m.GetDefaultFilterChain() != nil {
+					chains = append(chains, m.GetDefaultFilterChain())
+				}
+				for _, fc := range chains {
+					where := "listener " + m.GetName() + " chain " + fc.GetName()
+					for _, f := range fc.GetFilters() {
+						check(where, f.GetTypedConfig())
+					}
+					socket(where, fc.GetTransportSocket())
+				}
+			case *clusterv3.Cluster:
+				socket("cluster "+m.GetName(), m.GetTransportSocket())
+				for _, tm := range m.GetTransportSocketMatches() {
+					socket("cluster "+m.GetName()+" match "+tm.GetName(), tm.GetTransportSocket())
+				}
+			}
+		}
+	}
+}
+
+// PeerAuthentication is namespace ns's PeerAuthentication "default"
+// (namespace-wide; mesh-wide in istio-system) with mTLS mode mode.
+func PeerAuthentication(ns, mode string) string {
+	return "\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: " + ns + "}\nspec: {mtls: {mode: " + mode + "}}\n"
+}
+
+// AuthorizationPolicies: a namespace-wide DENY of /admin*, an ALLOW for httpbin
+// with rules by principal + method + path, by namespace, by IP block + TCP
+// port, by request header, and a mesh-wide AUDIT of DELETE.
+const AuthorizationPolicies = `
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: foo}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {ports: ["80"], paths: ["/admin*"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: httpbin, namespace: foo}
+spec:
+  selector: {matchLabels: {app: httpbin}}
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/bar/sa/sleep]}}]
+    to: [{operation: {methods: [GET], paths: [/headers, "/status/*"]}}]
+  - from: [{source: {namespaces: [ops]}}]
+  - from: [{source: {ipBlocks: [192.168.0.0/16]}}]
+    to: [{operation: {ports: ["9000"]}}]
+  - when: [{key: "request.headers[x-token]", values: [open-sesame]}]
+  - from: [{source: {notPrincipals: ["*"], notIpBlocks: [10.0.0.0/8]}}]
+    to: [{operation: {notPaths: ["/private*"], hosts: [httpbin.foo]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: audit-delete, namespace: istio-system}
+spec:
+  action: AUDIT
+  rules: [{to: [{operation: {ports: ["80"], methods: [DELETE]}}]}]
+`

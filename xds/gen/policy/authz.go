@@ -1,0 +1,434 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
+
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// SelectAuthorizationPolicies returns the AuthorizationPolicies that
+// apply to a workload in namespace with labels, in snapshot order
+// (namespace/name): those of the root namespace (mesh-wide; a selector
+// there matches workloads of every namespace) and those of the workload's
+// namespace, each without a selector or with one that matches the labels.
+// Policies that attach by targetRef(s) (gateways and waypoints) select no
+// sidecar; they are reported as unsupported.
+func SelectAuthorizationPolicies(s *mesh.Snapshot, namespace string, labels map[string]string, report func(mesh.Problem)) []*mesh.Config {
+	var out []*mesh.Config
+	for _, c := range s.AuthorizationPolicies {
+		ns := c.Object.Namespace
+		if ns != namespace && ns != mesh.RootNamespace {
+			continue
+		}
+		ap := c.AuthorizationPolicy()
+		if ap.GetTargetRef() != nil || len(ap.GetTargetRefs()) > 0 {
+			if report != nil {
+				report(mesh.Problem{Resource: c.Ref(), Field: "spec.targetRefs",
+					Reason: "policies attached by targetRef (gateways, waypoints) are not supported yet; it applies to no workload"})
+			}
+			continue
+		}
+		if mesh.Matches(ap.GetSelector().GetMatchLabels(), labels) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// RBAC is what a workload's AuthorizationPolicies become for one kind of
+// traffic: Envoy RBAC configs to apply in order, each nil when no policy
+// needs it. Audit logs (action LOG) what AUDIT policies match and never
+// denies; Deny refuses what DENY policies match; Allow refuses what no
+// ALLOW policy matches and is present as soon as one ALLOW policy selects
+// the workload, even one without rules (which allows nothing). An RBAC is
+// read-only once built: its configs may be rendered any number of times,
+// from any goroutine.
+type RBAC struct {
+	Audit, Deny, Allow *rbacv3.RBAC
+}
+
+// RBACTarget says what RBAC is built for. It is a plain value.
+type RBACTarget struct {
+	// TrustDomain completes serviceAccounts into identities.
+	TrustDomain string
+	// TCP builds for TCP connections (network RBAC) instead of HTTP.
+	TCP bool
+	// GRPC builds for a proxyless gRPC server (grpc-go's RBAC filter,
+	// gRFC A41), which refuses a whole listener whose RBAC matches the
+	// :scheme header or a grpc- header: such conditions are reported and
+	// fail closed instead.
+	GRPC bool
+}
+
+// BuildRBAC translates AuthorizationPolicies into Envoy RBAC for HTTP
+// traffic or, with target.TCP, for TCP connections (network RBAC). Each
+// rule becomes one RBAC policy named "ns[NS]-policy[NAME]-rule[I]".
+//
+// Fields nave cannot express (an unsupported condition key, a malformed
+// principal or address, path templates, ...) are reported, naming the
+// policy and field, and fail closed, as Istio does for invalid rules and
+// for HTTP-only fields on TCP traffic: in an ALLOW policy the whole rule
+// matches nothing (it allows nothing); in a DENY policy the field is left
+// out of the rule, which then matches at least everything it would have
+// matched (it denies more, never less). AUDIT rules are treated like DENY
+// ones (they log more, never less). HTTP-only fields (hosts, methods,
+// paths, request principals, request headers and JWT conditions) on TCP
+// traffic are handled the same way without a report: that is Istio's
+// documented behaviour, not an error.
+//
+// Action CUSTOM (an external authorizer) is refused by validation; should
+// a CUSTOM policy reach generation it is reported and fails closed: what
+// its rules match is denied.
+func BuildRBAC(policies []*mesh.Config, target RBACTarget, report func(mesh.Problem)) RBAC {
+	if report == nil {
+		report = func(mesh.Problem) {}
+	}
+	var out RBAC
+	add := func(dst **rbacv3.RBAC, action rbacv3.RBAC_Action, name string, p *rbacv3.Policy) {
+		if *dst == nil {
+			*dst = &rbacv3.RBAC{Action: action, Policies: map[string]*rbacv3.Policy{}}
+		}
+		if p != nil {
+			(*dst).Policies[name] = p
+		}
+	}
+	for _, c := range policies {
+		ap := c.AuthorizationPolicy()
+		action := ap.GetAction()
+		if action == securityv1beta1.AuthorizationPolicy_CUSTOM {
+			report(mesh.Problem{Resource: c.Ref(), Field: "spec.action",
+				Reason: "action CUSTOM (an external authorizer) is not supported; requests its rules match are denied (fail closed)"})
+			action = securityv1beta1.AuthorizationPolicy_DENY
+		}
+		if action == securityv1beta1.AuthorizationPolicy_ALLOW && out.Allow == nil {
+			// An ALLOW policy turns on deny-by-default even without rules.
+			add(&out.Allow, rbacv3.RBAC_ALLOW, "", nil)
+		}
+		for i, r := range ap.GetRules() {
+			t := &ruleTranslator{c: c, field: "spec.rules[" + strconv.Itoa(i) + "]", allow: action == securityv1beta1.AuthorizationPolicy_ALLOW,
+				tcp: target.TCP, grpc: target.GRPC, trustDomain: target.TrustDomain, report: report}
+			p := t.policy(r)
+			name := "ns[" + c.Object.Namespace + "]-policy[" + c.Object.Name + "]-rule[" + strconv.Itoa(i) + "]"
+			switch action {
+			case securityv1beta1.AuthorizationPolicy_ALLOW:
+				add(&out.Allow, rbacv3.RBAC_ALLOW, name, p)
+			case securityv1beta1.AuthorizationPolicy_DENY:
+				add(&out.Deny, rbacv3.RBAC_DENY, name, p)
+			case securityv1beta1.AuthorizationPolicy_AUDIT:
+				add(&out.Audit, rbacv3.RBAC_LOG, name, p)
+			}
+		}
+	}
+	return out
+}
+
+// ruleTranslator turns one rule into an RBAC policy.
+type ruleTranslator struct {
+	c           *mesh.Config
+	field       string
+	allow       bool // fail closed by dropping the rule (else the field)
+	tcp         bool
+	grpc        bool
+	trustDomain string
+	report      func(mesh.Problem)
+	// dropped is set when an ALLOW rule cannot be expressed.
+	dropped bool
+}
+
+// unsupported reports a field that cannot be translated and applies the
+// fail-closed rule (see BuildRBAC).
+func (t *ruleTranslator) unsupported(field, format string, args ...any) {
+	consequence := "this rule allows nothing (fail closed)"
+	if !t.allow {
+		consequence = "the field is left out of this rule, which then matches more (fail closed)"
+	}
+	t.report(mesh.Problem{Resource: t.c.Ref(), Field: field, Reason: fmt.Sprintf(format, args...) + "; " + consequence})
+	if t.allow {
+		t.dropped = true
+	}
+}
+
+// httpOnly applies Istio's rule for an HTTP-only field on TCP traffic
+// (ALLOW: the rule matches nothing; DENY: the field is ignored).
+func (t *ruleTranslator) httpOnly() bool {
+	if t.tcp && t.allow {
+		t.dropped = true
+	}
+	return t.tcp
+}
+
+// policy translates rule r; nil when the rule matches nothing.
+func (t *ruleTranslator) policy(r *securityv1beta1.Rule) *rbacv3.Policy {
+	var sources []*rbacv3.Principal
+	for i, f := range r.GetFrom() {
+		sources = append(sources, t.source(f.GetSource(), t.field+".from["+strconv.Itoa(i)+"].source"))
+	}
+	var ops []*rbacv3.Permission
+	for i, to := range r.GetTo() {
+		ops = append(ops, t.operation(to.GetOperation(), t.field+".to["+strconv.Itoa(i)+"].operation"))
+	}
+	var condIDs []*rbacv3.Principal
+	var condPerms []*rbacv3.Permission
+	for i, w := range r.GetWhen() {
+		id, perm := t.condition(w, t.field+".when["+strconv.Itoa(i)+"]")
+		if id != nil {
+			condIDs = append(condIDs, id)
+		}
+		if perm != nil {
+			condPerms = append(condPerms, perm)
+		}
+	}
+	if t.dropped {
+		return nil
+	}
+	ids := condIDs
+	if len(sources) > 0 {
+		ids = append([]*rbacv3.Principal{orIDs(sources)}, condIDs...)
+	}
+	perms := condPerms
+	if len(ops) > 0 {
+		perms = append([]*rbacv3.Permission{orPerms(ops)}, condPerms...)
+	}
+	return &rbacv3.Policy{Permissions: []*rbacv3.Permission{andPerms(perms)}, Principals: []*rbacv3.Principal{andIDs(ids)}}
+}
+
+// source translates one from[].source: its fields ANDed, each field's
+// values ORed, not- fields negated.
+func (t *ruleTranslator) source(s *securityv1beta1.Source, field string) *rbacv3.Principal {
+	var ids []*rbacv3.Principal
+	add := func(name string, values []string, not bool, one func(string) (*rbacv3.Principal, error)) {
+		if len(values) == 0 {
+			return
+		}
+		var alts []*rbacv3.Principal
+		for i, v := range values {
+			id, err := one(v)
+			if err != nil {
+				t.unsupported(field+"."+name+"["+strconv.Itoa(i)+"]", "%v", err)
+				return
+			}
+			alts = append(alts, id)
+		}
+		id := orIDs(alts)
+		if not {
+			id = &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: id}}
+		}
+		ids = append(ids, id)
+	}
+	add("principals", s.GetPrincipals(), false, t.principal)
+	add("notPrincipals", s.GetNotPrincipals(), true, t.principal)
+	add("namespaces", s.GetNamespaces(), false, namespacePrincipal)
+	add("notNamespaces", s.GetNotNamespaces(), true, namespacePrincipal)
+	add("serviceAccounts", s.GetServiceAccounts(), false, t.serviceAccount)
+	add("notServiceAccounts", s.GetNotServiceAccounts(), true, t.serviceAccount)
+	add("ipBlocks", s.GetIpBlocks(), false, directRemoteIP)
+	add("notIpBlocks", s.GetNotIpBlocks(), true, directRemoteIP)
+	add("remoteIpBlocks", s.GetRemoteIpBlocks(), false, remoteIP)
+	add("notRemoteIpBlocks", s.GetNotRemoteIpBlocks(), true, remoteIP)
+	if len(s.GetTrustDomains()) > 0 || len(s.GetNotTrustDomains()) > 0 {
+		t.unsupported(field+".trustDomains", "trustDomains is not supported yet")
+	}
+	if len(s.GetRequestPrincipals()) > 0 || len(s.GetNotRequestPrincipals()) > 0 {
+		if !t.httpOnly() {
+			add("requestPrincipals", s.GetRequestPrincipals(), false, requestPrincipal)
+			add("notRequestPrincipals", s.GetNotRequestPrincipals(), true, requestPrincipal)
+		}
+	}
+	return andIDs(ids)
+}
+
+// operation translates one to[].operation.
+func (t *ruleTranslator) operation(o *securityv1beta1.Operation, field string) *rbacv3.Permission {
+	var perms []*rbacv3.Permission
+	add := func(name string, values []string, not, httpOnly bool, one func(string) (*rbacv3.Permission, error)) {
+		if len(values) == 0 || (httpOnly && t.httpOnly()) {
+			return
+		}
+		var alts []*rbacv3.Permission
+		for i, v := range values {
+			p, err := one(v)
+			if err != nil {
+				t.unsupported(field+"."+name+"["+strconv.Itoa(i)+"]", "%v", err)
+				return
+			}
+			alts = append(alts, p)
+		}
+		p := orPerms(alts)
+		if not {
+			p = &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: p}}
+		}
+		perms = append(perms, p)
+	}
+	add("hosts", o.GetHosts(), false, true, hostPermission)
+	add("notHosts", o.GetNotHosts(), true, true, hostPermission)
+	add("ports", o.GetPorts(), false, false, portPermission)
+	add("notPorts", o.GetNotPorts(), true, false, portPermission)
+	add("methods", o.GetMethods(), false, true, methodPermission)
+	add("notMethods", o.GetNotMethods(), true, true, methodPermission)
+	add("paths", o.GetPaths(), false, true, pathPermission)
+	add("notPaths", o.GetNotPaths(), true, true, pathPermission)
+	return andPerms(perms)
+}
+
+// condition translates one when[] condition into a principal or a
+// permission (values ORed; notValues negated; both ANDed).
+func (t *ruleTranslator) condition(c *securityv1beta1.Condition, field string) (*rbacv3.Principal, *rbacv3.Permission) {
+	key := c.GetKey()
+	var idOf func(string) (*rbacv3.Principal, error)
+	var permOf func(string) (*rbacv3.Permission, error)
+	httpOnly := false
+	switch {
+	case key == "source.ip":
+		idOf = directRemoteIP
+	case key == "remote.ip":
+		idOf = remoteIP
+	case key == "source.namespace":
+		idOf = namespacePrincipal
+	case key == "source.principal":
+		idOf = t.principal
+	case key == "request.auth.principal":
+		idOf, httpOnly = requestPrincipal, true
+	case key == "request.auth.audiences":
+		idOf, httpOnly = claimPrincipal([]string{"aud"}), true
+	case key == "request.auth.presenter":
+		idOf, httpOnly = claimPrincipal([]string{"azp"}), true
+	case strings.HasPrefix(key, "request.auth.claims["):
+		path, err := claimPath(key)
+		if err != nil {
+			t.unsupported(field+".key", "%v", err)
+			return nil, nil
+		}
+		idOf, httpOnly = claimPrincipal(path), true
+	case key == "destination.ip":
+		permOf = destinationIP
+	case key == "destination.port":
+		permOf = portPermission
+	case key == "connection.sni":
+		permOf = sniPermission
+	case strings.HasPrefix(key, "request.headers[") && strings.HasSuffix(key, "]") && len(key) > len("request.headers[]"):
+		name := strings.ToLower(key[len("request.headers[") : len(key)-1])
+		if t.grpc && (name == ":scheme" || strings.HasPrefix(name, "grpc-")) {
+			t.unsupported(field+".key", "gRPC servers cannot match header %q (gRFC A41)", name)
+			return nil, nil
+		}
+		permOf, httpOnly = headerPermission(name), true
+	default:
+		t.unsupported(field+".key", "condition key %q is not supported", key)
+		return nil, nil
+	}
+	if httpOnly && t.httpOnly() {
+		return nil, nil
+	}
+	if len(c.GetValues()) == 0 && len(c.GetNotValues()) == 0 {
+		t.unsupported(field, "a condition needs values or notValues")
+		return nil, nil
+	}
+	if idOf != nil {
+		var parts []*rbacv3.Principal
+		for _, list := range []struct {
+			name   string
+			values []string
+			not    bool
+		}{{"values", c.GetValues(), false}, {"notValues", c.GetNotValues(), true}} {
+			if len(list.values) == 0 {
+				continue
+			}
+			var alts []*rbacv3.Principal
+			for i, v := range list.values {
+				id, err := idOf(v)
+				if err != nil {
+					t.unsupported(field+"."+list.name+"["+strconv.Itoa(i)+"]", "%v", err)
+					return nil, nil
+				}
+				alts = append(alts, id)
+			}
+			id := orIDs(alts)
+			if list.not {
+				id = &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: id}}
+			}
+			parts = append(parts, id)
+		}
+		return andIDs(parts), nil
+	}
+	var parts []*rbacv3.Permission
+	for _, list := range []struct {
+		name   string
+		values []string
+		not    bool
+	}{{"values", c.GetValues(), false}, {"notValues", c.GetNotValues(), true}} {
+		if len(list.values) == 0 {
+			continue
+		}
+		var alts []*rbacv3.Permission
+		for i, v := range list.values {
+			p, err := permOf(v)
+			if err != nil {
+				t.unsupported(field+"."+list.name+"["+strconv.Itoa(i)+"]", "%v", err)
+				return nil, nil
+			}
+			alts = append(alts, p)
+		}
+		p := orPerms(alts)
+		if list.not {
+			p = &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: p}}
+		}
+		parts = append(parts, p)
+	}
+	return nil, andPerms(parts)
+}
+
+// Names of the RBAC filters: each rendered filter is named after one of
+// these with its action appended (".audit", ".deny", ".allow").
+const (
+	RBACHTTPFilter    = "envoy.filters.http.rbac"
+	RBACNetworkFilter = "envoy.filters.network.rbac"
+)
+
+// HTTPFilters renders the RBAC configs as HTTP filters in order (audit,
+// deny, allow; audit only withAudit), each named after the filter and its
+// action so that names are unique, as grpc-go requires.
+func (r RBAC) HTTPFilters(withAudit bool) []*hcmv3.HttpFilter {
+	var out []*hcmv3.HttpFilter
+	for _, rules := range []*rbacv3.RBAC{r.Audit, r.Deny, r.Allow} {
+		if rules == nil || (rules == r.Audit && !withAudit) {
+			continue
+		}
+		out = append(out, &hcmv3.HttpFilter{Name: RBACHTTPFilter + "." + actionName(rules), ConfigType: &hcmv3.HttpFilter_TypedConfig{
+			TypedConfig: build.Any(&rbachttpv3.RBAC{Rules: rules})}})
+	}
+	return out
+}
+
+// NetworkFilters renders the RBAC configs as network filters in order
+// (audit, deny, allow), for TCP traffic (BuildRBAC with target.TCP).
+func (r RBAC) NetworkFilters() []*listenerv3.Filter {
+	var out []*listenerv3.Filter
+	for _, rules := range []*rbacv3.RBAC{r.Audit, r.Deny, r.Allow} {
+		if rules != nil {
+			out = append(out, &listenerv3.Filter{Name: RBACNetworkFilter + "." + actionName(rules), ConfigType: &listenerv3.Filter_TypedConfig{
+				TypedConfig: build.Any(&rbacnetv3.RBAC{Rules: rules, StatPrefix: "inbound_rbac_" + actionName(rules) + "."})}})
+		}
+	}
+	return out
+}
+
+// actionName is "audit", "deny" or "allow".
+func actionName(r *rbacv3.RBAC) string {
+	switch r.GetAction() {
+	case rbacv3.RBAC_LOG:
+		return "audit"
+	case rbacv3.RBAC_DENY:
+		return "deny"
+	}
+	return "allow"
+}

@@ -1,0 +1,34 @@
+// Package policy holds what Istio's policy resources mean, apart from any
+// one proxy or xDS flavour: which PeerAuthentication, AuthorizationPolicy
+// and RequestAuthentication apply to a workload and what they become
+// (an mTLS mode, Envoy RBAC, jwt_authn), and how a DestinationRule's
+// traffic policies merge for one port and subset. Envoy and proxyless
+// gRPC generation both build on it.
+//
+// Everything here is a pure function of its arguments (the snapshot it
+// reads is immutable), safe to call from any number of goroutines.
+// Problems go to a report callback, which may be nil where noted.
+package policy
+
+import (
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// spiffePrefix is how peer identities start: principals in policies are
+// written without it (Istio's form: TRUST_DOMAIN/ns/NS/sa/SA).
+const spiffePrefix = "spiffe://"
+
+// TrustDomain is the snapshot's trust domain (mesh.DefaultTrustDomain when
+// the snapshot was not made by mesh.Build).
+func TrustDomain(s *mesh.Snapshot) string {
+	if s.TrustDomain == "" {
+		return mesh.DefaultTrustDomain
+	}
+	return s.TrustDomain
+}
+
+// IdentityPrefix is what every workload identity of the snapshot's trust
+// domain starts with: "spiffe://TRUST_DOMAIN/".
+func IdentityPrefix(s *mesh.Snapshot) string {
+	return spiffePrefix + TrustDomain(s) + "/"
+}

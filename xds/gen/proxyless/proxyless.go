@@ -1,0 +1,84 @@
+// Package proxyless generates the xDS resources of proxyless gRPC: for
+// clients (grpc-go's xDS resolver), one api_listener per service
+// host:port (lds.go), a route configuration per listener built from the
+// host's VirtualService (rds.go, through the routes room), a cluster per
+// service port and DestinationRule subset (cds.go; mesh mTLS for
+// ISTIO_MUTUAL, cds_tls.go) and an EDS assignment per cluster (eds.go) —
+// the same for every client of a mesh, so generated once per snapshot —
+// and for xDS-enabled gRPC servers, the server listener of each port the
+// workload serves (lds_server.go), per workload.
+//
+// Generation is a pure function of its arguments (invariant 6), safe to
+// call from any number of goroutines.
+package proxyless
+
+import (
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/gen/routes"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// ListenerName is the name grpc-go asks for when dialing xds:///host:port.
+func ListenerName(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// Generate generates the proxyless gRPC resources of a snapshot.
+func Generate(s *mesh.Snapshot) *build.Output {
+	g := &generator{snap: s, out: &build.Output{Resources: map[string][]build.Resource{}}}
+	for _, host := range s.Hostnames() {
+		svc := s.Services[host]
+		g.clusters(svc)
+		for _, p := range svc.Ports {
+			name := ListenerName(host, p.Number)
+			g.add(typeurl.Listener, name, apiListener(name))
+			g.add(typeurl.Route, name, g.routeConfig(svc, p, name))
+		}
+	}
+	for _, rs := range g.out.Resources {
+		build.SortByName(rs)
+	}
+	g.out.Problems = g.problems.List()
+	return g.out
+}
+
+// Endpoints generates the proxyless endpoints (cluster load
+// assignments, every port and subset) of hosts only, sorted by name: all
+// that changes for proxyless clients when only those hosts' endpoints
+// changed (their listeners, routes and clusters do not read endpoints).
+func Endpoints(s *mesh.Snapshot, hosts map[string]bool) []build.Resource {
+	g := &generator{snap: s, out: &build.Output{Resources: map[string][]build.Resource{}}}
+	for host := range hosts {
+		if svc := s.Services[host]; svc != nil {
+			g.eachCluster(svc, func(oc *policy.Cluster) {
+				g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
+			})
+		}
+	}
+	rs := g.out.Resources[typeurl.Endpoint]
+	build.SortByName(rs)
+	return rs
+}
+
+// generator holds what one Generate or Endpoints call shares. It belongs
+// to one goroutine.
+type generator struct {
+	snap     *mesh.Snapshot
+	out      *build.Output
+	problems build.Problems
+	routes   *routes.Translator
+	// meshTLS is the ISTIO_MUTUAL transport socket of clusters without
+	// their own sni or subjectAltNames (built on first use).
+	meshTLS *corev3.TransportSocket
+}
+
+func (g *generator) add(typeURL, name string, m proto.Message) {
+	g.out.Resources[typeURL] = append(g.out.Resources[typeURL], build.Resource{Name: name, Message: m})
+}

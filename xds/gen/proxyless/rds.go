@@ -1,0 +1,41 @@
+package proxyless
+
+import (
+	"fmt"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/routes"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// routeConfig builds the routes of one listener (service port). Without a
+// VirtualService every request goes to the port's cluster.
+func (g *generator) routeConfig(svc *mesh.Service, p mesh.Port, name string) *routev3.RouteConfiguration {
+	vh := &routev3.VirtualHost{
+		Name:    name,
+		Domains: []string{name, svc.Hostname},
+	}
+	vss := g.snap.VirtualServices[svc.Hostname]
+	for _, other := range vss[min(1, len(vss)):] {
+		g.problems.Add(mesh.Problem{Resource: other.Ref(), Field: "spec.hosts",
+			Reason: fmt.Sprintf("host %s is already routed by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())})
+	}
+	if len(vss) > 0 {
+		vh.Routes = g.httpRoutes(vss[0], svc, p)
+	} else {
+		vh.Routes = []*routev3.Route{{
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, p.Number, "")}}},
+		}}
+	}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+func (g *generator) httpRoutes(cfg *mesh.Config, svc *mesh.Service, p mesh.Port) []*routev3.Route {
+	if g.routes == nil {
+		g.routes = routes.ForProxyless(g.snap, &g.problems)
+	}
+	return g.routes.VirtualService(cfg, routes.Mesh(p.Number))
+}

@@ -1,0 +1,142 @@
+package scope
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/proxy"
+)
+
+// labelInputs are the places a snapshot's config reads a proxy's labels:
+// label selectors (Sidecar workloadSelector, Gateway selector, route
+// sourceLabels, the selectors of PeerAuthentication,
+// RequestAuthentication and AuthorizationPolicy) and label names whose value the proxy's endpoints are
+// prioritized by (DestinationRule failoverPriority).
+type labelInputs struct {
+	selectors []map[string]string
+	names     []string
+}
+
+type labelInputsKey struct{}
+
+func inputsOf(s *mesh.Snapshot) *labelInputs {
+	return s.Memo(labelInputsKey{}, func() any {
+		in := &labelInputs{}
+		for _, c := range s.Sidecars {
+			if sc, _ := c.Object.Spec.(*networking.Sidecar); len(sc.GetWorkloadSelector().GetLabels()) > 0 {
+				in.selectors = append(in.selectors, sc.GetWorkloadSelector().GetLabels())
+			}
+		}
+		for _, c := range s.Gateways {
+			if gw, _ := c.Object.Spec.(*networking.Gateway); gw != nil {
+				in.selectors = append(in.selectors, gw.GetSelector())
+			}
+		}
+		for _, list := range [][]*mesh.Config{s.PeerAuthentications, s.RequestAuthentications, s.AuthorizationPolicies} {
+			for _, c := range list {
+				var sel map[string]string
+				switch spec := c.Object.Spec.(type) {
+				case interface {
+					GetSelector() *typev1beta1.WorkloadSelector
+				}:
+					sel = spec.GetSelector().GetMatchLabels()
+				}
+				if len(sel) > 0 {
+					in.selectors = append(in.selectors, sel)
+				}
+			}
+		}
+		for _, c := range s.AllVirtualServices {
+			vs := c.VirtualService()
+			for _, r := range vs.GetHttp() {
+				for _, m := range r.GetMatch() {
+					if len(m.GetSourceLabels()) > 0 {
+						in.selectors = append(in.selectors, m.GetSourceLabels())
+					}
+				}
+			}
+			for _, r := range vs.GetTcp() {
+				for _, m := range r.GetMatch() {
+					if len(m.GetSourceLabels()) > 0 {
+						in.selectors = append(in.selectors, m.GetSourceLabels())
+					}
+				}
+			}
+			for _, r := range vs.GetTls() {
+				for _, m := range r.GetMatch() {
+					if len(m.GetSourceLabels()) > 0 {
+						in.selectors = append(in.selectors, m.GetSourceLabels())
+					}
+				}
+			}
+		}
+		seen := map[string]bool{}
+		addPolicy := func(p *networking.TrafficPolicy) {
+			lbs := []*networking.LoadBalancerSettings{p.GetLoadBalancer()}
+			for _, pl := range p.GetPortLevelSettings() {
+				lbs = append(lbs, pl.GetLoadBalancer())
+			}
+			for _, lb := range lbs {
+				for _, key := range lb.GetLocalityLbSetting().GetFailoverPriority() {
+					if name, _, explicit := strings.Cut(key, "="); !explicit && !seen[name] {
+						seen[name] = true
+						in.names = append(in.names, name)
+					}
+				}
+			}
+		}
+		for _, list := range s.DestinationRules {
+			for _, c := range list {
+				dr := c.DestinationRule()
+				addPolicy(dr.GetTrafficPolicy())
+				for _, ss := range dr.GetSubsets() {
+					addPolicy(ss.GetTrafficPolicy())
+				}
+			}
+		}
+		sort.Strings(in.names)
+		return in
+	}).(*labelInputs)
+}
+
+// LabelSignature names what a proxy's labels contribute to its config:
+// which of the snapshot's label selectors they match, and their values of
+// the label names endpoints are prioritized by. Proxies whose keys differ
+// only in labels but have equal signatures get equal config, so a cache
+// may key on the signature instead of the labels.
+func LabelSignature(s *mesh.Snapshot, k proxy.Key) string {
+	in := inputsOf(s)
+	labels := k.LabelMap()
+	var b strings.Builder
+	for _, sel := range in.selectors {
+		if mesh.Matches(sel, labels) {
+			b.WriteByte('1')
+		} else {
+			b.WriteByte('0')
+		}
+	}
+	for _, n := range in.names {
+		b.WriteString("," + n + "=" + labels[n])
+	}
+	return b.String()
+}
+
+// InboundSignature names what a proxy's IPs contribute to its config: the
+// (service, port, target port) triples of InboundPorts. Proxies whose keys
+// differ only in IPs but have equal signatures get equal config, so a
+// cache may key on the signature instead of the IPs.
+func InboundSignature(s *mesh.Snapshot, k proxy.Key) string {
+	if k.IPs == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, in := range InboundPortsOf(s, k) {
+		fmt.Fprintf(&b, "%s:%d:%d,", in.Service.Hostname, in.Port.Number, in.TargetPort)
+	}
+	return b.String()
+}
