@@ -207,20 +207,6 @@ func (b *Builder) trustDomain() string {
 	return b.TrustDomain
 }
 
-// DomainSuffix is the default domain suffix.
-//
-// Deprecated: use Snapshot.ServiceSuffix or Snapshot.DomainSuffix.
-const DomainSuffix = meshconfig.DefaultDomainSuffix
-
-// ResolveHost completes a short host name relative to namespace with the
-// default domain suffix.
-//
-// Deprecated: generators use Snapshot.ResolveHost, which completes with
-// the suffix of the cluster the config came from.
-func ResolveHost(host, namespace string) string {
-	return meshconfig.ResolveHost(host, namespace, meshconfig.DefaultDomainSuffix)
-}
-
 type configKey struct{ kind, namespace, name string }
 
 func (s *Snapshot) resolveConflicts(candidates map[configKey][]*Config) []*Config {

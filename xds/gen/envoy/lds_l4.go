@@ -74,7 +74,7 @@ func (b *listenerBuilder) l4Routes(vs *mesh.Config, field string, routes []*netw
 		if anyWeight && r.GetWeight() == 0 {
 			continue // a zero weight takes no traffic
 		}
-		host := mesh.ResolveHost(d.GetHost(), vs.Object.Namespace)
+		host := b.v.Snapshot().ResolveHost(d.GetHost(), vs)
 		svc := b.v.Service(host)
 		port := d.GetPort().GetNumber()
 		if port == 0 {

@@ -3,7 +3,6 @@ package envoy
 import (
 	"sort"
 	"strconv"
-	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -164,8 +163,9 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 		}
 	}
 	add(svc.Hostname)
-	if suffix := "." + svc.Namespace + ".svc." + mesh.DomainSuffix; svc.Namespace != "" && strings.HasSuffix(svc.Hostname, suffix) {
-		// name.ns.svc.cluster.local: every shorter form ending at a dot.
+	if d, ok := rb.v.Snapshot().ServiceSuffix(svc); ok {
+		// name.ns.svc.<suffix>: every shorter form ending at a dot.
+		suffix := "." + svc.Namespace + ".svc." + d
 		start := len(svc.Hostname) - len(suffix) // the dot after "name"
 		if svc.Namespace != rb.v.Key().Namespace {
 			start += 1 + len(svc.Namespace) // the dot after "name.ns"

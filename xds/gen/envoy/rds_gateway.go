@@ -105,7 +105,7 @@ func serverID(srv *networking.Server, index int) string {
 func (rb *routeBuilder) collectHosts(hosts map[string]*gatewayVHost, gw *mesh.Config, srv *networking.Server, vss []*mesh.Config) {
 	for _, vs := range vss {
 		for _, h := range vs.VirtualService().GetHosts() {
-			h = mesh.ResolveHost(h, vs.Object.Namespace)
+			h = rb.v.Snapshot().ResolveHost(h, vs)
 			for _, sh := range srv.GetHosts() {
 				ns, shost, ok := strings.Cut(sh, "/")
 				if !ok {

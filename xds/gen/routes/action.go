@@ -194,7 +194,7 @@ func mergeWeight(list []*routev3.WeightedCluster_ClusterWeight, cw *routev3.Weig
 // Proxyless keeps the name, so traffic to it fails rather than going
 // elsewhere.
 func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Destination, ctx Context) (name, host string, port uint32, ok bool) {
-	host = mesh.ResolveHost(d.GetHost(), cfg.Object.Namespace)
+	host = t.snap.ResolveHost(d.GetHost(), cfg)
 	port = d.GetPort().GetNumber()
 	target := t.service(host)
 	if port == 0 {

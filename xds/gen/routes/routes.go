@@ -35,6 +35,8 @@ type Translator struct {
 	subset func(host, subset string) bool
 	// problem records config that cannot be applied.
 	problem func(resource, field, reason string)
+	// snap completes config's short host names (Snapshot.ResolveHost).
+	snap *mesh.Snapshot
 
 	// envoy: Envoy semantics. Unresolvable destinations route to
 	// BlackHoleCluster, Istio's default retries and timeout 0 apply,
@@ -76,6 +78,7 @@ func ForEnvoy(v *scope.View) *Translator {
 	problems := v.Problems()
 	return &Translator{
 		envoy:   true,
+		snap:    v.Snapshot(),
 		service: v.Service,
 		known:   func(host string) bool { return v.Snapshot().Services[host] != nil },
 		subset: func(host, subset string) bool {
@@ -105,6 +108,7 @@ func ForEnvoy(v *scope.View) *Translator {
 // of their hosts; problems go to problems.
 func ForProxyless(s *mesh.Snapshot, problems *build.Problems) *Translator {
 	return &Translator{
+		snap:    s,
 		service: func(host string) *mesh.Service { return s.Services[host] },
 		subset: func(host, subset string) bool {
 			_, ok := s.Subset(host, subset)
