@@ -17,12 +17,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -59,11 +62,15 @@ Usage:
 var errUsage = errors.New("usage")
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// Interrupted, a command stops waiting for the API server.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	err := dispatch(args, stdout, stderr)
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
@@ -83,7 +90,7 @@ func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) error {
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("no command")
 	}
@@ -102,15 +109,15 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	}
 	switch sub := cmd + " " + args[1]; sub {
 	case "token create":
-		return tokenCreate(args[2:], stdout, stderr)
+		return tokenCreate(ctx, args[2:], stdout, stderr)
 	case "token list":
-		return tokenList(args[2:], stdout)
+		return tokenList(ctx, args[2:], stdout)
 	case "cluster list":
-		return clusterList(args[2:], stdout)
+		return clusterList(ctx, args[2:], stdout)
 	case "cluster revoke":
-		return clusterRevoke(args[2:], stdout)
+		return clusterRevoke(ctx, args[2:], stdout)
 	case "cert issue":
-		return certIssue(args[2:], stdout, stderr)
+		return certIssue(ctx, args[2:], stdout, stderr)
 	default:
 		return usageErr("unknown command %q", sub)
 	}
@@ -178,7 +185,7 @@ func required(name string, vals map[string]string) error {
 	return nil
 }
 
-func tokenCreate(args []string, stdout, stderr io.Writer) error {
+func tokenCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("token create")
 	mesh := f.String("mesh", "", "the mesh the cluster joins")
 	cluster := f.String("cluster", "", "the cluster's name (a DNS label)")
@@ -195,7 +202,7 @@ func tokenCreate(args []string, stdout, stderr io.Writer) error {
 	if *namespaces != "" {
 		scope = strings.Split(*namespaces, ",")
 	}
-	tok, info, err := store.CreateToken(*mesh, *cluster, *ttl, scope...)
+	tok, info, err := store.CreateToken(ctx, *mesh, *cluster, *ttl, scope...)
 	if err != nil {
 		return err
 	}
@@ -210,12 +217,12 @@ func tokenCreate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func tokenList(args []string, stdout io.Writer) error {
+func tokenList(ctx context.Context, args []string, stdout io.Writer) error {
 	store, err := newFlags("token list").parse(args)
 	if err != nil {
 		return err
 	}
-	tokens, err := store.ListTokens()
+	tokens, err := store.ListTokens(ctx)
 	if err != nil {
 		return err
 	}
@@ -232,16 +239,16 @@ func tokenList(args []string, stdout io.Writer) error {
 	return w.Flush()
 }
 
-func clusterList(args []string, stdout io.Writer) error {
+func clusterList(ctx context.Context, args []string, stdout io.Writer) error {
 	store, err := newFlags("cluster list").parse(args)
 	if err != nil {
 		return err
 	}
-	clusters, err := store.Clusters()
+	clusters, err := store.Clusters(ctx)
 	if err != nil {
 		return err
 	}
-	revs, err := store.Revocations()
+	revs, err := store.Revocations(ctx)
 	if err != nil {
 		return err
 	}
@@ -269,7 +276,7 @@ func clusterList(args []string, stdout io.Writer) error {
 	return w.Flush()
 }
 
-func clusterRevoke(args []string, stdout io.Writer) error {
+func clusterRevoke(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("cluster revoke")
 	mesh := f.String("mesh", "", "the cluster's mesh")
 	cluster := f.String("cluster", "", "the cluster to revoke")
@@ -281,12 +288,12 @@ func clusterRevoke(args []string, stdout io.Writer) error {
 	if err := required(f.Name(), map[string]string{"mesh": *mesh, "cluster": *cluster}); err != nil {
 		return err
 	}
-	if _, err := store.Cluster(*mesh, *cluster); err != nil {
+	if _, err := store.Cluster(ctx, *mesh, *cluster); err != nil {
 		if !errors.Is(err, enroll.ErrNotEnrolled) || !*force {
 			return fmt.Errorf("%w (a typo? --force revokes it anyway)", err)
 		}
 	}
-	if err := store.Revoke(*mesh, *cluster); err != nil {
+	if err := store.Revoke(ctx, *mesh, *cluster); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "cluster %s/%s revoked: hub replicas close its streams and refuse its renewals\n", *mesh, *cluster)

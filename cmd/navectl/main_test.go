@@ -93,7 +93,7 @@ func TestTokenCreateThenRedeem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := store.Redeem(tok)
+	info, err := store.Redeem(t.Context(), tok)
 	if err != nil {
 		t.Fatalf("redeem the token navectl made: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestTokenCreateThenRedeem(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "namespaces bank, shop") {
 		t.Fatalf("token create --namespaces: exit %d: %s", r.code, r.stderr)
 	}
-	if info, err := store.Redeem(strings.TrimSpace(r.stdout)); err != nil || strings.Join(info.Namespaces, ",") != "bank,shop" {
+	if info, err := store.Redeem(t.Context(), strings.TrimSpace(r.stdout)); err != nil || strings.Join(info.Namespaces, ",") != "bank,shop" {
 		t.Errorf("scoped token redeemed as %+v, %v; want namespaces bank, shop", info, err)
 	}
 	if r := navectlRun(t, "token", "create", "--state-dir", state, "--mesh", "acme", "--cluster", "west", "--namespaces", "Not_A_Label"); r.code != 1 || !strings.Contains(r.stderr, "Not_A_Label") {
@@ -238,7 +238,7 @@ func TestUsageAndFailures(t *testing.T) {
 	}
 	// Nothing was created by the failures.
 	store, _ := enroll.OpenStateDir(state)
-	if tokens, _ := store.ListTokens(); len(tokens) != 0 {
+	if tokens, _ := store.ListTokens(t.Context()); len(tokens) != 0 {
 		t.Errorf("failed commands left tokens: %+v", tokens)
 	}
 	for _, p := range []string{out, filepath.Join(state, "ca")} {

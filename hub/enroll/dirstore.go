@@ -1,6 +1,7 @@
 package enroll
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -124,7 +125,7 @@ func validIdentity(mesh, cluster string) error {
 }
 
 // CreateToken implements Tokens.
-func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration, namespaces ...string) (string, TokenInfo, error) {
+func (s *DirStore) CreateToken(ctx context.Context, mesh, cluster string, ttl time.Duration, namespaces ...string) (string, TokenInfo, error) {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return "", TokenInfo{}, err
 	}
@@ -136,7 +137,7 @@ func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration, namespac
 	if ttl <= 0 || ttl > MaxTokenTTL {
 		return "", TokenInfo{}, fmt.Errorf("token ttl %s: must be greater than 0 and at most %s", ttl, MaxTokenTTL)
 	}
-	revoked, err := s.Revoked(mesh, cluster)
+	revoked, err := s.Revoked(ctx, mesh, cluster)
 	if err != nil {
 		return "", TokenInfo{}, err
 	}
@@ -159,7 +160,7 @@ func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration, namespac
 // Redeem implements Tokens. The secret is checked before anything else is
 // said about the token, so that only its holder learns that it was used
 // or has expired.
-func (s *DirStore) Redeem(token string) (TokenInfo, error) {
+func (s *DirStore) Redeem(_ context.Context, token string) (TokenInfo, error) {
 	t, err := ParseToken(token)
 	if err != nil {
 		return TokenInfo{}, err
@@ -210,7 +211,7 @@ func (f tokenFile) matches(t Token) bool {
 }
 
 // ListTokens implements Tokens, sorted by creation time.
-func (s *DirStore) ListTokens() ([]TokenInfo, error) {
+func (s *DirStore) ListTokens(context.Context) ([]TokenInfo, error) {
 	var out []TokenInfo
 	now := s.now()
 	for _, sub := range []string{dirTokens, dirUsed} {
@@ -267,7 +268,7 @@ func splitClusterFile(name string) (mesh, cluster string, ok bool) {
 }
 
 // RecordCluster implements Registry.
-func (s *DirStore) RecordCluster(c ClusterRecord) error {
+func (s *DirStore) RecordCluster(_ context.Context, c ClusterRecord) error {
 	if err := validIdentity(c.Mesh, c.Cluster); err != nil {
 		return err
 	}
@@ -275,7 +276,7 @@ func (s *DirStore) RecordCluster(c ClusterRecord) error {
 }
 
 // Cluster implements Registry.
-func (s *DirStore) Cluster(mesh, cluster string) (ClusterRecord, error) {
+func (s *DirStore) Cluster(_ context.Context, mesh, cluster string) (ClusterRecord, error) {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return ClusterRecord{}, err
 	}
@@ -288,7 +289,7 @@ func (s *DirStore) Cluster(mesh, cluster string) (ClusterRecord, error) {
 }
 
 // Clusters implements Registry, sorted by mesh and cluster.
-func (s *DirStore) Clusters() ([]ClusterRecord, error) {
+func (s *DirStore) Clusters(context.Context) ([]ClusterRecord, error) {
 	names, err := s.list(dirClusters)
 	if err != nil {
 		return nil, err
@@ -316,7 +317,7 @@ func identityLess(m1, c1, m2, c2 string) bool {
 }
 
 // Meshes implements Registry, sorted; it reads only file names.
-func (s *DirStore) Meshes() ([]string, error) {
+func (s *DirStore) Meshes(context.Context) ([]string, error) {
 	names, err := s.list(dirClusters)
 	if err != nil {
 		return nil, err
@@ -335,11 +336,11 @@ func (s *DirStore) Meshes() ([]string, error) {
 
 // Revoke implements Registry. Revoking a revoked cluster keeps the first
 // revocation's time.
-func (s *DirStore) Revoke(mesh, cluster string) error {
+func (s *DirStore) Revoke(ctx context.Context, mesh, cluster string) error {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return err
 	}
-	if ok, err := s.Revoked(mesh, cluster); err != nil || ok {
+	if ok, err := s.Revoked(ctx, mesh, cluster); err != nil || ok {
 		return err
 	}
 	return s.writeJSON(dirRevoked, clusterFile(mesh, cluster), Revocation{Mesh: mesh, Cluster: cluster, RevokedAt: s.now().UTC()})
@@ -347,7 +348,7 @@ func (s *DirStore) Revoke(mesh, cluster string) error {
 
 // Revoked implements Registry. An error other than "no such file" is
 // returned, never taken for "not revoked".
-func (s *DirStore) Revoked(mesh, cluster string) (bool, error) {
+func (s *DirStore) Revoked(_ context.Context, mesh, cluster string) (bool, error) {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return false, err
 	}
@@ -363,7 +364,7 @@ func (s *DirStore) Revoked(mesh, cluster string) (bool, error) {
 }
 
 // Revocations implements Registry, sorted by mesh and cluster.
-func (s *DirStore) Revocations() ([]Revocation, error) {
+func (s *DirStore) Revocations(context.Context) ([]Revocation, error) {
 	names, err := s.list(dirRevoked)
 	if err != nil {
 		return nil, err

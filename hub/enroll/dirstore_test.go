@@ -26,7 +26,7 @@ func openStore(t testing.TB, dir string, opts ...enroll.DirOption) *enroll.DirSt
 func TestTokenIsSingleUseAndStoredHashed(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
-	tok, info, err := s.CreateToken("acme", "east", time.Hour)
+	tok, info, err := s.CreateToken(t.Context(), "acme", "east", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,17 +55,17 @@ func TestTokenIsSingleUseAndStoredHashed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := s.Redeem(tok)
+	got, err := s.Redeem(t.Context(), tok)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.ID != info.ID || got.Mesh != "acme" || got.Cluster != "east" || got.State != enroll.TokenUsed || got.UsedAt == nil {
 		t.Fatalf("Redeem = %+v", got)
 	}
-	if _, err := s.Redeem(tok); !errors.Is(err, enroll.ErrTokenUsed) {
+	if _, err := s.Redeem(t.Context(), tok); !errors.Is(err, enroll.ErrTokenUsed) {
 		t.Fatalf("second Redeem: %v, want ErrTokenUsed", err)
 	}
-	list, err := s.ListTokens()
+	list, err := s.ListTokens(t.Context())
 	if err != nil || len(list) != 1 || list[0].State != enroll.TokenUsed || list[0].UsedAt == nil {
 		t.Fatalf("ListTokens = %+v, %v; want the one token, used", list, err)
 	}
@@ -74,24 +74,24 @@ func TestTokenIsSingleUseAndStoredHashed(t *testing.T) {
 func TestRedeemRefusalsAreDistinctAndChangeNothing(t *testing.T) {
 	clk := newClock()
 	s := openStore(t, t.TempDir(), enroll.WithClock(clk.Now))
-	good, goodInfo, err := s.CreateToken("acme", "east", time.Hour)
+	good, goodInfo, err := s.CreateToken(t.Context(), "acme", "east", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, _, err := s.CreateToken("acme", "west", time.Minute)
+	short, _, err := s.CreateToken(t.Context(), "acme", "west", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	used, _, err := s.CreateToken("acme", "north", time.Hour)
+	used, _, err := s.CreateToken(t.Context(), "acme", "north", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Redeem(used); err != nil {
+	if _, err := s.Redeem(t.Context(), used); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute)
 	randomSecret := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
-	before, err := s.ListTokens()
+	before, err := s.ListTokens(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestRedeemRefusalsAreDistinctAndChangeNothing(t *testing.T) {
 		{"expired", short, enroll.ErrTokenExpired},
 		{"reused", used, enroll.ErrTokenUsed},
 	} {
-		_, err := s.Redeem(c.token)
+		_, err := s.Redeem(t.Context(), c.token)
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: Redeem error %v, want %v", c.name, err, c.want)
 		}
@@ -119,7 +119,7 @@ func TestRedeemRefusalsAreDistinctAndChangeNothing(t *testing.T) {
 			}
 		}
 	}
-	after, err := s.ListTokens()
+	after, err := s.ListTokens(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestRedeemRefusalsAreDistinctAndChangeNothing(t *testing.T) {
 		t.Errorf("refused redeems changed the tokens:\nbefore %+v\nafter  %+v", before, after)
 	}
 	// The good token still works after all that.
-	if _, err := s.Redeem(good); err != nil {
+	if _, err := s.Redeem(t.Context(), good); err != nil {
 		t.Fatalf("good token after refused attempts: %v", err)
 	}
 }
@@ -140,7 +140,7 @@ func TestConcurrentRedeemsAcrossReplicasOneWins(t *testing.T) {
 		replicas = append(replicas, openStore(t, dir))
 	}
 	for round := range 20 {
-		tok, _, err := replicas[0].CreateToken("acme", "east", time.Hour)
+		tok, _, err := replicas[0].CreateToken(t.Context(), "acme", "east", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestConcurrentRedeemsAcrossReplicasOneWins(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, err := replicas[i%len(replicas)].Redeem(tok)
+				_, err := replicas[i%len(replicas)].Redeem(t.Context(), tok)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -177,38 +177,38 @@ func TestConcurrentRedeemsAcrossReplicasOneWins(t *testing.T) {
 func TestStoreSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
-	used, _, err := s.CreateToken("acme", "east", time.Hour)
+	used, _, err := s.CreateToken(t.Context(), "acme", "east", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Redeem(used); err != nil {
+	if _, err := s.Redeem(t.Context(), used); err != nil {
 		t.Fatal(err)
 	}
-	pending, pendingInfo, err := s.CreateToken("acme", "west", time.Hour)
+	pending, pendingInfo, err := s.CreateToken(t.Context(), "acme", "west", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := enroll.ClusterRecord{Mesh: "acme", Cluster: "east", TrustDomain: "acme.example", Serial: "2a",
 		NotAfter: time.Now().Add(time.Hour).UTC().Round(time.Second), EnrolledAt: time.Now().UTC().Round(time.Second), TokenID: "x"}
-	if err := s.RecordCluster(rec); err != nil {
+	if err := s.RecordCluster(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
 	// "a-b" sorts after "a" as a mesh name, before it as a file name prefix.
 	for _, id := range [][2]string{{"beta", "east"}, {"a-b", "x"}, {"a", "y"}} {
-		if err := s.RecordCluster(enroll.ClusterRecord{Mesh: id[0], Cluster: id[1]}); err != nil {
+		if err := s.RecordCluster(t.Context(), enroll.ClusterRecord{Mesh: id[0], Cluster: id[1]}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Revoke("beta", "east"); err != nil {
+	if err := s.Revoke(t.Context(), "beta", "east"); err != nil {
 		t.Fatal(err)
 	}
 
 	s2 := openStore(t, dir) // the restarted hub
-	got, err := s2.Cluster("acme", "east")
+	got, err := s2.Cluster(t.Context(), "acme", "east")
 	if err != nil || !reflect.DeepEqual(got, rec) {
 		t.Fatalf("after restart Cluster = %+v, %v; want %+v", got, err, rec)
 	}
-	all, err := s2.Clusters()
+	all, err := s2.Clusters(t.Context())
 	var ids []string
 	for _, c := range all {
 		ids = append(ids, c.Identity().String())
@@ -216,38 +216,38 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(ids, []string{"a/y", "a-b/x", "acme/east", "beta/east"}) {
 		t.Fatalf("after restart Clusters = %v, %v; want all four, sorted", ids, err)
 	}
-	if meshes, err := s2.Meshes(); err != nil || !reflect.DeepEqual(meshes, []string{"a", "a-b", "acme", "beta"}) {
+	if meshes, err := s2.Meshes(t.Context()); err != nil || !reflect.DeepEqual(meshes, []string{"a", "a-b", "acme", "beta"}) {
 		t.Fatalf("after restart Meshes = %v, %v", meshes, err)
 	}
-	if ok, err := s2.Revoked("beta", "east"); err != nil || !ok {
+	if ok, err := s2.Revoked(t.Context(), "beta", "east"); err != nil || !ok {
 		t.Fatalf("after restart Revoked(beta/east) = %v, %v", ok, err)
 	}
-	if ok, err := s2.Revoked("acme", "east"); err != nil || ok {
+	if ok, err := s2.Revoked(t.Context(), "acme", "east"); err != nil || ok {
 		t.Fatalf("after restart Revoked(acme/east) = %v, %v", ok, err)
 	}
-	if revs, err := s2.Revocations(); err != nil || len(revs) != 1 || revs[0].Identity().String() != "beta/east" || revs[0].RevokedAt.IsZero() {
+	if revs, err := s2.Revocations(t.Context()); err != nil || len(revs) != 1 || revs[0].Identity().String() != "beta/east" || revs[0].RevokedAt.IsZero() {
 		t.Fatalf("after restart Revocations = %+v, %v", revs, err)
 	}
-	if _, err := s2.Redeem(used); !errors.Is(err, enroll.ErrTokenUsed) {
+	if _, err := s2.Redeem(t.Context(), used); !errors.Is(err, enroll.ErrTokenUsed) {
 		t.Fatalf("after restart a used token: %v, want ErrTokenUsed", err)
 	}
-	if info, err := s2.Redeem(pending); err != nil || info.ID != pendingInfo.ID {
+	if info, err := s2.Redeem(t.Context(), pending); err != nil || info.ID != pendingInfo.ID {
 		t.Fatalf("after restart a pending token: %+v, %v", info, err)
 	}
-	if _, err := s2.Cluster("acme", "west"); !errors.Is(err, enroll.ErrNotEnrolled) {
+	if _, err := s2.Cluster(t.Context(), "acme", "west"); !errors.Is(err, enroll.ErrNotEnrolled) {
 		t.Fatalf("Cluster of a cluster never recorded: %v, want ErrNotEnrolled", err)
 	}
 }
 
 func TestRevokedClusterGetsNoToken(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	if err := s.Revoke("acme", "east"); err != nil {
+	if err := s.Revoke(t.Context(), "acme", "east"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.CreateToken("acme", "east", time.Hour); !errors.Is(err, enroll.ErrRevoked) {
+	if _, _, err := s.CreateToken(t.Context(), "acme", "east", time.Hour); !errors.Is(err, enroll.ErrRevoked) {
 		t.Fatalf("token for a revoked cluster: %v, want ErrRevoked", err)
 	}
-	list, _ := s.ListTokens()
+	list, _ := s.ListTokens(t.Context())
 	if len(list) != 0 {
 		t.Fatalf("tokens after a refused create: %+v", list)
 	}
@@ -267,11 +267,11 @@ func TestCreateTokenRefusesBadInput(t *testing.T) {
 		{"acme", "east", -time.Second},
 		{"acme", "east", enroll.MaxTokenTTL + time.Second},
 	} {
-		if tok, _, err := s.CreateToken(c.mesh, c.cluster, c.ttl); err == nil {
+		if tok, _, err := s.CreateToken(t.Context(), c.mesh, c.cluster, c.ttl); err == nil {
 			t.Errorf("CreateToken(%q, %q, %s) = %s, want an error", c.mesh, c.cluster, c.ttl, tok)
 		}
 	}
-	if list, _ := s.ListTokens(); len(list) != 0 {
+	if list, _ := s.ListTokens(t.Context()); len(list) != 0 {
 		t.Fatalf("refused creates left tokens: %+v", list)
 	}
 }
@@ -279,7 +279,7 @@ func TestCreateTokenRefusesBadInput(t *testing.T) {
 func TestStrayFilesAreIgnored(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
-	if err := s.Revoke("acme", "east"); err != nil {
+	if err := s.Revoke(t.Context(), "acme", "east"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"revoked/.acme.west.json.123", "revoked/README", "clusters/.x.y.json.1", "clusters/notes.txt"} {
@@ -287,11 +287,11 @@ func TestStrayFilesAreIgnored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	revs, err := s.Revocations()
+	revs, err := s.Revocations(t.Context())
 	if err != nil || len(revs) != 1 {
 		t.Fatalf("Revocations = %+v, %v; want only acme/east", revs, err)
 	}
-	if cs, err := s.Clusters(); err != nil || len(cs) != 0 {
+	if cs, err := s.Clusters(t.Context()); err != nil || len(cs) != 0 {
 		t.Fatalf("Clusters = %+v, %v; want none", cs, err)
 	}
 }

@@ -59,7 +59,7 @@ func keyPair(t testing.TB, chainPEM []byte, key *ecdsa.PrivateKey) tls.Certifica
 // newToken creates a join token for (mesh, cluster), valid for an hour.
 func newToken(t testing.TB, h *enrolltest.Hub, mesh, cluster string) string {
 	t.Helper()
-	tok, _, err := h.Store.CreateToken(mesh, cluster, time.Hour)
+	tok, _, err := h.Store.CreateToken(t.Context(), mesh, cluster, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@
 package enroll
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -97,35 +98,35 @@ type Tokens interface {
 	// cluster gets no token (ErrRevoked).
 	// With namespaces, the cluster may obtain workload certificates (as
 	// its workloads' registration authority) only in those namespaces.
-	CreateToken(mesh, cluster string, ttl time.Duration, namespaces ...string) (token string, info TokenInfo, err error)
+	CreateToken(ctx context.Context, mesh, cluster string, ttl time.Duration, namespaces ...string) (token string, info TokenInfo, err error)
 	// Redeem consumes token. It fails with an error wrapping one of
 	// ErrTokenMalformed, ErrTokenUnknown, ErrTokenInvalid, ErrTokenUsed,
 	// ErrTokenExpired; any other error is the store's.
-	Redeem(token string) (TokenInfo, error)
+	Redeem(ctx context.Context, token string) (TokenInfo, error)
 	// ListTokens lists every token, pending, expired or used.
-	ListTokens() ([]TokenInfo, error)
+	ListTokens(ctx context.Context) ([]TokenInfo, error)
 }
 
 // Registry records enrolled clusters and revocations. Implementations must
 // be safe for concurrent use, also across hub replicas.
 type Registry interface {
 	// RecordCluster creates or replaces the record of an enrolled cluster.
-	RecordCluster(ClusterRecord) error
+	RecordCluster(ctx context.Context, rec ClusterRecord) error
 	// Cluster returns a cluster's record, or an error wrapping
 	// ErrNotEnrolled.
-	Cluster(mesh, cluster string) (ClusterRecord, error)
+	Cluster(ctx context.Context, mesh, cluster string) (ClusterRecord, error)
 	// Clusters lists every enrolled cluster.
-	Clusters() ([]ClusterRecord, error)
+	Clusters(ctx context.Context) ([]ClusterRecord, error)
 	// Meshes lists the meshes that have an enrolled cluster.
-	Meshes() ([]string, error)
+	Meshes(ctx context.Context) ([]string, error)
 	// Revoke cuts (mesh, cluster) off for good: no token, enrollment,
 	// renewal or stream is accepted for it afterwards.
-	Revoke(mesh, cluster string) error
+	Revoke(ctx context.Context, mesh, cluster string) error
 	// Revoked reports whether (mesh, cluster) is revoked. It reads the
 	// shared state, so a revocation by another replica counts at once.
-	Revoked(mesh, cluster string) (bool, error)
+	Revoked(ctx context.Context, mesh, cluster string) (bool, error)
 	// Revocations lists every revoked cluster.
-	Revocations() ([]Revocation, error)
+	Revocations(ctx context.Context) ([]Revocation, error)
 }
 
 // Store is the whole enrollment state.

@@ -174,15 +174,15 @@ func (s *security) enforcer(in *ingest.Server, log *slog.Logger, reg prometheus.
 // debug registers /debug/security: the mode, the meshes and their trust
 // domains, the serving CA's place and the enrolled and revoked clusters.
 func (s *security) debug(adm *admin.Server) {
-	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(*http.Request) (any, error) {
+	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(r *http.Request) (any, error) {
 		if s.plaintext {
 			return map[string]any{"plaintext": true, "meshes": s.meshes}, nil
 		}
-		clusters, err := s.store.Clusters()
+		clusters, err := s.store.Clusters(r.Context())
 		if err != nil {
 			return nil, err
 		}
-		revoked, err := s.store.Revocations()
+		revoked, err := s.store.Revocations(r.Context())
 		if err != nil {
 			return nil, err
 		}
