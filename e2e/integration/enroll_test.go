@@ -126,7 +126,7 @@ func TestEnrollWithTheHubCA(t *testing.T) {
 // same name: the handshake fails before the token is sent.
 func TestTokenIsNeverSentToAnImpostor(t *testing.T) {
 	real := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	impostor := enrolltest.StartHub(t, enrolltest.HubOptions{Dir: real.Store.Dir()}) // even with the real state
+	impostor := enrolltest.StartHub(t, enrolltest.HubOptions{Dir: real.Dir}) // even with the real state
 	tok, _, _ := real.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 
 	opts := enrollOptions(t, real)

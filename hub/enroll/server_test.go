@@ -233,7 +233,7 @@ func TestRevokedClusterCannotEnrollOrRenew(t *testing.T) {
 	rec, _ := h.Store.Cluster(t.Context(), enrolltest.MeshA, "east")
 
 	// navectl, another process, revokes through its own store.
-	navectl, err := enroll.OpenDir(h.Store.Dir())
+	navectl, err := enroll.OpenDir(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestRevocationClosesTheOpenStreamAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	navectl, err := enroll.OpenDir(h.Store.Dir())
+	navectl, err := enroll.OpenDir(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
