@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/navemesh/nave/hub/ca"
-	"github.com/navemesh/nave/shared/kubeconfig"
 )
 
 // OpenStore opens the hub's enrollment store of kind (the hub's
@@ -17,13 +16,9 @@ func OpenStore(kind, stateDir, namespace, kubeconfigPath string, opts ...Option)
 	case ca.StoreDir:
 		return OpenStateDir(stateDir, opts...)
 	case ca.StoreKubernetes:
-		rc, err := kubeconfig.Load(kubeconfigPath)
+		client, err := ca.OpenSecretClient(kubeconfigPath)
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
-		}
-		client, err := ca.NewSecretClient(rc)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
+			return nil, err
 		}
 		return NewSecretStore(client, namespace, opts...), nil
 	}
