@@ -1,17 +1,22 @@
-// Command navectl administers a hub's spoke enrollment through the hub's
-// state directory (shared by the hub replicas): it creates one-time join
-// tokens, lists tokens and enrolled clusters, and revokes clusters. Every
-// hub replica enforces a revocation within about a second. It also issues
-// workload certificates from a mesh's CA, for VMs and the demo.
+// Command navectl administers a hub's spoke enrollment through the state
+// the hub replicas share — the hub's state directory, or with
+// --state-store kubernetes its Secrets (the hub's state.store): it creates
+// one-time join tokens, lists tokens and enrolled clusters, and revokes
+// clusters. Every hub replica enforces a revocation within about a second.
+// It prints the pin of the hub's serving CA, and issues workload
+// certificates from a mesh's CA, for VMs and the demo.
 //
-//	navectl token create   --state-dir D --mesh M --cluster C [--ttl 1h] [--namespaces a,b]
-//	navectl token list     --state-dir D
-//	navectl cluster list   --state-dir D
-//	navectl cluster revoke --state-dir D --mesh M --cluster C [--force]
-//	navectl ca-hash FILE
+//	navectl token create   STATE --mesh M --cluster C [--ttl 1h] [--namespaces a,b]
+//	navectl token list     STATE
+//	navectl cluster list   STATE
+//	navectl cluster revoke STATE --mesh M --cluster C [--force]
+//	navectl ca-hash        FILE | STATE
 //	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
+//
+// where STATE is --state-dir D, or --state-store kubernetes
+// [--state-namespace nave-system] [--kubeconfig F].
 //
 // Exit codes: 0 done, 1 failed, 2 usage error.
 package main
@@ -29,26 +34,28 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
-const usage = `navectl administers spoke enrollment through a hub's state directory
-and issues workload certificates from its mesh CAs.
+const usage = `navectl administers spoke enrollment through a hub's state (its state
+directory or its Secrets) and issues workload certificates from its mesh CAs.
 
 Usage:
-  navectl token create   --state-dir DIR --mesh MESH --cluster CLUSTER [--ttl 1h] [--namespaces a,b]
+  navectl token create   STATE --mesh MESH --cluster CLUSTER [--ttl 1h] [--namespaces a,b]
         print a one-time join token for (MESH, CLUSTER); only its hash is stored
-  navectl token list     --state-dir DIR
+  navectl token list     STATE
         list join tokens (pending, expired, used); never their secrets
-  navectl cluster list   --state-dir DIR
+  navectl cluster list   STATE
         list enrolled and revoked clusters
-  navectl cluster revoke --state-dir DIR --mesh MESH --cluster CLUSTER [--force]
+  navectl cluster revoke STATE --mesh MESH --cluster CLUSTER [--force]
         cut a cluster off: its streams are closed, its renewals refused
         (--force revokes a cluster that has not enrolled)
-  navectl ca-hash FILE
+  navectl ca-hash        FILE | STATE
         print the pin (sha256:...) of each CA certificate in the PEM FILE,
-        for a spoke's first contact with the hub
+        or of the hub's serving CA, for a spoke's first contact with the hub
   navectl cert issue     --state-dir DIR --mesh MESH [--trust-domain cluster.local]
                          --namespace NS --service-account SA --out OUT [--ttl 24h]
         issue a workload certificate spiffe://TD/ns/NS/sa/SA from MESH's CA
@@ -56,6 +63,12 @@ Usage:
         with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
         the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
         --state-dir is not needed
+
+STATE is where the hub keeps its state (its state.store):
+  --state-dir DIR                  the hub's state.dir (state.store dir)
+  --state-store kubernetes [--state-namespace nave-system] [--kubeconfig F]
+                                   the hub's Secrets (state.store kubernetes);
+                                   --kubeconfig empty: in-cluster, else $KUBECONFIG
 `
 
 // errUsage marks errors that exit with status 2.
@@ -99,7 +112,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return flag.ErrHelp
 	}
 	if cmd == "ca-hash" {
-		return caHash(args[1:], stdout)
+		return caHash(ctx, args[1:], stdout)
 	}
 	if cmd != "token" && cmd != "cluster" && cmd != "cert" {
 		return usageErr("unknown command %q", cmd)
@@ -130,6 +143,8 @@ type flags struct {
 	// stateOptional: the command checks itself whether it needs
 	// --state-dir.
 	stateOptional bool
+	// Where the hub's state is, for the commands on it (newStateFlags).
+	stateStore, stateNamespace, kubeconfig string
 }
 
 func newFlags(name string) *flags {
@@ -139,15 +154,46 @@ func newFlags(name string) *flags {
 	return f
 }
 
-// parse parses args and opens the enrollment store of the state dir.
-func (f *flags) parse(args []string) (*enroll.DirStore, error) {
+// newStateFlags is the flag set of a command on the hub's state, which
+// is in --state-dir or, with --state-store kubernetes, in Secrets.
+func newStateFlags(name string) *flags {
+	f := newFlags(name)
+	f.StringVar(&f.stateStore, "state-store", ca.StoreDir, "where the hub keeps its state (its state.store): dir (--state-dir) or kubernetes (Secrets)")
+	f.StringVar(&f.stateNamespace, "state-namespace", "nave-system", "with --state-store kubernetes: the namespace of the hub's state Secrets (its state.namespace)")
+	f.StringVar(&f.kubeconfig, "kubeconfig", "", "with --state-store kubernetes: kubeconfig file (empty: in-cluster, else $KUBECONFIG)")
+	f.stateOptional = true
+	return f
+}
+
+// parse parses args and opens the hub's enrollment store.
+func (f *flags) parse(args []string) (enroll.Store, error) {
 	if err := f.parseArgs(args); err != nil {
 		return nil, err
 	}
-	if err := f.checkStateDir(); err != nil {
+	if err := f.checkStateStore(); err != nil {
 		return nil, err
 	}
-	return enroll.OpenStateDir(f.stateDir)
+	return enroll.OpenStore(f.stateStore, f.stateDir, f.stateNamespace, f.kubeconfig)
+}
+
+// checkStateStore checks the flags that say where the hub's state is.
+func (f *flags) checkStateStore() error {
+	switch f.stateStore {
+	case ca.StoreDir:
+		if f.stateDir == "" {
+			return usageErr("%s: --state-dir is required (or --state-store %s)", f.Name(), ca.StoreKubernetes)
+		}
+		if f.kubeconfig != "" {
+			return usageErr("%s: --kubeconfig is used only with --state-store %s", f.Name(), ca.StoreKubernetes)
+		}
+		return f.checkStateDir()
+	case ca.StoreKubernetes:
+		if f.stateDir != "" {
+			return usageErr("%s: --state-dir is not used with --state-store %s", f.Name(), ca.StoreKubernetes)
+		}
+		return nil
+	}
+	return usageErr("%s: --state-store %q: want %s or %s", f.Name(), f.stateStore, ca.StoreDir, ca.StoreKubernetes)
 }
 
 // parseArgs parses args: flags only, --state-dir required.
@@ -186,7 +232,7 @@ func required(name string, vals map[string]string) error {
 }
 
 func tokenCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newFlags("token create")
+	f := newStateFlags("token create")
 	mesh := f.String("mesh", "", "the mesh the cluster joins")
 	cluster := f.String("cluster", "", "the cluster's name (a DNS label)")
 	ttl := f.Duration("ttl", time.Hour, "how long the token stays valid (at most "+enroll.MaxTokenTTL.String()+")")
@@ -218,7 +264,7 @@ func tokenCreate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func tokenList(ctx context.Context, args []string, stdout io.Writer) error {
-	store, err := newFlags("token list").parse(args)
+	store, err := newStateFlags("token list").parse(args)
 	if err != nil {
 		return err
 	}
@@ -240,7 +286,7 @@ func tokenList(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 func clusterList(ctx context.Context, args []string, stdout io.Writer) error {
-	store, err := newFlags("cluster list").parse(args)
+	store, err := newStateFlags("cluster list").parse(args)
 	if err != nil {
 		return err
 	}
@@ -277,7 +323,7 @@ func clusterList(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 func clusterRevoke(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("cluster revoke")
+	f := newStateFlags("cluster revoke")
 	mesh := f.String("mesh", "", "the cluster's mesh")
 	cluster := f.String("cluster", "", "the cluster to revoke")
 	force := f.Bool("force", false, "revoke even if the cluster has not enrolled")
@@ -300,24 +346,53 @@ func clusterRevoke(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func caHash(args []string, stdout io.Writer) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageErr("ca-hash: want exactly one PEM file")
+// caHash prints the pins of the CA certificates of a PEM file, or of the
+// hub's serving CA where the hub keeps it.
+func caHash(ctx context.Context, args []string, stdout io.Writer) error {
+	var (
+		b    []byte
+		name string
+		err  error
+	)
+	switch {
+	case len(args) == 0:
+		return usageErr("ca-hash: want a PEM file, --state-dir DIR or --state-store %s", ca.StoreKubernetes)
+	case len(args) == 1 && !strings.HasPrefix(args[0], "-"):
+		name = args[0]
+		b, err = os.ReadFile(name)
+	default:
+		f := newStateFlags("ca-hash")
+		if err := f.parseArgs(args); err != nil {
+			return err
+		}
+		if err := f.checkStateStore(); err != nil {
+			return err
+		}
+		if f.stateStore == ca.StoreDir {
+			// Read the file: nothing is created in the state dir.
+			name = servingcert.RootPath(f.stateDir)
+			b, err = os.ReadFile(name)
+			break
+		}
+		store, serr := servingcert.OpenStore(f.stateStore, f.stateDir, f.stateNamespace, f.kubeconfig)
+		if serr != nil {
+			return serr
+		}
+		name = store.Location(servingcert.Mesh)
+		b, err = servingcert.RootPEM(ctx, store)
 	}
-	b, err := os.ReadFile(args[0])
 	if err != nil {
 		return err
 	}
 	pins, err := tlspin.HashesPEM(b)
 	if err != nil {
-		return fmt.Errorf("%s: %w", args[0], err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	for _, p := range pins {
 		fmt.Fprintln(stdout, p)
 	}
-	n := len(pins)
-	if n == 0 {
-		return fmt.Errorf("%s: no CA certificate", args[0])
+	if len(pins) == 0 {
+		return fmt.Errorf("%s: no CA certificate", name)
 	}
 	return nil
 }
