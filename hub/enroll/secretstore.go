@@ -95,9 +95,6 @@ func NewSecretStore(client ca.SecretClient, namespace string, opts ...Option) *S
 	return &SecretStore{client: client, namespace: namespace, now: newOptions(opts).now}
 }
 
-// Namespace is the namespace of the store's Secrets.
-func (s *SecretStore) Namespace() string { return s.namespace }
-
 func tokenSecret(id string) string { return secretTokenPrefix + id }
 func usedSecret(id string) string  { return secretTokenPrefix + id + secretUsedSuffix }
 func clusterSecret(mesh, cluster string) string {
