@@ -31,6 +31,9 @@ type hub struct {
 	// state is the state dir of a hub serving TLS (newSecureHub); ""
 	// runs it in plaintext mode.
 	state string
+	// navectlState are the navectl flags that reach the hub's state;
+	// nil: --state-dir state.
+	navectlState []string
 }
 
 func newHub(t testing.TB, extra ...string) *hub {
@@ -40,6 +43,13 @@ func newHub(t testing.TB, extra ...string) *hub {
 }
 
 func (h *hub) start() {
+	h.t.Helper()
+	h.launch()
+	h.waitReady()
+}
+
+// launch starts the hub process without waiting for it.
+func (h *hub) launch() {
 	h.t.Helper()
 	args := append([]string{
 		"--admin.listen", addr(h.admin), "--spokes.listen", addr(h.spokes), "--xds.listen", addr(h.xds),
@@ -51,6 +61,11 @@ func (h *hub) start() {
 		args = append(args, "--state.dir", h.state)
 	}
 	h.proc = harness.Start(h.t, "hub", binary("nave-hub"), args...)
+}
+
+// waitReady waits until the hub reports ready.
+func (h *hub) waitReady() {
+	h.t.Helper()
 	harness.WaitReady(h.t, h.url("/healthz/ready"), 20*time.Second)
 }
 

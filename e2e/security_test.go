@@ -93,13 +93,24 @@ func mustNavectl(t *testing.T, args ...string) string {
 // token creates a join token for (mesh, cluster).
 func (h *hub) token(t *testing.T, mesh, cluster, ttl string) string {
 	t.Helper()
-	return mustNavectl(t, "token", "create", "--state-dir", h.state, "--mesh", mesh, "--cluster", cluster, "--ttl", ttl)
+	return mustNavectl(t, append([]string{"token", "create", "--mesh", mesh, "--cluster", cluster, "--ttl", ttl}, h.stateFlags()...)...)
 }
 
 // pin is the pin of the hub's serving CA, as an operator gives it to spokes.
 func (h *hub) pin(t *testing.T) string {
 	t.Helper()
+	if h.navectlState != nil {
+		return mustNavectl(t, append([]string{"ca-hash"}, h.navectlState...)...)
+	}
 	return mustNavectl(t, "ca-hash", servingcert.RootPath(h.state))
+}
+
+// stateFlags are the navectl flags that reach the hub's state.
+func (h *hub) stateFlags() []string {
+	if h.navectlState != nil {
+		return h.navectlState
+	}
+	return []string{"--state-dir", h.state}
 }
 
 // servingRoots is the hub's serving CA as a pool.

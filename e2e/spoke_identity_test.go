@@ -160,7 +160,7 @@ func tlsArgs(h *enrolltest.Hub, cluster, stateDir string) []string {
 
 func tokenFile(t *testing.T, h *enrolltest.Hub, mesh, cluster string) (path, token string) {
 	t.Helper()
-	tok, _, err := h.Store.CreateToken(mesh, cluster, time.Hour)
+	tok, _, err := h.Store.CreateToken(t.Context(), mesh, cluster, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ const (
 
 // certIssue issues a workload certificate from a mesh's CA and writes it,
 // its key and the mesh's roots to a directory.
-func certIssue(args []string, stdout, stderr io.Writer) error {
+func certIssue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("cert issue")
 	mesh := f.String("mesh", "", "the mesh whose CA signs")
 	td := f.String("trust-domain", "cluster.local", "the mesh's trust domain (the hub's ca.meshes)")
@@ -59,7 +59,6 @@ func certIssue(args []string, stdout, stderr io.Writer) error {
 	if *ttl > ca.DefaultMaxTTL {
 		return fmt.Errorf("--ttl %s: at most %s", *ttl, ca.DefaultMaxTTL)
 	}
-	ctx := context.Background()
 	if *caStore == ca.StoreDir {
 		if err := f.checkStateDir(); err != nil {
 			return err

@@ -1,51 +1,61 @@
-// Command navectl administers a hub's spoke enrollment through the hub's
-// state directory (shared by the hub replicas): it creates one-time join
-// tokens, lists tokens and enrolled clusters, and revokes clusters. Every
-// hub replica enforces a revocation within about a second. It also issues
-// workload certificates from a mesh's CA, for VMs and the demo.
+// Command navectl administers a hub's spoke enrollment through the state
+// the hub replicas share — the hub's state directory, or with
+// --state-store kubernetes its Secrets (the hub's state.store): it creates
+// one-time join tokens, lists tokens and enrolled clusters, and revokes
+// clusters. Every hub replica enforces a revocation within about a second.
+// It prints the pin of the hub's serving CA, and issues workload
+// certificates from a mesh's CA, for VMs and the demo.
 //
-//	navectl token create   --state-dir D --mesh M --cluster C [--ttl 1h] [--namespaces a,b]
-//	navectl token list     --state-dir D
-//	navectl cluster list   --state-dir D
-//	navectl cluster revoke --state-dir D --mesh M --cluster C [--force]
-//	navectl ca-hash FILE
+//	navectl token create   STATE --mesh M --cluster C [--ttl 1h] [--namespaces a,b]
+//	navectl token list     STATE
+//	navectl cluster list   STATE
+//	navectl cluster revoke STATE --mesh M --cluster C [--force]
+//	navectl ca-hash        FILE | STATE
 //	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
+//
+// where STATE is --state-dir D, or --state-store kubernetes
+// [--state-namespace nave-system] [--kubeconfig F].
 //
 // Exit codes: 0 done, 1 failed, 2 usage error.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
-const usage = `navectl administers spoke enrollment through a hub's state directory
-and issues workload certificates from its mesh CAs.
+const usage = `navectl administers spoke enrollment through a hub's state (its state
+directory or its Secrets) and issues workload certificates from its mesh CAs.
 
 Usage:
-  navectl token create   --state-dir DIR --mesh MESH --cluster CLUSTER [--ttl 1h] [--namespaces a,b]
+  navectl token create   STATE --mesh MESH --cluster CLUSTER [--ttl 1h] [--namespaces a,b]
         print a one-time join token for (MESH, CLUSTER); only its hash is stored
-  navectl token list     --state-dir DIR
+  navectl token list     STATE
         list join tokens (pending, expired, used); never their secrets
-  navectl cluster list   --state-dir DIR
+  navectl cluster list   STATE
         list enrolled and revoked clusters
-  navectl cluster revoke --state-dir DIR --mesh MESH --cluster CLUSTER [--force]
+  navectl cluster revoke STATE --mesh MESH --cluster CLUSTER [--force]
         cut a cluster off: its streams are closed, its renewals refused
         (--force revokes a cluster that has not enrolled)
-  navectl ca-hash FILE
+  navectl ca-hash        FILE | STATE
         print the pin (sha256:...) of each CA certificate in the PEM FILE,
-        for a spoke's first contact with the hub
+        or of the hub's serving CA, for a spoke's first contact with the hub
   navectl cert issue     --state-dir DIR --mesh MESH [--trust-domain cluster.local]
                          --namespace NS --service-account SA --out OUT [--ttl 24h]
         issue a workload certificate spiffe://TD/ns/NS/sa/SA from MESH's CA
@@ -53,17 +63,27 @@ Usage:
         with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
         the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
         --state-dir is not needed
+
+STATE is where the hub keeps its state (its state.store):
+  --state-dir DIR                  the hub's state.dir (state.store dir)
+  --state-store kubernetes [--state-namespace nave-system] [--kubeconfig F]
+                                   the hub's Secrets (state.store kubernetes);
+                                   --kubeconfig empty: in-cluster, else $KUBECONFIG
 `
 
 // errUsage marks errors that exit with status 2.
 var errUsage = errors.New("usage")
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// Interrupted, a command stops waiting for the API server.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	err := dispatch(args, stdout, stderr)
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
@@ -83,7 +103,7 @@ func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) error {
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("no command")
 	}
@@ -92,7 +112,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return flag.ErrHelp
 	}
 	if cmd == "ca-hash" {
-		return caHash(args[1:], stdout)
+		return caHash(ctx, args[1:], stdout)
 	}
 	if cmd != "token" && cmd != "cluster" && cmd != "cert" {
 		return usageErr("unknown command %q", cmd)
@@ -102,15 +122,15 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	}
 	switch sub := cmd + " " + args[1]; sub {
 	case "token create":
-		return tokenCreate(args[2:], stdout, stderr)
+		return tokenCreate(ctx, args[2:], stdout, stderr)
 	case "token list":
-		return tokenList(args[2:], stdout)
+		return tokenList(ctx, args[2:], stdout)
 	case "cluster list":
-		return clusterList(args[2:], stdout)
+		return clusterList(ctx, args[2:], stdout)
 	case "cluster revoke":
-		return clusterRevoke(args[2:], stdout)
+		return clusterRevoke(ctx, args[2:], stdout)
 	case "cert issue":
-		return certIssue(args[2:], stdout, stderr)
+		return certIssue(ctx, args[2:], stdout, stderr)
 	default:
 		return usageErr("unknown command %q", sub)
 	}
@@ -123,6 +143,8 @@ type flags struct {
 	// stateOptional: the command checks itself whether it needs
 	// --state-dir.
 	stateOptional bool
+	// Where the hub's state is, for the commands on it (newStateFlags).
+	stateStore, stateNamespace, kubeconfig string
 }
 
 func newFlags(name string) *flags {
@@ -132,15 +154,46 @@ func newFlags(name string) *flags {
 	return f
 }
 
-// parse parses args and opens the enrollment store of the state dir.
-func (f *flags) parse(args []string) (*enroll.DirStore, error) {
+// newStateFlags is the flag set of a command on the hub's state, which
+// is in --state-dir or, with --state-store kubernetes, in Secrets.
+func newStateFlags(name string) *flags {
+	f := newFlags(name)
+	f.StringVar(&f.stateStore, "state-store", ca.StoreDir, "where the hub keeps its state (its state.store): dir (--state-dir) or kubernetes (Secrets)")
+	f.StringVar(&f.stateNamespace, "state-namespace", "nave-system", "with --state-store kubernetes: the namespace of the hub's state Secrets (its state.namespace)")
+	f.StringVar(&f.kubeconfig, "kubeconfig", "", "with --state-store kubernetes: kubeconfig file (empty: in-cluster, else $KUBECONFIG)")
+	f.stateOptional = true
+	return f
+}
+
+// parse parses args and opens the hub's enrollment store.
+func (f *flags) parse(args []string) (enroll.Store, error) {
 	if err := f.parseArgs(args); err != nil {
 		return nil, err
 	}
-	if err := f.checkStateDir(); err != nil {
+	if err := f.checkStateStore(); err != nil {
 		return nil, err
 	}
-	return enroll.OpenStateDir(f.stateDir)
+	return enroll.OpenStore(f.stateStore, f.stateDir, f.stateNamespace, f.kubeconfig)
+}
+
+// checkStateStore checks the flags that say where the hub's state is.
+func (f *flags) checkStateStore() error {
+	switch f.stateStore {
+	case ca.StoreDir:
+		if f.stateDir == "" {
+			return usageErr("%s: --state-dir is required (or --state-store %s)", f.Name(), ca.StoreKubernetes)
+		}
+		if f.kubeconfig != "" {
+			return usageErr("%s: --kubeconfig is used only with --state-store %s", f.Name(), ca.StoreKubernetes)
+		}
+		return f.checkStateDir()
+	case ca.StoreKubernetes:
+		if f.stateDir != "" {
+			return usageErr("%s: --state-dir is not used with --state-store %s", f.Name(), ca.StoreKubernetes)
+		}
+		return nil
+	}
+	return usageErr("%s: --state-store %q: want %s or %s", f.Name(), f.stateStore, ca.StoreDir, ca.StoreKubernetes)
 }
 
 // parseArgs parses args: flags only, --state-dir required.
@@ -178,8 +231,8 @@ func required(name string, vals map[string]string) error {
 	return nil
 }
 
-func tokenCreate(args []string, stdout, stderr io.Writer) error {
-	f := newFlags("token create")
+func tokenCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newStateFlags("token create")
 	mesh := f.String("mesh", "", "the mesh the cluster joins")
 	cluster := f.String("cluster", "", "the cluster's name (a DNS label)")
 	ttl := f.Duration("ttl", time.Hour, "how long the token stays valid (at most "+enroll.MaxTokenTTL.String()+")")
@@ -195,7 +248,7 @@ func tokenCreate(args []string, stdout, stderr io.Writer) error {
 	if *namespaces != "" {
 		scope = strings.Split(*namespaces, ",")
 	}
-	tok, info, err := store.CreateToken(*mesh, *cluster, *ttl, scope...)
+	tok, info, err := store.CreateToken(ctx, *mesh, *cluster, *ttl, scope...)
 	if err != nil {
 		return err
 	}
@@ -210,12 +263,12 @@ func tokenCreate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func tokenList(args []string, stdout io.Writer) error {
-	store, err := newFlags("token list").parse(args)
+func tokenList(ctx context.Context, args []string, stdout io.Writer) error {
+	store, err := newStateFlags("token list").parse(args)
 	if err != nil {
 		return err
 	}
-	tokens, err := store.ListTokens()
+	tokens, err := store.ListTokens(ctx)
 	if err != nil {
 		return err
 	}
@@ -232,16 +285,16 @@ func tokenList(args []string, stdout io.Writer) error {
 	return w.Flush()
 }
 
-func clusterList(args []string, stdout io.Writer) error {
-	store, err := newFlags("cluster list").parse(args)
+func clusterList(ctx context.Context, args []string, stdout io.Writer) error {
+	store, err := newStateFlags("cluster list").parse(args)
 	if err != nil {
 		return err
 	}
-	clusters, err := store.Clusters()
+	clusters, err := store.Clusters(ctx)
 	if err != nil {
 		return err
 	}
-	revs, err := store.Revocations()
+	revs, err := store.Revocations(ctx)
 	if err != nil {
 		return err
 	}
@@ -269,8 +322,8 @@ func clusterList(args []string, stdout io.Writer) error {
 	return w.Flush()
 }
 
-func clusterRevoke(args []string, stdout io.Writer) error {
-	f := newFlags("cluster revoke")
+func clusterRevoke(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newStateFlags("cluster revoke")
 	mesh := f.String("mesh", "", "the cluster's mesh")
 	cluster := f.String("cluster", "", "the cluster to revoke")
 	force := f.Bool("force", false, "revoke even if the cluster has not enrolled")
@@ -281,36 +334,65 @@ func clusterRevoke(args []string, stdout io.Writer) error {
 	if err := required(f.Name(), map[string]string{"mesh": *mesh, "cluster": *cluster}); err != nil {
 		return err
 	}
-	if _, err := store.Cluster(*mesh, *cluster); err != nil {
+	if _, err := store.Cluster(ctx, *mesh, *cluster); err != nil {
 		if !errors.Is(err, enroll.ErrNotEnrolled) || !*force {
 			return fmt.Errorf("%w (a typo? --force revokes it anyway)", err)
 		}
 	}
-	if err := store.Revoke(*mesh, *cluster); err != nil {
+	if err := store.Revoke(ctx, *mesh, *cluster); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "cluster %s/%s revoked: hub replicas close its streams and refuse its renewals\n", *mesh, *cluster)
 	return nil
 }
 
-func caHash(args []string, stdout io.Writer) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageErr("ca-hash: want exactly one PEM file")
+// caHash prints the pins of the CA certificates of a PEM file, or of the
+// hub's serving CA where the hub keeps it.
+func caHash(ctx context.Context, args []string, stdout io.Writer) error {
+	var (
+		b    []byte
+		name string
+		err  error
+	)
+	switch {
+	case len(args) == 0:
+		return usageErr("ca-hash: want a PEM file, --state-dir DIR or --state-store %s", ca.StoreKubernetes)
+	case len(args) == 1 && !strings.HasPrefix(args[0], "-"):
+		name = args[0]
+		b, err = os.ReadFile(name)
+	default:
+		f := newStateFlags("ca-hash")
+		if err := f.parseArgs(args); err != nil {
+			return err
+		}
+		if err := f.checkStateStore(); err != nil {
+			return err
+		}
+		if f.stateStore == ca.StoreDir {
+			// Read the file: nothing is created in the state dir.
+			name = servingcert.RootPath(f.stateDir)
+			b, err = os.ReadFile(name)
+			break
+		}
+		store, serr := servingcert.OpenStore(f.stateStore, f.stateDir, f.stateNamespace, f.kubeconfig)
+		if serr != nil {
+			return serr
+		}
+		name = store.Location(servingcert.Mesh)
+		b, err = servingcert.RootPEM(ctx, store)
 	}
-	b, err := os.ReadFile(args[0])
 	if err != nil {
 		return err
 	}
 	pins, err := tlspin.HashesPEM(b)
 	if err != nil {
-		return fmt.Errorf("%s: %w", args[0], err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	for _, p := range pins {
 		fmt.Fprintln(stdout, p)
 	}
-	n := len(pins)
-	if n == 0 {
-		return fmt.Errorf("%s: no CA certificate", args[0])
+	if len(pins) == 0 {
+		return fmt.Errorf("%s: no CA certificate", name)
 	}
 	return nil
 }

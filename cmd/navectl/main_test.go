@@ -93,7 +93,7 @@ func TestTokenCreateThenRedeem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := store.Redeem(tok)
+	info, err := store.Redeem(t.Context(), tok)
 	if err != nil {
 		t.Fatalf("redeem the token navectl made: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestTokenCreateThenRedeem(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "namespaces bank, shop") {
 		t.Fatalf("token create --namespaces: exit %d: %s", r.code, r.stderr)
 	}
-	if info, err := store.Redeem(strings.TrimSpace(r.stdout)); err != nil || strings.Join(info.Namespaces, ",") != "bank,shop" {
+	if info, err := store.Redeem(t.Context(), strings.TrimSpace(r.stdout)); err != nil || strings.Join(info.Namespaces, ",") != "bank,shop" {
 		t.Errorf("scoped token redeemed as %+v, %v; want namespaces bank, shop", info, err)
 	}
 	if r := navectlRun(t, "token", "create", "--state-dir", state, "--mesh", "acme", "--cluster", "west", "--namespaces", "Not_A_Label"); r.code != 1 || !strings.Contains(r.stderr, "Not_A_Label") {
@@ -208,7 +208,11 @@ func TestUsageAndFailures(t *testing.T) {
 		{[]string{"token", "create", "--state-dir", state, "--mesh", "a", "--cluster", "b", "--ttl", "soon"}, 2, "invalid value"},
 		{[]string{"token", "create", "--state-dir", state, "--mesh", "a", "--cluster", "b", "--colour", "red"}, 2, "not defined"},
 		{[]string{"token", "list", "--state-dir", state, "extra"}, 2, "unexpected argument"},
-		{[]string{"ca-hash"}, 2, "exactly one"},
+		{[]string{"ca-hash"}, 2, "want a PEM file, --state-dir DIR or --state-store kubernetes"},
+		{[]string{"ca-hash", "--state-dir", state}, 1, "serving-ca/hub/root-cert.pem: no such file"},
+		{[]string{"token", "list", "--state-store", "vault"}, 2, `--state-store "vault": want dir or kubernetes`},
+		{[]string{"token", "list", "--state-store", "kubernetes", "--state-dir", state}, 2, "--state-dir is not used with --state-store kubernetes"},
+		{[]string{"cluster", "list", "--state-dir", state, "--kubeconfig", "k"}, 2, "--kubeconfig is used only with --state-store kubernetes"},
 		{[]string{"token", "create", "--state-dir", state, "--mesh", "a", "--cluster", "b", "--ttl", "720h"}, 1, "at most"},
 		{[]string{"token", "create", "--state-dir", state, "--mesh", "A", "--cluster", "b"}, 1, "not a DNS label"},
 		{[]string{"token", "list", "--state-dir", filepath.Join(state, "missing")}, 1, "not a directory"},
@@ -238,7 +242,7 @@ func TestUsageAndFailures(t *testing.T) {
 	}
 	// Nothing was created by the failures.
 	store, _ := enroll.OpenStateDir(state)
-	if tokens, _ := store.ListTokens(); len(tokens) != 0 {
+	if tokens, _ := store.ListTokens(t.Context()); len(tokens) != 0 {
 		t.Errorf("failed commands left tokens: %+v", tokens)
 	}
 	for _, p := range []string{out, filepath.Join(state, "ca")} {

@@ -63,7 +63,7 @@ func dialRenewer(t *testing.T, h *enrolltest.Hub, r *enroll.Renewer) *grpc.Clien
 
 func TestEnrollByPinThenConnectWithTheCertificate(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	tok, _, err := h.Store.CreateToken(enrolltest.MeshA, "east", time.Hour)
+	tok, _, err := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestEnrollByPinThenConnectWithTheCertificate(t *testing.T) {
 
 func TestEnrollWithTheHubCA(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	tok, _, _ := h.Store.CreateToken(enrolltest.MeshB, "west", time.Hour)
+	tok, _, _ := h.Store.CreateToken(t.Context(), enrolltest.MeshB, "west", time.Hour)
 	opts := enrollOptions(t, h)
 	opts.HubCAHash, opts.HubCA = "", h.Serving.PEM()
 	creds, err := enroll.Enroll(testCtx(t), opts, tok)
@@ -126,8 +126,8 @@ func TestEnrollWithTheHubCA(t *testing.T) {
 // same name: the handshake fails before the token is sent.
 func TestTokenIsNeverSentToAnImpostor(t *testing.T) {
 	real := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	impostor := enrolltest.StartHub(t, enrolltest.HubOptions{Dir: real.Store.Dir()}) // even with the real state
-	tok, _, _ := real.Store.CreateToken(enrolltest.MeshA, "east", time.Hour)
+	impostor := enrolltest.StartHub(t, enrolltest.HubOptions{Dir: real.Dir}) // even with the real state
+	tok, _, _ := real.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 
 	opts := enrollOptions(t, real)
 	opts.Address = impostor.Addr
@@ -154,7 +154,7 @@ func TestTokenIsNeverSentToAnImpostor(t *testing.T) {
 
 func TestEnrollReportsTheHubsRefusal(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	tok, _, _ := h.Store.CreateToken(enrolltest.MeshA, "east", time.Hour)
+	tok, _, _ := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 	opts := enrollOptions(t, h)
 	if _, err := enroll.Enroll(testCtx(t), opts, tok); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestEnrollReportsTheHubsRefusal(t *testing.T) {
 
 func TestRenewUsesTheNewCertificateForNewConnections(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{CertTTL: 3 * time.Second})
-	tok, _, _ := h.Store.CreateToken(enrolltest.MeshA, "east", time.Hour)
+	tok, _, _ := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 	opts := enrollOptions(t, h)
 	first, err := enroll.Enroll(testCtx(t), opts, tok)
 	if err != nil {
@@ -238,7 +238,7 @@ func TestRenewUsesTheNewCertificateForNewConnections(t *testing.T) {
 
 func TestRevokedSpokeKeepsItsCredentialsWhenRenewalIsRefused(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	tok, _, _ := h.Store.CreateToken(enrolltest.MeshA, "east", time.Hour)
+	tok, _, _ := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 	opts := enrollOptions(t, h)
 	if _, err := enroll.Enroll(testCtx(t), opts, tok); err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func TestRevokedSpokeKeepsItsCredentialsWhenRenewalIsRefused(t *testing.T) {
 		t.Fatalf("renew before the revocation: %v", err)
 	}
 	before := r.Credentials()
-	if err := h.Store.Revoke(enrolltest.MeshA, "east"); err != nil {
+	if err := h.Store.Revoke(t.Context(), enrolltest.MeshA, "east"); err != nil {
 		t.Fatal(err)
 	}
 	err = r.Renew(testCtx(t))

@@ -62,7 +62,7 @@ func realHub(t *testing.T) (*enrolltest.Hub, *ca.Authority, *spokeenroll.Renewer
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{Signer: auth, Register: func(s *grpc.Server, h *enrolltest.Hub) {
 		ca.NewServer(auth, enroll.SpokeRAAuthorizer{Auth: h.Auth, Signer: auth, Next: ca.PeerCertificateAuthorizer{Authority: auth}}, ca.ServerOptions{}).Register(s)
 	}})
-	tok, _, err := h.Store.CreateToken(enrolltest.MeshA, raCluster, time.Hour)
+	tok, _, err := h.Store.CreateToken(t.Context(), enrolltest.MeshA, raCluster, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestSpokeRAWithTheHubsRealCA(t *testing.T) {
 	wantStatus(t, err, codes.PermissionDenied, "hub: ", `not in mesh "acme"'s trust domain`)
 
 	// A revoked cluster obtains nothing.
-	if err := h.Store.Revoke(enrolltest.MeshA, raCluster); err != nil {
+	if err := h.Store.Revoke(t.Context(), enrolltest.MeshA, raCluster); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.call(t, bearer, csrFor(t, certreqtest.ECKey(t), id), 0)

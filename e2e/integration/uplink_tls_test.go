@@ -18,7 +18,7 @@ import (
 // the hub files the objects under the certificate's identity.
 func TestUplinkOverMTLSIsTheCertificatesCluster(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
-	tok, _, err := h.Store.CreateToken(enrolltest.MeshA, "east", time.Hour)
+	tok, _, err := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,15 +35,26 @@ func OpenStore(kind, stateDir, namespace, kubeconfigPath string) (LocatedStore, 
 	case StoreDir:
 		return NewDirStore(filepath.Join(stateDir, StateSubdir))
 	case StoreKubernetes:
-		rc, err := kubeconfig.Load(kubeconfigPath)
+		client, err := OpenSecretClient(kubeconfigPath)
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
-		}
-		client, err := NewSecretClient(rc)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
+			return nil, err
 		}
 		return NewSecretStore(client, namespace), nil
 	}
 	return nil, fmt.Errorf("ca store %q: want %s or %s", kind, StoreDir, StoreKubernetes)
+}
+
+// OpenSecretClient returns a SecretClient for the API server of the
+// kubeconfig at kubeconfigPath (empty: in-cluster credentials, else
+// $KUBECONFIG).
+func OpenSecretClient(kubeconfigPath string) (SecretClient, error) {
+	rc, err := kubeconfig.Load(kubeconfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	client, err := NewSecretClient(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return client, nil
 }

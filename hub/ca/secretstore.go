@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,17 +19,25 @@ import (
 // blobs in: nave-ca-<m>.
 const SecretPrefix = "nave-ca-"
 
-// Secret is what a SecretStore reads and writes of a Kubernetes core/v1
-// Secret.
+// Secret is what the hub reads and writes of a Kubernetes core/v1 Secret.
 type Secret struct {
 	Name, Namespace string
 	Labels          map[string]string
 	Data            map[string][]byte
+	// Immutable asks the API server to refuse every later change of Data
+	// (set on Create).
+	Immutable bool
+	// ResourceVersion is the version read; an Update that sets it applies
+	// only to that version (else Conflict).
+	ResourceVersion string
+	// Created is when the API server created the Secret (read only).
+	Created time.Time
 }
 
-// SecretClient is the part of the Kubernetes core/v1 API a SecretStore
-// uses. NewSecretClient returns one for an API server; tests may use
-// another.
+// SecretClient is the part of the Kubernetes core/v1 API the hub keeps
+// its state with: a SecretStore gets and creates; hub/enroll's store also
+// updates and lists. NewSecretClient returns one for an API server; tests
+// may use another.
 type SecretClient interface {
 	// Get returns the Secret namespace/name, or an error for which
 	// apierrors.IsNotFound holds if there is none.
@@ -37,6 +46,14 @@ type SecretClient interface {
 	// an error for which apierrors.IsAlreadyExists holds if one of that
 	// name exists.
 	Create(ctx context.Context, secret *Secret) error
+	// Update replaces secret (of type Opaque) — only its version
+	// ResourceVersion, if set (else an error for which
+	// apierrors.IsConflict holds) — or returns an error for which
+	// apierrors.IsNotFound holds if there is none.
+	Update(ctx context.Context, secret *Secret) error
+	// List returns the Secrets of namespace that match labelSelector
+	// (Kubernetes' syntax; "" matches all), reading every page.
+	List(ctx context.Context, namespace, labelSelector string) ([]Secret, error)
 }
 
 // defaultTimeout bounds one request of a SecretClient whose rest.Config
@@ -77,16 +94,50 @@ var coreV1 = schema.GroupVersion{Version: "v1"}
 // secretJSON is a core/v1 Secret on the wire, as much of it as Secret
 // holds. encoding/json writes []byte in base64, as the API does.
 type secretJSON struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace,omitempty"`
-		Labels    map[string]string `json:"labels,omitempty"`
-	} `json:"metadata"`
-	Type string            `json:"type,omitempty"`
-	Data map[string][]byte `json:"data,omitempty"`
+	APIVersion string            `json:"apiVersion,omitempty"`
+	Kind       string            `json:"kind,omitempty"`
+	Metadata   secretMetaJSON    `json:"metadata"`
+	Type       string            `json:"type,omitempty"`
+	Immutable  *bool             `json:"immutable,omitempty"`
+	Data       map[string][]byte `json:"data,omitempty"`
 }
+
+type secretMetaJSON struct {
+	Name              string            `json:"name"`
+	Namespace         string            `json:"namespace,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	ResourceVersion   string            `json:"resourceVersion,omitempty"`
+	CreationTimestamp *time.Time        `json:"creationTimestamp,omitempty"`
+}
+
+// secretListJSON is a core/v1 SecretList on the wire.
+type secretListJSON struct {
+	Metadata struct {
+		Continue string `json:"continue,omitempty"`
+	} `json:"metadata"`
+	Items []secretJSON `json:"items"`
+}
+
+func (w *secretJSON) secret() Secret {
+	s := Secret{Name: w.Metadata.Name, Namespace: w.Metadata.Namespace, Labels: w.Metadata.Labels, Data: w.Data,
+		Immutable: w.Immutable != nil && *w.Immutable, ResourceVersion: w.Metadata.ResourceVersion}
+	if w.Metadata.CreationTimestamp != nil {
+		s.Created = *w.Metadata.CreationTimestamp
+	}
+	return s
+}
+
+func wireSecret(s *Secret) secretJSON {
+	w := secretJSON{APIVersion: "v1", Kind: "Secret", Type: "Opaque", Data: s.Data}
+	w.Metadata = secretMetaJSON{Name: s.Name, Namespace: s.Namespace, Labels: s.Labels, ResourceVersion: s.ResourceVersion}
+	if s.Immutable {
+		w.Immutable = &s.Immutable
+	}
+	return w
+}
+
+// listPageSize is how many Secrets one List request asks for.
+const listPageSize = 500
 
 type restSecrets struct{ rc *rest.RESTClient }
 
@@ -102,22 +153,59 @@ func (r restSecrets) Get(ctx context.Context, namespace, name string) (*Secret, 
 	if err := json.Unmarshal(b, &w); err != nil {
 		return nil, fmt.Errorf("decoding secret %s/%s: %w", namespace, name, err)
 	}
-	return &Secret{Name: w.Metadata.Name, Namespace: w.Metadata.Namespace, Labels: w.Metadata.Labels, Data: w.Data}, nil
+	s := w.secret()
+	return &s, nil
 }
 
 func (r restSecrets) Create(ctx context.Context, s *Secret) error {
-	w := secretJSON{APIVersion: "v1", Kind: "Secret", Type: "Opaque", Data: s.Data}
-	w.Metadata.Name, w.Metadata.Namespace, w.Metadata.Labels = s.Name, s.Namespace, s.Labels
-	body, err := json.Marshal(&w)
+	body, err := json.Marshal(wireSecret(s))
 	if err != nil {
 		return err
 	}
 	return r.rc.Post().Namespace(s.Namespace).Resource("secrets").Body(body).Do(ctx).Error()
 }
 
+func (r restSecrets) Update(ctx context.Context, s *Secret) error {
+	body, err := json.Marshal(wireSecret(s))
+	if err != nil {
+		return err
+	}
+	return r.rc.Put().Namespace(s.Namespace).Resource("secrets").Name(s.Name).Body(body).Do(ctx).Error()
+}
+
+func (r restSecrets) List(ctx context.Context, namespace, labelSelector string) ([]Secret, error) {
+	var out []Secret
+	cont := ""
+	for {
+		req := r.rc.Get().Namespace(namespace).Resource("secrets").Param("limit", strconv.Itoa(listPageSize))
+		if labelSelector != "" {
+			req = req.Param("labelSelector", labelSelector)
+		}
+		if cont != "" {
+			req = req.Param("continue", cont)
+		}
+		res := req.Do(ctx)
+		if err := res.Error(); err != nil {
+			return nil, err
+		}
+		b, _ := res.Raw()
+		var l secretListJSON
+		if err := json.Unmarshal(b, &l); err != nil {
+			return nil, fmt.Errorf("decoding the secrets of namespace %s: %w", namespace, err)
+		}
+		for i := range l.Items {
+			out = append(out, l.Items[i].secret())
+		}
+		if cont = l.Metadata.Continue; cont == "" {
+			return out, nil
+		}
+	}
+}
+
 // SecretStore is a Store in Kubernetes Secrets: mesh m's blob n is the key n
-// of the data of Secret nave-ca-<m> in one namespace. Hub replicas sharing
-// the namespace share their meshes' roots, with no shared volume:
+// of the data of Secret nave-ca-<m> (another prefix: WithSecretPrefix) in
+// one namespace. Hub replicas sharing the namespace share their meshes'
+// roots, with no shared volume:
 //
 //   - Get reads the Secret (one atomic read); a missing Secret is a mesh
 //     with no blobs. Data keys that are not blob names are ignored.
@@ -137,23 +225,38 @@ func (r restSecrets) Create(ctx context.Context, s *Secret) error {
 type SecretStore struct {
 	client    SecretClient
 	namespace string
+	prefix    string
+}
+
+// SecretStoreOption configures a SecretStore.
+type SecretStoreOption func(*SecretStore)
+
+// WithSecretPrefix names mesh m's Secret prefix+m instead of
+// SecretPrefix+m: a store of CAs that are not tenants' (the hub's serving
+// CA) keeps apart from every mesh's.
+func WithSecretPrefix(prefix string) SecretStoreOption {
+	return func(s *SecretStore) { s.prefix = prefix }
 }
 
 // NewSecretStore returns a SecretStore keeping Secrets in namespace through
 // client.
-func NewSecretStore(client SecretClient, namespace string) *SecretStore {
-	return &SecretStore{client: client, namespace: namespace}
+func NewSecretStore(client SecretClient, namespace string, opts ...SecretStoreOption) *SecretStore {
+	s := &SecretStore{client: client, namespace: namespace, prefix: SecretPrefix}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Location returns namespace/name of mesh's Secret (see Locator).
-func (s *SecretStore) Location(mesh string) string { return s.namespace + "/" + SecretPrefix + mesh }
+func (s *SecretStore) Location(mesh string) string { return s.namespace + "/" + s.prefix + mesh }
 
 // Get implements Store.
 func (s *SecretStore) Get(ctx context.Context, mesh string) (map[string][]byte, error) {
 	if err := checkMesh(mesh); err != nil {
 		return nil, fmt.Errorf("ca store: %w", err)
 	}
-	sec, err := s.client.Get(ctx, s.namespace, SecretPrefix+mesh)
+	sec, err := s.client.Get(ctx, s.namespace, s.prefix+mesh)
 	if apierrors.IsNotFound(err) {
 		return map[string][]byte{}, nil
 	}
@@ -182,7 +285,7 @@ func (s *SecretStore) Create(ctx context.Context, mesh string, blobs map[string]
 		return err
 	}
 	err := s.client.Create(ctx, &Secret{
-		Name:      SecretPrefix + mesh,
+		Name:      s.prefix + mesh,
 		Namespace: s.namespace,
 		Labels: map[string]string{
 			"app.kubernetes.io/part-of":    "nave",

@@ -232,6 +232,20 @@ func TestSecretStore(t *testing.T) {
 		if got := s.Location("acme"); got != "nave-system/nave-ca-acme" {
 			t.Errorf("Location = %q", got)
 		}
+		// Another prefix keeps another set of CAs apart (the serving CA).
+		other := NewSecretStore(secretClient(t, k.c, hubUser, hubGroups...), hubNamespace, WithSecretPrefix("nave-serving-ca-"))
+		if got, err := other.Get(ctx, "blobs"); err != nil || len(got) != 0 {
+			t.Fatalf("Get with another prefix = %q, %v; want nothing", got, err)
+		}
+		if err := other.Create(ctx, "blobs", map[string][]byte{"z.pem": []byte("z")}); err != nil {
+			t.Fatal(err)
+		}
+		if sec, err := k.admin.Get(ctx, hubNamespace, "nave-serving-ca-blobs"); err != nil || string(sec.Data["z.pem"]) != "z" {
+			t.Fatalf("Secret nave-serving-ca-blobs: %v", err)
+		}
+		if got := other.Location("hub"); got != "nave-system/nave-serving-ca-hub" {
+			t.Errorf("Location = %q", got)
+		}
 	})
 
 	t.Run("RefusalsNameTheSecretAndWhy", func(t *testing.T) {

@@ -97,7 +97,7 @@ func (a *CertAuthenticator) Authenticate(ctx context.Context) (ingest.ClusterIde
 // record is zero.
 func (a *CertAuthenticator) AuthenticateCluster(ctx context.Context) (ClusterRecord, error) {
 	p, _ := peer.FromContext(ctx)
-	rec, id, td, err := a.authenticate(p)
+	rec, id, td, err := a.authenticate(ctx, p)
 	if err != nil {
 		var ae *AuthError
 		if !errors.As(err, &ae) {
@@ -113,7 +113,7 @@ func (a *CertAuthenticator) AuthenticateCluster(ctx context.Context) (ClusterRec
 
 // authenticate returns the cluster's record, and as much of its identity
 // as it learnt before refusing (for the audit line).
-func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id ingest.ClusterIdentity, td string, err error) {
+func (a *CertAuthenticator) authenticate(ctx context.Context, p *peer.Peer) (rec ClusterRecord, id ingest.ClusterIdentity, td string, err error) {
 	refuse := func(code codes.Code, reason, format string, args ...any) error {
 		return &AuthError{Code: code, Reason: reason, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -133,7 +133,7 @@ func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id in
 		return rec, id, "", refuse(codes.Unauthenticated, authBadIdentity, "client certificate: %v", err)
 	}
 	id.Cluster = cluster
-	mesh, err := a.meshOf(td)
+	mesh, err := a.meshOf(ctx, td)
 	if err != nil {
 		return rec, id, td, err
 	}
@@ -145,14 +145,14 @@ func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id in
 	if _, err := verifyClient(certs, roots, a.now()); err != nil {
 		return rec, id, td, refuse(codes.Unauthenticated, authUntrusted, "client certificate for %s is not trusted by mesh %s: %v", id, mesh, err)
 	}
-	revoked, err := a.reg.Revoked(mesh, cluster)
+	revoked, err := a.reg.Revoked(ctx, mesh, cluster)
 	if err != nil {
 		return rec, id, td, refuse(codes.Unavailable, authInternal, "revocation of %s: %v", id, err)
 	}
 	if revoked {
 		return rec, id, td, refuse(codes.PermissionDenied, authRevoked, "cluster %s is revoked", id)
 	}
-	if rec, err = a.reg.Cluster(mesh, cluster); err != nil {
+	if rec, err = a.reg.Cluster(ctx, mesh, cluster); err != nil {
 		if errors.Is(err, ErrNotEnrolled) {
 			return ClusterRecord{}, id, td, refuse(codes.PermissionDenied, authNotEnrolled, "cluster %s is not enrolled", id)
 		}
@@ -163,8 +163,8 @@ func (a *CertAuthenticator) authenticate(p *peer.Peer) (rec ClusterRecord, id in
 
 // meshOf maps a trust domain to the one mesh with enrolled clusters whose
 // CA has it.
-func (a *CertAuthenticator) meshOf(td string) (string, error) {
-	meshes, err := a.reg.Meshes()
+func (a *CertAuthenticator) meshOf(ctx context.Context, td string) (string, error) {
+	meshes, err := a.reg.Meshes(ctx)
 	if err != nil {
 		return "", &AuthError{Code: codes.Unavailable, Reason: authInternal, Msg: fmt.Sprintf("meshes: %v", err)}
 	}

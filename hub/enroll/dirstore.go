@@ -1,24 +1,19 @@
 package enroll
 
 import (
-	"encoding/hex"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/navemesh/nave/shared/atomicfile"
-	"github.com/navemesh/nave/shared/spiffeid"
 )
-
-// MaxTokenTTL bounds how long a join token may stay valid.
-const MaxTokenTTL = 7 * 24 * time.Hour
 
 // DirStore keeps the enrollment state in a directory:
 //
@@ -36,11 +31,8 @@ const MaxTokenTTL = 7 * 24 * time.Hour
 // the file gone. That needs a file system whose rename is atomic (local
 // file systems, NFS, most CSI volumes with ReadWriteMany).
 //
-// A store for hubs without a shared volume could keep the same records in
-// Kubernetes Secrets (tokens, their hash being a credential) and a
-// ConfigMap or Secrets (clusters, revocations), redeeming with a delete
-// preconditioned on the token Secret's UID and resourceVersion, which the
-// API server grants to exactly one caller.
+// Hubs without a shared volume keep the same records in Kubernetes Secrets
+// (SecretStore).
 //
 // DirStore is safe for concurrent use, also by several processes sharing
 // the directory.
@@ -50,12 +42,6 @@ type DirStore struct {
 }
 
 var _ Store = (*DirStore)(nil)
-
-// DirOption configures a DirStore.
-type DirOption func(*DirStore)
-
-// WithClock makes the store read time from now (tests expire tokens with it).
-func WithClock(now func() time.Time) DirOption { return func(s *DirStore) { s.now = now } }
 
 const (
 	dirTokens   = "tokens"
@@ -70,7 +56,7 @@ const StateSubdir = "enroll"
 
 // OpenStateDir opens the store in the hub's state dir (its StateSubdir).
 // The hub and navectl both open it this way.
-func OpenStateDir(stateDir string, opts ...DirOption) (*DirStore, error) {
+func OpenStateDir(stateDir string, opts ...Option) (*DirStore, error) {
 	if stateDir == "" {
 		return nil, errors.New("hub state dir: not set")
 	}
@@ -78,14 +64,11 @@ func OpenStateDir(stateDir string, opts ...DirOption) (*DirStore, error) {
 }
 
 // OpenDir opens (creating if needed, mode 0700) the store in dir.
-func OpenDir(dir string, opts ...DirOption) (*DirStore, error) {
+func OpenDir(dir string, opts ...Option) (*DirStore, error) {
 	if dir == "" {
 		return nil, errors.New("enrollment state dir: not set")
 	}
-	s := &DirStore{dir: dir, now: time.Now}
-	for _, o := range opts {
-		o(s)
-	}
+	s := &DirStore{dir: dir, now: newOptions(opts).now}
 	for _, sub := range []string{dirTokens, dirUsed, dirClusters, dirRevoked} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("enrollment state dir: %w", err)
@@ -97,60 +80,23 @@ func OpenDir(dir string, opts ...DirOption) (*DirStore, error) {
 // Dir is the store's directory.
 func (s *DirStore) Dir() string { return s.dir }
 
-// tokenFile is a token's file: its info and its secret's hash.
-type tokenFile struct {
-	ID           string    `json:"id"`
-	Mesh         string    `json:"mesh"`
-	Cluster      string    `json:"cluster"`
-	CreatedAt    time.Time `json:"createdAt"`
-	ExpiresAt    time.Time `json:"expiresAt"`
-	SecretSHA256 string    `json:"secretSHA256"` // hex
-	Namespaces   []string  `json:"namespaces,omitempty"`
-}
-
-func (f tokenFile) info(state TokenState) TokenInfo {
-	return TokenInfo{ID: f.ID, Mesh: f.Mesh, Cluster: f.Cluster, CreatedAt: f.CreatedAt, ExpiresAt: f.ExpiresAt, State: state,
-		Namespaces: f.Namespaces}
-}
-
-func validIdentity(mesh, cluster string) error {
-	if !spiffeid.ValidName(mesh) {
-		return fmt.Errorf("mesh %q is not a DNS label", mesh)
-	}
-	if !spiffeid.ValidName(cluster) {
-		return fmt.Errorf("cluster %q is not a DNS label", cluster)
-	}
-	return nil
-}
-
 // CreateToken implements Tokens.
-func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration, namespaces ...string) (string, TokenInfo, error) {
-	if err := validIdentity(mesh, cluster); err != nil {
+func (s *DirStore) CreateToken(ctx context.Context, mesh, cluster string, ttl time.Duration, namespaces ...string) (string, TokenInfo, error) {
+	if err := checkTokenRequest(mesh, cluster, ttl, namespaces); err != nil {
 		return "", TokenInfo{}, err
 	}
-	for _, ns := range namespaces {
-		if err := spiffeid.ValidateName(ns); err != nil {
-			return "", TokenInfo{}, fmt.Errorf("namespace %q: %w", ns, err)
-		}
-	}
-	if ttl <= 0 || ttl > MaxTokenTTL {
-		return "", TokenInfo{}, fmt.Errorf("token ttl %s: must be greater than 0 and at most %s", ttl, MaxTokenTTL)
-	}
-	revoked, err := s.Revoked(mesh, cluster)
+	revoked, err := s.Revoked(ctx, mesh, cluster)
 	if err != nil {
 		return "", TokenInfo{}, err
 	}
 	if revoked {
 		return "", TokenInfo{}, fmt.Errorf("%s/%s: %w", mesh, cluster, ErrRevoked)
 	}
-	secret, t, err := newToken()
+	secret, f, err := newTokenRecord(s.now(), mesh, cluster, ttl, namespaces)
 	if err != nil {
 		return "", TokenInfo{}, err
 	}
-	now := s.now().UTC()
-	f := tokenFile{ID: t.ID, Mesh: mesh, Cluster: cluster, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		SecretSHA256: hex.EncodeToString(t.hash()), Namespaces: slices.Sorted(slices.Values(namespaces))}
-	if err := s.writeJSON(dirTokens, t.ID+".json", f); err != nil {
+	if err := s.writeJSON(dirTokens, f.ID+".json", f); err != nil {
 		return "", TokenInfo{}, err
 	}
 	return secret, f.info(TokenPending), nil
@@ -159,13 +105,13 @@ func (s *DirStore) CreateToken(mesh, cluster string, ttl time.Duration, namespac
 // Redeem implements Tokens. The secret is checked before anything else is
 // said about the token, so that only its holder learns that it was used
 // or has expired.
-func (s *DirStore) Redeem(token string) (TokenInfo, error) {
+func (s *DirStore) Redeem(_ context.Context, token string) (TokenInfo, error) {
 	t, err := ParseToken(token)
 	if err != nil {
 		return TokenInfo{}, err
 	}
 	name := t.ID + ".json"
-	var f tokenFile
+	var f tokenRecord
 	switch err := s.readJSON(dirTokens, name, &f); {
 	case errors.Is(err, fs.ErrNotExist):
 		switch err := s.readJSON(dirUsed, name, &f); {
@@ -204,13 +150,8 @@ func (s *DirStore) Redeem(token string) (TokenInfo, error) {
 	return info, nil
 }
 
-func (f tokenFile) matches(t Token) bool {
-	h, err := hex.DecodeString(f.SecretSHA256)
-	return err == nil && t.ID == f.ID && t.matches(h)
-}
-
 // ListTokens implements Tokens, sorted by creation time.
-func (s *DirStore) ListTokens() ([]TokenInfo, error) {
+func (s *DirStore) ListTokens(context.Context) ([]TokenInfo, error) {
 	var out []TokenInfo
 	now := s.now()
 	for _, sub := range []string{dirTokens, dirUsed} {
@@ -219,7 +160,7 @@ func (s *DirStore) ListTokens() ([]TokenInfo, error) {
 			return nil, err
 		}
 		for _, n := range names {
-			var f tokenFile
+			var f tokenRecord
 			if err := s.readJSON(sub, n, &f); err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					continue // redeemed while listing
@@ -250,7 +191,7 @@ func (s *DirStore) ListTokens() ([]TokenInfo, error) {
 	return out, nil
 }
 
-func clusterFile(mesh, cluster string) string { return mesh + "." + cluster + ".json" }
+func clusterFile(mesh, cluster string) string { return joinIdentity(mesh, cluster) + ".json" }
 
 // splitClusterFile is clusterFile's inverse; ok is false for names that
 // are not of that form (temporary files, strays).
@@ -259,15 +200,11 @@ func splitClusterFile(name string) (mesh, cluster string, ok bool) {
 	if !found {
 		return "", "", false
 	}
-	mesh, cluster, found = strings.Cut(base, ".")
-	if !found || validIdentity(mesh, cluster) != nil {
-		return "", "", false
-	}
-	return mesh, cluster, true
+	return splitIdentity(base)
 }
 
 // RecordCluster implements Registry.
-func (s *DirStore) RecordCluster(c ClusterRecord) error {
+func (s *DirStore) RecordCluster(_ context.Context, c ClusterRecord) error {
 	if err := validIdentity(c.Mesh, c.Cluster); err != nil {
 		return err
 	}
@@ -275,7 +212,7 @@ func (s *DirStore) RecordCluster(c ClusterRecord) error {
 }
 
 // Cluster implements Registry.
-func (s *DirStore) Cluster(mesh, cluster string) (ClusterRecord, error) {
+func (s *DirStore) Cluster(_ context.Context, mesh, cluster string) (ClusterRecord, error) {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return ClusterRecord{}, err
 	}
@@ -288,7 +225,7 @@ func (s *DirStore) Cluster(mesh, cluster string) (ClusterRecord, error) {
 }
 
 // Clusters implements Registry, sorted by mesh and cluster.
-func (s *DirStore) Clusters() ([]ClusterRecord, error) {
+func (s *DirStore) Clusters(context.Context) ([]ClusterRecord, error) {
 	names, err := s.list(dirClusters)
 	if err != nil {
 		return nil, err
@@ -308,15 +245,8 @@ func (s *DirStore) Clusters() ([]ClusterRecord, error) {
 	return out, nil
 }
 
-func identityLess(m1, c1, m2, c2 string) bool {
-	if m1 != m2 {
-		return m1 < m2
-	}
-	return c1 < c2
-}
-
 // Meshes implements Registry, sorted; it reads only file names.
-func (s *DirStore) Meshes() ([]string, error) {
+func (s *DirStore) Meshes(context.Context) ([]string, error) {
 	names, err := s.list(dirClusters)
 	if err != nil {
 		return nil, err
@@ -335,11 +265,11 @@ func (s *DirStore) Meshes() ([]string, error) {
 
 // Revoke implements Registry. Revoking a revoked cluster keeps the first
 // revocation's time.
-func (s *DirStore) Revoke(mesh, cluster string) error {
+func (s *DirStore) Revoke(ctx context.Context, mesh, cluster string) error {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return err
 	}
-	if ok, err := s.Revoked(mesh, cluster); err != nil || ok {
+	if ok, err := s.Revoked(ctx, mesh, cluster); err != nil || ok {
 		return err
 	}
 	return s.writeJSON(dirRevoked, clusterFile(mesh, cluster), Revocation{Mesh: mesh, Cluster: cluster, RevokedAt: s.now().UTC()})
@@ -347,7 +277,7 @@ func (s *DirStore) Revoke(mesh, cluster string) error {
 
 // Revoked implements Registry. An error other than "no such file" is
 // returned, never taken for "not revoked".
-func (s *DirStore) Revoked(mesh, cluster string) (bool, error) {
+func (s *DirStore) Revoked(_ context.Context, mesh, cluster string) (bool, error) {
 	if err := validIdentity(mesh, cluster); err != nil {
 		return false, err
 	}
@@ -363,7 +293,7 @@ func (s *DirStore) Revoked(mesh, cluster string) (bool, error) {
 }
 
 // Revocations implements Registry, sorted by mesh and cluster.
-func (s *DirStore) Revocations() ([]Revocation, error) {
+func (s *DirStore) Revocations(context.Context) ([]Revocation, error) {
 	names, err := s.list(dirRevoked)
 	if err != nil {
 		return nil, err

@@ -64,7 +64,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 	defer t.Stop()
 	failing := false
 	for {
-		revs, err := e.reg.Revocations()
+		revs, err := e.reg.Revocations(ctx)
 		switch {
 		case err != nil && !failing:
 			e.log.Error("reading revocations failed; retrying", "err", err)

@@ -59,7 +59,7 @@ func keyPair(t testing.TB, chainPEM []byte, key *ecdsa.PrivateKey) tls.Certifica
 // newToken creates a join token for (mesh, cluster), valid for an hour.
 func newToken(t testing.TB, h *enrolltest.Hub, mesh, cluster string) string {
 	t.Helper()
-	tok, _, err := h.Store.CreateToken(mesh, cluster, time.Hour)
+	tok, _, err := h.Store.CreateToken(t.Context(), mesh, cluster, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +76,16 @@ type enrollment struct {
 // enrollCall calls Enroll over TLS without a client certificate.
 func enrollCall(t testing.TB, h *enrolltest.Hub, token string) enrollment {
 	t.Helper()
+	return enrollOn(t, h.Dial(t, nil), token)
+}
+
+// enrollOn calls Enroll on conn (which presents no client certificate).
+func enrollOn(t testing.TB, conn *grpc.ClientConn, token string) enrollment {
+	t.Helper()
 	key, csr := newCSR(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	resp, err := protocolv1.NewEnrollmentClient(h.Dial(t, nil)).Enroll(ctx, &protocolv1.EnrollRequest{Token: token, CsrPem: csr})
+	resp, err := protocolv1.NewEnrollmentClient(conn).Enroll(ctx, &protocolv1.EnrollRequest{Token: token, CsrPem: csr})
 	e := enrollment{resp: resp, err: err}
 	if err == nil {
 		e.cert = keyPair(t, resp.GetCertChainPem(), key)

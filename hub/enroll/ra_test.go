@@ -125,7 +125,7 @@ func TestSpokeObtainsWorkloadCertificates(t *testing.T) {
 
 	// A cluster enrolled with a token scoped to namespaces obtains
 	// identities of those only.
-	tok, _, err := h.Store.CreateToken(enrolltest.MeshA, "scoped", time.Hour, "shop")
+	tok, _, err := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "scoped", time.Hour, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestSpokeObtainsWorkloadCertificates(t *testing.T) {
 	wantStatus(t, "scoped spoke outside its namespaces", err, codes.PermissionDenied, `namespace "bank" is outside the cluster's scope (shop)`)
 
 	// A revoked cluster obtains nothing.
-	if err := h.Store.Revoke(enrolltest.MeshA, "east"); err != nil {
+	if err := h.Store.Revoke(t.Context(), enrolltest.MeshA, "east"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = createCert(t, h, &spoke, csr, id)

@@ -101,7 +101,7 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	if err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: err}, "token", tok.ID)
 	}
-	info, err := s.store.Redeem(req.GetToken())
+	info, err := s.store.Redeem(ctx, req.GetToken())
 	if err != nil {
 		return nil, s.refuse(ctx, refused, redeemRefusal(err), "token", tok.ID)
 	}
@@ -109,7 +109,7 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	attrs := []any{"mesh", id.Mesh, "cluster", id.Cluster, "token", tok.ID}
 	// From here on the token is spent.
 	spent := fmt.Sprintf("; join token %s is used up: create a new one", tok.ID)
-	if revoked, err := s.store.Revoked(id.Mesh, id.Cluster); err != nil || revoked {
+	if revoked, err := s.store.Revoked(ctx, id.Mesh, id.Cluster); err != nil || revoked {
 		r := refusal{code: codes.PermissionDenied, reason: reasonRevoked, err: fmt.Errorf("cluster %s is revoked", id)}
 		if err != nil {
 			r = refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}
@@ -123,7 +123,7 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	now := s.now().UTC()
 	rec := ClusterRecord{Mesh: id.Mesh, Cluster: id.Cluster, TrustDomain: td, Serial: leaf.SerialNumber.Text(16),
 		NotAfter: leaf.NotAfter.UTC(), EnrolledAt: now, TokenID: tok.ID, Namespaces: info.Namespaces}
-	if err := s.store.RecordCluster(rec); err != nil {
+	if err := s.store.RecordCluster(ctx, rec); err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}, attrs...)
 	}
 	s.metrics.enrollments.Inc()
@@ -169,7 +169,7 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 	if err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: err}, attrs...)
 	}
-	prev, err := s.store.Cluster(id.Mesh, id.Cluster)
+	prev, err := s.store.Cluster(ctx, id.Mesh, id.Cluster)
 	if err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
 	}
@@ -179,7 +179,7 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 	}
 	// A revocation that landed while the certificate was being signed
 	// wins: the certificate is not handed out.
-	if revoked, err := s.store.Revoked(id.Mesh, id.Cluster); err != nil || revoked {
+	if revoked, err := s.store.Revoked(ctx, id.Mesh, id.Cluster); err != nil || revoked {
 		r := refusal{code: codes.PermissionDenied, reason: reasonRevoked, err: fmt.Errorf("cluster %s is revoked", id)}
 		if err != nil {
 			r = refusal{code: codes.Internal, reason: reasonInternal, err: err}
@@ -188,7 +188,7 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 	}
 	rec := prev
 	rec.TrustDomain, rec.Serial, rec.NotAfter, rec.RenewedAt = td, leaf.SerialNumber.Text(16), leaf.NotAfter.UTC(), s.now().UTC()
-	if err := s.store.RecordCluster(rec); err != nil {
+	if err := s.store.RecordCluster(ctx, rec); err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
 	}
 	s.metrics.renewals.Inc()

@@ -49,7 +49,7 @@ func TestEnrollIssuesACertificateBoundToTheCluster(t *testing.T) {
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
 		t.Error("certificate verifies against another mesh's root")
 	}
-	rec, err := h.Store.Cluster(enrolltest.MeshA, "east")
+	rec, err := h.Store.Cluster(t.Context(), enrolltest.MeshA, "east")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestEnrollIssuesACertificateBoundToTheCluster(t *testing.T) {
 	if renewed.URIs[0].String() != want.String() || renewed.SerialNumber.Cmp(leaf.SerialNumber) == 0 {
 		t.Errorf("renewed certificate %v serial %x", renewed.URIs, renewed.SerialNumber)
 	}
-	rec2, _ := h.Store.Cluster(enrolltest.MeshA, "east")
+	rec2, _ := h.Store.Cluster(t.Context(), enrolltest.MeshA, "east")
 	if rec2.Serial != renewed.SerialNumber.Text(16) || rec2.RenewedAt.IsZero() || !rec2.EnrolledAt.Equal(rec.EnrolledAt) {
 		t.Errorf("record after renewal %+v", rec2)
 	}
@@ -104,19 +104,19 @@ func TestTokenAttacksAreRefused(t *testing.T) {
 	if e := enrollCall(t, h, used); e.err != nil {
 		t.Fatal(e.err)
 	}
-	expired, _, err := h.Store.CreateToken(enrolltest.MeshA, "west", time.Minute)
+	expired, _, err := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "west", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, liveInfo, err := h.Store.CreateToken(enrolltest.MeshA, "north", 24*time.Hour)
+	live, liveInfo, err := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "north", 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Hour)
 	randomSecret := "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80"
 
-	tokensBefore, _ := h.Store.ListTokens()
-	clustersBefore, _ := h.Store.Clusters()
+	tokensBefore, _ := h.Store.ListTokens(t.Context())
+	clustersBefore, _ := h.Store.Clusters(t.Context())
 	for _, c := range []struct {
 		name, token, reason, msg string
 	}{
@@ -140,8 +140,8 @@ func TestTokenAttacksAreRefused(t *testing.T) {
 			t.Errorf("%s: no audit line with reason %s", c.name, c.reason)
 		}
 	}
-	tokensAfter, _ := h.Store.ListTokens()
-	clustersAfter, _ := h.Store.Clusters()
+	tokensAfter, _ := h.Store.ListTokens(t.Context())
+	clustersAfter, _ := h.Store.Clusters(t.Context())
 	if !reflect.DeepEqual(tokensBefore, tokensAfter) || !reflect.DeepEqual(clustersBefore, clustersAfter) {
 		t.Errorf("refused enrollments changed the store:\ntokens %+v\n    -> %+v\nclusters %+v\n      -> %+v",
 			tokensBefore, tokensAfter, clustersBefore, clustersAfter)
@@ -230,14 +230,14 @@ func TestRevokedClusterCannotEnrollOrRenew(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
 	cert := enrolled(t, h, enrolltest.MeshA, "east")
 	pending := newToken(t, h, enrolltest.MeshA, "east") // made before the revocation
-	rec, _ := h.Store.Cluster(enrolltest.MeshA, "east")
+	rec, _ := h.Store.Cluster(t.Context(), enrolltest.MeshA, "east")
 
 	// navectl, another process, revokes through its own store.
-	navectl, err := enroll.OpenDir(h.Store.Dir())
+	navectl, err := enroll.OpenDir(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := navectl.Revoke(enrolltest.MeshA, "east"); err != nil {
+	if err := navectl.Revoke(t.Context(), enrolltest.MeshA, "east"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -245,7 +245,7 @@ func TestRevokedClusterCannotEnrollOrRenew(t *testing.T) {
 	wantStatus(t, "renew of a revoked cluster", err, codes.PermissionDenied, "revoked")
 	e := enrollCall(t, h, pending)
 	wantStatus(t, "enroll of a revoked cluster", e.err, codes.PermissionDenied, "revoked")
-	if got, _ := h.Store.Cluster(enrolltest.MeshA, "east"); !reflect.DeepEqual(got, rec) {
+	if got, _ := h.Store.Cluster(t.Context(), enrolltest.MeshA, "east"); !reflect.DeepEqual(got, rec) {
 		t.Errorf("refusals changed the record: %+v -> %+v", rec, got)
 	}
 	if got := h.Counter(t, "nave_hub_enroll_refusals_total", "revoked"); got != 2 {
@@ -272,12 +272,12 @@ func TestRevocationClosesTheOpenStreamAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	navectl, err := enroll.OpenDir(h.Store.Dir())
+	navectl, err := enroll.OpenDir(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
-	if err := navectl.Revoke(enrolltest.MeshA, "east"); err != nil {
+	if err := navectl.Revoke(t.Context(), enrolltest.MeshA, "east"); err != nil {
 		t.Fatal(err)
 	}
 	err = pEast.ended(t)
@@ -360,7 +360,7 @@ func TestCertificateAttacksAreRefused(t *testing.T) {
 			return &c
 		}, codes.Unauthenticated, "untrusted"},
 	}
-	recordsBefore, _ := h.Store.Clusters()
+	recordsBefore, _ := h.Store.Clusters(t.Context())
 	for _, c := range cases {
 		cert := c.cert()
 		before := h.Counter(t, "nave_hub_spoke_auth_refusals_total", c.reason)
@@ -383,7 +383,7 @@ func TestCertificateAttacksAreRefused(t *testing.T) {
 	if st := h.Ingest.Status(); len(st) != 0 {
 		t.Errorf("refused streams reached ingest: %+v", st)
 	}
-	if recordsAfter, _ := h.Store.Clusters(); !reflect.DeepEqual(recordsBefore, recordsAfter) {
+	if recordsAfter, _ := h.Store.Clusters(t.Context()); !reflect.DeepEqual(recordsBefore, recordsAfter) {
 		t.Errorf("refused renewals changed the records:\n%+v\n-> %+v", recordsBefore, recordsAfter)
 	}
 	if got := h.Counter(t, "nave_hub_enroll_renewals_total", ""); got != 0 {
@@ -400,7 +400,7 @@ func TestMisbehavingCAIsCaught(t *testing.T) {
 	h.CA.Tamper = func(c *x509.Certificate) { c.URIs = []*url.URL{other} }
 	e := enrollCall(t, h, newToken(t, h, enrolltest.MeshA, "east"))
 	wantStatus(t, "certificate for the wrong cluster", e.err, codes.Internal, "is used up: create a new one")
-	if _, err := h.Store.Cluster(enrolltest.MeshA, "east"); err == nil {
+	if _, err := h.Store.Cluster(t.Context(), enrolltest.MeshA, "east"); err == nil {
 		t.Error("a cluster whose certificate was withheld is recorded as enrolled")
 	}
 	if !strings.Contains(h.Logs(), "issued for acme.example/someone-else") {
@@ -420,7 +420,7 @@ func TestRestartedHubKnowsClustersRevocationsAndUsedTokens(t *testing.T) {
 	}
 	east := e.cert
 	west := enrolled(t, before, enrolltest.MeshA, "west")
-	if err := before.Store.Revoke(enrolltest.MeshA, "west"); err != nil {
+	if err := before.Store.Revoke(t.Context(), enrolltest.MeshA, "west"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -6,17 +6,27 @@
 // refuses a cluster's renewals and closes its open streams.
 //
 // State (tokens, enrolled clusters, revocations) lives behind the Store
-// interface so that every hub replica shares it; DirStore keeps it in a
-// directory (the hub's state dir, on a volume the replicas share). The
-// certificate authority is behind Signer.
+// interface so that every hub replica shares it: DirStore keeps it in a
+// directory (the hub's state dir, on a volume the replicas share),
+// SecretStore in Kubernetes Secrets (replicas share the API server;
+// OpenStore opens either). The certificate authority is behind Signer.
 package enroll
 
 import (
+	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/shared/spiffeid"
 )
+
+// MaxTokenTTL bounds how long a join token may stay valid.
+const MaxTokenTTL = 7 * 24 * time.Hour
 
 // ErrNotEnrolled is returned by Registry.Cluster for a cluster that has
 // never enrolled.
@@ -97,39 +107,135 @@ type Tokens interface {
 	// cluster gets no token (ErrRevoked).
 	// With namespaces, the cluster may obtain workload certificates (as
 	// its workloads' registration authority) only in those namespaces.
-	CreateToken(mesh, cluster string, ttl time.Duration, namespaces ...string) (token string, info TokenInfo, err error)
+	CreateToken(ctx context.Context, mesh, cluster string, ttl time.Duration, namespaces ...string) (token string, info TokenInfo, err error)
 	// Redeem consumes token. It fails with an error wrapping one of
 	// ErrTokenMalformed, ErrTokenUnknown, ErrTokenInvalid, ErrTokenUsed,
 	// ErrTokenExpired; any other error is the store's.
-	Redeem(token string) (TokenInfo, error)
+	Redeem(ctx context.Context, token string) (TokenInfo, error)
 	// ListTokens lists every token, pending, expired or used.
-	ListTokens() ([]TokenInfo, error)
+	ListTokens(ctx context.Context) ([]TokenInfo, error)
 }
 
 // Registry records enrolled clusters and revocations. Implementations must
 // be safe for concurrent use, also across hub replicas.
 type Registry interface {
 	// RecordCluster creates or replaces the record of an enrolled cluster.
-	RecordCluster(ClusterRecord) error
+	RecordCluster(ctx context.Context, rec ClusterRecord) error
 	// Cluster returns a cluster's record, or an error wrapping
 	// ErrNotEnrolled.
-	Cluster(mesh, cluster string) (ClusterRecord, error)
+	Cluster(ctx context.Context, mesh, cluster string) (ClusterRecord, error)
 	// Clusters lists every enrolled cluster.
-	Clusters() ([]ClusterRecord, error)
+	Clusters(ctx context.Context) ([]ClusterRecord, error)
 	// Meshes lists the meshes that have an enrolled cluster.
-	Meshes() ([]string, error)
+	Meshes(ctx context.Context) ([]string, error)
 	// Revoke cuts (mesh, cluster) off for good: no token, enrollment,
 	// renewal or stream is accepted for it afterwards.
-	Revoke(mesh, cluster string) error
+	Revoke(ctx context.Context, mesh, cluster string) error
 	// Revoked reports whether (mesh, cluster) is revoked. It reads the
 	// shared state, so a revocation by another replica counts at once.
-	Revoked(mesh, cluster string) (bool, error)
+	Revoked(ctx context.Context, mesh, cluster string) (bool, error)
 	// Revocations lists every revoked cluster.
-	Revocations() ([]Revocation, error)
+	Revocations(ctx context.Context) ([]Revocation, error)
 }
 
 // Store is the whole enrollment state.
 type Store interface {
 	Tokens
 	Registry
+}
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct{ now func() time.Time }
+
+func newOptions(opts []Option) options {
+	o := options{now: time.Now}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// WithClock makes the store read time from now (tests expire tokens with it).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// tokenRecord is what a store keeps of a join token: its info and its
+// secret's hash, as JSON.
+type tokenRecord struct {
+	ID           string    `json:"id"`
+	Mesh         string    `json:"mesh"`
+	Cluster      string    `json:"cluster"`
+	CreatedAt    time.Time `json:"createdAt"`
+	ExpiresAt    time.Time `json:"expiresAt"`
+	SecretSHA256 string    `json:"secretSHA256"` // hex
+	Namespaces   []string  `json:"namespaces,omitempty"`
+}
+
+// checkTokenRequest checks what CreateToken is asked for.
+func checkTokenRequest(mesh, cluster string, ttl time.Duration, namespaces []string) error {
+	if err := validIdentity(mesh, cluster); err != nil {
+		return err
+	}
+	for _, ns := range namespaces {
+		if err := spiffeid.ValidateName(ns); err != nil {
+			return fmt.Errorf("namespace %q: %w", ns, err)
+		}
+	}
+	if ttl <= 0 || ttl > MaxTokenTTL {
+		return fmt.Errorf("token ttl %s: must be greater than 0 and at most %s", ttl, MaxTokenTTL)
+	}
+	return nil
+}
+
+// newTokenRecord makes a fresh token for a checked request: the secret
+// (its only copy) and the record to store.
+func newTokenRecord(now time.Time, mesh, cluster string, ttl time.Duration, namespaces []string) (string, tokenRecord, error) {
+	secret, t, err := newToken()
+	if err != nil {
+		return "", tokenRecord{}, err
+	}
+	now = now.UTC()
+	return secret, tokenRecord{ID: t.ID, Mesh: mesh, Cluster: cluster, CreatedAt: now, ExpiresAt: now.Add(ttl),
+		SecretSHA256: hex.EncodeToString(t.hash()), Namespaces: slices.Sorted(slices.Values(namespaces))}, nil
+}
+
+func (f tokenRecord) info(state TokenState) TokenInfo {
+	return TokenInfo{ID: f.ID, Mesh: f.Mesh, Cluster: f.Cluster, CreatedAt: f.CreatedAt, ExpiresAt: f.ExpiresAt, State: state,
+		Namespaces: f.Namespaces}
+}
+
+func (f tokenRecord) matches(t Token) bool {
+	h, err := hex.DecodeString(f.SecretSHA256)
+	return err == nil && t.ID == f.ID && t.matches(h)
+}
+
+func validIdentity(mesh, cluster string) error {
+	if !spiffeid.ValidName(mesh) {
+		return fmt.Errorf("mesh %q is not a DNS label", mesh)
+	}
+	if !spiffeid.ValidName(cluster) {
+		return fmt.Errorf("cluster %q is not a DNS label", cluster)
+	}
+	return nil
+}
+
+// joinIdentity names (mesh, cluster) as "mesh.cluster": both are DNS
+// labels, so the '.' is unambiguous. splitIdentity is its inverse; ok is
+// false for anything else.
+func joinIdentity(mesh, cluster string) string { return mesh + "." + cluster }
+
+func splitIdentity(s string) (mesh, cluster string, ok bool) {
+	mesh, cluster, found := strings.Cut(s, ".")
+	if !found || validIdentity(mesh, cluster) != nil {
+		return "", "", false
+	}
+	return mesh, cluster, true
+}
+
+func identityLess(m1, c1, m2, c2 string) bool {
+	if m1 != m2 {
+		return m1 < m2
+	}
+	return c1 < c2
 }

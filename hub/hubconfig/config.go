@@ -56,9 +56,32 @@ func (c *Config) Validate() error {
 	return settings.Invalid("xds.defaultMesh", "with tls.plaintext it must be a mesh of ca.meshes (%s), got %q", strings.Join(names, ", "), c.XDS.DefaultMesh)
 }
 
-// State configures the hub's state directory.
+// State configures where the hub keeps what must survive a restart.
 type State struct {
-	Dir string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/); replicas share it on a volume"`
+	Dir        string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/), both with state.store=dir; replicas share it on a volume. Unused when ca.store and state.store are kubernetes"`
+	Store      string `key:"store" default:"dir" help:"where the hub keeps its serving CA and spoke enrollment (join tokens and their use, enrolled and revoked clusters): dir (under state.dir; replicas share the volume) or kubernetes (Secrets nave-serving-ca-hub and nave-enroll-* in state.namespace; replicas share the API server and need no volume). The mesh CAs follow ca.store"`
+	Namespace  string `key:"namespace" default:"nave-system" help:"with state.store=kubernetes, the namespace of the state Secrets; the hub needs get, create, update and list on secrets there (deploy/hub/rbac.yaml)"`
+	Kubeconfig string `key:"kubeconfig" help:"with state.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
+}
+
+// Validate checks the store, its namespace and kubeconfig.
+func (s *State) Validate() error { return validateStore("state", s.Store, s.Namespace, s.Kubeconfig) }
+
+// validateStore checks a section's store, namespace and kubeconfig keys.
+func validateStore(section, store, namespace, kubeconfig string) error {
+	switch store {
+	case StoreDir:
+		if kubeconfig != "" {
+			return settings.Invalid("kubeconfig", "is used only with %s.store=%s, but %s.store is %s", section, StoreKubernetes, section, store)
+		}
+	case StoreKubernetes:
+		if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+			return settings.Invalid("namespace", "%q is not a namespace name: %s", namespace, strings.Join(errs, "; "))
+		}
+	default:
+		return settings.Invalid("store", "must be %s or %s, got %q", StoreDir, StoreKubernetes, store)
+	}
+	return nil
 }
 
 // TLS configures transport security.
@@ -94,7 +117,7 @@ type CA struct {
 	ClusterCertTTL  time.Duration `key:"clusterCertTTL" default:"24h" help:"lifetime of spoke cluster certificates; spokes renew at about 80 %"`
 }
 
-// Values of CA.Store.
+// Values of CA.Store and State.Store.
 const (
 	StoreDir        = ca.StoreDir
 	StoreKubernetes = ca.StoreKubernetes
@@ -152,17 +175,8 @@ func (c *CA) Validate() error {
 	if _, err := c.parse(); err != nil {
 		return err
 	}
-	switch c.Store {
-	case StoreDir:
-		if c.Kubeconfig != "" {
-			return settings.Invalid("kubeconfig", "is used only with ca.store=%s, but ca.store is %s", StoreKubernetes, c.Store)
-		}
-	case StoreKubernetes:
-		if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
-			return settings.Invalid("namespace", "%q is not a namespace name: %s", c.Namespace, strings.Join(errs, "; "))
-		}
-	default:
-		return settings.Invalid("store", "must be %s or %s, got %q", StoreDir, StoreKubernetes, c.Store)
+	if err := validateStore("ca", c.Store, c.Namespace, c.Kubeconfig); err != nil {
+		return err
 	}
 	if c.WorkloadCertTTL < time.Minute {
 		return settings.Invalid("workloadCertTTL", "must be at least 1m, got %s", c.WorkloadCertTTL)

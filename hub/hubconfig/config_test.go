@@ -35,6 +35,9 @@ func TestDefaultsValidate(t *testing.T) {
 		"push.adaptive":                 !cfg.Push.Adaptive,
 		"push.maxConcurrentGenerations": cfg.Push.MaxConcurrentGenerations == 0,
 		"state.dir":                     cfg.State.Dir == "nave-hub-state",
+		"state.store":                   cfg.State.Store == StoreDir,
+		"state.namespace":               cfg.State.Namespace == "nave-system",
+		"state.kubeconfig":              cfg.State.Kubeconfig == "",
 		"tls.plaintext":                 !cfg.TLS.Plaintext,
 		"tls.hosts":                     strings.Join(cfg.TLS.Hosts, ",") == "localhost,127.0.0.1,::1",
 		"tls.handshakeTimeout":          cfg.TLS.HandshakeTimeout == 10*time.Second,
@@ -87,6 +90,9 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--ca.store=kubernetes", "--ca.namespace=Nave_System"}, "ca.namespace", `"Nave_System" is not a namespace name`},
 		{[]string{"--ca.store=kubernetes", "--ca.namespace="}, "ca.namespace", `"" is not a namespace name`},
 		{[]string{"--ca.kubeconfig=/etc/kubeconfig"}, "ca.kubeconfig", "is used only with ca.store=kubernetes, but ca.store is dir"},
+		{[]string{"--state.store=etcd"}, "state.store", `must be dir or kubernetes, got "etcd"`},
+		{[]string{"--state.store=kubernetes", "--state.namespace=Nave_System"}, "state.namespace", `"Nave_System" is not a namespace name`},
+		{[]string{"--state.kubeconfig=/etc/kubeconfig", "--ca.store=kubernetes"}, "state.kubeconfig", "is used only with state.store=kubernetes, but state.store is dir"},
 		{[]string{"--tls.plaintext", "--ca.meshes=acme=acme.example,beta=beta.example"}, "xds.defaultMesh", `with tls.plaintext it must be a mesh of ca.meshes (acme, beta), got "default"`},
 	}
 	for _, tc := range tests {
@@ -124,5 +130,12 @@ func TestKubernetesStoreAccepted(t *testing.T) {
 	}
 	if cfg.CA.Store != StoreKubernetes || cfg.CA.Namespace != "nave-hub" || cfg.CA.Kubeconfig != "/etc/kubeconfig" {
 		t.Errorf("got %+v", cfg.CA)
+	}
+	args = []string{"--state.store=kubernetes", "--state.namespace=nave-hub", "--state.kubeconfig=/etc/kubeconfig"}
+	if err := settings.Load(Program, &cfg, args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.State.Store != StoreKubernetes || cfg.State.Namespace != "nave-hub" || cfg.State.Kubeconfig != "/etc/kubeconfig" {
+		t.Errorf("got %+v", cfg.State)
 	}
 }

@@ -1,10 +1,12 @@
 // Package servingcert keeps the hub's TLS serving certificate. It is issued by
 // the hub's own serving CA — a hub/ca Authority of one mesh, "hub", kept in
-// <state dir>/serving-ca and separate from every tenant's CA, so that no
-// tenant's CA can impersonate the hub — for the names the hub is dialled by,
-// with that CA in its chain so that a spoke can pin it at first contact
-// (docs/enrollment.md). It is renewed when it is due, on the handshake that
-// finds it so.
+// <state dir>/serving-ca/hub/ or, with state.store=kubernetes, in Secret
+// nave-serving-ca-hub, apart from every tenant's CA (nave-ca-<mesh>), so
+// that no tenant's CA can impersonate the hub — for the names the hub is
+// dialled by, with that CA in its chain so that a spoke can pin it at first
+// contact (docs/enrollment.md). Replicas racing to create it end with one
+// (the store's create-if-absent). The certificate is renewed when it is due,
+// on the handshake that finds it so.
 package servingcert
 
 import (
@@ -23,18 +25,59 @@ import (
 // Mesh names the serving CA inside its store; TrustDomain and the identity
 // below are the hub's own SPIFFE ID, never a tenant's.
 const (
-	Mesh           = "hub"
-	TrustDomain    = "hub.nave.internal"
-	subdir         = "serving-ca"
+	Mesh        = "hub"
+	TrustDomain = "hub.nave.internal"
+	subdir      = "serving-ca"
+	// SecretPrefix starts the name of the serving CA's Secret:
+	// nave-serving-ca-hub. A tenant's CA Secret starts with ca.SecretPrefix,
+	// so no mesh name reaches it.
+	SecretPrefix   = "nave-serving-ca-"
 	namespace      = "nave-system"
 	serviceAccount = "nave-hub"
 	ttl            = 7 * 24 * time.Hour
 )
 
 // RootPath is where the serving CA's certificate is, under the hub's state
-// dir: what `navectl ca-hash` pins and a spoke's hub.caFile names.
+// dir (state.store=dir): what `navectl ca-hash` pins and a spoke's
+// hub.caFile names.
 func RootPath(stateDir string) string {
 	return filepath.Join(stateDir, subdir, Mesh, ca.FileRootCert)
+}
+
+// OpenStore opens the store of the serving CA of kind (the hub's
+// state.store): ca.StoreDir, <stateDir>/serving-ca, or ca.StoreKubernetes,
+// Secret nave-serving-ca-hub in namespace through the kubeconfig at
+// kubeconfigPath (empty: in-cluster, else $KUBECONFIG).
+func OpenStore(kind, stateDir, namespace, kubeconfigPath string) (ca.LocatedStore, error) {
+	switch kind {
+	case ca.StoreDir:
+		store, err := ca.NewDirStore(filepath.Join(stateDir, subdir))
+		if err != nil {
+			return nil, fmt.Errorf("serving CA: %w", err)
+		}
+		return store, nil
+	case ca.StoreKubernetes:
+		client, err := ca.OpenSecretClient(kubeconfigPath)
+		if err != nil {
+			return nil, fmt.Errorf("serving CA: %w", err)
+		}
+		return ca.NewSecretStore(client, namespace, ca.WithSecretPrefix(SecretPrefix)), nil
+	}
+	return nil, fmt.Errorf("serving CA store %q: want %s or %s", kind, ca.StoreDir, ca.StoreKubernetes)
+}
+
+// RootPEM reads the serving CA's certificate from store (OpenStore's)
+// without creating it: what `navectl ca-hash` pins.
+func RootPEM(ctx context.Context, store ca.LocatedStore) ([]byte, error) {
+	blobs, err := store.Get(ctx, Mesh)
+	if err != nil {
+		return nil, fmt.Errorf("serving CA: %w", err)
+	}
+	b, ok := blobs[ca.FileRootCert]
+	if !ok {
+		return nil, fmt.Errorf("serving CA: %s holds no %s: the hub creates it when it first starts", store.Location(Mesh), ca.FileRootCert)
+	}
+	return b, nil
 }
 
 // Cert is the hub's serving certificate. It is safe for concurrent use.
@@ -51,13 +94,10 @@ type Cert struct {
 	renewAt time.Time
 }
 
-// New loads (or, on first start, generates) the serving CA under stateDir
-// and issues a certificate for hosts (DNS names and IP addresses).
-func New(ctx context.Context, stateDir string, hosts []string, log *slog.Logger) (*Cert, error) {
-	store, err := ca.NewDirStore(filepath.Join(stateDir, subdir))
-	if err != nil {
-		return nil, fmt.Errorf("serving CA: %w", err)
-	}
+// New loads (or, on first start, generates) the serving CA from store
+// (OpenStore's) and issues a certificate for hosts (DNS names and IP
+// addresses).
+func New(ctx context.Context, store ca.Store, hosts []string, log *slog.Logger) (*Cert, error) {
 	auth, err := ca.New(store, ca.Options{MaxTTL: ttl, Logger: log})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,13 +30,16 @@ type security struct {
 	meshes    []string // ca.meshes by name: every other mesh is refused
 	authority *ca.Authority
 	serving   *servingcert.Cert
-	store     *enroll.DirStore
+	store     enroll.Store
 	spokeAuth *enroll.CertAuthenticator
-	stateDir  string
+	// servingCA and enrollment say where the serving CA and the
+	// enrollment state are (/debug/security).
+	servingCA, enrollment string
 }
 
-// newSecurity loads the mesh CAs, the serving certificate and the enrollment
-// state from cfg.State.Dir; in plaintext mode it loads nothing and warns.
+// newSecurity loads the mesh CAs (ca.store), the serving certificate and
+// the enrollment state (state.store); in plaintext mode it loads nothing
+// and warns.
 func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
 	meshes := cfg.CA.MeshNames()
 	if cfg.TLS.Plaintext {
@@ -46,8 +50,6 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		return &security{plaintext: true, meshes: meshes}, nil
 	}
 	dir := cfg.State.Dir
-	// The hub's serving CA and enrollment stay in state.dir whatever
-	// ca.store says.
 	store, err := ca.OpenStore(cfg.CA.Store, dir, cfg.CA.Namespace, cfg.CA.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("ca.store: %w", err)
@@ -62,18 +64,30 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 			return nil, fmt.Errorf("ca.meshes: mesh %s: %w", m.Name, err)
 		}
 	}
-	serving, err := servingcert.New(ctx, dir, cfg.TLS.Hosts, log.With("component", "servingcert"))
+	// The serving CA and enrollment follow state.store: replicas racing to
+	// create the serving CA end with one (create-if-absent).
+	st := cfg.State
+	servingStore, err := servingcert.OpenStore(st.Store, dir, st.Namespace, st.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("state.dir: %w", err)
+		return nil, fmt.Errorf("state.store: %w", err)
 	}
-	es, err := enroll.OpenStateDir(dir)
+	serving, err := servingcert.New(ctx, servingStore, cfg.TLS.Hosts, log.With("component", "servingcert"))
 	if err != nil {
-		return nil, fmt.Errorf("state.dir: %w", err)
+		return nil, fmt.Errorf("state.store: %w", err)
 	}
-	return &security{
-		meshes: meshes, authority: auth, serving: serving, store: es, stateDir: dir,
-		spokeAuth: enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg}),
-	}, nil
+	es, err := enroll.OpenStore(st.Store, dir, st.Namespace, st.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("state.store: %w", err)
+	}
+	sec := &security{meshes: meshes, authority: auth, serving: serving, store: es}
+	if st.Store == hubconfig.StoreDir {
+		sec.servingCA, sec.enrollment = servingcert.RootPath(dir), filepath.Join(dir, enroll.StateSubdir)
+	} else {
+		sec.servingCA, sec.enrollment = servingStore.Location(servingcert.Mesh), st.Namespace+"/nave-enroll-*"
+	}
+	log.Info("hub state", "store", st.Store, "servingCA", sec.servingCA, "enrollment", sec.enrollment)
+	sec.spokeAuth = enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg})
+	return sec, nil
 }
 
 // spokeAuthenticator decides a spoke stream's (mesh, cluster), refusing
@@ -172,27 +186,29 @@ func (s *security) enforcer(in *ingest.Server, log *slog.Logger, reg prometheus.
 }
 
 // debug registers /debug/security: the mode, the meshes and their trust
-// domains, the serving CA's place and the enrolled and revoked clusters.
+// domains, where the serving CA and the enrollment state are, and the
+// enrolled and revoked clusters.
 func (s *security) debug(adm *admin.Server) {
-	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(*http.Request) (any, error) {
+	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(r *http.Request) (any, error) {
 		if s.plaintext {
 			return map[string]any{"plaintext": true, "meshes": s.meshes}, nil
 		}
-		clusters, err := s.store.Clusters()
+		clusters, err := s.store.Clusters(r.Context())
 		if err != nil {
 			return nil, err
 		}
-		revoked, err := s.store.Revocations()
+		revoked, err := s.store.Revocations(r.Context())
 		if err != nil {
 			return nil, err
 		}
 		return map[string]any{
-			"plaintext": false,
-			"meshes":    s.authority.Meshes(),
-			"servingCA": servingcert.RootPath(s.stateDir),
-			"clusters":  clusters,
-			"revoked":   revoked,
-			"now":       time.Now().UTC(),
+			"plaintext":  false,
+			"meshes":     s.authority.Meshes(),
+			"servingCA":  s.servingCA,
+			"enrollment": s.enrollment,
+			"clusters":   clusters,
+			"revoked":    revoked,
+			"now":        time.Now().UTC(),
 		}, nil
 	})
 }

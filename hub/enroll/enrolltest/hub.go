@@ -36,7 +36,10 @@ const (
 type HubOptions struct {
 	// Dir is the enrollment state dir; "" is a fresh temporary one.
 	Dir string
-	// Now is the store's and the Enrollment service's clock; nil is
+	// Store, if set, is the enrollment store instead of a DirStore at Dir
+	// (a SecretStore of Kube.HubStore, say).
+	Store enroll.Store
+	// Now is the DirStore's and the Enrollment service's clock; nil is
 	// time.Now.
 	Now func() time.Time
 	// CertTTL of issued certificates; 0 is the default.
@@ -57,7 +60,8 @@ type Hub struct {
 	Addr    string
 	Serving *x509test.Authority // root of the hub's serving certificate
 	CA      *CA                 // meshes MeshA and MeshB
-	Store   *enroll.DirStore
+	Store   enroll.Store
+	Dir     string // the DirStore's directory; "" with HubOptions.Store
 	Ingest  *ingest.Server
 	Auth    *enroll.CertAuthenticator
 	Metrics *prometheus.Registry
@@ -77,18 +81,22 @@ func StartHub(t testing.TB, opts HubOptions) *Hub {
 // StartHubWithCA starts a hub whose Signer is ca (replicas share one).
 func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 	t.Helper()
-	if opts.Dir == "" {
-		opts.Dir = t.TempDir()
+	store := opts.Store
+	if store == nil {
+		if opts.Dir == "" {
+			opts.Dir = t.TempDir()
+		}
+		var storeOpts []enroll.Option
+		if opts.Now != nil {
+			storeOpts = append(storeOpts, enroll.WithClock(opts.Now))
+		}
+		ds, err := enroll.OpenDir(opts.Dir, storeOpts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store = ds
 	}
-	var storeOpts []enroll.DirOption
-	if opts.Now != nil {
-		storeOpts = append(storeOpts, enroll.WithClock(opts.Now))
-	}
-	store, err := enroll.OpenDir(opts.Dir, storeOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &Hub{Serving: x509test.NewAuthority("nave hub serving root"), CA: ca, Store: store,
+	h := &Hub{Serving: x509test.NewAuthority("nave hub serving root"), CA: ca, Store: store, Dir: opts.Dir,
 		Metrics: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
 	var signer enroll.Signer = ca
