@@ -221,14 +221,16 @@ func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
 		return nil
 	}
 	return func() []ingest.ClusterIdentity {
-		clusters, err := s.store.Clusters()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		clusters, err := s.store.Clusters(ctx)
 		if err != nil {
 			log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
 			return nil
 		}
 		var out []ingest.ClusterIdentity
 		for _, c := range clusters {
-			if revoked, err := s.store.Revoked(c.Mesh, c.Cluster); err == nil && !revoked {
+			if revoked, err := s.store.Revoked(ctx, c.Mesh, c.Cluster); err == nil && !revoked {
 				out = append(out, c.Identity())
 			}
 		}
