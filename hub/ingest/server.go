@@ -531,6 +531,10 @@ type ClusterStatus struct {
 // Status reports every cluster's stream and sync state, and the clusters
 // withdrawn after their grace period that have not come back.
 func (s *Server) Status() []ClusterStatus {
+	var expected []ClusterIdentity
+	if s.opts.Expected != nil {
+		expected = s.opts.Expected() // may read a store: not under s.mu
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]ClusterStatus, 0, len(s.stores))
@@ -566,12 +570,10 @@ func (s *Server) Status() []ClusterStatus {
 			out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Withdrawn: &w})
 		}
 	}
-	if s.opts.Expected != nil {
-		for _, id := range s.opts.Expected() {
-			if s.isMissing(id) {
-				at := s.started
-				out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Missing: &at})
-			}
+	for _, id := range expected {
+		if s.isMissing(id) {
+			at := s.started
+			out = append(out, ClusterStatus{ClusterIdentity: id, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}, Missing: &at})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })
