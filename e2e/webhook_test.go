@@ -306,7 +306,7 @@ spec:
   subsets: [{name: v1, labels: {version: v1}}]
 `))
 		good := strings.Replace(badVS("reviews"), "weight: 80", "weight: 90", 1)
-		want := `spec.http[0].route[1].destination.subset: subset "v2" is not defined by the DestinationRule of reviews.shop.svc.cluster.local in this cluster (shop/reviews: subsets v1)`
+		want := `spec.http[0].route[1].destination.subset: subset "v2" is not defined by the DestinationRules of reviews.shop.svc.cluster.local in this cluster (shop/reviews: subsets v1)`
 		// The spoke learns of the DestinationRule through its watch.
 		var warned []string
 		harness.Eventually(t, 20*time.Second, func() error {

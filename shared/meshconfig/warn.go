@@ -64,7 +64,9 @@ const maxWarnings = 10
 // to a subset that no DestinationRule of drs defines for the
 // destination's host (the hub would send that traffic nowhere). drs holds
 // one cluster's rules, so a rule defined only in another cluster of the
-// mesh is not seen: that is why this is a warning. At most 10 warnings.
+// mesh is not seen: that is why this is a warning. Warnings name other
+// DestinationRules and their subsets only in o's namespace. At most 10
+// warnings.
 func Warnings(o *Object, drs *DestinationRules) []Warning {
 	vs, ok := o.Spec.(*networkingv1alpha3.VirtualService)
 	if !ok || drs == nil {
@@ -75,7 +77,7 @@ func Warnings(o *Object, drs *DestinationRules) []Warning {
 		if d.GetSubset() == "" || len(out) >= maxWarnings {
 			return
 		}
-		if w, bad := drs.subsetWarning(p.field("subset"), ResolveHost(d.GetHost(), o.Namespace, drs.suffix), d.GetSubset()); bad {
+		if w, bad := drs.subsetWarning(p.field("subset"), o.Namespace, ResolveHost(d.GetHost(), o.Namespace, drs.suffix), d.GetSubset()); bad {
 			out = append(out, w)
 		}
 	}
@@ -103,28 +105,43 @@ func Warnings(o *Object, drs *DestinationRules) []Warning {
 	return out
 }
 
-// subsetWarning says why subset of host is suspicious, if it is.
-func (d *DestinationRules) subsetWarning(p path, host, subset string) (Warning, bool) {
+// subsetWarning says why subset of host, named by config in namespace
+// ns, is suspicious, if it is. It names DestinationRules and their
+// subsets only in ns: whoever may send the object may not read other
+// namespaces' config.
+func (d *DestinationRules) subsetWarning(p path, ns, host, subset string) (Warning, bool) {
 	rules := d.byHost[host]
 	if len(rules) == 0 {
 		return Warning{Field: string(p), Reason: shorten(fmt.Sprintf(
 			"no DestinationRule in this cluster is for host %s, so subset %q is not defined", host, subset))}, true
 	}
 	var names, defined []string
+	elsewhere := 0
 	for _, r := range rules {
 		if slices.Contains(r.subsets, subset) {
 			return Warning{}, false
+		}
+		if r.ref.Namespace != ns {
+			elsewhere++
+			continue
 		}
 		names = append(names, r.ref.Namespace+"/"+r.ref.Name)
 		defined = append(defined, r.subsets...)
 	}
 	slices.Sort(defined)
 	defined = slices.Compact(defined)
-	has := "no subsets"
-	if len(defined) > 0 {
-		has = "subsets " + strings.Join(defined, ", ")
+	var detail []string
+	if len(names) > 0 {
+		has := "no subsets"
+		if len(defined) > 0 {
+			has = "subsets " + strings.Join(defined, ", ")
+		}
+		detail = append(detail, strings.Join(names, ", ")+": "+has)
+	}
+	if elsewhere > 0 {
+		detail = append(detail, fmt.Sprintf("%d in other namespaces", elsewhere))
 	}
 	return Warning{Field: string(p), Reason: shorten(fmt.Sprintf(
-		"subset %q is not defined by the DestinationRule of %s in this cluster (%s: %s)",
-		subset, host, strings.Join(names, ", "), has))}, true
+		"subset %q is not defined by the DestinationRules of %s in this cluster (%s)",
+		subset, host, strings.Join(detail, "; ")))}, true
 }

@@ -20,11 +20,15 @@ func TestWarningsDanglingSubsets(t *testing.T) {
 			"spec: {host: reviews, subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]}"),
 		warnObject(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: plain, namespace: shop}\n"+
 			"spec: {host: ratings.shop.svc.example.org}"),
+		warnObject(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: secret-ratings, namespace: other}\n"+
+			"spec: {host: ratings, subsets: [{name: internal, labels: {version: internal}}]}"),
+		warnObject(t, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: ratings-local, namespace: shop}\n"+
+			"spec: {host: ratings.other.svc.example.org}"),
 		warnObject(t, "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: shop}\n"+
 			"spec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}"),
 	}, "example.org")
-	if rules.Len() != 2 {
-		t.Fatalf("%d hosts indexed, want 2", rules.Len())
+	if rules.Len() != 3 {
+		t.Fatalf("%d hosts indexed, want 3", rules.Len())
 	}
 	tests := []struct {
 		name string
@@ -34,11 +38,13 @@ func TestWarningsDanglingSubsets(t *testing.T) {
 		{"defined subsets", "hosts: [reviews]\nhttp: [{route: [{destination: {host: reviews, subset: v1}, weight: 50}, {destination: {host: reviews.shop.svc.example.org, subset: v2}, weight: 50}]}]", nil},
 		{"no subset", "hosts: [reviews]\nhttp: [{route: [{destination: {host: nowhere}}]}]", nil},
 		{"undefined subset", "hosts: [reviews]\nhttp: [{route: [{destination: {host: reviews, subset: v3}}]}]",
-			[]string{`spec.http[0].route[0].destination.subset|subset "v3" is not defined by the DestinationRule of reviews.shop.svc.example.org in this cluster (shop/reviews: subsets v1, v2)`}},
+			[]string{`spec.http[0].route[0].destination.subset|subset "v3" is not defined by the DestinationRules of reviews.shop.svc.example.org in this cluster (shop/reviews: subsets v1, v2)`}},
 		{"host without rules", "hosts: [reviews]\nhttp: [{route: [{destination: {host: details, subset: v1}}]}]",
 			[]string{`spec.http[0].route[0].destination.subset|no DestinationRule in this cluster is for host details.shop.svc.example.org`}},
 		{"rule without subsets", "hosts: [reviews]\ntcp: [{route: [{destination: {host: ratings, subset: v1}}]}]",
 			[]string{`spec.tcp[0].route[0].destination.subset|(shop/plain: no subsets)`}},
+		{"rules of other namespaces are not named", "hosts: [reviews]\nhttp: [{route: [{destination: {host: ratings.other.svc.example.org, subset: v1}}]}]",
+			[]string{`spec.http[0].route[0].destination.subset|subset "v1" is not defined by the DestinationRules of ratings.other.svc.example.org in this cluster (shop/ratings-local: no subsets; 1 in other namespaces)`}},
 		{"mirrors and tls", "hosts: [reviews]\nhttp: [{route: [{destination: {host: reviews}}], mirror: {host: reviews, subset: m}, mirrors: [{destination: {host: reviews, subset: v1}}, {destination: {host: reviews, subset: w}}]}]\n" +
 			"tls: [{match: [{sniHosts: [reviews]}], route: [{destination: {host: reviews, subset: t}}]}]",
 			[]string{`spec.http[0].mirror.subset|"m"`, `spec.http[0].mirrors[1].destination.subset|"w"`, `spec.tls[0].route[0].destination.subset|"t"`}},

@@ -73,7 +73,7 @@ func TestValidatorWarnsOfUndefinedSubsets(t *testing.T) {
 	if !resp.Allowed {
 		t.Fatalf("valid VirtualService denied: %+v", resp.Result)
 	}
-	want := `spec.http[0].route[1].destination.subset: subset "v2" is not defined by the DestinationRule of reviews.shop.svc.cluster.local in this cluster (shop/reviews: subsets v1)`
+	want := `spec.http[0].route[1].destination.subset: subset "v2" is not defined by the DestinationRules of reviews.shop.svc.cluster.local in this cluster (shop/reviews: subsets v1)`
 	if len(resp.Warnings) != 1 || resp.Warnings[0] != want {
 		t.Errorf("warnings %q, want [%q]", resp.Warnings, want)
 	}
