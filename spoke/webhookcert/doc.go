@@ -25,7 +25,9 @@
 //     Options.ValidatingConfigurations is set to the CAs of the Secret that
 //     have not expired. The configuration carries the newest CA's
 //     generation (annotation nave.io/webhook-ca-generation); a replica
-//     whose view of the Secret is older never writes over a newer bundle.
+//     whose view of the Secret is older never writes over a newer bundle,
+//     and a new CA always takes a generation above the configuration's,
+//     even after the Secret was deleted or corrupted.
 //
 // A restart loads the CA from the Secret and signs a new certificate; the
 // caBundle does not change.

@@ -92,7 +92,12 @@ type Manager struct {
 	// Set by Run before its loop; read only by the loop.
 	secrets cache.Store
 	configs map[string]cache.SharedIndexInformer
-	written *corev1.Secret // the last Secret this replica wrote
+	// written is the Secret this replica last wrote (or read after losing
+	// a race), used until the informer delivers anything newer than
+	// writtenOver, the resourceVersion the informer held then ("" for
+	// none).
+	written     *corev1.Secret
+	writtenOver string
 
 	mu     sync.Mutex
 	status Status
@@ -242,22 +247,34 @@ func (m *Manager) setError(err error) {
 	m.status.LastError, m.status.LastErrorAt = err.Error(), time.Now()
 }
 
-// secret returns the newest view of the CA Secret: the informer's, or
-// what this replica last wrote if the informer has not caught up.
+// secret returns the newest view of the CA Secret: what this replica
+// wrote until the informer has caught up with it, then the informer's.
 func (m *Manager) secret() *corev1.Secret {
-	var cached *corev1.Secret
-	if obj, ok, _ := m.secrets.GetByKey(m.opts.Namespace + "/" + m.opts.SecretName); ok {
-		cached = obj.(*corev1.Secret)
-	}
-	if m.written == nil || cached == nil {
-		return cached
-	}
-	_, cachedGen, _ := parseAuthorities(cached.Data)
-	_, writtenGen, _ := parseAuthorities(m.written.Data)
-	if writtenGen > cachedGen {
+	cached := m.cachedSecret()
+	if m.written != nil && resourceVersion(cached) == m.writtenOver {
 		return m.written
 	}
+	m.written = nil
 	return cached
+}
+
+func (m *Manager) cachedSecret() *corev1.Secret {
+	if obj, ok, _ := m.secrets.GetByKey(m.opts.Namespace + "/" + m.opts.SecretName); ok {
+		return obj.(*corev1.Secret)
+	}
+	return nil
+}
+
+// remember makes s the view of the Secret until the informer catches up.
+func (m *Manager) remember(s *corev1.Secret) {
+	m.written, m.writtenOver = s, resourceVersion(m.cachedSecret())
+}
+
+func resourceVersion(s *corev1.Secret) string {
+	if s == nil {
+		return ""
+	}
+	return s.ResourceVersion
 }
 
 // reconcile makes one pass: the Secret holds a valid CA (creating or
@@ -313,7 +330,7 @@ func (m *Manager) reconcile(ctx context.Context) (time.Time, error) {
 // createSecret creates the Secret with a first CA. Losing the race to
 // another replica is no error: the winner's Secret is returned.
 func (m *Manager) createSecret(ctx context.Context, now time.Time) (*corev1.Secret, error) {
-	ca, err := newAuthority(1, m.opts.CAValidity, now)
+	ca, err := newAuthority(m.configGeneration()+1, m.opts.CAValidity, now)
 	if err != nil {
 		return nil, fmt.Errorf("making a CA: %w", err)
 	}
@@ -332,14 +349,14 @@ func (m *Manager) createSecret(ctx context.Context, now time.Time) (*corev1.Secr
 		if gerr != nil {
 			return nil, fmt.Errorf("reading the CA Secret %s: %w", m.status.Secret, gerr)
 		}
-		m.written = got
+		m.remember(got)
 		return got, nil
 	case err != nil:
 		return nil, fmt.Errorf("creating the CA Secret %s: %w", m.status.Secret, err)
 	}
-	m.written = created
+	m.remember(created)
 	m.metrics.casCreated.Inc()
-	m.log.Info("webhook CA created", "secret", m.status.Secret, "generation", 1, "notAfter", ca.cert.NotAfter.UTC().Format(time.RFC3339))
+	m.log.Info("webhook CA created", "secret", m.status.Secret, "generation", ca.gen, "notAfter", ca.cert.NotAfter.UTC().Format(time.RFC3339))
 	return created, nil
 }
 
@@ -347,7 +364,7 @@ func (m *Manager) createSecret(ctx context.Context, now time.Time) (*corev1.Secr
 // unreadable ones, conditioned on the Secret not having changed since it
 // was read; another replica's rotation wins the race and is returned.
 func (m *Manager) rotate(ctx context.Context, sec *corev1.Secret, cas []*authority, maxGen int, now time.Time) (*corev1.Secret, error) {
-	ca, err := newAuthority(maxGen+1, m.opts.CAValidity, now)
+	ca, err := newAuthority(max(maxGen, m.configGeneration())+1, m.opts.CAValidity, now)
 	if err != nil {
 		return nil, fmt.Errorf("making a CA: %w", err)
 	}
@@ -361,7 +378,7 @@ func (m *Manager) rotate(ctx context.Context, sec *corev1.Secret, cas []*authori
 		if gerr != nil {
 			return nil, fmt.Errorf("reading the CA Secret %s: %w", m.status.Secret, gerr)
 		}
-		m.written = got
+		m.remember(got)
 		return nil, nil // look again at the other's Secret
 	case apierrors.IsNotFound(err):
 		m.written = nil
@@ -369,7 +386,7 @@ func (m *Manager) rotate(ctx context.Context, sec *corev1.Secret, cas []*authori
 	case err != nil:
 		return nil, fmt.Errorf("rotating the CA in Secret %s: %w", m.status.Secret, err)
 	}
-	m.written = updated
+	m.remember(updated)
 	m.metrics.casCreated.Inc()
 	m.log.Info("webhook CA rotated", "secret", m.status.Secret, "generation", ca.gen,
 		"signsFrom", ca.signableAt().UTC().Format(time.RFC3339), "notAfter", ca.cert.NotAfter.UTC().Format(time.RFC3339))
@@ -423,6 +440,21 @@ func (m *Manager) syncConfig(ctx context.Context, name string, pemBundle []byte,
 	m.metrics.bundleUpdates.Inc()
 	m.log.Info("webhook caBundle updated", "configuration", name, "generation", gen, "webhooks", len(upd.Webhooks))
 	return st, true, nil
+}
+
+// configGeneration is the highest CA generation a configuration says it
+// holds: a new CA takes a higher one, even when the Secret was deleted or
+// its entries lost, so that no replica takes the configuration's bundle
+// for newer than the new CA's.
+func (m *Manager) configGeneration() int {
+	gen := 0
+	for _, inf := range m.configs {
+		for _, obj := range inf.GetStore().List() {
+			n, _ := strconv.Atoi(obj.(*admissionregistrationv1.ValidatingWebhookConfiguration).Annotations[GenerationAnnotation])
+			gen = max(gen, n)
+		}
+	}
+	return gen
 }
 
 // bundlesAre reports whether every webhook of cfg has exactly pemBundle.

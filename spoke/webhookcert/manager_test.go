@@ -252,8 +252,9 @@ func TestRotationKeepsEveryCertificateTrusted(t *testing.T) {
 	}
 }
 
-// TestCABundleIsRestored: a caBundle someone emptied is put back, and a
-// Secret someone corrupted is replaced by a new CA.
+// TestCABundleIsRestored: a caBundle someone emptied is put back, a
+// Secret someone corrupted is replaced by a new CA, and so is a deleted
+// one, which both replicas then share.
 func TestCABundleIsRestored(t *testing.T) {
 	k := startKube(t)
 	r := startReplica(t, k.spoke, time.Hour, 24*time.Hour)
@@ -276,12 +277,38 @@ func TestCABundleIsRestored(t *testing.T) {
 	eventually(t, "a new CA after corruption", func() error {
 		cas, _, _ := parseAuthorities(k.secret(t).Data)
 		if len(cas) != 1 || cas[0].gen != 2 {
-			return fmt.Errorf("the Secret holds %d valid CAs", len(cas))
+			return fmt.Errorf("the Secret holds %d valid CAs (%v)", len(cas), cas)
 		}
 		if st := r.m.Status(); st.Serving == nil || st.Serving.CAGeneration != 2 {
 			return fmt.Errorf("serving %+v", st.Serving)
 		}
 		return k.trusts(t, r)
+	})
+
+	r2 := startReplica(t, k.spoke, time.Hour, 24*time.Hour)
+	eventually(t, "the second replica trusted", func() error { return k.trusts(t, r2) })
+	before := k.secret(t).Data["ca-2.crt"]
+	if err := k.admin.CoreV1().Secrets(namespace).Delete(t.Context(), secretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new CA after deletion, trusted for both replicas", func() error {
+		sec, err := k.admin.CoreV1().Secrets(namespace).Get(t.Context(), secretName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cas, _, _ := parseAuthorities(sec.Data)
+		if len(cas) != 1 || string(cas[0].certPEM) == string(before) || cas[0].gen < 3 {
+			return fmt.Errorf("the Secret holds %d CAs, want one new one of generation 3 or more", len(cas))
+		}
+		for _, rep := range []*replica{r, r2} {
+			if st := rep.m.Status(); st.Serving == nil || st.Serving.CAGeneration != cas[0].gen {
+				return fmt.Errorf("a replica serves a certificate of CA generation %+v, the Secret's is %d", st.Serving, cas[0].gen)
+			}
+			if err := k.trusts(t, rep); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
