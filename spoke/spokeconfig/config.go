@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/settings"
@@ -46,6 +48,7 @@ type Config struct {
 	Files        Files      `key:"files" help:"the fs:// source"`
 	Kube         Kubernetes `key:"kubernetes" help:"the kubernetes source"`
 	RA           RA         `key:"ra" help:"the registration authority: workloads of this cluster obtain their certificates here with their service-account token (kubernetes source, TLS to the hub)"`
+	Webhook      Webhook    `key:"webhook" help:"the admission webhooks (kubernetes source): the API server asks the spoke to validate the Istio kinds it reads, over HTTPS with a certificate the spoke issues and rotates itself (see docs/webhooks.md)"`
 }
 
 // RA configures the registration authority.
@@ -79,6 +82,9 @@ func (c *Config) SourcePath() string {
 func (c *Config) Validate() error {
 	if c.IsKubernetes() {
 		return c.validateNames()
+	}
+	if c.Webhook.Listen != "" {
+		return settings.Invalid("webhook.listen", "the webhooks need source %q (their certificate authority lives in the cluster); set it empty with source %s", KubernetesSource, c.Source)
 	}
 	if !strings.HasPrefix(c.Source, FilesScheme) {
 		return settings.Invalid("source", "unsupported source %q: want %q or %sDIR", c.Source, KubernetesSource, FilesScheme)
@@ -203,6 +209,58 @@ func (k *Kubernetes) Validate() error {
 	}
 	if k.CRDPoll <= 0 {
 		return settings.Invalid("crdPoll", "must be greater than 0, got %s", k.CRDPoll)
+	}
+	return nil
+}
+
+// Webhook configures the admission webhook server and its certificates.
+type Webhook struct {
+	Listen                  string        `key:"listen" help:"host:port the admission webhook server (HTTPS, AdmissionReview v1; validation at /validate) listens on, e.g. 0.0.0.0:15017 behind the Service of deploy/spoke/webhook.yaml; empty: no webhooks. Needs the kubernetes source"`
+	Hosts                   []string      `key:"hosts" default:"nave-spoke.nave-system.svc" help:"DNS names and IP addresses the serving certificate is valid for: the name the API server calls (<service>.<namespace>.svc), or the address of a clientConfig.url"`
+	Namespace               string        `key:"namespace" default:"nave-system" help:"the spoke's namespace, where its webhook CA Secret lives"`
+	CASecret                string        `key:"caSecret" default:"nave-spoke-webhook-ca" help:"Secret holding the webhook CA: created by the first spoke replica, shared and rotated by all (RBAC: get, list, watch, update on this name; create)"`
+	ValidatingConfiguration string        `key:"validatingConfiguration" default:"nave-spoke-validation" help:"ValidatingWebhookConfiguration whose caBundle the spoke keeps current (RBAC: get, list, watch, update on this name); empty: none"`
+	CertValidity            time.Duration `key:"certValidity" default:"24h" help:"validity of a serving certificate; each replica renews its own half way"`
+	CAValidity              time.Duration `key:"caValidity" default:"87600h" help:"validity of a webhook CA; a successor is made half way, trusted at once and signing a fifth of its validity later; the old one stays trusted until it expires. At least 4 times certValidity"`
+	MaxRequestBytes         int64         `key:"maxRequestBytes" default:"8388608" help:"largest AdmissionReview body accepted, in bytes; a larger one is refused with 413"`
+}
+
+// minRequestBytes is the smallest webhook.maxRequestBytes (spoke/admission's MinMaxRequestBytes).
+const minRequestBytes = 64 << 10
+
+// Validate checks the listen address, the certificate's names and the
+// Kubernetes names, the validities and the body limit.
+func (w *Webhook) Validate() error {
+	if w.Listen != "" {
+		if err := settings.CheckHostPort("listen", w.Listen); err != nil {
+			return err
+		}
+	}
+	if len(w.Hosts) == 0 {
+		return settings.Invalid("hosts", "must name at least one DNS name or IP address")
+	}
+	for _, h := range w.Hosts {
+		if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
+			return settings.Invalid("hosts", "%q is neither an IP address nor a lowercase DNS name", h)
+		}
+	}
+	if len(validation.IsDNS1123Label(w.Namespace)) > 0 {
+		return settings.Invalid("namespace", "%q is not a namespace name (a DNS label)", w.Namespace)
+	}
+	if len(validation.IsDNS1123Subdomain(w.CASecret)) > 0 {
+		return settings.Invalid("caSecret", "%q is not a Secret name (a DNS subdomain)", w.CASecret)
+	}
+	if w.ValidatingConfiguration != "" && len(validation.IsDNS1123Subdomain(w.ValidatingConfiguration)) > 0 {
+		return settings.Invalid("validatingConfiguration", "%q is not an object name (a DNS subdomain)", w.ValidatingConfiguration)
+	}
+	if w.CertValidity < time.Second {
+		return settings.Invalid("certValidity", "must be at least 1s, got %s", w.CertValidity)
+	}
+	if w.CAValidity < 4*w.CertValidity {
+		return settings.Invalid("caValidity", "must be at least 4 times certValidity (%s), got %s", 4*w.CertValidity, w.CAValidity)
+	}
+	if w.MaxRequestBytes < minRequestBytes {
+		return settings.Invalid("maxRequestBytes", "must be at least %d, got %d", minRequestBytes, w.MaxRequestBytes)
 	}
 	return nil
 }

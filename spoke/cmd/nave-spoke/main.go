@@ -1,7 +1,8 @@
 // Command nave-spoke is the per-cluster control plane: it watches its
 // cluster's config and pushes it to the hub over a stream it dials, proving
 // which (mesh, cluster) it is with a certificate it gets by enrolling (see
-// docs/enrollment.md).
+// docs/enrollment.md). With the kubernetes source it can also serve the
+// cluster's validation webhook (webhook.listen, docs/webhooks.md).
 package main
 
 import (
@@ -38,19 +39,34 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
 
-	var raLis net.Listener
+	var raLis, whLis net.Listener
+	closeAll := func() {
+		for _, l := range []net.Listener{lis, raLis, whLis} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
 	if raEnabled(cfg) {
 		if raLis, err = net.Listen("tcp", cfg.RA.Listen); err != nil {
-			lis.Close()
+			closeAll()
 			return fmt.Errorf("ra.listen: %w", err)
+		}
+	}
+	var wh *webhook
+	if cfg.Webhook.Listen != "" { // validated: only with the kubernetes source
+		if whLis, err = net.Listen("tcp", cfg.Webhook.Listen); err != nil {
+			closeAll()
+			return fmt.Errorf("webhook.listen: %w", err)
+		}
+		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg); err != nil {
+			closeAll()
+			return err
 		}
 	}
 	src, err := newSource(cfg, log, reg, adm)
 	if err != nil {
-		lis.Close()
-		if raLis != nil {
-			raLis.Close()
-		}
+		closeAll()
 		return err
 	}
 	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
@@ -76,6 +92,11 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Serve(gctx, lis) })
+	publish := func(objs []*meshconfig.Object) {}
+	if wh != nil {
+		g.Go(func() error { return wh.run(gctx) })
+		publish = wh.validator.Update
+	}
 	g.Go(func() error {
 		renewer, err := id.establish(gctx)
 		if err != nil {
@@ -102,7 +123,12 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
 			return up.Status(), nil
 		})
-		g.Go(func() error { return src.Run(gctx, func(objs []*meshconfig.Object) { up.Update(objs) }) })
+		g.Go(func() error {
+			return src.Run(gctx, func(objs []*meshconfig.Object) {
+				up.Update(objs)
+				publish(objs)
+			})
+		})
 		log.Info("spoke running", "source", cfg.Source, "mesh", cfg.Mesh, "cluster", cfg.Cluster, "hub", cfg.Hub.Address,
 			"tls", hubTLS != nil, "admin", cfg.Admin.Listen)
 		return up.Run(gctx)
