@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -215,12 +216,25 @@ func (s *security) debug(adm *admin.Server) {
 
 // expected lists the enrolled clusters that are not revoked: the clusters a
 // restarted hub waits for (ingest.Options.Expected); nil in plaintext mode,
-// which enrolls no one. A store that cannot be read expects none (logged).
+// which enrolls no one. The answer is kept for a few seconds (the store may
+// be the API server, and /debug/spokes and metric scrapes ask too); a store
+// that cannot be read expects none (logged).
 func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
 	if s.plaintext {
 		return nil
 	}
+	const keep = 5 * time.Second
+	var (
+		mu   sync.Mutex
+		at   time.Time
+		last []ingest.ClusterIdentity
+	)
 	return func() []ingest.ClusterIdentity {
+		mu.Lock()
+		defer mu.Unlock()
+		if !at.IsZero() && time.Since(at) < keep {
+			return last
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		clusters, err := s.store.Clusters(ctx)
@@ -228,12 +242,22 @@ func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
 			log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
 			return nil
 		}
-		var out []ingest.ClusterIdentity
+		revocations, err := s.store.Revocations(ctx)
+		if err != nil {
+			log.Error("revocations unreadable; the hub waits for none of the enrolled clusters", "err", err)
+			return nil
+		}
+		revoked := map[ingest.ClusterIdentity]bool{}
+		for _, r := range revocations {
+			revoked[r.Identity()] = true
+		}
+		last = last[:0:0]
 		for _, c := range clusters {
-			if revoked, err := s.store.Revoked(ctx, c.Mesh, c.Cluster); err == nil && !revoked {
-				out = append(out, c.Identity())
+			if !revoked[c.Identity()] {
+				last = append(last, c.Identity())
 			}
 		}
-		return out
+		at = time.Now()
+		return last
 	}
 }
