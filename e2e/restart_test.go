@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -100,28 +98,6 @@ func mapKeys(m map[string]string) []string {
 	return out
 }
 
-// startEnrolledSpoke starts a spoke of the default mesh serving config from
-// its own directory, enrolling with token the first time (state kept in
-// stateDir across restarts).
-func startEnrolledSpoke(t *testing.T, h *hub, cluster, config, token, stateDir string) *spoke {
-	t.Helper()
-	dir := filepath.Join(stateDir, "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(dir, "config.yaml"), config)
-	tokenFile := filepath.Join(stateDir, "token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := &spoke{admin: harness.FreePort(t), dir: dir}
-	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes),
-		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
-		"--hub.token-file", tokenFile, "--hub.ca-hash", h.pin(t), "--hub.state-dir", filepath.Join(stateDir, "state"), "--log.level", "debug")
-	return s
-}
-
 func serviceEntry(name, host string, port int) string {
 	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -146,8 +122,8 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 		state: t.TempDir(), extraArgs: []string{"--ingest.startup-grace", "60s"}}
 	h.start()
 	stateA, stateB := t.TempDir(), t.TempDir()
-	startEnrolledSpoke(t, h, "c1", serviceEntry("svc-a", hostA, 17081), h.token(t, "default", "c1", "1h"), stateA)
-	b := startEnrolledSpoke(t, h, "c2", serviceEntry("svc-b", hostB, 17082), h.token(t, "default", "c2", "1h"), stateB)
+	startEnrolledSpoke(t, h, "spoke-c1", "", "c1", serviceEntry("svc-a", hostA, 17081), h.token(t, "default", "c1", "1h"), stateA)
+	b := startEnrolledSpoke(t, h, "spoke-c2", "", "c2", serviceEntry("svc-b", hostB, 17082), h.token(t, "default", "c2", "1h"), stateB)
 	h.waitSynced(t, "default/c1")
 	h.waitSynced(t, "default/c2")
 
@@ -173,7 +149,7 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 		t.Errorf("while c2 is away /debug/spokes shows it as %+v, want missing", st)
 	}
 	time.Sleep(5 * time.Second)
-	startEnrolledSpoke(t, h, "c2", serviceEntry("svc-b", hostB, 17082), "used", stateB)
+	startEnrolledSpoke(t, h, "spoke-c2", "", "c2", serviceEntry("svc-b", hostB, 17082), "used", stateB)
 	h.waitSynced(t, "default/c2")
 
 	harness.Eventually(t, 30*time.Second, func() error {

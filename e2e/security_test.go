@@ -137,11 +137,21 @@ type secureSpoke struct {
 // enrolls with token; it does not wait for it to be ready.
 func startSecureSpoke(t *testing.T, h *hub, name, mesh, cluster, token string) *secureSpoke {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(secureConfig), 0o644); err != nil {
+	return startEnrolledSpoke(t, h, name, mesh, cluster, secureConfig, token, t.TempDir())
+}
+
+// startEnrolledSpoke starts a spoke of mesh (the default mesh if "")
+// serving config, keeping its config, token file and credentials under
+// work: started again on the same work, it comes back with the credentials
+// it enrolled for (token is then not read). It does not wait for it to be
+// ready.
+func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token, work string) *secureSpoke {
+	t.Helper()
+	dir := filepath.Join(work, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	work := t.TempDir()
+	writeFile(t, filepath.Join(dir, "config.yaml"), config)
 	tokenFile := filepath.Join(work, "token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
