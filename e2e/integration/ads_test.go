@@ -23,6 +23,7 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/pushctx"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
@@ -48,21 +49,21 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	objs := pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))
 
 	p := f.connect(t, node("proxy-1", "m"))
-	p.subscribe(typeurl.Listener, echoListener)
-	p.quiet(quietFor, "mesh m has no cluster")
+	p.Subscribe(typeurl.Listener, echoListener)
+	p.Quiet(quietFor, "mesh m has no cluster")
 
 	s := connectSpoke(t, spokes, "m", "c1")
 	s.sendState(objs)
-	p.quiet(quietFor, "the only cluster has not synced")
+	p.Quiet(quietFor, "the only cluster has not synced")
 	s.synced()
-	lds := p.next(typeurl.Listener)
-	if got := names(t, lds); !slices.Equal(got, []string{echoListener}) {
+	lds := p.Next(typeurl.Listener)
+	if got := adstest.Names(t, lds); !slices.Equal(got, []string{echoListener}) {
 		t.Fatalf("listeners = %v, want %s", got, echoListener)
 	}
-	p.ack(lds, echoListener)
+	p.ACK(lds, echoListener)
 	for _, typeURL := range []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Route} {
-		p.subscribe(typeURL)
-		p.ack(p.next(typeURL))
+		p.Subscribe(typeURL)
+		p.ACK(p.Next(typeURL))
 	}
 
 	// The spoke reconnects with unchanged state: the mesh is rebuilt, and
@@ -83,7 +84,7 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	p.quiet(quietFor, "an unchanged reconnect")
+	p.Quiet(quietFor, "an unchanged reconnect")
 }
 
 // spokeStream is a Push stream, sent to as a spoke would.
@@ -242,125 +243,12 @@ func node(id, meshName string) *corev3.Node {
 	return &corev3.Node{Id: id, Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{ads.MetadataMesh: structpb.NewStringValue(meshName)}}}
 }
 
-// proxy is a raw ADS client stream driven by the test.
-type proxy struct {
-	t      testing.TB
-	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	node   *corev3.Node
-	sent   bool
-	resps  chan *discoveryv3.DiscoveryResponse
-	done   chan struct{} // closed when the stream ended; err is set then
-	err    error
-}
+// proxy is a raw SotW ADS client stream driven by the test.
+type proxy = adstest.Proxy
 
-// connect opens an ADS stream for n on a connection of its own. A reader
-// goroutine collects responses until the stream ends or the test is
-// cleaned up.
+// connect opens an ADS stream for n on a connection of its own, reading
+// its responses until the stream ends or the test is cleaned up.
 func (f *adsFixture) connect(t testing.TB, n *corev3.Node) *proxy {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dialInsecure(t, f.addr)).StreamAggregatedResources(ctx)
-	if err != nil {
-		cancel()
-		t.Fatalf("open ADS stream: %v", err)
-	}
-	p := &proxy{t: t, stream: stream, node: n, resps: make(chan *discoveryv3.DiscoveryResponse, 64), done: make(chan struct{})}
-	t.Cleanup(func() {
-		cancel()
-		<-p.done
-	})
-	go func() {
-		defer close(p.done)
-		for {
-			r, err := p.stream.Recv()
-			if err != nil {
-				p.err = err
-				return
-			}
-			select {
-			case p.resps <- r:
-			case <-p.stream.Context().Done():
-				p.err = p.stream.Context().Err()
-				return
-			}
-		}
-	}()
-	return p
-}
-
-// send sends req, adding the node to the stream's first request.
-func (p *proxy) send(req *discoveryv3.DiscoveryRequest) {
-	p.t.Helper()
-	if !p.sent {
-		req.Node = p.node
-		p.sent = true
-	}
-	if err := p.stream.Send(req); err != nil {
-		p.t.Fatalf("send %s request: %v", req.GetTypeUrl(), err)
-	}
-}
-
-// subscribe requests names of typeURL (the first request for a type).
-func (p *proxy) subscribe(typeURL string, names ...string) {
-	p.t.Helper()
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names})
-}
-
-// ack ACKs resp, keeping the subscription to names.
-func (p *proxy) ack(resp *discoveryv3.DiscoveryResponse, names ...string) {
-	p.t.Helper()
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
-		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
-}
-
-// next returns the next response, which must be of typeURL.
-func (p *proxy) next(typeURL string) *discoveryv3.DiscoveryResponse {
-	p.t.Helper()
-	select {
-	case r := <-p.resps:
-		if r.GetTypeUrl() != typeURL {
-			p.t.Fatalf("got a %s response (version %s), want %s", r.GetTypeUrl(), r.GetVersionInfo(), typeURL)
-		}
-		return r
-	case <-p.done:
-		p.t.Fatalf("stream ended while waiting for %s: %v", typeURL, p.err)
-	case <-time.After(waitFor):
-		p.t.Fatalf("no %s response", typeURL)
-	}
-	return nil
-}
-
-// quiet fails if a response arrives within d.
-func (p *proxy) quiet(d time.Duration, why string) {
-	p.t.Helper()
-	select {
-	case r := <-p.resps:
-		p.t.Fatalf("%s: got a %s response (version %s, %d resources)", why, r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
-	case <-p.done:
-		p.t.Fatalf("%s: stream ended: %v", why, p.err)
-	case <-time.After(d):
-	}
-}
-
-// names lists the resource names of resp, in order.
-func names(t testing.TB, resp *discoveryv3.DiscoveryResponse) []string {
-	t.Helper()
-	var out []string
-	for _, a := range resp.GetResources() {
-		m, err := a.UnmarshalNew()
-		if err != nil {
-			t.Fatalf("resource of %s: %v", resp.GetTypeUrl(), err)
-		}
-		n, ok := m.(interface{ GetName() string })
-		if !ok {
-			n2, ok := m.(interface{ GetClusterName() string })
-			if !ok {
-				t.Fatalf("resource %T has no name", m)
-			}
-			out = append(out, n2.GetClusterName())
-			continue
-		}
-		out = append(out, n.GetName())
-	}
-	return out
+	return adstest.Connect(t, dialInsecure(t, f.addr), n)
 }

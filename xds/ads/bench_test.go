@@ -29,8 +29,8 @@ func fanOut(tb testing.TB, services, proxies int) (config func(i int) []*meshcon
 	for i := range ps {
 		id := fmt.Sprintf("sidecar~10.8.%d.%d~client-%d.demo~demo.svc.cluster.local", i/250, i%250+1, i)
 		ps[i] = f.connect(tb, envoyNode(id, map[string]string{"app": "client"}))
-		ps[i].subscribe(typeurl.Cluster)
-		ps[i].ack(ps[i].next(typeurl.Cluster))
+		ps[i].Subscribe(typeurl.Cluster)
+		ps[i].ACK(ps[i].Next(typeurl.Cluster))
 	}
 	config = func(i int) []*meshconfig.Object {
 		return pushctxtest.Decode(tb, bigMesh(services, fmt.Sprint("v", i+1)))
@@ -43,11 +43,11 @@ func fanOut(tb testing.TB, services, proxies int) (config func(i int) []*meshcon
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := p.next(typeurl.Cluster)
+				r := p.Next(typeurl.Cluster)
 				for _, a := range r.GetResources() {
 					sizes[j] += len(a.GetValue())
 				}
-				p.ack(r)
+				p.ACK(r)
 			}()
 		}
 		wg.Wait()
@@ -126,12 +126,12 @@ func coldConnect(tb testing.TB, f *fixture, proxies int) int {
 		go func() {
 			defer wg.Done()
 			get := func(typeURL string, names ...string) *discoveryv3.DiscoveryResponse {
-				p.subscribe(typeURL, names...)
-				r := p.next(typeURL)
+				p.Subscribe(typeURL, names...)
+				r := p.Next(typeURL)
 				for _, a := range r.GetResources() {
 					sizes[i] += len(a.GetValue())
 				}
-				p.ack(r, names...)
+				p.ACK(r, names...)
 				return r
 			}
 			cds := get(typeurl.Cluster)

@@ -75,18 +75,18 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 
 	s := f.connect(t, n)
 	d := f.connectDelta(t, n)
-	s.subscribe(typeurl.Cluster)
-	s.ack(s.next(typeurl.Cluster))
+	s.Subscribe(typeurl.Cluster)
+	s.ACK(s.Next(typeurl.Cluster))
 	d.subscribe(typeurl.Cluster)
 	d.ack(d.next(typeurl.Cluster))
-	s.subscribe(typeurl.Endpoint, edsNames...)
+	s.Subscribe(typeurl.Endpoint, edsNames...)
 	sotw := map[string][]byte{}
 	apply := func() {
-		r := s.next(typeurl.Endpoint)
+		r := s.Next(typeurl.Endpoint)
 		for name, b := range sotwHeld(t, r) {
 			sotw[name] = b
 		}
-		s.ack(r, edsNames...)
+		s.ACK(r, edsNames...)
 	}
 	apply()
 	d.subscribe(typeurl.Endpoint, edsNames...)
@@ -117,6 +117,6 @@ func TestEndpointChurnKeepsClientsExact(t *testing.T) {
 			d.ack(d.next(typeurl.Endpoint))
 		}
 	}
-	s.quiet(quietFor, "the SotW client holds everything")
+	s.Quiet(quietFor, "the SotW client holds everything")
 	d.quiet(quietFor, "the delta client holds everything")
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
@@ -147,7 +148,7 @@ func resourceNames(r *discoveryv3.DeltaDiscoveryResponse) []string {
 func sotwHeld(t *testing.T, r *discoveryv3.DiscoveryResponse) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
-	ns := names(t, r)
+	ns := adstest.Names(t, r)
 	for i, a := range r.GetResources() {
 		out[ns[i]] = a.GetValue()
 	}
@@ -167,10 +168,10 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 
 	sotw := map[string]map[string][]byte{}
 	for _, typeURL := range []string{typeurl.Cluster, typeurl.Listener} {
-		s.subscribe(typeURL)
-		r := s.next(typeURL)
+		s.Subscribe(typeURL)
+		r := s.Next(typeURL)
 		sotw[typeURL] = sotwHeld(t, r)
-		s.ack(r)
+		s.ACK(r)
 		d.subscribe(typeURL)
 		d.ack(d.next(typeURL))
 	}
@@ -185,10 +186,10 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 		typeURL string
 		names   []string
 	}{{typeurl.Endpoint, eds}, {typeurl.Route, []string{envoy.SidecarRouteName(9080)}}} {
-		s.subscribe(sub.typeURL, sub.names...)
-		r := s.next(sub.typeURL)
+		s.Subscribe(sub.typeURL, sub.names...)
+		r := s.Next(sub.typeURL)
 		sotw[sub.typeURL] = sotwHeld(t, r)
-		s.ack(r, sub.names...)
+		s.ACK(r, sub.names...)
 		d.subscribe(sub.typeURL, sub.names...)
 		d.ack(d.next(sub.typeURL))
 	}
@@ -212,11 +213,11 @@ func TestDeltaAndSotWConverge(t *testing.T) {
 			resourceNames(r), r.GetRemovedResources())
 	}
 	d.ack(r)
-	full := s.next(typeurl.Cluster)
+	full := s.Next(typeurl.Cluster)
 	if len(full.GetResources()) != len(sotw[typeurl.Cluster])-1 {
 		t.Errorf("SotW CDS after the change has %d clusters, want %d", len(full.GetResources()), len(sotw[typeurl.Cluster])-1)
 	}
-	s.ack(full)
+	s.ACK(full)
 	d.quiet(quietFor, "the listeners, routes and subscribed endpoints did not change")
 }
 

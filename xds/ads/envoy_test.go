@@ -107,17 +107,17 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 
 	t.Run("sidecar", func(t *testing.T) {
 		p := f.connect(t, envoyNode("sidecar~10.9.0.1~client-1.shop~shop.svc.cluster.local", map[string]string{"app": "client"}))
-		p.subscribe(typeurl.Cluster)
-		cds := p.next(typeurl.Cluster)
+		p.Subscribe(typeurl.Cluster)
+		cds := p.Next(typeurl.Cluster)
 		clusters := resourcesOf(t, cds, func() *clusterv3.Cluster { return new(clusterv3.Cluster) })
 		for _, want := range []string{"outbound|9080||reviews.shop.svc.cluster.local", "outbound|9080|v2|reviews.shop.svc.cluster.local"} {
 			if _, ok := clusters[want]; !ok {
 				t.Fatalf("CDS lacks %s: has %v", want, keys(clusters))
 			}
 		}
-		p.ack(cds)
-		p.subscribe(typeurl.Listener)
-		lds := p.next(typeurl.Listener)
+		p.ACK(cds)
+		p.Subscribe(typeurl.Listener)
+		lds := p.Next(typeurl.Listener)
 		listeners := resourcesOf(t, lds, func() *listenerv3.Listener { return new(listenerv3.Listener) })
 		if _, ok := listeners[envoy.VirtualOutboundListener]; !ok {
 			t.Fatalf("LDS lacks %s: has %v", envoy.VirtualOutboundListener, keys(listeners))
@@ -126,9 +126,9 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 		if !slices.Contains(rds, envoy.SidecarRouteName(9080)) {
 			t.Fatalf("listeners name routes %v, want %s among them", rds, envoy.SidecarRouteName(9080))
 		}
-		p.ack(lds)
-		p.subscribe(typeurl.Route, envoy.SidecarRouteName(9080))
-		routes := resourcesOf(t, p.next(typeurl.Route), func() *routev3.RouteConfiguration { return new(routev3.RouteConfiguration) })
+		p.ACK(lds)
+		p.Subscribe(typeurl.Route, envoy.SidecarRouteName(9080))
+		routes := resourcesOf(t, p.Next(typeurl.Route), func() *routev3.RouteConfiguration { return new(routev3.RouteConfiguration) })
 		if len(routes[envoy.SidecarRouteName(9080)].GetVirtualHosts()) == 0 {
 			t.Fatalf("route %s has no virtual hosts", envoy.SidecarRouteName(9080))
 		}
@@ -136,8 +136,8 @@ func TestEnvoySidecarAndGatewayAreServed(t *testing.T) {
 
 	t.Run("gateway", func(t *testing.T) {
 		p := f.connect(t, envoyNode("router~10.9.0.2~ingress-1.shop~shop.svc.cluster.local", map[string]string{"istio": "ingressgateway"}))
-		p.subscribe(typeurl.Listener)
-		listeners := resourcesOf(t, p.next(typeurl.Listener), func() *listenerv3.Listener { return new(listenerv3.Listener) })
+		p.Subscribe(typeurl.Listener)
+		listeners := resourcesOf(t, p.Next(typeurl.Listener), func() *listenerv3.Listener { return new(listenerv3.Listener) })
 		if _, ok := listeners[envoy.VirtualOutboundListener]; ok {
 			t.Fatal("a gateway got the sidecar's virtual outbound listener")
 		}

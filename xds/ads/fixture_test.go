@@ -13,16 +13,14 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
@@ -180,161 +178,20 @@ func node(id, meshName string) *corev3.Node {
 	return n
 }
 
-// proxy is a raw ADS client stream driven by the test.
-type proxy struct {
-	t      testing.TB
-	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	cancel context.CancelFunc
-	node   *corev3.Node
-	sent   bool
-	resps  chan *discoveryv3.DiscoveryResponse
-	done   chan struct{} // closed when the stream ended; err is set then
-	err    error
-}
+// proxy is a raw SotW ADS client stream driven by the test.
+type proxy = adstest.Proxy
 
 // connect opens an ADS stream for n on a connection of its own, dialled
-// with opts. A reader
-// goroutine collects responses until the stream ends or the test is
-// cleaned up.
+// with opts, reading its responses (adstest.Connect).
 func (f *fixture) connect(t testing.TB, n *corev3.Node, opts ...grpc.DialOption) *proxy {
 	t.Helper()
-	p := f.open(t, dial(t, f.addr, opts...), n)
-	t.Cleanup(func() {
-		p.cancel()
-		<-p.done
-	})
-	go func() {
-		defer close(p.done)
-		for {
-			r, err := p.stream.Recv()
-			if err != nil {
-				p.err = err
-				return
-			}
-			select {
-			case p.resps <- r:
-			case <-p.stream.Context().Done():
-				p.err = p.stream.Context().Err()
-				return
-			}
-		}
-	}()
-	return p
+	return adstest.Connect(t, dial(t, f.addr, opts...), n)
 }
 
 // open opens an ADS stream on conn without reading from it.
 func (f *fixture) open(t testing.TB, conn *grpc.ClientConn, n *corev3.Node) *proxy {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		cancel()
-		t.Fatalf("open ADS stream: %v", err)
-	}
-	p := &proxy{t: t, stream: stream, cancel: cancel, node: n, resps: make(chan *discoveryv3.DiscoveryResponse, 64), done: make(chan struct{})}
-	t.Cleanup(cancel)
-	return p
-}
-
-// send sends req, adding the node to the stream's first request.
-func (p *proxy) send(req *discoveryv3.DiscoveryRequest) {
-	p.t.Helper()
-	if !p.sent {
-		req.Node = p.node
-		p.sent = true
-	}
-	if err := p.stream.Send(req); err != nil {
-		p.t.Fatalf("send %s request: %v", req.GetTypeUrl(), err)
-	}
-}
-
-// subscribe requests names of typeURL (the first request for a type).
-func (p *proxy) subscribe(typeURL string, names ...string) {
-	p.t.Helper()
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names})
-}
-
-// ack ACKs resp, keeping the subscription to names.
-func (p *proxy) ack(resp *discoveryv3.DiscoveryResponse, names ...string) {
-	p.t.Helper()
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
-		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
-}
-
-// nack rejects resp with reason, keeping the subscription to names and the
-// version it last accepted.
-func (p *proxy) nack(resp *discoveryv3.DiscoveryResponse, accepted, reason string, names ...string) {
-	p.t.Helper()
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
-		VersionInfo: accepted, ResponseNonce: resp.GetNonce(),
-		ErrorDetail: &statuspb.Status{Code: int32(codes.InvalidArgument), Message: reason}})
-}
-
-// next returns the next response, which must be of typeURL.
-func (p *proxy) next(typeURL string) *discoveryv3.DiscoveryResponse {
-	p.t.Helper()
-	select {
-	case r := <-p.resps:
-		if r.GetTypeUrl() != typeURL {
-			p.t.Fatalf("got a %s response (version %s), want %s", r.GetTypeUrl(), r.GetVersionInfo(), typeURL)
-		}
-		return r
-	case <-p.done:
-		p.t.Fatalf("stream ended while waiting for %s: %v", typeURL, p.err)
-	case <-time.After(waitFor):
-		p.t.Fatalf("no %s response", typeURL)
-	}
-	return nil
-}
-
-// quiet fails if a response arrives within d.
-func (p *proxy) quiet(d time.Duration, why string) {
-	p.t.Helper()
-	select {
-	case r := <-p.resps:
-		p.t.Fatalf("%s: got a %s response (version %s, %d resources)", why, r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
-	case <-p.done:
-		p.t.Fatalf("%s: stream ended: %v", why, p.err)
-	case <-time.After(d):
-	}
-}
-
-// ended waits for the stream to end and returns its error.
-func (p *proxy) ended() error {
-	p.t.Helper()
-	select {
-	case <-p.done:
-		if status.Code(p.err) == codes.Canceled {
-			p.t.Fatal("stream was ended by the test, not the server")
-		}
-		return p.err
-	case <-time.After(waitFor):
-		p.t.Fatal("stream did not end")
-	}
-	return nil
-}
-
-// names lists the resource names of resp, in order.
-func names(t testing.TB, resp *discoveryv3.DiscoveryResponse) []string {
-	t.Helper()
-	var out []string
-	for _, a := range resp.GetResources() {
-		m, err := a.UnmarshalNew()
-		if err != nil {
-			t.Fatalf("resource of %s: %v", resp.GetTypeUrl(), err)
-		}
-		n, ok := m.(interface{ GetName() string })
-		if !ok {
-			n2, ok := m.(interface{ GetClusterName() string })
-			if !ok {
-				t.Fatalf("resource %T has no name", m)
-			}
-			out = append(out, n2.GetClusterName())
-			continue
-		}
-		out = append(out, n.GetName())
-	}
-	return out
+	return adstest.Open(t, conn, n)
 }
 
 // connStatus returns the ADS status of the one connection of node id.

@@ -43,11 +43,11 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 
 	// stuck subscribes and never reads again.
 	stuck := f.open(t, dial(t, f.addr), node("stuck", "m"))
-	stuck.subscribe(typeurl.Cluster)
+	stuck.Subscribe(typeurl.Cluster)
 	ended := make(chan error, 1)
 	go func() {
 		for {
-			if _, err := stuck.stream.Recv(); err != nil {
+			if _, err := stuck.Stream.Recv(); err != nil {
 				ended <- err
 				return
 			}
@@ -56,8 +56,8 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 	}()
 
 	live := f.connect(t, node("live", "m"))
-	live.subscribe(typeurl.Cluster)
-	live.ack(live.next(typeurl.Cluster))
+	live.Subscribe(typeurl.Cluster)
+	live.ACK(live.Next(typeurl.Cluster))
 
 	// Updates until the stuck stream is cut; the live one gets each.
 	// Meanwhile the stuck proxy shows as a pending push.
@@ -68,7 +68,7 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 			t.Fatal("the stuck proxy was not disconnected")
 		}
 		f.set(t, "m", synced("c1", pushctxtest.Decode(t, bigMesh(400, fmt.Sprint("v", i)))))
-		live.ack(live.next(typeurl.Cluster))
+		live.ACK(live.Next(typeurl.Cluster))
 		pending = max(pending, f.metric(t, "nave_hub_xds_pending_pushes"))
 	}
 	if pending < 1 {
@@ -109,9 +109,9 @@ func TestConnectionStormIsAdmittedAtTheConfiguredRate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.subscribe(typeurl.Cluster)
+			p.Subscribe(typeurl.Cluster)
 			select {
-			case <-p.resps:
+			case <-p.Responses:
 				got[i] = time.Since(start)
 			case <-time.After(waitFor):
 			}
@@ -140,7 +140,7 @@ func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 	var ps []*proxy
 	for i := range 5 {
 		p := f.connect(t, node(fmt.Sprint("p", i), "m"))
-		p.subscribe(typeurl.Cluster)
+		p.Subscribe(typeurl.Cluster)
 		ps = append(ps, p)
 	}
 	// Proxies answer independently, in whatever order the budget lets
@@ -149,11 +149,11 @@ func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 	for got := map[*proxy]bool{}; len(got) < len(ps); {
 		for _, p := range ps {
 			select {
-			case r := <-p.resps:
+			case r := <-p.Responses:
 				if r.GetTypeUrl() != typeurl.Cluster || proto.Size(r) < 64<<10 {
 					t.Fatalf("got a %s response of %d bytes; the test needs clusters of 64 KiB or more", r.GetTypeUrl(), proto.Size(r))
 				}
-				p.ack(r)
+				p.ACK(r)
 				got[p] = true
 			case <-deadline:
 				t.Fatalf("%d of %d proxies got their clusters", len(got), len(ps))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
@@ -70,8 +71,8 @@ func TestProxyIdentityDecidesItsMesh(t *testing.T) {
 
 	// Proven m2, names nothing: gets m2, though the default mesh is m.
 	p := f.connect(t, workloadNode("proxy-1", "", "", ""), withIdentity("m2/shop/other"))
-	p.subscribe(typeurl.Cluster)
-	if got, want := names(t, p.next(typeurl.Cluster)), []string{"outbound|8080||other.shop.svc.cluster.local"}; !slices.Equal(got, want) {
+	p.Subscribe(typeurl.Cluster)
+	if got, want := adstest.Names(t, p.Next(typeurl.Cluster)), []string{"outbound|8080||other.shop.svc.cluster.local"}; !slices.Equal(got, want) {
 		t.Errorf("clusters = %v, want %v (mesh m2's)", got, want)
 	}
 
@@ -88,8 +89,8 @@ func TestProxyIdentityDecidesItsMesh(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.connect(t, tc.node, withIdentity(tc.identity))
-			p.subscribe(typeurl.Cluster)
-			err := p.ended()
+			p.Subscribe(typeurl.Cluster)
+			err := p.Ended()
 			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("stream ended with %v; want %s saying %q", err, tc.code, tc.says)
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
@@ -41,8 +42,8 @@ func TestProxyGetsOnlyItsMesh(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.connect(t, node(tc.node, tc.mesh))
-			p.subscribe(typeurl.Cluster)
-			if got := names(t, p.next(typeurl.Cluster)); !slices.Equal(got, tc.want) {
+			p.Subscribe(typeurl.Cluster)
+			if got := adstest.Names(t, p.Next(typeurl.Cluster)); !slices.Equal(got, tc.want) {
 				t.Errorf("clusters = %v, want %v", got, tc.want)
 			}
 		})
@@ -50,6 +51,6 @@ func TestProxyGetsOnlyItsMesh(t *testing.T) {
 
 	// A mesh nobody pushed is never ready: its proxies get no answer.
 	p := f.connect(t, node("proxy-4", "m3"))
-	p.subscribe(typeurl.Cluster)
-	p.quiet(quietFor, "mesh m3 has no cluster")
+	p.Subscribe(typeurl.Cluster)
+	p.Quiet(quietFor, "mesh m3 has no cluster")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
@@ -30,49 +31,49 @@ func TestChangesArePushedOnlyWhereContentChanged(t *testing.T) {
 	for _, sub := range []struct{ typeURL, name string }{
 		{typeurl.Cluster, echoV1}, {typeurl.Listener, echoListener}, {typeurl.Route, echoListener},
 	} {
-		p.subscribe(sub.typeURL, sub.name)
-		p.ack(p.next(sub.typeURL), sub.name)
+		p.Subscribe(sub.typeURL, sub.name)
+		p.ACK(p.Next(sub.typeURL), sub.name)
 	}
 	q := f.connect(t, node("proxy-q", "m"))
-	q.subscribe(typeurl.Cluster)
-	cds := q.next(typeurl.Cluster)
-	q.ack(cds)
+	q.Subscribe(typeurl.Cluster)
+	cds := q.Next(typeurl.Cluster)
+	q.ACK(cds)
 
 	// New weights change the routes only.
-	before := p.stateVersion(t, f)
+	before := stateVersion(t, f, p)
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(20, 80, "ROUND_ROBIN"))))
 	// Types are sent clusters first, routes last: a route response first
 	// means no cluster or listener was sent for this change.
-	rds := p.next(typeurl.Route)
+	rds := p.Next(typeurl.Route)
 	if got, want := weights(t, rds), map[string]uint32{echoV1: 20, echoV2: 80}; !maps.Equal(got, want) {
 		t.Errorf("route weights after the change = %v, want %v", got, want)
 	}
 	if rds.GetVersionInfo() == before[typeurl.Route] {
 		t.Errorf("changed routes kept version %s", rds.GetVersionInfo())
 	}
-	p.ack(rds, echoListener)
-	q.quiet(quietFor, "a route change does not change clusters")
+	p.ACK(rds, echoListener)
+	q.Quiet(quietFor, "a route change does not change clusters")
 
 	// Subset v2's load balancer changes a cluster p does not follow.
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(20, 80, "LEAST_REQUEST"))))
-	cds2 := q.next(typeurl.Cluster)
+	cds2 := q.Next(typeurl.Cluster)
 	if cds2.GetVersionInfo() == cds.GetVersionInfo() || lbPolicy(t, cds2, echoV2) != clusterv3.Cluster_LEAST_REQUEST {
 		t.Errorf("wildcard CDS after the change: version %s (was %s), want a new one with %s least-request",
 			cds2.GetVersionInfo(), cds.GetVersionInfo(), echoV2)
 	}
-	q.ack(cds2)
-	p.quiet(quietFor, "the changed cluster is not subscribed")
+	q.ACK(cds2)
+	p.Quiet(quietFor, "the changed cluster is not subscribed")
 
 	// An ACKed proxy that asks again for the same names gets nothing new.
-	p.ack(rds, echoListener)
-	p.quiet(quietFor, "a repeated ACK changes nothing")
+	p.ACK(rds, echoListener)
+	p.Quiet(quietFor, "a repeated ACK changes nothing")
 }
 
 // stateVersion returns the versions last sent to p's node by type URL.
-func (p *proxy) stateVersion(t *testing.T, f *fixture) map[string]string {
+func stateVersion(t *testing.T, f *fixture, p *proxy) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for short, ts := range f.connStatus(t, p.node.GetId()).Types {
+	for short, ts := range f.connStatus(t, p.Node().GetId()).Types {
 		for _, typeURL := range gen.Types {
 			if shortName(typeURL) == short {
 				out[typeURL] = ts.SentVersion
@@ -101,17 +102,17 @@ func TestNACKedVersionIsNotResent(t *testing.T) {
 	f := newFixture(t, nil)
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
-	p.subscribe(typeurl.Route, echoListener)
-	rds1 := p.next(typeurl.Route)
-	p.ack(rds1, echoListener)
+	p.Subscribe(typeurl.Route, echoListener)
+	rds1 := p.Next(typeurl.Route)
+	p.ACK(rds1, echoListener)
 
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(20, 80, "ROUND_ROBIN"))))
-	rds2 := p.next(typeurl.Route)
+	rds2 := p.Next(typeurl.Route)
 	const reason = "route weights: not supported by this client"
-	p.nack(rds2, rds1.GetVersionInfo(), reason, echoListener)
-	p.quiet(quietFor, "a NACK is not answered with the same version")
+	p.NACK(rds2, rds1.GetVersionInfo(), reason, echoListener)
+	p.Quiet(quietFor, "a NACK is not answered with the same version")
 	f.republish(t, "m")
-	p.quiet(quietFor, "a rebuild with the same content does not re-send the NACKed version")
+	p.Quiet(quietFor, "a rebuild with the same content does not re-send the NACKed version")
 
 	ts := f.connStatus(t, "proxy-1").Types["RouteConfiguration"]
 	if ts.NackedVersion != rds2.GetVersionInfo() || ts.NackReason != reason || ts.AckedVersion != rds1.GetVersionInfo() || ts.Pending {
@@ -120,20 +121,20 @@ func TestNACKedVersionIsNotResent(t *testing.T) {
 
 	// A real change is sent.
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(50, 50, "ROUND_ROBIN"))))
-	rds3 := p.next(typeurl.Route)
+	rds3 := p.Next(typeurl.Route)
 	if v := rds3.GetVersionInfo(); v == rds1.GetVersionInfo() || v == rds2.GetVersionInfo() {
 		t.Errorf("the change after a NACK has an old version %s", v)
 	}
 	if got, want := weights(t, rds3), map[string]uint32{echoV1: 50, echoV2: 50}; !maps.Equal(got, want) {
 		t.Errorf("route weights = %v, want %v", got, want)
 	}
-	p.ack(rds3, echoListener)
+	p.ACK(rds3, echoListener)
 
 	// A late NACK of an older response is stale and ignored. The listener
 	// request after it is answered, so the NACK has been handled by then.
-	p.nack(rds2, rds3.GetVersionInfo(), "stale", echoListener)
-	p.subscribe(typeurl.Listener, echoListener)
-	p.next(typeurl.Listener)
+	p.NACK(rds2, rds3.GetVersionInfo(), "stale", echoListener)
+	p.Subscribe(typeurl.Listener, echoListener)
+	p.Next(typeurl.Listener)
 	ts = f.connStatus(t, "proxy-1").Types["RouteConfiguration"]
 	if ts.AckedVersion != rds3.GetVersionInfo() || ts.NackReason != "" || ts.Pending {
 		t.Errorf("route status = %+v, want %s ACKed and no NACK", ts, rds3.GetVersionInfo())
@@ -198,23 +199,23 @@ func TestSlowProxyDoesNotBlockOthers(t *testing.T) {
 	// keeps gRPC from growing it, so the server soon cannot send to a.
 	small := []grpc.DialOption{grpc.WithInitialWindowSize(64 << 10), grpc.WithInitialConnWindowSize(64 << 10)}
 	a := f.open(t, dial(t, f.addr, small...), node("proxy-a", "m"))
-	a.subscribe(typeurl.Endpoint)
-	if r, err := a.stream.Recv(); err != nil || r.GetTypeUrl() != typeurl.Endpoint {
+	a.Subscribe(typeurl.Endpoint)
+	if r, err := a.Stream.Recv(); err != nil || r.GetTypeUrl() != typeurl.Endpoint {
 		t.Fatalf("proxy a's first response: %v, %v", r, err)
 	}
 
 	b := f.connect(t, node("proxy-b", "m"))
-	b.subscribe(typeurl.Endpoint, bigEDS)
-	b.ack(b.next(typeurl.Endpoint), bigEDS)
+	b.Subscribe(typeurl.Endpoint, bigEDS)
+	b.ACK(b.Next(typeurl.Endpoint), bigEDS)
 
 	for i := 1; i <= changes; i++ {
 		port := uint32(20000 + i)
 		f.set(t, "m", synced("c1", withPort(big, port)))
-		eds := b.next(typeurl.Endpoint)
+		eds := b.Next(typeurl.Endpoint)
 		if got := ports(t, eds); !maps.Equal(got, map[uint32]int{port: endpoints}) {
 			t.Fatalf("change %d: proxy b got endpoint ports %v, want %d on %d", i, got, endpoints, port)
 		}
-		b.ack(eds, bigEDS)
+		b.ACK(eds, bigEDS)
 	}
 
 	// a really is stuck: the server cannot send it the last change.
@@ -234,18 +235,18 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, y)))
 	p := f.connect(t, node("proxy-eds", "m"))
 	subs := []string{echoCluster, echoV1, echoV2}
-	p.subscribe(typeurl.Endpoint, subs...)
-	first := p.next(typeurl.Endpoint)
-	if got := names(t, first); len(got) != 3 {
+	p.Subscribe(typeurl.Endpoint, subs...)
+	first := p.Next(typeurl.Endpoint)
+	if got := adstest.Names(t, first); len(got) != 3 {
 		t.Fatalf("first EDS answer has %v, want all three subscribed", got)
 	}
-	p.ack(first, subs...)
+	p.ACK(first, subs...)
 
 	// Move echo-v2 to another port: the v2 subset's and the service's
 	// assignments change, v1's does not.
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, strings.Replace(y, "ports: {grpc: 17072}", "ports: {grpc: 17073}", 1))))
-	upd := p.next(typeurl.Endpoint)
-	got := names(t, upd)
+	upd := p.Next(typeurl.Endpoint)
+	got := adstest.Names(t, upd)
 	sort.Strings(got)
 	if want := []string{echoV2, echoCluster}; !slices.Equal(got, want) { // sorted
 		t.Errorf("EDS update carries %v, want only the changed %v", got, want)
@@ -253,8 +254,8 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	if upd.GetVersionInfo() == first.GetVersionInfo() {
 		t.Error("the update kept the version")
 	}
-	p.ack(upd, subs...)
-	p.quiet(quietFor, "nothing else changed")
+	p.ACK(upd, subs...)
+	p.Quiet(quietFor, "nothing else changed")
 	// The ACK of the pushed change is a convergence sample; the first
 	// answer (to the proxy's request) is not.
 	eventuallyTrue(t, "one convergence sample", func() bool { return f.metric(t, "nave_hub_xds_convergence_seconds") == 1 })

@@ -45,8 +45,8 @@ func TestSecretsOverSotW(t *testing.T) {
 	m := &minter{renewAfter: 300 * time.Millisecond}
 	f := newFixture(t, nil, func(o *ads.Options) { o.Authenticator = metadataAuthenticator(); o.Secrets = m })
 	p := f.connect(t, workloadNode("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", "", "", ""), withIdentity("m/shop/cart"))
-	p.subscribe(typeurl.Secret, "default", "ROOTCA", "gateway-cred")
-	r := p.next(typeurl.Secret)
+	p.Subscribe(typeurl.Secret, "default", "ROOTCA", "gateway-cred")
+	r := p.Next(typeurl.Secret)
 	got := map[string]*tlsv3.Secret{}
 	for _, a := range r.GetResources() {
 		s := secrets(t, a)
@@ -56,13 +56,13 @@ func TestSecretsOverSotW(t *testing.T) {
 		string(got["ROOTCA"].GetValidationContext().GetTrustedCa().GetInlineBytes()) != "roots of m" {
 		t.Fatalf("secrets = %v; want default (the proxy's certificate) and ROOTCA (mesh m's roots) only", got)
 	}
-	p.ack(r, "default", "ROOTCA", "gateway-cred")
+	p.ACK(r, "default", "ROOTCA", "gateway-cred")
 	// Renewal: a new certificate, without the proxy asking.
-	r2 := p.next(typeurl.Secret)
+	r2 := p.Next(typeurl.Secret)
 	if r2.GetVersionInfo() == r.GetVersionInfo() || len(r2.GetResources()) != 2 {
 		t.Fatalf("renewal pushed version %s with %d secrets, after %s", r2.GetVersionInfo(), len(r2.GetResources()), r.GetVersionInfo())
 	}
-	p.ack(r2, "default", "ROOTCA", "gateway-cred")
+	p.ACK(r2, "default", "ROOTCA", "gateway-cred")
 }
 
 func TestSecretsOverDelta(t *testing.T) {
@@ -94,6 +94,6 @@ func TestSecretsOverDelta(t *testing.T) {
 func TestNoSecretsWithoutIdentity(t *testing.T) {
 	f := newFixture(t, nil, func(o *ads.Options) { o.Secrets = &minter{renewAfter: time.Hour} })
 	p := f.connect(t, node("sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", "m"))
-	p.subscribe(typeurl.Secret, "default")
-	p.quiet(300*time.Millisecond, "a plaintext stream asked for secrets")
+	p.Subscribe(typeurl.Secret, "default")
+	p.Quiet(300*time.Millisecond, "a plaintext stream asked for secrets")
 }

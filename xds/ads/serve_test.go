@@ -14,6 +14,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
@@ -22,38 +23,38 @@ func TestResourcesAreServedByName(t *testing.T) {
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 
-	p.subscribe(typeurl.Listener, echoListener)
-	lds := p.next(typeurl.Listener)
-	if got := names(t, lds); !slices.Equal(got, []string{echoListener}) || lds.GetVersionInfo() == "" || lds.GetNonce() == "" {
+	p.Subscribe(typeurl.Listener, echoListener)
+	lds := p.Next(typeurl.Listener)
+	if got := adstest.Names(t, lds); !slices.Equal(got, []string{echoListener}) || lds.GetVersionInfo() == "" || lds.GetNonce() == "" {
 		t.Fatalf("LDS response: resources %v, version %q, nonce %q", got, lds.GetVersionInfo(), lds.GetNonce())
 	}
-	p.ack(lds, echoListener)
+	p.ACK(lds, echoListener)
 
-	p.subscribe(typeurl.Route, echoListener)
-	rds := p.next(typeurl.Route)
+	p.Subscribe(typeurl.Route, echoListener)
+	rds := p.Next(typeurl.Route)
 	if got, want := weights(t, rds), map[string]uint32{echoV1: 80, echoV2: 20}; !maps.Equal(got, want) {
 		t.Errorf("route weights = %v, want %v", got, want)
 	}
-	p.ack(rds, echoListener)
+	p.ACK(rds, echoListener)
 
 	// A subset of the clusters.
-	p.subscribe(typeurl.Cluster, echoV1)
-	cds := p.next(typeurl.Cluster)
-	if got := names(t, cds); !slices.Equal(got, []string{echoV1}) {
+	p.Subscribe(typeurl.Cluster, echoV1)
+	cds := p.Next(typeurl.Cluster)
+	if got := adstest.Names(t, cds); !slices.Equal(got, []string{echoV1}) {
 		t.Errorf("CDS for %s sent %v", echoV1, got)
 	}
-	p.ack(cds, echoV1)
+	p.ACK(cds, echoV1)
 
-	p.subscribe(typeurl.Endpoint, echoV1)
-	eds := p.next(typeurl.Endpoint)
-	if got := names(t, eds); !slices.Equal(got, []string{echoV1}) {
+	p.Subscribe(typeurl.Endpoint, echoV1)
+	eds := p.Next(typeurl.Endpoint)
+	if got := adstest.Names(t, eds); !slices.Equal(got, []string{echoV1}) {
 		t.Errorf("EDS for %s sent %v", echoV1, got)
 	}
 	if got := ports(t, eds); !maps.Equal(got, map[uint32]int{17071: 1}) {
 		t.Errorf("endpoints of %s have ports %v, want one on 17071", echoV1, got)
 	}
-	p.ack(eds, echoV1)
-	p.quiet(quietFor, "every type is ACKed and nothing changed")
+	p.ACK(eds, echoV1)
+	p.Quiet(quietFor, "every type is ACKed and nothing changed")
 
 	cs := f.connStatus(t, "proxy-1")
 	if cs.Mesh != "m" {
@@ -67,10 +68,10 @@ func TestResourcesAreServedByName(t *testing.T) {
 	}
 
 	// Asking for a name that does not exist is answered with what exists.
-	p.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Listener, ResourceNames: []string{echoListener, "missing.demo.svc.cluster.local:80"},
+	p.Send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Listener, ResourceNames: []string{echoListener, "missing.demo.svc.cluster.local:80"},
 		VersionInfo: lds.GetVersionInfo(), ResponseNonce: lds.GetNonce()})
-	lds2 := p.next(typeurl.Listener)
-	if got := names(t, lds2); !slices.Equal(got, []string{echoListener}) {
+	lds2 := p.Next(typeurl.Listener)
+	if got := adstest.Names(t, lds2); !slices.Equal(got, []string{echoListener}) {
 		t.Errorf("LDS for a known and a missing name sent %v", got)
 	}
 }
@@ -80,19 +81,19 @@ func TestWildcardClusterRequestGetsEveryCluster(t *testing.T) {
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
 
-	p.subscribe(typeurl.Cluster)
-	cds := p.next(typeurl.Cluster)
-	if got, want := names(t, cds), []string{echoV1, echoV2, echoCluster}; !slices.Equal(got, want) {
+	p.Subscribe(typeurl.Cluster)
+	cds := p.Next(typeurl.Cluster)
+	if got, want := adstest.Names(t, cds), []string{echoV1, echoV2, echoCluster}; !slices.Equal(got, want) {
 		t.Errorf("wildcard CDS sent %v, want %v", got, want)
 	}
-	p.ack(cds)
-	p.subscribe(typeurl.Endpoint)
-	eds := p.next(typeurl.Endpoint)
+	p.ACK(cds)
+	p.Subscribe(typeurl.Endpoint)
+	eds := p.Next(typeurl.Endpoint)
 	if got := ports(t, eds); !maps.Equal(got, map[uint32]int{17071: 2, 17072: 2}) {
 		t.Errorf("wildcard EDS endpoint ports = %v, want both endpoints in the whole cluster and in their subsets", got)
 	}
-	p.ack(eds)
-	p.quiet(quietFor, "a wildcard ACK changes nothing")
+	p.ACK(eds)
+	p.Quiet(quietFor, "a wildcard ACK changes nothing")
 	if ts := f.connStatus(t, "proxy-1").Types["Cluster"]; !ts.Wildcard || ts.SentResources != 3 {
 		t.Errorf("CDS status = %+v, want a wildcard subscription with 3 clusters sent", ts)
 	}
@@ -102,9 +103,9 @@ func TestUnknownTypeIsIgnored(t *testing.T) {
 	f := newFixture(t, nil)
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))))
 	p := f.connect(t, node("proxy-1", "m"))
-	p.subscribe("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "default")
-	p.subscribe(typeurl.Listener, echoListener)
-	p.next(typeurl.Listener)
+	p.Subscribe("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "default")
+	p.Subscribe(typeurl.Listener, echoListener)
+	p.Next(typeurl.Listener)
 }
 
 func TestFirstRequestMustNameTheNode(t *testing.T) {
@@ -125,8 +126,8 @@ func TestFirstRequestMustNameTheNode(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := f.connect(t, tc.node)
-			p.subscribe(typeurl.Listener, echoListener)
-			err := p.ended()
+			p.Subscribe(typeurl.Listener, echoListener)
+			err := p.Ended()
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("stream ended with %v, want InvalidArgument naming %s", err, tc.want)
 			}
