@@ -45,11 +45,12 @@ type Options struct {
 // programPkg is where -ldflags -X sets Version and Revision.
 const programPkg = "github.com/navemesh/nave/shared/program"
 
-// BuildBinary builds pkg (relative to root) into out: static, without file system paths or a
-// build ID, with the version and revision stamped.
+// BuildBinary builds pkg (relative to root) into out: static, without file system paths, a
+// build ID or the toolchain's VCS stamp (which differs between a clone and a worktree, and counts
+// untracked files as modifications), with the version and revision stamped instead.
 func BuildBinary(root, pkg, out string, o Options) error {
 	ldflags := fmt.Sprintf("-s -w -buildid= -X %s.Version=%s -X %s.Revision=%s", programPkg, o.Version, programPkg, o.Revision)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+o.Arch)
 	if b, err := cmd.CombinedOutput(); err != nil {

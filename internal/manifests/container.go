@@ -58,7 +58,7 @@ func ContainerOf(objs []*unstructured.Unstructured, namespace, name, container s
 	}
 	var d appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
-		return nil, fmt.Errorf("Deployment %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("deployment %s/%s: %w", namespace, name, err)
 	}
 	var spec *corev1.Container
 	for i := range d.Spec.Template.Spec.Containers {
@@ -67,7 +67,7 @@ func ContainerOf(objs []*unstructured.Unstructured, namespace, name, container s
 		}
 	}
 	if spec == nil {
-		return nil, fmt.Errorf("Deployment %s/%s has no container %s", namespace, name, container)
+		return nil, fmt.Errorf("deployment %s/%s has no container %s", namespace, name, container)
 	}
 	c := &Container{Deployment: name, ServiceAccount: d.Spec.Template.Spec.ServiceAccountName, Image: spec.Image,
 		Binary: imageBinary(spec.Image), Command: spec.Command, Args: spec.Args, Spec: *spec, Pod: d.Spec.Template.Spec,

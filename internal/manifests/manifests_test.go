@@ -23,12 +23,10 @@ import (
 	"github.com/navemesh/nave/spoke/spokeconfig"
 )
 
-const namespace = "nave-system"
-
 // The kustomizations the docs promise; any other one found under deploy/ is rendered too.
 var want = []string{"hub", "spoke", "examples/vendor-hub", "examples/acme-east", "examples/globex-west"}
 
-// rendered renders every kustomization under deploy/ once per test binary.
+// rendered renders every kustomization under deploy/, by its path under deploy/.
 func rendered(t *testing.T) map[string][]byte {
 	t.Helper()
 	root, err := manifests.ModuleRoot()
