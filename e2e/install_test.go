@@ -19,13 +19,14 @@ import (
 
 // TestManifestsStartTheBinaries starts the real nave-hub and nave-spoke
 // exactly as the Deployments of deploy/examples/vendor-hub, acme-east and
-// globex-west start them, against a real API server the rendered objects
+// globex-west start them (and those of the bases, deploy/hub and
+// deploy/spoke), against a real API server the rendered objects
 // were applied to: the image's binary (no command: the entrypoint), the
 // container's args, its environment (downward-API values resolved) and
 // its ConfigMap's config file, each process with the credentials of its
 // pod's service account (RBAC as deploy/ grants it). Both spokes enroll
-// with join tokens navectl made and become ready, and the hub holds both
-// tenants' clusters. So a flag, key or path the binaries no longer take,
+// with join tokens navectl made and become ready, and the hub holds their
+// clusters (both tenants' in the examples). So a flag, key or path the binaries no longer take,
 // a config that does not validate, RBAC that is missing or a probe the
 // binary does not serve fails here, not in a cluster.
 //
@@ -40,9 +41,20 @@ import (
 // hub.serverName (so the hub's tls.hosts must hold it), and hub.caHash the
 // pin navectl prints, as the operator fills in.
 func TestManifestsStartTheBinaries(t *testing.T) {
+	t.Run("examples", func(t *testing.T) {
+		startFromManifests(t, "examples/vendor-hub", "examples/acme-east", "examples/globex-west")
+	})
+	t.Run("bases", func(t *testing.T) { startFromManifests(t, "hub", "spoke") })
+}
+
+// startFromManifests renders the hub's and the spokes' kustomizations
+// (paths under deploy/), applies them to a new API server, starts the hub
+// and each spoke as their Deployments would, and waits until every spoke
+// is ready and synced at the hub.
+func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 	objs := map[string][]byte{}
-	for _, d := range []string{"vendor-hub", "acme-east", "globex-west"} {
-		b, err := manifests.Render(filepath.Join(harness.ModuleRoot(), "deploy", "examples", d))
+	for _, d := range append([]string{hubDir}, spokeDirs...) {
+		b, err := manifests.Render(filepath.Join(harness.ModuleRoot(), "deploy", d))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,11 +66,11 @@ func TestManifestsStartTheBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.Apply(t, crds)
-	for _, d := range []string{"vendor-hub", "acme-east", "globex-west"} {
+	for _, d := range append([]string{hubDir}, spokeDirs...) {
 		k.Apply(t, objs[d])
 	}
 
-	hubC := container(t, objs["vendor-hub"], "nave-hub")
+	hubC := container(t, objs[hubDir], "nave-hub")
 	hubKubeconfig := saKubeconfig(t, k, hubC)
 	hubProc := launchContainer(t, "nave-hub", hubC, hubKubeconfig, nil, nil)
 	h := &hub{t: t, admin: hubProc.port(t, "admin.listen"), spokes: hubProc.port(t, "spokes.listen"), xds: hubProc.port(t, "xds.listen"),
@@ -67,10 +79,11 @@ func TestManifestsStartTheBinaries(t *testing.T) {
 	pin := h.pin(t)
 
 	var spokes []*launched
-	for _, d := range []string{"acme-east", "globex-west"} {
+	var ids []string
+	for _, d := range spokeDirs {
 		c := container(t, objs[d], "nave-spoke")
 		var mesh, cluster string
-		s := launchContainer(t, "nave-spoke-"+d, c, saKubeconfig(t, k, c), func(cfg map[string]any) {
+		s := launchContainer(t, "nave-spoke-"+filepath.Base(d), c, saKubeconfig(t, k, c), func(cfg map[string]any) {
 			mesh, cluster = cfg["mesh"].(string), cfg["cluster"].(string)
 			hubCfg := cfg["hub"].(map[string]any)
 			host, _, err := net.SplitHostPort(hubCfg["address"].(string))
@@ -90,12 +103,14 @@ func TestManifestsStartTheBinaries(t *testing.T) {
 			}
 		})
 		spokes = append(spokes, s)
+		ids = append(ids, mesh+"/"+cluster)
 	}
 	for _, s := range spokes {
 		s.waitReady(t, 60*time.Second)
 	}
-	h.waitSynced(t, "acme/east")
-	h.waitSynced(t, "globex/west")
+	for _, id := range ids {
+		h.waitSynced(t, id)
+	}
 	for _, l := range append(spokes, hubProc) {
 		l.checkRootFS(t)
 	}
