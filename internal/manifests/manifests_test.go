@@ -59,8 +59,9 @@ func rendered(t *testing.T) map[string][]byte {
 // API and checks what the Deployments promise: the binary's config file loads and validates;
 // probes reach /healthz/ready and /healthz/live on the port admin.listen names; the pod runs
 // non-root with a read-only root file system, no privilege escalation, no capabilities and the
-// runtime's seccomp profile; requests and limits are set; every Service, PodDisruptionBudget and
-// NetworkPolicy selects the pods and names ports they have.
+// runtime's seccomp profile; requests and limits are set; a PodDisruptionBudget and a
+// NetworkPolicy select the pods; every Service selecting them targets a port they have, and the
+// NetworkPolicy opens it, and the admin port.
 func TestRenderEveryKustomization(t *testing.T) {
 	for name, b := range rendered(t) {
 		t.Run(name, func(t *testing.T) {
@@ -180,6 +181,8 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 		return len(sel) > 0
 	}
 	var pdb, np bool
+	allowed := map[int32]bool{} // ports some NetworkPolicy selecting the pods opens
+	var served []int32          // container ports some Service selecting the pods targets
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Service":
@@ -189,9 +192,11 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 				continue
 			}
 			for _, p := range s.Spec.Ports {
-				if _, ok := ports[p.TargetPort.String()]; !ok {
+				port, ok := ports[p.TargetPort.String()]
+				if !ok {
 					t.Errorf("Service %s: port %s targets %s, which %s's container does not have", s.Name, p.Name, p.TargetPort.String(), c.Deployment)
 				}
+				served = append(served, port)
 			}
 		case "PodDisruptionBudget":
 			sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
@@ -203,20 +208,22 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 			}
 			np = true
 			rules, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
-			allowed := map[string]bool{}
 			for _, r := range rules {
 				ps, _, _ := unstructured.NestedSlice(r.(map[string]any), "ports")
 				for _, p := range ps {
-					allowed[fmt.Sprint(p.(map[string]any)["port"])] = true
+					allowed[ports[fmt.Sprint(p.(map[string]any)["port"])]] = true
 				}
-			}
-			if !allowed[adminPort] {
-				t.Errorf("NetworkPolicy %s lets no one reach %s's admin port %s (probes, metrics)", o.GetName(), c.Deployment, adminPort)
 			}
 		}
 	}
 	if !pdb || !np {
 		t.Errorf("%s: PodDisruptionBudget %v, NetworkPolicy %v; want both", c.Deployment, pdb, np)
+	}
+	p, _ := strconv.Atoi(adminPort)
+	for _, port := range append(served, int32(p)) {
+		if np && !allowed[port] {
+			t.Errorf("%s: no NetworkPolicy lets anyone reach port %d, which a Service or the probes use", c.Deployment, port)
+		}
 	}
 }
 
