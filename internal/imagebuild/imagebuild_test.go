@@ -226,3 +226,38 @@ func deploymentPorts(t *testing.T, root string) map[string][]int {
 	}
 	return out
 }
+
+// TestRunBuildsTheNamedImages runs the command as make images does, naming one image: only that
+// tarball is written, with its digest file; an unknown name is a usage error (exit 2).
+func TestRunBuildsTheNamedImages(t *testing.T) {
+	out := t.TempDir()
+	common := []string{"-out", out, "-version", "v0.0.0-test", "-revision", "0123abc", "-epoch", "1764000000"}
+	if code := run(append(common, "nave-hub")); code != 0 {
+		t.Fatalf("imagebuild nave-hub: exit %d", code)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"nave-hub.digest", "nave-hub.tar"}) {
+		t.Fatalf("imagebuild nave-hub wrote %v; want nave-hub.digest and nave-hub.tar", names)
+	}
+	img, err := tarball.ImageFromPath(filepath.Join(out, "nave-hub.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "nave-hub.digest")); strings.TrimSpace(string(b)) != d.String() {
+		t.Errorf("nave-hub.digest says %q; the tarball's image is %s", b, d)
+	}
+	if code := run(append(common, "nave-nothing")); code != 2 {
+		t.Errorf("imagebuild nave-nothing: exit %d; want 2", code)
+	}
+}

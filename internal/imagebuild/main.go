@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,10 @@ func run(args []string) int {
 	}
 	want := map[string]bool{}
 	for _, n := range fs.Args() {
+		if !slices.ContainsFunc(Images, func(im Image) bool { return im.Name == n }) {
+			fmt.Fprintf(os.Stderr, "imagebuild: no image %s (see internal/imagebuild/images.go)\n", n)
+			return 2
+		}
 		want[n] = true
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -87,7 +92,6 @@ func run(args []string) int {
 		if len(fs.Args()) > 0 && !want[im.Name] {
 			continue
 		}
-		delete(want, im.Name)
 		if _, err := os.Stat(filepath.Join(root, im.Package)); err != nil {
 			fmt.Printf("skip %s: no package %s in this tree\n", im.Name, im.Package)
 			continue
@@ -107,10 +111,6 @@ func run(args []string) int {
 			return 1
 		}
 		fmt.Printf("%s %s:%s %s (version %s)\n", filepath.Join(*out, im.Name+".tar"), im.Name, *tag, digest, opts.Version)
-	}
-	for n := range want {
-		fmt.Fprintf(os.Stderr, "imagebuild: no image %s (see internal/imagebuild/images.go)\n", n)
-		return 2
 	}
 	return 0
 }
