@@ -141,6 +141,15 @@ func (in *Injector) inject(pod *corev1.Pod) (*patch, []string, *refusal) {
 		}
 	}
 	appendTo(p, "/spec/volumes", len(pod.Spec.Volumes), b.volumes)
+	if pod.Spec.ServiceAccountName == "" {
+		// What the ServiceAccount admission plugin does before the
+		// webhooks where it runs: the projected token needs an account.
+		sa := pod.Spec.DeprecatedServiceAccount
+		if sa == "" {
+			sa = "default"
+		}
+		p.add("/spec/serviceAccountName", sa)
+	}
 	for _, c := range pod.Spec.Containers {
 		if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil && *c.SecurityContext.RunAsUser == int64(s.capture.ProxyUID) && template == TemplateSidecar {
 			warnings = append(warnings, fmt.Sprintf("container %s runs as uid %d, the proxy's: its traffic is not captured", c.Name, s.capture.ProxyUID))
