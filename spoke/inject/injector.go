@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/navemesh/nave/spoke/admission"
 )
@@ -70,18 +71,28 @@ func (in *Injector) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		in.pods.WithLabelValues(resultNotPodCreate).Inc()
 		return admission.Allow()
 	}
+	// Case-sensitive, as the API server reads objects: the patch's paths
+	// must name the keys the object has.
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &pod); err != nil {
 		in.pods.WithLabelValues(resultRefused).Inc()
 		return admission.Deny("the sidecar injector cannot read the pod: "+clip(err.Error()), "", "")
 	}
+	var top struct {
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	_ = sigsjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &top) // read above
 	ns := req.Namespace
 	if result, why := in.skip(ns, &pod); result != "" {
 		in.pods.WithLabelValues(result).Inc()
 		in.log.Debug("pod not injected", "namespace", ns, "pod", podName(&pod), "why", why)
 		return admission.Allow()
 	}
-	p, warnings, r := in.inject(&pod)
+	if len(pod.Spec.Containers) == 0 {
+		in.pods.WithLabelValues(resultRefused).Inc()
+		return admission.Deny("the sidecar injector refuses the pod: spec.containers: the pod has no containers", "spec.containers", "the pod has no containers")
+	}
+	p, warnings, r := in.inject(&pod, len(top.Metadata) == 0 || string(top.Metadata) == "null")
 	if r != nil {
 		in.pods.WithLabelValues(resultRefused).Inc()
 		in.log.Info("pod refused by the sidecar injector", "namespace", ns, "pod", podName(&pod), "field", r.field, "reason", r.reason)
@@ -102,7 +113,7 @@ func (in *Injector) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 
 // inject builds the patch injecting pod, with warnings, or the reason it
 // cannot be.
-func (in *Injector) inject(pod *corev1.Pod) (*patch, []string, *refusal) {
+func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, *refusal) {
 	template, r := parseTemplates(pod.Annotations)
 	if r != nil {
 		return nil, nil, r
@@ -118,6 +129,9 @@ func (in *Injector) inject(pod *corev1.Pod) (*patch, []string, *refusal) {
 	b := in.build(s, trust)
 	warnings := s.warnings
 	p := &patch{}
+	if noMetadata {
+		p.add("/metadata", map[string]string{})
+	}
 
 	insert(p, "/spec/initContainers", len(pod.Spec.InitContainers), b.initContainers)
 	if b.appEnv != nil {
@@ -159,7 +173,7 @@ func (in *Injector) inject(pod *corev1.Pod) (*patch, []string, *refusal) {
 	labels := map[string]string{}
 	var order []string
 	setLabel := func(k, v string) {
-		if _, ok := pod.Labels[k]; !ok && len(validation.IsValidLabelValue(v)) == 0 {
+		if _, ok := pod.Labels[k]; !ok && v != "" && len(validation.IsValidLabelValue(v)) == 0 {
 			labels[k] = v
 			order = append(order, k)
 		}
