@@ -88,11 +88,11 @@ func ParseRanges(s string) ([]netip.Prefix, error) {
 			p, err = netip.ParsePrefix(item)
 		} else {
 			var a netip.Addr
-			if a, err = netip.ParseAddr(item); err == nil {
+			if a, err = netip.ParseAddr(item); err == nil && a.Zone() == "" {
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
 		}
-		if err != nil || p.Addr().Zone() != "" {
+		if err != nil || !p.IsValid() || p.Addr().Zone() != "" {
 			return nil, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)", clip(item))
 		}
 		out = append(out, p.Masked())
