@@ -301,4 +301,5 @@ metadata: {name: plain}
 			t.Errorf("%s = %v, want at least %v", name, n, atLeast)
 		}
 	}
+	assertMetricsDocumented(t, metrics)
 }
