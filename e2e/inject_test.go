@@ -302,4 +302,11 @@ metadata: {name: plain}
 		}
 	}
 	assertMetricsDocumented(t, metrics)
+	var st struct {
+		Revision, XDSAddress, TrustDomain, NotReady string
+	}
+	if err := harness.GetJSON("http://"+addr(s.admin)+"/debug/inject", &st); err != nil || st.Revision != "default" ||
+		st.XDSAddress != addr(h.xds) || st.TrustDomain != "cluster.local" || st.NotReady != "" {
+		t.Errorf("/debug/inject: %+v %v", st, err)
+	}
 }

@@ -106,9 +106,10 @@ func ParseRanges(s string) ([]netip.Prefix, error) {
 	return slices.Compact(out), nil
 }
 
+// clip bounds what an error quotes of a flag value: 40 characters.
 func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
+	if r := []rune(s); len(r) > 40 {
+		return string(r[:40]) + "…"
 	}
 	return s
 }

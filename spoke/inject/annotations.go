@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/navemesh/nave/spoke/admission"
 	"github.com/navemesh/nave/spoke/capture"
 )
 
@@ -98,7 +99,7 @@ func parseTemplates(ann map[string]string) (string, *refusal) {
 	for _, n := range names {
 		if n != TemplateSidecar && n != TemplateGRPCAgent {
 			return "", refuse(AnnotationTemplates, "unknown template %q: this spoke injects %q (Envoy sidecar) or %q (proxyless gRPC)",
-				clip(n), TemplateSidecar, TemplateGRPCAgent)
+				admission.Clip(n), TemplateSidecar, TemplateGRPCAgent)
 		}
 	}
 	if len(names) > 1 {
@@ -135,7 +136,7 @@ func (in *Injector) parseSettings(pod *corev1.Pod, template string) (*podSetting
 		}
 		qty, err := resource.ParseQuantity(strings.TrimSpace(v))
 		if err != nil || qty.Sign() <= 0 {
-			return nil, refuse(q.key, "%q is not a positive quantity (e.g. 100m for CPU, 128Mi for memory)", clip(v))
+			return nil, refuse(q.key, "%q is not a positive quantity (e.g. 100m for CPU, 128Mi for memory)", admission.Clip(v))
 		}
 		if *q.list == nil {
 			*q.list = corev1.ResourceList{}
@@ -211,18 +212,4 @@ func parseCapture(ann map[string]string, c *capture.Config) *refusal {
 	}
 	c.ExcludeOutboundRanges = rs
 	return nil
-}
-
-// maxQuoted bounds what a refusal quotes of a pod.
-const maxQuoted = 60
-
-func clip(s string) string {
-	if len(s) <= maxQuoted {
-		return s
-	}
-	cut := maxQuoted
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -378,3 +378,13 @@ func TestCanonicalNames(t *testing.T) {
 		}
 	}
 }
+
+func TestStatus(t *testing.T) {
+	st := newTestInjector(t, nil).Status()
+	if st.Revision != "default" || st.TrustDomain != "cluster.local" || st.NotReady != "" || st.XDSAddress != "hub.example.com:15010" {
+		t.Errorf("status %+v", st)
+	}
+	if st := newTestInjector(t, func(o *Options) { o.Trust = notEnrolled }).Status(); st.NotReady != "not enrolled yet" {
+		t.Errorf("status %+v: want why pods are refused", st)
+	}
+}

@@ -76,7 +76,7 @@ func (in *Injector) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 	var pod corev1.Pod
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &pod); err != nil {
 		in.pods.WithLabelValues(resultRefused).Inc()
-		return admission.Deny("the sidecar injector cannot read the pod: "+clip(err.Error()), "", "")
+		return admission.Deny("the sidecar injector cannot read the pod: "+admission.Clip(err.Error()), "", "")
 	}
 	var top struct {
 		Metadata json.RawMessage `json:"metadata"`
@@ -244,4 +244,30 @@ func podName(pod *corev1.Pod) string {
 		return pod.Name
 	}
 	return pod.GenerateName + "*"
+}
+
+// Status is what /debug/inject shows: what pods get and whether the
+// spoke can inject now. A plain value.
+type Status struct {
+	Revision      string `json:"revision"`
+	ProxyImage    string `json:"proxyImage"`
+	RAAddress     string `json:"raAddress"`
+	XDSAddress    string `json:"xdsAddress"`
+	XDSServerName string `json:"xdsServerName,omitempty"`
+	TrustDomain   string `json:"trustDomain,omitempty"`
+	// NotReady says why pods to inject are refused now ("" when they are
+	// injected).
+	NotReady string `json:"notReady,omitempty"`
+}
+
+// Status returns the Injector's view.
+func (in *Injector) Status() Status {
+	st := Status{Revision: in.opts.Revision, ProxyImage: in.opts.ProxyImage, RAAddress: in.opts.RAAddress,
+		XDSAddress: in.opts.XDSAddress, XDSServerName: in.opts.XDSServerName}
+	if t, err := in.opts.Trust(); err != nil {
+		st.NotReady = err.Error()
+	} else {
+		st.TrustDomain = t.TrustDomain
+	}
+	return st
 }

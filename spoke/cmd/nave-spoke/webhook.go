@@ -83,6 +83,10 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 		}
 		w.server.Handle(inject.Path, "injection", in)
 		w.injects = true
+		adm.HandleDebug("inject", "the sidecar injector: revision, proxy image, the addresses injected pods are given, "+
+			"and why pods are refused now if they are (the spoke not enrolled yet)", func(*http.Request) (any, error) {
+			return in.Status(), nil
+		})
 	}
 	adm.AddReadyCheck("webhook", certs.Ready)
 	adm.HandleDebug("webhook", "the admission webhooks' certificates: the CAs of the CA Secret, this replica's serving certificate, "+
