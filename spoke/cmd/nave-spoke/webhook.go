@@ -81,6 +81,10 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 		if err != nil {
 			return nil, err
 		}
+		if raLoopbackOnly(cfg) {
+			log.Warn("injected pods are given an address of the registration authority, but ra.listen is loopback only: "+
+				"pods will not get certificates; set ra.listen 0.0.0.0:15023", "ra.listen", cfg.RA.Listen, "inject.raAddress", cfg.Inject.RAAddress)
+		}
 		w.server.Handle(inject.Path, "injection", in)
 		w.injects = true
 		adm.HandleDebug("inject", "the sidecar injector: revision, proxy image, the addresses injected pods are given, "+
@@ -94,6 +98,24 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 		return certs.Status(), nil
 	})
 	return w, nil
+}
+
+// raLoopbackOnly reports whether the registration authority listens on
+// loopback only while injected pods are told to reach it elsewhere.
+func raLoopbackOnly(cfg spokeconfig.Config) bool {
+	lh, _, err := net.SplitHostPort(cfg.RA.Listen)
+	if err != nil {
+		return false
+	}
+	ph, _, err := net.SplitHostPort(cfg.Inject.RAAddress)
+	if err != nil {
+		return false
+	}
+	isLoopback := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "localhost" || (ip != nil && ip.IsLoopback())
+	}
+	return cfg.RA.Listen == "" || (isLoopback(lh) && !isLoopback(ph))
 }
 
 // run serves until ctx ends.
