@@ -103,6 +103,9 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 // raLoopbackOnly reports whether the registration authority listens on
 // loopback only while injected pods are told to reach it elsewhere.
 func raLoopbackOnly(cfg spokeconfig.Config) bool {
+	if cfg.RA.Listen == "" {
+		return true
+	}
 	lh, _, err := net.SplitHostPort(cfg.RA.Listen)
 	if err != nil {
 		return false
@@ -115,7 +118,7 @@ func raLoopbackOnly(cfg spokeconfig.Config) bool {
 		ip := net.ParseIP(h)
 		return h == "localhost" || (ip != nil && ip.IsLoopback())
 	}
-	return cfg.RA.Listen == "" || (isLoopback(lh) && !isLoopback(ph))
+	return isLoopback(lh) && !isLoopback(ph)
 }
 
 // run serves until ctx ends.
