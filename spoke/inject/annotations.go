@@ -65,7 +65,12 @@ var (
 // refusal is a pod the injector will not admit: the field and why.
 type refusal struct{ field, reason string }
 
-func (r *refusal) Error() string { return r.field + ": " + r.reason }
+func (r *refusal) Error() string {
+	if r.field == "" {
+		return r.reason
+	}
+	return r.field + ": " + r.reason
+}
 
 func annotationField(key string) string { return "metadata.annotations[" + key + "]" }
 

@@ -334,7 +334,7 @@ func TestRefused(t *testing.T) {
 	t.Run("not enrolled", func(t *testing.T) {
 		in := newTestInjector(t, func(o *Options) { o.Trust = notEnrolled })
 		resp, _, _ := review(t, in, podRequest(t, "shop", []byte(minimalPod)))
-		if resp.Allowed || !strings.Contains(resp.Result.Message, "not enrolled yet") {
+		if want := "the sidecar injector refuses the pod: the spoke cannot give pods their mesh identity yet: not enrolled yet"; resp.Allowed || resp.Result.Message != want {
 			t.Errorf("allowed=%v result=%+v: want a denial saying the spoke is not enrolled", resp.Allowed, resp.Result)
 		}
 	})
