@@ -25,7 +25,7 @@ var testTrust = Trust{
 
 func testOptions() Options {
 	return Options{
-		SystemNamespace: "nave-system", Mesh: "default", Cluster: "c1", ProxyImage: "ghcr.io/navemesh/nave-proxy:test",
+		SystemNamespace: "nave-system", Mesh: "default", Cluster: "c1", DomainSuffix: "cluster.local", ProxyImage: "ghcr.io/navemesh/nave-proxy:test",
 		PullPolicy: corev1.PullIfNotPresent, RAAddress: "nave-spoke.nave-system.svc:15023", XDSAddress: "hub.example.com:15010",
 		Trust: func() (Trust, error) { return testTrust, nil },
 	}

@@ -160,7 +160,7 @@ func TestSidecarTemplateContract(t *testing.T) {
 	env := envOf(proxy)
 	for k, v := range map[string]string{
 		"NAVE_MODE": "envoy", "NAVE_MESH": "default", "NAVE_CLUSTER": "c1", "NAVE_TRUST_DOMAIN": "cluster.local",
-		"NAVE_RA_ADDRESS": "nave-spoke.nave-system.svc:15023", "NAVE_RA_IDENTITY": "spiffe://cluster.local/nave/cluster/c1",
+		"NAVE_DOMAIN_SUFFIX": "cluster.local", "NAVE_RA_ADDRESS": "nave-spoke.nave-system.svc:15023", "NAVE_RA_IDENTITY": "spiffe://cluster.local/nave/cluster/c1",
 		"NAVE_RA_TOKEN_FILE": "/var/run/secrets/tokens/istio-token", "NAVE_TRUST_MESH_ROOTS": string(testTrust.MeshRoots),
 		"NAVE_TRUST_HUB_CA": string(testTrust.HubCA), "NAVE_XDS_ADDRESS": "hub.example.com:15010", "NAVE_DIR": "/var/run/nave",
 		"NAVE_POD_LABELS_FILE": "/etc/nave/pod/labels", "NAVE_POD_ANNOTATIONS_FILE": "/etc/nave/pod/annotations",

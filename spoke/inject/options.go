@@ -36,6 +36,9 @@ type Options struct {
 	SystemNamespace string
 	// Mesh and Cluster name the spoke's mesh and cluster. Required.
 	Mesh, Cluster string
+	// DomainSuffix is the cluster's DNS suffix, for the agent's Envoy node
+	// id; "" leaves the agent's default (cluster.local).
+	DomainSuffix string
 	// ProxyImage runs nave-agent (and holds Envoy and iptables). Required.
 	ProxyImage string
 	// PullPolicy of the injected containers; "" leaves the cluster's

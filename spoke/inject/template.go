@@ -143,6 +143,11 @@ func (in *Injector) agentEnv(mode string, trust Trust) []corev1.EnvVar {
 		v("mesh", in.opts.Mesh),
 		v("cluster", in.opts.Cluster),
 		v("trustDomain", trust.TrustDomain),
+	}
+	if in.opts.DomainSuffix != "" {
+		env = append(env, v("domainSuffix", in.opts.DomainSuffix))
+	}
+	env = append(env,
 		field("pod.name", "metadata.name"),
 		field("pod.namespace", "metadata.namespace"),
 		field("pod.serviceAccount", "spec.serviceAccountName"),
@@ -156,7 +161,7 @@ func (in *Injector) agentEnv(mode string, trust Trust) []corev1.EnvVar {
 		v("trust.meshRoots", string(trust.MeshRoots)),
 		v("trust.hubCA", string(trust.HubCA)),
 		v("xds.address", in.opts.XDSAddress),
-	}
+	)
 	if in.opts.XDSServerName != "" {
 		env = append(env, v("xds.serverName", in.opts.XDSServerName))
 	}
