@@ -39,7 +39,7 @@ func helper(mode string, args []string) int {
 	case "serve":
 		for _, a := range args {
 			name, port, _ := strings.Cut(a, "=")
-			lis, err := net.Listen("tcp4", "0.0.0.0:"+port)
+			lis, err := net.Listen("tcp", ":"+port) // both families
 			if err != nil {
 				fmt.Println("error:", err)
 				return 1
@@ -69,7 +69,7 @@ func helper(mode string, args []string) int {
 				return 1
 			}
 		}
-		c, err := net.DialTimeout("tcp4", args[1], 2*time.Second)
+		c, err := net.DialTimeout("tcp", args[1], 2*time.Second)
 		if err != nil {
 			fmt.Println("error:", err)
 			return 0
@@ -184,6 +184,7 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", string(client)).Run() })
 	n := int(b[0])
 	podIP, clientIP := fmt.Sprintf("10.252.%d.2", n), fmt.Sprintf("10.252.%d.1", n)
+	podIP6, clientIP6 := fmt.Sprintf("fd4e:6176:%x::2", n), fmt.Sprintf("fd4e:6176:%x::1", n)
 	podIf, clientIf := "nc"+id+"p", "nc"+id+"c"
 	ipCmd(t, "link", "add", podIf, "type", "veth", "peer", "name", clientIf)
 	ipCmd(t, "link", "set", podIf, "netns", string(pod))
@@ -193,8 +194,11 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 		{"-n", string(pod), "link", "set", podIf, "up"},
 		{"-n", string(pod), "link", "set", "lo", "up"},
 		{"-n", string(pod), "route", "add", "default", "via", clientIP},
+		{"-n", string(pod), "addr", "add", podIP6 + "/64", "dev", podIf, "nodad"},
+		{"-n", string(pod), "-6", "route", "add", "default", "via", clientIP6},
 		{"-n", string(client), "addr", "add", clientIP + "/24", "dev", clientIf},
 		{"-n", string(client), "addr", "add", "192.0.2.1/24", "dev", clientIf},
+		{"-n", string(client), "addr", "add", clientIP6 + "/64", "dev", clientIf, "nodad"},
 		{"-n", string(client), "link", "set", clientIf, "up"},
 		{"-n", string(client), "link", "set", "lo", "up"},
 	} {
@@ -205,8 +209,12 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 	c.ExcludeInboundPorts = []int{15021}
 	c.ExcludeOutboundPorts = []int{5432}
 	c.ExcludeOutboundRanges, _ = ParseRanges("192.0.2.0/24")
-	out := pod.run(t, "capture", append(c.Args(), "--ipv6=false")...)
-	if !strings.Contains(out, "ipv4 rules installed") {
+	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
+		t.Skipf("needs ip6tables-restore: %v", err)
+	}
+	// --ipv6=auto: the pod has a global IPv6 address, so both families.
+	out := pod.run(t, "capture", c.Args()...)
+	if !strings.Contains(out, "ipv4 rules installed") || !strings.Contains(out, "ipv6 rules installed") {
 		t.Fatalf("capture: %s", out)
 	}
 	pod.serve(t, "outbound=15001", "inbound=15006", "app=8080", "status=15021")
@@ -227,6 +235,11 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 		{"loopback stays local", pod, 0, "127.0.0.1:8080", "app"},
 		{"inbound goes to Envoy's inbound port", client, 0, podIP + ":8080", "inbound"},
 		{"an excluded inbound port reaches the app", client, 0, podIP + ":15021", "status"},
+		{"IPv6: the app's outbound call goes to Envoy's outbound port", pod, 0, "[" + clientIP6 + "]:80", "outbound"},
+		{"IPv6: the proxy's own call goes out", pod, 1337, "[" + clientIP6 + "]:80", "client"},
+		{"IPv6: an excluded outbound port goes out", pod, 0, "[" + clientIP6 + "]:5432", "db"},
+		{"IPv6: loopback stays local", pod, 0, "[::1]:8080", "app"},
+		{"IPv6: inbound goes to Envoy's inbound port", client, 0, "[" + podIP6 + "]:8080", "inbound"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.ns.run(t, "dial", strconv.Itoa(tc.uid), tc.addr); got != tc.want {
