@@ -25,8 +25,9 @@ import (
 // container's args, its environment (downward-API values resolved) and
 // its ConfigMap's config file, each process with the credentials of its
 // pod's service account (RBAC as deploy/ grants it). Both spokes enroll
-// with join tokens navectl made and become ready, and the hub holds their
-// clusters (both tenants' in the examples). So a flag, key or path the binaries no longer take,
+// with join tokens navectl made and become ready, their injectors serve
+// (/debug/inject: the configured proxy image, ready), and the hub holds
+// their clusters (both tenants' in the examples). So a flag, key or path the binaries no longer take,
 // a config that does not validate, RBAC that is missing or a probe the
 // binary does not serve fails here, not in a cluster.
 //
@@ -79,12 +80,15 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 	pin := h.pin(t)
 
 	var spokes []*launched
-	var ids []string
+	var ids, injects []string // mesh/cluster and inject.proxyImage ("": no injection) of each spoke
 	for _, d := range spokeDirs {
 		c := container(t, objs[d], "nave-spoke")
-		var mesh, cluster string
+		var mesh, cluster, proxyImage string
 		s := launchContainer(t, "nave-spoke-"+filepath.Base(d), c, saKubeconfig(t, k, c), func(cfg map[string]any) {
 			mesh, cluster = cfg["mesh"].(string), cfg["cluster"].(string)
+			if inj, ok := cfg["inject"].(map[string]any); ok && inj["enabled"] == true {
+				proxyImage, _ = inj["proxyImage"].(string)
+			}
 			hubCfg := cfg["hub"].(map[string]any)
 			host, _, err := net.SplitHostPort(hubCfg["address"].(string))
 			if err != nil {
@@ -104,9 +108,28 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 		})
 		spokes = append(spokes, s)
 		ids = append(ids, mesh+"/"+cluster)
+		injects = append(injects, proxyImage)
 	}
-	for _, s := range spokes {
+	for i, s := range spokes {
 		s.waitReady(t, 60*time.Second)
+		if injects[i] == "" {
+			continue
+		}
+		// the injector the MutatingWebhookConfiguration calls serves, with trust material
+		harness.Eventually(t, 30*time.Second, func() error {
+			var v struct {
+				ProxyImage string `json:"proxyImage"`
+				NotReady   string `json:"notReady"`
+			}
+			url := fmt.Sprintf("http://%s/debug/inject", addr(s.port(t, "admin.listen")))
+			if err := harness.GetJSON(url, &v); err != nil {
+				return err
+			}
+			if v.ProxyImage != injects[i] || v.NotReady != "" {
+				return fmt.Errorf("%s: %+v; want proxyImage %s and ready", url, v, injects[i])
+			}
+			return nil
+		})
 	}
 	for _, id := range ids {
 		h.waitSynced(t, id)
