@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/shared/admin"
@@ -17,6 +18,17 @@ func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache,
 	})
 	adm.HandleDebug("syncz", "connected proxies: per type the subscribed, sent, ACKed and NACKed versions", func(*http.Request) (any, error) {
 		return xds.Status(), nil
+	})
+	adm.HandleDebug("config", "what the hub would send one connected proxy (?proxy=ID|NODE[&type=Cluster,Listener,...]): its resources as protojson; secrets without private keys", func(r *http.Request) (any, error) {
+		q := r.URL.Query()
+		if q.Get("proxy") == "" {
+			return nil, fmt.Errorf("name a proxy: ?proxy=ID, a connection ID or node ID from /debug/syncz")
+		}
+		var types []string
+		if t := q.Get("type"); t != "" {
+			types = strings.Split(t, ",")
+		}
+		return xds.ProxyConfig(q.Get("proxy"), types...)
 	})
 	adm.HandleDebug("meshes", "each mesh's current push context: version, clusters, conflicts and config problems", func(*http.Request) (any, error) {
 		type meshView struct {

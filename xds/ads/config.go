@@ -1,0 +1,130 @@
+package ads
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// ProxyConfig is what the server would send one connected proxy now: every
+// resource its key gets from its mesh's current push context, by type, as
+// protojson. Secrets are the workload certificate last minted for the
+// stream and its mesh's roots, never a private key. A plain value.
+type ProxyConfig struct {
+	ID        string `json:"id"`
+	NodeID    string `json:"nodeId"`
+	Mesh      string `json:"mesh"`
+	ProxyType string `json:"proxyType"`
+	// Version is the push context's version (0: the mesh has none yet).
+	Version uint64 `json:"version"`
+	// Resources maps a short type name (Cluster, Listener,
+	// RouteConfiguration, ClusterLoadAssignment, Secret) to its resources
+	// sorted by name.
+	Resources map[string][]json.RawMessage `json:"resources"`
+	Problems  []mesh.Problem               `json:"problems,omitempty"`
+}
+
+// ErrNoProxy is returned by ProxyConfig for a name no connected proxy has.
+var ErrNoProxy = errors.New("no connected proxy")
+
+// ProxyConfig returns what the proxy named by name would be sent: name is a
+// connection's ID, a node ID, or a part of one node ID that no other
+// connected proxy's node ID contains. types, if any, are the short type
+// names to include. Safe for concurrent use with the streams.
+func (s *Server) ProxyConfig(name string, types ...string) (*ProxyConfig, error) {
+	c, err := s.find(name)
+	if err != nil {
+		return nil, err
+	}
+	want := func(t string) bool { return len(types) == 0 || slices.Contains(types, typeurl.Short(t)) }
+	out := &ProxyConfig{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Resources: map[string][]json.RawMessage{}}
+	if st, _ := s.src.Current(c.mesh); st != nil {
+		out.Version = st.Version()
+		res := c.resources(st)
+		out.Problems = res.Problems
+		for t, byName := range res.Resources {
+			if !want(t) {
+				continue
+			}
+			names := make([]string, 0, len(byName))
+			for n := range byName {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				js, err := anyJSON(byName[n].Any)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", typeurl.Short(t), n, err)
+				}
+				out.Resources[typeurl.Short(t)] = append(out.Resources[typeurl.Short(t)], js)
+			}
+		}
+	}
+	if want(typeurl.Secret) {
+		if cred := c.publicCred.Load(); cred != nil {
+			secrets := secretResources(cred)
+			for _, n := range slices.Sorted(maps.Keys(secrets)) {
+				js, err := anyJSON(secrets[n])
+				if err != nil {
+					return nil, fmt.Errorf("Secret %s: %w", n, err)
+				}
+				out.Resources[typeurl.Short(typeurl.Secret)] = append(out.Resources[typeurl.Short(typeurl.Secret)], js)
+			}
+		}
+	}
+	return out, nil
+}
+
+// find returns the connection name names (see ProxyConfig).
+func (s *Server) find(name string) (*conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.conns[name]; c != nil {
+		return c, nil
+	}
+	var byNode, byPart []*conn
+	for _, c := range s.conns {
+		switch {
+		case c.nodeID == name:
+			byNode = append(byNode, c)
+		case name != "" && strings.Contains(c.nodeID, name):
+			byPart = append(byPart, c)
+		}
+	}
+	matches := byNode
+	if len(matches) == 0 {
+		matches = byPart
+	}
+	switch len(matches) {
+	case 0:
+		return nil, fmt.Errorf("%w named %q", ErrNoProxy, name)
+	case 1:
+		return matches[0], nil
+	}
+	ids := make([]string, len(matches))
+	for i, c := range matches {
+		ids[i] = c.id
+	}
+	sort.Strings(ids)
+	return nil, fmt.Errorf("%q names %d connected proxies (%s): give a connection ID", name, len(ids), strings.Join(ids, ", "))
+}
+
+// anyJSON renders a resource as protojson; its type must be linked in
+// (the generators' types are).
+func anyJSON(a *anypb.Any) (json.RawMessage, error) {
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		return nil, err
+	}
+	return protojson.Marshal(m)
+}
