@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,10 @@ import (
 var navectl string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run()) // a fuzzing worker runs only the fuzz target, in process
+	}
 	dir, err := os.MkdirTemp("", "navectl-test")
 	if err != nil {
 		panic(err)
@@ -59,9 +64,16 @@ type result struct {
 
 func navectlRun(t *testing.T, args ...string) result {
 	t.Helper()
+	return navectlRunInput(t, "", args...)
+}
+
+// navectlRunInput runs navectl with input on its standard input.
+func navectlRunInput(t *testing.T, input string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, navectl, args...)
+	cmd.Stdin = strings.NewReader(input)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

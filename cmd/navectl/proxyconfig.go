@@ -77,22 +77,30 @@ are never shown). -o json and -o yaml print the resources in full (protojson).`,
 				}
 				return writeData(stdout, af.output, resources)
 			}
-			w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, kind.head)
-			for _, raw := range resources {
-				var r map[string]any
-				if err := json.Unmarshal(raw, &r); err != nil {
+			rs := make([]map[string]any, len(resources))
+			for i, raw := range resources {
+				if err := json.Unmarshal(raw, &rs[i]); err != nil {
 					return fmt.Errorf("hub admin: a %s is not a JSON object: %w", kind.short, err)
 				}
-				for _, row := range kind.rows(r) {
-					fmt.Fprintln(w, strings.Join(row, "\t"))
-				}
 			}
-			return w.Flush()
+			return writeConfigTable(stdout, kind, rs)
 		},
 	}
 	af.register(cmd)
 	return cmd
+}
+
+// writeConfigTable prints resources of one kind (protojson, decoded) as a
+// table.
+func writeConfigTable(out io.Writer, kind configKind, resources []map[string]any) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, kind.head)
+	for _, r := range resources {
+		for _, row := range kind.rows(r) {
+			fmt.Fprintln(w, strings.Join(row, "\t"))
+		}
+	}
+	return w.Flush()
 }
 
 // field walks r's nested objects by path; nil when a step is missing.

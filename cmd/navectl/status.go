@@ -179,14 +179,16 @@ func writeStatus(out io.Writer, rep statusReport, now time.Time) error {
 			if c.LastSync != nil {
 				last = age(now, *c.LastSync)
 			}
-			note := ""
+			note := "-"
 			switch c.State {
 			case stateStale:
 				if c.WithdrawAt != nil {
 					note = "withdrawn in " + age(*c.WithdrawAt, now)
 				}
 			case stateWithdrawn:
-				note = c.Reason
+				if c.WithdrawAt != nil {
+					note = "withdrawn " + age(now, *c.WithdrawAt) + " ago: " + c.Reason
+				}
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", m.Mesh, c.Cluster, c.State, last, c.Resources, len(c.Rejected), note)
 		}
