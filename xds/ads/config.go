@@ -76,7 +76,7 @@ func (s *Server) ProxyConfig(name string, types ...string) (*ProxyConfig, error)
 			for _, n := range slices.Sorted(maps.Keys(secrets)) {
 				js, err := anyJSON(secrets[n])
 				if err != nil {
-					return nil, fmt.Errorf("Secret %s: %w", n, err)
+					return nil, fmt.Errorf("secret %s: %w", n, err)
 				}
 				out.Resources[typeurl.Short(typeurl.Secret)] = append(out.Resources[typeurl.Short(typeurl.Secret)], js)
 			}

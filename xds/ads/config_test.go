@@ -102,11 +102,3 @@ func TestProxyConfigSecretsHaveNoPrivateKey(t *testing.T) {
 		t.Errorf("the secrets view holds the private key: %s", body)
 	}
 }
-
-func keysOf[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
