@@ -51,6 +51,8 @@ func legacyCommands() []legacyCommand {
 		{"cert issue", "issue a workload certificate from a mesh's CA", certIssue,
 			[]string{"--state-dir", "--mesh", "--trust-domain", "--namespace", "--service-account", "--out", "--ttl",
 				"--ca-store", "--ca-namespace", "--kubeconfig"}},
+		{"operator issue", "issue an operator's client certificate for the hub's operator admin listener", operatorIssue,
+			append([]string{"--mesh", "--vendor", "--name", "--out", "--ttl"}, stateFlagNames...)},
 	}
 }
 

@@ -31,9 +31,10 @@ type hubClient struct {
 
 // adminFlags are the flags of a command that reads a hub's admin server.
 type adminFlags struct {
-	hubAdmin string
-	timeout  time.Duration
-	output   string
+	hubAdmin    string
+	operatorDir string
+	timeout     time.Duration
+	output      string
 }
 
 func (a *adminFlags) register(cmd *cobra.Command) {
@@ -42,6 +43,8 @@ func (a *adminFlags) register(cmd *cobra.Command) {
 		def = defaultHubAdmin
 	}
 	cmd.Flags().StringVar(&a.hubAdmin, "hub-admin", def, "URL of the hub's admin server (its admin.listen; $NAVE_HUB_ADMIN)")
+	cmd.Flags().StringVar(&a.operatorDir, "operator-dir", os.Getenv("NAVE_OPERATOR_DIR"),
+		"directory of an operator certificate (navectl operator issue) for a hub's operator listener (admin.operatorListen, an https:// --hub-admin; $NAVE_OPERATOR_DIR)")
 	cmd.Flags().DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the hub")
 	cmd.Flags().StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -56,7 +59,18 @@ func (a *adminFlags) client(cmd *cobra.Command) (*hubClient, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErr("%s: --hub-admin %q: want an http:// or https:// URL such as %s", cmd.CommandPath(), a.hubAdmin, defaultHubAdmin)
 	}
-	return &hubClient{base: u, http: &http.Client{Timeout: a.timeout}}, nil
+	client := &http.Client{Timeout: a.timeout}
+	if a.operatorDir != "" {
+		if u.Scheme != "https" {
+			return nil, usageErr("%s: --operator-dir is for an https:// --hub-admin (the hub's admin.operatorListen), got %s", cmd.CommandPath(), a.hubAdmin)
+		}
+		cfg, err := operatorTLS(a.operatorDir)
+		if err != nil {
+			return nil, err
+		}
+		client.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	return &hubClient{base: u, http: client}, nil
 }
 
 func checkOutput(cmd *cobra.Command, output string) error {

@@ -76,6 +76,11 @@ Usage:
         with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
         the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
         --state-dir is not needed
+  navectl operator issue STATE (--mesh MESH | --vendor) --name NAME --out OUT [--ttl 24h]
+        issue an operator's client certificate for the hub's operator admin
+        listener (admin.operatorListen): a tenant's operator sees only MESH,
+        the vendor's every mesh; writes OUT/cert-chain.pem, OUT/key.pem and
+        OUT/hub-ca.pem (the hub's serving CA) for --operator-dir
   navectl status         [ADMIN] [-o table|json|yaml]
         meshes, their clusters (connected, stale, withdrawn, missing; last
         sync; rejected resources), conflicts, problems, hub replicas
@@ -95,7 +100,8 @@ STATE is where the hub keeps its state (its state.store):
                                    the hub's Secrets (state.store kubernetes);
                                    --kubeconfig empty: in-cluster, else $KUBECONFIG
 ADMIN is the hub's admin server: --hub-admin URL (default http://127.0.0.1:15014,
-or $NAVE_HUB_ADMIN) [--timeout 10s].
+or $NAVE_HUB_ADMIN) [--timeout 10s]; for its operator listener, an https:// URL and
+--operator-dir DIR (or $NAVE_OPERATOR_DIR) holding an operator certificate.
 `
 
 // errUsage marks errors that exit with status 2.

@@ -39,10 +39,12 @@ var ErrNoProxy = errors.New("no connected proxy")
 
 // ProxyConfig returns what the proxy named by name would be sent: name is a
 // connection's ID, a node ID, or a part of one node ID that no other
-// connected proxy's node ID contains. types, if any, are the short type
-// names to include. Safe for concurrent use with the streams.
-func (s *Server) ProxyConfig(name string, types ...string) (*ProxyConfig, error) {
-	c, err := s.find(name)
+// connected proxy's node ID contains. visible, if not nil, says which
+// meshes' proxies the caller may see: the others are not considered at
+// all. types, if any, are the short type names to include. Safe for
+// concurrent use with the streams.
+func (s *Server) ProxyConfig(name string, visible func(mesh string) bool, types ...string) (*ProxyConfig, error) {
+	c, err := s.find(name, visible)
 	if err != nil {
 		return nil, err
 	}
@@ -86,15 +88,17 @@ func (s *Server) ProxyConfig(name string, types ...string) (*ProxyConfig, error)
 }
 
 // find returns the connection name names (see ProxyConfig).
-func (s *Server) find(name string) (*conn, error) {
+func (s *Server) find(name string, visible func(mesh string) bool) (*conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.conns[name]; c != nil {
+	seen := func(c *conn) bool { return visible == nil || visible(c.mesh) }
+	if c := s.conns[name]; c != nil && seen(c) {
 		return c, nil
 	}
 	var byNode, byPart []*conn
 	for _, c := range s.conns {
 		switch {
+		case !seen(c):
 		case c.nodeID == name:
 			byNode = append(byNode, c)
 		case name != "" && strings.Contains(c.nodeID, name):

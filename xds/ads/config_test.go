@@ -30,7 +30,7 @@ func TestProxyConfigIsWhatTheProxyGets(t *testing.T) {
 
 	id := f.connStatus(t, nodeID).ID
 	for _, name := range []string{id, nodeID, "client-1.shop"} {
-		pc, err := f.ads.ProxyConfig(name, "Cluster")
+		pc, err := f.ads.ProxyConfig(name, nil, "Cluster")
 		if err != nil {
 			t.Fatalf("ProxyConfig(%q): %v", name, err)
 		}
@@ -56,7 +56,7 @@ func TestProxyConfigIsWhatTheProxyGets(t *testing.T) {
 			}
 		}
 	}
-	all, err := f.ads.ProxyConfig(id)
+	all, err := f.ads.ProxyConfig(id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,13 +65,20 @@ func TestProxyConfigIsWhatTheProxyGets(t *testing.T) {
 			t.Errorf("ProxyConfig without a type filter lacks %s: has %v", want, keys(all.Resources))
 		}
 	}
-	if _, err := f.ads.ProxyConfig("nobody"); !errors.Is(err, ads.ErrNoProxy) {
+	// A caller that may not see mesh m finds none of its proxies.
+	otherMesh := func(mesh string) bool { return mesh != "m" }
+	for _, name := range []string{id, nodeID, "client-1"} {
+		if _, err := f.ads.ProxyConfig(name, otherMesh); !errors.Is(err, ads.ErrNoProxy) {
+			t.Errorf("ProxyConfig(%q) for a caller not seeing mesh m: %v, want ErrNoProxy", name, err)
+		}
+	}
+	if _, err := f.ads.ProxyConfig("nobody", nil); !errors.Is(err, ads.ErrNoProxy) {
 		t.Errorf("ProxyConfig of an unknown proxy: %v, want ErrNoProxy", err)
 	}
 	p2 := f.connect(t, envoyNode("sidecar~10.9.0.2~client-2.shop~shop.svc.cluster.local", map[string]string{"app": "client"}))
 	p2.Subscribe(typeurl.Cluster)
 	p2.Next(typeurl.Cluster)
-	if _, err := f.ads.ProxyConfig(".shop~"); err == nil || !strings.Contains(err.Error(), "names 2 connected proxies") {
+	if _, err := f.ads.ProxyConfig(".shop~", nil); err == nil || !strings.Contains(err.Error(), "names 2 connected proxies") {
 		t.Errorf("ProxyConfig of a part of two node IDs: %v, want an error naming both", err)
 	}
 }
@@ -85,12 +92,12 @@ func TestProxyConfigSecretsHaveNoPrivateKey(t *testing.T) {
 	p := f.connect(t, workloadNode(nodeID, "", "", ""), withIdentity("m/shop/cart"))
 	p.Subscribe(typeurl.Cluster)
 	p.Next(typeurl.Cluster)
-	if pc, err := f.ads.ProxyConfig(nodeID, "Secret"); err != nil || len(pc.Resources["Secret"]) != 0 {
+	if pc, err := f.ads.ProxyConfig(nodeID, nil, "Secret"); err != nil || len(pc.Resources["Secret"]) != 0 {
 		t.Fatalf("secrets before any were minted: %v, %v; want none", pc, err)
 	}
 	p.Subscribe(typeurl.Secret, "default", "ROOTCA")
 	p.Next(typeurl.Secret)
-	pc, err := f.ads.ProxyConfig(nodeID, "Secret")
+	pc, err := f.ads.ProxyConfig(nodeID, nil, "Secret")
 	if err != nil {
 		t.Fatal(err)
 	}
