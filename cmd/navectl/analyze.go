@@ -3,70 +3,17 @@ package main
 import (
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/cmd/navectl/analyze"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/xds/mesh"
 )
-
-// Finding severities.
-const (
-	sevError   = "error"
-	sevWarning = "warning"
-)
-
-// finding is one problem analyze reports: where (file and document), what
-// object, which field, and why.
-type finding struct {
-	Severity string `json:"severity"`
-	// Check names the check: validation, subset, host, conflict, merge.
-	Check   string `json:"check"`
-	Cluster string `json:"cluster,omitempty"`
-	// Where is "file#document"; Object "Kind namespace/name".
-	Where   string `json:"where,omitempty"`
-	Object  string `json:"object,omitempty"`
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
-}
-
-// analysis is analyze's result.
-type analysis struct {
-	Files    int       `json:"files"`
-	Objects  int       `json:"objects"`
-	Skipped  int       `json:"skipped"` // documents of other APIs
-	Findings []finding `json:"findings"`
-}
-
-func (a *analysis) count(sev string) int {
-	n := 0
-	for _, f := range a.Findings {
-		if f.Severity == sev {
-			n++
-		}
-	}
-	return n
-}
 
 // localCluster names the cluster of analyze's positional inputs.
 const localCluster = "local"
-
-// clusterInput is the config analyze read for one cluster.
-type clusterInput struct {
-	name    string
-	objects []*meshconfig.Object
-	// services are the hostnames of the Kubernetes Services among the
-	// inputs.
-	services []string
-}
 
 func newAnalyzeCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
@@ -124,18 +71,18 @@ usage errors.`,
 			if err := meshconfig.CheckDomainSuffix(suffix); err != nil {
 				return usageErr("%s: --domain-suffix %q: %v", cmd.CommandPath(), suffix, err)
 			}
-			an := &analysis{Findings: []finding{}}
-			var read []clusterInput
+			an := analyze.New()
+			var read []*analyze.Cluster
 			for _, name := range order {
-				ci := clusterInput{name: name}
+				ci := &analyze.Cluster{Name: name}
 				for _, p := range inputs[name] {
-					if err := an.readPath(&ci, p, cmd.InOrStdin(), suffix); err != nil {
+					if err := an.ReadPath(ci, p, cmd.InOrStdin(), suffix); err != nil {
 						return err
 					}
 				}
 				read = append(read, ci)
 			}
-			an.crossChecks(meshName, suffix, read)
+			an.CrossChecks(meshName, suffix, read)
 			if output != "table" {
 				if err := writeData(stdout, output, an); err != nil {
 					return err
@@ -143,7 +90,7 @@ usage errors.`,
 			} else if err := writeAnalysis(stdout, an); err != nil {
 				return err
 			}
-			errs, warns := an.count(sevError), an.count(sevWarning)
+			errs, warns := an.Count(analyze.SevError), an.Count(analyze.SevWarning)
 			fmt.Fprintf(stderr, "analyzed %d objects in %d files (%d other documents skipped): %d errors, %d warnings\n",
 				an.Objects, an.Files, an.Skipped, errs, warns)
 			if errs > 0 || (failOnWarning && warns > 0) {
@@ -161,185 +108,7 @@ usage errors.`,
 	return cmd
 }
 
-// readPath reads a file, a directory (its .yaml, .yml and .json files,
-// recursively, in name order) or "-" into ci.
-func (a *analysis) readPath(ci *clusterInput, path string, stdin io.Reader, suffix string) error {
-	if path == "-" {
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			return fmt.Errorf("standard input: %w", err)
-		}
-		a.readDocuments(ci, b, "<stdin>", suffix)
-		return nil
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		a.readDocuments(ci, b, path, suffix)
-		return nil
-	}
-	var files []string
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && slices.Contains([]string{".yaml", ".yml", ".json"}, strings.ToLower(filepath.Ext(p))) {
-			files = append(files, p)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		a.readDocuments(ci, b, f, suffix)
-	}
-	return nil
-}
-
-// readDocuments decodes and validates one file's documents with the
-// spoke's and hub's validator (meshconfig.DecodeYAML).
-func (a *analysis) readDocuments(ci *clusterInput, data []byte, origin, suffix string) {
-	a.Files++
-	objs, errs := meshconfig.DecodeYAML(data, origin)
-	a.Objects += len(objs)
-	ci.objects = append(ci.objects, objs...)
-	for _, e := range errs {
-		if e.Foreign {
-			a.Skipped++
-			if e.Kind == "Service" && e.Name != "" {
-				ns := e.Namespace
-				if ns == "" {
-					ns = meshconfig.DefaultNamespace
-				}
-				ci.services = append(ci.services, e.Name+"."+ns+".svc."+suffix)
-			}
-			continue
-		}
-		a.Findings = append(a.Findings, finding{
-			Severity: sevError, Check: "validation", Cluster: ci.name,
-			Where: fmt.Sprintf("%s#%d", e.Origin, e.Index), Object: objectName(e.Kind, e.Namespace, e.Name),
-			Field: e.Field, Message: e.Reason,
-		})
-	}
-}
-
-func objectName(kind, namespace, name string) string {
-	switch {
-	case kind == "" && name == "":
-		return ""
-	case namespace == "":
-		return strings.TrimSpace(kind + " " + name)
-	}
-	return kind + " " + meshconfig.Key(namespace, name)
-}
-
-// crossChecks runs the checks that look at several objects: subsets,
-// DestinationRule hosts, the hub's merge of the clusters (conflicts and
-// ignored rules).
-func (a *analysis) crossChecks(meshName, suffix string, clusters []clusterInput) {
-	var (
-		all   []*meshconfig.Object
-		input []mesh.ClusterInput
-		where = map[*meshconfig.Object]string{}
-	)
-	for _, c := range clusters {
-		all = append(all, c.objects...)
-		input = append(input, mesh.ClusterInput{Name: c.name, Connected: true, Synced: true, DomainSuffix: suffix, Objects: c.objects})
-		for _, o := range c.objects {
-			where[o] = c.name
-		}
-	}
-	snap := mesh.Build(meshName, input)
-
-	// Routes to subsets: against every DestinationRule of the mesh, as
-	// the hub merges them (meshconfig.Warnings, the admission webhook's
-	// check, with every cluster's rules).
-	drs := meshconfig.IndexDestinationRules(all, suffix)
-	for _, o := range all {
-		for _, w := range meshconfig.Warnings(o, drs) {
-			a.Findings = append(a.Findings, finding{Severity: sevError, Check: "subset", Cluster: where[o], Where: o.Origin,
-				Object: o.Ref().String(), Field: w.Field, Message: strings.ReplaceAll(w.Reason, "in this cluster", "among the inputs")})
-		}
-	}
-
-	// DestinationRules for hosts nothing defines.
-	known := map[string]bool{}
-	for h := range snap.Services {
-		known[h] = true
-	}
-	for _, c := range clusters {
-		for _, h := range c.services {
-			known[h] = true
-		}
-	}
-	for _, o := range all {
-		dr, ok := o.Spec.(*networkingv1alpha3.DestinationRule)
-		if !ok || strings.Contains(dr.GetHost(), "*") {
-			continue
-		}
-		host := meshconfig.ResolveHost(dr.GetHost(), o.Namespace, suffix)
-		if !known[host] {
-			a.Findings = append(a.Findings, finding{Severity: sevWarning, Check: "host", Cluster: where[o], Where: o.Origin,
-				Object: o.Ref().String(), Field: "spec.host",
-				Message: fmt.Sprintf("no Service or ServiceEntry among the inputs defines host %s (it may be a Service of a cluster)", host)})
-		}
-	}
-
-	// The hub's merge: conflicts across clusters, and rules it ignores.
-	origins := func(cluster, kind, key string) string {
-		for _, c := range clusters {
-			if c.name != cluster {
-				continue
-			}
-			for _, o := range c.objects {
-				if o.Kind.Kind == kind && o.Key() == key {
-					return o.Origin
-				}
-			}
-		}
-		return ""
-	}
-	for _, c := range snap.Conflicts {
-		a.Findings = append(a.Findings, finding{Severity: sevError, Check: "conflict", Cluster: c.LoserCluster,
-			Where: origins(c.LoserCluster, c.Kind, c.Key), Object: c.Kind + " " + c.Key,
-			Message: fmt.Sprintf("also defined in cluster %s (%s), differently: the hub uses %s's and ignores this one (%s)",
-				c.WinnerCluster, origins(c.WinnerCluster, c.Kind, c.Key), c.WinnerCluster, c.Reason)})
-	}
-	byRef := map[string]*meshconfig.Object{} // as mesh.Config.Ref names them
-	for _, c := range clusters {
-		for _, o := range c.objects {
-			byRef[c.name+":"+o.Ref().String()] = o
-		}
-	}
-	for _, p := range snap.Problems {
-		f := finding{Severity: sevError, Check: "merge", Object: p.Resource, Field: p.Field, Message: p.Reason}
-		if o := byRef[p.Resource]; o != nil {
-			f.Cluster, f.Where, f.Object = where[o], o.Origin, o.Ref().String()
-		}
-		a.Findings = append(a.Findings, f)
-	}
-	sort.SliceStable(a.Findings, func(i, j int) bool {
-		x, y := a.Findings[i], a.Findings[j]
-		if x.Severity != y.Severity {
-			return x.Severity == sevError
-		}
-		return x.Where < y.Where
-	})
-}
-
-func writeAnalysis(out io.Writer, a *analysis) error {
+func writeAnalysis(out io.Writer, a *analyze.Analysis) error {
 	if len(a.Findings) == 0 {
 		return nil
 	}

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/navemesh/nave/cmd/navectl/analyze"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -55,11 +56,11 @@ func TestAnalyzeFindsKnownProblems(t *testing.T) {
 	golden(t, "analyze-problems.txt", r.stdout)
 
 	r = navectlRun(t, "analyze", "-o", "json", "testdata/analyze/problems/routes.yaml", "testdata/analyze/problems/rules.yaml")
-	var a analysis
+	var a analyze.Analysis
 	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil {
 		t.Fatalf("analyze -o json: %v\n%s", err, r.stdout)
 	}
-	checks := map[string]finding{}
+	checks := map[string]analyze.Finding{}
 	for _, f := range a.Findings {
 		checks[f.Check+" "+f.Object] = f
 	}
@@ -134,28 +135,4 @@ func TestAnalyzeUsage(t *testing.T) {
 			t.Errorf("navectl %v: exit %d, stdout %q, stderr %q; want exit %d mentioning %q", c.args, r.code, r.stdout, r.stderr, c.code, c.want)
 		}
 	}
-}
-
-// FuzzAnalyze runs every check on arbitrary input: none may panic, and
-// every finding names its check and says why.
-func FuzzAnalyze(f *testing.F) {
-	for _, p := range []string{"testdata/analyze/clean/app.yaml", "testdata/analyze/problems/routes.yaml", "testdata/analyze/problems/rules.yaml"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		a := &analysis{}
-		c1, c2 := clusterInput{name: "a"}, clusterInput{name: "b"}
-		a.readDocuments(&c1, data, "in.yaml", "cluster.local")
-		a.readDocuments(&c2, bytes.ReplaceAll(data, []byte("v1"), []byte("v2")), "in.yaml", "cluster.local")
-		a.crossChecks("m", "cluster.local", []clusterInput{c1, c2})
-		for _, f := range a.Findings {
-			if f.Check == "" || f.Message == "" || (f.Severity != sevError && f.Severity != sevWarning) {
-				t.Fatalf("finding without check, severity or message: %+v", f)
-			}
-		}
-	})
 }

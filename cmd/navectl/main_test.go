@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,10 +34,6 @@ import (
 var navectl string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
-		os.Exit(m.Run()) // a fuzzing worker runs only the fuzz target, in process
-	}
 	dir, err := os.MkdirTemp("", "navectl-test")
 	if err != nil {
 		panic(err)
