@@ -39,6 +39,23 @@ func navectlExit(t *testing.T, args ...string) (code int, stdout, stderr string)
 	return 0, out.String(), errb.String()
 }
 
+// waitOneMesh waits until the hub holds one mesh merged from n clusters.
+func waitOneMesh(t *testing.T, h *hub, n int) {
+	t.Helper()
+	harness.Eventually(t, 20*time.Second, func() error {
+		var meshes []struct {
+			Clusters []mesh.ClusterState `json:"clusters"`
+		}
+		if err := harness.GetJSON(h.url("/debug/meshes"), &meshes); err != nil {
+			return err
+		}
+		if len(meshes) != 1 || len(meshes[0].Clusters) != n {
+			return fmt.Errorf("meshes %+v, want one with %d clusters", meshes, n)
+		}
+		return nil
+	})
+}
+
 // recvType reads the stream until a response of typeURL, ACKing what else
 // arrives as Envoy does.
 func (c *adsClient) recvType(t *testing.T, typeURL string) *discoveryv3.DiscoveryResponse {
@@ -69,18 +86,7 @@ func TestNavectlReadsTheHub(t *testing.T) {
 	writeFile(t, filepath.Join(dir2, "reviews.yaml"), reviewsYAML("2026-01-01T00:00:00Z", "v2"))
 	newSpoke(t, h, "c1", dir1)
 	s2 := newSpoke(t, h, "c2", dir2)
-	harness.Eventually(t, 20*time.Second, func() error {
-		var meshes []struct {
-			Clusters []mesh.ClusterState `json:"clusters"`
-		}
-		if err := harness.GetJSON(h.url("/debug/meshes"), &meshes); err != nil {
-			return err
-		}
-		if len(meshes) != 1 || len(meshes[0].Clusters) != 2 {
-			return fmt.Errorf("meshes %+v, want one with two clusters", meshes)
-		}
-		return nil
-	})
+	waitOneMesh(t, h, 2)
 
 	const node = "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local"
 	p := dialADS(t, h, node)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,14 +79,7 @@ part of one), it prints that proxy's types in detail, NACK reasons included.`,
 				}
 				conns = []ads.ConnStatus{c}
 			}
-			out := make([]proxyStatus, len(conns))
-			for i, c := range conns {
-				out[i] = proxyStatus{ConnStatus: c, States: map[string]string{}}
-				for _, t := range proxyTypes {
-					ts, ok := c.Types[t.short]
-					out[i].States[t.short] = syncState(ts, ok)
-				}
-			}
+			out := proxyStatuses(conns)
 			switch {
 			case af.output != "table":
 				return writeData(stdout, af.output, out)
@@ -101,36 +93,27 @@ part of one), it prints that proxy's types in detail, NACK reasons included.`,
 	return cmd
 }
 
-// findProxy picks the proxy name names, as the hub's /debug/config does:
-// a connection ID, a node ID, or a part of exactly one node ID.
+// findProxy picks the proxy name names, as the hub's /debug/config does
+// (ads.FindProxy).
 func findProxy(conns []ads.ConnStatus, name string) (ads.ConnStatus, error) {
-	var byNode, byPart []ads.ConnStatus
-	for _, c := range conns {
-		switch {
-		case c.ID == name:
-			return c, nil
-		case c.NodeID == name:
-			byNode = append(byNode, c)
-		case strings.Contains(c.NodeID, name):
-			byPart = append(byPart, c)
+	i, err := ads.FindProxy(name, len(conns), func(i int) (string, string) { return conns[i].ID, conns[i].NodeID })
+	if err != nil {
+		return ads.ConnStatus{}, fmt.Errorf("%w (see navectl proxy-status)", err)
+	}
+	return conns[i], nil
+}
+
+// proxyStatuses adds each proxy's sync state per type.
+func proxyStatuses(conns []ads.ConnStatus) []proxyStatus {
+	out := make([]proxyStatus, len(conns))
+	for i, c := range conns {
+		out[i] = proxyStatus{ConnStatus: c, States: map[string]string{}}
+		for _, t := range proxyTypes {
+			ts, ok := c.Types[t.short]
+			out[i].States[t.short] = syncState(ts, ok)
 		}
 	}
-	matches := byNode
-	if len(matches) == 0 {
-		matches = byPart
-	}
-	switch len(matches) {
-	case 0:
-		return ads.ConnStatus{}, fmt.Errorf("no connected proxy named %q (see navectl proxy-status)", name)
-	case 1:
-		return matches[0], nil
-	}
-	ids := make([]string, len(matches))
-	for i, c := range matches {
-		ids[i] = c.ID
-	}
-	sort.Strings(ids)
-	return ads.ConnStatus{}, fmt.Errorf("%q names %d connected proxies (%s): give a connection ID", name, len(ids), strings.Join(ids, ", "))
+	return out
 }
 
 func writeProxyStatus(out io.Writer, ps []proxyStatus) error {

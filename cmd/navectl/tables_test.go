@@ -70,14 +70,7 @@ func TestProxyStatusTables(t *testing.T) {
 		{ID: "grpc-client-2", NodeID: "grpc-client", Mesh: "acme", ProxyType: "grpc", Delta: true, ConnectedAt: ago(90 * time.Second), Types: map[string]ads.TypeStatus{
 			"Listener": sent("3"), "RouteConfiguration": sent("3"), "Cluster": sent("3"), "ClusterLoadAssignment": sent("3")}},
 	}
-	ps := make([]proxyStatus, len(conns))
-	for i, c := range conns {
-		ps[i] = proxyStatus{ConnStatus: c, States: map[string]string{}}
-		for _, tp := range proxyTypes {
-			ts, ok := c.Types[tp.short]
-			ps[i].States[tp.short] = syncState(ts, ok)
-		}
-	}
+	ps := proxyStatuses(conns)
 	var b bytes.Buffer
 	if err := writeProxyStatus(&b, ps); err != nil {
 		t.Fatal(err)

@@ -91,18 +91,34 @@ func (s *Server) ProxyConfig(name string, visible func(mesh string) bool, types 
 func (s *Server) find(name string, visible func(mesh string) bool) (*conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := func(c *conn) bool { return visible == nil || visible(c.mesh) }
-	if c := s.conns[name]; c != nil && seen(c) {
-		return c, nil
-	}
-	var byNode, byPart []*conn
+	var conns []*conn
 	for _, c := range s.conns {
+		if visible == nil || visible(c.mesh) {
+			conns = append(conns, c)
+		}
+	}
+	i, err := FindProxy(name, len(conns), func(i int) (string, string) { return conns[i].id, conns[i].nodeID })
+	if err != nil {
+		return nil, err
+	}
+	return conns[i], nil
+}
+
+// FindProxy picks the proxy name names among n proxies, the i-th of which
+// has connection ID and node ID ids(i): the one with that connection ID,
+// else the one with that node ID, else the one whose node ID contains name.
+// None is ErrNoProxy; several are an error listing their connection IDs.
+func FindProxy(name string, n int, ids func(i int) (id, nodeID string)) (int, error) {
+	var byNode, byPart []int
+	for i := range n {
+		id, node := ids(i)
 		switch {
-		case !seen(c):
-		case c.nodeID == name:
-			byNode = append(byNode, c)
-		case name != "" && strings.Contains(c.nodeID, name):
-			byPart = append(byPart, c)
+		case id == name:
+			return i, nil
+		case node == name:
+			byNode = append(byNode, i)
+		case name != "" && strings.Contains(node, name):
+			byPart = append(byPart, i)
 		}
 	}
 	matches := byNode
@@ -111,16 +127,16 @@ func (s *Server) find(name string, visible func(mesh string) bool) (*conn, error
 	}
 	switch len(matches) {
 	case 0:
-		return nil, fmt.Errorf("%w named %q", ErrNoProxy, name)
+		return -1, fmt.Errorf("%w named %q", ErrNoProxy, name)
 	case 1:
 		return matches[0], nil
 	}
-	ids := make([]string, len(matches))
-	for i, c := range matches {
-		ids[i] = c.id
+	names := make([]string, len(matches))
+	for k, i := range matches {
+		names[k], _ = ids(i)
 	}
-	sort.Strings(ids)
-	return nil, fmt.Errorf("%q names %d connected proxies (%s): give a connection ID", name, len(ids), strings.Join(ids, ", "))
+	sort.Strings(names)
+	return -1, fmt.Errorf("%q names %d connected proxies (%s): give a connection ID", name, len(names), strings.Join(names, ", "))
 }
 
 // anyJSON renders a resource as protojson; its type must be linked in
