@@ -133,6 +133,11 @@ func TestNavectlReadsTheHub(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "test refuses listeners") || !strings.Contains(out, "Node:       "+node) {
 			t.Errorf("proxy-status web-1.shop: exit %d; want the NACK reason:\n%s", code, out)
 		}
+		// Shell completion offers the connected proxies.
+		code, out, _ = navectlExit(t, "__complete", "proxy-config", admin, "clusters", "side")
+		if code != 0 || !strings.Contains(out, got[0].ID+"\tdefault sidecar") {
+			t.Errorf("completion of proxy-config clusters side: exit %d:\n%s", code, out)
+		}
 		code, _, stderr := navectlExit(t, "proxy-status", "nobody", admin)
 		if code != 1 || !strings.Contains(stderr, `no connected proxy named "nobody"`) {
 			t.Errorf("proxy-status nobody: exit %d, %s", code, stderr)

@@ -14,14 +14,20 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/navemesh/nave/xds/ads"
 )
 
 // defaultHubAdmin is the hub's admin.listen default.
 const defaultHubAdmin = "http://127.0.0.1:15014"
 
 // errNotServed is returned by hubClient.get for a debug view the hub does
-// not have (an older hub, or a feature it lacks).
-var errNotServed = errors.New("not served by this hub")
+// not have (an older hub, or a feature it lacks); errForbidden for one the
+// operator may not read (a vendor-only view asked by a tenant's operator).
+var (
+	errNotServed = errors.New("not served by this hub")
+	errForbidden = errors.New("not for this operator")
+)
 
 // hubClient reads a hub's admin debug views. Safe for concurrent use.
 type hubClient struct {
@@ -107,6 +113,9 @@ func (h *hubClient) get(ctx context.Context, path string, query url.Values, v an
 			if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error, "no debug view") {
 				return fmt.Errorf("%s: %w", path, errNotServed)
 			}
+			if resp.StatusCode == http.StatusForbidden {
+				return fmt.Errorf("hub admin %s: %s: %w", path, e.Error, errForbidden)
+			}
 			return fmt.Errorf("hub admin %s: %s", path, e.Error)
 		}
 		if resp.StatusCode == http.StatusNotFound {
@@ -156,4 +165,25 @@ func age(now, t time.Time) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// completeProxies completes a proxy argument with the connection IDs of
+// the proxies the hub has connected (shell completion; errors complete
+// nothing).
+func (a *adminFlags) completeProxies(cmd *cobra.Command, toComplete string) ([]string, cobra.ShellCompDirective) {
+	h, err := a.client(cmd)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var conns []ads.ConnStatus
+	if err := h.get(cmd.Context(), "/debug/syncz", nil, &conns); err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, c := range conns {
+		if strings.HasPrefix(c.ID, toComplete) {
+			out = append(out, c.ID+"\t"+c.Mesh+" "+c.ProxyType)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }

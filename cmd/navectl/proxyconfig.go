@@ -49,9 +49,12 @@ its mesh's current push context: clusters, listeners, routes, endpoints, or secr
 (the workload certificate last minted for the proxy and its mesh's roots; private keys
 are never shown). -o json and -o yaml print the resources in full (protojson).`,
 		Example: "  navectl proxy-config clusters reviews-v1-7d9f.bookinfo\n  navectl proxy-config routes sidecar~10.1.2.3~reviews-v1.bookinfo~bookinfo.svc.cluster.local -o yaml",
-		ValidArgsFunction: func(_ *cobra.Command, given []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(given) == 0 {
+		ValidArgsFunction: func(cmd *cobra.Command, given []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			switch len(given) {
+			case 0:
 				return args, cobra.ShellCompDirectiveNoFileComp
+			case 1:
+				return af.completeProxies(cmd, toComplete)
 			}
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},

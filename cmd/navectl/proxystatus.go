@@ -63,6 +63,12 @@ proxy refused the last version sent). With PROXY (a connection ID, a node ID or 
 part of one), it prints that proxy's types in detail, NACK reasons included.`,
 		Example: "  navectl proxy-status\n  navectl proxy-status reviews-v1-7d9f.bookinfo -o json",
 		Args:    rangeArgs(0, 1, "at most one PROXY"),
+		ValidArgsFunction: func(cmd *cobra.Command, given []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(given) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return af.completeProxies(cmd, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			h, err := af.client(cmd)
 			if err != nil {

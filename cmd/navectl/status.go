@@ -96,7 +96,7 @@ the hub reports them.`,
 			rep := buildStatus(meshes, spokes)
 			var replicas any
 			switch err := h.get(cmd.Context(), "/debug/replicas", nil, &replicas); {
-			case errors.Is(err, errNotServed):
+			case errors.Is(err, errNotServed), errors.Is(err, errForbidden):
 			case err != nil:
 				return err
 			default:
