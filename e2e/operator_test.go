@@ -175,6 +175,14 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 		}
 	})
 
+	// An operator's certificate is nobody on the spokes and xds listeners.
+	if _, err := pushClaiming(t, dialTLS(t, addr(h.spokes), h.servingRoots(t), &vendor), "default", "c9"); err == nil {
+		t.Error("the vendor operator's certificate pushed as a spoke")
+	}
+	if _, err := adsFirst(t, dialTLS(t, addr(h.xds), h.servingRoots(t), &vendor), grpcNode("p-operator", nil)); err == nil {
+		t.Error("the vendor operator's certificate was served xDS")
+	}
+
 	// The plain admin port keeps probes and metrics, and no debug view.
 	for path, want := range map[string]int{"/healthz/ready": 200, "/metrics": 200, "/debug/spokes": 404, "/debug/pprof/": 404, "/debug/": 404} {
 		if code, _, err := get(http.DefaultClient, h.url(path)); err != nil || code != want {

@@ -140,7 +140,8 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		})
 	}
 	adm.AddReadyCheck("listeners", func() error { return nil })
-	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "tls", !sec.plaintext, "state", cfg.State.Dir)
+	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "operatorAdmin", cfg.Admin.OperatorListen,
+		"tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
 }
 
