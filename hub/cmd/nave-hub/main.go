@@ -47,7 +47,11 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 }
 
 func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
-	lis, err := listen(map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen})
+	addrs := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
+	if cfg.Admin.OperatorListen != "" {
+		addrs["admin.operatorListen"] = cfg.Admin.OperatorListen
+	}
+	lis, err := listen(addrs)
 	if err != nil {
 		return err
 	}
@@ -107,7 +111,18 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	defer cancel()
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	if op := lis["admin.operatorListen"]; op != nil {
+		// The debug views, profiles and metrics go to authenticated
+		// operators, by scope; the plain listener keeps probes and metrics.
+		tlsCfg, err := sec.operatorTLS()
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return adm.ServeHandler(gctx, op, adm.OperatorHandler(operatorScope), tlsCfg) })
+		g.Go(func() error { return adm.ServeHandler(gctx, lis["admin.listen"], adm.ProbeHandler(), nil) })
+	} else {
+		g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	}
 	if e := sec.enforcer(in, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}
@@ -125,7 +140,8 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		})
 	}
 	adm.AddReadyCheck("listeners", func() error { return nil })
-	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "tls", !sec.plaintext, "state", cfg.State.Dir)
+	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "operatorAdmin", cfg.Admin.OperatorListen,
+		"tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
 }
 
