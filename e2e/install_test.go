@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/manifests"
 )
@@ -27,7 +31,9 @@ import (
 // pod's service account (RBAC as deploy/ grants it). Both spokes enroll
 // with join tokens navectl made and become ready, their injectors serve
 // (/debug/inject: the configured proxy image, ready), and the hub holds
-// their clusters (both tenants' in the examples). So a flag, key or path the binaries no longer take,
+// their clusters (both tenants' in the examples), as its operator
+// listener shows a vendor operator certificate navectl issued, while its
+// plain admin port serves no debug views. So a flag, key or path the binaries no longer take,
 // a config that does not validate, RBAC that is missing or a probe the
 // binary does not serve fails here, not in a cluster.
 //
@@ -36,7 +42,7 @@ import (
 // written there, the join token written into the Secret's), every other
 // absolute path in the config file or args goes under a temp dir standing
 // for the read-only root file system (which must stay empty), every
-// *.listen address becomes a free loopback port, the in-cluster
+// *.listen and *.*Listen address becomes a free loopback port, the in-cluster
 // credentials are a kubeconfig in $KUBECONFIG; for the spokes hub.address
 // becomes the hub's loopback spokes port with the name it dialled kept as
 // hub.serverName (so the hub's tls.hosts must hold it), and hub.caHash the
@@ -73,7 +79,10 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 
 	hubC := container(t, objs[hubDir], "nave-hub")
 	hubKubeconfig := saKubeconfig(t, k, hubC)
-	hubProc := launchContainer(t, "nave-hub", hubC, hubKubeconfig, nil, nil)
+	var hubHosts []any
+	hubProc := launchContainer(t, "nave-hub", hubC, hubKubeconfig, func(cfg map[string]any) {
+		hubHosts, _ = cfg["tls"].(map[string]any)["hosts"].([]any)
+	}, nil)
 	h := &hub{t: t, admin: hubProc.port(t, "admin.listen"), spokes: hubProc.port(t, "spokes.listen"), xds: hubProc.port(t, "xds.listen"),
 		navectlState: []string{"--state-store", "kubernetes", "--kubeconfig", hubKubeconfig}, proc: hubProc.Proc}
 	hubProc.waitReady(t, 30*time.Second)
@@ -131,11 +140,63 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 			return nil
 		})
 	}
+	// The hub's debug views are on its operator listener, to operator
+	// certificates: the vendor's sees every mesh's clusters.
+	if len(hubHosts) == 0 {
+		t.Fatal("the hub's config lists no tls.hosts")
+	}
+	vendor := operatorDeployed(t, h, hubProc.port(t, "admin.operatorListen"), hubHosts[0].(string), "--vendor", "--name", "ops")
 	for _, id := range ids {
-		h.waitSynced(t, id)
+		harness.Eventually(t, 30*time.Second, func() error {
+			var list []ingest.ClusterStatus
+			if err := json.Unmarshal([]byte(vendor("/debug/spokes")), &list); err != nil {
+				return err
+			}
+			for _, c := range list {
+				if c.ClusterIdentity.String() == id && c.Connected && c.Synced {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s not connected and synced: %+v", id, list)
+		})
+	}
+	if code, _, err := get(http.DefaultClient, h.url("/debug/spokes")); err != nil || code != http.StatusNotFound {
+		t.Errorf("the plain admin port's /debug/spokes: %d %v; want 404 (debug views only on the operator listener)", code, err)
 	}
 	for _, l := range append(spokes, hubProc) {
 		l.checkRootFS(t)
+	}
+}
+
+// operatorDeployed issues an operator certificate of scope with navectl
+// on h's Secrets and returns a getter of paths of the operator listener on
+// port, which verifies the hub's certificate (CA from navectl's out dir)
+// for serverName, one of its tls.hosts. A failed request returns its
+// error text, which no JSON decodes.
+func operatorDeployed(t *testing.T, h *hub, port int, serverName string, scope ...string) func(path string) string {
+	t.Helper()
+	dir := t.TempDir()
+	mustNavectl(t, append(append([]string{"operator", "issue", "--out", dir}, h.stateFlags()...), scope...)...)
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "hub-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		t.Fatal("navectl operator issue wrote no hub-ca.pem")
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: serverName, Certificates: []tls.Certificate{cert}}}}
+	return func(path string) string {
+		code, body, err := get(c, fmt.Sprintf("https://%s%s", addr(port), path))
+		if err != nil || code != http.StatusOK {
+			return fmt.Sprintf("%s: %d %v %s", path, code, err, body)
+		}
+		return body
 	}
 }
 
@@ -281,7 +342,7 @@ func launchContainer(t *testing.T, name string, c *manifests.Container, kubeconf
 				walk(prefix+k+".", v)
 			case string:
 				switch {
-				case k == "listen" && v != "":
+				case strings.HasSuffix(strings.ToLower(k), "listen") && v != "":
 					p := harness.FreePort(t)
 					l.listen[prefix+k] = p
 					m[k] = addr(p)
