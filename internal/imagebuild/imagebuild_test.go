@@ -198,7 +198,7 @@ func extract(t *testing.T, img v1.Image) map[string]file {
 }
 
 // deploymentPorts are the containerPorts of every Deployment that deploy/hub and deploy/spoke
-// render, by Deployment name.
+// render, by Deployment name; each Deployment must run as the images' user.
 func deploymentPorts(t *testing.T, root string) map[string][]int {
 	t.Helper()
 	out := map[string][]int{}
@@ -221,6 +221,9 @@ func deploymentPorts(t *testing.T, root string) map[string][]int {
 			}
 			for _, p := range c.Spec.Ports {
 				out[o.GetName()] = append(out[o.GetName()], int(p.ContainerPort))
+			}
+			if sc := c.Pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != User || sc.RunAsGroup == nil || *sc.RunAsGroup != User {
+				t.Errorf("Deployment %s in deploy/%s does not run as %d:%d, the images' user", o.GetName(), d, User, User)
 			}
 		}
 	}
