@@ -33,6 +33,8 @@ type Config struct {
 	State  State          `key:"state" help:"where the hub keeps what must survive a restart"`
 	TLS    TLS            `key:"tls" help:"transport security of the spokes and xds listeners"`
 	CA     CA             `key:"ca" help:"the per-mesh certificate authorities (the tenants) and spoke enrollment"`
+	// Replicas makes the hub one of a set of replicas (docs/replicas.md).
+	Replicas Replicas `key:"replicas" help:"running the hub as a set of replicas that each serve every proxy (docs/replicas.md); off unless replicas.join is set"`
 }
 
 // Validate checks what spans sections: with tls.plaintext a proxy whose
@@ -279,6 +281,57 @@ func (p *Push) Validate() error {
 	}
 	if p.DebounceMax < p.DebounceQuiet {
 		return settings.Invalid("debounceMax", "must be at least debounceQuiet (%s), got %s", p.DebounceQuiet, p.DebounceMax)
+	}
+	return nil
+}
+
+// Replicas configures the hub as one of a set of replicas.
+type Replicas struct {
+	ID               string        `key:"id" help:"this replica's id, a DNS label unique in the set (a StatefulSet pod's name fits); empty: the host name"`
+	Join             []string      `key:"join" help:"replicas to join: host:port or host (then bindPort), a host being an IP address or a DNS name whose every address is tried, such as a headless Service's; listing this replica too is fine. Empty: a single hub, no replicas"`
+	BindAddress      string        `key:"bindAddress" default:"0.0.0.0" help:"address gossip (memberlist, TCP and UDP) listens on"`
+	BindPort         int           `key:"bindPort" default:"7946" help:"port gossip listens on (TCP and UDP)"`
+	AdvertiseAddress string        `key:"advertiseAddress" help:"address peers reach this replica's gossip and relay at; empty: bindAddress, or a private address of the host when that is 0.0.0.0"`
+	RelayListen      string        `key:"relayListen" default:"0.0.0.0:15016" help:"host:port of the relay listener: peers relay their spokes' state here (mTLS, replica certificates of the hub's serving CA)"`
+	KeyringFile      string        `key:"keyringFile" help:"file of the gossip keyring (a mounted Secret): one base64 AES key of 16, 24 or 32 bytes per line, the first used to encrypt; make one with: head -c 32 /dev/urandom | base64. A member without the key cannot join"`
+	InsecureGossip   bool          `key:"insecureGossip" default:"false" help:"INSECURE, for tests only: gossip in the clear without replicas.keyringFile; anyone who reaches the gossip port can join"`
+	ReadyTimeout     time.Duration `key:"readyTimeout" default:"60s" help:"a new replica reports ready once it holds the relayed state of every cluster its peers hold, or after this long"`
+	RejoinInterval   time.Duration `key:"rejoinInterval" default:"10s" help:"how often the replicas in join are joined again, so that a replica that started first or was cut off finds the others"`
+}
+
+// Enabled reports whether the hub runs as a replica.
+func (r *Replicas) Enabled() bool { return len(r.Join) > 0 }
+
+// Validate checks the id, the addresses, the keyring and the timeouts.
+func (r *Replicas) Validate() error {
+	if !r.Enabled() {
+		return nil
+	}
+	if r.ID != "" {
+		if errs := validation.IsDNS1123Label(r.ID); len(errs) > 0 {
+			return settings.Invalid("id", "%q is not a DNS label: %s", r.ID, strings.Join(errs, "; "))
+		}
+	}
+	if net.ParseIP(r.BindAddress) == nil {
+		return settings.Invalid("bindAddress", "%q is not an IP address", r.BindAddress)
+	}
+	if r.AdvertiseAddress != "" && net.ParseIP(r.AdvertiseAddress) == nil {
+		return settings.Invalid("advertiseAddress", "%q is not an IP address", r.AdvertiseAddress)
+	}
+	if r.BindPort < 1 || r.BindPort > 65535 {
+		return settings.Invalid("bindPort", "must be a port (1-65535), got %d", r.BindPort)
+	}
+	if err := settings.CheckHostPort("relayListen", r.RelayListen); err != nil {
+		return err
+	}
+	if r.KeyringFile == "" && !r.InsecureGossip {
+		return settings.Invalid("keyringFile", "replicas.join is set: name the gossip keyring file (or, for tests only, set replicas.insecureGossip)")
+	}
+	if r.ReadyTimeout <= 0 {
+		return settings.Invalid("readyTimeout", "must be greater than 0, got %s", r.ReadyTimeout)
+	}
+	if r.RejoinInterval <= 0 {
+		return settings.Invalid("rejoinInterval", "must be greater than 0, got %s", r.RejoinInterval)
 	}
 	return nil
 }

@@ -47,11 +47,19 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 }
 
 func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
-	lis, err := listen(map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen})
+	reg := admin.NewRegistry()
+	rep, err := newReplicas(cfg, reg)
 	if err != nil {
 		return err
 	}
-	reg := admin.NewRegistry()
+	keys := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
+	if rep != nil {
+		keys["replicas.relayListen"] = cfg.Replicas.RelayListen
+	}
+	lis, err := listen(keys)
+	if err != nil {
+		return err
+	}
 	adm := admin.New(log, reg)
 	sec, err := newSecurity(ctx, cfg, log, reg)
 	if err != nil {
@@ -62,7 +70,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 
 	var pc *pushctx.Publisher
-	in := ingest.New(sec.spokeAuthenticator(), ingest.Options{
+	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
@@ -70,7 +78,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh) },
 		Logger:           log.With("component", "ingest"),
 		Registerer:       reg,
-	})
+	}))
 	var resources *cache.Cache
 	pc = pushctx.New(in, pushctx.Options{
 		DebounceQuiet: cfg.Push.DebounceQuiet,
@@ -107,7 +115,6 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	defer cancel()
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
 	if e := sec.enforcer(in, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}
@@ -124,6 +131,15 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 			return nil
 		})
 	}
+	if rep != nil {
+		if err := rep.start(gctx, cfg, sec, in, xds, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
+			cancel()
+			_ = g.Wait()
+			return err
+		}
+	}
+	// Served once every ready check is in place.
+	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
 	adm.AddReadyCheck("listeners", func() error { return nil })
 	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
