@@ -1,0 +1,345 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+)
+
+// tcpProxy is a loopback TCP proxy the test controls: each connection goes
+// to the first of its backends that accepts, as a Service address in front
+// of the hub replicas would send it. A spoke's hub.address takes one
+// address, so a spoke reaches the replicas through one of these.
+type tcpProxy struct {
+	lis      net.Listener
+	mu       sync.Mutex
+	backends []string
+	conns    map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, backends ...string) *tcpProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{lis: lis, backends: backends, conns: map[net.Conn]bool{}}
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.lis.Addr().String() }
+func (p *tcpProxy) port() int    { return p.lis.Addr().(*net.TCPAddr).Port }
+
+func (p *tcpProxy) close() {
+	p.lis.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+func (p *tcpProxy) track(c net.Conn, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on {
+		p.conns[c] = true
+	} else {
+		delete(p.conns, c)
+	}
+}
+
+func (p *tcpProxy) serve() {
+	for {
+		in, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			p.mu.Lock()
+			backends := append([]string(nil), p.backends...)
+			p.mu.Unlock()
+			var out net.Conn
+			for _, b := range backends {
+				if out, err = net.DialTimeout("tcp", b, time.Second); err == nil {
+					break
+				}
+			}
+			if out == nil {
+				in.Close()
+				return
+			}
+			p.track(in, true)
+			p.track(out, true)
+			done := make(chan struct{}, 2)
+			pipe := func(dst, src net.Conn) {
+				_, _ = io.Copy(dst, src)
+				done <- struct{}{}
+			}
+			go pipe(out, in)
+			go pipe(in, out)
+			<-done
+			in.Close()
+			out.Close()
+			p.track(in, false)
+			p.track(out, false)
+		}()
+	}
+}
+
+// replicaSet is n nave-hub replicas sharing one state dir (state.store dir
+// on one machine; on Kubernetes, Secrets) and one gossip key.
+type replicaSet struct {
+	hubs   []*hub
+	gossip []int
+	relay  []int
+	key    string
+}
+
+func newReplicaSet(t *testing.T, n int, extra ...string) *replicaSet {
+	t.Helper()
+	rs := &replicaSet{key: filepath.Join(t.TempDir(), "gossip.key")}
+	if err := os.WriteFile(rs.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	var join []string
+	for range n {
+		rs.gossip = append(rs.gossip, harness.FreePort(t))
+		rs.relay = append(rs.relay, harness.FreePort(t))
+		join = append(join, addr(rs.gossip[len(rs.gossip)-1]))
+	}
+	for i := range n {
+		h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: state,
+			extraArgs: append([]string{"--replicas.id", fmt.Sprintf("hub-%d", i), "--replicas.join", strings.Join(join, ","),
+				"--replicas.bind-address", "127.0.0.1", "--replicas.bind-port", strconv.Itoa(rs.gossip[i]),
+				"--replicas.relay-listen", addr(rs.relay[i]), "--replicas.keyring-file", rs.key}, extra...)}
+		rs.hubs = append(rs.hubs, h)
+	}
+	for _, h := range rs.hubs {
+		h.start() // one after the other: the first creates the CAs
+	}
+	return rs
+}
+
+// replicasView is a replica's /debug/replicas.
+type replicasView struct {
+	Self    string           `json:"self"`
+	Leader  string           `json:"leader"`
+	Members []replica.Member `json:"members"`
+	Relays  []replica.RelayStatus
+}
+
+func (h *hub) replicas(t *testing.T) replicasView {
+	t.Helper()
+	var v replicasView
+	if err := harness.GetJSON(h.url("/debug/replicas"), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func (v replicasView) ids() string {
+	var out []string
+	for _, m := range v.Members {
+		out = append(out, m.ID)
+	}
+	return strings.Join(out, ",")
+}
+
+// waitMembers waits until h sees exactly ids (self first, then sorted).
+func (h *hub) waitMembers(t *testing.T, ids string) {
+	t.Helper()
+	harness.Eventually(t, 30*time.Second, func() error {
+		if got := h.replicas(t).ids(); got != ids {
+			return fmt.Errorf("members %s, want %s", got, ids)
+		}
+		return nil
+	})
+}
+
+// waitOwned waits until h holds id connected and synced from its own
+// spoke, and returns when that was seen.
+func (h *hub) waitOwned(t *testing.T, id, self string) ingest.ClusterStatus {
+	t.Helper()
+	var st ingest.ClusterStatus
+	harness.Eventually(t, 60*time.Second, func() error {
+		var list []ingest.ClusterStatus
+		if err := harness.GetJSON(h.url("/debug/spokes"), &list); err != nil {
+			return err
+		}
+		for _, c := range list {
+			if c.ClusterIdentity.String() == id && c.Connected && c.Synced && !c.Relayed && c.Owner == self {
+				st = c
+				return nil
+			}
+		}
+		return fmt.Errorf("%s does not own %s yet", self, id)
+	})
+	return st
+}
+
+// TestReplicaFailoverDeletesNothing runs three hub replicas and two
+// enrolled file spokes, each spoke behind a loopback proxy that sends it
+// to the first replica that accepts, and a delta ADS client on each
+// replica that records every removal it is sent. SIGKILL of the replica
+// that owns a spoke: the spoke re-homes to the next replica (the time is
+// logged), the clients of the surviving replicas receive no removal, and
+// the dead replica's client, reconnecting to a survivor, holds the full
+// set and receives no removal either. Then a member without the gossip key
+// does not join, and the relay refuses a certificate that is not a
+// replica's.
+func TestReplicaFailoverDeletesNothing(t *testing.T) {
+	const hostA, hostB = "svc-a.demo.svc.cluster.local", "svc-b.demo.svc.cluster.local"
+	rs := newReplicaSet(t, 3)
+	h0, h1, h2 := rs.hubs[0], rs.hubs[1], rs.hubs[2]
+	for _, h := range rs.hubs {
+		h.waitMembers(t, map[*hub]string{h0: "hub-0,hub-1,hub-2", h1: "hub-1,hub-0,hub-2", h2: "hub-2,hub-0,hub-1"}[h])
+	}
+
+	// c1 lands on hub-0 (then hub-1), c2 on hub-1 (then hub-2).
+	p1 := startProxy(t, addr(h0.spokes), addr(h1.spokes), addr(h2.spokes))
+	p2 := startProxy(t, addr(h1.spokes), addr(h2.spokes), addr(h0.spokes))
+	via := func(p *tcpProxy) *hub { c := *h0; c.spokes = p.port(); return &c }
+	startEnrolledSpoke(t, via(p1), "spoke-c1", "", "c1", serviceEntry("svc-a", hostA, 17081), h0.token(t, "default", "c1", "1h"), t.TempDir())
+	startEnrolledSpoke(t, via(p2), "spoke-c2", "", "c2", serviceEntry("svc-b", hostB, 17082), h0.token(t, "default", "c2", "1h"), t.TempDir())
+	h0.waitOwned(t, "default/c1", "hub-0")
+	h1.waitOwned(t, "default/c2", "hub-1")
+
+	// A delta ADS client on each replica; hub-0's reaches hub-1 once hub-0 is gone.
+	roots := h0.servingRoots(t)
+	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	xdsVia := []*tcpProxy{startProxy(t, addr(h0.xds), addr(h1.xds)), startProxy(t, addr(h1.xds)), startProxy(t, addr(h2.xds))}
+	watchers := make([]*watcher, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range watchers {
+		w := &watcher{held: map[string]string{}}
+		watchers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, xdsVia[i].addr(), roots, &cert) })
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i, w := range watchers {
+		harness.Eventually(t, 60*time.Second, func() error {
+			if err := w.holds(hostA, hostB); err != nil {
+				return fmt.Errorf("client of hub-%d: %v", i, err)
+			}
+			return nil
+		})
+	}
+
+	// SIGKILL hub-0, c1's owner.
+	killed := time.Now()
+	h0.proc.Kill()
+	<-h0.proc.Done()
+	st := h1.waitOwned(t, "default/c1", "hub-1")
+	rehome := time.Since(killed)
+	h1.waitMembers(t, "hub-1,hub-2")
+	detected := time.Since(killed)
+	t.Logf("re-home: c1 owned by hub-1 %s after SIGKILL of hub-0 (epoch %s); hub-0 found dead by gossip after at most %s", rehome.Round(time.Millisecond), st.Epoch, detected.Round(time.Millisecond))
+	harness.Eventually(t, 30*time.Second, func() error {
+		view := h2.spokesView(t)
+		for _, id := range []string{"default/c1", "default/c2"} {
+			if c := view[id]; c.Owner != "hub-1" || !c.Relayed || !c.Synced || !c.Connected {
+				return fmt.Errorf("hub-2 does not hold %s relayed from hub-1: %+v", id, c)
+			}
+		}
+		return nil
+	})
+	harness.Eventually(t, 30*time.Second, func() error {
+		w := watchers[0]
+		w.mu.Lock()
+		n := w.streams
+		w.mu.Unlock()
+		if n < 2 {
+			return fmt.Errorf("hub-0's client has not been answered by another replica (%d streams)", n)
+		}
+		return w.holds(hostA, hostB)
+	})
+	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
+	for i, w := range watchers {
+		w.mu.Lock()
+		if len(w.removals) > 0 {
+			t.Errorf("the client of hub-%d received removals no spoke made: %v", i, w.removals)
+		}
+		if err := func() error { w.mu.Unlock(); defer w.mu.Lock(); return w.holds(hostA, hostB) }(); err != nil {
+			t.Errorf("client of hub-%d: %v", i, err)
+		}
+		w.mu.Unlock()
+	}
+
+	// A member without the gossip key does not join.
+	badKey := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(badKey, []byte(base64.StdEncoding.EncodeToString([]byte("another key, 32 bytes long......"))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	intruder := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: h0.state,
+		extraArgs: []string{"--replicas.id", "intruder", "--replicas.join", addr(rs.gossip[1]), "--replicas.bind-address", "127.0.0.1",
+			"--replicas.bind-port", strconv.Itoa(harness.FreePort(t)), "--replicas.relay-listen", addr(harness.FreePort(t)), "--replicas.keyring-file", badKey}}
+	intruder.start()
+	time.Sleep(3 * time.Second)
+	if got := h1.replicas(t).ids(); got != "hub-1,hub-2" {
+		t.Errorf("with a member without the key around, hub-1 sees %s", got)
+	}
+	if got := intruder.replicas(t).ids(); got != "intruder" {
+		t.Errorf("the member without the key sees %s", got)
+	}
+	intruder.proc.Stop(5 * time.Second)
+
+	// The relay takes only replicas' certificates: a workload's is refused.
+	conn, err := grpc.NewClient(addr(rs.relay[1]), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}))) //nolint:gosec // the test checks the server refuses us
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	md := metadata.Pairs(protocol.MetadataMesh, "default", protocol.MetadataCluster, "c9",
+		replica.MetadataOwner, "hub-9", replica.MetadataEpoch, ingest.Epoch{At: time.Now().UnixNano(), Replica: "hub-9"}.String())
+	rctx, rcancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), md), 10*time.Second)
+	defer rcancel()
+	err = func() error {
+		s, err := protocolv1.NewSyncClient(conn).Push(rctx)
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.SyncedTypeURL, Nonce: "1"}); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}()
+	if err == nil {
+		t.Error("the relay accepted a workload's certificate")
+	}
+	if _, ok := h1.spokesView(t)["default/c9"]; ok {
+		t.Error("a relay with a workload's certificate wrote a cluster")
+	}
+}
