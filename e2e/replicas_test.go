@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -342,4 +343,37 @@ func TestReplicaFailoverDeletesNothing(t *testing.T) {
 	if _, ok := h1.spokesView(t)["default/c9"]; ok {
 		t.Error("a relay with a workload's certificate wrote a cluster")
 	}
+	assertMetricsDocumented(t, h1.url("/metrics"))
+	for name, min := range map[string]float64{"nave_hub_replica_failovers_total": 1, "nave_hub_replica_relay_sent_bytes_total": 1,
+		"nave_hub_replica_gossip_sent_bytes_total": 1, "nave_hub_replica_relay_refused_total": 1} {
+		if v := scrape(t, h1.url("/metrics"), name); v < min {
+			t.Errorf("hub-1 %s = %g, want at least %g", name, v, min)
+		}
+	}
+}
+
+// scrape returns the sum of the samples of metric name at url.
+func scrape(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			sum += v
+		}
+	}
+	return sum
 }

@@ -28,14 +28,14 @@ const waitFor = 15 * time.Second
 // node is one hub replica's ingest, with its spokes listener and relay
 // listener on loopback (plaintext) and its Relayer.
 type node struct {
-	id        string
-	in        *ingest.Server
-	relayer   *replica.Relayer
-	spokes    string // address of the spokes listener
-	relay     string // address of the relay listener
-	cancel    context.CancelFunc
-	servers   []*grpc.Server
-	reg       *prometheus.Registry
+	id      string
+	in      *ingest.Server
+	relayer *replica.Relayer
+	spokes  string // address of the spokes listener
+	relay   string // address of the relay listener
+	cancel  context.CancelFunc
+	servers []*grpc.Server
+	reg     *prometheus.Registry
 }
 
 func listen(t *testing.T) net.Listener {

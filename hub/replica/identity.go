@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -65,14 +66,23 @@ func (i *Identity) certificate(ctx context.Context) (*tls.Certificate, error) {
 // ServerConfig is the relay listener's TLS configuration: it serves the
 // replica certificate and requires a client certificate of another
 // replica, refusing any other (a spoke's, a workload's, the hub's serving
-// certificate).
-func (i *Identity) ServerConfig() *tls.Config {
+// certificate); each refusal is counted in m (nil: nowhere) and logged on
+// log (nil: nowhere).
+func (i *Identity) ServerConfig(m *Metrics, log *slog.Logger) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return i.certificate(context.Background()) },
 		ClientAuth:     tls.RequireAnyClientCert,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			_, err := i.verify(cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
+			if err != nil {
+				if m != nil {
+					m.refused.Inc()
+				}
+				if log != nil {
+					log.Warn("relay connection refused", "reason", err)
+				}
+			}
 			return err
 		},
 	}

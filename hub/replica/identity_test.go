@@ -46,7 +46,7 @@ func TestRelayTakesOnlyReplicaCertificates(t *testing.T) {
 	}
 	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour, Replica: "a"})
 	lis := listen(t)
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(idA.ServerConfig())))
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(idA.ServerConfig(nil, nil))))
 	protocolv1.RegisterSyncServer(srv, replica.NewRelayServer(in, false, nil, nil))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

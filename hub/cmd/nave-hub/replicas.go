@@ -130,7 +130,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 		if err != nil {
 			return err
 		}
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(ident.ServerConfig())), grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout))
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(ident.ServerConfig(r.metrics, log))), grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout))
 		dial = func(peer, addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(ident.ClientConfig(peer))), kp, size)
 		}
@@ -179,8 +179,10 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 			}
 			return load
 		},
-		Holdings:     in.Holdings,
-		OnWithdrawn:  func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason string) { in.WithdrawRelayed(id, epoch, reason) },
+		Holdings: in.Holdings,
+		OnWithdrawn: func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason string) {
+			in.WithdrawRelayed(id, epoch, reason)
+		},
 		OnPeer:       func(id, addr string) { go relayer.AddPeer(id, addr) },
 		OnPeerGone:   func(id string) { go relayer.RemovePeer(id) },
 		QuorumWindow: cfg.Ingest.StaleGracePeriod,
