@@ -377,3 +377,85 @@ func scrape(t *testing.T, url, name string) float64 {
 	}
 	return sum
 }
+
+// TestReplicaRollingRestartDeletesNothing restarts three hub replicas one
+// by one (SIGTERM, start again, wait ready) while the spokes' config
+// changes: the delta ADS client on each replica (reaching the next one
+// while its own is down) receives no removal, and every change arrives at
+// every client.
+func TestReplicaRollingRestartDeletesNothing(t *testing.T) {
+	rs := newReplicaSet(t, 3)
+	hubs := rs.hubs
+	p1 := startProxy(t, addr(hubs[0].spokes), addr(hubs[1].spokes), addr(hubs[2].spokes))
+	p2 := startProxy(t, addr(hubs[1].spokes), addr(hubs[2].spokes), addr(hubs[0].spokes))
+	via := func(p *tcpProxy) *hub { c := *hubs[0]; c.spokes = p.port(); return &c }
+	hosts := map[string][]string{"c1": {"svc-a"}, "c2": {"svc-b"}}
+	config := func(cluster string) string {
+		var docs []string
+		for i, n := range hosts[cluster] {
+			docs = append(docs, serviceEntry(n, n+".demo.svc.cluster.local", 17100+i))
+		}
+		return strings.Join(docs, "---\n")
+	}
+	s1 := startEnrolledSpoke(t, via(p1), "spoke-c1", "", "c1", config("c1"), hubs[0].token(t, "default", "c1", "1h"), t.TempDir())
+	s2 := startEnrolledSpoke(t, via(p2), "spoke-c2", "", "c2", config("c2"), hubs[0].token(t, "default", "c2", "1h"), t.TempDir())
+	spokeDirs := map[string]string{"c1": s1.dir, "c2": s2.dir}
+
+	roots := hubs[0].servingRoots(t)
+	cert := hubs[0].workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	watchers := make([]*watcher, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range watchers {
+		p := startProxy(t, addr(hubs[i].xds), addr(hubs[(i+1)%3].xds))
+		w := &watcher{held: map[string]string{}}
+		watchers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, p.addr(), roots, &cert) })
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	all := func() []string {
+		var out []string
+		for _, ns := range hosts {
+			for _, n := range ns {
+				out = append(out, n+".demo.svc.cluster.local")
+			}
+		}
+		return out
+	}
+	everywhere := func() {
+		t.Helper()
+		for i, w := range watchers {
+			harness.Eventually(t, 60*time.Second, func() error {
+				if err := w.holds(all()...); err != nil {
+					return fmt.Errorf("client of hub-%d: %v", i, err)
+				}
+				return nil
+			})
+		}
+	}
+	everywhere()
+
+	for i, h := range hubs {
+		start := time.Now()
+		h.proc.Stop(10 * time.Second)
+		// A config change while the replica is down.
+		cluster := []string{"c1", "c2"}[i%2]
+		hosts[cluster] = append(hosts[cluster], fmt.Sprintf("svc-%s-%d", cluster, i))
+		writeFile(t, filepath.Join(spokeDirs[cluster], "config.yaml"), config(cluster))
+		h.start()
+		t.Logf("hub-%d restarted and ready in %s", i, time.Since(start).Round(time.Millisecond))
+		everywhere()
+	}
+	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
+	for i, w := range watchers {
+		w.mu.Lock()
+		if len(w.removals) > 0 {
+			t.Errorf("the client of hub-%d received removals no spoke made: %v", i, w.removals)
+		}
+		w.mu.Unlock()
+	}
+}
