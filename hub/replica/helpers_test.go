@@ -38,7 +38,7 @@ type node struct {
 	reg     *prometheus.Registry
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,7 +47,7 @@ func listen(t *testing.T) net.Listener {
 	return lis
 }
 
-func newNode(t *testing.T, id string) *node {
+func newNode(t testing.TB, id string) *node {
 	t.Helper()
 	n := &node{id: id, reg: prometheus.NewRegistry()}
 	var rl atomic.Pointer[replica.Relayer]
@@ -106,7 +106,7 @@ func (n *node) objects(id ingest.ClusterIdentity) map[string]string {
 }
 
 // eventually polls f until it returns nil or waitFor passes.
-func eventually(t *testing.T, f func() error) {
+func eventually(t testing.TB, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
@@ -117,19 +117,19 @@ func eventually(t *testing.T, f func() error) {
 		if time.Now().After(deadline) {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 // spokeStream is a spoke's Push stream to a node.
 type spokeStream struct {
-	t      *testing.T
+	t      testing.TB
 	stream protocolv1.Sync_PushClient
 	cancel context.CancelFunc
 	nonce  int
 }
 
-func dialSpoke(t *testing.T, n *node, id ingest.ClusterIdentity) *spokeStream {
+func dialSpoke(t testing.TB, n *node, id ingest.ClusterIdentity) *spokeStream {
 	t.Helper()
 	conn, err := grpc.NewClient(n.spokes, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -182,7 +182,7 @@ func (s *spokeStream) state(objs []*meshconfig.Object) {
 	s.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.SyncedTypeURL})
 }
 
-func serviceEntries(t *testing.T, names ...string) []*meshconfig.Object {
+func serviceEntries(t testing.TB, names ...string) []*meshconfig.Object {
 	t.Helper()
 	var out []*meshconfig.Object
 	for i, n := range names {
@@ -212,7 +212,7 @@ type removalWatch struct {
 	removed []string
 }
 
-func watchRemovals(t *testing.T, n *node, id ingest.ClusterIdentity) *removalWatch {
+func watchRemovals(t testing.TB, n *node, id ingest.ClusterIdentity) *removalWatch {
 	w := &removalWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
