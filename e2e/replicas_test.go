@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -123,22 +124,41 @@ type replicaSet struct {
 
 func newReplicaSet(t *testing.T, n int, extra ...string) *replicaSet {
 	t.Helper()
+	return newReplicaSetOn(t, make([]placement, n), extra...)
+}
+
+// placement is where one replica runs: in a network namespace or not, and
+// the address its listeners bind ("" is 127.0.0.1).
+type placement struct {
+	ns   *harness.NetNS
+	host string
+}
+
+func newReplicaSetOn(t *testing.T, places []placement, extra ...string) *replicaSet {
+	t.Helper()
 	rs := &replicaSet{key: filepath.Join(t.TempDir(), "gossip.key")}
 	if err := os.WriteFile(rs.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	state := t.TempDir()
 	var join []string
-	for range n {
+	hosts := []string{"127.0.0.1", "localhost"}
+	for _, p := range places {
 		rs.gossip = append(rs.gossip, harness.FreePort(t))
 		rs.relay = append(rs.relay, harness.FreePort(t))
-		join = append(join, addr(rs.gossip[len(rs.gossip)-1]))
+		host := p.host
+		if host == "" {
+			host = "127.0.0.1"
+		} else {
+			hosts = append(hosts, host)
+		}
+		join = append(join, net.JoinHostPort(host, strconv.Itoa(rs.gossip[len(rs.gossip)-1])))
 	}
-	for i := range n {
-		h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: state,
-			extraArgs: append([]string{"--replicas.id", fmt.Sprintf("hub-%d", i), "--replicas.join", strings.Join(join, ","),
-				"--replicas.bind-address", "127.0.0.1", "--replicas.bind-port", strconv.Itoa(rs.gossip[i]),
-				"--replicas.relay-listen", addr(rs.relay[i]), "--replicas.keyring-file", rs.key}, extra...)}
+	for i, p := range places {
+		h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: state, ns: p.ns, host: p.host}
+		h.extraArgs = append([]string{"--replicas.id", fmt.Sprintf("hub-%d", i), "--replicas.join", strings.Join(join, ","),
+			"--replicas.bind-address", h.at(0)[:strings.LastIndex(h.at(0), ":")], "--replicas.bind-port", strconv.Itoa(rs.gossip[i]),
+			"--replicas.relay-listen", h.at(rs.relay[i]), "--replicas.keyring-file", rs.key, "--tls.hosts", strings.Join(hosts, ",")}, extra...)
 		rs.hubs = append(rs.hubs, h)
 	}
 	for _, h := range rs.hubs {
@@ -450,6 +470,174 @@ func TestReplicaRollingRestartDeletesNothing(t *testing.T) {
 		t.Logf("hub-%d restarted and ready in %s", i, time.Since(start).Round(time.Millisecond))
 		everywhere()
 	}
+	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
+	for i, w := range watchers {
+		w.mu.Lock()
+		if len(w.removals) > 0 {
+			t.Errorf("the client of hub-%d received removals no spoke made: %v", i, w.removals)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// partition cuts ns off from the host (iptables in the namespace drops
+// everything on its veth) until heal is called.
+func partition(t *testing.T, ns *harness.NetNS) (heal func()) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns.Name, "ip", "-o", "link", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip link: %v: %s", err, out)
+	}
+	var ifname string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], "nv") {
+			ifname, _, _ = strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		}
+	}
+	if ifname == "" {
+		t.Fatalf("no veth in %s: %s", ns.Name, out)
+	}
+	rules := [][]string{{"INPUT", "-i", ifname, "-j", "DROP"}, {"OUTPUT", "-o", ifname, "-j", "DROP"}}
+	ipt := func(op string, rule []string) error {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", ns.Name, "iptables", op}, rule...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables %s %v: %v: %s", op, rule, err, out)
+		}
+		return nil
+	}
+	for _, r := range rules {
+		if err := ipt("-I", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healed := false
+	heal = func() {
+		if healed {
+			return
+		}
+		healed = true
+		for _, r := range rules {
+			if err := ipt("-D", r); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(heal)
+	return heal
+}
+
+// TestReplicaPartitionDeletesNothing runs hub-0 and hub-1 on the host and
+// hub-2 in a network namespace with its own spoke, then cuts the namespace
+// off for a while: the replicas on each side keep serving what they have
+// (the clusters whose relay broke are stale), nothing is withdrawn, and
+// after healing the set is whole again and config changes on both sides
+// reach every client. No client receives a removal.
+func TestReplicaPartitionDeletesNothing(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := harness.NewNetNS(t)
+	rs := newReplicaSetOn(t, []placement{{host: ns.HostIP}, {host: ns.HostIP}, {ns: ns, host: ns.NSIP}}, "--replicas.rejoin-interval", "2s")
+	hubs := rs.hubs
+	for _, h := range hubs {
+		harness.Eventually(t, 30*time.Second, func() error {
+			if n := len(h.replicas(t).Members); n != 3 {
+				return fmt.Errorf("%d members", n)
+			}
+			return nil
+		})
+	}
+	hosts := map[string][]string{"c1": {"svc-a"}, "c2": {"svc-b"}}
+	config := func(cluster string) string {
+		var docs []string
+		for i, n := range hosts[cluster] {
+			docs = append(docs, serviceEntry(n, n+".demo.svc.cluster.local", 17200+i))
+		}
+		return strings.Join(docs, "---\n")
+	}
+	s1 := startEnrolledSpoke(t, hubs[0], "spoke-c1", "", "c1", config("c1"), hubs[0].token(t, "default", "c1", "1h"), t.TempDir())
+	s2 := startEnrolledSpoke(t, hubs[2], "spoke-c2", "", "c2", config("c2"), hubs[0].token(t, "default", "c2", "1h"), t.TempDir())
+	hubs[0].waitOwned(t, "default/c1", "hub-0")
+	hubs[2].waitOwned(t, "default/c2", "hub-2")
+
+	roots := hubs[0].servingRoots(t)
+	cert := hubs[0].workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	watchers := make([]*watcher, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, h := range hubs {
+		w := &watcher{held: map[string]string{}}
+		watchers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, h.at(h.xds), roots, &cert) })
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	all := func() []string {
+		var out []string
+		for _, ns := range hosts {
+			for _, n := range ns {
+				out = append(out, n+".demo.svc.cluster.local")
+			}
+		}
+		return out
+	}
+	everywhere := func() {
+		t.Helper()
+		for i, w := range watchers {
+			harness.Eventually(t, 60*time.Second, func() error {
+				if err := w.holds(all()...); err != nil {
+					return fmt.Errorf("client of hub-%d: %v", i, err)
+				}
+				return nil
+			})
+		}
+	}
+	everywhere()
+
+	cut := time.Now()
+	heal := partition(t, ns)
+	hubs[0].waitMembers(t, "hub-0,hub-1")
+	t.Logf("partition: hub-2 found dead on the host side after %s", time.Since(cut).Round(time.Millisecond))
+	harness.Eventually(t, 60*time.Second, func() error {
+		if c := hubs[0].spokesView(t)["default/c2"]; c.Connected || !c.Stale {
+			return fmt.Errorf("hub-0 holds c2 as %+v, want stale", c)
+		}
+		return nil
+	})
+	t.Logf("partition: c2 stale on hub-0 after %s", time.Since(cut).Round(time.Millisecond))
+	if v := hubs[0].replicas(t); v.Leader != "hub-0" {
+		t.Errorf("leader on the host side %s, want hub-0", v.Leader)
+	}
+	heal()
+	healed := time.Now()
+	for _, h := range hubs {
+		harness.Eventually(t, 60*time.Second, func() error {
+			if n := len(h.replicas(t).Members); n != 3 {
+				return fmt.Errorf("%d members", n)
+			}
+			return nil
+		})
+	}
+	t.Logf("healed: the set is whole again after %s", time.Since(healed).Round(time.Millisecond))
+
+	// Changes on both sides reach every client.
+	hosts["c1"] = append(hosts["c1"], "svc-c")
+	hosts["c2"] = append(hosts["c2"], "svc-d")
+	writeFile(t, filepath.Join(s1.dir, "config.yaml"), config("c1"))
+	writeFile(t, filepath.Join(s2.dir, "config.yaml"), config("c2"))
+	everywhere()
+	harness.Eventually(t, 60*time.Second, func() error {
+		if c := hubs[0].spokesView(t)["default/c2"]; !c.Connected || c.Owner != "hub-2" {
+			return fmt.Errorf("hub-0 holds c2 as %+v, want connected, from hub-2", c)
+		}
+		if c := hubs[2].spokesView(t)["default/c1"]; !c.Connected || c.Owner != "hub-0" {
+			return fmt.Errorf("hub-2 holds c1 as %+v, want connected, from hub-0", c)
+		}
+		return nil
+	})
 	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
 	for i, w := range watchers {
 		w.mu.Lock()

@@ -136,7 +136,10 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 		}
 	}
 	srv := grpc.NewServer(append(serverOpts, grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// A peer cut off is noticed within about 15 s: its relayed
+		// clusters are then marked stale (never deleted).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))...)
 	protocolv1.RegisterSyncServer(srv, replica.NewRelayServer(in, sec.plaintext, r.metrics, log))
 	run(func() error {
 		if err := srv.Serve(lis); err != nil {
