@@ -49,16 +49,22 @@ func listen(t testing.TB) net.Listener {
 
 func newNode(t testing.TB, id string) *node {
 	t.Helper()
+	return newNodeWith(t, id, ingest.Options{StaleGracePeriod: time.Hour}, nil)
+}
+
+// newNodeWith makes a node whose ingest has opts (Replica and OnCluster
+// set here) and whose Relayer adopts what adopt says.
+func newNodeWith(t testing.TB, id string, opts ingest.Options, adopt func(ingest.Holding) bool) *node {
+	t.Helper()
 	n := &node{id: id, reg: prometheus.NewRegistry()}
 	var rl atomic.Pointer[replica.Relayer]
-	n.in = ingest.New(ingest.ClaimedIdentity(), ingest.Options{
-		Replica: id, StaleGracePeriod: time.Hour,
-		OnCluster: func(c ingest.ClusterIdentity) {
-			if r := rl.Load(); r != nil {
-				r.Changed(c)
-			}
-		},
-	})
+	opts.Replica = id
+	opts.OnCluster = func(c ingest.ClusterIdentity) {
+		if r := rl.Load(); r != nil {
+			r.Changed(c)
+		}
+	}
+	n.in = ingest.New(ingest.ClaimedIdentity(), opts)
 	m := replica.NewMetrics(n.reg)
 	spokes, relay := listen(t), listen(t)
 	n.spokes, n.relay = spokes.Addr().String(), relay.Addr().String()
@@ -70,7 +76,7 @@ func newNode(t testing.TB, id string) *node {
 	n.servers = []*grpc.Server{ss, rs}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	r := replica.NewRelayer(replica.RelayerOptions{Self: id, In: n.in, Metrics: m,
+	r := replica.NewRelayer(replica.RelayerOptions{Self: id, In: n.in, Metrics: m, Adopt: adopt,
 		Dial: func(_, addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}})

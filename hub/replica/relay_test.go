@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -141,5 +143,89 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 	holds(t, b, x, want, "a")
 	if h, _ := b.in.Held(x); h.Connected {
 		t.Errorf("b shows the cluster connected though its spoke is gone")
+	}
+}
+
+// TestLeaderRelaysOrphanedClusters: when a cluster's owner is gone and its
+// spoke has not come back, the replica that adopts it (the leader) relays
+// its stale state to a replica that joins later.
+func TestLeaderRelaysOrphanedClusters(t *testing.T) {
+	a := newNode(t, "a")
+	b := newNodeWith(t, "b", ingest.Options{StaleGracePeriod: time.Hour}, func(h ingest.Holding) bool { return h.Owner == "a" })
+	connect(a, b)
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	dialSpoke(t, a, x).state(serviceEntries(t, "alpha", "beta"))
+	want := a.objects(x)
+	h := holds(t, b, x, want, "a")
+	a.stop()
+	eventually(t, func() error {
+		if h, _ := b.in.Held(x); h.Connected {
+			return fmt.Errorf("b still shows a's relay connected")
+		}
+		return nil
+	})
+	d := newNode(t, "d")
+	connect(b, d)
+	got := holds(t, d, x, want, "a")
+	if got.Epoch != h.Epoch || got.Connected {
+		t.Errorf("d holds x at %s connected=%v, want a's epoch %s, stale", got.Epoch, got.Connected, h.Epoch)
+	}
+}
+
+// TestWithdrawalIsTheOwnersAndReachesPeers: a peer never withdraws a
+// relayed cluster on its own timer while MayWithdraw says no (its owner
+// lives, or it has no quorum); the owner withdraws after its grace period
+// and the peer applies it, unless it holds a newer epoch.
+func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
+	var b *node
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	a := newNodeWith(t, "a", ingest.Options{StaleGracePeriod: 300 * time.Millisecond,
+		OnWithdrawn: func(id ingest.ClusterIdentity, epoch ingest.Epoch) {
+			b.in.WithdrawRelayed(id, epoch, "withdrawn by a")
+		}}, nil)
+	asked := make(chan string, 100)
+	b = newNodeWith(t, "b", ingest.Options{StaleGracePeriod: 300 * time.Millisecond, RecheckWithdrawal: 50 * time.Millisecond,
+		MayWithdraw: func(id ingest.ClusterIdentity, owner string) bool {
+			select {
+			case asked <- owner:
+			default:
+			}
+			return false
+		}}, nil)
+	connect(a, b)
+	s := dialSpoke(t, a, x)
+	s.state(serviceEntries(t, "alpha"))
+	holds(t, b, x, a.objects(x), "a")
+
+	// The spoke leaves: b's grace period ends too, but b may not withdraw
+	// (asked, it is told no); a, the owner, withdraws and tells b.
+	s.cancel()
+	eventually(t, func() error {
+		if _, ok := a.in.Held(x); ok {
+			return fmt.Errorf("a has not withdrawn x after its grace period")
+		}
+		if _, ok := b.in.Held(x); ok {
+			return fmt.Errorf("b still holds x after a withdrew it")
+		}
+		return nil
+	})
+	select {
+	case owner := <-asked:
+		if owner != "a" {
+			t.Errorf("b was asked about owner %q, want a", owner)
+		}
+	default:
+		// a withdrew before b's own grace ended: fine, b never decided alone.
+	}
+	st := b.in.Status()
+	if len(st) != 1 || st[0].Withdrawn == nil || !strings.Contains(st[0].Withdrawn.Reason, "withdrawn by a") {
+		t.Errorf("b's status %+v, want x withdrawn by a", st)
+	}
+
+	// A peer holding a newer epoch ignores an older withdrawal.
+	y := ingest.ClusterIdentity{Mesh: "default", Cluster: "y"}
+	dialSpoke(t, b, y).state(serviceEntries(t, "gamma"))
+	if b.in.WithdrawRelayed(y, ingest.Epoch{At: 1, Replica: "a"}, "late") {
+		t.Error("b withdrew a connected cluster on an old withdrawal")
 	}
 }
