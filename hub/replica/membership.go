@@ -116,7 +116,9 @@ type Options struct {
 }
 
 // Membership is this replica's view of the replica set, kept by
-// memberlist. It is safe for concurrent use.
+// memberlist. It is safe for concurrent use. Lock order: memberlist calls
+// its delegates holding its own lock, so nothing here calls memberlist
+// while holding mu.
 type Membership struct {
 	opts    Options
 	log     *slog.Logger
@@ -368,9 +370,10 @@ func (m *Membership) Withdrawn(id ingest.ClusterIdentity, epoch ingest.Epoch) {
 
 // Members lists the live members, self first.
 func (m *Membership) Members() []Member {
+	self := m.ml.LocalNode().Address() // not under m.mu: memberlist calls events holding its lock
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := []Member{{ID: m.opts.ID, Gossip: m.ml.LocalNode().Address(), Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Self: true}}
+	out := []Member{{ID: m.opts.ID, Gossip: self, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Self: true}}
 	for id, p := range m.peers {
 		out = append(out, Member{ID: id, Gossip: p.addr, Relay: p.meta.Relay, XDS: p.meta.XDS, Load: p.meta.Load, Held: len(p.held), StateAt: p.stateAt})
 	}
