@@ -221,6 +221,7 @@ type XDS struct {
 	SendTimeout      time.Duration `key:"sendTimeout" default:"30s" help:"a proxy that does not read a response for this long (it stopped reading; flow control blocks) is disconnected, with a logged reason"`
 	AdmissionRate    float64       `key:"admissionRate" default:"500" help:"new proxy streams served per second (0: unlimited); a connection storm is admitted in arrival order at this rate"`
 	AdmissionBurst   int           `key:"admissionBurst" default:"100" help:"new proxy streams that may be admitted at once before admissionRate applies"`
+	MaxConnectionAge time.Duration `key:"maxConnectionAge" default:"0s" help:"a proxy connection older than this (with up to 10 % jitter) is asked to reconnect (gRPC GOAWAY; open streams get 30 s to end): with replicas, the safety net that evens the spread over time. 0: never"`
 	MaxInflightBytes int64         `key:"maxInflightBytes" default:"67108864" help:"bytes of responses of 64 KiB or more being sent at once across all proxies (gRPC holds a marshalled copy of each until written): bounds memory in connection storms; a larger response waits for room; -1 means unbounded"`
 }
 
@@ -231,6 +232,9 @@ func (x *XDS) Validate() error {
 	}
 	if x.SendTimeout <= 0 {
 		return settings.Invalid("sendTimeout", "must be greater than 0, got %s", x.SendTimeout)
+	}
+	if x.MaxConnectionAge < 0 {
+		return settings.Invalid("maxConnectionAge", "must not be negative, got %s", x.MaxConnectionAge)
 	}
 	if x.AdmissionRate < 0 {
 		return settings.Invalid("admissionRate", "must be 0 (unlimited) or more, got %g", x.AdmissionRate)
@@ -297,6 +301,8 @@ type Replicas struct {
 	InsecureGossip   bool          `key:"insecureGossip" default:"false" help:"INSECURE, for tests only: gossip in the clear without replicas.keyringFile; anyone who reaches the gossip port can join"`
 	ReadyTimeout     time.Duration `key:"readyTimeout" default:"60s" help:"a new replica reports ready once it holds the relayed state of every cluster its peers hold, or after this long"`
 	RejoinInterval   time.Duration `key:"rejoinInterval" default:"10s" help:"how often the replicas in join are joined again, so that a replica that started first or was cut off finds the others"`
+	ShedRate         float64       `key:"shedRate" default:"5" help:"proxy connections a replica holding more than its share closes per second (each at a random moment), toward an even spread over the ready replicas, such as one that just joined; the proxies reconnect through the load balancer. 0: never shed"`
+	ShedTolerance    float64       `key:"shedTolerance" default:"0.1" help:"share above the even spread of proxy connections that is tolerated before shedding (0.1: 10 %, and at least 2 connections)"`
 }
 
 // Enabled reports whether the hub runs as a replica.
@@ -329,6 +335,12 @@ func (r *Replicas) Validate() error {
 	}
 	if r.ReadyTimeout <= 0 {
 		return settings.Invalid("readyTimeout", "must be greater than 0, got %s", r.ReadyTimeout)
+	}
+	if r.ShedRate < 0 {
+		return settings.Invalid("shedRate", "must be 0 (never shed) or more, got %g", r.ShedRate)
+	}
+	if r.ShedTolerance < 0 {
+		return settings.Invalid("shedTolerance", "must not be negative, got %g", r.ShedTolerance)
 	}
 	if r.RejoinInterval <= 0 {
 		return settings.Invalid("rejoinInterval", "must be greater than 0, got %s", r.RejoinInterval)

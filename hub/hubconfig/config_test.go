@@ -57,6 +57,9 @@ func TestDefaultsValidate(t *testing.T) {
 		"replicas.insecureGossip":       !cfg.Replicas.InsecureGossip,
 		"replicas.readyTimeout":         cfg.Replicas.ReadyTimeout == time.Minute,
 		"replicas.rejoinInterval":       cfg.Replicas.RejoinInterval == 10*time.Second,
+		"replicas.shedRate":             cfg.Replicas.ShedRate == 5,
+		"replicas.shedTolerance":        cfg.Replicas.ShedTolerance == 0.1,
+		"xds.maxConnectionAge":          cfg.XDS.MaxConnectionAge == 0,
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)
@@ -109,6 +112,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.bind-port=0"}, "replicas.bindPort", "must be a port"},
 		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.relay-listen=15016"}, "replicas.relayListen", "must be host:port"},
 		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.ready-timeout=0s"}, "replicas.readyTimeout", "must be greater than 0"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.shed-rate=-1"}, "replicas.shedRate", "must be 0 (never shed) or more"},
+		{[]string{"--xds.max-connection-age=-1s"}, "xds.maxConnectionAge", "must not be negative"},
 		{[]string{"--tls.plaintext", "--ca.meshes=acme=acme.example,beta=beta.example"}, "xds.defaultMesh", `with tls.plaintext it must be a mesh of ca.meshes (acme, beta), got "default"`},
 	}
 	for _, tc := range tests {

@@ -34,6 +34,9 @@ type meta struct {
 	Relay string `json:"relay"`
 	XDS   string `json:"xds,omitempty"`
 	Load  Load   `json:"load"`
+	// Ready is set once the replica is ready (Membership.Ready): only then
+	// do peers shed proxies toward it.
+	Ready bool `json:"ready,omitempty"`
 }
 
 // held is one cluster a replica holds, as its push/pull state tells peers.
@@ -136,8 +139,10 @@ type Membership struct {
 	withdrawals map[ingest.ClusterIdentity]withdrawal
 	joined      bool
 	readyAt     time.Time
-	waiting     string
-	load        Load
+	// readyGossiped is set once the metadata said ready.
+	readyGossiped bool
+	waiting       string
+	load          Load
 	// deaths records when a peer was found dead or left (debug).
 	deaths map[string]time.Time
 }
@@ -158,6 +163,7 @@ type Member struct {
 	Load    Load      `json:"load"`
 	Self    bool      `json:"self,omitempty"`
 	Held    int       `json:"held"`
+	Ready   bool      `json:"ready"`
 	StateAt time.Time `json:"stateAt,omitzero"`
 }
 
@@ -250,8 +256,9 @@ func (m *Membership) loop(stop <-chan struct{}) {
 	}
 }
 
-// refresh records who is alive and gossips a changed load.
+// refresh records who is alive and gossips a changed load or readiness.
 func (m *Membership) refresh() {
+	_ = m.Ready() // latches readiness, which the metadata gossips
 	now := time.Now()
 	alive := m.alive()
 	m.mu.Lock()
@@ -268,10 +275,11 @@ func (m *Membership) refresh() {
 			delete(m.withdrawals, id)
 		}
 	}
-	changed := false
+	changed := !m.readyAt.IsZero() && !m.readyGossiped
+	m.readyGossiped = !m.readyAt.IsZero()
 	if m.opts.Load != nil {
 		l := m.opts.Load()
-		changed = l != m.load
+		changed = changed || l != m.load
 		m.load = l
 	}
 	m.mu.Unlock()
@@ -373,11 +381,24 @@ func (m *Membership) Members() []Member {
 	self := m.ml.LocalNode().Address() // not under m.mu: memberlist calls events holding its lock
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := []Member{{ID: m.opts.ID, Gossip: self, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Self: true}}
+	out := []Member{{ID: m.opts.ID, Gossip: self, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Self: true, Ready: !m.readyAt.IsZero()}}
 	for id, p := range m.peers {
-		out = append(out, Member{ID: id, Gossip: p.addr, Relay: p.meta.Relay, XDS: p.meta.XDS, Load: p.meta.Load, Held: len(p.held), StateAt: p.stateAt})
+		out = append(out, Member{ID: id, Gossip: p.addr, Relay: p.meta.Relay, XDS: p.meta.XDS, Load: p.meta.Load, Held: len(p.held), StateAt: p.stateAt, Ready: p.meta.Ready})
 	}
 	slices.SortFunc(out[1:], func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// PeerProxies lists the proxy counts the ready peers gossip.
+func (m *Membership) PeerProxies() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for _, p := range m.peers {
+		if p.meta.Ready {
+			out = append(out, p.meta.Load.Proxies)
+		}
+	}
 	return out
 }
 
@@ -443,7 +464,7 @@ type delegate Membership
 func (d *delegate) NodeMeta(limit int) []byte {
 	m := (*Membership)(d)
 	m.mu.Lock()
-	md := meta{ID: m.opts.ID, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load}
+	md := meta{ID: m.opts.ID, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Ready: !m.readyAt.IsZero()}
 	m.mu.Unlock()
 	b, _ := json.Marshal(md)
 	if len(b) > limit {

@@ -14,6 +14,7 @@ type Metrics struct {
 	relayStreams prometheus.Gauge
 	failovers    prometheus.Counter
 	refused      prometheus.Counter
+	shed         prometheus.Counter
 }
 
 // NewMetrics makes the metrics and registers them with reg (nil: nowhere).
@@ -38,9 +39,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Spokes that connected to this replica while another replica had owned them (re-homed here)."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_replica_relay_refused_total",
 			Help: "Relay streams refused: a caller that is not a replica, bad metadata, or a late relay of an earlier owner."}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_replica_shed_connections_total",
+			Help: "Proxy connections this replica closed to even the spread across replicas (replicas.shedRate)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.members, m.gossipBytes, m.peerEvents, m.relayBytes, m.relayMsgs, m.relayLag, m.relayStreams, m.failovers, m.refused)
+		reg.MustRegister(m.members, m.gossipBytes, m.peerEvents, m.relayBytes, m.relayMsgs, m.relayLag, m.relayStreams, m.failovers, m.refused, m.shed)
 	}
 	return m
 }

@@ -106,8 +106,12 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(ka))...)
 	protocolv1.RegisterSyncServer(spokeSrv, in)
+	xdsKA := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	if age := cfg.XDS.MaxConnectionAge; age > 0 {
+		xdsKA.MaxConnectionAge, xdsKA.MaxConnectionAgeGrace = age, 30*time.Second
+	}
 	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))...)
+		grpc.KeepaliveParams(xdsKA))...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
@@ -132,7 +136,9 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		})
 	}
 	if rep != nil {
-		if err := rep.start(gctx, cfg, sec, in, xds, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
+		// The replica counts (and may shed) the proxy connections.
+		lis["xds.listen"] = rep.track(lis["xds.listen"])
+		if err := rep.start(gctx, cfg, sec, in, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
 			cancel()
 			_ = g.Wait()
 			return err

@@ -26,7 +26,6 @@ import (
 	"github.com/navemesh/nave/hub/replica"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/xds/ads"
 )
 
 // replicas is the hub's part in a replica set (hub/replica); the zero
@@ -42,6 +41,16 @@ type replicas struct {
 	// before.
 	members atomic.Pointer[replica.Membership]
 	relayer atomic.Pointer[replica.Relayer]
+	// proxies is the xds listener, tracked: its connections are the
+	// replica's load and what the Balancer sheds.
+	proxies *replica.TrackedListener
+}
+
+// track wraps the xds listener so that its connections are counted and
+// can be shed.
+func (r *replicas) track(lis net.Listener) net.Listener {
+	r.proxies = replica.Track(lis)
+	return r.proxies
 }
 
 // newReplicas checks what a replica needs before anything listens: its
@@ -111,7 +120,7 @@ func (r *replicas) ingestOptions(o ingest.Options) ingest.Options {
 
 // start serves the relay listener, joins the set and relays to its
 // members until ctx ends.
-func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *security, in *ingest.Server, xds *ads.Server,
+func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *security, in *ingest.Server,
 	lis net.Listener, adm *admin.Server, log *slog.Logger, run func(func() error)) error {
 	log = log.With("component", "replica", "replica", r.id)
 	var (
@@ -172,7 +181,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 			mu.Lock()
 			defer mu.Unlock()
 			if time.Since(loadAt) >= 5*time.Second {
-				l := replica.Load{Proxies: len(xds.Status()), Meshes: len(in.Meshes())}
+				l := replica.Load{Proxies: r.proxies.Len(), Meshes: len(in.Meshes())}
 				for _, h := range in.Holdings() {
 					if !h.Relayed && h.Connected {
 						l.Spokes++
@@ -197,6 +206,9 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 		return err
 	}
 	r.members.Store(members)
+	bal := replica.NewBalancer(replica.BalancerOptions{Mine: r.proxies.Len, Peers: members.PeerProxies, Shed: r.proxies.CloseOldest,
+		Rate: r.cfg.ShedRate, Tolerance: r.cfg.ShedTolerance, Logger: log, Metrics: r.metrics})
+	go bal.Run(ctx.Done())
 	adm.AddReadyCheck("replicas", members.Ready)
 	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag", func(*http.Request) (any, error) {
 		return r.debug(in, members, relayer), nil
