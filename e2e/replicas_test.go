@@ -39,6 +39,9 @@ type tcpProxy struct {
 	mu       sync.Mutex
 	backends []string
 	conns    map[net.Conn]bool
+	// roundRobin starts each connection's tries at the next backend.
+	roundRobin bool
+	next       int
 }
 
 func startProxy(t *testing.T, backends ...string) *tcpProxy {
@@ -84,6 +87,10 @@ func (p *tcpProxy) serve() {
 		go func() {
 			p.mu.Lock()
 			backends := append([]string(nil), p.backends...)
+			if p.roundRobin {
+				p.next = (p.next + 1) % len(backends)
+				backends = append(backends[p.next:], backends[:p.next]...)
+			}
 			p.mu.Unlock()
 			var out net.Conn
 			for _, b := range backends {
@@ -656,6 +663,66 @@ func TestReplicaPartitionDeletesNothing(t *testing.T) {
 		w.mu.Lock()
 		if len(w.removals) > 0 {
 			t.Errorf("the client of hub-%d received removals no spoke made: %v", i, w.removals)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// TestReplicaShedsProxiesToAJoiningReplica: twelve delta ADS clients reach
+// hub-0 through a round-robin load balancer while hub-1 is down; once
+// hub-1 has joined and is ready, hub-0 sheds connections until the spread
+// is even within the tolerance, the clients reconnect through the balancer,
+// and none receives a removal.
+func TestReplicaShedsProxiesToAJoiningReplica(t *testing.T) {
+	rs := newReplicaSet(t, 2, "--replicas.shed-rate", "4")
+	h0, h1 := rs.hubs[0], rs.hubs[1]
+	const host = "svc-a.demo.svc.cluster.local"
+	startEnrolledSpoke(t, h0, "spoke-c1", "", "c1", serviceEntry("svc-a", host, 17301), h0.token(t, "default", "c1", "1h"), t.TempDir())
+	h0.waitOwned(t, "default/c1", "hub-0")
+	h1.proc.Stop(10 * time.Second)
+
+	lb := startProxy(t, addr(h0.xds), addr(h1.xds))
+	lb.roundRobin = true
+	roots := h0.servingRoots(t)
+	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	watchers := make([]*watcher, 12)
+	for i := range watchers {
+		w := &watcher{held: map[string]string{}}
+		watchers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, lb.addr(), roots, &cert) })
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, w := range watchers {
+		harness.Eventually(t, 60*time.Second, func() error { return w.holds(host) })
+	}
+	if n := scrape(t, h0.url("/metrics"), "nave_hub_xds_connections"); n != 12 {
+		t.Fatalf("hub-0 holds %g proxies, want all 12", n)
+	}
+
+	h1.start()
+	start := time.Now()
+	harness.Eventually(t, 60*time.Second, func() error {
+		n0, n1 := scrape(t, h0.url("/metrics"), "nave_hub_xds_connections"), scrape(t, h1.url("/metrics"), "nave_hub_xds_connections")
+		if n1 < 4 || n0+n1 != 12 {
+			return fmt.Errorf("hub-0 holds %g proxies, hub-1 %g", n0, n1)
+		}
+		return nil
+	})
+	t.Logf("spread reached in %s: %g shed by hub-0", time.Since(start).Round(time.Millisecond), scrape(t, h0.url("/metrics"), "nave_hub_replica_shed_connections_total"))
+	for _, w := range watchers {
+		harness.Eventually(t, 30*time.Second, func() error { return w.holds(host) })
+	}
+	time.Sleep(time.Second)
+	for i, w := range watchers {
+		w.mu.Lock()
+		if len(w.removals) > 0 {
+			t.Errorf("client %d received removals: %v", i, w.removals)
 		}
 		w.mu.Unlock()
 	}
