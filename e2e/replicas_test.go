@@ -727,3 +727,48 @@ func TestReplicaShedsProxiesToAJoiningReplica(t *testing.T) {
 		w.mu.Unlock()
 	}
 }
+
+// TestRestartedReplicaGetsStaleClusters: a cluster whose spoke has gone
+// and whose owner was then SIGKILLed is held, stale, by the survivors;
+// the owner, restarted at once, is ready only once it holds that cluster
+// again (from the survivors' relay), well before replicas.readyTimeout,
+// and serves its services to a new client.
+func TestRestartedReplicaGetsStaleClusters(t *testing.T) {
+	const host = "svc-a.demo.svc.cluster.local"
+	rs := newReplicaSet(t, 3, "--replicas.ready-timeout", "10m")
+	h0, h1 := rs.hubs[0], rs.hubs[1]
+	s := startEnrolledSpoke(t, h0, "spoke-c1", "", "c1", serviceEntry("svc-a", host, 17401), h0.token(t, "default", "c1", "1h"), t.TempDir())
+	h0.waitOwned(t, "default/c1", "hub-0")
+	s.proc.Stop(5 * time.Second)
+	for _, h := range rs.hubs {
+		harness.Eventually(t, 30*time.Second, func() error {
+			if c := h.spokesView(t)["default/c1"]; c.Connected || !c.Stale || !c.Synced {
+				return fmt.Errorf("c1 at %s: %+v, want stale", h.url(""), c)
+			}
+			return nil
+		})
+	}
+	h0.proc.Kill()
+	<-h0.proc.Done()
+	start := time.Now()
+	h0.start() // waits for /healthz/ready (20 s), far below the ready timeout
+	t.Logf("hub-0 restarted and ready in %s", time.Since(start).Round(time.Millisecond))
+	c := h0.spokesView(t)["default/c1"]
+	if !c.Relayed || c.Connected || c.Owner != "hub-0" {
+		t.Errorf("restarted hub-0 holds c1 as %+v, want relayed, stale, of its old epoch", c)
+	}
+	if got := h1.spokesView(t)["default/c1"]; got.Epoch != c.Epoch {
+		t.Errorf("epochs differ: hub-1 %s, hub-0 %s", got.Epoch, c.Epoch)
+	}
+	w := &watcher{held: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	roots := h0.servingRoots(t)
+	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	go func() {
+		defer close(done)
+		w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, addr(h0.xds), roots, &cert) })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	harness.Eventually(t, 30*time.Second, func() error { return w.holds(host) })
+}

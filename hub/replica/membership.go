@@ -37,6 +37,10 @@ type meta struct {
 	// Ready is set once the replica is ready (Membership.Ready): only then
 	// do peers shed proxies toward it.
 	Ready bool `json:"ready,omitempty"`
+	// Started is when the replica's process joined (Unix ns): a peer that
+	// sees it change knows the replica restarted and holds nothing it was
+	// relayed before.
+	Started int64 `json:"started"`
 }
 
 // held is one cluster a replica holds, as its push/pull state tells peers.
@@ -100,9 +104,9 @@ type Options struct {
 	Holdings func() []ingest.Holding
 	// OnWithdrawn applies a peer's withdrawal of a stale cluster.
 	OnWithdrawn func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason string)
-	// OnPeer and OnPeerGone are called when a peer joins (or changes its
-	// relay address) and when it leaves or is found dead. They must not
-	// block.
+	// OnPeer and OnPeerGone are called when a peer joins (or restarts, or
+	// changes its relay address) and when it leaves or is found dead. They
+	// must not block; they are called with memberlist's lock held.
 	OnPeer     func(id, relayAddress string)
 	OnPeerGone func(id string)
 	// QuorumWindow is how long a replica seen alive counts among the
@@ -331,6 +335,23 @@ func (m *Membership) Quorum() (ok bool, alive, known int) {
 	return 2*len(a) > known, len(a), known
 }
 
+// Lost reports whether the replica that owned a cluster at epoch no
+// longer has it: it is not a live member, or it has restarted since it
+// opened that epoch (its gossiped start is later; both times are the
+// owner's own clock). Such a stale cluster is relayed by whoever holds it.
+func (m *Membership) Lost(owner string, epoch ingest.Epoch) bool {
+	if owner == m.opts.ID {
+		return m.started.UnixNano() > epoch.At
+	}
+	if !m.IsAlive(owner) {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.peers[owner]
+	return p != nil && p.meta.Started > epoch.At
+}
+
 // IsAlive reports whether replica id is a live member.
 func (m *Membership) IsAlive(id string) bool { return slices.Contains(m.alive(), id) }
 
@@ -464,7 +485,7 @@ type delegate Membership
 func (d *delegate) NodeMeta(limit int) []byte {
 	m := (*Membership)(d)
 	m.mu.Lock()
-	md := meta{ID: m.opts.ID, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Ready: !m.readyAt.IsZero()}
+	md := meta{ID: m.opts.ID, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Ready: !m.readyAt.IsZero(), Started: m.started.UnixNano()}
 	m.mu.Unlock()
 	b, _ := json.Marshal(md)
 	if len(b) > limit {
@@ -579,7 +600,8 @@ func (m *Membership) update(n *memberlist.Node, event string) {
 		p = &peer{}
 		m.peers[n.Name] = p
 	}
-	relayChanged := p.meta.Relay != md.Relay
+	// A peer that joined, moved or restarted is relayed everything anew.
+	relay := event != "" || p.meta.Relay != md.Relay || p.meta.Started != md.Started
 	p.meta, p.addr = md, n.Address()
 	m.seen[n.Name] = time.Now()
 	m.mu.Unlock()
@@ -587,7 +609,7 @@ func (m *Membership) update(n *memberlist.Node, event string) {
 		m.opts.Metrics.peerEvents.WithLabelValues("joined").Inc()
 		m.log.Info("replica joined", "peer", n.Name, "address", n.Address(), "relay", md.Relay)
 	}
-	if relayChanged && m.opts.OnPeer != nil {
+	if relay && m.opts.OnPeer != nil {
 		m.opts.OnPeer(n.Name, md.Relay)
 	}
 }

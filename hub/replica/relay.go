@@ -34,9 +34,9 @@ type RelayerOptions struct {
 	// Dial opens a connection to the relay listener of replica peer at
 	// addr (mTLS with Identity.ClientConfig(peer)).
 	Dial func(peer, addr string) (*grpc.ClientConn, error)
-	// Adopt, if set, says whether this replica relays a cluster it does
-	// not own: a stale cluster whose owner is gone, which the leader
-	// relays so that a replica that joins later holds it too.
+	// Adopt, if set, says whether this replica relays a stale cluster it
+	// does not own: one whose owner is gone, so that a replica that joins
+	// later holds it too.
 	Adopt func(h ingest.Holding) bool
 	// BatchSize bounds the resources of one relay message; 0 means 500.
 	BatchSize int

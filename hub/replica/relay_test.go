@@ -152,10 +152,10 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 	}
 }
 
-// TestLeaderRelaysOrphanedClusters: when a cluster's owner is gone and its
-// spoke has not come back, the replica that adopts it (the leader) relays
-// its stale state to a replica that joins later.
-func TestLeaderRelaysOrphanedClusters(t *testing.T) {
+// TestPeerRelaysOrphanedClusters: when a cluster's owner is gone and its
+// spoke has not come back, a replica that adopts it relays its stale state
+// to a replica that joins later.
+func TestPeerRelaysOrphanedClusters(t *testing.T) {
 	a := newNode(t, "a")
 	b := newNodeWith(t, "b", ingest.Options{StaleGracePeriod: time.Hour}, func(h ingest.Holding) bool { return h.Owner == "a" })
 	connect(a, b)

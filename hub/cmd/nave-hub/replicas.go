@@ -166,9 +166,13 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 	var load replica.Load
 	var loadAt time.Time
 	relayer := replica.NewRelayer(replica.RelayerOptions{Self: r.id, In: in, Dial: dial, Metrics: r.metrics, Logger: log,
+		// A stale cluster whose owner is gone (or restarted since) is
+		// relayed by every replica holding it, so that one that joins
+		// later gets it too (the same epoch from two replicas changes
+		// nothing).
 		Adopt: func(h ingest.Holding) bool {
 			m := r.members.Load()
-			return m != nil && !m.IsAlive(h.Owner) && m.Leader() == r.id
+			return m != nil && m.Lost(h.Owner, h.Epoch)
 		}})
 	relayer.Start(ctx)
 	r.relayer.Store(relayer)
