@@ -20,4 +20,8 @@
 // id among live members); and only by a replica that sees a majority of
 // the members seen lately, so a replica cut off from its peers never
 // withdraws what it cannot see (docs/decisions/016-replica-leader.md).
+//
+// A Balancer sheds proxy connections (TrackedListener) from a replica
+// holding more than its share of an even spread over the ready replicas,
+// gradually, so that one that joins gets its share.
 package replica

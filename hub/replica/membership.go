@@ -147,8 +147,6 @@ type Membership struct {
 	readyGossiped bool
 	waiting       string
 	load          Load
-	// deaths records when a peer was found dead or left (debug).
-	deaths map[string]time.Time
 }
 
 type peer struct {
@@ -188,7 +186,7 @@ func Join(opts Options, stop <-chan struct{}) (*Membership, error) {
 		opts.Metrics = NewMetrics(nil)
 	}
 	m := &Membership{opts: opts, log: opts.Logger, started: time.Now(), peers: map[string]*peer{}, seen: map[string]time.Time{opts.ID: time.Now()},
-		withdrawals: map[ingest.ClusterIdentity]withdrawal{}, deaths: map[string]time.Time{}}
+		withdrawals: map[ingest.ClusterIdentity]withdrawal{}}
 	if opts.Load != nil {
 		m.load = opts.Load()
 	}
@@ -576,7 +574,6 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	// Still among the replicas a majority is taken of (seen) until the
 	// quorum window passes.
 	m.seen[n.Name] = time.Now()
-	m.deaths[n.Name] = time.Now()
 	m.mu.Unlock()
 	m.opts.Metrics.peerEvents.WithLabelValues("gone").Inc()
 	m.log.Warn("replica left or found dead", "peer", n.Name, "address", n.Address(), "state", n.State)
