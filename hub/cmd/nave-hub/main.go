@@ -115,6 +115,10 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
+	if rep != nil {
+		// The replica counts (and may shed) the proxy connections.
+		lis["xds.listen"] = rep.track(lis["xds.listen"])
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pc.Start(ctx)
@@ -136,8 +140,6 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		})
 	}
 	if rep != nil {
-		// The replica counts (and may shed) the proxy connections.
-		lis["xds.listen"] = rep.track(lis["xds.listen"])
 		if err := rep.start(gctx, cfg, sec, in, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
 			cancel()
 			_ = g.Wait()
