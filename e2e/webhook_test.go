@@ -40,28 +40,39 @@ var vsResource = schema.GroupVersionResource{Group: "networking.istio.io", Versi
 // API server calls a spoke process on loopback instead of a Service.
 func webhookManifest(t *testing.T, port int) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(), "deploy", "spoke", "webhook.yaml"))
+	return shippedWebhooks(t, "webhook.yaml", port)
+}
+
+// shippedWebhooks is the manifest deploy/spoke/file as shipped, with the
+// clientConfig of every webhook of its webhook configurations pointed at
+// https://127.0.0.1:port and the path of the Service it names.
+func shippedWebhooks(t *testing.T, file string, port int) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(), "deploy", "spoke", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
+	configs := 0
 	for _, doc := range strings.Split(string(b), "\n---\n") {
 		var obj map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			t.Fatal(err)
 		}
-		if obj["kind"] == "ValidatingWebhookConfiguration" {
+		if obj["kind"] == "ValidatingWebhookConfiguration" || obj["kind"] == "MutatingWebhookConfiguration" {
+			configs++
 			hooks, _ := obj["webhooks"].([]any)
 			if len(hooks) == 0 {
-				t.Fatal("deploy/spoke/webhook.yaml registers no webhook")
+				t.Fatalf("deploy/spoke/%s registers no webhook", file)
 			}
 			for _, h := range hooks {
 				cc := h.(map[string]any)["clientConfig"].(map[string]any)
-				if cc["service"] == nil || cc["caBundle"] != nil {
+				svc, _ := cc["service"].(map[string]any)
+				if svc == nil || cc["caBundle"] != nil {
 					t.Fatalf("shipped clientConfig %v: want a service and no caBundle", cc)
 				}
 				delete(cc, "service")
-				cc["url"] = fmt.Sprintf("https://127.0.0.1:%d/validate", port)
+				cc["url"] = fmt.Sprintf("https://127.0.0.1:%d%s", port, svc["path"])
 			}
 		}
 		y, err := yaml.Marshal(obj)
@@ -69,6 +80,9 @@ func webhookManifest(t *testing.T, port int) []byte {
 			t.Fatal(err)
 		}
 		out = append(out, string(y))
+	}
+	if configs == 0 {
+		t.Fatalf("deploy/spoke/%s holds no webhook configuration", file)
 	}
 	return []byte(strings.Join(out, "---\n"))
 }

@@ -44,6 +44,9 @@ func (c *Config) Validate() error {
 	if !c.TLS.Plaintext {
 		return nil
 	}
+	if c.Admin.OperatorListen != "" {
+		return settings.Invalid("admin.operatorListen", "needs TLS: it serves the hub's serving certificate and checks operator certificates, which tls.plaintext turns off")
+	}
 	meshes, err := c.CA.parse()
 	if err != nil {
 		return nil // ca.meshes reports it
@@ -191,11 +194,20 @@ func (c *CA) Validate() error {
 
 // Admin configures the admin HTTP server.
 type Admin struct {
-	Listen string `key:"listen" default:"127.0.0.1:15014" help:"host:port the admin HTTP server (metrics, health, debug) listens on"`
+	Listen         string `key:"listen" default:"127.0.0.1:15014" help:"host:port the admin HTTP server (metrics, health, debug) listens on; with operatorListen set it serves only health probes and metrics"`
+	OperatorListen string `key:"operatorListen" help:"host:port of the operators' admin server: HTTPS with the hub's serving certificate, requiring an operator client certificate (navectl operator issue); a tenant's operator sees only its mesh, the vendor's everything (pprof too). Empty: off, the debug views stay on listen. Needs TLS (not tls.plaintext)"`
 }
 
-// Validate checks the listen address.
-func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Listen) }
+// Validate checks the listen addresses.
+func (a *Admin) Validate() error {
+	if err := settings.CheckHostPort("listen", a.Listen); err != nil {
+		return err
+	}
+	if a.OperatorListen != "" {
+		return settings.CheckHostPort("operatorListen", a.OperatorListen)
+	}
+	return nil
+}
 
 // Spokes configures the gRPC sync service.
 type Spokes struct {

@@ -38,6 +38,12 @@ func flagName(key string) string {
 	return strings.Join(segments, ".")
 }
 
+// EnvName is the environment variable of a dotted key:
+// "ingest.staleGracePeriod" gives "NAVE_INGEST_STALE_GRACE_PERIOD". Programs
+// that set another program's configuration by environment (the sidecar
+// injector configuring nave-agent) name the variables with it.
+func EnvName(key string) string { return envName(key) }
+
 // envName turns a dotted key into its environment variable:
 // "ingest.staleGracePeriod" gives "NAVE_INGEST_STALE_GRACE_PERIOD".
 func envName(key string) string {

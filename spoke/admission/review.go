@@ -109,6 +109,10 @@ func EncodeReview(resp *admissionv1.AdmissionResponse) ([]byte, error) {
 // maxQuoted bounds what an error quotes of a request.
 const maxQuoted = 120
 
+// Clip is s cut to what an answer may quote of a request (120 bytes, on a
+// character boundary, with "…" when cut): reviewers quote with it too.
+func Clip(s string) string { return clip(s) }
+
 func clip(s string) string {
 	if len(s) <= maxQuoted {
 		return s

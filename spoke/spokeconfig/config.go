@@ -49,6 +49,48 @@ type Config struct {
 	Kube         Kubernetes `key:"kubernetes" help:"the kubernetes source"`
 	RA           RA         `key:"ra" help:"the registration authority: workloads of this cluster obtain their certificates here with their service-account token (kubernetes source, TLS to the hub)"`
 	Webhook      Webhook    `key:"webhook" help:"the admission webhooks (kubernetes source): the API server asks the spoke to validate the Istio kinds it reads, over HTTPS with a certificate the spoke issues and rotates itself (see docs/webhooks.md)"`
+	Inject       Inject     `key:"inject" help:"the sidecar and proxyless injector, served at /inject of the webhook listener: pods of the selected namespaces get nave-agent (and Envoy with traffic capture, or the gRPC bootstrap) as docs/injection.md describes"`
+}
+
+// Inject configures the sidecar injector.
+type Inject struct {
+	Enabled       bool   `key:"enabled" default:"false" help:"serve the injector at /inject of webhook.listen (needs the kubernetes source, webhook.listen, TLS to the hub, proxyImage and xdsAddress); the MutatingWebhookConfiguration of deploy/spoke/injection.yaml sends it the pods to inject"`
+	Revision      string `key:"revision" default:"default" help:"the istio.io/rev this spoke injects for: a pod labelled istio.io/rev with another value is left alone (the webhook configuration's selectors name the same revision)"`
+	ProxyImage    string `key:"proxyImage" help:"image of the injected containers: it runs nave-agent (and holds Envoy and iptables-restore for the sidecar template); a pod's sidecar.istio.io/proxyImage annotation overrides it"`
+	PullPolicy    string `key:"pullPolicy" help:"imagePullPolicy of the injected containers: Always, IfNotPresent or Never; empty: the cluster's default"`
+	RAAddress     string `key:"raAddress" default:"nave-spoke-ra.nave-system.svc:15023" help:"host:port pods reach this spoke's registration authority at (ra.listen, behind the Service of deploy/spoke/injection.yaml)"`
+	XDSAddress    string `key:"xdsAddress" help:"host:port pods reach the hub's xDS listener at; required with enabled"`
+	XDSServerName string `key:"xdsServerName" help:"name the hub's xDS serving certificate must be valid for; empty: the host of xdsAddress"`
+}
+
+// Validate checks the addresses, the revision and the pull policy.
+func (i *Inject) Validate() error {
+	if i.Enabled && i.ProxyImage == "" {
+		return settings.Invalid("proxyImage", "is required with enabled")
+	}
+	if i.Enabled && i.XDSAddress == "" {
+		return settings.Invalid("xdsAddress", "is required with enabled: the hub's xDS listener as pods reach it")
+	}
+	if i.XDSAddress != "" {
+		if err := settings.CheckHostPort("xdsAddress", i.XDSAddress); err != nil {
+			return err
+		}
+	}
+	if err := settings.CheckHostPort("raAddress", i.RAAddress); err != nil {
+		return err
+	}
+	if len(validation.IsValidLabelValue(i.Revision)) > 0 || i.Revision == "" {
+		return settings.Invalid("revision", "%q is not a label value", i.Revision)
+	}
+	switch i.PullPolicy {
+	case "", "Always", "IfNotPresent", "Never":
+	default:
+		return settings.Invalid("pullPolicy", "%q: want Always, IfNotPresent or Never (or empty)", i.PullPolicy)
+	}
+	if host, _, err := net.SplitHostPort(i.XDSServerName); err == nil {
+		return settings.Invalid("xdsServerName", "%q is host:port; want the name alone (%q)", i.XDSServerName, host)
+	}
+	return nil
 }
 
 // RA configures the registration authority.
@@ -81,7 +123,16 @@ func (c *Config) SourcePath() string {
 // Validate checks the source and the mesh and cluster names.
 func (c *Config) Validate() error {
 	if c.IsKubernetes() {
+		if c.Inject.Enabled && c.Webhook.Listen == "" {
+			return settings.Invalid("inject.enabled", "the injector is served on the webhook listener: set webhook.listen")
+		}
+		if c.Inject.Enabled && c.Hub.Plaintext {
+			return settings.Invalid("inject.enabled", "injected pods get their certificates through the registration authority, which needs TLS to the hub: unset hub.plaintext")
+		}
 		return c.validateNames()
+	}
+	if c.Inject.Enabled {
+		return settings.Invalid("inject.enabled", "the injector needs source %q; unset it with source %s", KubernetesSource, c.Source)
 	}
 	if c.Webhook.Listen != "" {
 		return settings.Invalid("webhook.listen", "the webhooks need source %q (their certificate authority lives in the cluster); set it empty with source %s", KubernetesSource, c.Source)
@@ -215,11 +266,12 @@ func (k *Kubernetes) Validate() error {
 
 // Webhook configures the admission webhook server and its certificates.
 type Webhook struct {
-	Listen                  string        `key:"listen" help:"host:port the admission webhook server (HTTPS, AdmissionReview v1; validation at /validate) listens on, e.g. 0.0.0.0:15017 behind the Service of deploy/spoke/webhook.yaml; empty: no webhooks. Needs the kubernetes source"`
+	Listen                  string        `key:"listen" help:"host:port the admission webhook server (HTTPS, AdmissionReview v1; validation at /validate, injection at /inject with inject.enabled) listens on, e.g. 0.0.0.0:15017 behind the Service of deploy/spoke/webhook.yaml; empty: no webhooks. Needs the kubernetes source"`
 	Hosts                   []string      `key:"hosts" default:"nave-spoke.nave-system.svc" help:"DNS names and IP addresses the serving certificate is valid for: the name the API server calls (<service>.<namespace>.svc), or the address of a clientConfig.url"`
 	Namespace               string        `key:"namespace" default:"nave-system" help:"the spoke's namespace, where its webhook CA Secret lives"`
 	CASecret                string        `key:"caSecret" default:"nave-spoke-webhook-ca" help:"Secret holding the webhook CA: created by the first spoke replica, shared and rotated by all (RBAC: get, list, watch, update on this name; create)"`
 	ValidatingConfiguration string        `key:"validatingConfiguration" default:"nave-spoke-validation" help:"ValidatingWebhookConfiguration whose caBundle the spoke keeps current (RBAC: get, list, watch, update on this name); empty: none"`
+	MutatingConfiguration   string        `key:"mutatingConfiguration" default:"nave-spoke-injection" help:"MutatingWebhookConfiguration (the injector's) whose caBundle the spoke keeps current (RBAC: get, list, watch, update on this name); empty: none"`
 	CertValidity            time.Duration `key:"certValidity" default:"24h" help:"validity of a serving certificate; each replica renews its own half way"`
 	CAValidity              time.Duration `key:"caValidity" default:"87600h" help:"validity of a webhook CA; a successor is made half way, trusted at once and signing a fifth of its validity later; the old one stays trusted until it expires. At least 4 times certValidity"`
 	MaxRequestBytes         int64         `key:"maxRequestBytes" default:"8388608" help:"largest AdmissionReview body accepted, in bytes; a larger one is refused with 413"`
@@ -252,6 +304,9 @@ func (w *Webhook) Validate() error {
 	}
 	if w.ValidatingConfiguration != "" && len(validation.IsDNS1123Subdomain(w.ValidatingConfiguration)) > 0 {
 		return settings.Invalid("validatingConfiguration", "%q is not an object name (a DNS subdomain)", w.ValidatingConfiguration)
+	}
+	if w.MutatingConfiguration != "" && len(validation.IsDNS1123Subdomain(w.MutatingConfiguration)) > 0 {
+		return settings.Invalid("mutatingConfiguration", "%q is not an object name (a DNS subdomain)", w.MutatingConfiguration)
 	}
 	if w.CertValidity < time.Second {
 		return settings.Invalid("certValidity", "must be at least 1s, got %s", w.CertValidity)

@@ -22,8 +22,9 @@
 //     every certificate any replica serves verifies against the bundle the
 //     API server holds.
 //   - The caBundle of each webhook configuration named in
-//     Options.ValidatingConfigurations is set to the CAs of the Secret that
-//     have not expired. The configuration carries the newest CA's
+//     Options.ValidatingConfigurations and Options.MutatingConfigurations
+//     (the validation webhook's and the injector's) is set to the CAs of
+//     the Secret that have not expired. The configuration carries the newest CA's
 //     generation (annotation nave.io/webhook-ca-generation); a replica
 //     whose view of the Secret is older never writes over a newer bundle,
 //     and a new CA always takes a generation above the configuration's,

@@ -8,13 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +44,9 @@ type Options struct {
 	// ValidatingWebhookConfigurations whose caBundle the Manager keeps
 	// current; a missing one is reported and waited for.
 	ValidatingConfigurations []string
+	// MutatingConfigurations are the same for
+	// MutatingWebhookConfigurations (the sidecar injector's).
+	MutatingConfigurations []string
 	// Hosts are the DNS names and IP addresses the serving certificate is
 	// valid for (the Service's name the API server calls). At least one.
 	Hosts []string
@@ -91,7 +92,7 @@ type Manager struct {
 
 	// Set by Run before its loop; read only by the loop.
 	secrets cache.Store
-	configs map[string]cache.SharedIndexInformer
+	configs []*webhookConfig
 	// written is the Secret this replica last wrote (or read after losing
 	// a race), used until the informer delivers anything newer than
 	// writtenOver, the resourceVersion the informer held then ("" for
@@ -178,19 +179,24 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("webhookcert: %w", err)
 	}
 	m.secrets = si.GetStore()
-	m.configs = map[string]cache.SharedIndexInformer{}
+	m.configs = nil
 	factories := []informers.SharedInformerFactory{sf}
-	for _, name := range m.opts.ValidatingConfigurations {
-		cf := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, 0, nameSelector(name))
-		ci := cf.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer()
-		if _, err := ci.AddEventHandler(handler); err != nil {
-			return fmt.Errorf("webhookcert: %w", err)
+	for _, kc := range []struct {
+		kind  string
+		names []string
+	}{{kindValidating, m.opts.ValidatingConfigurations}, {kindMutating, m.opts.MutatingConfigurations}} {
+		for _, name := range kc.names {
+			cf := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, 0, nameSelector(name))
+			ci := configInformer(cf, kc.kind)
+			if _, err := ci.AddEventHandler(handler); err != nil {
+				return fmt.Errorf("webhookcert: %w", err)
+			}
+			if err := ci.SetWatchErrorHandlerWithContext(watchError(kc.kind + " " + name)); err != nil {
+				return fmt.Errorf("webhookcert: %w", err)
+			}
+			m.configs = append(m.configs, &webhookConfig{kind: kc.kind, name: name, inf: ci})
+			factories = append(factories, cf)
 		}
-		if err := ci.SetWatchErrorHandlerWithContext(watchError("ValidatingWebhookConfiguration " + name)); err != nil {
-			return fmt.Errorf("webhookcert: %w", err)
-		}
-		m.configs[name] = ci
-		factories = append(factories, cf)
 	}
 	for _, f := range factories {
 		f.Start(ctx.Done())
@@ -303,8 +309,8 @@ func (m *Manager) reconcile(ctx context.Context) (time.Time, error) {
 	published := true
 	var configs []ConfigStatus
 	var cerr error
-	for _, name := range m.opts.ValidatingConfigurations {
-		st, holds, err := m.syncConfig(ctx, name, pemBundle, gen, sig)
+	for _, c := range m.configs {
+		st, holds, err := m.syncConfig(ctx, c, pemBundle, gen, sig)
 		configs = append(configs, st)
 		published = published && holds
 		if err != nil && cerr == nil {
@@ -393,52 +399,42 @@ func (m *Manager) rotate(ctx context.Context, sec *corev1.Secret, cas []*authori
 	return updated, nil
 }
 
-// syncConfig makes the configuration name's caBundle pemBundle (for CA
+// syncConfig makes the configuration c's caBundle pemBundle (for CA
 // generation gen) unless it holds a newer one, and reports whether the
 // bundle the API server has (after the update, if any) holds sig.
-func (m *Manager) syncConfig(ctx context.Context, name string, pemBundle []byte, gen int, sig *authority) (ConfigStatus, bool, error) {
-	st := ConfigStatus{Name: name}
-	inf := m.configs[name]
-	if !inf.HasSynced() {
+func (m *Manager) syncConfig(ctx context.Context, c *webhookConfig, pemBundle []byte, gen int, sig *authority) (ConfigStatus, bool, error) {
+	st := ConfigStatus{Name: c.name, Kind: c.kind}
+	if !c.inf.HasSynced() {
 		st.State = "not synced: cannot watch it yet (see lastError)"
 		return st, false, nil
 	}
-	obj, exists, _ := inf.GetStore().GetByKey(name)
+	obj, view, exists := c.get()
 	if !exists {
-		st.State = "not found: apply deploy/spoke/webhook.yaml"
+		st.State = "not found: apply deploy/spoke"
 		return st, true, nil
 	}
-	cfg := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration)
-	st.Generation, _ = strconv.Atoi(cfg.Annotations[GenerationAnnotation])
-	if bundlesAre(cfg, pemBundle) {
+	st.Generation = view.generation()
+	if bundlesAre(view, pemBundle) {
 		st.State = "current"
 		return st, true, nil
 	}
 	if st.Generation > gen {
 		st.State = "holds a newer CA than this replica has seen yet"
-		return st, holds(cfg, sig), nil
+		return st, holds(view, sig), nil
 	}
-	upd := cfg.DeepCopy()
-	for i := range upd.Webhooks {
-		upd.Webhooks[i].ClientConfig.CABundle = pemBundle
-	}
-	if upd.Annotations == nil {
-		upd.Annotations = map[string]string{}
-	}
-	upd.Annotations[GenerationAnnotation] = strconv.Itoa(gen)
-	_, err := m.opts.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, upd, metav1.UpdateOptions{FieldManager: "nave-spoke"})
+	n, err := updateBundle(ctx, m.opts.Client, obj, pemBundle, gen)
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
 		st.State = "changed meanwhile; looking again"
 		m.poke()
-		return st, holds(cfg, sig), nil
+		return st, holds(view, sig), nil
 	case err != nil:
 		st.State = "update failed"
-		return st, holds(cfg, sig), fmt.Errorf("updating the caBundle of ValidatingWebhookConfiguration %s: %w", name, err)
+		return st, holds(view, sig), fmt.Errorf("updating the caBundle of %s %s: %w", c.kind, c.name, err)
 	}
 	st.State, st.Generation = "updated", gen
 	m.metrics.bundleUpdates.Inc()
-	m.log.Info("webhook caBundle updated", "configuration", name, "generation", gen, "webhooks", len(upd.Webhooks))
+	m.log.Info("webhook caBundle updated", "kind", c.kind, "configuration", c.name, "generation", gen, "webhooks", n)
 	return st, true, nil
 }
 
@@ -448,32 +444,31 @@ func (m *Manager) syncConfig(ctx context.Context, name string, pemBundle []byte,
 // for newer than the new CA's.
 func (m *Manager) configGeneration() int {
 	gen := 0
-	for _, inf := range m.configs {
-		for _, obj := range inf.GetStore().List() {
-			n, _ := strconv.Atoi(obj.(*admissionregistrationv1.ValidatingWebhookConfiguration).Annotations[GenerationAnnotation])
-			gen = max(gen, n)
+	for _, c := range m.configs {
+		if _, v, ok := c.get(); ok {
+			gen = max(gen, v.generation())
 		}
 	}
 	return gen
 }
 
-// bundlesAre reports whether every webhook of cfg has exactly pemBundle.
-func bundlesAre(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, pemBundle []byte) bool {
-	for _, w := range cfg.Webhooks {
-		if string(w.ClientConfig.CABundle) != string(pemBundle) {
+// bundlesAre reports whether every webhook of v has exactly pemBundle.
+func bundlesAre(v configView, pemBundle []byte) bool {
+	for _, b := range v.bundles {
+		if string(b) != string(pemBundle) {
 			return false
 		}
 	}
 	return true
 }
 
-// holds reports whether every webhook of cfg trusts ca.
-func holds(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, ca *authority) bool {
+// holds reports whether every webhook of v trusts ca.
+func holds(v configView, ca *authority) bool {
 	if ca == nil {
 		return false
 	}
-	for _, w := range cfg.Webhooks {
-		if !bundleHolds(w.ClientConfig.CABundle, ca.cert) {
+	for _, b := range v.bundles {
+		if !bundleHolds(b, ca.cert) {
 			return false
 		}
 	}

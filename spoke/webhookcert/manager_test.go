@@ -27,7 +27,9 @@ const (
 	namespace  = "nave-system"
 	secretName = "nave-spoke-webhook-ca"
 	configName = "nave-spoke-validation"
-	wait       = 30 * time.Second
+	// mutatingName is the injector's configuration.
+	mutatingName = "nave-spoke-injection"
+	wait         = 30 * time.Second
 )
 
 func repoFile(t *testing.T, rel string) []byte {
@@ -64,7 +66,8 @@ type kube struct {
 func startKube(t *testing.T) *kube {
 	t.Helper()
 	c := kubetest.Start(t, kubetest.Options{})
-	c.Apply(t, repoFile(t, "deploy/spoke/namespace.yaml"), repoFile(t, "deploy/spoke/rbac.yaml"), repoFile(t, "deploy/spoke/webhook.yaml"))
+	c.Apply(t, repoFile(t, "deploy/spoke/namespace.yaml"), repoFile(t, "deploy/spoke/rbac.yaml"), repoFile(t, "deploy/spoke/webhook.yaml"),
+		repoFile(t, "deploy/spoke/injection.yaml"))
 	admin, err := kubernetes.NewForConfig(c.Admin)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +104,8 @@ func startReplica(t *testing.T, cs kubernetes.Interface, certValidity, caValidit
 	log := &testlog.Buffer{}
 	m, err := New(Options{
 		Client: cs, Namespace: namespace, SecretName: secretName, ValidatingConfigurations: []string{configName},
-		Hosts: []string{"127.0.0.1", "nave-spoke.nave-system.svc"}, CertValidity: certValidity, CAValidity: caValidity,
+		MutatingConfigurations: []string{mutatingName},
+		Hosts:                  []string{"127.0.0.1", "nave-spoke.nave-system.svc"}, CertValidity: certValidity, CAValidity: caValidity,
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
@@ -143,6 +147,15 @@ func (k *kube) config(t *testing.T) *admissionregistrationv1.ValidatingWebhookCo
 	return cfg
 }
 
+func (k *kube) mutating(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
+	t.Helper()
+	cfg, err := k.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), mutatingName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func (k *kube) secret(t *testing.T) *corev1.Secret {
 	t.Helper()
 	s, err := k.admin.CoreV1().Secrets(namespace).Get(t.Context(), secretName, metav1.GetOptions{})
@@ -162,11 +175,20 @@ func (k *kube) trusts(t *testing.T, r *replica) error {
 		return err
 	}
 	at := time.Now()
-	cfg := k.config(t)
-	for _, w := range cfg.Webhooks {
+	bundles := map[string][]byte{}
+	for _, w := range k.config(t).Webhooks {
+		bundles[w.Name] = w.ClientConfig.CABundle
+	}
+	for _, w := range k.mutating(t).Webhooks {
+		bundles[w.Name] = w.ClientConfig.CABundle
+	}
+	if len(bundles) != 5 {
+		return fmt.Errorf("%d webhooks in the two configurations, want 5", len(bundles))
+	}
+	for name, bundle := range bundles {
 		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(w.ClientConfig.CABundle) {
-			return fmt.Errorf("webhook %s has no caBundle", w.Name)
+		if !roots.AppendCertsFromPEM(bundle) {
+			return fmt.Errorf("webhook %s has no caBundle", name)
 		}
 		for _, name := range []string{"127.0.0.1", "nave-spoke.nave-system.svc"} {
 			if _, err := c.Leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: name, CurrentTime: at}); err != nil {
@@ -196,6 +218,9 @@ func TestReplicasRacingShareOneCA(t *testing.T) {
 	cfg := k.config(t)
 	if got := cfg.Annotations[GenerationAnnotation]; got != "1" {
 		t.Errorf("annotation %s=%q, want 1", GenerationAnnotation, got)
+	}
+	if got := k.mutating(t).Annotations[GenerationAnnotation]; got != "1" {
+		t.Errorf("the injector's configuration: annotation %s=%q, want 1", GenerationAnnotation, got)
 	}
 	if a.m.Status().Serving.Serial == b.m.Status().Serving.Serial {
 		t.Error("both replicas serve the same certificate")

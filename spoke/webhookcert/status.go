@@ -42,6 +42,8 @@ type ServingStatus struct {
 // ConfigStatus is one webhook configuration whose caBundle is kept.
 type ConfigStatus struct {
 	Name string `json:"name"`
+	// Kind: ValidatingWebhookConfiguration or MutatingWebhookConfiguration.
+	Kind string `json:"kind"`
 	// State: current, updated, not found, not synced, holds a newer CA
 	// than this replica has seen yet, changed meanwhile, update failed.
 	State      string `json:"state"`

@@ -52,11 +52,14 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	keys := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
-	if rep != nil {
-		keys["replicas.relayListen"] = cfg.Replicas.RelayListen
+	addrs := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
+	if cfg.Admin.OperatorListen != "" {
+		addrs["admin.operatorListen"] = cfg.Admin.OperatorListen
 	}
-	lis, err := listen(keys)
+	if rep != nil {
+		addrs["replicas.relayListen"] = cfg.Replicas.RelayListen
+	}
+	lis, err := listen(addrs)
 	if err != nil {
 		return err
 	}
@@ -147,9 +150,21 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		}
 	}
 	// Served once every ready check is in place.
-	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	if op := lis["admin.operatorListen"]; op != nil {
+		// The debug views, profiles and metrics go to authenticated
+		// operators, by scope; the plain listener keeps probes and metrics.
+		tlsCfg, err := sec.operatorTLS()
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return adm.ServeHandler(gctx, op, adm.OperatorHandler(operatorScope), tlsCfg) })
+		g.Go(func() error { return adm.ServeHandler(gctx, lis["admin.listen"], adm.ProbeHandler(), nil) })
+	} else {
+		g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	}
 	adm.AddReadyCheck("listeners", func() error { return nil })
-	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "tls", !sec.plaintext, "state", cfg.State.Dir)
+	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "operatorAdmin", cfg.Admin.OperatorListen,
+		"tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/navemesh/nave/shared/tlspin"
 	"github.com/navemesh/nave/spoke/enroll"
+	"github.com/navemesh/nave/spoke/inject"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 )
 
@@ -192,6 +193,21 @@ func (id *hubIdentity) ready() error {
 		return fmt.Errorf("the cluster certificate expired at %s; renewals are failing (see the log)", na.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// trust is what injected pods need to trust the registration authority
+// and the hub: the mesh's roots and the hub's CA as the spoke has them now
+// (renewals may update them), or why there are none yet.
+func (id *hubIdentity) trust() (inject.Trust, error) {
+	r := id.renewer.Load()
+	if r == nil {
+		return inject.Trust{}, errors.New("the spoke is not enrolled with its hub yet (see /debug/identity)")
+	}
+	c := r.Credentials()
+	if len(c.TrustBundle) == 0 {
+		return inject.Trust{}, fmt.Errorf("the hub gave the spoke no mesh roots (trust-bundle.pem in hub.stateDir %s)", id.hub.StateDir)
+	}
+	return inject.Trust{TrustDomain: c.TrustDomain, MeshRoots: c.TrustBundle, HubCA: c.HubCA}, nil
 }
 
 // identityView is the body of /debug/identity.

@@ -2,7 +2,8 @@
 // cluster's config and pushes it to the hub over a stream it dials, proving
 // which (mesh, cluster) it is with a certificate it gets by enrolling (see
 // docs/enrollment.md). With the kubernetes source it can also serve the
-// cluster's validation webhook (webhook.listen, docs/webhooks.md).
+// cluster's validation webhook (webhook.listen, docs/webhooks.md) and
+// sidecar injector (inject.enabled, docs/injection.md).
 package main
 
 import (
@@ -53,13 +54,14 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 			return fmt.Errorf("ra.listen: %w", err)
 		}
 	}
+	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
 	var wh *webhook
 	if cfg.Webhook.Listen != "" { // validated: only with the kubernetes source
 		if whLis, err = net.Listen("tcp", cfg.Webhook.Listen); err != nil {
 			closeAll()
 			return fmt.Errorf("webhook.listen: %w", err)
 		}
-		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg); err != nil {
+		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg, id.trust); err != nil {
 			closeAll()
 			return err
 		}
@@ -83,7 +85,6 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		}
 		return out, nil
 	})
-	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
 	adm.AddReadyCheck("identity", id.ready)
 	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial and expiry, "+
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)

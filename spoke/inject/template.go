@@ -1,0 +1,173 @@
+package inject
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/spoke/capture"
+)
+
+// The pod layout both sides of the agent contract agree on
+// (spoke/agentconfig's defaults).
+const (
+	agentBinary     = "nave-agent"
+	runDir          = "/var/run/nave"
+	podInfoDir      = "/etc/nave/pod"
+	tokenDir        = "/var/run/secrets/tokens"
+	tokenFile       = "istio-token"
+	tokenAudience   = "istio-ca"
+	tokenExpiry     = 43200 // seconds; the kubelet refreshes it at 80 %
+	grpcBootstrap   = runDir + "/grpc-bootstrap.json"
+	statusPort      = 15021
+	envoyAdminPort  = 15000
+	readyPath       = "/healthz/ready"
+	grpcBootstrapEV = "GRPC_XDS_BOOTSTRAP"
+	// modes of the agent.
+	modeEnvoy = "envoy"
+	modeGRPC  = "grpc"
+)
+
+// built is what a template adds to a pod.
+type built struct {
+	initContainers []corev1.Container // put first, in this order
+	volumes        []corev1.Volume
+	// appEnv and appMount are added to every app container (grpc-agent).
+	appEnv   *corev1.EnvVar
+	appMount *corev1.VolumeMount
+}
+
+// build makes the containers and volumes of s for a pod of the spoke's
+// mesh, with trust.
+func (in *Injector) build(s *podSettings, trust Trust) built {
+	var b built
+	mode := modeEnvoy
+	if s.template == TemplateGRPCAgent {
+		mode = modeGRPC
+	}
+	agent := corev1.Container{
+		Name:            ProxyContainer,
+		Image:           s.image,
+		ImagePullPolicy: in.opts.PullPolicy,
+		Command:         []string{agentBinary},
+		Args:            []string{"run"},
+		Env:             in.agentEnv(mode, trust),
+		Ports:           []corev1.ContainerPort{{Name: "nave-status", ContainerPort: statusPort, Protocol: corev1.ProtocolTCP}},
+		Resources:       s.resources,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: VolumeRun, MountPath: runDir},
+			{Name: VolumePodInfo, MountPath: podInfoDir, ReadOnly: true},
+			{Name: VolumeToken, MountPath: tokenDir, ReadOnly: true},
+		},
+		// The app starts only once the agent has a certificate and has
+		// written the bootstrap (and Envoy is ready, in envoy mode).
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readyPath, Port: intstr.FromInt32(statusPort)}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   3,
+			FailureThreshold: 600,
+		},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readyPath, Port: intstr.FromInt32(statusPort)}},
+			PeriodSeconds:    15,
+			TimeoutSeconds:   3,
+			FailureThreshold: 4,
+		},
+		RestartPolicy:            ptr.To(corev1.ContainerRestartPolicyAlways),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](capture.DefaultProxyUID),
+			RunAsGroup:               ptr.To[int64](capture.DefaultProxyUID),
+			RunAsNonRoot:             ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Privileged:               ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+	if s.template == TemplateSidecar {
+		b.initContainers = append(b.initContainers, corev1.Container{
+			Name:            CaptureContainer,
+			Image:           s.image,
+			ImagePullPolicy: in.opts.PullPolicy,
+			Command:         []string{agentBinary},
+			Args:            append([]string{"capture"}, s.capture.Args()...),
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: defaultCaptureCPU, corev1.ResourceMemory: defaultCaptureMemory},
+			},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			// iptables needs root with NET_ADMIN and NET_RAW in the pod's
+			// network namespace, nothing more.
+			SecurityContext: &corev1.SecurityContext{
+				RunAsUser:                ptr.To[int64](0),
+				RunAsGroup:               ptr.To[int64](0),
+				RunAsNonRoot:             ptr.To(false),
+				AllowPrivilegeEscalation: ptr.To(false),
+				ReadOnlyRootFilesystem:   ptr.To(false),
+				Privileged:               ptr.To(false),
+				Capabilities: &corev1.Capabilities{
+					Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+					Drop: []corev1.Capability{"ALL"},
+				},
+			},
+		})
+	} else {
+		b.appEnv = &corev1.EnvVar{Name: grpcBootstrapEV, Value: grpcBootstrap}
+		b.appMount = &corev1.VolumeMount{Name: VolumeRun, MountPath: runDir, ReadOnly: true}
+	}
+	b.initContainers = append(b.initContainers, agent)
+	b.volumes = []corev1.Volume{
+		{Name: VolumeRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+		{Name: VolumePodInfo, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+			{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}},
+		}}}},
+		{Name: VolumeToken, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: tokenAudience, ExpirationSeconds: ptr.To[int64](tokenExpiry), Path: tokenFile}},
+		}}}},
+	}
+	return b
+}
+
+// agentEnv is nave-agent's configuration (spoke/agentconfig's keys).
+func (in *Injector) agentEnv(mode string, trust Trust) []corev1.EnvVar {
+	v := func(key, value string) corev1.EnvVar { return corev1.EnvVar{Name: settings.EnvName(key), Value: value} }
+	field := func(key, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: settings.EnvName(key), ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	env := []corev1.EnvVar{
+		v("mode", mode),
+		v("mesh", in.opts.Mesh),
+		v("cluster", in.opts.Cluster),
+		v("trustDomain", trust.TrustDomain),
+	}
+	if in.opts.DomainSuffix != "" {
+		env = append(env, v("domainSuffix", in.opts.DomainSuffix))
+	}
+	env = append(env,
+		field("pod.name", "metadata.name"),
+		field("pod.namespace", "metadata.namespace"),
+		field("pod.serviceAccount", "spec.serviceAccountName"),
+		field("pod.ip", "status.podIP"),
+		field("pod.node", "spec.nodeName"),
+		v("pod.labelsFile", podInfoDir+"/labels"),
+		v("pod.annotationsFile", podInfoDir+"/annotations"),
+		v("ra.address", in.opts.RAAddress),
+		v("ra.identity", "spiffe://"+trust.TrustDomain+"/nave/cluster/"+in.opts.Cluster),
+		v("ra.tokenFile", tokenDir+"/"+tokenFile),
+		v("trust.meshRoots", string(trust.MeshRoots)),
+		v("trust.hubCA", string(trust.HubCA)),
+		v("xds.address", in.opts.XDSAddress),
+	)
+	if in.opts.XDSServerName != "" {
+		env = append(env, v("xds.serverName", in.opts.XDSServerName))
+	}
+	env = append(env, v("dir", runDir), v("status.listen", ":"+strconv.Itoa(statusPort)))
+	if mode == modeEnvoy {
+		env = append(env, v("proxyUID", strconv.Itoa(capture.DefaultProxyUID)))
+	}
+	return env
+}
