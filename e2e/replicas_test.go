@@ -131,7 +131,7 @@ type replicaSet struct {
 
 func newReplicaSet(t *testing.T, n int, extra ...string) *replicaSet {
 	t.Helper()
-	return newReplicaSetOn(t, make([]placement, n), extra...)
+	return newReplicaSetOn(t, make([]placement, n), false, extra...)
 }
 
 // placement is where one replica runs: in a network namespace or not, and
@@ -141,7 +141,9 @@ type placement struct {
 	host string
 }
 
-func newReplicaSetOn(t *testing.T, places []placement, extra ...string) *replicaSet {
+// newReplicaSetOn starts one replica per placement; plaintext runs them
+// with tls.plaintext (the relay is then plaintext too).
+func newReplicaSetOn(t *testing.T, places []placement, plaintext bool, extra ...string) *replicaSet {
 	t.Helper()
 	rs := &replicaSet{key: filepath.Join(t.TempDir(), "gossip.key")}
 	if err := os.WriteFile(rs.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
@@ -163,6 +165,9 @@ func newReplicaSetOn(t *testing.T, places []placement, extra ...string) *replica
 	}
 	for i, p := range places {
 		h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: state, ns: p.ns, host: p.host}
+		if plaintext {
+			h.state = ""
+		}
 		h.extraArgs = append([]string{"--replicas.id", fmt.Sprintf("hub-%d", i), "--replicas.join", strings.Join(join, ","),
 			"--replicas.bind-address", h.at(0)[:strings.LastIndex(h.at(0), ":")], "--replicas.bind-port", strconv.Itoa(rs.gossip[i]),
 			"--replicas.relay-listen", h.at(rs.relay[i]), "--replicas.keyring-file", rs.key, "--tls.hosts", strings.Join(hosts, ",")}, extra...)
@@ -557,7 +562,7 @@ func TestReplicaPartitionDeletesNothing(t *testing.T) {
 		t.Skip("needs root for a network namespace")
 	}
 	ns := harness.NewNetNS(t)
-	rs := newReplicaSetOn(t, []placement{{host: ns.HostIP}, {host: ns.HostIP}, {ns: ns, host: ns.NSIP}}, "--replicas.rejoin-interval", "2s")
+	rs := newReplicaSetOn(t, []placement{{host: ns.HostIP}, {host: ns.HostIP}, {ns: ns, host: ns.NSIP}}, false, "--replicas.rejoin-interval", "2s")
 	hubs := rs.hubs
 	for _, h := range hubs {
 		harness.Eventually(t, 30*time.Second, func() error {
@@ -771,4 +776,33 @@ func TestRestartedReplicaGetsStaleClusters(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	harness.Eventually(t, 30*time.Second, func() error { return w.holds(host) })
+}
+
+// TestReplicaFailoverKeepsProxylessTraffic: a grpc-go proxyless client
+// (nave-demo-client) attached to hub-2 calls a backend whose cluster's
+// spoke is owned by hub-0; SIGKILL of hub-0 and the spoke's re-home to
+// hub-1 cost the client no failed call (plaintext replicas).
+func TestReplicaFailoverKeepsProxylessTraffic(t *testing.T) {
+	const host = "echo.demo.svc.cluster.local"
+	rs := newReplicaSetOn(t, make([]placement, 3), true)
+	h0, h1, h2 := rs.hubs[0], rs.hubs[1], rs.hubs[2]
+	be := startBackend(t, "echo-1")
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "echo.yaml"), serviceEntry("echo", host, be.port))
+	p := startProxy(t, addr(h0.spokes), addr(h1.spokes), addr(h2.spokes))
+	via := *h0
+	via.spokes = p.port()
+	newSpoke(t, &via, "c1", dir)
+	h0.waitOwned(t, "default/c1", "hub-0")
+
+	c := startClient(t, h2, "xds:///"+host+":7070", "failover.demo")
+	firstOK(t, c, 60*time.Second)
+	killed := time.Now()
+	h0.proc.Kill()
+	<-h0.proc.Done()
+	h1.waitOwned(t, "default/c1", "hub-1")
+	after := c.collect(t, killed, 400, 60*time.Second) // 2 s of calls at 5 ms
+	if got := tally(after); got["echo-1"] != len(after) {
+		t.Errorf("calls after SIGKILL of the spoke's owner: %s, want every one OK to echo-1", describe(got))
+	}
 }
