@@ -48,6 +48,19 @@ func TestDefaultsValidate(t *testing.T) {
 		"ca.store":                      cfg.CA.Store == StoreDir,
 		"ca.namespace":                  cfg.CA.Namespace == "nave-system",
 		"ca.kubeconfig":                 cfg.CA.Kubeconfig == "",
+		"replicas.id":                   cfg.Replicas.ID == "",
+		"replicas.join":                 len(cfg.Replicas.Join) == 0 && !cfg.Replicas.Enabled(),
+		"replicas.bindAddress":          cfg.Replicas.BindAddress == "0.0.0.0",
+		"replicas.bindPort":             cfg.Replicas.BindPort == 7946,
+		"replicas.advertiseAddress":     cfg.Replicas.AdvertiseAddress == "",
+		"replicas.relayListen":          cfg.Replicas.RelayListen == "0.0.0.0:15016",
+		"replicas.keyringFile":          cfg.Replicas.KeyringFile == "",
+		"replicas.insecureGossip":       !cfg.Replicas.InsecureGossip,
+		"replicas.readyTimeout":         cfg.Replicas.ReadyTimeout == time.Minute,
+		"replicas.rejoinInterval":       cfg.Replicas.RejoinInterval == 10*time.Second,
+		"replicas.shedRate":             cfg.Replicas.ShedRate == 5,
+		"replicas.shedTolerance":        cfg.Replicas.ShedTolerance == 0.1,
+		"xds.maxConnectionAge":          cfg.XDS.MaxConnectionAge == 0,
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)
@@ -96,6 +109,14 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--state.store=etcd"}, "state.store", `must be dir or kubernetes, got "etcd"`},
 		{[]string{"--state.store=kubernetes", "--state.namespace=Nave_System"}, "state.namespace", `"Nave_System" is not a namespace name`},
 		{[]string{"--state.kubeconfig=/etc/kubeconfig", "--ca.store=kubernetes"}, "state.kubeconfig", "is used only with state.store=kubernetes, but state.store is dir"},
+		{[]string{"--replicas.join=hub-0"}, "replicas.keyringFile", "name the gossip keyring file"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.id=Hub_0"}, "replicas.id", `"Hub_0" is not a DNS label`},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.bind-address=any"}, "replicas.bindAddress", `"any" is not an IP address`},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.bind-port=0"}, "replicas.bindPort", "must be a port"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.relay-listen=15016"}, "replicas.relayListen", "must be host:port"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.ready-timeout=0s"}, "replicas.readyTimeout", "must be greater than 0"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.shed-rate=-1"}, "replicas.shedRate", "must be 0 (never shed) or more"},
+		{[]string{"--xds.max-connection-age=-1s"}, "xds.maxConnectionAge", "must not be negative"},
 		{[]string{"--tls.plaintext", "--ca.meshes=acme=acme.example,beta=beta.example"}, "xds.defaultMesh", `with tls.plaintext it must be a mesh of ca.meshes (acme, beta), got "default"`},
 	}
 	for _, tc := range tests {

@@ -47,15 +47,22 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 }
 
 func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
+	reg := admin.NewRegistry()
+	rep, err := newReplicas(cfg, reg)
+	if err != nil {
+		return err
+	}
 	addrs := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
 	if cfg.Admin.OperatorListen != "" {
 		addrs["admin.operatorListen"] = cfg.Admin.OperatorListen
+	}
+	if rep != nil {
+		addrs["replicas.relayListen"] = cfg.Replicas.RelayListen
 	}
 	lis, err := listen(addrs)
 	if err != nil {
 		return err
 	}
-	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
 	sec, err := newSecurity(ctx, cfg, log, reg)
 	if err != nil {
@@ -66,7 +73,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 
 	var pc *pushctx.Publisher
-	in := ingest.New(sec.spokeAuthenticator(), ingest.Options{
+	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
@@ -74,7 +81,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh) },
 		Logger:           log.With("component", "ingest"),
 		Registerer:       reg,
-	})
+	}))
 	var resources *cache.Cache
 	pc = pushctx.New(in, pushctx.Options{
 		DebounceQuiet: cfg.Push.DebounceQuiet,
@@ -102,27 +109,23 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(ka))...)
 	protocolv1.RegisterSyncServer(spokeSrv, in)
+	xdsKA := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	if age := cfg.XDS.MaxConnectionAge; age > 0 {
+		xdsKA.MaxConnectionAge, xdsKA.MaxConnectionAgeGrace = age, 30*time.Second
+	}
 	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))...)
+		grpc.KeepaliveParams(xdsKA))...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
+	if rep != nil {
+		// The replica counts (and may shed) the proxy connections.
+		lis["xds.listen"] = rep.track(lis["xds.listen"])
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
-	if op := lis["admin.operatorListen"]; op != nil {
-		// The debug views, profiles and metrics go to authenticated
-		// operators, by scope; the plain listener keeps probes and metrics.
-		tlsCfg, err := sec.operatorTLS()
-		if err != nil {
-			return err
-		}
-		g.Go(func() error { return adm.ServeHandler(gctx, op, adm.OperatorHandler(operatorScope), tlsCfg) })
-		g.Go(func() error { return adm.ServeHandler(gctx, lis["admin.listen"], adm.ProbeHandler(), nil) })
-	} else {
-		g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
-	}
 	if e := sec.enforcer(in, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}
@@ -138,6 +141,26 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 			stopGracefully(srv, 5*time.Second)
 			return nil
 		})
+	}
+	if rep != nil {
+		if err := rep.start(gctx, cfg, sec, in, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
+			cancel()
+			_ = g.Wait()
+			return err
+		}
+	}
+	// Served once every ready check is in place.
+	if op := lis["admin.operatorListen"]; op != nil {
+		// The debug views, profiles and metrics go to authenticated
+		// operators, by scope; the plain listener keeps probes and metrics.
+		tlsCfg, err := sec.operatorTLS()
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return adm.ServeHandler(gctx, op, adm.OperatorHandler(operatorScope), tlsCfg) })
+		g.Go(func() error { return adm.ServeHandler(gctx, lis["admin.listen"], adm.ProbeHandler(), nil) })
+	} else {
+		g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
 	}
 	adm.AddReadyCheck("listeners", func() error { return nil })
 	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "operatorAdmin", cfg.Admin.OperatorListen,
