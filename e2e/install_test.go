@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/navemesh/nave/e2e/harness"
@@ -79,13 +82,43 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 
 	hubC := container(t, objs[hubDir], "nave-hub")
 	hubKubeconfig := saKubeconfig(t, k, hubC)
+	// Every replica the Deployment asks for, each joining the first's
+	// gossip port (the headless Service's DNS name stands for them all)
+	// with the keyring the operator puts in Secret nave-hub-gossip.
+	replicas := deploymentReplicas(t, objs[hubDir], "nave-hub")
+	keyring := make([]byte, 32)
+	if _, err := rand.Read(keyring); err != nil {
+		t.Fatal(err)
+	}
 	var hubHosts []any
-	hubProc := launchContainer(t, "nave-hub", hubC, hubKubeconfig, func(cfg map[string]any) {
-		hubHosts, _ = cfg["tls"].(map[string]any)["hosts"].([]any)
-	}, nil)
+	var hubProcs []*launched
+	firstGossip := 0
+	for i := range replicas {
+		gossip := harness.FreePort(t)
+		if i == 0 {
+			firstGossip = gossip
+		}
+		p := launchContainer(t, fmt.Sprintf("nave-hub-%d", i), hubC, hubKubeconfig, func(cfg map[string]any) {
+			hubHosts, _ = cfg["tls"].(map[string]any)["hosts"].([]any)
+			if r, ok := cfg["replicas"].(map[string]any); ok && r["join"] != nil {
+				r["bindAddress"], r["bindPort"] = "127.0.0.1", gossip
+				r["join"] = []any{addr(firstGossip)}
+			}
+		}, func(mounts map[string]string) {
+			if dir, ok := mounts["/etc/nave-gossip"]; ok {
+				if err := os.WriteFile(filepath.Join(dir, "keyring"), []byte(base64.StdEncoding.EncodeToString(keyring)+"\n"), 0o400); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, fmt.Sprintf("NAVE_REPLICAS_ID=nave-hub-%d", i))
+		hubProcs = append(hubProcs, p)
+	}
+	hubProc := hubProcs[0]
 	h := &hub{t: t, admin: hubProc.port(t, "admin.listen"), spokes: hubProc.port(t, "spokes.listen"), xds: hubProc.port(t, "xds.listen"),
 		navectlState: []string{"--state-store", "kubernetes", "--kubeconfig", hubKubeconfig}, proc: hubProc.Proc}
-	hubProc.waitReady(t, 30*time.Second)
+	for _, p := range hubProcs {
+		p.waitReady(t, 60*time.Second)
+	}
 	pin := h.pin(t)
 
 	var spokes []*launched
@@ -160,10 +193,39 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 			return fmt.Errorf("%s not connected and synced: %+v", id, list)
 		})
 	}
+	if replicas > 1 {
+		// the replicas found each other, and every one holds every cluster
+		for _, p := range hubProcs {
+			op := operatorDeployed(t, h, p.port(t, "admin.operatorListen"), hubHosts[0].(string), "--vendor", "--name", "ops")
+			harness.Eventually(t, 30*time.Second, func() error {
+				var v struct {
+					Members []struct {
+						ID string `json:"id"`
+					} `json:"members"`
+					Clusters []struct {
+						Synced bool `json:"synced"`
+					} `json:"clusters"`
+				}
+				if err := json.Unmarshal([]byte(op("/debug/replicas")), &v); err != nil {
+					return err
+				}
+				synced := 0
+				for _, c := range v.Clusters {
+					if c.Synced {
+						synced++
+					}
+				}
+				if len(v.Members) != replicas || synced != len(ids) {
+					return fmt.Errorf("%s: %d members, %d synced clusters; want %d and %d", p.Name, len(v.Members), synced, replicas, len(ids))
+				}
+				return nil
+			})
+		}
+	}
 	if code, _, err := get(http.DefaultClient, h.url("/debug/spokes")); err != nil || code != http.StatusNotFound {
 		t.Errorf("the plain admin port's /debug/spokes: %d %v; want 404 (debug views only on the operator listener)", code, err)
 	}
-	for _, l := range append(spokes, hubProc) {
+	for _, l := range append(spokes, hubProcs...) {
 		l.checkRootFS(t)
 	}
 }
@@ -198,6 +260,28 @@ func operatorDeployed(t *testing.T, h *hub, port int, serverName string, scope .
 		}
 		return body
 	}
+}
+
+// deploymentReplicas is spec.replicas of Deployment nave-system/name in
+// the rendered stream b (1 when unset, as the API server defaults it).
+func deploymentReplicas(t *testing.T, b []byte, name string) int {
+	t.Helper()
+	objs, err := manifests.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := manifests.Find(objs, "Deployment", "nave-system", name)
+	if u == nil {
+		t.Fatalf("no Deployment nave-system/%s", name)
+	}
+	n, found, err := unstructured.NestedInt64(u.Object, "spec", "replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		return 1
+	}
+	return int(n)
 }
 
 // container is the one container of Deployment nave-system/name in the
@@ -284,7 +368,7 @@ func (l *launched) checkRootFS(t *testing.T) {
 // stand-ins TestManifestsStartTheBinaries lists: edit may change the
 // parsed config file further, files may write into the volumes' dirs
 // (mount path -> dir) before the start.
-func launchContainer(t *testing.T, name string, c *manifests.Container, kubeconfig string, edit func(map[string]any), files func(map[string]string)) *launched {
+func launchContainer(t *testing.T, name string, c *manifests.Container, kubeconfig string, edit func(map[string]any), files func(map[string]string), extraEnv ...string) *launched {
 	t.Helper()
 	work := t.TempDir()
 	l := &launched{listen: map[string]int{}, rootfs: filepath.Join(work, "rootfs")}
@@ -366,7 +450,7 @@ func launchContainer(t *testing.T, name string, c *manifests.Container, kubeconf
 	if files != nil {
 		files(dirs)
 	}
-	env := append(append([]string{}, c.Env...), "KUBECONFIG="+kubeconfig)
+	env := append(append(append([]string{}, c.Env...), extraEnv...), "KUBECONFIG="+kubeconfig)
 	l.Proc = harness.StartIn(t, name, l.rootfs, env, binary(c.Binary), args...)
 	return l
 }

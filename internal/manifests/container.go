@@ -48,9 +48,9 @@ type Mount struct {
 }
 
 // ContainerOf reads container of Deployment namespace/name from objs. Environment values from
-// a ConfigMap key or a container's resources are resolved; any other valueFrom (a Secret, a
-// field of the pod) is an error naming it, so that a test starting the binary cannot silently
-// miss a variable the Deployment sets.
+// a ConfigMap key, a container's resources or a field of the pod (PodFields: the values a test
+// process stands in for) are resolved; any other valueFrom (a Secret) is an error naming it, so
+// that a test starting the binary cannot silently miss a variable the Deployment sets.
 func ContainerOf(objs []*unstructured.Unstructured, namespace, name, container string) (*Container, error) {
 	u := Find(objs, "Deployment", namespace, name)
 	if u == nil {
@@ -74,7 +74,7 @@ func ContainerOf(objs []*unstructured.Unstructured, namespace, name, container s
 		Mounts: map[string]Mount{}}
 	where := fmt.Sprintf("Deployment %s/%s container %s", namespace, name, container)
 	for _, e := range spec.Env {
-		v, err := envValue(objs, namespace, spec, e)
+		v, err := envValue(objs, namespace, name, &d.Spec.Template.Spec, spec, e)
 		if err != nil {
 			return nil, fmt.Errorf("%s: env %s: %w", where, e.Name, err)
 		}
@@ -141,11 +141,31 @@ func imageBinary(image string) string {
 	return base
 }
 
-func envValue(objs []*unstructured.Unstructured, namespace string, spec *corev1.Container, e corev1.EnvVar) (string, error) {
+// PodFields are the downward API's pod fields for a process standing in for a pod of
+// Deployment namespace/name: its name is the Deployment's with a "-0" suffix, and its
+// addresses are loopback.
+func PodFields(namespace, name string, pod *corev1.PodSpec) map[string]string {
+	return map[string]string{
+		"metadata.name":           name + "-0",
+		"metadata.namespace":      namespace,
+		"spec.serviceAccountName": pod.ServiceAccountName,
+		"spec.nodeName":           "node-0",
+		"status.podIP":            "127.0.0.1",
+		"status.hostIP":           "127.0.0.1",
+	}
+}
+
+func envValue(objs []*unstructured.Unstructured, namespace, name string, pod *corev1.PodSpec, spec *corev1.Container, e corev1.EnvVar) (string, error) {
 	if e.ValueFrom == nil {
 		return e.Value, nil
 	}
 	switch vf := e.ValueFrom; {
+	case vf.FieldRef != nil:
+		v, ok := PodFields(namespace, name, pod)[vf.FieldRef.FieldPath]
+		if !ok {
+			return "", fmt.Errorf("fieldRef %s is not read here; add it to manifests.PodFields", vf.FieldRef.FieldPath)
+		}
+		return v, nil
 	case vf.ResourceFieldRef != nil:
 		return resourceValue(spec, vf.ResourceFieldRef)
 	case vf.ConfigMapKeyRef != nil:
@@ -159,7 +179,7 @@ func envValue(objs []*unstructured.Unstructured, namespace string, spec *corev1.
 		}
 		return string(v), nil
 	default:
-		return "", fmt.Errorf("valueFrom other than resourceFieldRef or configMapKeyRef is not read here; add it to manifests.ContainerOf")
+		return "", fmt.Errorf("valueFrom other than fieldRef, resourceFieldRef or configMapKeyRef is not read here; add it to manifests.ContainerOf")
 	}
 }
 
