@@ -18,3 +18,25 @@ const (
 	// server_listener_resource_name_template without its "%s".
 	ServerListenerPrefix = "grpc/server?xds.resource.listening_address="
 )
+
+// Node metadata keys the hub reads (xds/proxy aliases them): Istio's where
+// Istio has one, plus nave's MESH.
+const (
+	MetaMesh           = "MESH"
+	MetaNamespace      = "NAMESPACE"
+	MetaLabels         = "LABELS"
+	MetaServiceAccount = "SERVICE_ACCOUNT"
+	MetaInstanceIPs    = "INSTANCE_IPS"
+	MetaNetwork        = "NETWORK"
+	MetaClusterID      = "CLUSTER_ID"
+	MetaGenerator      = "GENERATOR"
+	// MetaName and MetaNodeName are the pod's (or VM's) name and the node
+	// it runs on, as Istio's agent sends them; the hub does not read them.
+	MetaName     = "NAME"
+	MetaNodeName = "NODE_NAME"
+	// MetaAnnotations are the pod's annotations (Istio's key); the hub does
+	// not read them.
+	MetaAnnotations = "ANNOTATIONS"
+	// GeneratorGRPC, as MetaGenerator, marks a proxyless gRPC client.
+	GeneratorGRPC = "grpc"
+)

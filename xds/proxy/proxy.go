@@ -18,6 +18,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -36,14 +37,14 @@ const (
 
 // Node metadata keys.
 const (
-	MetaMesh           = "MESH"
-	MetaNamespace      = "NAMESPACE"
-	MetaLabels         = "LABELS"
-	MetaServiceAccount = "SERVICE_ACCOUNT"
-	MetaInstanceIPs    = "INSTANCE_IPS"
-	MetaNetwork        = "NETWORK"
-	MetaClusterID      = "CLUSTER_ID"
-	MetaGenerator      = "GENERATOR"
+	MetaMesh           = xdsbootstrap.MetaMesh
+	MetaNamespace      = xdsbootstrap.MetaNamespace
+	MetaLabels         = xdsbootstrap.MetaLabels
+	MetaServiceAccount = xdsbootstrap.MetaServiceAccount
+	MetaInstanceIPs    = xdsbootstrap.MetaInstanceIPs
+	MetaNetwork        = xdsbootstrap.MetaNetwork
+	MetaClusterID      = xdsbootstrap.MetaClusterID
+	MetaGenerator      = xdsbootstrap.MetaGenerator
 )
 
 // Proxy is one connected xDS client, parsed and validated once per
@@ -137,7 +138,7 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 			}
 		}
 	}
-	if generator == "grpc" {
+	if generator == xdsbootstrap.GeneratorGRPC {
 		p.Type = GRPC
 	}
 	for _, ip := range strings.Split(ips, ",") {
