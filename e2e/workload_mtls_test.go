@@ -33,6 +33,7 @@ import (
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/xdstest"
+	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen/proxyless"
 )
@@ -120,27 +121,14 @@ func (a *agent) raConn(t *testing.T) *grpc.ClientConn {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(a.meshRoot)
+	raID, err := spiffeid.ParseClusterID(a.raID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true, // verified below, by SPIFFE ID
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			certs := make([]*x509.Certificate, len(raw))
-			for i, r := range raw {
-				c, err := x509.ParseCertificate(r)
-				if err != nil {
-					return err
-				}
-				certs[i] = c
-			}
-			inter := x509.NewCertPool()
-			for _, c := range certs[1:] {
-				inter.AddCert(c)
-			}
-			if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-				return err
-			}
-			if len(certs[0].URIs) != 1 || certs[0].URIs[0].String() != a.raID {
-				return fmt.Errorf("the RA is %v, want %s", certs[0].URIs, a.raID)
-			}
-			return nil
+			_, err := spiffeid.VerifyChain(raw, roots, x509.ExtKeyUsageServerAuth, raID)
+			return err
 		}}
 	conn, err := grpc.NewClient(a.ra, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
 	if err != nil {
@@ -225,6 +213,13 @@ func startMTLSServer(t *testing.T, h *hub, lis net.Listener, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveEcho(t, lis, bootstrap)
+}
+
+// serveEcho runs a grpc-go xDS server on lis with bootstrap, answering
+// health checks with the caller's SPIFFE ID in the x-nave-backend header.
+func serveEcho(t *testing.T, lis net.Listener, bootstrap []byte) {
+	t.Helper()
 	xdstest.ServeHealth(t, lis, bootstrap, 30*time.Second,
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			caller := "no client certificate"

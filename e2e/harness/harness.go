@@ -95,12 +95,21 @@ type Proc struct {
 // killed when the test ends if it is still running.
 func Start(t testing.TB, name, bin string, args ...string) *Proc {
 	t.Helper()
+	return StartEnv(t, name, bin, nil, args...)
+}
+
+// StartEnv is Start with env (KEY=VALUE) added to the test's environment.
+func StartEnv(t testing.TB, name, bin string, env []string, args ...string) *Proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
