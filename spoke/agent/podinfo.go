@@ -61,4 +61,3 @@ func readPodInfo(path string) (map[string]string, error) {
 	}
 	return m, nil
 }
-
