@@ -99,7 +99,7 @@ func RenewAt(c *Credential, fraction, jitter, r float64) time.Time {
 	}
 	life := c.Leaf.NotAfter.Sub(start)
 	if life <= 0 {
-		return start
+		return c.Leaf.NotAfter // received expired: renew at once
 	}
 	return start.Add(time.Duration(float64(life) * (fraction + jitter*r)))
 }
