@@ -56,7 +56,7 @@ func (p *agentProc) url(path string) string {
 
 // agentEnv is the environment of an agent container for pod, against the
 // hub h and the spoke's RA at raAddr; it writes the pod's files into work.
-func agentEnv(t *testing.T, a *agent, h *hub, raAddr string, pod podEnv, work string) ([]string, string, int) {
+func agentEnv(t testing.TB, a *agent, h *hub, raAddr string, pod podEnv, work string) ([]string, string, int) {
 	t.Helper()
 	dir := filepath.Join(work, "run")
 	podinfo := filepath.Join(work, "podinfo")
@@ -100,7 +100,7 @@ func agentEnv(t *testing.T, a *agent, h *hub, raAddr string, pod podEnv, work st
 }
 
 // startAgent runs nave-agent as pod and waits until it reports ready.
-func startAgent(t *testing.T, a *agent, h *hub, raAddr string, pod podEnv) *agentProc {
+func startAgent(t testing.TB, a *agent, h *hub, raAddr string, pod podEnv) *agentProc {
 	t.Helper()
 	env, dir, status := agentEnv(t, a, h, raAddr, pod, t.TempDir())
 	p := &agentProc{proc: harness.StartEnv(t, "agent-"+pod.name, binary("nave-agent"), env), dir: dir, status: status}
@@ -176,21 +176,18 @@ func nextSecrets(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecr
 	return r.resp, out
 }
 
-// TestAgentInAPod is issue 13's proof of the per-pod agent: nave-agent
-// runs as a process given exactly what an injected pod gives it (env,
-// downward-API files, a TokenRequest token from a real API server); it
-// gets its certificate from the spoke's RA, serves it to an SDS client
-// speaking as Envoy and renews it, and in grpc mode its bootstrap and files
-// alone let a grpc-go xDS server and the demo client talk mTLS through the
-// hub, with an AuthorizationPolicy DENY applied.
-func TestAgentInAPod(t *testing.T) {
+// agentWorld is a real API server with the demo namespace, a TLS hub and
+// a spoke serving its RA; lis is where the echo endpoint of the demo's
+// config listens.
+func agentWorld(t testing.TB) (*agent, *hub, string, net.Listener) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := lis.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { lis.Close() })
 	c := kubeCluster(t)
-	c.Apply(t, []byte(workloadConfig(port)))
+	c.Apply(t, []byte(workloadConfig(lis.Addr().(*net.TCPAddr).Port)))
 	cs, err := kubernetes.NewForConfig(c.Admin)
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +200,64 @@ func TestAgentInAPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}
+	return &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}, h, raAddr, lis
+}
+
+// BenchmarkAgent starts nave-agent (grpc mode) as a pod would and measures
+// the time from process start to ready (first certificate from the RA and
+// the bootstrap written) and its resident memory once ready.
+func BenchmarkAgent(b *testing.B) {
+	a, h, raAddr, _ := agentWorld(b)
+	for b.Loop() {
+		runAgentBench(b, a, h, raAddr)
+	}
+}
+
+// TestAgentBenchmarkOnce is BenchmarkAgent's test twin.
+func TestAgentBenchmarkOnce(t *testing.T) {
+	a, h, raAddr, _ := agentWorld(t)
+	runAgentBench(t, a, h, raAddr)
+}
+
+func runAgentBench(t testing.TB, a *agent, h *hub, raAddr string) {
+	env, _, status := agentEnv(t, a, h, raAddr, podEnv{name: "bench-1", namespace: "demo", sa: "client", mode: "grpc"}, t.TempDir())
+	start := time.Now()
+	p := harness.StartEnv(t, "agent-bench", binary("nave-agent"), env)
+	harness.Eventually(t, 60*time.Second, func() error {
+		if _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", status)); err != nil {
+			return err
+		}
+		return nil
+	})
+	ready := time.Since(start)
+	time.Sleep(time.Second) // let it settle: GC, idle connections
+	rss, peak := currentRSS(p.PID()), peakRSS(p.PID())
+	if rss == 0 {
+		t.Fatalf("no resident set for the agent (pid %d)", p.PID())
+	}
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", status)
+	heap, _ := metric(metricsURL, "go_memstats_heap_inuse_bytes")
+	sys, _ := metric(metricsURL, "go_memstats_sys_bytes")
+	p.Stop(10 * time.Second)
+	t.Logf("nave-agent: ready (first certificate, bootstrap) %s after start; RSS %.1f MiB, peak %.1f MiB; Go heap in use %.1f MiB, from the OS %.1f MiB",
+		ready.Round(time.Millisecond), rss, peak, heap/(1<<20), sys/(1<<20))
+	if b, ok := t.(*testing.B); ok {
+		b.ReportMetric(ready.Seconds()*1000, "ms-to-ready")
+		b.ReportMetric(rss, "MiB-rss")
+		b.ReportMetric(peak, "MiB-peak-rss")
+	}
+}
+
+// TestAgentInAPod is issue 13's proof of the per-pod agent: nave-agent
+// runs as a process given exactly what an injected pod gives it (env,
+// downward-API files, a TokenRequest token from a real API server); it
+// gets its certificate from the spoke's RA, serves it to an SDS client
+// speaking as Envoy and renews it, and in grpc mode its bootstrap and files
+// alone let a grpc-go xDS server and the demo client talk mTLS through the
+// hub, with an AuthorizationPolicy DENY applied.
+func TestAgentInAPod(t *testing.T) {
+	a, h, raAddr, lis := agentWorld(t)
+	meshRoot := a.meshRoot
 
 	t.Run("envoy mode: SDS, bootstrap and renewal", func(t *testing.T) {
 		p := startAgent(t, a, h, raAddr, podEnv{name: "web-1", namespace: "demo", sa: "client", mode: "envoy",

@@ -89,7 +89,7 @@ spec:
 
 // startSecureKubeSpoke starts a spoke watching c that enrolls with token
 // and serves its registration authority on raAddr.
-func startSecureKubeSpoke(t *testing.T, h *hub, cluster, token, raAddr string, c *kubetest.Cluster) *secureSpoke {
+func startSecureKubeSpoke(t testing.TB, h *hub, cluster, token, raAddr string, c *kubetest.Cluster) *secureSpoke {
 	t.Helper()
 	work := t.TempDir()
 	tokenFile := filepath.Join(work, "token")
@@ -117,7 +117,7 @@ type agent struct {
 
 // raConn dials the RA, verifying its certificate against the mesh's roots
 // and by its SPIFFE ID (it has no DNS name).
-func (a *agent) raConn(t *testing.T) *grpc.ClientConn {
+func (a *agent) raConn(t testing.TB) *grpc.ClientConn {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(a.meshRoot)
@@ -139,7 +139,7 @@ func (a *agent) raConn(t *testing.T) *grpc.ClientConn {
 }
 
 // token is a service-account token of ns/sa for the RA's audience.
-func (a *agent) token(t *testing.T, ns, sa string) string {
+func (a *agent) token(t testing.TB, ns, sa string) string {
 	t.Helper()
 	exp := int64(600)
 	tr, err := a.cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,

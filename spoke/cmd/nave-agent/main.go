@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/navemesh/nave/shared/admin"
@@ -57,5 +58,15 @@ func serve(ctx context.Context, cfg agentconfig.Config, log *slog.Logger) error 
 		lis.Close()
 		return err
 	}
+	go func() {
+		// Start-up (config, proto registries, the first key and
+		// certificate) leaves garbage a sidecar need not keep resident:
+		// hand it back to the OS once, when the agent is in place.
+		select {
+		case <-a.Keeper().Ready():
+			debug.FreeOSMemory()
+		case <-ctx.Done():
+		}
+	}()
 	return a.Run(ctx, lis)
 }
