@@ -301,6 +301,9 @@ func TestAgentInAPod(t *testing.T) {
 			b.GetNode().GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields()["app"].GetStringValue() != "web" {
 			t.Errorf("node %v; want the pod's id and labels", b.GetNode())
 		}
+		if got := b.GetNode().GetMetadata().GetFields()["SDS_CLUSTER"].GetStringValue(); got != "sds-grpc" {
+			t.Errorf("node metadata SDS_CLUSTER = %q; want sds-grpc, so that the hub points workload secrets at the agent", got)
+		}
 		var view struct{ Identity, Serial string }
 		if err := harness.GetJSON(p.url("/debug/certificate"), &view); err != nil || view.Serial != leaf.SerialNumber.Text(16) {
 			t.Errorf("/debug/certificate: %+v (%v); want serial %s", view, err, leaf.SerialNumber.Text(16))

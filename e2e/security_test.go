@@ -58,11 +58,11 @@ spec:
 
 // newSecureHub starts a hub serving TLS (the default) with a state dir of
 // its own, and the meshes default (cluster.local) and other
-// (other.example).
-func newSecureHub(t testing.TB) *hub {
+// (other.example); extra are more flags.
+func newSecureHub(t testing.TB, extra ...string) *hub {
 	t.Helper()
 	h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t),
-		state: t.TempDir(), extraArgs: []string{"--ca.meshes", "default=cluster.local,other=other.example"}}
+		state: t.TempDir(), extraArgs: append([]string{"--ca.meshes", "default=cluster.local,other=other.example"}, extra...)}
 	h.start()
 	return h
 }
@@ -379,7 +379,7 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, says string
 // every attack of issue 4's list is refused while the victim's state stays
 // as it was.
 func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
-	h := newSecureHub(t)
+	h := newSecureHub(t, "--sds.mint-keys") // an Envoy without an agent gets its secrets from the hub
 	s1 := startSecureSpoke(t, h, "spoke-c1", "", "c1", h.token(t, "default", "c1", "1h"))
 	harness.WaitReady(t, s1.url("/healthz/ready"), 30*time.Second)
 	victim := h.waitSynced(t, "default/c1")

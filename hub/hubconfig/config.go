@@ -33,6 +33,12 @@ type Config struct {
 	State  State          `key:"state" help:"where the hub keeps what must survive a restart"`
 	TLS    TLS            `key:"tls" help:"transport security of the spokes and xds listeners"`
 	CA     CA             `key:"ca" help:"the per-mesh certificate authorities (the tenants) and spoke enrollment"`
+	SDS    SDS            `key:"sds" help:"secrets the xds listener serves Envoy proxies itself (SDS over ADS)"`
+}
+
+// SDS configures the secrets the hub serves over ADS.
+type SDS struct {
+	MintKeys bool `key:"mintKeys" default:"false" help:"mint a key and workload certificate per Envoy stream and serve them as SDS secrets default and ROOTCA over ADS, for Envoys without a nave-agent (VMs, tests): the key then exists outside the workload. Off, no workload private key exists outside its pod: Envoys get their secrets from the agent in their pod (node metadata SDS_CLUSTER)"`
 }
 
 // Validate checks what spans sections: with tls.plaintext a proxy whose

@@ -47,6 +47,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"ca.store":                      cfg.CA.Store == StoreDir,
 		"ca.namespace":                  cfg.CA.Namespace == "nave-system",
 		"ca.kubeconfig":                 cfg.CA.Kubeconfig == "",
+		"sds.mintKeys":                  !cfg.SDS.MintKeys,
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)

@@ -144,8 +144,15 @@ func (e *Envoy) JSON() ([]byte, error) {
 	if e.Cluster != "" {
 		node["cluster"] = e.Cluster
 	}
-	if len(e.Metadata) > 0 {
-		node["metadata"] = e.Metadata
+	meta := make(map[string]any, len(e.Metadata)+1)
+	for k, v := range e.Metadata {
+		meta[k] = v
+	}
+	if e.SDSSocket != "" {
+		meta[MetaSDSCluster] = SDSCluster // the hub points workload secrets there
+	}
+	if len(meta) > 0 {
+		node["metadata"] = meta
 	}
 	ads := obj{"ads": obj{}, "resource_api_version": "V3"}
 	doc := obj{

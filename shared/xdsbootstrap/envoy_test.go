@@ -48,6 +48,12 @@ func TestEnvoyBootstrapWithSDS(t *testing.T) {
 	if got := b.GetNode().GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields()["app"].GetStringValue(); got != "web" {
 		t.Errorf("metadata LABELS.app = %q", got)
 	}
+	if got := b.GetNode().GetMetadata().GetFields()[MetaSDSCluster].GetStringValue(); got != SDSCluster {
+		t.Errorf("metadata %s = %q; want %s", MetaSDSCluster, got, SDSCluster)
+	}
+	if _, ok := e.Metadata[MetaSDSCluster]; ok {
+		t.Error("JSON changed the caller's metadata")
+	}
 	if a := b.GetAdmin().GetAddress().GetSocketAddress(); a.GetAddress() != "127.0.0.1" || a.GetPortValue() != 15000 {
 		t.Errorf("admin on %v; want 127.0.0.1:15000", a)
 	}

@@ -37,6 +37,10 @@ const (
 	// MetaAnnotations are the pod's annotations (Istio's key); the hub does
 	// not read them.
 	MetaAnnotations = "ANNOTATIONS"
+	// MetaSDSCluster names the cluster of the proxy's bootstrap that
+	// serves its workload secrets ("default", "ROOTCA") by SDS: a local
+	// agent (SDSCluster). Absent, the proxy asks the hub for them over ADS.
+	MetaSDSCluster = "SDS_CLUSTER"
 	// GeneratorGRPC, as MetaGenerator, marks a proxyless gRPC client.
 	GeneratorGRPC = "grpc"
 )

@@ -45,6 +45,7 @@ const (
 	MetaNetwork        = xdsbootstrap.MetaNetwork
 	MetaClusterID      = xdsbootstrap.MetaClusterID
 	MetaGenerator      = xdsbootstrap.MetaGenerator
+	MetaSDSCluster     = xdsbootstrap.MetaSDSCluster
 )
 
 // Proxy is one connected xDS client, parsed and validated once per
@@ -61,6 +62,9 @@ type Proxy struct {
 	Network        string
 	Cluster        string // the Kubernetes cluster the proxy runs in
 	Locality       mesh.Locality
+	// SDSCluster is the bootstrap cluster serving the proxy's workload
+	// secrets (a local agent); empty: the hub, over ADS.
+	SDSCluster string
 }
 
 // FromNode parses an xDS node. defaultMesh applies when the node names no
@@ -96,6 +100,7 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 	p.ServiceAccount = str(MetaServiceAccount)
 	p.Network = str(MetaNetwork)
 	p.Cluster = str(MetaClusterID)
+	p.SDSCluster = str(MetaSDSCluster)
 	ips := str(MetaInstanceIPs)
 	generator := str(MetaGenerator)
 	if err != nil {
@@ -171,6 +176,9 @@ type Key struct {
 	IPs      string
 	Network  string
 	Locality mesh.Locality
+	// SDSCluster is where the proxy's workload secrets come from (see
+	// Proxy.SDSCluster).
+	SDSCluster string
 }
 
 // Key returns the proxy's generation key.
@@ -183,13 +191,14 @@ func (p *Proxy) Key() Key {
 	ips := append([]string(nil), p.IPs...)
 	sort.Strings(ips)
 	return Key{
-		Type:      p.Type,
-		Mesh:      p.Mesh,
-		Namespace: p.Namespace,
-		Labels:    strings.Join(labels, "\n"),
-		IPs:       strings.Join(ips, ","),
-		Network:   p.Network,
-		Locality:  p.Locality,
+		Type:       p.Type,
+		Mesh:       p.Mesh,
+		Namespace:  p.Namespace,
+		Labels:     strings.Join(labels, "\n"),
+		IPs:        strings.Join(ips, ","),
+		Network:    p.Network,
+		Locality:   p.Locality,
+		SDSCluster: p.SDSCluster,
 	}
 }
 
