@@ -34,8 +34,6 @@ import (
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/spiffeid"
-	"github.com/navemesh/nave/shared/xdsbootstrap"
-	"github.com/navemesh/nave/xds/gen/proxyless"
 )
 
 // workloadConfig is the demo namespace's service accounts and mesh config:
@@ -198,22 +196,15 @@ func (a *agent) obtain(t *testing.T, ns, sa string) string {
 	return dir
 }
 
-// startMTLSServer runs a grpc-go xDS server on lis that gets its listener
-// from the hub over mTLS with the certificate in dir, and answers health
-// checks with the caller's SPIFFE ID in the x-nave-backend header.
+// startMTLSServer runs a grpc-go xDS server on lis, as a VM would with
+// the bootstrap navectl bootstrap writes: it gets its listener from the hub
+// over mTLS with the certificate in dir, and answers health checks with
+// the caller's SPIFFE ID in the x-nave-backend header.
 func startMTLSServer(t *testing.T, h *hub, lis net.Listener, dir string) {
 	t.Helper()
-	bootstrap, err := xdsbootstrap.New(addr(h.xds), "echo-server", map[string]any{
-		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "echo"}, "INSTANCE_IPS": "127.0.0.1"},
-		&xdsbootstrap.TLSFiles{CACertificateFile: servingcert.RootPath(h.state), CertificateFile: filepath.Join(dir, "cert-chain.pem"),
-			PrivateKeyFile: filepath.Join(dir, "key.pem")}).
-		WithServerListenerTemplate(proxyless.ServerListenerPrefix+"%s").
-		WithFileWatcher(proxyless.CertificateProvider, filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"),
-			filepath.Join(dir, "root-cert.pem"), "60s").JSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveEcho(t, lis, bootstrap)
+	bootstrap := mustNavectl(t, "bootstrap", "--kind", "grpc", "--name", "echo-server", "--namespace", "demo", "--service-account", "server",
+		"--ip", "127.0.0.1", "--labels", "app=echo", "--hub", addr(h.xds), "--hub-ca", servingcert.RootPath(h.state), "--cert-dir", dir)
+	serveEcho(t, lis, []byte(bootstrap))
 }
 
 // serveEcho runs a grpc-go xDS server on lis with bootstrap, answering

@@ -14,6 +14,8 @@
 //	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
+//	navectl bootstrap      --kind envoy|grpc --name N --namespace NS --service-account SA
+//	                       --hub HOST:PORT --hub-ca FILE --cert-dir DIR [...]
 //
 // where STATE is --state-dir D, or --state-store kubernetes
 // [--state-namespace nave-system] [--kubeconfig F].
@@ -63,7 +65,7 @@ Usage:
         with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
         the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
         --state-dir is not needed
-
+` + bootstrapUsage + `
 STATE is where the hub keeps its state (its state.store):
   --state-dir DIR                  the hub's state.dir (state.store dir)
   --state-store kubernetes [--state-namespace nave-system] [--kubeconfig F]
@@ -113,6 +115,9 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cmd == "ca-hash" {
 		return caHash(ctx, args[1:], stdout)
+	}
+	if cmd == "bootstrap" {
+		return bootstrapCmd(args[1:], stdout)
 	}
 	if cmd != "token" && cmd != "cluster" && cmd != "cert" {
 		return usageErr("unknown command %q", cmd)

@@ -25,8 +25,8 @@ func (a *Agent) bootstrap() ([]byte, error) {
 // Bootstrap is the bootstrap an agent with cfg writes for a pod with
 // labels and annotations: Envoy's or gRPC's, by cfg.Mode.
 func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([]byte, error) {
-	meta := NodeMetadata(cfg, labels, annotations)
-	id := xdsbootstrap.NodeID("sidecar", cfg.Pod.IP, cfg.Pod.Name, cfg.Pod.Namespace, cfg.DomainSuffix)
+	w := Workload(cfg, labels, annotations)
+	meta, id := w.Metadata(), w.NodeID(cfg.DomainSuffix)
 	if cfg.Mode == agentconfig.ModeGRPC {
 		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
 		file := func(name string) string { return filepath.Join(cfg.Dir, name) }
@@ -49,36 +49,8 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 	}).JSON()
 }
 
-// skippedAnnotations are not sent to the hub: large, and of no use to it.
-var skippedAnnotations = map[string]bool{"kubectl.kubernetes.io/last-applied-configuration": true}
-
-// NodeMetadata is the node metadata the hub reads (xds/proxy), from the
-// config and the pod's labels and annotations.
-func NodeMetadata(cfg agentconfig.Config, labels, annotations map[string]string) map[string]any {
-	meta := map[string]any{
-		xdsbootstrap.MetaMesh:           cfg.Mesh,
-		xdsbootstrap.MetaNamespace:      cfg.Pod.Namespace,
-		xdsbootstrap.MetaServiceAccount: cfg.Pod.ServiceAccount,
-		xdsbootstrap.MetaClusterID:      cfg.Cluster,
-		xdsbootstrap.MetaName:           cfg.Pod.Name,
-	}
-	if cfg.Pod.IP != "" {
-		meta[xdsbootstrap.MetaInstanceIPs] = cfg.Pod.IP
-	}
-	if cfg.Pod.Node != "" {
-		meta[xdsbootstrap.MetaNodeName] = cfg.Pod.Node
-	}
-	if len(labels) > 0 {
-		meta[xdsbootstrap.MetaLabels] = labels
-	}
-	ann := map[string]string{}
-	for k, v := range annotations {
-		if !skippedAnnotations[k] {
-			ann[k] = v
-		}
-	}
-	if len(ann) > 0 {
-		meta[xdsbootstrap.MetaAnnotations] = ann
-	}
-	return meta
+// Workload is the pod as its bootstrap's node describes it.
+func Workload(cfg agentconfig.Config, labels, annotations map[string]string) xdsbootstrap.Workload {
+	return xdsbootstrap.Workload{Mesh: cfg.Mesh, Cluster: cfg.Cluster, Namespace: cfg.Pod.Namespace, ServiceAccount: cfg.Pod.ServiceAccount,
+		Name: cfg.Pod.Name, NodeName: cfg.Pod.Node, IP: cfg.Pod.IP, Labels: labels, Annotations: annotations}
 }
