@@ -357,6 +357,28 @@ func TestAgentInAPod(t *testing.T) {
 				t.Fatalf("call %+v; want OK, the server seeing the client's SPIFFE ID", call)
 			}
 		}
+		// The hub (sds.mintKeys off) mints no key: asked for secrets and
+		// then clusters on one stream, it answers the clusters alone.
+		pair, err := tls.LoadX509KeyPair(filepath.Join(cl.dir, "cert-chain.pem"), filepath.Join(cl.dir, "key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dialTLS(t, addr(h.xds), h.servingRoots(t), &pair)).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envoyNode := &corev3.Node{Id: "sidecar~127.0.0.1~client-1.demo~demo.svc.cluster.local"}
+		for _, req := range []*discoveryv3.DiscoveryRequest{{Node: envoyNode, TypeUrl: typeurl.Secret, ResourceNames: []string{"default", "ROOTCA"}}, {TypeUrl: typeurl.Cluster}} {
+			if err := ads.Send(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if first, err := ads.Recv(); err != nil || first.GetTypeUrl() != typeurl.Cluster {
+			t.Errorf("the hub answered %s (%v) first; want clusters, and no secrets without sds.mintKeys", first.GetTypeUrl(), err)
+		}
+
 		blocked := &client{proc: harness.Start(t, "client-agent-blocked", binary("nave-demo-client"), append(clientArgs, "--header", "x-block=yes")...)}
 		for _, call := range blocked.lastCalls(t, 3) {
 			if call.Code != codes.PermissionDenied.String() {
