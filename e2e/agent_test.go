@@ -396,7 +396,7 @@ func TestAgentInAPod(t *testing.T) {
 			t.Fatal(err)
 		}
 		env, dir, status := agentEnv(t, a, h, raAddr, podEnv{name: "web-2", namespace: "demo", sa: "client", mode: "envoy"}, work)
-		p := harness.StartEnv(t, "agent-child", binary("nave-agent"), append(env, "NAVE_ENVOY_BINARY="+fake))
+		p := harness.StartEnv(t, "agent-child", binary("nave-agent"), append(env, "NAVE_ENVOY_BINARY="+fake), "run") // "nave-agent run" is "nave-agent"
 		harness.Eventually(t, 30*time.Second, func() error {
 			args, err := os.ReadFile(fake + ".args")
 			if err != nil {
