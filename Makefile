@@ -3,7 +3,7 @@ GO            ?= go
 BIN           := bin
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT  ?= 20m
-CMDS          := nave-hub=./hub/cmd/nave-hub navectl=./cmd/navectl nave-spoke=./spoke/cmd/nave-spoke \
+CMDS          := nave-hub=./hub/cmd/nave-hub navectl=./cmd/navectl nave-spoke=./spoke/cmd/nave-spoke nave-agent=./spoke/cmd/nave-agent \
                  nave-demo=./examples/demo/launcher nave-demo-backend=./examples/demo/backend \
                  nave-demo-client=./examples/demo/client
 

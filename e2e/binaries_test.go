@@ -33,6 +33,8 @@ func TestInvalidConfigExits(t *testing.T) {
 		{"nave-hub", nil, []string{"NAVE_XDS_LISTEN=nowhere"}, []string{"xds.listen"}},
 		{"nave-spoke", []string{"--source", "http://x"}, nil, []string{"source", "fs://"}},
 		{"nave-spoke", []string{"--cluster", "Not_A_Label"}, nil, []string{"cluster"}},
+		{"nave-agent", nil, []string{"NAVE_POD_NAME=web-1"}, []string{"ra.address", "trust.meshRoots", "xds.address"}},
+		{"nave-agent", []string{"capture"}, nil, []string{"capture"}},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(binary(c.bin), c.args...)
@@ -57,7 +59,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bin := range []string{"nave-hub", "nave-spoke"} {
+	for _, bin := range []string{"nave-hub", "nave-spoke", "nave-agent"} {
 		out, err := exec.Command(binary(bin), "--help").CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s --help: %v\n%s", bin, err, out)

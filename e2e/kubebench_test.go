@@ -126,13 +126,20 @@ func metric(url, name string) (float64, error) {
 }
 
 // peakRSS is a process's high-water resident set, in MiB.
-func peakRSS(pid int) float64 {
+func peakRSS(pid int) float64 { return statusMiB(pid, "VmHWM:") }
+
+// currentRSS is a process's resident set, in MiB.
+func currentRSS(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+
+// statusMiB is a field of /proc/PID/status given in kB, in MiB (0 if
+// unknown).
+func statusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
+		if strings.HasPrefix(l, field) {
 			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
 			return kb / 1024
 		}

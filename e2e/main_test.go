@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 	err = harness.Build(dir, map[string]string{
 		"nave-hub":          "./hub/cmd/nave-hub",
 		"nave-spoke":        "./spoke/cmd/nave-spoke",
+		"nave-agent":        "./spoke/cmd/nave-agent",
 		"navectl":           "./cmd/navectl",
 		"nave-demo-client":  "./examples/demo/client",
 		"nave-demo-backend": "./examples/demo/backend",

@@ -58,17 +58,17 @@ spec:
 
 // newSecureHub starts a hub serving TLS (the default) with a state dir of
 // its own, and the meshes default (cluster.local) and other
-// (other.example).
-func newSecureHub(t *testing.T) *hub {
+// (other.example); extra are more flags.
+func newSecureHub(t testing.TB, extra ...string) *hub {
 	t.Helper()
 	h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t),
-		state: t.TempDir(), extraArgs: []string{"--ca.meshes", "default=cluster.local,other=other.example"}}
+		state: t.TempDir(), extraArgs: append([]string{"--ca.meshes", "default=cluster.local,other=other.example"}, extra...)}
 	h.start()
 	return h
 }
 
 // navectl runs the navectl binary and returns its standard output.
-func navectl(t *testing.T, args ...string) (string, error) {
+func navectl(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -81,7 +81,7 @@ func navectl(t *testing.T, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-func mustNavectl(t *testing.T, args ...string) string {
+func mustNavectl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := navectl(t, args...)
 	if err != nil {
@@ -91,13 +91,13 @@ func mustNavectl(t *testing.T, args ...string) string {
 }
 
 // token creates a join token for (mesh, cluster).
-func (h *hub) token(t *testing.T, mesh, cluster, ttl string) string {
+func (h *hub) token(t testing.TB, mesh, cluster, ttl string) string {
 	t.Helper()
 	return mustNavectl(t, append([]string{"token", "create", "--mesh", mesh, "--cluster", cluster, "--ttl", ttl}, h.stateFlags()...)...)
 }
 
 // pin is the pin of the hub's serving CA, as an operator gives it to spokes.
-func (h *hub) pin(t *testing.T) string {
+func (h *hub) pin(t testing.TB) string {
 	t.Helper()
 	if h.navectlState != nil {
 		return mustNavectl(t, append([]string{"ca-hash"}, h.navectlState...)...)
@@ -172,7 +172,7 @@ func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token
 }
 
 // spokes is the hub's /debug/spokes by "mesh/cluster".
-func (h *hub) spokesView(t *testing.T) map[string]ingest.ClusterStatus {
+func (h *hub) spokesView(t testing.TB) map[string]ingest.ClusterStatus {
 	t.Helper()
 	var list []ingest.ClusterStatus
 	if err := harness.GetJSON(h.url("/debug/spokes"), &list); err != nil {
@@ -186,7 +186,7 @@ func (h *hub) spokesView(t *testing.T) map[string]ingest.ClusterStatus {
 }
 
 // waitSynced waits until the hub holds id connected and synced.
-func (h *hub) waitSynced(t *testing.T, id string) ingest.ClusterStatus {
+func (h *hub) waitSynced(t testing.TB, id string) ingest.ClusterStatus {
 	t.Helper()
 	var st ingest.ClusterStatus
 	harness.Eventually(t, 30*time.Second, func() error {
@@ -383,7 +383,7 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, says string
 // every attack of issue 4's list is refused while the victim's state stays
 // as it was.
 func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
-	h := newSecureHub(t)
+	h := newSecureHub(t, "--sds.mint-keys") // an Envoy without an agent gets its secrets from the hub
 	s1 := startSecureSpoke(t, h, "spoke-c1", "", "c1", h.token(t, "default", "c1", "1h"))
 	harness.WaitReady(t, s1.url("/healthz/ready"), 30*time.Second)
 	victim := h.waitSynced(t, "default/c1")

@@ -33,8 +33,7 @@ import (
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/xdstest"
-	"github.com/navemesh/nave/shared/xdsbootstrap"
-	"github.com/navemesh/nave/xds/gen/proxyless"
+	"github.com/navemesh/nave/shared/spiffeid"
 )
 
 // workloadConfig is the demo namespace's service accounts and mesh config:
@@ -88,7 +87,7 @@ spec:
 
 // startSecureKubeSpoke starts a spoke watching c that enrolls with token
 // and serves its registration authority on raAddr.
-func startSecureKubeSpoke(t *testing.T, h *hub, cluster, token, raAddr string, c *kubetest.Cluster) *secureSpoke {
+func startSecureKubeSpoke(t testing.TB, h *hub, cluster, token, raAddr string, c *kubetest.Cluster) *secureSpoke {
 	t.Helper()
 	work := t.TempDir()
 	tokenFile := filepath.Join(work, "token")
@@ -116,31 +115,18 @@ type agent struct {
 
 // raConn dials the RA, verifying its certificate against the mesh's roots
 // and by its SPIFFE ID (it has no DNS name).
-func (a *agent) raConn(t *testing.T) *grpc.ClientConn {
+func (a *agent) raConn(t testing.TB) *grpc.ClientConn {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(a.meshRoot)
+	raID, err := spiffeid.ParseClusterID(a.raID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true, // verified below, by SPIFFE ID
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			certs := make([]*x509.Certificate, len(raw))
-			for i, r := range raw {
-				c, err := x509.ParseCertificate(r)
-				if err != nil {
-					return err
-				}
-				certs[i] = c
-			}
-			inter := x509.NewCertPool()
-			for _, c := range certs[1:] {
-				inter.AddCert(c)
-			}
-			if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-				return err
-			}
-			if len(certs[0].URIs) != 1 || certs[0].URIs[0].String() != a.raID {
-				return fmt.Errorf("the RA is %v, want %s", certs[0].URIs, a.raID)
-			}
-			return nil
+			_, err := spiffeid.VerifyChain(raw, roots, x509.ExtKeyUsageServerAuth, raID)
+			return err
 		}}
 	conn, err := grpc.NewClient(a.ra, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
 	if err != nil {
@@ -151,7 +137,7 @@ func (a *agent) raConn(t *testing.T) *grpc.ClientConn {
 }
 
 // token is a service-account token of ns/sa for the RA's audience.
-func (a *agent) token(t *testing.T, ns, sa string) string {
+func (a *agent) token(t testing.TB, ns, sa string) string {
 	t.Helper()
 	exp := int64(600)
 	tr, err := a.cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
@@ -210,21 +196,21 @@ func (a *agent) obtain(t *testing.T, ns, sa string) string {
 	return dir
 }
 
-// startMTLSServer runs a grpc-go xDS server on lis that gets its listener
-// from the hub over mTLS with the certificate in dir, and answers health
-// checks with the caller's SPIFFE ID in the x-nave-backend header.
+// startMTLSServer runs a grpc-go xDS server on lis, as a VM would with
+// the bootstrap navectl bootstrap writes: it gets its listener from the hub
+// over mTLS with the certificate in dir, and answers health checks with
+// the caller's SPIFFE ID in the x-nave-backend header.
 func startMTLSServer(t *testing.T, h *hub, lis net.Listener, dir string) {
 	t.Helper()
-	bootstrap, err := xdsbootstrap.New(addr(h.xds), "echo-server", map[string]any{
-		"GENERATOR": "grpc", "NAMESPACE": "demo", "LABELS": map[string]any{"app": "echo"}, "INSTANCE_IPS": "127.0.0.1"},
-		&xdsbootstrap.TLSFiles{CACertificateFile: servingcert.RootPath(h.state), CertificateFile: filepath.Join(dir, "cert-chain.pem"),
-			PrivateKeyFile: filepath.Join(dir, "key.pem")}).
-		WithServerListenerTemplate(proxyless.ServerListenerPrefix+"%s").
-		WithFileWatcher(proxyless.CertificateProvider, filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"),
-			filepath.Join(dir, "root-cert.pem"), "60s").JSON()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bootstrap := mustNavectl(t, "bootstrap", "--kind", "grpc", "--name", "echo-server", "--namespace", "demo", "--service-account", "server",
+		"--ip", "127.0.0.1", "--labels", "app=echo", "--hub", addr(h.xds), "--hub-ca", servingcert.RootPath(h.state), "--cert-dir", dir)
+	serveEcho(t, lis, []byte(bootstrap))
+}
+
+// serveEcho runs a grpc-go xDS server on lis with bootstrap, answering
+// health checks with the caller's SPIFFE ID in the x-nave-backend header.
+func serveEcho(t *testing.T, lis net.Listener, bootstrap []byte) {
+	t.Helper()
 	xdstest.ServeHealth(t, lis, bootstrap, 30*time.Second,
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			caller := "no client certificate"

@@ -53,6 +53,10 @@ func legacyCommands() []legacyCommand {
 				"--ca-store", "--ca-namespace", "--kubeconfig"}},
 		{"operator issue", "issue an operator's client certificate for the hub's operator admin listener", operatorIssue,
 			append([]string{"--mesh", "--vendor", "--name", "--out", "--ttl"}, stateFlagNames...)},
+		{"bootstrap", "write a VM's xDS bootstrap (Envoy or gRPC) as nave-agent writes a pod's",
+			toStdout(func(_ context.Context, args []string, stdout io.Writer) error { return bootstrapCmd(args, stdout) }),
+			[]string{"--kind", "--name", "--namespace", "--service-account", "--ip", "--mesh", "--cluster", "--labels",
+				"--domain-suffix", "--hub", "--fallback", "--server-name", "--hub-ca", "--cert-dir", "--out"}},
 	}
 }
 

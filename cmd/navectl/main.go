@@ -14,6 +14,8 @@
 //	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
+//	navectl bootstrap      --kind envoy|grpc --name N --namespace NS --service-account SA
+//	                       --hub HOST:PORT --hub-ca FILE --cert-dir DIR [...]
 //
 // where STATE is --state-dir D, or --state-store kubernetes
 // [--state-namespace nave-system] [--kubeconfig F].
@@ -93,7 +95,7 @@ Usage:
         across objects and clusters; exit 1 on errors
   navectl completion     bash|zsh|fish|powershell
         print a shell completion script
-
+` + bootstrapUsage + `
 STATE is where the hub keeps its state (its state.store):
   --state-dir DIR                  the hub's state.dir (state.store dir)
   --state-store kubernetes [--state-namespace nave-system] [--kubeconfig F]

@@ -98,6 +98,15 @@ func Start(t testing.TB, name, bin string, args ...string) *Proc {
 	return StartIn(t, name, "", nil, bin, args...)
 }
 
+// StartEnv is Start with env (KEY=VALUE) added to the test's environment.
+func StartEnv(t testing.TB, name, bin string, env []string, args ...string) *Proc {
+	t.Helper()
+	if env != nil {
+		env = append(os.Environ(), env...)
+	}
+	return StartIn(t, name, "", env, bin, args...)
+}
+
 // StartIn is Start in working directory dir ("": the test's) with exactly
 // the environment env (nil: the test's own).
 func StartIn(t testing.TB, name, dir string, env []string, bin string, args ...string) *Proc {

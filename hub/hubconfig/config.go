@@ -35,6 +35,12 @@ type Config struct {
 	CA     CA             `key:"ca" help:"the per-mesh certificate authorities (the tenants) and spoke enrollment"`
 	// Replicas makes the hub one of a set of replicas (docs/replicas.md).
 	Replicas Replicas `key:"replicas" help:"running the hub as a set of replicas that each serve every proxy (docs/replicas.md); off unless replicas.join is set"`
+	SDS      SDS      `key:"sds" help:"secrets the xds listener serves Envoy proxies itself (SDS over ADS)"`
+}
+
+// SDS configures the secrets the hub serves over ADS.
+type SDS struct {
+	MintKeys bool `key:"mintKeys" default:"false" help:"mint a key and workload certificate per Envoy stream and serve them as SDS secrets default and ROOTCA over ADS, for Envoys without a nave-agent (VMs, tests): the key then exists outside the workload. Off, no workload private key exists outside its pod: Envoys get their secrets from the agent in their pod (node metadata SDS_CLUSTER)"`
 }
 
 // Validate checks what spans sections: with tls.plaintext a proxy whose

@@ -61,6 +61,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"replicas.shedRate":             cfg.Replicas.ShedRate == 5,
 		"replicas.shedTolerance":        cfg.Replicas.ShedTolerance == 0.1,
 		"xds.maxConnectionAge":          cfg.XDS.MaxConnectionAge == 0,
+		"sds.mintKeys":                  !cfg.SDS.MintKeys,
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)

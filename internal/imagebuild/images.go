@@ -14,7 +14,7 @@ type Image struct {
 // Images are the images make images builds. Adding a binary is one line here; an image whose
 // package is not in the tree (yet) is skipped with a note.
 var Images = []Image{
-	{Name: "nave-hub", Package: "./hub/cmd/nave-hub", Ports: []int{15010, 15012, 15014, 15015}},
+	{Name: "nave-hub", Package: "./hub/cmd/nave-hub", Ports: []int{7946, 15010, 15012, 15014, 15015, 15016}},
 	{Name: "nave-spoke", Package: "./spoke/cmd/nave-spoke", Ports: []int{15017, 15023, 15024}},
-	{Name: "nave-agent", Package: "./spoke/cmd/nave-agent"},
+	{Name: "nave-agent", Package: "./spoke/cmd/nave-agent", Ports: []int{15020, 15021}},
 }

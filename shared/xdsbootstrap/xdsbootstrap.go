@@ -74,6 +74,19 @@ func New(serverURI, nodeID string, metadata map[string]any, tls *TLSFiles) *Boot
 	}
 }
 
+// WithFallback adds a second xDS server at serverURI, with the first one's
+// channel credentials, and returns b. grpc-go uses it only while the first
+// is unreachable (gRFC A71); an empty serverURI adds nothing.
+func (b *Bootstrap) WithFallback(serverURI string) *Bootstrap {
+	if serverURI == "" {
+		return b
+	}
+	s := b.XDSServers[0]
+	s.ServerURI = serverURI
+	b.XDSServers = append(b.XDSServers, s)
+	return b
+}
+
 // WithFileWatcher adds the certificate provider instance name reading the
 // workload certificate files, and returns b.
 func (b *Bootstrap) WithFileWatcher(name, certFile, keyFile, caFile, refresh string) *Bootstrap {

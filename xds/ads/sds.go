@@ -117,7 +117,7 @@ func secretResources(cred *Credential) map[string]*anypb.Any {
 // authenticated an identity and the hub has a SecretSource.
 func (c *conn) secretsAvailable() bool {
 	if c.sds == nil {
-		c.server.log.Debug("secrets requested, but this stream has no authenticated identity to mint for (plaintext mode)", "conn", c.id)
+		c.server.log.Debug("secrets requested, but the hub serves none to this stream (plaintext mode, or sds.mintKeys off): the proxy gets them from its agent (node metadata SDS_CLUSTER)", "conn", c.id)
 		return false
 	}
 	return true

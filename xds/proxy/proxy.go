@@ -18,6 +18,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -36,14 +37,15 @@ const (
 
 // Node metadata keys.
 const (
-	MetaMesh           = "MESH"
-	MetaNamespace      = "NAMESPACE"
-	MetaLabels         = "LABELS"
-	MetaServiceAccount = "SERVICE_ACCOUNT"
-	MetaInstanceIPs    = "INSTANCE_IPS"
-	MetaNetwork        = "NETWORK"
-	MetaClusterID      = "CLUSTER_ID"
-	MetaGenerator      = "GENERATOR"
+	MetaMesh           = xdsbootstrap.MetaMesh
+	MetaNamespace      = xdsbootstrap.MetaNamespace
+	MetaLabels         = xdsbootstrap.MetaLabels
+	MetaServiceAccount = xdsbootstrap.MetaServiceAccount
+	MetaInstanceIPs    = xdsbootstrap.MetaInstanceIPs
+	MetaNetwork        = xdsbootstrap.MetaNetwork
+	MetaClusterID      = xdsbootstrap.MetaClusterID
+	MetaGenerator      = xdsbootstrap.MetaGenerator
+	MetaSDSCluster     = xdsbootstrap.MetaSDSCluster
 )
 
 // Proxy is one connected xDS client, parsed and validated once per
@@ -60,6 +62,9 @@ type Proxy struct {
 	Network        string
 	Cluster        string // the Kubernetes cluster the proxy runs in
 	Locality       mesh.Locality
+	// SDSCluster is the bootstrap cluster serving the proxy's workload
+	// secrets (a local agent); empty: the hub, over ADS.
+	SDSCluster string
 }
 
 // FromNode parses an xDS node. defaultMesh applies when the node names no
@@ -95,6 +100,7 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 	p.ServiceAccount = str(MetaServiceAccount)
 	p.Network = str(MetaNetwork)
 	p.Cluster = str(MetaClusterID)
+	p.SDSCluster = str(MetaSDSCluster)
 	ips := str(MetaInstanceIPs)
 	generator := str(MetaGenerator)
 	if err != nil {
@@ -137,7 +143,7 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 			}
 		}
 	}
-	if generator == "grpc" {
+	if generator == xdsbootstrap.GeneratorGRPC {
 		p.Type = GRPC
 	}
 	for _, ip := range strings.Split(ips, ",") {
@@ -170,6 +176,9 @@ type Key struct {
 	IPs      string
 	Network  string
 	Locality mesh.Locality
+	// SDSCluster is where the proxy's workload secrets come from (see
+	// Proxy.SDSCluster).
+	SDSCluster string
 }
 
 // Key returns the proxy's generation key.
@@ -182,13 +191,14 @@ func (p *Proxy) Key() Key {
 	ips := append([]string(nil), p.IPs...)
 	sort.Strings(ips)
 	return Key{
-		Type:      p.Type,
-		Mesh:      p.Mesh,
-		Namespace: p.Namespace,
-		Labels:    strings.Join(labels, "\n"),
-		IPs:       strings.Join(ips, ","),
-		Network:   p.Network,
-		Locality:  p.Locality,
+		Type:       p.Type,
+		Mesh:       p.Mesh,
+		Namespace:  p.Namespace,
+		Labels:     strings.Join(labels, "\n"),
+		IPs:        strings.Join(ips, ","),
+		Network:    p.Network,
+		Locality:   p.Locality,
+		SDSCluster: p.SDSCluster,
 	}
 }
 

@@ -41,6 +41,9 @@ func TestFromNode(t *testing.T) {
 			want: Proxy{Type: GRPC, Mesh: "default", Namespace: "demo"}},
 		{name: "proxyless by generator", id: "sidecar~10.1.2.3~a.ns~ns.svc.cluster.local", md: `{"GENERATOR": "grpc"}`,
 			want: Proxy{Type: GRPC, Mesh: "default", Namespace: "ns", Name: "a", IPs: []string{"10.1.2.3"}}},
+		{name: "secrets from a local agent", id: "sidecar~10.1.2.3~a.ns~ns.svc.cluster.local", md: `{"SDS_CLUSTER": "sds-grpc"}`,
+			want: Proxy{Type: Sidecar, Mesh: "default", Namespace: "ns", Name: "a", IPs: []string{"10.1.2.3"}, SDSCluster: "sds-grpc"}},
+		{name: "sds cluster not a string", id: "x", md: `{"SDS_CLUSTER": true}`, err: "node.metadata.SDS_CLUSTER must be a string"},
 		{name: "no id", id: "", err: "node.id is required"},
 		{name: "bad ip in id", id: "sidecar~not-an-ip~a.ns~d", err: `"not-an-ip" is not an IP address`},
 		{name: "bad instance ip", id: "sidecar~~a.ns~d", md: `{"INSTANCE_IPS": "10.0.0.1,x"}`, err: `INSTANCE_IPS: "x" is not an IP address`},
@@ -63,7 +66,8 @@ func TestFromNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			if p.Type != tc.want.Type || p.Mesh != tc.want.Mesh || p.Namespace != tc.want.Namespace || p.Name != tc.want.Name ||
-				strings.Join(p.IPs, ",") != strings.Join(tc.want.IPs, ",") || p.ServiceAccount != tc.want.ServiceAccount {
+				strings.Join(p.IPs, ",") != strings.Join(tc.want.IPs, ",") || p.ServiceAccount != tc.want.ServiceAccount ||
+				p.SDSCluster != tc.want.SDSCluster || p.Key().SDSCluster != tc.want.SDSCluster {
 				t.Fatalf("got %+v, want %+v", *p, tc.want)
 			}
 		})

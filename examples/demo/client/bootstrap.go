@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -110,4 +111,18 @@ func reexecWith(v envVar) error {
 		return fmt.Errorf("restart %s with %s set: %w", exe, v.name, err)
 	}
 	return nil // not reached: Exec does not return on success
+}
+
+// declaresCertificates reports whether the bootstrap file at path declares
+// certificate providers (a workload certificate for mTLS to workloads).
+func declaresCertificates(path string) bool {
+	if path == "" {
+		return false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false // grpc reports the unreadable bootstrap itself
+	}
+	var b xdsbootstrap.Bootstrap
+	return json.Unmarshal(data, &b) == nil && len(b.CertificateProviders) > 0
 }

@@ -216,3 +216,30 @@ func writeCertDir(t *testing.T, ca *x509test.Authority, uri string, ttl time.Dur
 	}
 	return dir
 }
+
+func TestDeclaresCertificates(t *testing.T) {
+	dir := t.TempDir()
+	plain, err := makeBootstrap("127.0.0.1:15010", "c", "default", "demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCerts, err := makeBootstrap("127.0.0.1:15010", "c", "default", "demo", &tlsFiles{CACertificateFile: "ca", CertificateFile: "/d/cert-chain.pem", PrivateKeyFile: "/d/key.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		data []byte
+		want bool
+	}{"plain": {plain, false}, "certs": {withCerts, true}, "garbage": {[]byte("{"), false}} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, c.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := declaresCertificates(path); got != c.want {
+			t.Errorf("%s: declaresCertificates = %v, want %v", name, got, c.want)
+		}
+	}
+	if declaresCertificates("") || declaresCertificates(filepath.Join(dir, "missing")) {
+		t.Error("no bootstrap declares certificates")
+	}
+}

@@ -59,11 +59,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	// With a workload certificate the client speaks mTLS to workloads
-	// whose DestinationRule says ISTIO_MUTUAL (the hub's config decides);
-	// to the rest, and without one, plain text.
+	// With a workload certificate (--xds-cert-dir, or a bootstrap that
+	// declares certificate providers, as nave-agent writes) the client
+	// speaks mTLS to workloads whose DestinationRule says ISTIO_MUTUAL
+	// (the hub's config decides); to the rest, and without one, plain text.
 	creds := insecure.NewCredentials()
-	if opts.xdsCertDir != "" {
+	if opts.xdsCertDir != "" || declaresCertificates(os.Getenv(bootstrapFileEnv)) {
 		if creds, err = xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()}); err != nil {
 			fmt.Fprintf(stderr, "nave-demo-client: %v\n", err)
 			return 2

@@ -152,9 +152,9 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 }
 
 // secrets mints the certificates the xds listener serves Envoy proxies by
-// SDS; nil in plaintext mode.
-func (s *security) secrets() ads.SecretSource {
-	if s.plaintext {
+// SDS when mint (sds.mintKeys) is set; nil otherwise and in plaintext mode.
+func (s *security) secrets(mint bool) ads.SecretSource {
+	if s.plaintext || !mint {
 		return nil
 	}
 	return meshSecrets{s.authority}

@@ -28,6 +28,23 @@ func ADSConfigSource() *corev3.ConfigSource {
 	}
 }
 
+// SDSConfigSource is where a proxy gets its workload secrets: the
+// bootstrap cluster named cluster (a local agent, gRPC SotW SDS), or the
+// hub over ADS when cluster is empty.
+func SDSConfigSource(cluster string) *corev3.ConfigSource {
+	if cluster == "" {
+		return ADSConfigSource()
+	}
+	return &corev3.ConfigSource{
+		ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{ApiConfigSource: &corev3.ApiConfigSource{
+			ApiType: corev3.ApiConfigSource_GRPC, TransportApiVersion: corev3.ApiVersion_V3,
+			GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: cluster}}}},
+		}},
+		ResourceApiVersion: corev3.ApiVersion_V3,
+	}
+}
+
 // SocketAddress is address:port as an Envoy address.
 func SocketAddress(address string, port uint32) *corev3.Address {
 	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{

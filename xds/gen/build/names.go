@@ -1,6 +1,10 @@
 package build
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/navemesh/nave/shared/xdsbootstrap"
+)
 
 // Names of resources, filters and secrets more than one room refers to.
 // They follow Istio's, so that operators' tooling (istioctl-style
@@ -41,6 +45,6 @@ const (
 // (Istio's names, served over ADS by the security part; proxyless gRPC
 // uses them as certificate names).
 const (
-	WorkloadCertSecret = "default"
-	RootCASecret       = "ROOTCA"
+	WorkloadCertSecret = xdsbootstrap.WorkloadCertSecret
+	RootCASecret       = xdsbootstrap.RootCASecret
 )

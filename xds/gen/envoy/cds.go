@@ -98,6 +98,7 @@ type cdsBuilder struct {
 	// assignments builds the inline assignments of DNS clusters.
 	assignments *edsBuilder
 	ads         *corev3.ConfigSource
+	sds         *corev3.ConfigSource       // of the workload secrets
 	breakers    *clusterv3.CircuitBreakers // Istio's defaults: no limits
 	h2          map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
 	eds         *clusterv3.Cluster_Type
@@ -118,6 +119,7 @@ func newCDSBuilder(v *scope.View) *cdsBuilder {
 		problems:    v.Problems(),
 		assignments: newEDSBuilder(v),
 		ads:         build.ADSConfigSource(),
+		sds:         build.SDSConfigSource(v.Key().SDSCluster),
 		breakers:    &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{defaultThresholds()}},
 		h2: map[string]*anypb.Any{httpProtocolOptionsName: build.Any(&upstreamhttpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: explicitHTTP2(nil),

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
@@ -373,6 +375,51 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			}
 			tt.check(t, envoyOut(t, y, key))
 		})
+	}
+}
+
+// TestWorkloadSecretsFromTheLocalAgent: a proxy whose node names an SDS
+// cluster (a local agent) gets its workload secrets from it, outbound and
+// inbound; others from the hub over ADS.
+func TestWorkloadSecretsFromTheLocalAgent(t *testing.T) {
+	y := reviewsConfig + dr(`  trafficPolicy:
+    tls: {mode: ISTIO_MUTUAL}
+`)
+	http := build.ClusterName(cdsReviews, 9080, "")
+	for _, agent := range []string{"", "sds-grpc"} {
+		key := sidecarKey("demo", mesh.Locality{})
+		key.SDSCluster = agent
+		c := gentest.UpstreamTLS(t, clusterOf(t, envoyOut(t, y, key), http)).GetCommonTlsContext()
+		sources := []*corev3.ConfigSource{c.GetTlsCertificateSdsSecretConfigs()[0].GetSdsConfig(),
+			c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetSdsConfig()}
+		inKey := ldsSidecarKey
+		inKey.SDSCluster = agent
+		for _, r := range envoyOut(t, ldsMesh+meshMTLS("STRICT"), inKey).Resources[typeurl.Listener] {
+			l, ok := r.Message.(*listenerv3.Listener)
+			if !ok {
+				t.Fatalf("listener %s is a %T", r.Name, r.Message)
+			}
+			for _, fc := range l.GetFilterChains() {
+				d := &tlsv3.DownstreamTlsContext{}
+				if fc.GetTransportSocket().GetTypedConfig().UnmarshalTo(d) != nil {
+					continue
+				}
+				ctx := d.GetCommonTlsContext()
+				sources = append(sources, ctx.GetTlsCertificateSdsSecretConfigs()[0].GetSdsConfig(), ctx.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetSdsConfig())
+			}
+		}
+		if len(sources) < 4 {
+			t.Fatalf("SDS_CLUSTER %q: found %d secret sources; want the outbound cluster's and an inbound chain's", agent, len(sources))
+		}
+		for _, src := range sources {
+			got := src.GetApiConfigSource().GetGrpcServices()
+			switch {
+			case agent == "" && src.GetAds() == nil:
+				t.Errorf("without an agent: secrets from %v; want ADS", src)
+			case agent != "" && (len(got) != 1 || got[0].GetEnvoyGrpc().GetClusterName() != agent):
+				t.Errorf("with agent %q: secrets from %v; want that cluster", agent, src)
+			}
+		}
 	}
 }
 

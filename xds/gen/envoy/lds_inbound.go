@@ -178,7 +178,7 @@ func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 		cached, alpn = &b.mtlsHTTP, []string{"h2", "http/1.1"}
 	}
 	if *cached == nil {
-		ads := build.ADSConfigSource()
+		ads := build.SDSConfigSource(b.v.Key().SDSCluster)
 		ctx := &tlsv3.DownstreamTlsContext{
 			CommonTlsContext: &tlsv3.CommonTlsContext{
 				TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},

@@ -15,6 +15,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
@@ -26,13 +27,13 @@ import (
 // server_listener_resource_name_template without its "%s": an xDS gRPC
 // server (xds.NewGRPCServer) asks for the listener named this followed by
 // the address it listens on ("0.0.0.0:8080", "[::]:8080", "10.0.0.5:8080").
-const ServerListenerPrefix = "grpc/server?xds.resource.listening_address="
+const ServerListenerPrefix = xdsbootstrap.ServerListenerPrefix
 
 // Certificate provider instance and certificate names a proxyless gRPC
 // server's security config names (gRFC A29): the bootstrap's
 // certificate_providers must define the instance (e.g. file_watcher on the
 // files the CA writes); the names follow the SDS secrets of sidecars.
-const CertificateProvider = "default"
+const CertificateProvider = xdsbootstrap.CertificateProviderInstance
 
 // ServerListenerName names the server listener for a gRPC server
 // listening on hostport.

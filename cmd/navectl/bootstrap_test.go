@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/navemesh/nave/internal/x509test"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
+)
+
+func TestBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "hub-ca.pem")
+	if err := os.WriteFile(ca, x509test.NewAuthority("hub").PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"bootstrap", "--name", "vm-1", "--namespace", "shop", "--service-account", "web", "--ip", "192.0.2.7",
+		"--hub", "hub.example:15010", "--hub-ca", ca, "--cert-dir", "/etc/nave", "--labels", "app=web,version=v1", "--fallback", "spoke.example:15010"}
+
+	r := navectlRun(t, append(common, "--kind", "envoy")...)
+	if r.code != 0 {
+		t.Fatalf("envoy: exit %d: %s", r.code, r.stderr)
+	}
+	b := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal([]byte(r.stdout), b); err != nil {
+		t.Fatalf("not an Envoy bootstrap: %v", err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	if b.GetNode().GetId() != "sidecar~192.0.2.7~vm-1.shop~shop.svc.cluster.local" ||
+		b.GetNode().GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields()["version"].GetStringValue() != "v1" {
+		t.Errorf("node %v", b.GetNode())
+	}
+	if strings.Contains(r.stdout, xdsbootstrap.MetaSDSCluster) || !strings.Contains(r.stdout, "/etc/nave/key.pem") {
+		t.Error("a VM's Envoy bootstrap must take its certificate from the files, not an agent")
+	}
+
+	out := filepath.Join(dir, "grpc.json")
+	if r := navectlRun(t, append(common, "--kind", "grpc", "--out", out)...); r.code != 0 || r.stdout != "" {
+		t.Fatalf("grpc: exit %d, stdout %q: %s", r.code, r.stdout, r.stderr)
+	}
+	doc, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g xdsbootstrap.Bootstrap
+	if err := json.Unmarshal(doc, &g); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.XDSServers) != 2 || g.XDSServers[1].ServerURI != "spoke.example:15010" || g.XDSServers[0].ChannelCreds[0].Config.CACertificateFile != ca ||
+		g.Node.Metadata["GENERATOR"] != "grpc" || g.CertificateProviders["default"].Config.CACertificateFile != "/etc/nave/root-cert.pem" {
+		t.Errorf("grpc bootstrap %s", doc)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bootstrap", "--kind", "envoy"}, "--name is required"},
+		{append(common, "--kind", "istio"), "--kind \"istio\""},
+		{append(common, "--kind", "grpc", "--ip", "1.2.3"), "--ip"},
+		{append(common, "--kind", "grpc", "--labels", "app"), "--labels"},
+		{append(common, "--kind", "envoy", "--hub", "hub"), "xds address"},
+	} {
+		if r := navectlRun(t, c.args...); r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, %q; want 2 naming %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if r := navectlRun(t, append(common, "--kind", "envoy", "--hub-ca", filepath.Join(dir, "none"))...); r.code != 1 || !strings.Contains(r.stderr, "--hub-ca") {
+		t.Errorf("missing CA file: exit %d, %q", r.code, r.stderr)
+	}
+}

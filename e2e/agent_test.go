@@ -1,0 +1,442 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/shared/typeurl"
+)
+
+// podEnv is what an injected pod gives the agent container: the env the
+// templates set (docs/agent.md), the downward API files and the projected
+// token, all written by the test.
+type podEnv struct {
+	name, namespace, sa string
+	labels              map[string]string
+	mode                string
+	extra               []string // more NAVE_* settings
+}
+
+// agentProc is a running nave-agent and the pod directories it uses.
+type agentProc struct {
+	proc   *harness.Proc
+	dir    string // the nave-run volume
+	status int
+}
+
+func (p *agentProc) url(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", p.status, path)
+}
+
+// agentEnv is the environment of an agent container for pod, against the
+// hub h and the spoke's RA at raAddr; it writes the pod's files into work.
+func agentEnv(t testing.TB, a *agent, h *hub, raAddr string, pod podEnv, work string) ([]string, string, int) {
+	t.Helper()
+	dir := filepath.Join(work, "run")
+	podinfo := filepath.Join(work, "podinfo")
+	tokens := filepath.Join(work, "tokens")
+	for _, d := range []string{dir, podinfo, tokens} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var labels strings.Builder
+	for k, v := range pod.labels {
+		fmt.Fprintf(&labels, "%s=%s\n", k, strconv.Quote(v))
+	}
+	hubCA, err := os.ReadFile(servingcert.RootPath(h.state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, data := range map[string]string{
+		filepath.Join(podinfo, "labels"):      labels.String(),
+		filepath.Join(podinfo, "annotations"): "sidecar.istio.io/inject=\"true\"\n",
+		filepath.Join(tokens, "istio-token"):  a.token(t, pod.namespace, pod.sa),
+	} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := harness.FreePort(t)
+	env := []string{
+		"NAVE_MODE=" + pod.mode, "NAVE_MESH=default", "NAVE_CLUSTER=c1", "NAVE_TRUST_DOMAIN=cluster.local",
+		"NAVE_POD_NAME=" + pod.name, "NAVE_POD_NAMESPACE=" + pod.namespace, "NAVE_POD_SERVICE_ACCOUNT=" + pod.sa,
+		"NAVE_POD_IP=127.0.0.1", "NAVE_POD_NODE=node-1",
+		"NAVE_POD_LABELS_FILE=" + filepath.Join(podinfo, "labels"), "NAVE_POD_ANNOTATIONS_FILE=" + filepath.Join(podinfo, "annotations"),
+		"NAVE_RA_ADDRESS=" + raAddr, "NAVE_RA_IDENTITY=spiffe://cluster.local/nave/cluster/c1",
+		"NAVE_RA_TOKEN_FILE=" + filepath.Join(tokens, "istio-token"),
+		"NAVE_TRUST_MESH_ROOTS=" + string(a.meshRoot), "NAVE_TRUST_HUB_CA=" + string(hubCA),
+		"NAVE_XDS_ADDRESS=" + addr(h.xds), "NAVE_DIR=" + dir, "NAVE_STATUS_LISTEN=" + addr(status),
+		"NAVE_ENVOY_BINARY=" + filepath.Join(work, "no-envoy-here"), "NAVE_ENVOY_ADMIN_PORT=" + strconv.Itoa(harness.FreePort(t)),
+		"NAVE_ENVOY_READY_PORT=" + strconv.Itoa(harness.FreePort(t)), "NAVE_LOG_LEVEL=debug",
+	}
+	return append(env, pod.extra...), dir, status
+}
+
+// startAgent runs nave-agent as pod and waits until it reports ready.
+func startAgent(t testing.TB, a *agent, h *hub, raAddr string, pod podEnv) *agentProc {
+	t.Helper()
+	env, dir, status := agentEnv(t, a, h, raAddr, pod, t.TempDir())
+	p := &agentProc{proc: harness.StartEnv(t, "agent-"+pod.name, binary("nave-agent"), env), dir: dir, status: status}
+	harness.WaitReady(t, p.url("/healthz/ready"), 60*time.Second)
+	return p
+}
+
+// readChain parses the first certificate of a PEM chain.
+func readChain(t *testing.T, chain, key []byte) *x509.Certificate {
+	t.Helper()
+	pair, err := tls.X509KeyPair(chain, key)
+	if err != nil {
+		t.Fatalf("the certificate and key do not make a pair: %v", err)
+	}
+	return pair.Leaf
+}
+
+// sdsStream opens an SDS stream to the agent's socket as Envoy does and
+// asks for default and ROOTCA.
+func sdsStream(t *testing.T, sock string) secretv3.SecretDiscoveryService_StreamSecretsClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~web-1.demo~demo.svc.cluster.local"},
+		TypeUrl: typeurl.Secret, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// nextSecrets receives one SDS response and ACKs it.
+func nextSecrets(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecretsClient, timeout time.Duration) (*discoveryv3.DiscoveryResponse, map[string]*tlsv3.Secret) {
+	t.Helper()
+	type result struct {
+		resp *discoveryv3.DiscoveryResponse
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		r, err := stream.Recv()
+		ch <- result{r, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-time.After(timeout):
+		t.Fatalf("no SDS response in %s", timeout)
+	}
+	if r.err != nil {
+		t.Fatalf("SDS: %v", r.err)
+	}
+	out := map[string]*tlsv3.Secret{}
+	for _, a := range r.resp.GetResources() {
+		s := &tlsv3.Secret{}
+		if err := a.UnmarshalTo(s); err != nil {
+			t.Fatal(err)
+		}
+		out[s.GetName()] = s
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Secret, ResourceNames: []string{"default", "ROOTCA"},
+		VersionInfo: r.resp.GetVersionInfo(), ResponseNonce: r.resp.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	return r.resp, out
+}
+
+// agentWorld is a real API server with the demo namespace, a TLS hub and
+// a spoke serving its RA; lis is where the echo endpoint of the demo's
+// config listens.
+func agentWorld(t testing.TB) (*agent, *hub, string, net.Listener) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	c := kubeCluster(t)
+	c.Apply(t, []byte(workloadConfig(lis.Addr().(*net.TCPAddr).Port)))
+	cs, err := kubernetes.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newSecureHub(t)
+	raAddr := addr(harness.FreePort(t))
+	startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
+	h.waitSynced(t, "default/c1")
+	meshRoot, err := os.ReadFile(filepath.Join(h.state, "ca", "default", "root-cert.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}, h, raAddr, lis
+}
+
+// BenchmarkAgent starts nave-agent (grpc mode) as a pod would and measures
+// the time from process start to ready (first certificate from the RA and
+// the bootstrap written) and its resident memory once ready.
+func BenchmarkAgent(b *testing.B) {
+	a, h, raAddr, _ := agentWorld(b)
+	for b.Loop() {
+		runAgentBench(b, a, h, raAddr)
+	}
+}
+
+// TestAgentBenchmarkOnce is BenchmarkAgent's test twin.
+func TestAgentBenchmarkOnce(t *testing.T) {
+	a, h, raAddr, _ := agentWorld(t)
+	runAgentBench(t, a, h, raAddr)
+}
+
+func runAgentBench(t testing.TB, a *agent, h *hub, raAddr string) {
+	env, _, status := agentEnv(t, a, h, raAddr, podEnv{name: "bench-1", namespace: "demo", sa: "client", mode: "grpc"}, t.TempDir())
+	start := time.Now()
+	p := harness.StartEnv(t, "agent-bench", binary("nave-agent"), env)
+	harness.Eventually(t, 60*time.Second, func() error {
+		if _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", status)); err != nil {
+			return err
+		}
+		return nil
+	})
+	ready := time.Since(start)
+	time.Sleep(time.Second) // let it settle: GC, idle connections
+	rss, peak := currentRSS(p.PID()), peakRSS(p.PID())
+	anon, file := statusMiB(p.PID(), "RssAnon:"), statusMiB(p.PID(), "RssFile:")
+	if rss == 0 {
+		t.Fatalf("no resident set for the agent (pid %d)", p.PID())
+	}
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", status)
+	heap, _ := metric(metricsURL, "go_memstats_heap_inuse_bytes")
+	sys, _ := metric(metricsURL, "go_memstats_sys_bytes")
+	p.Stop(10 * time.Second)
+	t.Logf("nave-agent: ready (first certificate, bootstrap) %s after start; RSS %.1f MiB (anonymous %.1f, the binary's file pages %.1f), peak %.1f MiB; Go heap in use %.1f MiB, from the OS %.1f MiB",
+		ready.Round(time.Millisecond), rss, anon, file, peak, heap/(1<<20), sys/(1<<20))
+	if b, ok := t.(*testing.B); ok {
+		b.ReportMetric(ready.Seconds()*1000, "ms-to-ready")
+		b.ReportMetric(rss, "MiB-rss")
+		b.ReportMetric(anon, "MiB-rss-anon")
+		b.ReportMetric(peak, "MiB-peak-rss")
+	}
+}
+
+// TestAgentInAPod is issue 13's proof of the per-pod agent: nave-agent
+// runs as a process given exactly what an injected pod gives it (env,
+// downward-API files, a TokenRequest token from a real API server); it
+// gets its certificate from the spoke's RA, serves it to an SDS client
+// speaking as Envoy and renews it, and in grpc mode its bootstrap and files
+// alone let a grpc-go xDS server and the demo client talk mTLS through the
+// hub, with an AuthorizationPolicy DENY applied.
+func TestAgentInAPod(t *testing.T) {
+	a, h, raAddr, lis := agentWorld(t)
+	meshRoot := a.meshRoot
+
+	t.Run("envoy mode: SDS, bootstrap and renewal", func(t *testing.T) {
+		p := startAgent(t, a, h, raAddr, podEnv{name: "web-1", namespace: "demo", sa: "client", mode: "envoy",
+			labels: map[string]string{"app": "web"}, extra: []string{"NAVE_RA_CERT_TTL=20s"}})
+		stream := sdsStream(t, filepath.Join(p.dir, "sds.sock"))
+		resp, secrets := nextSecrets(t, stream, 30*time.Second)
+		def, roots := secrets["default"].GetTlsCertificate(), secrets["ROOTCA"].GetValidationContext()
+		if def == nil || roots == nil || len(secrets) != 2 {
+			t.Fatalf("SDS answered %v; want default (a certificate) and ROOTCA (a validation context)", secrets)
+		}
+		leaf := readChain(t, def.GetCertificateChain().GetInlineBytes(), def.GetPrivateKey().GetInlineBytes())
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(roots.GetTrustedCa().GetInlineBytes())
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil ||
+			leaf.URIs[0].String() != "spiffe://cluster.local/ns/demo/sa/client" {
+			t.Fatalf("default is %v (%v); want the pod's identity, chaining to ROOTCA", leaf.URIs, err)
+		}
+		if string(roots.GetTrustedCa().GetInlineBytes()) != string(meshRoot) {
+			t.Error("ROOTCA is not the mesh's root")
+		}
+		// The agent keeps no key on disk in envoy mode.
+		entries, _ := os.ReadDir(p.dir)
+		for _, e := range entries {
+			if b, _ := os.ReadFile(filepath.Join(p.dir, e.Name())); strings.Contains(string(b), "PRIVATE KEY") {
+				t.Errorf("%s holds a private key", e.Name())
+			}
+		}
+		// The bootstrap is a valid Envoy bootstrap naming the pod.
+		doc, err := os.ReadFile(filepath.Join(p.dir, "envoy-bootstrap.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &bootstrapv3.Bootstrap{}
+		if err := protojson.Unmarshal(doc, b); err != nil {
+			t.Fatalf("envoy-bootstrap.json: %v", err)
+		}
+		if err := b.ValidateAll(); err != nil {
+			t.Fatalf("envoy-bootstrap.json does not validate: %v", err)
+		}
+		if b.GetNode().GetId() != "sidecar~127.0.0.1~web-1.demo~demo.svc.cluster.local" ||
+			b.GetNode().GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields()["app"].GetStringValue() != "web" {
+			t.Errorf("node %v; want the pod's id and labels", b.GetNode())
+		}
+		if got := b.GetNode().GetMetadata().GetFields()["SDS_CLUSTER"].GetStringValue(); got != "sds-grpc" {
+			t.Errorf("node metadata SDS_CLUSTER = %q; want sds-grpc, so that the hub points workload secrets at the agent", got)
+		}
+		var view struct{ Identity, Serial string }
+		if err := harness.GetJSON(p.url("/debug/certificate"), &view); err != nil || view.Serial != leaf.SerialNumber.Text(16) {
+			t.Errorf("/debug/certificate: %+v (%v); want serial %s", view, err, leaf.SerialNumber.Text(16))
+		}
+
+		// The certificate lives 20 s: the agent renews it with a new key and
+		// pushes it on the open stream.
+		resp2, secrets2 := nextSecrets(t, stream, 60*time.Second)
+		def2 := secrets2["default"].GetTlsCertificate()
+		leaf2 := readChain(t, def2.GetCertificateChain().GetInlineBytes(), def2.GetPrivateKey().GetInlineBytes())
+		if resp2.GetVersionInfo() == resp.GetVersionInfo() || leaf2.SerialNumber.Cmp(leaf.SerialNumber) == 0 ||
+			string(def2.GetPrivateKey().GetInlineBytes()) == string(def.GetPrivateKey().GetInlineBytes()) {
+			t.Fatalf("the push after renewal carries version %s, serial %s; want a new certificate and key", resp2.GetVersionInfo(), leaf2.SerialNumber.Text(16))
+		}
+		if leaf2.URIs[0].String() != leaf.URIs[0].String() {
+			t.Errorf("renewed for %v", leaf2.URIs)
+		}
+		metrics, err := httpGet(p.url("/metrics"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertMetricsDocumented(t, p.url("/metrics"))
+		for _, m := range []string{"nave_agent_certificate_renewals_total 2", "nave_agent_sds_pushes_total 2"} {
+			if !strings.Contains(metrics, m) {
+				t.Errorf("metrics lack %q", m)
+			}
+		}
+	})
+
+	t.Run("grpc mode: mTLS through the hub with only the agent's files", func(t *testing.T) {
+		server := startAgent(t, a, h, raAddr, podEnv{name: "echo-1", namespace: "demo", sa: "server", mode: "grpc", labels: map[string]string{"app": "echo"}})
+		cl := startAgent(t, a, h, raAddr, podEnv{name: "client-1", namespace: "demo", sa: "client", mode: "grpc", labels: map[string]string{"app": "client"}})
+		for _, d := range []string{server.dir, cl.dir} {
+			fi, err := os.Stat(filepath.Join(d, "key.pem"))
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("key.pem: %v (%v); want mode 0600", fi, err)
+			}
+		}
+		boot, err := os.ReadFile(filepath.Join(server.dir, "grpc-bootstrap.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveEcho(t, lis, boot)
+		const target = "xds:///echo.demo.svc.cluster.local:7070"
+		clientArgs := []string{"--target", target, "--bootstrap", filepath.Join(cl.dir, "grpc-bootstrap.json"), "--interval", "50ms", "--timeout", "2s", "--json"}
+		ok := &client{proc: harness.Start(t, "client-agent", binary("nave-demo-client"), clientArgs...)}
+		for _, call := range ok.lastCalls(t, 5) {
+			if call.Code != "OK" || call.Backend != "spiffe://cluster.local/ns/demo/sa/client" {
+				t.Fatalf("call %+v; want OK, the server seeing the client's SPIFFE ID", call)
+			}
+		}
+		// The hub (sds.mintKeys off) mints no key: asked for secrets and
+		// then clusters on one stream, it answers the clusters alone.
+		pair, err := tls.LoadX509KeyPair(filepath.Join(cl.dir, "cert-chain.pem"), filepath.Join(cl.dir, "key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dialTLS(t, addr(h.xds), h.servingRoots(t), &pair)).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envoyNode := &corev3.Node{Id: "sidecar~127.0.0.1~client-1.demo~demo.svc.cluster.local"}
+		for _, req := range []*discoveryv3.DiscoveryRequest{{Node: envoyNode, TypeUrl: typeurl.Secret, ResourceNames: []string{"default", "ROOTCA"}}, {TypeUrl: typeurl.Cluster}} {
+			if err := ads.Send(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if first, err := ads.Recv(); err != nil || first.GetTypeUrl() != typeurl.Cluster {
+			t.Errorf("the hub answered %s (%v) first; want clusters, and no secrets without sds.mintKeys", first.GetTypeUrl(), err)
+		}
+
+		blocked := &client{proc: harness.Start(t, "client-agent-blocked", binary("nave-demo-client"), append(clientArgs, "--header", "x-block=yes")...)}
+		for _, call := range blocked.lastCalls(t, 3) {
+			if call.Code != codes.PermissionDenied.String() {
+				t.Fatalf("call with x-block: %+v; want PermissionDenied", call)
+			}
+		}
+	})
+
+	t.Run("envoy child", func(t *testing.T) {
+		work := t.TempDir()
+		// A fake Envoy: it records its arguments and SIGTERM, and serves
+		// nothing; a second one dies at once.
+		fake := filepath.Join(work, "envoy")
+		if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$@\" > \"$0.args\"\ntrap 'echo term > \"$0.term\"; exit 0' TERM\nwhile :; do sleep 0.1; done\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		env, dir, status := agentEnv(t, a, h, raAddr, podEnv{name: "web-2", namespace: "demo", sa: "client", mode: "envoy"}, work)
+		p := harness.StartEnv(t, "agent-child", binary("nave-agent"), append(env, "NAVE_ENVOY_BINARY="+fake), "run") // "nave-agent run" is "nave-agent"
+		harness.Eventually(t, 30*time.Second, func() error {
+			args, err := os.ReadFile(fake + ".args")
+			if err != nil {
+				return err
+			}
+			if want := "-c " + filepath.Join(dir, "envoy-bootstrap.json"); strings.TrimSpace(string(args)) != want {
+				t.Fatalf("envoy ran with %q; want %q", args, want)
+			}
+			return nil
+		})
+		// Envoy's admin does not answer: the agent is not ready.
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", status))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("ready while Envoy's admin does not answer")
+		}
+		p.Stop(30 * time.Second)
+		if term, err := os.ReadFile(fake + ".term"); err != nil || strings.TrimSpace(string(term)) != "term" {
+			t.Errorf("envoy did not get SIGTERM (%v)", err)
+		}
+		if p.ExitCode() != 0 {
+			t.Errorf("agent exited %d after SIGTERM; want 0", p.ExitCode())
+		}
+
+		dying := filepath.Join(work, "dying-envoy")
+		if err := os.WriteFile(dying, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		env, _, _ = agentEnv(t, a, h, raAddr, podEnv{name: "web-3", namespace: "demo", sa: "client", mode: "envoy"}, t.TempDir())
+		d := harness.StartEnv(t, "agent-dying", binary("nave-agent"), append(env, "NAVE_ENVOY_BINARY="+dying))
+		select {
+		case <-d.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatal("the agent still runs after Envoy died")
+		}
+		if d.ExitCode() == 0 || !strings.Contains(d.Log(), "envoy exited: exit status 3") {
+			t.Errorf("agent exited %d; want non-zero with the reason \"envoy exited: exit status 3\" logged", d.ExitCode())
+		}
+	})
+}

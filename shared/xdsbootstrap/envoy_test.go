@@ -1,0 +1,165 @@
+package xdsbootstrap
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+const testCA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+// parseEnvoy unmarshals a bootstrap into Envoy's own proto, strictly, and
+// runs the proto's generated validation.
+func parseEnvoy(t *testing.T, doc []byte) *bootstrapv3.Bootstrap {
+	t.Helper()
+	b := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal(doc, b); err != nil {
+		t.Fatalf("not an Envoy bootstrap: %v\n%s", err, doc)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("Envoy bootstrap does not validate: %v", err)
+	}
+	return b
+}
+
+func TestEnvoyBootstrapWithSDS(t *testing.T) {
+	e := &Envoy{
+		NodeID:     NodeID("sidecar", "10.0.0.5", "web-1", "shop", "cluster.local"),
+		Cluster:    "web.shop",
+		Metadata:   map[string]any{"NAMESPACE": "shop", "LABELS": map[string]string{"app": "web"}, "MESH": "default"},
+		XDSAddress: "hub.example:15010", FallbackAddress: "10.1.0.1:15010",
+		HubCAPEM: testCA, SDSSocket: "/var/run/nave/sds.sock", AdminPort: 15000, ReadyPort: 15020,
+	}
+	doc, err := e.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := parseEnvoy(t, doc)
+	if got := b.GetNode().GetId(); got != "sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local" {
+		t.Errorf("node id %q", got)
+	}
+	if got := b.GetNode().GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields()["app"].GetStringValue(); got != "web" {
+		t.Errorf("metadata LABELS.app = %q", got)
+	}
+	if got := b.GetNode().GetMetadata().GetFields()[MetaSDSCluster].GetStringValue(); got != SDSCluster {
+		t.Errorf("metadata %s = %q; want %s", MetaSDSCluster, got, SDSCluster)
+	}
+	if _, ok := e.Metadata[MetaSDSCluster]; ok {
+		t.Error("JSON changed the caller's metadata")
+	}
+	if a := b.GetAdmin().GetAddress().GetSocketAddress(); a.GetAddress() != "127.0.0.1" || a.GetPortValue() != 15000 {
+		t.Errorf("admin on %v; want 127.0.0.1:15000", a)
+	}
+	if n := b.GetDynamicResources().GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName(); n != XDSCluster {
+		t.Errorf("ADS on cluster %q", n)
+	}
+	clusters := map[string]int{}
+	for i, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = i
+	}
+	xds := b.GetStaticResources().GetClusters()[clusters[XDSCluster]]
+	eps := xds.GetLoadAssignment().GetEndpoints()
+	if len(eps) != 2 || eps[0].GetPriority() != 0 || eps[1].GetPriority() != 1 ||
+		eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "hub.example" ||
+		eps[1].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "10.1.0.1" {
+		t.Errorf("xds endpoints %v; want the hub at priority 0, the fallback at 1", eps)
+	}
+	if xds.GetType().String() != "STRICT_DNS" {
+		t.Errorf("xds cluster type %s; the hub is a DNS name", xds.GetType())
+	}
+	tc := &tlsv3.UpstreamTlsContext{}
+	if err := xds.GetTransportSocket().GetTypedConfig().UnmarshalTo(tc); err != nil {
+		t.Fatal(err)
+	}
+	if tc.GetSni() != "hub.example" {
+		t.Errorf("SNI %q", tc.GetSni())
+	}
+	sds := tc.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs()
+	if len(sds) != 1 || sds[0].GetName() != WorkloadCertSecret ||
+		sds[0].GetSdsConfig().GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != SDSCluster {
+		t.Errorf("the ADS connection's certificate is %v; want SDS %q from %s", sds, WorkloadCertSecret, SDSCluster)
+	}
+	if got := tc.GetCommonTlsContext().GetValidationContext().GetTrustedCa().GetInlineString(); got != testCA {
+		t.Errorf("hub CA %q", got)
+	}
+	if pipe := b.GetStaticResources().GetClusters()[clusters[SDSCluster]].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetPipe().GetPath(); pipe != "/var/run/nave/sds.sock" {
+		t.Errorf("SDS cluster on %q", pipe)
+	}
+	if ls := b.GetStaticResources().GetListeners(); len(ls) != 1 || ls[0].GetAddress().GetSocketAddress().GetPortValue() != 15020 {
+		t.Errorf("listeners %v; want the readiness listener on 15020", ls)
+	}
+	if strings.Contains(string(doc), "PRIVATE KEY") {
+		t.Error("the bootstrap holds a key")
+	}
+}
+
+func TestEnvoyBootstrapWithFiles(t *testing.T) {
+	doc, err := (&Envoy{NodeID: NodeID("sidecar", "192.0.2.7", "vm-1", "shop", "cluster.local"),
+		XDSAddress: "127.0.0.1:15010", HubCAPEM: testCA, CertFile: "/etc/nave/cert-chain.pem", KeyFile: "/etc/nave/key.pem",
+		AdminPort: 15000}).JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := parseEnvoy(t, doc)
+	xds := b.GetStaticResources().GetClusters()[0]
+	if len(b.GetStaticResources().GetClusters()) != 1 || xds.GetType().String() != "STATIC" || len(b.GetStaticResources().GetListeners()) != 0 {
+		t.Fatalf("clusters %v, listeners %v; want only a STATIC xds cluster", b.GetStaticResources().GetClusters(), b.GetStaticResources().GetListeners())
+	}
+	tc := &tlsv3.UpstreamTlsContext{}
+	if err := xds.GetTransportSocket().GetTypedConfig().UnmarshalTo(tc); err != nil {
+		t.Fatal(err)
+	}
+	certs := tc.GetCommonTlsContext().GetTlsCertificates()
+	if len(certs) != 1 || certs[0].GetPrivateKey().GetFilename() != "/etc/nave/key.pem" {
+		t.Errorf("certificates %v; want the files", certs)
+	}
+	if m := tc.GetCommonTlsContext().GetValidationContext().GetMatchTypedSubjectAltNames(); len(m) != 1 || m[0].GetSanType().String() != "IP_ADDRESS" {
+		t.Errorf("SAN matchers %v; want the hub's IP address", m)
+	}
+}
+
+func TestEnvoyBootstrapRefuses(t *testing.T) {
+	good := Envoy{NodeID: "sidecar~~a.b~b.svc.cluster.local", XDSAddress: "hub:15010", HubCAPEM: testCA, SDSSocket: "/s", AdminPort: 15000}
+	for _, c := range []struct {
+		name string
+		edit func(*Envoy)
+		want string
+	}{
+		{"no node id", func(e *Envoy) { e.NodeID = "" }, "node id"},
+		{"bad address", func(e *Envoy) { e.XDSAddress = "hub" }, "xds address"},
+		{"bad port", func(e *Envoy) { e.XDSAddress = "hub:0" }, "port"},
+		{"bad fallback", func(e *Envoy) { e.FallbackAddress = ":1" }, "fallback"},
+		{"no CA", func(e *Envoy) { e.HubCAPEM = "" }, "CA"},
+		{"no certificate", func(e *Envoy) { e.SDSSocket = "" }, "SDS socket"},
+		{"admin port", func(e *Envoy) { e.AdminPort = 0 }, "admin port"},
+		{"ready = admin", func(e *Envoy) { e.ReadyPort = 15000 }, "ready port"},
+	} {
+		e := good
+		c.edit(&e)
+		if _, err := e.JSON(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v; want one naming %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestGRPCBootstrapFallback(t *testing.T) {
+	doc, err := New("hub:15010", "n", nil, &TLSFiles{CACertificateFile: "ca"}).WithFallback("spoke:15010").WithFallback("").JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Bootstrap
+	if err := json.Unmarshal(doc, &b); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.XDSServers) != 2 || b.XDSServers[0].ServerURI != "hub:15010" || b.XDSServers[1].ServerURI != "spoke:15010" ||
+		b.XDSServers[1].ChannelCreds[0].Config.CACertificateFile != "ca" {
+		t.Errorf("servers %+v; want the hub first, the fallback second with the same credentials", b.XDSServers)
+	}
+}

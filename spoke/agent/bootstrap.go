@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/navemesh/nave/shared/xdsbootstrap"
+	"github.com/navemesh/nave/spoke/agentconfig"
+)
+
+// bootstrap is the bootstrap of the agent's mode, from its config and the
+// pod's downward API files.
+func (a *Agent) bootstrap() ([]byte, error) {
+	labels, err := readPodInfo(a.cfg.Pod.LabelsFile)
+	if err != nil {
+		return nil, fmt.Errorf("pod.labelsFile: %w", err)
+	}
+	annotations, err := readPodInfo(a.cfg.Pod.AnnotationsFile)
+	if err != nil {
+		return nil, fmt.Errorf("pod.annotationsFile: %w", err)
+	}
+	return Bootstrap(a.cfg, labels, annotations)
+}
+
+// Bootstrap is the bootstrap an agent with cfg writes for a pod with
+// labels and annotations: Envoy's or gRPC's, by cfg.Mode.
+func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([]byte, error) {
+	w := Workload(cfg, labels, annotations)
+	meta, id := w.Metadata(), w.NodeID(cfg.DomainSuffix)
+	if cfg.Mode == agentconfig.ModeGRPC {
+		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
+		file := func(name string) string { return filepath.Join(cfg.Dir, name) }
+		return xdsbootstrap.New(cfg.XDS.Address, id, meta, &xdsbootstrap.TLSFiles{CACertificateFile: file(HubCAFile),
+			CertificateFile: file(CertChainFile), PrivateKeyFile: file(KeyFile)}).
+			WithFallback(cfg.XDS.FallbackAddress).
+			WithServerListenerTemplate(xdsbootstrap.ServerListenerPrefix+"%s").
+			WithFileWatcher(xdsbootstrap.CertificateProviderInstance, file(CertChainFile), file(KeyFile), file(RootCertFile), fileWatcherRefresh).
+			JSON()
+	}
+	app := labels["app"]
+	if app == "" {
+		app = cfg.Pod.Name
+	}
+	return (&xdsbootstrap.Envoy{
+		NodeID: id, Cluster: app + "." + cfg.Pod.Namespace, Metadata: meta,
+		XDSAddress: cfg.XDS.Address, FallbackAddress: cfg.XDS.FallbackAddress, ServerName: cfg.XDS.Host(),
+		HubCAPEM: cfg.Trust.HubCA, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
+		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
+	}).JSON()
+}
+
+// Workload is the pod as its bootstrap's node describes it.
+func Workload(cfg agentconfig.Config, labels, annotations map[string]string) xdsbootstrap.Workload {
+	return xdsbootstrap.Workload{Mesh: cfg.Mesh, Cluster: cfg.Cluster, Namespace: cfg.Pod.Namespace, ServiceAccount: cfg.Pod.ServiceAccount,
+		Name: cfg.Pod.Name, NodeName: cfg.Pod.Node, IP: cfg.Pod.IP, Labels: labels, Annotations: annotations}
+}

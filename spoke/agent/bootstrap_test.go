@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/navemesh/nave/shared/xdsbootstrap"
+	"github.com/navemesh/nave/spoke/agentconfig"
+)
+
+func testConfig(mode string) agentconfig.Config {
+	return agentconfig.Config{Mode: mode, Mesh: "m1", Cluster: "c1", TrustDomain: "cluster.local", DomainSuffix: "cluster.local",
+		Pod:   agentconfig.Pod{Name: "web-1", Namespace: "shop", ServiceAccount: "web", IP: "10.0.0.5", Node: "n1"},
+		Trust: agentconfig.Trust{HubCA: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+		XDS:   agentconfig.XDS{Address: "hub.example:15010", FallbackAddress: "10.1.0.1:15010"},
+		Dir:   "/var/run/nave", Envoy: agentconfig.Envoy{AdminPort: 15000, ReadyPort: 15020}}
+}
+
+func TestGRPCBootstrap(t *testing.T) {
+	doc, err := Bootstrap(testConfig(agentconfig.ModeGRPC), map[string]string{"app": "web"},
+		map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b xdsbootstrap.Bootstrap
+	if err := json.Unmarshal(doc, &b); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.XDSServers) != 2 || b.XDSServers[0].ServerURI != "hub.example:15010" || b.XDSServers[1].ServerURI != "10.1.0.1:15010" {
+		t.Errorf("xds servers %+v; want the hub, then the fallback", b.XDSServers)
+	}
+	creds := b.XDSServers[0].ChannelCreds[0]
+	if creds.Type != "tls" || creds.Config.CACertificateFile != "/var/run/nave/hub-ca.pem" ||
+		creds.Config.CertificateFile != "/var/run/nave/cert-chain.pem" || creds.Config.PrivateKeyFile != "/var/run/nave/key.pem" {
+		t.Errorf("channel creds %+v; want TLS with the hub CA and the workload files", creds)
+	}
+	fw := b.CertificateProviders[xdsbootstrap.CertificateProviderInstance].Config
+	if fw.CACertificateFile != "/var/run/nave/root-cert.pem" || fw.CertificateFile != "/var/run/nave/cert-chain.pem" {
+		t.Errorf("file watcher %+v", fw)
+	}
+	if b.ServerListenerResourceNameTemplate != xdsbootstrap.ServerListenerPrefix+"%s" {
+		t.Errorf("server listener template %q", b.ServerListenerResourceNameTemplate)
+	}
+	md := b.Node.Metadata
+	if b.Node.ID != "sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local" || md["GENERATOR"] != "grpc" || md["MESH"] != "m1" ||
+		md["NAMESPACE"] != "shop" || md["SERVICE_ACCOUNT"] != "web" || md["INSTANCE_IPS"] != "10.0.0.5" || md["CLUSTER_ID"] != "c1" ||
+		md["LABELS"].(map[string]any)["app"] != "web" {
+		t.Errorf("node %+v", b.Node)
+	}
+	if ann := md["ANNOTATIONS"].(map[string]any); len(ann) != 1 || ann["team"] != "a" {
+		t.Errorf("annotations %v; want team alone (last-applied-configuration left out)", ann)
+	}
+}
+
+func TestEnvoyBootstrapOfThePod(t *testing.T) {
+	doc, err := Bootstrap(testConfig(agentconfig.ModeEnvoy), map[string]string{"app": "web"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	for _, want := range []string{`"id": "sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local"`, `"cluster": "web.shop"`,
+		`"path": "/var/run/nave/sds.sock"`, `"port_value": 15020`, `"sni": "hub.example"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the Envoy bootstrap lacks %s", want)
+		}
+	}
+	if strings.Contains(s, "GENERATOR") {
+		t.Error("an Envoy bootstrap says GENERATOR")
+	}
+}

@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
+)
+
+// SDS serves the workload's secrets to Envoy (state-of-the-world
+// SecretDiscoveryService.StreamSecrets and FetchSecrets, as Istio's agent
+// does): "default", the workload certificate and key, and "ROOTCA", the
+// mesh roots. Update pushes a new credential to every open stream. Safe
+// for concurrent use.
+type SDS struct {
+	secretv3.UnimplementedSecretDiscoveryServiceServer
+	log     *slog.Logger
+	metrics *metrics
+
+	mu      sync.Mutex
+	cred    *Credential
+	secrets map[string]*anypb.Any
+	changed chan struct{} // closed and replaced by Update
+}
+
+// NewSDS returns an SDS server with no credential yet: streams wait for
+// the first Update.
+func NewSDS(log *slog.Logger, m *metrics) *SDS {
+	if m == nil {
+		m = newMetrics(nil)
+	}
+	return &SDS{log: log, metrics: m, changed: make(chan struct{})}
+}
+
+// Update makes cred the served credential and pushes it to open streams.
+// It never fails; it has Keeper.Publish's signature.
+func (s *SDS) Update(cred *Credential) error {
+	secrets := secretsOf(cred)
+	s.mu.Lock()
+	s.cred, s.secrets = cred, secrets
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	return nil
+}
+
+// current returns the secrets, their version and a channel closed on the
+// next Update.
+func (s *SDS) current() (map[string]*anypb.Any, string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cred == nil {
+		return nil, "", s.changed
+	}
+	return s.secrets, s.cred.Serial(), s.changed
+}
+
+// secretsOf are cred's secrets by name.
+func secretsOf(cred *Credential) map[string]*anypb.Any {
+	inline := func(b []byte) *corev3.DataSource {
+		return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
+	}
+	out := map[string]*anypb.Any{}
+	for _, sec := range []*tlsv3.Secret{
+		{Name: xdsbootstrap.WorkloadCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: inline(cred.ChainPEM), PrivateKey: inline(cred.KeyPEM)}}},
+		{Name: xdsbootstrap.RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: inline(cred.RootsPEM)}}},
+	} {
+		a, err := anypb.New(sec)
+		if err != nil {
+			panic(err) // not reached: a Secret always marshals
+		}
+		out[sec.GetName()] = a
+	}
+	return out
+}
+
+// Serve serves SDS on the Unix socket path (replacing a stale one, mode
+// 0600) until ctx ends.
+func (s *SDS) Serve(ctx context.Context, path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sds socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("sds socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		lis.Close()
+		return fmt.Errorf("sds socket: %w", err)
+	}
+	srv := grpc.NewServer()
+	secretv3.RegisterSecretDiscoveryServiceServer(srv, s)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	s.log.Info("sds serving", "socket", path)
+	select {
+	case err := <-done:
+		return fmt.Errorf("sds socket %s: %w", path, err)
+	case <-ctx.Done():
+	}
+	srv.Stop()
+	<-done
+	return nil
+}
+
+// FetchSecrets answers one request with the named secrets.
+func (s *SDS) FetchSecrets(_ context.Context, req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	secrets, version, _ := s.current()
+	if secrets == nil {
+		return nil, status.Error(codes.Unavailable, "no workload certificate yet")
+	}
+	return response(secrets, version, req.GetResourceNames(), ""), nil
+}
+
+// response holds the secrets of names (every one when names is empty)
+// that exist.
+func response(secrets map[string]*anypb.Any, version string, names []string, nonce string) *discoveryv3.DiscoveryResponse {
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version, TypeUrl: typeurl.Secret, Nonce: nonce}
+	if len(names) == 0 {
+		for n := range secrets {
+			names = append(names, n)
+		}
+	}
+	names = slices.Clone(names)
+	slices.Sort(names)
+	for _, n := range slices.Compact(names) {
+		if a, ok := secrets[n]; ok {
+			resp.Resources = append(resp.Resources, a)
+		}
+	}
+	return resp
+}
+
+// StreamSecrets serves one Envoy SDS stream: it answers each change of the
+// requested names and pushes every new credential; ACKs and NACKs are
+// logged.
+func (s *SDS) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecretsServer) error {
+	s.metrics.sdsStreams.Inc()
+	defer s.metrics.sdsStreams.Dec()
+	reqs := make(chan *discoveryv3.DiscoveryRequest)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	var (
+		names     []string
+		requested bool
+		sentVer   string
+		nonce     uint64
+	)
+	for {
+		secrets, version, changed := s.current()
+		if requested && secrets != nil && version != sentVer {
+			nonce++
+			if err := stream.Send(response(secrets, version, names, strconv.FormatUint(nonce, 10))); err != nil {
+				return err
+			}
+			s.metrics.sdsPushes.Inc()
+			sentVer = version
+			s.log.Debug("sds pushed", "version", version, "names", names)
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case err := <-errc:
+			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		case <-changed:
+		case req := <-reqs:
+			if req.GetTypeUrl() != "" && req.GetTypeUrl() != typeurl.Secret {
+				return status.Errorf(codes.InvalidArgument, "type %s: this server serves only secrets (%s)", req.GetTypeUrl(), typeurl.Secret)
+			}
+			if e := req.GetErrorDetail(); e != nil {
+				s.log.Warn("envoy rejected secrets", "version", req.GetVersionInfo(), "reason", e.GetMessage())
+			}
+			want := slices.Sorted(slices.Values(req.GetResourceNames()))
+			if !requested || !slices.Equal(want, names) {
+				requested, names, sentVer = true, want, ""
+			}
+		}
+	}
+}
