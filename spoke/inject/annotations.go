@@ -49,8 +49,8 @@ var ignored = map[string]string{
 }
 
 // Ports the capture never redirects inbound: the agent's status port
-// (probes, metrics) and Envoy's admin port.
-var alwaysExcludedInbound = []int{envoyAdminPort, statusPort}
+// (probes, metrics), Envoy's admin port and its readiness listener.
+var alwaysExcludedInbound = []int{envoyAdminPort, envoyReadyPort, statusPort}
 
 // Default resources of the injected containers (Istio's for the proxy).
 var (

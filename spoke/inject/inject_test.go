@@ -199,7 +199,7 @@ func TestSidecarTemplateContract(t *testing.T) {
 	// The capture container's flags, given to the capture command, are
 	// Istio's default capture with the status ports excluded.
 	want := capture.Default()
-	want.ExcludeInboundPorts = []int{15000, 15021}
+	want.ExcludeInboundPorts = []int{15000, 15020, 15021}
 	if got := capture.Rules(parseCaptureArgs(t, capt.Args[1:]), capture.IPv4); got != capture.Rules(want, capture.IPv4) {
 		t.Errorf("the capture flags give other rules than the default capture:\n%s", got)
 	}

@@ -24,6 +24,7 @@ const (
 	grpcBootstrap   = runDir + "/grpc-bootstrap.json"
 	statusPort      = 15021
 	envoyAdminPort  = 15000
+	envoyReadyPort  = 15020 // the agent's envoy.readyPort: Envoy's readiness listener
 	readyPath       = "/healthz/ready"
 	grpcBootstrapEV = "GRPC_XDS_BOOTSTRAP"
 	// modes of the agent.
