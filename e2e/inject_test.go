@@ -81,7 +81,8 @@ func initNames(p *corev1.Pod) []string {
 	return out
 }
 
-func agentEnv(t *testing.T, p *corev1.Pod) map[string]string {
+// injectedAgentEnv is the literal environment of pod p's agent container.
+func injectedAgentEnv(t *testing.T, p *corev1.Pod) map[string]string {
 	t.Helper()
 	for _, c := range p.Spec.InitContainers {
 		if c.Name == "nave-proxy" {
@@ -172,7 +173,7 @@ metadata: {name: plain}
 		if init := p.Spec.InitContainers[0]; init.Args[0] != "capture" || !slices.Contains(init.Args, "--exclude-inbound-ports=15000,15021") {
 			t.Errorf("nave-init args %v: want capture with the status ports excluded", init.Args)
 		}
-		env := agentEnv(t, p)
+		env := injectedAgentEnv(t, p)
 		for k, want := range map[string]string{
 			"NAVE_MODE": "envoy", "NAVE_CLUSTER": "c1", "NAVE_MESH": "default", "NAVE_TRUST_DOMAIN": "cluster.local",
 			"NAVE_XDS_ADDRESS": addr(h.xds), "NAVE_RA_ADDRESS": s.ra, "NAVE_RA_IDENTITY": "spiffe://cluster.local/nave/cluster/c1",
@@ -200,7 +201,7 @@ metadata: {name: plain}
 		if got := initNames(g); !slices.Equal(got, []string{"nave-proxy"}) {
 			t.Fatalf("grpc-agent template: init containers %v, want [nave-proxy]", got)
 		}
-		if agentEnv(t, g)["NAVE_MODE"] != "grpc" {
+		if injectedAgentEnv(t, g)["NAVE_MODE"] != "grpc" {
 			t.Error("grpc-agent: the agent is not in grpc mode")
 		}
 		app := g.Spec.Containers[0]
