@@ -117,6 +117,23 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 	})
 }
 
+// roots is the trust bundle of mesh served on Watch; nil in plaintext
+// mode (no CA).
+func (s *security) roots(mesh string) (*protocolv1.TrustBundle, error) {
+	if s.plaintext {
+		return nil, nil
+	}
+	td, err := s.authority.TrustDomain(mesh)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := s.authority.RootsPEM(mesh)
+	if err != nil {
+		return nil, err
+	}
+	return &protocolv1.TrustBundle{Mesh: mesh, TrustDomain: td, RootsPem: string(pem)}, nil
+}
+
 // secrets mints the certificates the xds listener serves Envoy proxies by
 // SDS; nil in plaintext mode.
 func (s *security) secrets() ads.SecretSource {
