@@ -54,8 +54,8 @@ type Options struct {
 	StartupGrace time.Duration
 	// Watch serves the Watch streams, once authenticated (see Watch); nil
 	// answers them UNIMPLEMENTED.
-	Watch WatchHandler
-	Logger       *slog.Logger
+	Watch  WatchHandler
+	Logger *slog.Logger
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 }

@@ -76,8 +76,8 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, stream)
 		},
-		Logger:           log.With("component", "ingest"),
-		Registerer:       reg,
+		Logger:     log.With("component", "ingest"),
+		Registerer: reg,
 	})
 	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes,
 		Logger: log.With("component", "watch"), Registerer: reg})
