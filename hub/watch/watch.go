@@ -55,8 +55,13 @@ type Options struct {
 	// MaxMessageBytes bounds a response: a type whose changes are larger
 	// than half of it is split over several responses. Zero means 16 MiB.
 	MaxMessageBytes int
-	Logger          *slog.Logger
-	Registerer      prometheus.Registerer
+	// Ready, if set, holds a mesh's view back until it says yes (the hub
+	// passes ingest.Server.Ready, as for proxies): a restarted hub does not
+	// tell spokes that clusters merely slower to reconnect are gone.
+	// Subscriptions wait, unanswered, until then.
+	Ready      func(mesh string, clusters []mesh.ClusterInput) bool
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Server serves Watch streams. It is safe for concurrent use: Notify may
@@ -219,6 +224,8 @@ type stream struct {
 	held map[string]map[string]string
 	// sent maps each unanswered nonce to its type URL.
 	sent map[string]string
+	// waiting holds subscriptions received before the mesh was ready.
+	waiting []*discoveryv3.DeltaDiscoveryRequest
 
 	mu          sync.Mutex
 	acks, nacks uint64
@@ -270,6 +277,15 @@ func (st *stream) run() error {
 			if err := st.push(); err != nil {
 				return err
 			}
+			if st.waiting != nil && st.ready() {
+				waiting := st.waiting
+				st.waiting = nil
+				for _, r := range waiting {
+					if err := st.request(r); err != nil {
+						return err
+					}
+				}
+			}
 		}
 	}
 }
@@ -302,6 +318,10 @@ func (st *stream) request(r *discoveryv3.DeltaDiscoveryRequest) error {
 		}
 		return nil
 	}
+	if st.waiting != nil || !st.ready() {
+		st.waiting = append(st.waiting, r) // answered in order once ready
+		return nil
+	}
 	typeURL := r.GetTypeUrl()
 	if typeURL == protocol.SyncedTypeURL {
 		// Every earlier subscription has been answered: the initial view
@@ -324,6 +344,10 @@ func (st *stream) request(r *discoveryv3.DeltaDiscoveryRequest) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 	return st.sendType(typeURL, v[typeURL])
+}
+
+func (st *stream) ready() bool {
+	return st.s.opts.Ready == nil || st.s.opts.Ready(st.mesh, st.s.src.Clusters(st.mesh))
 }
 
 func watchable(typeURL string) bool {

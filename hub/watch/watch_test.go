@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -302,4 +303,29 @@ func sorted(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return out
+}
+
+func TestWatchWaitsUntilTheMeshIsReady(t *testing.T) {
+	f := newFixture(t)
+	var ready atomic.Bool
+	f.w = watch.New(f.src, watch.Options{Debounce: time.Millisecond,
+		Ready: func(string, []mesh.ClusterInput) bool { return ready.Load() }})
+	f.src.Set("a", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true, Objects: []*meshconfig.Object{se(t, "echo")}})
+	got := make(chan *watcher, 1)
+	go func() { got <- f.watch(t, "a/c1", "a/c1", nil) }()
+	select {
+	case <-got:
+		t.Fatal("the view was sent before the mesh was ready")
+	case <-time.After(200 * time.Millisecond):
+	}
+	ready.Store(true)
+	f.w.Notify("a")
+	select {
+	case w := <-got:
+		if names := strings.Join(sorted(w.names()), ","); names != "ClusterStatus c2,ServiceEntry c2/demo/echo" {
+			t.Fatalf("held = %s", names)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("no view once the mesh was ready")
+	}
 }

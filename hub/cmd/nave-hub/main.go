@@ -79,7 +79,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		Logger:     log.With("component", "ingest"),
 		Registerer: reg,
 	})
-	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes,
+	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: in.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	var resources *cache.Cache
 	pc = pushctx.New(in, pushctx.Options{
