@@ -25,7 +25,9 @@ func watchHub(t *testing.T, addr string) (*ingest.Server, string, func()) {
 	var w *watch.Server
 	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute,
 		OnChange: func(m string) { w.Notify(m) },
-		Watch:    func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error { return w.Serve(id.Mesh, id.Cluster, s) }})
+		Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
+			return w.Serve(id.Mesh, id.Cluster, s)
+		}})
 	w = watch.New(in, watch.Options{Debounce: 10 * time.Millisecond, Ready: in.Ready})
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"net"
 	"slices"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
