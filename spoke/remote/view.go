@@ -9,7 +9,6 @@
 package remote
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -270,9 +269,7 @@ func (v *View) Clusters() []mesh.ClusterInput {
 		for _, o := range v.objects[name] {
 			in.Objects = append(in.Objects, o)
 		}
-		slices.SortFunc(in.Objects, func(a, b *meshconfig.Object) int {
-			return cmp.Or(cmp.Compare(a.Kind.Kind, b.Kind.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-		})
+		slices.SortFunc(in.Objects, meshconfig.CompareObjects)
 		out = append(out, in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
