@@ -107,7 +107,9 @@ func startHubEngine(t *testing.T) *hubEngine {
 	h.in = ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour,
 		OnChange:         func(m string) { h.pc.Notify(m); w.Notify(m) },
 		OnEndpointChange: func(m string) { h.pc.NotifyEndpoints(m); w.Notify(m) },
-		Watch:            func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error { return w.Serve(id.Mesh, id.Cluster, s) }})
+		Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
+			return w.Serve(id.Mesh, id.Cluster, s)
+		}})
 	w = watch.New(h.in, watch.Options{Debounce: 10 * time.Millisecond, Ready: h.in.Ready})
 	h.pc = pushctx.New(h.in, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond,
 		Ready: h.in.Ready, OnPublish: func(st *pushctx.State) { h.cache.Entry(st) }})
@@ -289,4 +291,3 @@ func TestFallbackServesWhileTheHubIsGoneAndHandsBack(t *testing.T) {
 		return nil
 	})
 }
-
