@@ -21,13 +21,18 @@ type fallbackSpoke struct {
 
 func newFallbackSpoke(t *testing.T, h *hub, cluster, dir string) *fallbackSpoke {
 	s := &fallbackSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, xds: harness.FreePort(t), state: t.TempDir()}
+	s.start(t, h, cluster)
+	return s
+}
+
+// start runs the spoke process (again, on the same ports and state dir).
+func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
 	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
+		"--source", "fs://"+s.dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
 		"--hub.state-dir", s.state, "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
 		"--fallback.enabled", "--fallback.listen", addr(s.xds), "--fallback.after", "1s", "--fallback.hand-back-after", "3s",
 		"--fallback.drain", "1s", "--log.level", "debug")
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
-	return s
 }
 
 type fallbackStatus struct {
@@ -212,6 +217,24 @@ func TestFallback(t *testing.T) {
 	t.Logf("route edit at spoke a during the outage -> fresh client on a-v3: %s", movedAt.Sub(edited).Round(time.Millisecond))
 	oldDuring := tally(old.collect(t, edited, 200, 30*time.Second))
 	t.Logf("old client (everything cached, hub first) after the edit, still on its cached config: %s", describe(oldDuring))
+
+	// Spoke a restarts during the outage: it serves again from the view it
+	// saved, and a new client gets both clusters from it.
+	spA.proc.Stop(10 * time.Second)
+	restarted := time.Now()
+	spA.start(t, h, "a")
+	harness.Eventually(t, 20*time.Second, func() error {
+		if st := spA.status(t); !st.Active || !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
+			return fmt.Errorf("restarted spoke a: %+v", st)
+		}
+		return nil
+	})
+	t.Logf("spoke a restarted during the outage -> serving from its saved view: %s", time.Since(restarted).Round(time.Millisecond))
+	late := startFallbackClient(t, h, spA, "late.demo")
+	if got := tally(late.collect(t, firstOK(t, late, 30*time.Second), 100, 30*time.Second)); got["a-v3"] != 100 {
+		t.Fatalf("client started after spoke a's restart: %s, want all on a-v3 (the route changed during the outage)", describe(got))
+	}
+	late.proc.Stop(10 * time.Second)
 
 	// The hub comes back: the spokes resync, the change is at the hub, the
 	// clients return to it and spoke a hands back after handBackAfter.
