@@ -239,6 +239,19 @@ func TestFallback(t *testing.T) {
 	}
 	late.proc.Stop(10 * time.Second)
 
+	// The hub comes and goes three times in about 10 s: spoke a keeps
+	// serving (fallback.handBackAfter 3 s of continuous health), no flapping.
+	flapStart := time.Now()
+	for range 3 {
+		h.start()
+		time.Sleep(time.Second)
+		h.proc.Kill()
+	}
+	if st := spA.status(t); !st.Active || st.Transitions != 1 {
+		t.Fatalf("spoke a flapped while the hub came and went: %+v", st)
+	}
+	t.Logf("hub started and killed three times in %s: spoke a stayed in fallback", time.Since(flapStart).Round(time.Millisecond))
+
 	// The hub comes back: the spokes resync, the change is at the hub, the
 	// clients return to it and spoke a hands back after handBackAfter.
 	h.start()
