@@ -163,6 +163,13 @@ func TestFallback(t *testing.T) {
 		}
 		return nil
 	})
+	watcher := startRemovalWatcher(t, "watcher.demo", addr(h.xds), addr(spA.xds))
+	harness.Eventually(t, 20*time.Second, func() error {
+		if _, held, _ := watcher.snapshot(); held == 0 {
+			return fmt.Errorf("the watcher holds nothing yet")
+		}
+		return nil
+	})
 	old := startFallbackClient(t, h, spA, "old.demo")
 	first := firstOK(t, old, 30*time.Second)
 	if got := tally(old.collect(t, first, 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
@@ -293,6 +300,14 @@ func TestFallback(t *testing.T) {
 	t.Logf("hub back -> spoke a handed back: %s (fallback.handBackAfter 3s)", time.Since(back).Round(time.Millisecond))
 
 	assertMetricsDocumented(t, h.url("/metrics"), spA.url("/metrics"))
+	removals, held, servers := watcher.snapshot()
+	t.Logf("watching delta ADS client: holds %d resources, responses per server %v, removals %d", held, servers, len(removals))
+	if len(removals) > 0 {
+		t.Errorf("the watching client saw removals no spoke made: %v", removals)
+	}
+	if servers[addr(spA.xds)] == 0 {
+		t.Errorf("the watching client was never served by spoke a: %v", servers)
+	}
 	for name, c := range map[string]*client{"old": old, "fresh": fresh} {
 		if f := failures(c.calls()); len(f) > 0 {
 			t.Errorf("%s client: %d failed calls, first %+v", name, len(f), f[0])
