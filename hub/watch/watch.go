@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -196,7 +197,9 @@ func messageItem(name string, m proto.Message) (item, error) {
 // decided from its authenticated identity. It returns when the stream
 // ends.
 func (s *Server) Serve(meshName, cluster string, ss Stream) error {
-	st := &stream{s: s, ss: ss, mesh: meshName, cluster: cluster, held: map[string]map[string]string{},
+	ctx, cancel := context.WithCancelCause(ss.Context())
+	defer cancel(nil)
+	st := &stream{s: s, ss: ss, ctx: ctx, cancel: cancel, mesh: meshName, cluster: cluster, held: map[string]map[string]string{},
 		sent: map[string]string{}, connectedAt: time.Now()}
 	s.mu.Lock()
 	s.streams[st] = struct{}{}
@@ -212,11 +215,38 @@ func (s *Server) Serve(meshName, cluster string, ss Stream) error {
 	return st.run()
 }
 
+// Close ends the Watch streams of (meshName, cluster) at once with
+// PermissionDenied and reason — for a revoked cluster, which must stop
+// receiving its mesh. It reports how many it closed; keeping the spoke
+// from watching again is the authenticator's part.
+func (s *Server) Close(meshName, cluster, reason string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for st := range s.streams {
+		if st.mesh == meshName && st.cluster == cluster {
+			st.cancel(&closed{reason})
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Warn("spoke watch closed by the hub", "mesh", meshName, "cluster", cluster, "streams", n, "reason", reason)
+	}
+	return n
+}
+
+// closed is the cause of a stream ended by Close.
+type closed struct{ reason string }
+
+func (c *closed) Error() string { return "the hub closed this cluster's watch: " + c.reason }
+
 // stream is one Watch stream's state; its fields are used by its run
 // goroutine only, except those under mu (read by Status).
 type stream struct {
 	s             *Server
 	ss            Stream
+	ctx           context.Context
+	cancel        context.CancelCauseFunc
 	mesh, cluster string
 	connectedAt   time.Time
 	nonce         uint64
@@ -234,8 +264,7 @@ type stream struct {
 }
 
 func (st *stream) run() error {
-	ctx, cancel := context.WithCancel(st.ss.Context())
-	defer cancel()
+	ctx := st.ctx
 	reqs := make(chan *discoveryv3.DeltaDiscoveryRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -257,6 +286,9 @@ func (st *stream) run() error {
 	for {
 		select {
 		case <-ctx.Done():
+			if c := (*closed)(nil); errors.As(context.Cause(ctx), &c) {
+				return status.Error(codes.PermissionDenied, c.Error())
+			}
 			return ctx.Err()
 		case err := <-recvErr:
 			if err == io.EOF {

@@ -329,3 +329,19 @@ func TestWatchWaitsUntilTheMeshIsReady(t *testing.T) {
 		t.Fatal("no view once the mesh was ready")
 	}
 }
+
+func TestCloseEndsARevokedClustersWatch(t *testing.T) {
+	f := newFixture(t)
+	f.src.Set("a", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	w := f.watch(t, "a/c1", "a/c1", nil)
+	f.watch(t, "a/c2", "a/c2", nil) // another cluster's watch stays
+	if n := f.w.Close("a", "c1", "cluster revoked"); n != 1 {
+		t.Fatalf("closed %d streams, want 1", n)
+	}
+	if _, err := w.stream.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "cluster revoked") {
+		t.Fatalf("revoked cluster's watch: err = %v, want PermissionDenied naming the reason", err)
+	}
+	if st := f.w.Status(); len(st) != 1 || st[0].Cluster != "c2" {
+		t.Fatalf("streams left: %+v", st)
+	}
+}

@@ -121,7 +121,12 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
-	if e := sec.enforcer(in, log, reg); e != nil {
+	// A revoked cluster loses its Watch streams with its Push stream.
+	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
+		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
+		return in.Withdraw(id, reason) || closed
+	}
+	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}
 	for key, srv := range map[string]*grpc.Server{"spokes.listen": spokeSrv, "xds.listen": xdsSrv} {
