@@ -7,7 +7,7 @@ CMDS          := nave-hub=./hub/cmd/nave-hub navectl=./cmd/navectl nave-spoke=./
                  nave-demo=./examples/demo/launcher nave-demo-backend=./examples/demo/backend \
                  nave-demo-client=./examples/demo/client
 
-.PHONY: all build run test test-race bench bench-load generate lint fmt clean kube-assets
+.PHONY: all build images run test test-race bench bench-load generate lint fmt clean kube-assets
 
 all: build
 
@@ -19,6 +19,12 @@ build:
 		echo "go build -o $(BIN)/$$name $$pkg"; \
 		$(GO) build -o $(BIN)/$$name $$pkg || exit 1; \
 	done
+
+## images: OCI image tarballs bin/images/<name>.tar (nave-hub, nave-spoke, ...: internal/imagebuild/images.go),
+## static binaries on a base assembled from nothing, no container daemon, no base image pulled;
+## the same commit gives the same digests (docs/install.md, docs/decisions/017-images-without-a-daemon.md)
+images:
+	$(GO) run ./internal/imagebuild -out $(BIN)/images $(IMAGE_ARGS)
 
 ## run: start a hub, a spoke on examples/config, three demo backends and a demo client (Ctrl-C stops all)
 run: build

@@ -112,18 +112,7 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	})
 
 	// Wait for both clusters to be merged.
-	harness.Eventually(t, 20*time.Second, func() error {
-		var meshes []struct {
-			Clusters []mesh.ClusterState `json:"clusters"`
-		}
-		if err := harness.GetJSON(h.url("/debug/meshes"), &meshes); err != nil {
-			return err
-		}
-		if len(meshes) != 1 || len(meshes[0].Clusters) != 2 {
-			return fmt.Errorf("meshes %+v, want one with two clusters", meshes)
-		}
-		return nil
-	})
+	waitOneMesh(t, h, 2)
 
 	p := dialADS(t, h, "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local")
 	clusters := p.fetch(t, typeurl.Cluster)

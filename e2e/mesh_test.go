@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,10 @@ type hub struct {
 	// navectlState are the navectl flags that reach the hub's state;
 	// nil: --state-dir state.
 	navectlState []string
+	// ns, if set, is the network namespace the hub runs in; host is the
+	// address its admin, spokes and xds listeners bind (default 127.0.0.1).
+	ns   *harness.NetNS
+	host string
 }
 
 func newHub(t testing.TB, extra ...string) *hub {
@@ -52,7 +57,7 @@ func (h *hub) start() {
 func (h *hub) launch() {
 	h.t.Helper()
 	args := append([]string{
-		"--admin.listen", addr(h.admin), "--spokes.listen", addr(h.spokes), "--xds.listen", addr(h.xds),
+		"--admin.listen", h.at(h.admin), "--spokes.listen", h.at(h.spokes), "--xds.listen", h.at(h.xds),
 		"--log.level", "debug", "--push.verify-incremental",
 	}, h.extraArgs...)
 	if h.state == "" {
@@ -60,7 +65,19 @@ func (h *hub) launch() {
 	} else {
 		args = append(args, "--state.dir", h.state)
 	}
+	if h.ns != nil {
+		h.proc = h.ns.Start(h.t, "hub", binary("nave-hub"), args...)
+		return
+	}
 	h.proc = harness.Start(h.t, "hub", binary("nave-hub"), args...)
+}
+
+// at is host:port on the hub's listen host.
+func (h *hub) at(port int) string {
+	if h.host == "" {
+		return addr(port)
+	}
+	return net.JoinHostPort(h.host, strconv.Itoa(port))
 }
 
 // waitReady waits until the hub reports ready.
@@ -69,7 +86,7 @@ func (h *hub) waitReady() {
 	harness.WaitReady(h.t, h.url("/healthz/ready"), 20*time.Second)
 }
 
-func (h *hub) url(path string) string { return "http://" + addr(h.admin) + path }
+func (h *hub) url(path string) string { return "http://" + h.at(h.admin) + path }
 
 func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 

@@ -157,11 +157,15 @@ func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token
 		t.Fatal(err)
 	}
 	s := &secureSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, state: filepath.Join(work, "state")}
-	args := []string{"--source", "fs://" + dir, "--cluster", cluster, "--hub.address", addr(h.spokes),
+	args := []string{"--source", "fs://" + dir, "--cluster", cluster, "--hub.address", h.at(h.spokes),
 		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
 		"--hub.token-file", tokenFile, "--hub.ca-hash", h.pin(t), "--hub.state-dir", s.state, "--log.level", "debug"}
 	if mesh != "" {
 		args = append(args, "--mesh", mesh)
+	}
+	if h.ns != nil { // a hub in a network namespace: its spokes run there too
+		s.proc = h.ns.Start(t, name, binary("nave-spoke"), args...)
+		return s
 	}
 	s.proc = harness.Start(t, name, binary("nave-spoke"), args...)
 	return s

@@ -18,7 +18,19 @@
 // where STATE is --state-dir D, or --state-store kubernetes
 // [--state-namespace nave-system] [--kubeconfig F].
 //
-// Exit codes: 0 done, 1 failed, 2 usage error.
+// It reads a hub's admin server for operators, as istioctl does for Istio:
+//
+//	navectl status         [--hub-admin URL] [-o table|json|yaml]
+//	navectl proxy-status   [PROXY] [--hub-admin URL] [-o ...]
+//	navectl proxy-config   clusters|listeners|routes|endpoints|secrets PROXY [--hub-admin URL] [-o ...]
+//
+// and checks mesh config offline with the validator the spoke and hub use:
+//
+//	navectl analyze        FILE|DIR|- ... [--cluster NAME=FILE|DIR ...] [--fail-on-warning]
+//
+// The command tree is cobra's (shell completion: navectl completion bash).
+//
+// Exit codes: 0 done, 1 failed (analyze: errors found), 2 usage error.
 package main
 
 import (
@@ -40,8 +52,9 @@ import (
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
-const usage = `navectl administers spoke enrollment through a hub's state (its state
-directory or its Secrets) and issues workload certificates from its mesh CAs.
+const usage = `navectl administers a nave hub: spoke enrollment and workload certificates
+through the hub's state (its state directory or its Secrets), status and proxy
+config through its admin server, and offline analysis of mesh config.
 
 Usage:
   navectl token create   STATE --mesh MESH --cluster CLUSTER [--ttl 1h] [--namespaces a,b]
@@ -63,12 +76,32 @@ Usage:
         with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
         the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
         --state-dir is not needed
+  navectl operator issue STATE (--mesh MESH | --vendor) --name NAME --out OUT [--ttl 24h]
+        issue an operator's client certificate for the hub's operator admin
+        listener (admin.operatorListen): a tenant's operator sees only MESH,
+        the vendor's every mesh; writes OUT/cert-chain.pem, OUT/key.pem and
+        OUT/hub-ca.pem (the hub's serving CA) for --operator-dir
+  navectl status         [ADMIN] [-o table|json|yaml]
+        meshes, their clusters (connected, stale, withdrawn, missing; last
+        sync; rejected resources), conflicts, problems, hub replicas
+  navectl proxy-status   [PROXY] [ADMIN] [-o table|json|yaml]
+        every connected proxy: SYNCED / NOT SENT / STALE / NACKED per type
+  navectl proxy-config   clusters|listeners|routes|endpoints|secrets PROXY [ADMIN] [-o ...]
+        what the hub would send PROXY now (secrets without private keys)
+  navectl analyze        FILE|DIR|- ... [--cluster NAME=FILE|DIR ...] [--fail-on-warning]
+        validate mesh config offline as the spoke and hub do, plus checks
+        across objects and clusters; exit 1 on errors
+  navectl completion     bash|zsh|fish|powershell
+        print a shell completion script
 
 STATE is where the hub keeps its state (its state.store):
   --state-dir DIR                  the hub's state.dir (state.store dir)
   --state-store kubernetes [--state-namespace nave-system] [--kubeconfig F]
                                    the hub's Secrets (state.store kubernetes);
                                    --kubeconfig empty: in-cluster, else $KUBECONFIG
+ADMIN is the hub's admin server: --hub-admin URL (default http://127.0.0.1:15014,
+or $NAVE_HUB_ADMIN) [--timeout 10s]; for its operator listener, an https:// URL and
+--operator-dir DIR (or $NAVE_OPERATOR_DIR) holding an operator certificate.
 `
 
 // errUsage marks errors that exit with status 2.
@@ -83,7 +116,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, stdout, stderr)
+	root := newRoot(ctx, stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
 	switch {
 	case err == nil:
 		return 0
@@ -91,8 +126,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "navectl: %v\n\n%s", err, usage)
+		// A command with cobra-parsed flags shows its own usage; the
+		// others, and navectl itself, the overview.
+		help := usage
+		if c, _, ferr := root.Find(args); ferr == nil && c != root && !c.DisableFlagParsing && c.Runnable() && c.HasParent() && c.Parent() == root {
+			help = c.UsageString()
+		}
+		fmt.Fprintf(stderr, "navectl: %v\n\n%s", err, help)
 		return 2
+	case errors.Is(err, errFindings):
+		return 1 // the command printed what it found
 	default:
 		fmt.Fprintf(stderr, "navectl: %v\n", err)
 		return 1
@@ -101,39 +144,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
-}
-
-func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageErr("no command")
-	}
-	cmd := args[0]
-	if cmd == "-h" || cmd == "--help" || cmd == "help" {
-		return flag.ErrHelp
-	}
-	if cmd == "ca-hash" {
-		return caHash(ctx, args[1:], stdout)
-	}
-	if cmd != "token" && cmd != "cluster" && cmd != "cert" {
-		return usageErr("unknown command %q", cmd)
-	}
-	if len(args) < 2 {
-		return usageErr("%s: no subcommand", cmd)
-	}
-	switch sub := cmd + " " + args[1]; sub {
-	case "token create":
-		return tokenCreate(ctx, args[2:], stdout, stderr)
-	case "token list":
-		return tokenList(ctx, args[2:], stdout)
-	case "cluster list":
-		return clusterList(ctx, args[2:], stdout)
-	case "cluster revoke":
-		return clusterRevoke(ctx, args[2:], stdout)
-	case "cert issue":
-		return certIssue(ctx, args[2:], stdout, stderr)
-	default:
-		return usageErr("unknown command %q", sub)
-	}
 }
 
 // flags is one command's flag set; parse reports bad flags as usage errors.

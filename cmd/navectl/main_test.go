@@ -59,9 +59,16 @@ type result struct {
 
 func navectlRun(t *testing.T, args ...string) result {
 	t.Helper()
+	return navectlRunInput(t, "", args...)
+}
+
+// navectlRunInput runs navectl with input on its standard input.
+func navectlRunInput(t *testing.T, input string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, navectl, args...)
+	cmd.Stdin = strings.NewReader(input)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -95,12 +95,20 @@ type Proc struct {
 // killed when the test ends if it is still running.
 func Start(t testing.TB, name, bin string, args ...string) *Proc {
 	t.Helper()
+	return StartIn(t, name, "", nil, bin, args...)
+}
+
+// StartIn is Start in working directory dir ("": the test's) with exactly
+// the environment env (nil: the test's own).
+func StartIn(t testing.TB, name, dir string, env []string, bin string, args ...string) *Proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Env = dir, env
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

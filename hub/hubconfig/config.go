@@ -33,6 +33,8 @@ type Config struct {
 	State  State          `key:"state" help:"where the hub keeps what must survive a restart"`
 	TLS    TLS            `key:"tls" help:"transport security of the spokes and xds listeners"`
 	CA     CA             `key:"ca" help:"the per-mesh certificate authorities (the tenants) and spoke enrollment"`
+	// Replicas makes the hub one of a set of replicas (docs/replicas.md).
+	Replicas Replicas `key:"replicas" help:"running the hub as a set of replicas that each serve every proxy (docs/replicas.md); off unless replicas.join is set"`
 }
 
 // Validate checks what spans sections: with tls.plaintext a proxy whose
@@ -41,6 +43,9 @@ type Config struct {
 func (c *Config) Validate() error {
 	if !c.TLS.Plaintext {
 		return nil
+	}
+	if c.Admin.OperatorListen != "" {
+		return settings.Invalid("admin.operatorListen", "needs TLS: it serves the hub's serving certificate and checks operator certificates, which tls.plaintext turns off")
 	}
 	meshes, err := c.CA.parse()
 	if err != nil {
@@ -189,11 +194,20 @@ func (c *CA) Validate() error {
 
 // Admin configures the admin HTTP server.
 type Admin struct {
-	Listen string `key:"listen" default:"127.0.0.1:15014" help:"host:port the admin HTTP server (metrics, health, debug) listens on"`
+	Listen         string `key:"listen" default:"127.0.0.1:15014" help:"host:port the admin HTTP server (metrics, health, debug) listens on; with operatorListen set it serves only health probes and metrics"`
+	OperatorListen string `key:"operatorListen" help:"host:port of the operators' admin server: HTTPS with the hub's serving certificate, requiring an operator client certificate (navectl operator issue); a tenant's operator sees only its mesh, the vendor's everything (pprof too). Empty: off, the debug views stay on listen. Needs TLS (not tls.plaintext)"`
 }
 
-// Validate checks the listen address.
-func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Listen) }
+// Validate checks the listen addresses.
+func (a *Admin) Validate() error {
+	if err := settings.CheckHostPort("listen", a.Listen); err != nil {
+		return err
+	}
+	if a.OperatorListen != "" {
+		return settings.CheckHostPort("operatorListen", a.OperatorListen)
+	}
+	return nil
+}
 
 // Spokes configures the gRPC sync service.
 type Spokes struct {
@@ -219,6 +233,7 @@ type XDS struct {
 	SendTimeout      time.Duration `key:"sendTimeout" default:"30s" help:"a proxy that does not read a response for this long (it stopped reading; flow control blocks) is disconnected, with a logged reason"`
 	AdmissionRate    float64       `key:"admissionRate" default:"500" help:"new proxy streams served per second (0: unlimited); a connection storm is admitted in arrival order at this rate"`
 	AdmissionBurst   int           `key:"admissionBurst" default:"100" help:"new proxy streams that may be admitted at once before admissionRate applies"`
+	MaxConnectionAge time.Duration `key:"maxConnectionAge" default:"0s" help:"a proxy connection older than this (with up to 10 % jitter) is asked to reconnect (gRPC GOAWAY; open streams get 30 s to end): with replicas, the safety net that evens the spread over time. 0: never"`
 	MaxInflightBytes int64         `key:"maxInflightBytes" default:"67108864" help:"bytes of responses of 64 KiB or more being sent at once across all proxies (gRPC holds a marshalled copy of each until written): bounds memory in connection storms; a larger response waits for room; -1 means unbounded"`
 }
 
@@ -229,6 +244,9 @@ func (x *XDS) Validate() error {
 	}
 	if x.SendTimeout <= 0 {
 		return settings.Invalid("sendTimeout", "must be greater than 0, got %s", x.SendTimeout)
+	}
+	if x.MaxConnectionAge < 0 {
+		return settings.Invalid("maxConnectionAge", "must not be negative, got %s", x.MaxConnectionAge)
 	}
 	if x.AdmissionRate < 0 {
 		return settings.Invalid("admissionRate", "must be 0 (unlimited) or more, got %g", x.AdmissionRate)
@@ -279,6 +297,65 @@ func (p *Push) Validate() error {
 	}
 	if p.DebounceMax < p.DebounceQuiet {
 		return settings.Invalid("debounceMax", "must be at least debounceQuiet (%s), got %s", p.DebounceQuiet, p.DebounceMax)
+	}
+	return nil
+}
+
+// Replicas configures the hub as one of a set of replicas.
+type Replicas struct {
+	ID               string        `key:"id" help:"this replica's id, a DNS label unique in the set (a StatefulSet pod's name fits); empty: the host name"`
+	Join             []string      `key:"join" help:"replicas to join: host:port or host (then bindPort), a host being an IP address or a DNS name whose every address is tried, such as a headless Service's; listing this replica too is fine. Empty: a single hub, no replicas"`
+	BindAddress      string        `key:"bindAddress" default:"0.0.0.0" help:"address gossip (memberlist, TCP and UDP) listens on"`
+	BindPort         int           `key:"bindPort" default:"7946" help:"port gossip listens on (TCP and UDP)"`
+	AdvertiseAddress string        `key:"advertiseAddress" help:"address peers reach this replica's gossip and relay at; empty: bindAddress, or a private address of the host when that is 0.0.0.0"`
+	RelayListen      string        `key:"relayListen" default:"0.0.0.0:15016" help:"host:port of the relay listener: peers relay their spokes' state here (mTLS, replica certificates of the hub's serving CA)"`
+	KeyringFile      string        `key:"keyringFile" help:"file of the gossip keyring (a mounted Secret): one base64 AES key of 16, 24 or 32 bytes per line, the first used to encrypt; make one with: head -c 32 /dev/urandom | base64. A member without the key cannot join"`
+	InsecureGossip   bool          `key:"insecureGossip" default:"false" help:"INSECURE, for tests only: gossip in the clear without replicas.keyringFile; anyone who reaches the gossip port can join"`
+	ReadyTimeout     time.Duration `key:"readyTimeout" default:"60s" help:"a new replica reports ready once it holds the relayed state of every cluster its peers hold, or after this long"`
+	RejoinInterval   time.Duration `key:"rejoinInterval" default:"10s" help:"how often the replicas in join are joined again, so that a replica that started first or was cut off finds the others"`
+	ShedRate         float64       `key:"shedRate" default:"5" help:"proxy connections a replica holding more than its share closes per second (each at a random moment), toward an even spread over the ready replicas, such as one that just joined; the proxies reconnect through the load balancer. 0: never shed"`
+	ShedTolerance    float64       `key:"shedTolerance" default:"0.1" help:"share above the even spread of proxy connections that is tolerated before shedding (0.1: 10 %, and at least 2 connections)"`
+}
+
+// Enabled reports whether the hub runs as a replica.
+func (r *Replicas) Enabled() bool { return len(r.Join) > 0 }
+
+// Validate checks the id, the addresses, the keyring and the timeouts.
+func (r *Replicas) Validate() error {
+	if !r.Enabled() {
+		return nil
+	}
+	if r.ID != "" {
+		if errs := validation.IsDNS1123Label(r.ID); len(errs) > 0 {
+			return settings.Invalid("id", "%q is not a DNS label: %s", r.ID, strings.Join(errs, "; "))
+		}
+	}
+	if net.ParseIP(r.BindAddress) == nil {
+		return settings.Invalid("bindAddress", "%q is not an IP address", r.BindAddress)
+	}
+	if r.AdvertiseAddress != "" && net.ParseIP(r.AdvertiseAddress) == nil {
+		return settings.Invalid("advertiseAddress", "%q is not an IP address", r.AdvertiseAddress)
+	}
+	if r.BindPort < 1 || r.BindPort > 65535 {
+		return settings.Invalid("bindPort", "must be a port (1-65535), got %d", r.BindPort)
+	}
+	if err := settings.CheckHostPort("relayListen", r.RelayListen); err != nil {
+		return err
+	}
+	if r.KeyringFile == "" && !r.InsecureGossip {
+		return settings.Invalid("keyringFile", "replicas.join is set: name the gossip keyring file (or, for tests only, set replicas.insecureGossip)")
+	}
+	if r.ReadyTimeout <= 0 {
+		return settings.Invalid("readyTimeout", "must be greater than 0, got %s", r.ReadyTimeout)
+	}
+	if r.ShedRate < 0 {
+		return settings.Invalid("shedRate", "must be 0 (never shed) or more, got %g", r.ShedRate)
+	}
+	if r.ShedTolerance < 0 {
+		return settings.Invalid("shedTolerance", "must not be negative, got %g", r.ShedTolerance)
+	}
+	if r.RejoinInterval <= 0 {
+		return settings.Invalid("rejoinInterval", "must be greater than 0, got %s", r.RejoinInterval)
 	}
 	return nil
 }

@@ -58,6 +58,33 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+
+	// Replica is this hub replica's id (hub/replica), which the epochs of
+	// its spokes' streams carry; "" for a single hub.
+	Replica string
+	// MayWithdraw, if set, decides when a disconnected cluster's grace
+	// period is over whether this replica withdraws it now; owner is the
+	// replica whose stream last wrote it (Replica for a spoke's own). On
+	// false it is asked again every RecheckWithdrawal. It is called with
+	// the Server's lock held: it must not call the Server. nil: always.
+	MayWithdraw       func(id ClusterIdentity, owner string) bool
+	RecheckWithdrawal time.Duration
+	// OnWithdrawn, if set, is called without locks after a cluster was
+	// withdrawn when its grace period was over, with its epoch: replica
+	// peers are told (WithdrawRelayed). It must not block.
+	OnWithdrawn func(id ClusterIdentity, epoch Epoch)
+	// OnCluster, if set, is called without locks after a cluster's stored
+	// state, stream or epoch changed (the replica relay follows it). It
+	// must not block.
+	OnCluster func(id ClusterIdentity)
+}
+
+// origin says whose stream writes a cluster: a spoke's own (relayed
+// false) or a peer replica's relay of its spoke's stream.
+type origin struct {
+	relayed bool
+	owner   string
+	epoch   Epoch
 }
 
 // Server implements the hub side of the Sync service. It is safe for
@@ -105,6 +132,12 @@ func New(auth Authenticator, opts Options) *Server {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.OnCluster == nil {
+		opts.OnCluster = func(ClusterIdentity) {}
+	}
+	if opts.RecheckWithdrawal <= 0 {
+		opts.RecheckWithdrawal = 5 * time.Second
 	}
 	s := &Server{
 		auth:      auth,
@@ -155,9 +188,35 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
 		return err
 	}
+	return s.serve(stream, id, suffix, origin{})
+}
+
+// Relay serves a stream on which the peer replica owner relays the state
+// of its spoke id under epoch (hub/replica): it is held exactly like a
+// spoke's own stream (staged until the synced marker, pruned only then,
+// never on disconnect), unless the cluster already has a newer epoch — a
+// late relay from an earlier owner — which is refused with
+// FailedPrecondition. The caller has authenticated the peer as a replica.
+func (s *Server) Relay(stream protocolv1.Sync_PushServer, id ClusterIdentity, owner string, epoch Epoch) error {
+	if err := checkProtocol(stream.Context()); err != nil {
+		return err
+	}
+	suffix, err := domainSuffix(stream.Context())
+	if err != nil {
+		return err
+	}
+	return s.serve(stream, id, suffix, origin{relayed: true, owner: owner, epoch: epoch})
+}
+
+// serve holds one stream of id's state until it ends.
+func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, suffix string, o origin) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	session := s.open(id, cancel, grpcpeer.Addr(stream.Context()), suffix)
+	session, err := s.open(id, cancel, grpcpeer.Addr(stream.Context()), suffix, o)
+	if err != nil {
+		s.log.Info("relayed stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "owner", o.owner, "reason", err)
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
 	defer s.close(id, session)
 
 	msgs := make(chan *discoveryv3.DeltaDiscoveryResponse)
@@ -200,15 +259,27 @@ func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
 	}
 }
 
-// open registers a new stream for id, superseding any older one.
-func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix string) uint64 {
+// open registers a new stream for id, superseding any older one; it
+// refuses a relayed stream whose epoch is older than id's current one.
+func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix string, o origin) (uint64, error) {
 	s.mu.Lock()
+	defer s.opts.OnCluster(id)
 	defer s.mu.Unlock()
 	st := s.stores[id]
+	if o.relayed && st != nil && o.epoch.Before(st.epoch) {
+		return 0, fmt.Errorf("epoch %s of replica %s is older than the cluster's current epoch %s: a late relay from an earlier owner is ignored", o.epoch, o.owner, st.epoch)
+	}
 	if st == nil {
 		st = newStore(id)
 		s.stores[id] = st
 	}
+	if !o.relayed {
+		// A spoke's own stream starts a new epoch, after any the cluster
+		// had here, even with a clock that stepped back.
+		o.owner = s.opts.Replica
+		o.epoch = Epoch{At: max(time.Now().UnixNano(), st.epoch.At+1), Replica: s.opts.Replica}
+	}
+	st.epoch, st.owner, st.relayed = o.epoch, o.owner, o.relayed
 	delete(s.withdrawn, id)
 	if st.cancel != nil {
 		st.cancel(errSuperseded)
@@ -230,8 +301,12 @@ func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix strin
 	st.staged = nil // a new stream sends its full state anew
 	st.connectedAt = time.Now()
 	s.metrics.streams.Inc()
-	s.log.Info("spoke connected", "mesh", id.Mesh, "cluster", id.Cluster, "peer", peer, "session", st.session)
-	return st.session
+	if o.relayed {
+		s.log.Info("relayed cluster stream opened", "mesh", id.Mesh, "cluster", id.Cluster, "owner", o.owner, "epoch", o.epoch, "session", st.session)
+	} else {
+		s.log.Info("spoke connected", "mesh", id.Mesh, "cluster", id.Cluster, "peer", peer, "session", st.session, "epoch", o.epoch)
+	}
+	return st.session, nil
 }
 
 // Disconnect closes id's open Push stream, if it has one, at once: the
@@ -292,8 +367,14 @@ func (s *Server) close(id ClusterIdentity, session uint64) {
 	st.cancel = nil
 	st.disconnectedAt = time.Now()
 	st.withdraw = time.AfterFunc(s.opts.StaleGracePeriod, func() { s.withdraw(id, session) })
+	relayed, owner := st.relayed, st.owner
 	s.mu.Unlock()
-	s.log.Warn("spoke disconnected; resources kept as stale", "mesh", id.Mesh, "cluster", id.Cluster, "grace", s.opts.StaleGracePeriod)
+	if relayed {
+		s.log.Warn("relayed cluster stream ended; resources kept as stale", "mesh", id.Mesh, "cluster", id.Cluster, "owner", owner, "grace", s.opts.StaleGracePeriod)
+	} else {
+		s.log.Warn("spoke disconnected; resources kept as stale", "mesh", id.Mesh, "cluster", id.Cluster, "grace", s.opts.StaleGracePeriod)
+	}
+	s.opts.OnCluster(id)
 	s.opts.OnChange(id.Mesh)
 }
 
@@ -304,9 +385,38 @@ func (s *Server) withdraw(id ClusterIdentity, session uint64) {
 		s.mu.Unlock()
 		return
 	}
+	if s.opts.MayWithdraw != nil && !s.opts.MayWithdraw(id, st.owner) {
+		// Not this replica's decision now (its owner is alive elsewhere,
+		// or this replica is cut off from most of its peers): ask again.
+		st.withdraw = time.AfterFunc(s.opts.RecheckWithdrawal, func() { s.withdraw(id, session) })
+		s.mu.Unlock()
+		return
+	}
+	epoch := st.epoch
 	s.withdrawn[id] = Withdrawal{At: time.Now(), Resources: st.count(),
 		Reason: fmt.Sprintf("disconnected at %s and not back within the grace period (%s)", st.disconnectedAt.UTC().Format(time.RFC3339), s.opts.StaleGracePeriod)}
 	s.drop(id, st, "stale cluster withdrawn after grace period")
+	if s.opts.OnWithdrawn != nil {
+		s.opts.OnWithdrawn(id, epoch)
+	}
+}
+
+// WithdrawRelayed withdraws id as a peer replica did after its grace
+// period, unless id is connected here or holds a newer epoch than epoch
+// (it came back since). It reports whether it withdrew.
+func (s *Server) WithdrawRelayed(id ClusterIdentity, epoch Epoch, reason string) bool {
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil || st.connected || epoch.Before(st.epoch) {
+		s.mu.Unlock()
+		return false
+	}
+	if st.withdraw != nil {
+		st.withdraw.Stop()
+	}
+	s.withdrawn[id] = Withdrawal{At: time.Now(), Resources: st.count(), Reason: reason}
+	s.drop(id, st, "stale cluster withdrawn by a peer replica", "epoch", epoch, "reason", reason)
+	return true
 }
 
 // drop removes id's store st (s.mu held; drop releases it), its metrics,
@@ -318,6 +428,7 @@ func (s *Server) drop(id ClusterIdentity, st *store, msg string, attrs ...any) {
 	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
 	s.metrics.withdrawals.Inc()
 	s.log.Warn(msg, append([]any{"mesh", id.Mesh, "cluster", id.Cluster, "resources", n}, attrs...)...)
+	s.opts.OnCluster(id)
 	s.opts.OnChange(id.Mesh)
 }
 
@@ -390,6 +501,9 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 	s.metrics.resources.WithLabelValues(id.Mesh, id.Cluster).Set(float64(st.count()))
 	s.mu.Unlock()
 
+	if changed {
+		s.opts.OnCluster(id)
+	}
 	switch {
 	case changed && endpoints:
 		s.opts.OnEndpointChange(id.Mesh)
@@ -529,6 +643,12 @@ type ClusterStatus struct {
 	// Missing is set for an enrolled cluster that has not connected since
 	// the hub started: when the hub started waiting for it.
 	Missing *time.Time `json:"missing,omitempty"`
+	// Epoch is the cluster's current ownership epoch; Owner the replica
+	// holding the spoke's stream, and Relayed set when that is a peer
+	// (the state came through its relay). See hub/replica.
+	Epoch   Epoch  `json:"epoch"`
+	Owner   string `json:"owner,omitempty"`
+	Relayed bool   `json:"relayed,omitempty"`
 }
 
 // Status reports every cluster's stream and sync state, and the clusters
@@ -566,6 +686,7 @@ func (s *Server) Status() []ClusterStatus {
 		})
 		cs.Pending = st.stagedCount()
 		cs.DomainSuffix = st.domainSuffix
+		cs.Epoch, cs.Owner, cs.Relayed = st.epoch, st.owner, st.relayed
 		out = append(out, cs)
 	}
 	for id, w := range s.withdrawn {

@@ -45,6 +45,13 @@ type store struct {
 	// domainSuffix is the cluster's DNS suffix, from its stream.
 	domainSuffix string
 
+	// epoch orders the streams that owned the cluster (across replicas);
+	// owner is the replica of the current or last one, relayed set when
+	// that is a peer's relay.
+	epoch   Epoch
+	owner   string
+	relayed bool
+
 	session        uint64
 	cancel         func(error)
 	peer           string

@@ -12,6 +12,7 @@ package servingcert
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -174,3 +175,33 @@ func (c *Cert) renew(ctx context.Context) error {
 	c.log.Info("serving certificate issued", "hosts", c.hosts, "not_after", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	return nil
 }
+
+// ReplicaID is the SPIFFE ID of hub replica id in the serving CA's trust
+// domain, spiffe://hub.nave.internal/nave/replica/<id>: the identity
+// replicas present to each other on the relay (hub/replica).
+func ReplicaID(id string) (ca.ID, error) {
+	return ca.ParseID("spiffe://" + TrustDomain + "/nave/replica/" + id)
+}
+
+// MintReplica issues hub replica id's certificate (ReplicaID, usable as a
+// client and a server certificate) from the serving CA; it is valid as
+// long as the serving certificate.
+func (c *Cert) MintReplica(ctx context.Context, id string) (*tls.Certificate, error) {
+	rid, err := ReplicaID(id)
+	if err != nil {
+		return nil, fmt.Errorf("replica certificate: %w", err)
+	}
+	m, err := c.auth.Mint(ctx, Mesh, ca.SignOptions{Identities: []ca.ID{rid}, TTL: ttl})
+	if err != nil {
+		return nil, fmt.Errorf("replica certificate: %w", err)
+	}
+	cert, err := tls.X509KeyPair(m.ChainPEM, m.KeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("replica certificate: %w", err)
+	}
+	return &cert, nil
+}
+
+// Roots is the serving CA's certificate pool: what a replica verifies a
+// peer's replica certificate with.
+func (c *Cert) Roots() (*x509.CertPool, error) { return c.auth.Roots(Mesh) }

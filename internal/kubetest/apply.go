@@ -39,12 +39,24 @@ func (c *Cluster) Apply(t testing.TB, manifests ...[]byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	if err := c.apply(ctx, manifests); err != nil {
+	if err := c.apply(ctx, manifests, false); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 }
 
-func (c *Cluster) apply(ctx context.Context, manifests [][]byte) error {
+// ApplyDryRun is Apply with dryRun=All: the API server decodes, validates, defaults and admits
+// every object as it would in Apply, and stores none. CustomResourceDefinitions are not waited for
+// (a dry-run one is never established): Apply the CRDs, and any Namespace, the objects need first.
+func (c *Cluster) ApplyDryRun(t testing.TB, manifests ...[]byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	if err := c.apply(ctx, manifests, true); err != nil {
+		t.Fatalf("apply (dry run): %v", err)
+	}
+}
+
+func (c *Cluster) apply(ctx context.Context, manifests [][]byte, dryRun bool) error {
 	objs, err := decodeAll(manifests)
 	if err != nil {
 		return err
@@ -80,10 +92,14 @@ func (c *Cluster) apply(ctx context.Context, manifests [][]byte) error {
 			}
 			ri = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
 		}
-		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+		opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		if _, err := ri.Apply(ctx, obj.GetName(), obj, opts); err != nil {
 			return fmt.Errorf("%s %s: %w", gvk.Kind, objectKey(obj), err)
 		}
-		if isCRD {
+		if isCRD && !dryRun {
 			pending = append(pending, obj.GetName())
 		}
 	}

@@ -31,14 +31,20 @@ type debugEntry struct {
 	Description string `json:"description"`
 }
 
-func (s *Server) serveDebugIndex(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) serveDebugIndex(w http.ResponseWriter, r *http.Request) {
+	scope, scoped := ScopeOf(r)
+	all := !scoped || scope.Vendor // a tenant operator is shown what it may call
 	s.mu.RLock()
 	index := make([]debugEntry, 0, len(s.debug)+1)
 	for name, view := range s.debug {
-		index = append(index, debugEntry{Name: name, Path: "/debug/" + name, Description: view.description})
+		if all || view.tenant {
+			index = append(index, debugEntry{Name: name, Path: "/debug/" + name, Description: view.description})
+		}
 	}
 	s.mu.RUnlock()
-	index = append(index, debugEntry{Name: "pprof", Path: "/debug/pprof/", Description: "Go runtime profiles (pprof)"})
+	if all {
+		index = append(index, debugEntry{Name: "pprof", Path: "/debug/pprof/", Description: "Go runtime profiles (pprof)"})
+	}
 	sort.Slice(index, func(i, j int) bool { return index[i].Name < index[j].Name })
 	s.writeJSON(w, http.StatusOK, index)
 }

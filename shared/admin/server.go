@@ -4,6 +4,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,8 @@ type Server struct {
 type debugView struct {
 	description string
 	fn          func(r *http.Request) (any, error)
+	// tenant: the view filters by the caller's scope (HandleTenantDebug).
+	tenant bool
 }
 
 // New returns a server exposing reg on /metrics and logging to logger.
@@ -93,19 +96,28 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // to 5 seconds for in-flight requests, closes whatever is left and returns nil. It returns an
 // error if serving fails before ctx ends. Serve closes lis.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }()
-	s.logger.Info("admin server listening", "address", lis.Addr().String())
 	if a, ok := lis.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
 		s.logger.Warn("the admin server listens beyond loopback: it serves plain HTTP, and its debug views show every mesh; expose it to the operator only",
 			"address", lis.Addr().String())
 	}
+	return s.ServeHandler(ctx, lis, s.handler, nil)
+}
+
+// ServeHandler is Serve with another handler (OperatorHandler, ProbeHandler) and, if tlsConfig
+// is not nil, over TLS.
+func (s *Server) ServeHandler(ctx context.Context, lis net.Listener, handler http.Handler, tlsConfig *tls.Config) error {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	if tlsConfig != nil {
+		lis = tls.NewListener(lis, tlsConfig)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	s.logger.Info("admin server listening", "address", lis.Addr().String(), "tls", tlsConfig != nil)
 
 	select {
 	case err := <-done:

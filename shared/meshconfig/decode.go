@@ -96,11 +96,12 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 	if kerr == nil && !isKindName(kindName) {
 		kerr = fmt.Errorf("its kind is not one nave accepts (%s)", strings.Join(kindNames(), ", "))
 	}
+	apiVersion, aerr := stringField(top, "apiVersion")
 	if kerr != nil {
-		return nil, &ObjectError{Field: "kind", Reason: fmt.Sprintf("line %d: not a config object: %v", doc.line, kerr)}
+		return nil, &ObjectError{Field: "kind", Reason: fmt.Sprintf("line %d: not a config object: %v", doc.line, kerr),
+			Foreign: aerr == nil && foreignAPI(apiVersion)}
 	}
 
-	apiVersion, aerr := stringField(top, "apiVersion")
 	oerr := &ObjectError{Kind: kindName}
 	meta, merr := decodeMetadata(top["metadata"])
 	oerr.Namespace, oerr.Name = meta.namespace, meta.name
@@ -123,7 +124,7 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 	}
 	kind, err := KindFor(apiVersion, kindName)
 	if err != nil {
-		oerr.Reason = err.Error()
+		oerr.Reason, oerr.Foreign = err.Error(), foreignAPI(apiVersion)
 		return nil, oerr
 	}
 	if kind.Registry {
@@ -373,6 +374,17 @@ func stringMap(raw json.RawMessage, field string) (map[string]string, *metadataE
 		out[k] = s
 	}
 	return out, nil
+}
+
+// foreignAPI reports whether apiVersion names an API group that holds no
+// config nave reads, such as Kubernetes' core group ("v1") or "apps/v1":
+// a document of it is some other object, not mistaken config.
+func foreignAPI(apiVersion string) bool {
+	group, _, ok := strings.Cut(apiVersion, "/")
+	if !ok {
+		return apiVersion != "" // "v1": the core group
+	}
+	return group != GroupRegistry && group != "istio.io" && !strings.HasSuffix(group, ".istio.io")
 }
 
 // otherIstioKinds are Istio's config kinds that nave does not support:

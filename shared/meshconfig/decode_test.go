@@ -407,3 +407,31 @@ func TestDecodeNeverQuotesForeignDocuments(t *testing.T) {
 		})
 	}
 }
+
+// Documents of other APIs (a Deployment, a Kubernetes Service) are marked
+// Foreign, so that a tool reading manifests may skip them; mistaken config
+// (a typo in an Istio kind, a nave kind with a wrong group) is not.
+func TestForeignDocuments(t *testing.T) {
+	for _, c := range []struct {
+		doc     string
+		foreign bool
+	}{
+		{"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\n", true},
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: b}\n", true},
+		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", true},
+		{"apiVersion: networking.istio.io/v1\nkind: VirtualSevice\nmetadata: {name: a}\n", false},
+		{"apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: a}\n", false},
+		{"apiVersion: example.com/v1\nkind: VirtualService\nmetadata: {name: a}\n", true},
+		{"kind: Deployment\n", false},
+		{"apiVersion: nave.io/v1\nkind: Workload\nmetadata: {name: a}\n", false},
+	} {
+		_, errs := DecodeYAML([]byte(c.doc), "f.yaml")
+		if len(errs) != 1 || errs[0].Foreign != c.foreign {
+			t.Errorf("%q: errors %v; want one with Foreign %v", c.doc, errs, c.foreign)
+		}
+	}
+	_, errs := DecodeYAML([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: b}\n"), "f.yaml")
+	if e := errs[0]; e.Kind != "Service" || e.Name != "a" || e.Namespace != "b" {
+		t.Errorf("a Kubernetes Service's error names %s %s/%s; want Service b/a", e.Kind, e.Namespace, e.Name)
+	}
+}

@@ -14,6 +14,10 @@ type ObjectError struct {
 	Kind, Namespace, Name string
 	Field                 string // a path like spec.http[0].route[1].weight; empty when the whole document is at fault
 	Reason                string
+	// Foreign is set for a document that is an object of another API (a
+	// Deployment, a Kubernetes Service of the core "v1" API), not config
+	// gone wrong: a tool reading a directory of manifests may skip it.
+	Foreign bool
 }
 
 // Error formats the error, e.g.

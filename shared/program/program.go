@@ -17,6 +17,14 @@ import (
 	"github.com/navemesh/nave/shared/settings"
 )
 
+// Version and Revision name the build: make images sets them with -ldflags
+// "-X github.com/navemesh/nave/shared/program.Version=..." (internal/imagebuild);
+// a plain go build leaves them as they are here.
+var (
+	Version  = "dev"
+	Revision = "unknown"
+)
+
 // Main runs serve under a context cancelled by SIGINT or SIGTERM and
 // exits the process with Run's code.
 func Main[C any](name string, logOf func(*C) logging.Config, serve func(context.Context, C, *slog.Logger) error) {
@@ -43,6 +51,7 @@ func Run[C any](ctx context.Context, name string, args []string, stdout, stderr 
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
+	log.Info("starting", "program", name, "version", Version, "revision", Revision)
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("stopped", "program", name, "err", err)
 		return 1

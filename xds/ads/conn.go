@@ -44,6 +44,9 @@ type conn struct {
 	// mode); sds its secrets, nil when it is served none.
 	identity WorkloadIdentity
 	sds      *sdsState
+	// publicCred is the credential last minted for the stream without its
+	// private key, for ProxyConfig.
+	publicCred atomic.Pointer[Credential]
 	// pushed is the version of the push context last pushed (or first
 	// served); see Server.pendingPushes.
 	pushed atomic.Uint64

@@ -70,6 +70,9 @@ func (c *conn) credential(renew bool) (*Credential, error) {
 		return nil, err
 	}
 	c.sds.cred, c.sds.secrets = cred, secretResources(cred)
+	public := *cred
+	public.KeyPEM = nil
+	c.publicCred.Store(&public)
 	if c.sds.timer != nil {
 		c.sds.timer.Stop()
 	}
@@ -89,10 +92,15 @@ func secretResources(cred *Credential) map[string]*anypb.Any {
 	inline := func(b []byte) *corev3.DataSource {
 		return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
 	}
+	// A credential without a key (ProxyConfig's view) gives a secret
+	// without one.
+	tlsCert := &tlsv3.TlsCertificate{CertificateChain: inline(cred.ChainPEM)}
+	if cred.KeyPEM != nil {
+		tlsCert.PrivateKey = inline(cred.KeyPEM)
+	}
 	out := map[string]*anypb.Any{}
 	for _, s := range []*tlsv3.Secret{
-		{Name: build.WorkloadCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-			CertificateChain: inline(cred.ChainPEM), PrivateKey: inline(cred.KeyPEM)}}},
+		{Name: build.WorkloadCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: tlsCert}},
 		{Name: build.RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 			TrustedCa: inline(cred.RootsPEM)}}},
 	} {

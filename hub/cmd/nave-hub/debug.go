@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/shared/admin"
@@ -12,13 +13,39 @@ import (
 )
 
 func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache, xds *ads.Server) {
-	adm.HandleDebug("spokes", "connected and stale clusters: stream, sync state, resources, rejected resources", func(*http.Request) (any, error) {
-		return in.Status(), nil
+	// Every view but security is a tenant view: it shows an operator of a
+	// tenant (admin.operatorListen) only its own mesh's data.
+	adm.HandleTenantDebug("spokes", "connected and stale clusters: stream, sync state, resources, rejected resources", func(r *http.Request) (any, error) {
+		out := []ingest.ClusterStatus{}
+		for _, c := range in.Status() {
+			if admin.Visible(r, c.Mesh) {
+				out = append(out, c)
+			}
+		}
+		return out, nil
 	})
-	adm.HandleDebug("syncz", "connected proxies: per type the subscribed, sent, ACKed and NACKed versions", func(*http.Request) (any, error) {
-		return xds.Status(), nil
+	adm.HandleTenantDebug("syncz", "connected proxies: per type the subscribed, sent, ACKed and NACKed versions", func(r *http.Request) (any, error) {
+		out := []ads.ConnStatus{}
+		for _, c := range xds.Status() {
+			if admin.Visible(r, c.Mesh) {
+				out = append(out, c)
+			}
+		}
+		return out, nil
 	})
-	adm.HandleDebug("meshes", "each mesh's current push context: version, clusters, conflicts and config problems", func(*http.Request) (any, error) {
+	adm.HandleTenantDebug("config", "what the hub would send one connected proxy (?proxy=ID|NODE[&type=Cluster,Listener,...]): its resources as protojson; secrets without private keys", func(r *http.Request) (any, error) {
+		q := r.URL.Query()
+		if q.Get("proxy") == "" {
+			return nil, fmt.Errorf("name a proxy: ?proxy=ID, a connection ID or node ID from /debug/syncz")
+		}
+		var types []string
+		if t := q.Get("type"); t != "" {
+			types = strings.Split(t, ",")
+		}
+		// Another mesh's proxies are not there for a tenant's operator.
+		return xds.ProxyConfig(q.Get("proxy"), func(mesh string) bool { return admin.Visible(r, mesh) }, types...)
+	})
+	adm.HandleTenantDebug("meshes", "each mesh's current push context: version, clusters, conflicts and config problems", func(r *http.Request) (any, error) {
 		type meshView struct {
 			Mesh      string              `json:"mesh"`
 			Version   uint64              `json:"version"`
@@ -32,6 +59,9 @@ func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache,
 		out := []meshView{}
 		for _, e := range resources.Entries() {
 			st := e.State
+			if !admin.Visible(r, st.Mesh) {
+				continue
+			}
 			v := meshView{Mesh: st.Mesh, Version: st.Version, BuiltAt: st.BuiltAt.UTC().Format("2006-01-02T15:04:05.000Z"),
 				Clusters: st.Snapshot.Clusters, Services: len(st.Snapshot.Services), Resources: map[string]int{},
 				Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: e.AllProblems()}
@@ -42,12 +72,12 @@ func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache,
 		}
 		return out, nil
 	})
-	adm.HandleDebug("services", "services and endpoints of a mesh (?mesh=NAME, default: every mesh), with cluster, locality and stale marks", func(r *http.Request) (any, error) {
+	adm.HandleTenantDebug("services", "services and endpoints of a mesh (?mesh=NAME, default: every mesh), with cluster, locality and stale marks", func(r *http.Request) (any, error) {
 		want := r.URL.Query().Get("mesh")
 		out := map[string][]*mesh.Service{}
 		for _, e := range resources.Entries() {
 			st := e.State
-			if want != "" && st.Mesh != want {
+			if (want != "" && st.Mesh != want) || !admin.Visible(r, st.Mesh) {
 				continue
 			}
 			for _, h := range st.Snapshot.Hostnames() {

@@ -49,11 +49,22 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 }
 
 func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
-	lis, err := listen(map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen})
+	reg := admin.NewRegistry()
+	rep, err := newReplicas(cfg, reg)
 	if err != nil {
 		return err
 	}
-	reg := admin.NewRegistry()
+	addrs := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
+	if cfg.Admin.OperatorListen != "" {
+		addrs["admin.operatorListen"] = cfg.Admin.OperatorListen
+	}
+	if rep != nil {
+		addrs["replicas.relayListen"] = cfg.Replicas.RelayListen
+	}
+	lis, err := listen(addrs)
+	if err != nil {
+		return err
+	}
 	adm := admin.New(log, reg)
 	sec, err := newSecurity(ctx, cfg, log, reg)
 	if err != nil {
@@ -67,7 +78,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		pc *pushctx.Publisher
 		w  *watch.Server
 	)
-	in := ingest.New(sec.spokeAuthenticator(), ingest.Options{
+	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
@@ -78,7 +89,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		},
 		Logger:     log.With("component", "ingest"),
 		Registerer: reg,
-	})
+	}))
 	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: in.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	var resources *cache.Cache
@@ -111,16 +122,23 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(ka))...)
 	protocolv1.RegisterSyncServer(spokeSrv, in)
+	xdsKA := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	if age := cfg.XDS.MaxConnectionAge; age > 0 {
+		xdsKA.MaxConnectionAge, xdsKA.MaxConnectionAgeGrace = age, 30*time.Second
+	}
 	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))...)
+		grpc.KeepaliveParams(xdsKA))...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
+	if rep != nil {
+		// The replica counts (and may shed) the proxy connections.
+		lis["xds.listen"] = rep.track(lis["xds.listen"])
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
 	// A revoked cluster loses its Watch streams with its Push stream.
 	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
 		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
@@ -142,8 +160,29 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 			return nil
 		})
 	}
+	if rep != nil {
+		if err := rep.start(gctx, cfg, sec, in, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
+			cancel()
+			_ = g.Wait()
+			return err
+		}
+	}
+	// Served once every ready check is in place.
+	if op := lis["admin.operatorListen"]; op != nil {
+		// The debug views, profiles and metrics go to authenticated
+		// operators, by scope; the plain listener keeps probes and metrics.
+		tlsCfg, err := sec.operatorTLS()
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return adm.ServeHandler(gctx, op, adm.OperatorHandler(operatorScope), tlsCfg) })
+		g.Go(func() error { return adm.ServeHandler(gctx, lis["admin.listen"], adm.ProbeHandler(), nil) })
+	} else {
+		g.Go(func() error { return adm.Serve(gctx, lis["admin.listen"]) })
+	}
 	adm.AddReadyCheck("listeners", func() error { return nil })
-	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "tls", !sec.plaintext, "state", cfg.State.Dir)
+	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "operatorAdmin", cfg.Admin.OperatorListen,
+		"tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
 }
 

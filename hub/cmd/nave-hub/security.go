@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/operatorca"
 	"github.com/navemesh/nave/hub/servingcert"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
@@ -36,6 +39,9 @@ type security struct {
 	// servingCA and enrollment say where the serving CA and the
 	// enrollment state are (/debug/security).
 	servingCA, enrollment string
+	// operators is the operators' CA, loaded when admin.operatorListen is
+	// set; nil otherwise.
+	operators *ca.Authority
 }
 
 // newSecurity loads the mesh CAs (ca.store), the serving certificate and
@@ -81,6 +87,11 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		return nil, fmt.Errorf("state.store: %w", err)
 	}
 	sec := &security{meshes: meshes, authority: auth, serving: serving, store: es}
+	if cfg.Admin.OperatorListen != "" {
+		if sec.operators, err = operatorca.Load(ctx, servingStore, log.With("component", "operatorca")); err != nil {
+			return nil, fmt.Errorf("state.store: %w", err)
+		}
+	}
 	if st.Store == hubconfig.StoreDir {
 		sec.servingCA, sec.enrollment = servingcert.RootPath(dir), filepath.Join(dir, enroll.StateSubdir)
 	} else {
@@ -89,6 +100,29 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 	log.Info("hub state", "store", st.Store, "servingCA", sec.servingCA, "enrollment", sec.enrollment)
 	sec.spokeAuth = enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg})
 	return sec, nil
+}
+
+// operatorTLS is the operator admin listener's TLS: the hub's serving
+// certificate, and a client certificate required and verified against the
+// operators' CA (a tenant's or a spoke's certificate fails the handshake).
+func (s *security) operatorTLS() (*tls.Config, error) {
+	roots, err := s.operators.Roots(operatorca.Mesh)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.serving.ServerConfig()
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	cfg.ClientCAs = roots
+	return cfg, nil
+}
+
+// operatorScope is the scope of the operator making r, from the client
+// certificate its TLS handshake verified.
+func operatorScope(r *http.Request) (admin.Scope, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return admin.Scope{}, errors.New("no verified operator certificate")
+	}
+	return operatorca.Scope(r.TLS.VerifiedChains[0][0])
 }
 
 // spokeAuthenticator decides a spoke stream's (mesh, cluster), refusing

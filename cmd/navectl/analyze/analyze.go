@@ -1,0 +1,251 @@
+// Package analyze checks mesh config offline, as navectl analyze does:
+// the validator the spoke and the hub use (shared/meshconfig), routes to
+// undefined subsets, DestinationRules for unknown hosts, and the hub's merge
+// of several clusters (xds/mesh: conflicts, ignored rules). It writes no
+// second validator. An Analysis is not safe for concurrent use.
+package analyze
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// Finding severities.
+const (
+	SevError   = "error"
+	SevWarning = "warning"
+)
+
+// Finding is one problem analyze reports: where (file and document), what
+// object, which field, and why.
+type Finding struct {
+	Severity string `json:"severity"`
+	// Check names the check: validation, subset, host, conflict, merge.
+	Check   string `json:"check"`
+	Cluster string `json:"cluster,omitempty"`
+	// Where is "file#document"; Object "Kind namespace/name".
+	Where   string `json:"where,omitempty"`
+	Object  string `json:"object,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// Analysis is analyze's result.
+type Analysis struct {
+	Files    int       `json:"files"`
+	Objects  int       `json:"objects"`
+	Skipped  int       `json:"skipped"` // documents of other APIs
+	Findings []Finding `json:"findings"`
+}
+
+// New returns an empty Analysis.
+func New() *Analysis { return &Analysis{Findings: []Finding{}} }
+
+// Count counts the findings of severity sev.
+func (a *Analysis) Count(sev string) int {
+	n := 0
+	for _, f := range a.Findings {
+		if f.Severity == sev {
+			n++
+		}
+	}
+	return n
+}
+
+// Cluster is the config analyze read for one cluster.
+type Cluster struct {
+	Name    string
+	objects []*meshconfig.Object
+	// services are the hostnames of the Kubernetes Services among the
+	// inputs.
+	services []string
+}
+
+// ReadPath reads a file, a directory (its .yaml, .yml and .json files,
+// recursively, in name order) or "-" into ci.
+func (a *Analysis) ReadPath(ci *Cluster, path string, stdin io.Reader, suffix string) error {
+	if path == "-" {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("standard input: %w", err)
+		}
+		a.ReadDocuments(ci, b, "<stdin>", suffix)
+		return nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		a.ReadDocuments(ci, b, path, suffix)
+		return nil
+	}
+	var files []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && slices.Contains([]string{".yaml", ".yml", ".json"}, strings.ToLower(filepath.Ext(p))) {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		a.ReadDocuments(ci, b, f, suffix)
+	}
+	return nil
+}
+
+// ReadDocuments decodes and validates one file's documents with the
+// spoke's and hub's validator (meshconfig.DecodeYAML).
+func (a *Analysis) ReadDocuments(ci *Cluster, data []byte, origin, suffix string) {
+	a.Files++
+	objs, errs := meshconfig.DecodeYAML(data, origin)
+	a.Objects += len(objs)
+	ci.objects = append(ci.objects, objs...)
+	for _, e := range errs {
+		if e.Foreign {
+			a.Skipped++
+			if e.Kind == "Service" && e.Name != "" {
+				ns := e.Namespace
+				if ns == "" {
+					ns = meshconfig.DefaultNamespace
+				}
+				ci.services = append(ci.services, e.Name+"."+ns+".svc."+suffix)
+			}
+			continue
+		}
+		a.Findings = append(a.Findings, Finding{
+			Severity: SevError, Check: "validation", Cluster: ci.Name,
+			Where: fmt.Sprintf("%s#%d", e.Origin, e.Index), Object: objectName(e.Kind, e.Namespace, e.Name),
+			Field: e.Field, Message: e.Reason,
+		})
+	}
+}
+
+func objectName(kind, namespace, name string) string {
+	switch {
+	case kind == "" && name == "":
+		return ""
+	case namespace == "":
+		return strings.TrimSpace(kind + " " + name)
+	}
+	return kind + " " + meshconfig.Key(namespace, name)
+}
+
+// CrossChecks runs the checks that look at several objects: subsets,
+// DestinationRule hosts, the hub's merge of the clusters (conflicts and
+// ignored rules).
+func (a *Analysis) CrossChecks(meshName, suffix string, clusters []*Cluster) {
+	var (
+		all   []*meshconfig.Object
+		input []mesh.ClusterInput
+		where = map[*meshconfig.Object]string{}
+	)
+	for _, c := range clusters {
+		all = append(all, c.objects...)
+		input = append(input, mesh.ClusterInput{Name: c.Name, Connected: true, Synced: true, DomainSuffix: suffix, Objects: c.objects})
+		for _, o := range c.objects {
+			where[o] = c.Name
+		}
+	}
+	snap := mesh.Build(meshName, input)
+
+	// Routes to subsets: against every DestinationRule of the mesh, as
+	// the hub merges them (meshconfig.Warnings, the admission webhook's
+	// check, with every cluster's rules).
+	drs := meshconfig.IndexDestinationRules(all, suffix)
+	for _, o := range all {
+		for _, w := range meshconfig.Warnings(o, drs) {
+			a.Findings = append(a.Findings, Finding{Severity: SevError, Check: "subset", Cluster: where[o], Where: o.Origin,
+				Object: o.Ref().String(), Field: w.Field, Message: strings.ReplaceAll(w.Reason, "in this cluster", "among the inputs")})
+		}
+	}
+
+	// DestinationRules for hosts nothing defines.
+	known := map[string]bool{}
+	for h := range snap.Services {
+		known[h] = true
+	}
+	for _, c := range clusters {
+		for _, h := range c.services {
+			known[h] = true
+		}
+	}
+	for _, o := range all {
+		dr, ok := o.Spec.(*networkingv1alpha3.DestinationRule)
+		if !ok || strings.Contains(dr.GetHost(), "*") {
+			continue
+		}
+		host := meshconfig.ResolveHost(dr.GetHost(), o.Namespace, suffix)
+		if !known[host] {
+			a.Findings = append(a.Findings, Finding{Severity: SevWarning, Check: "host", Cluster: where[o], Where: o.Origin,
+				Object: o.Ref().String(), Field: "spec.host",
+				Message: fmt.Sprintf("no Service or ServiceEntry among the inputs defines host %s (it may be a Service of a cluster)", host)})
+		}
+	}
+
+	// The hub's merge: conflicts across clusters, and rules it ignores.
+	origins := func(cluster, kind, key string) string {
+		for _, c := range clusters {
+			if c.Name != cluster {
+				continue
+			}
+			for _, o := range c.objects {
+				if o.Kind.Kind == kind && o.Key() == key {
+					return o.Origin
+				}
+			}
+		}
+		return ""
+	}
+	for _, c := range snap.Conflicts {
+		a.Findings = append(a.Findings, Finding{Severity: SevError, Check: "conflict", Cluster: c.LoserCluster,
+			Where: origins(c.LoserCluster, c.Kind, c.Key), Object: c.Kind + " " + c.Key,
+			Message: fmt.Sprintf("also defined in cluster %s (%s), differently: the hub uses %s's and ignores this one (%s)",
+				c.WinnerCluster, origins(c.WinnerCluster, c.Kind, c.Key), c.WinnerCluster, c.Reason)})
+	}
+	byRef := map[string]*meshconfig.Object{} // as mesh.Config.Ref names them
+	for _, c := range clusters {
+		for _, o := range c.objects {
+			byRef[c.Name+":"+o.Ref().String()] = o
+		}
+	}
+	for _, p := range snap.Problems {
+		f := Finding{Severity: SevError, Check: "merge", Object: p.Resource, Field: p.Field, Message: p.Reason}
+		if o := byRef[p.Resource]; o != nil {
+			f.Cluster, f.Where, f.Object = where[o], o.Origin, o.Ref().String()
+		}
+		a.Findings = append(a.Findings, f)
+	}
+	sort.SliceStable(a.Findings, func(i, j int) bool {
+		x, y := a.Findings[i], a.Findings[j]
+		if x.Severity != y.Severity {
+			return x.Severity == SevError
+		}
+		return x.Where < y.Where
+	})
+}

@@ -1,0 +1,193 @@
+package replica_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/replica"
+)
+
+func keyring(t *testing.T, b byte) *memberlist.Keyring {
+	t.Helper()
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat(string(rune('a'+b)), 32)))
+	kr, err := replica.ParseKeyring([]byte("# test key\n"+key+"\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+func fast(c *memberlist.Config) {
+	c.ProbeInterval, c.ProbeTimeout = 100*time.Millisecond, 50*time.Millisecond
+	c.GossipInterval, c.SuspicionMult = 20*time.Millisecond, 2
+	c.PushPullInterval = time.Second
+	c.TCPTimeout = time.Second
+}
+
+type member struct {
+	m    *replica.Membership
+	stop chan struct{}
+	held []ingest.Holding
+}
+
+func join(t *testing.T, id string, kr *memberlist.Keyring, seeds ...string) *member {
+	t.Helper()
+	mb := &member{stop: make(chan struct{})}
+	m, err := replica.Join(replica.Options{ID: id, BindAddress: "127.0.0.1", Join: seeds, Keyring: kr,
+		RejoinInterval: time.Hour, QuorumWindow: time.Minute, ReadyTimeout: time.Minute, Tune: fast,
+		RelayAddress: "127.0.0.1:1", Holdings: func() []ingest.Holding { return mb.held },
+		OnWithdrawn: func(ingest.ClusterIdentity, ingest.Epoch, string) {}}, mb.stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb.m = m
+	t.Cleanup(mb.leave)
+	return mb
+}
+
+func (mb *member) leave() {
+	select {
+	case <-mb.stop:
+	default:
+		close(mb.stop)
+	}
+}
+
+func (mb *member) gossip() string {
+	for _, m := range mb.m.Members() {
+		if m.Self {
+			return m.Gossip
+		}
+	}
+	return ""
+}
+
+func (mb *member) ids() string {
+	var out []string
+	for _, m := range mb.m.Members() {
+		out = append(out, m.ID)
+	}
+	return strings.Join(out, ",")
+}
+
+// TestMembershipKeyringLeaderAndQuorum: replicas with the key form one
+// set and a member without it cannot join; the leader is the lowest live
+// id; withdrawal is the owner's while it lives, else the leader's, and no
+// one's without a majority.
+func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
+	kr := keyring(t, 0)
+	a := join(t, "a", kr)
+	b := join(t, "b", kr, a.gossip())
+	c := join(t, "c", kr, a.gossip())
+	for _, mb := range []*member{a, b, c} {
+		eventually(t, func() error {
+			if got := mb.ids(); got != "a,b,c" && !strings.HasSuffix(got, ",a,b,c") && len(strings.Split(got, ",")) != 3 {
+				return fmt.Errorf("members %s", got)
+			}
+			return nil
+		})
+	}
+	if _, err := replica.Join(replica.Options{ID: "intruder", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Keyring: keyring(t, 1),
+		Tune: fast, RejoinInterval: time.Hour, Holdings: func() []ingest.Holding { return nil }}, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replica.Join(replica.Options{ID: "clear", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Insecure: true,
+		Tune: fast, RejoinInterval: time.Hour, Holdings: func() []ingest.Holding { return nil }}, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if got := len(a.m.Members()); got != 3 {
+		t.Errorf("members without the key joined: %s", a.ids())
+	}
+	if l := b.m.Leader(); l != "a" {
+		t.Errorf("leader %s, want a", l)
+	}
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	if b.m.MayWithdraw(x, "a") || c.m.MayWithdraw(x, "a") {
+		t.Error("a peer may withdraw a cluster whose owner is alive")
+	}
+	if !a.m.MayWithdraw(x, "a") {
+		t.Error("the live owner may not withdraw its own cluster")
+	}
+	a.leave()
+	eventually(t, func() error {
+		if b.m.IsAlive("a") {
+			return fmt.Errorf("b still sees a alive")
+		}
+		return nil
+	})
+	if !b.m.MayWithdraw(x, "a") || c.m.MayWithdraw(x, "a") {
+		t.Error("with a gone, b (the leader) and only b may withdraw a's cluster")
+	}
+	b.leave()
+	eventually(t, func() error {
+		if c.m.IsAlive("b") {
+			return fmt.Errorf("c still sees b alive")
+		}
+		return nil
+	})
+	if ok, alive, known := c.m.Quorum(); ok || alive != 1 || known != 3 {
+		t.Errorf("alone of 3, c reports quorum %v (%d alive of %d)", ok, alive, known)
+	}
+	if c.m.MayWithdraw(x, "a") || c.m.MayWithdraw(x, "c") {
+		t.Error("c, cut off from most of the set, may withdraw")
+	}
+}
+
+// TestReadyWaitsForPeersClusters: a replica that joins is ready only once
+// it holds every cluster its peers hold, at their epoch or a newer one.
+func TestReadyWaitsForPeersClusters(t *testing.T) {
+	kr := keyring(t, 0)
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	epoch := ingest.Epoch{At: 100, Replica: "a"}
+	a := join(t, "a", kr)
+	a.held = []ingest.Holding{{ID: x, Epoch: epoch, Owner: "a", Connected: true, Synced: true, EverSynced: true}}
+	b := join(t, "b", kr, a.gossip())
+	if err := b.m.Ready(); err == nil || !strings.Contains(err.Error(), "default/x") {
+		t.Fatalf("b holding nothing: Ready() = %v, want waiting for default/x", err)
+	}
+	b.held = []ingest.Holding{{ID: x, Epoch: ingest.Epoch{At: 99, Replica: "z"}, Relayed: true, EverSynced: true}}
+	if err := b.m.Ready(); err == nil {
+		t.Fatal("b holding an older epoch is ready")
+	}
+	b.held = []ingest.Holding{{ID: x, Epoch: epoch, Owner: "a", Relayed: true, EverSynced: true}}
+	if err := b.m.Ready(); err != nil {
+		t.Fatalf("b holding a's cluster: %v", err)
+	}
+}
+
+func TestParseKeyringRefuses(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "holds no key"},
+		{"# only a comment\n", "holds no key"},
+		{"not base64!\n", "line 1: not base64"},
+		{"\n" + base64.StdEncoding.EncodeToString([]byte("short")), "line 2: key of 5 bytes"},
+	} {
+		if _, err := replica.ParseKeyring([]byte(tc.in), "f"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseKeyring(%q) = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseKeyring: ParseKeyring never panics, and what it accepts has a
+// primary key of an AES size. Seeds are in testdata/fuzz/FuzzParseKeyring.
+func FuzzParseKeyring(f *testing.F) {
+	f.Add([]byte(base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n"))
+	f.Add([]byte("# c\n\n" + base64.StdEncoding.EncodeToString(make([]byte, 16)) + "\n" + base64.StdEncoding.EncodeToString(make([]byte, 24))))
+	f.Add([]byte("!!"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		kr, err := replica.ParseKeyring(b, "fuzz")
+		if err != nil {
+			return
+		}
+		if n := len(kr.GetPrimaryKey()); n != 16 && n != 24 && n != 32 {
+			t.Fatalf("primary key of %d bytes", n)
+		}
+	})
+}

@@ -1,0 +1,240 @@
+package replica_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+)
+
+func connect(nodes ...*node) {
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if a != b {
+				a.relayer.AddPeer(b.id, b.relay)
+			}
+		}
+	}
+}
+
+// holds waits until n holds id with exactly want, from owner at an epoch
+// that is not before min.
+func holds(t *testing.T, n *node, id ingest.ClusterIdentity, want map[string]string, owner string) ingest.Holding {
+	t.Helper()
+	var h ingest.Holding
+	eventually(t, func() error {
+		var ok bool
+		h, ok = n.in.Held(id)
+		if !ok {
+			return fmt.Errorf("%s holds no %s", n.id, id)
+		}
+		if h.Owner != owner || !h.Synced {
+			return fmt.Errorf("%s holds %s from %s (synced %v), want from %s, synced", n.id, id, h.Owner, h.Synced, owner)
+		}
+		if got := n.objects(id); !maps.Equal(got, want) {
+			return fmt.Errorf("%s holds %v of %s, want %v", n.id, got, id, want)
+		}
+		return nil
+	})
+	return h
+}
+
+// TestRelayFailoverDeletesNothing: a spoke's state reaches every peer of
+// its owner; when the owner dies the peers keep it (stale), and when the
+// spoke re-homes to a peer with the same state nothing is removed
+// anywhere; a late relay of the old owner's epoch is refused; a removal the
+// spoke makes does reach every replica.
+func TestRelayFailoverDeletesNothing(t *testing.T) {
+	a, b, c := newNode(t, "a"), newNode(t, "b"), newNode(t, "c")
+	connect(a, b, c)
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	objs := serviceEntries(t, "alpha", "beta")
+
+	sa := dialSpoke(t, a, x)
+	sa.state(objs)
+	want := a.objects(x)
+	if len(want) != 2 {
+		t.Fatalf("owner holds %v", want)
+	}
+	holds(t, b, x, want, "a")
+	oldEpoch := holds(t, c, x, want, "a").Epoch
+	wb, wc := watchRemovals(t, b, x), watchRemovals(t, c, x)
+
+	// The owner dies: the peers keep the cluster, stale.
+	a.stop()
+	for _, n := range []*node{b, c} {
+		eventually(t, func() error {
+			if h, _ := n.in.Held(x); h.Connected {
+				return fmt.Errorf("%s still shows the dead owner's relay connected", n.id)
+			}
+			return nil
+		})
+	}
+
+	// The spoke re-homes to b with the same state.
+	sb := dialSpoke(t, b, x)
+	sb.state(objs)
+	h := holds(t, c, x, want, "b")
+	if !oldEpoch.Before(h.Epoch) {
+		t.Errorf("epoch after failover %s is not after %s", h.Epoch, oldEpoch)
+	}
+	if got := append(wb.end(), wc.end()...); len(got) > 0 {
+		t.Errorf("the failover removed %v, which the spoke still has", got)
+	}
+
+	// A late relay of a's epoch is refused by c.
+	conn, err := grpc.NewClient(c.relay, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	md := metadata.Pairs(protocol.MetadataMesh, x.Mesh, protocol.MetadataCluster, x.Cluster, protocol.MetadataProtocol, protocol.Version,
+		replica.MetadataOwner, "a", replica.MetadataEpoch, oldEpoch.String(), replica.MetadataReplica, "a")
+	st, err := protocolv1.NewSyncClient(conn).Push(metadata.NewOutgoingContext(context.Background(), md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.SyncedTypeURL, Nonce: "1"})
+	if _, err := st.Recv(); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("late relay of epoch %s: got %v, want FailedPrecondition", oldEpoch, err)
+	}
+	holds(t, c, x, want, "b")
+
+	// What the spoke deletes is deleted everywhere.
+	sb.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: objs[0].Kind.TypeURL, RemovedResources: []string{objs[0].Key()}})
+	left := b.objects(x)
+	if len(left) != 1 {
+		t.Fatalf("b holds %v after the spoke removed %s", left, objs[0].Key())
+	}
+	holds(t, c, x, left, "b")
+}
+
+// TestNewPeerGetsStaleClusters: a replica that joins after a spoke left
+// its owner still gets the cluster's state (stale), never an empty view.
+func TestNewPeerGetsStaleClusters(t *testing.T) {
+	a := newNode(t, "a")
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	s := dialSpoke(t, a, x)
+	s.state(serviceEntries(t, "alpha"))
+	want := a.objects(x)
+	s.cancel()
+	eventually(t, func() error {
+		if h, _ := a.in.Held(x); h.Connected {
+			return fmt.Errorf("spoke still connected")
+		}
+		return nil
+	})
+	b := newNode(t, "b")
+	connect(a, b)
+	holds(t, b, x, want, "a")
+	eventually(t, func() error { // the relay of a stale cluster ends once sent
+		if h, _ := b.in.Held(x); h.Connected {
+			return fmt.Errorf("b shows the cluster connected though its spoke is gone")
+		}
+		return nil
+	})
+	if got := b.objects(x); !maps.Equal(got, want) {
+		t.Errorf("b holds %v once the relay ended, want %v", got, want)
+	}
+}
+
+// TestPeerRelaysOrphanedClusters: when a cluster's owner is gone and its
+// spoke has not come back, a replica that adopts it relays its stale state
+// to a replica that joins later.
+func TestPeerRelaysOrphanedClusters(t *testing.T) {
+	a := newNode(t, "a")
+	b := newNodeWith(t, "b", ingest.Options{StaleGracePeriod: time.Hour}, func(h ingest.Holding) bool { return h.Owner == "a" })
+	connect(a, b)
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	dialSpoke(t, a, x).state(serviceEntries(t, "alpha", "beta"))
+	want := a.objects(x)
+	h := holds(t, b, x, want, "a")
+	a.stop()
+	eventually(t, func() error {
+		if h, _ := b.in.Held(x); h.Connected {
+			return fmt.Errorf("b still shows a's relay connected")
+		}
+		return nil
+	})
+	d := newNode(t, "d")
+	connect(b, d)
+	holds(t, d, x, want, "a")
+	eventually(t, func() error { // the relay of a stale cluster ends once sent
+		if got, _ := d.in.Held(x); got.Epoch != h.Epoch || got.Connected {
+			return fmt.Errorf("d holds x at %s connected=%v, want a's epoch %s, stale", got.Epoch, got.Connected, h.Epoch)
+		}
+		return nil
+	})
+}
+
+// TestWithdrawalIsTheOwnersAndReachesPeers: a peer never withdraws a
+// relayed cluster on its own timer while MayWithdraw says no (its owner
+// lives, or it has no quorum); the owner withdraws after its grace period
+// and the peer applies it, unless it holds a newer epoch.
+func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
+	var b *node
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	a := newNodeWith(t, "a", ingest.Options{StaleGracePeriod: 300 * time.Millisecond,
+		OnWithdrawn: func(id ingest.ClusterIdentity, epoch ingest.Epoch) {
+			b.in.WithdrawRelayed(id, epoch, "withdrawn by a")
+		}}, nil)
+	asked := make(chan string, 100)
+	b = newNodeWith(t, "b", ingest.Options{StaleGracePeriod: 300 * time.Millisecond, RecheckWithdrawal: 50 * time.Millisecond,
+		MayWithdraw: func(id ingest.ClusterIdentity, owner string) bool {
+			select {
+			case asked <- owner:
+			default:
+			}
+			return false
+		}}, nil)
+	connect(a, b)
+	s := dialSpoke(t, a, x)
+	s.state(serviceEntries(t, "alpha"))
+	holds(t, b, x, a.objects(x), "a")
+
+	// The spoke leaves: b's grace period ends too, but b may not withdraw
+	// (asked, it is told no); a, the owner, withdraws and tells b.
+	s.cancel()
+	eventually(t, func() error {
+		if _, ok := a.in.Held(x); ok {
+			return fmt.Errorf("a has not withdrawn x after its grace period")
+		}
+		if _, ok := b.in.Held(x); ok {
+			return fmt.Errorf("b still holds x after a withdrew it")
+		}
+		return nil
+	})
+	select {
+	case owner := <-asked:
+		if owner != "a" {
+			t.Errorf("b was asked about owner %q, want a", owner)
+		}
+	default:
+		// a withdrew before b's own grace ended: fine, b never decided alone.
+	}
+	st := b.in.Status()
+	if len(st) != 1 || st[0].Withdrawn == nil || !strings.Contains(st[0].Withdrawn.Reason, "withdrawn by a") {
+		t.Errorf("b's status %+v, want x withdrawn by a", st)
+	}
+
+	// A peer holding a newer epoch ignores an older withdrawal.
+	y := ingest.ClusterIdentity{Mesh: "default", Cluster: "y"}
+	dialSpoke(t, b, y).state(serviceEntries(t, "gamma"))
+	if b.in.WithdrawRelayed(y, ingest.Epoch{At: 1, Replica: "a"}, "late") {
+		t.Error("b withdrew a connected cluster on an old withdrawal")
+	}
+}

@@ -1,0 +1,20 @@
+package main
+
+// Image is one image make images builds: a binary and what its container offers.
+type Image struct {
+	// Name is the binary's and the image repository's name (nave-hub); the Deployments in
+	// deploy/ name the image so, and the binary is the entrypoint /usr/local/bin/<Name>.
+	Name string
+	// Package is the main package, relative to the module root.
+	Package string
+	// Ports are the TCP ports the image exposes (its listeners in deploy/'s config).
+	Ports []int
+}
+
+// Images are the images make images builds. Adding a binary is one line here; an image whose
+// package is not in the tree (yet) is skipped with a note.
+var Images = []Image{
+	{Name: "nave-hub", Package: "./hub/cmd/nave-hub", Ports: []int{15010, 15012, 15014, 15015}},
+	{Name: "nave-spoke", Package: "./spoke/cmd/nave-spoke", Ports: []int{15017, 15023, 15024}},
+	{Name: "nave-agent", Package: "./spoke/cmd/nave-agent"},
+}

@@ -1,0 +1,84 @@
+package admin
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// The operator handler: authentication first, then scope: tenants reach
+// only the tenant views (which filter by Visible), the vendor everything.
+func TestOperatorHandlerScopes(t *testing.T) {
+	s := New(slog.New(slog.DiscardHandler), NewRegistry())
+	s.HandleTenantDebug("things", "things by mesh", func(r *http.Request) (any, error) {
+		out := []string{}
+		for _, m := range []string{"acme", "globex"} {
+			if Visible(r, m) {
+				out = append(out, m)
+			}
+		}
+		return out, nil
+	})
+	s.HandleDebug("secrets", "vendor only", func(*http.Request) (any, error) { return "all of them", nil })
+	// The test's authenticator: the header names the scope.
+	auth := func(r *http.Request) (Scope, error) {
+		switch who := r.Header.Get("Who"); who {
+		case "vendor":
+			return Scope{Operator: who, Vendor: true}, nil
+		case "":
+			return Scope{}, errors.New("no certificate")
+		default:
+			return Scope{Operator: who, Mesh: who}, nil
+		}
+	}
+	ts := httptest.NewServer(s.OperatorHandler(auth))
+	t.Cleanup(ts.Close)
+	probes := httptest.NewServer(s.ProbeHandler())
+	t.Cleanup(probes.Close)
+	ask := func(url, who string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Who", who)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	for _, c := range []struct {
+		path, who string
+		code      int
+		has, not  string
+	}{
+		{"/debug/things", "vendor", 200, `"globex"`, ""},
+		{"/debug/things", "acme", 200, `"acme"`, "globex"},
+		{"/debug/things", "", 401, "no certificate", "acme"},
+		{"/debug/secrets", "acme", 403, "vendor", "all of them"},
+		{"/debug/secrets", "vendor", 200, "all of them", ""},
+		{"/debug/pprof/", "acme", 403, "vendor", ""},
+		{"/debug/pprof/", "vendor", 200, "goroutine", ""},
+		{"/metrics", "acme", 403, "vendor", ""},
+		{"/metrics", "vendor", 200, "go_goroutines", ""},
+		{"/debug/", "acme", 200, "things", "secrets"},
+		{"/debug/", "vendor", 200, "secrets", ""},
+		{"/debug/nothing", "acme", 404, "no debug view", ""},
+		{"/healthz/ready", "acme", 200, "", ""},
+	} {
+		code, body := ask(ts.URL+c.path, c.who)
+		if code != c.code || !strings.Contains(body, c.has) || (c.not != "" && strings.Contains(body, c.not)) {
+			t.Errorf("%s as %q: %d %s; want %d with %q and without %q", c.path, c.who, code, body, c.code, c.has, c.not)
+		}
+	}
+	// Probes and metrics only, for anyone, on the probe handler.
+	for path, want := range map[string]int{"/healthz/ready": 200, "/healthz/live": 200, "/metrics": 200, "/debug/things": 404, "/debug/": 404, "/debug/pprof/": 404} {
+		if code, _ := ask(probes.URL+path, ""); code != want {
+			t.Errorf("probe handler %s: %d, want %d", path, code, want)
+		}
+	}
+}
