@@ -88,6 +88,8 @@ type Inject struct {
 	RAAddress     string `key:"raAddress" default:"nave-spoke-ra.nave-system.svc:15023" help:"host:port pods reach this spoke's registration authority at (ra.listen, behind the Service of deploy/spoke/injection.yaml)"`
 	XDSAddress    string `key:"xdsAddress" help:"host:port pods reach the hub's xDS listener at; required with enabled"`
 	XDSServerName string `key:"xdsServerName" help:"name the hub's xDS serving certificate must be valid for; empty: the host of xdsAddress"`
+	// XDSFallbackAddress is the spoke's fallback xDS server as pods reach it.
+	XDSFallbackAddress string `key:"xdsFallbackAddress" help:"host:port pods reach this spoke's fallback xDS server at (fallback.listen, docs/fallback.md): the agent lists it second in every bootstrap; empty: none"`
 }
 
 // Validate checks the addresses, the revision and the pull policy.
@@ -100,6 +102,11 @@ func (i *Inject) Validate() error {
 	}
 	if i.XDSAddress != "" {
 		if err := settings.CheckHostPort("xdsAddress", i.XDSAddress); err != nil {
+			return err
+		}
+	}
+	if i.XDSFallbackAddress != "" {
+		if err := settings.CheckHostPort("xdsFallbackAddress", i.XDSFallbackAddress); err != nil {
 			return err
 		}
 	}
