@@ -52,7 +52,10 @@ type Options struct {
 	// every expected cluster of it has synced.
 	Expected     func() []ClusterIdentity
 	StartupGrace time.Duration
-	Logger       *slog.Logger
+	// Watch serves the Watch streams, once authenticated (see Watch); nil
+	// answers them UNIMPLEMENTED.
+	Watch  WatchHandler
+	Logger *slog.Logger
 	// Registerer receives the ingest metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 

@@ -285,14 +285,18 @@ func (x *Rejections) GetItems() []*Rejection {
 	return nil
 }
 
-// ClusterStatus is served on Watch: one per cluster of the spoke's mesh.
+// ClusterStatus is served on Watch: one per other cluster of the spoke's
+// mesh, named by the cluster.
 type ClusterStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Connected     bool                   `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
-	Synced        bool                   `protobuf:"varint,3,opt,name=synced,proto3" json:"synced,omitempty"`
-	Stale         bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
-	Resources     int64                  `protobuf:"varint,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Cluster   string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Connected bool                   `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
+	Synced    bool                   `protobuf:"varint,3,opt,name=synced,proto3" json:"synced,omitempty"`
+	Stale     bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
+	Resources int64                  `protobuf:"varint,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	// domain_suffix is the cluster's DNS suffix (empty: cluster.local): the
+	// cluster's short host names are completed with it.
+	DomainSuffix  string `protobuf:"bytes,6,opt,name=domain_suffix,json=domainSuffix,proto3" json:"domain_suffix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -362,6 +366,76 @@ func (x *ClusterStatus) GetResources() int64 {
 	return 0
 }
 
+func (x *ClusterStatus) GetDomainSuffix() string {
+	if x != nil {
+		return x.DomainSuffix
+	}
+	return ""
+}
+
+// TrustBundle is served on Watch, named by the mesh: the roots of trust a
+// spoke verifies its mesh's workloads with (PEM), and the trust domain of
+// their SPIFFE IDs. Absent when the hub runs without a CA (plaintext).
+type TrustBundle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mesh          string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	TrustDomain   string                 `protobuf:"bytes,2,opt,name=trust_domain,json=trustDomain,proto3" json:"trust_domain,omitempty"`
+	RootsPem      string                 `protobuf:"bytes,3,opt,name=roots_pem,json=rootsPem,proto3" json:"roots_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrustBundle) Reset() {
+	*x = TrustBundle{}
+	mi := &file_protocol_v1_sync_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrustBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrustBundle) ProtoMessage() {}
+
+func (x *TrustBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_v1_sync_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
+func (*TrustBundle) Descriptor() ([]byte, []int) {
+	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TrustBundle) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *TrustBundle) GetTrustDomain() string {
+	if x != nil {
+		return x.TrustDomain
+	}
+	return ""
+}
+
+func (x *TrustBundle) GetRootsPem() string {
+	if x != nil {
+		return x.RootsPem
+	}
+	return ""
+}
+
 var File_protocol_v1_sync_proto protoreflect.FileDescriptor
 
 const file_protocol_v1_sync_proto_rawDesc = "" +
@@ -389,13 +463,18 @@ const file_protocol_v1_sync_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"?\n" +
 	"\n" +
 	"Rejections\x121\n" +
-	"\x05items\x18\x01 \x03(\v2\x1b.nave.protocol.v1.RejectionR\x05items\"\x93\x01\n" +
+	"\x05items\x18\x01 \x03(\v2\x1b.nave.protocol.v1.RejectionR\x05items\"\xb8\x01\n" +
 	"\rClusterStatus\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x16\n" +
 	"\x06synced\x18\x03 \x01(\bR\x06synced\x12\x14\n" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x12\x1c\n" +
-	"\tresources\x18\x05 \x01(\x03R\tresources2\xed\x01\n" +
+	"\tresources\x18\x05 \x01(\x03R\tresources\x12#\n" +
+	"\rdomain_suffix\x18\x06 \x01(\tR\fdomainSuffix\"a\n" +
+	"\vTrustBundle\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12!\n" +
+	"\ftrust_domain\x18\x02 \x01(\tR\vtrustDomain\x12\x1b\n" +
+	"\troots_pem\x18\x03 \x01(\tR\brootsPem2\xed\x01\n" +
 	"\x04Sync\x12q\n" +
 	"\x04Push\x122.envoy.service.discovery.v3.DeltaDiscoveryResponse\x1a1.envoy.service.discovery.v3.DeltaDiscoveryRequest(\x010\x01\x12r\n" +
 	"\x05Watch\x121.envoy.service.discovery.v3.DeltaDiscoveryRequest\x1a2.envoy.service.discovery.v3.DeltaDiscoveryResponse(\x010\x01B1Z/github.com/navemesh/nave/protocol/v1;protocolv1b\x06proto3"
@@ -412,30 +491,31 @@ func file_protocol_v1_sync_proto_rawDescGZIP() []byte {
 	return file_protocol_v1_sync_proto_rawDescData
 }
 
-var file_protocol_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_protocol_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_protocol_v1_sync_proto_goTypes = []any{
 	(*Envelope)(nil),                  // 0: nave.protocol.v1.Envelope
 	(*Synced)(nil),                    // 1: nave.protocol.v1.Synced
 	(*Rejection)(nil),                 // 2: nave.protocol.v1.Rejection
 	(*Rejections)(nil),                // 3: nave.protocol.v1.Rejections
 	(*ClusterStatus)(nil),             // 4: nave.protocol.v1.ClusterStatus
-	nil,                               // 5: nave.protocol.v1.Envelope.LabelsEntry
-	nil,                               // 6: nave.protocol.v1.Envelope.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),     // 7: google.protobuf.Timestamp
-	(*anypb.Any)(nil),                 // 8: google.protobuf.Any
-	(*v3.DeltaDiscoveryResponse)(nil), // 9: envoy.service.discovery.v3.DeltaDiscoveryResponse
-	(*v3.DeltaDiscoveryRequest)(nil),  // 10: envoy.service.discovery.v3.DeltaDiscoveryRequest
+	(*TrustBundle)(nil),               // 5: nave.protocol.v1.TrustBundle
+	nil,                               // 6: nave.protocol.v1.Envelope.LabelsEntry
+	nil,                               // 7: nave.protocol.v1.Envelope.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),     // 8: google.protobuf.Timestamp
+	(*anypb.Any)(nil),                 // 9: google.protobuf.Any
+	(*v3.DeltaDiscoveryResponse)(nil), // 10: envoy.service.discovery.v3.DeltaDiscoveryResponse
+	(*v3.DeltaDiscoveryRequest)(nil),  // 11: envoy.service.discovery.v3.DeltaDiscoveryRequest
 }
 var file_protocol_v1_sync_proto_depIdxs = []int32{
-	5,  // 0: nave.protocol.v1.Envelope.labels:type_name -> nave.protocol.v1.Envelope.LabelsEntry
-	6,  // 1: nave.protocol.v1.Envelope.annotations:type_name -> nave.protocol.v1.Envelope.AnnotationsEntry
-	7,  // 2: nave.protocol.v1.Envelope.creation_time:type_name -> google.protobuf.Timestamp
-	8,  // 3: nave.protocol.v1.Envelope.spec:type_name -> google.protobuf.Any
+	6,  // 0: nave.protocol.v1.Envelope.labels:type_name -> nave.protocol.v1.Envelope.LabelsEntry
+	7,  // 1: nave.protocol.v1.Envelope.annotations:type_name -> nave.protocol.v1.Envelope.AnnotationsEntry
+	8,  // 2: nave.protocol.v1.Envelope.creation_time:type_name -> google.protobuf.Timestamp
+	9,  // 3: nave.protocol.v1.Envelope.spec:type_name -> google.protobuf.Any
 	2,  // 4: nave.protocol.v1.Rejections.items:type_name -> nave.protocol.v1.Rejection
-	9,  // 5: nave.protocol.v1.Sync.Push:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
-	10, // 6: nave.protocol.v1.Sync.Watch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	10, // 7: nave.protocol.v1.Sync.Push:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	9,  // 8: nave.protocol.v1.Sync.Watch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	10, // 5: nave.protocol.v1.Sync.Push:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	11, // 6: nave.protocol.v1.Sync.Watch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	11, // 7: nave.protocol.v1.Sync.Push:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	10, // 8: nave.protocol.v1.Sync.Watch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
 	7,  // [7:9] is the sub-list for method output_type
 	5,  // [5:7] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
@@ -454,7 +534,7 @@ func file_protocol_v1_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_v1_sync_proto_rawDesc), len(file_protocol_v1_sync_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,8 +42,11 @@ type SyncClient interface {
 	// Push streams the spoke's resources to the hub: the full state first,
 	// then a Synced marker, then deltas. The hub ACKs or NACKs every nonce.
 	Push(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest], error)
-	// Watch subscribes the spoke to what the hub sends back (mesh-wide state
-	// such as the status of the mesh's clusters), as ordinary delta xDS.
+	// Watch subscribes the spoke to what the hub sends back: the other
+	// clusters of its mesh (their resources, named "cluster/namespace/name",
+	// and a ClusterStatus each) and the mesh's TrustBundle, as ordinary delta
+	// xDS: the spoke subscribes per type URL and ACKs or NACKs every nonce.
+	// See docs/protocol.md and docs/decisions/019-watch-resource-model.md.
 	Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse], error)
 }
 
@@ -90,8 +93,11 @@ type SyncServer interface {
 	// Push streams the spoke's resources to the hub: the full state first,
 	// then a Synced marker, then deltas. The hub ACKs or NACKs every nonce.
 	Push(grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]) error
-	// Watch subscribes the spoke to what the hub sends back (mesh-wide state
-	// such as the status of the mesh's clusters), as ordinary delta xDS.
+	// Watch subscribes the spoke to what the hub sends back: the other
+	// clusters of its mesh (their resources, named "cluster/namespace/name",
+	// and a ClusterStatus each) and the mesh's TrustBundle, as ordinary delta
+	// xDS: the spoke subscribes per type URL and ACKs or NACKs every nonce.
+	// See docs/protocol.md and docs/decisions/019-watch-resource-model.md.
 	Watch(grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]) error
 	mustEmbedUnimplementedSyncServer()
 }

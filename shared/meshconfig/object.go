@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -70,4 +71,11 @@ func (o *Object) ComputeVersion() string {
 	}
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:8])
+}
+
+// CompareObjects orders objects by kind, namespace and name: the order in
+// which a cluster's objects are handed to the snapshot builder, on the hub
+// and on a spoke in fallback alike.
+func CompareObjects(a, b *Object) int {
+	return cmp.Or(cmp.Compare(a.Kind.Kind, b.Kind.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }

@@ -107,3 +107,16 @@ func (b *Bootstrap) WithServerListenerTemplate(template string) *Bootstrap {
 
 // JSON is the bootstrap's contents.
 func (b *Bootstrap) JSON() ([]byte, error) { return json.Marshal(b) }
+
+// WithFallbackServer lists another xDS server after the first: grpc-go
+// (gRFC A71) uses it only while the first cannot be reached and a resource
+// it needs is not cached, and returns to the first as soon as it answers
+// (docs/fallback.md). tls nil connects without TLS.
+func (b *Bootstrap) WithFallbackServer(serverURI string, tls *TLSFiles) *Bootstrap {
+	creds := ChannelCreds{Type: "insecure"}
+	if tls != nil {
+		creds = ChannelCreds{Type: "tls", Config: tls}
+	}
+	b.XDSServers = append(b.XDSServers, Server{ServerURI: serverURI, ChannelCreds: []ChannelCreds{creds}, ServerFeatures: []string{"xds_v3"}})
+	return b
+}

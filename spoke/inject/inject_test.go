@@ -192,6 +192,9 @@ func TestSidecarTemplateContract(t *testing.T) {
 	if app := container(pod.Spec.Containers, "app"); len(app.Env) != 0 || len(app.VolumeMounts) != 0 {
 		t.Error("the sidecar template changed the app container")
 	}
+	if _, set := env["NAVE_XDS_FALLBACK_ADDRESS"]; set {
+		t.Error("NAVE_XDS_FALLBACK_ADDRESS set without inject.xdsFallbackAddress")
+	}
 	if pod.Labels[LabelTLSMode] != "istio" || pod.Labels[LabelCanonicalName] != "web" || pod.Annotations[AnnotationStatus] == "" {
 		t.Errorf("labels %v annotations %v: want tlsMode istio, canonical-name web and the status annotation", pod.Labels, pod.Annotations)
 	}
@@ -386,5 +389,18 @@ func TestStatus(t *testing.T) {
 	}
 	if st := newTestInjector(t, func(o *Options) { o.Trust = notEnrolled }).Status(); st.NotReady != "not enrolled yet" {
 		t.Errorf("status %+v: want why pods are refused", st)
+	}
+}
+
+// With inject.xdsFallbackAddress the agent is told the spoke's fallback
+// xDS server, to list second in its bootstraps (docs/fallback.md).
+func TestFallbackAddressReachesTheAgent(t *testing.T) {
+	in := newTestInjector(t, func(o *Options) { o.XDSFallbackAddress = "nave-spoke-xds.nave-system.svc:15010" })
+	_, pod, _ := review(t, in, podRequest(t, "shop", []byte(minimalPod)))
+	if pod == nil {
+		t.Fatal("refused")
+	}
+	if got := envOf(&pod.Spec.InitContainers[1])["NAVE_XDS_FALLBACK_ADDRESS"].Value; got != "nave-spoke-xds.nave-system.svc:15010" {
+		t.Fatalf("NAVE_XDS_FALLBACK_ADDRESS = %q", got)
 	}
 }

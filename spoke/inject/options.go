@@ -50,6 +50,10 @@ type Options struct {
 	// XDSAddress is the host:port of the hub's xDS listener; XDSServerName
 	// the name its certificate must hold ("" for the host of XDSAddress).
 	XDSAddress, XDSServerName string
+	// XDSFallbackAddress, if set, is the spoke's fallback xDS server
+	// (fallback.listen as pods reach it): the agent lists it second in every
+	// bootstrap (docs/fallback.md).
+	XDSFallbackAddress string
 	// Trust returns the spoke's current trust material, or why it has
 	// none yet (not enrolled): pods are then refused. Required.
 	Trust func() (Trust, error)

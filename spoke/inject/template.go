@@ -166,6 +166,9 @@ func (in *Injector) agentEnv(mode string, trust Trust) []corev1.EnvVar {
 	if in.opts.XDSServerName != "" {
 		env = append(env, v("xds.serverName", in.opts.XDSServerName))
 	}
+	if in.opts.XDSFallbackAddress != "" {
+		env = append(env, v("xds.fallbackAddress", in.opts.XDSFallbackAddress))
+	}
 	env = append(env, v("dir", runDir), v("status.listen", ":"+strconv.Itoa(statusPort)))
 	if mode == modeEnvoy {
 		env = append(env, v("proxyUID", strconv.Itoa(capture.DefaultProxyUID)))

@@ -49,7 +49,34 @@ type Config struct {
 	Kube         Kubernetes `key:"kubernetes" help:"the kubernetes source"`
 	RA           RA         `key:"ra" help:"the registration authority: workloads of this cluster obtain their certificates here with their service-account token (kubernetes source, TLS to the hub)"`
 	Webhook      Webhook    `key:"webhook" help:"the admission webhooks (kubernetes source): the API server asks the spoke to validate the Istio kinds it reads, over HTTPS with a certificate the spoke issues and rotates itself (see docs/webhooks.md)"`
+	Fallback     Fallback   `key:"fallback" help:"multi-primary fallback (docs/fallback.md): the spoke keeps the rest of its mesh from the hub (Watch, saved in hub.stateDir) and, when the hub is gone, serves xDS for its cluster's proxies itself"`
 	Inject       Inject     `key:"inject" help:"the sidecar and proxyless injector, served at /inject of the webhook listener: pods of the selected namespaces get nave-agent (and Envoy with traffic capture, or the gRPC bootstrap) as docs/injection.md describes"`
+}
+
+// Fallback configures the spoke's fallback xDS server.
+type Fallback struct {
+	Enabled       bool          `key:"enabled" default:"false" help:"keep the remote view (Watch) and serve xDS at listen when the hub is gone; proxies list this address second in their bootstrap"`
+	Listen        string        `key:"listen" default:":15010" help:"host:port of the fallback xDS server (ADS, SotW and delta; mTLS with the cluster certificate unless hub.plaintext); it refuses streams (UNAVAILABLE) while the hub serves"`
+	After         time.Duration `key:"after" default:"5s" help:"how long the hub must be gone (no synced stream) before the spoke serves xDS"`
+	HandBackAfter time.Duration `key:"handBackAfter" default:"30s" help:"how long the hub must have been synced again (it ACKed the spoke's full state) before the spoke stops serving: hysteresis against a hub that comes and goes"`
+	Drain         time.Duration `key:"drain" default:"10s" help:"at hand-back, the spoke closes its proxy streams one by one spread over this long, so they return to the hub gradually"`
+}
+
+// Validate checks the address and the durations.
+func (f *Fallback) Validate() error {
+	if err := settings.CheckHostPort("listen", f.Listen); err != nil {
+		return err
+	}
+	if f.After <= 0 {
+		return settings.Invalid("after", "must be greater than 0, got %s", f.After)
+	}
+	if f.HandBackAfter < 0 {
+		return settings.Invalid("handBackAfter", "must not be negative, got %s", f.HandBackAfter)
+	}
+	if f.Drain < 0 {
+		return settings.Invalid("drain", "must not be negative, got %s", f.Drain)
+	}
+	return nil
 }
 
 // Inject configures the sidecar injector.
@@ -61,6 +88,8 @@ type Inject struct {
 	RAAddress     string `key:"raAddress" default:"nave-spoke-ra.nave-system.svc:15023" help:"host:port pods reach this spoke's registration authority at (ra.listen, behind the Service of deploy/spoke/injection.yaml)"`
 	XDSAddress    string `key:"xdsAddress" help:"host:port pods reach the hub's xDS listener at; required with enabled"`
 	XDSServerName string `key:"xdsServerName" help:"name the hub's xDS serving certificate must be valid for; empty: the host of xdsAddress"`
+	// XDSFallbackAddress is the spoke's fallback xDS server as pods reach it.
+	XDSFallbackAddress string `key:"xdsFallbackAddress" help:"host:port pods reach this spoke's fallback xDS server at (fallback.listen, docs/fallback.md): the agent lists it second in every bootstrap; empty: none"`
 }
 
 // Validate checks the addresses, the revision and the pull policy.
@@ -73,6 +102,11 @@ func (i *Inject) Validate() error {
 	}
 	if i.XDSAddress != "" {
 		if err := settings.CheckHostPort("xdsAddress", i.XDSAddress); err != nil {
+			return err
+		}
+	}
+	if i.XDSFallbackAddress != "" {
+		if err := settings.CheckHostPort("xdsFallbackAddress", i.XDSFallbackAddress); err != nil {
 			return err
 		}
 	}

@@ -57,6 +57,12 @@ func TestDefaultsValidate(t *testing.T) {
 		"inject.raAddress":                cfg.Inject.RAAddress == "nave-spoke-ra.nave-system.svc:15023",
 		"inject.xdsAddress":               cfg.Inject.XDSAddress == "",
 		"inject.xdsServerName":            cfg.Inject.XDSServerName == "",
+		"inject.xdsFallbackAddress":       cfg.Inject.XDSFallbackAddress == "",
+		"fallback.enabled":                !cfg.Fallback.Enabled,
+		"fallback.listen":                 cfg.Fallback.Listen == ":15010",
+		"fallback.after":                  cfg.Fallback.After == 5*time.Second,
+		"fallback.handBackAfter":          cfg.Fallback.HandBackAfter == 30*time.Second,
+		"fallback.drain":                  cfg.Fallback.Drain == 10*time.Second,
 	}
 	for key, ok := range checks {
 		if !ok {
@@ -117,6 +123,11 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--inject.pull-policy=Sometimes"}, "inject.pullPolicy", "want Always, IfNotPresent or Never"},
 		{[]string{"--inject.xds-server-name=hub:1"}, "inject.xdsServerName", "want the name alone"},
 		{[]string{"--ra.audiences="}, "ra.audiences", "must name at least one audience"},
+		{[]string{"--fallback.listen=15010"}, "fallback.listen", "must be host:port"},
+		{[]string{"--inject.xds-fallback-address=spoke"}, "inject.xdsFallbackAddress", "must be host:port"},
+		{[]string{"--fallback.after=0s"}, "fallback.after", "must be greater than 0"},
+		{[]string{"--fallback.hand-back-after=-1s"}, "fallback.handBackAfter", "must not be negative"},
+		{[]string{"--fallback.drain=-1s"}, "fallback.drain", "must not be negative"},
 		{[]string{"--hub.plaintext=maybe"}, "hub.plaintext", "not a boolean"},
 		{[]string{"--files.debounce=-1s"}, "files.debounce", "must be greater than 0"},
 		{[]string{"--files.max-file-bytes=1000"}, "files.maxFileBytes", "must be at least 1024"},

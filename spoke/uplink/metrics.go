@@ -10,6 +10,10 @@ type metrics struct {
 	bytes      prometheus.Counter
 	nacks      prometheus.Counter
 	ackLatency prometheus.Histogram
+
+	watchResponses prometheus.Counter
+	watchNacks     prometheus.Counter
+	viewSaves      prometheus.Counter
 }
 
 var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff}
@@ -30,9 +34,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Messages the hub NACKed."}),
 		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_spoke_uplink_ack_seconds",
 			Help: "Time from sending a message to the hub's answer.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		watchResponses: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_watch_responses_total",
+			Help: "Watch responses received from the hub (the remote view)."}),
+		watchNacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_watch_nacks_total",
+			Help: "Watch responses the spoke NACKed (a resource it refused)."}),
+		viewSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_remote_view_saves_total",
+			Help: "Times the remote view was written to the state dir."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency)
+		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves)
 	}
 	return m
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/spoke/remote"
 )
 
 // Options configure an Uplink.
@@ -51,8 +52,13 @@ type Options struct {
 	BackoffInitial  time.Duration
 	BackoffMax      time.Duration
 	MaxMessageBytes int
-	Logger          *slog.Logger
-	Registerer      prometheus.Registerer
+	// View, if set, is kept up to date from a Watch stream opened beside
+	// every Push stream (the rest of the mesh, for fallback), and saved to
+	// ViewFile (if set) once complete and after changes.
+	View       *remote.View
+	ViewFile   string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Uplink pushes the desired state to the hub. Update and Status are safe
@@ -77,6 +83,8 @@ type Uplink struct {
 	// acked is what the hub has confirmed on the current stream.
 	acked    map[key]string
 	sessions int
+	// watchState and watchErr describe the Watch stream.
+	watchState, watchErr string
 }
 
 type key struct{ typeURL, name string }
@@ -103,7 +111,7 @@ func New(opts Options) *Uplink {
 	return &Uplink{
 		opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer),
 		desired: map[key]*meshconfig.Object{}, changed: make(chan struct{}, 1), first: make(chan struct{}),
-		state: StateWaiting, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{},
+		state: StateWaiting, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{}, watchState: WatchOff,
 	}
 }
 
@@ -154,7 +162,18 @@ func (u *Uplink) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("hub address %q: %w", u.opts.Address, err)
 		}
-		synced, err := u.session(ctx, protocolv1.NewSyncClient(conn))
+		client := protocolv1.NewSyncClient(conn)
+		wctx, wcancel := context.WithCancel(ctx)
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			if u.opts.View != nil {
+				u.watchLoop(wctx, client)
+			}
+		}()
+		synced, err := u.session(ctx, client)
+		wcancel()
+		<-watchDone
 		conn.Close()
 		if ctx.Err() != nil {
 			return nil
@@ -445,6 +464,9 @@ type Status struct {
 	Desired  int           `json:"desired"`
 	Acked    int           `json:"acked"`
 	Nacked   []NackedEntry `json:"nacked"`
+	// Watch is the Watch stream's state (off without a remote view).
+	Watch        string `json:"watch"`
+	WatchLastErr string `json:"watchLastError,omitempty"`
 }
 
 // NackedEntry is a resource the hub refused.
@@ -460,7 +482,8 @@ func (u *Uplink) Status() Status {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, TLS: u.opts.TLS != nil, State: u.state, Since: u.since,
-		LastErr: u.lastErr, Sessions: u.sessions, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{}}
+		LastErr: u.lastErr, Sessions: u.sessions, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{},
+		Watch: u.watchState, WatchLastErr: u.watchErr}
 	for k, n := range u.nacked {
 		kind := k.typeURL
 		if kd, ok := meshconfig.KindByTypeURL(k.typeURL); ok {

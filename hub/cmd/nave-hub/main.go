@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/watch"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/logging"
@@ -72,16 +74,24 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		return err
 	}
 
-	var pc *pushctx.Publisher
+	var (
+		pc *pushctx.Publisher
+		w  *watch.Server
+	)
 	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
-		OnChange:         func(mesh string) { pc.Notify(mesh) },
-		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh) },
-		Logger:           log.With("component", "ingest"),
-		Registerer:       reg,
+		OnChange:         func(mesh string) { pc.Notify(mesh); w.Notify(mesh) },
+		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh); w.Notify(mesh) },
+		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
+			return w.Serve(id.Mesh, id.Cluster, stream)
+		},
+		Logger:     log.With("component", "ingest"),
+		Registerer: reg,
 	}))
+	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: in.Ready,
+		Logger: log.With("component", "watch"), Registerer: reg})
 	var resources *cache.Cache
 	pc = pushctx.New(in, pushctx.Options{
 		DebounceQuiet: cfg.Push.DebounceQuiet,
@@ -102,6 +112,9 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
 		Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads"), Registerer: reg})
 	registerDebug(adm, in, resources, xds)
+	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
+		return w.Status(), nil
+	})
 	sec.debug(adm)
 
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
@@ -126,7 +139,12 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	defer cancel()
 	pc.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
-	if e := sec.enforcer(in, log, reg); e != nil {
+	// A revoked cluster loses its Watch streams with its Push stream.
+	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
+		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
+		return in.Withdraw(id, reason) || closed
+	}
+	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}
 	for key, srv := range map[string]*grpc.Server{"spokes.listen": spokeSrv, "xds.listen": xdsSrv} {

@@ -151,6 +151,23 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 	})
 }
 
+// roots is the trust bundle of mesh served on Watch; nil in plaintext
+// mode (no CA).
+func (s *security) roots(mesh string) (*protocolv1.TrustBundle, error) {
+	if s.plaintext {
+		return nil, nil
+	}
+	td, err := s.authority.TrustDomain(mesh)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := s.authority.RootsPEM(mesh)
+	if err != nil {
+		return nil, err
+	}
+	return &protocolv1.TrustBundle{Mesh: mesh, TrustDomain: td, RootsPem: string(pem)}, nil
+}
+
 // secrets mints the certificates the xds listener serves Envoy proxies by
 // SDS when mint (sds.mintKeys) is set; nil otherwise and in plaintext mode.
 func (s *security) secrets(mint bool) ads.SecretSource {
@@ -210,14 +227,14 @@ func (s *security) register(cfg hubconfig.Config, spokes, xds *grpc.Server, log 
 	ca.NewServer(s.authority, own, caLog).Register(xds)
 }
 
-// enforcer cuts revoked clusters off: their streams closed and their
-// resources withdrawn at once (not after the stale grace period); nil in
+// enforcer cuts revoked clusters off (withdraw): their streams closed and
+// their resources withdrawn at once (not after the stale grace period); nil in
 // plaintext mode.
-func (s *security) enforcer(in *ingest.Server, log *slog.Logger, reg prometheus.Registerer) *enroll.Enforcer {
+func (s *security) enforcer(withdraw func(ingest.ClusterIdentity, string) bool, log *slog.Logger, reg prometheus.Registerer) *enroll.Enforcer {
 	if s.plaintext {
 		return nil
 	}
-	return enroll.NewEnforcer(s.store, in.Withdraw, enroll.EnforcerOptions{Logger: log.With("component", "enforcer"), Registerer: reg})
+	return enroll.NewEnforcer(s.store, withdraw, enroll.EnforcerOptions{Logger: log.With("component", "enforcer"), Registerer: reg})
 }
 
 // debug registers /debug/security: the mode, the meshes and their trust

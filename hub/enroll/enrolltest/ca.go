@@ -90,12 +90,14 @@ func (c *CA) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte,
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: cluster},
-		NotBefore:   time.Now(),
-		NotAfter:    time.Now().Add(ttl),
-		URIs:        []*url.URL{id},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Subject:   pkix.Name{CommonName: cluster},
+		NotBefore: time.Now(),
+		NotAfter:  time.Now().Add(ttl),
+		URIs:      []*url.URL{id},
+		KeyUsage:  x509.KeyUsageDigitalSignature,
+		// Server and client authentication, as hub/ca's cluster
+		// certificates (a spoke in fallback serves with it).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	if c.Tamper != nil {
 		c.Tamper(tmpl)

@@ -20,6 +20,7 @@ import (
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/program"
+	"github.com/navemesh/nave/spoke/remote"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -40,9 +41,9 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
 
-	var raLis, whLis net.Listener
+	var raLis, whLis, fbLis net.Listener
 	closeAll := func() {
-		for _, l := range []net.Listener{lis, raLis, whLis} {
+		for _, l := range []net.Listener{lis, raLis, whLis, fbLis} {
 			if l != nil {
 				l.Close()
 			}
@@ -52,6 +53,12 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		if raLis, err = net.Listen("tcp", cfg.RA.Listen); err != nil {
 			closeAll()
 			return fmt.Errorf("ra.listen: %w", err)
+		}
+	}
+	if cfg.Fallback.Enabled {
+		if fbLis, err = net.Listen("tcp", cfg.Fallback.Listen); err != nil {
+			closeAll()
+			return fmt.Errorf("fallback.listen: %w", err)
 		}
 	}
 	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
@@ -116,17 +123,33 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		} else if raLis != nil {
 			raLis.Close()
 		}
+		var view *remote.View
+		var viewFile string
+		if fbLis != nil {
+			view, viewFile = remoteView(cfg, log.With("component", "remote"), adm)
+		}
 		up := uplink.New(uplink.Options{
 			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix, TLS: hubTLS,
 			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
+			View: view, ViewFile: viewFile,
 			Logger: log.With("component", "uplink"), Registerer: reg,
 		})
+		update := up.Update
+		if fbLis != nil {
+			fb := newFallback(cfg, view, up.Synced, renewer, log.With("component", "fallback"), reg, adm)
+			g.Go(func() error { return fb.Run(gctx) })
+			g.Go(func() error { return runFallback(gctx, fb, fbLis, renewer) })
+			update = func(objs []*meshconfig.Object) {
+				up.Update(objs)
+				fb.Update(objs)
+			}
+		}
 		adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
 			return up.Status(), nil
 		})
 		g.Go(func() error {
 			return src.Run(gctx, func(objs []*meshconfig.Object) {
-				up.Update(objs)
+				update(objs)
 				publish(objs)
 			})
 		})

@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
+)
+
+// fallbackSpoke is a nave-spoke process with fallback on.
+type fallbackSpoke struct {
+	*spoke
+	xds   int
+	state string
+}
+
+func newFallbackSpoke(t *testing.T, h *hub, cluster, dir string) *fallbackSpoke {
+	s := &fallbackSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, xds: harness.FreePort(t), state: t.TempDir()}
+	s.start(t, h, cluster)
+	return s
+}
+
+// start runs the spoke process (again, on the same ports and state dir).
+func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
+		"--source", "fs://"+s.dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
+		"--hub.state-dir", s.state, "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
+		"--fallback.enabled", "--fallback.listen", addr(s.xds), "--fallback.after", "1s", "--fallback.hand-back-after", "3s",
+		"--fallback.drain", "1s", "--log.level", "debug")
+	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
+}
+
+type fallbackStatus struct {
+	Active      bool      `json:"active"`
+	Since       time.Time `json:"since"`
+	Transitions int       `json:"transitions"`
+	HubSynced   bool      `json:"hubSynced"`
+	Proxies     int       `json:"proxies"`
+	Remote      struct {
+		Complete bool           `json:"complete"`
+		Clusters map[string]int `json:"clusters"`
+	} `json:"remoteView"`
+}
+
+func (s *fallbackSpoke) status(t *testing.T) fallbackStatus {
+	t.Helper()
+	var st fallbackStatus
+	if err := harness.GetJSON(s.url("/debug/fallback"), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// startFallbackClient runs nave-demo-client with a bootstrap listing the
+// hub first and the spoke's fallback server second.
+func startFallbackClient(t *testing.T, h *hub, s *fallbackSpoke, nodeID string) *client {
+	t.Helper()
+	b := xdsbootstrap.New(addr(h.xds), nodeID, map[string]any{"NAMESPACE": "demo"}, nil).WithFallbackServer(addr(s.xds), nil)
+	doc, err := b.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "bootstrap.json")
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &client{proc: harness.Start(t, "client-"+nodeID, binary("nave-demo-client"), "--target", "xds:///"+echoHost+":7070",
+		"--bootstrap", path, "--interval", "5ms", "--timeout", "2s", "--json")}
+}
+
+// echoIn is cluster-local config: the echo service and one endpoint per
+// backend, each with its subset label.
+func echoIn(backends map[string]*backend) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [%s]
+  ports: [{number: 7070, name: grpc, protocol: GRPC}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  workloadSelector: {labels: {app: echo}}
+`, echoHost)
+	for version, be := range backends {
+		fmt.Fprintf(&b, `---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: %s, namespace: demo}
+spec:
+  address: 127.0.0.1
+  ports: {grpc: %d}
+  labels: {app: echo, version: %s}
+`, be.name, be.port, version)
+	}
+	return b.String()
+}
+
+func fallbackRoute(weights map[string]int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: %s
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+  - {name: v3, labels: {version: v3}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [%s]
+  http:
+  - route:
+`, echoHost, echoHost)
+	for _, v := range []string{"v1", "v2", "v3"} {
+		if w := weights[v]; w > 0 {
+			fmt.Fprintf(&b, "    - {destination: {host: %s, subset: %s}, weight: %d}\n", echoHost, v, w)
+		}
+	}
+	return b.String()
+}
+
+// failures lists the calls that did not succeed.
+func failures(calls []call) []call {
+	var out []call
+	for _, c := range calls {
+		if c.Code != "OK" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestFallback: a hub, two spokes (clusters a and b), a proxyless client in
+// a calling a service with endpoints in both. The hub is killed: calls go
+// on to both clusters; a client started during the outage gets its config
+// from spoke a (grpc-go's xDS fallback to the second server of its
+// bootstrap); a route change made at spoke a takes effect for it. The hub
+// comes back: it has the change, clients return to it, spoke a hands back.
+func TestFallback(t *testing.T) {
+	av1, bv2, av3 := startBackend(t, "a-v1"), startBackend(t, "b-v2"), startBackend(t, "a-v3")
+	dirA, dirB := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(dirA, "echo.yaml"), echoIn(map[string]*backend{"v1": av1, "v3": av3}))
+	routePath := filepath.Join(dirA, "route.yaml")
+	writeFile(t, routePath, fallbackRoute(map[string]int{"v1": 50, "v2": 50}))
+	writeFile(t, filepath.Join(dirB, "echo.yaml"), echoIn(map[string]*backend{"v2": bv2}))
+
+	h := newHub(t)
+	spA := newFallbackSpoke(t, h, "a", dirA)
+	newFallbackSpoke(t, h, "b", dirB)
+	harness.Eventually(t, 20*time.Second, func() error {
+		if st := spA.status(t); !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
+			return fmt.Errorf("spoke a's remote view: %+v", st.Remote)
+		}
+		return nil
+	})
+	watcher := startRemovalWatcher(t, "watcher.demo", addr(h.xds), addr(spA.xds))
+	harness.Eventually(t, 20*time.Second, func() error {
+		if _, held, _ := watcher.snapshot(); held == 0 {
+			return fmt.Errorf("the watcher holds nothing yet")
+		}
+		return nil
+	})
+	old := startFallbackClient(t, h, spA, "old.demo")
+	first := firstOK(t, old, 30*time.Second)
+	if got := tally(old.collect(t, first, 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
+		t.Fatalf("before the outage: %s, want both clusters", describe(got))
+	}
+	if st := spA.status(t); st.Active || st.Proxies != 0 {
+		t.Fatalf("spoke a serves while the hub is up: %+v", st)
+	}
+
+	// The outage.
+	h.proc.Kill()
+	down := time.Now()
+	var activeAt time.Time
+	harness.Eventually(t, 20*time.Second, func() error {
+		st := spA.status(t)
+		if !st.Active {
+			return fmt.Errorf("spoke a not in fallback yet")
+		}
+		activeAt = st.Since
+		return nil
+	})
+	t.Logf("hub killed -> spoke a serving xDS: %s (fallback.after 1s)", activeAt.Sub(down).Round(time.Millisecond))
+	if got := tally(old.collect(t, down, 300, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 || got["a-v1"]+got["b-v2"] != 300 {
+		t.Fatalf("old client during the outage: %s, want both clusters and no failure", describe(got))
+	}
+
+	started := time.Now()
+	fresh := startFallbackClient(t, h, spA, "fresh.demo")
+	firstFresh := firstOK(t, fresh, 30*time.Second)
+	t.Logf("client started during the outage -> first OK call (via spoke a): %s", firstFresh.Sub(started).Round(time.Millisecond))
+	if got := tally(fresh.collect(t, firstFresh, 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
+		t.Fatalf("fresh client during the outage: %s, want both clusters (b's endpoints from spoke a's remote view)", describe(got))
+	}
+	if st := spA.status(t); st.Proxies < 1 {
+		t.Fatalf("spoke a serves no proxy: %+v", st)
+	}
+
+	// A route change at spoke a during the outage applies to the client it serves.
+	edited := time.Now()
+	// (To a subset the client already routes to: a route to a cluster it
+	// never used can fail one call in grpc-go while its balancer catches
+	// up — "unknown cluster selected for RPC" — see docs/fallback.md.)
+	writeFile(t, routePath, fallbackRoute(map[string]int{"v1": 100}))
+	var movedAt time.Time
+	harness.Eventually(t, 20*time.Second, func() error {
+		calls := fresh.calls()
+		for i := len(calls) - 1; i >= 0 && i >= len(calls)-50; i-- {
+			if calls[i].Backend != "a-v1" {
+				return fmt.Errorf("fresh client still calls %s", calls[i].Backend)
+			}
+		}
+		movedAt = time.Now()
+		return nil
+	})
+	t.Logf("route edit at spoke a during the outage -> fresh client on a-v1 only: %s", movedAt.Sub(edited).Round(time.Millisecond))
+	oldDuring := tally(old.collect(t, edited, 200, 30*time.Second))
+	t.Logf("old client (everything cached, hub first) after the edit, still on its cached config: %s", describe(oldDuring))
+
+	// Spoke a restarts during the outage: it serves again from the view it
+	// saved, and a new client gets both clusters from it.
+	spA.proc.Stop(10 * time.Second)
+	restarted := time.Now()
+	spA.start(t, h, "a")
+	harness.Eventually(t, 20*time.Second, func() error {
+		if st := spA.status(t); !st.Active || !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
+			return fmt.Errorf("restarted spoke a: %+v", st)
+		}
+		return nil
+	})
+	t.Logf("spoke a restarted during the outage -> serving from its saved view: %s", time.Since(restarted).Round(time.Millisecond))
+	late := startFallbackClient(t, h, spA, "late.demo")
+	if got := tally(late.collect(t, firstOK(t, late, 30*time.Second), 100, 30*time.Second)); got["a-v1"] != 100 {
+		t.Fatalf("client started after spoke a's restart: %s, want all on a-v1 (the route changed during the outage)", describe(got))
+	}
+	late.proc.Stop(10 * time.Second)
+
+	// The hub comes and goes three times in about 10 s: spoke a keeps
+	// serving (fallback.handBackAfter 3 s of continuous health), no flapping.
+	flapStart := time.Now()
+	for range 3 {
+		h.start()
+		time.Sleep(time.Second)
+		h.proc.Kill()
+	}
+	if st := spA.status(t); !st.Active || st.Transitions != 1 {
+		t.Fatalf("spoke a flapped while the hub came and went: %+v", st)
+	}
+	t.Logf("hub started and killed three times in %s: spoke a stayed in fallback", time.Since(flapStart).Round(time.Millisecond))
+
+	// The hub comes back: the spokes resync, the change is at the hub, the
+	// clients return to it and spoke a hands back after handBackAfter.
+	h.start()
+	back := time.Now()
+	harness.Eventually(t, 30*time.Second, func() error {
+		calls := old.calls()
+		n := 0
+		for i := len(calls) - 1; i >= 0 && n < 50; i-- {
+			if calls[i].Time.Before(back) {
+				return fmt.Errorf("too few calls since the hub came back")
+			}
+			if calls[i].Backend != "a-v1" {
+				return fmt.Errorf("old client still calls %s", calls[i].Backend)
+			}
+			n++
+		}
+		return nil
+	})
+	t.Logf("hub back -> old client follows the change made during the outage (from the hub): %s", time.Since(back).Round(time.Millisecond))
+	harness.Eventually(t, 30*time.Second, func() error {
+		var s syncz
+		if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
+			return err
+		}
+		for _, c := range s {
+			if c.NodeID == "fresh.demo" {
+				return nil
+			}
+		}
+		return fmt.Errorf("fresh.demo not connected to the hub")
+	})
+	t.Logf("hub back -> fresh client connected to the hub: %s", time.Since(back).Round(time.Millisecond))
+	harness.Eventually(t, 30*time.Second, func() error {
+		if st := spA.status(t); st.Active || st.Transitions != 2 || st.Proxies != 0 {
+			return fmt.Errorf("spoke a: %+v", st)
+		}
+		return nil
+	})
+	t.Logf("hub back -> spoke a handed back: %s (fallback.handBackAfter 3s)", time.Since(back).Round(time.Millisecond))
+
+	assertMetricsDocumented(t, h.url("/metrics"), spA.url("/metrics"))
+	removals, held, servers := watcher.snapshot()
+	t.Logf("watching delta ADS client: holds %d resources, responses per server %v, removals %d", held, servers, len(removals))
+	if len(removals) > 0 {
+		t.Errorf("the watching client saw removals no spoke made: %v", removals)
+	}
+	if servers[addr(spA.xds)] == 0 {
+		t.Errorf("the watching client was never served by spoke a: %v", servers)
+	}
+	for name, c := range map[string]*client{"old": old, "fresh": fresh} {
+		if f := failures(c.calls()); len(f) > 0 {
+			t.Errorf("%s client: %d failed calls, first %+v", name, len(f), f[0])
+		}
+	}
+}

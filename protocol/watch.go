@@ -1,0 +1,86 @@
+package protocol
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/typeurl"
+)
+
+// TrustBundleTypeURL is the type of the mesh's roots of trust on Watch.
+var TrustBundleTypeURL = typeurl.Of(&protocolv1.TrustBundle{})
+
+// WatchTypeURLs lists every type the hub serves on Watch, in the order a
+// spoke subscribes to them: the config kinds (lexical order), then
+// ClusterStatus and TrustBundle. A spoke subscribes to SyncedTypeURL after
+// them: the hub answers it once it has answered every earlier
+// subscription, which marks the end of the initial view.
+func WatchTypeURLs() []string {
+	var out []string
+	for _, k := range meshconfig.Kinds() {
+		out = append(out, k.TypeURL)
+	}
+	slices.Sort(out)
+	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL)
+}
+
+// RemoteName is the name of a remote cluster's object on Watch:
+// "cluster/namespace/name".
+func RemoteName(cluster string, o *meshconfig.Object) string { return cluster + "/" + o.Key() }
+
+// SplitRemoteName splits a Watch resource name into its cluster and the
+// object key ("namespace/name").
+func SplitRemoteName(name string) (cluster, key string, ok bool) {
+	cluster, key, ok = strings.Cut(name, "/")
+	if !ok || cluster == "" || !strings.Contains(key, "/") {
+		return "", "", false
+	}
+	return cluster, key, true
+}
+
+// EncodeRemote wraps cluster's object into the resource that carries it on
+// Watch: Encode's, named RemoteName.
+func EncodeRemote(cluster string, o *meshconfig.Object) (*discoveryv3.Resource, error) {
+	r, err := Encode(o)
+	if err != nil {
+		return nil, err
+	}
+	r.Name = RemoteName(cluster, o)
+	return r, nil
+}
+
+// DecodeRemote unwraps and validates one remote object received on Watch,
+// returning the cluster its name attributes it to. Failures are
+// *DecodeError, as Decode's.
+func DecodeRemote(kind *meshconfig.Kind, r *discoveryv3.Resource) (cluster string, o *meshconfig.Object, err error) {
+	cluster, key, ok := SplitRemoteName(r.GetName())
+	if !ok {
+		return "", nil, &DecodeError{TypeURL: kind.TypeURL, Name: r.GetName(), Reason: "name is not cluster/namespace/name"}
+	}
+	local := &discoveryv3.Resource{Name: key, Version: r.GetVersion(), Resource: r.GetResource()}
+	o, err = DecodeKind(kind, local)
+	if err != nil {
+		if de, ok := err.(*DecodeError); ok {
+			de.Name = r.GetName()
+		}
+		return "", nil, err
+	}
+	return cluster, o, nil
+}
+
+// CheckTrustBundle refuses a trust bundle that is not mesh's (a Watch
+// response for another mesh is never accepted) or that carries no roots.
+func CheckTrustBundle(mesh string, name string, b *protocolv1.TrustBundle) error {
+	if name != mesh || b.GetMesh() != mesh {
+		return fmt.Errorf("trust bundle %q names mesh %q, and this spoke is of mesh %q", name, b.GetMesh(), mesh)
+	}
+	if b.GetRootsPem() == "" {
+		return fmt.Errorf("trust bundle %q has no roots", name)
+	}
+	return nil
+}

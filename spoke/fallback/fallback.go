@@ -1,0 +1,360 @@
+// Package fallback makes a spoke its cluster's local primary while the hub
+// is gone (DESIGN.md invariant 5: losing the hub never breaks a cluster).
+// It composes the hub's own engine — xds/pushctx over a source of cluster
+// stores, xds/cache, xds/ads — over the spoke's live local state plus the
+// remote view the hub gave it on Watch (spoke/remote), so a proxy gets from
+// the spoke what the hub would give it for the same inputs.
+//
+// The Server builds its push context all the time (so that it serves at
+// once when needed) but answers proxies only while active: it becomes
+// active after Options.After without a synced hub stream, and hands back
+// once the hub has been synced (it ACKed the spoke's full state, outage
+// changes included) for Options.HandBackAfter, closing its proxy streams
+// gradually over Options.Drain so they return to the hub. Nothing is
+// deleted on the way back: the spoke pushes its state to the hub as ever.
+package fallback
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/spoke/remote"
+	"github.com/navemesh/nave/xds/ads"
+	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx"
+)
+
+// Options configure a Server.
+type Options struct {
+	Mesh, Cluster string
+	// DomainSuffix is the cluster's DNS suffix (empty: cluster.local), as
+	// the spoke tells the hub.
+	DomainSuffix string
+	// After is how long the hub must be gone (no synced stream) before the
+	// spoke serves; HandBackAfter how long the hub must have been synced
+	// again before it stops; Drain spreads the closing of its proxy
+	// streams over that long.
+	After, HandBackAfter, Drain time.Duration
+	// HubSynced reports whether the spoke's hub stream is synced
+	// (uplink.Uplink.Synced).
+	HubSynced func() error
+	// View is the rest of the mesh (nil: the local cluster alone).
+	View *remote.View
+	// Push configures the push context as the hub's (debounce).
+	DebounceQuiet, DebounceMax time.Duration
+	// ADS configures the ADS server; Meshes and DefaultMesh are set to
+	// Mesh. Its Registerer is ignored (the engine's metrics are the hub's;
+	// the spoke reports nave_spoke_fallback_*).
+	ADS        ads.Options
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Tick is how often the hub's health is looked at; zero means 100 ms.
+	Tick time.Duration
+}
+
+// Server is the fallback xDS server. It is safe for concurrent use.
+type Server struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+	pc      *pushctx.Publisher
+	cache   *cache.Cache
+	ads     *ads.Server
+
+	mu          sync.Mutex
+	local       []*meshconfig.Object
+	localSynced bool
+	active      bool
+	since       time.Time
+	transitions int
+	// hubSince is when the hub's stream last became synced (zero while it
+	// is not); lostSince when it last stopped being synced.
+	hubSince, lostSince time.Time
+	streams             map[*gated]struct{}
+}
+
+// New returns a Server; nothing serves before Run.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Tick == 0 {
+		opts.Tick = 100 * time.Millisecond
+	}
+	s := &Server{opts: opts, log: opts.Logger, streams: map[*gated]struct{}{}, since: time.Now(), lostSince: time.Now()}
+	s.metrics = newMetrics(opts.Registerer, s)
+	s.pc = pushctx.New(s, pushctx.Options{
+		DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
+		Ready:     func(string, []mesh.ClusterInput) bool { return s.localReady() },
+		OnPublish: func(st *pushctx.State) { s.cache.Entry(st) },
+		Logger:    opts.Logger.With("part", "pushctx"),
+	})
+	s.cache = cache.New(s.pc, cache.Options{Logger: opts.Logger.With("part", "cache")})
+	ao := opts.ADS
+	ao.Meshes, ao.DefaultMesh, ao.Registerer = []string{opts.Mesh}, opts.Mesh, nil
+	ao.Logger = opts.Logger.With("part", "ads")
+	s.ads = ads.New(s.cache, ao)
+	return s
+}
+
+// Update replaces the local cluster's state with objs (the source's
+// complete state). It never blocks.
+func (s *Server) Update(objs []*meshconfig.Object) {
+	s.mu.Lock()
+	s.local, s.localSynced = objs, true
+	s.mu.Unlock()
+	s.pc.Notify(s.opts.Mesh)
+}
+
+func (s *Server) localReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.localSynced
+}
+
+// Clusters implements pushctx.Source: the local cluster, live, and the
+// remote clusters as the hub last gave them. Only the spoke's own mesh
+// exists here.
+func (s *Server) Clusters(meshName string) []mesh.ClusterInput {
+	if meshName != s.opts.Mesh {
+		return nil
+	}
+	s.mu.Lock()
+	suffix := s.opts.DomainSuffix
+	if suffix == "" {
+		suffix = meshconfig.DefaultDomainSuffix
+	}
+	local := mesh.ClusterInput{Name: s.opts.Cluster, Connected: true, Synced: s.localSynced, DomainSuffix: suffix}
+	if s.localSynced {
+		local.Objects = sortedObjects(s.local)
+	}
+	s.mu.Unlock()
+	out := []mesh.ClusterInput{local}
+	if s.opts.View != nil {
+		out = append(out, s.opts.View.Clusters()...)
+	}
+	return out
+}
+
+// sortedObjects orders objects as the hub's store does (kind, namespace,
+// name), so that both build from the same input order.
+func sortedObjects(objs []*meshconfig.Object) []*meshconfig.Object {
+	out := slices.Clone(objs)
+	slices.SortFunc(out, meshconfig.CompareObjects)
+	return out
+}
+
+// View is the remote view the server serves from (nil if none).
+func (s *Server) View() *remote.View { return s.opts.View }
+
+// Publisher is the fallback's push context (for tests and debug views).
+func (s *Server) Publisher() *pushctx.Publisher { return s.pc }
+
+// Resources is the fallback's resource cache, as ads serves it.
+func (s *Server) Resources() *cache.Cache { return s.cache }
+
+// Run builds push contexts and follows the hub's health until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	s.pc.Start(ctx)
+	s.pc.Notify(s.opts.Mesh)
+	var viewChanged <-chan struct{}
+	if s.opts.View != nil {
+		viewChanged = s.opts.View.Changed()
+	}
+	tick := time.NewTicker(s.opts.Tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-viewChanged:
+			viewChanged = s.opts.View.Changed()
+			s.pc.Notify(s.opts.Mesh)
+		case now := <-tick.C:
+			s.step(now, s.opts.HubSynced() == nil)
+		}
+	}
+}
+
+// step moves the state machine: healthy says whether the hub stream is
+// synced at now.
+func (s *Server) step(now time.Time, healthy bool) {
+	s.mu.Lock()
+	switch {
+	case healthy && s.hubSince.IsZero():
+		s.hubSince = now
+	case !healthy && !s.hubSince.IsZero():
+		s.hubSince, s.lostSince = time.Time{}, now
+	}
+	var drain []*gated
+	switch {
+	case !s.active && !healthy && now.Sub(s.lostSince) >= s.opts.After && s.localSynced:
+		s.active, s.since = true, now
+		s.transitions++
+		s.metrics.transitions.WithLabelValues("activate").Inc()
+		s.log.Warn("hub gone: serving xDS for the cluster (fallback)", "without_hub", now.Sub(s.lostSince).Round(time.Millisecond))
+	case s.active && healthy && now.Sub(s.hubSince) >= s.opts.HandBackAfter:
+		s.active, s.since = false, now
+		s.transitions++
+		s.metrics.transitions.WithLabelValues("hand_back").Inc()
+		for g := range s.streams {
+			drain = append(drain, g)
+		}
+		s.log.Warn("hub back and synced: handing proxies back", "hub_synced_for", now.Sub(s.hubSince).Round(time.Millisecond),
+			"proxies", len(drain), "drain", s.opts.Drain)
+	}
+	s.mu.Unlock()
+	if len(drain) > 0 {
+		go s.drain(drain)
+	}
+}
+
+// drain closes streams one by one, spread over Options.Drain, so that
+// proxies return to the hub gradually rather than all at once.
+func (s *Server) drain(streams []*gated) {
+	gap := s.opts.Drain / time.Duration(len(streams))
+	for i, g := range streams {
+		if i > 0 && gap > 0 {
+			time.Sleep(gap)
+		}
+		s.mu.Lock()
+		active := s.active
+		s.mu.Unlock()
+		if active {
+			return // the hub went away again while draining
+		}
+		g.cancel(errHandedBack)
+	}
+}
+
+var errHandedBack = fmt.Errorf("the hub is back: this spoke no longer serves xDS (fallback ended)")
+
+// Active reports whether the spoke serves xDS now.
+func (s *Server) Active() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active
+}
+
+// Status is what /debug/fallback shows.
+type Status struct {
+	Enabled     bool             `json:"enabled"`
+	Active      bool             `json:"active"`
+	Since       time.Time        `json:"since"`
+	Transitions int              `json:"transitions"`
+	HubSynced   bool             `json:"hubSynced"`
+	HubSince    *time.Time       `json:"hubSyncedSince,omitempty"`
+	LostSince   *time.Time       `json:"hubLostSince,omitempty"`
+	After       string           `json:"after"`
+	HandBack    string           `json:"handBackAfter"`
+	Proxies     int              `json:"proxies"`
+	Remote      remote.Status    `json:"remoteView"`
+	Conns       []ads.ConnStatus `json:"connections"`
+}
+
+// Status reports the fallback's state.
+func (s *Server) Status() Status {
+	s.mu.Lock()
+	st := Status{Enabled: true, Active: s.active, Since: s.since, Transitions: s.transitions, HubSynced: !s.hubSince.IsZero(),
+		After: s.opts.After.String(), HandBack: s.opts.HandBackAfter.String(), Proxies: len(s.streams)}
+	if !s.hubSince.IsZero() {
+		t := s.hubSince
+		st.HubSince = &t
+	} else {
+		t := s.lostSince
+		st.LostSince = &t
+	}
+	s.mu.Unlock()
+	if s.opts.View != nil {
+		st.Remote = s.opts.View.Status()
+	}
+	st.Conns = s.ads.Status()
+	return st
+}
+
+// gated is one proxy stream admitted while active: its context is
+// cancelled to hand the proxy back.
+type gated struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// admit registers a stream, or refuses it while the hub serves.
+func (s *Server) admit(ctx context.Context) (*gated, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.active {
+		s.metrics.refused.Inc()
+		return nil, status.Error(codes.Unavailable, "the hub is serving this cluster; this spoke serves xDS only while the hub is gone (fallback)")
+	}
+	g := &gated{}
+	g.ctx, g.cancel = context.WithCancelCause(ctx)
+	s.streams[g] = struct{}{}
+	return g, nil
+}
+
+func (s *Server) release(g *gated) {
+	g.cancel(nil)
+	s.mu.Lock()
+	delete(s.streams, g)
+	s.mu.Unlock()
+}
+
+// finish turns a stream ended by hand-back into UNAVAILABLE, which every
+// xDS client retries (and a grpc-go client with the hub listed first sends
+// to the hub).
+func finish(g *gated, err error) error {
+	if context.Cause(g.ctx) == errHandedBack {
+		return status.Error(codes.Unavailable, errHandedBack.Error())
+	}
+	return err
+}
+
+// StreamAggregatedResources serves a state-of-the-world ADS stream while
+// the spoke is in fallback.
+func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	g, err := s.admit(stream.Context())
+	if err != nil {
+		return err
+	}
+	defer s.release(g)
+	return finish(g, s.ads.StreamAggregatedResources(sotwStream{stream, g.ctx}))
+}
+
+// DeltaAggregatedResources serves a delta ADS stream while the spoke is in
+// fallback.
+func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	g, err := s.admit(stream.Context())
+	if err != nil {
+		return err
+	}
+	defer s.release(g)
+	return finish(g, s.ads.DeltaAggregatedResources(deltaStream{stream, g.ctx}))
+}
+
+type sotwStream struct {
+	discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer
+	ctx context.Context
+}
+
+func (s sotwStream) Context() context.Context { return s.ctx }
+
+type deltaStream struct {
+	discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	ctx context.Context
+}
+
+func (s deltaStream) Context() context.Context { return s.ctx }

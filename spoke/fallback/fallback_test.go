@@ -1,0 +1,67 @@
+package fallback
+
+import (
+	"testing"
+	"time"
+)
+
+// The state machine: active only after After without the hub and with the
+// local state in; back only after HandBackAfter of continuous health, so a
+// hub that comes and goes does not make it flap.
+func TestFallbackActivatesAfterAndHandsBackWithHysteresis(t *testing.T) {
+	s := New(Options{Mesh: "m", Cluster: "a", After: 5 * time.Second, HandBackAfter: 30 * time.Second, HubSynced: func() error { return nil }})
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	s.step(at(0), true)
+	s.step(at(time.Second), false) // hub lost at 1 s
+	s.step(at(10*time.Second), false)
+	if s.Active() {
+		t.Fatal("active before the local state was in")
+	}
+	s.Update(nil)
+	s.step(at(11*time.Second), false)
+	if !s.Active() {
+		t.Fatal("not active 10 s after the hub was lost")
+	}
+
+	// The hub comes and goes three times in 10 s: no hand-back.
+	for i := range 3 {
+		base := 20*time.Second + time.Duration(i)*3*time.Second
+		s.step(at(base), true)
+		s.step(at(base+2*time.Second), false)
+	}
+	if !s.Active() || s.Status().Transitions != 1 {
+		t.Fatalf("flapped: %+v", s.Status())
+	}
+	s.step(at(40*time.Second), true)
+	s.step(at(69*time.Second), true)
+	if !s.Active() {
+		t.Fatal("handed back before handBackAfter of health")
+	}
+	s.step(at(70*time.Second), true)
+	if s.Active() || s.Status().Transitions != 2 {
+		t.Fatalf("not handed back after 30 s of health: %+v", s.Status())
+	}
+
+	// Lost again: After counts from the loss, not from the start.
+	s.step(at(80*time.Second), false)
+	s.step(at(84*time.Second), false)
+	if s.Active() {
+		t.Fatal("active again before After")
+	}
+	s.step(at(85*time.Second), false)
+	if !s.Active() {
+		t.Fatal("not active again after After")
+	}
+}
+
+func TestFallbackServesOnlyItsOwnMesh(t *testing.T) {
+	s := New(Options{Mesh: "m", Cluster: "a"})
+	s.Update(nil)
+	if got := s.Clusters("other"); got != nil {
+		t.Fatalf("another mesh has clusters: %+v", got)
+	}
+	if got := s.Clusters("m"); len(got) != 1 || got[0].Name != "a" || !got[0].Synced || got[0].DomainSuffix != "cluster.local" {
+		t.Fatalf("clusters = %+v", got)
+	}
+}

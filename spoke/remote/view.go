@@ -1,0 +1,305 @@
+// Package remote keeps a spoke's view of the rest of its mesh: what the
+// hub gives it on Watch (docs/protocol.md#watch) — every other cluster's
+// objects and status, and the mesh's trust bundle. The view is what a
+// spoke in fallback serves besides its own cluster, so it is kept on disk
+// (atomically, in the spoke's state dir) and loaded at start: a spoke
+// restarted while the hub is gone still has it. A view on disk that does
+// not verify (checksum, mesh, a resource that does not decode) is reported
+// and ignored, never served.
+package remote
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/mesh"
+)
+
+// View is the remote part of a spoke's mesh. It is safe for concurrent
+// use.
+type View struct {
+	mesh, cluster string
+
+	mu sync.Mutex
+	// resources holds the wire form of everything held (type URL -> name
+	// -> resource), which is what is saved; objects the decoded config.
+	resources map[string]map[string]*discoveryv3.Resource
+	objects   map[string]map[string]*meshconfig.Object // cluster -> "type name" -> object
+	statuses  map[string]*protocolv1.ClusterStatus
+	trust     *protocolv1.TrustBundle
+	// complete is set once a Watch stream's initial view is in (or a view
+	// was loaded from disk); updated is when the view last changed.
+	complete bool
+	updated  time.Time
+	version  uint64
+	changed  chan struct{} // closed and replaced at every change
+}
+
+// New returns an empty View for a spoke of cluster in meshName.
+func New(meshName, cluster string) *View {
+	return &View{mesh: meshName, cluster: cluster, resources: map[string]map[string]*discoveryv3.Resource{},
+		objects: map[string]map[string]*meshconfig.Object{}, statuses: map[string]*protocolv1.ClusterStatus{}, changed: make(chan struct{})}
+}
+
+// Changed returns a channel closed at the view's next change.
+func (v *View) Changed() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.changed
+}
+
+// Held returns what the view holds, per type URL: name -> version (the
+// initial versions of a Watch subscription).
+func (v *View) Held() map[string]map[string]string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]map[string]string{}
+	for t, byName := range v.resources {
+		out[t] = map[string]string{}
+		for n, r := range byName {
+			out[t][n] = r.GetVersion()
+		}
+	}
+	return out
+}
+
+// Apply applies one Watch response and returns the resources it refused
+// (a NACK names them); the rest apply. A removal of a name not held is
+// nothing.
+func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Rejection {
+	typeURL := r.GetTypeUrl()
+	var rejections []*protocolv1.Rejection
+	refuse := func(name, reason string) {
+		rejections = append(rejections, &protocolv1.Rejection{TypeUrl: typeURL, Name: name, Reason: reason})
+	}
+	type decoded struct {
+		res     *discoveryv3.Resource
+		cluster string
+		obj     *meshconfig.Object
+		status  *protocolv1.ClusterStatus
+		trust   *protocolv1.TrustBundle
+	}
+	var ok []decoded
+	kind, isKind := meshconfig.KindByTypeURL(typeURL)
+	if !isKind && !isWatchMessage(typeURL) {
+		for _, res := range r.GetResources() {
+			refuse(res.GetName(), fmt.Sprintf("type %s is not served on Watch", typeURL))
+		}
+		return rejections
+	}
+	for _, res := range r.GetResources() {
+		d, err := v.decode(typeURL, kind, res)
+		if err != nil {
+			refuse(res.GetName(), err.Error())
+			continue
+		}
+		ok = append(ok, decoded{res: res, cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust})
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, d := range ok {
+		v.put(typeURL, d.res, decodedItem{cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust})
+	}
+	for _, name := range r.GetRemovedResources() {
+		v.remove(typeURL, name)
+	}
+	if len(ok) > 0 || len(r.GetRemovedResources()) > 0 {
+		v.bump()
+	}
+	return rejections
+}
+
+func isWatchMessage(typeURL string) bool {
+	return typeURL == protocol.ClusterStatusTypeURL || typeURL == protocol.TrustBundleTypeURL
+}
+
+// decodedItem is one verified resource of the view.
+type decodedItem struct {
+	cluster string
+	obj     *meshconfig.Object
+	status  *protocolv1.ClusterStatus
+	trust   *protocolv1.TrustBundle
+}
+
+// decode verifies one resource: it must decode, name another cluster of
+// the spoke's mesh, and (a trust bundle) be of this mesh.
+func (v *View) decode(typeURL string, kind *meshconfig.Kind, res *discoveryv3.Resource) (decodedItem, error) {
+	switch typeURL {
+	case protocol.ClusterStatusTypeURL:
+		var st protocolv1.ClusterStatus
+		if res.GetResource() == nil || res.GetResource().UnmarshalTo(&st) != nil {
+			return decodedItem{}, fmt.Errorf("body is not a ClusterStatus")
+		}
+		if st.GetCluster() != res.GetName() || !validLabel(res.GetName()) {
+			return decodedItem{}, fmt.Errorf("cluster status %q names cluster %q", res.GetName(), st.GetCluster())
+		}
+		if res.GetName() == v.cluster {
+			return decodedItem{}, fmt.Errorf("cluster %q is this spoke's own", res.GetName())
+		}
+		if d := st.GetDomainSuffix(); d != "" {
+			if err := meshconfig.CheckDomainSuffix(d); err != nil {
+				return decodedItem{}, fmt.Errorf("domain suffix: %v", err)
+			}
+		}
+		return decodedItem{cluster: res.GetName(), status: &st}, nil
+	case protocol.TrustBundleTypeURL:
+		var tb protocolv1.TrustBundle
+		if res.GetResource() == nil || res.GetResource().UnmarshalTo(&tb) != nil {
+			return decodedItem{}, fmt.Errorf("body is not a TrustBundle")
+		}
+		if err := protocol.CheckTrustBundle(v.mesh, res.GetName(), &tb); err != nil {
+			return decodedItem{}, err
+		}
+		return decodedItem{trust: &tb}, nil
+	}
+	cluster, o, err := protocol.DecodeRemote(kind, res)
+	if err != nil {
+		if de, ok := err.(*protocol.DecodeError); ok {
+			return decodedItem{}, fmt.Errorf("%s", de.Reason)
+		}
+		return decodedItem{}, err
+	}
+	if !validLabel(cluster) {
+		return decodedItem{}, fmt.Errorf("cluster %q is not a DNS label", cluster)
+	}
+	if cluster == v.cluster {
+		return decodedItem{}, fmt.Errorf("cluster %q is this spoke's own", cluster)
+	}
+	return decodedItem{cluster: cluster, obj: o}, nil
+}
+
+func validLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// put stores a verified resource (v.mu held).
+func (v *View) put(typeURL string, res *discoveryv3.Resource, d decodedItem) {
+	if v.resources[typeURL] == nil {
+		v.resources[typeURL] = map[string]*discoveryv3.Resource{}
+	}
+	v.remove(typeURL, res.GetName())
+	v.resources[typeURL][res.GetName()] = res
+	switch {
+	case d.status != nil:
+		v.statuses[d.cluster] = d.status
+	case d.trust != nil:
+		v.trust = d.trust
+	case d.obj != nil:
+		if v.objects[d.cluster] == nil {
+			v.objects[d.cluster] = map[string]*meshconfig.Object{}
+		}
+		v.objects[d.cluster][typeURL+" "+d.obj.Key()] = d.obj
+	}
+}
+
+// remove drops a resource (v.mu held).
+func (v *View) remove(typeURL, name string) {
+	if _, ok := v.resources[typeURL][name]; !ok {
+		return
+	}
+	delete(v.resources[typeURL], name)
+	switch typeURL {
+	case protocol.ClusterStatusTypeURL:
+		delete(v.statuses, name)
+	case protocol.TrustBundleTypeURL:
+		v.trust = nil
+	default:
+		if cluster, key, ok := protocol.SplitRemoteName(name); ok {
+			delete(v.objects[cluster], typeURL+" "+key)
+			if len(v.objects[cluster]) == 0 {
+				delete(v.objects, cluster)
+			}
+		}
+	}
+}
+
+func (v *View) bump() {
+	v.version++
+	v.updated = time.Now()
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// MarkComplete records that a Watch stream's initial view is in: the view
+// is a complete copy of what the hub serves the spoke.
+func (v *View) MarkComplete() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.complete {
+		v.complete = true
+		v.bump()
+	}
+}
+
+// Complete reports whether the view was ever complete (a Watch stream
+// reached its synced marker, or a complete view was loaded).
+func (v *View) Complete() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.complete
+}
+
+// Clusters returns the remote clusters as engine input: for each other
+// cluster the hub told of, its flags and DNS suffix as the hub last said
+// and its objects (sorted as the hub sorts them), so that a snapshot built
+// from them and the spoke's own cluster equals the hub's.
+func (v *View) Clusters() []mesh.ClusterInput {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]mesh.ClusterInput, 0, len(v.statuses))
+	for name, st := range v.statuses {
+		in := mesh.ClusterInput{Name: name, Connected: st.GetConnected(), Synced: st.GetSynced(), Stale: st.GetStale(), DomainSuffix: st.GetDomainSuffix()}
+		for _, o := range v.objects[name] {
+			in.Objects = append(in.Objects, o)
+		}
+		slices.SortFunc(in.Objects, meshconfig.CompareObjects)
+		out = append(out, in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Trust returns the mesh's trust bundle, nil when the hub sent none.
+func (v *View) Trust() *protocolv1.TrustBundle {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.trust
+}
+
+// Status is what /debug/remote shows.
+type Status struct {
+	Mesh     string         `json:"mesh"`
+	Complete bool           `json:"complete"`
+	Updated  time.Time      `json:"updated"`
+	Version  uint64         `json:"version"`
+	Trust    bool           `json:"trustBundle"`
+	Clusters map[string]int `json:"clusters"`
+}
+
+// Status reports the view's state: per remote cluster, the objects held.
+func (v *View) Status() Status {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st := Status{Mesh: v.mesh, Complete: v.complete, Updated: v.updated, Version: v.version, Trust: v.trust != nil, Clusters: map[string]int{}}
+	for name := range v.statuses {
+		st.Clusters[name] = len(v.objects[name])
+	}
+	return st
+}

@@ -1,0 +1,180 @@
+package remote
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
+)
+
+const seYAML = `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: NAME, namespace: demo}
+spec:
+  hosts: [NAME.demo.svc.cluster.local]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.0.1}]
+`
+
+func se(t testing.TB, name string) *meshconfig.Object {
+	t.Helper()
+	objs, errs := meshconfig.DecodeYAML([]byte(strings.ReplaceAll(seYAML, "NAME", name)), "test.yaml")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return objs[0]
+}
+
+func remote(t testing.TB, cluster string, o *meshconfig.Object) *discoveryv3.Resource {
+	t.Helper()
+	r, err := protocol.EncodeRemote(cluster, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func body(t testing.TB, name string, st *protocolv1.ClusterStatus, tb *protocolv1.TrustBundle) *discoveryv3.Resource {
+	t.Helper()
+	var a *anypb.Any
+	var err error
+	if st != nil {
+		a, err = anypb.New(st)
+	} else {
+		a, err = anypb.New(tb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &discoveryv3.Resource{Name: name, Version: "1", Resource: a}
+}
+
+// filled is a complete view of mesh m for cluster c1: c2's ServiceEntry,
+// c2's status and the trust bundle.
+func filled(t testing.TB) *View {
+	t.Helper()
+	v := New("m", "c1")
+	o := se(t, "echo")
+	for _, r := range []*discoveryv3.DeltaDiscoveryResponse{
+		{TypeUrl: o.Kind.TypeURL, Resources: []*discoveryv3.Resource{remote(t, "c2", o)}},
+		{TypeUrl: protocol.ClusterStatusTypeURL, Resources: []*discoveryv3.Resource{
+			body(t, "c2", &protocolv1.ClusterStatus{Cluster: "c2", Connected: true, Synced: true, DomainSuffix: "c2.example"}, nil)}},
+		{TypeUrl: protocol.TrustBundleTypeURL, Resources: []*discoveryv3.Resource{
+			body(t, "m", nil, &protocolv1.TrustBundle{Mesh: "m", TrustDomain: "m.example", RootsPem: "ROOTS"})}},
+	} {
+		if rj := v.Apply(r); len(rj) > 0 {
+			t.Fatalf("refused %v", rj)
+		}
+	}
+	v.MarkComplete()
+	return v
+}
+
+func TestApplyBuildsTheRemoteClusters(t *testing.T) {
+	v := filled(t)
+	cs := v.Clusters()
+	if len(cs) != 1 || cs[0].Name != "c2" || cs[0].DomainSuffix != "c2.example" || !cs[0].Synced || len(cs[0].Objects) != 1 || cs[0].Objects[0].Name != "echo" {
+		t.Fatalf("clusters = %+v", cs)
+	}
+	if v.Trust().GetRootsPem() != "ROOTS" {
+		t.Fatalf("trust = %v", v.Trust())
+	}
+	o := se(t, "echo")
+	v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: o.Kind.TypeURL, RemovedResources: []string{"c2/demo/echo"}})
+	if cs := v.Clusters(); len(cs[0].Objects) != 0 {
+		t.Fatalf("after removal: %+v", cs[0].Objects)
+	}
+}
+
+func TestApplyRefusesAnotherMeshAndItsOwnCluster(t *testing.T) {
+	v := New("m", "c1")
+	o := se(t, "echo")
+	rj := v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.TrustBundleTypeURL, Resources: []*discoveryv3.Resource{
+		body(t, "other", nil, &protocolv1.TrustBundle{Mesh: "other", RootsPem: "EVIL"})}})
+	if len(rj) != 1 || !strings.Contains(rj[0].GetReason(), `mesh "other"`) {
+		t.Fatalf("another mesh's trust bundle: %v", rj)
+	}
+	rj = v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: o.Kind.TypeURL, Resources: []*discoveryv3.Resource{
+		remote(t, "c1", o), remote(t, "c2", o), {Name: "demo/echo"}}})
+	if len(rj) != 2 || !strings.Contains(rj[0].GetReason(), "own") || !strings.Contains(rj[1].GetReason(), "cluster/namespace/name") {
+		t.Fatalf("rejections = %v", rj)
+	}
+	if v.Trust() != nil {
+		t.Fatal("a refused trust bundle was kept")
+	}
+	rj = v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: "type.googleapis.com/google.protobuf.Empty", Resources: []*discoveryv3.Resource{{Name: "x"}}})
+	if len(rj) != 1 {
+		t.Fatalf("unknown type: %v", rj)
+	}
+}
+
+func TestSavedViewLoadsBackAndACorruptedOneIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, File)
+	v := filled(t)
+	if err := v.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back := New("m", "c1")
+	if err := back.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Complete() || len(back.Clusters()) != 1 || back.Trust().GetRootsPem() != "ROOTS" || len(back.Clusters()[0].Objects) != 1 {
+		t.Fatalf("loaded %+v", back.Status())
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+
+	good, _ := os.ReadFile(path)
+	for name, bad := range map[string][]byte{
+		"flipped byte": func() []byte { b := append([]byte(nil), good...); b[len(b)/2] ^= 1; return b }(),
+		"cut short":    good[:len(good)-10],
+		"empty":        {},
+	} {
+		os.WriteFile(path, bad, 0o600)
+		v := New("m", "c1")
+		err := v.Load(path)
+		if err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: err = %v, want one naming the file", name, err)
+		}
+		if v.Complete() || len(v.Clusters()) != 0 || v.Trust() != nil {
+			t.Errorf("%s: a corrupted view was taken", name)
+		}
+	}
+	os.WriteFile(path, good, 0o600)
+	if err := New("other", "c1").Load(path); err == nil || !strings.Contains(err.Error(), "this spoke is other/c1") {
+		t.Errorf("another mesh's view: err = %v", err)
+	}
+	if err := New("m", "c1").Load(filepath.Join(dir, "absent")); !errors.Is(err, ErrNoView) {
+		t.Errorf("absent: err = %v", err)
+	}
+}
+
+// FuzzLoad: a saved view that does not verify is refused whole, never
+// panics and is never half taken.
+func FuzzLoad(f *testing.F) {
+	good, err := filled(f).Encode()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte("0\n{}"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v := New("m", "c1")
+		err := v.decodeFile("fuzz", b)
+		if err != nil && (v.Complete() || len(v.Clusters()) > 0 || v.Trust() != nil) {
+			t.Fatal("a view that failed to load was taken")
+		}
+	})
+}

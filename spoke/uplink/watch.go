@@ -1,0 +1,164 @@
+package uplink
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+)
+
+// Watch states shown at /debug/uplink.
+const (
+	WatchOff         = "off"
+	WatchSubscribing = "subscribing"
+	WatchSynced      = "synced"
+	WatchDown        = "down"
+	WatchUnsupported = "unsupported"
+)
+
+// watchLoop keeps a Watch stream open on conn's client beside the Push
+// session, until ctx ends: what the hub sends goes into Options.View,
+// which is saved to Options.ViewFile. A hub that does not serve Watch is
+// asked again only on the next connection.
+func (u *Uplink) watchLoop(ctx context.Context, client protocolv1.SyncClient) {
+	for {
+		err := u.watch(ctx, client)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			u.setWatch(WatchUnsupported, err)
+			u.log.Warn("the hub does not serve Watch; the remote view is not updated", "err", err)
+			return
+		}
+		u.setWatch(WatchDown, err)
+		u.log.Warn("hub watch lost; retrying", "in", time.Second, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (u *Uplink) setWatch(s string, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.watchState = s
+	if err != nil {
+		u.watchErr = err.Error()
+	}
+}
+
+// watch runs one Watch stream: it subscribes to every type with what the
+// view holds as initial versions, then to the synced marker, and applies,
+// ACKs or NACKs every response.
+func (u *Uplink) watch(ctx context.Context, client protocolv1.SyncClient) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	u.setWatch(WatchSubscribing, nil)
+	md := metadata.Pairs(protocol.MetadataMesh, u.opts.Mesh, protocol.MetadataCluster, u.opts.Cluster, protocol.MetadataProtocol, protocol.Version)
+	stream, err := client.Watch(metadata.NewOutgoingContext(ctx, md), grpc.WaitForReady(false))
+	if err != nil {
+		return err
+	}
+	held := u.opts.View.Held()
+	for _, typeURL := range protocol.WatchTypeURLs() {
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, InitialResourceVersions: held[typeURL]}); err != nil {
+			return err
+		}
+	}
+	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: protocol.SyncedTypeURL}); err != nil {
+		return err
+	}
+	saver := newSaver(u)
+	defer saver.stop()
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		reply := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()}
+		if r.GetTypeUrl() == protocol.SyncedTypeURL {
+			u.opts.View.MarkComplete()
+			saver.now()
+			u.setWatch(WatchSynced, nil)
+			u.log.Info("remote view synced", "clusters", len(u.opts.View.Clusters()))
+		} else if rejections := u.opts.View.Apply(r); len(rejections) > 0 {
+			reply.ErrorDetail = nackStatus(rejections)
+			u.metrics.watchNacks.Inc()
+			u.log.Warn("refused resources the hub sent on Watch", "type", r.GetTypeUrl(), "reason", reply.ErrorDetail.GetMessage())
+		} else if u.opts.View.Complete() {
+			saver.soon()
+		}
+		u.metrics.watchResponses.Inc()
+		if err := stream.Send(reply); err != nil {
+			return err
+		}
+	}
+}
+
+func nackStatus(rejections []*protocolv1.Rejection) *statuspb.Status {
+	parts := make([]string, 0, len(rejections))
+	for _, r := range rejections {
+		parts = append(parts, fmt.Sprintf("%s: %s", r.GetName(), r.GetReason()))
+	}
+	st := &statuspb.Status{Code: int32(codes.InvalidArgument),
+		Message: fmt.Sprintf("%d resource(s) rejected: %s", len(rejections), strings.Join(parts, "; "))}
+	if d, err := anypb.New(&protocolv1.Rejections{Items: rejections}); err == nil {
+		st.Details = []*anypb.Any{d}
+	}
+	return st
+}
+
+// saver writes the view to Options.ViewFile: at once when asked, or at
+// most once per second after changes.
+type saver struct {
+	u     *Uplink
+	timer *time.Timer
+}
+
+func newSaver(u *Uplink) *saver { return &saver{u: u} }
+
+func (s *saver) save() {
+	if s.u.opts.ViewFile == "" {
+		return
+	}
+	if err := s.u.opts.View.Save(s.u.opts.ViewFile); err != nil {
+		s.u.log.Error("remote view not saved", "file", s.u.opts.ViewFile, "err", err)
+		return
+	}
+	s.u.metrics.viewSaves.Inc()
+}
+
+func (s *saver) now() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	s.save()
+}
+
+func (s *saver) soon() {
+	if s.timer == nil {
+		s.timer = time.AfterFunc(time.Second, func() { s.save() })
+	}
+}
+
+// stop saves what is pending at once.
+func (s *saver) stop() {
+	if s.timer != nil && s.timer.Stop() {
+		s.save()
+	}
+}
