@@ -41,6 +41,10 @@ function ago(t) {
   return Math.round(s / 3600) + " h ago";
 }
 
+function plural(n, one, many) {
+  return n + " " + (n === 1 ? one : many);
+}
+
 function sum(obj) {
   return Object.values(obj || {}).reduce((a, b) => a + b, 0);
 }
@@ -72,12 +76,12 @@ function clustersSection(clusters) {
       el("td", { class: "num" }, c.acks + " / " + c.nacks),
       el("td", { class: "num" + (rejected.length ? " bad" : "") }, rejected.length)));
     for (const r of rejected) {
-      const what = [r.Kind, [r.Namespace, r.Name].filter(Boolean).join("/")].filter(Boolean).join(" ");
-      rows.push(el("tr", { class: "rejected", "data-rejected": c.cluster + ":" + (r.Name || r.File) },
+      const what = [r.kind, [r.namespace, r.name].filter(Boolean).join("/")].filter(Boolean).join(" ");
+      rows.push(el("tr", { class: "rejected", "data-rejected": c.cluster + ":" + (r.name || r.file) },
         el("td", {}, ""),
         el("td", { colspan: 6 }, el("span", { class: "badge st-rejected" }, "rejected"), " ",
-          el("code", {}, what || r.File), r.File && what ? el("span", { class: "muted" }, " in " + r.File) : null,
-          r.Field ? el("span", { class: "muted" }, " · " + r.Field) : null, ": ", el("span", { class: "reason" }, r.Reason))));
+          el("code", {}, what || r.file), r.file && what ? el("span", { class: "muted" }, " in " + r.file) : null,
+          r.field ? el("span", { class: "muted" }, " · " + r.field) : null, ": ", el("span", { class: "reason" }, r.reason))));
     }
   }
   return table("clusters", ["cluster", "state", "stream", "last message", "resources", "acks / nacks", "rejected"], rows);
@@ -168,11 +172,11 @@ function render(data) {
   const rejected = data.spokes.reduce((a, c) => a + (c.rejected || []).length, 0);
   const conflicts = data.meshes.reduce((a, m) => a + (m.conflicts || []).length, 0);
   document.getElementById("summary").replaceChildren(
-    el("span", {}, names.size + " meshes"), el("span", {}, data.spokes.length + " clusters"),
-    el("span", {}, data.syncz.length + " proxies"),
+    el("span", {}, plural(names.size, "mesh", "meshes")), el("span", {}, plural(data.spokes.length, "cluster", "clusters")),
+    el("span", {}, plural(data.syncz.length, "proxy", "proxies")),
     el("span", { class: nacked ? "bad" : "" }, nacked + " NACKed"),
     el("span", { class: rejected ? "bad" : "" }, rejected + " rejected"),
-    el("span", { class: conflicts ? "bad" : "" }, conflicts + " conflicts"));
+    el("span", { class: conflicts ? "bad" : "" }, plural(conflicts, "conflict", "conflicts")));
 }
 
 async function getJSON(url) {
