@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -385,5 +388,64 @@ func (b *browser) cannedViews(t *testing.T) {
 	}
 	if n := b.text(t, `String(document.querySelectorAll("main img").length) + document.title`); n != "0nave hub status" {
 		t.Errorf("markup in a node ID became elements or ran: %q", n)
+	}
+}
+
+// TestStatusPageIsScoped opens the status page of a TLS hub with an
+// operator listener and clusters of two meshes, in Chromium, through a
+// loopback proxy that presents an operator's certificate (as a browser
+// holding it would): the tenant of mesh other sees its cluster and not the
+// default mesh's, the vendor both; the plain admin port does not serve the
+// page.
+func TestStatusPageIsScoped(t *testing.T) {
+	b := startBrowser(t)
+	op := harness.FreePort(t)
+	h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: t.TempDir(),
+		extraArgs: []string{"--ca.meshes", "default=cluster.local,other=other.example", "--admin.operator-listen", addr(op)}}
+	h.start()
+	_, vendor := issueOperator(t, h, "--vendor", "--name", "root")
+	_, tenant := issueOperator(t, h, "--mesh", "other", "--name", "alice")
+	startSecureSpoke(t, h, "spoke-c1", "", "c1", h.token(t, "default", "c1", "1h"))
+	startSecureSpoke(t, h, "spoke-c2", "other", "c2", h.token(t, "other", "c2", "1h"))
+	base := "https://" + addr(op)
+	harness.Eventually(t, 30*time.Second, func() error {
+		var list []ingest.ClusterStatus
+		code, body, err := get(operatorClient(t, h, &vendor), base+"/debug/spokes")
+		if err != nil || code != 200 || json.Unmarshal([]byte(body), &list) != nil {
+			return fmt.Errorf("vendor /debug/spokes: %d %v %s", code, err, body)
+		}
+		if len(list) != 2 || !list[0].Synced || !list[1].Synced {
+			return fmt.Errorf("want clusters c1 and c2 synced: %+v", list)
+		}
+		return nil
+	})
+
+	// as opens the page through a proxy presenting cert.
+	as := func(cert *tls.Certificate) {
+		target, _ := url.Parse(base)
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.Transport = operatorClient(t, h, cert).Transport
+		ts := httptest.NewServer(rp)
+		t.Cleanup(ts.Close)
+		if err := chromedp.Do(b.ctx, chromedp.Navigate(ts.URL+statuspage.Path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cluster := func(mesh, name string) string {
+		return fmt.Sprintf(`!!document.querySelector('section[data-mesh="%s"] tr[data-cluster="%s"]')`, mesh, name)
+	}
+	as(&tenant)
+	b.waitFor(t, "the tenant's cluster c2", cluster("other", "c2"))
+	if got := b.text(t, `[...document.querySelectorAll("section[data-mesh]")].map(s => s.dataset.mesh).join(",") + " " + document.body.innerText.includes("c1")`); got != "other false" {
+		t.Errorf("the tenant of mesh other sees meshes and c1: %q, want only mesh other", got)
+	}
+	as(&vendor)
+	b.waitFor(t, "both meshes' clusters", cluster("other", "c2")+" && "+cluster("default", "c1"))
+
+	if code, _, err := get(http.DefaultClient, h.url(statuspage.Path)); err != nil || code != http.StatusNotFound {
+		t.Errorf("the plain admin port answers %s with %d %v, want 404 (the page is for operators)", statuspage.Path, code, err)
+	}
+	if errs := b.errors(); len(errs) > 0 {
+		t.Errorf("the page wrote to the console:\n%s", strings.Join(errs, "\n"))
 	}
 }
