@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -278,30 +279,23 @@ func TestDashboard(t *testing.T) {
 	t.Logf("%d panels, %d queries, %d of %d documented metrics shown; not shown: %s", len(ids), exprs, len(used), len(docs), strings.Join(unused, ", "))
 }
 
-// rule is one alerting or recording rule of a rules file.
-type rule struct {
-	Alert       string            `json:"alert"`
-	Record      string            `json:"record"`
-	Expr        string            `json:"expr"`
-	For         string            `json:"for"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
-}
-
+// TestAlertRules loads the rules file as Prometheus does (rulefmt: the YAML, every expression,
+// every label and annotation template), checks each expression's metrics against
+// docs/metrics.md, and that each alert has a severity, a summary and a runbook entry in
+// docs/operate.md (and each entry there an alert).
 func TestAlertRules(t *testing.T) {
 	docs := documented(t)
 	b, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f struct {
-		Groups []struct {
-			Name  string `json:"name"`
-			Rules []rule `json:"rules"`
-		} `json:"groups"`
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	f, errs := rulefmt.Parse(b, false, model.UTF8Validation, parser.NewParser(parser.Options{}), logger)
+	for _, err := range errs {
+		t.Errorf("%s: Prometheus would refuse it: %v", rulesFile, err)
 	}
-	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		t.Fatalf("%s: %v", rulesFile, err)
+	if f == nil {
+		t.FailNow()
 	}
 	runbook, err := os.ReadFile(operateDoc)
 	if err != nil {
@@ -328,11 +322,6 @@ func TestAlertRules(t *testing.T) {
 			}
 			if _, err := checkExpr(docs, r.Expr); err != nil {
 				t.Errorf("rule %s: %v\n\t%s", name, err, r.Expr)
-			}
-			if r.For != "" {
-				if _, err := model.ParseDuration(r.For); err != nil {
-					t.Errorf("rule %s: for: %v", name, err)
-				}
 			}
 			if r.Alert == "" {
 				continue
@@ -366,6 +355,14 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("found only %d rules: has the file's format changed?", n)
 	}
 	t.Logf("%d rules in %d groups", n, len(groups))
+}
+
+// testWriter logs what rulefmt logs (a warning for a second YAML document).
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Errorf("rulefmt: %s", p)
+	return len(p), nil
 }
 
 // TestCheckExprRefuses shows the checks can fail: each expression breaks one rule.
