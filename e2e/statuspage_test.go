@@ -303,6 +303,18 @@ func TestStatusPageInChromium(t *testing.T) {
 	} {
 		b.waitFor(t, what, expr)
 	}
+	// The same states, counted for Prometheus.
+	metrics, err := httpGet(h.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`nave_hub_xds_proxy_sync_states{mesh="default",state="nacked",type="Listener"} 1`,
+		`nave_hub_xds_proxy_sync_states{mesh="default",state="synced",type="Cluster"} 1`,
+		`nave_hub_xds_proxy_sync_states{mesh="default",state="synced",type="Listener"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("hub metrics lack %s", want)
+		}
+	}
 	refreshes := b.text(t, `document.body.dataset.refreshes`)
 
 	// A config change at the spoke: the page shows it without a reload.
