@@ -331,6 +331,17 @@ func TestStatusPageInChromium(t *testing.T) {
 	if now := b.text(t, `document.body.dataset.refreshes`); now == refreshes {
 		t.Errorf("the page did not refresh (still %s refreshes)", now)
 	}
+	// The filter box narrows proxies and services, and keeps doing so across refreshes.
+	if err := chromedp.Do(b.ctx, chromedp.SendKeys(chromedp.CSS("#filter"), "ratings")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "only the service ratings", `document.querySelectorAll("tr[data-service]").length === 1 && !!document.querySelector('tr[data-service="ratings.shop.svc.cluster.local"]') && !document.querySelector("tr[data-proxy]")`)
+	after := b.text(t, `document.body.dataset.refreshes`)
+	b.waitFor(t, "a refresh with the filter", `document.body.dataset.refreshes !== `+strconv.Quote(after)+` && document.querySelectorAll("tr[data-service]").length === 1`)
+	if err := chromedp.Do(b.ctx, chromedp.Evaluate[chromedp.Void](`(f => { f.value = ""; f.dispatchEvent(new Event("input")); })(document.getElementById("filter"))`)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "every service and the proxy again", `document.querySelectorAll("tr[data-service]").length === 2 && !!document.querySelector("tr[data-proxy]")`)
 	if err := chromedp.Do(b.ctx, chromedp.EmulateViewport(1280, 1000)); err != nil {
 		t.Fatal(err)
 	}

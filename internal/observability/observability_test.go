@@ -176,7 +176,11 @@ type panel struct {
 		Expr  string `json:"expr"`
 		RefID string `json:"refId"`
 	} `json:"targets"`
-	GridPos *struct{ H, W, X, Y int } `json:"gridPos"`
+	GridPos    *struct{ H, W, X, Y int } `json:"gridPos"`
+	Datasource *struct {
+		Type string `json:"type"`
+		UID  string `json:"uid"`
+	} `json:"datasource"`
 }
 
 type dashboard struct {
@@ -225,6 +229,10 @@ func TestDashboard(t *testing.T) {
 			}
 			if p.Type != "row" && len(p.Targets) == 0 {
 				t.Errorf("panel %q has no query", p.Title)
+			}
+			// The data source is the dashboard's variable, so that the file imports anywhere.
+			if p.Type != "row" && (p.Datasource == nil || p.Datasource.Type != "prometheus" || p.Datasource.UID != "${datasource}") {
+				t.Errorf("panel %q: datasource %+v, want the prometheus variable ${datasource}", p.Title, p.Datasource)
 			}
 			refs := map[string]bool{}
 			for _, tg := range p.Targets {

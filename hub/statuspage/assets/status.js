@@ -7,6 +7,13 @@ const xdsTypes = [["Cluster", "CDS"], ["Listener", "LDS"], ["ClusterLoadAssignme
 const refreshMs = 2000;
 let refreshes = 0;
 let timer = null;
+let last = null; // the views last read, drawn again when the filter changes
+
+// matches reports whether a proxy or service name passes the filter box.
+function matches(name) {
+  const f = document.getElementById("filter").value.trim().toLowerCase();
+  return f === "" || String(name).toLowerCase().includes(f);
+}
 
 // el makes an element with attributes and children (strings become text nodes).
 function el(tag, attrs, ...children) {
@@ -104,7 +111,7 @@ function conflictsSection(m) {
 }
 
 function servicesSection(services) {
-  if (!services || services.length === 0) return el("p", { class: "muted" }, "No services.");
+  if (!services || services.length === 0) return el("p", { class: "muted" }, matches("\u0000") ? "No services." : "No service matches the filter.");
   return table("services", ["service", "ports", "endpoints by cluster"], services.map((s) => {
     const byCluster = {};
     for (const e of s.endpoints || []) {
@@ -127,7 +134,7 @@ function servicesSection(services) {
 }
 
 function proxiesSection(proxies) {
-  if (proxies.length === 0) return el("p", { class: "muted" }, "No proxy is connected.");
+  if (proxies.length === 0) return el("p", { class: "muted" }, matches("\u0000") ? "No proxy is connected." : "No proxy matches the filter.");
   return table("proxies", ["proxy", "namespace", "type", "connected"].concat(xdsTypes.map((t) => t[1])), proxies.map((p) => {
     const cells = xdsTypes.map(([type]) => {
       const ts = (p.types || {})[type];
@@ -157,7 +164,7 @@ function render(data) {
   for (const name of [...names].sort()) {
     const m = meshByName[name];
     const clusters = data.spokes.filter((c) => c.mesh === name).sort((a, b) => a.cluster.localeCompare(b.cluster));
-    const proxies = data.syncz.filter((p) => p.mesh === name);
+    const proxies = data.syncz.filter((p) => p.mesh === name && matches(p.nodeId));
     const conflicts = conflictsSection(m);
     out.push(el("section", { class: "mesh", "data-mesh": name },
       el("h2", {}, "mesh ", el("code", {}, name),
@@ -165,7 +172,7 @@ function render(data) {
       el("h3", {}, "Clusters"), clustersSection(clusters),
       conflicts,
       el("h3", {}, "Proxies (" + proxies.length + ")"), proxiesSection(proxies),
-      el("h3", {}, "Services"), servicesSection(data.services[name])));
+      el("h3", {}, "Services"), servicesSection((data.services[name] || []).filter((s) => matches(s.hostname)))));
   }
   if (out.length === 0) out.push(el("p", { class: "muted" }, "No mesh to show: no cluster has connected and no proxy is connected."));
   document.getElementById("meshes").replaceChildren(...out);
@@ -197,6 +204,7 @@ async function refresh() {
     const keys = Object.keys(views);
     const values = await Promise.all(keys.map((k) => getJSON(views[k])));
     const data = Object.fromEntries(keys.map((k, i) => [k, values[i] || (k === "services" ? {} : [])]));
+    last = data;
     render(data);
     errBox.hidden = true;
     refreshes++;
@@ -220,4 +228,5 @@ function schedule() {
 }
 
 document.getElementById("auto").addEventListener("change", schedule);
+document.getElementById("filter").addEventListener("input", () => last && render(last));
 refresh().then(schedule);
