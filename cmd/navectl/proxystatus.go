@@ -12,15 +12,6 @@ import (
 	"github.com/navemesh/nave/xds/ads"
 )
 
-// Sync states of one proxy for one type, as istioctl proxy-status names
-// them.
-const (
-	syncSynced  = "SYNCED"   // the proxy ACKed the last version sent
-	syncNotSent = "NOT SENT" // nothing of this type was sent
-	syncStale   = "STALE"    // sent, not answered yet
-	syncNacked  = "NACKED"   // the proxy refused the last version sent
-)
-
 // proxyTypes are the xDS types in column order: short type name (as the
 // hub's /debug/syncz keys them) and column title.
 var proxyTypes = []struct{ short, column string }{
@@ -31,17 +22,13 @@ var proxyTypes = []struct{ short, column string }{
 	{"Secret", "SDS"},
 }
 
-// syncState is the state of one type of one proxy.
+// syncState is the state of one type of one proxy; ok is false for a
+// type the proxy has not subscribed to.
 func syncState(ts ads.TypeStatus, ok bool) string {
-	switch {
-	case !ok || ts.SentVersion == "":
-		return syncNotSent
-	case ts.NackedVersion != "" && ts.NackedVersion == ts.SentVersion:
-		return syncNacked
-	case ts.AckedVersion == ts.SentVersion:
-		return syncSynced
+	if !ok {
+		return ads.SyncNotSent
 	}
-	return syncStale
+	return ts.SyncState()
 }
 
 // proxyStatus is one proxy in navectl proxy-status's json and yaml.

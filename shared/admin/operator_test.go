@@ -24,6 +24,10 @@ func TestOperatorHandlerScopes(t *testing.T) {
 		return out, nil
 	})
 	s.HandleDebug("secrets", "vendor only", func(*http.Request) (any, error) { return "all of them", nil })
+	s.HandlePage("/status/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scope, _ := ScopeOf(r)
+		_, _ = io.WriteString(w, "status page for "+scope.Operator)
+	}))
 	// The test's authenticator: the header names the scope.
 	auth := func(r *http.Request) (Scope, error) {
 		switch who := r.Header.Get("Who"); who {
@@ -69,6 +73,9 @@ func TestOperatorHandlerScopes(t *testing.T) {
 		{"/debug/", "vendor", 200, "secrets", ""},
 		{"/debug/nothing", "acme", 404, "no debug view", ""},
 		{"/healthz/ready", "acme", 200, "", ""},
+		{"/status/", "acme", 200, "status page for acme", ""},
+		{"/status/", "vendor", 200, "status page for vendor", ""},
+		{"/status/", "", 401, "no certificate", "status page"},
 	} {
 		code, body := ask(ts.URL+c.path, c.who)
 		if code != c.code || !strings.Contains(body, c.has) || (c.not != "" && strings.Contains(body, c.not)) {
@@ -76,7 +83,7 @@ func TestOperatorHandlerScopes(t *testing.T) {
 		}
 	}
 	// Probes and metrics only, for anyone, on the probe handler.
-	for path, want := range map[string]int{"/healthz/ready": 200, "/healthz/live": 200, "/metrics": 200, "/debug/things": 404, "/debug/": 404, "/debug/pprof/": 404} {
+	for path, want := range map[string]int{"/healthz/ready": 200, "/healthz/live": 200, "/metrics": 200, "/debug/things": 404, "/debug/": 404, "/debug/pprof/": 404, "/status/": 404} {
 		if code, _ := ask(probes.URL+path, ""); code != want {
 			t.Errorf("probe handler %s: %d, want %d", path, code, want)
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,9 @@ const shutdownTimeout = 5 * time.Second
 // debugName is what a debug view may be called: one lowercase path segment.
 var debugName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 
+// pagePath is where a page may be served: a subtree of lowercase segments.
+var pagePath = regexp.MustCompile(`^(/[a-z0-9][a-z0-9_.-]*)+/$`)
+
 // Server serves, on the listeners given to Serve:
 //
 //	/healthz/live    200 while the process serves HTTP
@@ -34,12 +38,14 @@ var debugName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 //	/debug/          a JSON index of the debug views
 //	/debug/<name>    one debug view as indented JSON
 //	/debug/pprof/    Go's runtime profiles
+//	/<page>/         pages added with HandlePage (the hub's /status/)
 //
 // A Server is safe for concurrent use: debug views and ready checks may be added before or
 // while it serves, from any goroutine, and Serve may run on several listeners at once.
 type Server struct {
 	logger  *slog.Logger
 	handler http.Handler
+	mux     *http.ServeMux
 
 	mu     sync.RWMutex
 	debug  map[string]debugView
@@ -76,7 +82,20 @@ func New(logger *slog.Logger, reg *prometheus.Registry) *Server {
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	s.handler = mux
+	s.mux = mux
 	return s
+}
+
+// HandlePage serves h under path, a subtree such as "/status/" outside /debug/, /healthz/ and
+// /metrics: a page for people (the hub's status page). On an operator listener it is served to
+// every authenticated operator whatever their scope, so a page must hold no data itself: what
+// it shows it fetches from the debug views, which are scoped. Probe handlers do not serve it.
+// A path that is not such a subtree, or is registered twice, panics, as http.ServeMux does.
+func (s *Server) HandlePage(path string, h http.Handler) {
+	if !pagePath.MatchString(path) || strings.HasPrefix(path, "/debug/") || strings.HasPrefix(path, "/healthz/") {
+		panic(fmt.Sprintf("admin: invalid page path %q", path))
+	}
+	s.mux.Handle("GET "+path, h)
 }
 
 // NewRegistry returns a fresh registry holding the Go runtime and process collectors.

@@ -261,3 +261,35 @@ func TestRegisterWhileServing(t *testing.T) {
 		t.Fatalf("view-c: status %d body %s", status, body)
 	}
 }
+
+// HandlePage serves a subtree outside the admin's own paths, and refuses
+// any other path as a programming mistake.
+func TestHandlePage(t *testing.T) {
+	s := New(slog.New(slog.DiscardHandler), NewRegistry())
+	s.HandlePage("/status/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "page at "+r.URL.Path)
+	}))
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	for path, want := range map[string]string{"/status/": "page at /status/", "/status/app.js": "page at /status/app.js", "/status": "page at /status/"} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Errorf("GET %s: %d %q, want 200 %q", path, resp.StatusCode, b, want)
+		}
+	}
+	for _, bad := range []string{"status", "/status", "/debug/status/", "/healthz/x/", "/Status/", "/a//", "/status/"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("HandlePage(%q) did not panic", bad)
+				}
+			}()
+			s.HandlePage(bad, http.NotFoundHandler())
+		}()
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/statuspage"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
@@ -13,6 +14,9 @@ import (
 )
 
 func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache, xds *ads.Server) {
+	// The status page reads the tenant views below in the browser: it shows
+	// each operator what those views show it.
+	adm.HandlePage(statuspage.Path, statuspage.Handler())
 	// Every view but security is a tenant view: it shows an operator of a
 	// tenant (admin.operatorListen) only its own mesh's data.
 	adm.HandleTenantDebug("spokes", "connected and stale clusters: stream, sync state, resources, rejected resources", func(r *http.Request) (any, error) {

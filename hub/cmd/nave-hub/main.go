@@ -111,6 +111,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	xds := ads.New(resources, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
 		Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads"), Registerer: reg})
+	reg.MustRegister(xds.SyncStateCollector())
 	registerDebug(adm, in, resources, xds)
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
