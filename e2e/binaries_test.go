@@ -34,7 +34,7 @@ func TestInvalidConfigExits(t *testing.T) {
 		{"nave-spoke", []string{"--source", "http://x"}, nil, []string{"source", "fs://"}},
 		{"nave-spoke", []string{"--cluster", "Not_A_Label"}, nil, []string{"cluster"}},
 		{"nave-agent", nil, []string{"NAVE_POD_NAME=web-1"}, []string{"ra.address", "trust.meshRoots", "xds.address"}},
-		{"nave-agent", []string{"capture"}, nil, []string{"capture"}},
+		{"nave-agent", []string{"capture"}, nil, []string{"capture", "no flags given"}},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(binary(c.bin), c.args...)

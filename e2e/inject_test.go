@@ -170,7 +170,7 @@ metadata: {name: plain}
 		if proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways || proxy.Image != injectProxyImage {
 			t.Errorf("nave-proxy: restartPolicy %v image %s, want a native sidecar of %s", proxy.RestartPolicy, proxy.Image, injectProxyImage)
 		}
-		if init := p.Spec.InitContainers[0]; init.Args[0] != "capture" || !slices.Contains(init.Args, "--exclude-inbound-ports=15000,15021") {
+		if init := p.Spec.InitContainers[0]; init.Args[0] != "capture" || !slices.Contains(init.Args, "--exclude-inbound-ports=15000,15020,15021") {
 			t.Errorf("nave-init args %v: want capture with the status ports excluded", init.Args)
 		}
 		env := injectedAgentEnv(t, p)

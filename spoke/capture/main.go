@@ -16,11 +16,19 @@ import (
 // (see Config.Args) in the current network namespace with
 // iptables-restore, and with ip6tables-restore when the pod has an IPv6
 // address (--ipv6=auto) or --ipv6=true. --dry-run prints the rules
-// instead. It returns the process's exit code: 0 done, 1 failed, 2 bad
-// flags.
+// instead. Without any flag it refuses (it would rewrite the nat table of
+// wherever it runs). It returns the process's exit code: 0 done, 1
+// failed, 2 bad flags.
 func Main(args []string) int { return run(args, os.Stdout, os.Stderr) }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		// Every real use names its flags (the injector's nave-init container
+		// does); a bare run is someone trying the command, and would rewrite the
+		// nat table of whatever network namespace it runs in — a host's too.
+		fmt.Fprintln(stderr, "nave-agent capture: no flags given: it rewrites this network namespace's nat table, so it runs only with the flags the injected nave-init container passes (docs/injection.md); add --dry-run to see the rules, --help for the flags")
+		return 2
+	}
 	c := Default()
 	fs := flag.NewFlagSet("nave-agent capture", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -142,6 +142,7 @@ func TestMainDryRun(t *testing.T) {
 		{[]string{"--exclude-inbound-ports=http"}, `"http" is not a port`},
 		{[]string{"--inbound-port=1", "--outbound-port=1"}, "both 1"},
 		{[]string{"--dry-run", "more"}, `unexpected argument "more"`},
+		{nil, "no flags given"},
 	} {
 		out.Reset()
 		errOut.Reset()
