@@ -806,3 +806,84 @@ func TestReplicaFailoverKeepsProxylessTraffic(t *testing.T) {
 		t.Errorf("calls after SIGKILL of the spoke's owner: %s, want every one OK to echo-1", describe(got))
 	}
 }
+
+// TestReplicaFailoverWithKubernetesSpoke is the failover of
+// TestReplicaFailoverDeletesNothing with a spoke watching a real
+// kube-apiserver: the owner of its stream is SIGKILLed, the spoke re-homes,
+// the clients of the surviving replicas receive no removal, and a
+// ServiceEntry created in the cluster after the failover reaches every
+// surviving replica.
+func TestReplicaFailoverWithKubernetesSpoke(t *testing.T) {
+	const hostK, hostK2 = "svc-k.demo.svc.cluster.local", "svc-k2.demo.svc.cluster.local"
+	c := kubeCluster(t)
+	c.Apply(t, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n---\n"+serviceEntry("svc-k", hostK, 17083)))
+	rs := newReplicaSet(t, 3)
+	h0, h1, h2 := rs.hubs[0], rs.hubs[1], rs.hubs[2]
+	for _, h := range rs.hubs {
+		h.waitMembers(t, map[*hub]string{h0: "hub-0,hub-1,hub-2", h1: "hub-1,hub-0,hub-2", h2: "hub-2,hub-0,hub-1"}[h])
+	}
+	p := startProxy(t, addr(h0.spokes), addr(h1.spokes), addr(h2.spokes))
+	via := *h0
+	via.spokes = p.port()
+	startSecureKubeSpoke(t, &via, "k1", h0.token(t, "default", "k1", "1h"), "", c)
+	h0.waitOwned(t, "default/k1", "hub-0")
+
+	roots := h0.servingRoots(t)
+	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	survivors := []*hub{h1, h2}
+	watchers := make([]*watcher, len(survivors))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, h := range survivors {
+		w := &watcher{held: map[string]string{}}
+		watchers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i, w := range watchers {
+		harness.Eventually(t, 60*time.Second, func() error {
+			if err := w.holds(hostK); err != nil {
+				return fmt.Errorf("client of hub-%d: %v", i+1, err)
+			}
+			return nil
+		})
+	}
+
+	killed := time.Now()
+	h0.proc.Kill()
+	<-h0.proc.Done()
+	owner := ""
+	harness.Eventually(t, 30*time.Second, func() error {
+		for _, h := range survivors {
+			if st, ok := h.spokesView(t)["default/k1"]; ok && st.Connected && st.Synced && !st.Relayed {
+				owner = st.Owner
+				return nil
+			}
+		}
+		return errors.New("no surviving replica owns default/k1 yet")
+	})
+	t.Logf("re-home: the Kubernetes spoke k1 owned by %s %s after SIGKILL of hub-0", owner, time.Since(killed).Round(time.Millisecond))
+
+	// A change made in the cluster after the failover reaches every survivor.
+	c.Apply(t, []byte(serviceEntry("svc-k2", hostK2, 17084)))
+	for i, w := range watchers {
+		harness.Eventually(t, 30*time.Second, func() error {
+			if err := w.holds(hostK, hostK2); err != nil {
+				return fmt.Errorf("client of hub-%d: %v", i+1, err)
+			}
+			return nil
+		})
+	}
+	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
+	for i, w := range watchers {
+		w.mu.Lock()
+		if len(w.removals) > 0 {
+			t.Errorf("the client of hub-%d received removals no spoke made: %v", i+1, w.removals)
+		}
+		w.mu.Unlock()
+	}
+}
