@@ -330,6 +330,9 @@ func TestReplicaFailoverDeletesNothing(t *testing.T) {
 		}
 		return w.holds(hostA, hostB)
 	})
+	watchers[0].mu.Lock()
+	t.Logf("proxy reconnect: hub-0's client answered (and ACKing) on another replica %s after SIGKILL of hub-0", watchers[0].answered.Sub(killed).Round(time.Millisecond))
+	watchers[0].mu.Unlock()
 	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
 	for i, w := range watchers {
 		w.mu.Lock()

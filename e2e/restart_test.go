@@ -24,6 +24,8 @@ type watcher struct {
 	held     map[string]string // cluster name -> version
 	removals []string
 	streams  int // streams that got a first response
+	// answered is when the latest stream got its first response.
+	answered time.Time
 }
 
 func (w *watcher) run(ctx context.Context, dial func() *grpc.ClientConn) {
@@ -61,6 +63,7 @@ func (w *watcher) stream(ctx context.Context, conn *grpc.ClientConn) {
 		w.mu.Lock()
 		if first {
 			w.streams++
+			w.answered = time.Now()
 			first = false
 		}
 		for _, r := range resp.GetResources() {
