@@ -814,12 +814,16 @@ func TestReplicaFailoverKeepsProxylessTraffic(t *testing.T) {
 // TestReplicaFailoverDeletesNothing with a spoke watching a real
 // kube-apiserver: the owner of its stream is SIGKILLed, the spoke re-homes,
 // the clients of the surviving replicas receive no removal, and a
-// ServiceEntry created in the cluster after the failover reaches every
-// surviving replica.
+// ServiceEntry and an EndpointSlice created in the cluster after the
+// failover reach every surviving replica.
 func TestReplicaFailoverWithKubernetesSpoke(t *testing.T) {
 	const hostK, hostK2 = "svc-k.demo.svc.cluster.local", "svc-k2.demo.svc.cluster.local"
 	c := kubeCluster(t)
-	c.Apply(t, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n---\n"+serviceEntry("svc-k", hostK, 17083)))
+	// The namespace with a Service and one pod's EndpointSlice (a
+	// documentation address: the hub only records it, nothing dials it).
+	c.Apply(t, []byte(node("node-a", "us-east", "zone-a")), []byte(echoService),
+		[]byte(podWithSlice("echo-v1", "v1", "node-a", "192.0.2.11", 17091, true, false)))
+	c.Apply(t, []byte(serviceEntry("svc-k", hostK, 17083)))
 	rs := newReplicaSet(t, 3)
 	h0, h1, h2 := rs.hubs[0], rs.hubs[1], rs.hubs[2]
 	for _, h := range rs.hubs {
@@ -855,6 +859,9 @@ func TestReplicaFailoverWithKubernetesSpoke(t *testing.T) {
 			return nil
 		})
 	}
+	for _, h := range survivors {
+		waitEndpoints(t, h, echoHost, "k1/v1/17091/healthy/us-east/zone-a")
+	}
 
 	killed := time.Now()
 	h0.proc.Kill()
@@ -872,7 +879,11 @@ func TestReplicaFailoverWithKubernetesSpoke(t *testing.T) {
 	t.Logf("re-home: the Kubernetes spoke k1 owned by %s %s after SIGKILL of hub-0", owner, time.Since(killed).Round(time.Millisecond))
 
 	// A change made in the cluster after the failover reaches every survivor.
-	c.Apply(t, []byte(serviceEntry("svc-k2", hostK2, 17084)))
+	c.Apply(t, []byte(serviceEntry("svc-k2", hostK2, 17084)),
+		[]byte(podWithSlice("echo-v2", "v2", "node-a", "192.0.2.12", 17092, true, false)))
+	for _, h := range survivors {
+		waitEndpoints(t, h, echoHost, "k1/v1/17091/healthy/us-east/zone-a", "k1/v2/17092/healthy/us-east/zone-a")
+	}
 	for i, w := range watchers {
 		harness.Eventually(t, 30*time.Second, func() error {
 			if err := w.holds(hostK, hostK2); err != nil {
