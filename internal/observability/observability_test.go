@@ -284,6 +284,9 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	sort.Strings(unused)
+	if len(unused) > 0 {
+		t.Errorf("documented metrics on no panel (add one to %s): %s", dashboardFile, strings.Join(unused, ", "))
+	}
 	t.Logf("%d panels, %d queries, %d of %d documented metrics shown; not shown: %s", len(ids), exprs, len(used), len(docs), strings.Join(unused, ", "))
 }
 
