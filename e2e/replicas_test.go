@@ -267,19 +267,11 @@ func TestReplicaFailoverDeletesNothing(t *testing.T) {
 	roots := h0.servingRoots(t)
 	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
 	xdsVia := []*tcpProxy{startProxy(t, addr(h0.xds), addr(h1.xds)), startProxy(t, addr(h1.xds)), startProxy(t, addr(h2.xds))}
-	watchers := make([]*watcher, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := range watchers {
-		w := &watcher{held: map[string]string{}}
-		watchers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, xdsVia[i].addr(), roots, &cert) })
-		}()
+	var dials []func() *grpc.ClientConn
+	for _, p := range xdsVia {
+		dials = append(dials, func() *grpc.ClientConn { return dialTLS(t, p.addr(), roots, &cert) })
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	watchers := startWatchers(t, dials...)
 	for i, w := range watchers {
 		harness.Eventually(t, 60*time.Second, func() error {
 			if err := w.holds(hostA, hostB); err != nil {
@@ -451,20 +443,12 @@ func TestReplicaRollingRestartDeletesNothing(t *testing.T) {
 
 	roots := hubs[0].servingRoots(t)
 	cert := hubs[0].workloadCert(t, "default", "cluster.local", "demo", "watcher")
-	watchers := make([]*watcher, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := range watchers {
+	var dials []func() *grpc.ClientConn
+	for i := range hubs {
 		p := startProxy(t, addr(hubs[i].xds), addr(hubs[(i+1)%3].xds))
-		w := &watcher{held: map[string]string{}}
-		watchers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, p.addr(), roots, &cert) })
-		}()
+		dials = append(dials, func() *grpc.ClientConn { return dialTLS(t, p.addr(), roots, &cert) })
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	watchers := startWatchers(t, dials...)
 	all := func() []string {
 		var out []string
 		for _, ns := range hosts {
@@ -498,14 +482,7 @@ func TestReplicaRollingRestartDeletesNothing(t *testing.T) {
 		t.Logf("hub-%d restarted and ready in %s", i, time.Since(start).Round(time.Millisecond))
 		everywhere()
 	}
-	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
-	for i, w := range watchers {
-		w.mu.Lock()
-		if len(w.removals) > 0 {
-			t.Errorf("the client of hub-%d received removals no spoke made: %v", i, w.removals)
-		}
-		w.mu.Unlock()
-	}
+	checkNoRemovals(t, watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i) })
 }
 
 // partition cuts ns off from the host (iptables in the namespace drops
@@ -590,19 +567,11 @@ func TestReplicaPartitionDeletesNothing(t *testing.T) {
 
 	roots := hubs[0].servingRoots(t)
 	cert := hubs[0].workloadCert(t, "default", "cluster.local", "demo", "watcher")
-	watchers := make([]*watcher, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i, h := range hubs {
-		w := &watcher{held: map[string]string{}}
-		watchers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, h.at(h.xds), roots, &cert) })
-		}()
+	var dials []func() *grpc.ClientConn
+	for _, h := range hubs {
+		dials = append(dials, func() *grpc.ClientConn { return dialTLS(t, h.at(h.xds), roots, &cert) })
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	watchers := startWatchers(t, dials...)
 	all := func() []string {
 		var out []string
 		for _, ns := range hosts {
@@ -666,14 +635,7 @@ func TestReplicaPartitionDeletesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
-	for i, w := range watchers {
-		w.mu.Lock()
-		if len(w.removals) > 0 {
-			t.Errorf("the client of hub-%d received removals no spoke made: %v", i, w.removals)
-		}
-		w.mu.Unlock()
-	}
+	checkNoRemovals(t, watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i) })
 }
 
 // TestReplicaShedsProxiesToAJoiningReplica: twelve delta ADS clients reach
@@ -693,19 +655,11 @@ func TestReplicaShedsProxiesToAJoiningReplica(t *testing.T) {
 	lb.roundRobin = true
 	roots := h0.servingRoots(t)
 	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	watchers := make([]*watcher, 12)
-	for i := range watchers {
-		w := &watcher{held: map[string]string{}}
-		watchers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, lb.addr(), roots, &cert) })
-		}()
+	dials := make([]func() *grpc.ClientConn, 12)
+	for i := range dials {
+		dials[i] = func() *grpc.ClientConn { return dialTLS(t, lb.addr(), roots, &cert) }
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	watchers := startWatchers(t, dials...)
 	for _, w := range watchers {
 		harness.Eventually(t, 60*time.Second, func() error { return w.holds(host) })
 	}
@@ -768,16 +722,9 @@ func TestRestartedReplicaGetsStaleClusters(t *testing.T) {
 	if got := h1.spokesView(t)["default/c1"]; got.Epoch != c.Epoch {
 		t.Errorf("epochs differ: hub-1 %s, hub-0 %s", got.Epoch, c.Epoch)
 	}
-	w := &watcher{held: map[string]string{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	roots := h0.servingRoots(t)
 	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
-	go func() {
-		defer close(done)
-		w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, addr(h0.xds), roots, &cert) })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	w := startWatchers(t, func() *grpc.ClientConn { return dialTLS(t, addr(h0.xds), roots, &cert) })[0]
 	harness.Eventually(t, 30*time.Second, func() error { return w.holds(host) })
 }
 
@@ -838,19 +785,11 @@ func TestReplicaFailoverWithKubernetesSpoke(t *testing.T) {
 	roots := h0.servingRoots(t)
 	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
 	survivors := []*hub{h1, h2}
-	watchers := make([]*watcher, len(survivors))
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i, h := range survivors {
-		w := &watcher{held: map[string]string{}}
-		watchers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })
-		}()
+	var dials []func() *grpc.ClientConn
+	for _, h := range survivors {
+		dials = append(dials, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	watchers := startWatchers(t, dials...)
 	for i, w := range watchers {
 		harness.Eventually(t, 60*time.Second, func() error {
 			if err := w.holds(hostK); err != nil {
@@ -892,12 +831,5 @@ func TestReplicaFailoverWithKubernetesSpoke(t *testing.T) {
 			return nil
 		})
 	}
-	time.Sleep(2 * time.Second) // a removal sent late would arrive by now
-	for i, w := range watchers {
-		w.mu.Lock()
-		if len(w.removals) > 0 {
-			t.Errorf("the client of hub-%d received removals no spoke made: %v", i+1, w.removals)
-		}
-		w.mu.Unlock()
-	}
+	checkNoRemovals(t, watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i+1) })
 }

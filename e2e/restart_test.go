@@ -80,6 +80,40 @@ func (w *watcher) stream(ctx context.Context, conn *grpc.ClientConn) {
 	}
 }
 
+// startWatchers runs a watcher per dial, each reconnecting through its
+// dial until the test ends.
+func startWatchers(t *testing.T, dials ...func() *grpc.ClientConn) []*watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	ws := make([]*watcher, len(dials))
+	for i, dial := range dials {
+		w := &watcher{held: map[string]string{}}
+		ws[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, dial)
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return ws
+}
+
+// checkNoRemovals waits 2 s, by when a removal sent late would have
+// arrived, then fails for every watcher that received one; name(i) names
+// watcher i's client.
+func checkNoRemovals(t *testing.T, ws []*watcher, name func(i int) string) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	for i, w := range ws {
+		w.mu.Lock()
+		if len(w.removals) > 0 {
+			t.Errorf("%s received removals no spoke made: %v", name(i), w.removals)
+		}
+		w.mu.Unlock()
+	}
+}
+
 // holds reports whether the watcher holds a cluster of every host.
 func (w *watcher) holds(hosts ...string) error {
 	w.mu.Lock()
@@ -132,14 +166,7 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 
 	roots := h.servingRoots(t)
 	cert := h.workloadCert(t, "default", "cluster.local", "demo", "watcher")
-	w := &watcher{held: map[string]string{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.run(ctx, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	w := startWatchers(t, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })[0]
 	harness.Eventually(t, 30*time.Second, func() error { return w.holds(hostA, hostB) })
 
 	// The hub dies; so does c2's spoke, which comes back 5 s after the hub.
