@@ -177,9 +177,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 // converged on every replica, that the edit and the endpoint moves reached
 // proxies of replicas that do not own the spoke (through the relay), that
 // the spoke flap removed nothing, and that each replica's CPU, memory,
-// relay and gossip bytes were measured.
+// relay and gossip bytes were measured; then F1 kills replica 2: its
+// spoke re-homes, its proxies reconnect to the others and converge, and
+// the other proxies see no removal.
 func TestBenchmarkLoadReplicasOnce(t *testing.T) {
-	o := load.Options{Services: 20, EndpointsPerCluster: 1, Proxies: 9, Gateways: 1, Proxyless: 2,
+	o := load.Options{Services: 20, EndpointsPerCluster: 1, Proxies: 9, Gateways: 1, Proxyless: 2, Scenarios: []string{"S1", "S2", "S3", "S4", "F1"},
 		ChurnRate: 30, ChurnDuration: 2 * time.Second, FlapOutage: 2 * time.Second, FlapQuiet: time.Second,
 		Settle: 300 * time.Millisecond, Idle: 2 * time.Second, Timeout: 2 * time.Minute, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	res, err := load.Run(context.Background(), o, loadReplicas(t, 3))
@@ -191,7 +193,7 @@ func TestBenchmarkLoadReplicasOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", buf.String())
-	if len(res) != 4 {
+	if len(res) != 5 {
 		t.Fatalf("%d results, want one per scenario", len(res))
 	}
 	for _, r := range res {
@@ -200,6 +202,9 @@ func TestBenchmarkLoadReplicasOnce(t *testing.T) {
 		}
 		if r.Extra["replicas"] != 3 {
 			t.Errorf("%s: measured %v replicas, want 3", r.Scenario, r.Extra["replicas"])
+		}
+		if r.Scenario == "F1" {
+			continue
 		}
 		for i := range 3 {
 			if r.Extra[fmt.Sprintf("r%d_peak_rss_mb", i)] <= 0 {
@@ -210,7 +215,7 @@ func TestBenchmarkLoadReplicasOnce(t *testing.T) {
 			}
 		}
 	}
-	s1, s2, s3, s4 := res[0], res[1], res[2], res[3]
+	s1, s2, s3, s4, f1 := res[0], res[1], res[2], res[3], res[4]
 	if s1.Extra["complete"] != 9 || s1.Latency.N != 9 || s1.Extra["hub_acked"] != 9 {
 		t.Errorf("S1: %v of 9 proxies fully ACKed (the replicas say %v)", s1.Extra["complete"], s1.Extra["hub_acked"])
 	}
@@ -237,5 +242,14 @@ func TestBenchmarkLoadReplicasOnce(t *testing.T) {
 	}
 	if s4.Extra["removals"] != 0 || s4.Extra["hub_saw_disconnect"] != 1 {
 		t.Errorf("S4: %v removals (want 0); the spoke's replica saw the outage: %v", s4.Extra["removals"], s4.Extra["hub_saw_disconnect"])
+	}
+	if f1.Extra["reconnected"] != 3 || f1.Latency.N != 3 || f1.Extra["r0_proxies"]+f1.Extra["r1_proxies"] != 9 {
+		t.Errorf("F1: %v of %v proxies of the killed replica reconnected and converged; the survivors serve %v and %v", f1.Latency.N, f1.Extra["reconnected"], f1.Extra["r0_proxies"], f1.Extra["r1_proxies"])
+	}
+	if f1.Extra["detect_seconds"] <= 0 || f1.Extra["rehome_seconds"] <= 0 {
+		t.Errorf("F1: failure detection %vs, spoke re-home %vs not measured", f1.Extra["detect_seconds"], f1.Extra["rehome_seconds"])
+	}
+	if f1.Extra["others_removals"] != 0 {
+		t.Errorf("F1: the proxies of the surviving replicas received %v removals", f1.Extra["others_removals"])
 	}
 }

@@ -76,7 +76,7 @@ type Result struct {
 }
 
 // Titles name the scenarios.
-var Titles = map[string]string{"S1": "cold connect", "S2": "fan-out", "S3": "endpoint churn", "S4": "spoke flap"}
+var Titles = map[string]string{"S1": "cold connect", "S2": "fan-out", "S3": "endpoint churn", "S4": "spoke flap", "F1": "replica failover"}
 
 // Median combines the results of several runs of the same scenario: every
 // number is the median of the runs' (for an even count, the mean of the
@@ -164,6 +164,10 @@ func (r Result) Notes() string {
 			seen = "yes"
 		}
 		add("hub saw the outage: %s; resynced in %s", seen, secs(e["resync_seconds"]))
+	case "F1":
+		add("SIGKILL of %s: %s's membership dropped it after %s; its spoke synced on another replica after %s; its %.0f proxies reconnected %s after the kill to the others (latency: kill to fully ACKed)",
+			ReplicaID(int(e["victim"])), ReplicaID(0), secs(e["detect_seconds"]), secs(e["rehome_seconds"]), e["reconnected"], secs(ReconnectDelay.Seconds()))
+		add("the other proxies received %.0f responses, %.0f resources, %.0f removals", e["others_responses"], e["others_resources"], e["others_removals"])
 	}
 	if v, ok := e["hub_rss_start_mb"]; ok {
 		add("hub RSS at start %.0f MB", v)

@@ -123,6 +123,7 @@ type runner struct {
 	// hubs are the hub's processes: one, or the replicas of one set.
 	hubs    []*Hub
 	steady  map[string]float64 // replicas only: the set's steady state before S1 (Extra of S1)
+	dead    map[int]bool       // hubs killed (F1)
 	env     *env
 	spokes  *spokes
 	clients []*Client
@@ -145,7 +146,7 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	o.defaults()
 	for _, s := range o.Scenarios {
 		if Titles[s] == "" {
-			return nil, fmt.Errorf("unknown scenario %q (want S1, S2, S3 or S4)", s)
+			return nil, fmt.Errorf("unknown scenario %q (want S1, S2, S3, S4 or, with replicas, F1)", s)
 		}
 	}
 	w, err := NewWorkload(WorkloadOptions{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Clusters: o.Clusters})
@@ -164,6 +165,9 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	if len(hubs) == 0 {
 		return nil, fmt.Errorf("starting the hub: no hub started")
 	}
+	if len(hubs) == 1 && slices.Contains(o.Scenarios, "F1") {
+		return nil, fmt.Errorf("scenario F1 (replica failover) needs replicas")
+	}
 	r := &runner{o: o, w: w, hub: hubs[0], hubs: hubs, env: newEnv(), log: o.Logger}
 	var spokeAddrs []string
 	for i, h := range hubs {
@@ -171,6 +175,19 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 		spokeAddrs = append(spokeAddrs, h.Spokes)
 	}
 
+	if len(hubs) > 1 {
+		// Each spoke dials its replica through a forwarder that falls
+		// back to the others, as through a Service (F1 re-homes it).
+		for i := range hubs {
+			backends := append(append([]string(nil), spokeAddrs[i:]...), spokeAddrs[:i]...)
+			f, err := newForwarder(backends)
+			if err != nil {
+				return nil, err
+			}
+			defer f.close()
+			spokeAddrs[i] = f.addr()
+		}
+	}
 	loadStart := time.Now()
 	r.spokes = startSpokes(ctx, spokeAddrs, w, o.Logger)
 	defer r.spokes.stopAll()
@@ -189,10 +206,12 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 
 	r.env.watched[r.env.names.idString(w.ClusterName(0))] = true
 	for _, s := range specs {
-		c, err := newClient(r.env, s, o.Delta, hubs[len(r.clients)%len(hubs)].XDS)
+		i := len(r.clients) % len(hubs)
+		c, err := newClient(r.env, s, o.Delta, hubs[i].XDS)
 		if err != nil {
 			return nil, err
 		}
+		c.replica = i
 		r.clients = append(r.clients, c)
 	}
 	defer func() {
@@ -213,7 +232,7 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	steps := []struct {
 		name string
 		fn   func(context.Context) (Result, error)
-	}{{"S1", r.coldConnect}, {"S2", r.fanOut}, {"S3", r.churn}, {"S4", r.flap}}
+	}{{"S1", r.coldConnect}, {"S2", r.fanOut}, {"S3", r.churn}, {"S4", r.flap}, {"F1", r.failover}}
 	for _, st := range steps {
 		if st.name != "S1" && !want(st.name) {
 			continue
@@ -389,6 +408,7 @@ type probe struct {
 
 // procProbe measures one hub process.
 type procProbe struct {
+	index      int // of the hub in runner.hubs
 	hub        *Hub
 	cpu0       float64
 	metrics0   map[string]float64
@@ -451,8 +471,12 @@ func (p *procProbe) end() procUsage {
 
 func (r *runner) begin(name string) *probe {
 	p := &probe{r: r, name: name}
-	for _, h := range r.hubs {
-		p.procs = append(p.procs, h.beginProbe())
+	for i, h := range r.hubs {
+		if !r.dead[i] {
+			pp := h.beginProbe()
+			pp.index = i
+			p.procs = append(p.procs, pp)
+		}
 	}
 	p.tool0 = selfCPU()
 	if r.o.ProfileDir != "" && slices.Contains(r.o.Scenarios, name) {
@@ -506,18 +530,18 @@ func (p *probe) end() Result {
 	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Runs: 1,
 		ToolCPU: tool1 - p.tool0, Wall: wall,
 		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
-	for i, pp := range p.procs {
+	for _, pp := range p.procs {
 		u := pp.end()
 		res.HubCPU += u.cpu
 		res.PeakRSS = max(res.PeakRSS, u.peakMB)
 		for k, v := range u.metrics {
 			res.Hub[k] += v
 		}
-		if len(p.procs) == 1 {
+		if len(p.r.hubs) == 1 {
 			res.Extra["hub_rss_start_mb"] = u.startMB
 			continue
 		}
-		pre := fmt.Sprintf("r%d_", i)
+		pre := fmt.Sprintf("r%d_", pp.index)
 		res.Extra[pre+"cpu_s"] = u.cpu
 		res.Extra[pre+"peak_rss_mb"] = u.peakMB
 		res.Extra[pre+"rss_start_mb"] = u.startMB
@@ -526,10 +550,10 @@ func (p *probe) end() Result {
 		res.Extra[pre+"relay_bytes_per_s"] = res.Extra[pre+"relay_bytes"] / wall
 		res.Extra[pre+"gossip_bytes_per_s"] = res.Extra[pre+"gossip_bytes"] / wall
 	}
-	if n := len(p.procs); n > 1 {
+	if n := len(p.r.hubs); n > 1 {
 		res.Extra["replicas"] = float64(n)
-		for i := range p.r.clients {
-			res.Extra[fmt.Sprintf("r%d_proxies", i%n)]++
+		for _, c := range p.r.clients {
+			res.Extra[fmt.Sprintf("r%d_proxies", c.replica)]++
 		}
 	}
 	from, to := p.r.env.since(p.start), p.r.env.since(end)

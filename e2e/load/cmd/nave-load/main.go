@@ -55,7 +55,7 @@ func run() error {
 		gateways   = flag.Int("gateways", -1, "how many of the proxies are ingress gateways (default 2%)")
 		proxyless  = flag.Int("proxyless", -1, "how many of the proxies are proxyless gRPC clients (default 5%)")
 		modes      = flag.String("mode", "sotw", "ADS variant: sotw or delta; a comma-separated list runs each")
-		scenarios  = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to report (the proxies always connect first)")
+		scenarios  = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to report (the proxies always connect first); with --replicas, F1 (replica failover, run last) may be added")
 		edits      = flag.Int("edits", 1, "S2: edits, one after the other")
 		rate       = flag.Float64("rate", 30, "S3: endpoint moves per second, round robin over the clusters")
 		duration   = flag.Duration("duration", 60*time.Second, "S3: how long the endpoint churn lasts")
@@ -220,7 +220,7 @@ func run() error {
 					byScenario[r.Scenario] = append(byScenario[r.Scenario], r)
 				}
 			}
-			for _, s := range []string{"S1", "S2", "S3", "S4"} {
+			for _, s := range []string{"S1", "S2", "S3", "S4", "F1"} {
 				if len(byScenario[s]) > 0 {
 					medians = append(medians, load.Median(byScenario[s]))
 				}
