@@ -10,30 +10,46 @@ import (
 	"time"
 )
 
-// forwarder is a loopback TCP forwarder in front of a replica set, as a
-// Service address is: each connection goes to the first backend that
-// accepts, in order. A replica-mode spoke dials one, so that it re-homes
-// when its replica dies.
-type forwarder struct {
-	lis      net.Listener
-	backends []string
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
+// Forwarder is a loopback TCP forwarder in front of hub replicas, as a
+// Service address is: each connection goes to the first of its backends
+// that accepts (with round robin, starting at the next backend each
+// time). A replica-mode spoke dials one, so that it re-homes when its
+// replica dies; the e2e replica tests put them in front of spokes and
+// proxies. Safe for concurrent use.
+type Forwarder struct {
+	lis        net.Listener
+	mu         sync.Mutex
+	backends   []string
+	conns      map[net.Conn]bool
+	roundRobin bool
+	next       int
 }
 
-func newForwarder(backends []string) (*forwarder, error) {
+// NewForwarder listens on a free loopback port and forwards to backends
+// (host:port). Callers must Close it.
+func NewForwarder(backends ...string) (*Forwarder, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarder{lis: lis, backends: backends, conns: map[net.Conn]bool{}}
+	f := &Forwarder{lis: lis, backends: backends, conns: map[net.Conn]bool{}}
 	go f.serve()
 	return f, nil
 }
 
-func (f *forwarder) addr() string { return f.lis.Addr().String() }
+// Addr is the forwarder's host:port.
+func (f *Forwarder) Addr() string { return f.lis.Addr().String() }
 
-func (f *forwarder) close() {
+// SetRoundRobin makes each new connection try the backends starting at
+// the next one, as a round-robin load balancer does.
+func (f *Forwarder) SetRoundRobin(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.roundRobin = on
+}
+
+// Close stops listening and closes every forwarded connection.
+func (f *Forwarder) Close() {
 	f.lis.Close()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -42,7 +58,7 @@ func (f *forwarder) close() {
 	}
 }
 
-func (f *forwarder) track(on bool, cs ...net.Conn) {
+func (f *Forwarder) track(on bool, cs ...net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range cs {
@@ -54,15 +70,22 @@ func (f *forwarder) track(on bool, cs ...net.Conn) {
 	}
 }
 
-func (f *forwarder) serve() {
+func (f *Forwarder) serve() {
 	for {
 		in, err := f.lis.Accept()
 		if err != nil {
 			return
 		}
 		go func() {
+			f.mu.Lock()
+			backends := append([]string(nil), f.backends...)
+			if f.roundRobin {
+				f.next = (f.next + 1) % len(backends)
+				backends = append(backends[f.next:], backends[:f.next]...)
+			}
+			f.mu.Unlock()
 			var out net.Conn
-			for _, b := range f.backends {
+			for _, b := range backends {
 				if out, err = net.DialTimeout("tcp", b, time.Second); err == nil {
 					break
 				}

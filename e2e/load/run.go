@@ -180,12 +180,12 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 		// back to the others, as through a Service (F1 re-homes it).
 		for i := range hubs {
 			backends := append(append([]string(nil), spokeAddrs[i:]...), spokeAddrs[:i]...)
-			f, err := newForwarder(backends)
+			f, err := NewForwarder(backends...)
 			if err != nil {
 				return nil, err
 			}
-			defer f.close()
-			spokeAddrs[i] = f.addr()
+			defer f.Close()
+			spokeAddrs[i] = f.Addr()
 		}
 	}
 	loadStart := time.Now()
