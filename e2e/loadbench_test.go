@@ -119,15 +119,7 @@ func TestBenchmarkLoadOnce(t *testing.T) {
 			ChurnRate: 30, ChurnDuration: 2 * time.Second, FlapOutage: 2 * time.Second, FlapQuiet: time.Second,
 			Settle: 300 * time.Millisecond, Timeout: 2 * time.Minute, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 		t.Run(o.Mode(), func(t *testing.T) {
-			res, err := load.Run(context.Background(), o, loadHub(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := load.WriteTable(&buf, res); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("\n%s", buf.String())
+			res := runLoad(t, o, loadHub(t))
 			if len(res) != 4 {
 				t.Fatalf("%d results, want one per scenario", len(res))
 			}
@@ -161,6 +153,21 @@ func TestBenchmarkLoadOnce(t *testing.T) {
 	}
 }
 
+// runLoad runs the load tool once and logs its table.
+func runLoad(t *testing.T, o load.Options, start load.HubStarter) []load.Result {
+	t.Helper()
+	res, err := load.Run(context.Background(), o, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := load.WriteTable(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", buf.String())
+	return res
+}
+
 // testWriter sends log lines to t.Log.
 type testWriter struct{ t *testing.T }
 
@@ -184,15 +191,7 @@ func TestBenchmarkLoadReplicasOnce(t *testing.T) {
 	o := load.Options{Services: 20, EndpointsPerCluster: 1, Proxies: 9, Gateways: 1, Proxyless: 2, Scenarios: []string{"S1", "S2", "S3", "S4", "F1"},
 		ChurnRate: 30, ChurnDuration: 2 * time.Second, FlapOutage: 2 * time.Second, FlapQuiet: time.Second,
 		Settle: 300 * time.Millisecond, Idle: 2 * time.Second, Timeout: 2 * time.Minute, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
-	res, err := load.Run(context.Background(), o, loadReplicas(t, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := load.WriteTable(&buf, res); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s", buf.String())
+	res := runLoad(t, o, loadReplicas(t, 3))
 	if len(res) != 5 {
 		t.Fatalf("%d results, want one per scenario", len(res))
 	}

@@ -237,14 +237,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 	if err == nil {
 		err = rehomeErr
 	}
-	if err == nil {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-time.After(r.o.FlapQuiet):
-		}
-	}
-	res := p.end()
+	res, err := p.endAfterQuiet(ctx, err)
 	if err != nil {
 		return res, err
 	}

@@ -60,6 +60,15 @@ type HubProcess struct {
 // flags, its output appended to logPath (or discarded if empty), and waits
 // until it is ready. Callers must Stop it.
 func StartHub(ctx context.Context, bin, logPath string, extra ...string) (*HubProcess, error) {
+	h, err := freeHub()
+	if err != nil {
+		return nil, err
+	}
+	return startProcess(ctx, bin, logPath, HubArgs(h.Admin, h.Spokes, h.XDS, extra...))
+}
+
+// freeHub is a Hub (no process yet) on free loopback ports.
+func freeHub() (*Hub, error) {
 	var addrs [3]string
 	for i := range addrs {
 		a, err := FreeAddr()
@@ -68,7 +77,7 @@ func StartHub(ctx context.Context, bin, logPath string, extra ...string) (*HubPr
 		}
 		addrs[i] = a
 	}
-	return startProcess(ctx, bin, logPath, HubArgs(addrs[0], addrs[1], addrs[2], extra...))
+	return &Hub{Admin: addrs[0], Spokes: addrs[1], XDS: addrs[2]}, nil
 }
 
 // startProcess runs bin with args (which put its listeners where HubArgs

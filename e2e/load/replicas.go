@@ -67,15 +67,10 @@ func NewReplicaSetup(n int, dir string, extra ...string) (*ReplicaSetup, error) 
 		}
 	}
 	for i := range n {
-		var addrs [3]string
-		for j := range addrs {
-			a, err := FreeAddr()
-			if err != nil {
-				return nil, err
-			}
-			addrs[j] = a
+		h, err := freeHub()
+		if err != nil {
+			return nil, err
 		}
-		h := &Hub{Admin: addrs[0], Spokes: addrs[1], XDS: addrs[2]}
 		s.Hubs = append(s.Hubs, h)
 		s.Args = append(s.Args, HubArgs(h.Admin, h.Spokes, h.XDS, append([]string{"--state.dir", state,
 			"--replicas.id", ReplicaID(i), "--replicas.join", strings.Join(join, ","),

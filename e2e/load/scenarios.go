@@ -333,6 +333,19 @@ func (r *runner) churn(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// endAfterQuiet watches for FlapQuiet more, unless err (the scenario's)
+// is set, then ends the probe.
+func (p *probe) endAfterQuiet(ctx context.Context, err error) (Result, error) {
+	if err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(p.r.o.FlapQuiet):
+		}
+	}
+	return p.end(), err
+}
+
 // flap (S4): the last cluster's uplink stops for FlapOutage and starts
 // again with the same state; counts what the proxies received from the
 // stop until FlapQuiet after the resync (target: nothing).
@@ -377,14 +390,7 @@ func (r *runner) flap(ctx context.Context) (Result, error) {
 		return nil
 	})
 	resync := time.Since(restart)
-	if err == nil {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-time.After(r.o.FlapQuiet):
-		}
-	}
-	res := p.end()
+	res, err := p.endAfterQuiet(ctx, err)
 	if err != nil {
 		return res, err
 	}
