@@ -227,7 +227,10 @@ func run() error {
 			}
 		}
 	}
-	slices.SortStableFunc(medians, func(a, b load.Result) int { return strings.Compare(a.Scenario, b.Scenario) })
+	order := []string{"S1", "S2", "S3", "S4", "F1"}
+	slices.SortStableFunc(medians, func(a, b load.Result) int {
+		return slices.Index(order, a.Scenario) - slices.Index(order, b.Scenario)
+	})
 
 	fmt.Printf("nave load benchmark: %d services × %d endpoints × %d clusters (%d endpoints), %s; S3 %s at %g moves/s; S4 outage %s\n",
 		*services, *endpoints, *clusters, *services**endpoints**clusters, describeProxies(ns, *gateways, *proxyless), *duration, *rate, *outage)
