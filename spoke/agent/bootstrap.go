@@ -32,7 +32,7 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		file := func(name string) string { return filepath.Join(cfg.Dir, name) }
 		return xdsbootstrap.New(cfg.XDS.Address, id, meta, &xdsbootstrap.TLSFiles{CACertificateFile: file(HubCAFile),
 			CertificateFile: file(CertChainFile), PrivateKeyFile: file(KeyFile)}).
-			WithFallback(cfg.XDS.FallbackAddress).
+			WithFallback(cfg.XDS.FallbackAddress, file(RootCertFile)).
 			WithServerListenerTemplate(xdsbootstrap.ServerListenerPrefix+"%s").
 			WithFileWatcher(xdsbootstrap.CertificateProviderInstance, file(CertChainFile), file(KeyFile), file(RootCertFile), fileWatcherRefresh).
 			JSON()

@@ -35,6 +35,10 @@ func TestGRPCBootstrap(t *testing.T) {
 		creds.Config.CertificateFile != "/var/run/nave/cert-chain.pem" || creds.Config.PrivateKeyFile != "/var/run/nave/key.pem" {
 		t.Errorf("channel creds %+v; want TLS with the hub CA and the workload files", creds)
 	}
+	if fb := b.XDSServers[1].ChannelCreds[0]; fb.Type != "tls" || fb.Config.CACertificateFile != "/var/run/nave/root-cert.pem" ||
+		fb.Config.CertificateFile != "/var/run/nave/cert-chain.pem" {
+		t.Errorf("fallback channel creds %+v; want TLS verified with the mesh roots (the spoke's cluster certificate), the workload files", fb)
+	}
 	fw := b.CertificateProviders[xdsbootstrap.CertificateProviderInstance].Config
 	if fw.CACertificateFile != "/var/run/nave/root-cert.pem" || fw.CertificateFile != "/var/run/nave/cert-chain.pem" {
 		t.Errorf("file watcher %+v", fw)

@@ -36,6 +36,7 @@ const enrollAttemptTimeout = 30 * time.Second
 type hubIdentity struct {
 	hub           spokeconfig.Hub
 	mesh, cluster string
+	serverNames   []string // the fallback server's, in the certificate
 	log           *slog.Logger
 	reg           prometheus.Registerer
 
@@ -45,7 +46,7 @@ type hubIdentity struct {
 }
 
 func newHubIdentity(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer) *hubIdentity {
-	return &hubIdentity{hub: cfg.Hub, mesh: cfg.Mesh, cluster: cfg.Cluster, log: log, reg: reg}
+	return &hubIdentity{hub: cfg.Hub, mesh: cfg.Mesh, cluster: cfg.Cluster, serverNames: cfg.FallbackServerNames(), log: log, reg: reg}
 }
 
 // establish returns the Renewer of the spoke's cluster credentials, from
@@ -77,7 +78,7 @@ func (id *hubIdentity) establish(ctx context.Context) (*enroll.Renewer, error) {
 			whose, creds.Mesh, creds.Cluster, id.mesh, id.cluster)
 	}
 	r, err := enroll.NewRenewer(enroll.RenewerOptions{Address: id.hub.Address, ServerName: id.hub.ServerName,
-		StateDir: id.hub.StateDir, Logger: id.log, Registerer: id.reg})
+		ServerNames: id.serverNames, StateDir: id.hub.StateDir, Logger: id.log, Registerer: id.reg})
 	if err != nil {
 		return nil, fmt.Errorf("hub.stateDir: %w", err)
 	}
@@ -141,7 +142,8 @@ func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) 
 // enrollOptions reads what a first enrollment needs: the join token and
 // how to trust the hub.
 func (id *hubIdentity) enrollOptions() (enroll.Options, string, error) {
-	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, StateDir: id.hub.StateDir}
+	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, StateDir: id.hub.StateDir,
+		ServerNames: id.serverNames}
 	if id.hub.TokenFile == "" {
 		return opts, "", fmt.Errorf("hub.stateDir %s holds no credentials and hub.tokenFile is not set: "+
 			"the spoke needs a join token (navectl token create) to enroll", id.hub.StateDir)
