@@ -36,6 +36,8 @@ func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
 }
 
+func (s *fallbackSpoke) status(t *testing.T) fallbackStatus { t.Helper(); return s.fallbackStatus(t) }
+
 type fallbackStatus struct {
 	Active      bool      `json:"active"`
 	Since       time.Time `json:"since"`
@@ -48,7 +50,8 @@ type fallbackStatus struct {
 	} `json:"remoteView"`
 }
 
-func (s *fallbackSpoke) status(t *testing.T) fallbackStatus {
+// fallbackStatus is the spoke's /debug/fallback.
+func (s *spoke) fallbackStatus(t *testing.T) fallbackStatus {
 	t.Helper()
 	var st fallbackStatus
 	if err := harness.GetJSON(s.url("/debug/fallback"), &st); err != nil {

@@ -86,7 +86,7 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
 		doc, err = xdsbootstrap.New(*hub, w.NodeID(*domain), meta, &xdsbootstrap.TLSFiles{CACertificateFile: *hubCA,
 			CertificateFile: file(fileCertChain), PrivateKeyFile: file(fileKey)}).
-			WithFallback(*fallback, file(fileRootCert)).
+			WithFallback(*fallback).
 			WithServerListenerTemplate(xdsbootstrap.ServerListenerPrefix+"%s").
 			WithFileWatcher(xdsbootstrap.CertificateProviderInstance, file(fileCertChain), file(fileKey), file(fileRootCert), "60s").
 			JSON()

@@ -117,7 +117,7 @@ func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM 
 			if err != nil {
 				return sans{}, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
 			}
-			if err := checkServerNames(csr.DNSNames, csr.IPAddresses); err != nil {
+			if err := checkServerNames(csr.DNSNames, csr.IPAddresses, a.opts.HubNames); err != nil {
 				return sans{}, err
 			}
 			return sans{uris: []*url.URL{u}, dns: csr.DNSNames, ips: csr.IPAddresses}, nil
@@ -131,8 +131,8 @@ func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM 
 // checkServerNames refuses DNS and IP SANs a cluster certificate may not
 // carry: more than MaxClusterServerNames, a DNS name that is not a plain
 // lower-case DNS name (RFC 1123: no wildcard, no trailing dot), an
-// unspecified IP address.
-func checkServerNames(dns []string, ips []net.IP) error {
+// unspecified IP address, one of hubNames (the hub's own).
+func checkServerNames(dns []string, ips []net.IP, hubNames []string) error {
 	if n := len(dns) + len(ips); n > MaxClusterServerNames {
 		return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: %d DNS and IP SANs; a cluster certificate carries at most %d (its fallback server's names)", n, MaxClusterServerNames)
 	}
@@ -140,10 +140,16 @@ func checkServerNames(dns []string, ips []net.IP) error {
 		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
 			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: not a DNS name: %s", d, strings.Join(errs, "; "))
 		}
+		if slices.ContainsFunc(hubNames, func(h string) bool { return strings.EqualFold(h, d) }) {
+			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: a name of the hub (tls.hosts); a spoke's fallback server needs a name of its own", d)
+		}
 	}
 	for _, ip := range ips {
 		if ip.IsUnspecified() {
 			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: IP SAN %s: the unspecified address names no server", ip)
+		}
+		if slices.ContainsFunc(hubNames, func(h string) bool { hip := net.ParseIP(h); return hip != nil && hip.Equal(ip) }) {
+			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: IP SAN %s: an address of the hub (tls.hosts); a spoke's fallback server needs an address of its own", ip)
 		}
 	}
 	return nil

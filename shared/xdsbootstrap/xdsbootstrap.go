@@ -75,28 +75,22 @@ func New(serverURI, nodeID string, metadata map[string]any, tls *TLSFiles) *Boot
 }
 
 // WithFallback adds a second xDS server at serverURI, the spoke's fallback
-// server, and returns b; an empty serverURI adds nothing. grpc-go uses it
-// only while the first is unreachable (gRFC A71). It is dialled like the
-// first, with the same client certificate, but with TLS its certificate is
-// verified against meshRootsFile, the mesh's roots, not the hub's serving
-// CA: the spoke serves its cluster certificate (issued by the mesh CA,
-// valid for the names in the spoke's fallback.serverNames), which must be
-// valid for serverURI's host.
-func (b *Bootstrap) WithFallback(serverURI, meshRootsFile string) *Bootstrap {
+// server, with the first one's channel credentials, and returns b. grpc-go
+// uses it only while the first is unreachable (gRFC A71); an empty
+// serverURI adds nothing.
+//
+// With TLS the CA file must hold the roots of both servers, the hub's
+// serving CA and the mesh's (the spoke serves its cluster certificate,
+// valid for its fallback.serverNames): grpc-go v1.85 builds one set of
+// channel credentials per credentials type, the last server's, and uses
+// it for every server of the bootstrap, so per-server CA files would have
+// the hub verified with the spoke's roots (docs/fallback.md).
+func (b *Bootstrap) WithFallback(serverURI string) *Bootstrap {
 	if serverURI == "" {
 		return b
 	}
 	s := b.XDSServers[0]
 	s.ServerURI = serverURI
-	s.ChannelCreds = make([]ChannelCreds, len(b.XDSServers[0].ChannelCreds))
-	for i, c := range b.XDSServers[0].ChannelCreds {
-		if c.Config != nil {
-			files := *c.Config
-			files.CACertificateFile = meshRootsFile
-			c.Config = &files
-		}
-		s.ChannelCreds[i] = c
-	}
 	b.XDSServers = append(b.XDSServers, s)
 	return b
 }

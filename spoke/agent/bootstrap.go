@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/spoke/agentconfig"
@@ -32,7 +33,7 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		file := func(name string) string { return filepath.Join(cfg.Dir, name) }
 		return xdsbootstrap.New(cfg.XDS.Address, id, meta, &xdsbootstrap.TLSFiles{CACertificateFile: file(HubCAFile),
 			CertificateFile: file(CertChainFile), PrivateKeyFile: file(KeyFile)}).
-			WithFallback(cfg.XDS.FallbackAddress, file(RootCertFile)).
+			WithFallback(cfg.XDS.FallbackAddress).
 			WithServerListenerTemplate(xdsbootstrap.ServerListenerPrefix+"%s").
 			WithFileWatcher(xdsbootstrap.CertificateProviderInstance, file(CertChainFile), file(KeyFile), file(RootCertFile), fileWatcherRefresh).
 			JSON()
@@ -47,6 +48,20 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		HubCAPEM: cfg.Trust.HubCA, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
 		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
 	}).JSON()
+}
+
+// XDSRoots are the roots the grpc bootstrap's xDS servers are verified
+// with (HubCAFile): the hub's serving CA and, with a fallback server, the
+// mesh roots as well, since the spoke's fallback server presents its
+// cluster certificate, of the mesh CA. grpc-go uses one CA file for every
+// server of a bootstrap (xdsbootstrap.WithFallback); the hub never issues
+// a cluster certificate for one of its own names (hub/ca), so the mesh
+// roots do not let a spoke pass for the hub.
+func XDSRoots(cfg agentconfig.Config) string {
+	if cfg.XDS.FallbackAddress == "" {
+		return cfg.Trust.HubCA
+	}
+	return strings.TrimRight(cfg.Trust.HubCA, "\n") + "\n" + cfg.Trust.MeshRoots
 }
 
 // Workload is the pod as its bootstrap's node describes it.

@@ -35,9 +35,8 @@ func TestGRPCBootstrap(t *testing.T) {
 		creds.Config.CertificateFile != "/var/run/nave/cert-chain.pem" || creds.Config.PrivateKeyFile != "/var/run/nave/key.pem" {
 		t.Errorf("channel creds %+v; want TLS with the hub CA and the workload files", creds)
 	}
-	if fb := b.XDSServers[1].ChannelCreds[0]; fb.Type != "tls" || fb.Config.CACertificateFile != "/var/run/nave/root-cert.pem" ||
-		fb.Config.CertificateFile != "/var/run/nave/cert-chain.pem" {
-		t.Errorf("fallback channel creds %+v; want TLS verified with the mesh roots (the spoke's cluster certificate), the workload files", fb)
+	if fb := b.XDSServers[1].ChannelCreds[0]; fb.Type != "tls" || *fb.Config != *creds.Config {
+		t.Errorf("fallback channel creds %+v; want the hub's (grpc-go uses one tls config for all servers)", fb)
 	}
 	fw := b.CertificateProviders[xdsbootstrap.CertificateProviderInstance].Config
 	if fw.CACertificateFile != "/var/run/nave/root-cert.pem" || fw.CertificateFile != "/var/run/nave/cert-chain.pem" {
@@ -71,5 +70,17 @@ func TestEnvoyBootstrapOfThePod(t *testing.T) {
 	}
 	if strings.Contains(s, "GENERATOR") {
 		t.Error("an Envoy bootstrap says GENERATOR")
+	}
+}
+
+func TestXDSRoots(t *testing.T) {
+	cfg := testConfig(agentconfig.ModeGRPC)
+	cfg.Trust.MeshRoots = "-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n"
+	if got := XDSRoots(cfg); got != cfg.Trust.HubCA+cfg.Trust.MeshRoots {
+		t.Errorf("with a fallback server: %q, want the hub's CA then the mesh roots", got)
+	}
+	cfg.XDS.FallbackAddress = ""
+	if got := XDSRoots(cfg); got != cfg.Trust.HubCA {
+		t.Errorf("without: %q, want the hub's CA alone", got)
 	}
 }
