@@ -20,14 +20,14 @@ type fallbackSpoke struct {
 	state string
 }
 
-func newFallbackSpoke(t *testing.T, h *hub, cluster, dir string) *fallbackSpoke {
+func newFallbackSpoke(t testing.TB, h *hub, cluster, dir string) *fallbackSpoke {
 	s := &fallbackSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, xds: harness.FreePort(t), state: t.TempDir()}
 	s.start(t, h, cluster)
 	return s
 }
 
 // start runs the spoke process (again, on the same ports and state dir).
-func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
+func (s *fallbackSpoke) start(t testing.TB, h *hub, cluster string) {
 	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
 		"--source", "fs://"+s.dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
 		"--hub.state-dir", s.state, "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
@@ -36,7 +36,7 @@ func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
 }
 
-func (s *fallbackSpoke) status(t *testing.T) fallbackStatus { t.Helper(); return s.fallbackStatus(t) }
+func (s *fallbackSpoke) status(t testing.TB) fallbackStatus { t.Helper(); return s.fallbackStatus(t) }
 
 type fallbackStatus struct {
 	Active      bool      `json:"active"`
@@ -51,7 +51,7 @@ type fallbackStatus struct {
 }
 
 // fallbackStatus is the spoke's /debug/fallback.
-func (s *spoke) fallbackStatus(t *testing.T) fallbackStatus {
+func (s *spoke) fallbackStatus(t testing.TB) fallbackStatus {
 	t.Helper()
 	var st fallbackStatus
 	if err := harness.GetJSON(s.url("/debug/fallback"), &st); err != nil {
