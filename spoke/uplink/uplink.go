@@ -149,12 +149,18 @@ func (u *Uplink) Run(ctx context.Context) error {
 		return nil
 	case <-u.first:
 	}
-	creds := insecure.NewCredentials()
+	creds, redirectCreds := insecure.NewCredentials(), insecure.NewCredentials()
 	if u.opts.TLS != nil {
 		creds = credentials.NewTLS(u.opts.TLS)
+		// A replica a move names is still authenticated by the name of
+		// Address (its certificate is the hub's), whatever its own host.
+		rc := u.opts.TLS.Clone()
+		if rc.ServerName == "" {
+			rc.ServerName, _, _ = net.SplitHostPort(u.opts.Address)
+		}
+		redirectCreds = credentials.NewTLS(rc)
 	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
 	}
@@ -169,11 +175,9 @@ func (u *Uplink) Run(ctx context.Context) error {
 		// reconnect backoff (1 s growing to 2 min) lets it try again, so a
 		// hub that came back would be found late. NewClient fails only on
 		// a malformed target or options, which no retry mends.
-		target, opts := u.opts.Address, dialOpts
+		target, opts := u.opts.Address, append(slices.Clip(dialOpts), grpc.WithTransportCredentials(creds))
 		if redirect != "" {
-			// The replica named by a move: the connection still
-			// authenticates the hub by the name of Address.
-			target, opts = redirect, append(slices.Clip(dialOpts), grpc.WithAuthority(u.opts.Address))
+			target, opts = redirect, append(slices.Clip(dialOpts), grpc.WithTransportCredentials(redirectCreds))
 			redirect = ""
 		}
 		u.mu.Lock()
