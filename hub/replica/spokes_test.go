@@ -195,7 +195,10 @@ func TestSpokeBalancerMovesOneAtATime(t *testing.T) {
 	}
 	off := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0", Holdings: func() []ingest.Holding { return hs },
 		Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}} },
-		Move:  func(ingest.ClusterIdentity, ingest.Epoch, string, string) bool { t.Error("moved with rate 0"); return false }})
+		Move: func(ingest.ClusterIdentity, ingest.Epoch, string, string) bool {
+			t.Error("moved with rate 0")
+			return false
+		}})
 	if _, ok := off.Tick(); ok {
 		t.Error("rate 0 moves")
 	}
