@@ -3,7 +3,10 @@
 // every (re)connect followed by the synced marker, then deltas, and tracks
 // the hub's ACK/NACK of every nonce. Lost connections are retried with
 // jittered exponential backoff that never waits more than its maximum, each
-// attempt on a new connection.
+// attempt on a new connection — except a move: a hub replica balancing
+// spokes closes a synced stream with protocol.TrailerReconnect, and the
+// spoke reconnects at once, to the replica protocol.TrailerRedirect names
+// first.
 package uplink
 
 import (
@@ -211,16 +214,20 @@ func (u *Uplink) Run(ctx context.Context) error {
 			b.Reset() // a stream that got as far as synced was healthy
 		}
 		if mv := (*movedError)(nil); errors.As(err, &mv) {
-			// The hub balances spokes across its replicas: reconnect at
-			// once, to the replica it named first.
+			// The hub balances spokes across its replicas: reconnect to
+			// the replica it named first, at once if the stream had
+			// synced (a hub moves only synced spokes; anything else
+			// backs off, so no hub can make the spoke spin).
 			redirect = mv.redirect
-			u.setState(StateConnecting, err)
 			u.metrics.moves.Inc()
 			u.mu.Lock()
 			u.moves++
 			u.mu.Unlock()
 			u.log.Info("hub asked this spoke to reconnect to another replica", "from", target, "redirect", redirect, "reason", status.Convert(mv.err).Message())
-			continue
+			if synced {
+				u.setState(StateConnecting, err)
+				continue
+			}
 		}
 		wait := b.NextBackOff()
 		u.setState(StateBackoff, err)
