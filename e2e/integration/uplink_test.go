@@ -234,16 +234,8 @@ func TestUplinkFollowsAMoveAtOnce(t *testing.T) {
 	a, addrA, _ := hubServer(t, "127.0.0.1:0")
 	b, addrB, _ := hubServer(t, "127.0.0.1:0")
 	reg := prometheus.NewRegistry()
-	up := uplink.New(uplink.Options{Address: addrA, Mesh: "m", Cluster: "c1", BackoffInitial: time.Hour,
-		BackoffMax: time.Hour, MaxMessageBytes: 1 << 20, Registerer: reg})
-	up.Update(serviceEntries(t, 5))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- up.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	up := runUplink(t, uplink.Options{Address: addrA, Mesh: "m", Cluster: "c1", BackoffInitial: time.Hour, BackoffMax: time.Hour, Registerer: reg},
+		serviceEntries(t, 5))
 	id := ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}
 	syncedOn := func(in *ingest.Server) func() error {
 		return func() error {

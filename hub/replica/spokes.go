@@ -239,18 +239,7 @@ func landed(holdings []ingest.Holding, mv SpokeMove) bool {
 }
 
 // Run ticks every interval until stop is closed.
-func (b *SpokeBalancer) Run(stop <-chan struct{}) {
-	t := time.NewTicker(b.opts.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			b.Tick()
-		}
-	}
-}
+func (b *SpokeBalancer) Run(stop <-chan struct{}) { every(b.opts.Interval, stop, func() { b.Tick() }) }
 
 // SpokeBalance is what /debug/replicas shows of spoke balancing. A plain
 // value.
