@@ -13,6 +13,157 @@ import (
 	"github.com/navemesh/nave/hub/replica"
 )
 
+// balanced is a spoke-balancing scenario: a replica set, file spokes of
+// one service each, and a delta ADS client on every replica.
+type balanced struct {
+	t        *testing.T
+	rs       *replicaSet
+	clusters []string
+	hosts    map[string][]string
+	spokes   map[string]*secureSpoke
+	watchers []*watcher
+}
+
+func newBalanced(t *testing.T, rs *replicaSet, clusters ...string) *balanced {
+	b := &balanced{t: t, rs: rs, clusters: clusters, hosts: map[string][]string{}, spokes: map[string]*secureSpoke{}}
+	for _, c := range clusters {
+		b.hosts[c] = []string{"svc-" + c}
+	}
+	return b
+}
+
+func (b *balanced) config(c string) string {
+	var docs []string
+	for i, n := range b.hosts[c] {
+		docs = append(docs, serviceEntry(n, n+".demo.svc.cluster.local", 17400+i))
+	}
+	return strings.Join(docs, "---\n")
+}
+
+// watch attaches a delta ADS client to every replica (each retries until
+// its replica serves).
+func (b *balanced) watch() {
+	h0 := b.rs.hubs[0]
+	roots := h0.servingRoots(b.t)
+	cert := h0.workloadCert(b.t, "default", "cluster.local", "demo", "watcher")
+	var dials []func() *grpc.ClientConn
+	for _, h := range b.rs.hubs {
+		dials = append(dials, func() *grpc.ClientConn { return dialTLS(b.t, h.at(h.xds), roots, &cert) })
+	}
+	b.watchers = startWatchers(b.t, dials...)
+}
+
+// start starts the spokes, each enrolled at hub-0 and dialling via.
+func (b *balanced) start(via *hub) {
+	for _, c := range b.clusters {
+		b.spokes[c] = startEnrolledSpoke(b.t, via, "spoke-"+c, "", c, b.config(c), b.rs.hubs[0].token(b.t, "default", c, "1h"), b.t.TempDir())
+	}
+}
+
+// owners is who owns each cluster, as every replica agrees.
+func (b *balanced) owners() (map[string]string, error) {
+	out := map[string]string{}
+	for _, h := range b.rs.hubs {
+		self := h.replicas(b.t).Self
+		for id, c := range h.spokesView(b.t) {
+			if !c.Connected || !c.Synced {
+				return nil, fmt.Errorf("%s holds %s not connected and synced", self, id)
+			}
+			if o, ok := out[id]; ok && o != c.Owner {
+				return nil, fmt.Errorf("%s says %s owns %s, another replica %s", self, c.Owner, id, o)
+			}
+			out[id] = c.Owner
+		}
+	}
+	if len(out) != len(b.clusters) {
+		return nil, fmt.Errorf("%d clusters held, want %d", len(out), len(b.clusters))
+	}
+	return out, nil
+}
+
+// waitSpread waits until every replica owns at least one spoke, and
+// returns the spokes per replica.
+func (b *balanced) waitSpread() map[string]int {
+	var spread map[string]int
+	harness.Eventually(b.t, 60*time.Second, func() error {
+		own, err := b.owners()
+		if err != nil {
+			return err
+		}
+		spread = map[string]int{}
+		for _, o := range own {
+			spread[o]++
+		}
+		for i := range b.rs.hubs {
+			if id := fmt.Sprintf("hub-%d", i); spread[id] < 1 {
+				return fmt.Errorf("spokes per replica %v: %s owns none", spread, id)
+			}
+		}
+		return nil
+	})
+	return spread
+}
+
+// everywhere waits until every client holds every service.
+func (b *balanced) everywhere() {
+	b.t.Helper()
+	var all []string
+	for _, c := range b.clusters {
+		for _, n := range b.hosts[c] {
+			all = append(all, n+".demo.svc.cluster.local")
+		}
+	}
+	for i, w := range b.watchers {
+		harness.Eventually(b.t, 60*time.Second, func() error {
+			if err := w.holds(all...); err != nil {
+				return fmt.Errorf("client of hub-%d: %v", i, err)
+			}
+			return nil
+		})
+	}
+}
+
+// moves is the spokes moved by every replica.
+func (b *balanced) moves() float64 {
+	var n float64
+	for _, h := range b.rs.hubs {
+		n += scrape(b.t, h.url("/metrics"), "nave_hub_replica_shed_spokes_total")
+	}
+	return n
+}
+
+// finish checks that nothing moves any more at the spread, changes the
+// config of a spoke that moved off hub-0 and waits for the change at
+// every client, then checks that no client received a removal. It
+// returns the spoke that changed.
+func (b *balanced) finish() string {
+	b.t.Helper()
+	before := b.moves()
+	if before < 1 {
+		b.t.Errorf("%g spokes moved in all, want at least 1", before)
+	}
+	time.Sleep(3 * time.Second) // three times the min age; six shed intervals
+	if after := b.moves(); after != before {
+		b.t.Errorf("spokes kept moving at an even spread: %g moves, then %g", before, after)
+	}
+	own, err := b.owners()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var moved string
+	for _, c := range b.clusters {
+		if own["default/"+c] != "hub-0" {
+			moved = c
+			break
+		}
+	}
+	b.hosts[moved] = append(b.hosts[moved], "svc-"+moved+"-new")
+	writeFile(b.t, filepath.Join(b.spokes[moved].dir, "config.yaml"), b.config(moved))
+	b.everywhere()
+	checkNoRemovals(b.t, b.watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i) })
+	return moved
+}
+
 // TestReplicasBalanceSpokes runs three hub replicas (each gossiping its
 // replicas.spokeAddress) and four enrolled file spokes that are given only
 // hub-0's address, so all four land there. hub-0 moves spokes, one at a
@@ -43,138 +194,28 @@ func TestReplicasBalanceSpokes(t *testing.T) {
 			return nil
 		})
 	}
-
-	roots := h0.servingRoots(t)
-	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
-	var dials []func() *grpc.ClientConn
-	for _, h := range rs.hubs {
-		dials = append(dials, func() *grpc.ClientConn { return dialTLS(t, h.at(h.xds), roots, &cert) })
-	}
-	watchers := startWatchers(t, dials...)
-
-	clusters := []string{"c1", "c2", "c3", "c4"}
-	hosts := map[string][]string{}
-	config := func(c string) string {
-		var docs []string
-		for i, n := range hosts[c] {
-			docs = append(docs, serviceEntry(n, n+".demo.svc.cluster.local", 17400+i))
-		}
-		return strings.Join(docs, "---\n")
-	}
-	all := func() []string {
-		var out []string
-		for _, c := range clusters {
-			for _, n := range hosts[c] {
-				out = append(out, n+".demo.svc.cluster.local")
-			}
-		}
-		return out
-	}
-	spokes := map[string]*secureSpoke{}
+	b := newBalanced(t, rs, "c1", "c2", "c3", "c4")
+	b.watch()
 	start := time.Now()
-	for _, c := range clusters {
-		hosts[c] = []string{"svc-" + c}
-		spokes[c] = startEnrolledSpoke(t, h0, "spoke-"+c, "", c, config(c), h0.token(t, "default", c, "1h"), t.TempDir())
-	}
-
-	// owners is who owns each cluster, as every replica agrees.
-	owners := func() (map[string]string, error) {
-		out := map[string]string{}
-		for _, h := range rs.hubs {
-			self := h.replicas(t).Self
-			for id, c := range h.spokesView(t) {
-				if !c.Connected || !c.Synced {
-					return nil, fmt.Errorf("%s holds %s not connected and synced", self, id)
-				}
-				if o, ok := out[id]; ok && o != c.Owner {
-					return nil, fmt.Errorf("%s says %s owns %s, another replica %s", self, c.Owner, id, o)
-				}
-				out[id] = c.Owner
-			}
-		}
-		if len(out) != len(clusters) {
-			return nil, fmt.Errorf("%d clusters held, want %d", len(out), len(clusters))
-		}
-		return out, nil
-	}
-	var spread map[string]int
-	harness.Eventually(t, 60*time.Second, func() error {
-		own, err := owners()
-		if err != nil {
-			return err
-		}
-		spread = map[string]int{}
-		for _, o := range own {
-			spread[o]++
-		}
-		for _, id := range []string{"hub-0", "hub-1", "hub-2"} {
-			if spread[id] < 1 {
-				return fmt.Errorf("spokes per replica %v: %s owns none", spread, id)
-			}
-		}
-		return nil
-	})
+	b.start(h0)
+	spread := b.waitSpread()
 	t.Logf("spread %v reached %s after the spokes started (spoke-shed-rate 2/s, spoke-min-age 1s)", spread, time.Since(start).Round(time.Millisecond))
-	for i, w := range watchers {
-		harness.Eventually(t, 60*time.Second, func() error {
-			if err := w.holds(all()...); err != nil {
-				return fmt.Errorf("client of hub-%d: %v", i, err)
-			}
-			return nil
-		})
+	b.everywhere()
+	if n := b.moves(); n < 2 {
+		t.Errorf("%g spokes moved, want at least 2 (from 4, 0, 0)", n)
 	}
+	moved := b.finish()
 
-	// Hysteresis: at 2, 1, 1 nothing moves any more.
-	shed := func() float64 {
-		var n float64
-		for _, h := range rs.hubs {
-			n += scrape(t, h.url("/metrics"), "nave_hub_replica_shed_spokes_total")
-		}
-		return n
-	}
-	before := shed()
-	if before < 2 {
-		t.Errorf("%g spokes moved in all, want at least 2", before)
-	}
-	time.Sleep(3 * time.Second) // three times the min age; six shed intervals
-	if after := shed(); after != before {
-		t.Errorf("spokes kept moving at an even spread: %g moves, then %g", before, after)
-	}
-	own, err := owners()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// A config change of a spoke that moved arrives everywhere.
-	var moved string
-	for _, c := range clusters {
-		if own["default/"+c] != "hub-0" {
-			moved = c
-			break
-		}
-	}
 	var up struct {
 		Target string `json:"target"`
 		Moves  int    `json:"moves"`
 	}
-	if err := harness.GetJSON(spokes[moved].url("/debug/uplink"), &up); err != nil {
+	if err := harness.GetJSON(b.spokes[moved].url("/debug/uplink"), &up); err != nil {
 		t.Fatal(err)
 	}
 	if up.Moves < 1 || up.Target == addr(h0.spokes) {
-		t.Errorf("spoke %s owned by %s: its uplink says target %s, %d moves", moved, own["default/"+moved], up.Target, up.Moves)
+		t.Errorf("spoke %s, moved off hub-0: its uplink says target %s, %d moves", moved, up.Target, up.Moves)
 	}
-	hosts[moved] = append(hosts[moved], "svc-"+moved+"-new")
-	writeFile(t, filepath.Join(spokes[moved].dir, "config.yaml"), config(moved))
-	for i, w := range watchers {
-		harness.Eventually(t, 60*time.Second, func() error {
-			if err := w.holds(all()...); err != nil {
-				return fmt.Errorf("client of hub-%d: %v", i, err)
-			}
-			return nil
-		})
-	}
-	checkNoRemovals(t, watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i) })
-
 	var v struct {
 		Spokes replica.SpokeBalance `json:"spokes"`
 	}
@@ -188,4 +229,35 @@ func TestReplicasBalanceSpokes(t *testing.T) {
 		t.Errorf("hub-0 nave_hub_replica_spokes = %g, want %d", n, spread["hub-0"])
 	}
 	assertMetricsDocumented(t, h0.url("/metrics"))
+}
+
+// TestReplicasBalanceSpokesThroughAService: three spokes reach the
+// replicas through one round-robin address (a Service) while hub-1 and
+// hub-2 are down, so all land on hub-0; no replica names a redirect.
+// Once the others are back and ready, hub-0 moves spokes, which reconnect
+// through the Service wherever it sends them, until each replica owns
+// one; no client on any replica receives a removal, and a change of a
+// moved spoke arrives everywhere.
+func TestReplicasBalanceSpokesThroughAService(t *testing.T) {
+	rs := newReplicaSet(t, 3, "--replicas.spoke-shed-rate", "2", "--replicas.spoke-min-age", "1s")
+	h0, h1, h2 := rs.hubs[0], rs.hubs[1], rs.hubs[2]
+	h1.proc.Stop(10 * time.Second)
+	h2.proc.Stop(10 * time.Second)
+	lb := startProxy(t, addr(h0.spokes), addr(h1.spokes), addr(h2.spokes))
+	lb.roundRobin = true
+	b := newBalanced(t, rs, "c1", "c2", "c3")
+	b.watch()
+	via := *h0
+	via.spokes = lb.port()
+	b.start(&via)
+	for _, c := range b.clusters {
+		h0.waitOwned(t, "default/"+c, "hub-0")
+	}
+	start := time.Now()
+	h1.start()
+	h2.start()
+	spread := b.waitSpread()
+	t.Logf("spread %v reached %s after hub-1 and hub-2 were started again (through a round-robin address, no redirect)", spread, time.Since(start).Round(time.Millisecond))
+	b.everywhere()
+	b.finish()
 }
