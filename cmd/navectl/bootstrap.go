@@ -92,7 +92,7 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 			JSON()
 	} else {
 		doc, err = (&xdsbootstrap.Envoy{NodeID: w.NodeID(*domain), Cluster: *name + "." + *ns, Metadata: w.Metadata(),
-			XDSAddress: *hub, FallbackAddress: *fallback, ServerName: *serverName, HubCAPEM: string(ca),
+			XDSAddress: *hub, FallbackAddress: *fallback, ServerName: *serverName, HubCAPEM: string(ca), FallbackRootsFile: file(fileRootCert),
 			CertFile: file(fileCertChain), KeyFile: file(fileKey), AdminPort: *adminPort, ReadyPort: *readyPort}).JSON()
 	}
 	if err != nil {

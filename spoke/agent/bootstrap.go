@@ -45,7 +45,7 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 	return (&xdsbootstrap.Envoy{
 		NodeID: id, Cluster: app + "." + cfg.Pod.Namespace, Metadata: meta,
 		XDSAddress: cfg.XDS.Address, FallbackAddress: cfg.XDS.FallbackAddress, ServerName: cfg.XDS.Host(),
-		HubCAPEM: cfg.Trust.HubCA, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
+		HubCAPEM: cfg.Trust.HubCA, FallbackRootsPEM: cfg.Trust.MeshRoots, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
 		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
 	}).JSON()
 }

@@ -12,7 +12,7 @@ import (
 func testConfig(mode string) agentconfig.Config {
 	return agentconfig.Config{Mode: mode, Mesh: "m1", Cluster: "c1", TrustDomain: "cluster.local", DomainSuffix: "cluster.local",
 		Pod:   agentconfig.Pod{Name: "web-1", Namespace: "shop", ServiceAccount: "web", IP: "10.0.0.5", Node: "n1"},
-		Trust: agentconfig.Trust{HubCA: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+		Trust: agentconfig.Trust{HubCA: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", MeshRoots: "-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n"},
 		XDS:   agentconfig.XDS{Address: "hub.example:15010", FallbackAddress: "10.1.0.1:15010"},
 		Dir:   "/var/run/nave", Envoy: agentconfig.Envoy{AdminPort: 15000, ReadyPort: 15020}}
 }
