@@ -128,6 +128,12 @@ func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM 
 	return bytes.Join(is.chain, nil), nil
 }
 
+// CheckClusterServerNames is SignCluster's check of the DNS and IP SANs a
+// cluster certificate would carry (it implements enroll.ServerNameChecker).
+func (a *Authority) CheckClusterServerNames(dns []string, ips []net.IP) error {
+	return checkServerNames(dns, ips, a.opts.HubNames)
+}
+
 // checkServerNames refuses DNS and IP SANs a cluster certificate may not
 // carry: more than MaxClusterServerNames, a DNS name that is not a plain
 // lower-case DNS name (RFC 1123: no wildcard, no trailing dot), an

@@ -102,6 +102,11 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	if err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: err}, "token", tok.ID)
 	}
+	if c, ok := s.signer.(ServerNameChecker); ok {
+		if err := c.CheckClusterServerNames(csr.DNSNames, csr.IPAddresses); err != nil {
+			return nil, s.refuse(ctx, refused, issueRefusal(fmt.Errorf("sign certificate: %w", err), "; the join token is not used"), "token", tok.ID)
+		}
+	}
 	info, err := s.store.Redeem(ctx, req.GetToken())
 	if err != nil {
 		return nil, s.refuse(ctx, refused, redeemRefusal(err), "token", tok.ID)

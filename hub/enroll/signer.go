@@ -3,6 +3,7 @@ package enroll
 import (
 	"context"
 	"crypto/x509"
+	"net"
 	"time"
 )
 
@@ -33,4 +34,12 @@ type Signer interface {
 // empty: an x509.CertPool cannot be turned back into certificates.
 type TrustBundler interface {
 	TrustBundlePEM(mesh string) ([]byte, error)
+}
+
+// ServerNameChecker is implemented by a Signer that limits the DNS and IP
+// SANs of cluster certificates: Enroll asks it before spending the join
+// token, so that a spoke configured with a name it may not have is refused
+// with its token intact.
+type ServerNameChecker interface {
+	CheckClusterServerNames(dns []string, ips []net.IP) error
 }
