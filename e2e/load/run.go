@@ -421,7 +421,7 @@ type procProbe struct {
 func (h *Hub) beginProbe() *procProbe {
 	p := &procProbe{hub: h, stop: make(chan struct{}), done: make(chan struct{})}
 	p.metrics0, _ = h.Metrics()
-	p.startKB, _ = memKB(h.PID, "VmRSS")
+	p.startKB, _ = MemKB(h.PID, "VmRSS")
 	p.peakReset = resetPeak(h.PID) == nil
 	p.cpu0, _ = cpuSeconds(h.PID)
 	go func() {
@@ -429,7 +429,7 @@ func (h *Hub) beginProbe() *procProbe {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kb, err := memKB(h.PID, "VmRSS"); err == nil && kb > p.sampledKB {
+			if kb, err := MemKB(h.PID, "VmRSS"); err == nil && kb > p.sampledKB {
 				p.sampledKB = kb
 			}
 			select {
@@ -454,7 +454,7 @@ func (p *procProbe) end() procUsage {
 	<-p.done
 	peak := p.sampledKB
 	if p.peakReset {
-		if hwm, err := memKB(p.hub.PID, "VmHWM"); err == nil {
+		if hwm, err := MemKB(p.hub.PID, "VmHWM"); err == nil {
 			peak = max(peak, hwm)
 		}
 	}

@@ -50,8 +50,26 @@ type Options struct {
 	// of its SubjectPublicKeyInfo. The hub must present that CA in its
 	// certificate chain.
 	HubCAHash string
-	// StateDir receives the credentials (created 0700 if missing).
+	// StateDir receives the credentials (created 0700 if missing), unless
+	// Store is set.
 	StateDir string
+	// Store receives the credentials instead of StateDir.
+	Store Store
+	// ServerNames are the host names or IP addresses proxies dial the
+	// spoke's fallback xDS server by: the request asks for them, so that
+	// the cluster certificate it serves with is valid for them.
+	ServerNames []string
+}
+
+// store is where the credentials go: Store, else StateDir.
+func (o Options) store() Store {
+	switch {
+	case o.Store != nil:
+		return o.Store
+	case o.StateDir != "":
+		return DirStore(o.StateDir)
+	}
+	return nil
 }
 
 func (o Options) serverName() (string, error) {
@@ -66,10 +84,11 @@ func (o Options) serverName() (string, error) {
 }
 
 // Enroll redeems token at the hub and saves the credentials it gets in
-// opts.StateDir, replacing any there. The token is not kept anywhere.
+// opts' store, replacing any there. The token is not kept anywhere.
 func Enroll(ctx context.Context, opts Options, token string) (*Credentials, error) {
-	if opts.Address == "" || opts.StateDir == "" {
-		return nil, errors.New("enroll: hub address and state dir are required")
+	store := opts.store()
+	if opts.Address == "" || store == nil {
+		return nil, errors.New("enroll: hub address and a state dir or store are required")
 	}
 	if !strings.HasPrefix(token, "nave-join.") {
 		return nil, errors.New("enroll: not a join token (they start with nave-join.)")
@@ -97,7 +116,7 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 		return nil, errors.New("enroll: the hub's CA or its hash is required to trust the hub")
 	}
 
-	key, csr, err := newKey()
+	key, csr, err := newKey(opts.ServerNames)
 	if err != nil {
 		return nil, err
 	}
@@ -123,20 +142,29 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 	if err != nil {
 		return nil, fmt.Errorf("enroll: the hub's answer: %w", err)
 	}
-	if err := creds.save(opts.StateDir); err != nil {
-		return nil, fmt.Errorf("enroll: %w", err)
+	if err := store.Save(ctx, creds); err != nil {
+		return nil, fmt.Errorf("enroll: saving the credentials in the %s: %w", store, err)
 	}
 	return creds, nil
 }
 
 // newKey returns a fresh ECDSA P-256 key and a PEM certificate request for
-// it. The request names nothing: the hub decides the identity.
-func newKey() (crypto.Signer, []byte, error) {
+// it. The request names no identity (the hub decides it), only names,
+// the fallback server's host names and IP addresses.
+func newKey(names []string) (crypto.Signer, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	tmpl := &x509.CertificateRequest{}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,9 +36,13 @@ type RenewerOptions struct {
 	// ServerName the hub's certificate must be valid for; "" is
 	// Address's host.
 	ServerName string
+	// ServerNames are the fallback server's names each renewal asks
+	// for (Options.ServerNames).
+	ServerNames []string
 	// StateDir holds the credentials Enroll saved; renewed ones replace
-	// them there.
+	// them there. Store, if set, is used instead.
 	StateDir string
+	Store    Store
 	// RetryInitial and RetryMax bound the backoff between failed
 	// renewals; 0 is 1 s and 5 min.
 	RetryInitial, RetryMax time.Duration
@@ -64,7 +68,7 @@ type Renewer struct {
 	expiry     prometheus.Gauge
 }
 
-// NewRenewer loads the credentials in opts.StateDir.
+// NewRenewer loads the credentials from opts.Store (or opts.StateDir).
 func NewRenewer(opts RenewerOptions) (*Renewer, error) {
 	if opts.RetryInitial <= 0 {
 		opts.RetryInitial = time.Second
@@ -79,7 +83,10 @@ func NewRenewer(opts RenewerOptions) (*Renewer, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := Load(opts.StateDir)
+	if opts.Store == nil {
+		opts.Store = DirStore(opts.StateDir)
+	}
+	creds, err := opts.Store.Load(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +146,7 @@ func (r *Renewer) Renew(ctx context.Context) error {
 
 func (r *Renewer) renew(ctx context.Context) error {
 	cur := r.cur.Load()
-	key, csr, err := newKey()
+	key, csr, err := newKey(r.opts.ServerNames)
 	if err != nil {
 		return err
 	}
@@ -166,8 +173,8 @@ func (r *Renewer) renew(ctx context.Context) error {
 	if b := resp.GetTrustBundlePem(); len(b) > 0 {
 		next.TrustBundle = b
 	}
-	if err := next.saveCertificate(r.opts.StateDir); err != nil {
-		return fmt.Errorf("renew: %w", err)
+	if err := r.opts.Store.Save(ctx, &next); err != nil {
+		return fmt.Errorf("renew: saving the certificate in the %s: %w", r.opts.Store, err)
 	}
 	r.set(&next)
 	r.log.Info("cluster certificate renewed", "mesh", next.Mesh, "cluster", next.Cluster,
@@ -190,6 +197,12 @@ func (r *Renewer) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	wait := r.untilDue()
+	if missing := r.missingNames(); len(missing) > 0 {
+		// Saved before the fallback server had these names: renew once
+		// now, so that it serves a certificate valid for them.
+		r.log.Info("the cluster certificate lacks fallback server names; renewing it now", "missing", missing)
+		wait = 0
+	}
 	for {
 		timer.Reset(wait)
 		select {
@@ -211,6 +224,19 @@ func (r *Renewer) Run(ctx context.Context) error {
 			wait = max(r.untilDue(), minRenewInterval)
 		}
 	}
+}
+
+// missingNames are the ServerNames the current certificate is not valid
+// for.
+func (r *Renewer) missingNames() []string {
+	leaf := r.cur.Load().Certificate.Leaf
+	var missing []string
+	for _, n := range r.opts.ServerNames {
+		if leaf.VerifyHostname(n) != nil {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 // untilDue is how long until the current certificate is due.

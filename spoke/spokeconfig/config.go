@@ -60,6 +60,25 @@ type Fallback struct {
 	After         time.Duration `key:"after" default:"5s" help:"how long the hub must be gone (no synced stream) before the spoke serves xDS"`
 	HandBackAfter time.Duration `key:"handBackAfter" default:"30s" help:"how long the hub must have been synced again (it ACKed the spoke's full state) before the spoke stops serving: hysteresis against a hub that comes and goes"`
 	Drain         time.Duration `key:"drain" default:"10s" help:"at hand-back, the spoke closes its proxy streams one by one spread over this long, so they return to the hub gradually"`
+	// ServerNames are what proxies verify the fallback server's
+	// certificate against.
+	ServerNames []string `key:"serverNames" help:"host names and IP addresses proxies dial the fallback server by (at most 4): the spoke asks the hub for a cluster certificate valid for them, which grpc-go's tls channel credentials require; empty: the host of inject.xdsFallbackAddress, if set"`
+}
+
+// FallbackServerNames are the names the cluster certificate must be valid
+// for when fallback is on: fallback.serverNames, else the host of
+// inject.xdsFallbackAddress; none when fallback is off.
+func (c *Config) FallbackServerNames() []string {
+	if !c.Fallback.Enabled {
+		return nil
+	}
+	if len(c.Fallback.ServerNames) > 0 {
+		return c.Fallback.ServerNames
+	}
+	if host, _, err := net.SplitHostPort(c.Inject.XDSFallbackAddress); err == nil && host != "" {
+		return []string{host}
+	}
+	return nil
 }
 
 // Validate checks the address and the durations.
@@ -75,6 +94,17 @@ func (f *Fallback) Validate() error {
 	}
 	if f.Drain < 0 {
 		return settings.Invalid("drain", "must not be negative, got %s", f.Drain)
+	}
+	if len(f.ServerNames) > 4 {
+		return settings.Invalid("serverNames", "lists %d names; a cluster certificate carries at most 4", len(f.ServerNames))
+	}
+	for _, n := range f.ServerNames {
+		if net.ParseIP(n) != nil {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			return settings.Invalid("serverNames", "%q is neither an IP address nor a DNS name: %s", n, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }
@@ -168,6 +198,9 @@ func (c *Config) Validate() error {
 	if c.Inject.Enabled {
 		return settings.Invalid("inject.enabled", "the injector needs source %q; unset it with source %s", KubernetesSource, c.Source)
 	}
+	if c.Hub.CredentialsSecret != "" && !c.Hub.Plaintext {
+		return settings.Invalid("hub.credentialsSecret", "a Secret needs source %q (the cluster's API server); with source %s keep the credentials in hub.stateDir", KubernetesSource, c.Source)
+	}
 	if c.Webhook.Listen != "" {
 		return settings.Invalid("webhook.listen", "the webhooks need source %q (their certificate authority lives in the cluster); set it empty with source %s", KubernetesSource, c.Source)
 	}
@@ -207,16 +240,17 @@ func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Lis
 
 // Hub configures the spoke's outbound connection to the hub.
 type Hub struct {
-	Address         string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
-	BackoffInitial  time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one (same jitter), up to backoffMax; the waits start over once a stream has synced"`
-	BackoffMax      time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub, jitter included; every attempt dials anew, so a hub that is back is reached at most this long after (plus the dial)"`
-	MaxMessageBytes int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
-	Plaintext       bool          `key:"plaintext" default:"false" help:"INSECURE, for tests and development only: connect without TLS and claim mesh and cluster in gRPC metadata (the hub must run with --tls.plaintext); tokenFile, caHash, caFile, stateDir and serverName are then ignored"`
-	TokenFile       string        `key:"tokenFile" help:"file holding the one-time join token (navectl token create), e.g. a mounted Secret (surrounding white space is ignored); read only when stateDir holds no credentials"`
-	CAHash          string        `key:"caHash" help:"pin of the hub's serving CA, sha256:HEX as printed by navectl ca-hash; this or caFile is needed for the first enrollment"`
-	CAFile          string        `key:"caFile" help:"PEM file of the hub's serving CA; this or caHash is needed for the first enrollment"`
-	StateDir        string        `key:"stateDir" default:"nave-spoke-state" help:"directory where the spoke keeps its cluster certificate, key and the hub's CA (created 0700); it enrolls when this holds no credentials"`
-	ServerName      string        `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
+	Address           string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
+	BackoffInitial    time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one (same jitter), up to backoffMax; the waits start over once a stream has synced"`
+	BackoffMax        time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub, jitter included; every attempt dials anew, so a hub that is back is reached at most this long after (plus the dial)"`
+	MaxMessageBytes   int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
+	Plaintext         bool          `key:"plaintext" default:"false" help:"INSECURE, for tests and development only: connect without TLS and claim mesh and cluster in gRPC metadata (the hub must run with --tls.plaintext); tokenFile, caHash, caFile, stateDir and serverName are then ignored"`
+	TokenFile         string        `key:"tokenFile" help:"file holding the one-time join token (navectl token create), e.g. a mounted Secret (surrounding white space is ignored); read only when stateDir holds no credentials"`
+	CAHash            string        `key:"caHash" help:"pin of the hub's serving CA, sha256:HEX as printed by navectl ca-hash; this or caFile is needed for the first enrollment"`
+	CAFile            string        `key:"caFile" help:"PEM file of the hub's serving CA; this or caHash is needed for the first enrollment"`
+	StateDir          string        `key:"stateDir" default:"nave-spoke-state" help:"directory where the spoke keeps its cluster certificate, key and the hub's CA (created 0700) unless credentialsSecret is set, and the remote view (fallback); it enrolls when its credentials store holds none"`
+	CredentialsSecret string        `key:"credentialsSecret" help:"keep the cluster certificate, key and the hub's CA in this Kubernetes Secret, <namespace>/<name> (kubernetes source; RBAC: get and update on the name, create in the namespace) instead of stateDir, so that no volume has to outlive the pod; empty: stateDir"`
+	ServerName        string        `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
 }
 
 // Validate checks the address, the backoff bounds, the message size limit and the TLS
@@ -237,6 +271,15 @@ func (h *Hub) Validate() error {
 	return h.validateTLS()
 }
 
+// CredentialsSecretName splits credentialsSecret into namespace and name.
+func (h *Hub) CredentialsSecretName() (namespace, name string, err error) {
+	ns, n, ok := strings.Cut(h.CredentialsSecret, "/")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(n)) > 0 {
+		return "", "", settings.Invalid("credentialsSecret", "%q is not <namespace>/<name> of a Secret", h.CredentialsSecret)
+	}
+	return ns, n, nil
+}
+
 // validateTLS checks the form of the TLS settings. Whether they suffice (a token and a way to
 // trust the hub, needed only when stateDir holds no credentials) is known only at start-up.
 func (h *Hub) validateTLS() error {
@@ -245,6 +288,11 @@ func (h *Hub) validateTLS() error {
 	}
 	if h.StateDir == "" {
 		return settings.Invalid("stateDir", "is required unless plaintext is set")
+	}
+	if h.CredentialsSecret != "" {
+		if _, _, err := h.CredentialsSecretName(); err != nil {
+			return err
+		}
 	}
 	if h.CAHash != "" {
 		pin, err := tlspin.Parse(h.CAHash)
