@@ -250,6 +250,7 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 	res.Extra["detect_seconds"] = detect.Seconds()
 	res.Extra["rehome_seconds"] = rehome.Seconds()
 	res.Extra["reconnected"] = float64(len(moved))
+	res.Extra["others_responses"], res.Extra["others_resources"], res.Extra["others_removals"] = 0, 0, 0
 	isMoved := map[int]bool{}
 	for _, i := range moved {
 		isMoved[i] = true
