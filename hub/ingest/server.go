@@ -171,24 +171,56 @@ func New(auth Authenticator, opts Options) *Server {
 
 // Push serves one spoke stream.
 func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
-	id, err := s.auth.Authenticate(stream.Context())
+	id, suffix, err := s.admit(stream.Context())
 	if err != nil {
-		s.metrics.refused.Inc()
-		s.log.Warn("spoke stream refused", "reason", err)
-		return err
-	}
-	if err := checkProtocol(stream.Context()); err != nil {
-		s.metrics.refused.Inc()
-		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
-		return err
-	}
-	suffix, err := domainSuffix(stream.Context())
-	if err != nil {
-		s.metrics.refused.Inc()
-		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
 		return err
 	}
 	return s.serve(stream, id, suffix, origin{})
+}
+
+// Poll serves a stream the hub dialled to a polled spoke (hub/poll):
+// stream's Context carries the spoke's TLS peer (its cluster certificate)
+// and, as incoming metadata, the header the spoke answered with, so the
+// Authenticator decides the stream's identity exactly as for Push — an
+// unknown, untrusted or revoked cluster is refused the same way. The
+// identity must also be want, the cluster configured at the address
+// dialled, else the stream is refused with PermissionDenied. From then on
+// it is held exactly like a Push stream.
+func (s *Server) Poll(stream protocolv1.Sync_PushServer, want ClusterIdentity) error {
+	id, suffix, err := s.admit(stream.Context())
+	if err != nil {
+		return err
+	}
+	if id != want {
+		s.metrics.refused.Inc()
+		err := status.Errorf(codes.PermissionDenied, "the spoke at %s is cluster %s, but this address is configured for %s", grpcpeer.Addr(stream.Context()), id, want)
+		s.log.Warn("polled spoke refused", "mesh", want.Mesh, "cluster", want.Cluster, "reason", err)
+		return err
+	}
+	return s.serve(stream, id, suffix, origin{})
+}
+
+// admit authenticates a spoke's stream and checks its protocol version
+// and domain suffix; every refusal is counted and logged.
+func (s *Server) admit(ctx context.Context) (ClusterIdentity, string, error) {
+	id, err := s.auth.Authenticate(ctx)
+	if err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "reason", err)
+		return id, "", err
+	}
+	if err := checkProtocol(ctx); err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return id, "", err
+	}
+	suffix, err := domainSuffix(ctx)
+	if err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return id, "", err
+	}
+	return id, suffix, nil
 }
 
 // Relay serves a stream on which the peer replica owner relays the state

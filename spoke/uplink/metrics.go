@@ -16,12 +16,12 @@ type metrics struct {
 	viewSaves      prometheus.Counter
 }
 
-var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff}
+var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff, StateWaitingHub}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_spoke_uplink_state",
-			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff)."}, []string{"state"}),
+			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff; polled mode: waiting-for-hub)."}, []string{"state"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_reconnects_total",
 			Help: "Hub streams lost and retried."}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_messages_total",

@@ -1,0 +1,115 @@
+package uplink
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/grpcpeer"
+)
+
+// StateWaitingHub is the state of a polled uplink (Options.Polled) that
+// holds no stream: it waits for the hub to dial it.
+const StateWaitingHub = "waiting-for-hub"
+
+// errPollSuperseded ends a Poll stream when the hub opens a newer one.
+var errPollSuperseded = errors.New("superseded by a newer Poll stream")
+
+// poll is the Poll stream being served.
+type poll struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	by     string
+	since  time.Time
+}
+
+// Poll serves a hub's Poll stream (polled mode, protocolv1.PolledServer):
+// exactly what Run does on a Push stream it dials — the full state, the
+// synced marker, then deltas — on a stream the hub dialled. The spoke names
+// itself in the response header. One stream is served at a time: a newer
+// one supersedes the older (which ends with Aborted), so two hubs (or two
+// replicas) never both hold the spoke's state as current. The TLS layer
+// has authenticated the hub (spoke/enroll's PolledTLS) before Poll runs.
+// Until the source has published its initial state, Poll waits for it.
+func (u *Uplink) Poll(ps protocolv1.Polled_PollServer) error {
+	ctx := ps.Context()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-u.first:
+	}
+	if err := ps.SendHeader(u.streamMetadata()); err != nil {
+		return err
+	}
+	by := polledBy(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p := &poll{cancel: cancel, done: make(chan struct{}), by: by, since: time.Now()}
+	defer close(p.done)
+	u.mu.Lock()
+	old := u.poll
+	u.poll = p
+	u.mu.Unlock()
+	if old != nil {
+		old.cancel(errPollSuperseded)
+		<-old.done // one stream at a time consumes the change notifications
+	}
+	u.log.Info("polled by the hub", "hub", by)
+	u.setState(StateSyncing, nil)
+	_, err := u.run(ctx, ps)
+	if errors.Is(context.Cause(ctx), errPollSuperseded) {
+		u.log.Info("poll stream superseded by a newer one", "hub", by)
+		return status.Error(codes.Aborted, errPollSuperseded.Error())
+	}
+	u.mu.Lock()
+	current := u.poll == p
+	if current {
+		u.poll = nil
+	}
+	u.mu.Unlock()
+	if current {
+		u.setState(StateWaitingHub, err)
+		u.metrics.reconnects.Inc()
+		u.log.Warn("hub poll stream lost; waiting for the hub to dial again", "hub", by, "err", err)
+	}
+	if ctx.Err() != nil && ps.Context().Err() != nil {
+		return nil // the hub went away
+	}
+	return err
+}
+
+// polledBy names the hub that dialled: its certificate's SPIFFE ID, if it
+// presented one, and its address.
+func polledBy(ctx context.Context) string {
+	addr := grpcpeer.Addr(ctx)
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return addr
+	}
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
+		if uris := info.State.PeerCertificates[0].URIs; len(uris) == 1 {
+			return uris[0].String() + " at " + addr
+		}
+	}
+	return addr
+}
+
+// hubName names the hub for logs: the address the spoke dials, or the hub
+// that polls it.
+func (u *Uplink) hubName() string {
+	if !u.opts.Polled {
+		return u.opts.Address
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.poll != nil {
+		return u.poll.by
+	}
+	return ""
+}
