@@ -20,9 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +36,6 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
-	"github.com/navemesh/nave/shared/spiffeid"
 )
 
 // Target is a polled spoke: the cluster it must prove to be, and where it
@@ -49,46 +46,6 @@ type Target struct {
 }
 
 func (t Target) String() string { return t.ID.String() + "=" + t.Address }
-
-// ParseTarget parses MESH/CLUSTER=HOST:PORT (the hub's spokes.poll).
-func ParseTarget(s string) (Target, error) {
-	idPart, address, ok := strings.Cut(s, "=")
-	if !ok {
-		return Target{}, fmt.Errorf("polled spoke %q: want MESH/CLUSTER=HOST:PORT", s)
-	}
-	mesh, cluster, ok := strings.Cut(idPart, "/")
-	if !ok {
-		return Target{}, fmt.Errorf("polled spoke %q: %q is not MESH/CLUSTER", s, idPart)
-	}
-	for _, f := range [][2]string{{"mesh", mesh}, {"cluster", cluster}} {
-		if err := spiffeid.ValidateName(f[1]); err != nil {
-			return Target{}, fmt.Errorf("polled spoke %q: %s %q %v; it must be a DNS label", s, f[0], f[1], err)
-		}
-	}
-	host, port, err := net.SplitHostPort(address)
-	if err != nil || host == "" || port == "" {
-		return Target{}, fmt.Errorf("polled spoke %q: address %q is not HOST:PORT", s, address)
-	}
-	return Target{ID: ingest.ClusterIdentity{Mesh: mesh, Cluster: cluster}, Address: address}, nil
-}
-
-// ParseTargets parses every entry, refusing two for one cluster.
-func ParseTargets(list []string) ([]Target, error) {
-	seen := map[ingest.ClusterIdentity]string{}
-	var out []Target
-	for _, s := range list {
-		t, err := ParseTarget(s)
-		if err != nil {
-			return nil, err
-		}
-		if prev, dup := seen[t.ID]; dup {
-			return nil, fmt.Errorf("polled spoke %s is listed twice (%s and %s)", t.ID, prev, t.Address)
-		}
-		seen[t.ID] = t.Address
-		out = append(out, t)
-	}
-	return out, nil
-}
 
 // Ingest is what the Poller hands streams to (ingest.Server).
 type Ingest interface {
@@ -263,7 +220,12 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 	if err != nil {
 		return false, err
 	}
-	st := &serverStream{Polled_PollClient: cs, ctx: metadata.NewIncomingContext(cs.Context(), header)}
+	st := &serverStream{Polled_PollClient: cs, ctx: metadata.NewIncomingContext(cs.Context(), header), admitted: func() {
+		p.mu.Lock()
+		p.targets[t.ID].Streams++
+		p.mu.Unlock()
+		p.log.Info("polled spoke admitted", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "address", t.Address)
+	}}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -284,11 +246,6 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 	}()
 	p.set(t.ID, StateStreaming, nil)
 	err = p.in.Poll(st, t.ID)
-	if st.sent.Load() {
-		p.mu.Lock()
-		p.targets[t.ID].Streams++
-		p.mu.Unlock()
-	}
 	if err == nil {
 		err = errors.New("the spoke closed the stream")
 	}
@@ -301,8 +258,11 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 // header as incoming metadata; no headers or trailers of its own to set.
 type serverStream struct {
 	protocolv1.Polled_PollClient
-	ctx  context.Context
-	sent atomic.Bool
+	ctx context.Context
+	// admitted is called on the first Send: ingest answers only a stream
+	// it admitted.
+	admitted func()
+	sent     atomic.Bool
 }
 
 var _ protocolv1.Sync_PushServer = (*serverStream)(nil)
@@ -310,7 +270,9 @@ var _ protocolv1.Sync_PushServer = (*serverStream)(nil)
 func (s *serverStream) Context() context.Context { return s.ctx }
 
 func (s *serverStream) Send(m *discoveryv3.DeltaDiscoveryRequest) error {
-	s.sent.Store(true)
+	if !s.sent.Swap(true) && s.admitted != nil {
+		s.admitted()
+	}
 	return s.Polled_PollClient.Send(m)
 }
 

@@ -14,6 +14,7 @@ type metrics struct {
 	watchResponses prometheus.Counter
 	watchNacks     prometheus.Counter
 	viewSaves      prometheus.Counter
+	pollRefused    prometheus.Counter
 }
 
 var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff, StateWaitingHub}
@@ -40,9 +41,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Watch responses the spoke NACKed (a resource it refused)."}),
 		viewSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_remote_view_saves_total",
 			Help: "Times the remote view was written to the state dir."}),
+		pollRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_poll_refused_total",
+			Help: "Connections to the Poll listener (polled mode) refused at the TLS handshake: the caller did not present the hub's certificate."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves)
+		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)
 	}
 	return m
 }

@@ -113,3 +113,10 @@ func (u *Uplink) hubName() string {
 	}
 	return ""
 }
+
+// RefusedHub counts and logs a caller of the Poll listener that failed the
+// TLS handshake because it is not the hub (enroll.Renewer.PolledTLS).
+func (u *Uplink) RefusedHub(err error) {
+	u.metrics.pollRefused.Inc()
+	u.log.Warn("poll connection refused", "reason", err)
+}
