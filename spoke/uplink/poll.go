@@ -21,6 +21,9 @@ const StateWaitingHub = "waiting-for-hub"
 // errPollSuperseded ends a Poll stream when the hub opens a newer one.
 var errPollSuperseded = errors.New("superseded by a newer Poll stream")
 
+// errPollEnded ends a Poll stream when the spoke stops.
+var errPollEnded = errors.New("the spoke is stopping")
+
 // poll is the Poll stream being served.
 type poll struct {
 	cancel context.CancelCauseFunc
@@ -63,9 +66,12 @@ func (u *Uplink) Poll(ps protocolv1.Polled_PollServer) error {
 	u.log.Info("polled by the hub", "hub", by)
 	u.setState(StateSyncing, nil)
 	_, err := u.run(ctx, ps)
-	if errors.Is(context.Cause(ctx), errPollSuperseded) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errPollSuperseded):
 		u.log.Info("poll stream superseded by a newer one", "hub", by)
-		return status.Error(codes.Aborted, errPollSuperseded.Error())
+		return status.Error(codes.Aborted, cause.Error())
+	case errors.Is(cause, errPollEnded):
+		return status.Error(codes.Unavailable, cause.Error())
 	}
 	u.mu.Lock()
 	current := u.poll == p
@@ -82,6 +88,18 @@ func (u *Uplink) Poll(ps protocolv1.Polled_PollServer) error {
 		return nil // the hub went away
 	}
 	return err
+}
+
+// EndPoll ends the Poll stream being served, if any (the spoke is
+// stopping): its handler returns at once rather than holding a graceful
+// server stop until the hub goes away.
+func (u *Uplink) EndPoll() {
+	u.mu.Lock()
+	p := u.poll
+	u.mu.Unlock()
+	if p != nil {
+		p.cancel(errPollEnded)
+	}
 }
 
 // polledBy names the hub that dialled: its certificate's SPIFFE ID, if it

@@ -30,6 +30,7 @@ func runPolled(ctx context.Context, up *uplink.Uplink, lis net.Listener, renewer
 	protocolv1.RegisterPolledServer(srv, polledServer{up: up})
 	go func() {
 		<-ctx.Done()
+		up.EndPoll()
 		stopGracefully(srv, 5*time.Second)
 	}()
 	if err := srv.Serve(lis); err != nil {
