@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		viewSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_remote_view_saves_total",
 			Help: "Times the remote view was written to the state dir."}),
 		pollRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_poll_refused_total",
-			Help: "Connections to the Poll listener (polled mode) refused at the TLS handshake: the caller did not present the hub's certificate."}),
+			Help: "Connections to the Poll listener (polled mode) refused at the TLS handshake because the certificate presented is not the hub's (a caller presenting none is refused by TLS itself, uncounted)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)

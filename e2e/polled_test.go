@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/hub/servingcert"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	spokeenroll "github.com/navemesh/nave/spoke/enroll"
+)
+
+// startPolledSpoke starts a spoke of the default mesh in polled mode,
+// listening for the hub at port: it enrolls with a join token (a one-off
+// call to the hub), then dials nothing for its state.
+func startPolledSpoke(t *testing.T, h *hub, cluster string, port int) *secureSpoke {
+	t.Helper()
+	return startEnrolledSpoke(t, h, "spoke-"+cluster, "", cluster, secureConfig, h.token(t, "default", cluster, "1h"), t.TempDir(),
+		"--hub.mode", "polled", "--hub.poll-listen", addr(port))
+}
+
+// pollAs dials a polled spoke at target as a hub presenting cert and
+// returns how its Poll stream ended before the spoke said anything.
+func pollAs(t *testing.T, target string, cert *tls.Certificate) error {
+	t.Helper()
+	c := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // the test checks the spoke refuses the client, not the server
+	if cert != nil {
+		c.Certificates = []tls.Certificate{*cert}
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(c)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := protocolv1.NewPolledClient(conn).Poll(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	return fmt.Errorf("the spoke sent its state")
+}
+
+// TestPolledModeSecurity: with TLS, a polled spoke serves its state only
+// to the hub (its serving CA's own certificate), and the hub takes a
+// polled stream only from the cluster configured at that address,
+// enrolled and not revoked — the checks Push applies.
+func TestPolledModeSecurity(t *testing.T) {
+	portA, portB := harness.FreePort(t), harness.FreePort(t)
+	// Cluster a is listed at b's address: whoever answers there must be b.
+	h := newSecureHub(t, "--spokes.poll", "default/a="+addr(portA)+",default/mislabelled="+addr(portB),
+		"--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "1s")
+	a := startPolledSpoke(t, h, "a", portA)
+	b := startPolledSpoke(t, h, "b", portB)
+
+	t.Run("the hub dials the spoke over mTLS", func(t *testing.T) {
+		st := h.waitSynced(t, "default/a")
+		if st.Peer != addr(portA) || st.Resources["ServiceEntry"] != 1 {
+			t.Errorf("default/a at the hub: %+v, want it from %s with its ServiceEntry", st, addr(portA))
+		}
+		var up struct{ Mode, PolledBy, State string }
+		harness.Eventually(t, 10*time.Second, func() error {
+			if err := harness.GetJSON(a.url("/debug/uplink"), &up); err != nil {
+				return err
+			}
+			if up.Mode != "polled" || up.State != "synced" || !strings.HasPrefix(up.PolledBy, "spiffe://hub.nave.internal/ns/nave-system/sa/nave-hub at ") {
+				return fmt.Errorf("spoke a's uplink: %+v", up)
+			}
+			return nil
+		})
+		t.Logf("spoke a is polled by %s", up.PolledBy)
+	})
+
+	t.Run("a spoke answering for another cluster is refused", func(t *testing.T) {
+		harness.Eventually(t, 20*time.Second, func() error {
+			var targets []struct {
+				Cluster, State, LastError string
+				Failures, Streams         int
+			}
+			if err := harness.GetJSON(h.url("/debug/polled"), &targets); err != nil {
+				return err
+			}
+			for _, tg := range targets {
+				if tg.Cluster == "mislabelled" && tg.Failures >= 2 && tg.Streams == 0 &&
+					strings.Contains(tg.LastError, "is cluster default/b, but this address is configured for default/mislabelled") {
+					return nil
+				}
+			}
+			return fmt.Errorf("/debug/polled: %+v", targets)
+		})
+		if _, held := h.spokesView(t)["default/b"]; held {
+			t.Error("the hub holds default/b, which it never meant to poll")
+		}
+		if _, held := h.spokesView(t)["default/mislabelled"]; held {
+			t.Error("the hub holds default/mislabelled from b's stream")
+		}
+		if n := scrape(t, h.url("/metrics"), "nave_hub_poll_dial_failures_total"); n < 2 {
+			t.Errorf("nave_hub_poll_dial_failures_total = %g, want at least 2", n)
+		}
+		var up struct{ State string }
+		if err := harness.GetJSON(b.url("/debug/uplink"), &up); err != nil || up.State == "synced" {
+			t.Errorf("spoke b's uplink: %+v %v; nobody should have taken its state", up, err)
+		}
+	})
+
+	t.Run("a caller without the hub's certificate is refused by the spoke", func(t *testing.T) {
+		before := scrape(t, a.url("/metrics"), "nave_spoke_poll_refused_total")
+		creds, err := spokeenroll.Load(b.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The mesh's CA, a workload claiming the hub's name, a look-alike
+		// CA, the hub's serving CA with another identity (a replica's),
+		// and no certificate at all.
+		spokeCert := creds.Certificate
+		workload := h.workloadCert(t, "default", "cluster.local", "nave-system", "nave-hub")
+		rogue := selfSignedClient(t, "spiffe://hub.nave.internal/ns/nave-system/sa/nave-hub")
+		replica := replicaCert(t, h)
+		for _, tc := range []struct {
+			what string
+			cert *tls.Certificate
+		}{
+			{"another spoke's cluster certificate", &spokeCert},
+			{"a workload certificate of the mesh", &workload},
+			{"a look-alike CA's certificate naming the hub", &rogue},
+			{"a hub replica's certificate", replica},
+			{"no certificate", nil},
+		} {
+			if err := pollAs(t, addr(portA), tc.cert); err == nil || strings.Contains(err.Error(), "sent its state") {
+				t.Errorf("%s: the spoke answered (%v)", tc.what, err)
+			} else {
+				t.Logf("%s: %v", tc.what, err)
+			}
+		}
+		// crypto/tls refuses the caller without a certificate itself.
+		if after := scrape(t, a.url("/metrics"), "nave_spoke_poll_refused_total"); after-before < 4 {
+			t.Errorf("nave_spoke_poll_refused_total went from %g to %g, want 4 more", before, after)
+		}
+		if !strings.Contains(a.proc.Log(), "the caller is not the hub") {
+			t.Error("the spoke's log does not say why it refused")
+		}
+		// The hub's own stream was not disturbed.
+		if st := h.waitSynced(t, "default/a"); st.Peer != addr(portA) {
+			t.Errorf("default/a: %+v", st)
+		}
+	})
+
+	t.Run("metrics are documented", func(t *testing.T) {
+		assertMetricsDocumented(t, h.url("/metrics"), a.url("/metrics"))
+	})
+
+	t.Run("a revoked cluster is cut off and not polled again", func(t *testing.T) {
+		mustNavectl(t, "cluster", "revoke", "--state-dir", h.state, "--mesh", "default", "--cluster", "a")
+		harness.Eventually(t, 10*time.Second, func() error {
+			if _, ok := h.spokesView(t)["default/a"]; ok {
+				return fmt.Errorf("default/a is still held")
+			}
+			return nil
+		})
+		harness.Eventually(t, 20*time.Second, func() error {
+			var targets []struct{ Cluster, State, LastError string }
+			if err := harness.GetJSON(h.url("/debug/polled"), &targets); err != nil {
+				return err
+			}
+			for _, tg := range targets {
+				if tg.Cluster == "a" && tg.State != "streaming" && strings.Contains(tg.LastError, "cluster default/a is revoked") {
+					return nil
+				}
+			}
+			return fmt.Errorf("/debug/polled: %+v", targets)
+		})
+		time.Sleep(2 * time.Second) // a few more attempts
+		if _, ok := h.spokesView(t)["default/a"]; ok {
+			t.Error("the revoked cluster came back")
+		}
+	})
+}
+
+// replicaCert is a hub replica's certificate from the hub's serving CA:
+// the right CA, but not the hub's identity.
+func replicaCert(t *testing.T, h *hub) *tls.Certificate {
+	t.Helper()
+	store, err := servingcert.OpenStore(ca.StoreDir, h.state, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := servingcert.New(context.Background(), store, []string{"127.0.0.1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := c.MintReplica(context.Background(), "hub-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
