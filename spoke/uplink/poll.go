@@ -66,23 +66,26 @@ func (u *Uplink) Poll(ps protocolv1.Polled_PollServer) error {
 	u.log.Info("polled by the hub", "hub", by)
 	u.setState(StateSyncing, nil)
 	_, err := u.run(ctx, ps)
-	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errPollSuperseded):
-		u.log.Info("poll stream superseded by a newer one", "hub", by)
-		return status.Error(codes.Aborted, cause.Error())
-	case errors.Is(cause, errPollEnded):
-		return status.Error(codes.Unavailable, cause.Error())
-	}
 	u.mu.Lock()
 	current := u.poll == p
 	if current {
 		u.poll = nil
 	}
 	u.mu.Unlock()
+	cause := context.Cause(ctx)
 	if current {
 		u.setState(StateWaitingHub, err)
-		u.metrics.reconnects.Inc()
-		u.log.Warn("hub poll stream lost; waiting for the hub to dial again", "hub", by, "err", err)
+		if !errors.Is(cause, errPollEnded) {
+			u.metrics.reconnects.Inc()
+			u.log.Warn("hub poll stream lost; waiting for the hub to dial again", "hub", by, "err", err)
+		}
+	}
+	switch {
+	case errors.Is(cause, errPollSuperseded):
+		u.log.Info("poll stream superseded by a newer one", "hub", by)
+		return status.Error(codes.Aborted, cause.Error())
+	case errors.Is(cause, errPollEnded):
+		return status.Error(codes.Unavailable, cause.Error())
 	}
 	if ctx.Err() != nil && ps.Context().Err() != nil {
 		return nil // the hub went away
