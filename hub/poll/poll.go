@@ -25,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/reconnect"
 )
 
 // Target is a polled spoke: the cluster it must prove to be, and where it
@@ -155,7 +155,7 @@ func (p *Poller) Run(ctx context.Context) error {
 
 // loop keeps one target polled while this hub owns it.
 func (p *Poller) loop(ctx context.Context, t Target) {
-	b := newBackOff(p.opts.BackoffInitial, p.opts.BackoffMax)
+	b := reconnect.Backoff(p.opts.BackoffInitial, p.opts.BackoffMax)
 	for ctx.Err() == nil {
 		if !p.opts.Mine(t.ID) {
 			p.set(t.ID, StateNotOwner, nil)
@@ -322,22 +322,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-time.After(d):
 		return true
 	}
-}
-
-// newBackOff returns the waits between attempts: jittered exponential
-// (randomization 0.5, multiplier 1.5), clamped to maxWait.
-func newBackOff(initial, maxWait time.Duration) backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = initial
-	b.MaxInterval = maxWait
-	b.RandomizationFactor = 0.5
-	b.MaxElapsedTime = 0
-	b.Reset()
-	return cappedBackOff{b}
-}
-
-type cappedBackOff struct{ *backoff.ExponentialBackOff }
-
-func (b cappedBackOff) NextBackOff() time.Duration {
-	return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)
 }

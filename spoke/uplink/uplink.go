@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -30,6 +29,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/reconnect"
 	"github.com/navemesh/nave/spoke/remote"
 )
 
@@ -162,7 +162,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
 	}
 
-	b := newBackOff(u.opts.BackoffInitial, u.opts.BackoffMax)
+	b := reconnect.Backoff(u.opts.BackoffInitial, u.opts.BackoffMax)
 	for {
 		// Each attempt dials afresh: a ClientConn that failed to connect
 		// keeps failing calls with its cached error until its own
@@ -202,28 +202,6 @@ func (u *Uplink) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// newBackOff returns the waits between attempts to reach the hub: the
-// first within initial ± 50 %, each next one 1.5 times the last (± 50 %),
-// never more than maxWait.
-func newBackOff(initial, maxWait time.Duration) backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = initial
-	b.MaxInterval = maxWait
-	b.RandomizationFactor = 0.5
-	b.MaxElapsedTime = 0
-	b.Reset()
-	return cappedBackOff{b}
-}
-
-// cappedBackOff clamps each wait of an ExponentialBackOff to its
-// MaxInterval: the library caps the interval it jitters around, so at the
-// cap it would wait up to MaxInterval × (1 + RandomizationFactor).
-type cappedBackOff struct{ *backoff.ExponentialBackOff }
-
-func (b cappedBackOff) NextBackOff() time.Duration {
-	return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)
 }
 
 func (u *Uplink) setState(s string, err error) {
