@@ -205,3 +205,83 @@ func replicaCert(t *testing.T, h *hub) *tls.Certificate {
 	}
 	return cert
 }
+
+// TestReplicasPollASpokeOnce: three hub replicas list one polled spoke;
+// exactly one of them (its owner) dials it and the others hold its state
+// through the relay. SIGKILL of the owner: another replica takes the spoke
+// over and dials it, and a watching client of a surviving replica sees no
+// removal.
+func TestReplicasPollASpokeOnce(t *testing.T) {
+	const host = "svc-p.demo.svc.cluster.local"
+	port := harness.FreePort(t)
+	rs := newReplicaSet(t, 3, "--spokes.poll", "default/p1="+addr(port), "--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "1s")
+	s := startEnrolledSpoke(t, rs.hubs[0], "spoke-p1", "", "p1", serviceEntry("svc-p", host, 17501), rs.hubs[0].token(t, "default", "p1", "1h"),
+		t.TempDir(), "--hub.mode", "polled", "--hub.poll-listen", addr(port))
+
+	// owner waits until exactly one live replica streams with the spoke and
+	// every live replica holds it synced (the others through the relay).
+	owner := func(live []*hub) int {
+		t.Helper()
+		found := -1
+		harness.Eventually(t, 60*time.Second, func() error {
+			found = -1
+			for i, h := range live {
+				var targets []struct{ State string }
+				if err := harness.GetJSON(h.url("/debug/polled"), &targets); err != nil {
+					return err
+				}
+				if len(targets) != 1 {
+					return fmt.Errorf("replica %d lists %d polled spokes", i, len(targets))
+				}
+				c, ok := h.spokesView(t)["default/p1"]
+				switch {
+				case !ok || !c.Synced:
+					return fmt.Errorf("replica %d does not hold default/p1 synced: %+v", i, c)
+				case targets[0].State == "streaming" && found >= 0:
+					return fmt.Errorf("replicas %d and %d both stream with the spoke", found, i)
+				case targets[0].State == "streaming":
+					if c.Relayed || !c.Connected {
+						return fmt.Errorf("replica %d streams with the spoke but holds it as %+v", i, c)
+					}
+					found = i
+				case targets[0].State != "not-owner":
+					return fmt.Errorf("replica %d: polled spoke %s", i, targets[0].State)
+				case !c.Relayed:
+					return fmt.Errorf("replica %d does not own the spoke but holds it as %+v", i, c)
+				}
+			}
+			if found < 0 {
+				return fmt.Errorf("no replica streams with the spoke")
+			}
+			return nil
+		})
+		return found
+	}
+	first := owner(rs.hubs)
+	t.Logf("hub-%d owns the polled spoke", first)
+	var survivors []*hub
+	for i, h := range rs.hubs {
+		if i != first {
+			survivors = append(survivors, h)
+		}
+	}
+	roots := survivors[0].servingRoots(t)
+	cert := survivors[0].workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	ws := startWatchers(t, func() *grpc.ClientConn { return dialTLS(t, addr(survivors[0].xds), roots, &cert) })
+	harness.Eventually(t, 30*time.Second, func() error { return ws[0].holds(host) })
+
+	rs.hubs[first].proc.Kill()
+	<-rs.hubs[first].proc.Done()
+	killed := time.Now()
+	next := owner(survivors)
+	t.Logf("the polled spoke was taken over %s after its owner was killed", time.Since(killed).Round(time.Millisecond))
+	var up struct {
+		PolledBy string
+		Sessions int
+	}
+	if err := harness.GetJSON(s.url("/debug/uplink"), &up); err != nil || up.Sessions < 2 {
+		t.Errorf("spoke uplink: %+v %v, want a second session", up, err)
+	}
+	t.Logf("now polled by %s (replica %s)", up.PolledBy, survivors[next].url(""))
+	checkNoRemovals(t, ws, func(int) string { return "the watching client" })
+}
