@@ -66,8 +66,8 @@ func TestPolledModeSecurity(t *testing.T) {
 
 	t.Run("the hub dials the spoke over mTLS", func(t *testing.T) {
 		st := h.waitSynced(t, "default/a")
-		if st.Peer != addr(portA) || st.Resources["ServiceEntry"] != 1 {
-			t.Errorf("default/a at the hub: %+v, want it from %s with its ServiceEntry", st, addr(portA))
+		if st.Peer != addr(portA) || st.Resources["ServiceEntry"] != 1 || !st.Polled {
+			t.Errorf("default/a at the hub: %+v, want it polled from %s with its ServiceEntry", st, addr(portA))
 		}
 		var up struct{ Mode, PolledBy, State string }
 		harness.Eventually(t, 10*time.Second, func() error {

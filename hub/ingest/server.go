@@ -82,6 +82,7 @@ type Options struct {
 // origin says whose stream writes a cluster: a spoke's own (relayed
 // false) or a peer replica's relay of its spoke's stream.
 type origin struct {
+	polled  bool // the hub dialled the spoke (Poll)
 	relayed bool
 	owner   string
 	epoch   Epoch
@@ -197,7 +198,7 @@ func (s *Server) Poll(stream protocolv1.Sync_PushServer, want ClusterIdentity) e
 		s.log.Warn("polled spoke refused", "mesh", want.Mesh, "cluster", want.Cluster, "reason", err)
 		return err
 	}
-	return s.serve(stream, id, suffix, origin{})
+	return s.serve(stream, id, suffix, origin{polled: true})
 }
 
 // admit authenticates a spoke's stream and checks its protocol version
@@ -311,7 +312,7 @@ func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix strin
 		o.owner = s.opts.Replica
 		o.epoch = Epoch{At: max(time.Now().UnixNano(), st.epoch.At+1), Replica: s.opts.Replica}
 	}
-	st.epoch, st.owner, st.relayed = o.epoch, o.owner, o.relayed
+	st.epoch, st.owner, st.relayed, st.polled = o.epoch, o.owner, o.relayed, o.polled
 	delete(s.withdrawn, id)
 	if st.cancel != nil {
 		st.cancel(errSuperseded)
@@ -681,6 +682,9 @@ type ClusterStatus struct {
 	Epoch   Epoch  `json:"epoch"`
 	Owner   string `json:"owner,omitempty"`
 	Relayed bool   `json:"relayed,omitempty"`
+	// Polled is set when the stream was dialled by the hub (polled mode;
+	// /debug/polled has the dialling side).
+	Polled bool `json:"polled,omitempty"`
 }
 
 // Status reports every cluster's stream and sync state, and the clusters
@@ -718,7 +722,7 @@ func (s *Server) Status() []ClusterStatus {
 		})
 		cs.Pending = st.stagedCount()
 		cs.DomainSuffix = st.domainSuffix
-		cs.Epoch, cs.Owner, cs.Relayed = st.epoch, st.owner, st.relayed
+		cs.Epoch, cs.Owner, cs.Relayed, cs.Polled = st.epoch, st.owner, st.relayed, st.polled
 		out = append(out, cs)
 	}
 	for id, w := range s.withdrawn {

@@ -107,7 +107,7 @@ func TestPoller(t *testing.T) {
 
 	eventually(t, "default/a synced through the poller", func() bool {
 		for _, c := range in.Status() {
-			if c.Cluster == "a" && c.Connected && c.Synced {
+			if c.Cluster == "a" && c.Connected && c.Synced && c.Polled {
 				return true
 			}
 		}
