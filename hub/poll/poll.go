@@ -209,23 +209,8 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs, err := protocolv1.NewPolledClient(conn).Poll(sctx, grpc.WaitForReady(false))
-	if err != nil {
-		return false, err
-	}
-	// The spoke names itself (mesh, cluster claims, protocol version,
-	// domain suffix) in its response header, as a pushing spoke does in
-	// its request metadata.
-	header, err := cs.Header()
-	if err != nil {
-		return false, err
-	}
-	st := &serverStream{Polled_PollClient: cs, ctx: metadata.NewIncomingContext(cs.Context(), header), admitted: func() {
-		p.mu.Lock()
-		p.targets[t.ID].Streams++
-		p.mu.Unlock()
-		p.log.Info("polled spoke admitted", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "address", t.Address)
-	}}
+	// A stream this hub no longer owns is closed, also while it waits for
+	// the spoke's header.
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -244,6 +229,23 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 			}
 		}
 	}()
+	cs, err := protocolv1.NewPolledClient(conn).Poll(sctx, grpc.WaitForReady(false))
+	if err != nil {
+		return false, err
+	}
+	// The spoke names itself (mesh, cluster claims, protocol version,
+	// domain suffix) in its response header, as a pushing spoke does in
+	// its request metadata.
+	header, err := cs.Header()
+	if err != nil {
+		return false, err
+	}
+	st := &serverStream{Polled_PollClient: cs, ctx: metadata.NewIncomingContext(cs.Context(), header), admitted: func() {
+		p.mu.Lock()
+		p.targets[t.ID].Streams++
+		p.mu.Unlock()
+		p.log.Info("polled spoke admitted", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "address", t.Address)
+	}}
 	p.set(t.ID, StateStreaming, nil)
 	err = p.in.Poll(st, t.ID)
 	if err == nil {
