@@ -99,7 +99,7 @@ func serve(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64<<20))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
 	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	tb.Cleanup(srv.Stop)
