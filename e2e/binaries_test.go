@@ -73,13 +73,22 @@ func TestHelpListsEveryKey(t *testing.T) {
 }
 
 // TestMetricsAreDocumented scrapes both binaries and checks that every
-// nave_ metric they expose is listed in docs/metrics.md.
+// nave_ metric they expose is listed in docs/metrics.md. The spoke runs
+// with fallback on, so it reports the engine's side-neutral metrics too
+// (decision 022).
 func TestMetricsAreDocumented(t *testing.T) {
 	h := newHub(t)
-	sp := newSpoke(t, h, "metrics", t.TempDir())
+	sp := newFallbackSpoke(t, h, "metrics", t.TempDir())
 	harness.Eventually(t, 20*time.Second, func() error {
 		return harness.GetJSON(sp.url("/debug/uplink"), new(map[string]any))
 	})
+	for _, page := range []string{h.url("/metrics"), sp.url("/metrics")} {
+		for _, name := range []string{"nave_xds_connections", "nave_pushctx_builds_total"} {
+			if _, err := metric(page, name); err != nil {
+				t.Errorf("the engine's metrics: %v", err)
+			}
+		}
+	}
 	assertMetricsDocumented(t, h.url("/metrics"), sp.url("/metrics"))
 }
 

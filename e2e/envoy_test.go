@@ -180,8 +180,8 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`nave_hub_mesh_config_conflicts{mesh="default"} 1`, `nave_hub_mesh_config_problems{mesh="default"}`,
-		"nave_hub_proxy_generation_mismatches_total 0"} {
+	for _, want := range []string{`nave_mesh_config_conflicts{mesh="default"} 1`, `nave_mesh_config_problems{mesh="default"}`,
+		"nave_proxy_generation_mismatches_total 0"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("hub metrics lack %s", want)
 		}
@@ -348,7 +348,7 @@ func spokeSynced(h *hub, cluster string, want bool) error {
 	return fmt.Errorf("cluster %s not connected+synced=%v: %+v", cluster, want, spokes)
 }
 
-// pushes sums nave_hub_xds_pushes_total over every label.
+// pushes sums nave_xds_pushes_total over every label.
 func pushes(t *testing.T, h *hub) float64 {
 	t.Helper()
 	body, err := httpGet(h.url("/metrics"))
@@ -357,7 +357,7 @@ func pushes(t *testing.T, h *hub) float64 {
 	}
 	sum := 0.0
 	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "nave_hub_xds_pushes_total{") {
+		if strings.HasPrefix(line, "nave_xds_pushes_total{") {
 			var v float64
 			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
 				sum += v

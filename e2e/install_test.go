@@ -31,8 +31,10 @@ import (
 // were applied to: the image's binary (no command: the entrypoint), the
 // container's args, its environment (downward-API values resolved) and
 // its ConfigMap's config file, each process with the credentials of its
-// pod's service account (RBAC as deploy/ grants it). Both spokes enroll
-// with join tokens navectl made and become ready, their injectors serve
+// pod's service account (RBAC as deploy/ grants it), each spoke on an API
+// server of its own (its cluster). Both spokes enroll
+// with join tokens navectl made and become ready (a spoke's pod replaced
+// comes back without a token: its credentials are in a Secret), their injectors serve
 // (/debug/inject: the configured proxy image, ready), and the hub holds
 // their clusters (both tenants' in the examples), as its operator
 // listener shows a vendor operator certificate navectl issued, while its
@@ -70,14 +72,19 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 		}
 		objs[d] = b
 	}
-	k := kubetest.Start(t, kubetest.Options{})
+	// The hub's cluster, and one of its own for each spoke (their
+	// objects share names, as in real clusters: Secret
+	// nave-system/nave-spoke-credentials, for one).
 	crds, err := os.ReadFile(filepath.Join(harness.ModuleRoot(), "deploy", "spoke", "istio-crds.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.Apply(t, crds)
-	for _, d := range append([]string{hubDir}, spokeDirs...) {
-		k.Apply(t, objs[d])
+	k := kubetest.Start(t, kubetest.Options{})
+	k.Apply(t, crds, objs[hubDir])
+	spokeKube := map[string]*kubetest.Cluster{}
+	for _, d := range spokeDirs {
+		spokeKube[d] = kubetest.Start(t, kubetest.Options{})
+		spokeKube[d].Apply(t, crds, objs[d])
 	}
 
 	hubC := container(t, objs[hubDir], "nave-hub")
@@ -122,11 +129,12 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 	pin := h.pin(t)
 
 	var spokes []*launched
-	var ids, injects []string // mesh/cluster and inject.proxyImage ("": no injection) of each spoke
+	var ids, injects []string       // mesh/cluster and inject.proxyImage ("": no injection) of each spoke
+	var relaunch []func() *launched // each spoke's pod again: new volumes, no join token
 	for _, d := range spokeDirs {
 		c := container(t, objs[d], "nave-spoke")
 		var mesh, cluster, proxyImage string
-		s := launchContainer(t, "nave-spoke-"+filepath.Base(d), c, saKubeconfig(t, k, c), func(cfg map[string]any) {
+		edit := func(cfg map[string]any) {
 			mesh, cluster = cfg["mesh"].(string), cfg["cluster"].(string)
 			if inj, ok := cfg["inject"].(map[string]any); ok && inj["enabled"] == true {
 				proxyImage, _ = inj["proxyImage"].(string)
@@ -141,12 +149,17 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 				hubCfg["serverName"] = host
 			}
 			hubCfg["caHash"] = pin
-		}, func(mounts map[string]string) {
+		}
+		kubeconfig := saKubeconfig(t, spokeKube[d], c)
+		s := launchContainer(t, "nave-spoke-"+filepath.Base(d), c, kubeconfig, edit, func(mounts map[string]string) {
 			// the Secret nave-spoke-join the operator creates, key token
 			tok := h.token(t, mesh, cluster, "10m")
 			if err := os.WriteFile(filepath.Join(mounts["/var/run/secrets/nave/join"], "token"), []byte(tok), 0o400); err != nil {
 				t.Fatal(err)
 			}
+		})
+		relaunch = append(relaunch, func() *launched {
+			return launchContainer(t, "nave-spoke-"+filepath.Base(d)+"-again", c, kubeconfig, edit, func(map[string]string) {})
 		})
 		spokes = append(spokes, s)
 		ids = append(ids, mesh+"/"+cluster)
@@ -222,6 +235,25 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 			})
 		}
 	}
+	// A spoke's pod replaced (new emptyDir, the join token gone, as after
+	// the operator deleted Secret nave-spoke-join): it comes back with the
+	// credentials it keeps in Secret nave-spoke-credentials and syncs again.
+	spokes[0].Stop(10 * time.Second)
+	again := relaunch[0]()
+	again.waitReady(t, 60*time.Second)
+	harness.Eventually(t, 30*time.Second, func() error {
+		var list []ingest.ClusterStatus
+		if err := json.Unmarshal([]byte(vendor("/debug/spokes")), &list); err != nil {
+			return err
+		}
+		for _, c := range list {
+			if c.ClusterIdentity.String() == ids[0] && c.Connected && c.Synced {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not connected and synced again: %+v", ids[0], list)
+	})
+	spokes[0] = again
 	if code, _, err := get(http.DefaultClient, h.url("/debug/spokes")); err != nil || code != http.StatusNotFound {
 		t.Errorf("the plain admin port's /debug/spokes: %d %v; want 404 (debug views only on the operator listener)", code, err)
 	}

@@ -663,14 +663,14 @@ func TestReplicaShedsProxiesToAJoiningReplica(t *testing.T) {
 	for _, w := range watchers {
 		harness.Eventually(t, 60*time.Second, func() error { return w.holds(host) })
 	}
-	if n := scrape(t, h0.url("/metrics"), "nave_hub_xds_connections"); n != 12 {
+	if n := scrape(t, h0.url("/metrics"), "nave_xds_connections"); n != 12 {
 		t.Fatalf("hub-0 holds %g proxies, want all 12", n)
 	}
 
 	h1.start()
 	start := time.Now()
 	harness.Eventually(t, 60*time.Second, func() error {
-		n0, n1 := scrape(t, h0.url("/metrics"), "nave_hub_xds_connections"), scrape(t, h1.url("/metrics"), "nave_hub_xds_connections")
+		n0, n1 := scrape(t, h0.url("/metrics"), "nave_xds_connections"), scrape(t, h1.url("/metrics"), "nave_xds_connections")
 		if n1 < 4 || n0+n1 != 12 {
 			return fmt.Errorf("hub-0 holds %g proxies, hub-1 %g", n0, n1)
 		}

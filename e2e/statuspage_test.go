@@ -308,9 +308,9 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`nave_hub_xds_proxy_sync_states{mesh="default",state="nacked",type="Listener"} 1`,
-		`nave_hub_xds_proxy_sync_states{mesh="default",state="synced",type="Cluster"} 1`,
-		`nave_hub_xds_proxy_sync_states{mesh="default",state="synced",type="Listener"} 0`} {
+	for _, want := range []string{`nave_xds_proxy_sync_states{mesh="default",state="nacked",type="Listener"} 1`,
+		`nave_xds_proxy_sync_states{mesh="default",state="synced",type="Cluster"} 1`,
+		`nave_xds_proxy_sync_states{mesh="default",state="synced",type="Listener"} 0`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("hub metrics lack %s", want)
 		}

@@ -170,7 +170,7 @@ func (r Result) Notes() string {
 	}
 	var gens []string
 	for _, mode := range []string{"full", "endpoints", "reused"} {
-		if v := r.Hub[`nave_hub_proxy_generations_total{mode="`+mode+`"}`]; v > 0 {
+		if v := r.Hub[`nave_proxy_generations_total{mode="`+mode+`"}`]; v > 0 {
 			gens = append(gens, fmt.Sprintf("%s %.0f", mode, v))
 		}
 	}

@@ -248,7 +248,7 @@ func (r *runner) waitLoaded(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b := sumMetric(m, "nave_hub_pushctx_builds_total")
+		b := sumMetric(m, "nave_pushctx_builds_total")
 		if b != last {
 			last, stable = b, time.Now()
 		}

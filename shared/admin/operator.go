@@ -86,6 +86,20 @@ func (s *Server) OperatorHandler(auth OperatorAuthenticator) http.Handler {
 	})
 }
 
+// WorkloadHandler serves the probes, metrics and debug views but not Go's
+// profiles: what a process inside a workload's pod (nave-agent) serves on
+// the pod's IP, where the kubelet probes it, Prometheus scrapes it and any
+// other pod of the cluster may reach it. Its views must describe only that
+// workload.
+func (s *Server) WorkloadHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz/", s.handler)
+	mux.Handle("GET /metrics", s.handler)
+	mux.HandleFunc("GET /debug/pprof/", http.NotFound)
+	mux.Handle("GET /debug/", s.handler)
+	return mux
+}
+
 // ProbeHandler serves only the health probes and metrics: what an admin
 // listener serves to probes and Prometheus when the debug views are on an
 // operator listener.

@@ -89,3 +89,27 @@ func TestOperatorHandlerScopes(t *testing.T) {
 		}
 	}
 }
+
+// The workload handler (nave-agent's status port on the pod IP): probes,
+// metrics and the debug views, never the profiles or a page.
+func TestWorkloadHandlerServesNoProfiles(t *testing.T) {
+	s := New(slog.New(slog.DiscardHandler), NewRegistry())
+	s.HandleDebug("certificate", "the workload's", func(*http.Request) (any, error) { return "spiffe://x", nil })
+	s.HandlePage("/status/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "page") }))
+	ts := httptest.NewServer(s.WorkloadHandler())
+	t.Cleanup(ts.Close)
+	for path, want := range map[string]int{
+		"/healthz/ready": 200, "/healthz/live": 200, "/metrics": 200, "/debug/": 200, "/debug/certificate": 200,
+		"/debug/pprof/": 404, "/debug/pprof/heap": 404, "/debug/pprof/profile": 404, "/debug/pprof/cmdline": 404,
+		"/status/": 404,
+	} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}

@@ -113,7 +113,9 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 		return fmt.Errorf("dir: %w", err)
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.adm.Serve(ctx, status) })
+	// The status port is on the pod's IP (probes, scrapes): no profiles,
+	// and no warning meant for the hub's and spoke's admin ports.
+	g.Go(func() error { return a.adm.ServeHandler(ctx, status, a.adm.WorkloadHandler(), nil) })
 	boot, err := a.bootstrap()
 	if err != nil {
 		return a.stop(g, err)

@@ -50,8 +50,22 @@ type Options struct {
 	// of its SubjectPublicKeyInfo. The hub must present that CA in its
 	// certificate chain.
 	HubCAHash string
-	// StateDir receives the credentials (created 0700 if missing).
+	// StateDir receives the credentials (created 0700 if missing), unless
+	// Store is set.
 	StateDir string
+	// Store receives the credentials instead of StateDir.
+	Store Store
+}
+
+// store is where the credentials go: Store, else StateDir.
+func (o Options) store() Store {
+	switch {
+	case o.Store != nil:
+		return o.Store
+	case o.StateDir != "":
+		return DirStore(o.StateDir)
+	}
+	return nil
 }
 
 func (o Options) serverName() (string, error) {
@@ -66,10 +80,11 @@ func (o Options) serverName() (string, error) {
 }
 
 // Enroll redeems token at the hub and saves the credentials it gets in
-// opts.StateDir, replacing any there. The token is not kept anywhere.
+// opts' store, replacing any there. The token is not kept anywhere.
 func Enroll(ctx context.Context, opts Options, token string) (*Credentials, error) {
-	if opts.Address == "" || opts.StateDir == "" {
-		return nil, errors.New("enroll: hub address and state dir are required")
+	store := opts.store()
+	if opts.Address == "" || store == nil {
+		return nil, errors.New("enroll: hub address and a state dir or store are required")
 	}
 	if !strings.HasPrefix(token, "nave-join.") {
 		return nil, errors.New("enroll: not a join token (they start with nave-join.)")
@@ -123,8 +138,8 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 	if err != nil {
 		return nil, fmt.Errorf("enroll: the hub's answer: %w", err)
 	}
-	if err := creds.save(opts.StateDir); err != nil {
-		return nil, fmt.Errorf("enroll: %w", err)
+	if err := store.Save(ctx, creds); err != nil {
+		return nil, fmt.Errorf("enroll: saving the credentials in the %s: %w", store, err)
 	}
 	return creds, nil
 }

@@ -37,8 +37,9 @@ type RenewerOptions struct {
 	// Address's host.
 	ServerName string
 	// StateDir holds the credentials Enroll saved; renewed ones replace
-	// them there.
+	// them there. Store, if set, is used instead.
 	StateDir string
+	Store    Store
 	// RetryInitial and RetryMax bound the backoff between failed
 	// renewals; 0 is 1 s and 5 min.
 	RetryInitial, RetryMax time.Duration
@@ -64,7 +65,7 @@ type Renewer struct {
 	expiry     prometheus.Gauge
 }
 
-// NewRenewer loads the credentials in opts.StateDir.
+// NewRenewer loads the credentials from opts.Store (or opts.StateDir).
 func NewRenewer(opts RenewerOptions) (*Renewer, error) {
 	if opts.RetryInitial <= 0 {
 		opts.RetryInitial = time.Second
@@ -79,7 +80,10 @@ func NewRenewer(opts RenewerOptions) (*Renewer, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := Load(opts.StateDir)
+	if opts.Store == nil {
+		opts.Store = DirStore(opts.StateDir)
+	}
+	creds, err := opts.Store.Load(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -194,8 +198,8 @@ func (r *Renewer) renew(ctx context.Context) error {
 	if b := resp.GetTrustBundlePem(); len(b) > 0 {
 		next.TrustBundle = b
 	}
-	if err := next.saveCertificate(r.opts.StateDir); err != nil {
-		return fmt.Errorf("renew: %w", err)
+	if err := r.opts.Store.Save(ctx, &next); err != nil {
+		return fmt.Errorf("renew: saving the certificate in the %s: %w", r.opts.Store, err)
 	}
 	r.set(&next)
 	r.log.Info("cluster certificate renewed", "mesh", next.Mesh, "cluster", next.Cluster,

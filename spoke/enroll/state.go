@@ -1,11 +1,8 @@
 package enroll
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,33 +59,22 @@ var ErrNotEnrolled = errors.New("not enrolled")
 // credentials there, its error wraps ErrNotEnrolled; any other error is a
 // state dir that holds credentials it cannot use.
 func Load(dir string) (*Credentials, error) {
+	where := "state dir " + dir
 	// The credentials are written last (see save): without them the
 	// state dir is not enrolled, whatever else it holds.
-	if _, err := os.Stat(filepath.Join(dir, credentialsFile)); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("state dir %s: %w (no %s)", dir, ErrNotEnrolled, credentialsFile)
+	b := map[string][]byte{}
+	for _, name := range []string{credentialsFile, identityFile, hubCAFile, trustBundleFile} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && name == credentialsFile:
+			return nil, fmt.Errorf("%s: %w (no %s)", where, ErrNotEnrolled, credentialsFile)
+		case errors.Is(err, fs.ErrNotExist) && name == trustBundleFile:
+		case err != nil:
+			return nil, err
+		}
+		b[name] = data
 	}
-	var id identity
-	b, err := os.ReadFile(filepath.Join(dir, identityFile))
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, identityFile), err)
-	}
-	hubCA, err := os.ReadFile(filepath.Join(dir, hubCAFile))
-	if err != nil {
-		return nil, err
-	}
-	bundle, err := os.ReadFile(filepath.Join(dir, trustBundleFile))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	p := filepath.Join(dir, credentialsFile)
-	cert, err := tls.LoadX509KeyPair(p, p)
-	if err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", dir, err)
-	}
-	return newCredentials(id, cert, hubCA, bundle)
+	return fromBlobs(b, where)
 }
 
 // newCredentials checks that the parts fit together.
@@ -124,34 +110,22 @@ func (c *Credentials) save(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	id, err := json.MarshalIndent(identity{Mesh: c.Mesh, Cluster: c.Cluster, TrustDomain: c.TrustDomain}, "", "  ")
+	b, err := c.blobs()
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(filepath.Join(dir, identityFile), append(id, '\n'), 0o644); err != nil {
-		return err
-	}
-	if err := atomicfile.Write(filepath.Join(dir, hubCAFile), c.HubCA, 0o644); err != nil {
-		return err
-	}
-	return c.saveCertificate(dir)
-}
-
-// saveCertificate writes the trust bundle and the key and chain.
-func (c *Credentials) saveCertificate(dir string) error {
-	if len(c.TrustBundle) > 0 {
-		if err := atomicfile.Write(filepath.Join(dir, trustBundleFile), c.TrustBundle, 0o644); err != nil {
+	for _, name := range []string{identityFile, hubCAFile, trustBundleFile, credentialsFile} {
+		data, ok := b[name]
+		if !ok {
+			continue
+		}
+		perm := os.FileMode(0o644)
+		if name == credentialsFile {
+			perm = 0o600
+		}
+		if err := atomicfile.Write(filepath.Join(dir, name), data, perm); err != nil {
 			return err
 		}
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(c.Certificate.PrivateKey)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	pem.Encode(&buf, &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	for _, der := range c.Certificate.Certificate {
-		pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: der})
-	}
-	return atomicfile.Write(filepath.Join(dir, credentialsFile), buf.Bytes(), 0o600)
+	return nil
 }

@@ -53,11 +53,13 @@ type Options struct {
 	View *remote.View
 	// Push configures the push context as the hub's (debounce).
 	DebounceQuiet, DebounceMax time.Duration
-	// ADS configures the ADS server; Meshes and DefaultMesh are set to
-	// Mesh. Its Registerer is ignored (the engine's metrics are the hub's;
-	// the spoke reports nave_spoke_fallback_*).
-	ADS        ads.Options
-	Logger     *slog.Logger
+	// ADS configures the ADS server; Meshes, DefaultMesh and Registerer
+	// are set from these Options.
+	ADS    ads.Options
+	Logger *slog.Logger
+	// Registerer receives the spoke's nave_spoke_fallback_* metrics and the
+	// engine's side-neutral ones (nave_pushctx_*, nave_proxy_*, nave_xds_*…),
+	// as on the hub.
 	Registerer prometheus.Registerer
 	// Tick is how often the hub's health is looked at; zero means 100 ms.
 	Tick time.Duration
@@ -98,13 +100,14 @@ func New(opts Options) *Server {
 	s.metrics = newMetrics(opts.Registerer, s)
 	s.pc = pushctx.New(s, pushctx.Options{
 		DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
-		Ready:     func(string, []mesh.ClusterInput) bool { return s.localReady() },
-		OnPublish: func(st *pushctx.State) { s.cache.Entry(st) },
-		Logger:    opts.Logger.With("part", "pushctx"),
+		Ready:      func(string, []mesh.ClusterInput) bool { return s.localReady() },
+		OnPublish:  func(st *pushctx.State) { s.cache.Entry(st) },
+		Logger:     opts.Logger.With("part", "pushctx"),
+		Registerer: opts.Registerer,
 	})
-	s.cache = cache.New(s.pc, cache.Options{Logger: opts.Logger.With("part", "cache")})
+	s.cache = cache.New(s.pc, cache.Options{Logger: opts.Logger.With("part", "cache"), Registerer: opts.Registerer})
 	ao := opts.ADS
-	ao.Meshes, ao.DefaultMesh, ao.Registerer = []string{opts.Mesh}, opts.Mesh, nil
+	ao.Meshes, ao.DefaultMesh, ao.Registerer = []string{opts.Mesh}, opts.Mesh, opts.Registerer
 	ao.Logger = opts.Logger.With("part", "ads")
 	s.ads = ads.New(s.cache, ao)
 	return s

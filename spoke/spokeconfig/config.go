@@ -168,6 +168,9 @@ func (c *Config) Validate() error {
 	if c.Inject.Enabled {
 		return settings.Invalid("inject.enabled", "the injector needs source %q; unset it with source %s", KubernetesSource, c.Source)
 	}
+	if c.Hub.CredentialsSecret != "" && !c.Hub.Plaintext {
+		return settings.Invalid("hub.credentialsSecret", "a Secret needs source %q (the cluster's API server); with source %s keep the credentials in hub.stateDir", KubernetesSource, c.Source)
+	}
 	if c.Webhook.Listen != "" {
 		return settings.Invalid("webhook.listen", "the webhooks need source %q (their certificate authority lives in the cluster); set it empty with source %s", KubernetesSource, c.Source)
 	}
@@ -213,18 +216,19 @@ const (
 
 // Hub configures the spoke's connection to the hub.
 type Hub struct {
-	Address         string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
-	BackoffInitial  time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one (same jitter), up to backoffMax; the waits start over once a stream has synced"`
-	BackoffMax      time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub, jitter included; every attempt dials anew, so a hub that is back is reached at most this long after (plus the dial)"`
-	MaxMessageBytes int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
-	Plaintext       bool          `key:"plaintext" default:"false" help:"INSECURE, for tests and development only: connect without TLS and claim mesh and cluster in gRPC metadata (the hub must run with --tls.plaintext); tokenFile, caHash, caFile, stateDir and serverName are then ignored"`
-	TokenFile       string        `key:"tokenFile" help:"file holding the one-time join token (navectl token create), e.g. a mounted Secret (surrounding white space is ignored); read only when stateDir holds no credentials"`
-	CAHash          string        `key:"caHash" help:"pin of the hub's serving CA, sha256:HEX as printed by navectl ca-hash; this or caFile is needed for the first enrollment"`
-	CAFile          string        `key:"caFile" help:"PEM file of the hub's serving CA; this or caHash is needed for the first enrollment"`
-	StateDir        string        `key:"stateDir" default:"nave-spoke-state" help:"directory where the spoke keeps its cluster certificate, key and the hub's CA (created 0700); it enrolls when this holds no credentials"`
-	ServerName      string        `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
-	Mode            string        `key:"mode" default:"push" help:"push: the spoke dials the hub at address and pushes its state; polled: the spoke dials nothing for its state — it listens on pollListen and the hub, which lists it in spokes.poll, dials it (mTLS: the spoke serves its cluster certificate and requires the hub's). Enrollment and certificate renewal still call the hub at address (docs/protocol.md, Polled mode); the remote view (Watch) is not kept in polled mode"`
-	PollListen      string        `key:"pollListen" default:"0.0.0.0:15026" help:"with mode polled, host:port the spoke serves the hub's Poll stream on (the address in the hub's spokes.poll)"`
+	Address           string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
+	BackoffInitial    time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one (same jitter), up to backoffMax; the waits start over once a stream has synced"`
+	BackoffMax        time.Duration `key:"backoffMax" default:"15s" help:"longest wait between reconnects to the hub, jitter included; every attempt dials anew, so a hub that is back is reached at most this long after (plus the dial)"`
+	MaxMessageBytes   int           `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message sent to or accepted from the hub, in bytes"`
+	Plaintext         bool          `key:"plaintext" default:"false" help:"INSECURE, for tests and development only: connect without TLS and claim mesh and cluster in gRPC metadata (the hub must run with --tls.plaintext); tokenFile, caHash, caFile, stateDir and serverName are then ignored"`
+	TokenFile         string        `key:"tokenFile" help:"file holding the one-time join token (navectl token create), e.g. a mounted Secret (surrounding white space is ignored); read only when stateDir holds no credentials"`
+	CAHash            string        `key:"caHash" help:"pin of the hub's serving CA, sha256:HEX as printed by navectl ca-hash; this or caFile is needed for the first enrollment"`
+	CAFile            string        `key:"caFile" help:"PEM file of the hub's serving CA; this or caHash is needed for the first enrollment"`
+	StateDir          string        `key:"stateDir" default:"nave-spoke-state" help:"directory where the spoke keeps its cluster certificate, key and the hub's CA (created 0700) unless credentialsSecret is set, and the remote view (fallback); it enrolls when its credentials store holds none"`
+	CredentialsSecret string        `key:"credentialsSecret" help:"keep the cluster certificate, key and the hub's CA in this Kubernetes Secret, <namespace>/<name> (kubernetes source; RBAC: get and update on the name, create in the namespace) instead of stateDir, so that no volume has to outlive the pod; empty: stateDir"`
+	ServerName        string        `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
+	Mode              string        `key:"mode" default:"push" help:"push: the spoke dials the hub at address and pushes its state; polled: the spoke dials nothing for its state — it listens on pollListen and the hub, which lists it in spokes.poll, dials it (mTLS: the spoke serves its cluster certificate and requires the hub's). Enrollment and certificate renewal still call the hub at address (docs/protocol.md, Polled mode); the remote view (Watch) is not kept in polled mode"`
+	PollListen        string        `key:"pollListen" default:"0.0.0.0:15026" help:"with mode polled, host:port the spoke serves the hub's Poll stream on (the address in the hub's spokes.poll)"`
 }
 
 // Validate checks the address, the backoff bounds, the message size limit and the TLS
@@ -254,6 +258,15 @@ func (h *Hub) Validate() error {
 	return h.validateTLS()
 }
 
+// CredentialsSecretName splits credentialsSecret into namespace and name.
+func (h *Hub) CredentialsSecretName() (namespace, name string, err error) {
+	ns, n, ok := strings.Cut(h.CredentialsSecret, "/")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(n)) > 0 {
+		return "", "", settings.Invalid("credentialsSecret", "%q is not <namespace>/<name> of a Secret", h.CredentialsSecret)
+	}
+	return ns, n, nil
+}
+
 // validateTLS checks the form of the TLS settings. Whether they suffice (a token and a way to
 // trust the hub, needed only when stateDir holds no credentials) is known only at start-up.
 func (h *Hub) validateTLS() error {
@@ -262,6 +275,11 @@ func (h *Hub) validateTLS() error {
 	}
 	if h.StateDir == "" {
 		return settings.Invalid("stateDir", "is required unless plaintext is set")
+	}
+	if h.CredentialsSecret != "" {
+		if _, _, err := h.CredentialsSecretName(); err != nil {
+			return err
+		}
 	}
 	if h.CAHash != "" {
 		pin, err := tlspin.Parse(h.CAHash)

@@ -63,18 +63,18 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 	// Meanwhile the stuck proxy shows as a pending push.
 	deadline := time.Now().Add(waitFor)
 	pending := 0.0
-	for i := 0; f.metric(t, "nave_hub_xds_stuck_disconnects_total") == 0; i++ {
+	for i := 0; f.metric(t, "nave_xds_stuck_disconnects_total") == 0; i++ {
 		if time.Now().After(deadline) {
 			t.Fatal("the stuck proxy was not disconnected")
 		}
 		f.set(t, "m", synced("c1", pushctxtest.Decode(t, bigMesh(400, fmt.Sprint("v", i)))))
 		live.ACK(live.Next(typeurl.Cluster))
-		pending = max(pending, f.metric(t, "nave_hub_xds_pending_pushes"))
+		pending = max(pending, f.metric(t, "nave_xds_pending_pushes"))
 	}
 	if pending < 1 {
-		t.Error("nave_hub_xds_pending_pushes never counted the stuck proxy")
+		t.Error("nave_xds_pending_pushes never counted the stuck proxy")
 	}
-	for f.metric(t, "nave_hub_xds_pending_pushes") != 0 {
+	for f.metric(t, "nave_xds_pending_pushes") != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("pushes still pending with the stuck proxy gone and the live one served")
 		}
@@ -162,9 +162,9 @@ func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if n := f.metric(t, "nave_hub_xds_send_budget_wait_seconds"); n != 5 {
+	if n := f.metric(t, "nave_xds_send_budget_wait_seconds"); n != 5 {
 		t.Errorf("%v large responses took send budget, want 5", n)
 	}
 	// The budget is held until each proxy answers; all five ACKed.
-	eventuallyTrue(t, "no send budget taken once every proxy answered", func() bool { return f.metric(t, "nave_hub_xds_inflight_bytes") == 0 })
+	eventuallyTrue(t, "no send budget taken once every proxy answered", func() bool { return f.metric(t, "nave_xds_inflight_bytes") == 0 })
 }

@@ -40,7 +40,7 @@ type AuthenticatorFunc func(ctx context.Context) (WorkloadIdentity, error)
 // Authenticate calls f.
 func (f AuthenticatorFunc) Authenticate(ctx context.Context) (WorkloadIdentity, error) { return f(ctx) }
 
-// Refusal reasons, the label set of nave_hub_xds_auth_refusals_total.
+// Refusal reasons, the label set of nave_xds_auth_refusals_total.
 const (
 	refusedUnauthenticated = "unauthenticated"
 	refusedMesh            = "mesh_mismatch"
@@ -50,7 +50,7 @@ const (
 )
 
 func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_xds_auth_refusals_total",
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_xds_auth_refusals_total",
 		Help: "Proxy streams refused because their credentials did not prove the identity their node claims, by reason."}, []string{"reason"})
 	for _, r := range []string{refusedUnauthenticated, refusedMesh, refusedNamespace, refusedServiceAccount, refusedNotHosted} {
 		c.WithLabelValues(r)

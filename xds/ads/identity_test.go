@@ -96,7 +96,7 @@ func TestProxyIdentityDecidesItsMesh(t *testing.T) {
 			}
 		})
 	}
-	if got := f.metric(t, "nave_hub_xds_auth_refusals_total"); got != 4 {
-		t.Errorf("nave_hub_xds_auth_refusals_total = %v, want 4", got)
+	if got := f.metric(t, "nave_xds_auth_refusals_total"); got != 4 {
+		t.Errorf("nave_xds_auth_refusals_total = %v, want 4", got)
 	}
 }

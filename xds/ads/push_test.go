@@ -258,8 +258,8 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	p.Quiet(quietFor, "nothing else changed")
 	// The ACK of the pushed change is a convergence sample; the first
 	// answer (to the proxy's request) is not.
-	eventuallyTrue(t, "one convergence sample", func() bool { return f.metric(t, "nave_hub_xds_convergence_seconds") == 1 })
-	if n := f.metric(t, "nave_hub_xds_pushes_total"); n != 2 {
+	eventuallyTrue(t, "one convergence sample", func() bool { return f.metric(t, "nave_xds_convergence_seconds") == 1 })
+	if n := f.metric(t, "nave_xds_pushes_total"); n != 2 {
 		t.Errorf("%v responses counted, want 2 (request, endpoints)", n)
 	}
 }

@@ -40,7 +40,7 @@ type syncStateCollector struct {
 	desc   *prometheus.Desc
 }
 
-// SyncStateCollector returns the collector of nave_hub_xds_proxy_sync_states:
+// SyncStateCollector returns the collector of nave_xds_proxy_sync_states:
 // connected proxies by mesh, xDS type (of those each subscribed to) and
 // sync state, counted at each scrape. Every state of a (mesh, type) seen is
 // reported, 0 included.
@@ -49,7 +49,7 @@ func (s *Server) SyncStateCollector() prometheus.Collector {
 }
 
 func newSyncStateCollector(status func() []ConnStatus) *syncStateCollector {
-	return &syncStateCollector{status: status, desc: prometheus.NewDesc("nave_hub_xds_proxy_sync_states",
+	return &syncStateCollector{status: status, desc: prometheus.NewDesc("nave_xds_proxy_sync_states",
 		"Connected proxies by mesh, xDS type and sync state (synced, not_sent, stale, nacked), as navectl proxy-status names them.",
 		[]string{"mesh", "type", "state"}, nil)}
 }

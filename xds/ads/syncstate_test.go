@@ -50,7 +50,7 @@ func TestSyncStateCollector(t *testing.T) {
 		{[]string{"state", "synced"}, 2},
 		{[]string{"mesh", "globex", "type", "Listener"}, 0},
 	} {
-		if got := metrictest.Value(t, reg, "nave_hub_xds_proxy_sync_states", c.labels...); got != c.want {
+		if got := metrictest.Value(t, reg, "nave_xds_proxy_sync_states", c.labels...); got != c.want {
 			t.Errorf("%v: %v, want %v", c.labels, got, c.want)
 		}
 	}

@@ -251,8 +251,8 @@ spec: {address: 127.0.0.2, ports: {grpc: 17072}, labels: {app: echo, version: v2
 	}
 }
 
-// generations reads nave_hub_proxy_generations_total{mode}.
+// generations reads nave_proxy_generations_total{mode}.
 func generations(t *testing.T, reg *prometheus.Registry, mode string) float64 {
 	t.Helper()
-	return metrictest.Value(t, reg, "nave_hub_proxy_generations_total", "mode", mode)
+	return metrictest.Value(t, reg, "nave_proxy_generations_total", "mode", mode)
 }

@@ -13,16 +13,16 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_config_problems",
+		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_mesh_config_problems",
 			Help: "Distinct config problems (config that could not be applied as written) in the mesh's current push context, including those found generating for proxies (listed at /debug/meshes)."}, []string{"mesh"}),
-		proxyGenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_proxy_generate_duration_seconds",
+		proxyGenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_proxy_generate_duration_seconds",
 			Help:    "Time to generate and marshal the resources of one Envoy proxy key (sidecar or gateway) from a push context.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
-		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_proxy_generations_total",
+		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_proxy_generations_total",
 			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), reused (nothing changed)."}, []string{"mode"}),
-		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_proxy_generation_mismatches_total",
+		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_proxy_generation_mismatches_total",
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
-		genWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_proxy_generations_waiting",
+		genWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_proxy_generations_waiting",
 			Help: "Generations (proxy keys, proxyless outputs) waiting for one of push.maxConcurrentGenerations slots."}),
 	}
 	if reg != nil {

@@ -14,19 +14,19 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		builds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_builds_total",
+		builds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_builds_total",
 			Help: "Push contexts built and published."}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_build_failures_total",
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_build_failures_total",
 			Help: "Push context builds that failed (a panic, logged); the mesh kept its previous push context."}),
-		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_hub_pushctx_build_duration_seconds",
-			Help: "Time to merge one mesh's clusters into a push context and publish it (generation for proxies happens on first use, see nave_hub_proxy_generate_duration_seconds).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
-		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_services",
+		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_pushctx_build_duration_seconds",
+			Help: "Time to merge one mesh's clusters into a push context and publish it (generation for proxies happens on first use, see nave_proxy_generate_duration_seconds).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		services: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_mesh_services",
 			Help: "Services in the mesh's current push context."}, []string{"mesh"}),
-		conflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_hub_mesh_config_conflicts",
+		conflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_mesh_config_conflicts",
 			Help: "Config objects in the mesh's current push context that lost to another cluster's different definition of the same kind/namespace/name (listed at /debug/meshes)."}, []string{"mesh"}),
-		fastBuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_endpoint_builds_total",
+		fastBuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_endpoint_builds_total",
 			Help: "Push context builds started at once for endpoint-only changes (no debounce)."}),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_pushctx_builds_deferred_total",
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_builds_deferred_total",
 			Help: "Builds skipped because no proxy stream watches the mesh (push.adaptive); the mesh is built when one connects."}),
 	}
 	if reg != nil {

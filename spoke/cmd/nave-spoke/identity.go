@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -16,7 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/navemesh/nave/shared/kubeconfig"
 	"github.com/navemesh/nave/shared/tlspin"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/inject"
@@ -28,9 +32,10 @@ import (
 const enrollAttemptTimeout = 30 * time.Second
 
 // hubIdentity is how the spoke proves to the hub which (mesh, cluster) it
-// is: the cluster certificate in hub.stateDir, got by enrolling with the
-// join token in hub.tokenFile when the state dir holds none, and renewed by
-// an enrollment Renewer. With hub.plaintext it is nothing: the uplink
+// is: the cluster certificate in its credentials store (hub.stateDir, or
+// the Secret hub.credentialsSecret), got by enrolling with the join token
+// in hub.tokenFile when the store holds none, and renewed by an enrollment
+// Renewer. With hub.plaintext it is nothing: the uplink
 // claims its mesh and cluster in metadata. Its ready check and debug view
 // are safe for concurrent use.
 type hubIdentity struct {
@@ -38,14 +43,45 @@ type hubIdentity struct {
 	mesh, cluster string
 	log           *slog.Logger
 	reg           prometheus.Registerer
+	kubeconfig    string // for hub.credentialsSecret
 
+	store   enroll.Store
+	storeAt string                         // the setting naming the store and the store, for messages
 	renewer atomic.Pointer[enroll.Renewer] // set once the spoke has credentials
 	mu      sync.Mutex
 	lastErr string // why the spoke has no credentials yet
 }
 
 func newHubIdentity(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer) *hubIdentity {
-	return &hubIdentity{hub: cfg.Hub, mesh: cfg.Mesh, cluster: cfg.Cluster, log: log, reg: reg}
+	id := &hubIdentity{hub: cfg.Hub, mesh: cfg.Mesh, cluster: cfg.Cluster, log: log, reg: reg, kubeconfig: cfg.Kube.Kubeconfig,
+		store: enroll.DirStore(cfg.Hub.StateDir)}
+	id.storeAt = "hub.stateDir " + cfg.Hub.StateDir
+	if cfg.Hub.CredentialsSecret != "" {
+		id.storeAt = "hub.credentialsSecret " + cfg.Hub.CredentialsSecret
+	}
+	return id
+}
+
+// openStore connects the Secret store of hub.credentialsSecret (the state
+// dir needs nothing).
+func (id *hubIdentity) openStore() error {
+	if id.hub.CredentialsSecret == "" {
+		return nil
+	}
+	ns, name, err := id.hub.CredentialsSecretName()
+	if err != nil {
+		return err
+	}
+	rc, err := kubeconfig.Load(id.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("hub.credentialsSecret: kubernetes.kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("hub.credentialsSecret: %w", err)
+	}
+	id.store = enroll.SecretStore{Client: cs, Namespace: ns, Name: name}
+	return nil
 }
 
 // establish returns the Renewer of the spoke's cluster credentials, from
@@ -59,34 +95,69 @@ func (id *hubIdentity) establish(ctx context.Context) (*enroll.Renewer, error) {
 			"in metadata, which anyone can forge; use it only for tests and development, with a hub run with --tls.plaintext")
 		return nil, nil
 	}
-	creds, err := enroll.Load(id.hub.StateDir)
-	whose := "hub.stateDir " + id.hub.StateDir + " holds"
+	if err := id.openStore(); err != nil {
+		return nil, err
+	}
+	creds, err := id.load(ctx)
+	whose := id.storeAt + " holds"
 	switch {
 	case errors.Is(err, enroll.ErrNotEnrolled):
 		id.setErr(err)
 		if creds, err = id.enroll(ctx); err != nil {
 			return nil, err
 		}
-		whose = "the join token in hub.tokenFile " + id.hub.TokenFile + " gave (saved in hub.stateDir " + id.hub.StateDir + ")"
+		whose = "the join token in hub.tokenFile " + id.hub.TokenFile + " gave (saved in " + id.storeAt + ")"
 	case err != nil:
-		return nil, fmt.Errorf("hub.stateDir: %w (remove the state dir and give the spoke a new join token to enroll again)", err)
+		return nil, fmt.Errorf("%s: %w (remove it and give the spoke a new join token to enroll again)", id.storeAt, err)
 	}
 	if creds.Mesh != id.mesh || creds.Cluster != id.cluster {
 		return nil, fmt.Errorf("%s the credentials of mesh %q cluster %q, but this spoke is configured as mesh %q cluster %q: "+
-			"fix mesh and cluster, or give this cluster its own state dir and join token",
+			"fix mesh and cluster, or give this cluster its own credentials store and join token",
 			whose, creds.Mesh, creds.Cluster, id.mesh, id.cluster)
 	}
 	r, err := enroll.NewRenewer(enroll.RenewerOptions{Address: id.hub.Address, ServerName: id.hub.ServerName,
-		StateDir: id.hub.StateDir, Logger: id.log, Registerer: id.reg})
+		Store: id.store, Logger: id.log, Registerer: id.reg})
 	if err != nil {
-		return nil, fmt.Errorf("hub.stateDir: %w", err)
+		return nil, fmt.Errorf("%s: %w", id.storeAt, err)
 	}
 	id.renewer.Store(r)
 	id.setErr(nil)
 	leaf := r.Credentials().Certificate.Leaf
 	id.log.Info("cluster identity", "mesh", creds.Mesh, "cluster", creds.Cluster, "trustDomain", creds.TrustDomain,
-		"serial", leaf.SerialNumber.Text(16), "notAfter", leaf.NotAfter, "stateDir", id.hub.StateDir)
+		"serial", leaf.SerialNumber.Text(16), "notAfter", leaf.NotAfter, "store", id.store.String())
 	return r, nil
+}
+
+// load reads the store, retrying while a Secret store's API server cannot
+// be reached (the state dir answers at once).
+func (id *hubIdentity) load(ctx context.Context) (*enroll.Credentials, error) {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(id.hub.BackoffInitial),
+		backoff.WithMaxInterval(id.hub.BackoffMax), backoff.WithMaxElapsedTime(0))
+	for {
+		attempt, cancel := context.WithTimeout(ctx, enrollAttemptTimeout)
+		creds, err := id.store.Load(attempt)
+		cancel()
+		if err == nil || errors.Is(err, enroll.ErrNotEnrolled) || !retriableKube(err) || ctx.Err() != nil {
+			return creds, err
+		}
+		id.setErr(err)
+		wait := b.NextBackOff()
+		id.log.Warn("cannot read the credentials store; retrying", "store", id.store.String(), "in", wait.Round(time.Millisecond), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// retriableKube is an API server that could not answer: unreachable
+// (client-go's transport errors are *url.Error), overloaded or timing out.
+// Forbidden, or a Secret that does not parse, is final.
+func retriableKube(err error) bool {
+	var ue *url.Error
+	return errors.As(err, &ue) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
 }
 
 // enroll redeems the join token, retrying with backoff while the hub is
@@ -97,7 +168,7 @@ func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) 
 	if err != nil {
 		return nil, err
 	}
-	id.log.Info("state dir holds no credentials; enrolling with the join token", "stateDir", id.hub.StateDir,
+	id.log.Info("no credentials yet; enrolling with the join token", "store", id.store.String(),
 		"hub", id.hub.Address, "tokenFile", id.hub.TokenFile)
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(id.hub.BackoffInitial),
 		backoff.WithMaxInterval(id.hub.BackoffMax), backoff.WithMaxElapsedTime(0))
@@ -141,14 +212,14 @@ func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) 
 // enrollOptions reads what a first enrollment needs: the join token and
 // how to trust the hub.
 func (id *hubIdentity) enrollOptions() (enroll.Options, string, error) {
-	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, StateDir: id.hub.StateDir}
+	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, Store: id.store}
 	if id.hub.TokenFile == "" {
-		return opts, "", fmt.Errorf("hub.stateDir %s holds no credentials and hub.tokenFile is not set: "+
-			"the spoke needs a join token (navectl token create) to enroll", id.hub.StateDir)
+		return opts, "", fmt.Errorf("%s holds no credentials and hub.tokenFile is not set: "+
+			"the spoke needs a join token (navectl token create) to enroll", id.storeAt)
 	}
 	if id.hub.CAHash == "" && id.hub.CAFile == "" {
-		return opts, "", fmt.Errorf("hub.stateDir %s holds no credentials and neither hub.caHash nor hub.caFile is set: "+
-			"the spoke needs one of them to trust the hub before it sends the join token", id.hub.StateDir)
+		return opts, "", fmt.Errorf("%s holds no credentials and neither hub.caHash nor hub.caFile is set: "+
+			"the spoke needs one of them to trust the hub before it sends the join token", id.storeAt)
 	}
 	if id.hub.CAFile != "" {
 		ca, err := os.ReadFile(id.hub.CAFile)
@@ -205,7 +276,7 @@ func (id *hubIdentity) trust() (inject.Trust, error) {
 	}
 	c := r.Credentials()
 	if len(c.TrustBundle) == 0 {
-		return inject.Trust{}, fmt.Errorf("the hub gave the spoke no mesh roots (trust-bundle.pem in hub.stateDir %s)", id.hub.StateDir)
+		return inject.Trust{}, fmt.Errorf("the hub gave the spoke no mesh roots (trust-bundle.pem in %s)", id.storeAt)
 	}
 	return inject.Trust{TrustDomain: c.TrustDomain, MeshRoots: c.TrustBundle, HubCA: c.HubCA}, nil
 }
@@ -215,6 +286,7 @@ type identityView struct {
 	Plaintext   bool      `json:"plaintext"`
 	Enrolled    bool      `json:"enrolled"`
 	StateDir    string    `json:"stateDir"`
+	Store       string    `json:"store"`
 	LastError   string    `json:"lastError,omitempty"`
 	Mesh        string    `json:"mesh,omitempty"`
 	Cluster     string    `json:"cluster,omitempty"`
@@ -234,7 +306,7 @@ func (id *hubIdentity) debug(*http.Request) (any, error) {
 	if id.hub.Plaintext {
 		return map[string]bool{"plaintext": true}, nil
 	}
-	v := identityView{StateDir: id.hub.StateDir}
+	v := identityView{StateDir: id.hub.StateDir, Store: id.store.String()}
 	r := id.renewer.Load()
 	if r == nil {
 		id.mu.Lock()

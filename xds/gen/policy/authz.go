@@ -207,23 +207,9 @@ func (t *ruleTranslator) policy(r *securityv1beta1.Rule) *rbacv3.Policy {
 func (t *ruleTranslator) source(s *securityv1beta1.Source, field string) *rbacv3.Principal {
 	var ids []*rbacv3.Principal
 	add := func(name string, values []string, not bool, one func(string) (*rbacv3.Principal, error)) {
-		if len(values) == 0 {
-			return
+		if id, ok := anyOf(t, principals, field+"."+name, values, not, one); ok {
+			ids = append(ids, id)
 		}
-		var alts []*rbacv3.Principal
-		for i, v := range values {
-			id, err := one(v)
-			if err != nil {
-				t.unsupported(field+"."+name+"["+strconv.Itoa(i)+"]", "%v", err)
-				return
-			}
-			alts = append(alts, id)
-		}
-		id := orIDs(alts)
-		if not {
-			id = &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: id}}
-		}
-		ids = append(ids, id)
 	}
 	add("principals", s.GetPrincipals(), false, t.principal)
 	add("notPrincipals", s.GetNotPrincipals(), true, t.principal)
@@ -251,23 +237,12 @@ func (t *ruleTranslator) source(s *securityv1beta1.Source, field string) *rbacv3
 func (t *ruleTranslator) operation(o *securityv1beta1.Operation, field string) *rbacv3.Permission {
 	var perms []*rbacv3.Permission
 	add := func(name string, values []string, not, httpOnly bool, one func(string) (*rbacv3.Permission, error)) {
-		if len(values) == 0 || (httpOnly && t.httpOnly()) {
+		if len(values) == 0 || (httpOnly && t.httpOnly()) { // httpOnly marks the rule: ask only for fields in use
 			return
 		}
-		var alts []*rbacv3.Permission
-		for i, v := range values {
-			p, err := one(v)
-			if err != nil {
-				t.unsupported(field+"."+name+"["+strconv.Itoa(i)+"]", "%v", err)
-				return
-			}
-			alts = append(alts, p)
+		if p, ok := anyOf(t, permissions, field+"."+name, values, not, one); ok {
+			perms = append(perms, p)
 		}
-		p := orPerms(alts)
-		if not {
-			p = &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: p}}
-		}
-		perms = append(perms, p)
 	}
 	add("hosts", o.GetHosts(), false, true, hostPermission)
 	add("notHosts", o.GetNotHosts(), true, true, hostPermission)
@@ -334,57 +309,71 @@ func (t *ruleTranslator) condition(c *securityv1beta1.Condition, field string) (
 		return nil, nil
 	}
 	if idOf != nil {
-		var parts []*rbacv3.Principal
-		for _, list := range []struct {
-			name   string
-			values []string
-			not    bool
-		}{{"values", c.GetValues(), false}, {"notValues", c.GetNotValues(), true}} {
-			if len(list.values) == 0 {
-				continue
-			}
-			var alts []*rbacv3.Principal
-			for i, v := range list.values {
-				id, err := idOf(v)
-				if err != nil {
-					t.unsupported(field+"."+list.name+"["+strconv.Itoa(i)+"]", "%v", err)
-					return nil, nil
-				}
-				alts = append(alts, id)
-			}
-			id := orIDs(alts)
-			if list.not {
-				id = &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: id}}
-			}
-			parts = append(parts, id)
-		}
-		return andIDs(parts), nil
+		return conditionOf(t, principals, field, c, idOf), nil
 	}
-	var parts []*rbacv3.Permission
-	for _, list := range []struct {
+	return nil, conditionOf(t, permissions, field, c, permOf)
+}
+
+// rbacAlgebra is how RBAC combines principals, or permissions: the same
+// translation builds either.
+type rbacAlgebra[T any] struct {
+	or, and func([]T) T
+	not     func(T) T
+}
+
+var (
+	principals = rbacAlgebra[*rbacv3.Principal]{or: orIDs, and: andIDs, not: func(id *rbacv3.Principal) *rbacv3.Principal {
+		return &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: id}}
+	}}
+	permissions = rbacAlgebra[*rbacv3.Permission]{or: orPerms, and: andPerms, not: func(p *rbacv3.Permission) *rbacv3.Permission {
+		return &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: p}}
+	}}
+)
+
+// anyOf translates the values of field with one and ORs them, negated if
+// not. It is false when values is empty, or when one refuses a value: that
+// is reported (as field[i]) and the field contributes nothing.
+func anyOf[T any](t *ruleTranslator, alg rbacAlgebra[T], field string, values []string, not bool, one func(string) (T, error)) (T, bool) {
+	var zero T
+	if len(values) == 0 {
+		return zero, false
+	}
+	alts := make([]T, 0, len(values))
+	for i, v := range values {
+		x, err := one(v)
+		if err != nil {
+			t.unsupported(field+"["+strconv.Itoa(i)+"]", "%v", err)
+			return zero, false
+		}
+		alts = append(alts, x)
+	}
+	x := alg.or(alts)
+	if not {
+		x = alg.not(x)
+	}
+	return x, true
+}
+
+// conditionOf is a when[] condition: its values ORed, its notValues
+// negated, both ANDed. A refused value drops the whole condition (zero).
+func conditionOf[T any](t *ruleTranslator, alg rbacAlgebra[T], field string, c *securityv1beta1.Condition, one func(string) (T, error)) T {
+	var parts []T
+	for _, l := range []struct {
 		name   string
 		values []string
 		not    bool
 	}{{"values", c.GetValues(), false}, {"notValues", c.GetNotValues(), true}} {
-		if len(list.values) == 0 {
+		if len(l.values) == 0 {
 			continue
 		}
-		var alts []*rbacv3.Permission
-		for i, v := range list.values {
-			p, err := permOf(v)
-			if err != nil {
-				t.unsupported(field+"."+list.name+"["+strconv.Itoa(i)+"]", "%v", err)
-				return nil, nil
-			}
-			alts = append(alts, p)
+		x, ok := anyOf(t, alg, field+"."+l.name, l.values, l.not, one)
+		if !ok {
+			var zero T
+			return zero
 		}
-		p := orPerms(alts)
-		if list.not {
-			p = &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: p}}
-		}
-		parts = append(parts, p)
+		parts = append(parts, x)
 	}
-	return nil, andPerms(parts)
+	return alg.and(parts)
 }
 
 // Names of the RBAC filters: each rendered filter is named after one of
