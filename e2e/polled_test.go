@@ -21,10 +21,10 @@ import (
 // startPolledSpoke starts a spoke of the default mesh in polled mode,
 // listening for the hub at port: it enrolls with a join token (a one-off
 // call to the hub), then dials nothing for its state.
-func startPolledSpoke(t *testing.T, h *hub, cluster string, port int) *secureSpoke {
+func startPolledSpoke(t *testing.T, h *hub, cluster string, port int, extra ...string) *secureSpoke {
 	t.Helper()
 	return startEnrolledSpoke(t, h, "spoke-"+cluster, "", cluster, secureConfig, h.token(t, "default", cluster, "1h"), t.TempDir(),
-		"--hub.mode", "polled", "--hub.poll-listen", addr(port))
+		append([]string{"--hub.mode", "polled", "--hub.poll-listen", addr(port)}, extra...)...)
 }
 
 // pollAs dials a polled spoke at target as a hub presenting cert and
@@ -59,10 +59,15 @@ func pollAs(t *testing.T, target string, cert *tls.Certificate) error {
 func TestPolledModeSecurity(t *testing.T) {
 	portA, portB := harness.FreePort(t), harness.FreePort(t)
 	// Cluster a is listed at b's address: whoever answers there must be b.
+	// b never syncs: the startup grace, which holds the mesh back from
+	// Watch until every enrolled cluster synced, is short.
 	h := newSecureHub(t, "--spokes.poll", "default/a="+addr(portA)+",default/mislabelled="+addr(portB),
-		"--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "1s")
-	a := startPolledSpoke(t, h, "a", portA)
+		"--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "1s", "--ingest.startup-grace", "2s")
+	// a keeps the rest of the mesh (fallback on): the hub opens PollWatch
+	// beside Poll; c pushes, so there is another cluster to see.
+	a := startPolledSpoke(t, h, "a", portA, "--fallback.enabled", "--fallback.listen", addr(harness.FreePort(t)))
 	b := startPolledSpoke(t, h, "b", portB)
+	c := startSecureSpoke(t, h, "spoke-c", "", "c", h.token(t, "default", "c", "1h"))
 
 	t.Run("the hub dials the spoke over mTLS", func(t *testing.T) {
 		st := h.waitSynced(t, "default/a")
@@ -82,6 +87,43 @@ func TestPolledModeSecurity(t *testing.T) {
 		t.Logf("spoke a is polled by %s", up.PolledBy)
 	})
 
+	t.Run("the polled spoke keeps the rest of its mesh (PollWatch)", func(t *testing.T) {
+		harness.WaitReady(t, c.url("/healthz/ready"), 30*time.Second)
+		h.waitSynced(t, "default/c")
+		harness.Eventually(t, 30*time.Second, func() error {
+			var view struct {
+				Complete bool
+				Trust    bool `json:"trustBundle"`
+				Clusters map[string]int
+			}
+			if err := harness.GetJSON(a.url("/debug/remote"), &view); err != nil {
+				return err
+			}
+			if !view.Complete || !view.Trust || view.Clusters["c"] != 1 {
+				return fmt.Errorf("spoke a's remote view: %+v, want complete with c's ServiceEntry and the trust bundle", view)
+			}
+			if _, own := view.Clusters["a"]; own {
+				return fmt.Errorf("spoke a's remote view holds its own cluster: %+v", view)
+			}
+			return nil
+		})
+		var up struct{ Watch string }
+		if err := harness.GetJSON(a.url("/debug/uplink"), &up); err != nil || up.Watch != "synced" {
+			t.Errorf("spoke a's watch: %+v %v, want synced", up, err)
+		}
+		var watches []struct{ Mesh, Cluster string }
+		if err := harness.GetJSON(h.url("/debug/watch"), &watches); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, w := range watches {
+			found = found || w.Cluster == "a"
+		}
+		if !found {
+			t.Errorf("the hub's /debug/watch does not list a: %+v", watches)
+		}
+	})
+
 	t.Run("a spoke answering for another cluster is refused", func(t *testing.T) {
 		harness.Eventually(t, 20*time.Second, func() error {
 			var targets []struct {
@@ -99,11 +141,12 @@ func TestPolledModeSecurity(t *testing.T) {
 			}
 			return fmt.Errorf("/debug/polled: %+v", targets)
 		})
-		if _, held := h.spokesView(t)["default/b"]; held {
-			t.Error("the hub holds default/b, which it never meant to poll")
+		// b is enrolled, so the hub lists it, as missing: it holds nothing of it.
+		if st, held := h.spokesView(t)["default/b"]; held && (st.Missing == nil || st.Connected || len(st.Resources) > 0) {
+			t.Errorf("the hub holds default/b, which it never meant to poll: %+v", st)
 		}
-		if _, held := h.spokesView(t)["default/mislabelled"]; held {
-			t.Error("the hub holds default/mislabelled from b's stream")
+		if st, held := h.spokesView(t)["default/mislabelled"]; held {
+			t.Errorf("the hub holds default/mislabelled from b's stream: %+v", st)
 		}
 		if n := scrape(t, h.url("/metrics"), "nave_hub_poll_dial_failures_total"); n < 2 {
 			t.Errorf("nave_hub_poll_dial_failures_total = %g, want at least 2", n)

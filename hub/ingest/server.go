@@ -192,13 +192,22 @@ func (s *Server) Poll(stream protocolv1.Sync_PushServer, want ClusterIdentity) e
 	if err != nil {
 		return err
 	}
-	if id != want {
-		s.metrics.refused.Inc()
-		err := status.Errorf(codes.PermissionDenied, "the spoke at %s is cluster %s, but this address is configured for %s", grpcpeer.Addr(stream.Context()), id, want)
-		s.log.Warn("polled spoke refused", "mesh", want.Mesh, "cluster", want.Cluster, "reason", err)
+	if err := s.checkPolled(stream.Context(), id, want); err != nil {
 		return err
 	}
 	return s.serve(stream, id, suffix, origin{polled: true})
+}
+
+// checkPolled refuses, with PermissionDenied, a polled spoke authenticated
+// as id when the hub dialled it as want.
+func (s *Server) checkPolled(ctx context.Context, id, want ClusterIdentity) error {
+	if id == want {
+		return nil
+	}
+	s.metrics.refused.Inc()
+	err := status.Errorf(codes.PermissionDenied, "the spoke at %s is cluster %s, but this address is configured for %s", grpcpeer.Addr(ctx), id, want)
+	s.log.Warn("polled spoke refused", "mesh", want.Mesh, "cluster", want.Cluster, "reason", err)
+	return err
 }
 
 // admit authenticates a spoke's stream and checks its protocol version

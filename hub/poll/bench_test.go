@@ -161,7 +161,7 @@ func benchmarkFullState(b *testing.B, n int) {
 			served := make(chan struct{})
 			go func() {
 				defer close(served)
-				_ = in.Poll(&serverStream{Polled_PollClient: cs, ctx: metadata.NewIncomingContext(cs.Context(), header)}, id)
+				_ = in.Poll(asServer(cs, header, nil), id)
 			}()
 			err = <-spoke.done
 			cancel()

@@ -22,18 +22,18 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/reconnect"
 )
@@ -50,6 +50,7 @@ func (t Target) String() string { return t.ID.String() + "=" + t.Address }
 // Ingest is what the Poller hands streams to (ingest.Server).
 type Ingest interface {
 	Poll(stream protocolv1.Sync_PushServer, want ingest.ClusterIdentity) error
+	PollWatch(stream protocolv1.Sync_WatchServer, want ingest.ClusterIdentity) error
 }
 
 // Options configure a Poller.
@@ -240,12 +241,30 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 	if err != nil {
 		return false, err
 	}
-	st := &serverStream{Polled_PollClient: cs, ctx: metadata.NewIncomingContext(cs.Context(), header), admitted: func() {
+	// Once ingest admitted the stream, the spoke's remote view follows
+	// on a PollWatch stream beside it, for as long as the stream lasts.
+	watching := make(chan struct{})
+	var watchOnce sync.Once
+	startWatch := func() {
+		watchOnce.Do(func() {
+			go func() {
+				defer close(watching)
+				p.watchLoop(sctx, conn, t)
+			}()
+		})
+	}
+	defer func() {
+		cancel()
+		watchOnce.Do(func() { close(watching) })
+		<-watching
+	}()
+	st := asServer(cs, header, func() {
 		p.mu.Lock()
 		p.targets[t.ID].Streams++
 		p.mu.Unlock()
 		p.log.Info("polled spoke admitted", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "address", t.Address)
-	}}
+		startWatch()
+	})
 	p.set(t.ID, StateStreaming, nil)
 	err = p.in.Poll(st, t.ID)
 	if err == nil {
@@ -254,33 +273,46 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 	return st.sent.Load(), err
 }
 
-// serverStream is the hub's client end of a Poll stream seen as the
-// server end of a Push stream (protocolv1.Sync_PushServer), which is what
-// ingest serves: the same Send and Recv; a Context carrying the spoke's
-// header as incoming metadata; no headers or trailers of its own to set.
-type serverStream struct {
-	protocolv1.Polled_PollClient
-	ctx context.Context
-	// admitted is called on the first Send: ingest answers only a stream
-	// it admitted.
-	admitted func()
-	sent     atomic.Bool
-}
-
-var _ protocolv1.Sync_PushServer = (*serverStream)(nil)
-
-func (s *serverStream) Context() context.Context { return s.ctx }
-
-func (s *serverStream) Send(m *discoveryv3.DeltaDiscoveryRequest) error {
-	if !s.sent.Swap(true) && s.admitted != nil {
-		s.admitted()
+// watchLoop keeps a PollWatch stream open to t until ctx ends (its Poll
+// stream ended): ingest authenticates it as the Poll stream and hands it
+// to the hub's Watch server. A spoke that keeps no remote view answers
+// Unimplemented and is not asked again on this connection.
+func (p *Poller) watchLoop(ctx context.Context, conn *grpc.ClientConn, t Target) {
+	for {
+		err := p.watchOnce(ctx, conn, t)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			p.log.Info("the polled spoke keeps no remote view; no Watch", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "err", err)
+			return
+		}
+		p.log.Warn("polled spoke watch ended; opening it again", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "in", time.Second, "err", err)
+		if !sleep(ctx, time.Second) {
+			return
+		}
 	}
-	return s.Polled_PollClient.Send(m)
 }
 
-func (s *serverStream) SetHeader(metadata.MD) error  { return nil }
-func (s *serverStream) SendHeader(metadata.MD) error { return nil }
-func (s *serverStream) SetTrailer(metadata.MD)       {}
+func (p *Poller) watchOnce(ctx context.Context, conn *grpc.ClientConn, t Target) error {
+	cw, err := protocolv1.NewPolledClient(conn).PollWatch(ctx, grpc.WaitForReady(false))
+	if err != nil {
+		return err
+	}
+	header, err := cw.Header()
+	if err != nil {
+		return err
+	}
+	if len(header.Get(protocol.MetadataProtocol)) == 0 {
+		// No header of the spoke's: the stream ended at once (a
+		// trailers-only answer, such as Unimplemented); Recv says why.
+		if _, err := cw.Recv(); err != nil {
+			return err
+		}
+		return errors.New("the spoke sent no header")
+	}
+	return p.in.PollWatch(asServer(cw, header, nil), t.ID)
+}
 
 func (p *Poller) set(id ingest.ClusterIdentity, state string, err error) {
 	p.mu.Lock()

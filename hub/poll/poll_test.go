@@ -75,7 +75,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func status(p *Poller, cluster string) TargetStatus {
+func targetStatus(p *Poller, cluster string) TargetStatus {
 	for _, s := range p.Status() {
 		if s.Cluster == cluster {
 			return s
@@ -118,12 +118,12 @@ func TestPoller(t *testing.T) {
 		t.Errorf("the spoke got %v, want the ACK of nonce 1", good.answers)
 	}
 	good.mu.Unlock()
-	if st := status(p, "a"); st.State != StateStreaming || st.Streams != 1 {
+	if st := targetStatus(p, "a"); st.State != StateStreaming || st.Streams != 1 {
 		t.Errorf("target a: %+v", st)
 	}
 
-	eventually(t, "the liar refused a few times", func() bool { return status(p, "b").Failures >= 3 })
-	st := status(p, "b")
+	eventually(t, "the liar refused a few times", func() bool { return targetStatus(p, "b").Failures >= 3 })
+	st := targetStatus(p, "b")
 	if st.Streams != 0 || !strings.Contains(st.LastError, "is cluster default/c, but this address is configured for default/b") {
 		t.Errorf("target b: %+v", st)
 	}
@@ -144,7 +144,7 @@ func TestPoller(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream was not closed when the hub stopped owning the spoke")
 	}
-	eventually(t, "target a not owned", func() bool { return status(p, "a").State == StateNotOwner })
+	eventually(t, "target a not owned", func() bool { return targetStatus(p, "a").State == StateNotOwner })
 	n := good.streams.Load()
 	time.Sleep(100 * time.Millisecond)
 	if good.streams.Load() != n {
@@ -156,5 +156,5 @@ func TestPoller(t *testing.T) {
 		}
 	}
 	mine.Store(true)
-	eventually(t, "dialled again once owned", func() bool { return good.streams.Load() > n && status(p, "a").State == StateStreaming })
+	eventually(t, "dialled again once owned", func() bool { return good.streams.Load() > n && targetStatus(p, "a").State == StateStreaming })
 }

@@ -175,7 +175,8 @@ var Sync_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Polled_Poll_FullMethodName = "/nave.protocol.v1.Polled/Poll"
+	Polled_Poll_FullMethodName      = "/nave.protocol.v1.Polled/Poll"
+	Polled_PollWatch_FullMethodName = "/nave.protocol.v1.Polled/PollWatch"
 )
 
 // PolledClient is the client API for Polled service.
@@ -195,6 +196,12 @@ const (
 // See docs/protocol.md and docs/decisions/023-polled-mode.md.
 type PolledClient interface {
 	Poll(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse], error)
+	// PollWatch is Sync.Watch dialled by the hub: the hub opens it beside an
+	// admitted Poll stream; the spoke subscribes (DeltaDiscoveryRequests,
+	// ACK/NACK) and the hub sends the rest of the mesh
+	// (DeltaDiscoveryResponses), exactly as on Watch. The spoke names itself
+	// in the response header, as on Poll.
+	PollWatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest], error)
 }
 
 type polledClient struct {
@@ -218,6 +225,19 @@ func (c *polledClient) Poll(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Polled_PollClient = grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]
 
+func (c *polledClient) PollWatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Polled_ServiceDesc.Streams[1], Polled_PollWatch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Polled_PollWatchClient = grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]
+
 // PolledServer is the server API for Polled service.
 // All implementations must embed UnimplementedPolledServer
 // for forward compatibility.
@@ -235,6 +255,12 @@ type Polled_PollClient = grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.D
 // See docs/protocol.md and docs/decisions/023-polled-mode.md.
 type PolledServer interface {
 	Poll(grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]) error
+	// PollWatch is Sync.Watch dialled by the hub: the hub opens it beside an
+	// admitted Poll stream; the spoke subscribes (DeltaDiscoveryRequests,
+	// ACK/NACK) and the hub sends the rest of the mesh
+	// (DeltaDiscoveryResponses), exactly as on Watch. The spoke names itself
+	// in the response header, as on Poll.
+	PollWatch(grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]) error
 	mustEmbedUnimplementedPolledServer()
 }
 
@@ -247,6 +273,9 @@ type UnimplementedPolledServer struct{}
 
 func (UnimplementedPolledServer) Poll(grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]) error {
 	return status.Error(codes.Unimplemented, "method Poll not implemented")
+}
+func (UnimplementedPolledServer) PollWatch(grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]) error {
+	return status.Error(codes.Unimplemented, "method PollWatch not implemented")
 }
 func (UnimplementedPolledServer) mustEmbedUnimplementedPolledServer() {}
 func (UnimplementedPolledServer) testEmbeddedByValue()                {}
@@ -276,6 +305,13 @@ func _Polled_Poll_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Polled_PollServer = grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]
 
+func _Polled_PollWatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PolledServer).PollWatch(&grpc.GenericServerStream[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Polled_PollWatchServer = grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]
+
 // Polled_ServiceDesc is the grpc.ServiceDesc for Polled service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -287,6 +323,12 @@ var Polled_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Poll",
 			Handler:       _Polled_Poll_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PollWatch",
+			Handler:       _Polled_PollWatch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -93,6 +93,27 @@ func (u *Uplink) Poll(ps protocolv1.Polled_PollServer) error {
 	return err
 }
 
+// PollWatch serves the Watch stream a hub opens beside its Poll stream
+// (protocolv1.PolledServer): the spoke subscribes to the rest of its mesh
+// as it does on a Watch stream it dials, and keeps the view (Options.View)
+// up to date and saved. Without a view (fallback off) it answers
+// Unimplemented. The hub ends it with the Poll stream it belongs to (when
+// a newer Poll stream supersedes that one, or the spoke stops).
+func (u *Uplink) PollWatch(ws protocolv1.Polled_PollWatchServer) error {
+	if u.opts.View == nil {
+		return status.Error(codes.Unimplemented, "this spoke keeps no remote view (fallback.enabled is off)")
+	}
+	if err := ws.SendHeader(u.streamMetadata()); err != nil {
+		return err
+	}
+	u.setWatch(WatchSubscribing, nil)
+	err := u.runWatch(ws)
+	if ws.Context().Err() == nil {
+		u.setWatch(WatchDown, err)
+	}
+	return err
+}
+
 // EndPoll ends the Poll stream being served, if any (the spoke is
 // stopping): its handler returns at once rather than holding a graceful
 // server stop until the hub goes away.
@@ -101,7 +122,7 @@ func (u *Uplink) EndPoll() {
 	p := u.poll
 	u.mu.Unlock()
 	if p != nil {
-		p.cancel(errPollEnded)
+		p.cancel(errPollEnded) // the hub then closes the PollWatch stream too
 	}
 }
 

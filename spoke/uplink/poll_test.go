@@ -23,6 +23,8 @@ type polledServer struct {
 
 func (s polledServer) Poll(st protocolv1.Polled_PollServer) error { return s.u.Poll(st) }
 
+func (s polledServer) PollWatch(st protocolv1.Polled_PollWatchServer) error { return s.u.PollWatch(st) }
+
 // hubPoll opens a Poll stream as the hub does, checks the spoke's header
 // and ACKs its full state up to the synced marker.
 func hubPoll(t *testing.T, ctx context.Context, conn *grpc.ClientConn) protocolv1.Polled_PollClient {
@@ -99,6 +101,14 @@ func TestPoll(t *testing.T) {
 	st := waitState(t, u, StateSynced)
 	if st.PolledBy == "" || st.PolledSince == nil || st.Sessions != 1 {
 		t.Errorf("polled: %+v", st)
+	}
+	// Without a remote view (fallback off) there is nothing to watch.
+	w, err := protocolv1.NewPolledClient(conn).PollWatch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); status.Code(err) != codes.Unimplemented {
+		t.Errorf("PollWatch without a view: %v, want Unimplemented", err)
 	}
 	second := hubPoll(t, ctx, conn)
 	if _, err := first.Recv(); status.Code(err) != codes.Aborted {

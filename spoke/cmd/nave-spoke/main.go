@@ -142,9 +142,8 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 			Logger: log.With("component", "uplink"), Registerer: reg,
 		}
 		if polled {
-			// The hub dials in; the remote view (Watch) is not kept in
-			// polled mode: the fallback serves what it has on disk.
-			upOpts.Polled, upOpts.Address, upOpts.View = true, cfg.Hub.PollListen, nil
+			// The hub dials in, Poll and (with a view) PollWatch.
+			upOpts.Polled, upOpts.Address = true, cfg.Hub.PollListen
 		}
 		up := uplink.New(upOpts)
 		update := up.Update

@@ -46,3 +46,7 @@ type polledServer struct {
 }
 
 func (s polledServer) Poll(stream protocolv1.Polled_PollServer) error { return s.up.Poll(stream) }
+
+func (s polledServer) PollWatch(stream protocolv1.Polled_PollWatchServer) error {
+	return s.up.PollWatch(stream)
+}
