@@ -7,7 +7,8 @@
 // ACK/NACK, staging until the synced marker and prune rules (ingest.Poll).
 // The stream's gRPC roles are swapped, its messages are not: a small
 // adapter makes the hub's client stream look like the Push server stream
-// ingest serves.
+// ingest serves. Beside an admitted Poll stream the hub opens PollWatch,
+// the Watch stream dialled the same way, for the spoke's remote view.
 //
 // With hub replicas, each spoke is dialled by one owner at a time (Mine):
 // the others hold its state through the owner's relay, as for a pushed
