@@ -392,6 +392,9 @@ type Replicas struct {
 	RejoinInterval   time.Duration `key:"rejoinInterval" default:"10s" help:"how often the replicas in join are joined again, so that a replica that started first or was cut off finds the others"`
 	ShedRate         float64       `key:"shedRate" default:"5" help:"proxy connections a replica holding more than its share closes per second (each at a random moment), toward an even spread over the ready replicas, such as one that just joined; the proxies reconnect through the load balancer. 0: never shed"`
 	ShedTolerance    float64       `key:"shedTolerance" default:"0.1" help:"share above the even spread of proxy connections that is tolerated before shedding (0.1: 10 %, and at least 2 connections)"`
+	SpokeShedRate    float64       `key:"spokeShedRate" default:"0.2" help:"spokes a replica owning more than its share (and at least 2 more than the least-loaded ready replica) asks to reconnect elsewhere, per second at most, one at a time (the next once the last has landed), each at a random moment; the spoke reconnects at once, to spokeAddress of the least-loaded replica first. 0: never move a spoke"`
+	SpokeMinAge      time.Duration `key:"spokeMinAge" default:"1m" help:"a spoke's stream must be synced and at least this old before it is moved to balance spokes, so that a spoke that just moved is not moved again"`
+	SpokeAddress     string        `key:"spokeAddress" help:"host:port spokes reach this replica's sync service (spokes.listen) at directly, gossiped to peers: a replica moving a spoke here names it to the spoke, which tries it first (its TLS still checks the name of its own hub.address). Empty: name none; the spoke reconnects through its hub.address (a Service lands it on any replica)"`
 }
 
 // Enabled reports whether the hub runs as a replica.
@@ -427,6 +430,17 @@ func (r *Replicas) Validate() error {
 	}
 	if r.ShedRate < 0 {
 		return settings.Invalid("shedRate", "must be 0 (never shed) or more, got %g", r.ShedRate)
+	}
+	if r.SpokeShedRate < 0 {
+		return settings.Invalid("spokeShedRate", "must be 0 (never move a spoke) or more, got %g", r.SpokeShedRate)
+	}
+	if r.SpokeMinAge < 0 {
+		return settings.Invalid("spokeMinAge", "must not be negative, got %s", r.SpokeMinAge)
+	}
+	if r.SpokeAddress != "" {
+		if err := settings.CheckHostPort("spokeAddress", r.SpokeAddress); err != nil {
+			return err
+		}
 	}
 	if r.ShedTolerance < 0 {
 		return settings.Invalid("shedTolerance", "must not be negative, got %g", r.ShedTolerance)

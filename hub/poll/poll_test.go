@@ -121,6 +121,13 @@ func TestPoller(t *testing.T) {
 	if st := targetStatus(p, "a"); st.State != StateStreaming || st.Streams != 1 {
 		t.Errorf("target a: %+v", st)
 	}
+	// Balancing never moves a polled spoke: which replica dials it is
+	// the poller's decision.
+	for _, h := range in.Holdings() {
+		if h.ID.Cluster == "a" && (!h.Polled || in.Move(h.ID, h.Epoch, "balance", "")) {
+			t.Errorf("polled holding %+v was moved, or is not marked polled", h)
+		}
+	}
 
 	eventually(t, "the liar refused a few times", func() bool { return targetStatus(p, "b").Failures >= 3 })
 	st := targetStatus(p, "b")

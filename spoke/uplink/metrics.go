@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	state      *prometheus.GaugeVec
 	reconnects prometheus.Counter
+	moves      prometheus.Counter
 	messages   prometheus.Counter
 	resources  prometheus.Counter
 	bytes      prometheus.Counter
@@ -25,6 +26,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff; polled mode: waiting-for-hub)."}, []string{"state"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_reconnects_total",
 			Help: "Hub streams lost and retried."}),
+		moves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_moves_total",
+			Help: "Hub streams a hub replica closed to move this spoke to another replica (balancing); each reconnects at once."}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_messages_total",
 			Help: "Messages sent to the hub."}),
 		resources: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_resources_total",
@@ -45,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Connections to the Poll listener (polled mode) refused at the TLS handshake because the certificate presented is not the hub's (a caller presenting none is refused by TLS itself, uncounted)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)
+		reg.MustRegister(m.state, m.reconnects, m.moves, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)
 	}
 	return m
 }
