@@ -107,21 +107,23 @@ func TestPolledModeSecurity(t *testing.T) {
 			}
 			return nil
 		})
-		var up struct{ Watch string }
-		if err := harness.GetJSON(a.url("/debug/uplink"), &up); err != nil || up.Watch != "synced" {
-			t.Errorf("spoke a's watch: %+v %v, want synced", up, err)
-		}
-		var watches []struct{ Mesh, Cluster string }
-		if err := harness.GetJSON(h.url("/debug/watch"), &watches); err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, w := range watches {
-			found = found || w.Cluster == "a"
-		}
-		if !found {
-			t.Errorf("the hub's /debug/watch does not list a: %+v", watches)
-		}
+		// The spoke marks its watch synced just after saving the view.
+		harness.Eventually(t, 10*time.Second, func() error {
+			var up struct{ Watch string }
+			if err := harness.GetJSON(a.url("/debug/uplink"), &up); err != nil || up.Watch != "synced" {
+				return fmt.Errorf("spoke a's watch: %+v %v, want synced", up, err)
+			}
+			var watches []struct{ Mesh, Cluster string }
+			if err := harness.GetJSON(h.url("/debug/watch"), &watches); err != nil {
+				return err
+			}
+			for _, w := range watches {
+				if w.Cluster == "a" {
+					return nil
+				}
+			}
+			return fmt.Errorf("the hub's /debug/watch does not list a: %+v", watches)
+		})
 	})
 
 	t.Run("a spoke answering for another cluster is refused", func(t *testing.T) {
