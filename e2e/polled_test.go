@@ -201,6 +201,36 @@ func TestPolledModeSecurity(t *testing.T) {
 		}
 	})
 
+	t.Run("another hub (its own serving CA) polling the spoke is refused", func(t *testing.T) {
+		before := scrape(t, a.url("/metrics"), "nave_spoke_poll_refused_total")
+		impostor := newSecureHub(t, "--spokes.poll", "default/a="+addr(portA), "--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "500ms")
+		harness.Eventually(t, 20*time.Second, func() error {
+			var targets []struct {
+				State, LastError  string
+				Failures, Streams int
+			}
+			if err := harness.GetJSON(impostor.url("/debug/polled"), &targets); err != nil {
+				return err
+			}
+			if len(targets) != 1 || targets[0].Failures < 2 || targets[0].Streams != 0 {
+				return fmt.Errorf("the other hub's /debug/polled: %+v", targets)
+			}
+			t.Logf("the other hub: %d failed attempts, last: %s", targets[0].Failures, targets[0].LastError)
+			return nil
+		})
+		if after := scrape(t, a.url("/metrics"), "nave_spoke_poll_refused_total"); after-before < 2 {
+			t.Errorf("nave_spoke_poll_refused_total went from %g to %g, want the other hub's attempts counted", before, after)
+		}
+		if _, held := impostor.spokesView(t)["default/a"]; held {
+			t.Error("the other hub holds default/a")
+		}
+		impostor.proc.Stop(10 * time.Second)
+		// The real hub's stream was not disturbed.
+		if st := h.waitSynced(t, "default/a"); st.Peer != addr(portA) {
+			t.Errorf("default/a: %+v", st)
+		}
+	})
+
 	t.Run("metrics are documented", func(t *testing.T) {
 		assertMetricsDocumented(t, h.url("/metrics"), a.url("/metrics"))
 	})
