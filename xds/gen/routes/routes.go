@@ -54,8 +54,9 @@ type Translator struct {
 	// delegate finds a delegate VirtualService (envoy only).
 	delegate func(namespace, name string) *mesh.Config
 
-	defaultRetry *routev3.RetryPolicy
-	zero         *durationpb.Duration
+	defaultRetry, defaultHashedRetry *routev3.RetryPolicy
+	prevHosts                        []*routev3.RetryPolicy_RetryHostPredicate
+	zero                             *durationpb.Duration
 }
 
 // Context says where translated routes apply. It is a plain value.
