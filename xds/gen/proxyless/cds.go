@@ -34,7 +34,7 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		TransportSocket:      g.transportSocket(oc.Policy.GetTls()),
+		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
 	}
 	if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
