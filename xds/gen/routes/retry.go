@@ -63,7 +63,7 @@ func (t *Translator) timeoutAndRetries(cfg *mesh.Config, field string, ra *route
 	hashed := len(ra.GetHashPolicy()) > 0
 	switch {
 	case r == nil:
-		ra.RetryPolicy = t.defaultRetryPolicy(hashed)
+		ra.RetryPolicy = t.DefaultRetryPolicy(hashed)
 	case r.GetAttempts() > 0:
 		p := retryPolicy(r)
 		p.HostSelectionRetryMaxAttempts = HostSelectionRetryMaxAttempts
@@ -122,15 +122,9 @@ func (t *Translator) NoTimeout() *durationpb.Duration {
 
 // DefaultRetryPolicy is Istio's default when a route sets no retries: 2
 // attempts on connect-failure, refused-stream, unavailable, cancelled and
-// retriable-status-codes (503), avoiding the hosts already tried. Built
-// once per translator and shared.
-func (t *Translator) DefaultRetryPolicy() *routev3.RetryPolicy {
-	return t.defaultRetryPolicy(false)
-}
-
-// defaultRetryPolicy is DefaultRetryPolicy, without the previous_hosts
-// predicate for a route that hashes.
-func (t *Translator) defaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
+// retriable-status-codes (503), avoiding the hosts already tried unless
+// the route hashes. Built once per translator and shared.
+func (t *Translator) DefaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
 	p := &t.defaultRetry
 	if hashed {
 		p = &t.defaultHashedRetry

@@ -112,6 +112,34 @@ func TestRetrySemantics(t *testing.T) {
 		}
 	}
 	wantProblem(t, out.Problems, "spec.http[5].retries.backoff", "positive duration")
+
+	// Without a VirtualService, the default route hashes as the
+	// DestinationRule says (as in Istio) and its retries stay on the
+	// hashed host.
+	hashed := gentest.Snapshot(t, map[string]string{"c1": `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ratings, namespace: shop}
+spec:
+  hosts: [ratings.shop.svc.cluster.local]
+  addresses: [10.96.0.11]
+  ports: [{number: 9080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.1.1.1}, {address: 10.1.1.2}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ratings, namespace: shop}
+spec:
+  host: ratings.shop.svc.cluster.local
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
+`})
+	r := sim.New(gen.Envoy(hashed, shopSidecar).Resources).Do(sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings:9080", Path: "/", Method: "GET"})
+	rt, err := sim.RetriesOf(r.Retry)
+	if r.Err != nil || err != nil || len(r.Hash) != 1 || r.Hash[0].GetHeader().GetHeaderName() != "x-user" {
+		t.Errorf("default route: hash %v (%v, %v)", r.Hash, r.Err, err)
+	} else if got := rt.Hosts(picks); !slices.Equal(got, []string{"a", "a", "a"}) {
+		t.Errorf("default route with a hash: attempts go to %v", got)
+	}
 }
 
 // TestProxylessRetries: grpc-go reads retry_back_off (gRFC A44) and no

@@ -118,7 +118,23 @@ func ForProxyless(s *mesh.Snapshot, problems *build.Problems) *Translator {
 		problem: func(resource, field, reason string) {
 			problems.Add(mesh.Problem{Resource: resource, Field: field, Reason: reason})
 		},
+		hashPolicy: func(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
+			dr := s.DestinationRule(host, "").DestinationRule()
+			if dr == nil {
+				return nil
+			}
+			return grpcConsistentHash(policy.TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
+		},
 	}
+}
+
+// HashPolicy returns the route hash policy of requests to the cluster of
+// host, port and subset (its DestinationRule's consistentHash), or nil.
+func (t *Translator) HashPolicy(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
+	if t.hashPolicy == nil {
+		return nil
+	}
+	return t.hashPolicy(host, port, subset)
 }
 
 // Mesh is the context of a sidecar's (or a proxyless client's) routes on
