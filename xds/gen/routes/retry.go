@@ -46,12 +46,7 @@ func (t *Translator) timeoutAndRetries(cfg *mesh.Config, field string, ra *route
 		if r.GetAttempts() > 0 {
 			ra.RetryPolicy = retryPolicy(r)
 			ra.RetryPolicy.RetryBackOff = t.backoff(cfg, field, r)
-			if r.GetRetryIgnorePreviousHosts().GetValue() {
-				// grpc-go reads no retry host predicate: its retries
-				// go through the load balancer's picker again.
-				t.problem(cfg.Ref(), field+".retries.retryIgnorePreviousHosts",
-					"proxyless gRPC clients have no retry host predicate: a retry may go to the host already tried; ignored")
-			}
+			t.grpcRetryProblems(cfg, field+".retries", r)
 		}
 		return
 	}
@@ -78,6 +73,49 @@ func (t *Translator) timeoutAndRetries(cfg *mesh.Config, field string, ra *route
 		ra.RetryPolicy = p
 	}
 	// attempts 0: no retries.
+}
+
+// grpcRetryOn are the retryOn conditions grpc-go honours (gRPC status
+// codes; xdsresource.generateRetryConfig); it ignores the others.
+var grpcRetryOn = map[string]bool{"cancelled": true, "deadline-exceeded": true, "internal": true, "resource-exhausted": true, "unavailable": true}
+
+// grpcRetryProblems reports what of retries r (attempts > 0) grpc-go
+// does not honour: a retry host predicate (its retries pick through the
+// load balancer again), retry priorities, a per-try timeout, and retryOn
+// conditions that are not gRPC status names (HTTP conditions and status
+// codes); with none of those left, grpc-go does not retry at all.
+func (t *Translator) grpcRetryProblems(cfg *mesh.Config, field string, r *networking.HTTPRetry) {
+	if r.GetRetryIgnorePreviousHosts().GetValue() {
+		t.problem(cfg.Ref(), field+".retryIgnorePreviousHosts",
+			"proxyless gRPC clients have no retry host predicate: a retry may go to the host already tried; ignored")
+	}
+	if r.GetRetryRemoteLocalities().GetValue() {
+		t.problem(cfg.Ref(), field+".retryRemoteLocalities", "proxyless gRPC clients have no retry priorities; ignored")
+	}
+	if r.GetPerTryTimeout() != nil {
+		t.problem(cfg.Ref(), field+".perTryTimeout", "proxyless gRPC clients have no per-try timeout (only the route's timeout); ignored")
+	}
+	if r.GetRetryOn() == "" {
+		return // the default: unavailable and cancelled apply
+	}
+	var ignored []string
+	honoured := false
+	for _, s := range strings.Split(r.GetRetryOn(), ",") {
+		s = strings.ToLower(strings.TrimSpace(s))
+		switch {
+		case s == "":
+		case grpcRetryOn[s]:
+			honoured = true
+		default:
+			ignored = append(ignored, s)
+		}
+	}
+	switch {
+	case !honoured:
+		t.problem(cfg.Ref(), field+".retryOn", "proxyless gRPC clients retry only on gRPC status names (cancelled, deadline-exceeded, internal, resource-exhausted, unavailable); none is listed, so they do not retry")
+	case len(ignored) > 0:
+		t.problem(cfg.Ref(), field+".retryOn", "proxyless gRPC clients retry only on gRPC status names; "+strings.Join(ignored, ",")+" ignored")
+	}
 }
 
 // backoff translates retries.backoff, the base interval between retries

@@ -162,7 +162,7 @@ spec:
   hosts: [ratings.shop.svc.cluster.local]
   http:
   - route: [{destination: {host: reviews.shop.svc.cluster.local}}]
-    retries: {attempts: 2, retryOn: unavailable, backoff: 50ms, retryIgnorePreviousHosts: true}
+    retries: {attempts: 2, retryOn: "unavailable,5xx", perTryTimeout: 1s, retryRemoteLocalities: true, backoff: 50ms, retryIgnorePreviousHosts: true}
 `})
 	out := gen.GRPC(snap)
 	gentest.ValidateAll(t, out)
@@ -190,6 +190,10 @@ spec:
 		t.Errorf("ratings retry policy %v, want a 50ms back-off and no host predicate", ratings)
 	}
 	wantProblem(t, out.Problems, "spec.http[0].retries.retryIgnorePreviousHosts", "no retry host predicate")
+	wantProblem(t, out.Problems, "spec.http[0].retries.retryRemoteLocalities", "no retry priorities")
+	wantProblem(t, out.Problems, "spec.http[0].retries.perTryTimeout", "no per-try timeout")
+	wantProblem(t, out.Problems, "spec.http[0].retries.retryOn", "5xx ignored")
+	wantProblem(t, out.Problems, "spec.http[0].retries.retryOn", "none is listed, so they do not retry") // reviews /custom: 5xx
 	wantProblem(t, out.Problems, "spec.http[5].retries.backoff", "positive duration")
 }
 
