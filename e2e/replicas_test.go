@@ -145,6 +145,17 @@ type placement struct {
 // with tls.plaintext (the relay is then plaintext too).
 func newReplicaSetOn(t *testing.T, places []placement, plaintext bool, extra ...string) *replicaSet {
 	t.Helper()
+	rs := planReplicaSet(t, places, plaintext, extra...)
+	for _, h := range rs.hubs {
+		h.start() // one after the other: the first creates the CAs
+	}
+	return rs
+}
+
+// planReplicaSet is newReplicaSetOn without starting the replicas, so
+// that a test can add flags of its own to each.
+func planReplicaSet(t *testing.T, places []placement, plaintext bool, extra ...string) *replicaSet {
+	t.Helper()
 	rs := &replicaSet{key: filepath.Join(t.TempDir(), "gossip.key")}
 	if err := os.WriteFile(rs.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -172,9 +183,6 @@ func newReplicaSetOn(t *testing.T, places []placement, plaintext bool, extra ...
 			"--replicas.bind-address", h.at(0)[:strings.LastIndex(h.at(0), ":")], "--replicas.bind-port", strconv.Itoa(rs.gossip[i]),
 			"--replicas.relay-listen", h.at(rs.relay[i]), "--replicas.keyring-file", rs.key, "--tls.hosts", strings.Join(hosts, ",")}, extra...)
 		rs.hubs = append(rs.hubs, h)
-	}
-	for _, h := range rs.hubs {
-		h.start() // one after the other: the first creates the CAs
 	}
 	return rs
 }

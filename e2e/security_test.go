@@ -144,8 +144,8 @@ func startSecureSpoke(t *testing.T, h *hub, name, mesh, cluster, token string) *
 // serving config, keeping its config, token file and credentials under
 // work: started again on the same work, it comes back with the credentials
 // it enrolled for (token is then not read). It does not wait for it to be
-// ready.
-func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token, work string) *secureSpoke {
+// ready. extra are more flags.
+func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token, work string, extra ...string) *secureSpoke {
 	t.Helper()
 	dir := filepath.Join(work, "config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -163,6 +163,7 @@ func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token
 	if mesh != "" {
 		args = append(args, "--mesh", mesh)
 	}
+	args = append(args, extra...)
 	if h.ns != nil { // a hub in a network namespace: its spokes run there too
 		s.proc = h.ns.Start(t, name, binary("nave-spoke"), args...)
 		return s

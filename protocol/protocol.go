@@ -40,5 +40,15 @@ const (
 	MetadataDomainSuffix = "x-nave-domain-suffix"
 )
 
+// gRPC trailer keys a hub replica sets when it closes a spoke's Push
+// stream to balance spokes across replicas (status UNAVAILABLE): the spoke
+// reconnects at once instead of backing off, to TrailerRedirect first if
+// it is set (the host:port of the least-loaded replica's sync service),
+// then to its own hub address.
+const (
+	TrailerReconnect = "x-nave-reconnect"
+	TrailerRedirect  = "x-nave-redirect"
+)
+
 // MaxNameLength bounds a resource name ("namespace/name") on the wire.
 const MaxNameLength = 253 + 1 + 253

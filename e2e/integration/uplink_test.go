@@ -223,3 +223,54 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 		return up.Synced()
 	})
 }
+
+// TestUplinkFollowsAMoveAtOnce: a hub replica that moves the spoke
+// (ingest.Server.Move) with a redirect has it reconnect to the named
+// replica at once — its backoff is an hour, so only a reconnect without
+// backoff passes — with its full state; a move without a redirect brings
+// it back through its own address, at once too. No reconnect is counted
+// as a failure.
+func TestUplinkFollowsAMoveAtOnce(t *testing.T) {
+	a, addrA, _ := hubServer(t, "127.0.0.1:0")
+	b, addrB, _ := hubServer(t, "127.0.0.1:0")
+	reg := prometheus.NewRegistry()
+	up := runUplink(t, uplink.Options{Address: addrA, Mesh: "m", Cluster: "c1", BackoffInitial: time.Hour, BackoffMax: time.Hour, Registerer: reg},
+		serviceEntries(t, 5))
+	id := ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}
+	syncedOn := func(in *ingest.Server) func() error {
+		return func() error {
+			h, ok := in.Held(id)
+			if !ok || !h.Connected || !h.Synced || objectCount(in) != 5 {
+				return fmt.Errorf("not synced there: %+v (%d objects)", h, objectCount(in))
+			}
+			return up.Synced()
+		}
+	}
+	eventually(t, syncedOn(a))
+	h, _ := a.Held(id)
+	if !a.Move(id, h.Epoch, "balancing spokes", addrB) {
+		t.Fatal("Move reported no stream")
+	}
+	eventually(t, syncedOn(b))
+	if st := up.Status(); st.Target != addrB || st.Moves != 1 {
+		t.Errorf("after the move: target %q, moves %d; want %s, 1", st.Target, st.Moves, addrB)
+	}
+	if h, _ := a.Held(id); h.Connected {
+		t.Error("the replica that moved the spoke still has its stream")
+	}
+
+	h, _ = b.Held(id)
+	if !b.Move(id, h.Epoch, "balancing spokes", "") {
+		t.Fatal("Move reported no stream")
+	}
+	eventually(t, syncedOn(a))
+	if st := up.Status(); st.Target != addrA || st.Moves != 2 {
+		t.Errorf("after a move without redirect: target %q, moves %d; want %s, 2", st.Target, st.Moves, addrA)
+	}
+	if n := metrictest.Value(t, reg, "nave_spoke_uplink_moves_total"); n != 2 {
+		t.Errorf("nave_spoke_uplink_moves_total = %g, want 2", n)
+	}
+	if n := metrictest.Value(t, reg, "nave_spoke_uplink_reconnects_total"); n != 0 {
+		t.Errorf("nave_spoke_uplink_reconnects_total = %g, want 0: a move is no failure", n)
+	}
+}

@@ -47,9 +47,14 @@ func watchHub(t *testing.T, addr string) (*ingest.Server, string, func()) {
 	return in, lis.Addr().String(), stop
 }
 
+// runUplink runs an uplink of objs until the test ends, with short
+// backoffs unless opts sets its own.
 func runUplink(t *testing.T, opts uplink.Options, objs []*meshconfig.Object) *uplink.Uplink {
 	t.Helper()
-	opts.BackoffInitial, opts.BackoffMax, opts.MaxMessageBytes = 20*time.Millisecond, 100*time.Millisecond, 1<<20
+	if opts.BackoffInitial == 0 {
+		opts.BackoffInitial, opts.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+	}
+	opts.MaxMessageBytes = 1 << 20
 	up := uplink.New(opts)
 	up.Update(objs)
 	ctx, cancel := context.WithCancel(context.Background())

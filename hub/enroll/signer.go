@@ -15,7 +15,9 @@ type Signer interface {
 	// followed by its intermediates. Whatever the request asks for, the
 	// certificate's only URI SAN must be the cluster's SPIFFE ID
 	// (spiffeid.Cluster(TrustDomain(mesh), cluster)) and it must allow
-	// client authentication. The caller checks the result.
+	// client authentication; the request's DNS and IP SANs (the spoke's
+	// fallback server's names) may be carried, within the signer's
+	// limits. The caller checks the result.
 	SignCluster(ctx context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) (chainPEM []byte, err error)
 	// Roots are the mesh's roots of trust: a cluster certificate of the
 	// mesh verifies against them and against no other mesh's.

@@ -98,7 +98,7 @@ func validateStore(section, store, namespace, kubeconfig string) error {
 // TLS configures transport security.
 type TLS struct {
 	Plaintext        bool          `key:"plaintext" default:"false" help:"INSECURE: serve the spokes and xds listeners without TLS and check no credentials: a spoke names its own mesh and cluster, a proxy its own mesh (else xds.defaultMesh), namespace and service account, and the hub believes them; a mesh not listed in ca.meshes is still refused. For tests and local development only; logged loudly"`
-	Hosts            []string      `key:"hosts" default:"localhost,127.0.0.1,::1" help:"DNS names and IP addresses the hub's serving certificate is valid for: the names spokes and proxies dial it by"`
+	Hosts            []string      `key:"hosts" default:"localhost,127.0.0.1,::1" help:"DNS names and IP addresses the hub's serving certificate is valid for: the names spokes and proxies dial it by; no spoke's cluster certificate may carry one (its fallback server names, docs/fallback.md)"`
 	HandshakeTimeout time.Duration `key:"handshakeTimeout" default:"10s" help:"a connection that has not completed its TLS handshake in this long is closed"`
 }
 
@@ -321,6 +321,9 @@ type Replicas struct {
 	RejoinInterval   time.Duration `key:"rejoinInterval" default:"10s" help:"how often the replicas in join are joined again, so that a replica that started first or was cut off finds the others"`
 	ShedRate         float64       `key:"shedRate" default:"5" help:"proxy connections a replica holding more than its share closes per second (each at a random moment), toward an even spread over the ready replicas, such as one that just joined; the proxies reconnect through the load balancer. 0: never shed"`
 	ShedTolerance    float64       `key:"shedTolerance" default:"0.1" help:"share above the even spread of proxy connections that is tolerated before shedding (0.1: 10 %, and at least 2 connections)"`
+	SpokeShedRate    float64       `key:"spokeShedRate" default:"0.2" help:"spokes a replica owning more than its share (and at least 2 more than the least-loaded ready replica) asks to reconnect elsewhere, per second at most, one at a time (the next once the last has landed), each at a random moment; the spoke reconnects at once, to spokeAddress of the least-loaded replica first. 0: never move a spoke"`
+	SpokeMinAge      time.Duration `key:"spokeMinAge" default:"1m" help:"a spoke's stream must be synced and at least this old before it is moved to balance spokes, so that a spoke that just moved is not moved again"`
+	SpokeAddress     string        `key:"spokeAddress" help:"host:port spokes reach this replica's sync service (spokes.listen) at directly, gossiped to peers: a replica moving a spoke here names it to the spoke, which tries it first (its TLS still checks the name of its own hub.address). Empty: name none; the spoke reconnects through its hub.address (a Service lands it on any replica)"`
 }
 
 // Enabled reports whether the hub runs as a replica.
@@ -356,6 +359,17 @@ func (r *Replicas) Validate() error {
 	}
 	if r.ShedRate < 0 {
 		return settings.Invalid("shedRate", "must be 0 (never shed) or more, got %g", r.ShedRate)
+	}
+	if r.SpokeShedRate < 0 {
+		return settings.Invalid("spokeShedRate", "must be 0 (never move a spoke) or more, got %g", r.SpokeShedRate)
+	}
+	if r.SpokeMinAge < 0 {
+		return settings.Invalid("spokeMinAge", "must not be negative, got %s", r.SpokeMinAge)
+	}
+	if r.SpokeAddress != "" {
+		if err := settings.CheckHostPort("spokeAddress", r.SpokeAddress); err != nil {
+			return err
+		}
 	}
 	if r.ShedTolerance < 0 {
 		return settings.Invalid("shedTolerance", "must not be negative, got %g", r.ShedTolerance)

@@ -60,6 +60,9 @@ func TestDefaultsValidate(t *testing.T) {
 		"replicas.rejoinInterval":       cfg.Replicas.RejoinInterval == 10*time.Second,
 		"replicas.shedRate":             cfg.Replicas.ShedRate == 5,
 		"replicas.shedTolerance":        cfg.Replicas.ShedTolerance == 0.1,
+		"replicas.spokeShedRate":        cfg.Replicas.SpokeShedRate == 0.2,
+		"replicas.spokeMinAge":          cfg.Replicas.SpokeMinAge == time.Minute,
+		"replicas.spokeAddress":         cfg.Replicas.SpokeAddress == "",
 		"xds.maxConnectionAge":          cfg.XDS.MaxConnectionAge == 0,
 		"sds.mintKeys":                  !cfg.SDS.MintKeys,
 	}
@@ -117,6 +120,9 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.relay-listen=15016"}, "replicas.relayListen", "must be host:port"},
 		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.ready-timeout=0s"}, "replicas.readyTimeout", "must be greater than 0"},
 		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.shed-rate=-1"}, "replicas.shedRate", "must be 0 (never shed) or more"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.spoke-shed-rate=-0.5"}, "replicas.spokeShedRate", "must be 0 (never move a spoke) or more"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.spoke-min-age=-1s"}, "replicas.spokeMinAge", "must not be negative"},
+		{[]string{"--replicas.join=hub-0", "--replicas.insecure-gossip", "--replicas.spoke-address=hub-0"}, "replicas.spokeAddress", "must be host:port"},
 		{[]string{"--xds.max-connection-age=-1s"}, "xds.maxConnectionAge", "must not be negative"},
 		{[]string{"--tls.plaintext", "--ca.meshes=acme=acme.example,beta=beta.example"}, "xds.defaultMesh", `with tls.plaintext it must be a mesh of ca.meshes (acme, beta), got "default"`},
 	}

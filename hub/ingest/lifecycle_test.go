@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/protocol"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -354,4 +355,56 @@ func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
 		t.Error("Withdraw of a withdrawn cluster reported something")
 	}
 	c2.acked(c2.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+}
+
+// TestMoveAsksTheSpokeToReconnectAndKeepsItsState: Move closes the spoke's
+// stream of the given epoch (and no other) with UNAVAILABLE and the
+// reconnect and redirect trailers; the cluster's resources stay, and the
+// spoke's next stream with the same state changes none of them.
+func TestMoveAsksTheSpokeToReconnectAndKeepsItsState(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	id := ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}
+	c1 := f.dial(t, "m", "c1")
+	c1.sync(objs)
+	before := versions(objs)
+	h, ok := f.srv.Held(id)
+	if !ok {
+		t.Fatal("the cluster is not held")
+	}
+	if f.srv.Move(id, ingest.Epoch{At: h.Epoch.At - 1, Replica: h.Epoch.Replica}, "balancing", "10.0.0.2:15012") {
+		t.Fatal("Move of another epoch closed the stream")
+	}
+	if !f.srv.Move(id, h.Epoch, "balancing spokes", "10.0.0.2:15012") {
+		t.Fatal("Move of the open stream reported none")
+	}
+	err := c1.ended()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "balancing spokes") {
+		t.Errorf("moved stream ended with %v, want Unavailable naming the reason", err)
+	}
+	tr := c1.stream.Trailer()
+	if got := tr.Get(protocol.TrailerReconnect); len(got) != 1 {
+		t.Errorf("trailer %s = %v, want one value", protocol.TrailerReconnect, got)
+	}
+	if got := tr.Get(protocol.TrailerRedirect); len(got) != 1 || got[0] != "10.0.0.2:15012" {
+		t.Errorf("trailer %s = %v, want [10.0.0.2:15012]", protocol.TrailerRedirect, got)
+	}
+	if f.srv.Move(id, h.Epoch, "again", "") {
+		t.Error("Move of a closed stream reported one")
+	}
+	held := func() map[string]string { return versions(slices.Collect(maps.Values(f.objects("m", "c1")))) }
+	if got := held(); !maps.Equal(got, before) {
+		t.Errorf("after the move the hub holds %v, want %v", got, before)
+	}
+	if st, _ := f.status("m", "c1"); st.Connected || !st.Stale {
+		t.Errorf("after the move: %+v, want disconnected and stale", st)
+	}
+	again := f.dial(t, "m", "c1")
+	again.sync(objs)
+	if got := held(); !maps.Equal(got, before) {
+		t.Errorf("after the reconnect the hub holds %v, want %v", got, before)
+	}
+	if st, _ := f.status("m", "c1"); !st.Connected || !st.Synced {
+		t.Errorf("after the reconnect: %+v", st)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -121,6 +122,17 @@ var errSuperseded = errors.New("superseded by a newer stream of the same cluster
 type disconnected struct{ reason string }
 
 func (d *disconnected) Error() string { return "the hub closed this cluster's stream: " + d.reason }
+
+// moved is the cause of a stream closed by Move.
+type moved struct{ reason, redirect string }
+
+func (m *moved) Error() string {
+	msg := "reconnect now: " + m.reason
+	if m.redirect != "" {
+		msg += "; try " + m.redirect + " first"
+	}
+	return msg
+}
 
 // New returns a Server that authenticates spokes with auth.
 func New(auth Authenticator, opts Options) *Server {
@@ -245,6 +257,14 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 			if d := (*disconnected)(nil); errors.As(cause, &d) {
 				return status.Error(codes.PermissionDenied, d.Error())
 			}
+			if m := (*moved)(nil); errors.As(cause, &m) {
+				tr := metadata.Pairs(protocol.TrailerReconnect, "now")
+				if m.redirect != "" {
+					tr.Set(protocol.TrailerRedirect, m.redirect)
+				}
+				stream.SetTrailer(tr)
+				return status.Error(codes.Unavailable, m.Error())
+			}
 			return ctx.Err()
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -326,6 +346,29 @@ func (s *Server) Disconnect(id ClusterIdentity, reason string) bool {
 	session := st.session
 	s.mu.Unlock()
 	s.log.Warn("spoke stream closed by the hub", "mesh", id.Mesh, "cluster", id.Cluster, "session", session, "reason", reason)
+	return true
+}
+
+// Move closes id's open Push stream, if it is a spoke's own (not a
+// relay) and still the stream of epoch, so that the spoke reconnects at
+// once, to another hub replica (hub/replica balances spokes): the spoke
+// gets UNAVAILABLE with the trailers protocol.TrailerReconnect and, if
+// redirect is set, protocol.TrailerRedirect naming the replica to try
+// first. The cluster's resources stay, as for any disconnect, until the
+// spoke's new stream (here or relayed by its new owner) replaces them. It
+// reports whether a stream was closed.
+func (s *Server) Move(id ClusterIdentity, epoch Epoch, reason, redirect string) bool {
+	s.mu.Lock()
+	st := s.stores[id]
+	if st == nil || st.cancel == nil || st.relayed || st.epoch != epoch {
+		s.mu.Unlock()
+		return false
+	}
+	st.cancel(&moved{reason: reason, redirect: redirect})
+	st.cancel = nil
+	session := st.session
+	s.mu.Unlock()
+	s.log.Info("spoke asked to reconnect elsewhere", "mesh", id.Mesh, "cluster", id.Cluster, "session", session, "reason", reason, "redirect", redirect)
 	return true
 }
 

@@ -33,7 +33,11 @@ type meta struct {
 	ID    string `json:"id"`
 	Relay string `json:"relay"`
 	XDS   string `json:"xds,omitempty"`
-	Load  Load   `json:"load"`
+	// Spokes is where spokes reach this replica's sync service directly
+	// (replicas.spokeAddress): the redirect a peer moving a spoke here
+	// names.
+	Spokes string `json:"spokes,omitempty"`
+	Load   Load   `json:"load"`
 	// Ready is set once the replica is ready (Membership.Ready): only then
 	// do peers shed proxies toward it.
 	Ready bool `json:"ready,omitempty"`
@@ -98,6 +102,10 @@ type Options struct {
 	// RelayAddress is the host:port peers dial to relay to this replica;
 	// XDSAddress where it serves proxies (shown only).
 	RelayAddress, XDSAddress string
+	// SpokeAddress is where spokes reach this replica's sync service
+	// directly, gossiped so that a peer moving a spoke here can name it
+	// (replicas.spokeAddress); "" names none.
+	SpokeAddress string
 	// Load reports the replica's load; called about every second.
 	Load func() Load
 	// Holdings lists the clusters the local ingest holds.
@@ -162,6 +170,7 @@ type Member struct {
 	Gossip  string    `json:"gossip"`
 	Relay   string    `json:"relay"`
 	XDS     string    `json:"xds,omitempty"`
+	Spokes  string    `json:"spokes,omitempty"`
 	Load    Load      `json:"load"`
 	Self    bool      `json:"self,omitempty"`
 	Held    int       `json:"held"`
@@ -400,9 +409,9 @@ func (m *Membership) Members() []Member {
 	self := m.ml.LocalNode().Address() // not under m.mu: memberlist calls events holding its lock
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := []Member{{ID: m.opts.ID, Gossip: self, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Self: true, Ready: !m.readyAt.IsZero()}}
+	out := []Member{{ID: m.opts.ID, Gossip: self, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Spokes: m.opts.SpokeAddress, Load: m.load, Self: true, Ready: !m.readyAt.IsZero()}}
 	for id, p := range m.peers {
-		out = append(out, Member{ID: id, Gossip: p.addr, Relay: p.meta.Relay, XDS: p.meta.XDS, Load: p.meta.Load, Held: len(p.held), StateAt: p.stateAt, Ready: p.meta.Ready})
+		out = append(out, Member{ID: id, Gossip: p.addr, Relay: p.meta.Relay, XDS: p.meta.XDS, Spokes: p.meta.Spokes, Load: p.meta.Load, Held: len(p.held), StateAt: p.stateAt, Ready: p.meta.Ready})
 	}
 	slices.SortFunc(out[1:], func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out
@@ -418,6 +427,21 @@ func (m *Membership) PeerProxies() []int {
 			out = append(out, p.meta.Load.Proxies)
 		}
 	}
+	return out
+}
+
+// SpokePeers lists the ready peers a spoke may be moved to, with the
+// address they gossip for spokes and the spokes they gossip they own.
+func (m *Membership) SpokePeers() []SpokePeer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []SpokePeer
+	for id, p := range m.peers {
+		if p.meta.Ready {
+			out = append(out, SpokePeer{ID: id, Address: p.meta.Spokes, Spokes: p.meta.Load.Spokes})
+		}
+	}
+	slices.SortFunc(out, func(a, b SpokePeer) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -483,7 +507,7 @@ type delegate Membership
 func (d *delegate) NodeMeta(limit int) []byte {
 	m := (*Membership)(d)
 	m.mu.Lock()
-	md := meta{ID: m.opts.ID, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Load: m.load, Ready: !m.readyAt.IsZero(), Started: m.started.UnixNano()}
+	md := meta{ID: m.opts.ID, Relay: m.opts.RelayAddress, XDS: m.opts.XDSAddress, Spokes: m.opts.SpokeAddress, Load: m.load, Ready: !m.readyAt.IsZero(), Started: m.started.UnixNano()}
 	m.mu.Unlock()
 	b, _ := json.Marshal(md)
 	if len(b) > limit {

@@ -15,6 +15,8 @@ type Metrics struct {
 	failovers    prometheus.Counter
 	refused      prometheus.Counter
 	shed         prometheus.Counter
+	shedSpokes   prometheus.Counter
+	spokes       prometheus.Gauge
 }
 
 // NewMetrics makes the metrics and registers them with reg (nil: nowhere).
@@ -41,9 +43,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Relay streams refused: a caller that is not a replica, bad metadata, or a late relay of an earlier owner."}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_replica_shed_connections_total",
 			Help: "Proxy connections this replica closed to even the spread across replicas (replicas.shedRate)."}),
+		shedSpokes: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_replica_shed_spokes_total",
+			Help: "Spoke streams this replica closed, asking the spoke to reconnect at once elsewhere, to even the spread of spokes across replicas (replicas.spokeShedRate)."}),
+		spokes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_hub_replica_spokes",
+			Help: "Spokes this replica owns: their Push stream is open here."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.members, m.gossipBytes, m.peerEvents, m.relayBytes, m.relayMsgs, m.relayLag, m.relayStreams, m.failovers, m.refused, m.shed)
+		reg.MustRegister(m.members, m.gossipBytes, m.peerEvents, m.relayBytes, m.relayMsgs, m.relayLag, m.relayStreams, m.failovers, m.refused, m.shed, m.shedSpokes, m.spokes)
 	}
 	return m
 }

@@ -175,15 +175,18 @@ func (b *Balancer) Tick() int {
 }
 
 // Run ticks every interval until stop is closed.
-func (b *Balancer) Run(stop <-chan struct{}) {
-	t := time.NewTicker(b.opts.Interval)
+func (b *Balancer) Run(stop <-chan struct{}) { every(b.opts.Interval, stop, func() { b.Tick() }) }
+
+// every calls tick every interval until stop is closed.
+func every(interval time.Duration, stop <-chan struct{}, tick func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			b.Tick()
+			tick()
 		}
 	}
 }

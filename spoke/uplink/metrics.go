@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	state      *prometheus.GaugeVec
 	reconnects prometheus.Counter
+	moves      prometheus.Counter
 	messages   prometheus.Counter
 	resources  prometheus.Counter
 	bytes      prometheus.Counter
@@ -24,6 +25,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff)."}, []string{"state"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_reconnects_total",
 			Help: "Hub streams lost and retried."}),
+		moves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_moves_total",
+			Help: "Hub streams a hub replica closed to move this spoke to another replica (balancing); each reconnects at once."}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_messages_total",
 			Help: "Messages sent to the hub."}),
 		resources: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_resources_total",
@@ -42,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times the remote view was written to the state dir."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.reconnects, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves)
+		reg.MustRegister(m.state, m.reconnects, m.moves, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves)
 	}
 	return m
 }

@@ -3,7 +3,10 @@
 // every (re)connect followed by the synced marker, then deltas, and tracks
 // the hub's ACK/NACK of every nonce. Lost connections are retried with
 // jittered exponential backoff that never waits more than its maximum, each
-// attempt on a new connection.
+// attempt on a new connection — except a move: a hub replica balancing
+// spokes closes a synced stream with protocol.TrailerReconnect, and the
+// spoke reconnects at once, to the replica protocol.TrailerRedirect names
+// first.
 package uplink
 
 import (
@@ -12,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -21,10 +26,12 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/protocol"
@@ -83,6 +90,10 @@ type Uplink struct {
 	// acked is what the hub has confirmed on the current stream.
 	acked    map[key]string
 	sessions int
+	// target is the address of the current (or last) stream; moves
+	// counts the streams the hub closed to move the spoke.
+	target string
+	moves  int
 	// watchState and watchErr describe the Watch stream.
 	watchState, watchErr string
 }
@@ -141,25 +152,46 @@ func (u *Uplink) Run(ctx context.Context) error {
 		return nil
 	case <-u.first:
 	}
-	creds := insecure.NewCredentials()
+	creds, redirectCreds := insecure.NewCredentials(), insecure.NewCredentials()
 	if u.opts.TLS != nil {
 		creds = credentials.NewTLS(u.opts.TLS)
+		// A replica a move names is still authenticated by the name of
+		// Address (its certificate is the hub's), whatever its own host.
+		rc := u.opts.TLS.Clone()
+		if rc.ServerName == "" {
+			rc.ServerName, _, _ = net.SplitHostPort(u.opts.Address)
+		}
+		redirectCreds = credentials.NewTLS(rc)
 	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
 	}
 
 	b := newBackOff(u.opts.BackoffInitial, u.opts.BackoffMax)
+	// redirect is the hub replica a move named, tried once before
+	// Address.
+	var redirect string
 	for {
 		// Each attempt dials afresh: a ClientConn that failed to connect
 		// keeps failing calls with its cached error until its own
 		// reconnect backoff (1 s growing to 2 min) lets it try again, so a
 		// hub that came back would be found late. NewClient fails only on
 		// a malformed target or options, which no retry mends.
-		conn, err := grpc.NewClient(u.opts.Address, dialOpts...)
+		target, opts := u.opts.Address, append(slices.Clip(dialOpts), grpc.WithTransportCredentials(creds))
+		if redirect != "" {
+			target, opts = redirect, append(slices.Clip(dialOpts), grpc.WithTransportCredentials(redirectCreds))
+			redirect = ""
+		}
+		u.mu.Lock()
+		u.target = target
+		u.mu.Unlock()
+		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
+			if target != u.opts.Address {
+				u.log.Warn("hub redirect not usable; reconnecting through the hub address", "redirect", target, "err", err)
+				continue
+			}
 			return fmt.Errorf("hub address %q: %w", u.opts.Address, err)
 		}
 		client := protocolv1.NewSyncClient(conn)
@@ -180,6 +212,22 @@ func (u *Uplink) Run(ctx context.Context) error {
 		}
 		if synced {
 			b.Reset() // a stream that got as far as synced was healthy
+		}
+		if mv := (*movedError)(nil); errors.As(err, &mv) {
+			// The hub balances spokes across its replicas: reconnect to
+			// the replica it named first, at once if the stream had
+			// synced (a hub moves only synced spokes; anything else
+			// backs off, so no hub can make the spoke spin).
+			redirect = mv.redirect
+			u.metrics.moves.Inc()
+			u.mu.Lock()
+			u.moves++
+			u.mu.Unlock()
+			u.log.Info("hub asked this spoke to reconnect to another replica", "from", target, "redirect", redirect, "reason", status.Convert(mv.err).Message())
+			if synced {
+				u.setState(StateConnecting, err)
+				continue
+			}
 		}
 		wait := b.NextBackOff()
 		u.setState(StateBackoff, err)
@@ -278,6 +326,13 @@ func (u *Uplink) session(ctx context.Context, client protocolv1.SyncClient) (syn
 			_ = stream.CloseSend()
 			return synced, ctx.Err()
 		case err := <-recvErr:
+			if tr := stream.Trailer(); status.Code(err) == codes.Unavailable && len(tr.Get(protocol.TrailerReconnect)) > 0 {
+				var redirect string
+				if r := tr.Get(protocol.TrailerRedirect); len(r) == 1 && validHostPort(r[0]) {
+					redirect = r[0]
+				}
+				return synced, &movedError{err: err, redirect: redirect}
+			}
 			return synced, err
 		case r := <-replies:
 			if r.GetResponseNonce() == syncNonce && r.GetErrorDetail() == nil && !synced {
@@ -292,6 +347,26 @@ func (u *Uplink) session(ctx context.Context, client protocolv1.SyncClient) (syn
 			}
 		}
 	}
+}
+
+// movedError is a stream the hub closed to move the spoke to another
+// replica (protocol.TrailerReconnect), naming the replica to try first.
+type movedError struct {
+	err      error
+	redirect string
+}
+
+func (e *movedError) Error() string { return e.err.Error() }
+func (e *movedError) Unwrap() error { return e.err }
+
+// validHostPort reports whether s is a host:port a redirect may name.
+func validHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536
 }
 
 type inflight struct {
@@ -453,17 +528,22 @@ func (s *session) reply(r *discoveryv3.DeltaDiscoveryRequest) {
 
 // Status is what the spoke's /debug/uplink shows.
 type Status struct {
-	Address  string        `json:"address"`
-	Mesh     string        `json:"mesh"`
-	Cluster  string        `json:"cluster"`
-	TLS      bool          `json:"tls"`
-	State    string        `json:"state"`
-	Since    time.Time     `json:"since"`
-	LastErr  string        `json:"lastError,omitempty"`
-	Sessions int           `json:"sessions"`
-	Desired  int           `json:"desired"`
-	Acked    int           `json:"acked"`
-	Nacked   []NackedEntry `json:"nacked"`
+	Address  string    `json:"address"`
+	Mesh     string    `json:"mesh"`
+	Cluster  string    `json:"cluster"`
+	TLS      bool      `json:"tls"`
+	State    string    `json:"state"`
+	Since    time.Time `json:"since"`
+	LastErr  string    `json:"lastError,omitempty"`
+	Sessions int       `json:"sessions"`
+	// Target is the address of the current (or last) stream: Address, or
+	// the replica a move named; Moves counts the streams the hub closed
+	// to move this spoke to another replica.
+	Target  string        `json:"target,omitempty"`
+	Moves   int           `json:"moves,omitempty"`
+	Desired int           `json:"desired"`
+	Acked   int           `json:"acked"`
+	Nacked  []NackedEntry `json:"nacked"`
 	// Watch is the Watch stream's state (off without a remote view).
 	Watch        string `json:"watch"`
 	WatchLastErr string `json:"watchLastError,omitempty"`
@@ -482,7 +562,7 @@ func (u *Uplink) Status() Status {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, TLS: u.opts.TLS != nil, State: u.state, Since: u.since,
-		LastErr: u.lastErr, Sessions: u.sessions, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{},
+		LastErr: u.lastErr, Sessions: u.sessions, Target: u.target, Moves: u.moves, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{},
 		Watch: u.watchState, WatchLastErr: u.watchErr}
 	for k, n := range u.nacked {
 		kind := k.typeURL

@@ -180,7 +180,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 	members, err := replica.Join(replica.Options{
 		ID: r.id, BindAddress: r.cfg.BindAddress, BindPort: bindPort, AdvertiseAddress: r.cfg.AdvertiseAddress,
 		Join: r.cfg.Join, RejoinInterval: r.cfg.RejoinInterval, Keyring: r.keyring, Insecure: r.cfg.InsecureGossip,
-		RelayAddress: r.relay, XDSAddress: cfg.XDS.Listen,
+		RelayAddress: r.relay, XDSAddress: cfg.XDS.Listen, SpokeAddress: r.cfg.SpokeAddress,
 		Load: func() replica.Load {
 			mu.Lock()
 			defer mu.Unlock()
@@ -213,16 +213,19 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 	bal := replica.NewBalancer(replica.BalancerOptions{Mine: r.proxies.Len, Peers: members.PeerProxies, Shed: r.proxies.CloseOldest,
 		Rate: r.cfg.ShedRate, Tolerance: r.cfg.ShedTolerance, Logger: log, Metrics: r.metrics})
 	go bal.Run(ctx.Done())
+	spokes := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: r.id, Holdings: in.Holdings, Peers: members.SpokePeers, Move: in.Move,
+		Rate: r.cfg.SpokeShedRate, MinAge: r.cfg.SpokeMinAge, Logger: log, Metrics: r.metrics})
+	go spokes.Run(ctx.Done())
 	adm.AddReadyCheck("replicas", members.Ready)
-	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag", func(*http.Request) (any, error) {
-		return r.debug(in, members, relayer), nil
+	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag, spoke balancing (spokes per replica, moves)", func(*http.Request) (any, error) {
+		return r.debug(in, members, relayer, spokes), nil
 	})
 	log.Info("replica started", "gossip", net.JoinHostPort(r.cfg.BindAddress, strconv.Itoa(bindPort)), "relay", r.relay, "join", strings.Join(r.cfg.Join, ","), "encrypted", r.keyring != nil)
 	return nil
 }
 
 // debug is /debug/replicas.
-func (r *replicas) debug(in *ingest.Server, members *replica.Membership, relayer *replica.Relayer) any {
+func (r *replicas) debug(in *ingest.Server, members *replica.Membership, relayer *replica.Relayer, spokes *replica.SpokeBalancer) any {
 	type clusterView struct {
 		ID        ingest.ClusterIdentity `json:"cluster"`
 		Owner     string                 `json:"owner"`
@@ -249,5 +252,6 @@ func (r *replicas) debug(in *ingest.Server, members *replica.Membership, relayer
 		"members":  members.Members(),
 		"clusters": clusters,
 		"relays":   relayer.Status(),
+		"spokes":   spokes.Status(),
 	}
 }
