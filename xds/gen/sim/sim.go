@@ -11,7 +11,9 @@
 // DownstreamTlsContext (client certificate required, SAN matchers), the
 // RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
 // reports which transport socket an upstream endpoint gets (transport
-// socket matches).
+// socket matches) and which server certificates it accepts
+// (Endpoint.AcceptsServer). RetriesOf reads a route's retry policy: the
+// hosts retries go to and the back-off between them.
 //
 // It follows Envoy's documented matching semantics (cited where they are
 // subtle). It does not simulate the network, load balancing choices,
