@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +20,14 @@ type fallbackSpoke struct {
 	state string
 }
 
-func newFallbackSpoke(t *testing.T, h *hub, cluster, dir string) *fallbackSpoke {
+func newFallbackSpoke(t testing.TB, h *hub, cluster, dir string) *fallbackSpoke {
 	s := &fallbackSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, xds: harness.FreePort(t), state: t.TempDir()}
 	s.start(t, h, cluster)
 	return s
 }
 
 // start runs the spoke process (again, on the same ports and state dir).
-func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
+func (s *fallbackSpoke) start(t testing.TB, h *hub, cluster string) {
 	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
 		"--source", "fs://"+s.dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
 		"--hub.state-dir", s.state, "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
@@ -34,6 +35,8 @@ func (s *fallbackSpoke) start(t *testing.T, h *hub, cluster string) {
 		"--fallback.drain", "1s", "--log.level", "debug")
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
 }
+
+func (s *fallbackSpoke) status(t testing.TB) fallbackStatus { t.Helper(); return s.fallbackStatus(t) }
 
 type fallbackStatus struct {
 	Active      bool      `json:"active"`
@@ -47,7 +50,8 @@ type fallbackStatus struct {
 	} `json:"remoteView"`
 }
 
-func (s *fallbackSpoke) status(t *testing.T) fallbackStatus {
+// fallbackStatus is the spoke's /debug/fallback.
+func (s *spoke) fallbackStatus(t testing.TB) fallbackStatus {
 	t.Helper()
 	var st fallbackStatus
 	if err := harness.GetJSON(s.url("/debug/fallback"), &st); err != nil {
@@ -88,8 +92,14 @@ spec:
   workloadSelector: {labels: {app: echo}}
 `, echoHost)
 	for version, be := range backends {
-		fmt.Fprintf(&b, `---
-apiVersion: networking.istio.io/v1
+		b.WriteString("---\n" + echoEndpoint(be, version))
+	}
+	return b.String()
+}
+
+// echoEndpoint is one more endpoint of the echo service, in subset version.
+func echoEndpoint(be *backend, version string) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
 metadata: {name: %s, namespace: demo}
 spec:
@@ -97,8 +107,29 @@ spec:
   ports: {grpc: %d}
   labels: {app: echo, version: %s}
 `, be.name, be.port, version)
+}
+
+// since is the calls made after t.
+func since(calls []call, t time.Time) []call {
+	return slices.DeleteFunc(calls, func(c call) bool { return !c.Time.After(t) })
+}
+
+// onlyOn checks that the last n calls of c, all made after since, went to
+// one of backends.
+func onlyOn(c *client, since time.Time, n int, backends ...string) error {
+	calls := c.calls()
+	if len(calls) < n {
+		return fmt.Errorf("%d calls, want %d", len(calls), n)
 	}
-	return b.String()
+	for _, call := range calls[len(calls)-n:] {
+		if call.Time.Before(since) {
+			return fmt.Errorf("too few calls since %s", since.Format(time.StampMilli))
+		}
+		if !slices.Contains(backends, call.Backend) {
+			return fmt.Errorf("a call went to %q (%s), want only %v", call.Backend, call.Code, backends)
+		}
+	}
+	return nil
 }
 
 func fallbackRoute(weights map[string]int) string {
@@ -147,7 +178,7 @@ func failures(calls []call) []call {
 // bootstrap); a route change made at spoke a takes effect for it. The hub
 // comes back: it has the change, clients return to it, spoke a hands back.
 func TestFallback(t *testing.T) {
-	av1, bv2, av3 := startBackend(t, "a-v1"), startBackend(t, "b-v2"), startBackend(t, "a-v3")
+	av1, bv2, av3, av1b := startBackend(t, "a-v1"), startBackend(t, "b-v2"), startBackend(t, "a-v3"), startBackend(t, "a-v1b")
 	dirA, dirB := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(dirA, "echo.yaml"), echoIn(map[string]*backend{"v1": av1, "v3": av3}))
 	routePath := filepath.Join(dirA, "route.yaml")
@@ -156,7 +187,7 @@ func TestFallback(t *testing.T) {
 
 	h := newHub(t)
 	spA := newFallbackSpoke(t, h, "a", dirA)
-	newFallbackSpoke(t, h, "b", dirB)
+	spB := newFallbackSpoke(t, h, "b", dirB)
 	harness.Eventually(t, 20*time.Second, func() error {
 		if st := spA.status(t); !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
 			return fmt.Errorf("spoke a's remote view: %+v", st.Remote)
@@ -174,6 +205,11 @@ func TestFallback(t *testing.T) {
 	first := firstOK(t, old, 30*time.Second)
 	if got := tally(old.collect(t, first, 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
 		t.Fatalf("before the outage: %s, want both clusters", describe(got))
+	}
+	// A client in cluster b: the hub first, spoke b second.
+	inB := startFallbackClient(t, h, spB, "b-client.demo")
+	if got := tally(inB.collect(t, firstOK(t, inB, 30*time.Second), 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
+		t.Fatalf("b's client before the outage: %s, want both clusters", describe(got))
 	}
 	if st := spA.status(t); st.Active || st.Proxies != 0 {
 		t.Fatalf("spoke a serves while the hub is up: %+v", st)
@@ -228,6 +264,23 @@ func TestFallback(t *testing.T) {
 	oldDuring := tally(old.collect(t, edited, 200, 30*time.Second))
 	t.Logf("old client (everything cached, hub first) after the edit, still on its cached config: %s", describe(oldDuring))
 
+	// A new endpoint in cluster a during the outage (subset v1): the
+	// client spoke a serves calls it.
+	added := time.Now()
+	writeFile(t, filepath.Join(dirA, "more.yaml"), echoEndpoint(av1b, "v1"))
+	var addedAt time.Time
+	harness.Eventually(t, 20*time.Second, func() error {
+		if got := tally(fresh.calls()); got["a-v1b"] == 0 {
+			return fmt.Errorf("fresh client: %s, no call to the new endpoint a-v1b yet", describe(got))
+		}
+		addedAt = time.Now()
+		return nil
+	})
+	t.Logf("new endpoint in cluster a during the outage -> fresh client calls it: %s", addedAt.Sub(added).Round(time.Millisecond))
+	if got := tally(fresh.collect(t, addedAt, 200, 30*time.Second)); got["a-v1"]+got["a-v1b"] != 200 || got["a-v1b"] == 0 {
+		t.Fatalf("fresh client after the new endpoint: %s, want subset v1 only, a-v1b included", describe(got))
+	}
+
 	// Spoke a restarts during the outage: it serves again from the view it
 	// saved, and a new client gets both clusters from it.
 	spA.proc.Stop(10 * time.Second)
@@ -241,8 +294,8 @@ func TestFallback(t *testing.T) {
 	})
 	t.Logf("spoke a restarted during the outage -> serving from its saved view: %s", time.Since(restarted).Round(time.Millisecond))
 	late := startFallbackClient(t, h, spA, "late.demo")
-	if got := tally(late.collect(t, firstOK(t, late, 30*time.Second), 100, 30*time.Second)); got["a-v1"] != 100 {
-		t.Fatalf("client started after spoke a's restart: %s, want all on a-v1 (the route changed during the outage)", describe(got))
+	if got := tally(late.collect(t, firstOK(t, late, 30*time.Second), 200, 30*time.Second)); got["a-v1"]+got["a-v1b"] != 200 || got["a-v1b"] == 0 {
+		t.Fatalf("client started after spoke a's restart: %s, want all on subset v1, a-v1b included (route and endpoint changed during the outage)", describe(got))
 	}
 	late.proc.Stop(10 * time.Second)
 
@@ -263,21 +316,20 @@ func TestFallback(t *testing.T) {
 	// clients return to it and spoke a hands back after handBackAfter.
 	h.start()
 	back := time.Now()
+	harness.Eventually(t, 30*time.Second, func() error { return onlyOn(old, back, 50, "a-v1", "a-v1b") })
+	t.Logf("hub back -> old client follows the change made during the outage (from the hub): %s", time.Since(back).Round(time.Millisecond))
+	// The outage's changes reach cluster b's clients through the hub: the
+	// route (subset v1 only) and the new endpoint.
 	harness.Eventually(t, 30*time.Second, func() error {
-		calls := old.calls()
-		n := 0
-		for i := len(calls) - 1; i >= 0 && n < 50; i-- {
-			if calls[i].Time.Before(back) {
-				return fmt.Errorf("too few calls since the hub came back")
-			}
-			if calls[i].Backend != "a-v1" {
-				return fmt.Errorf("old client still calls %s", calls[i].Backend)
-			}
-			n++
+		if err := onlyOn(inB, back, 50, "a-v1", "a-v1b"); err != nil {
+			return err
+		}
+		if got := tally(since(inB.calls(), back)); got["a-v1b"] == 0 {
+			return fmt.Errorf("b's client: %s since the hub came back, none to a-v1b", describe(got))
 		}
 		return nil
 	})
-	t.Logf("hub back -> old client follows the change made during the outage (from the hub): %s", time.Since(back).Round(time.Millisecond))
+	t.Logf("hub back -> b's client follows the route change and calls the new endpoint made at spoke a during the outage: %s", time.Since(back).Round(time.Millisecond))
 	harness.Eventually(t, 30*time.Second, func() error {
 		var s syncz
 		if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
@@ -308,7 +360,7 @@ func TestFallback(t *testing.T) {
 	if servers[addr(spA.xds)] == 0 {
 		t.Errorf("the watching client was never served by spoke a: %v", servers)
 	}
-	for name, c := range map[string]*client{"old": old, "fresh": fresh} {
+	for name, c := range map[string]*client{"old": old, "fresh": fresh, "b's": inB} {
 		if f := failures(c.calls()); len(f) > 0 {
 			t.Errorf("%s client: %d failed calls, first %+v", name, len(f), f[0])
 		}

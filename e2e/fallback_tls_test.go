@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +21,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/hub/servingcert"
+	nagent "github.com/navemesh/nave/spoke/agent"
+	"github.com/navemesh/nave/spoke/agentconfig"
 )
 
 // An enrolled nave-spoke with fallback on serves its fallback listener
@@ -85,5 +93,174 @@ func TestFallbackListenerServesTheClusterCertificate(t *testing.T) {
 	foreign := enrolltest.NewCA().AddMesh("other", "other.example")
 	if err := dial([]tls.Certificate{foreign.ClientCert(time.Hour, workload)}); err == nil || strings.Contains(err.Error(), "hub is serving") {
 		t.Fatalf("foreign CA's certificate: err = %v, want a refused handshake", err)
+	}
+}
+
+// agentClient is a proxyless client whose bootstrap nave-agent (grpc mode)
+// would write: the hub over TLS verified with the hub's serving CA, the
+// spoke's fallback server second, verified with the mesh roots; both with
+// the workload certificate of demo/client.
+type agentClient struct {
+	*client
+	nodeID string
+}
+
+func startAgentClient(t *testing.T, h *hub, cluster, name, fallback string, cert tls.Certificate, rootsPEM []byte) *agentClient {
+	t.Helper()
+	dir := t.TempDir()
+	hubCA, err := os.ReadFile(servingcert.RootPath(h.state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chain []byte
+	for _, der := range cert.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agentconfig.Config{Mode: agentconfig.ModeGRPC, Mesh: "default", Cluster: cluster, TrustDomain: "cluster.local", DomainSuffix: "cluster.local",
+		Pod:   agentconfig.Pod{Name: name, Namespace: "demo", ServiceAccount: "client"},
+		Trust: agentconfig.Trust{HubCA: string(hubCA), MeshRoots: string(rootsPEM)},
+		XDS:   agentconfig.XDS{Address: "localhost:" + strconv.Itoa(h.xds), FallbackAddress: fallback}, Dir: dir}
+	// The files nave-agent writes in grpc mode.
+	for file, data := range map[string][]byte{nagent.HubCAFile: []byte(nagent.XDSRoots(cfg)), nagent.RootCertFile: rootsPEM, nagent.CertChainFile: chain,
+		nagent.KeyFile: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})} {
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc, err := nagent.Bootstrap(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "grpc-bootstrap.json")
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &agentClient{nodeID: nagent.Workload(cfg, nil, nil).NodeID(cfg.DomainSuffix), client: &client{proc: harness.Start(t, "client-"+name,
+		binary("nave-demo-client"), "--target", "xds:///"+echoHost+":7070", "--bootstrap", path, "--interval", "5ms", "--timeout", "2s", "--json")}}
+}
+
+// meshRootsPEM are the roots of the hub's CA for mesh (td its trust domain).
+func meshRootsPEM(t *testing.T, h *hub, mesh, td string) []byte {
+	t.Helper()
+	store, err := ca.NewDirStore(filepath.Join(h.state, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := ca.New(store, ca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.Load(context.Background(), ca.Mesh{Name: mesh, TrustDomain: td}); err != nil {
+		t.Fatal(err)
+	}
+	roots, err := auth.RootsPEM(mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return roots
+}
+
+// hubServes waits until the hub's /debug/syncz lists node.
+func hubServes(t *testing.T, h *hub, node string) {
+	t.Helper()
+	harness.Eventually(t, 30*time.Second, func() error {
+		var s syncz
+		if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
+			return err
+		}
+		for _, c := range s {
+			if c.NodeID == node {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not connected to the hub", node)
+	})
+}
+
+// TestFallbackOverTLS is TestFallback's outage with TLS everywhere: spokes
+// enrolled with join tokens, proxyless clients with the bootstrap
+// nave-agent writes and a workload certificate. The hub is dialled as
+// localhost (its only tls.hosts name), spoke a's fallback server as
+// 127.0.0.1, which its cluster certificate names (fallback.serverNames),
+// so grpc-go's tls channel credentials accept both with the agent's CA
+// file (the hub's serving CA and the mesh roots). Calls go on through the
+// outage, a client started during it gets its config from spoke a over
+// mTLS, and everyone returns to the hub. A spoke asking for a name of the
+// hub is refused.
+func TestFallbackOverTLS(t *testing.T) {
+	av1, bv2 := startBackend(t, "a-v1"), startBackend(t, "b-v2")
+	h := newSecureHub(t, "--tls.hosts", "localhost")
+	fallbackFlags := func(port int) []string {
+		return []string{"--hub.server-name", "localhost", "--fallback.enabled", "--fallback.listen", addr(port), "--fallback.after", "1s",
+			"--fallback.hand-back-after", "3s", "--fallback.drain", "1s", "--fallback.server-names", "127.0.0.1"}
+	}
+	fbA := harness.FreePort(t)
+	spA := startEnrolledSpoke(t, h, "spoke-a", "", "a", echoIn(map[string]*backend{"v1": av1})+"---\n"+fallbackRoute(map[string]int{"v1": 50, "v2": 50}),
+		h.token(t, "default", "a", "1h"), t.TempDir(), fallbackFlags(fbA)...)
+	spB := startEnrolledSpoke(t, h, "spoke-b", "", "b", echoIn(map[string]*backend{"v2": bv2}), h.token(t, "default", "b", "1h"), t.TempDir(),
+		fallbackFlags(harness.FreePort(t))...)
+	harness.WaitReady(t, spB.url("/healthz/ready"), 30*time.Second)
+	harness.WaitReady(t, spA.url("/healthz/ready"), 30*time.Second)
+	harness.Eventually(t, 30*time.Second, func() error {
+		if st := spA.fallbackStatus(t); !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
+			return fmt.Errorf("spoke a's remote view: %+v", st.Remote)
+		}
+		return nil
+	})
+
+	cert := h.workloadCert(t, "default", "cluster.local", "demo", "client")
+	roots := meshRootsPEM(t, h, "default", "cluster.local")
+	fallback := addr(fbA)
+	old := startAgentClient(t, h, "a", "old", fallback, cert, roots)
+	if got := tally(old.collect(t, firstOK(t, old.client, 30*time.Second), 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
+		t.Fatalf("before the outage: %s, want both clusters", describe(got))
+	}
+
+	h.proc.Kill()
+	down := time.Now()
+	harness.Eventually(t, 20*time.Second, func() error {
+		if !spA.fallbackStatus(t).Active {
+			return fmt.Errorf("spoke a not in fallback yet")
+		}
+		return nil
+	})
+	if got := tally(old.collect(t, down, 300, 30*time.Second)); got["a-v1"]+got["b-v2"] != 300 || got["b-v2"] == 0 {
+		t.Fatalf("old client during the outage: %s, want both clusters and no failure", describe(got))
+	}
+	started := time.Now()
+	fresh := startAgentClient(t, h, "a", "fresh", fallback, cert, roots)
+	firstFresh := firstOK(t, fresh.client, 30*time.Second)
+	t.Logf("client started during the outage -> first OK call (via spoke a, mTLS): %s", firstFresh.Sub(started).Round(time.Millisecond))
+	if got := tally(fresh.collect(t, firstFresh, 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
+		t.Fatalf("fresh client during the outage: %s, want both clusters", describe(got))
+	}
+	if st := spA.fallbackStatus(t); st.Proxies < 1 {
+		t.Fatalf("spoke a serves no proxy: %+v", st)
+	}
+
+	h.start()
+	back := time.Now()
+	hubServes(t, h, fresh.nodeID)
+	t.Logf("hub back -> fresh client connected to the hub: %s", time.Since(back).Round(time.Millisecond))
+	harness.Eventually(t, 30*time.Second, func() error {
+		if st := spA.fallbackStatus(t); st.Active || st.Transitions != 2 || st.Proxies != 0 {
+			return fmt.Errorf("spoke a: %+v", st)
+		}
+		return nil
+	})
+	// A spoke asking for a name of the hub for its fallback server is
+	// refused: the agent's CA file trusts the mesh roots for the hub too.
+	rogue := startEnrolledSpoke(t, h, "spoke-rogue", "", "c", "", h.token(t, "default", "c", "1h"), t.TempDir(),
+		"--hub.server-name", "localhost", "--fallback.enabled", "--fallback.listen", addr(harness.FreePort(t)), "--fallback.server-names", "localhost")
+	waitExit(t, rogue.proc, "a name of the hub (tls.hosts)")
+
+	for name, c := range map[string]*agentClient{"old": old, "fresh": fresh} {
+		if f := failures(c.calls()); len(f) > 0 {
+			t.Errorf("%s client: %d failed calls, first %+v", name, len(f), f[0])
+		}
 	}
 }

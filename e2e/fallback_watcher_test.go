@@ -29,7 +29,7 @@ type removalWatcher struct {
 	done     chan struct{}
 }
 
-func startRemovalWatcher(t *testing.T, nodeID string, addrs ...string) *removalWatcher {
+func startRemovalWatcher(t testing.TB, nodeID string, addrs ...string) *removalWatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &removalWatcher{held: map[string]map[string]string{}, servers: map[string]int{}, cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -144,7 +144,7 @@ func startSecureSpoke(t *testing.T, h *hub, name, mesh, cluster, token string) *
 // serving config, keeping its config, token file and credentials under
 // work: started again on the same work, it comes back with the credentials
 // it enrolled for (token is then not read). It does not wait for it to be
-// ready.
+// ready. extra are more flags.
 func startEnrolledSpoke(t *testing.T, h *hub, name, mesh, cluster, config, token, work string, extra ...string) *secureSpoke {
 	t.Helper()
 	dir := filepath.Join(work, "config")

@@ -39,7 +39,7 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 	labels := f.String("labels", "", "the WorkloadEntry's labels, k=v,... (policies select by them)")
 	domain := f.String("domain-suffix", "cluster.local", "the DNS suffix of the node id")
 	hub := f.String("hub", "", "host:port of the hub's xDS listener")
-	fallback := f.String("fallback", "", "host:port of a second xDS server, listed second")
+	fallback := f.String("fallback", "", "host:port of a second xDS server (the spoke's fallback server), listed second; grpc: --hub-ca must then hold the mesh roots too (root-cert.pem), since grpc-go verifies every xDS server with one CA file")
 	serverName := f.String("server-name", "", "name the hub's certificate must be valid for (envoy; default: the host of --hub)")
 	hubCA := f.String("hub-ca", "", "PEM file of the hub's serving CA (the state dir's serving CA root, or a spoke's hub-ca.pem)")
 	certDir := f.String("cert-dir", "", "directory of the workload's cert-chain.pem, key.pem and root-cert.pem (navectl cert issue --out)")
@@ -92,7 +92,7 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 			JSON()
 	} else {
 		doc, err = (&xdsbootstrap.Envoy{NodeID: w.NodeID(*domain), Cluster: *name + "." + *ns, Metadata: w.Metadata(),
-			XDSAddress: *hub, FallbackAddress: *fallback, ServerName: *serverName, HubCAPEM: string(ca),
+			XDSAddress: *hub, FallbackAddress: *fallback, ServerName: *serverName, HubCAPEM: string(ca), FallbackRootsFile: file(fileRootCert),
 			CertFile: file(fileCertChain), KeyFile: file(fileKey), AdminPort: *adminPort, ReadyPort: *readyPort}).JSON()
 	}
 	if err != nil {

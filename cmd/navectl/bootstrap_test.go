@@ -45,6 +45,9 @@ func TestBootstrap(t *testing.T) {
 	if strings.Contains(r.stdout, xdsbootstrap.MetaSDSCluster) || !strings.Contains(r.stdout, "/etc/nave/key.pem") {
 		t.Error("a VM's Envoy bootstrap must take its certificate from the files, not an agent")
 	}
+	if ms := b.GetStaticResources().GetClusters()[0].GetTransportSocketMatches(); len(ms) != 1 || !strings.Contains(r.stdout, `"filename": "/etc/nave/root-cert.pem"`) {
+		t.Errorf("transport socket matches %v: the fallback endpoint must be verified with the mesh roots' file", ms)
+	}
 
 	out := filepath.Join(dir, "grpc.json")
 	if r := navectlRun(t, append(common, "--kind", "grpc", "--out", out)...); r.code != 0 || r.stdout != "" {

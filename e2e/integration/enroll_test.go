@@ -18,6 +18,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/protocol"
@@ -260,5 +261,85 @@ func TestRevokedSpokeKeepsItsCredentialsWhenRenewalIsRefused(t *testing.T) {
 	}
 	if r.Credentials() != before {
 		t.Error("a refused renewal replaced the credentials")
+	}
+}
+
+// A spoke asks for its fallback server's names: enrolment gets a cluster
+// certificate valid for them; a spoke whose saved certificate lacks them
+// (fallback.serverNames set after it enrolled) renews at once.
+func TestClusterCertificateNamesTheFallbackServer(t *testing.T) {
+	h := enrolltest.StartHub(t, enrolltest.HubOptions{})
+	tok, _, _ := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
+	opts := enrollOptions(t, h)
+	opts.ServerNames = []string{"fallback.east.example", "127.0.0.1"}
+	creds, err := enroll.Enroll(testCtx(t), opts, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range opts.ServerNames {
+		if err := creds.Certificate.Leaf.VerifyHostname(n); err != nil {
+			t.Errorf("enrolled certificate: %v", err)
+		}
+	}
+
+	names := []string{"fallback.east.example", "spoke.east.example"}
+	r, err := enroll.NewRenewer(enroll.RenewerOptions{Address: h.Addr, ServerName: enrolltest.ServerName, ServerNames: names,
+		StateDir: opts.StateDir, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	deadline := time.Now().Add(waitFor)
+	for r.Credentials().Certificate.Leaf.VerifyHostname("spoke.east.example") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the certificate without spoke.east.example was not renewed at once (it is far from due)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	leaf := r.Credentials().Certificate.Leaf
+	if len(leaf.DNSNames) != 2 || len(leaf.IPAddresses) != 0 {
+		t.Errorf("renewed certificate names %v %v, want %v", leaf.DNSNames, leaf.IPAddresses, names)
+	}
+}
+
+// A fallback server name the hub may not give (one of its own names) is
+// refused before the join token is spent: the same token then enrolls the
+// spoke configured with a name of its own.
+func TestRefusedServerNameKeepsTheToken(t *testing.T) {
+	store, err := ca.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := ca.New(store, ca.Options{HubNames: []string{"hub.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.Load(t.Context(), ca.Mesh{Name: enrolltest.MeshA, TrustDomain: enrolltest.TrustDomainA}); err != nil {
+		t.Fatal(err)
+	}
+	h := enrolltest.StartHub(t, enrolltest.HubOptions{Signer: auth})
+	tok, _, _ := h.Store.CreateToken(t.Context(), enrolltest.MeshA, "east", time.Hour)
+	opts := enrollOptions(t, h)
+	opts.ServerNames = []string{"hub.example"}
+	_, err = enroll.Enroll(testCtx(t), opts, tok)
+	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument || !strings.Contains(err.Error(), `"hub.example"`) ||
+		!strings.Contains(err.Error(), "the join token is not used") {
+		t.Fatalf("enrolling with the hub's name: %v, want InvalidArgument naming it, the token kept", err)
+	}
+	opts.ServerNames = []string{"fallback.east.example"}
+	creds, err := enroll.Enroll(testCtx(t), opts, tok)
+	if err != nil {
+		t.Fatalf("the same token with a name of the spoke's own: %v", err)
+	}
+	if err := creds.Certificate.Leaf.VerifyHostname("fallback.east.example"); err != nil {
+		t.Error(err)
 	}
 }

@@ -224,8 +224,8 @@ func cpuSeconds(pid int) (float64, error) {
 	return (ut + st) / 100, nil
 }
 
-// memKB reads a "Vm...:" line of /proc/PID/status, in KiB.
-func memKB(pid int, key string) (int64, error) {
+// MemKB reads a "Vm...:" line of /proc/PID/status, in KiB.
+func MemKB(pid int, key string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err

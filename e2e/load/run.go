@@ -306,7 +306,7 @@ type probe struct {
 func (r *runner) begin(name string) *probe {
 	p := &probe{r: r, name: name, stop: make(chan struct{}), done: make(chan struct{})}
 	p.metrics0, _ = r.hub.Metrics()
-	p.startKB, _ = memKB(r.hub.PID, "VmRSS")
+	p.startKB, _ = MemKB(r.hub.PID, "VmRSS")
 	p.peakReset = resetPeak(r.hub.PID) == nil
 	p.cpu0, _ = cpuSeconds(r.hub.PID)
 	p.tool0 = selfCPU()
@@ -315,7 +315,7 @@ func (r *runner) begin(name string) *probe {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kb, err := memKB(r.hub.PID, "VmRSS"); err == nil && kb > p.sampledKB {
+			if kb, err := MemKB(r.hub.PID, "VmRSS"); err == nil && kb > p.sampledKB {
 				p.sampledKB = kb
 			}
 			select {
@@ -369,7 +369,7 @@ func (p *probe) end() Result {
 	<-p.done
 	peak := p.sampledKB
 	if p.peakReset {
-		if hwm, err := memKB(p.r.hub.PID, "VmHWM"); err == nil {
+		if hwm, err := MemKB(p.r.hub.PID, "VmHWM"); err == nil {
 			peak = max(peak, hwm)
 		}
 	}

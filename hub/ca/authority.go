@@ -43,6 +43,13 @@ type Options struct {
 	// Registerer receives the CA metrics (nave_hub_ca_*); nil registers
 	// nowhere.
 	Registerer prometheus.Registerer
+	// HubNames are the names the hub's serving certificate is valid for
+	// (tls.hosts): no cluster certificate may carry one (SignCluster).
+	// A proxyless client with a fallback server trusts the mesh roots for
+	// the hub's connection too (grpc-go uses one CA file for all its xDS
+	// servers), so a cluster certificate valid for a hub name would let
+	// a spoke pass for the hub.
+	HubNames []string
 }
 
 // Mesh names a mesh and its trust domain: the SPIFFE trust domain every

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
@@ -93,25 +95,70 @@ type sans struct {
 // refuses the request.
 type sanPolicy func(*meshCA, *x509.CertificateRequest) (sans, error)
 
-// SignCluster issues a spoke cluster's client certificate in mesh (it
-// implements enroll.Signer): its only SAN is the cluster's SPIFFE ID,
-// spiffe://<trust domain>/nave/cluster/<cluster>, whatever the request
-// asks for; only the request's key is used (after certreq.Parse's checks).
-// The certificate allows server and client authentication like every leaf
-// of the Authority; it is valid for ttl (0: Options.DefaultTTL).
+// MaxClusterServerNames is how many DNS and IP SANs a cluster certificate
+// may carry.
+const MaxClusterServerNames = 4
+
+// SignCluster issues a spoke cluster's certificate in mesh (it implements
+// enroll.Signer): its URI SAN is the cluster's SPIFFE ID,
+// spiffe://<trust domain>/nave/cluster/<cluster>, whatever URI the request
+// asks for; its DNS and IP SANs are the request's (at most
+// MaxClusterServerNames, plain DNS names without wildcards, or IP
+// addresses): the names the spoke's fallback xDS server is dialled by
+// (docs/fallback.md; docs/security.md says what they let a spoke
+// present). Only the request's key and those names are used (after
+// certreq.Parse's checks). The certificate allows server and client
+// authentication like every leaf of the Authority; it is valid for ttl
+// (0: Options.DefaultTTL).
 func (a *Authority) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) ([]byte, error) {
 	is, err := a.count(mesh, func() (*x509.CertificateRequest, error) { return certreq.Parse(csrPEM) }, SignOptions{TTL: ttl},
-		func(c *meshCA, _ *x509.CertificateRequest) (sans, error) {
+		func(c *meshCA, csr *x509.CertificateRequest) (sans, error) {
 			u, err := spiffeid.Cluster(c.mesh.TrustDomain, cluster)
 			if err != nil {
 				return sans{}, certreq.Refuse(certreq.ReasonIdentityNotAllowed, "cluster %q: %v", cluster, err)
 			}
-			return sans{uris: []*url.URL{u}}, nil
+			if err := checkServerNames(csr.DNSNames, csr.IPAddresses, a.opts.HubNames); err != nil {
+				return sans{}, err
+			}
+			return sans{uris: []*url.URL{u}, dns: csr.DNSNames, ips: csr.IPAddresses}, nil
 		})
 	if err != nil {
 		return nil, err
 	}
 	return bytes.Join(is.chain, nil), nil
+}
+
+// CheckClusterServerNames is SignCluster's check of the DNS and IP SANs a
+// cluster certificate would carry (it implements enroll.ServerNameChecker).
+func (a *Authority) CheckClusterServerNames(dns []string, ips []net.IP) error {
+	return checkServerNames(dns, ips, a.opts.HubNames)
+}
+
+// checkServerNames refuses DNS and IP SANs a cluster certificate may not
+// carry: more than MaxClusterServerNames, a DNS name that is not a plain
+// lower-case DNS name (RFC 1123: no wildcard, no trailing dot), an
+// unspecified IP address, one of hubNames (the hub's own).
+func checkServerNames(dns []string, ips []net.IP, hubNames []string) error {
+	if n := len(dns) + len(ips); n > MaxClusterServerNames {
+		return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: %d DNS and IP SANs; a cluster certificate carries at most %d (its fallback server's names)", n, MaxClusterServerNames)
+	}
+	for _, d := range dns {
+		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
+			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: not a DNS name: %s", d, strings.Join(errs, "; "))
+		}
+		if slices.ContainsFunc(hubNames, func(h string) bool { return strings.EqualFold(h, d) }) {
+			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: a name of the hub (tls.hosts); a spoke's fallback server needs a name of its own", d)
+		}
+	}
+	for _, ip := range ips {
+		if ip.IsUnspecified() {
+			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: IP SAN %s: the unspecified address names no server", ip)
+		}
+		if slices.ContainsFunc(hubNames, func(h string) bool { hip := net.ParseIP(h); return hip != nil && hip.Equal(ip) }) {
+			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: IP SAN %s: an address of the hub (tls.hosts); a spoke's fallback server needs an address of its own", ip)
+		}
+	}
+	return nil
 }
 
 // TrustBundlePEM is RootsPEM; it implements enroll.TrustBundler, so the

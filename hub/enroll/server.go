@@ -14,6 +14,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/grpcpeer"
 )
 
@@ -101,6 +102,11 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	if err != nil {
 		return nil, s.refuse(ctx, refused, refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: err}, "token", tok.ID)
 	}
+	if c, ok := s.signer.(ServerNameChecker); ok {
+		if err := c.CheckClusterServerNames(csr.DNSNames, csr.IPAddresses); err != nil {
+			return nil, s.refuse(ctx, refused, issueRefusal(fmt.Errorf("sign certificate: %w", err), "; the join token is not used"), "token", tok.ID)
+		}
+	}
 	info, err := s.store.Redeem(ctx, req.GetToken())
 	if err != nil {
 		return nil, s.refuse(ctx, refused, redeemRefusal(err), "token", tok.ID)
@@ -118,7 +124,7 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	}
 	chain, bundle, leaf, td, err := s.issue(ctx, id, req.GetCsrPem(), csr)
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: spent}, attrs...)
+		return nil, s.refuse(ctx, refused, issueRefusal(err, spent), attrs...)
 	}
 	now := s.now().UTC()
 	rec := ClusterRecord{Mesh: id.Mesh, Cluster: id.Cluster, TrustDomain: td, Serial: leaf.SerialNumber.Text(16),
@@ -129,6 +135,17 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	s.metrics.enrollments.Inc()
 	s.log.Info("spoke enrolled", append(attrs, "peer", grpcpeer.Addr(ctx), "serial", rec.Serial, "notAfter", rec.NotAfter)...)
 	return &protocolv1.EnrollResponse{CertChainPem: chain, TrustBundlePem: bundle, Mesh: id.Mesh, Cluster: id.Cluster}, nil
+}
+
+// issueRefusal is what the spoke is told when its certificate was not
+// issued: the CA's refusal of what the request asks for (a fallback
+// server name it may not have) as InvalidArgument, anything else as an
+// internal error with hint.
+func issueRefusal(err error, hint string) refusal {
+	if _, ok := certreq.ReasonOf(err); ok {
+		return refusal{code: codes.InvalidArgument, reason: reasonBadCSR, err: fmt.Errorf("%w%s", err, hint)}
+	}
+	return refusal{code: codes.Internal, reason: reasonInternal, err: err, hint: hint}
 }
 
 // redeemRefusal maps a Tokens.Redeem error to what the spoke is told.
@@ -175,7 +192,7 @@ func (s *Server) Renew(ctx context.Context, req *protocolv1.RenewRequest) (*prot
 	}
 	chain, bundle, leaf, td, err := s.issue(ctx, id, req.GetCsrPem(), csr)
 	if err != nil {
-		return nil, s.refuse(ctx, refused, refusal{code: codes.Internal, reason: reasonInternal, err: err}, attrs...)
+		return nil, s.refuse(ctx, refused, issueRefusal(err, ""), attrs...)
 	}
 	// A revocation that landed while the certificate was being signed
 	// wins: the certificate is not handed out.

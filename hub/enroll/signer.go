@@ -3,6 +3,7 @@ package enroll
 import (
 	"context"
 	"crypto/x509"
+	"net"
 	"time"
 )
 
@@ -15,7 +16,9 @@ type Signer interface {
 	// followed by its intermediates. Whatever the request asks for, the
 	// certificate's only URI SAN must be the cluster's SPIFFE ID
 	// (spiffeid.Cluster(TrustDomain(mesh), cluster)) and it must allow
-	// client authentication. The caller checks the result.
+	// client authentication; the request's DNS and IP SANs (the spoke's
+	// fallback server's names) may be carried, within the signer's
+	// limits. The caller checks the result.
 	SignCluster(ctx context.Context, mesh, cluster string, csrPEM []byte, ttl time.Duration) (chainPEM []byte, err error)
 	// Roots are the mesh's roots of trust: a cluster certificate of the
 	// mesh verifies against them and against no other mesh's.
@@ -31,4 +34,12 @@ type Signer interface {
 // empty: an x509.CertPool cannot be turned back into certificates.
 type TrustBundler interface {
 	TrustBundlePEM(mesh string) ([]byte, error)
+}
+
+// ServerNameChecker is implemented by a Signer that limits the DNS and IP
+// SANs of cluster certificates: Enroll asks it before spending the join
+// token, so that a spoke configured with a name it may not have is refused
+// with its token intact.
+type ServerNameChecker interface {
+	CheckClusterServerNames(dns []string, ips []net.IP) error
 }

@@ -118,7 +118,7 @@ func validateStore(section, store, namespace, kubeconfig string) error {
 // TLS configures transport security.
 type TLS struct {
 	Plaintext        bool          `key:"plaintext" default:"false" help:"INSECURE: serve the spokes and xds listeners without TLS and check no credentials: a spoke names its own mesh and cluster, a proxy its own mesh (else xds.defaultMesh), namespace and service account, and the hub believes them; a mesh not listed in ca.meshes is still refused. For tests and local development only; logged loudly"`
-	Hosts            []string      `key:"hosts" default:"localhost,127.0.0.1,::1" help:"DNS names and IP addresses the hub's serving certificate is valid for: the names spokes and proxies dial it by"`
+	Hosts            []string      `key:"hosts" default:"localhost,127.0.0.1,::1" help:"DNS names and IP addresses the hub's serving certificate is valid for: the names spokes and proxies dial it by; no spoke's cluster certificate may carry one (its fallback server names, docs/fallback.md)"`
 	HandshakeTimeout time.Duration `key:"handshakeTimeout" default:"10s" help:"a connection that has not completed its TLS handshake in this long is closed"`
 }
 

@@ -3,6 +3,7 @@ package xdsbootstrap
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 )
@@ -40,6 +41,13 @@ type Envoy struct {
 	// HubCAPEM is the hub's serving CA, inlined as the ADS cluster's
 	// validation context.
 	HubCAPEM string
+	// The mesh roots, inline (FallbackRootsPEM) or in a file
+	// (FallbackRootsFile): with a FallbackAddress, the fallback endpoint
+	// has a TLS context of its own (a transport socket match) that
+	// verifies the spoke's cluster certificate with them, for the host of
+	// FallbackAddress (its fallback.serverNames); the hub's endpoint keeps
+	// the hub's CA and name. One of them is required with FallbackAddress.
+	FallbackRootsPEM, FallbackRootsFile string
 	// The proxy's own certificate for the ADS connection: from SDS on the
 	// Unix socket SDSSocket (an agent in the pod serves it), or, when
 	// SDSSocket is empty, from the files CertFile and KeyFile (a VM).
@@ -85,18 +93,17 @@ func (e *Envoy) JSON() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("envoy bootstrap: fallback address: %w", err)
 		}
-		endpoints = append(endpoints, obj{"priority": 1, "lb_endpoints": []any{obj{"endpoint": obj{"address": fb}}}})
+		if e.FallbackRootsPEM == "" && e.FallbackRootsFile == "" {
+			return nil, fmt.Errorf("envoy bootstrap: a fallback address needs the mesh roots, to verify the spoke's cluster certificate")
+		}
+		endpoints = append(endpoints, obj{"priority": 1, "lb_endpoints": []any{obj{"endpoint": obj{"address": fb},
+			"metadata": obj{"filter_metadata": obj{"envoy.transport_socket_match": obj{fallbackMatchKey: fallbackMatchValue}}}}}})
 	}
 	serverName := e.ServerName
 	if serverName == "" {
 		serverName, _, _ = net.SplitHostPort(e.XDSAddress)
 	}
-	validation := obj{"trusted_ca": obj{"inline_string": e.HubCAPEM}}
-	sanType := "DNS"
-	if net.ParseIP(serverName) != nil {
-		sanType = "IP_ADDRESS"
-	}
-	validation["match_typed_subject_alt_names"] = []any{obj{"san_type": sanType, "matcher": obj{"exact": serverName}}}
+	validation := obj{"trusted_ca": obj{"inline_string": e.HubCAPEM}, "match_typed_subject_alt_names": []any{sanMatcher(serverName)}}
 	common := obj{"validation_context": validation, "alpn_protocols": []any{"h2"}}
 	clusters := []any{}
 	if e.SDSSocket != "" {
@@ -120,12 +127,24 @@ func (e *Envoy) JSON() ([]byte, error) {
 			}
 		}
 	}
-	clusters = append(clusters, obj{"name": XDSCluster, "type": xdsType, "connect_timeout": "1s",
+	xds := obj{"name": XDSCluster, "type": xdsType, "connect_timeout": "1s",
 		"typed_extension_protocol_options": http2Options(),
 		"load_assignment":                  obj{"cluster_name": XDSCluster, "endpoints": endpoints},
-		"transport_socket": obj{"name": "envoy.transport_sockets.tls", "typed_config": obj{
-			"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-			"sni":   serverName, "common_tls_context": common}}})
+		"transport_socket":                 upstreamTLS(serverName, common)}
+	if e.FallbackAddress != "" {
+		// The spoke's fallback server presents its cluster certificate,
+		// of the mesh CA, valid for the host proxies dial it by.
+		fbHost, _, _ := net.SplitHostPort(e.FallbackAddress)
+		roots := obj{"inline_string": e.FallbackRootsPEM}
+		if e.FallbackRootsPEM == "" {
+			roots = obj{"filename": e.FallbackRootsFile}
+		}
+		fbCommon := maps.Clone(common)
+		fbCommon["validation_context"] = obj{"trusted_ca": roots, "match_typed_subject_alt_names": []any{sanMatcher(fbHost)}}
+		xds["transport_socket_matches"] = []any{obj{"name": "fallback", "match": obj{fallbackMatchKey: fallbackMatchValue},
+			"transport_socket": upstreamTLS(fbHost, fbCommon)}}
+	}
+	clusters = append(clusters, xds)
 	adminAddr := obj{"socket_address": obj{"address": "127.0.0.1", "port_value": e.AdminPort}}
 	var listeners []any
 	if e.ReadyPort != 0 {
@@ -167,6 +186,26 @@ func (e *Envoy) JSON() ([]byte, error) {
 		"static_resources": static,
 	}
 	return json.MarshalIndent(doc, "", "  ")
+}
+
+// The endpoint metadata that gives the fallback endpoint its own TLS
+// context (envoy.transport_socket_match).
+const fallbackMatchKey, fallbackMatchValue = "nave.xds", "fallback"
+
+// sanMatcher matches a DNS or IP SAN exactly.
+func sanMatcher(name string) obj {
+	sanType := "DNS"
+	if net.ParseIP(name) != nil {
+		sanType = "IP_ADDRESS"
+	}
+	return obj{"san_type": sanType, "matcher": obj{"exact": name}}
+}
+
+// upstreamTLS is a TLS transport socket with sni and common.
+func upstreamTLS(sni string, common obj) obj {
+	return obj{"name": "envoy.transport_sockets.tls", "typed_config": obj{
+		"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+		"sni":   sni, "common_tls_context": common}}
 }
 
 // socketAddress is the Envoy address of host:port.

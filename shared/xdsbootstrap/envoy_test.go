@@ -29,12 +29,14 @@ func parseEnvoy(t *testing.T, doc []byte) *bootstrapv3.Bootstrap {
 	return b
 }
 
+const testMeshRoots = "-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n"
+
 func TestEnvoyBootstrapWithSDS(t *testing.T) {
 	e := &Envoy{
 		NodeID:     NodeID("sidecar", "10.0.0.5", "web-1", "shop", "cluster.local"),
 		Cluster:    "web.shop",
 		Metadata:   map[string]any{"NAMESPACE": "shop", "LABELS": map[string]string{"app": "web"}, "MESH": "default"},
-		XDSAddress: "hub.example:15010", FallbackAddress: "10.1.0.1:15010",
+		XDSAddress: "hub.example:15010", FallbackAddress: "10.1.0.1:15010", FallbackRootsPEM: testMeshRoots,
 		HubCAPEM: testCA, SDSSocket: "/var/run/nave/sds.sock", AdminPort: 15000, ReadyPort: 15020,
 	}
 	doc, err := e.JSON()
@@ -89,6 +91,31 @@ func TestEnvoyBootstrapWithSDS(t *testing.T) {
 	if got := tc.GetCommonTlsContext().GetValidationContext().GetTrustedCa().GetInlineString(); got != testCA {
 		t.Errorf("hub CA %q", got)
 	}
+	// The fallback endpoint has its own TLS context: the mesh roots and
+	// the name it is dialled by; the same workload certificate.
+	if md := eps[1].GetLbEndpoints()[0].GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["nave.xds"].GetStringValue(); md != "fallback" ||
+		eps[0].GetLbEndpoints()[0].GetMetadata() != nil {
+		t.Errorf("endpoint metadata: hub %v, fallback %v; want only the fallback matched", eps[0].GetLbEndpoints()[0].GetMetadata(), eps[1].GetLbEndpoints()[0].GetMetadata())
+	}
+	matches := xds.GetTransportSocketMatches()
+	if len(matches) != 1 || matches[0].GetMatch().GetFields()["nave.xds"].GetStringValue() != "fallback" {
+		t.Fatalf("transport socket matches %v; want one for the fallback endpoint", matches)
+	}
+	fb := &tlsv3.UpstreamTlsContext{}
+	if err := matches[0].GetTransportSocket().GetTypedConfig().UnmarshalTo(fb); err != nil {
+		t.Fatal(err)
+	}
+	fv := fb.GetCommonTlsContext().GetValidationContext()
+	if fv.GetTrustedCa().GetInlineString() != testMeshRoots || len(fv.GetMatchTypedSubjectAltNames()) != 1 ||
+		fv.GetMatchTypedSubjectAltNames()[0].GetSanType().String() != "IP_ADDRESS" || fv.GetMatchTypedSubjectAltNames()[0].GetMatcher().GetExact() != "10.1.0.1" {
+		t.Errorf("fallback validation %v; want the mesh roots and IP 10.1.0.1", fv)
+	}
+	if s := fb.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs(); len(s) != 1 || s[0].GetName() != WorkloadCertSecret {
+		t.Errorf("fallback certificate %v; want the workload's", s)
+	}
+	if tc.GetCommonTlsContext().GetValidationContext().GetTrustedCa().GetInlineString() != testCA {
+		t.Error("the fallback's context changed the hub's")
+	}
 	if pipe := b.GetStaticResources().GetClusters()[clusters[SDSCluster]].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetPipe().GetPath(); pipe != "/var/run/nave/sds.sock" {
 		t.Errorf("SDS cluster on %q", pipe)
 	}
@@ -136,6 +163,7 @@ func TestEnvoyBootstrapRefuses(t *testing.T) {
 		{"bad address", func(e *Envoy) { e.XDSAddress = "hub" }, "xds address"},
 		{"bad port", func(e *Envoy) { e.XDSAddress = "hub:0" }, "port"},
 		{"bad fallback", func(e *Envoy) { e.FallbackAddress = ":1" }, "fallback"},
+		{"fallback without mesh roots", func(e *Envoy) { e.FallbackAddress = "spoke:15010" }, "a fallback address needs the mesh roots"},
 		{"no CA", func(e *Envoy) { e.HubCAPEM = "" }, "CA"},
 		{"no certificate", func(e *Envoy) { e.SDSSocket = "" }, "SDS socket"},
 		{"admin port", func(e *Envoy) { e.AdminPort = 0 }, "admin port"},

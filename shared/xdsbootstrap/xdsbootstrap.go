@@ -74,9 +74,17 @@ func New(serverURI, nodeID string, metadata map[string]any, tls *TLSFiles) *Boot
 	}
 }
 
-// WithFallback adds a second xDS server at serverURI, with the first one's
-// channel credentials, and returns b. grpc-go uses it only while the first
-// is unreachable (gRFC A71); an empty serverURI adds nothing.
+// WithFallback adds a second xDS server at serverURI, the spoke's fallback
+// server, with the first one's channel credentials, and returns b. grpc-go
+// uses it only while the first is unreachable (gRFC A71); an empty
+// serverURI adds nothing.
+//
+// With TLS the CA file must hold the roots of both servers, the hub's
+// serving CA and the mesh's (the spoke serves its cluster certificate,
+// valid for its fallback.serverNames): grpc-go v1.85 builds one set of
+// channel credentials per credentials type, the last server's, and uses
+// it for every server of the bootstrap, so per-server CA files would have
+// the hub verified with the spoke's roots (docs/fallback.md).
 func (b *Bootstrap) WithFallback(serverURI string) *Bootstrap {
 	if serverURI == "" {
 		return b

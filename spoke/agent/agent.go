@@ -127,7 +127,7 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 	name := EnvoyBootstrapFile
 	if a.cfg.Mode == agentconfig.ModeGRPC {
 		name = GRPCBootstrapFile
-		if err := atomicfile.Write(filepath.Join(a.cfg.Dir, HubCAFile), []byte(a.cfg.Trust.HubCA), 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(a.cfg.Dir, HubCAFile), []byte(XDSRoots(a.cfg)), 0o644); err != nil {
 			return a.stop(g, err)
 		}
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/spoke/agentconfig"
@@ -44,9 +45,23 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 	return (&xdsbootstrap.Envoy{
 		NodeID: id, Cluster: app + "." + cfg.Pod.Namespace, Metadata: meta,
 		XDSAddress: cfg.XDS.Address, FallbackAddress: cfg.XDS.FallbackAddress, ServerName: cfg.XDS.Host(),
-		HubCAPEM: cfg.Trust.HubCA, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
+		HubCAPEM: cfg.Trust.HubCA, FallbackRootsPEM: cfg.Trust.MeshRoots, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
 		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
 	}).JSON()
+}
+
+// XDSRoots are the roots the grpc bootstrap's xDS servers are verified
+// with (HubCAFile): the hub's serving CA and, with a fallback server, the
+// mesh roots as well, since the spoke's fallback server presents its
+// cluster certificate, of the mesh CA. grpc-go uses one CA file for every
+// server of a bootstrap (xdsbootstrap.WithFallback); the hub never issues
+// a cluster certificate for one of its own names (hub/ca), so the mesh
+// roots do not let a spoke pass for the hub.
+func XDSRoots(cfg agentconfig.Config) string {
+	if cfg.XDS.FallbackAddress == "" {
+		return cfg.Trust.HubCA
+	}
+	return strings.TrimRight(cfg.Trust.HubCA, "\n") + "\n" + cfg.Trust.MeshRoots
 }
 
 // Workload is the pod as its bootstrap's node describes it.

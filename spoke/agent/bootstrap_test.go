@@ -12,7 +12,7 @@ import (
 func testConfig(mode string) agentconfig.Config {
 	return agentconfig.Config{Mode: mode, Mesh: "m1", Cluster: "c1", TrustDomain: "cluster.local", DomainSuffix: "cluster.local",
 		Pod:   agentconfig.Pod{Name: "web-1", Namespace: "shop", ServiceAccount: "web", IP: "10.0.0.5", Node: "n1"},
-		Trust: agentconfig.Trust{HubCA: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+		Trust: agentconfig.Trust{HubCA: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", MeshRoots: "-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n"},
 		XDS:   agentconfig.XDS{Address: "hub.example:15010", FallbackAddress: "10.1.0.1:15010"},
 		Dir:   "/var/run/nave", Envoy: agentconfig.Envoy{AdminPort: 15000, ReadyPort: 15020}}
 }
@@ -34,6 +34,9 @@ func TestGRPCBootstrap(t *testing.T) {
 	if creds.Type != "tls" || creds.Config.CACertificateFile != "/var/run/nave/hub-ca.pem" ||
 		creds.Config.CertificateFile != "/var/run/nave/cert-chain.pem" || creds.Config.PrivateKeyFile != "/var/run/nave/key.pem" {
 		t.Errorf("channel creds %+v; want TLS with the hub CA and the workload files", creds)
+	}
+	if fb := b.XDSServers[1].ChannelCreds[0]; fb.Type != "tls" || *fb.Config != *creds.Config {
+		t.Errorf("fallback channel creds %+v; want the hub's (grpc-go uses one tls config for all servers)", fb)
 	}
 	fw := b.CertificateProviders[xdsbootstrap.CertificateProviderInstance].Config
 	if fw.CACertificateFile != "/var/run/nave/root-cert.pem" || fw.CertificateFile != "/var/run/nave/cert-chain.pem" {
@@ -67,5 +70,17 @@ func TestEnvoyBootstrapOfThePod(t *testing.T) {
 	}
 	if strings.Contains(s, "GENERATOR") {
 		t.Error("an Envoy bootstrap says GENERATOR")
+	}
+}
+
+func TestXDSRoots(t *testing.T) {
+	cfg := testConfig(agentconfig.ModeGRPC)
+	cfg.Trust.MeshRoots = "-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n"
+	if got := XDSRoots(cfg); got != cfg.Trust.HubCA+cfg.Trust.MeshRoots {
+		t.Errorf("with a fallback server: %q, want the hub's CA then the mesh roots", got)
+	}
+	cfg.XDS.FallbackAddress = ""
+	if got := XDSRoots(cfg); got != cfg.Trust.HubCA {
+		t.Errorf("without: %q, want the hub's CA alone", got)
 	}
 }

@@ -82,7 +82,7 @@ type Trust struct {
 // XDS names the xDS servers.
 type XDS struct {
 	Address         string `key:"address" required:"true" help:"host:port of the hub's xDS listener"`
-	FallbackAddress string `key:"fallbackAddress" help:"host:port of a second xDS server (the spoke's, in fallback), listed second in every bootstrap; empty: none"`
+	FallbackAddress string `key:"fallbackAddress" help:"host:port of a second xDS server (the spoke's, in fallback), listed second in every bootstrap; the grpc bootstrap's CA file then holds the mesh roots besides the hub's CA (docs/fallback.md); empty: none"`
 	ServerName      string `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
 }
 

@@ -55,6 +55,10 @@ type Options struct {
 	StateDir string
 	// Store receives the credentials instead of StateDir.
 	Store Store
+	// ServerNames are the host names or IP addresses proxies dial the
+	// spoke's fallback xDS server by: the request asks for them, so that
+	// the cluster certificate it serves with is valid for them.
+	ServerNames []string
 }
 
 // store is where the credentials go: Store, else StateDir.
@@ -112,7 +116,7 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 		return nil, errors.New("enroll: the hub's CA or its hash is required to trust the hub")
 	}
 
-	key, csr, err := newKey()
+	key, csr, err := newKey(opts.ServerNames)
 	if err != nil {
 		return nil, err
 	}
@@ -145,13 +149,22 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 }
 
 // newKey returns a fresh ECDSA P-256 key and a PEM certificate request for
-// it. The request names nothing: the hub decides the identity.
-func newKey() (crypto.Signer, []byte, error) {
+// it. The request names no identity (the hub decides it), only names,
+// the fallback server's host names and IP addresses.
+func newKey(names []string) (crypto.Signer, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	tmpl := &x509.CertificateRequest{}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
 	if err != nil {
 		return nil, nil, err
 	}

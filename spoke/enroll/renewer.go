@@ -36,6 +36,9 @@ type RenewerOptions struct {
 	// ServerName the hub's certificate must be valid for; "" is
 	// Address's host.
 	ServerName string
+	// ServerNames are the fallback server's names each renewal asks
+	// for (Options.ServerNames).
+	ServerNames []string
 	// StateDir holds the credentials Enroll saved; renewed ones replace
 	// them there. Store, if set, is used instead.
 	StateDir string
@@ -171,7 +174,7 @@ func (r *Renewer) Renew(ctx context.Context) error {
 
 func (r *Renewer) renew(ctx context.Context) error {
 	cur := r.cur.Load()
-	key, csr, err := newKey()
+	key, csr, err := newKey(r.opts.ServerNames)
 	if err != nil {
 		return err
 	}
@@ -222,6 +225,12 @@ func (r *Renewer) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	wait := r.untilDue()
+	if missing := r.missingNames(); len(missing) > 0 {
+		// Saved before the fallback server had these names: renew once
+		// now, so that it serves a certificate valid for them.
+		r.log.Info("the cluster certificate lacks fallback server names; renewing it now", "missing", missing)
+		wait = 0
+	}
 	for {
 		timer.Reset(wait)
 		select {
@@ -243,6 +252,19 @@ func (r *Renewer) Run(ctx context.Context) error {
 			wait = max(r.untilDue(), minRenewInterval)
 		}
 	}
+}
+
+// missingNames are the ServerNames the current certificate is not valid
+// for.
+func (r *Renewer) missingNames() []string {
+	leaf := r.cur.Load().Certificate.Leaf
+	var missing []string
+	for _, n := range r.opts.ServerNames {
+		if leaf.VerifyHostname(n) != nil {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 // untilDue is how long until the current certificate is due.

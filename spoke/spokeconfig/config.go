@@ -60,6 +60,25 @@ type Fallback struct {
 	After         time.Duration `key:"after" default:"5s" help:"how long the hub must be gone (no synced stream) before the spoke serves xDS"`
 	HandBackAfter time.Duration `key:"handBackAfter" default:"30s" help:"how long the hub must have been synced again (it ACKed the spoke's full state) before the spoke stops serving: hysteresis against a hub that comes and goes"`
 	Drain         time.Duration `key:"drain" default:"10s" help:"at hand-back, the spoke closes its proxy streams one by one spread over this long, so they return to the hub gradually"`
+	// ServerNames are what proxies verify the fallback server's
+	// certificate against.
+	ServerNames []string `key:"serverNames" help:"host names and IP addresses proxies dial the fallback server by (at most 4): the spoke asks the hub for a cluster certificate valid for them, which grpc-go's tls channel credentials require; empty: the host of inject.xdsFallbackAddress, if set"`
+}
+
+// FallbackServerNames are the names the cluster certificate must be valid
+// for when fallback is on: fallback.serverNames, else the host of
+// inject.xdsFallbackAddress; none when fallback is off.
+func (c *Config) FallbackServerNames() []string {
+	if !c.Fallback.Enabled {
+		return nil
+	}
+	if len(c.Fallback.ServerNames) > 0 {
+		return c.Fallback.ServerNames
+	}
+	if host, _, err := net.SplitHostPort(c.Inject.XDSFallbackAddress); err == nil && host != "" {
+		return []string{host}
+	}
+	return nil
 }
 
 // Validate checks the address and the durations.
@@ -75,6 +94,17 @@ func (f *Fallback) Validate() error {
 	}
 	if f.Drain < 0 {
 		return settings.Invalid("drain", "must not be negative, got %s", f.Drain)
+	}
+	if len(f.ServerNames) > 4 {
+		return settings.Invalid("serverNames", "lists %d names; a cluster certificate carries at most 4", len(f.ServerNames))
+	}
+	for _, n := range f.ServerNames {
+		if net.ParseIP(n) != nil {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			return settings.Invalid("serverNames", "%q is neither an IP address nor a DNS name: %s", n, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

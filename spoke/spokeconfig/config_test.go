@@ -3,6 +3,7 @@ package spokeconfig
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"fallback.after":                  cfg.Fallback.After == 5*time.Second,
 		"fallback.handBackAfter":          cfg.Fallback.HandBackAfter == 30*time.Second,
 		"fallback.drain":                  cfg.Fallback.Drain == 10*time.Second,
+		"fallback.serverNames":            len(cfg.Fallback.ServerNames) == 0 && cfg.FallbackServerNames() == nil,
 	}
 	for key, ok := range checks {
 		if !ok {
@@ -136,6 +138,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--fallback.after=0s"}, "fallback.after", "must be greater than 0"},
 		{[]string{"--fallback.hand-back-after=-1s"}, "fallback.handBackAfter", "must not be negative"},
 		{[]string{"--fallback.drain=-1s"}, "fallback.drain", "must not be negative"},
+		{[]string{"--fallback.server-names=*.spoke.example"}, "fallback.serverNames", `"*.spoke.example" is neither an IP address nor a DNS name`},
+		{[]string{"--fallback.server-names=a.example,b.example,c.example,d.example,10.0.0.1"}, "fallback.serverNames", "lists 5 names; a cluster certificate carries at most 4"},
 		{[]string{"--hub.plaintext=maybe"}, "hub.plaintext", "not a boolean"},
 		{[]string{"--files.debounce=-1s"}, "files.debounce", "must be greater than 0"},
 		{[]string{"--files.max-file-bytes=1000"}, "files.maxFileBytes", "must be at least 1024"},
@@ -187,5 +191,21 @@ func TestLongestLabelIsAccepted(t *testing.T) {
 	args := []string{"--cluster=" + strings.Repeat("c", 63), "--mesh=m-1"}
 	if err := settings.Load(Program, &cfg, args, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestFallbackServerNames(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{Fallback: Fallback{Enabled: false, ServerNames: []string{"fb.example"}}}, nil},
+		{Config{Fallback: Fallback{Enabled: true, ServerNames: []string{"fb.example", "10.0.0.1"}}, Inject: Inject{XDSFallbackAddress: "other.example:15010"}}, []string{"fb.example", "10.0.0.1"}},
+		{Config{Fallback: Fallback{Enabled: true}, Inject: Inject{XDSFallbackAddress: "nave-spoke.nave-system.svc:15010"}}, []string{"nave-spoke.nave-system.svc"}},
+		{Config{Fallback: Fallback{Enabled: true}}, nil},
+	} {
+		if got := tc.cfg.FallbackServerNames(); !slices.Equal(got, tc.want) {
+			t.Errorf("FallbackServerNames(%+v, %+v) = %v, want %v", tc.cfg.Fallback, tc.cfg.Inject, got, tc.want)
+		}
 	}
 }

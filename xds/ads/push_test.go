@@ -272,3 +272,48 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestANewClusterIsPushedBeforeTheRouteThatNamesIt: a route change that
+// sends traffic to a cluster the proxy has never had (a new subset) reaches
+// a proxy watching every cluster, its listener and routes, clusters first
+// (make before break): the new cluster arrives before the route naming it.
+// (grpc-go's "unknown cluster selected for RPC" on such a change is its own
+// race, docs/fallback.md; this keeps our order from being a cause.)
+func TestANewClusterIsPushedBeforeTheRouteThatNamesIt(t *testing.T) {
+	f := newFixture(t, nil)
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(50, 50, ""))))
+	p := f.connect(t, node("proxy-p", "m"))
+	p.Subscribe(typeurl.Cluster)
+	cds := p.Next(typeurl.Cluster)
+	p.ACK(cds)
+	for _, typeURL := range []string{typeurl.Listener, typeurl.Route} {
+		p.Subscribe(typeURL, echoListener)
+		p.ACK(p.Next(typeURL), echoListener)
+	}
+	const echoV3 = "outbound|7070|v3|echo.demo.svc.cluster.local"
+	if slices.Contains(adstest.Names(t, cds), echoV3) {
+		t.Fatalf("%s exists before the change", echoV3)
+	}
+
+	v3 := strings.Replace(pushctxtest.EchoYAML(50, 50, ""), "  - {name: v2, labels: {version: v2}}",
+		"  - {name: v2, labels: {version: v2}}\n  - {name: v3, labels: {version: v3}}", 1)
+	v3 = strings.Replace(v3, "subset: v2}", "subset: v3}", 1) + `---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-v3, namespace: demo}
+spec: {address: 127.0.0.1, ports: {grpc: 17073}, labels: {app: echo, version: v3}}
+`
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, v3)))
+	// Next fails the test on a response of another type: the route must
+	// not come first.
+	cds2 := p.Next(typeurl.Cluster)
+	if !slices.Contains(adstest.Names(t, cds2), echoV3) {
+		t.Fatalf("clusters after the change: %v, want %s among them", adstest.Names(t, cds2), echoV3)
+	}
+	p.ACK(cds2)
+	rds := p.Next(typeurl.Route)
+	if got, want := weights(t, rds), map[string]uint32{echoV1: 50, echoV3: 50}; !maps.Equal(got, want) {
+		t.Fatalf("route weights after the change = %v, want %v", got, want)
+	}
+	p.ACK(rds, echoListener)
+}

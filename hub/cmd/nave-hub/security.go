@@ -62,7 +62,8 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		return nil, fmt.Errorf("ca.store: %w", err)
 	}
 	log.Info("mesh CAs", "store", cfg.CA.Store, "location", store.Location("<mesh>"))
-	auth, err := ca.New(store, ca.Options{DefaultTTL: cfg.CA.WorkloadCertTTL, Logger: log.With("component", "ca"), Registerer: reg})
+	auth, err := ca.New(store, ca.Options{DefaultTTL: cfg.CA.WorkloadCertTTL, Logger: log.With("component", "ca"), Registerer: reg,
+		HubNames: cfg.TLS.Hosts})
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,11 @@ func (c *CA) SignCluster(_ context.Context, mesh, cluster string, csrPEM []byte,
 		NotBefore: time.Now(),
 		NotAfter:  time.Now().Add(ttl),
 		URIs:      []*url.URL{id},
-		KeyUsage:  x509.KeyUsageDigitalSignature,
+		// The request's names, as hub/ca carries them (its fallback
+		// server's); limits are hub/ca's business.
+		DNSNames:    csr.DNSNames,
+		IPAddresses: csr.IPAddresses,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
 		// Server and client authentication, as hub/ca's cluster
 		// certificates (a spoke in fallback serves with it).
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},

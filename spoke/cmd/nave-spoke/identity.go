@@ -41,6 +41,7 @@ const enrollAttemptTimeout = 30 * time.Second
 type hubIdentity struct {
 	hub           spokeconfig.Hub
 	mesh, cluster string
+	serverNames   []string // the fallback server's, in the certificate
 	log           *slog.Logger
 	reg           prometheus.Registerer
 	kubeconfig    string // for hub.credentialsSecret
@@ -53,8 +54,8 @@ type hubIdentity struct {
 }
 
 func newHubIdentity(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer) *hubIdentity {
-	id := &hubIdentity{hub: cfg.Hub, mesh: cfg.Mesh, cluster: cfg.Cluster, log: log, reg: reg, kubeconfig: cfg.Kube.Kubeconfig,
-		store: enroll.DirStore(cfg.Hub.StateDir)}
+	id := &hubIdentity{hub: cfg.Hub, mesh: cfg.Mesh, cluster: cfg.Cluster, serverNames: cfg.FallbackServerNames(), log: log, reg: reg,
+		kubeconfig: cfg.Kube.Kubeconfig, store: enroll.DirStore(cfg.Hub.StateDir)}
 	id.storeAt = "hub.stateDir " + cfg.Hub.StateDir
 	if cfg.Hub.CredentialsSecret != "" {
 		id.storeAt = "hub.credentialsSecret " + cfg.Hub.CredentialsSecret
@@ -116,7 +117,7 @@ func (id *hubIdentity) establish(ctx context.Context) (*enroll.Renewer, error) {
 			whose, creds.Mesh, creds.Cluster, id.mesh, id.cluster)
 	}
 	r, err := enroll.NewRenewer(enroll.RenewerOptions{Address: id.hub.Address, ServerName: id.hub.ServerName,
-		Store: id.store, Logger: id.log, Registerer: id.reg})
+		ServerNames: id.serverNames, Store: id.store, Logger: id.log, Registerer: id.reg})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", id.storeAt, err)
 	}
@@ -212,7 +213,8 @@ func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) 
 // enrollOptions reads what a first enrollment needs: the join token and
 // how to trust the hub.
 func (id *hubIdentity) enrollOptions() (enroll.Options, string, error) {
-	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, Store: id.store}
+	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, Store: id.store,
+		ServerNames: id.serverNames}
 	if id.hub.TokenFile == "" {
 		return opts, "", fmt.Errorf("%s holds no credentials and hub.tokenFile is not set: "+
 			"the spoke needs a join token (navectl token create) to enroll", id.storeAt)
