@@ -251,10 +251,11 @@ type PolledSpoke struct {
 	Mesh, Cluster, Address string
 }
 
-// PolledSpokes parses spokes.poll, refusing a malformed entry and two
-// entries for one cluster.
+// PolledSpokes parses spokes.poll, refusing a malformed entry, two
+// entries for one cluster and two clusters at one address.
 func (s *Spokes) PolledSpokes() ([]PolledSpoke, error) {
 	seen := map[[2]string]string{}
+	addrs := map[string]string{} // address → mesh/cluster
 	var out []PolledSpoke
 	for _, e := range s.Poll {
 		id, address, ok := strings.Cut(e, "=")
@@ -276,7 +277,11 @@ func (s *Spokes) PolledSpokes() ([]PolledSpoke, error) {
 		if prev, dup := seen[[2]string{mesh, cluster}]; dup {
 			return nil, fmt.Errorf("%s/%s is listed twice (%s and %s)", mesh, cluster, prev, address)
 		}
+		if other, dup := addrs[address]; dup {
+			return nil, fmt.Errorf("%s is the address of %s and of %s/%s: one spoke serves one cluster", address, other, mesh, cluster)
+		}
 		seen[[2]string{mesh, cluster}] = address
+		addrs[address] = mesh + "/" + cluster
 		out = append(out, PolledSpoke{Mesh: mesh, Cluster: cluster, Address: address})
 	}
 	return out, nil

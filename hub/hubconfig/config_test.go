@@ -100,6 +100,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--spokes.poll=default/Cluster_A=127.0.0.1:1"}, "spokes.poll", `cluster "Cluster_A"`},
 		{[]string{"--spokes.poll=default/a=15030"}, "spokes.poll", `address "15030" is not HOST:PORT`},
 		{[]string{"--spokes.poll=default/a=h:1,default/a=h:2"}, "spokes.poll", "default/a is listed twice (h:1 and h:2)"},
+		{[]string{"--spokes.poll=default/a=h:1,default/b=h:1"}, "spokes.poll", "h:1 is the address of default/a and of default/b"},
 		{[]string{"--spokes.poll=acme/a=h:1"}, "spokes.poll", `mesh "acme" of acme/a is not a mesh of ca.meshes (default)`},
 		{[]string{"--spokes.poll-backoff-initial=0s"}, "spokes.pollBackoffInitial", "must be greater than 0"},
 		{[]string{"--spokes.poll-backoff-max=100ms"}, "spokes.pollBackoffMax", "must be at least pollBackoffInitial"},
