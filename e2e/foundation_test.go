@@ -129,7 +129,16 @@ func waitRouteChange(t *testing.T, h *hub, node, prev string) string {
 	return v
 }
 
+// TestFoundation runs the foundation scenarios with the spoke pushing to
+// the hub and with the hub polling the spoke: the same protocol, either
+// side dialling.
 func TestFoundation(t *testing.T) {
+	for _, mode := range hubModes {
+		t.Run(mode, func(t *testing.T) { testFoundation(t, mode) })
+	}
+}
+
+func testFoundation(t *testing.T, mode string) {
 	backends := []*backend{startBackend(t, "echo-v1"), startBackend(t, "echo-v2"), startBackend(t, "echo-v3")}
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "mesh.yaml"), meshYAML(backends))
@@ -139,11 +148,16 @@ func TestFoundation(t *testing.T) {
 	}
 	writeFile(t, vsPath, routeYAML(80, 20))
 
-	h := newHub(t)
-	sp := newSpoke(t, h, "cluster-a", dir)
+	polled := pollArgs(t, mode, "default", "cluster-a")
+	h := newHub(t, polled.hubArgs...)
+	sp := newSpoke(t, h, "cluster-a", dir, polled.spokeArgs...)
 	target := "xds:///" + echoHost + ":7070"
 	plain := startClient(t, h, target, "plain.demo")
 	beta := startClient(t, h, target, "beta.demo", "--header", "x-user=beta")
+
+	if polled.port != 0 {
+		t.Run("the hub dials the spoke", func(t *testing.T) { waitPolled(t, h, sp, "default/cluster-a", 1) })
+	}
 
 	t.Run("split and header route", func(t *testing.T) {
 		// The first successful call marks convergence; measure after it.
@@ -235,7 +249,8 @@ spec:
 			t.Fatalf("calls while the hub was down: %s", describe(got))
 		}
 		h.start()
-		// The spoke reconnects by itself and syncs.
+		// The spoke reconnects by itself and syncs (polled: the hub dials
+		// it again).
 		harness.Eventually(t, 30*time.Second, func() error {
 			var spokes []struct {
 				Cluster string `json:"cluster"`
@@ -249,6 +264,9 @@ spec:
 			}
 			return nil
 		})
+		if polled.port != 0 {
+			waitPolled(t, h, sp, "default/cluster-a", 2)
+		}
 		// The client reconnects too, and follows a new edit.
 		var prev string
 		harness.Eventually(t, 30*time.Second, func() error {
@@ -272,11 +290,45 @@ spec:
 				t.Errorf("%s exited with %d after SIGTERM", p.Name, code)
 			}
 		}
-		for _, port := range []int{h.admin, h.spokes, h.xds, sp.admin} {
+		ports := []int{h.admin, h.spokes, h.xds, sp.admin}
+		if polled.port != 0 {
+			ports = append(ports, polled.port)
+		}
+		for _, port := range ports {
 			if !harness.PortFree(port) {
 				t.Errorf("port %d still bound after shutdown", port)
 			}
 		}
+	})
+}
+
+// waitPolled waits until the hub streams with polled spoke id (its
+// /debug/polled) and the spoke says it is polled, synced, on its
+// sessions-th stream at least.
+func waitPolled(t *testing.T, h *hub, sp *spoke, id string, sessions int) {
+	t.Helper()
+	harness.Eventually(t, 30*time.Second, func() error {
+		var targets []struct {
+			Mesh, Cluster, State string
+			Streams              int
+		}
+		if err := harness.GetJSON(h.url("/debug/polled"), &targets); err != nil {
+			return err
+		}
+		if len(targets) != 1 || targets[0].Mesh+"/"+targets[0].Cluster != id || targets[0].State != "streaming" || targets[0].Streams < 1 {
+			return fmt.Errorf("hub /debug/polled: %+v", targets)
+		}
+		var up struct {
+			Mode, PolledBy, State string
+			Sessions              int
+		}
+		if err := harness.GetJSON(sp.url("/debug/uplink"), &up); err != nil {
+			return err
+		}
+		if up.Mode != "polled" || up.PolledBy == "" || up.State != "synced" || up.Sessions < sessions {
+			return fmt.Errorf("spoke /debug/uplink: %+v, want polled, synced, %d sessions", up, sessions)
+		}
+		return nil
 	})
 }
 

@@ -97,14 +97,39 @@ type spoke struct {
 	proc  *harness.Proc
 }
 
-func newSpoke(t *testing.T, h *hub, cluster, dir string) *spoke {
+func newSpoke(t *testing.T, h *hub, cluster, dir string, extra ...string) *spoke {
 	s := &spoke{admin: harness.FreePort(t), dir: dir}
-	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "fs://"+dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"), append([]string{
+		"--source", "fs://" + dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
 		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
-		"--log.level", "debug")
+		"--log.level", "debug"}, extra...)...)
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
 	return s
+}
+
+// hubModes are the ways a spoke's state reaches the hub: the spoke dials
+// (push) or the hub dials the spoke (polled); the protocol tests run in
+// both.
+var hubModes = []string{"push", "polled"}
+
+// polledSpoke is how a test runs a spoke in mode: for polled, the flags
+// the hub needs to dial the spoke of mesh/cluster (hubArgs, given before
+// the hub starts) and the spoke needs to listen for it (spokeArgs), on a
+// port of its own; nothing for push.
+type polledSpoke struct {
+	port               int
+	hubArgs, spokeArgs []string
+}
+
+func pollArgs(t testing.TB, mode, mesh, cluster string) polledSpoke {
+	if mode != "polled" {
+		return polledSpoke{}
+	}
+	port := harness.FreePort(t)
+	return polledSpoke{port: port,
+		hubArgs:   []string{"--spokes.poll", mesh + "/" + cluster + "=" + addr(port), "--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "1s"},
+		spokeArgs: []string{"--hub.mode", "polled", "--hub.poll-listen", addr(port)},
+	}
 }
 
 func (s *spoke) url(path string) string { return "http://" + addr(s.admin) + path }

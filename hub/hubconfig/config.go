@@ -3,7 +3,9 @@
 package hubconfig
 
 import (
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +49,9 @@ type SDS struct {
 // node names no mesh is of xds.defaultMesh, which must then be a mesh the
 // hub serves, or every such proxy would be refused.
 func (c *Config) Validate() error {
+	if err := c.validatePolled(); err != nil {
+		return err
+	}
 	if !c.TLS.Plaintext {
 		return nil
 	}
@@ -65,6 +70,21 @@ func (c *Config) Validate() error {
 		names = append(names, m.Name)
 	}
 	return settings.Invalid("xds.defaultMesh", "with tls.plaintext it must be a mesh of ca.meshes (%s), got %q", strings.Join(names, ", "), c.XDS.DefaultMesh)
+}
+
+// validatePolled refuses a polled spoke of a mesh the hub does not serve.
+func (c *Config) validatePolled() error {
+	polled, err := c.Spokes.PolledSpokes()
+	if err != nil {
+		return nil // spokes.poll reports it
+	}
+	meshes := c.CA.MeshNames()
+	for _, p := range polled {
+		if !slices.Contains(meshes, p.Mesh) {
+			return settings.Invalid("spokes.poll", "mesh %q of %s/%s is not a mesh of ca.meshes (%s)", p.Mesh, p.Mesh, p.Cluster, strings.Join(meshes, ", "))
+		}
+	}
+	return nil
 }
 
 // State configures where the hub keeps what must survive a restart.
@@ -219,15 +239,71 @@ func (a *Admin) Validate() error {
 type Spokes struct {
 	Listen          string `key:"listen" default:"127.0.0.1:15012" help:"host:port the gRPC sync service that spokes dial listens on"`
 	MaxMessageBytes int    `key:"maxMessageBytes" default:"16777216" help:"largest gRPC message accepted from or sent to a spoke, in bytes"`
+	// Poll lists the spokes in polled mode (docs/protocol.md, "Polled
+	// mode"); PolledSpokes parses it.
+	Poll               []string      `key:"poll" help:"spokes in polled mode (their hub.mode is polled), which the hub dials instead of being dialled, as MESH/CLUSTER=HOST:PORT (the spoke's hub.pollListen); the spoke must prove with its certificate to be that cluster, enrolled and not revoked. With replicas one live replica dials each (docs/protocol.md, Polled mode)"`
+	PollBackoffInitial time.Duration `key:"pollBackoffInitial" default:"250ms" help:"wait before dialling a polled spoke again after a failure, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one, up to pollBackoffMax; the waits start over once a stream was admitted"`
+	PollBackoffMax     time.Duration `key:"pollBackoffMax" default:"15s" help:"longest wait between attempts to dial a polled spoke, jitter included"`
 }
 
-// Validate checks the listen address and the message size limit.
+// PolledSpoke is one entry of spokes.poll. A plain value.
+type PolledSpoke struct {
+	Mesh, Cluster, Address string
+}
+
+// PolledSpokes parses spokes.poll, refusing a malformed entry, two
+// entries for one cluster and two clusters at one address.
+func (s *Spokes) PolledSpokes() ([]PolledSpoke, error) {
+	seen := map[[2]string]string{}
+	addrs := map[string]string{} // address → mesh/cluster
+	var out []PolledSpoke
+	for _, e := range s.Poll {
+		id, address, ok := strings.Cut(e, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want MESH/CLUSTER=HOST:PORT", e)
+		}
+		mesh, cluster, ok := strings.Cut(id, "/")
+		if !ok {
+			return nil, fmt.Errorf("%q: %q is not MESH/CLUSTER", e, id)
+		}
+		for _, f := range [][2]string{{"mesh", mesh}, {"cluster", cluster}} {
+			if err := spiffeid.ValidateName(f[1]); err != nil {
+				return nil, fmt.Errorf("%q: %s %q %v; it must be a DNS label", e, f[0], f[1], err)
+			}
+		}
+		if host, _, err := net.SplitHostPort(address); err != nil || host == "" {
+			return nil, fmt.Errorf("%q: address %q is not HOST:PORT", e, address)
+		}
+		if prev, dup := seen[[2]string{mesh, cluster}]; dup {
+			return nil, fmt.Errorf("%s/%s is listed twice (%s and %s)", mesh, cluster, prev, address)
+		}
+		if other, dup := addrs[address]; dup {
+			return nil, fmt.Errorf("%s is the address of %s and of %s/%s: one spoke serves one cluster", address, other, mesh, cluster)
+		}
+		seen[[2]string{mesh, cluster}] = address
+		addrs[address] = mesh + "/" + cluster
+		out = append(out, PolledSpoke{Mesh: mesh, Cluster: cluster, Address: address})
+	}
+	return out, nil
+}
+
+// Validate checks the listen address, the message size limit and the
+// polled spokes.
 func (s *Spokes) Validate() error {
 	if err := settings.CheckHostPort("listen", s.Listen); err != nil {
 		return err
 	}
 	if s.MaxMessageBytes < minMessageBytes {
 		return settings.Invalid("maxMessageBytes", "must be at least %d, got %d", minMessageBytes, s.MaxMessageBytes)
+	}
+	if _, err := s.PolledSpokes(); err != nil {
+		return settings.Invalid("poll", "%v", err)
+	}
+	if s.PollBackoffInitial <= 0 {
+		return settings.Invalid("pollBackoffInitial", "must be greater than 0, got %s", s.PollBackoffInitial)
+	}
+	if s.PollBackoffMax < s.PollBackoffInitial {
+		return settings.Invalid("pollBackoffMax", "must be at least pollBackoffInitial (%s), got %s", s.PollBackoffInitial, s.PollBackoffMax)
 	}
 	return nil
 }

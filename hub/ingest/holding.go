@@ -10,10 +10,13 @@ import (
 // its readiness: its epoch and owner, its stream state and, from Holding,
 // its applied resources. A plain value; Objects are immutable and shared.
 type Holding struct {
-	ID           ClusterIdentity
-	Epoch        Epoch
-	Owner        string
-	Relayed      bool
+	ID      ClusterIdentity
+	Epoch   Epoch
+	Owner   string
+	Relayed bool
+	// Polled is set when this hub dialled the spoke (polled mode): its
+	// owner is decided by hub/poll, not by balancing.
+	Polled       bool
 	Connected    bool
 	Synced       bool
 	EverSynced   bool
@@ -69,6 +72,6 @@ func (s *Server) Holdings() []Holding {
 }
 
 func (st *store) holding() Holding {
-	return Holding{ID: st.id, Epoch: st.epoch, Owner: st.owner, Relayed: st.relayed, Connected: st.connected,
+	return Holding{ID: st.id, Epoch: st.epoch, Owner: st.owner, Relayed: st.relayed, Polled: st.polled, Connected: st.connected,
 		Synced: st.synced, EverSynced: st.everSynced, DomainSuffix: st.domainSuffix}
 }

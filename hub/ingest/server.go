@@ -83,6 +83,7 @@ type Options struct {
 // origin says whose stream writes a cluster: a spoke's own (relayed
 // false) or a peer replica's relay of its spoke's stream.
 type origin struct {
+	polled  bool // the hub dialled the spoke (Poll)
 	relayed bool
 	owner   string
 	epoch   Epoch
@@ -183,24 +184,65 @@ func New(auth Authenticator, opts Options) *Server {
 
 // Push serves one spoke stream.
 func (s *Server) Push(stream protocolv1.Sync_PushServer) error {
-	id, err := s.auth.Authenticate(stream.Context())
+	id, suffix, err := s.admit(stream.Context())
 	if err != nil {
-		s.metrics.refused.Inc()
-		s.log.Warn("spoke stream refused", "reason", err)
-		return err
-	}
-	if err := checkProtocol(stream.Context()); err != nil {
-		s.metrics.refused.Inc()
-		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
-		return err
-	}
-	suffix, err := domainSuffix(stream.Context())
-	if err != nil {
-		s.metrics.refused.Inc()
-		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
 		return err
 	}
 	return s.serve(stream, id, suffix, origin{})
+}
+
+// Poll serves a stream the hub dialled to a polled spoke (hub/poll):
+// stream's Context carries the spoke's TLS peer (its cluster certificate)
+// and, as incoming metadata, the header the spoke answered with, so the
+// Authenticator decides the stream's identity exactly as for Push — an
+// unknown, untrusted or revoked cluster is refused the same way. The
+// identity must also be want, the cluster configured at the address
+// dialled, else the stream is refused with PermissionDenied. From then on
+// it is held exactly like a Push stream.
+func (s *Server) Poll(stream protocolv1.Sync_PushServer, want ClusterIdentity) error {
+	id, suffix, err := s.admit(stream.Context())
+	if err != nil {
+		return err
+	}
+	if err := s.checkPolled(stream.Context(), id, want); err != nil {
+		return err
+	}
+	return s.serve(stream, id, suffix, origin{polled: true})
+}
+
+// checkPolled refuses, with PermissionDenied, a polled spoke authenticated
+// as id when the hub dialled it as want.
+func (s *Server) checkPolled(ctx context.Context, id, want ClusterIdentity) error {
+	if id == want {
+		return nil
+	}
+	s.metrics.refused.Inc()
+	err := status.Errorf(codes.PermissionDenied, "the spoke at %s is cluster %s, but this address is configured for %s", grpcpeer.Addr(ctx), id, want)
+	s.log.Warn("polled spoke refused", "mesh", want.Mesh, "cluster", want.Cluster, "reason", err)
+	return err
+}
+
+// admit authenticates a spoke's stream and checks its protocol version
+// and domain suffix; every refusal is counted and logged.
+func (s *Server) admit(ctx context.Context) (ClusterIdentity, string, error) {
+	id, err := s.auth.Authenticate(ctx)
+	if err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "reason", err)
+		return id, "", err
+	}
+	if err := checkProtocol(ctx); err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return id, "", err
+	}
+	suffix, err := domainSuffix(ctx)
+	if err != nil {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return id, "", err
+	}
+	return id, suffix, nil
 }
 
 // Relay serves a stream on which the peer replica owner relays the state
@@ -299,7 +341,7 @@ func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix strin
 		o.owner = s.opts.Replica
 		o.epoch = Epoch{At: max(time.Now().UnixNano(), st.epoch.At+1), Replica: s.opts.Replica}
 	}
-	st.epoch, st.owner, st.relayed = o.epoch, o.owner, o.relayed
+	st.epoch, st.owner, st.relayed, st.polled = o.epoch, o.owner, o.relayed, o.polled
 	delete(s.withdrawn, id)
 	if st.cancel != nil {
 		st.cancel(errSuperseded)
@@ -356,11 +398,13 @@ func (s *Server) Disconnect(id ClusterIdentity, reason string) bool {
 // redirect is set, protocol.TrailerRedirect naming the replica to try
 // first. The cluster's resources stay, as for any disconnect, until the
 // spoke's new stream (here or relayed by its new owner) replaces them. It
-// reports whether a stream was closed.
+// reports whether a stream was closed; a polled spoke's never is.
 func (s *Server) Move(id ClusterIdentity, epoch Epoch, reason, redirect string) bool {
 	s.mu.Lock()
 	st := s.stores[id]
-	if st == nil || st.cancel == nil || st.relayed || st.epoch != epoch {
+	if st == nil || st.cancel == nil || st.relayed || st.polled || st.epoch != epoch {
+		// A polled spoke is not moved: the hub dials it, and which
+		// replica does is hub/poll's decision.
 		s.mu.Unlock()
 		return false
 	}
@@ -692,6 +736,9 @@ type ClusterStatus struct {
 	Epoch   Epoch  `json:"epoch"`
 	Owner   string `json:"owner,omitempty"`
 	Relayed bool   `json:"relayed,omitempty"`
+	// Polled is set when the stream was dialled by the hub (polled mode;
+	// /debug/polled has the dialling side).
+	Polled bool `json:"polled,omitempty"`
 }
 
 // Status reports every cluster's stream and sync state, and the clusters
@@ -729,7 +776,7 @@ func (s *Server) Status() []ClusterStatus {
 		})
 		cs.Pending = st.stagedCount()
 		cs.DomainSuffix = st.domainSuffix
-		cs.Epoch, cs.Owner, cs.Relayed = st.epoch, st.owner, st.relayed
+		cs.Epoch, cs.Owner, cs.Relayed, cs.Polled = st.epoch, st.owner, st.relayed, st.polled
 		out = append(out, cs)
 	}
 	for id, w := range s.withdrawn {

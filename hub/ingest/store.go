@@ -51,6 +51,9 @@ type store struct {
 	epoch   Epoch
 	owner   string
 	relayed bool
+	// polled is set when the current or last stream was dialled by this
+	// hub (polled mode, Server.Poll).
+	polled bool
 
 	session        uint64
 	cancel         func(error)

@@ -18,16 +18,41 @@ func (s *Server) Watch(stream protocolv1.Sync_WatchServer) error {
 	if s.opts.Watch == nil {
 		return status.Error(codes.Unimplemented, "this hub does not serve Watch")
 	}
+	id, err := s.admitWatch(stream)
+	if err != nil {
+		return err
+	}
+	return s.opts.Watch(id, stream)
+}
+
+// PollWatch serves the Watch stream the hub opened to a polled spoke
+// (hub/poll), authenticated as Poll: the spoke's certificate and header,
+// and it must be want, the cluster configured at that address.
+func (s *Server) PollWatch(stream protocolv1.Sync_WatchServer, want ClusterIdentity) error {
+	if s.opts.Watch == nil {
+		return status.Error(codes.Unimplemented, "this hub does not serve Watch")
+	}
+	id, err := s.admitWatch(stream)
+	if err != nil {
+		return err
+	}
+	if err := s.checkPolled(stream.Context(), id, want); err != nil {
+		return err
+	}
+	return s.opts.Watch(id, stream)
+}
+
+func (s *Server) admitWatch(stream protocolv1.Sync_WatchServer) (ClusterIdentity, error) {
 	id, err := s.auth.Authenticate(stream.Context())
 	if err != nil {
 		s.metrics.refused.Inc()
 		s.log.Warn("spoke watch refused", "reason", err)
-		return err
+		return id, err
 	}
 	if err := checkProtocol(stream.Context()); err != nil {
 		s.metrics.refused.Inc()
 		s.log.Warn("spoke watch refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
-		return err
+		return id, err
 	}
-	return s.opts.Watch(id, stream)
+	return id, nil
 }

@@ -69,7 +69,8 @@ func SpokeCounts(self string, holdings []ingest.Holding, peers []SpokePeer) map[
 // the replicas, rounded up) and at least two more than the least-loaded
 // peer — so a move never leaves the receiver with more than this replica
 // has left, and no two replicas hand a spoke back and forth (hysteresis).
-// Only a spoke whose current stream has synced and is at least minAge old
+// Only a spoke that dialled (not a polled one, whose replica hub/poll
+// decides) and whose current stream has synced and is at least minAge old
 // is moved; the oldest first. ok is false with why when nothing moves.
 func PlanSpokeMove(self string, holdings []ingest.Holding, peers []SpokePeer, now time.Time, minAge time.Duration) (mv SpokeMove, ok bool, why string) {
 	var ready []SpokePeer
@@ -102,7 +103,7 @@ func PlanSpokeMove(self string, holdings []ingest.Holding, peers []SpokePeer, no
 	var oldest *ingest.Holding
 	for i := range holdings {
 		h := &holdings[i]
-		if h.Relayed || !h.Connected || !h.Synced || now.Sub(h.Epoch.Time()) < minAge {
+		if h.Relayed || h.Polled || !h.Connected || !h.Synced || now.Sub(h.Epoch.Time()) < minAge {
 			continue
 		}
 		if oldest == nil || h.Epoch.Before(oldest.Epoch) {

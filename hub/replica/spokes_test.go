@@ -26,6 +26,12 @@ func relayed(cluster, owner string) ingest.Holding {
 // two above the least-loaded ready peer, names that peer and its address,
 // moves the oldest synced spoke past the minimum age, and never an
 // unsynced or young one.
+// polled marks h as a polled spoke's holding.
+func polled(h ingest.Holding) ingest.Holding {
+	h.Polled = true
+	return h
+}
+
 func TestPlanSpokeMove(t *testing.T) {
 	peers := []replica.SpokePeer{{ID: "hub-1", Address: "10.0.0.1:15012"}, {ID: "hub-2", Address: "10.0.0.2:15012"}}
 	four := []ingest.Holding{own("c1", time.Hour, true), own("c2", 2*time.Hour, true), own("c3", time.Hour, true), own("c4", time.Hour, true)}
@@ -48,6 +54,8 @@ func TestPlanSpokeMove(t *testing.T) {
 		{name: "none synced", holdings: []ingest.Holding{own("c1", time.Hour, false), own("c2", time.Hour, false), own("c3", time.Hour, false)}, peers: peers, minAge: time.Minute},
 		{name: "none old enough", holdings: []ingest.Holding{own("c1", time.Second, true), own("c2", time.Second, true), own("c3", time.Second, true)}, peers: peers, minAge: time.Minute},
 		{name: "the old synced one, not the older unsynced", holdings: []ingest.Holding{own("c1", 3*time.Hour, false), own("c2", time.Hour, true), own("c3", time.Second, true)}, peers: peers, minAge: time.Minute, move: "c2", to: "hub-1"},
+		{name: "a polled spoke is not moved (hub/poll decides who dials it): the next oldest is", holdings: []ingest.Holding{polled(own("c2", 2*time.Hour, true)), four[0], four[2], four[3]}, peers: peers, minAge: time.Minute, move: "c1", to: "hub-1"},
+		{name: "only polled spokes: nothing moves", holdings: []ingest.Holding{polled(four[0]), polled(four[1]), polled(four[2])}, peers: peers, minAge: time.Minute},
 		{name: "a disconnected (stale) cluster counts for nobody", holdings: append(four[:2:2], ingest.Holding{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: "c5"}, Owner: "hub-0"}), peers: peers[:1], minAge: time.Minute, move: "c2", to: "hub-1"},
 	}
 	for _, c := range cases {

@@ -150,6 +150,21 @@ func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // retryRenewal is how long after a failed renewal the next is tried.
 const retryRenewal = time.Minute
 
+// ClientConfig is the TLS configuration the hub dials a polled spoke with
+// (hub/poll): it presents the serving certificate (spiffeid.Hub, usable
+// for client authentication), which the spoke requires, and checks
+// nothing of the server itself — the caller verifies the spoke's cluster
+// certificate with the spoke authenticator, by SPIFFE ID, not by name.
+func (c *Cert) ClientConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return c.GetCertificate(nil)
+		},
+		InsecureSkipVerify: true, //nolint:gosec // the spoke's certificate is verified by the spoke authenticator
+	}
+}
+
 // ServerConfig is a TLS configuration serving the certificate: TLS 1.2 or
 // later, asking for (not requiring) a client certificate, which the
 // services verify themselves against the caller's own mesh's roots.

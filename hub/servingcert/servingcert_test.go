@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/shared/spiffeid"
 )
 
 func TestServingCertificate(t *testing.T) {
@@ -43,6 +44,14 @@ func TestServingCertificate(t *testing.T) {
 	}
 	if _, err := cert.Leaf.Verify(x509.VerifyOptions{DNSName: "evil.example.com", Roots: roots}); err == nil {
 		t.Error("serving certificate valid for a name not in hosts")
+	}
+	// It names the hub's SPIFFE ID, which polled spokes require of the hub
+	// as a client.
+	if len(cert.Leaf.URIs) != 1 || cert.Leaf.URIs[0].String() != spiffeid.Hub.String() {
+		t.Errorf("serving certificate names %v, want %s", cert.Leaf.URIs, spiffeid.Hub)
+	}
+	if _, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("serving certificate not valid for client authentication: %v", err)
 	}
 	// A restart keeps the serving CA (what spokes pinned).
 	again, err := New(context.Background(), openStore(t, ca.StoreDir, dir, ""), []string{"localhost"}, nil)

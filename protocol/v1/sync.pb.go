@@ -1,8 +1,8 @@
 // The spoke <-> hub synchronisation protocol, version 1.
 //
-// The spoke is always the gRPC client (it dials out; nothing dials into a
-// workload cluster). Resources travel in Envoy's delta discovery messages,
-// with the roles reversed on Push: the spoke sends DeltaDiscoveryResponses and
+// The spoke is the gRPC client (it dials out; nothing dials into a
+// workload cluster), except in polled mode (service Polled). Resources
+// travel in Envoy's delta discovery messages, with the roles reversed on Push: the spoke sends DeltaDiscoveryResponses and
 // the hub answers each nonce with a DeltaDiscoveryRequest that ACKs it (no
 // error_detail) or NACKs it (error_detail set, with a Rejections detail naming
 // every refused resource). See docs/protocol.md.
@@ -477,7 +477,10 @@ const file_protocol_v1_sync_proto_rawDesc = "" +
 	"\troots_pem\x18\x03 \x01(\tR\brootsPem2\xed\x01\n" +
 	"\x04Sync\x12q\n" +
 	"\x04Push\x122.envoy.service.discovery.v3.DeltaDiscoveryResponse\x1a1.envoy.service.discovery.v3.DeltaDiscoveryRequest(\x010\x01\x12r\n" +
-	"\x05Watch\x121.envoy.service.discovery.v3.DeltaDiscoveryRequest\x1a2.envoy.service.discovery.v3.DeltaDiscoveryResponse(\x010\x01B1Z/github.com/navemesh/nave/protocol/v1;protocolv1b\x06proto3"
+	"\x05Watch\x121.envoy.service.discovery.v3.DeltaDiscoveryRequest\x1a2.envoy.service.discovery.v3.DeltaDiscoveryResponse(\x010\x012\xf3\x01\n" +
+	"\x06Polled\x12q\n" +
+	"\x04Poll\x121.envoy.service.discovery.v3.DeltaDiscoveryRequest\x1a2.envoy.service.discovery.v3.DeltaDiscoveryResponse(\x010\x01\x12v\n" +
+	"\tPollWatch\x122.envoy.service.discovery.v3.DeltaDiscoveryResponse\x1a1.envoy.service.discovery.v3.DeltaDiscoveryRequest(\x010\x01B1Z/github.com/navemesh/nave/protocol/v1;protocolv1b\x06proto3"
 
 var (
 	file_protocol_v1_sync_proto_rawDescOnce sync.Once
@@ -514,10 +517,14 @@ var file_protocol_v1_sync_proto_depIdxs = []int32{
 	2,  // 4: nave.protocol.v1.Rejections.items:type_name -> nave.protocol.v1.Rejection
 	10, // 5: nave.protocol.v1.Sync.Push:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
 	11, // 6: nave.protocol.v1.Sync.Watch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	11, // 7: nave.protocol.v1.Sync.Push:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	10, // 8: nave.protocol.v1.Sync.Watch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
-	7,  // [7:9] is the sub-list for method output_type
-	5,  // [5:7] is the sub-list for method input_type
+	11, // 7: nave.protocol.v1.Polled.Poll:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	10, // 8: nave.protocol.v1.Polled.PollWatch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	11, // 9: nave.protocol.v1.Sync.Push:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	10, // 10: nave.protocol.v1.Sync.Watch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	10, // 11: nave.protocol.v1.Polled.Poll:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	11, // 12: nave.protocol.v1.Polled.PollWatch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -536,7 +543,7 @@ func file_protocol_v1_sync_proto_init() {
 			NumEnums:      0,
 			NumMessages:   8,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_protocol_v1_sync_proto_goTypes,
 		DependencyIndexes: file_protocol_v1_sync_proto_depIdxs,

@@ -1,8 +1,8 @@
 // The spoke <-> hub synchronisation protocol, version 1.
 //
-// The spoke is always the gRPC client (it dials out; nothing dials into a
-// workload cluster). Resources travel in Envoy's delta discovery messages,
-// with the roles reversed on Push: the spoke sends DeltaDiscoveryResponses and
+// The spoke is the gRPC client (it dials out; nothing dials into a
+// workload cluster), except in polled mode (service Polled). Resources
+// travel in Envoy's delta discovery messages, with the roles reversed on Push: the spoke sends DeltaDiscoveryResponses and
 // the hub answers each nonce with a DeltaDiscoveryRequest that ACKs it (no
 // error_detail) or NACKs it (error_detail set, with a Rejections detail naming
 // every refused resource). See docs/protocol.md.
@@ -167,6 +167,168 @@ var Sync_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Watch",
 			Handler:       _Sync_Watch_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "protocol/v1/sync.proto",
+}
+
+const (
+	Polled_Poll_FullMethodName      = "/nave.protocol.v1.Polled/Poll"
+	Polled_PollWatch_FullMethodName = "/nave.protocol.v1.Polled/PollWatch"
+)
+
+// PolledClient is the client API for Polled service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Polled is served by a spoke in polled mode (hub.mode: polled), for
+// operators who allow inbound connections to a cluster but not outbound
+// ones: the hub dials the spoke and opens Poll, and from then on the stream
+// is Push with the gRPC roles swapped and the message roles kept — the spoke
+// sends its resources as DeltaDiscoveryResponses (full state, Synced
+// marker, deltas) and the hub ACKs or NACKs every nonce with a
+// DeltaDiscoveryRequest. The spoke names its mesh, cluster, protocol
+// version and domain suffix in the response header metadata (the keys
+// Push uses), and proves its identity with its cluster certificate as the
+// TLS server; the hub proves its own with a certificate of its serving CA.
+// See docs/protocol.md and docs/decisions/023-polled-mode.md.
+type PolledClient interface {
+	Poll(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse], error)
+	// PollWatch is Sync.Watch dialled by the hub: the hub opens it beside an
+	// admitted Poll stream; the spoke subscribes (DeltaDiscoveryRequests,
+	// ACK/NACK) and the hub sends the rest of the mesh
+	// (DeltaDiscoveryResponses), exactly as on Watch. The spoke names itself
+	// in the response header, as on Poll.
+	PollWatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest], error)
+}
+
+type polledClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewPolledClient(cc grpc.ClientConnInterface) PolledClient {
+	return &polledClient{cc}
+}
+
+func (c *polledClient) Poll(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Polled_ServiceDesc.Streams[0], Polled_Poll_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Polled_PollClient = grpc.BidiStreamingClient[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]
+
+func (c *polledClient) PollWatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Polled_ServiceDesc.Streams[1], Polled_PollWatch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Polled_PollWatchClient = grpc.BidiStreamingClient[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]
+
+// PolledServer is the server API for Polled service.
+// All implementations must embed UnimplementedPolledServer
+// for forward compatibility.
+//
+// Polled is served by a spoke in polled mode (hub.mode: polled), for
+// operators who allow inbound connections to a cluster but not outbound
+// ones: the hub dials the spoke and opens Poll, and from then on the stream
+// is Push with the gRPC roles swapped and the message roles kept — the spoke
+// sends its resources as DeltaDiscoveryResponses (full state, Synced
+// marker, deltas) and the hub ACKs or NACKs every nonce with a
+// DeltaDiscoveryRequest. The spoke names its mesh, cluster, protocol
+// version and domain suffix in the response header metadata (the keys
+// Push uses), and proves its identity with its cluster certificate as the
+// TLS server; the hub proves its own with a certificate of its serving CA.
+// See docs/protocol.md and docs/decisions/023-polled-mode.md.
+type PolledServer interface {
+	Poll(grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]) error
+	// PollWatch is Sync.Watch dialled by the hub: the hub opens it beside an
+	// admitted Poll stream; the spoke subscribes (DeltaDiscoveryRequests,
+	// ACK/NACK) and the hub sends the rest of the mesh
+	// (DeltaDiscoveryResponses), exactly as on Watch. The spoke names itself
+	// in the response header, as on Poll.
+	PollWatch(grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]) error
+	mustEmbedUnimplementedPolledServer()
+}
+
+// UnimplementedPolledServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedPolledServer struct{}
+
+func (UnimplementedPolledServer) Poll(grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]) error {
+	return status.Error(codes.Unimplemented, "method Poll not implemented")
+}
+func (UnimplementedPolledServer) PollWatch(grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]) error {
+	return status.Error(codes.Unimplemented, "method PollWatch not implemented")
+}
+func (UnimplementedPolledServer) mustEmbedUnimplementedPolledServer() {}
+func (UnimplementedPolledServer) testEmbeddedByValue()                {}
+
+// UnsafePolledServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to PolledServer will
+// result in compilation errors.
+type UnsafePolledServer interface {
+	mustEmbedUnimplementedPolledServer()
+}
+
+func RegisterPolledServer(s grpc.ServiceRegistrar, srv PolledServer) {
+	// If the following call panics, it indicates UnimplementedPolledServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Polled_ServiceDesc, srv)
+}
+
+func _Polled_Poll_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PolledServer).Poll(&grpc.GenericServerStream[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Polled_PollServer = grpc.BidiStreamingServer[v3.DeltaDiscoveryRequest, v3.DeltaDiscoveryResponse]
+
+func _Polled_PollWatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PolledServer).PollWatch(&grpc.GenericServerStream[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Polled_PollWatchServer = grpc.BidiStreamingServer[v3.DeltaDiscoveryResponse, v3.DeltaDiscoveryRequest]
+
+// Polled_ServiceDesc is the grpc.ServiceDesc for Polled service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Polled_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "nave.protocol.v1.Polled",
+	HandlerType: (*PolledServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Poll",
+			Handler:       _Polled_Poll_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PollWatch",
+			Handler:       _Polled_PollWatch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

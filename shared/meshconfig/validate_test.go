@@ -93,6 +93,7 @@ func TestValidateRejects(t *testing.T) {
 		{"timeout negative", vsHTTP("- timeout: -1s\n  route: [{destination: {host: r}}]"), "spec.http[0].timeout", "shorter than 1ms"},
 		{"perTryTimeout too short", vsHTTP("- retries: {attempts: 2, perTryTimeout: 500us}\n  route: [{destination: {host: r}}]"), "spec.http[0].retries.perTryTimeout", "shorter than 1ms"},
 		{"retries negative", vsHTTP("- retries: {attempts: -1}\n  route: [{destination: {host: r}}]"), "spec.http[0].retries.attempts", "must not be negative"},
+		{"retry backoff zero", vsHTTP("- retries: {attempts: 2, backoff: 0s}\n  route: [{destination: {host: r}}]"), "spec.http[0].retries.backoff", "shorter than 1ms"},
 		{"fault delay percentage", vsHTTP("- fault: {delay: {percentage: {value: 101}, fixedDelay: 1s}}\n  route: [{destination: {host: r}}]"), "spec.http[0].fault.delay.percentage.value", "out of range 0-100"},
 		{"fault delay percent", vsHTTP("- fault: {delay: {percent: -5, fixedDelay: 1s}}\n  route: [{destination: {host: r}}]"), "spec.http[0].fault.delay.percent", "out of range 0-100"},
 		{"fault abort percentage", vsHTTP("- fault: {abort: {percentage: {value: -1}, httpStatus: 503}}\n  route: [{destination: {host: r}}]"), "spec.http[0].fault.abort.percentage.value", "out of range 0-100"},

@@ -125,6 +125,7 @@ func validateHTTPRoute(c *checker, p path, r *networkingv1alpha3.HTTPRoute) {
 			c.fail(p.field("retries").field("attempts"), "attempts %d must not be negative", rt.GetAttempts())
 		}
 		checkDuration(c, p.field("retries").field("perTryTimeout"), rt.GetPerTryTimeout())
+		checkDuration(c, p.field("retries").field("backoff"), rt.GetBackoff())
 	}
 	if f := r.GetFault(); f != nil {
 		fp := p.field("fault")

@@ -248,3 +248,9 @@ func validateName(s string, dots bool) error {
 	}
 	return nil
 }
+
+// Hub is the SPIFFE ID of the hub's serving certificate, issued by the
+// hub's own serving CA (never a tenant's) in trust domain
+// hub.nave.internal: the identity the hub shows spokes, as a server, and
+// as the client that dials a polled spoke (which requires exactly it).
+var Hub = ID{TrustDomain: "hub.nave.internal", Path: "/ns/nave-system/sa/nave-hub"}

@@ -3,7 +3,7 @@ package enroll
 import (
 	"context"
 	"crypto/tls"
-
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -128,6 +128,34 @@ func (r *Renewer) ClientTLS() *tls.Config {
 		ServerName:           r.serverName,
 		MinVersion:           tls.VersionTLS13,
 		GetClientCertificate: r.GetClientCertificate,
+	}
+}
+
+// PolledTLS is the configuration of the spoke's Poll listener (polled
+// mode): it serves the current cluster certificate, and requires the
+// caller to present the hub's own certificate — a chain to the hub CA in
+// the state dir (what the spoke pinned at enrollment), valid for client
+// authentication, naming exactly spiffeid.Hub. Anything else (a tenant's
+// or a spoke's certificate, a workload's, another CA's look-alike) fails
+// the handshake; refused, if set, is called with the reason.
+func (r *Renewer) PolledTLS(refused func(error)) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c := r.cur.Load().Certificate
+			return &c, nil
+		},
+		ClientAuth: tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			_, err := spiffeid.VerifyChain(raw, r.cur.Load().HubRoots, x509.ExtKeyUsageClientAuth, spiffeid.Hub)
+			if err != nil {
+				err = fmt.Errorf("the caller is not the hub: %w", err)
+				if refused != nil {
+					refused(err)
+				}
+			}
+			return err
+		},
 	}
 }
 

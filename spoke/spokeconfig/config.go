@@ -238,7 +238,13 @@ type Admin struct {
 // Validate checks the listen address.
 func (a *Admin) Validate() error { return settings.CheckHostPort("listen", a.Listen) }
 
-// Hub configures the spoke's outbound connection to the hub.
+// Hub modes: who dials whom for the spoke's state.
+const (
+	ModePush   = "push"
+	ModePolled = "polled"
+)
+
+// Hub configures the spoke's connection to the hub.
 type Hub struct {
 	Address           string        `key:"address" default:"127.0.0.1:15012" help:"host:port of the hub's sync service"`
 	BackoffInitial    time.Duration `key:"backoffInitial" default:"250ms" help:"wait before the first reconnect to the hub, drawn from 50-150 % of this value; each further wait is 1.5 times the previous one (same jitter), up to backoffMax; the waits start over once a stream has synced"`
@@ -251,6 +257,8 @@ type Hub struct {
 	StateDir          string        `key:"stateDir" default:"nave-spoke-state" help:"directory where the spoke keeps its cluster certificate, key and the hub's CA (created 0700) unless credentialsSecret is set, and the remote view (fallback); it enrolls when its credentials store holds none"`
 	CredentialsSecret string        `key:"credentialsSecret" help:"keep the cluster certificate, key and the hub's CA in this Kubernetes Secret, <namespace>/<name> (kubernetes source; RBAC: get and update on the name, create in the namespace) instead of stateDir, so that no volume has to outlive the pod; empty: stateDir"`
 	ServerName        string        `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
+	Mode              string        `key:"mode" default:"push" help:"push: the spoke dials the hub at address and pushes its state; polled: the spoke dials nothing for its state — it listens on pollListen and the hub, which lists it in spokes.poll, dials it (mTLS: the spoke serves its cluster certificate and requires the hub's). Enrollment and certificate renewal still call the hub at address (docs/protocol.md, Polled mode); with fallback.enabled the hub also opens the Watch stream (PollWatch) to keep the remote view"`
+	PollListen        string        `key:"pollListen" default:"0.0.0.0:15026" help:"with mode polled, host:port the spoke serves the hub's Poll stream on (the address in the hub's spokes.poll)"`
 }
 
 // Validate checks the address, the backoff bounds, the message size limit and the TLS
@@ -267,6 +275,15 @@ func (h *Hub) Validate() error {
 	}
 	if h.MaxMessageBytes < minMessageBytes {
 		return settings.Invalid("maxMessageBytes", "must be at least %d, got %d", minMessageBytes, h.MaxMessageBytes)
+	}
+	switch h.Mode {
+	case ModePush:
+	case ModePolled:
+		if err := settings.CheckHostPort("pollListen", h.PollListen); err != nil {
+			return err
+		}
+	default:
+		return settings.Invalid("mode", "must be %s or %s, got %q", ModePush, ModePolled, h.Mode)
 	}
 	return h.validateTLS()
 }

@@ -15,14 +15,15 @@ type metrics struct {
 	watchResponses prometheus.Counter
 	watchNacks     prometheus.Counter
 	viewSaves      prometheus.Counter
+	pollRefused    prometheus.Counter
 }
 
-var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff}
+var states = []string{StateWaiting, StateConnecting, StateSyncing, StateSynced, StateBackoff, StateWaitingHub}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_spoke_uplink_state",
-			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff)."}, []string{"state"}),
+			Help: "1 for the uplink's current state (waiting-for-source, connecting, syncing, synced, backoff; polled mode: waiting-for-hub)."}, []string{"state"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_reconnects_total",
 			Help: "Hub streams lost and retried."}),
 		moves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_uplink_moves_total",
@@ -43,9 +44,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Watch responses the spoke NACKed (a resource it refused)."}),
 		viewSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_remote_view_saves_total",
 			Help: "Times the remote view was written to the state dir."}),
+		pollRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_poll_refused_total",
+			Help: "Connections to the Poll listener (polled mode) refused at the TLS handshake because the certificate presented is not the hub's (a caller presenting none is refused by TLS itself, uncounted)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.reconnects, m.moves, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves)
+		reg.MustRegister(m.state, m.reconnects, m.moves, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)
 	}
 	return m
 }

@@ -22,7 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -37,12 +36,18 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/reconnect"
 	"github.com/navemesh/nave/spoke/remote"
 )
 
 // Options configure an Uplink.
 type Options struct {
+	// Address is the hub's (push mode), or, with Polled, the address the
+	// spoke serves Poll on (shown in Status only).
 	Address string
+	// Polled: the hub dials the spoke (hub.mode polled): Run is not
+	// called; the spoke's gRPC server calls Poll for each stream.
+	Polled bool
 	// Mesh and Cluster are sent in the stream's metadata: the identity
 	// of a plaintext spoke; a hub that authenticates the spoke's
 	// certificate ignores them.
@@ -90,6 +95,8 @@ type Uplink struct {
 	// acked is what the hub has confirmed on the current stream.
 	acked    map[key]string
 	sessions int
+	// poll is the Poll stream being served (Options.Polled).
+	poll *poll
 	// target is the address of the current (or last) stream; moves
 	// counts the streams the hub closed to move the spoke.
 	target string
@@ -119,10 +126,14 @@ func New(opts Options) *Uplink {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	state := StateWaiting
+	if opts.Polled {
+		state = StateWaitingHub
+	}
 	return &Uplink{
 		opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer),
 		desired: map[key]*meshconfig.Object{}, changed: make(chan struct{}, 1), first: make(chan struct{}),
-		state: StateWaiting, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{}, watchState: WatchOff,
+		state: state, since: time.Now(), nacked: map[key]nack{}, acked: map[key]string{}, watchState: WatchOff,
 	}
 }
 
@@ -168,7 +179,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
 	}
 
-	b := newBackOff(u.opts.BackoffInitial, u.opts.BackoffMax)
+	b := reconnect.Backoff(u.opts.BackoffInitial, u.opts.BackoffMax)
 	// redirect is the hub replica a move named, tried once before
 	// Address.
 	var redirect string
@@ -241,28 +252,6 @@ func (u *Uplink) Run(ctx context.Context) error {
 	}
 }
 
-// newBackOff returns the waits between attempts to reach the hub: the
-// first within initial ± 50 %, each next one 1.5 times the last (± 50 %),
-// never more than maxWait.
-func newBackOff(initial, maxWait time.Duration) backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = initial
-	b.MaxInterval = maxWait
-	b.RandomizationFactor = 0.5
-	b.MaxElapsedTime = 0
-	b.Reset()
-	return cappedBackOff{b}
-}
-
-// cappedBackOff clamps each wait of an ExponentialBackOff to its
-// MaxInterval: the library caps the interval it jitters around, so at the
-// cap it would wait up to MaxInterval × (1 + RandomizationFactor).
-type cappedBackOff struct{ *backoff.ExponentialBackOff }
-
-func (b cappedBackOff) NextBackOff() time.Duration {
-	return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)
-}
-
 func (u *Uplink) setState(s string, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -276,19 +265,49 @@ func (u *Uplink) setState(s string, err error) {
 	u.metrics.setState(s)
 }
 
-// session runs one stream. It reports whether the stream reached synced.
+// session dials one Push stream and runs it. It reports whether the
+// stream reached synced.
 func (u *Uplink) session(ctx context.Context, client protocolv1.SyncClient) (synced bool, err error) {
 	u.setState(StateConnecting, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stream, err := client.Push(metadata.NewOutgoingContext(ctx, u.streamMetadata()), grpc.WaitForReady(false))
+	if err != nil {
+		return false, err
+	}
+	synced, err = u.run(ctx, stream)
+	if ctx.Err() != nil {
+		_ = stream.CloseSend()
+	}
+	return synced, err
+}
+
+// streamMetadata names the spoke's stream: its claimed mesh and cluster
+// (believed only by a plaintext hub), the protocol version and the
+// cluster's domain suffix. Push sends it as request metadata, Poll as
+// response header.
+func (u *Uplink) streamMetadata() metadata.MD {
 	md := metadata.Pairs(protocol.MetadataMesh, u.opts.Mesh, protocol.MetadataCluster, u.opts.Cluster, protocol.MetadataProtocol, protocol.Version)
 	if u.opts.DomainSuffix != "" {
 		md.Set(protocol.MetadataDomainSuffix, u.opts.DomainSuffix)
 	}
-	stream, err := client.Push(metadata.NewOutgoingContext(ctx, md), grpc.WaitForReady(false))
-	if err != nil {
-		return false, err
-	}
+	return md
+}
+
+// stream is the spoke's end of a sync stream, whoever dialled: a Push
+// client stream (protocolv1.Sync_PushClient) or a Poll server stream
+// (protocolv1.Polled_PollServer) carry the same messages.
+type stream interface {
+	Send(*discoveryv3.DeltaDiscoveryResponse) error
+	Recv() (*discoveryv3.DeltaDiscoveryRequest, error)
+}
+
+// run holds one stream open until it fails or ctx ends: the full state,
+// the synced marker, then deltas, recording the hub's answers. It reports
+// whether the stream reached synced.
+func (u *Uplink) run(ctx context.Context, stream stream) (synced bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	s := &session{u: u, stream: stream, sent: map[key]string{}, inflight: map[string]inflight{}}
 	u.mu.Lock()
 	u.acked = map[key]string{}
@@ -323,22 +342,25 @@ func (u *Uplink) session(ctx context.Context, client protocolv1.SyncClient) (syn
 	for {
 		select {
 		case <-ctx.Done():
-			_ = stream.CloseSend()
 			return synced, ctx.Err()
 		case err := <-recvErr:
-			if tr := stream.Trailer(); status.Code(err) == codes.Unavailable && len(tr.Get(protocol.TrailerReconnect)) > 0 {
-				var redirect string
-				if r := tr.Get(protocol.TrailerRedirect); len(r) == 1 && validHostPort(r[0]) {
-					redirect = r[0]
+			// A Push stream's trailer may ask the spoke to move to another
+			// hub replica; a Poll stream has none (the hub dials).
+			if ts, ok := stream.(interface{ Trailer() metadata.MD }); ok && status.Code(err) == codes.Unavailable {
+				if tr := ts.Trailer(); len(tr.Get(protocol.TrailerReconnect)) > 0 {
+					var redirect string
+					if r := tr.Get(protocol.TrailerRedirect); len(r) == 1 && validHostPort(r[0]) {
+						redirect = r[0]
+					}
+					return synced, &movedError{err: err, redirect: redirect}
 				}
-				return synced, &movedError{err: err, redirect: redirect}
 			}
 			return synced, err
 		case r := <-replies:
 			if r.GetResponseNonce() == syncNonce && r.GetErrorDetail() == nil && !synced {
 				synced = true
 				u.setState(StateSynced, nil)
-				u.log.Info("hub synced", "address", u.opts.Address, "resources", len(s.sent))
+				u.log.Info("hub synced", "hub", u.hubName(), "resources", len(s.sent))
 			}
 			s.reply(r)
 		case <-u.changed:
@@ -377,7 +399,7 @@ type inflight struct {
 
 type session struct {
 	u        *Uplink
-	stream   protocolv1.Sync_PushClient
+	stream   stream
 	nonce    uint64
 	sent     map[key]string // what this stream has sent: key -> version
 	inflight map[string]inflight
@@ -528,14 +550,20 @@ func (s *session) reply(r *discoveryv3.DeltaDiscoveryRequest) {
 
 // Status is what the spoke's /debug/uplink shows.
 type Status struct {
-	Address  string    `json:"address"`
-	Mesh     string    `json:"mesh"`
-	Cluster  string    `json:"cluster"`
-	TLS      bool      `json:"tls"`
-	State    string    `json:"state"`
-	Since    time.Time `json:"since"`
-	LastErr  string    `json:"lastError,omitempty"`
-	Sessions int       `json:"sessions"`
+	// Mode is push (the spoke dials Address) or polled (the hub dials the
+	// spoke at Address; PolledBy names the hub holding the stream).
+	Mode     string `json:"mode"`
+	Address  string `json:"address"`
+	PolledBy string `json:"polledBy,omitempty"`
+	// PolledSince is when the current Poll stream opened.
+	PolledSince *time.Time `json:"polledSince,omitempty"`
+	Mesh        string     `json:"mesh"`
+	Cluster     string     `json:"cluster"`
+	TLS         bool       `json:"tls"`
+	State       string     `json:"state"`
+	Since       time.Time  `json:"since"`
+	LastErr     string     `json:"lastError,omitempty"`
+	Sessions    int        `json:"sessions"`
 	// Target is the address of the current (or last) stream: Address, or
 	// the replica a move named; Moves counts the streams the hub closed
 	// to move this spoke to another replica.
@@ -563,7 +591,14 @@ func (u *Uplink) Status() Status {
 	defer u.mu.Unlock()
 	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, TLS: u.opts.TLS != nil, State: u.state, Since: u.since,
 		LastErr: u.lastErr, Sessions: u.sessions, Target: u.target, Moves: u.moves, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{},
-		Watch: u.watchState, WatchLastErr: u.watchErr}
+		Watch: u.watchState, WatchLastErr: u.watchErr, Mode: "push"}
+	if u.opts.Polled {
+		st.Mode = "polled"
+		if u.poll != nil {
+			since := u.poll.since
+			st.PolledBy, st.PolledSince = u.poll.by, &since
+		}
+	}
 	for k, n := range u.nacked {
 		kind := k.typeURL
 		if kd, ok := meshconfig.KindByTypeURL(k.typeURL); ok {

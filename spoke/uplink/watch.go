@@ -61,9 +61,7 @@ func (u *Uplink) setWatch(s string, err error) {
 	}
 }
 
-// watch runs one Watch stream: it subscribes to every type with what the
-// view holds as initial versions, then to the synced marker, and applies,
-// ACKs or NACKs every response.
+// watch dials one Watch stream and runs it (runWatch).
 func (u *Uplink) watch(ctx context.Context, client protocolv1.SyncClient) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -73,6 +71,21 @@ func (u *Uplink) watch(ctx context.Context, client protocolv1.SyncClient) error 
 	if err != nil {
 		return err
 	}
+	return u.runWatch(stream)
+}
+
+// watchStream is the spoke's end of a Watch stream, whoever dialled: a
+// Watch client stream (protocolv1.Sync_WatchClient) or a PollWatch server
+// stream (protocolv1.Polled_PollWatchServer) carry the same messages.
+type watchStream interface {
+	Send(*discoveryv3.DeltaDiscoveryRequest) error
+	Recv() (*discoveryv3.DeltaDiscoveryResponse, error)
+}
+
+// runWatch subscribes on stream to every type with what the view holds as
+// initial versions, then to the synced marker, and applies, ACKs or NACKs
+// every response until the stream ends.
+func (u *Uplink) runWatch(stream watchStream) error {
 	held := u.opts.View.Held()
 	for _, typeURL := range protocol.WatchTypeURLs() {
 		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, InitialResourceVersions: held[typeURL]}); err != nil {

@@ -302,6 +302,7 @@ func (svc *Service) clone() *Service {
 	c.Endpoints = slices.Clone(svc.Endpoints)
 	c.Sources = slices.Clone(svc.Sources)
 	c.Addresses = slices.Clone(svc.Addresses)
+	c.SubjectAltNames = slices.Clone(svc.SubjectAltNames)
 	return &c
 }
 
@@ -355,6 +356,7 @@ func (b *Builder) addServiceEntries(s *Snapshot, entries []*Config, selector fun
 func (svc *Service) merge(o *Service) {
 	svc.External = svc.External || o.External
 	svc.Addresses = appendNew(svc.Addresses, o.Addresses...)
+	svc.SubjectAltNames = appendNew(svc.SubjectAltNames, o.SubjectAltNames...)
 	if o.ExportTo != nil {
 		svc.ExportTo = o.ExportTo
 	}
@@ -385,7 +387,7 @@ func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, index
 		})
 	}
 	o := &Service{External: se.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL, Addresses: se.GetAddresses(),
-		ExportTo: se.GetExportTo(), Sources: []string{ref}, Endpoints: eps}
+		ExportTo: se.GetExportTo(), SubjectAltNames: se.GetSubjectAltNames(), Sources: []string{ref}, Endpoints: eps}
 	switch se.GetResolution() {
 	case networking.ServiceEntry_NONE:
 		o.Resolution = ResolutionNone

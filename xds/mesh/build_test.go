@@ -175,3 +175,36 @@ spec: {jwtRules: [{issuer: https://issuer.example}]}
 		t.Error("the last build was not incremental: the test does not exercise that path")
 	}
 }
+
+// TestServiceEntrySubjectAltNames: a service carries the subjectAltNames
+// of every ServiceEntry of its host, each once, in the order given; the
+// Builder's shared services stay as they were.
+func TestServiceEntrySubjectAltNames(t *testing.T) {
+	objs := decode(t, `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: a, namespace: ns}
+spec:
+  hosts: [a.example, b.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  subjectAltNames: [spiffe://td/ns/ns/sa/a, a.example]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: b, namespace: ns}
+spec:
+  hosts: [b.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  subjectAltNames: [a.example, b.example]
+`)
+	var b Builder
+	in := []ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}}
+	for range 2 { // the second build reuses the entries' services
+		s := b.Build("m", in)
+		if got := s.Services["a.example"].SubjectAltNames; !slices.Equal(got, []string{"spiffe://td/ns/ns/sa/a", "a.example"}) {
+			t.Errorf("a.example SANs %v", got)
+		}
+		if got := s.Services["b.example"].SubjectAltNames; !slices.Equal(got, []string{"spiffe://td/ns/ns/sa/a", "a.example", "b.example"}) {
+			t.Errorf("b.example SANs %v", got)
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
 	// gateways, sidecars, security policies, the trust domain, or a service itself (added, removed, ports,
-	// addresses, resolution, export, sources). Then nothing can be reused.
+	// addresses, resolution, export, subject alt names, sources). Then nothing can be reused.
 	Config bool
 	// Hosts are the services whose endpoints changed (Config false).
 	Hosts map[string]bool
@@ -78,7 +78,7 @@ func sameConfigMap(a, b map[string][]*Config) bool {
 func sameShape(a, b *Service) bool {
 	return a == b || (a.Hostname == b.Hostname && a.Namespace == b.Namespace && a.External == b.External &&
 		a.Resolution == b.Resolution && slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Addresses, b.Addresses) &&
-		slices.Equal(a.ExportTo, b.ExportTo) && slices.Equal(a.Sources, b.Sources))
+		slices.Equal(a.ExportTo, b.ExportTo) && slices.Equal(a.SubjectAltNames, b.SubjectAltNames) && slices.Equal(a.Sources, b.Sources))
 }
 
 func sameEndpoint(a, b *Endpoint) bool {

@@ -145,6 +145,10 @@ type Service struct {
 	// ExportTo lists the namespaces that may see the service ("*" all, "."
 	// its own); empty means all.
 	ExportTo []string `json:"exportTo,omitempty"`
+	// SubjectAltNames are the identities the service's servers may present
+	// (ServiceEntry subjectAltNames, in the order first given); empty
+	// means any identity the TLS settings otherwise allow.
+	SubjectAltNames []string `json:"subjectAltNames,omitempty"`
 	// Sources names the objects that define the service ("cluster:Kind ns/name").
 	Sources []string `json:"sources"`
 }

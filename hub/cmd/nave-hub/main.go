@@ -168,6 +168,9 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	if p := newPoller(cfg, sec, rep, in, adm, log.With("component", "poll"), reg); p != nil {
+		g.Go(func() error { return p.Run(gctx) })
+	}
 	// Served once every ready check is in place.
 	if op := lis["admin.operatorListen"]; op != nil {
 		// The debug views, profiles and metrics go to authenticated

@@ -41,9 +41,9 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
 
-	var raLis, whLis, fbLis net.Listener
+	var raLis, whLis, fbLis, pollLis net.Listener
 	closeAll := func() {
-		for _, l := range []net.Listener{lis, raLis, whLis, fbLis} {
+		for _, l := range []net.Listener{lis, raLis, whLis, fbLis, pollLis} {
 			if l != nil {
 				l.Close()
 			}
@@ -59,6 +59,13 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		if fbLis, err = net.Listen("tcp", cfg.Fallback.Listen); err != nil {
 			closeAll()
 			return fmt.Errorf("fallback.listen: %w", err)
+		}
+	}
+	polled := cfg.Hub.Mode == spokeconfig.ModePolled
+	if polled {
+		if pollLis, err = net.Listen("tcp", cfg.Hub.PollListen); err != nil {
+			closeAll()
+			return fmt.Errorf("hub.pollListen: %w", err)
 		}
 	}
 	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
@@ -128,12 +135,17 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		if fbLis != nil {
 			view, viewFile = remoteView(cfg, log.With("component", "remote"), adm)
 		}
-		up := uplink.New(uplink.Options{
+		upOpts := uplink.Options{
 			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix, TLS: hubTLS,
 			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
 			View: view, ViewFile: viewFile,
 			Logger: log.With("component", "uplink"), Registerer: reg,
-		})
+		}
+		if polled {
+			// The hub dials in, Poll and (with a view) PollWatch.
+			upOpts.Polled, upOpts.Address = true, cfg.Hub.PollListen
+		}
+		up := uplink.New(upOpts)
 		update := up.Update
 		if fbLis != nil {
 			fb := newFallback(cfg, view, up.Synced, renewer, log.With("component", "fallback"), reg, adm)
@@ -144,7 +156,7 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 				fb.Update(objs)
 			}
 		}
-		adm.HandleDebug("uplink", "the hub stream: state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
+		adm.HandleDebug("uplink", "the hub stream: mode (push, or polled and by which hub), state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
 			return up.Status(), nil
 		})
 		g.Go(func() error {
@@ -154,7 +166,11 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 			})
 		})
 		log.Info("spoke running", "source", cfg.Source, "mesh", cfg.Mesh, "cluster", cfg.Cluster, "hub", cfg.Hub.Address,
-			"tls", hubTLS != nil, "admin", cfg.Admin.Listen)
+			"mode", cfg.Hub.Mode, "tls", hubTLS != nil, "admin", cfg.Admin.Listen)
+		if polled {
+			log.Info("polled mode: waiting for the hub to dial", "pollListen", pollLis.Addr().String())
+			return runPolled(gctx, up, pollLis, renewer)
+		}
 		return up.Run(gctx)
 	})
 	return g.Wait()

@@ -104,6 +104,10 @@ func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
 // what marshalling the whole message gives, which writes fields in number
 // order (TestAutoMTLSContextBytes).
 func (b *cdsBuilder) autoMTLSContext(oc *outboundCluster) *anypb.Any {
+	if len(oc.Service.SubjectAltNames) > 0 {
+		// The service's own SANs: a context of its own.
+		return build.Any(b.istioMutual(oc, nil))
+	}
 	if b.autoContext == nil {
 		ctx := b.istioMutual(oc, nil)
 		ctx.Sni = ""
@@ -127,8 +131,9 @@ var (
 // come by SDS over ADS (secrets "default" and "ROOTCA", served by the
 // CA), the SNI is Istio's for the cluster unless the DestinationRule names
 // one, and the peer must present an identity of the mesh's trust domain,
-// or one of the DestinationRule's subjectAltNames when it lists some.
-// (Istio narrows the check to the service accounts of the endpoints; that
+// or one of the DestinationRule's subjectAltNames when it lists some, else
+// one of the ServiceEntry's (as Istio, which takes them as the service's
+// accounts). (Istio narrows the check to the service accounts of the endpoints; that
 // would make the cluster depend on endpoints, which an endpoint-only
 // change must not regenerate.) settings is nil for auto-mTLS.
 func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
@@ -137,6 +142,9 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 		sni = IstioMutualSNI(oc.Service.Hostname, oc.Port.Number, oc.Subset)
 	}
 	sans := sanMatchers(settings.GetSubjectAltNames())
+	if len(sans) == 0 {
+		sans = sanMatchers(oc.Service.SubjectAltNames)
+	}
 	if len(sans) == 0 {
 		sans = meshSANMatcher(b.v.Snapshot())
 	}
@@ -157,12 +165,18 @@ func (b *cdsBuilder) istioMutual(oc *outboundCluster, settings *networking.Clien
 // the certificates from an SDS secret of that name (the CA from
 // "NAME-cacert") — Istio honours it only on gateways, and on sidecars only
 // when the DestinationRule has a workloadSelector; elsewhere the file
-// paths apply.
+// paths apply. The server's certificate must carry one of the rule's
+// subjectAltNames, else (as Istio) one of the ServiceEntry's.
 func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
 	mutual := s.GetMode() == networking.ClientTLSSettings_MUTUAL
 	ctx := &tlsv3.UpstreamTlsContext{Sni: s.GetSni(), CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	skipVerify := s.GetInsecureSkipVerify().GetValue()
 	sans := sanMatchers(s.GetSubjectAltNames())
+	sansOf := "subjectAltNames"
+	if len(sans) == 0 {
+		sans = sanMatchers(oc.Service.SubjectAltNames)
+		sansOf = "the ServiceEntry's subjectAltNames"
+	}
 	useCredential := s.GetCredentialName() != "" &&
 		(b.v.Key().Type == proxy.Router || oc.Rule.DestinationRule().GetWorkloadSelector() != nil)
 	if useCredential {
@@ -195,7 +209,7 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 		// Envoy refuses to match SANs without a trusted CA (it would be no
 		// check at all).
 		if len(sans) > 0 {
-			b.problems.Addf(oc.Rule.Ref(), oc.Field("tls")+".subjectAltNames", "subjectAltNames need caCertificates to be checked against; ignored")
+			b.problems.Addf(oc.Rule.Ref(), oc.Field("tls")+".subjectAltNames", "%s need caCertificates to be checked against; ignored", sansOf)
 		}
 		return ctx
 	}

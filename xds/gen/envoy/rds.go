@@ -199,13 +199,17 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 			return rs
 		}
 	}
+	// The service's consistentHash (its DestinationRule for the port)
+	// applies without a VirtualService too, as in Istio.
+	hash := rb.t.HashPolicy(svc.Hostname, port, "")
 	return []*routev3.Route{{
 		Name:  "default",
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, port, "")},
 			Timeout:          rb.t.NoTimeout(),
-			RetryPolicy:      rb.t.DefaultRetryPolicy(),
+			RetryPolicy:      rb.t.DefaultRetryPolicy(len(hash) > 0),
+			HashPolicy:       hash,
 		}},
 	}}
 }

@@ -221,9 +221,8 @@ func (t *ruleTranslator) source(s *securityv1beta1.Source, field string) *rbacv3
 	add("notIpBlocks", s.GetNotIpBlocks(), true, directRemoteIP)
 	add("remoteIpBlocks", s.GetRemoteIpBlocks(), false, remoteIP)
 	add("notRemoteIpBlocks", s.GetNotRemoteIpBlocks(), true, remoteIP)
-	if len(s.GetTrustDomains()) > 0 || len(s.GetNotTrustDomains()) > 0 {
-		t.unsupported(field+".trustDomains", "trustDomains is not supported yet")
-	}
+	add("trustDomains", s.GetTrustDomains(), false, trustDomainPrincipal)
+	add("notTrustDomains", s.GetNotTrustDomains(), true, trustDomainPrincipal)
 	if len(s.GetRequestPrincipals()) > 0 || len(s.GetNotRequestPrincipals()) > 0 {
 		if !t.httpOnly() {
 			add("requestPrincipals", s.GetRequestPrincipals(), false, requestPrincipal)
@@ -271,6 +270,8 @@ func (t *ruleTranslator) condition(c *securityv1beta1.Condition, field string) (
 		idOf = namespacePrincipal
 	case key == "source.principal":
 		idOf = t.principal
+	case key == "source.trustDomain":
+		idOf = trustDomainPrincipal
 	case key == "request.auth.principal":
 		idOf, httpOnly = requestPrincipal, true
 	case key == "request.auth.audiences":

@@ -102,6 +102,19 @@ func TestAuthorizationSourceForms(t *testing.T) {
 		{`{from: [{source: {remoteIpBlocks: [10.1.1.1]}}]}`, []sim.Request{plain}, []sim.Request{func() sim.Request { r := plain; r.SourceIP = "10.1.1.2"; return r }()}},
 		{`{when: [{key: source.namespace, values: [ops]}, {key: source.principal, notValues: [cluster.local/ns/ops/sa/admin]}]}`,
 			[]sim.Request{mtls(plain, opsAny)}, []sim.Request{mtls(plain, "spiffe://cluster.local/ns/ops/sa/admin"), mtls(plain, sleepBar)}},
+		// trustDomains (the sidecar's handshake admits only the mesh's
+		// trust domain, cluster.local, so other domains show as refusals).
+		{`{from: [{source: {trustDomains: [cluster.local]}}]}`, []sim.Request{mtls(plain, sleepBar), mtls(plain, opsAny)}, []sim.Request{mtls(plain, foreign), plain}},
+		{`{from: [{source: {trustDomains: [other.example]}}]}`, nil, []sim.Request{mtls(plain, sleepBar), plain}},
+		{`{from: [{source: {trustDomains: ["cluster.*"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
+		{`{from: [{source: {trustDomains: ["clusterX*"]}}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {trustDomains: ["*.local"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
+		{`{from: [{source: {trustDomains: ["*.example"]}}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {trustDomains: ["*"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
+		{`{from: [{source: {notTrustDomains: [cluster.local]}}]}`, []sim.Request{plain}, []sim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {notTrustDomains: [other.example]}}]}`, []sim.Request{plain, mtls(plain, sleepBar)}, nil},
+		{`{when: [{key: source.trustDomain, values: [cluster.local], notValues: ["*.example"]}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
+		{`{when: [{key: source.trustDomain, values: [other.example]}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
 		{`{when: [{key: source.ip, values: [10.1.0.0/16]}, {key: destination.port, values: ["80"]}]}`, []sim.Request{plain}, []sim.Request{inTCP(9000, "10.1.1.1")}},
 		{`{to: [{operation: {notMethods: [POST], paths: ["*.html"]}}]}`, []sim.Request{inHTTP("GET", "/a/b.html")}, []sim.Request{inHTTP("POST", "/a/b.html"), inHTTP("GET", "/a/b.htm")}},
 		{`{to: [{operation: {hosts: ["*.foo"]}}]}`, []sim.Request{func() sim.Request { r := plain; r.Authority = "httpbin.FOO"; return r }()}, []sim.Request{plain}},
@@ -214,6 +227,7 @@ spec:
   - from: [{source: {principals: ["cluster.local/*/sa/sleep"]}}]
   - when: [{key: "source.labels[app]", values: [sleep]}]
   - from: [{source: {principals: [cluster.local/ns/bar/sa/sleep]}}]
+  - from: [{source: {trustDomains: [cluster.local/ns/bar, "clu*ster"]}}]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -246,6 +260,7 @@ spec:
 		{"c1:AuthorizationPolicy foo/allow", "spec.rules[0].from[0].source.principals[0]", "without a scheme"},
 		{"c1:AuthorizationPolicy foo/allow", "spec.rules[1].from[0].source.principals[0]", "wildcard is supported only"},
 		{"c1:AuthorizationPolicy foo/allow", "spec.rules[2].when[0].key", `condition key "source.labels[app]" is not supported; this rule allows nothing`},
+		{"c1:AuthorizationPolicy foo/allow", "spec.rules[4].from[0].source.trustDomains[0]", "contains '/'; this rule allows nothing"},
 		{"c1:AuthorizationPolicy foo/deny", "spec.rules[0].when[0].key", "is not supported; the field is left out of this rule, which then matches more"},
 		{"c1:AuthorizationPolicy foo/ext", "spec.action", "CUSTOM"},
 	} {

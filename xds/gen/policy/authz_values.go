@@ -102,6 +102,35 @@ func namespacePrincipal(v string) (*rbacv3.Principal, error) {
 	return authenticated(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: re}}}), nil
 }
 
+// trustDomainPrincipal matches peers whose identity is in a trust domain
+// (Istio's from.source.trustDomains and source.trustDomain, deprecated in
+// favour of principals and still honoured): "spiffe://DOMAIN/" as a
+// prefix, "*" any SPIFFE identity, "x*" / "*x" a domain of that prefix /
+// suffix; needs mTLS.
+func trustDomainPrincipal(v string) (*rbacv3.Principal, error) {
+	w, err := parseWildcard(v)
+	if err != nil {
+		return nil, fmt.Errorf("trust domain %w", err)
+	}
+	if strings.Contains(w.value, "/") {
+		return nil, fmt.Errorf("trust domain %q contains '/'", v)
+	}
+	var m *matcherv3.StringMatcher
+	switch w.kind {
+	case '*':
+		m = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: spiffePrefix}}
+	case '=':
+		m = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: spiffePrefix + w.value + "/"}}
+	case 'p':
+		m = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+			Regex: regexp.QuoteMeta(spiffePrefix+w.value) + `[^/]*/.*`}}}
+	default: // 's'
+		m = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+			Regex: regexp.QuoteMeta(spiffePrefix) + `[^/]*` + regexp.QuoteMeta(w.value) + `/.*`}}}
+	}
+	return authenticated(m), nil
+}
+
 // serviceAccount matches "NAMESPACE/NAME" in the mesh's trust domain.
 func (t *ruleTranslator) serviceAccount(v string) (*rbacv3.Principal, error) {
 	ns, name, ok := strings.Cut(v, "/")

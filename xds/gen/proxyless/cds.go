@@ -2,6 +2,7 @@ package proxyless
 
 import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/typeurl"
@@ -34,11 +35,50 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		TransportSocket:      g.transportSocket(oc.Policy.GetTls()),
+		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
 	}
-	if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
+	if ch := oc.Policy.GetLoadBalancer().GetConsistentHash(); ch != nil {
+		g.ringHash(c, oc, ch)
+	} else if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	}
 	g.add(typeurl.Cluster, oc.Name, c)
 	g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
+}
+
+// maxRingSize is the largest ring grpc-go builds (it refuses a larger
+// minimum: balancer/ringhash ringHashSizeUpperBound).
+const maxRingSize = 8 * 1024 * 1024
+
+// ringHash is consistentHash for proxyless clients: grpc-go's ring hash
+// (gRFC A42; xxHash, the only hash function it takes), hashing what the
+// route's hash policy says (routes.Translator.HashPolicy). grpc-go has no
+// Maglev (it refuses the cluster), so Maglev becomes a ring; it cannot
+// hash cookies or query parameters (grpc-go then hashes each call at
+// random). Those are reported.
+func (g *generator) ringHash(c *clusterv3.Cluster, oc *policy.Cluster, ch *networking.LoadBalancerSettings_ConsistentHashLB) {
+	field := oc.Field("loadBalancer") + ".consistentHash"
+	c.LbPolicy = clusterv3.Cluster_RING_HASH
+	size := ch.GetRingHash().GetMinimumRingSize()
+	if size == 0 {
+		//lint:ignore SA1019 users still write the deprecated field; honour it
+		size = ch.GetMinimumRingSize()
+	}
+	if ch.GetMaglev() != nil {
+		g.problems.Addf(oc.Rule.Ref(), field+".maglev", "proxyless gRPC clients have no Maglev load balancer; they use a ring hash (default size)")
+		size = 0
+	}
+	if size > maxRingSize {
+		g.problems.Addf(oc.Rule.Ref(), field+".ringHash.minimumRingSize", "grpc-go builds rings of at most %d entries; using %d", maxRingSize, maxRingSize)
+		size = maxRingSize
+	}
+	if size != 0 {
+		c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{MinimumRingSize: wrapperspb.UInt64(size)}}
+	}
+	switch ch.GetHashKey().(type) {
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
+		g.problems.Addf(oc.Rule.Ref(), field+".httpCookie", "proxyless gRPC clients cannot hash on a cookie; each call goes to a random endpoint of the ring")
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
+		g.problems.Addf(oc.Rule.Ref(), field+".httpQueryParameterName", "proxyless gRPC clients cannot hash on a query parameter; each call goes to a random endpoint of the ring")
+	}
 }

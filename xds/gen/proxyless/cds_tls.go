@@ -41,19 +41,20 @@ func (g *generator) tlsSupported(oc *policy.Cluster) bool {
 }
 
 // transportSocket is the transport socket of a proxyless cluster with
-// TLS settings settings: ISTIO_MUTUAL's (upstreamTLS), nil for plain
-// text. Clusters without their own sni or subjectAltNames share one
-// message (read-only once built).
-func (g *generator) transportSocket(settings *networking.ClientTLSSettings) *corev3.TransportSocket {
+// TLS settings settings to a service whose ServiceEntry lists
+// serviceSANs: ISTIO_MUTUAL's (upstreamTLS), nil for plain text. Clusters
+// without their own sni or subjectAltNames share one message (read-only
+// once built).
+func (g *generator) transportSocket(settings *networking.ClientTLSSettings, serviceSANs []string) *corev3.TransportSocket {
 	if settings.GetMode() != networking.ClientTLSSettings_ISTIO_MUTUAL {
 		return nil
 	}
-	shared := settings.GetSni() == "" && len(settings.GetSubjectAltNames()) == 0
+	shared := settings.GetSni() == "" && len(settings.GetSubjectAltNames()) == 0 && len(serviceSANs) == 0
 	if shared && g.meshTLS != nil {
 		return g.meshTLS
 	}
 	ts := &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{
-		TypedConfig: build.Any(upstreamTLS(g.snap, settings))}}
+		TypedConfig: build.Any(upstreamTLS(g.snap, settings, serviceSANs))}}
 	if shared {
 		g.meshTLS = ts
 	}
@@ -64,16 +65,21 @@ func (g *generator) transportSocket(settings *networking.ClientTLSSettings) *cor
 // the workload certificate and the mesh roots from certificate provider
 // instance CertificateProvider (certificate names as the SDS secrets
 // of sidecars), and a server identity of the mesh's trust domain, or one
-// of the rule's subjectAltNames when it lists some. grpc-go reads SAN
+// of the rule's subjectAltNames when it lists some, else one of the
+// ServiceEntry's (serviceSANs; as Istio for Envoy). grpc-go reads SAN
 // matchers only from the deprecated match_subject_alt_names (not
 // match_typed_subject_alt_names) and checks them against every SAN of the
 // peer's certificate. The rule's sni is passed on (grpc-go sends it only
 // with GRPC_EXPERIMENTAL_XDS_SNI); there is no default SNI, as in Istio's
 // proxyless generator, and no ALPN (grpc-go ignores alpn_protocols and
 // always offers h2).
-func upstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
+func upstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings, serviceSANs []string) *tlsv3.UpstreamTlsContext {
+	names := settings.GetSubjectAltNames()
+	if len(names) == 0 {
+		names = serviceSANs
+	}
 	var sans []*matcherv3.StringMatcher
-	for _, n := range settings.GetSubjectAltNames() {
+	for _, n := range names {
 		sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}})
 	}
 	if len(sans) == 0 {

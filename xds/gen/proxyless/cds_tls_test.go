@@ -1,6 +1,7 @@
 package proxyless
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -176,5 +177,69 @@ func TestGRPCClusterMutualLeftOut(t *testing.T) {
 		if ctx := grpcUpstreamTLSOf(t, plain, r.Name); ctx != nil {
 			t.Errorf("cluster %s without a tls setting has TLS", r.Name)
 		}
+	}
+}
+
+// TestGRPCClusterServiceEntrySANs: under ISTIO_MUTUAL a proxyless client
+// accepts the servers the ServiceEntry's subjectAltNames name (exact,
+// where grpc-go reads them) unless the DestinationRule lists its own; a
+// service listing none keeps the trust domain's prefix and the shared
+// context.
+func TestGRPCClusterServiceEntrySANs(t *testing.T) {
+	y := strings.Replace(mtlsConfig, "  resolution: STATIC\n", "  resolution: STATIC\n  subjectAltNames: [spiffe://cluster.local/ns/demo/sa/echo, spiffe://cluster.local/ns/demo/sa/echo-canary]\n", 1) + `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: plain, namespace: demo}
+spec:
+  hosts: [plain.demo.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports: [{number: 7070, name: grpc, protocol: GRPC}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.0.9}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: plain, namespace: demo}
+spec:
+  host: plain.demo.svc.cluster.local
+  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
+  subsets: [{name: a, labels: {x: a}}]
+`
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}))
+	sansOf := func(name string) (exact, prefix []string) {
+		t.Helper()
+		ctx := grpcUpstreamTLSOf(t, out, name)
+		//lint:ignore SA1019 the field grpc-go reads
+		for _, m := range ctx.GetCommonTlsContext().GetValidationContext().GetMatchSubjectAltNames() {
+			if m.GetExact() != "" {
+				exact = append(exact, m.GetExact())
+			} else {
+				prefix = append(prefix, m.GetPrefix())
+			}
+		}
+		return exact, prefix
+	}
+	for _, tc := range []struct {
+		cluster       string
+		exact, prefix []string
+	}{
+		{build.ClusterName(host, 7070, ""), []string{"spiffe://cluster.local/ns/demo/sa/echo", "spiffe://cluster.local/ns/demo/sa/echo-canary"}, nil},
+		{build.ClusterName(host, 7070, "v1"), []string{"spiffe://cluster.local/ns/demo/sa/echo", "spiffe://cluster.local/ns/demo/sa/echo-canary"}, nil},
+		{build.ClusterName(host, 7070, "v2"), []string{"spiffe://cluster.local/ns/demo/sa/echo-v2"}, nil},
+		{build.ClusterName("plain.demo.svc.cluster.local", 7070, ""), nil, []string{"spiffe://cluster.local/"}},
+	} {
+		exact, prefix := sansOf(tc.cluster)
+		if !slices.Equal(exact, tc.exact) || !slices.Equal(prefix, tc.prefix) {
+			t.Errorf("%s: SANs exact %v prefix %v, want %v %v", tc.cluster, exact, prefix, tc.exact, tc.prefix)
+		}
+	}
+	// The clusters of plain share one transport socket; echo's do not
+	// take it.
+	ts := func(name string) any {
+		return gentest.ByName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster).GetTransportSocket()
+	}
+	if ts(build.ClusterName("plain.demo.svc.cluster.local", 7070, "")) != ts(build.ClusterName("plain.demo.svc.cluster.local", 7070, "a")) ||
+		ts(build.ClusterName("plain.demo.svc.cluster.local", 7070, "")) == ts(build.ClusterName(host, 7070, "")) {
+		t.Errorf("transport sockets shared wrongly")
 	}
 }

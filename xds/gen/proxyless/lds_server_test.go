@@ -93,6 +93,8 @@ func TestGRPCServerEnforces(t *testing.T) {
 	pki := newTestPKI(t)
 	sleep := pki.client(t, "spiffe://cluster.local/ns/bar/sa/sleep")
 	other := pki.client(t, "spiffe://cluster.local/ns/bar/sa/other")
+	foreign := pki.client(t, "spiffe://other.example/ns/bar/sa/sleep")
+	partner := pki.client(t, "spiffe://partner.example/ns/bar/sa/sleep")
 	for _, tc := range []struct {
 		name   string
 		config string
@@ -111,6 +113,26 @@ spec:
 			{cert: &sleep, want: codes.OK},
 			{cert: &other, want: codes.PermissionDenied},
 			{plain: true, want: codes.Unavailable},
+		}},
+		{"STRICT, allow trust domains, deny one (grpc-go's handshake admits any identity the CA signed)", gentest.PeerAuthentication("foo", "STRICT") + `
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: domains, namespace: foo}
+spec:
+  rules:
+  - from: [{source: {trustDomains: [cluster.local, "*.example"], notTrustDomains: ["partner.*"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-other, namespace: foo}
+spec:
+  action: DENY
+  rules: [{when: [{key: source.trustDomain, values: [other.example]}]}]
+`, []grpcCall{
+			{cert: &sleep, want: codes.OK},
+			{cert: &foreign, want: codes.PermissionDenied},
+			{cert: &partner, want: codes.PermissionDenied},
 		}},
 		{"plain text, allow by IP block and path, deny by header", `
 ---

@@ -17,6 +17,9 @@ func (g *generator) routeConfig(svc *mesh.Service, p mesh.Port, name string) *ro
 		Name:    name,
 		Domains: []string{name, svc.Hostname},
 	}
+	if g.routes == nil {
+		g.routes = routes.ForProxyless(g.snap, &g.problems)
+	}
 	vss := g.snap.VirtualServices[svc.Hostname]
 	for _, other := range vss[min(1, len(vss)):] {
 		g.problems.Add(mesh.Problem{Resource: other.Ref(), Field: "spec.hosts",
@@ -26,16 +29,14 @@ func (g *generator) routeConfig(svc *mesh.Service, p mesh.Port, name string) *ro
 		vh.Routes = g.httpRoutes(vss[0], svc, p)
 	} else {
 		vh.Routes = []*routev3.Route{{
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, p.Number, "")}}},
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, p.Number, "")},
+				HashPolicy: g.routes.HashPolicy(svc.Hostname, p.Number, "")}},
 		}}
 	}
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
 }
 
 func (g *generator) httpRoutes(cfg *mesh.Config, svc *mesh.Service, p mesh.Port) []*routev3.Route {
-	if g.routes == nil {
-		g.routes = routes.ForProxyless(g.snap, &g.problems)
-	}
 	return g.routes.VirtualService(cfg, routes.Mesh(p.Number))
 }

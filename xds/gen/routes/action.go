@@ -146,7 +146,7 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: weighted}}
 	}
 	ra.HashPolicy = hash
-	t.timeoutAndRetries(ra, hr)
+	t.timeoutAndRetries(cfg, field, ra, hr)
 	if rw := hr.GetRewrite(); rw != nil {
 		if rw.GetUri() != "" {
 			ra.PrefixRewrite = rw.GetUri()

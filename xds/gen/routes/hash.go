@@ -42,3 +42,27 @@ func consistentHash(ch *networking.LoadBalancerSettings_ConsistentHashLB) []*rou
 	}
 	return []*routev3.RouteAction_HashPolicy{p}
 }
+
+// GRPCChannelIDKey is the filter state key grpc-go hashes as the
+// client channel's identity (gRFC A42).
+const GRPCChannelIDKey = "io.grpc.channel_id"
+
+// grpcConsistentHash is consistentHash for proxyless gRPC clients, as
+// grpc-go's ring hash reads route hash policies (gRFC A42): a header as
+// for Envoy; useSourceIp as the client channel's identity (filter state
+// io.grpc.channel_id), which keeps each client channel on one endpoint as
+// source-IP hashing keeps each client host; cookies and query parameters
+// have no gRPC counterpart (nil: grpc-go then hashes at random; the
+// cluster reports it).
+func grpcConsistentHash(ch *networking.LoadBalancerSettings_ConsistentHashLB) []*routev3.RouteAction_HashPolicy {
+	switch k := ch.GetHashKey().(type) {
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+		return consistentHash(ch)
+	case *networking.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
+		if k.UseSourceIp {
+			return []*routev3.RouteAction_HashPolicy{{PolicySpecifier: &routev3.RouteAction_HashPolicy_FilterState_{
+				FilterState: &routev3.RouteAction_HashPolicy_FilterState{Key: GRPCChannelIDKey}}}}
+		}
+	}
+	return nil
+}

@@ -54,8 +54,9 @@ type Translator struct {
 	// delegate finds a delegate VirtualService (envoy only).
 	delegate func(namespace, name string) *mesh.Config
 
-	defaultRetry *routev3.RetryPolicy
-	zero         *durationpb.Duration
+	defaultRetry, defaultHashedRetry *routev3.RetryPolicy
+	prevHosts                        []*routev3.RetryPolicy_RetryHostPredicate
+	zero                             *durationpb.Duration
 }
 
 // Context says where translated routes apply. It is a plain value.
@@ -117,7 +118,23 @@ func ForProxyless(s *mesh.Snapshot, problems *build.Problems) *Translator {
 		problem: func(resource, field, reason string) {
 			problems.Add(mesh.Problem{Resource: resource, Field: field, Reason: reason})
 		},
+		hashPolicy: func(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
+			dr := s.DestinationRule(host, "").DestinationRule()
+			if dr == nil {
+				return nil
+			}
+			return grpcConsistentHash(policy.TrafficPolicyFor(dr, port, subset).GetLoadBalancer().GetConsistentHash())
+		},
 	}
+}
+
+// HashPolicy returns the route hash policy of requests to the cluster of
+// host, port and subset (its DestinationRule's consistentHash), or nil.
+func (t *Translator) HashPolicy(host string, port uint32, subset string) []*routev3.RouteAction_HashPolicy {
+	if t.hashPolicy == nil {
+		return nil
+	}
+	return t.hashPolicy(host, port, subset)
 }
 
 // Mesh is the context of a sidecar's (or a proxyless client's) routes on

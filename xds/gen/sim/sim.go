@@ -11,7 +11,9 @@
 // DownstreamTlsContext (client certificate required, SAN matchers), the
 // RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
 // reports which transport socket an upstream endpoint gets (transport
-// socket matches).
+// socket matches) and which server certificates it accepts
+// (Endpoint.AcceptsServer). RetriesOf reads a route's retry policy: the
+// hosts retries go to and the back-off between them.
 //
 // It follows Envoy's documented matching semantics (cited where they are
 // subtle). It does not simulate the network, load balancing choices,
@@ -212,6 +214,47 @@ func (e Endpoint) UpstreamTLS() (*tlsv3.UpstreamTlsContext, error) {
 		return nil, err
 	}
 	return ctx, nil
+}
+
+// AcceptsServer reports whether the proxy, originating TLS to the
+// endpoint, accepts a server certificate (signed by a trusted CA) whose
+// one subject alt name is san: a URI when it has a scheme, an IP
+// address, else a DNS name. Envoy accepts any such certificate when the
+// validation context has no SAN matchers, else one that some matcher of
+// its SAN type matches (match_typed_subject_alt_names). Plain text is an
+// error.
+func (e Endpoint) AcceptsServer(san string) (bool, error) {
+	ctx, err := e.UpstreamTLS()
+	if err != nil {
+		return false, err
+	}
+	if ctx == nil {
+		return false, fmt.Errorf("endpoint %s: plain text, no server certificate", e.Address)
+	}
+	var vc *tlsv3.CertificateValidationContext
+	switch v := ctx.GetCommonTlsContext().GetValidationContextType().(type) {
+	case *tlsv3.CommonTlsContext_CombinedValidationContext:
+		vc = v.CombinedValidationContext.GetDefaultValidationContext()
+	case *tlsv3.CommonTlsContext_ValidationContext:
+		vc = v.ValidationContext
+	case nil:
+		return true, nil // no verification at all
+	default:
+		return false, fmt.Errorf("endpoint %s: validation context %T is not modelled", e.Address, v)
+	}
+	sans := vc.GetMatchTypedSubjectAltNames()
+	if len(sans) == 0 {
+		return true, nil
+	}
+	typ := tlsv3.SubjectAltNameMatcher_DNS
+	if strings.Contains(san, "://") {
+		typ = tlsv3.SubjectAltNameMatcher_URI
+	} else if _, err := netip.ParseAddr(san); err == nil {
+		typ = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+	}
+	return slices.ContainsFunc(sans, func(m *tlsv3.SubjectAltNameMatcher) bool {
+		return m.GetSanType() == typ && stringMatches(m.GetMatcher(), san)
+	}), nil
 }
 
 // transportSocketFor applies Envoy's transport socket matching (cluster

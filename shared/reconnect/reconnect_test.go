@@ -1,18 +1,16 @@
-package uplink
+package reconnect
 
 import (
 	"testing"
 	"time"
 )
 
-// The uplink against a real hub ingest is tested in e2e/integration.
-
 // TestBackoffStaysWithinItsBounds draws the waits of a long outage: none
-// exceeds backoffMax (the jitter must not add to the maximum), the first is
-// within half of backoffInitial, and the waits reach the maximum.
+// exceeds the maximum (the jitter must not add to the maximum), the first is
+// within half of the initial wait, and the waits reach the maximum.
 func TestBackoffStaysWithinItsBounds(t *testing.T) {
 	const initial, maxWait = 250 * time.Millisecond, 15 * time.Second
-	b := newBackOff(initial, maxWait)
+	b := Backoff(initial, maxWait)
 	for round := range 50 {
 		b.Reset()
 		if w := b.NextBackOff(); w < initial/2 || w > initial*3/2 {
