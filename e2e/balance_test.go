@@ -244,7 +244,7 @@ func TestReplicasBalanceSpokesThroughAService(t *testing.T) {
 	h1.proc.Stop(10 * time.Second)
 	h2.proc.Stop(10 * time.Second)
 	lb := startProxy(t, addr(h0.spokes), addr(h1.spokes), addr(h2.spokes))
-	lb.roundRobin = true
+	lb.SetRoundRobin(true)
 	b := newBalanced(t, rs, "c1", "c2", "c3")
 	b.watch()
 	via := *h0

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,100 +23,35 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/e2e/load"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
 
-// tcpProxy is a loopback TCP proxy the test controls: each connection goes
-// to the first of its backends that accepts, as a Service address in front
-// of the hub replicas would send it. A spoke's hub.address takes one
-// address, so a spoke reaches the replicas through one of these.
-type tcpProxy struct {
-	lis      net.Listener
-	mu       sync.Mutex
-	backends []string
-	conns    map[net.Conn]bool
-	// roundRobin starts each connection's tries at the next backend.
-	roundRobin bool
-	next       int
-}
+// tcpProxy is a loopback TCP proxy the test controls (load.Forwarder):
+// each connection goes to the first of its backends that accepts, as a
+// Service address in front of the hub replicas would send it. A spoke's
+// hub.address takes one address, so a spoke reaches the replicas through
+// one of these.
+type tcpProxy struct{ *load.Forwarder }
 
 func startProxy(t *testing.T, backends ...string) *tcpProxy {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	f, err := load.NewForwarder(backends...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{lis: lis, backends: backends, conns: map[net.Conn]bool{}}
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
+	t.Cleanup(f.Close)
+	return &tcpProxy{f}
 }
 
-func (p *tcpProxy) addr() string { return p.lis.Addr().String() }
-func (p *tcpProxy) port() int    { return p.lis.Addr().(*net.TCPAddr).Port }
-
-func (p *tcpProxy) close() {
-	p.lis.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-func (p *tcpProxy) track(c net.Conn, on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if on {
-		p.conns[c] = true
-	} else {
-		delete(p.conns, c)
-	}
-}
-
-func (p *tcpProxy) serve() {
-	for {
-		in, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			p.mu.Lock()
-			backends := append([]string(nil), p.backends...)
-			if p.roundRobin {
-				p.next = (p.next + 1) % len(backends)
-				backends = append(backends[p.next:], backends[:p.next]...)
-			}
-			p.mu.Unlock()
-			var out net.Conn
-			for _, b := range backends {
-				if out, err = net.DialTimeout("tcp", b, time.Second); err == nil {
-					break
-				}
-			}
-			if out == nil {
-				in.Close()
-				return
-			}
-			p.track(in, true)
-			p.track(out, true)
-			done := make(chan struct{}, 2)
-			pipe := func(dst, src net.Conn) {
-				_, _ = io.Copy(dst, src)
-				done <- struct{}{}
-			}
-			go pipe(out, in)
-			go pipe(in, out)
-			<-done
-			in.Close()
-			out.Close()
-			p.track(in, false)
-			p.track(out, false)
-		}()
-	}
+func (p *tcpProxy) addr() string { return p.Addr() }
+func (p *tcpProxy) port() int {
+	_, port, _ := net.SplitHostPort(p.Addr())
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // replicaSet is n nave-hub replicas sharing one state dir (state.store dir
@@ -660,7 +594,7 @@ func TestReplicaShedsProxiesToAJoiningReplica(t *testing.T) {
 	h1.proc.Stop(10 * time.Second)
 
 	lb := startProxy(t, addr(h0.xds), addr(h1.xds))
-	lb.roundRobin = true
+	lb.SetRoundRobin(true)
 	roots := h0.servingRoots(t)
 	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
 	dials := make([]func() *grpc.ClientConn, 12)

@@ -107,6 +107,8 @@ type Client struct {
 	Spec  ProxySpec
 	env   *env
 	delta bool
+	// replica is the index of the hub (replica) it connects to.
+	replica int
 
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc

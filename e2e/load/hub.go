@@ -25,9 +25,10 @@ type Hub struct {
 	Spokes string // host:port of the spoke sync service
 }
 
-// HubStarter starts a hub for one run (a fresh process each time) and
-// returns it with a function that stops it (by PID, with a deadline).
-type HubStarter func(ctx context.Context) (*Hub, func(), error)
+// HubStarter starts a hub for one run (fresh processes each time) and
+// returns it with a function that stops it (by PID, with a deadline): one
+// hub, or the replicas of one set (StartReplicas).
+type HubStarter func(ctx context.Context) ([]*Hub, func(), error)
 
 // HubArgs are the flags that put a hub on the given loopback addresses,
 // followed by extra. The load benchmark measures the push path, so its hub
@@ -59,6 +60,15 @@ type HubProcess struct {
 // flags, its output appended to logPath (or discarded if empty), and waits
 // until it is ready. Callers must Stop it.
 func StartHub(ctx context.Context, bin, logPath string, extra ...string) (*HubProcess, error) {
+	h, err := freeHub()
+	if err != nil {
+		return nil, err
+	}
+	return startProcess(ctx, bin, logPath, HubArgs(h.Admin, h.Spokes, h.XDS, extra...))
+}
+
+// freeHub is a Hub (no process yet) on free loopback ports.
+func freeHub() (*Hub, error) {
 	var addrs [3]string
 	for i := range addrs {
 		a, err := FreeAddr()
@@ -66,6 +76,20 @@ func StartHub(ctx context.Context, bin, logPath string, extra ...string) (*HubPr
 			return nil, err
 		}
 		addrs[i] = a
+	}
+	return &Hub{Admin: addrs[0], Spokes: addrs[1], XDS: addrs[2]}, nil
+}
+
+// startProcess runs bin with args (which put its listeners where HubArgs
+// says) and waits until it is ready.
+func startProcess(ctx context.Context, bin, logPath string, args []string) (*HubProcess, error) {
+	var addrs [3]string // admin, spokes, xds
+	for i, flag := range []string{"--admin.listen", "--spokes.listen", "--xds.listen"} {
+		for j := 0; j+1 < len(args); j++ {
+			if args[j] == flag {
+				addrs[i] = args[j+1]
+			}
+		}
 	}
 	out := io.Discard
 	if logPath != "" {
@@ -76,7 +100,7 @@ func StartHub(ctx context.Context, bin, logPath string, extra ...string) (*HubPr
 		defer f.Close() // the child has its own descriptor
 		out = f
 	}
-	cmd := exec.Command(bin, HubArgs(addrs[0], addrs[1], addrs[2], extra...)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -76,7 +76,7 @@ type Result struct {
 }
 
 // Titles name the scenarios.
-var Titles = map[string]string{"S1": "cold connect", "S2": "fan-out", "S3": "endpoint churn", "S4": "spoke flap"}
+var Titles = map[string]string{"S1": "cold connect", "S2": "fan-out", "S3": "endpoint churn", "S4": "spoke flap", "F1": "replica failover"}
 
 // Median combines the results of several runs of the same scenario: every
 // number is the median of the runs' (for an even count, the mean of the
@@ -164,9 +164,16 @@ func (r Result) Notes() string {
 			seen = "yes"
 		}
 		add("hub saw the outage: %s; resynced in %s", seen, secs(e["resync_seconds"]))
+	case "F1":
+		add("SIGKILL of %s: %s's membership dropped it after %s; its spoke synced on another replica after %s; its %.0f proxies reconnected %s after the kill to the others (latency: kill to fully ACKed)",
+			ReplicaID(int(e["victim"])), ReplicaID(0), secs(e["detect_seconds"]), secs(e["rehome_seconds"]), e["reconnected"], secs(ReconnectDelay.Seconds()))
+		add("the other proxies received %.0f responses, %.0f resources, %.0f removals", e["others_responses"], e["others_resources"], e["others_removals"])
 	}
 	if v, ok := e["hub_rss_start_mb"]; ok {
 		add("hub RSS at start %.0f MB", v)
+	}
+	if n := int(e["replicas"]); n > 1 {
+		add("%s", replicaNotes(e, n))
 	}
 	var gens []string
 	for _, mode := range []string{"full", "endpoints", "reused"} {
@@ -181,6 +188,32 @@ func (r Result) Notes() string {
 		add("%.0f PROXY STREAMS FAILED", r.ClientErrors)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// replicaNotes describes each replica's share of a scenario (Extra
+// "rK_…", "steady_rK_…"): proxies, CPU, peak RSS, relay and gossip rates,
+// and on S1 the set's steady state before the proxies connected.
+func replicaNotes(e map[string]float64, n int) string {
+	// per lists replica 0..n-1's value of key (a format with the replica
+	// number), scaled and formatted, separated by slashes.
+	per := func(key, format string, scale float64) string {
+		var v []string
+		for i := range n {
+			v = append(v, fmt.Sprintf(format, e[fmt.Sprintf(key, i)]*scale))
+		}
+		return strings.Join(v, "/")
+	}
+	s := fmt.Sprintf("%d replicas: proxies %s, CPU-s %s, peak RSS %s MB, relay sent %s KB/s, gossip sent %s KB/s", n,
+		per("r%d_proxies", "%.0f", 1), per("r%d_cpu_s", "%.1f", 1), per("r%d_peak_rss_mb", "%.0f", 1),
+		per("r%d_relay_bytes_per_s", "%.1f", 1.0/1024), per("r%d_gossip_bytes_per_s", "%.2f", 1.0/1024))
+	if _, ok := e["steady_initial_relay_bytes"]; ok {
+		s += fmt.Sprintf("; before the proxies: workload held by every replica %s after the spokes started, "+
+			"relay sent %s (%s KB per replica); then idle for %s: gossip sent %s KB/s, relay sent %s B/s, CPU-s %s",
+			secs(e["steady_load_seconds"]), mb(e["steady_initial_relay_bytes"]), per("steady_r%d_initial_relay_bytes", "%.0f", 1.0/1024),
+			secs(e["steady_idle_seconds"]), per("steady_r%d_idle_gossip_bytes_per_s", "%.2f", 1.0/1024),
+			per("steady_r%d_idle_relay_bytes_per_s", "%.0f", 1), per("steady_r%d_idle_cpu_s", "%.2f", 1))
+	}
+	return s
 }
 
 func mb(bytes float64) string {

@@ -56,6 +56,11 @@ type Options struct {
 	ProfileSeconds int
 	// Label names the run in profile file names.
 	Label string
+	// Idle is, when the hub runs as replicas, how long the set is watched
+	// holding the workload with no proxy connected, for its steady-state
+	// gossip and relay rates (default 30 s, memberlist's push/pull
+	// interval).
+	Idle time.Duration
 }
 
 func (o *Options) defaults() {
@@ -98,6 +103,9 @@ func (o *Options) defaults() {
 	if o.ProfileSeconds <= 0 {
 		o.ProfileSeconds = 30
 	}
+	if o.Idle <= 0 {
+		o.Idle = 30 * time.Second
+	}
 }
 
 // Mode is "delta" or "sotw".
@@ -109,9 +117,13 @@ func (o *Options) Mode() string {
 }
 
 type runner struct {
-	o       Options
-	w       *Workload
-	hub     *Hub
+	o   Options
+	w   *Workload
+	hub *Hub // hubs[0]
+	// hubs are the hub's processes: one, or the replicas of one set.
+	hubs    []*Hub
+	steady  map[string]float64 // replicas only: the set's steady state before S1 (Extra of S1)
+	dead    map[int]bool       // hubs killed (F1)
 	env     *env
 	spokes  *spokes
 	clients []*Client
@@ -122,11 +134,19 @@ type runner struct {
 // in-process spoke uplink per cluster, connects the proxies and runs the
 // scenarios, returning one Result per scenario asked for. Everything it
 // started is stopped before it returns.
+//
+// If start returns several hubs, they are the replicas of one set
+// (StartReplicas): cluster c's spoke pushes to replica c mod n, proxy i
+// connects to replica i mod n, and every replica must hold the whole
+// workload before the proxies connect. The set is then watched idle for
+// Options.Idle, and every Result carries each replica's CPU, peak RSS,
+// relay and gossip rates (Extra "rK_…"; HubCPU is their sum, PeakRSS the
+// largest).
 func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	o.defaults()
 	for _, s := range o.Scenarios {
 		if Titles[s] == "" {
-			return nil, fmt.Errorf("unknown scenario %q (want S1, S2, S3 or S4)", s)
+			return nil, fmt.Errorf("unknown scenario %q (want S1, S2, S3, S4 or, with replicas, F1)", s)
 		}
 	}
 	w, err := NewWorkload(WorkloadOptions{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Clusters: o.Clusters})
@@ -137,16 +157,39 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	hub, stop, err := start(ctx)
+	hubs, stop, err := start(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("starting the hub: %w", err)
 	}
 	defer stop()
-	r := &runner{o: o, w: w, hub: hub, env: newEnv(), log: o.Logger}
-	r.log.Info("hub started", "pid", hub.PID, "xds", hub.XDS, "admin", hub.Admin)
+	if len(hubs) == 0 {
+		return nil, fmt.Errorf("starting the hub: no hub started")
+	}
+	if len(hubs) == 1 && slices.Contains(o.Scenarios, "F1") {
+		return nil, fmt.Errorf("scenario F1 (replica failover) needs replicas")
+	}
+	r := &runner{o: o, w: w, hub: hubs[0], hubs: hubs, env: newEnv(), log: o.Logger}
+	var spokeAddrs []string
+	for i, h := range hubs {
+		r.log.Info("hub started", "replica", i, "pid", h.PID, "xds", h.XDS, "admin", h.Admin)
+		spokeAddrs = append(spokeAddrs, h.Spokes)
+	}
 
+	if len(hubs) > 1 {
+		// Each spoke dials its replica through a forwarder that falls
+		// back to the others, as through a Service (F1 re-homes it).
+		for i := range hubs {
+			backends := append(append([]string(nil), spokeAddrs[i:]...), spokeAddrs[:i]...)
+			f, err := NewForwarder(backends...)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			spokeAddrs[i] = f.Addr()
+		}
+	}
 	loadStart := time.Now()
-	r.spokes = startSpokes(ctx, hub.Spokes, w, o.Logger)
+	r.spokes = startSpokes(ctx, spokeAddrs, w, o.Logger)
 	defer r.spokes.stopAll()
 	if err := r.spokes.waitSynced(ctx, o.Timeout); err != nil {
 		return nil, fmt.Errorf("spokes: %w", err)
@@ -154,14 +197,21 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	if err := r.waitLoaded(ctx); err != nil {
 		return nil, err
 	}
-	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "took", time.Since(loadStart).Round(time.Millisecond))
+	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "replicas", len(hubs), "took", time.Since(loadStart).Round(time.Millisecond))
+	if len(hubs) > 1 {
+		if r.steady, err = r.steadyState(ctx, time.Since(loadStart)); err != nil {
+			return nil, err
+		}
+	}
 
 	r.env.watched[r.env.names.idString(w.ClusterName(0))] = true
 	for _, s := range specs {
-		c, err := newClient(r.env, s, o.Delta, hub.XDS)
+		i := len(r.clients) % len(hubs)
+		c, err := newClient(r.env, s, o.Delta, hubs[i].XDS)
 		if err != nil {
 			return nil, err
 		}
+		c.replica = i
 		r.clients = append(r.clients, c)
 	}
 	defer func() {
@@ -182,7 +232,7 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	steps := []struct {
 		name string
 		fn   func(context.Context) (Result, error)
-	}{{"S1", r.coldConnect}, {"S2", r.fanOut}, {"S3", r.churn}, {"S4", r.flap}}
+	}{{"S1", r.coldConnect}, {"S2", r.fanOut}, {"S3", r.churn}, {"S4", r.flap}, {"F1", r.failover}}
 	for _, st := range steps {
 		if st.name != "S1" && !want(st.name) {
 			continue
@@ -207,36 +257,19 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 // every cluster, and has stopped rebuilding.
 func (r *runner) waitLoaded(ctx context.Context) error {
 	err := poll(ctx, r.o.Timeout, 50*time.Millisecond, func() error {
-		var meshes []struct {
-			Mesh     string `json:"mesh"`
-			Services int    `json:"services"`
-			Clusters []struct {
-				Name    string `json:"name"`
-				Objects int    `json:"objects"`
-				Synced  bool   `json:"synced"`
-			} `json:"clusters"`
-		}
-		if err := r.hub.getJSON("/debug/meshes", &meshes); err != nil {
-			return err
-		}
-		for _, m := range meshes {
-			if m.Mesh != "default" {
-				continue
+		for i, h := range r.hubs {
+			var meshes meshView
+			if err := h.getJSON("/debug/meshes", &meshes); err != nil {
+				return err
 			}
-			if m.Services != r.w.Services {
-				return fmt.Errorf("the hub's mesh has %d services, want %d", m.Services, r.w.Services)
-			}
-			if len(m.Clusters) != len(r.w.Clusters) {
-				return fmt.Errorf("the hub's mesh has %d clusters, want %d", len(m.Clusters), len(r.w.Clusters))
-			}
-			for c, cl := range m.Clusters {
-				if !cl.Synced || cl.Objects != r.w.Count(c) {
-					return fmt.Errorf("cluster %s: synced %v, %d objects, want %d", cl.Name, cl.Synced, cl.Objects, r.w.Count(c))
+			if err := r.holdsWorkload(meshes); err != nil {
+				if len(r.hubs) > 1 {
+					err = fmt.Errorf("replica %s: %w", ReplicaID(i), err)
 				}
+				return err
 			}
-			return nil
 		}
-		return fmt.Errorf("the hub has no push context for mesh default")
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the hub to hold the workload: %w", err)
@@ -244,11 +277,14 @@ func (r *runner) waitLoaded(ctx context.Context) error {
 	// Rebuilds stop once the debounce has passed.
 	last, stable := -1.0, time.Time{}
 	return poll(ctx, r.o.Timeout, 100*time.Millisecond, func() error {
-		m, err := r.hub.Metrics()
-		if err != nil {
-			return err
+		b := 0.0
+		for _, h := range r.hubs {
+			m, err := h.Metrics()
+			if err != nil {
+				return err
+			}
+			b += sumMetric(m, "nave_pushctx_builds_total")
 		}
-		b := sumMetric(m, "nave_pushctx_builds_total")
 		if b != last {
 			last, stable = b, time.Now()
 		}
@@ -257,6 +293,78 @@ func (r *runner) waitLoaded(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// meshView is the part of /debug/meshes waitLoaded reads.
+type meshView []struct {
+	Mesh     string `json:"mesh"`
+	Services int    `json:"services"`
+	Clusters []struct {
+		Name    string `json:"name"`
+		Objects int    `json:"objects"`
+		Synced  bool   `json:"synced"`
+	} `json:"clusters"`
+}
+
+// holdsWorkload says why a hub's meshes are not the whole workload.
+func (r *runner) holdsWorkload(meshes meshView) error {
+	for _, m := range meshes {
+		if m.Mesh != "default" {
+			continue
+		}
+		if m.Services != r.w.Services {
+			return fmt.Errorf("the hub's mesh has %d services, want %d", m.Services, r.w.Services)
+		}
+		if len(m.Clusters) != len(r.w.Clusters) {
+			return fmt.Errorf("the hub's mesh has %d clusters, want %d", len(m.Clusters), len(r.w.Clusters))
+		}
+		for c, cl := range m.Clusters {
+			if !cl.Synced || cl.Objects != r.w.Count(c) {
+				return fmt.Errorf("cluster %s: synced %v, %d objects, want %d", cl.Name, cl.Synced, cl.Objects, r.w.Count(c))
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("the hub has no push context for mesh default")
+}
+
+// steadyState measures a replica set that holds the workload (loaded
+// took since the spokes started) before any proxy connects: the relay
+// bytes each replica sent so far (the initial full state of the clusters
+// it owns, to every peer), then each one's gossip and relay rates and CPU
+// over Options.Idle. The numbers go into S1's Extra.
+func (r *runner) steadyState(ctx context.Context, loaded time.Duration) (map[string]float64, error) {
+	out := map[string]float64{"load_seconds": loaded.Seconds()}
+	for i, h := range r.hubs {
+		m, err := h.Metrics()
+		if err != nil {
+			return nil, fmt.Errorf("replica %s: %w", ReplicaID(i), err)
+		}
+		out[fmt.Sprintf("r%d_initial_relay_bytes", i)] = sumMetric(m, relayBytesMetric)
+		out["initial_relay_bytes"] += sumMetric(m, relayBytesMetric)
+	}
+	r.log.Info("watching the idle replica set", "for", r.o.Idle, "initial relay bytes", out["initial_relay_bytes"])
+	var procs []*procProbe
+	for _, h := range r.hubs {
+		procs = append(procs, h.beginProbe())
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(r.o.Idle):
+	}
+	wall := time.Since(start).Seconds()
+	for i, pp := range procs {
+		u := pp.end()
+		pre := fmt.Sprintf("r%d_idle_", i)
+		out[pre+"cpu_s"] = u.cpu
+		out[pre+"gossip_bytes_per_s"] = sumMetric(u.metrics, gossipBytesMetric) / wall
+		out[pre+"relay_bytes_per_s"] = sumMetric(u.metrics, relayBytesMetric) / wall
+		out["idle_gossip_bytes_per_s"] += out[pre+"gossip_bytes_per_s"] / float64(len(procs))
+		out[fmt.Sprintf("r%d_idle_rss_mb", i)] = u.startMB
+	}
+	out["idle_seconds"] = wall
+	return out, ctx.Err()
 }
 
 // eventCount is how many responses every proxy received so far.
@@ -290,32 +398,38 @@ func (r *runner) waitQuiet(ctx context.Context, d time.Duration) error {
 
 // probe measures the hub and the proxies over one scenario.
 type probe struct {
-	r          *runner
-	name       string
-	start      time.Time
+	r        *runner
+	name     string
+	start    time.Time
+	tool0    float64
+	procs    []*procProbe  // one per hub process
+	profiled chan struct{} // closed when the scenario's profile is saved
+}
+
+// procProbe measures one hub process.
+type procProbe struct {
+	index      int // of the hub in runner.hubs
+	hub        *Hub
 	cpu0       float64
-	tool0      float64
 	metrics0   map[string]float64
 	peakReset  bool
 	stop, done chan struct{}
 	sampledKB  int64
-	startKB    int64         // the hub's RSS when the scenario started
-	profiled   chan struct{} // closed when the scenario's profile is saved
+	startKB    int64 // its RSS when the scenario started
 }
 
-func (r *runner) begin(name string) *probe {
-	p := &probe{r: r, name: name, stop: make(chan struct{}), done: make(chan struct{})}
-	p.metrics0, _ = r.hub.Metrics()
-	p.startKB, _ = MemKB(r.hub.PID, "VmRSS")
-	p.peakReset = resetPeak(r.hub.PID) == nil
-	p.cpu0, _ = cpuSeconds(r.hub.PID)
-	p.tool0 = selfCPU()
+func (h *Hub) beginProbe() *procProbe {
+	p := &procProbe{hub: h, stop: make(chan struct{}), done: make(chan struct{})}
+	p.metrics0, _ = h.Metrics()
+	p.startKB, _ = MemKB(h.PID, "VmRSS")
+	p.peakReset = resetPeak(h.PID) == nil
+	p.cpu0, _ = cpuSeconds(h.PID)
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kb, err := MemKB(r.hub.PID, "VmRSS"); err == nil && kb > p.sampledKB {
+			if kb, err := MemKB(h.PID, "VmRSS"); err == nil && kb > p.sampledKB {
 				p.sampledKB = kb
 			}
 			select {
@@ -325,6 +439,46 @@ func (r *runner) begin(name string) *probe {
 			}
 		}
 	}()
+	return p
+}
+
+// procUsage is what one hub process used over a probe.
+type procUsage struct {
+	cpu, peakMB, startMB float64
+	metrics              map[string]float64 // the change of each series
+}
+
+func (p *procProbe) end() procUsage {
+	cpu1, _ := cpuSeconds(p.hub.PID)
+	close(p.stop)
+	<-p.done
+	peak := p.sampledKB
+	if p.peakReset {
+		if hwm, err := MemKB(p.hub.PID, "VmHWM"); err == nil {
+			peak = max(peak, hwm)
+		}
+	}
+	u := procUsage{cpu: cpu1 - p.cpu0, peakMB: float64(peak) / 1024, startMB: float64(p.startKB) / 1024, metrics: map[string]float64{}}
+	if m1, err := p.hub.Metrics(); err == nil {
+		for k, v := range m1 {
+			if d := v - p.metrics0[k]; d != 0 && !strings.HasSuffix(k, "_connections") {
+				u.metrics[k] = d
+			}
+		}
+	}
+	return u
+}
+
+func (r *runner) begin(name string) *probe {
+	p := &probe{r: r, name: name}
+	for i, h := range r.hubs {
+		if !r.dead[i] {
+			pp := h.beginProbe()
+			pp.index = i
+			p.procs = append(p.procs, pp)
+		}
+	}
+	p.tool0 = selfCPU()
 	if r.o.ProfileDir != "" && slices.Contains(r.o.Scenarios, name) {
 		p.profiled = make(chan struct{})
 		go func() {
@@ -359,28 +513,47 @@ func (r *runner) profile(path string, seconds int) error {
 	return f.Close()
 }
 
+// Replica metrics the benchmark reports per replica.
+const (
+	relayBytesMetric  = "nave_hub_replica_relay_sent_bytes_total"
+	gossipBytesMetric = "nave_hub_replica_gossip_sent_bytes_total"
+)
+
 // end finishes the measurement: the hub's CPU and peak memory, its
-// metrics' changes, and what the proxies received since begin.
+// metrics' changes, and what the proxies received since begin. With
+// replicas, HubCPU is the sum of theirs, PeakRSS the largest, Hub the
+// sum of their metrics' changes, and Extra holds each replica's numbers.
 func (p *probe) end() Result {
 	end := time.Now()
-	cpu1, _ := cpuSeconds(p.r.hub.PID)
 	tool1 := selfCPU()
-	close(p.stop)
-	<-p.done
-	peak := p.sampledKB
-	if p.peakReset {
-		if hwm, err := MemKB(p.r.hub.PID, "VmHWM"); err == nil {
-			peak = max(peak, hwm)
-		}
-	}
+	wall := end.Sub(p.start).Seconds()
 	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Runs: 1,
-		HubCPU: cpu1 - p.cpu0, PeakRSS: float64(peak) / 1024, ToolCPU: tool1 - p.tool0, Wall: end.Sub(p.start).Seconds(),
-		ByType: map[string]TypeCounts{}, Extra: map[string]float64{"hub_rss_start_mb": float64(p.startKB) / 1024}, Hub: map[string]float64{}}
-	if m1, err := p.r.hub.Metrics(); err == nil {
-		for k, v := range m1 {
-			if d := v - p.metrics0[k]; d != 0 && !strings.HasSuffix(k, "_connections") {
-				res.Hub[k] = d
-			}
+		ToolCPU: tool1 - p.tool0, Wall: wall,
+		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
+	for _, pp := range p.procs {
+		u := pp.end()
+		res.HubCPU += u.cpu
+		res.PeakRSS = max(res.PeakRSS, u.peakMB)
+		for k, v := range u.metrics {
+			res.Hub[k] += v
+		}
+		if len(p.r.hubs) == 1 {
+			res.Extra["hub_rss_start_mb"] = u.startMB
+			continue
+		}
+		pre := fmt.Sprintf("r%d_", pp.index)
+		res.Extra[pre+"cpu_s"] = u.cpu
+		res.Extra[pre+"peak_rss_mb"] = u.peakMB
+		res.Extra[pre+"rss_start_mb"] = u.startMB
+		res.Extra[pre+"relay_bytes"] = sumMetric(u.metrics, relayBytesMetric)
+		res.Extra[pre+"gossip_bytes"] = sumMetric(u.metrics, gossipBytesMetric)
+		res.Extra[pre+"relay_bytes_per_s"] = res.Extra[pre+"relay_bytes"] / wall
+		res.Extra[pre+"gossip_bytes_per_s"] = res.Extra[pre+"gossip_bytes"] / wall
+	}
+	if n := len(p.r.hubs); n > 1 {
+		res.Extra["replicas"] = float64(n)
+		for _, c := range p.r.clients {
+			res.Extra[fmt.Sprintf("r%d_proxies", c.replica)]++
 		}
 	}
 	from, to := p.r.env.since(p.start), p.r.env.since(end)

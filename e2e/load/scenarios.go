@@ -72,6 +72,9 @@ func (r *runner) coldConnect(ctx context.Context) (Result, error) {
 	res.Extra["sidecars"] = sidecars
 	res.Extra["complete"] = float64(len(samples))
 	res.Extra["hub_acked"] = float64(r.hubAcked(ctx))
+	for k, v := range r.steady {
+		res.Extra["steady_"+k] = v
+	}
 	res.Latency = newStats(samples)
 	return res, nil
 }
@@ -83,31 +86,43 @@ func (r *runner) coldConnect(ctx context.Context) (Result, error) {
 func (r *runner) hubAcked(ctx context.Context) int {
 	n := -1
 	_ = poll(ctx, 10*time.Second, 100*time.Millisecond, func() error {
-		var conns []struct {
-			Types map[string]struct {
-				AckedVersion  string `json:"ackedVersion"`
-				NackedVersion string `json:"nackedVersion"`
-				Pending       bool   `json:"pending"`
-			} `json:"types"`
-		}
-		if err := r.hub.getJSON("/debug/syncz", &conns); err != nil {
-			return err
-		}
 		n = 0
-		for _, c := range conns {
-			ok := len(c.Types) > 0
-			for _, t := range c.Types {
-				ok = ok && !t.Pending && t.AckedVersion != "" && t.NackedVersion == ""
+		for _, h := range r.hubs {
+			var conns syncView
+			if err := h.getJSON("/debug/syncz", &conns); err != nil {
+				return err
 			}
-			if ok {
-				n++
-			}
+			n += fullyAcked(conns)
 		}
 		if n < len(r.clients) {
 			return fmt.Errorf("%d of %d", n, len(r.clients))
 		}
 		return nil
 	})
+	return n
+}
+
+// syncView is the part of /debug/syncz hubAcked reads.
+type syncView []struct {
+	Types map[string]struct {
+		AckedVersion  string `json:"ackedVersion"`
+		NackedVersion string `json:"nackedVersion"`
+		Pending       bool   `json:"pending"`
+	} `json:"types"`
+}
+
+// fullyAcked counts the connections of a hub that ACKed everything.
+func fullyAcked(conns syncView) int {
+	n := 0
+	for _, c := range conns {
+		ok := len(c.Types) > 0
+		for _, t := range c.Types {
+			ok = ok && !t.Pending && t.AckedVersion != "" && t.NackedVersion == ""
+		}
+		if ok {
+			n++
+		}
+	}
 	return n
 }
 
@@ -318,6 +333,19 @@ func (r *runner) churn(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// endAfterQuiet watches for FlapQuiet more, unless err (the scenario's)
+// is set, then ends the probe.
+func (p *probe) endAfterQuiet(ctx context.Context, err error) (Result, error) {
+	if err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(p.r.o.FlapQuiet):
+		}
+	}
+	return p.end(), err
+}
+
 // flap (S4): the last cluster's uplink stops for FlapOutage and starts
 // again with the same state; counts what the proxies received from the
 // stop until FlapQuiet after the resync (target: nothing).
@@ -334,7 +362,7 @@ func (r *runner) flap(ctx context.Context) (Result, error) {
 				Cluster   string `json:"cluster"`
 				Connected bool   `json:"connected"`
 			}
-			if r.hub.getJSON("/debug/spokes", &list) == nil {
+			if r.hubs[c%len(r.hubs)].getJSON("/debug/spokes", &list) == nil { // its spoke's replica
 				for _, s := range list {
 					if s.Cluster == name && !s.Connected {
 						sawDisconnect = true
@@ -362,14 +390,7 @@ func (r *runner) flap(ctx context.Context) (Result, error) {
 		return nil
 	})
 	resync := time.Since(restart)
-	if err == nil {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-time.After(r.o.FlapQuiet):
-		}
-	}
-	res := p.end()
+	res, err := p.endAfterQuiet(ctx, err)
 	if err != nil {
 		return res, err
 	}

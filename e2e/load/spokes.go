@@ -14,10 +14,12 @@ import (
 // one per cluster, so that the time a change is handed to the spoke is
 // known exactly.
 type spokes struct {
-	ctx     context.Context
-	address string
-	log     *slog.Logger
-	list    []*spoke
+	ctx context.Context
+	// addresses are the hub's spoke listeners: cluster c's uplink dials
+	// addresses[c mod len] (a replica set's spokes are spread over it).
+	addresses []string
+	log       *slog.Logger
+	list      []*spoke
 }
 
 type spoke struct {
@@ -28,8 +30,8 @@ type spoke struct {
 	desired int
 }
 
-func startSpokes(ctx context.Context, address string, w *Workload, log *slog.Logger) *spokes {
-	s := &spokes{ctx: ctx, address: address, log: log}
+func startSpokes(ctx context.Context, addresses []string, w *Workload, log *slog.Logger) *spokes {
+	s := &spokes{ctx: ctx, addresses: addresses, log: log}
 	for c, name := range w.Clusters {
 		sp := &spoke{cluster: name}
 		s.list = append(s.list, sp)
@@ -41,7 +43,7 @@ func startSpokes(ctx context.Context, address string, w *Workload, log *slog.Log
 // start runs cluster c's uplink with objs as its state.
 func (s *spokes) start(c int, objs []*meshconfig.Object) {
 	sp := s.list[c]
-	sp.up = uplink.New(uplink.Options{Address: s.address, Mesh: "default", Cluster: sp.cluster,
+	sp.up = uplink.New(uplink.Options{Address: s.addresses[c%len(s.addresses)], Mesh: "default", Cluster: sp.cluster,
 		BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second, MaxMessageBytes: 16 << 20,
 		Logger: s.log.With("cluster", sp.cluster)})
 	sp.up.Update(objs)

@@ -55,7 +55,7 @@ func run() error {
 		gateways   = flag.Int("gateways", -1, "how many of the proxies are ingress gateways (default 2%)")
 		proxyless  = flag.Int("proxyless", -1, "how many of the proxies are proxyless gRPC clients (default 5%)")
 		modes      = flag.String("mode", "sotw", "ADS variant: sotw or delta; a comma-separated list runs each")
-		scenarios  = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to report (the proxies always connect first)")
+		scenarios  = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to report (the proxies always connect first); with --replicas, F1 (replica failover, run last) may be added")
 		edits      = flag.Int("edits", 1, "S2: edits, one after the other")
 		rate       = flag.Float64("rate", 30, "S3: endpoint moves per second, round robin over the clusters")
 		duration   = flag.Duration("duration", 60*time.Second, "S3: how long the endpoint churn lasts")
@@ -70,6 +70,8 @@ func run() error {
 		verbose    = flag.Bool("v", false, "log progress (and the spokes' warnings) to stderr")
 		selfProf   = flag.String("cpuprofile", "", "write this tool's own CPU profile to this file (to keep the load generator cheap)")
 		report     = flag.String("report", "", "print the table of a file written by --json, and run nothing")
+		replicas   = flag.Int("replicas", 1, "run the hub as a set of this many replicas (docs/replicas.md): spokes spread over them by cluster, proxies round robin; 1: a single hub")
+		idle       = flag.Duration("idle", 30*time.Second, "with --replicas above 1: how long the set is watched idle, holding the workload, before the proxies connect (steady-state gossip)")
 	)
 	flag.Var(&hubArgs, "hub-arg", "extra nave-hub flag, e.g. --hub-arg=--push.debounce-quiet=50ms (repeatable)")
 	flag.Parse()
@@ -163,12 +165,19 @@ func run() error {
 		wantScenarios = append(wantScenarios, strings.ToUpper(strings.TrimSpace(s)))
 	}
 
-	start := func(ctx context.Context) (*load.Hub, func(), error) {
-		h, err := load.StartHub(ctx, bin, logPath, append([]string{"--log.level", "info"}, hubArgs...)...)
+	if *replicas < 1 {
+		return fmt.Errorf("--replicas %d: want 1 or more", *replicas)
+	}
+	start := func(ctx context.Context) ([]*load.Hub, func(), error) {
+		args := append([]string{"--log.level", "info"}, hubArgs...)
+		if *replicas > 1 {
+			return load.StartReplicas(ctx, bin, logPath, *replicas, args...)
+		}
+		h, err := load.StartHub(ctx, bin, logPath, args...)
 		if err != nil {
 			return nil, nil, err
 		}
-		return &h.Hub, func() { h.Stop(10 * time.Second) }, nil
+		return []*load.Hub{&h.Hub}, func() { h.Stop(10 * time.Second) }, nil
 	}
 
 	type runRecord struct {
@@ -191,12 +200,12 @@ func run() error {
 					Proxies: n, Gateways: *gateways, Proxyless: *proxyless, Delta: mode == "delta", Scenarios: wantScenarios,
 					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet,
 					Timeout: *timeout, Logger: logger, ProfileDir: *profileDir, ProfileSeconds: *profileSec,
-					Label: fmt.Sprintf("run%d-", i+1)}
+					Label: fmt.Sprintf("run%d-", i+1), Idle: *idle}
 				if *traceDir != "" {
 					o.TracePath = filepath.Join(*traceDir, fmt.Sprintf("trace-%s-%d-run%d.csv", mode, n, i+1))
 				}
-				fmt.Fprintf(os.Stderr, "run %d/%d: %s, %d proxies, %d services × %d endpoints × %d clusters ...\n",
-					i+1, *runs, mode, n, *services, *endpoints, *clusters)
+				fmt.Fprintf(os.Stderr, "run %d/%d: %s, %d proxies, %d services × %d endpoints × %d clusters, %s ...\n",
+					i+1, *runs, mode, n, *services, *endpoints, *clusters, describeHub(*replicas))
 				t0 := time.Now()
 				res, err := load.Run(ctx, o, start)
 				if err != nil {
@@ -211,18 +220,21 @@ func run() error {
 					byScenario[r.Scenario] = append(byScenario[r.Scenario], r)
 				}
 			}
-			for _, s := range []string{"S1", "S2", "S3", "S4"} {
+			for _, s := range []string{"S1", "S2", "S3", "S4", "F1"} {
 				if len(byScenario[s]) > 0 {
 					medians = append(medians, load.Median(byScenario[s]))
 				}
 			}
 		}
 	}
-	slices.SortStableFunc(medians, func(a, b load.Result) int { return strings.Compare(a.Scenario, b.Scenario) })
+	order := []string{"S1", "S2", "S3", "S4", "F1"}
+	slices.SortStableFunc(medians, func(a, b load.Result) int {
+		return slices.Index(order, a.Scenario) - slices.Index(order, b.Scenario)
+	})
 
 	fmt.Printf("nave load benchmark: %d services × %d endpoints × %d clusters (%d endpoints), %s; S3 %s at %g moves/s; S4 outage %s\n",
 		*services, *endpoints, *clusters, *services**endpoints**clusters, describeProxies(ns, *gateways, *proxyless), *duration, *rate, *outage)
-	fmt.Printf("%d CPUs (GOMAXPROCS %d), %s; hub %s; median of %d run(s)\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), bin, *runs)
+	fmt.Printf("%d CPUs (GOMAXPROCS %d), %s; hub %s, %s; median of %d run(s)\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), bin, describeHub(*replicas), *runs)
 	if err := load.WriteTable(os.Stdout, medians); err != nil {
 		return err
 	}
@@ -236,6 +248,13 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+func describeHub(replicas int) string {
+	if replicas <= 1 {
+		return "one process"
+	}
+	return fmt.Sprintf("%d replicas (hub CPU-s: their sum; peak RSS: the largest)", replicas)
 }
 
 func describeProxies(ns []int, gateways, proxyless int) string {
