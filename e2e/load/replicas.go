@@ -19,11 +19,9 @@ import (
 // directory NewReplicaSetup was given, and gossip encrypted as in
 // production; in plaintext mode (HubArgs) the relay is plaintext too.
 //
-// Shedding (replicas.shedRate) is off: the load tool spreads its proxies
-// evenly itself (round robin), and its proxies do not reconnect, whereas
-// during a connection storm each replica sees its peers' gossiped proxy
-// counts about a second late and would shed toward a spread that is
-// already even. An extra --replicas.shed-rate overrides it.
+// Shedding runs with the hub's defaults: the load tool spreads its proxies
+// evenly itself (round robin), and a replica waits out a connection storm
+// before it sheds (replica.BalancerOptions.Settle), so nothing is shed.
 type ReplicaSetup struct {
 	Hubs []*Hub
 	// Args are each replica's nave-hub flags (HubArgs included), extra
@@ -75,7 +73,7 @@ func NewReplicaSetup(n int, dir string, extra ...string) (*ReplicaSetup, error) 
 		s.Args = append(s.Args, HubArgs(h.Admin, h.Spokes, h.XDS, append([]string{"--state.dir", state,
 			"--replicas.id", ReplicaID(i), "--replicas.join", strings.Join(join, ","),
 			"--replicas.bind-address", "127.0.0.1", "--replicas.bind-port", strconv.Itoa(gossip[i]),
-			"--replicas.relay-listen", relay[i], "--replicas.keyring-file", keyring, "--replicas.shed-rate", "0"}, extra...)...))
+			"--replicas.relay-listen", relay[i], "--replicas.keyring-file", keyring}, extra...)...))
 	}
 	return s, nil
 }

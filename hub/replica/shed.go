@@ -96,8 +96,14 @@ type BalancerOptions struct {
 	Tolerance float64
 	// Interval is how often the spread is checked; 0 means 1s.
 	Interval time.Duration
-	Logger   *slog.Logger
-	Metrics  *Metrics
+	// Settle is how many consecutive checks must see an excess while this
+	// replica's count does not grow before it sheds; 0 means 3. During a
+	// connection storm every replica's own count outruns its peers'
+	// gossiped ones (they arrive about a second late), so an even spread
+	// looks uneven until the storm is over.
+	Settle  int
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 // Balancer sheds proxy connections from a replica that holds more than
@@ -110,12 +116,18 @@ type Balancer struct {
 	opts BalancerOptions
 	mu   sync.Mutex
 	debt float64
+	// streak counts the consecutive checks that saw an excess while this
+	// replica's count did not grow; lastMine is the previous check's count.
+	streak, lastMine int
 }
 
 // NewBalancer returns a Balancer; Run it.
 func NewBalancer(opts BalancerOptions) *Balancer {
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
+	}
+	if opts.Settle <= 0 {
+		opts.Settle = 3
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -128,8 +140,9 @@ func NewBalancer(opts BalancerOptions) *Balancer {
 
 // Excess is how many connections this replica holds above its share of
 // an even spread, past the tolerance (0 if none).
-func (b *Balancer) Excess() int {
-	mine := b.opts.Mine()
+func (b *Balancer) Excess() int { return b.excess(b.opts.Mine()) }
+
+func (b *Balancer) excess(mine int) int {
 	peers := b.opts.Peers()
 	if len(peers) == 0 {
 		return 0
@@ -147,15 +160,26 @@ func (b *Balancer) Excess() int {
 }
 
 // Tick sheds this interval's part of the excess, the closes spread at
-// random over the interval; it returns how many it will close.
+// random over the interval, once the excess has settled (Settle); it
+// returns how many it will close.
 func (b *Balancer) Tick() int {
 	if b.opts.Rate <= 0 {
 		return 0
 	}
-	excess := b.Excess()
+	mine := b.opts.Mine()
+	excess := b.excess(mine)
 	b.mu.Lock()
-	if excess == 0 {
-		b.debt = 0
+	growing := mine > b.lastMine
+	b.lastMine = mine
+	switch {
+	case excess == 0:
+		b.streak, b.debt = 0, 0
+	case growing:
+		b.streak, b.debt = 0, 0 // proxies still arriving: peers' counts lag
+	default:
+		b.streak++
+	}
+	if b.streak < b.opts.Settle {
 		b.mu.Unlock()
 		return 0
 	}

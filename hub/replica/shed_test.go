@@ -104,3 +104,58 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// TestBalancerWaitsOutAConnectionStorm: while this replica's own count
+// grows (proxies arriving) its peers' gossiped counts lag behind, so an
+// even spread looks uneven: nothing is shed until the excess has been seen
+// Settle checks in a row without the count growing.
+func TestBalancerWaitsOutAConnectionStorm(t *testing.T) {
+	mine, peers := 0, []int{0, 0}
+	b := replica.NewBalancer(replica.BalancerOptions{
+		Mine: func() int { return mine }, Peers: func() []int { return peers },
+		Shed: func(n int) int { t.Errorf("shed %d during the storm", n); return 0 },
+		Rate: 1000, Tolerance: 0.1, Interval: time.Millisecond,
+	})
+	// 500 proxies arrive evenly over 10 checks; the peers' counts are
+	// those of the check before.
+	apparent := 0
+	for i := 1; i <= 10; i++ {
+		peers = []int{mine, mine}
+		mine += 17
+		if b.Excess() > 0 {
+			apparent++
+		}
+		if n := b.Tick(); n != 0 {
+			t.Fatalf("check %d: sheds %d while connections arrive", i, n)
+		}
+	}
+	if apparent < 3 {
+		t.Fatalf("the storm showed an excess on %d checks; the test does not model the lag", apparent)
+	}
+	// The storm is over: the peers' counts catch up, nothing to shed.
+	peers = []int{mine, mine}
+	for range 5 {
+		if n := b.Tick(); n != 0 {
+			t.Fatalf("sheds %d at an even spread", n)
+		}
+	}
+
+	// A lasting imbalance (a replica joined, empty) is shed after Settle
+	// checks.
+	held, shed := 30, 0
+	joined := replica.NewBalancer(replica.BalancerOptions{
+		Mine: func() int { return held }, Peers: func() []int { return []int{30, 0} },
+		Shed: func(n int) int { shed += n; return n }, Rate: 1000, Tolerance: 0.1, Interval: time.Millisecond, Settle: 3,
+	})
+	if joined.Tick() != 0 { // the first check sees the count grow from zero
+		t.Fatal("shed on the first check")
+	}
+	for i := range 2 {
+		if joined.Tick() != 0 {
+			t.Fatalf("shed on settling check %d", i+1)
+		}
+	}
+	if joined.Tick() == 0 {
+		t.Fatal("a settled excess is not shed")
+	}
+}
