@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,21 +59,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := opts.Port
-	if port == 0 {
-		port = freePort(t)
-	}
-	c := &Cluster{
-		URL:  "https://127.0.0.1:" + strconv.Itoa(port),
-		Port: port,
-		Admin: &rest.Config{
-			Host:            "https://127.0.0.1:" + strconv.Itoa(port),
-			BearerToken:     creds.adminToken,
-			TLSClientConfig: rest.TLSClientConfig{CAData: creds.caPEM},
-			QPS:             200,
-			Burst:           400,
-		},
-	}
+	c := &Cluster{}
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {
@@ -86,51 +73,75 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	etcdPort, peerPort := freePort(t), freePort(t)
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-	c.etcd, err = startProcess("etcd", filepath.Join(assets, "etcd"), filepath.Join(dir, "etcd.log"),
-		"--name=kubetest",
-		"--data-dir="+filepath.Join(dir, "etcd-data"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=kubetest="+peerURL,
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	)
+	// Free ports are found by binding and closing, so a process started
+	// meanwhile (tests of other packages run in parallel) may take one
+	// first: a start that fails on a port in use is retried on new ones.
+	var etcdURL string
+	etcdStarts := 0
+	err = retryPortClash(t, func() error {
+		etcdStarts++ // a data dir per start: a failed one may have begun to bootstrap
+		etcdPort, peerPort := freePort(t), freePort(t)
+		etcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+		c.etcd, err = startProcess("etcd", filepath.Join(assets, "etcd"), filepath.Join(dir, "etcd.log"),
+			"--name=kubetest",
+			"--data-dir="+filepath.Join(dir, "etcd-data-"+strconv.Itoa(etcdStarts)),
+			"--listen-client-urls="+etcdURL,
+			"--advertise-client-urls="+etcdURL,
+			"--listen-peer-urls="+peerURL,
+			"--initial-advertise-peer-urls="+peerURL,
+			"--initial-cluster=kubetest="+peerURL,
+			"--unsafe-no-fsync",
+			"--log-level=warn",
+		)
+		if err != nil {
+			return err
+		}
+		return waitHealthy(ctx, c.etcd, http.DefaultClient, etcdURL+"/health")
+	}, func() *process { return c.etcd })
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := waitHealthy(ctx, c.etcd, http.DefaultClient, etcdURL+"/health"); err != nil {
 		t.Fatal(err)
 	}
 
-	c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--etcd-servers="+etcdURL,
-		"--tls-cert-file="+creds.certFile,
-		"--tls-private-key-file="+creds.keyFile,
-		"--token-auth-file="+creds.tokenFile,
-		"--authorization-mode=RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+creds.saKeyFile,
-		"--service-account-signing-key-file="+creds.saKeyFile,
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--endpoint-reconciler-type=none",
-		"--disable-admission-plugins=ServiceAccount",
-	)
+	var client *http.Client
+	err = retryPortClash(t, func() error {
+		port := opts.Port
+		if port == 0 {
+			port = freePort(t)
+		}
+		c.URL, c.Port = "https://127.0.0.1:"+strconv.Itoa(port), port
+		c.Admin = &rest.Config{
+			Host:            c.URL,
+			BearerToken:     creds.adminToken,
+			TLSClientConfig: rest.TLSClientConfig{CAData: creds.caPEM},
+			QPS:             200,
+			Burst:           400,
+		}
+		c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"),
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(port),
+			"--etcd-servers="+etcdURL,
+			"--tls-cert-file="+creds.certFile,
+			"--tls-private-key-file="+creds.keyFile,
+			"--token-auth-file="+creds.tokenFile,
+			"--authorization-mode=RBAC",
+			"--service-account-issuer=https://kubernetes.default.svc",
+			"--service-account-key-file="+creds.saKeyFile,
+			"--service-account-signing-key-file="+creds.saKeyFile,
+			"--service-cluster-ip-range=10.96.0.0/16",
+			"--endpoint-reconciler-type=none",
+			"--disable-admission-plugins=ServiceAccount",
+		)
+		if err != nil {
+			return err
+		}
+		if client, err = rest.HTTPClientFor(c.Admin); err != nil {
+			return fmt.Errorf("building the admin client: %w", err)
+		}
+		return waitHealthy(ctx, c.apiserver, client, c.URL+"/readyz")
+	}, func() *process { return c.apiserver })
 	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rest.HTTPClientFor(c.Admin)
-	if err != nil {
-		t.Fatalf("building the admin client: %v", err)
-	}
-	if err := waitHealthy(ctx, c.apiserver, client, c.URL+"/readyz"); err != nil {
 		t.Fatal(err)
 	}
 	// Objects without a namespace go to "default" (see Apply), which a controller inside
@@ -200,6 +211,29 @@ func probe(ctx context.Context, client *http.Client, url string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// portClashAttempts bounds the starts retryPortClash makes.
+const portClashAttempts = 3
+
+// retryPortClash runs start until it succeeds, fails for another reason
+// than a port in use (the process's log says "address already in use"),
+// or has tried portClashAttempts times; proc is the process start made,
+// stopped before a retry.
+func retryPortClash(t testing.TB, start func() error, proc func() *process) error {
+	var err error
+	for attempt := 1; attempt <= portClashAttempts; attempt++ {
+		if err = start(); err == nil {
+			return nil
+		}
+		p := proc()
+		if p == nil || !strings.Contains(p.tail(logTailLines), "address already in use") {
+			return err
+		}
+		p.stop()
+		t.Logf("%s: a port was taken meanwhile (attempt %d of %d): %v", p.name, attempt, portClashAttempts, err)
+	}
+	return err
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

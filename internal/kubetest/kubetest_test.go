@@ -251,3 +251,52 @@ func readDeploy(t *testing.T, name string) []byte {
 	}
 	return data
 }
+
+// A start whose process fails on a port in use is retried (the port was
+// taken between finding it free and binding it); any other failure, or a
+// third clash, is returned.
+func TestRetryPortClash(t *testing.T) {
+	dir := t.TempDir()
+	run := func(fail []bool) (int, error) {
+		starts := 0
+		var p *process
+		err := retryPortClash(t, func() error {
+			script := "sleep 0.05"
+			if fail[starts] {
+				script = "echo 'listen tcp 127.0.0.1:1: bind: address already in use' >&2; exit 1"
+			}
+			starts++
+			var err error
+			p, err = startProcess("fake", "/bin/sh", filepath.Join(dir, fmt.Sprintf("fake-%d.log", time.Now().UnixNano())), "-c", script)
+			if err != nil {
+				return err
+			}
+			<-p.done
+			if p.err != nil {
+				return fmt.Errorf("fake exited: %v", p.err)
+			}
+			return nil
+		}, func() *process { return p })
+		return starts, err
+	}
+	if n, err := run([]bool{true, true, false}); err != nil || n != 3 {
+		t.Errorf("two clashes, then a start: %d starts, %v; want 3, nil", n, err)
+	}
+	if n, err := run([]bool{true, true, true}); err == nil || n != portClashAttempts {
+		t.Errorf("clashing every time: %d starts, %v; want %d and the error", n, err, portClashAttempts)
+	}
+	other := func() (int, error) {
+		starts := 0
+		var p *process
+		err := retryPortClash(t, func() error {
+			starts++
+			p, _ = startProcess("fake", "/bin/sh", filepath.Join(dir, "other.log"), "-c", "echo 'bad flag' >&2; exit 2")
+			<-p.done
+			return fmt.Errorf("fake exited: %v", p.err)
+		}, func() *process { return p })
+		return starts, err
+	}
+	if n, err := other(); err == nil || n != 1 {
+		t.Errorf("another failure: %d starts, %v; want 1 and the error", n, err)
+	}
+}
