@@ -261,6 +261,7 @@ spec:
   - to: [{operation: {paths: ["/t/a{*}"]}}]
   - to: [{operation: {paths: ["/t/{id}"]}}]
   - to: [{operation: {paths: ["/t/{*}/a b"]}}]
+  - to: [{operation: {paths: ["{*}/t"]}}]
 `)
 	// Validation refuses CUSTOM; make one as if it had got through.
 	for i, o := range objs {
@@ -285,6 +286,7 @@ spec:
 		{"c1:AuthorizationPolicy foo/templates", "spec.rules[1].to[0].operation.paths[0]", "only in a whole segment"},
 		{"c1:AuthorizationPolicy foo/templates", "spec.rules[2].to[0].operation.paths[0]", "only in a whole segment"},
 		{"c1:AuthorizationPolicy foo/templates", "spec.rules[3].to[0].operation.paths[0]", "not a valid literal"},
+		{"c1:AuthorizationPolicy foo/templates", "spec.rules[4].to[0].operation.paths[0]", "must start with /"},
 	} {
 		found := false
 		for _, p := range out.Problems {

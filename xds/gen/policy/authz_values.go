@@ -279,16 +279,23 @@ const (
 	matchOneTemplate = "{*}"
 	matchAnyTemplate = "{**}"
 	templateLiteral  = `a-zA-Z0-9-._~%!$&'()+,;:@=`
+	// maxPathTemplate is the longest uri_template Envoy takes (the
+	// literal characters are ASCII, so bytes are runes).
+	maxPathTemplate = 256
 )
 
 var templateLiteralRE = regexp.MustCompile("^[" + templateLiteral + "]+$")
 
 // pathTemplate validates an AuthorizationPolicy path template as Istio
-// does — every segment is {*}, {**} or a literal, {**} is the last
-// operator — and returns Envoy's form of it ({*} → *, {**} → **) and the
+// does — it starts with /, every segment is {*}, {**} or a literal, {**}
+// is the last operator — and returns Envoy's form of it ({*} → *, {**} → **) and the
 // equivalent regular expression (Envoy's: * is one non-empty segment,
 // ** any characters of a path, slashes included).
 func pathTemplate(v string) (tmpl, re string, err error) {
+	if !strings.HasPrefix(v, "/") {
+		// Envoy refuses such a template, and with it the whole listener.
+		return "", "", fmt.Errorf("path template %q: must start with /", v)
+	}
 	sawAny := false
 	for seg := range strings.SplitSeq(strings.Trim(v, "/"), "/") {
 		switch {
@@ -302,6 +309,10 @@ func pathTemplate(v string) (tmpl, re string, err error) {
 		case !templateLiteralRE.MatchString(seg):
 			return "", "", fmt.Errorf("path template %q: segment %q is not a valid literal (letters, digits and -._~%%!$&'()+,;:@=)", v, seg)
 		}
+	}
+	tmpl = strings.NewReplacer(matchOneTemplate, "*", matchAnyTemplate, "**").Replace(v)
+	if len(tmpl) > maxPathTemplate {
+		return "", "", fmt.Errorf("path template %q: Envoy takes templates of at most %d characters", v, maxPathTemplate)
 	}
 	var b strings.Builder
 	for i, part := range strings.Split(v, "/") {
@@ -317,7 +328,7 @@ func pathTemplate(v string) (tmpl, re string, err error) {
 			b.WriteString(regexp.QuoteMeta(part))
 		}
 	}
-	return strings.NewReplacer(matchOneTemplate, "*", matchAnyTemplate, "**").Replace(v), b.String(), nil
+	return tmpl, b.String(), nil
 }
 
 // combine is one of xs when there is only one, all() when there is none,

@@ -348,7 +348,8 @@ var uriTemplateLiteralRE = regexp.MustCompile("^[" + uriTemplateLiteral + "]+$")
 // uriTemplateRegexp is Envoy's envoy.path.match.uri_template matcher: a
 // template "/"-separated into segments, each "*" (one non-empty
 // segment), "**" (any characters, slashes included; at most one, after
-// every other operator) or a literal, matched against the whole path
+// every other operator) or a literal (only the last may be empty: a
+// trailing /), matched against the whole path
 // without query or fragment. Variables ({name}, {name=…}) are not
 // modelled (nave does not generate them).
 func uriTemplateRegexp(tmpl string) (*regexp.Regexp, error) {
@@ -358,8 +359,12 @@ func uriTemplateRegexp(tmpl string) (*regexp.Regexp, error) {
 	var b strings.Builder
 	b.WriteString("^")
 	sawAny := false
-	for _, seg := range strings.Split(tmpl[1:], "/") {
+	segs := strings.Split(tmpl[1:], "/")
+	for i, seg := range segs {
 		b.WriteString("/")
+		if seg == "" && i < len(segs)-1 {
+			return nil, fmt.Errorf("uri_template %q: empty segment", tmpl)
+		}
 		switch {
 		case seg == "*" || seg == "**":
 			if sawAny {
