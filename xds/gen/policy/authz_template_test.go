@@ -40,3 +40,20 @@ func FuzzPathTemplate(f *testing.F) {
 		}
 	})
 }
+
+// TestPathTemplateEnvoyLimits: templates Envoy would refuse (with the
+// whole listener) are refused here, naming why.
+func TestPathTemplateEnvoyLimits(t *testing.T) {
+	for v, want := range map[string]string{
+		"/" + strings.Repeat("a", 300) + "/{*}": "at most 256 characters",
+		"{*}/x":                                 "must start with /",
+		"/a//{*}":                               "not a valid literal",
+	} {
+		if _, _, err := pathTemplate(v); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.40s…: error %v, want %q", v, err, want)
+		}
+	}
+	if tmpl, _, err := pathTemplate("/" + strings.Repeat("a", 250) + "/{*}"); err != nil || len(tmpl) != 253 {
+		t.Errorf("a 253-character template: %q, %v", tmpl, err)
+	}
+}
