@@ -93,7 +93,7 @@ func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadA
 	}
 	cla := build.Assignment(oc.Name, oc.Port, b.clusterEndpoints(oc), b.priorities(oc), meta)
 	if d := b.distribution(oc); d != nil {
-		distribute(cla, d)
+		build.Distribute(cla, d)
 	}
 	return cla
 }

@@ -1,15 +1,12 @@
 package envoy
 
 import (
-	"maps"
 	"slices"
-	"sort"
 	"strings"
 
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -23,14 +20,9 @@ func localityIndependent(oc *outboundCluster) bool {
 }
 
 // localitySetting is the cluster's localityLbSetting, and whether
-// locality load balancing is on (it is unless enabled: false; no setting
-// means Istio's mesh default: on, with nothing configured).
+// locality load balancing is on (build.LocalitySetting).
 func localitySetting(oc *outboundCluster) (*networking.LocalityLoadBalancerSetting, bool) {
-	s := oc.Policy.GetLoadBalancer().GetLocalityLbSetting()
-	if e := s.GetEnabled(); e != nil && !e.GetValue() {
-		return nil, false
-	}
-	return s, true
+	return build.LocalitySetting(oc.Policy)
 }
 
 // distribution returns the localityLbSetting.distribute entry whose from
@@ -41,7 +33,7 @@ func (b *edsBuilder) distribution(oc *outboundCluster) *networking.LocalityLoadB
 		return nil
 	}
 	for _, d := range s.GetDistribute() {
-		if localityMatches(d.GetFrom(), b.v.Key().Locality) {
+		if build.LocalityMatches(d.GetFrom(), b.v.Key().Locality) {
 			return d
 		}
 	}
@@ -115,111 +107,26 @@ func (b *edsBuilder) priorities(oc *outboundCluster) func(*mesh.Endpoint) uint32
 	}
 }
 
-// Topology label names failoverPriority may use.
-const (
-	labelRegion  = "topology.kubernetes.io/region"
-	labelZone    = "topology.kubernetes.io/zone"
-	labelSubzone = "topology.istio.io/subzone"
-	labelNetwork = "topology.istio.io/network"
-)
-
 func (b *edsBuilder) labelPriorities(keys []string) func(*mesh.Endpoint) uint32 {
-	type want struct {
-		label string
-		value string // the proxy's value, or the one the entry names
-	}
 	k := b.v.Key()
-	wants := make([]want, len(keys))
+	labels := make([]build.PriorityLabel, len(keys))
 	for i, key := range keys {
 		name, value, explicit := strings.Cut(key, "=")
 		if !explicit {
 			switch name {
-			case labelRegion:
+			case build.LabelRegion:
 				value = k.Locality.Region
-			case labelZone:
+			case build.LabelZone:
 				value = k.Locality.Zone
-			case labelSubzone:
+			case build.LabelSubzone:
 				value = k.Locality.Subzone
-			case labelNetwork:
+			case build.LabelNetwork:
 				value = k.Network
 			default:
 				value = b.v.Labels()[name]
 			}
 		}
-		wants[i] = want{label: name, value: value}
+		labels[i] = build.PriorityLabel{Name: name, Value: value}
 	}
-	return func(ep *mesh.Endpoint) uint32 {
-		n := 0
-		for _, w := range wants {
-			var got string
-			switch w.label {
-			case labelRegion:
-				got = ep.Locality.Region
-			case labelZone:
-				got = ep.Locality.Zone
-			case labelSubzone:
-				got = ep.Locality.Subzone
-			case labelNetwork:
-				got = ep.Network
-			default:
-				got = ep.Labels[w.label]
-			}
-			if w.value == "" || got != w.value {
-				break
-			}
-			n++
-		}
-		return uint32(len(wants) - n)
-	}
-}
-
-// distribute sets locality weights from a distribute entry: each locality
-// takes the weight of the most specific `to` pattern it matches (longest,
-// then alphabetical), shared among the localities that pattern matches in
-// proportion to their endpoint counts. Localities no pattern matches get
-// no traffic and are left out. Weights are scaled by 1000 so the shares
-// stay close to exact.
-func distribute(cla *endpointv3.ClusterLoadAssignment, d *networking.LocalityLoadBalancerSetting_Distribute) {
-	patterns := slices.Sorted(maps.Keys(d.GetTo()))
-	sort.SliceStable(patterns, func(i, j int) bool { return len(patterns[i]) > len(patterns[j]) })
-	match := make([]int, len(cla.Endpoints))
-	counts := make([]uint64, len(patterns))
-	for i, lle := range cla.Endpoints {
-		l := lle.GetLocality()
-		match[i] = -1
-		for j, p := range patterns {
-			if localityMatches(p, mesh.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}) {
-				match[i] = j
-				counts[j] += uint64(len(lle.GetLbEndpoints()))
-				break
-			}
-		}
-	}
-	kept := cla.Endpoints[:0]
-	for i, lle := range cla.Endpoints {
-		j := match[i]
-		if j < 0 || d.GetTo()[patterns[j]] == 0 {
-			continue
-		}
-		w := uint64(d.GetTo()[patterns[j]]) * 1000 * uint64(len(lle.GetLbEndpoints())) / counts[j]
-		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(w, 1)))
-		kept = append(kept, lle)
-	}
-	cla.Endpoints = kept
-}
-
-// localityMatches reports whether locality l matches pattern
-// "region/zone/subzone", where "*" matches anything from its level down
-// and a pattern naming fewer levels matches every locality below them.
-func localityMatches(pattern string, l mesh.Locality) bool {
-	vals := [3]string{l.Region, l.Zone, l.Subzone}
-	for i, seg := range strings.SplitN(pattern, "/", 3) {
-		if seg == "*" {
-			return true
-		}
-		if seg != vals[i] {
-			return false
-		}
-	}
-	return true
+	return build.LabelPriorities(labels)
 }

@@ -249,8 +249,8 @@ func (t *ruleTranslator) operation(o *securityv1beta1.Operation, field string) *
 	add("notPorts", o.GetNotPorts(), true, false, portPermission)
 	add("methods", o.GetMethods(), false, true, methodPermission)
 	add("notMethods", o.GetNotMethods(), true, true, methodPermission)
-	add("paths", o.GetPaths(), false, true, pathPermission)
-	add("notPaths", o.GetNotPaths(), true, true, pathPermission)
+	add("paths", o.GetPaths(), false, true, pathPermission(t.grpc))
+	add("notPaths", o.GetNotPaths(), true, true, pathPermission(t.grpc))
 	return andPerms(perms)
 }
 

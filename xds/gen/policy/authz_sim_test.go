@@ -117,6 +117,14 @@ func TestAuthorizationSourceForms(t *testing.T) {
 		{`{when: [{key: source.trustDomain, values: [other.example]}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
 		{`{when: [{key: source.ip, values: [10.1.0.0/16]}, {key: destination.port, values: ["80"]}]}`, []sim.Request{plain}, []sim.Request{inTCP(9000, "10.1.1.1")}},
 		{`{to: [{operation: {notMethods: [POST], paths: ["*.html"]}}]}`, []sim.Request{inHTTP("GET", "/a/b.html")}, []sim.Request{inHTTP("POST", "/a/b.html"), inHTTP("GET", "/a/b.htm")}},
+		// Path templates (Envoy's uri_template): {*} one non-empty
+		// segment, {**} any number, the query string aside.
+		{`{to: [{operation: {paths: ["/api/{*}/items"]}}]}`, []sim.Request{inHTTP("GET", "/api/v1/items"), inHTTP("GET", "/api/v1/items?all=1")},
+			[]sim.Request{inHTTP("GET", "/api/items"), inHTTP("GET", "/api/v1/v2/items"), inHTTP("GET", "/api//items"), inHTTP("GET", "/api/v1/items/x")}},
+		{`{to: [{operation: {paths: ["/static/{**}"]}}]}`, []sim.Request{inHTTP("GET", "/static/a/b.css"), inHTTP("GET", "/static/")},
+			[]sim.Request{inHTTP("GET", "/static"), inHTTP("GET", "/statics/a")}},
+		{`{to: [{operation: {paths: ["/{**}/edit"]}}]}`, []sim.Request{inHTTP("GET", "/a/b/edit"), inHTTP("GET", "/a/edit")}, []sim.Request{inHTTP("GET", "/a/b/view"), inHTTP("GET", "/a/edit/x")}},
+		{`{to: [{operation: {notPaths: ["/admin/{**}"]}}]}`, []sim.Request{inHTTP("GET", "/x"), inHTTP("GET", "/administrator")}, []sim.Request{inHTTP("GET", "/admin/users/1")}},
 		{`{to: [{operation: {hosts: ["*.foo"]}}]}`, []sim.Request{func() sim.Request { r := plain; r.Authority = "httpbin.FOO"; return r }()}, []sim.Request{plain}},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
@@ -243,6 +251,17 @@ kind: AuthorizationPolicy
 metadata: {name: ext, namespace: foo}
 spec:
   rules: [{to: [{operation: {paths: ["/ext*"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: templates, namespace: foo}
+spec:
+  rules:
+  - to: [{operation: {paths: ["/t/{**}/{*}"]}}]
+  - to: [{operation: {paths: ["/t/a{*}"]}}]
+  - to: [{operation: {paths: ["/t/{id}"]}}]
+  - to: [{operation: {paths: ["/t/{*}/a b"]}}]
+  - to: [{operation: {paths: ["{*}/t"]}}]
 `)
 	// Validation refuses CUSTOM; make one as if it had got through.
 	for i, o := range objs {
@@ -263,6 +282,11 @@ spec:
 		{"c1:AuthorizationPolicy foo/allow", "spec.rules[4].from[0].source.trustDomains[0]", "contains '/'; this rule allows nothing"},
 		{"c1:AuthorizationPolicy foo/deny", "spec.rules[0].when[0].key", "is not supported; the field is left out of this rule, which then matches more"},
 		{"c1:AuthorizationPolicy foo/ext", "spec.action", "CUSTOM"},
+		{"c1:AuthorizationPolicy foo/templates", "spec.rules[0].to[0].operation.paths[0]", "{**} must be the last operator; this rule allows nothing"},
+		{"c1:AuthorizationPolicy foo/templates", "spec.rules[1].to[0].operation.paths[0]", "only in a whole segment"},
+		{"c1:AuthorizationPolicy foo/templates", "spec.rules[2].to[0].operation.paths[0]", "only in a whole segment"},
+		{"c1:AuthorizationPolicy foo/templates", "spec.rules[3].to[0].operation.paths[0]", "not a valid literal"},
+		{"c1:AuthorizationPolicy foo/templates", "spec.rules[4].to[0].operation.paths[0]", "must start with /"},
 	} {
 		found := false
 		for _, p := range out.Problems {
@@ -281,6 +305,7 @@ spec:
 		{"the malformed rules allow nothing", mtls(inHTTP("GET", "/"), otherBar), "no ALLOW policy matches"},
 		{"DENY with an unsupported condition denies its path for everyone", mtls(inHTTP("GET", "/secret"), sleepBar), "ns[foo]-policy[deny]-rule[0]"},
 		{"CUSTOM denies what its rules match", mtls(inHTTP("GET", "/ext/x"), sleepBar), "ns[foo]-policy[ext]-rule[0]"},
+		{"a malformed path template allows nothing", mtls(inHTTP("GET", "/t/a/b"), otherBar), "no ALLOW policy matches"},
 	} {
 		r := s.Do(tc.req)
 		if r.Err != nil {

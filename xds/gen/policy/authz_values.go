@@ -10,8 +10,11 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	uritemplatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/path/match/uri_template/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // wildcard is an Istio match value: exact, "*" (present), "prefix*" or
@@ -235,16 +238,97 @@ func methodPermission(v string) (*rbacv3.Permission, error) {
 }
 
 // pathPermission matches the request path without its query string.
-func pathPermission(v string) (*rbacv3.Permission, error) {
-	if strings.Contains(v, "{") {
-		return nil, fmt.Errorf("path %q: path templates ({*}, {**}) are not supported yet", v)
+// A path template ({*} one segment, {**} any number of segments, see
+// pathTemplate) becomes, as in Istio, Envoy's uri_template matcher; for
+// a proxyless gRPC server (grpc-go's RBAC has no uri_template and would
+// refuse the whole listener) the same match as a regular expression.
+func pathPermission(grpc bool) func(string) (*rbacv3.Permission, error) {
+	return func(v string) (*rbacv3.Permission, error) {
+		if strings.ContainsAny(v, "{}") {
+			tmpl, re, err := pathTemplate(v)
+			if err != nil {
+				return nil, err
+			}
+			if grpc {
+				return &rbacv3.Permission{Rule: &rbacv3.Permission_UrlPath{UrlPath: &matcherv3.PathMatcher{
+					Rule: &matcherv3.PathMatcher_Path{Path: &matcherv3.StringMatcher{
+						MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: re}}}}}}}, nil
+			}
+			return &rbacv3.Permission{Rule: &rbacv3.Permission_UriTemplate{UriTemplate: &corev3.TypedExtensionConfig{
+				Name:        uriTemplateExtension,
+				TypedConfig: build.Any(&uritemplatev3.UriTemplateMatchConfig{PathTemplate: tmpl}),
+			}}}, nil
+		}
+		w, err := parseWildcard(v)
+		if err != nil {
+			return nil, fmt.Errorf("path %w", err)
+		}
+		return &rbacv3.Permission{Rule: &rbacv3.Permission_UrlPath{UrlPath: &matcherv3.PathMatcher{
+			Rule: &matcherv3.PathMatcher_Path{Path: w.stringMatcher("", false)}}}}, nil
 	}
-	w, err := parseWildcard(v)
-	if err != nil {
-		return nil, fmt.Errorf("path %w", err)
+}
+
+// uriTemplateExtension names the uri_template matcher in RBAC permissions
+// (Istio's name).
+const uriTemplateExtension = "uri-template"
+
+// Path template operators, and what a literal segment of a template may
+// hold (RFC 3986 pchar, as Envoy's uri_template and Istio's validation
+// take it).
+const (
+	matchOneTemplate = "{*}"
+	matchAnyTemplate = "{**}"
+	templateLiteral  = `a-zA-Z0-9-._~%!$&'()+,;:@=`
+	// maxPathTemplate is the longest uri_template Envoy takes (the
+	// literal characters are ASCII, so bytes are runes).
+	maxPathTemplate = 256
+)
+
+var templateLiteralRE = regexp.MustCompile("^[" + templateLiteral + "]+$")
+
+// pathTemplate validates an AuthorizationPolicy path template as Istio
+// does — it starts with /, every segment is {*}, {**} or a literal, {**}
+// is the last operator — and returns Envoy's form of it ({*} → *, {**} → **) and the
+// equivalent regular expression (Envoy's: * is one non-empty segment,
+// ** any characters of a path, slashes included).
+func pathTemplate(v string) (tmpl, re string, err error) {
+	if !strings.HasPrefix(v, "/") {
+		// Envoy refuses such a template, and with it the whole listener.
+		return "", "", fmt.Errorf("path template %q: must start with /", v)
 	}
-	return &rbacv3.Permission{Rule: &rbacv3.Permission_UrlPath{UrlPath: &matcherv3.PathMatcher{
-		Rule: &matcherv3.PathMatcher_Path{Path: w.stringMatcher("", false)}}}}, nil
+	sawAny := false
+	for seg := range strings.SplitSeq(strings.Trim(v, "/"), "/") {
+		switch {
+		case seg == matchOneTemplate || seg == matchAnyTemplate:
+			if sawAny {
+				return "", "", fmt.Errorf("path template %q: {**} must be the last operator", v)
+			}
+			sawAny = seg == matchAnyTemplate
+		case strings.ContainsAny(seg, "{}"):
+			return "", "", fmt.Errorf("path template %q: segment %q: '{' and '}' only in a whole segment {*} or {**}", v, seg)
+		case !templateLiteralRE.MatchString(seg):
+			return "", "", fmt.Errorf("path template %q: segment %q is not a valid literal (letters, digits and -._~%%!$&'()+,;:@=)", v, seg)
+		}
+	}
+	tmpl = strings.NewReplacer(matchOneTemplate, "*", matchAnyTemplate, "**").Replace(v)
+	if len(tmpl) > maxPathTemplate {
+		return "", "", fmt.Errorf("path template %q: Envoy takes templates of at most %d characters", v, maxPathTemplate)
+	}
+	var b strings.Builder
+	for i, part := range strings.Split(v, "/") {
+		if i > 0 {
+			b.WriteString("/")
+		}
+		switch part {
+		case matchOneTemplate:
+			b.WriteString("[" + templateLiteral + "]+")
+		case matchAnyTemplate:
+			b.WriteString("[" + templateLiteral + "/]*")
+		default:
+			b.WriteString(regexp.QuoteMeta(part))
+		}
+	}
+	return tmpl, b.String(), nil
 }
 
 // combine is one of xs when there is only one, all() when there is none,

@@ -43,7 +43,7 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	}
 	g.add(typeurl.Cluster, oc.Name, c)
-	g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
+	g.add(typeurl.Endpoint, oc.Name, g.loadAssignment(oc))
 }
 
 // maxRingSize is the largest ring grpc-go builds (it refuses a larger

@@ -153,6 +153,26 @@ spec:
 			{plain: true, header: "yes", want: codes.PermissionDenied},
 			{plain: true, watch: true, want: codes.PermissionDenied},
 		}},
+		{"plain text, path templates (a regex for grpc-go)", `
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: checks, namespace: foo}
+spec: {rules: [{to: [{operation: {paths: ["/{*}/Check", "/other.Service/{**}"]}}]}]}
+`, []grpcCall{
+			{plain: true, want: codes.OK},
+			{plain: true, watch: true, want: codes.PermissionDenied},
+		}},
+		{"plain text, deny by path template", `
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-checks, namespace: foo}
+spec: {action: DENY, rules: [{to: [{operation: {paths: ["/{**}/Check"]}}]}]}
+`, []grpcCall{
+			{plain: true, want: codes.PermissionDenied},
+			{plain: true, watch: true, want: codes.OK},
+		}},
 		{"plain text, allow another IP block", `
 ---
 apiVersion: security.istio.io/v1

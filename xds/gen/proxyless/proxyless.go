@@ -58,7 +58,7 @@ func Endpoints(s *mesh.Snapshot, hosts map[string]bool) []build.Resource {
 	for host := range hosts {
 		if svc := s.Services[host]; svc != nil {
 			g.eachCluster(svc, func(oc *policy.Cluster) {
-				g.add(typeurl.Endpoint, oc.Name, loadAssignment(oc.Name, oc.Service, oc.Port, oc.Labels))
+				g.add(typeurl.Endpoint, oc.Name, g.loadAssignment(oc))
 			})
 		}
 	}

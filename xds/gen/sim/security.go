@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	uritemplatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/path/match/uri_template/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -218,6 +220,21 @@ func permissionMatches(p *rbacv3.Permission, in rbacInput) (bool, error) {
 		}
 		path, _, _ := strings.Cut(in.r.Path, "?")
 		return stringMatches(rule.UrlPath.GetPath(), path), nil
+	case *rbacv3.Permission_UriTemplate:
+		if !in.http {
+			return false, fmt.Errorf("a uri_template matcher in a network RBAC filter")
+		}
+		var cfg uritemplatev3.UriTemplateMatchConfig
+		if err := rule.UriTemplate.GetTypedConfig().UnmarshalTo(&cfg); err != nil {
+			return false, fmt.Errorf("uri_template %q: %v", rule.UriTemplate.GetName(), err)
+		}
+		re, err := uriTemplateRegexp(cfg.GetPathTemplate())
+		if err != nil {
+			return false, err
+		}
+		path, _, _ := strings.Cut(in.r.Path, "?")
+		path, _, _ = strings.Cut(path, "#")
+		return re.MatchString(path), nil
 	}
 	return false, fmt.Errorf("permission %T is not modelled", p.GetRule())
 }
@@ -320,4 +337,53 @@ func valueMatches(m *matcherv3.ValueMatcher, v any) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("value matcher %T is not modelled", m.GetMatchPattern())
+}
+
+// uriTemplateLiteral is what a literal segment of a uri_template may hold
+// (RFC 3986 pchar without '*'; Envoy's uri_template_internal kLiteral).
+const uriTemplateLiteral = `a-zA-Z0-9-._~%!$&'()+,;:@=`
+
+var uriTemplateLiteralRE = regexp.MustCompile("^[" + uriTemplateLiteral + "]+$")
+
+// uriTemplateRegexp is Envoy's envoy.path.match.uri_template matcher: a
+// template "/"-separated into segments, each "*" (one non-empty
+// segment), "**" (any characters, slashes included; at most one, after
+// every other operator) or a literal (only the last may be empty: a
+// trailing /), matched against the whole path
+// without query or fragment. Variables ({name}, {name=…}) are not
+// modelled (nave does not generate them).
+func uriTemplateRegexp(tmpl string) (*regexp.Regexp, error) {
+	if !strings.HasPrefix(tmpl, "/") {
+		return nil, fmt.Errorf("uri_template %q: must start with /", tmpl)
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	sawAny := false
+	segs := strings.Split(tmpl[1:], "/")
+	for i, seg := range segs {
+		b.WriteString("/")
+		if seg == "" && i < len(segs)-1 {
+			return nil, fmt.Errorf("uri_template %q: empty segment", tmpl)
+		}
+		switch {
+		case seg == "*" || seg == "**":
+			if sawAny {
+				return nil, fmt.Errorf("uri_template %q: ** must be the last operator", tmpl)
+			}
+			if seg == "*" {
+				b.WriteString("[" + uriTemplateLiteral + "]+")
+			} else {
+				sawAny = true
+				b.WriteString("[" + uriTemplateLiteral + "/]*")
+			}
+		case strings.ContainsAny(seg, "{}"):
+			return nil, fmt.Errorf("uri_template %q: variables are not modelled", tmpl)
+		case seg == "" || uriTemplateLiteralRE.MatchString(seg):
+			b.WriteString(regexp.QuoteMeta(seg))
+		default:
+			return nil, fmt.Errorf("uri_template %q: invalid literal %q", tmpl, seg)
+		}
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
 }
