@@ -24,7 +24,7 @@ import (
 )
 
 // The kustomizations the docs promise; any other one found under deploy/ is rendered too.
-var want = []string{"hub", "spoke", "examples/vendor-hub", "examples/acme-east", "examples/globex-west"}
+var want = []string{"hub", "spoke", "examples/vendor-hub", "examples/acme-east", "examples/globex-west", "examples/acme-north-polled"}
 
 // rendered renders every kustomization under deploy/, by its path under deploy/.
 func rendered(t *testing.T) map[string][]byte {
