@@ -97,10 +97,14 @@ type BalancerOptions struct {
 	// Interval is how often the spread is checked; 0 means 1s.
 	Interval time.Duration
 	// Settle is how many consecutive checks must see an excess while this
-	// replica's count does not grow before it sheds; 0 means 3. During a
+	// replica's count does not grow before it sheds; 0 means 10. During a
 	// connection storm every replica's own count outruns its peers'
 	// gossiped ones (they arrive about a second late), so an even spread
-	// looks uneven until the storm is over.
+	// looks uneven; and after a replica dies, its survivors hold its
+	// proxies while it still counts as a peer (with its last gossiped
+	// count) until memberlist declares it dead, about 6 s with the LAN
+	// defaults (memberlist does not tell a suspected member apart), so the
+	// wait must outlast that.
 	Settle  int
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -127,7 +131,7 @@ func NewBalancer(opts BalancerOptions) *Balancer {
 		opts.Interval = time.Second
 	}
 	if opts.Settle <= 0 {
-		opts.Settle = 3
+		opts.Settle = 10
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -140,10 +144,9 @@ func NewBalancer(opts BalancerOptions) *Balancer {
 
 // Excess is how many connections this replica holds above its share of
 // an even spread, past the tolerance (0 if none).
-func (b *Balancer) Excess() int { return b.excess(b.opts.Mine()) }
+func (b *Balancer) Excess() int { return b.excessOf(b.opts.Mine(), b.opts.Peers()) }
 
-func (b *Balancer) excess(mine int) int {
-	peers := b.opts.Peers()
+func (b *Balancer) excessOf(mine int, peers []int) int {
 	if len(peers) == 0 {
 		return 0
 	}
@@ -167,7 +170,8 @@ func (b *Balancer) Tick() int {
 		return 0
 	}
 	mine := b.opts.Mine()
-	excess := b.excess(mine)
+	peers := b.opts.Peers()
+	excess := b.excessOf(mine, peers)
 	b.mu.Lock()
 	growing := mine > b.lastMine
 	b.lastMine = mine
@@ -188,7 +192,7 @@ func (b *Balancer) Tick() int {
 	b.debt -= float64(n)
 	b.mu.Unlock()
 	if n > 0 {
-		b.opts.Logger.Info("shedding proxy connections toward an even spread", "count", n, "excess", excess)
+		b.opts.Logger.Info("shedding proxy connections toward an even spread", "count", n, "excess", excess, "held", mine, "peers", peers)
 	}
 	for range n {
 		time.AfterFunc(rand.N(b.opts.Interval), func() {
