@@ -302,8 +302,11 @@ func (m *Membership) refresh() {
 	}
 }
 
-// alive lists the ids of the members memberlist reports alive, self
-// included, sorted.
+// alive lists the ids of the members memberlist has not declared dead or
+// left, self included, sorted. A suspected member is among them:
+// memberlist keeps a remote member's state in its own nodeState and never
+// updates the Node.State that Members returns, so the check below only
+// guards against a future memberlist that does.
 func (m *Membership) alive() []string {
 	var out []string
 	for _, n := range m.ml.Members() {
