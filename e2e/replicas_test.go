@@ -26,6 +26,7 @@ import (
 	"github.com/navemesh/nave/e2e/load"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/internal/testenv"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
@@ -481,7 +482,7 @@ func partition(t *testing.T, ns *harness.NetNS) (heal func()) {
 // reach every client. No client receives a removal.
 func TestReplicaPartitionDeletesNothing(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root for a network namespace")
+		testenv.Missing(t, "needs root for a network namespace")
 	}
 	ns := harness.NewNetNS(t)
 	rs := newReplicaSetOn(t, []placement{{host: ns.HostIP}, {host: ns.HostIP}, {ns: ns, host: ns.NSIP}}, false, "--replicas.rejoin-interval", "2s")

@@ -25,6 +25,7 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/statuspage"
+	"github.com/navemesh/nave/internal/testenv"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
@@ -33,7 +34,7 @@ import (
 
 // chromiumPath finds a Chromium to drive: $NAVE_CHROMIUM, else Debian's
 // chromium (.ci/run installs it). Without one the test skips, unless
-// NAVE_REQUIRE_CHROMIUM is set (CI sets it), when it fails.
+// NAVE_REQUIRE_TEST_ENV is set (CI sets it), when it fails (internal/testenv).
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("NAVE_CHROMIUM"); p != "" {
@@ -44,12 +45,8 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	msg := "no Chromium: install Debian's chromium package (apt-get install -y chromium, as .ci/run does) or set NAVE_CHROMIUM"
-	if os.Getenv("NAVE_REQUIRE_CHROMIUM") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	testenv.Missing(t, "no Chromium: install Debian's chromium package (apt-get install -y chromium, as .ci/run does) or set NAVE_CHROMIUM")
+	return "" // not reached: Missing ends the test
 }
 
 // browser is a headless Chromium with one tab, and what its pages wrote

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/internal/testenv"
 )
 
 // helperEnv makes the test binary a helper process (see TestMain): the
@@ -162,14 +164,14 @@ func (ns netns) serve(t *testing.T, ports ...string) {
 // pair to a client's, and checks what each connection reaches: the
 // proxy's ports for captured traffic, the real destination for what is
 // excluded (uid 1337, loopback, excluded ports). It needs root, ip and
-// iptables-restore; without them it is skipped.
+// iptables-restore; without them it is skipped (fails in CI, internal/testenv).
 func TestRulesInNetworkNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
+		testenv.Missing(t, "needs root to create network namespaces")
 	}
 	for _, prog := range []string{"ip", "iptables-restore"} {
 		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("needs %s (apt-get install iproute2 iptables): %v", prog, err)
+			testenv.Missing(t, "needs %s (apt-get install iproute2 iptables): %v", prog, err)
 		}
 	}
 	var b [3]byte
@@ -177,7 +179,7 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 	id := hex.EncodeToString(b[:])
 	pod, client := netns("nave-cap-"+id+"-p"), netns("nave-cap-"+id+"-c")
 	if out, err := exec.Command("ip", "netns", "add", string(pod)).CombinedOutput(); err != nil {
-		t.Skipf("cannot create a network namespace here: %v: %s", err, out)
+		testenv.Missing(t, "cannot create a network namespace here: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", string(pod)).Run() })
 	ipCmd(t, "netns", "add", string(client))
@@ -210,7 +212,7 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 	c.ExcludeOutboundPorts = []int{5432}
 	c.ExcludeOutboundRanges, _ = ParseRanges("192.0.2.0/24")
 	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
-		t.Skipf("needs ip6tables-restore: %v", err)
+		testenv.Missing(t, "needs ip6tables-restore: %v", err)
 	}
 	// --ipv6=auto: the pod has a global IPv6 address, so both families.
 	out := pod.run(t, "capture", c.Args()...)
