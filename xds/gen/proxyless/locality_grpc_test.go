@@ -3,16 +3,11 @@ package proxyless_test
 import (
 	"context"
 	"fmt"
-	"maps"
-	"net"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/navemesh/nave/shared/typeurl"
@@ -27,58 +22,17 @@ import (
 // serves, and fails over to the other once it stops.
 func TestGRPCLocality(t *testing.T) {
 	const host = "loc.demo.svc.cluster.local"
-	var mu sync.Mutex
-	hits := map[string]int{}
-	type backend struct {
-		addr string
-		srv  *grpc.Server
-	}
-	backends := map[string]*backend{}
+	backends := startCountingBackends(t, "r1", "r2")
 	var eps []string
 	for i, region := range []string{"r1", "r2"} {
-		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			mu.Lock()
-			hits[region]++
-			mu.Unlock()
-			return h(ctx, req)
-		}))
-		healthpb.RegisterHealthServer(srv, health.NewServer())
-		go func() { _ = srv.Serve(lis) }()
-		t.Cleanup(srv.Stop)
-		backends[region] = &backend{addr: lis.Addr().String(), srv: srv}
-		h, p, _ := net.SplitHostPort(lis.Addr().String())
-		eps = append(eps, fmt.Sprintf("{address: %s, ports: {grpc: %s}, locality: %s/z1, labels: {tier: t%d}}", h, p, region, i+1))
+		eps = append(eps, backends.endpoint(region, fmt.Sprintf(", locality: %s/z1, labels: {tier: t%d}", region, i+1)))
 	}
-	mesh := func(tp string) string {
-		return `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: loc, namespace: demo}
-spec:
-  hosts: [` + host + `]
-  location: MESH_INTERNAL
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  resolution: STATIC
-  endpoints: [` + strings.Join(eps, ", ") + `]
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: loc, namespace: demo}
-spec:
-  host: ` + host + `
-  trafficPolicy: ` + tp + `
-`
-	}
+	mesh := func(tp string) string { return serviceWithPolicy("loc", host, eps, tp) }
 	// calls makes n calls on conn and returns the regions that served them.
 	calls := func(t *testing.T, conn *grpc.ClientConn, n int) map[string]int {
 		t.Helper()
 		client := healthpb.NewHealthClient(conn)
-		mu.Lock()
-		clear(hits)
-		mu.Unlock()
+		backends.Reset()
 		for i := range n {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
@@ -87,9 +41,7 @@ spec:
 				t.Fatalf("call %d: %v", i, err)
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(hits)
+		return backends.Hits()
 	}
 	generate := func(t *testing.T, tp string) *gen.Output {
 		out := gen.GRPC(gentest.Snapshot(t, map[string]string{"c1": mesh(tp)}))
@@ -126,7 +78,7 @@ spec:
 		if got := calls(t, conn, 20); got["r1"] != 0 || got["r2"] != 20 {
 			t.Errorf("served by %v, want r2 (priority 0) only", got)
 		}
-		backends["r2"].srv.Stop()
+		backends.Srv["r2"].Stop()
 		// A call already bound to r2's closing connection fails; wait
 		// until the client has seen it close (it then takes r1, or the
 		// calls below fail).

@@ -14,7 +14,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/xds"
@@ -33,50 +32,12 @@ import (
 // useSourceIp, a client channel stays on one backend.
 func TestGRPCRingHash(t *testing.T) {
 	const host = "ring.demo.svc.cluster.local"
-	backends := make([]string, 3)
-	var mu sync.Mutex
-	hits := map[string]int{}
-	for i := range backends {
-		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := lis.Addr().String()
-		backends[i] = addr
-		srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			mu.Lock()
-			hits[addr]++
-			mu.Unlock()
-			return h(ctx, req)
-		}))
-		healthpb.RegisterHealthServer(srv, health.NewServer())
-		go func() { _ = srv.Serve(lis) }()
-		t.Cleanup(srv.Stop)
-	}
+	backends := startCountingBackends(t, "b0", "b1", "b2")
 	var eps []string
-	for _, b := range backends {
-		h, p, _ := net.SplitHostPort(b)
-		eps = append(eps, fmt.Sprintf("{address: %s, ports: {grpc: %s}}", h, p))
+	for _, name := range []string{"b0", "b1", "b2"} {
+		eps = append(eps, backends.endpoint(name, ""))
 	}
-	mesh := func(lb string) string {
-		return `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ring, namespace: demo}
-spec:
-  hosts: [` + host + `]
-  location: MESH_INTERNAL
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  resolution: STATIC
-  endpoints: [` + strings.Join(eps, ", ") + `]
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: ring, namespace: demo}
-spec:
-  host: ` + host + `
-  trafficPolicy: {loadBalancer: ` + lb + `}
-`
-	}
+	mesh := func(lb string) string { return serviceWithPolicy("ring", host, eps, "{loadBalancer: "+lb+"}") }
 	// calls makes n calls on a fresh client channel, each with the
 	// header value user(i) when user is set, and returns the backends
 	// that served them, in call order.
@@ -90,19 +51,15 @@ spec:
 			if user != nil {
 				ctx = metadata.AppendToOutgoingContext(ctx, "x-user", user(i))
 			}
-			mu.Lock()
-			clear(hits)
-			mu.Unlock()
+			backends.Reset()
 			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 			cancel()
 			if err != nil {
 				t.Fatalf("call %d: %v", i, err)
 			}
-			mu.Lock()
-			for b := range hits {
+			for b := range backends.Hits() {
 				served = append(served, b)
 			}
-			mu.Unlock()
 		}
 		return served
 	}
