@@ -55,7 +55,15 @@ func TestGRPCLocality(t *testing.T) {
 	// The control: without locality settings both regions serve.
 	t.Run("no setting", func(t *testing.T) {
 		conn := grpcClient(t, generate(t, "{loadBalancer: {simple: ROUND_ROBIN}}"), "xds:///"+host+":7070")
-		if got := calls(t, conn, 20); got["r1"] == 0 || got["r2"] == 0 {
+		// The first calls may all go to the first backend whose
+		// connection is up: call until both served, within a deadline.
+		got := map[string]int{}
+		for deadline := time.Now().Add(10 * time.Second); (got["r1"] == 0 || got["r2"] == 0) && time.Now().Before(deadline); {
+			for r, n := range calls(t, conn, 5) {
+				got[r] += n
+			}
+		}
+		if got["r1"] == 0 || got["r2"] == 0 {
 			t.Errorf("served by %v, want both regions", got)
 		}
 	})

@@ -3,6 +3,7 @@ package proxyless_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -71,11 +72,25 @@ func TestGRPCRingHash(t *testing.T) {
 		return len(m)
 	}
 
-	// The control: round robin spreads one user's calls.
+	// The control: round robin spreads one user's calls (once more than
+	// one backend's connection is up: the first calls may all go to the
+	// first one ready, so it keeps calling, within a deadline).
 	t.Run("round robin", func(t *testing.T) {
 		out := gen.GRPC(gentest.Snapshot(t, map[string]string{"c1": mesh("{simple: ROUND_ROBIN}")}))
-		if got := calls(t, out, 30, func(int) string { return "alice" }); distinct(got) < 2 {
-			t.Errorf("round robin reached only %v", got)
+		client := healthpb.NewHealthClient(grpcClient(t, out, "xds:///"+host+":7070"))
+		reached := map[string]int{}
+		for deadline := time.Now().Add(10 * time.Second); len(reached) < 2 && time.Now().Before(deadline); {
+			backends.Reset()
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice"), 10*time.Second)
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(reached, backends.Hits())
+		}
+		if len(reached) < 2 {
+			t.Errorf("round robin reached only %v", reached)
 		}
 	})
 	t.Run("header", func(t *testing.T) {
