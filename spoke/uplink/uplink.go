@@ -425,7 +425,6 @@ func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaD
 		return nil
 	}
 	s.u.mu.Lock()
-	defer s.u.mu.Unlock()
 	s.u.resumed = true
 	for t, byName := range held {
 		for n, v := range byName {
@@ -433,6 +432,7 @@ func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaD
 			s.u.acked[key{t, n}] = v
 		}
 	}
+	s.u.mu.Unlock()
 	s.u.metrics.resumes.WithLabelValues("resumed").Inc()
 	s.u.log.Info("hub stream resumed", "hub", s.u.hubName(), "held", held.Count())
 	return nil
