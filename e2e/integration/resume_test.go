@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/poll"
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -236,5 +238,78 @@ func TestUplinkSendsTheFullStateToAnOlderHub(t *testing.T) {
 	}
 	if n := metrictest.Value(t, reg, "nave_spoke_uplink_resumes_total", "result", "full"); n != 1 {
 		t.Errorf("full-state answers = %v, want 1", n)
+	}
+}
+
+type pollServer struct {
+	protocolv1.UnimplementedPolledServer
+	u *uplink.Uplink
+}
+
+func (s pollServer) Poll(st protocolv1.Polled_PollServer) error { return s.u.Poll(st) }
+
+// TestPolledSpokeResumes: polled mode gets resume from the same code (the
+// spoke's run, ingest's serve): the hub's poller stops owning the spoke
+// (its stream closes, ingest keeps the state) and owns it again; the new
+// stream resumes and the spoke sends no resource.
+func TestPolledSpokeResumes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	up := uplink.New(uplink.Options{Polled: true, Address: "127.0.0.1:0", Mesh: "m", Cluster: "c1", MaxMessageBytes: 1 << 20, Registerer: reg})
+	up.Update(serviceEntries(t, 50))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	protocolv1.RegisterPolledServer(srv, pollServer{u: up})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute})
+	var mine sync.Mutex
+	owned := true
+	p := poll.New(in, poll.Options{
+		Targets:        []poll.Target{{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, Address: lis.Addr().String()}},
+		BackoffInitial: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Recheck: 20 * time.Millisecond,
+		Mine: func(ingest.ClusterIdentity) bool { mine.Lock(); defer mine.Unlock(); return owned },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	synced := func(sessions int) func() error {
+		return func() error {
+			if st := up.Status(); st.Sessions != sessions || st.State != uplink.StateSynced {
+				return fmt.Errorf("uplink %s after %d sessions, want synced after %d", st.State, st.Sessions, sessions)
+			}
+			return nil
+		}
+	}
+	eventually(t, synced(1))
+	full := sentBy(t, reg)
+	before := heldObjects(in)
+
+	mine.Lock()
+	owned = false
+	mine.Unlock()
+	eventually(t, func() error {
+		if s := in.Status(); len(s) != 1 || s[0].Connected {
+			return fmt.Errorf("hub status %+v, want c1 disconnected", s)
+		}
+		return nil
+	})
+	mine.Lock()
+	owned = true
+	mine.Unlock()
+	eventually(t, synced(2))
+	again := sentBy(t, reg)
+	if n := again.resources - full.resources; n != 0 {
+		t.Errorf("a polled reconnect with unchanged state sent %v resources, want 0", n)
+	}
+	if !up.Status().Resumed {
+		t.Error("the polled stream did not resume")
+	}
+	if after := heldObjects(in); !maps.Equal(after, before) || len(after) != 50 {
+		t.Errorf("the hub's objects changed across a polled resume (%d held)", len(after))
 	}
 }
