@@ -70,6 +70,12 @@ func TestRelayResumesFromWhatThePeerHolds(t *testing.T) {
 		t.Fatalf("b holds %d objects, want 100", len(want))
 	}
 	holds(t, c, x, want, "b")
+	eventually(t, func() error { // the watch polls: let it see the last state
+		if len(wc.seen()) == 0 {
+			return fmt.Errorf("no removal seen at c yet")
+		}
+		return nil
+	})
 	if got := wc.end(); !slices.Equal(got, []string{"ServiceEntry demo/s000"}) {
 		t.Errorf("c removed %v, want only what the spoke removed", got)
 	}
