@@ -13,6 +13,7 @@ type metrics struct {
 	missing     prometheus.GaugeFunc
 	resumes     *prometheus.CounterVec
 	skipped     prometheus.Counter
+	received    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, withdrawn, missing func() float64) *metrics {
@@ -37,9 +38,11 @@ func newMetrics(reg prometheus.Registerer, withdrawn, missing func() float64) *m
 			Help: "Streams that asked to resume, by stream (spoke, polled, relay) and result (resumed: the hub sent what it held; full: it held no complete state)."}, []string{"stream", "result"}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_ingest_resume_unchanged_resources_total",
 			Help: "Resources a resumed stream did not send again because the hub held them unchanged (counted at its synced marker)."}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_ingest_received_bytes_total",
+			Help: "Bytes of messages received on cluster streams, by stream (spoke, polled, relay)."}, []string{"stream"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn, m.missing, m.resumes, m.skipped)
+		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn, m.missing, m.resumes, m.skipped, m.received)
 	}
 	return m
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/protocol"
@@ -288,6 +289,7 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 		kind = "polled"
 	}
 	first := true
+	received := s.metrics.received.WithLabelValues(kind)
 
 	msgs := make(chan *discoveryv3.DeltaDiscoveryResponse)
 	recvErr := make(chan error, 1)
@@ -330,6 +332,7 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 			}
 			return err
 		case m := <-msgs:
+			received.Add(float64(proto.Size(m)))
 			if m.GetTypeUrl() == protocol.ResumeTypeURL {
 				for _, r := range s.resume(id, session, kind, first, m) {
 					if err := stream.Send(r); err != nil {
