@@ -411,7 +411,10 @@ func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaD
 		}
 	}, nonce)
 	if err != nil {
-		if he := (*protocol.HintError)(nil); errors.As(err, &he) {
+		// A hint that does not parse, or that exceeds this spoke's
+		// hub.maxMessageBytes (a hub with a larger limit), would fail
+		// every resume alike: the next stream does not ask.
+		if he := (*protocol.HintError)(nil); errors.As(err, &he) || status.Code(err) == codes.ResourceExhausted {
 			s.u.mu.Lock()
 			s.u.fullNext = true
 			s.u.mu.Unlock()
