@@ -142,7 +142,8 @@ func (x *Envelope) GetOrigin() string {
 
 // Synced is the type URL-only marker the spoke sends once its full state
 // has been sent on a stream. Resources of the cluster that were not re-sent
-// since the stream opened are pruned when the hub ACKs it.
+// since the stream opened are pruned when the hub ACKs it; on a resumed
+// stream (Resume) what the hub held when it answered counts as re-sent.
 type Synced struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
