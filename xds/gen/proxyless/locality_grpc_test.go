@@ -11,6 +11,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/gentest"
@@ -24,12 +25,12 @@ import (
 // serves, and fails over to the other once it stops.
 func TestGRPCLocality(t *testing.T) {
 	const host = "loc.demo.svc.cluster.local"
-	backends := startCountingBackends(t, "r1", "r2")
+	backends := xdstest.StartCountingBackends(t, "r1", "r2")
 	var eps []string
 	for i, region := range []string{"r1", "r2"} {
-		eps = append(eps, backends.endpoint(region, fmt.Sprintf(", locality: %s/z1, labels: {tier: t%d}", region, i+1)))
+		eps = append(eps, backends.Endpoint(region, fmt.Sprintf(", locality: %s/z1, labels: {tier: t%d}", region, i+1)))
 	}
-	mesh := func(tp string) string { return serviceWithPolicy("loc", host, eps, tp) }
+	mesh := func(tp string) string { return xdstest.ServiceWithPolicy("loc", host, eps, tp) }
 	// calls makes n calls on conn and returns the regions that served them.
 	calls := func(t *testing.T, conn *grpc.ClientConn, n int) map[string]int {
 		t.Helper()
