@@ -58,7 +58,7 @@ spec: {address: %[3]s, ports: {grpc: %[4]d}, labels: {app: %[1]s, tier: %[2]s}, 
 }
 
 // priorities returns "region:priority" per locality of an assignment.
-func priorities(t *testing.T, res *resource.ProxyResources, name string) string {
+func priorities(t testing.TB, res *resource.ProxyResources, name string) string {
 	t.Helper()
 	p := res.Resources[typeurl.Endpoint][name]
 	if p == nil {
