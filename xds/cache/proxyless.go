@@ -201,7 +201,9 @@ func (e *Entry) generateClient(gk proxy.Key, c gen.GRPCClient, mesh *resource.Pr
 	if eds == nil {
 		eds = map[string]*resource.Prepared{}
 	}
-	for _, p := range e.intern(e.marshal(out))[typeurl.Endpoint] {
+	// These assignments are the key's own (none memoized and shared, unlike
+	// GRPCEndpoints'): marshalled without remembering the messages.
+	for _, p := range e.intern(resource.Marshal(out.Resources))[typeurl.Endpoint] {
 		eds[p.Name] = p
 	}
 	byType[typeurl.Endpoint] = eds
