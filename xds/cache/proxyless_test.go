@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -18,8 +19,9 @@ import (
 
 // localityWorld is a mesh with service loc (endpoints in regions r1 and
 // r2, a DestinationRule with outlierDetection: failover by proximity, and
-// a subset failing over by the client's tier label) and service plain
-// (no DestinationRule).
+// subsets failing over by the client's tier label, failing over from
+// region r1 to r2, distributing from r1) and service plain (no
+// DestinationRule).
 func localityWorld(t *testing.T) *world {
 	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
 	for _, svc := range []string{"loc", "plain"} {
@@ -42,7 +44,10 @@ metadata: {name: loc, namespace: demo}
 spec:
   host: loc.demo.svc.cluster.local
   trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}
-  subsets: [{name: tier, labels: {app: loc}, trafficPolicy: {loadBalancer: {localityLbSetting: {failoverPriority: [tier]}}}}]
+  subsets:
+  - {name: tier, labels: {app: loc}, trafficPolicy: {loadBalancer: {localityLbSetting: {failoverPriority: [tier]}}}}
+  - {name: failover, labels: {app: loc}, trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: r1, to: r2}]}}}}
+  - {name: from, labels: {app: loc}, trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: r1/*, to: {r2/*: 100}}]}}}}
 `)
 	return w
 }
@@ -152,6 +157,20 @@ func TestProxylessPerClientLocality(t *testing.T) {
 		t.Errorf("tier r2: priorities %s, want r2:0 r1:1", got)
 	}
 
+	// /debug/meshes lists AllProblems: nothing of localityLbSetting is
+	// reported as ignored for proxyless clients any more.
+	for _, p := range st.AllProblems() {
+		if strings.Contains(p.Field, "localityLbSetting") {
+			t.Errorf("problem reported: %+v", p)
+		}
+	}
+	if got := priorities(t, ra, "outbound|7070|from|loc.demo.svc.cluster.local"); got != "r2:0 " {
+		t.Errorf("distribute from r1 for a client in r1: %s, want r2 only", got)
+	}
+	if got := priorities(t, rb, "outbound|7070|from|loc.demo.svc.cluster.local"); got != "r2:0 r1:1 " {
+		t.Errorf("distribute from r1 for a client in r2 (by proximity instead): %s, want r2:0 r1:1", got)
+	}
+
 	// Without locality rules every client shares the mesh-wide result.
 	delete(w.objs, "dr-loc")
 	st = publish()
@@ -226,7 +245,7 @@ func TestProxylessClientEndpointChange(t *testing.T) {
 	for _, k := range keys {
 		r2, r3 := before[k], st3.ProxylessFor(k)
 		for name, p := range r2.Resources[typeurl.Endpoint] {
-			loc := name == locCluster || name == tierCluster
+			loc := strings.HasSuffix(name, "|loc.demo.svc.cluster.local")
 			if changed := r3.Resources[typeurl.Endpoint][name] != p; changed != loc {
 				t.Errorf("%s: assignment %s changed: %v", k.Locality.Region, name, changed)
 			}
