@@ -56,8 +56,8 @@ spec:
 type noPublisher struct{}
 
 func (noPublisher) Current(string) (*pushctx.State, <-chan struct{}) { return nil, nil }
-func (noPublisher) Watch(string) func()                                { return func() {} }
-func (noPublisher) States() []*pushctx.State                           { return nil }
+func (noPublisher) Watch(string) func()                              { return func() {} }
+func (noPublisher) States() []*pushctx.State                         { return nil }
 
 // proxylessEDSBench returns a step generating a new State's proxyless
 // resources for one client in each of `localities` localities (and the

@@ -13,7 +13,8 @@
 //	routes     VirtualService → Envoy routes, for Envoy and proxyless gRPC
 //	envoy      Envoy sidecars and gateways, one generator per type URL
 //	           (cds*.go, eds*.go, lds*.go, rds*.go)
-//	proxyless  proxyless gRPC clients (per snapshot) and xDS servers
+//	proxyless  proxyless gRPC clients (per snapshot; locality-balanced
+//	           assignments per client) and xDS servers
 //	sim        walks generated config as Envoy would, for tests
 //	gentest    what the rooms' tests share
 //
