@@ -42,9 +42,13 @@ type Entry struct {
 
 	grpcOnce sync.Once
 	grpc     *resource.ProxyResources
-	// servers memoizes, per cache key, Proxyless plus the server
-	// listeners of the workload (ProxylessFor).
-	servers map[proxy.Key]*proxyEntry
+	// clients memoizes ProxylessClient per client key (clientKey, itself
+	// memoized in clientKeys); servers, per cache key and client key, the
+	// client resources plus the server listeners of the workload
+	// (ProxylessFor).
+	clients    map[proxy.Key]*proxyEntry
+	clientKeys sync.Map
+	servers    map[serverKey]*proxyEntry
 }
 
 type internKey struct{ typeURL, name, hash string }
