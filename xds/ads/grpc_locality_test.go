@@ -36,12 +36,24 @@ type localityClient struct {
 
 func newLocalityClient(t *testing.T, f *fixture, b *xdstest.CountingBackends, id, locality string, labels map[string]any) *localityClient {
 	t.Helper()
-	region, zone, _ := strings.Cut(locality, "/")
-	meta := map[string]any{"GENERATOR": "grpc", "NAMESPACE": "demo"}
+	meta := map[string]any{}
 	if labels != nil {
 		meta["LABELS"] = labels
 	}
-	bootstrap, err := xdsbootstrap.New(f.addr, id, meta, nil).WithLocality(region, zone, "").JSON()
+	return newLocalityClientMeta(t, f, b, id, locality, meta)
+}
+
+// newLocalityClientMeta is newLocalityClient with node metadata of its
+// own (GENERATOR and NAMESPACE are added); locality "" writes none.
+func newLocalityClientMeta(t *testing.T, f *fixture, b *xdstest.CountingBackends, id, locality string, meta map[string]any) *localityClient {
+	t.Helper()
+	meta["GENERATOR"], meta["NAMESPACE"] = "grpc", "demo"
+	bs := xdsbootstrap.New(f.addr, id, meta, nil)
+	if locality != "" {
+		region, zone, _ := strings.Cut(locality, "/")
+		bs = bs.WithLocality(region, zone, "")
+	}
+	bootstrap, err := bs.JSON()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,4 +275,48 @@ func rawCLA(t *testing.T, raw []byte) *endpointv3.ClusterLoadAssignment {
 		t.Fatal(err)
 	}
 	return cla
+}
+
+// TestProxylessLocalityFromTheRegistry: clients whose bootstrap states no
+// locality — as the ones nave-agent and navectl write: a pod does not
+// know its node's zone — balance from the locality the registry gives
+// their workload, as Istio does: the locality of the endpoint at their
+// address, else their istio-locality label. A client the registry does
+// not know and that has no label balances from nowhere (every locality at
+// priority 0).
+func TestProxylessLocalityFromTheRegistry(t *testing.T) {
+	b := xdstest.StartCountingBackends(t, "r1", "r2")
+	f := newFixture(t, nil)
+	const policy = "{outlierDetection: {consecutive5xxErrors: 5, interval: 10s}}"
+	in := localityMesh(t, b, policy, "r1", "r2")
+	// The clients' own workloads: 10.77.0.1 in r2, 10.77.0.2 in no locality.
+	in.Objects = append(in.Objects, pushctxtest.Decode(t, `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: callers, namespace: demo}
+spec:
+  hosts: [callers.demo.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.77.0.1, locality: r2/z1}, {address: 10.77.0.2}]
+`)...)
+	f.set(t, "m", in)
+	fromEndpoint := newLocalityClientMeta(t, f, b, "registry-r2", "", map[string]any{"INSTANCE_IPS": "10.77.0.1"})
+	if got := fromEndpoint.calls(20); got["r2"] != 20 {
+		t.Errorf("client whose endpoint is in r2: served by %v, want r2 only", got)
+	}
+	fromLabel := newLocalityClientMeta(t, f, b, "label-r1", "", map[string]any{
+		"INSTANCE_IPS": "10.77.0.2", "LABELS": map[string]any{"istio-locality": "r1.z1"}})
+	if got := fromLabel.calls(20); got["r1"] != 20 {
+		t.Errorf("client labelled istio-locality=r1.z1: served by %v, want r1 only", got)
+	}
+	// The registry's locality wins over the node's, as in Istio.
+	overNode := newLocalityClientMeta(t, f, b, "registry-over-node", "r1/z1", map[string]any{"INSTANCE_IPS": "10.77.0.1"})
+	if got := overNode.calls(20); got["r2"] != 20 {
+		t.Errorf("client whose endpoint is in r2 and node says r1: served by %v, want r2 only", got)
+	}
+	nowhere := newLocalityClientMeta(t, f, b, "nowhere", "", map[string]any{"INSTANCE_IPS": "10.77.0.2"})
+	if got := nowhere.calls(60); got["r1"] == 0 || got["r2"] == 0 {
+		t.Errorf("client of no locality: served by %v, want both localities", got)
+	}
 }

@@ -28,6 +28,8 @@ type Entry struct {
 	// maps each generated message to its Prepared (see marshal).
 	cacheKeys  sync.Map
 	marshalled sync.Map
+	// located memoizes locate (proxy.Key -> proxy.Key).
+	located sync.Map
 
 	// proxies memoizes Envoy generation per proxy key; interned shares one
 	// Prepared per (type, name, content) across every key. prev is the
@@ -84,6 +86,7 @@ const (
 // whose own address is among the changed endpoints). Safe for concurrent
 // use.
 func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
+	k = e.locate(k)
 	ck := e.cacheKey(k)
 	e.mu.Lock()
 	if e.proxies == nil {
@@ -111,6 +114,19 @@ func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 		e.verify(k, pe.res) // shared with a key of other IPs: must be equal
 	}
 	return pe.res
+}
+
+// locate returns k with the locality it balances from in this State
+// (scope.LocalityOf: the registry's locality of the workload at k's
+// addresses before what its node says, as Istio decides).
+func (e *Entry) locate(k proxy.Key) proxy.Key {
+	if lk, ok := e.located.Load(k); ok {
+		return lk.(proxy.Key)
+	}
+	lk := k
+	lk.Locality = scope.LocalityOf(e.State.Snapshot, k)
+	e.located.Store(k, lk)
+	return lk
 }
 
 // cacheKey is the key generation for k is memoized under: k with its IPs

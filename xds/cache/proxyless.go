@@ -62,6 +62,7 @@ func (e *Entry) Proxyless() *resource.ProxyResources {
 // and client key, and shares every other resource. Safe for concurrent
 // use.
 func (e *Entry) ProxylessFor(k proxy.Key) *resource.ProxyResources {
+	k = e.locate(k)
 	gk := e.clientKey(k)
 	base := e.ProxylessClient(gk)
 	ck := e.cacheKey(k) // memoized; its IPs say whether k's IPs serve ports
