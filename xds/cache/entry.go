@@ -145,6 +145,12 @@ func (e *Entry) cacheKey(k proxy.Key) proxy.Key {
 func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	ck := k
 	ck.IPs, ck.Labels = "", ""
+	if !gen.GRPCClientReads(e.State.Snapshot).Locality {
+		// No rule of the mesh reads a proxy's locality (its traffic
+		// policies are the same for Envoy and proxyless): sidecars of one
+		// deployment in several zones share one generation.
+		ck.Locality = mesh.Locality{}
+	}
 	if k.IPs != "" {
 		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig
