@@ -3,10 +3,16 @@ package replica_test
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/protocol"
 )
 
 // relayTo returns r's relay of id to peer, and whether it has one.
@@ -92,4 +98,73 @@ func TestRelayResumesFromWhatThePeerHolds(t *testing.T) {
 		t.Errorf("b relayed %d bytes to c, the full relay was %d: want a resumed relay to send only the three changes", second.Bytes, first.Bytes)
 	}
 	t.Logf("full relay %d bytes in %d messages; resumed relay after a failover %d bytes in %d messages", first.Bytes, first.Messages, second.Bytes, second.Messages)
+}
+
+// resume sends Resume on s and reads the hints and the answer.
+func (s *spokeStream) resume() (protocol.Held, bool) {
+	s.t.Helper()
+	s.nonce++
+	nonce := strconv.Itoa(s.nonce)
+	if err := s.stream.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.ResumeTypeURL, Nonce: nonce}); err != nil {
+		s.t.Fatal(err)
+	}
+	held, resumed, err := protocol.ReadResume(s.stream.Recv, nonce)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return held, resumed
+}
+
+// TestResumedStreamOvertakenByANewerRelay: the spoke's stream resumes on
+// b (b holds the cluster from a's relay) and, before its synced marker,
+// the spoke's newer stream opens on a, whose relay of that later epoch
+// reaches b and supersedes the resumed stream. The removal the resumed
+// stream staged, and its marker, change nothing at b: b ends holding
+// exactly what the newest stream said, nothing lost and nothing
+// resurrected.
+func TestResumedStreamOvertakenByANewerRelay(t *testing.T) {
+	a, b := newNode(t, "a"), newNode(t, "b")
+	connect(a, b)
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	objs := serviceEntries(t, "alpha", "beta", "gamma")
+	s1 := dialSpoke(t, a, x)
+	s1.state(objs)
+	want := a.objects(x)
+	holds(t, b, x, want, "a")
+	wb := watchRemovals(t, b, x)
+
+	s2 := dialSpoke(t, b, x)
+	held, resumed := s2.resume()
+	if !resumed || held.Count() != 3 {
+		t.Fatalf("b: resumed %v with %d held, want resumed with 3", resumed, held.Count())
+	}
+	s2.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: objs[0].Kind.TypeURL, RemovedResources: []string{objs[0].Key()}}) // staged
+
+	// The spoke's newer stream, on a, with all three.
+	s3 := dialSpoke(t, a, x)
+	s3.state(objs)
+	h := holds(t, b, x, want, "a")
+	if h.Epoch.Before(holds(t, a, x, want, "a").Epoch) {
+		t.Errorf("b holds epoch %s, older than a's", h.Epoch)
+	}
+	// The overtaken stream's marker: NACKed or its stream ended; either
+	// way nothing changes at b.
+	s2.nonce++
+	_ = s2.stream.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.SyncedTypeURL, Nonce: strconv.Itoa(s2.nonce)})
+	for {
+		r, err := s2.stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Aborted {
+				t.Errorf("the overtaken stream ended with %v, want Aborted", err)
+			}
+			break
+		}
+		if r.GetErrorDetail() == nil {
+			t.Errorf("the overtaken stream's message %s was ACKed", r.GetResponseNonce())
+		}
+	}
+	holds(t, b, x, want, "a")
+	if got := wb.end(); len(got) > 0 {
+		t.Errorf("b removed %v, which the newest stream still has", got)
+	}
 }
