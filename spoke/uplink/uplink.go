@@ -2,8 +2,7 @@
 // dials the hub (the spoke only ever dials out), sends the full state on
 // every (re)connect — or, when the hub says what it already holds of the
 // cluster (Resume), only the difference — followed by the synced marker,
-// then deltas, and tracks
-// the hub's ACK/NACK of every nonce. Lost connections are retried with
+// then deltas, and tracks the hub's ACK/NACK of every nonce. Lost connections are retried with
 // jittered exponential backoff that never waits more than its maximum, each
 // attempt on a new connection — except a move: a hub replica balancing
 // spokes closes a synced stream with protocol.TrailerReconnect, and the
