@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
@@ -30,12 +32,70 @@ func (h Held) Count() int {
 	return n
 }
 
+// HeldAsDigested is the one name of a hint that says the receiver holds
+// of the hint's type exactly what the sender's digest of it says: its
+// value is that digest.
+const HeldAsDigested = "*"
+
+// Digest is the digest of one type's names and versions (SHA-256 of the
+// sorted "name NUL version LF" lines, 16 bytes in hex): equal digests,
+// equal sets.
+func Digest(byName map[string]string) string {
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write([]byte(byName[n]))
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// ResumeMessage is the Resume message of a sender that holds mine: one
+// Resource per non-empty type, named by its type URL, whose version is
+// Digest of the type. The receiver then names only the types it holds
+// differently (HintMessages). The caller sets the nonce.
+func ResumeMessage(mine Held) *discoveryv3.DeltaDiscoveryResponse {
+	m := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: ResumeTypeURL, SystemVersionInfo: Version}
+	types := make([]string, 0, len(mine))
+	for t, byName := range mine {
+		if len(byName) > 0 {
+			types = append(types, t)
+		}
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		m.Resources = append(m.Resources, &discoveryv3.Resource{Name: t, Version: Digest(mine[t])})
+	}
+	return m
+}
+
+// Digests reads a Resume message's digests by type URL. An entry that is
+// not a type URL with a digest is left out: its type is then hinted in
+// full, which is never wrong.
+func Digests(m *discoveryv3.DeltaDiscoveryResponse) map[string]string {
+	out := map[string]string{}
+	for _, r := range m.GetResources() {
+		if strings.HasPrefix(r.GetName(), typeurl.Prefix) && len(r.GetVersion()) == 32 {
+			out[r.GetName()] = r.GetVersion()
+		}
+	}
+	return out
+}
+
 // HintMessages splits held into the hint a receiver sends before it ACKs a
-// Resume: one DeltaDiscoveryRequest per type URL (types in lexical order,
-// names sorted), a type split into several messages when its names and
-// versions would exceed budget bytes (budget <= 0: no split). Empty types
+// Resume whose sender digested its state as digests (Digests; nil: none):
+// per type URL (types in lexical order), one DeltaDiscoveryRequest naming
+// only HeldAsDigested when held's digest of the type equals the sender's,
+// else the type's names and versions, sorted, split into several messages
+// when they would exceed budget bytes (budget <= 0: no split). Empty types
 // are left out; an empty held gives no messages.
-func HintMessages(held Held, budget int) []*discoveryv3.DeltaDiscoveryRequest {
+func HintMessages(held Held, digests map[string]string, budget int) []*discoveryv3.DeltaDiscoveryRequest {
 	types := make([]string, 0, len(held))
 	for t, byName := range held {
 		if len(byName) > 0 {
@@ -45,6 +105,10 @@ func HintMessages(held Held, budget int) []*discoveryv3.DeltaDiscoveryRequest {
 	sort.Strings(types)
 	var out []*discoveryv3.DeltaDiscoveryRequest
 	for _, t := range types {
+		if d, ok := digests[t]; ok && d == Digest(held[t]) {
+			out = append(out, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, InitialResourceVersions: map[string]string{HeldAsDigested: d}})
+			continue
+		}
 		names := make([]string, 0, len(held[t]))
 		for n := range held[t] {
 			names = append(names, n)
@@ -90,8 +154,11 @@ func (e *HintError) Error() string {
 // has a type URL, no response nonce and no error, and names resources
 // "namespace/name" (at most MaxNameLength bytes) with a non-empty version
 // of at most MaxVersionLength bytes; a name given twice must not differ.
-// On error held is unchanged. It never panics on garbled input.
-func AddHint(held Held, req *discoveryv3.DeltaDiscoveryRequest) error {
+// Or it names only HeldAsDigested, with the digest of mine's resources of
+// its type (what the sender digested in its Resume): the receiver holds
+// exactly those, and they are added to held. On error held is unchanged.
+// It never panics on garbled input.
+func AddHint(held Held, req *discoveryv3.DeltaDiscoveryRequest, mine Held) error {
 	t := req.GetTypeUrl()
 	fail := func(name, format string, args ...any) error {
 		return &HintError{TypeURL: t, Name: name, Reason: fmt.Sprintf(format, args...)}
@@ -107,6 +174,21 @@ func AddHint(held Held, req *discoveryv3.DeltaDiscoveryRequest) error {
 		return fail("", "a hint answers no nonce, this one answers %q", req.GetResponseNonce())
 	case req.GetErrorDetail() != nil:
 		return fail("", "a hint carries no error")
+	}
+	if d, ok := req.GetInitialResourceVersions()[HeldAsDigested]; ok {
+		switch {
+		case len(req.GetInitialResourceVersions()) != 1:
+			return fail(HeldAsDigested, "names other resources beside %q", HeldAsDigested)
+		case len(mine[t]) == 0 || d != Digest(mine[t]):
+			return fail(HeldAsDigested, "digest %q is not the digest this sender sent for the type", d)
+		case len(held[t]) > 0:
+			return fail(HeldAsDigested, "the type was hinted by name too")
+		}
+		held[t] = make(map[string]string, len(mine[t]))
+		for n, v := range mine[t] {
+			held[t][n] = v
+		}
+		return nil
 	}
 	for n, v := range req.GetInitialResourceVersions() {
 		switch {
@@ -154,12 +236,13 @@ func ResumeAnswer(nonce string, full string) *discoveryv3.DeltaDiscoveryRequest 
 }
 
 // ReadResume reads a receiver's answers to the Resume message sent with
-// nonce: the hints, then the answer to nonce. It reports what the receiver
+// nonce (ResumeMessage of mine; mine is nil when the message carried no
+// digests): the hints, then the answer to nonce. It reports what the receiver
 // holds and whether resume is in effect; a NACK of nonce (an older
 // receiver, or one without a complete state) reports resumed false: send
 // the full state. A hint that does not parse is an error: the stream
 // cannot go on (the receiver will not prune), the caller ends it.
-func ReadResume(recv func() (*discoveryv3.DeltaDiscoveryRequest, error), nonce string) (held Held, resumed bool, err error) {
+func ReadResume(recv func() (*discoveryv3.DeltaDiscoveryRequest, error), nonce string, mine Held) (held Held, resumed bool, err error) {
 	held = Held{}
 	for {
 		r, err := recv()
@@ -175,7 +258,7 @@ func ReadResume(recv func() (*discoveryv3.DeltaDiscoveryRequest, error), nonce s
 		case r.GetResponseNonce() != "":
 			return nil, false, fmt.Errorf("receiver answered nonce %q while resuming (waiting for %q)", r.GetResponseNonce(), nonce)
 		}
-		if err := AddHint(held, r); err != nil {
+		if err := AddHint(held, r, mine); err != nil {
 			return nil, false, err
 		}
 	}

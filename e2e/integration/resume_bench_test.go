@@ -140,7 +140,8 @@ func (r *reconnectBench) reconnect(tb testing.TB, fresh bool) (in, out int64, to
 // cluster (resumed: a blip, a failover or move to a replica that has it).
 // ns/op is from the hub's return to the spoke synced (including the
 // spoke's reconnect backoff of 1 ms); in-bytes/op is what the hub
-// received, out-bytes/op what it sent (ACKs, and the resume hint).
+// received, out-bytes/op what it sent (ACKs, and the resume hint: a
+// digest per type, the state being unchanged).
 func BenchmarkReconnect(b *testing.B) {
 	for _, mode := range []string{"full", "resumed"} {
 		b.Run(mode, func(b *testing.B) { benchReconnect(b, mode == "full", 1000, 15) })
@@ -172,5 +173,9 @@ func TestBenchmarkReconnect(t *testing.T) {
 	t.Logf("20 services × 3 endpoints: full reconnect %d bytes in, %d out; resumed %d in, %d out", full, fullOut, resumed, resumedOut)
 	if resumed <= 0 || resumed*10 > full {
 		t.Errorf("a resumed reconnect received %d bytes, a full one %d: want under 10 %%", resumed, full)
+	}
+	// Unchanged, every type's digest matches: the hint names no resource.
+	if resumedOut*10 > full {
+		t.Errorf("a resumed reconnect sent %d bytes back (the hint), the full state is %d: want under 10 %%", resumedOut, full)
 	}
 }

@@ -11,7 +11,9 @@ import (
 // resume answers a stream's Resume message (docs/protocol.md, Resume on
 // reconnect): when the hub holds a complete state of id (it synced, from
 // the spoke or a relay, and was not withdrawn since), the names and
-// versions of that state, then an ACK: the sender sends only what differs,
+// versions of that state — for a type whose digest equals the one the
+// sender sent, only that it holds the same (protocol.HintMessages) —
+// then an ACK: the sender sends only what differs,
 // removals included. The hub then holds the stream's session to what it
 // hinted: every resource it held counts as sent by this stream, so the
 // synced marker prunes nothing the sender did not remove. Otherwise it
@@ -60,7 +62,7 @@ func (s *Server) resume(id ClusterIdentity, session uint64, kind string, first b
 	st.resumed = true
 	n := len(st.hinted)
 	s.mu.Unlock()
-	out := append(protocol.HintMessages(held, s.opts.MaxMessageBytes/2), protocol.ResumeAnswer(m.GetNonce(), ""))
+	out := append(protocol.HintMessages(held, protocol.Digests(m), s.opts.MaxMessageBytes/2), protocol.ResumeAnswer(m.GetNonce(), ""))
 	s.metrics.resumes.WithLabelValues(kind, "resumed").Inc()
 	s.metrics.messages.WithLabelValues("ack").Inc()
 	s.log.Info("stream resumed", "mesh", id.Mesh, "cluster", id.Cluster, "stream", kind, "held", n, "hintMessages", len(out)-1)

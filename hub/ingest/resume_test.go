@@ -20,16 +20,39 @@ var (
 	weType = "type.googleapis.com/istio.networking.v1alpha3.WorkloadEntry"
 )
 
-// resume sends the Resume message and reads the hub's hints and answer:
-// what the hub holds, and whether resume is in effect.
+// resume sends the Resume message without digests and reads the hub's
+// hints and answer: what the hub holds, and whether resume is in effect.
 func (s *spoke) resume() (protocol.Held, bool) {
 	s.t.Helper()
-	nonce := s.send(protocol.ResumeTypeURL, nil)
-	held, resumed, err := protocol.ReadResume(func() (*discoveryv3.DeltaDiscoveryRequest, error) { return s.reply(), nil }, nonce)
+	held, resumed, _ := s.resumeFrom(nil)
+	return held, resumed
+}
+
+// resumeFrom sends the Resume message with the digests of mine (none if
+// nil) and reads the hub's hints and answer; hinted counts the resources
+// the hints named (a type held as digested names none).
+func (s *spoke) resumeFrom(mine []*meshconfig.Object) (held protocol.Held, resumed bool, hinted int) {
+	s.t.Helper()
+	var m protocol.Held
+	msg := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.ResumeTypeURL}
+	if mine != nil {
+		m = heldOf(mine)
+		msg = protocol.ResumeMessage(m)
+	}
+	nonce := s.sendMsg(msg)
+	held, resumed, err := protocol.ReadResume(func() (*discoveryv3.DeltaDiscoveryRequest, error) {
+		r := s.reply()
+		for n := range r.GetInitialResourceVersions() {
+			if n != protocol.HeldAsDigested {
+				hinted++
+			}
+		}
+		return r, nil
+	}, nonce, m)
 	if err != nil {
 		s.t.Fatalf("resume: %v", err)
 	}
-	return held, resumed
+	return held, resumed, hinted
 }
 
 // heldOf is what the hub should hint for objs.
@@ -68,12 +91,16 @@ func TestResumeWithUnchangedStateSendsNothing(t *testing.T) {
 	calls := f.changes.Load() + f.endpointChanges.Load()
 
 	s2 := f.dial(t, "m", "c1")
-	held, resumed := s2.resume()
+	held, resumed, hinted := s2.resumeFrom(decode(t, fullState))
 	if !resumed {
 		t.Fatal("a hub holding the cluster's synced state refused to resume")
 	}
 	if want := heldOf(decode(t, fullState)); !equalHeld(held, want) {
 		t.Fatalf("hint = %v, want the versions the spoke computes for the same content: %v", held, want)
+	}
+	// The spoke's digests match every type: the hint names no resource.
+	if hinted != 0 {
+		t.Errorf("the hint named %d resources, want none (every type's digest matches)", hinted)
 	}
 	// Nothing differs: the spoke sends only the marker.
 	s2.synced()
@@ -97,6 +124,14 @@ func TestResumeWithUnchangedStateSendsNothing(t *testing.T) {
 }
 
 func TestResumeAppliesOnlyTheDifferenceAtTheMarker(t *testing.T) {
+	for _, digests := range []bool{false, true} {
+		t.Run(map[bool]string{false: "names", true: "digests"}[digests], func(t *testing.T) { testResumeDifference(t, digests) })
+	}
+}
+
+// testResumeDifference: with digests, the spoke's Resume carries its
+// state's digests, and the hub names only the types that differ.
+func testResumeDifference(t *testing.T, digests bool) {
 	f := newFixture(t, time.Hour)
 	objs := decode(t, fullState)
 	s1 := f.dial(t, "m", "c1")
@@ -125,9 +160,18 @@ spec:
     - destination: {host: echo.demo.svc.cluster.local}
 `)
 	s2 := f.dial(t, "m", "c1")
-	held, resumed := s2.resume()
+	var mine []*meshconfig.Object
+	if digests {
+		// What the spoke holds now: the changes, the ServiceEntry and the
+		// WorkloadEntry; its VirtualService echo is unchanged.
+		mine = append(pick(t, objs, "VirtualService demo/echo", "ServiceEntry demo/echo", "WorkloadEntry demo/echo-v1"), changed...)
+	}
+	held, resumed, hinted := s2.resumeFrom(mine)
 	if !resumed || held.Count() != len(objs) {
 		t.Fatalf("resume = %v with %d held, want resumed with %d", resumed, held.Count(), len(objs))
+	}
+	if want := map[bool]int{false: len(objs), true: 3}[digests]; hinted != want {
+		t.Errorf("the hint named %d resources, want %d (with digests: the VirtualServices and the DestinationRule)", hinted, want)
 	}
 	s2.acked(s2.send(vsType, changed))
 	s2.acked(s2.send(drType, nil, "demo/echo"))

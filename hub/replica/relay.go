@@ -478,14 +478,27 @@ func (r *Relayer) resume(st protocolv1.Sync_PushClient, id ingest.ClusterIdentit
 	if full {
 		return map[string]map[string]string{}, nil
 	}
-	m := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.ResumeTypeURL, Nonce: "1", SystemVersionInfo: protocol.Version}
+	// The peer names only the types it holds differently from what this
+	// replica holds now (digests); the diff starts from what it names.
+	mine := protocol.Held{}
+	if cur, ok := r.opts.In.Holding(id); ok {
+		for t, byName := range cur.Objects {
+			vs := make(map[string]string, len(byName))
+			for n, o := range byName {
+				vs[n] = o.Version
+			}
+			mine[t] = vs
+		}
+	}
+	m := protocol.ResumeMessage(mine)
+	m.Nonce = "1"
 	if err := st.Send(m); err != nil {
 		return nil, err
 	}
 	n := proto.Size(m)
 	r.opts.Metrics.relayBytes.Add(float64(n))
 	rl.set(func(s *RelayStatus) { s.Messages++; s.Bytes += uint64(n) })
-	held, resumed, err := protocol.ReadResume(st.Recv, m.Nonce)
+	held, resumed, err := protocol.ReadResume(st.Recv, m.Nonce, mine)
 	if err != nil {
 		if he := (*protocol.HintError)(nil); errors.As(err, &he) {
 			rl.mu.Lock()

@@ -108,7 +108,7 @@ func (s *spokeStream) resume() (protocol.Held, bool) {
 	if err := s.stream.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.ResumeTypeURL, Nonce: nonce}); err != nil {
 		s.t.Fatal(err)
 	}
-	held, resumed, err := protocol.ReadResume(s.stream.Recv, nonce)
+	held, resumed, err := protocol.ReadResume(s.stream.Recv, nonce, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -396,7 +396,18 @@ func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaD
 	if full {
 		return nil
 	}
-	nonce, err := s.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.ResumeTypeURL}, nil)
+	// The hub names only the types it holds differently from this
+	// snapshot's digests.
+	s.u.mu.Lock()
+	mine := protocol.Held{}
+	for k, o := range s.u.desired {
+		if mine[k.typeURL] == nil {
+			mine[k.typeURL] = map[string]string{}
+		}
+		mine[k.typeURL][k.name] = o.Version
+	}
+	s.u.mu.Unlock()
+	nonce, err := s.send(protocol.ResumeMessage(mine), nil)
 	if err != nil {
 		return err
 	}
@@ -410,7 +421,7 @@ func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaD
 		case r := <-replies:
 			return r, nil
 		}
-	}, nonce)
+	}, nonce, mine)
 	if err != nil {
 		// A hint that does not parse, or that exceeds this spoke's
 		// hub.maxMessageBytes (a hub with a larger limit), would fail
