@@ -180,14 +180,17 @@ func (*Synced) Descriptor() ([]byte, []int) {
 	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{1}
 }
 
-// Resume is the type URL-only message a sender that can resume sends first
-// on a Push stream (nonce 1), before any resource. A hub that holds a
-// complete state of the stream's cluster answers with that state's names
-// and versions (DeltaDiscoveryRequests with initial_resource_versions, one
-// or more per type URL, no response_nonce), then ACKs the nonce: resume is
-// in effect, and the sender sends only what differs from those versions,
-// removals included. Any other answer (a NACK: an older hub, or one that
-// holds no complete state) means the full state, as without Resume.
+// Resume is the type URL of the message a sender that can resume sends
+// first on a Push stream (nonce 1), before any resource; its resources are
+// digests, one per type it holds (name: the type URL, version: the digest
+// of the type's names and versions). A hub that holds a complete state of
+// the stream's cluster answers with what it holds (DeltaDiscoveryRequests,
+// no response_nonce, per type either initial_resource_versions {"*":
+// digest} when it holds what the sender digested, or the names and
+// versions), then ACKs the nonce: resume is in effect, and the sender
+// sends only what differs, removals included. Any other answer (a NACK: an
+// older hub, or one that holds no complete state) means the full state, as
+// without Resume. See docs/protocol.md, Resume on reconnect.
 type Resume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
