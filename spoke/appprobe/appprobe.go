@@ -175,6 +175,12 @@ func check(path string, p *Prober) error {
 	if p == nil {
 		return fmt.Errorf("no probe")
 	}
+	return p.Validate()
+}
+
+// Validate checks p: one handler, ports, a host of the pod itself, the
+// scheme, path and headers of an HTTP probe, the timeout.
+func (p *Prober) Validate() error {
 	n := 0
 	for _, set := range []bool{p.HTTPGet != nil, p.GRPC != nil, p.TCPSocket != nil} {
 		if set {
