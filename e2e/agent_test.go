@@ -427,8 +427,8 @@ func TestAgentInAPod(t *testing.T) {
 			}
 		}()
 		port := func(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
-		probes := fmt.Sprintf(`{"/app-health/web/livez":{"httpGet":{"path":"/healthz","port":%d,"scheme":"HTTP","httpHeaders":[{"name":"X-Probe","value":"kubelet"}]},"timeoutSeconds":5},`+
-			`"/app-health/web/readyz":{"grpc":{"port":%d,"service":"shop.Cart"},"timeoutSeconds":5},"/app-health/web/startupz":{"tcpSocket":{"port":%d},"timeoutSeconds":5}}`,
+		probes := fmt.Sprintf(`{"/app-health/web/livez":{"httpGet":{"path":"/healthz","port":%d,"scheme":"HTTP","httpHeaders":[{"name":"X-Probe","value":"kubelet"}]},"timeoutSeconds":20},`+
+			`"/app-health/web/readyz":{"grpc":{"port":%d,"service":"shop.Cart"},"timeoutSeconds":20},"/app-health/web/startupz":{"tcpSocket":{"port":%d},"timeoutSeconds":20}}`,
 			port(webLis), port(grpcLis), port(tcpLis))
 		p := startAgent(t, a, h, raAddr, podEnv{name: "shop-1", namespace: "demo", sa: "client", mode: "envoy", extra: []string{"NAVE_APP_PROBES=" + probes}})
 		status := func(path string) (int, string) {

@@ -18,6 +18,10 @@ import (
 	"github.com/navemesh/nave/spoke/appprobe"
 )
 
+// generous is the timeout of the probes that are not about timing out:
+// far beyond what a loopback answer takes on a loaded machine.
+const generous = 20
+
 // portOf is the port of a listener's address or a server URL.
 func portOf(t *testing.T, hostport string) int {
 	t.Helper()
@@ -77,17 +81,17 @@ func TestAppProbeHTTP(t *testing.T) {
 	defer tlsApp.Close()
 	port, tlsPort, down := portOf(t, app.URL), portOf(t, tlsApp.URL), closedPort(t)
 	get := func(path string, port int) *appprobe.Prober {
-		return &appprobe.Prober{HTTPGet: &appprobe.HTTPGet{Path: path, Port: port}}
+		return &appprobe.Prober{HTTPGet: &appprobe.HTTPGet{Path: path, Port: port}, TimeoutSeconds: generous}
 	}
 	probers := appprobe.Probers{
 		appprobe.Path("web", appprobe.Liveness): {HTTPGet: &appprobe.HTTPGet{Path: "/ok", Port: port,
-			HTTPHeaders: []appprobe.Header{{Name: "X-Probe", Value: "yes"}, {Name: "Host", Value: "web.local"}}}},
+			HTTPHeaders: []appprobe.Header{{Name: "X-Probe", Value: "yes"}, {Name: "Host", Value: "web.local"}}}, TimeoutSeconds: generous},
 		appprobe.Path("web", appprobe.Readiness): get("/bad", port),
 		appprobe.Path("web", appprobe.Startup):   get("/here", port),
 		appprobe.Path("away", appprobe.Liveness): get("/away", port),
 		appprobe.Path("slow", appprobe.Liveness): {HTTPGet: &appprobe.HTTPGet{Path: "/slow", Port: port}, TimeoutSeconds: 1},
 		appprobe.Path("down", appprobe.Liveness): get("/ok", down),
-		appprobe.Path("tls", appprobe.Liveness):  {HTTPGet: &appprobe.HTTPGet{Path: "/ok", Port: tlsPort, Scheme: appprobe.SchemeHTTPS}},
+		appprobe.Path("tls", appprobe.Liveness):  {HTTPGet: &appprobe.HTTPGet{Path: "/ok", Port: tlsPort, Scheme: appprobe.SchemeHTTPS}, TimeoutSeconds: generous},
 	}
 	reg := prometheus.NewRegistry()
 	p := NewAppProber(probers, "127.0.0.1", discard(), reg)
@@ -150,10 +154,10 @@ func TestAppProbeGRPC(t *testing.T) {
 	port := portOf(t, lis.Addr().String())
 	svc := func(s string) *string { return &s }
 	p := NewAppProber(appprobe.Probers{
-		appprobe.Path("cart", appprobe.Readiness): {GRPC: &appprobe.GRPC{Port: port, Service: svc("shop.Cart")}},
-		appprobe.Path("all", appprobe.Readiness):  {GRPC: &appprobe.GRPC{Port: port}},
-		appprobe.Path("pay", appprobe.Readiness):  {GRPC: &appprobe.GRPC{Port: port, Service: svc("shop.Pay")}},
-		appprobe.Path("none", appprobe.Readiness): {GRPC: &appprobe.GRPC{Port: port, Service: svc("shop.None")}},
+		appprobe.Path("cart", appprobe.Readiness): {GRPC: &appprobe.GRPC{Port: port, Service: svc("shop.Cart")}, TimeoutSeconds: generous},
+		appprobe.Path("all", appprobe.Readiness):  {GRPC: &appprobe.GRPC{Port: port}, TimeoutSeconds: generous},
+		appprobe.Path("pay", appprobe.Readiness):  {GRPC: &appprobe.GRPC{Port: port, Service: svc("shop.Pay")}, TimeoutSeconds: generous},
+		appprobe.Path("none", appprobe.Readiness): {GRPC: &appprobe.GRPC{Port: port, Service: svc("shop.None")}, TimeoutSeconds: generous},
 		appprobe.Path("down", appprobe.Readiness): {GRPC: &appprobe.GRPC{Port: closedPort(t)}, TimeoutSeconds: 2},
 	}, "127.0.0.1", discard(), nil)
 	for _, c := range []struct {
@@ -197,9 +201,9 @@ func TestAppProbeTCP(t *testing.T) {
 		}
 	}()
 	p := NewAppProber(appprobe.Probers{
-		appprobe.Path("db", appprobe.Liveness):   {TCPSocket: &appprobe.TCPSocket{Port: portOf(t, lis.Addr().String())}},
-		appprobe.Path("lo", appprobe.Liveness):   {TCPSocket: &appprobe.TCPSocket{Port: portOf(t, lis.Addr().String()), Host: "localhost"}},
-		appprobe.Path("down", appprobe.Liveness): {TCPSocket: &appprobe.TCPSocket{Port: closedPort(t)}},
+		appprobe.Path("db", appprobe.Liveness):   {TCPSocket: &appprobe.TCPSocket{Port: portOf(t, lis.Addr().String())}, TimeoutSeconds: generous},
+		appprobe.Path("lo", appprobe.Liveness):   {TCPSocket: &appprobe.TCPSocket{Port: portOf(t, lis.Addr().String()), Host: "localhost"}, TimeoutSeconds: generous},
+		appprobe.Path("down", appprobe.Liveness): {TCPSocket: &appprobe.TCPSocket{Port: closedPort(t)}, TimeoutSeconds: generous},
 	}, "", discard(), nil)
 	for path, code := range map[string]int{"/app-health/db/livez": 200, "/app-health/lo/livez": 200, "/app-health/down/livez": 503} {
 		if got, body := ask(p, http.MethodGet, path); got != code {
