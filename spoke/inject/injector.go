@@ -124,7 +124,7 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 		return nil, nil, r
 	}
 	var err error
-	rewrite, r := rewriteProbesWanted(pod.Annotations)
+	rewrite, r := rewriteProbesWanted(pod.Annotations, !in.opts.KeepAppProbes)
 	if r != nil {
 		return nil, nil, r
 	}
@@ -276,6 +276,9 @@ type Status struct {
 	XDSAddress    string `json:"xdsAddress"`
 	XDSServerName string `json:"xdsServerName,omitempty"`
 	TrustDomain   string `json:"trustDomain,omitempty"`
+	// RewriteAppProbes: pods' probes are rewritten to the agent unless
+	// their annotation says otherwise.
+	RewriteAppProbes bool `json:"rewriteAppProbes"`
 	// NotReady says why pods to inject are refused now ("" when they are
 	// injected).
 	NotReady string `json:"notReady,omitempty"`
@@ -284,7 +287,7 @@ type Status struct {
 // Status returns the Injector's view.
 func (in *Injector) Status() Status {
 	st := Status{Revision: in.opts.Revision, ProxyImage: in.opts.ProxyImage, RAAddress: in.opts.RAAddress,
-		XDSAddress: in.opts.XDSAddress, XDSServerName: in.opts.XDSServerName}
+		XDSAddress: in.opts.XDSAddress, XDSServerName: in.opts.XDSServerName, RewriteAppProbes: !in.opts.KeepAppProbes}
 	if t, err := in.opts.Trust(); err != nil {
 		st.NotReady = err.Error()
 	} else {

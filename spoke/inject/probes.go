@@ -137,11 +137,11 @@ func resolvePort(c *corev1.Container, port intstr.IntOrString) (int, string) {
 	return int(port.IntVal), ""
 }
 
-// rewriteProbesWanted reads AnnotationRewriteProbes: absent is yes.
-func rewriteProbesWanted(ann map[string]string) (bool, *refusal) {
+// rewriteProbesWanted reads AnnotationRewriteProbes: absent is def.
+func rewriteProbesWanted(ann map[string]string, def bool) (bool, *refusal) {
 	v, ok := ann[AnnotationRewriteProbes]
 	if !ok {
-		return true, nil
+		return def, nil
 	}
 	b, err := strconv.ParseBool(strings.TrimSpace(v))
 	if err != nil {

@@ -136,6 +136,20 @@ func TestProbeRewriteAnnotation(t *testing.T) {
 			t.Errorf("%q: warnings %q", c.ann, resp.Warnings)
 		}
 	}
+	// inject.rewriteAppProbes false: kept unless the pod asks
+	keep := newTestInjector(t, func(o *Options) { o.KeepAppProbes = true })
+	if keep.Status().RewriteAppProbes || !in.Status().RewriteAppProbes {
+		t.Error("/debug/inject does not say whether probes are rewritten")
+	}
+	for ann, rewrite := range map[string]bool{"": false, `sidecar.istio.io/rewriteAppHTTPProbers: "true"`: true} {
+		_, p, _ := review(t, keep, podRequest(t, "shop", pod(ann)))
+		if p == nil {
+			t.Fatalf("%q: refused", ann)
+		}
+		if got := appContainer(t, p, "app").LivenessProbe.HTTPGet.Path == "/app-health/app/livez"; got != rewrite {
+			t.Errorf("rewriting off for the spoke, annotation %q: rewritten %v; want %v", ann, got, rewrite)
+		}
+	}
 	resp, p, _ := review(t, in, podRequest(t, "shop", pod(`sidecar.istio.io/rewriteAppHTTPProbers: "sometimes"`)))
 	if p != nil || resp.Result == nil || !strings.Contains(resp.Result.Message, `metadata.annotations[sidecar.istio.io/rewriteAppHTTPProbers]: "sometimes" is not true or false`) {
 		t.Errorf("a bad value: %+v; want the pod refused naming the annotation", resp.Result)
