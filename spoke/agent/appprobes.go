@@ -171,7 +171,7 @@ func (p *AppProber) probeHTTP(ctx context.Context, h *appprobe.HTTPGet) (string,
 			Proxy:             nil,
 		},
 		CheckRedirect: func(next *http.Request, via []*http.Request) error {
-			if next.URL.Hostname() != via[0].URL.Hostname() || next.URL.Port() != via[0].URL.Port() {
+			if next.URL.Hostname() != via[0].URL.Hostname() { // Kubernetes' rule: the same host, any port
 				return http.ErrUseLastResponse
 			}
 			if len(via) >= maxProbeRedirects {

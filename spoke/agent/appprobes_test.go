@@ -77,6 +77,9 @@ func TestAppProbeHTTP(t *testing.T) {
 	})
 	app := httptest.NewServer(mux)
 	defer app.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	defer other.Close()
+	mux.HandleFunc("/port", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, other.URL+"/", http.StatusFound) })
 	tlsApp := httptest.NewTLSServer(mux)
 	defer tlsApp.Close()
 	port, tlsPort, down := portOf(t, app.URL), portOf(t, tlsApp.URL), closedPort(t)
@@ -89,6 +92,7 @@ func TestAppProbeHTTP(t *testing.T) {
 		appprobe.Path("web", appprobe.Readiness): get("/bad", port),
 		appprobe.Path("web", appprobe.Startup):   get("/here", port),
 		appprobe.Path("away", appprobe.Liveness): get("/away", port),
+		appprobe.Path("port", appprobe.Liveness): get("/port", port),
 		appprobe.Path("slow", appprobe.Liveness): {HTTPGet: &appprobe.HTTPGet{Path: "/slow", Port: port}, TimeoutSeconds: 1},
 		appprobe.Path("down", appprobe.Liveness): get("/ok", down),
 		appprobe.Path("tls", appprobe.Liveness):  {HTTPGet: &appprobe.HTTPGet{Path: "/ok", Port: tlsPort, Scheme: appprobe.SchemeHTTPS}, TimeoutSeconds: generous},
@@ -113,7 +117,8 @@ func TestAppProbeHTTP(t *testing.T) {
 	}{
 		{"/app-health/web/readyz", http.StatusServiceUnavailable, "failure: HTTP 500"},
 		{"/app-health/web/startupz", http.StatusServiceUnavailable, "failure: HTTP 500"}, // the redirect on the pod was followed
-		{"/app-health/away/livez", http.StatusOK, "HTTP 302"},                            // not followed off the pod; 3xx passes, as in Kubernetes
+		{"/app-health/away/livez", http.StatusOK, "HTTP 302"},
+		{"/app-health/port/livez", http.StatusServiceUnavailable, "failure: HTTP 418"}, // same host, another port: followed, as in Kubernetes                            // not followed off the pod; 3xx passes, as in Kubernetes
 		{"/app-health/slow/livez", http.StatusServiceUnavailable, "error: no answer within the probe's timeoutSeconds"},
 		{"/app-health/down/livez", http.StatusServiceUnavailable, "error: "},
 		{"/app-health/tls/livez", http.StatusOK, "HTTP 200"},
@@ -132,7 +137,7 @@ func TestAppProbeHTTP(t *testing.T) {
 	for _, c := range []struct {
 		result string
 		want   float64
-	}{{probeSuccess, 3}, {probeFailure, 2}, {probeError, 2}} {
+	}{{probeSuccess, 3}, {probeFailure, 3}, {probeError, 2}} {
 		if got := testutil.ToFloat64(p.total.WithLabelValues("http", c.result)); got != c.want {
 			t.Errorf("nave_agent_app_probes_total{kind=http,result=%s} = %v; want %v", c.result, got, c.want)
 		}
