@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,12 +129,24 @@ func (p *AppProber) probe(ctx context.Context, pr *appprobe.Prober) (result, det
 	}
 }
 
-func dialer(source *net.TCPAddr) *net.Dialer {
-	d := &net.Dialer{}
-	if source != nil {
-		d.LocalAddr = source
+// dialFunc dials from source when it is set; where the address does not
+// exist (a host whose loopback is 127.0.0.1 alone, never a pod) it dials
+// from the default source instead.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func dialer(source *net.TCPAddr) dialFunc {
+	plain := &net.Dialer{}
+	if source == nil {
+		return plain.DialContext
 	}
-	return d
+	from := &net.Dialer{LocalAddr: source}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := from.DialContext(ctx, network, addr)
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return plain.DialContext(ctx, network, addr)
+		}
+		return c, err
+	}
 }
 
 // probeHTTP is Kubernetes' HTTP probe: GET, 200-399 succeeds, redirects
@@ -165,7 +178,7 @@ func (p *AppProber) probeHTTP(ctx context.Context, h *appprobe.HTTPGet) (string,
 	}
 	client := &http.Client{
 		Transport: &http.Transport{
-			DialContext:       dialer(source).DialContext,
+			DialContext:       dialer(source),
 			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // Kubernetes' HTTPS probes verify nothing either
 			DisableKeepAlives: true,
 			Proxy:             nil,
@@ -199,7 +212,7 @@ func (p *AppProber) probeGRPC(ctx context.Context, g *appprobe.GRPC) (string, st
 	addr, source := p.target("", g.Port)
 	d := dialer(source)
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d(ctx, "tcp", a) }))
 	if err != nil {
 		return probeError, "gRPC client: " + err.Error()
 	}
@@ -222,7 +235,7 @@ func (p *AppProber) probeGRPC(ctx context.Context, g *appprobe.GRPC) (string, st
 // probeTCP is Kubernetes' TCP probe: the connection opens.
 func (p *AppProber) probeTCP(ctx context.Context, s *appprobe.TCPSocket) (string, string) {
 	addr, source := p.target(s.Host, s.Port)
-	conn, err := dialer(source).DialContext(ctx, "tcp", addr)
+	conn, err := dialer(source)(ctx, "tcp", addr)
 	if err != nil {
 		return probeError, errText(ctx, err)
 	}
