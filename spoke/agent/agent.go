@@ -19,6 +19,7 @@ import (
 	"github.com/navemesh/nave/shared/atomicfile"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/spoke/agentconfig"
+	"github.com/navemesh/nave/spoke/appprobe"
 )
 
 // Files the agent writes in its directory (agentconfig.Config.Dir).
@@ -49,6 +50,7 @@ type Agent struct {
 	keeper  *Keeper
 	sds     *SDS
 	envoy   *Envoy
+	probes  *AppProber
 
 	bootstrapWritten atomic.Bool
 	envoyRunning     atomic.Bool
@@ -65,7 +67,12 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	if err != nil {
 		return nil, fmt.Errorf("ra.identity: %w", err)
 	}
+	probers, err := appprobe.Parse(cfg.AppProbes)
+	if err != nil {
+		return nil, fmt.Errorf("appProbes: %w", err)
+	}
 	a := &Agent{cfg: cfg, log: log, adm: admin.New(log, reg), metrics: newMetrics(reg), id: id}
+	a.probes = NewAppProber(probers, cfg.Pod.IP, log.With("component", "app-probes"), reg)
 	a.ra, err = DialRA(RAOptions{Address: cfg.RA.Address, Identity: raID, RootsPEM: []byte(cfg.Trust.MeshRoots),
 		TokenFile: cfg.RA.TokenFile, Workload: id, TTL: cfg.RA.CertTTL})
 	if err != nil {
@@ -99,6 +106,8 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 			return a.envoy.Ready(context.Background())
 		})
 	}
+	a.adm.HandleDebug("app-probes", "the app containers' original probes the agent runs for the kubelet, by path (decision 032)",
+		func(*http.Request) (any, error) { return probers, nil })
 	a.adm.HandleDebug("certificate", "the workload certificate in place: identity, serial, validity, renewal (never the key)", a.certificateView)
 	return a, nil
 }
@@ -115,7 +124,7 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 	g, ctx := errgroup.WithContext(ctx)
 	// The status port is on the pod's IP (probes, scrapes): no profiles,
 	// and no warning meant for the hub's and spoke's admin ports.
-	g.Go(func() error { return a.adm.ServeHandler(ctx, status, a.adm.WorkloadHandler(), nil) })
+	g.Go(func() error { return a.adm.ServeHandler(ctx, status, a.StatusHandler(), nil) })
 	boot, err := a.bootstrap()
 	if err != nil {
 		return a.stop(g, err)
@@ -153,6 +162,15 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 		})
 	}
 	return g.Wait()
+}
+
+// StatusHandler is what the status listener serves: the workload's admin
+// endpoints and the app probes under /app-health/.
+func (a *Agent) StatusHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(appprobe.PathPrefix, a.probes)
+	mux.Handle("/", a.adm.WorkloadHandler())
+	return mux
 }
 
 // stop ends the group with err.

@@ -14,6 +14,7 @@ import (
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/spoke/appprobe"
 )
 
 // Program is the agent binary's name.
@@ -46,6 +47,8 @@ type Config struct {
 	Status       Status `key:"status" help:"the status HTTP server: health probes, metrics and debug views"`
 	Envoy        Envoy  `key:"envoy" help:"the Envoy sidecar (envoy mode)"`
 	ProxyUID     int    `key:"proxyUID" default:"1337" help:"uid the sidecar runs as (traffic capture excludes it); informational for the agent"`
+	// AppProbes are the app containers' original probes (decision 032).
+	AppProbes string `key:"appProbes" help:"JSON of the app containers' original probes by path (/app-health/<container>/livez|readyz|startupz: httpGet, grpc or tcpSocket with numeric ports, timeoutSeconds), which the injector rewrote to httpGet on the status port; the agent answers each path by probing the pod; empty: none"`
 }
 
 // Pod is what the downward API tells about the pod.
@@ -234,6 +237,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.WorkloadID(); err != nil {
 		return settings.Invalid("pod.serviceAccount", "%q makes no workload identity: %v", c.Pod.ServiceAccount, err)
+	}
+	if _, err := appprobe.Parse(c.AppProbes); err != nil {
+		return settings.Invalid("appProbes", "%v", err)
 	}
 	if c.ProxyUID < 0 {
 		return settings.Invalid("proxyUID", "must not be negative, got %d", c.ProxyUID)
