@@ -290,14 +290,14 @@ func (c *meshCA) status(maxTTL time.Duration) RotationStatus {
 	}
 	switch s.Phase {
 	case PhaseNone:
-		s.Next = "nothing to do; to rotate: navectl ca rotate add"
+		s.Next = "nothing to do; to rotate: navectl roots add"
 	case PhaseAdded:
-		s.Next = "wait until every agent and spoke has the new bundle (ra.rootsRefresh), then: navectl ca rotate switch"
+		s.Next = "wait until every agent and spoke has the new bundle (ra.rootsRefresh), then: navectl roots switch"
 	case PhaseSwitched:
 		if !r.switchedAt.IsZero() {
 			s.PreviousValidUntil = r.switchedAt.Add(maxTTL)
 		}
-		s.Next = "after previousValidUntil: navectl ca rotate drop"
+		s.Next = "after previousValidUntil: navectl roots drop"
 	}
 	return s
 }
@@ -359,7 +359,7 @@ func (a *Authority) AddRoot(ctx context.Context, mesh string, cacerts map[string
 	}
 	return a.rotate(ctx, mesh, func(m Mesh, blobs map[string][]byte) (map[string][]byte, string, error) {
 		if _, ok := blobs[FilePrevRootCert]; ok {
-			return nil, "", fmt.Errorf("the previous root of the last rotation is still trusted (%s): drop it first (navectl ca rotate drop)", FilePrevRootCert)
+			return nil, "", fmt.Errorf("the previous root of the last rotation is still trusted (%s): drop it first (navectl roots drop)", FilePrevRootCert)
 		}
 		if cur := nextBlobs(blobs); cur != nil {
 			_, generated := cur[FileRootKey]
@@ -409,7 +409,7 @@ func (a *Authority) SwitchRoot(ctx context.Context, mesh string, o SwitchOptions
 			if _, ok := blobs[FilePrevRootCert]; ok {
 				return nil, "already switched; the next step is drop", nil
 			}
-			return nil, "", errors.New("no new root was added: run navectl ca rotate add first")
+			return nil, "", errors.New("no new root was added: run navectl roots add first")
 		}
 		now := a.opts.Now()
 		added, err := readTime(blobs, FileRotationAdded)
@@ -447,7 +447,7 @@ func (a *Authority) DropRoot(ctx context.Context, mesh string, force bool) (stri
 	return a.rotate(ctx, mesh, func(m Mesh, blobs map[string][]byte) (map[string][]byte, string, error) {
 		if _, ok := blobs[FilePrevRootCert]; !ok {
 			if nextBlobs(blobs) != nil {
-				return nil, "", errors.New("the new root does not sign yet: run navectl ca rotate switch first (dropping now would strand every certificate in use)")
+				return nil, "", errors.New("the new root does not sign yet: run navectl roots switch first (dropping now would strand every certificate in use)")
 			}
 			return nil, "no previous root to drop", nil
 		}

@@ -146,7 +146,7 @@ type CA struct {
 	Kubeconfig      string        `key:"kubeconfig" help:"with ca.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 	WorkloadCertTTL time.Duration `key:"workloadCertTTL" default:"24h" help:"lifetime of workload certificates that name none"`
 	ClusterCertTTL  time.Duration `key:"clusterCertTTL" default:"24h" help:"lifetime of spoke cluster certificates; spokes renew at about 80 %"`
-	RefreshInterval time.Duration `key:"refreshInterval" default:"30s" help:"how often the hub reads ca.store again to take up a root rotation step (navectl ca rotate: add, switch, drop) without a restart; every replica does, and sends the new bundle to its spokes"`
+	RefreshInterval time.Duration `key:"refreshInterval" default:"30s" help:"how often the hub reads ca.store again to take up a root rotation step (navectl roots add, switch, drop) without a restart; every replica does, and sends the new bundle to its spokes"`
 }
 
 // Values of CA.Store and State.Store.

@@ -268,7 +268,7 @@ func (s *security) refreshCAs(ctx context.Context, interval time.Duration, chang
 }
 
 func (s *security) debug(adm *admin.Server) {
-	adm.HandleTenantDebug("roots", "each mesh's roots of trust and where a root rotation stands (navectl ca rotate)", func(r *http.Request) (any, error) {
+	adm.HandleTenantDebug("roots", "each mesh's roots of trust and where a root rotation stands (navectl roots)", func(r *http.Request) (any, error) {
 		if s.plaintext {
 			return map[string]any{"plaintext": true}, nil
 		}
