@@ -179,7 +179,7 @@ func nextSecrets(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecr
 // agentWorld is a real API server with the demo namespace, a TLS hub and
 // a spoke serving its RA; lis is where the echo endpoint of the demo's
 // config listens.
-func agentWorld(t testing.TB) (*agent, *hub, string, net.Listener) {
+func agentWorld(t testing.TB, hubArgs ...string) (*agent, *hub, string, net.Listener) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
@@ -192,7 +192,7 @@ func agentWorld(t testing.TB) (*agent, *hub, string, net.Listener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newSecureHub(t)
+	h := newSecureHub(t, hubArgs...)
 	raAddr := addr(harness.FreePort(t))
 	startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
 	h.waitSynced(t, "default/c1")
