@@ -24,7 +24,7 @@ import (
 // margin: a rotation step may only be taken once every workload's grpc
 // holds what the agents wrote. It is a property of grpc's file watcher
 // that the procedure respects, not a performance bound.
-const grpcReload = 13 * time.Second
+const grpcReload = 16 * time.Second
 
 // rootsIn returns the certificates of a PEM file.
 func rootsIn(t *testing.T, path string) []*x509.Certificate {
