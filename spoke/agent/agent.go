@@ -76,11 +76,11 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	if cfg.Mode == agentconfig.ModeEnvoy {
 		a.sds = NewSDS(log.With("component", "sds"), a.metrics)
 		publish = func(c *Credential) error {
-			if err := a.sds.Update(c); err != nil {
+			// Kept for a restart of the container (startRoots).
+			if err := atomicfile.Write(filepath.Join(cfg.Dir, RootCertFile), c.RootsPEM, 0o644); err != nil {
 				return err
 			}
-			// Kept for a restart of the container (startRoots).
-			return atomicfile.Write(filepath.Join(cfg.Dir, RootCertFile), c.RootsPEM, 0o644)
+			return a.sds.Update(c)
 		}
 		a.envoy = &Envoy{Binary: cfg.Envoy.Binary, Bootstrap: filepath.Join(cfg.Dir, EnvoyBootstrapFile), AdminPort: cfg.Envoy.AdminPort,
 			Grace: envoyGrace, Stdout: os.Stdout, Stderr: os.Stderr, Log: log.With("component", "envoy")}
