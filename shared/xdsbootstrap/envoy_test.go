@@ -191,3 +191,23 @@ func TestGRPCBootstrapFallback(t *testing.T) {
 		t.Errorf("servers %+v; want the hub first, the fallback second with the same credentials", b.XDSServers)
 	}
 }
+
+// TestGRPCBootstrapLocality: the node's locality is written in grpc-go's
+// bootstrap form (gRFC A27: region, zone, sub_zone), and left out when
+// unknown.
+func TestGRPCBootstrapLocality(t *testing.T) {
+	doc, err := New("127.0.0.1:1", "n", nil, nil).WithLocality("r1", "z1", "s1").JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"node":{"id":"n","locality":{"region":"r1","zone":"z1","sub_zone":"s1"}}`; !strings.Contains(string(doc), want) {
+		t.Errorf("bootstrap %s lacks %s", doc, want)
+	}
+	doc, err = New("127.0.0.1:1", "n", nil, nil).WithLocality("", "", "").JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(doc), "locality") {
+		t.Errorf("bootstrap %s has a locality, want none", doc)
+	}
+}

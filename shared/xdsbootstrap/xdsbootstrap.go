@@ -44,6 +44,16 @@ type TLSFiles struct {
 type Node struct {
 	ID       string         `json:"id"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Locality is where the client runs: the hub balances its calls by
+	// locality (DestinationRule localityLbSetting) from it.
+	Locality *Locality `json:"locality,omitempty"`
+}
+
+// Locality is a node's region, zone and subzone.
+type Locality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"sub_zone,omitempty"`
 }
 
 // CertificateProvider is grpc-go's file_watcher plugin.
@@ -110,6 +120,16 @@ func (b *Bootstrap) WithFileWatcher(name, certFile, keyFile, caFile, refresh str
 // returns b.
 func (b *Bootstrap) WithServerListenerTemplate(template string) *Bootstrap {
 	b.ServerListenerResourceNameTemplate = template
+	return b
+}
+
+// WithLocality sets the node's locality (all empty: none), and returns b.
+func (b *Bootstrap) WithLocality(region, zone, subzone string) *Bootstrap {
+	if region == "" && zone == "" && subzone == "" {
+		b.Node.Locality = nil
+		return b
+	}
+	b.Node.Locality = &Locality{Region: region, Zone: zone, SubZone: subzone}
 	return b
 }
 

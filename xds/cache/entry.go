@@ -28,6 +28,8 @@ type Entry struct {
 	// maps each generated message to its Prepared (see marshal).
 	cacheKeys  sync.Map
 	marshalled sync.Map
+	// located memoizes locate (proxy.Key -> proxy.Key).
+	located sync.Map
 
 	// proxies memoizes Envoy generation per proxy key; interned shares one
 	// Prepared per (type, name, content) across every key. prev is the
@@ -42,9 +44,13 @@ type Entry struct {
 
 	grpcOnce sync.Once
 	grpc     *resource.ProxyResources
-	// servers memoizes, per cache key, Proxyless plus the server
-	// listeners of the workload (ProxylessFor).
-	servers map[proxy.Key]*proxyEntry
+	// clients memoizes ProxylessClient per client key (clientKey, itself
+	// memoized in clientKeys); servers, per cache key and client key, the
+	// client resources plus the server listeners of the workload
+	// (ProxylessFor).
+	clients    map[proxy.Key]*proxyEntry
+	clientKeys sync.Map
+	servers    map[serverKey]*proxyEntry
 }
 
 type internKey struct{ typeURL, name, hash string }
@@ -80,6 +86,7 @@ const (
 // whose own address is among the changed endpoints). Safe for concurrent
 // use.
 func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
+	k = e.locate(k)
 	ck := e.cacheKey(k)
 	e.mu.Lock()
 	if e.proxies == nil {
@@ -109,6 +116,19 @@ func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 	return pe.res
 }
 
+// locate returns k with the locality it balances from in this State
+// (scope.LocalityOf: the registry's locality of the workload at k's
+// addresses before what its node says, as Istio decides).
+func (e *Entry) locate(k proxy.Key) proxy.Key {
+	if lk, ok := e.located.Load(k); ok {
+		return lk.(proxy.Key)
+	}
+	lk := k
+	lk.Locality = scope.LocalityOf(e.State.Snapshot, k)
+	e.located.Store(k, lk)
+	return lk
+}
+
 // cacheKey is the key generation for k is memoized under: k with its IPs
 // and labels replaced by what they contribute (scope.InboundSignature,
 // scope.LabelSignature), so the sidecars of one deployment, and proxies whose
@@ -125,6 +145,12 @@ func (e *Entry) cacheKey(k proxy.Key) proxy.Key {
 func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	ck := k
 	ck.IPs, ck.Labels = "", ""
+	if !gen.GRPCClientReads(e.State.Snapshot).Locality {
+		// No rule of the mesh reads a proxy's locality (its traffic
+		// policies are the same for Envoy and proxyless): sidecars of one
+		// deployment in several zones share one generation.
+		ck.Locality = mesh.Locality{}
+	}
 	if k.IPs != "" {
 		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig

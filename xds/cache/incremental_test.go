@@ -58,14 +58,16 @@ spec: {address: %s, ports: {http: %d}, labels: {app: %s, version: %s}, locality:
 // endpoint-only and config changes and, with Verify on, has every
 // incremental generation compared with one from scratch, for sidecars in
 // two namespaces (one whose own address is a changing endpoint), a gateway
-// and proxyless clients.
+// and proxyless clients (of unknown locality, and in each zone).
 func TestIncrementalGenerationMatchesFromScratch(t *testing.T) {
 	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
 	apps := []struct{ name, ns string }{{"reviews", "shop"}, {"ratings", "shop"}, {"web", "front"}}
 	// Upstream TLS per app (proxyless: ISTIO_MUTUAL clusters carry TLS,
 	// SIMPLE ones are left out with their endpoints): reviews mesh mTLS,
 	// ratings SIMPLE for subset v2 only, web none.
-	tls := map[string]string{"reviews": ", tls: {mode: ISTIO_MUTUAL}"}
+	// web's outlierDetection turns on failover by proximity (per client
+	// locality, for proxyless clients too).
+	tls := map[string]string{"reviews": ", tls: {mode: ISTIO_MUTUAL}", "web": ", outlierDetection: {consecutive5xxErrors: 1}"}
 	subsetTLS := map[string]string{"ratings": ", trafficPolicy: {tls: {mode: SIMPLE}}"}
 	for _, a := range apps {
 		w.put("se-"+a.name, fmt.Sprintf(`apiVersion: networking.istio.io/v1
@@ -131,6 +133,12 @@ spec:
 		{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=client", IPs: "10.9.0.1", Locality: mesh.Locality{Region: "region-1", Zone: "zone-a"}},
 		{Type: proxy.Router, Mesh: "m", Namespace: "front", Labels: "istio=ingressgateway", IPs: "10.9.0.2"},
 	}
+	// Proxyless clients in both zones (the distribute rules and web's
+	// failover read their locality).
+	grpcKeys := []proxy.Key{
+		{Type: proxy.GRPC, Mesh: "m", Locality: mesh.Locality{Region: "region-1", Zone: "zone-a"}},
+		{Type: proxy.GRPC, Mesh: "m", Locality: mesh.Locality{Region: "region-1", Zone: "zone-b"}},
+	}
 	var last *cache.Entry
 	publish := func() *cache.Entry {
 		t.Helper()
@@ -143,6 +151,9 @@ spec:
 			st.ForProxy(k)
 		}
 		st.Proxyless()
+		for _, k := range grpcKeys {
+			st.ProxylessFor(k)
+		}
 		last = st
 		return st
 	}

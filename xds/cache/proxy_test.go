@@ -7,6 +7,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/gen/proxyless"
+	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 	"github.com/navemesh/nave/xds/resource"
@@ -140,4 +141,79 @@ func TestProxylessServersGetTheirServerListeners(t *testing.T) {
 	if mm := c.Mismatches(); len(mm) > 0 {
 		t.Errorf("shared results differ from generation from scratch: %v", mm)
 	}
+}
+
+// TestEnvoyKeysShareGenerationAcrossLocalitiesUnlessARuleReadsIt: with no
+// rule reading a proxy's locality, sidecars in two zones share one
+// generation; once a DestinationRule balances by locality (outlierDetection:
+// failover by proximity), they do not, and each gets its own zone first.
+// A sidecar whose bootstrap says nothing balances from its workload's
+// locality in the registry.
+func TestEnvoyKeysShareGenerationAcrossLocalitiesUnlessARuleReadsIt(t *testing.T) {
+	const endpoints = `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: zoned, namespace: demo}
+spec:
+  hosts: [zoned.demo.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.1.0.1, locality: r/z1}, {address: 10.1.0.2, locality: r/z2}]
+`
+	const dr = `---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: zoned, namespace: demo}
+spec:
+  host: zoned.demo.svc.cluster.local
+  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5}}
+`
+	key := func(zone, ips string) proxy.Key {
+		k := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: ips}
+		if zone != "" {
+			k.Locality = mesh.Locality{Region: "r", Zone: zone}
+		}
+		return k
+	}
+	for _, c := range []struct {
+		name   string
+		config string
+		shared bool
+	}{{"no rule reads the locality", endpoints, true}, {"failover by proximity", endpoints + dr, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			src := pushctxtest.NewSource()
+			src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.Decode(t, c.config)))
+			m, ca := start(t, src, cache.Options{Verify: true})
+			_, ready := m.Current("m")
+			m.Notify("m")
+			pushctxtest.Await(t, ready, "the mesh is published")
+			st := current(ca, m, "m")
+			z1, z2 := st.ForProxy(key("z1", "10.9.0.1")), st.ForProxy(key("z2", "10.9.0.2"))
+			if (z1 == z2) != c.shared {
+				t.Fatalf("sidecars in z1 and z2 share a generation: %v, want %v", z1 == z2, c.shared)
+			}
+			// 10.1.0.2 is a workload in z2: its sidecar, whose bootstrap
+			// names no locality, is served as one in z2.
+			if fromRegistry := st.ForProxy(key("", "10.1.0.2")); !c.shared && !sameEndpoints(fromRegistry, z2) {
+				t.Error("a sidecar of a z2 workload without a bootstrap locality is not served as z2's")
+			}
+			if mm := ca.Mismatches(); len(mm) > 0 {
+				t.Errorf("shared results differ from generation from scratch: %v", mm)
+			}
+		})
+	}
+}
+
+// sameEndpoints reports whether a and b hold the same assignments.
+func sameEndpoints(a, b *resource.ProxyResources) bool {
+	ea, eb := a.Resources[typeurl.Endpoint], b.Resources[typeurl.Endpoint]
+	if len(ea) != len(eb) || len(ea) == 0 {
+		return false
+	}
+	for name, p := range ea {
+		if q := eb[name]; q != p {
+			return false
+		}
+	}
+	return true
 }

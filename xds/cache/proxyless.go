@@ -2,6 +2,10 @@ package cache
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
@@ -26,7 +30,7 @@ func (e *Entry) Proxyless() *resource.ProxyResources {
 			res, mode = pg, genReused
 		case pg != nil && !diff.Config:
 			// Only endpoints changed: only those hosts' assignments.
-			out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: gen.GRPCEndpoints(e.State.Snapshot, diff.Hosts)}}
+			out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: gen.GRPCEndpoints(e.State.Snapshot, diff.Hosts, gen.GRPCClient{})}}
 			res, mode = resource.Derive(pg, e.intern(e.marshal(out)), out.Problems), genEndpoints
 			if e.c.opts.Verify {
 				e.verifyOutput(key, res, gen.GRPC(e.State.Snapshot))
@@ -47,27 +51,33 @@ func (e *Entry) Proxyless() *resource.ProxyResources {
 	return e.grpc
 }
 
-// ProxylessFor returns what the proxyless client with key k receives: the
-// mesh-wide Proxyless resources and, when k's IPs serve some ports, the
-// server listeners an xDS gRPC server on those ports asks for
-// (gen.GRPCServerListeners: its PeerAuthentication and
-// AuthorizationPolicies). The addition is generated once per cache key
-// (labels and inbound ports, as for Envoy) and shares every other
-// resource with Proxyless. Safe for concurrent use.
+// ProxylessFor returns what the proxyless client with key k receives:
+// the resources of its client key (ProxylessClient: the mesh-wide
+// Proxyless resources, with the assignments of clusters that balance by
+// locality built for its locality and labels where the mesh's rules read
+// them) and, when k's IPs serve some ports, the server listeners an xDS
+// gRPC server on those ports asks for (gen.GRPCServerListeners: its
+// PeerAuthentication and AuthorizationPolicies). The addition is
+// generated once per cache key (labels and inbound ports, as for Envoy)
+// and client key, and shares every other resource. Safe for concurrent
+// use.
 func (e *Entry) ProxylessFor(k proxy.Key) *resource.ProxyResources {
-	base := e.Proxyless()
+	k = e.locate(k)
+	gk := e.clientKey(k)
+	base := e.ProxylessClient(gk)
 	ck := e.cacheKey(k) // memoized; its IPs say whether k's IPs serve ports
 	if ck.IPs == "" {
 		return base
 	}
+	sk := serverKey{ck, gk}
 	e.mu.Lock()
 	if e.servers == nil {
-		e.servers = map[proxy.Key]*proxyEntry{}
+		e.servers = map[serverKey]*proxyEntry{}
 	}
-	pe := e.servers[ck]
+	pe := e.servers[sk]
 	if pe == nil {
 		pe = &proxyEntry{origin: k}
-		e.servers[ck] = pe
+		e.servers[sk] = pe
 	}
 	e.mu.Unlock()
 	pe.once.Do(func() {
@@ -96,6 +106,115 @@ func (e *Entry) ProxylessFor(k proxy.Key) *resource.ProxyResources {
 		}
 	}
 	return pe.res
+}
+
+// serverKey memoizes a proxyless server's resources: its cache key (what
+// its labels and IPs select) and its client key.
+type serverKey struct{ cache, client proxy.Key }
+
+// clientKey is the key proxyless client k's resources are generated for:
+// the mesh, and of k's locality, network and labels only what the
+// snapshot's locality load balancing reads (gen.GRPCClientReads). A mesh
+// without such rules, and clients that know none of it, have the mesh
+// key ({Type: GRPC, Mesh}) and share Proxyless; otherwise there is at
+// most one key per locality (and label value compared) among the clients.
+func (e *Entry) clientKey(k proxy.Key) proxy.Key {
+	if gk, ok := e.clientKeys.Load(k); ok {
+		return gk.(proxy.Key)
+	}
+	gk := proxy.Key{Type: proxy.GRPC, Mesh: e.State.Mesh}
+	reads := gen.GRPCClientReads(e.State.Snapshot)
+	if reads.Locality {
+		gk.Locality = k.Locality
+	}
+	if reads.Network {
+		gk.Network = k.Network
+	}
+	if len(reads.Labels) > 0 && k.Labels != "" {
+		labels := k.LabelMap()
+		var kept []string
+		for _, name := range reads.Labels { // sorted
+			if v, ok := labels[name]; ok {
+				kept = append(kept, name+"="+v)
+			}
+		}
+		gk.Labels = strings.Join(kept, "\n")
+	}
+	e.clientKeys.Store(k, gk)
+	return gk
+}
+
+// ProxylessClient returns the resources of proxyless client key gk
+// (clientKey): Proxyless for the mesh key; else Proxyless's with the
+// assignments of clusters that balance by locality built for gk's
+// locality, network and labels, generated once per key and State. As
+// for Envoy keys, a key's newest result is the base of the next State's:
+// unchanged config reuses it, and when only endpoints changed only those
+// hosts' assignments are generated again for the key. Keys nobody asks
+// for are dropped with their State (and from the mesh's results after a
+// while).
+func (e *Entry) ProxylessClient(gk proxy.Key) *resource.ProxyResources {
+	mesh := e.Proxyless()
+	if gk == (proxy.Key{Type: proxy.GRPC, Mesh: e.State.Mesh}) {
+		return mesh
+	}
+	e.mu.Lock()
+	if e.clients == nil {
+		e.clients = map[proxy.Key]*proxyEntry{}
+	}
+	pe := e.clients[gk]
+	if pe == nil {
+		pe = &proxyEntry{origin: gk}
+		e.clients[gk] = pe
+	}
+	e.mu.Unlock()
+	pe.once.Do(func() {
+		defer e.c.acquire()()
+		start := time.Now()
+		c := gen.GRPCClient{Locality: gk.Locality, Network: gk.Network, Labels: gk.LabelMap()}
+		res, mode := e.generateClient(gk, c, mesh)
+		if e.c.opts.Verify && mode != genReused {
+			e.verifyOutput(gk, res, gen.GRPCFor(e.State.Snapshot, c))
+		}
+		pe.res = res
+		e.results.put(gk, cachedResult{version: e.State.Version, snap: e.State.Snapshot, res: res})
+		e.c.metrics.generations.WithLabelValues(mode).Inc()
+		e.c.metrics.proxyGenSeconds.Observe(time.Since(start).Seconds())
+	})
+	return pe.res
+}
+
+// generateClient builds client key gk's resources (see ProxylessClient)
+// given the mesh-wide ones.
+func (e *Entry) generateClient(gk proxy.Key, c gen.GRPCClient, mesh *resource.ProxyResources) (*resource.ProxyResources, string) {
+	pr, diff := e.base(gk)
+	switch {
+	case pr != nil && diff.Unchanged():
+		return pr, genReused
+	case pr != nil && !diff.Config:
+		out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: gen.GRPCEndpoints(e.State.Snapshot, diff.Hosts, c)}}
+		return resource.Derive(pr, e.intern(e.marshal(out)), nil), genEndpoints
+	}
+	out := gen.GRPCClientEndpoints(e.State.Snapshot, c)
+	e.addProblems(out.Problems)
+	byType := maps.Clone(mesh.Resources)
+	eds := maps.Clone(mesh.Resources[typeurl.Endpoint])
+	if eds == nil {
+		eds = map[string]*resource.Prepared{}
+	}
+	// These assignments are the key's own (none memoized and shared, unlike
+	// GRPCEndpoints'): marshalled without remembering the messages.
+	for _, p := range e.intern(resource.Marshal(out.Resources))[typeurl.Endpoint] {
+		eds[p.Name] = p
+	}
+	byType[typeurl.Endpoint] = eds
+	problems := slices.Clone(mesh.Problems)
+	for _, p := range out.Problems {
+		if !slices.Contains(problems, p) {
+			problems = append(problems, p)
+		}
+	}
+	return resource.New(byType, problems), genFull
 }
 
 func (e *Entry) setProxyless(r *resource.ProxyResources) {

@@ -13,7 +13,8 @@
 //	routes     VirtualService → Envoy routes, for Envoy and proxyless gRPC
 //	envoy      Envoy sidecars and gateways, one generator per type URL
 //	           (cds*.go, eds*.go, lds*.go, rds*.go)
-//	proxyless  proxyless gRPC clients (per snapshot) and xDS servers
+//	proxyless  proxyless gRPC clients (per snapshot; locality-balanced
+//	           assignments per client) and xDS servers
 //	sim        walks generated config as Envoy would, for tests
 //	gentest    what the rooms' tests share
 //
@@ -67,15 +68,41 @@ func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]boo
 	return out
 }
 
+// GRPCClient is what proxyless generation reads of a client: its
+// locality, network and labels, for locality load balancing (defined in
+// build, shared with Envoy's).
+type GRPCClient = build.Client
+
+// ClientReads says which of a client's attributes generated assignments
+// read (defined in build).
+type ClientReads = build.ClientReads
+
 // GRPC generates the resources of every proxyless gRPC client of a
-// snapshot (they are the same for all of them).
-func GRPC(s *mesh.Snapshot) *Output { return proxyless.Generate(s) }
+// snapshot whose locality, network and labels are unknown (or not read:
+// GRPCClientReads).
+func GRPC(s *mesh.Snapshot) *Output { return proxyless.Generate(s, GRPCClient{}) }
+
+// GRPCFor generates the resources of proxyless gRPC client c: GRPC's,
+// with the assignments of clusters that balance by locality built for c.
+func GRPCFor(s *mesh.Snapshot, c GRPCClient) *Output { return proxyless.Generate(s, c) }
+
+// GRPCClientReads is what the snapshot's proxyless resources read of a
+// client: clients that agree on it receive the same resources. Memoized
+// per snapshot.
+func GRPCClientReads(s *mesh.Snapshot) ClientReads { return proxyless.ClientReads(s) }
+
+// GRPCClientEndpoints generates for c only the assignments of clusters
+// that balance by locality, sorted by name, with their problems: GRPC's
+// output with these in place of its own is GRPCFor's.
+func GRPCClientEndpoints(s *mesh.Snapshot, c GRPCClient) *Output {
+	return proxyless.ClientEndpoints(s, c)
+}
 
 // GRPCEndpoints generates the proxyless assignments of hosts' clusters
-// only, sorted by name: all that changes for proxyless clients when only
-// those hosts' endpoints changed.
-func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool) []Resource {
-	return proxyless.Endpoints(s, hosts)
+// only, for client c, sorted by name: all that changes for proxyless
+// clients when only those hosts' endpoints changed.
+func GRPCEndpoints(s *mesh.Snapshot, hosts map[string]bool, c GRPCClient) []Resource {
+	return proxyless.Endpoints(s, hosts, c)
 }
 
 // GRPCServerListeners generates the server listeners an xDS gRPC server

@@ -94,7 +94,8 @@ func TestKubeSource(t *testing.T) {
 	})
 	k.pod("shop", "web-1", "node-a", "10.1.0.1", true, map[string]string{"app": "web", "version": "v1"})
 	k.pod("shop", "web-2", "node-b", "10.1.0.2", true, map[string]string{"app": "web", labelNetwork: "net-pod"})
-	k.pod("shop", "web-3", "node-a", "10.1.0.3", true, map[string]string{"app": "web"})
+	// web-3's istio-locality label wins over its node's topology (as in Istio).
+	k.pod("shop", "web-3", "node-a", "10.1.0.3", true, map[string]string{"app": "web", meshconfig.LocalityLabel: "r9.z9.s9"})
 	webPorts := map[string]int32{"http": 8080, "api": 9090}
 	webSlice := sliceOf("shop", "web-abc", "web", webPorts,
 		sliceEndpoint{ip: "10.1.0.1", pod: "web-1", node: "node-a", ready: true},
@@ -176,7 +177,7 @@ func TestKubeSource(t *testing.T) {
 				ServiceAccount: "web-2-sa", Locality: &meshconfigv1.Locality{Region: "r1", Zone: "z2"},
 				Network: "net-pod", Health: meshconfigv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},
 			"shop/web-3": {Address: "10.1.0.3", Ports: map[string]uint32{"http": 8080, "api": 9090},
-				ServiceAccount: "web-3-sa", Locality: &meshconfigv1.Locality{Region: "r1", Zone: "z1", Subzone: "s1"},
+				ServiceAccount: "web-3-sa", Locality: &meshconfigv1.Locality{Region: "r9", Zone: "z9", Subzone: "s9"},
 				Network: "net-ns", Health: meshconfigv1.Workload_TERMINATING, Services: []string{"web.shop.svc.cluster.local"}},
 			"shop/web-abc-10-1-0-50": {Address: "10.1.0.50", Ports: map[string]uint32{"http": 8080, "api": 9090},
 				Network: "net-ns", Health: meshconfigv1.Workload_READY, Services: []string{"web.shop.svc.cluster.local"}},

@@ -214,6 +214,11 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 		}
 		loc.Subzone = node.Labels[labelSubzone]
 	}
+	if pod := e.pod; pod != nil && pod.Labels[meshconfig.LocalityLabel] != "" {
+		// The pod's istio-locality label wins over its node's, as in Istio.
+		loc = &meshconfigv1.Locality{}
+		loc.Region, loc.Zone, loc.Subzone = meshconfig.ParseLocalityLabel(pod.Labels[meshconfig.LocalityLabel])
+	}
 	if loc.Region != "" || loc.Zone != "" || loc.Subzone != "" {
 		w.Locality = loc
 	}

@@ -91,11 +91,7 @@ func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadA
 	meta := func(ep *mesh.Endpoint) *corev3.Metadata {
 		return b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port))
 	}
-	cla := build.Assignment(oc.Name, oc.Port, b.clusterEndpoints(oc), b.priorities(oc), meta)
-	if d := b.distribution(oc); d != nil {
-		build.Distribute(cla, d)
-	}
-	return cla
+	return build.LocalityAssignment(oc.Name, oc.Port, b.clusterEndpoints(oc), b.localityLB(oc), meta)
 }
 
 // clusterEndpoints selects the endpoints of a cluster: the service's

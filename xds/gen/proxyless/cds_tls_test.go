@@ -72,7 +72,7 @@ func grpcUpstreamTLSOf(t *testing.T, out *build.Output, name string) *tlsv3.Upst
 // the rule's names), per subset and port as Envoy merges policies.
 func TestGRPCClusterIstioMutual(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": mtlsConfig})
-	out := Generate(snap)
+	out := Generate(snap, build.Client{})
 
 	check := func(name, wantSNI, wantSAN string, prefix bool) {
 		t.Helper()
@@ -143,7 +143,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 			want = append(want, r)
 		}
 	}
-	got := Endpoints(snap, map[string]bool{host: true})
+	got := Endpoints(snap, map[string]bool{host: true}, build.Client{})
 	if len(got) != len(want) {
 		t.Fatalf("GRPCEndpoints: %d assignments, full generation %d", len(got), len(want))
 	}
@@ -155,7 +155,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 
 	// The trust domain decides the SAN prefix.
 	snap.TrustDomain = "example.org"
-	out = Generate(snap)
+	out = Generate(snap, build.Client{})
 	check(build.ClusterName(host, 7070, ""), "", "spiffe://example.org/", true)
 }
 
@@ -164,7 +164,7 @@ func TestGRPCClusterIstioMutual(t *testing.T) {
 // cluster is plain text.
 func TestGRPCClusterMutualLeftOut(t *testing.T) {
 	y := strings.Replace(mtlsConfig, "tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}", "tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}", 1)
-	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}))
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
 	if r := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7071, "")); r.Message != nil {
 		t.Errorf("MUTUAL cluster generated")
 	}
@@ -172,7 +172,7 @@ func TestGRPCClusterMutualLeftOut(t *testing.T) {
 		t.Errorf("problems = %+v", out.Problems)
 	}
 
-	plain := Generate(gentest.Snapshot(t, map[string]string{"c1": config}))
+	plain := Generate(gentest.Snapshot(t, map[string]string{"c1": config}), build.Client{})
 	for _, r := range plain.Resources[typeurl.Cluster] {
 		if ctx := grpcUpstreamTLSOf(t, plain, r.Name); ctx != nil {
 			t.Errorf("cluster %s without a tls setting has TLS", r.Name)
@@ -205,7 +205,7 @@ spec:
   trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
   subsets: [{name: a, labels: {x: a}}]
 `
-	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}))
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
 	sansOf := func(name string) (exact, prefix []string) {
 		t.Helper()
 		ctx := grpcUpstreamTLSOf(t, out, name)

@@ -3,10 +3,14 @@
 // host:port (lds.go), a route configuration per listener built from the
 // host's VirtualService (rds.go, through the routes room), a cluster per
 // service port and DestinationRule subset (cds.go; mesh mTLS for
-// ISTIO_MUTUAL, cds_tls.go) and an EDS assignment per cluster (eds.go) —
-// the same for every client of a mesh, so generated once per snapshot —
-// and for xDS-enabled gRPC servers, the server listener of each port the
-// workload serves (lds_server.go), per workload.
+// ISTIO_MUTUAL, cds_tls.go) — the same for every client of a mesh, so
+// generated once per snapshot — and an EDS assignment per cluster
+// (eds.go), the same for every client too unless the cluster's
+// DestinationRule balances by locality: those depend on what ClientReads
+// says of the client (its locality, network, some labels), and
+// ClientEndpoints generates them for one client; and for xDS-enabled gRPC
+// servers, the server listener of each port the workload serves
+// (lds_server.go), per workload.
 //
 // Generation is a pure function of its arguments (invariant 6), safe to
 // call from any number of goroutines.
@@ -30,9 +34,11 @@ func ListenerName(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
-// Generate generates the proxyless gRPC resources of a snapshot.
-func Generate(s *mesh.Snapshot) *build.Output {
-	g := &generator{snap: s, out: &build.Output{Resources: map[string][]build.Resource{}}}
+// Generate generates the proxyless gRPC resources of a snapshot for
+// client c (the zero Client for one whose locality, network and labels
+// are unknown).
+func Generate(s *mesh.Snapshot, c build.Client) *build.Output {
+	g := &generator{snap: s, client: c, out: &build.Output{Resources: map[string][]build.Resource{}}}
 	for _, host := range s.Hostnames() {
 		svc := s.Services[host]
 		g.clusters(svc)
@@ -50,11 +56,12 @@ func Generate(s *mesh.Snapshot) *build.Output {
 }
 
 // Endpoints generates the proxyless endpoints (cluster load
-// assignments, every port and subset) of hosts only, sorted by name: all
-// that changes for proxyless clients when only those hosts' endpoints
-// changed (their listeners, routes and clusters do not read endpoints).
-func Endpoints(s *mesh.Snapshot, hosts map[string]bool) []build.Resource {
-	g := &generator{snap: s, out: &build.Output{Resources: map[string][]build.Resource{}}}
+// assignments, every port and subset) of hosts only for client c, sorted
+// by name: all that changes for proxyless clients when only those hosts'
+// endpoints changed (their listeners, routes and clusters do not read
+// endpoints).
+func Endpoints(s *mesh.Snapshot, hosts map[string]bool, c build.Client) []build.Resource {
+	g := &generator{snap: s, client: c, out: &build.Output{Resources: map[string][]build.Resource{}}}
 	for host := range hosts {
 		if svc := s.Services[host]; svc != nil {
 			g.eachCluster(svc, func(oc *policy.Cluster) {
@@ -67,10 +74,51 @@ func Endpoints(s *mesh.Snapshot, hosts map[string]bool) []build.Resource {
 	return rs
 }
 
+// ClientEndpoints generates, for client c, the assignments of every
+// cluster with locality load balancing (those that may differ from the
+// zero Client's), sorted by name, and the problems they met: with the
+// rest of Generate's output for any client, what Generate gives c.
+func ClientEndpoints(s *mesh.Snapshot, c build.Client) *build.Output {
+	g := &generator{snap: s, client: c, out: &build.Output{Resources: map[string][]build.Resource{}}}
+	for _, host := range s.Hostnames() {
+		g.eachCluster(s.Services[host], func(oc *policy.Cluster) {
+			if !build.LocalityIndependent(oc.Policy) {
+				g.add(typeurl.Endpoint, oc.Name, g.newAssignment(oc))
+			}
+		})
+	}
+	build.SortByName(g.out.Resources[typeurl.Endpoint])
+	g.out.Problems = g.problems.List()
+	return g.out
+}
+
+// ClientReads is what the snapshot's proxyless assignments read of a
+// client (build.ClientReads over every cluster's traffic policy):
+// clients that agree on it receive the same assignments. Computed once
+// per snapshot.
+func ClientReads(s *mesh.Snapshot) build.ClientReads {
+	return s.Memo(clientReadsKey{}, func() any {
+		var r build.ClientReads
+		g := &generator{snap: s}
+		for _, host := range s.Hostnames() {
+			if s.DestinationRule(host, "") == nil {
+				continue // no traffic policy
+			}
+			g.eachCluster(s.Services[host], func(oc *policy.Cluster) { r.Add(oc.Policy) })
+		}
+		return r
+	}).(build.ClientReads)
+}
+
+type clientReadsKey struct{}
+
 // generator holds what one Generate or Endpoints call shares. It belongs
 // to one goroutine.
 type generator struct {
-	snap     *mesh.Snapshot
+	snap *mesh.Snapshot
+	// client is the client assignments are built for (locality load
+	// balancing).
+	client   build.Client
 	out      *build.Output
 	problems build.Problems
 	routes   *routes.Translator

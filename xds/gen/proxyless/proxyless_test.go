@@ -64,7 +64,7 @@ spec:
 `
 
 func TestGRPCResourcesValidateAndRoute(t *testing.T) {
-	out := Generate(gentest.Snapshot(t, map[string]string{"c1": config}))
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": config}), build.Client{})
 	gentest.ValidateAll(t, out)
 	if n := len(out.Resources[typeurl.Cluster]); n != 3 {
 		t.Errorf("clusters = %d, want 3 (base + 2 subsets)", n)
@@ -130,7 +130,7 @@ func TestGRPCResourcesValidateAndRoute(t *testing.T) {
 
 func TestGRPCIsDeterministic(t *testing.T) {
 	s := gentest.Snapshot(t, map[string]string{"c1": config, "c2": config})
-	a, b := Generate(s), Generate(s)
+	a, b := Generate(s, build.Client{}), Generate(s, build.Client{})
 	for typeURL, rs := range a.Resources {
 		for i, r := range rs {
 			if b.Resources[typeURL][i].Name != r.Name {
@@ -172,9 +172,9 @@ func TestConflictOldestWinsThenClusterName(t *testing.T) {
 // hosts are exactly full generation's assignments of those hosts.
 func TestGRPCEndpointsMatchFullGeneration(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": config})
-	full := Generate(snap)
+	full := Generate(snap, build.Client{})
 	for _, host := range snap.Hostnames() {
-		got := Endpoints(snap, map[string]bool{host: true})
+		got := Endpoints(snap, map[string]bool{host: true}, build.Client{})
 		if len(got) == 0 {
 			t.Fatalf("%s: no endpoints generated", host)
 		}
@@ -193,7 +193,7 @@ func TestGRPCEndpointsMatchFullGeneration(t *testing.T) {
 			}
 		}
 	}
-	if got := Endpoints(snap, map[string]bool{"absent.example": true}); len(got) != 0 {
+	if got := Endpoints(snap, map[string]bool{"absent.example": true}, build.Client{}); len(got) != 0 {
 		t.Errorf("an unknown host generated %d assignments", len(got))
 	}
 }
@@ -212,7 +212,7 @@ func TestGRPCClusterPolicyMerge(t *testing.T) {
   subsets:
   - {name: v1, labels: {version: v1}, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}
   - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: ROUND_ROBIN}}]}}`, 1)
-	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}))
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
 	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_LEAST_REQUEST, "v1": clusterv3.Cluster_LEAST_REQUEST, "v2": clusterv3.Cluster_ROUND_ROBIN} {
 		c, _ := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
 		if c.GetLbPolicy() != want {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen"
@@ -33,12 +34,12 @@ import (
 // useSourceIp, a client channel stays on one backend.
 func TestGRPCRingHash(t *testing.T) {
 	const host = "ring.demo.svc.cluster.local"
-	backends := startCountingBackends(t, "b0", "b1", "b2")
+	backends := xdstest.StartCountingBackends(t, "b0", "b1", "b2")
 	var eps []string
 	for _, name := range []string{"b0", "b1", "b2"} {
-		eps = append(eps, backends.endpoint(name, ""))
+		eps = append(eps, backends.Endpoint(name, ""))
 	}
-	mesh := func(lb string) string { return serviceWithPolicy("ring", host, eps, "{loadBalancer: "+lb+"}") }
+	mesh := func(lb string) string { return xdstest.ServiceWithPolicy("ring", host, eps, "{loadBalancer: "+lb+"}") }
 	// calls makes n calls on a fresh client channel, each with the
 	// header value user(i) when user is set, and returns the backends
 	// that served them, in call order.

@@ -1,4 +1,4 @@
-package proxyless_test
+package xdstest
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// countingBackends are gRPC health servers, one per name, each on its own
+// CountingBackends are gRPC health servers, one per name, each on its own
 // loopback address (127.0.0.N), counting the calls each one serves.
-type countingBackends struct {
+type CountingBackends struct {
 	Addr map[string]string       // name → host:port
 	Srv  map[string]*grpc.Server // name → server (to stop one)
 
@@ -24,10 +24,11 @@ type countingBackends struct {
 	hits map[string]int
 }
 
-// startCountingBackends starts one backend per name; they stop with the test.
-func startCountingBackends(t *testing.T, names ...string) *countingBackends {
+// StartCountingBackends starts one backend per name; they stop with the
+// test.
+func StartCountingBackends(t testing.TB, names ...string) *CountingBackends {
 	t.Helper()
-	b := &countingBackends{Addr: map[string]string{}, Srv: map[string]*grpc.Server{}, hits: map[string]int{}}
+	b := &CountingBackends{Addr: map[string]string{}, Srv: map[string]*grpc.Server{}, hits: map[string]int{}}
 	for i, name := range names {
 		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+1))
 		if err != nil {
@@ -48,30 +49,30 @@ func startCountingBackends(t *testing.T, names ...string) *countingBackends {
 }
 
 // Reset forgets the calls counted so far.
-func (b *countingBackends) Reset() {
+func (b *CountingBackends) Reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clear(b.hits)
 }
 
 // Hits is the calls each backend served since the last Reset, by name.
-func (b *countingBackends) Hits() map[string]int {
+func (b *CountingBackends) Hits() map[string]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.hits)
 }
 
-// endpoint is a ServiceEntry endpoint for backend name, its grpc port
+// Endpoint is a ServiceEntry endpoint for backend name, its grpc port
 // named, with extra fields (", locality: …") appended.
-func (b *countingBackends) endpoint(name, extra string) string {
+func (b *CountingBackends) Endpoint(name, extra string) string {
 	h, p, _ := net.SplitHostPort(b.Addr[name])
 	return fmt.Sprintf("{address: %s, ports: {grpc: %s}%s}", h, p, extra)
 }
 
-// serviceWithPolicy is a STATIC MESH_INTERNAL ServiceEntry name in
+// ServiceWithPolicy is a STATIC MESH_INTERNAL ServiceEntry name in
 // namespace demo for host (gRPC port 7070, endpoints as given) and its
 // DestinationRule with trafficPolicy.
-func serviceWithPolicy(name, host string, endpoints []string, trafficPolicy string) string {
+func ServiceWithPolicy(name, host string, endpoints []string, trafficPolicy string) string {
 	return `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: ` + name + `, namespace: demo}
