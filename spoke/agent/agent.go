@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	}
 	a := &Agent{cfg: cfg, log: log, adm: admin.New(log, reg), metrics: newMetrics(reg), id: id}
 	a.probes = NewAppProber(probers, cfg.Pod.IP, log.With("component", "app-probes"), reg)
-	a.ra, err = DialRA(RAOptions{Address: cfg.RA.Address, Identity: raID, RootsPEM: []byte(cfg.Trust.MeshRoots),
+	a.ra, err = DialRA(RAOptions{Address: cfg.RA.Address, Identity: raID, RootsPEM: startRoots(cfg, log),
 		TokenFile: cfg.RA.TokenFile, Workload: id, TTL: cfg.RA.CertTTL})
 	if err != nil {
 		return nil, err
@@ -81,12 +82,18 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	publish := a.writeCredentialFiles
 	if cfg.Mode == agentconfig.ModeEnvoy {
 		a.sds = NewSDS(log.With("component", "sds"), a.metrics)
-		publish = a.sds.Update
+		publish = func(c *Credential) error {
+			// Kept for a restart of the container (startRoots).
+			if err := atomicfile.Write(filepath.Join(cfg.Dir, RootCertFile), c.RootsPEM, 0o644); err != nil {
+				return err
+			}
+			return a.sds.Update(c)
+		}
 		a.envoy = &Envoy{Binary: cfg.Envoy.Binary, Bootstrap: filepath.Join(cfg.Dir, EnvoyBootstrapFile), AdminPort: cfg.Envoy.AdminPort,
 			Grace: envoyGrace, Stdout: os.Stdout, Stderr: os.Stderr, Log: log.With("component", "envoy")}
 	}
 	a.keeper = NewKeeper(a.ra, KeeperOptions{RenewFraction: cfg.RA.RenewFraction, RenewJitter: cfg.RA.RenewJitter,
-		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, Publish: publish},
+		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, RootsRefresh: cfg.RA.RootsRefresh, Publish: publish},
 		log.With("component", "certificate"), a.metrics)
 	a.adm.AddReadyCheck("certificate", a.certificateReady)
 	a.adm.AddReadyCheck("bootstrap", func() error {
@@ -177,6 +184,24 @@ func (a *Agent) StatusHandler() http.Handler {
 func (a *Agent) stop(g *errgroup.Group, err error) error {
 	g.Go(func() error { return err })
 	return g.Wait()
+}
+
+// startRoots are the mesh roots the agent trusts the RA with at start: the
+// pod's meshRoots (from its injection) and the bundle a previous run of
+// the agent in this pod received last (root-cert.pem in its in-memory
+// directory, which outlives a container restart), so that a container
+// restarted after a root rotation still trusts the RA's new certificate.
+func startRoots(cfg agentconfig.Config, log *slog.Logger) []byte {
+	roots := []byte(cfg.Trust.MeshRoots)
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, RootCertFile))
+	if err != nil {
+		return roots
+	}
+	if _, err := parseBundle(string(b)); err != nil {
+		log.Warn("ignoring the roots a previous run left", "file", filepath.Join(cfg.Dir, RootCertFile), "error", err)
+		return roots
+	}
+	return append(append(bytes.TrimRight(roots, "\n"), '\n'), b...)
 }
 
 // Keeper is the agent's certificate keeper.

@@ -74,6 +74,7 @@ type RA struct {
 	RenewJitter   float64       `key:"renewJitter" default:"0.3" help:"random share of the lifetime added to renewFraction, so that pods do not renew together"`
 	RetryInitial  time.Duration `key:"retryInitial" default:"1s" help:"wait before retrying a failed certificate request; doubled each time (with jitter) up to retryMax"`
 	RetryMax      time.Duration `key:"retryMax" default:"30s" help:"longest wait between retries of a failed certificate request"`
+	RootsRefresh  time.Duration `key:"rootsRefresh" default:"1h" help:"longest wait between certificate requests: each answer carries the mesh's current roots, which the agent then trusts and hands to the workload (SDS ROOTCA, grpc's root-cert.pem), so a root rotation (navectl roots) reaches running pods within this; 0: only at renewal"`
 }
 
 // Trust holds the roots of trust.
@@ -135,6 +136,9 @@ func (r *RA) Validate() error {
 	}
 	if r.RetryInitial <= 0 {
 		return settings.Invalid("retryInitial", "must be greater than 0, got %s", r.RetryInitial)
+	}
+	if r.RootsRefresh != 0 && r.RootsRefresh < time.Second {
+		return settings.Invalid("rootsRefresh", "must be 0 or at least 1s, got %s", r.RootsRefresh)
 	}
 	if r.RetryMax < r.RetryInitial {
 		return settings.Invalid("retryMax", "must be at least retryInitial (%s), got %s", r.RetryInitial, r.RetryMax)
