@@ -59,9 +59,10 @@ generate:
 	$(GO) run ./internal/configdoc > docs/config.md
 	$(GO) run ./internal/crdgen deploy/spoke/istio-crds.yaml
 
-## lint: gofmt, go vet, staticcheck, and the layering (internal/layercheck/layers.txt)
+## lint: gofmt, no merge conflict markers, go vet, staticcheck, and the layering (internal/layercheck/layers.txt)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@if git grep -n -E '^(<<<<<<< |>>>>>>> )' -- . ; then echo "merge conflict markers committed (above)"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run ./internal/layercheck -rules internal/layercheck/layers.txt ./...

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/client-go/kubernetes"
 
@@ -179,7 +182,7 @@ func nextSecrets(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecr
 // agentWorld is a real API server with the demo namespace, a TLS hub and
 // a spoke serving its RA; lis is where the echo endpoint of the demo's
 // config listens.
-func agentWorld(t testing.TB) (*agent, *hub, string, net.Listener) {
+func agentWorld(t testing.TB, hubArgs ...string) (*agent, *hub, string, net.Listener) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
@@ -192,7 +195,7 @@ func agentWorld(t testing.TB) (*agent, *hub, string, net.Listener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newSecureHub(t)
+	h := newSecureHub(t, hubArgs...)
 	raAddr := addr(harness.FreePort(t))
 	startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
 	h.waitSynced(t, "default/c1")
@@ -323,16 +326,20 @@ func TestAgentInAPod(t *testing.T) {
 		if leaf2.URIs[0].String() != leaf.URIs[0].String() {
 			t.Errorf("renewed for %v", leaf2.URIs)
 		}
-		metrics, err := httpGet(p.url("/metrics"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		assertMetricsDocumented(t, p.url("/metrics"))
-		for _, m := range []string{"nave_agent_certificate_renewals_total 2", "nave_agent_sds_pushes_total 2"} {
-			if !strings.Contains(metrics, m) {
-				t.Errorf("metrics lack %q", m)
+		// The keeper counts a renewal after the push the test saw: wait for it.
+		harness.Eventually(t, 30*time.Second, func() error {
+			metrics, err := httpGet(p.url("/metrics"))
+			if err != nil {
+				return err
 			}
-		}
+			for _, m := range []string{"nave_agent_certificate_renewals_total 2", "nave_agent_sds_pushes_total 2"} {
+				if !strings.Contains(metrics, m) {
+					return fmt.Errorf("metrics lack %q", m)
+				}
+			}
+			return nil
+		})
 	})
 
 	t.Run("grpc mode: mTLS through the hub with only the agent's files", func(t *testing.T) {
@@ -384,6 +391,102 @@ func TestAgentInAPod(t *testing.T) {
 			if call.Code != codes.PermissionDenied.String() {
 				t.Fatalf("call with x-block: %+v; want PermissionDenied", call)
 			}
+		}
+	})
+
+	t.Run("app probes: the kubelet's rewritten probes reach the app", func(t *testing.T) {
+		// The pod's app: an HTTP server, a gRPC health server and a TCP
+		// port, on the pod's address (127.0.0.1 here).
+		healthy := make(chan struct{}) // closed: /healthz answers 500
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-healthy:
+				w.WriteHeader(http.StatusInternalServerError)
+			default:
+				if r.Header.Get("X-Probe") != "kubelet" {
+					w.WriteHeader(http.StatusBadRequest)
+				}
+			}
+		})
+		web := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		webLis := listenLoopback(t)
+		go func() { _ = web.Serve(webLis) }()
+		defer web.Close()
+		grpcLis := listenLoopback(t)
+		hs := health.NewServer()
+		hs.SetServingStatus("shop.Cart", healthpb.HealthCheckResponse_SERVING)
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, hs)
+		go func() { _ = gs.Serve(grpcLis) }()
+		defer gs.Stop()
+		tcpLis := listenLoopback(t)
+		go func() {
+			for {
+				c, err := tcpLis.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		port := func(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
+		probes := fmt.Sprintf(`{"/app-health/web/livez":{"httpGet":{"path":"/healthz","port":%d,"scheme":"HTTP","httpHeaders":[{"name":"X-Probe","value":"kubelet"}]},"timeoutSeconds":20},`+
+			`"/app-health/web/readyz":{"grpc":{"port":%d,"service":"shop.Cart"},"timeoutSeconds":20},"/app-health/web/startupz":{"tcpSocket":{"port":%d},"timeoutSeconds":20}}`,
+			port(webLis), port(grpcLis), port(tcpLis))
+		p := startAgent(t, a, h, raAddr, podEnv{name: "shop-1", namespace: "demo", sa: "client", mode: "envoy", extra: []string{"NAVE_APP_PROBES=" + probes}})
+		status := func(path string) (int, string) {
+			resp, err := http.Get(p.url(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		for _, path := range []string{"/app-health/web/livez", "/app-health/web/readyz", "/app-health/web/startupz"} {
+			if code, body := status(path); code != http.StatusOK {
+				t.Errorf("%s: %d %q; want 200 while the app is healthy", path, code, body)
+			}
+		}
+		for _, path := range []string{"/app-health/other/livez", "/app-health/web/deadz", "/app-health/web/livez/x"} {
+			if code, _ := status(path); code != http.StatusNotFound {
+				t.Errorf("%s: %d; want 404: the injector defined no such probe", path, code)
+			}
+		}
+		// The app turns unhealthy, then stops: the probes fail.
+		close(healthy)
+		hs.SetServingStatus("shop.Cart", healthpb.HealthCheckResponse_NOT_SERVING)
+		for _, c := range []struct{ path, want string }{{"/app-health/web/livez", "failure: HTTP 500"}, {"/app-health/web/readyz", "failure: gRPC health NOT_SERVING"}} {
+			if code, body := status(c.path); code != http.StatusServiceUnavailable || !strings.Contains(body, c.want) {
+				t.Errorf("%s: %d %q; want 503 with %q", c.path, code, body, c.want)
+			}
+		}
+		web.Close()
+		gs.Stop()
+		tcpLis.Close()
+		for _, path := range []string{"/app-health/web/livez", "/app-health/web/readyz", "/app-health/web/startupz"} {
+			harness.Eventually(t, 30*time.Second, func() error {
+				if code, body := status(path); code != http.StatusServiceUnavailable || !strings.Contains(body, "error: ") {
+					return fmt.Errorf("%s: %d %q; want 503, the app unreachable", path, code, body)
+				}
+				return nil
+			})
+		}
+		metrics, err := httpGet(p.url("/metrics"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{`nave_agent_app_probes_total{kind="http",result="success"} 1`, `nave_agent_app_probes_total{kind="http",result="failure"} 1`,
+			`nave_agent_app_probes_total{kind="grpc",result="success"} 1`, `nave_agent_app_probes_total{kind="tcp",result="success"} 1`} {
+			if !strings.Contains(metrics, m) {
+				t.Errorf("metrics lack %q", m)
+			}
+		}
+		assertMetricsDocumented(t, p.url("/metrics"))
+		var view map[string]any
+		if err := harness.GetJSON(p.url("/debug/app-probes"), &view); err != nil || len(view) != 3 {
+			t.Errorf("/debug/app-probes: %v (%v); want the three probes", view, err)
 		}
 	})
 
@@ -439,4 +542,15 @@ func TestAgentInAPod(t *testing.T) {
 			t.Errorf("agent exited %d; want non-zero with the reason \"envoy exited: exit status 3\" logged", d.ExitCode())
 		}
 	})
+}
+
+// listenLoopback is a listener on a free loopback port, closed when t ends.
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }

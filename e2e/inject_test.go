@@ -225,6 +225,40 @@ metadata: {name: plain}
 		}
 	})
 
+	t.Run("app probes are rewritten to the agent, the API server storing the pod", func(t *testing.T) {
+		doc := func(name, ann string) string {
+			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  namespace: shop\n  annotations: {" + ann + "}\nspec:\n  containers:\n" +
+				"  - name: web\n    image: shop/web:1\n    ports: [{name: http, containerPort: 8080}]\n" +
+				"    livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 7}\n    readinessProbe: {grpc: {port: 9090}}\n"
+		}
+		p, err := createPod(t, cs, doc("probed", ""), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		web := p.Spec.Containers[0]
+		if h := web.LivenessProbe.HTTPGet; h == nil || h.Path != "/app-health/web/livez" || h.Port.IntValue() != 15021 || web.LivenessProbe.PeriodSeconds != 7 {
+			t.Errorf("stored liveness probe %+v; want httpGet /app-health/web/livez on 15021, period kept", web.LivenessProbe)
+		}
+		if h := web.ReadinessProbe.HTTPGet; h == nil || h.Path != "/app-health/web/readyz" || web.ReadinessProbe.GRPC != nil {
+			t.Errorf("stored readiness probe %+v; want httpGet /app-health/web/readyz", web.ReadinessProbe)
+		}
+		// as the API server defaulted them: timeoutSeconds 1, the gRPC service ""
+		want := `{"/app-health/web/livez":{"httpGet":{"path":"/healthz","port":8080,"scheme":"HTTP"},"timeoutSeconds":1},"/app-health/web/readyz":{"grpc":{"port":9090,"service":""},"timeoutSeconds":1}}`
+		if got := injectedAgentEnv(t, p)["NAVE_APP_PROBES"]; got != want {
+			t.Errorf("NAVE_APP_PROBES = %s; want %s", got, want)
+		}
+		off, err := createPod(t, cs, doc("probed-off", `sidecar.istio.io/rewriteAppHTTPProbers: "false"`), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := off.Spec.Containers[0].LivenessProbe.HTTPGet; h == nil || h.Path != "/healthz" || h.Port.String() != "http" || len(initNames(off)) == 0 {
+			t.Errorf("with the annotation false: liveness %+v; want it as written, the pod injected", h)
+		}
+		if _, set := injectedAgentEnv(t, off)["NAVE_APP_PROBES"]; set {
+			t.Error("with the annotation false the agent still gets NAVE_APP_PROBES")
+		}
+	})
+
 	t.Run("untouched", func(t *testing.T) {
 		for _, doc := range []string{
 			podYAML("unlabelled", "plain", "", ""),

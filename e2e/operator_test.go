@@ -132,6 +132,7 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 			"/debug/config?proxy=p-default":       `"nodeId": "p-default"`,
 			"/debug/config?proxy=p-":              `"nodeId": "p-default"`,
 			"/debug/":                             `security`,
+			"/debug/roots":                        `"mesh": "default"`,
 		} {
 			code, body, err := get(tc, base+path)
 			if err != nil {
@@ -144,6 +145,9 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 		}
 		if code, body, _ := get(tc, base+"/debug/config?proxy=p-"); code != 200 || !strings.Contains(body, `"nodeId": "p-other"`) {
 			t.Errorf("tenant /debug/config?proxy=p- (one proxy of its own mesh matches): %d %s", code, body)
+		}
+		if code, body, _ := get(tc, base+"/debug/roots"); code != 200 || !strings.Contains(body, `"mesh": "other"`) || !strings.Contains(body, `"role": "signing"`) {
+			t.Errorf("tenant /debug/roots: %d %s; want its own mesh's roots", code, body)
 		}
 		if code, body, _ := get(tc, base+"/debug/spokes"); code != 200 || !strings.Contains(body, `"cluster": "c2"`) {
 			t.Errorf("tenant /debug/spokes: %d %s; want its own cluster c2", code, body)

@@ -14,6 +14,7 @@
 //	navectl cert issue     --state-dir D --mesh M [--trust-domain cluster.local]
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
+//	navectl roots          add|switch|drop|status --state-dir D --mesh M [...]
 //	navectl bootstrap      --kind envoy|grpc --name N --namespace NS --service-account SA
 //	                       --hub HOST:PORT --hub-ca FILE --cert-dir DIR [...]
 //
@@ -78,6 +79,17 @@ Usage:
         with --ca-store kubernetes [--ca-namespace nave-system] [--kubeconfig F]
         the CA is Secret nave-ca-MESH (a hub with ca.store kubernetes) and
         --state-dir is not needed
+  navectl roots add      CA --mesh MESH [--cacerts DIR]
+  navectl roots switch   CA --mesh MESH [--min-distribution 2h] [--force]
+  navectl roots drop     CA --mesh MESH [--force]
+  navectl roots status   CA --mesh MESH [-o table|json]
+        rotate MESH's root of trust in three steps (docs/operate.md): add a
+        new root (generated, or Istio's cacerts in DIR) to the bundle; switch
+        signing to it; drop the old root once its certificates expired.
+        Each step is idempotent and refused when it would strand a
+        certificate; every hub replica takes it up within ca.refreshInterval.
+        CA is --state-dir DIR [--trust-domain TD], or --ca-store kubernetes
+        [--ca-namespace nave-system] [--kubeconfig F], as for cert issue
   navectl operator issue STATE (--mesh MESH | --vendor) --name NAME --out OUT [--ttl 24h]
         issue an operator's client certificate for the hub's operator admin
         listener (admin.operatorListen): a tenant's operator sees only MESH,

@@ -66,6 +66,9 @@ type Mesh struct {
 //
 // An Authority is safe for concurrent use. Its meshes' CAs are immutable
 // once loaded; Sign for different meshes, or the same, runs in parallel.
+// Refresh replaces a mesh's CA whole when its blobs changed in the Store (a
+// root rotation, rotate.go): a Sign running meanwhile signs with the one
+// it started with.
 type Authority struct {
 	store   Store
 	opts    Options
@@ -79,7 +82,8 @@ type Authority struct {
 	byTD   map[string]string  // trust domain → mesh name
 }
 
-// meshCA is one mesh's loaded CA. It is never changed once built.
+// meshCA is one mesh's loaded CA. It is never changed once built; a
+// rotation (Refresh) replaces it whole.
 type meshCA struct {
 	mesh   Mesh
 	source string // sourcePlugged, sourceGenerated or sourceCreated
@@ -93,6 +97,14 @@ type meshCA struct {
 	notAfter time.Time
 	roots    *x509.CertPool
 	rootsPEM []byte
+	// rootCerts are the roots of roots, in the order of rootsPEM: the
+	// signing CA's, then a new one being added, then previous ones.
+	rootCerts []*x509.Certificate
+	// rotation is the state of a root rotation (rotate.go).
+	rotation rotation
+	// blobsSum is the hash of the blobs the CA was built from: Refresh
+	// rebuilds the CA when the store's differ.
+	blobsSum [32]byte
 }
 
 const (
@@ -187,10 +199,11 @@ func (a *Authority) Load(ctx context.Context, m Mesh) error {
 	a.meshes[m.Name] = c
 	a.byTD[m.TrustDomain] = m.Name
 	a.mu.Unlock()
+	a.metrics.setCA(c, a.opts.MaxTTL)
 	root := c.path[len(c.path)-1]
 	a.log.Info("ca loaded", "mesh", m.Name, "trust_domain", m.TrustDomain, "source", c.source,
 		"signer", c.path[0].Subject.String(), "root_sha256", fingerprint(root),
-		"not_after", c.notAfter.UTC().Format(time.RFC3339))
+		"not_after", c.notAfter.UTC().Format(time.RFC3339), "roots", len(c.rootCerts), "rotation", c.rotation.phase())
 	return nil
 }
 
@@ -237,8 +250,9 @@ func (a *Authority) Roots(mesh string) (*x509.CertPool, error) {
 }
 
 // RootsPEM returns mesh's roots as a PEM bundle, for distribution to
-// proxies and spokes. With a plugged-in CA it is root-cert.pem's
-// certificates (there may be more than one while a root is rotated).
+// proxies and spokes: the signing CA's roots (with a plugged-in CA,
+// root-cert.pem's certificates), and during a rotation the new or the
+// previous root (rotate.go).
 func (a *Authority) RootsPEM(mesh string) ([]byte, error) {
 	c, err := a.ca(mesh)
 	if err != nil {

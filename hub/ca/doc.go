@@ -20,6 +20,18 @@
 //     with create-if-absent semantics so that concurrent starts end with
 //     one root and every restart finds the same one.
 //
+// # Rotating a root
+//
+// A mesh's bundle holds several roots while a root is rotated in three
+// steps (rotate.go, decision 031): AddRoot stores a new CA beside the
+// current one (both roots trusted), SwitchRoot makes it sign (the old
+// roots still trusted), DropRoot removes the old roots once their
+// certificates expired. Each step is a compare-and-swap on the Store
+// (Replacer: DirStore under its lock, SecretStore guarded by the Secret's
+// resourceVersion); Refresh, which every replica runs periodically, swaps
+// in a changed CA. The CA API answers the whole bundle as its last entry,
+// as Istio's does, so agents learn a new root with their next certificate.
+//
 // # Certificates
 //
 // Authority.Sign checks a CSR strictly (certreq.Parse), allows only the SPIFFE

@@ -28,13 +28,13 @@ func (a *Authority) loadCA(ctx context.Context, m Mesh) (*meshCA, error) {
 			return nil, err
 		}
 		if _, ok := blobs[FileCACert]; ok {
-			return a.pluggedCA(m, blobs)
+			return a.buildCA(m, blobs)
 		}
-		certPEM, hasCert := blobs[FileRootCert]
-		keyPEM, hasKey := blobs[FileRootKey]
+		_, hasCert := blobs[FileRootCert]
+		_, hasKey := blobs[FileRootKey]
 		switch {
 		case hasCert && hasKey:
-			return a.generatedCA(m, certPEM, keyPEM, sourceGenerated)
+			return a.buildCA(m, blobs)
 		case hasCert:
 			return nil, fmt.Errorf("%s exists, but neither %s (a root nave generated) nor %s (a plugged-in CA: %s, %s, %s, %s) does",
 				FileRootCert, FileRootKey, FileCACert, FileCACert, FileCAKey, FileCertChain, FileRootCert)
@@ -46,7 +46,7 @@ func (a *Authority) loadCA(ctx context.Context, m Mesh) (*meshCA, error) {
 			return nil, fmt.Errorf("%s exists without %s: a plugged-in CA needs %s, %s, %s and %s",
 				FileCAKey, FileCACert, FileCACert, FileCAKey, FileCertChain, FileRootCert)
 		}
-		certPEM, keyPEM, err = a.newRoot(m)
+		certPEM, keyPEM, err := a.newRoot(m)
 		if err != nil {
 			return nil, fmt.Errorf("generate root: %w", err)
 		}
@@ -57,7 +57,12 @@ func (a *Authority) loadCA(ctx context.Context, m Mesh) (*meshCA, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store generated root: %w", err)
 		}
-		return a.generatedCA(m, certPEM, keyPEM, sourceCreated)
+		c, err := a.generatedCA(m, certPEM, keyPEM, sourceCreated)
+		if err != nil {
+			return nil, err
+		}
+		c.blobsSum = blobsSum(map[string][]byte{FileRootCert: certPEM, FileRootKey: keyPEM})
+		return c, nil
 	}
 	// Create found the place taken twice, yet Get finds no CA in it: either
 	// a concurrent creator has still not finished, or the place exists and
@@ -176,7 +181,7 @@ func (a *Authority) generatedCA(m Mesh, certPEM, keyPEM []byte, source string) (
 }
 
 func newMeshCA(m Mesh, source string, key crypto.Signer, path, roots []*x509.Certificate) *meshCA {
-	c := &meshCA{mesh: m, source: source, signer: key, path: path, roots: x509.NewCertPool()}
+	c := &meshCA{mesh: m, source: source, signer: key, path: path}
 	c.notAfter = path[0].NotAfter
 	for _, p := range path {
 		c.pathPEM = append(c.pathPEM, encodeCertPEM(p.Raw))
@@ -184,13 +189,26 @@ func newMeshCA(m Mesh, source string, key crypto.Signer, path, roots []*x509.Cer
 			c.notAfter = p.NotAfter
 		}
 	}
+	c.setTrusted(roots)
+	return c
+}
+
+// setTrusted makes roots (duplicates dropped, order kept) the roots c's
+// certificates are verified against and distributed with. Only while c is
+// being built.
+func (c *meshCA) setTrusted(roots []*x509.Certificate) {
+	c.rootCerts = nil
+	c.roots = x509.NewCertPool()
 	var bundle bytes.Buffer
 	for _, r := range roots {
+		if slices.ContainsFunc(c.rootCerts, func(x *x509.Certificate) bool { return x.Equal(r) }) {
+			continue
+		}
+		c.rootCerts = append(c.rootCerts, r)
 		c.roots.AddCert(r)
 		bundle.Write(encodeCertPEM(r.Raw))
 	}
 	c.rootsPEM = bundle.Bytes()
-	return c
 }
 
 // checkCACert refuses a certificate that may not sign certificates.

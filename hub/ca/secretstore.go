@@ -306,7 +306,7 @@ func (s *SecretStore) Create(ctx context.Context, mesh string, blobs map[string]
 // refusal says what the hub's identity lacks.
 func (s *SecretStore) apiError(verb, mesh string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("ca store: secret %s: %s: %w (the hub's identity needs get and create on secrets in namespace %s: deploy/hub/rbac.yaml)",
+		return fmt.Errorf("ca store: secret %s: %s: %w (the identity needs get and create on secrets in namespace %s, and update to rotate a root: deploy/hub/rbac.yaml)",
 			s.Location(mesh), verb, err, s.namespace)
 	}
 	return fmt.Errorf("ca store: secret %s: %s: %w", s.Location(mesh), verb, err)

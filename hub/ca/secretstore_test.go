@@ -248,6 +248,65 @@ func TestSecretStore(t *testing.T) {
 		}
 	})
 
+	t.Run("RotationUpdatesTheSecretGuardedByItsVersion", func(t *testing.T) {
+		m := Mesh{Name: "rotate", TrustDomain: "rotate.example"}
+		hub, err := New(k.hubStore(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hub.Load(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		// The operator runs the steps (navectl) with its own credentials.
+		opStore := NewSecretStore(k.admin, hubNamespace)
+		op, err := New(opStore, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Load(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op.AddRoot(ctx, m.Name, nil); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := hub.Refresh(ctx); err != nil || len(changed) != 1 {
+			t.Fatalf("the hub's refresh: %v, %v", changed, err)
+		}
+		if s, _ := hub.Rotation(m.Name); s.Phase != PhaseAdded || len(s.Roots) != 2 {
+			t.Fatalf("the hub after add: %+v", s)
+		}
+		// A write between the read and the update loses: Conflict.
+		old, err := opStore.Get(ctx, m.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec, err := k.admin.Get(ctx, hubNamespace, SecretPrefix+m.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec.Data["note.txt"] = []byte("changed by someone else")
+		if err := k.admin.Update(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+		if err := opStore.Replace(ctx, m.Name, old, map[string][]byte{FileRootCert: []byte("x")}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("replace after a concurrent write: %v, want ErrConflict", err)
+		}
+		// The step reads again and goes through.
+		if _, err := op.SwitchRoot(ctx, m.Name, SwitchOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hub.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := hub.Rotation(m.Name); s.Phase != PhaseSwitched {
+			t.Fatalf("the hub after switch: %+v", s)
+		}
+		after, _ := k.admin.Get(ctx, hubNamespace, SecretPrefix+m.Name)
+		if string(after.Data["note.txt"]) != "changed by someone else" {
+			t.Error("the rotation lost a key it does not own")
+		}
+	})
+
 	t.Run("RefusalsNameTheSecretAndWhy", func(t *testing.T) {
 		// A user the RBAC does not allow.
 		s := NewSecretStore(secretClient(t, k.c, "mallory"), hubNamespace)

@@ -185,7 +185,10 @@ func (s *Server) Register(r grpc.ServiceRegistrar) { pb.RegisterIstioCertificate
 
 // CreateCertificate signs the request's CSR for the caller. ValidityDuration
 // is in seconds (zero: the default); the answer's CertChain holds one PEM
-// certificate per entry, the leaf first and the root last.
+// certificate per entry, the leaf first, and last the mesh's whole bundle
+// of roots (one entry, several certificates while a root is rotated), as
+// Istio's CA answers: that is how agents learn a new root without a
+// restart (decision 031).
 func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
 	if v, ok := req.GetMetadata().GetFields()[certreq.ImpersonatedIdentityKey]; ok {
 		ctx = context.WithValue(ctx, impersonatedKey{}, v.GetStringValue())
@@ -217,6 +220,8 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	for i, c := range is.chain {
 		chain[i] = string(c)
 	}
+	// The last entry is the root the chain ends in: the bundle holds it.
+	chain[len(chain)-1] = string(is.roots)
 	return &pb.IstioCertificateResponse{CertChain: chain}, nil
 }
 

@@ -69,6 +69,8 @@ func (a *Authority) Sign(ctx context.Context, mesh string, csrPEM []byte, opts S
 type issued struct {
 	leaf  *x509.Certificate
 	chain [][]byte
+	// roots is the mesh's bundle when it was signed (RootsPEM).
+	roots []byte
 }
 
 func (a *Authority) issue(_ context.Context, mesh string, csrPEM []byte, opts SignOptions) (*issued, error) {
@@ -239,7 +241,7 @@ func (a *Authority) issueUncounted(mesh string, parse func() (*x509.CertificateR
 	for _, p := range c.pathPEM {
 		chain = append(chain, slices.Clone(p))
 	}
-	return &issued{leaf: leaf, chain: chain}, nil
+	return &issued{leaf: leaf, chain: chain, roots: c.rootsPEM}, nil
 }
 
 // checkSANs refuses a CSR with a SAN that opts do not allow, or without

@@ -146,6 +146,7 @@ type CA struct {
 	Kubeconfig      string        `key:"kubeconfig" help:"with ca.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 	WorkloadCertTTL time.Duration `key:"workloadCertTTL" default:"24h" help:"lifetime of workload certificates that name none"`
 	ClusterCertTTL  time.Duration `key:"clusterCertTTL" default:"24h" help:"lifetime of spoke cluster certificates; spokes renew at about 80 %"`
+	RefreshInterval time.Duration `key:"refreshInterval" default:"30s" help:"how often the hub reads ca.store again to take up a root rotation step (navectl roots add, switch, drop) without a restart; every replica does, and sends the new bundle to its spokes"`
 }
 
 // Values of CA.Store and State.Store.
@@ -208,6 +209,9 @@ func (c *CA) Validate() error {
 	}
 	if err := validateStore("ca", c.Store, c.Namespace, c.Kubeconfig); err != nil {
 		return err
+	}
+	if c.RefreshInterval < time.Second {
+		return settings.Invalid("refreshInterval", "must be at least 1s, got %s", c.RefreshInterval)
 	}
 	if c.WorkloadCertTTL < time.Minute {
 		return settings.Invalid("workloadCertTTL", "must be at least 1m, got %s", c.WorkloadCertTTL)

@@ -47,6 +47,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"tls.handshakeTimeout":          cfg.TLS.HandshakeTimeout == 10*time.Second,
 		"ca.meshes":                     strings.Join(cfg.CA.Meshes, ",") == "default=cluster.local",
 		"ca.workloadCertTTL":            cfg.CA.WorkloadCertTTL == 24*time.Hour,
+		"ca.refreshInterval":            cfg.CA.RefreshInterval == 30*time.Second,
 		"ca.clusterCertTTL":             cfg.CA.ClusterCertTTL == 24*time.Hour,
 		"ca.store":                      cfg.CA.Store == StoreDir,
 		"ca.namespace":                  cfg.CA.Namespace == "nave-system",

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/navemesh/nave/shared/atomicfile"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/spoke/agentconfig"
+	"github.com/navemesh/nave/spoke/appprobe"
 )
 
 // Files the agent writes in its directory (agentconfig.Config.Dir).
@@ -49,6 +51,7 @@ type Agent struct {
 	keeper  *Keeper
 	sds     *SDS
 	envoy   *Envoy
+	probes  *AppProber
 
 	bootstrapWritten atomic.Bool
 	envoyRunning     atomic.Bool
@@ -65,8 +68,13 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	if err != nil {
 		return nil, fmt.Errorf("ra.identity: %w", err)
 	}
+	probers, err := appprobe.Parse(cfg.AppProbes)
+	if err != nil {
+		return nil, fmt.Errorf("appProbes: %w", err)
+	}
 	a := &Agent{cfg: cfg, log: log, adm: admin.New(log, reg), metrics: newMetrics(reg), id: id}
-	a.ra, err = DialRA(RAOptions{Address: cfg.RA.Address, Identity: raID, RootsPEM: []byte(cfg.Trust.MeshRoots),
+	a.probes = NewAppProber(probers, cfg.Pod.IP, log.With("component", "app-probes"), reg)
+	a.ra, err = DialRA(RAOptions{Address: cfg.RA.Address, Identity: raID, RootsPEM: startRoots(cfg, log),
 		TokenFile: cfg.RA.TokenFile, Workload: id, TTL: cfg.RA.CertTTL})
 	if err != nil {
 		return nil, err
@@ -74,12 +82,18 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	publish := a.writeCredentialFiles
 	if cfg.Mode == agentconfig.ModeEnvoy {
 		a.sds = NewSDS(log.With("component", "sds"), a.metrics)
-		publish = a.sds.Update
+		publish = func(c *Credential) error {
+			// Kept for a restart of the container (startRoots).
+			if err := atomicfile.Write(filepath.Join(cfg.Dir, RootCertFile), c.RootsPEM, 0o644); err != nil {
+				return err
+			}
+			return a.sds.Update(c)
+		}
 		a.envoy = &Envoy{Binary: cfg.Envoy.Binary, Bootstrap: filepath.Join(cfg.Dir, EnvoyBootstrapFile), AdminPort: cfg.Envoy.AdminPort,
 			Grace: envoyGrace, Stdout: os.Stdout, Stderr: os.Stderr, Log: log.With("component", "envoy")}
 	}
 	a.keeper = NewKeeper(a.ra, KeeperOptions{RenewFraction: cfg.RA.RenewFraction, RenewJitter: cfg.RA.RenewJitter,
-		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, Publish: publish},
+		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, RootsRefresh: cfg.RA.RootsRefresh, Publish: publish},
 		log.With("component", "certificate"), a.metrics)
 	a.adm.AddReadyCheck("certificate", a.certificateReady)
 	a.adm.AddReadyCheck("bootstrap", func() error {
@@ -99,6 +113,8 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 			return a.envoy.Ready(context.Background())
 		})
 	}
+	a.adm.HandleDebug("app-probes", "the app containers' original probes the agent runs for the kubelet, by path (decision 032)",
+		func(*http.Request) (any, error) { return probers, nil })
 	a.adm.HandleDebug("certificate", "the workload certificate in place: identity, serial, validity, renewal (never the key)", a.certificateView)
 	return a, nil
 }
@@ -115,7 +131,7 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 	g, ctx := errgroup.WithContext(ctx)
 	// The status port is on the pod's IP (probes, scrapes): no profiles,
 	// and no warning meant for the hub's and spoke's admin ports.
-	g.Go(func() error { return a.adm.ServeHandler(ctx, status, a.adm.WorkloadHandler(), nil) })
+	g.Go(func() error { return a.adm.ServeHandler(ctx, status, a.StatusHandler(), nil) })
 	boot, err := a.bootstrap()
 	if err != nil {
 		return a.stop(g, err)
@@ -155,10 +171,37 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 	return g.Wait()
 }
 
+// StatusHandler is what the status listener serves: the workload's admin
+// endpoints and the app probes under /app-health/.
+func (a *Agent) StatusHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(appprobe.PathPrefix, a.probes)
+	mux.Handle("/", a.adm.WorkloadHandler())
+	return mux
+}
+
 // stop ends the group with err.
 func (a *Agent) stop(g *errgroup.Group, err error) error {
 	g.Go(func() error { return err })
 	return g.Wait()
+}
+
+// startRoots are the mesh roots the agent trusts the RA with at start: the
+// pod's meshRoots (from its injection) and the bundle a previous run of
+// the agent in this pod received last (root-cert.pem in its in-memory
+// directory, which outlives a container restart), so that a container
+// restarted after a root rotation still trusts the RA's new certificate.
+func startRoots(cfg agentconfig.Config, log *slog.Logger) []byte {
+	roots := []byte(cfg.Trust.MeshRoots)
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, RootCertFile))
+	if err != nil {
+		return roots
+	}
+	if _, err := parseBundle(string(b)); err != nil {
+		log.Warn("ignoring the roots a previous run left", "file", filepath.Join(cfg.Dir, RootCertFile), "error", err)
+		return roots
+	}
+	return append(append(bytes.TrimRight(roots, "\n"), '\n'), b...)
 }
 
 // Keeper is the agent's certificate keeper.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -45,6 +46,17 @@ type fakeRA struct {
 	mu     sync.Mutex
 	tokens []string
 	fail   int // requests to refuse first
+	// signer, when set, signs instead of ca; bundle, when set, is the
+	// answer's last entry instead of ca's certificate (a root rotation).
+	signer *x509test.Authority
+	bundle []byte
+}
+
+// rotate makes the RA sign with signer and answer bundle as the roots.
+func (f *fakeRA) rotate(signer *x509test.Authority, bundle ...[]byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.signer, f.bundle = signer, bytes.Join(bundle, nil)
 }
 
 func (f *fakeRA) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
@@ -53,6 +65,10 @@ func (f *fakeRA) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	f.tokens = append(f.tokens, md.Get("authorization")...)
 	fail := f.fail > 0
 	f.fail--
+	signer, bundle := f.ca, f.ca.PEM()
+	if f.signer != nil {
+		signer, bundle = f.signer, f.bundle
+	}
 	f.mu.Unlock()
 	if fail {
 		return nil, status.Error(codes.Unavailable, "the hub is away")
@@ -70,10 +86,10 @@ func (f *fakeRA) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	if ttl == 0 {
 		ttl = time.Duration(req.GetValidityDuration()) * time.Second
 	}
-	leaf := f.ca.Issue(&x509.Certificate{NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(ttl), URIs: uris,
+	leaf := signer.Issue(&x509.Certificate{NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(ttl), URIs: uris,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}, csr.PublicKey)
 	return &pb.IstioCertificateResponse{CertChain: []string{
-		string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})), string(f.ca.PEM())}}, nil
+		string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})), string(bundle)}}, nil
 }
 
 func (f *fakeRA) seen() []string {

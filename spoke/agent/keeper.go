@@ -29,6 +29,10 @@ type KeeperOptions struct {
 	RetryInitial, RetryMax time.Duration
 	// Timeout bounds one request.
 	Timeout time.Duration
+	// RootsRefresh, when positive, caps the wait before the next request:
+	// each answer carries the mesh's current roots, so a root rotation
+	// reaches the workload within RootsRefresh (decision 031).
+	RootsRefresh time.Duration
 	// Rand returns a number in [0,1) for the jitter; nil: math/rand.
 	Rand func() float64
 	// Publish is called with each new credential, in order, before the
@@ -84,6 +88,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 			return nil
 		}
 		at := RenewAt(cred, k.opts.RenewFraction, k.opts.RenewJitter, k.opts.Rand())
+		if r := k.opts.RootsRefresh; r > 0 && time.Until(at) > r {
+			at = time.Now().Add(r)
+		}
 		k.mu.Lock()
 		firstOne := k.cur == nil
 		k.cur, k.renewAt, k.lastErr = cred, at, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/spoke/appprobe"
 )
 
 // Program is the agent binary's name.
@@ -46,6 +47,8 @@ type Config struct {
 	Status       Status `key:"status" help:"the status HTTP server: health probes, metrics and debug views"`
 	Envoy        Envoy  `key:"envoy" help:"the Envoy sidecar (envoy mode)"`
 	ProxyUID     int    `key:"proxyUID" default:"1337" help:"uid the sidecar runs as (traffic capture excludes it); informational for the agent"`
+	// AppProbes are the app containers' original probes (decision 032).
+	AppProbes string `key:"appProbes" help:"JSON of the app containers' original probes by path (/app-health/<container>/livez|readyz|startupz: httpGet, grpc or tcpSocket with numeric ports, timeoutSeconds), which the injector rewrote to httpGet on the status port; the agent answers each path by probing the pod; empty: none"`
 }
 
 // Pod is what the downward API tells about the pod.
@@ -71,6 +74,7 @@ type RA struct {
 	RenewJitter   float64       `key:"renewJitter" default:"0.3" help:"random share of the lifetime added to renewFraction, so that pods do not renew together"`
 	RetryInitial  time.Duration `key:"retryInitial" default:"1s" help:"wait before retrying a failed certificate request; doubled each time (with jitter) up to retryMax"`
 	RetryMax      time.Duration `key:"retryMax" default:"30s" help:"longest wait between retries of a failed certificate request"`
+	RootsRefresh  time.Duration `key:"rootsRefresh" default:"1h" help:"longest wait between certificate requests: each answer carries the mesh's current roots, which the agent then trusts and hands to the workload (SDS ROOTCA, grpc's root-cert.pem), so a root rotation (navectl roots) reaches running pods within this; 0: only at renewal"`
 }
 
 // Trust holds the roots of trust.
@@ -132,6 +136,9 @@ func (r *RA) Validate() error {
 	}
 	if r.RetryInitial <= 0 {
 		return settings.Invalid("retryInitial", "must be greater than 0, got %s", r.RetryInitial)
+	}
+	if r.RootsRefresh != 0 && r.RootsRefresh < time.Second {
+		return settings.Invalid("rootsRefresh", "must be 0 or at least 1s, got %s", r.RootsRefresh)
 	}
 	if r.RetryMax < r.RetryInitial {
 		return settings.Invalid("retryMax", "must be at least retryInitial (%s), got %s", r.RetryInitial, r.RetryMax)
@@ -234,6 +241,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.WorkloadID(); err != nil {
 		return settings.Invalid("pod.serviceAccount", "%q makes no workload identity: %v", c.Pod.ServiceAccount, err)
+	}
+	if _, err := appprobe.Parse(c.AppProbes); err != nil {
+		return settings.Invalid("appProbes", "%v", err)
 	}
 	if c.ProxyUID < 0 {
 		return settings.Invalid("proxyUID", "must not be negative, got %d", c.ProxyUID)

@@ -60,6 +60,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{[]string{"--envoy.ready-port", "15000"}, "envoy.readyPort"},
 		{[]string{"--trust-domain", "Cluster.Local"}, "trustDomain"},
 		{[]string{"--status.listen", "15021"}, "status.listen"},
+		{[]string{"--app-probes", "{"}, "appProbes: not a JSON object"},
+		{[]string{"--app-probes", `{"/app-health/web/livez":{"httpGet":{"port":8080,"host":"10.0.0.9"}}}`}, "appProbes: probe \"/app-health/web/livez\": httpGet.host"},
 	} {
 		var cfg Config
 		err := settings.Load(Program, &cfg, podArgs(c.args...), &bytes.Buffer{})

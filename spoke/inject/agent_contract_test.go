@@ -11,6 +11,7 @@ import (
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/spoke/agentconfig"
+	"github.com/navemesh/nave/spoke/appprobe"
 )
 
 // podFieldValues stand in for the downward API's pod fields.
@@ -40,7 +41,8 @@ func TestInjectedAgentLoadsItsConfig(t *testing.T) {
 					return Trust{TrustDomain: "cluster.local", MeshRoots: []byte(root), HubCA: []byte(hubCA)}, nil
 				}
 			})
-			src := "metadata: {name: web-1, annotations: {inject.istio.io/templates: " + tc.template + "}}\nspec: {containers: [{name: app, image: a}]}\n"
+			src := "metadata: {name: web-1, annotations: {inject.istio.io/templates: " + tc.template + "}}\n" +
+				"spec: {containers: [{name: app, image: a, ports: [{name: http, containerPort: 8080}], livenessProbe: {httpGet: {path: /l, port: http}}, readinessProbe: {grpc: {port: 9090}}}]}\n"
 			_, pod, _ := review(t, in, podRequest(t, "shop", []byte(src)))
 			if pod == nil {
 				t.Fatal("refused")
@@ -82,6 +84,11 @@ func TestInjectedAgentLoadsItsConfig(t *testing.T) {
 			}
 			if id, err := c.WorkloadID(); err != nil || id.String() != "spiffe://cluster.local/ns/shop/sa/default" {
 				t.Errorf("workload id %v (%v)", id, err)
+			}
+			// the agent runs the app's rewritten probes
+			probers, err := appprobe.Parse(c.AppProbes)
+			if err != nil || len(probers) != 2 || probers["/app-health/app/livez"].HTTPGet.Port != 8080 || probers["/app-health/app/readyz"].GRPC.Port != 9090 {
+				t.Errorf("appProbes %q (%v); want the app's liveness (HTTP, 8080) and readiness (gRPC, 9090)", c.AppProbes, err)
 			}
 			// the paths the agent uses are on the volumes the template mounts
 			mounted := func(p string) bool {

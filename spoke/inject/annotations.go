@@ -39,7 +39,6 @@ var ignored = map[string]string{
 	"sidecar.istio.io/interceptionMode":           "the capture is REDIRECT only",
 	"traffic.sidecar.istio.io/excludeInterfaces":  "the capture applies to every interface",
 	"traffic.sidecar.istio.io/kubevirtInterfaces": "the capture applies to every interface",
-	"sidecar.istio.io/rewriteAppHTTPProbers":      "probes are not rewritten (exclude their ports with " + AnnotationExcludeInboundPorts + ")",
 	"status.sidecar.istio.io/port":                "the agent's status port is 15021",
 	"sidecar.istio.io/bootstrapOverride":          "the agent writes the bootstrap",
 	"sidecar.istio.io/userVolume":                 "user volumes are not added to the proxy",
@@ -82,6 +81,7 @@ func refuse(key, format string, args ...any) *refusal {
 type podSettings struct {
 	template  string
 	image     string
+	appProbes string // the original app probes for the agent (JSON), "" for none
 	capture   capture.Config
 	resources corev1.ResourceRequirements
 	warnings  []string

@@ -16,6 +16,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/navemesh/nave/spoke/admission"
+	"github.com/navemesh/nave/spoke/appprobe"
 )
 
 var podResource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -122,6 +123,23 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 	if r != nil {
 		return nil, nil, r
 	}
+	var err error
+	rewrite, r := rewriteProbesWanted(pod.Annotations, !in.opts.KeepAppProbes)
+	if r != nil {
+		return nil, nil, r
+	}
+	var rewrites []probeRewrite
+	if rewrite {
+		var probers appprobe.Probers
+		var w []string
+		rewrites, probers, w = rewriteProbes(pod)
+		s.warnings = append(s.warnings, w...)
+		if len(probers) > 0 {
+			if s.appProbes, err = probers.Marshal(); err != nil {
+				return nil, nil, &refusal{reason: "the injector could not encode the app probes: " + err.Error()}
+			}
+		}
+	}
 	trust, err := in.opts.Trust()
 	if err != nil {
 		return nil, nil, &refusal{reason: "the spoke cannot give pods their mesh identity yet: " + err.Error()}
@@ -148,6 +166,9 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 				appendTo(p, base+"/volumeMounts", len(c.VolumeMounts), []corev1.VolumeMount{*b.appMount})
 			}
 		}
+	}
+	for _, rw := range rewrites {
+		p.add(rw.path, rw.probe) // add replaces an existing member (RFC 6902)
 	}
 	for _, v := range b.volumes {
 		if slices.ContainsFunc(pod.Spec.Volumes, func(o corev1.Volume) bool { return o.Name == v.Name }) {
@@ -255,6 +276,9 @@ type Status struct {
 	XDSAddress    string `json:"xdsAddress"`
 	XDSServerName string `json:"xdsServerName,omitempty"`
 	TrustDomain   string `json:"trustDomain,omitempty"`
+	// RewriteAppProbes: pods' probes are rewritten to the agent unless
+	// their annotation says otherwise.
+	RewriteAppProbes bool `json:"rewriteAppProbes"`
 	// NotReady says why pods to inject are refused now ("" when they are
 	// injected).
 	NotReady string `json:"notReady,omitempty"`
@@ -263,7 +287,7 @@ type Status struct {
 // Status returns the Injector's view.
 func (in *Injector) Status() Status {
 	st := Status{Revision: in.opts.Revision, ProxyImage: in.opts.ProxyImage, RAAddress: in.opts.RAAddress,
-		XDSAddress: in.opts.XDSAddress, XDSServerName: in.opts.XDSServerName}
+		XDSAddress: in.opts.XDSAddress, XDSServerName: in.opts.XDSServerName, RewriteAppProbes: !in.opts.KeepAppProbes}
 	if t, err := in.opts.Trust(); err != nil {
 		st.NotReady = err.Error()
 	} else {

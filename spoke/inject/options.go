@@ -54,6 +54,10 @@ type Options struct {
 	// (fallback.listen as pods reach it): the agent lists it second in every
 	// bootstrap (docs/fallback.md).
 	XDSFallbackAddress string
+	// KeepAppProbes leaves the app containers' probes as written unless a
+	// pod's AnnotationRewriteProbes asks otherwise; by default they are
+	// rewritten to the agent (Istio's default).
+	KeepAppProbes bool
 	// Trust returns the spoke's current trust material, or why it has
 	// none yet (not enrolled): pods are then refused. Required.
 	Trust func() (Trust, error)

@@ -55,7 +55,7 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 		ImagePullPolicy: in.opts.PullPolicy,
 		Command:         []string{agentBinary},
 		Args:            []string{"run"},
-		Env:             in.agentEnv(mode, trust),
+		Env:             in.agentEnv(mode, trust, s.appProbes),
 		Ports:           []corev1.ContainerPort{{Name: "nave-status", ContainerPort: statusPort, Protocol: corev1.ProtocolTCP}},
 		Resources:       s.resources,
 		VolumeMounts: []corev1.VolumeMount{
@@ -133,8 +133,9 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 	return b
 }
 
-// agentEnv is nave-agent's configuration (spoke/agentconfig's keys).
-func (in *Injector) agentEnv(mode string, trust Trust) []corev1.EnvVar {
+// agentEnv is nave-agent's configuration (spoke/agentconfig's keys), with
+// the app containers' original probes (JSON) when any were rewritten.
+func (in *Injector) agentEnv(mode string, trust Trust, appProbes string) []corev1.EnvVar {
 	v := func(key, value string) corev1.EnvVar { return corev1.EnvVar{Name: settings.EnvName(key), Value: value} }
 	field := func(key, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: settings.EnvName(key), ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
@@ -172,6 +173,9 @@ func (in *Injector) agentEnv(mode string, trust Trust) []corev1.EnvVar {
 	env = append(env, v("dir", runDir), v("status.listen", ":"+strconv.Itoa(statusPort)))
 	if mode == modeEnvoy {
 		env = append(env, v("proxyUID", strconv.Itoa(capture.DefaultProxyUID)))
+	}
+	if appProbes != "" {
+		env = append(env, v("appProbes", appProbes))
 	}
 	return env
 }

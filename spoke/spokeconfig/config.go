@@ -120,6 +120,8 @@ type Inject struct {
 	XDSServerName string `key:"xdsServerName" help:"name the hub's xDS serving certificate must be valid for; empty: the host of xdsAddress"`
 	// XDSFallbackAddress is the spoke's fallback xDS server as pods reach it.
 	XDSFallbackAddress string `key:"xdsFallbackAddress" help:"host:port pods reach this spoke's fallback xDS server at (fallback.listen, docs/fallback.md): the agent lists it second in every bootstrap; empty: none"`
+	// RewriteAppProbes is Istio's global rewriteAppHTTPProbe.
+	RewriteAppProbes bool `key:"rewriteAppProbes" default:"true" help:"rewrite the app containers' httpGet, grpc and tcpSocket probes to nave-agent, which probes the app from inside the pod, so that they pass under STRICT mTLS (docs/injection.md); a pod's sidecar.istio.io/rewriteAppHTTPProbers annotation overrides it"`
 }
 
 // Validate checks the addresses, the revision and the pull policy.

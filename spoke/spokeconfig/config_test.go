@@ -62,6 +62,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"inject.xdsAddress":               cfg.Inject.XDSAddress == "",
 		"inject.xdsServerName":            cfg.Inject.XDSServerName == "",
 		"inject.xdsFallbackAddress":       cfg.Inject.XDSFallbackAddress == "",
+		"inject.rewriteAppProbes":         cfg.Inject.RewriteAppProbes,
 		"fallback.enabled":                !cfg.Fallback.Enabled,
 		"fallback.listen":                 cfg.Fallback.Listen == ":15010",
 		"fallback.after":                  cfg.Fallback.After == 5*time.Second,

@@ -146,6 +146,9 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
 		return in.Withdraw(id, reason) || closed
 	}
+	g.Go(func() error {
+		return sec.refreshCAs(gctx, cfg.CA.RefreshInterval, func(mesh string) { pc.Notify(mesh); w.Notify(mesh) }, log.With("component", "ca"))
+	})
 	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -43,14 +46,14 @@ func runRA(ctx context.Context, cfg spokeconfig.Config, renewer *enroll.Renewer,
 	if err != nil {
 		return fmt.Errorf("ra: %w", err)
 	}
-	conn, err := grpc.NewClient(cfg.Hub.Address, grpc.WithTransportCredentials(credentials.NewTLS(renewer.ClientTLS())))
-	if err != nil {
-		return fmt.Errorf("ra: hub address %q: %w", cfg.Hub.Address, err)
+	hub := &hubCA{address: cfg.Hub.Address, renewer: renewer}
+	if _, err := hub.client(); err != nil {
+		return err
 	}
-	defer conn.Close()
+	defer hub.close()
 	srv, err := ra.New(ra.Options{
 		Reviewer: ra.KubeReviewer(cs), TrustDomain: renewer.Credentials().TrustDomain, Audiences: cfg.RA.Audiences,
-		Hub: pb.NewIstioCertificateServiceClient(conn), Logger: log, Registerer: reg,
+		Hub: hub, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return fmt.Errorf("ra: %w", err)
@@ -63,4 +66,57 @@ func runRA(ctx context.Context, cfg spokeconfig.Config, renewer *enroll.Renewer,
 		c := renewer.Credentials().Certificate
 		return &c, nil
 	})
+}
+
+// hubCA is Istio's CA API at the hub over a connection made with the
+// spoke's current cluster certificate: a TLS connection presents the
+// certificate of its handshake for as long as it lives, so after each
+// renewal the next call dials anew (the previous connection is closed a
+// minute later, when calls on it are done). Without it, the RA would go on
+// presenting a certificate the hub no longer accepts: expired, or of a
+// root dropped by a rotation. Safe for concurrent use.
+type hubCA struct {
+	address string
+	renewer *enroll.Renewer
+
+	mu   sync.Mutex
+	conn *grpc.ClientConn
+	leaf *x509.Certificate // the certificate conn was made with
+}
+
+// hubConnGrace is how long a replaced connection stays open.
+const hubConnGrace = time.Minute
+
+func (h *hubCA) client() (pb.IstioCertificateServiceClient, error) {
+	cur := h.renewer.Credentials().Certificate.Leaf
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn == nil || !h.leaf.Equal(cur) {
+		conn, err := grpc.NewClient(h.address, grpc.WithTransportCredentials(credentials.NewTLS(h.renewer.ClientTLS())))
+		if err != nil {
+			return nil, fmt.Errorf("ra: hub address %q: %w", h.address, err)
+		}
+		if old := h.conn; old != nil {
+			time.AfterFunc(hubConnGrace, func() { old.Close() })
+		}
+		h.conn, h.leaf = conn, cur
+	}
+	return pb.NewIstioCertificateServiceClient(h.conn), nil
+}
+
+// CreateCertificate implements pb.IstioCertificateServiceClient.
+func (h *hubCA) CreateCertificate(ctx context.Context, in *pb.IstioCertificateRequest, opts ...grpc.CallOption) (*pb.IstioCertificateResponse, error) {
+	c, err := h.client()
+	if err != nil {
+		return nil, err
+	}
+	return c.CreateCertificate(ctx, in, opts...)
+}
+
+func (h *hubCA) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil {
+		h.conn.Close()
+	}
 }

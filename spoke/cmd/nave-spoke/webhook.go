@@ -76,7 +76,8 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 			Revision: cfg.Inject.Revision, SystemNamespace: cfg.Webhook.Namespace, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix,
 			ProxyImage: cfg.Inject.ProxyImage, PullPolicy: corev1.PullPolicy(cfg.Inject.PullPolicy), RAAddress: cfg.Inject.RAAddress,
 			XDSAddress: cfg.Inject.XDSAddress, XDSServerName: cfg.Inject.XDSServerName, XDSFallbackAddress: cfg.Inject.XDSFallbackAddress, Trust: trust,
-			Logger: log.With("webhook", "injection"), Registerer: reg,
+			KeepAppProbes: !cfg.Inject.RewriteAppProbes,
+			Logger:        log.With("webhook", "injection"), Registerer: reg,
 		})
 		if err != nil {
 			return nil, err
