@@ -295,7 +295,9 @@ func resourceName(m proto.Message) string {
 // TestSpokeFlapPushesNothing: a spoke that disconnects and comes back with
 // unchanged state changes nothing a proxy holds (DESIGN.md invariant 4):
 // an Envoy sidecar on state-of-the-world ADS receives no response during
-// the flap or after the resync, and the hub counts no pushes.
+// the flap or after the resync, and the hub counts no pushes. The hub
+// holds the cluster, so the restarted spoke resumes (decision 030): it
+// sends no resource.
 func TestSpokeFlapPushesNothing(t *testing.T) {
 	h := newHub(t)
 	dir := t.TempDir()
@@ -326,6 +328,12 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	p.quiet(t, 2*time.Second, "a spoke flap with unchanged state")
 	if after := pushes(t, h); after != before {
 		t.Errorf("the hub counted %v responses to proxies during the flap (before %v)", after-before, before)
+	}
+	if n := scrape(t, h.url("/metrics"), `nave_hub_ingest_resume_requests_total{result="resumed",stream="spoke"}`); n != 1 {
+		t.Errorf("the hub resumed %g spoke streams, want 1 (the spoke's return)", n)
+	}
+	if n := scrape(t, h.url("/metrics"), "nave_hub_ingest_resume_unchanged_resources_total"); n == 0 {
+		t.Error("the resumed stream counted no unchanged resource")
 	}
 }
 

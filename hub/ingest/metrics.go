@@ -11,6 +11,9 @@ type metrics struct {
 	withdrawals prometheus.Counter
 	withdrawn   prometheus.GaugeFunc
 	missing     prometheus.GaugeFunc
+	resumes     *prometheus.CounterVec
+	skipped     prometheus.Counter
+	received    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, withdrawn, missing func() float64) *metrics {
@@ -31,9 +34,15 @@ func newMetrics(reg prometheus.Registerer, withdrawn, missing func() float64) *m
 			Help: "Clusters withdrawn after their grace period that have not reconnected since (listed at /debug/spokes)."}, withdrawn),
 		missing: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_hub_ingest_clusters_missing",
 			Help: "Enrolled clusters that have not connected since the hub started (listed at /debug/spokes)."}, missing),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_ingest_resume_requests_total",
+			Help: "Streams that asked to resume, by stream (spoke, polled, relay) and result (resumed: the hub sent what it held; full: it held no complete state)."}, []string{"stream", "result"}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_ingest_resume_unchanged_resources_total",
+			Help: "Resources a resumed stream did not send again because the hub held them unchanged (counted at its synced marker)."}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_ingest_received_bytes_total",
+			Help: "Bytes of messages received on cluster streams, by stream (spoke, polled, relay)."}, []string{"stream"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn, m.missing)
+		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resources, m.withdrawals, m.withdrawn, m.missing, m.resumes, m.skipped, m.received)
 	}
 	return m
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/protocol"
@@ -78,6 +79,10 @@ type Options struct {
 	// state, stream or epoch changed (the replica relay follows it). It
 	// must not block.
 	OnCluster func(id ClusterIdentity)
+	// MaxMessageBytes is the largest message the streams' peers accept
+	// (spokes.maxMessageBytes); a resume hint is split to stay under half
+	// of it. 0: 16 MiB.
+	MaxMessageBytes int
 }
 
 // origin says whose stream writes a cluster: a spoke's own (relayed
@@ -148,6 +153,9 @@ func New(auth Authenticator, opts Options) *Server {
 	}
 	if opts.OnCluster == nil {
 		opts.OnCluster = func(ClusterIdentity) {}
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 16 << 20
 	}
 	if opts.RecheckWithdrawal <= 0 {
 		opts.RecheckWithdrawal = 5 * time.Second
@@ -273,6 +281,16 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 	}
 	defer s.close(id, session)
 
+	kind := "spoke"
+	switch {
+	case o.relayed:
+		kind = "relay"
+	case o.polled:
+		kind = "polled"
+	}
+	first := true
+	received := s.metrics.received.WithLabelValues(kind)
+
 	msgs := make(chan *discoveryv3.DeltaDiscoveryResponse)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -314,6 +332,17 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 			}
 			return err
 		case m := <-msgs:
+			received.Add(float64(proto.Size(m)))
+			if m.GetTypeUrl() == protocol.ResumeTypeURL {
+				for _, r := range s.resume(id, session, kind, first, m) {
+					if err := stream.Send(r); err != nil {
+						return err
+					}
+				}
+				first = false
+				continue
+			}
+			first = false
 			if err := stream.Send(s.apply(id, session, m)); err != nil {
 				return err
 			}
@@ -361,6 +390,7 @@ func (s *Server) open(id ClusterIdentity, cancel func(error), peer, suffix strin
 	st.connected = true
 	st.synced = false
 	st.staged = nil // a new stream sends its full state anew
+	st.hinted, st.resumed = nil, false
 	st.connectedAt = time.Now()
 	s.metrics.streams.Inc()
 	if o.relayed {
@@ -538,9 +568,13 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 	case m.GetTypeUrl() == protocol.SyncedTypeURL:
 		if !st.synced {
 			staged := st.stagedCount()
+			skipped := len(st.hinted)
 			var removed int
 			changed, removed = st.sync()
-			s.log.Info("spoke synced", "mesh", id.Mesh, "cluster", id.Cluster, "resources", st.count(), "applied", staged, "removed", removed)
+			if st.resumed {
+				s.metrics.skipped.Add(float64(skipped))
+			}
+			s.log.Info("spoke synced", "mesh", id.Mesh, "cluster", id.Cluster, "resources", st.count(), "applied", staged, "removed", removed, "resumed", st.resumed, "unchanged", skipped)
 		}
 	default:
 		kind, ok := meshconfig.KindByTypeURL(m.GetTypeUrl())
@@ -553,6 +587,7 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 		for _, r := range m.GetResources() {
 			o, err := protocol.DecodeKind(kind, r)
 			key := resourceKey{m.GetTypeUrl(), r.GetName()}
+			delete(st.hinted, key)
 			if err != nil {
 				var de *protocol.DecodeError
 				reason := err.Error()
@@ -574,6 +609,7 @@ func (s *Server) apply(id ClusterIdentity, session uint64, m *discoveryv3.DeltaD
 			}
 		}
 		for _, name := range m.GetRemovedResources() {
+			delete(st.hinted, resourceKey{m.GetTypeUrl(), name})
 			delete(st.rejected, resourceKey{m.GetTypeUrl(), name})
 			if st.remove(m.GetTypeUrl(), name) {
 				changed = true
@@ -739,6 +775,9 @@ type ClusterStatus struct {
 	// Polled is set when the stream was dialled by the hub (polled mode;
 	// /debug/polled has the dialling side).
 	Polled bool `json:"polled,omitempty"`
+	// Resumed is set when the current or last stream resumed: the hub
+	// told it what it held and it sent only what differed.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // Status reports every cluster's stream and sync state, and the clusters
@@ -776,7 +815,7 @@ func (s *Server) Status() []ClusterStatus {
 		})
 		cs.Pending = st.stagedCount()
 		cs.DomainSuffix = st.domainSuffix
-		cs.Epoch, cs.Owner, cs.Relayed, cs.Polled = st.epoch, st.owner, st.relayed, st.polled
+		cs.Epoch, cs.Owner, cs.Relayed, cs.Polled, cs.Resumed = st.epoch, st.owner, st.relayed, st.polled, st.resumed
 		out = append(out, cs)
 	}
 	for id, w := range s.withdrawn {

@@ -39,6 +39,12 @@ type store struct {
 	sorted       []*meshconfig.Object
 	sortedShared bool
 	edits        int
+	// resumed is set when the current stream resumed (Server.resume): the
+	// hub told it what it held, and it sends only what differs. hinted
+	// lists what was held then and the stream has not sent since, until
+	// its synced marker.
+	resumed bool
+	hinted  map[resourceKey]struct{}
 	// rejected holds the current rejection of each resource refused.
 	rejected map[resourceKey]meshconfig.Rejection
 
@@ -193,7 +199,7 @@ func (s *store) sync() (changed bool, removed int) {
 			}
 		}
 	}
-	s.staged = nil
+	s.staged, s.hinted = nil, nil
 	s.synced, s.everSynced = true, true
 	return true, removed + s.prune()
 }

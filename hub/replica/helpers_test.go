@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,6 +217,7 @@ spec:
 type removalWatch struct {
 	stop    chan struct{}
 	done    chan struct{}
+	mu      sync.Mutex
 	removed []string
 }
 
@@ -230,16 +233,25 @@ func watchRemovals(t testing.TB, n *node, id ingest.ClusterIdentity) *removalWat
 			case <-time.After(2 * time.Millisecond):
 			}
 			cur := n.objects(id)
+			w.mu.Lock()
 			for k := range prev {
 				if _, ok := cur[k]; !ok {
 					w.removed = append(w.removed, k)
 				}
 			}
+			w.mu.Unlock()
 			prev = cur
 		}
 	}()
 	t.Cleanup(func() { w.end() })
 	return w
+}
+
+// seen returns what vanished so far.
+func (w *removalWatch) seen() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.removed)
 }
 
 // end stops the watch and returns what vanished.

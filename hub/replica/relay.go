@@ -82,6 +82,9 @@ type relay struct {
 	mu       sync.Mutex
 	stats    RelayStatus
 	changeAt time.Time
+	// fullNext is set after a peer's resume hint did not parse: the next
+	// stream sends the full state without asking to resume.
+	fullNext bool
 }
 
 // RelayStatus is one (peer, cluster) relay as /debug/replicas shows it.
@@ -100,6 +103,9 @@ type RelayStatus struct {
 	// peer's acknowledgement.
 	Lag       string `json:"lag,omitempty"`
 	LastError string `json:"lastError,omitempty"`
+	// Resumed is set when the current (or last) stream resumed: the peer
+	// said what it held of the cluster, and only what differed was sent.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // NewRelayer returns a Relayer; Start it.
@@ -340,6 +346,15 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 	defer r.opts.Metrics.relayStreams.Dec()
 	rl.set(func(s *RelayStatus) { s.Epoch, s.State, s.LastError = h.Epoch, "open", "" })
 
+	// Ask the peer what it holds (Resume, nonce 1): a peer that holds a
+	// complete state of the cluster (from this owner's earlier relay, or
+	// an earlier owner's) gets only what differs.
+	sent, err := r.resume(st, id, rl)
+	if err != nil {
+		return err
+	}
+	nonce := uint64(1)
+
 	var (
 		pmu     sync.Mutex
 		pending = map[string]time.Time{} // nonce -> the change it carries
@@ -380,8 +395,6 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 		}
 	}()
 
-	sent := map[string]map[string]string{}
-	var nonce uint64
 	send := func(m *discoveryv3.DeltaDiscoveryResponse, at time.Time) error {
 		nonce++
 		m.Nonce = strconv.FormatUint(nonce, 10)
@@ -407,7 +420,7 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 		}
 		cur, ok := r.opts.In.Holding(id)
 		r.mu.Lock()
-		still := ok && cur.Epoch == h.Epoch && r.relays(cur)
+		still := ok && cur.Epoch == h.Epoch && r.relays(cur) && cur.EverSynced
 		r.mu.Unlock()
 		if !still {
 			_ = st.CloseSend()
@@ -448,6 +461,59 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 			return l.ctx.Err()
 		}
 	}
+}
+
+// resume sends Resume as the stream's first message and reads the peer's
+// answer: what it holds of id when resume is in effect (the diff starts
+// from it: what it holds and this replica does not is removed
+// explicitly), or an empty state when the peer asks for the full state (an
+// older peer, or one without a complete state of id). A hint that does not
+// parse ends the stream; the next one then sends the full state.
+func (r *Relayer) resume(st protocolv1.Sync_PushClient, id ingest.ClusterIdentity, rl *relay) (map[string]map[string]string, error) {
+	rl.mu.Lock()
+	full := rl.fullNext
+	rl.fullNext = false
+	rl.stats.Resumed = false
+	rl.mu.Unlock()
+	if full {
+		return map[string]map[string]string{}, nil
+	}
+	// The peer names only the types it holds differently from what this
+	// replica holds now (digests); the diff starts from what it names.
+	mine := protocol.Held{}
+	if cur, ok := r.opts.In.Holding(id); ok {
+		for t, byName := range cur.Objects {
+			vs := make(map[string]string, len(byName))
+			for n, o := range byName {
+				vs[n] = o.Version
+			}
+			mine[t] = vs
+		}
+	}
+	m := protocol.ResumeMessage(mine)
+	m.Nonce = "1"
+	if err := st.Send(m); err != nil {
+		return nil, err
+	}
+	n := proto.Size(m)
+	r.opts.Metrics.relayBytes.Add(float64(n))
+	rl.set(func(s *RelayStatus) { s.Messages++; s.Bytes += uint64(n) })
+	held, resumed, err := protocol.ReadResume(st.Recv, m.Nonce, mine)
+	if err != nil {
+		if he := (*protocol.HintError)(nil); errors.As(err, &he) {
+			rl.mu.Lock()
+			rl.fullNext = true
+			rl.mu.Unlock()
+			r.log.Warn("peer's resume hint refused; the next relay stream sends the full state", "mesh", id.Mesh, "cluster", id.Cluster, "err", err)
+		}
+		return nil, err
+	}
+	if !resumed {
+		return map[string]map[string]string{}, nil
+	}
+	rl.set(func(s *RelayStatus) { s.Resumed = true })
+	r.log.Debug("relay resumed", "mesh", id.Mesh, "cluster", id.Cluster, "held", held.Count())
+	return held, nil
 }
 
 // diff returns the messages that bring a peer from sent to objs, and

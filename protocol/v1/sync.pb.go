@@ -142,7 +142,8 @@ func (x *Envelope) GetOrigin() string {
 
 // Synced is the type URL-only marker the spoke sends once its full state
 // has been sent on a stream. Resources of the cluster that were not re-sent
-// since the stream opened are pruned when the hub ACKs it.
+// since the stream opened are pruned when the hub ACKs it; on a resumed
+// stream (Resume) what the hub held when it answered counts as re-sent.
 type Synced struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -179,6 +180,53 @@ func (*Synced) Descriptor() ([]byte, []int) {
 	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{1}
 }
 
+// Resume is the type URL of the message a sender that can resume sends
+// first on a Push stream (nonce 1), before any resource; its resources are
+// digests, one per type it holds (name: the type URL, version: the digest
+// of the type's names and versions). A hub that holds a complete state of
+// the stream's cluster answers with what it holds (DeltaDiscoveryRequests,
+// no response_nonce, per type either initial_resource_versions {"*":
+// digest} when it holds what the sender digested, or the names and
+// versions), then ACKs the nonce: resume is in effect, and the sender
+// sends only what differs, removals included. Any other answer (a NACK: an
+// older hub, or one that holds no complete state) means the full state, as
+// without Resume. See docs/protocol.md, Resume on reconnect.
+type Resume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resume) Reset() {
+	*x = Resume{}
+	mi := &file_protocol_v1_sync_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resume) ProtoMessage() {}
+
+func (x *Resume) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_v1_sync_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resume.ProtoReflect.Descriptor instead.
+func (*Resume) Descriptor() ([]byte, []int) {
+	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{2}
+}
+
 // Rejection names one resource the hub refused, and why.
 type Rejection struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -191,7 +239,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_protocol_v1_sync_proto_msgTypes[2]
+	mi := &file_protocol_v1_sync_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -203,7 +251,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_v1_sync_proto_msgTypes[2]
+	mi := &file_protocol_v1_sync_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -216,7 +264,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{2}
+	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Rejection) GetTypeUrl() string {
@@ -250,7 +298,7 @@ type Rejections struct {
 
 func (x *Rejections) Reset() {
 	*x = Rejections{}
-	mi := &file_protocol_v1_sync_proto_msgTypes[3]
+	mi := &file_protocol_v1_sync_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +310,7 @@ func (x *Rejections) String() string {
 func (*Rejections) ProtoMessage() {}
 
 func (x *Rejections) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_v1_sync_proto_msgTypes[3]
+	mi := &file_protocol_v1_sync_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +323,7 @@ func (x *Rejections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejections.ProtoReflect.Descriptor instead.
 func (*Rejections) Descriptor() ([]byte, []int) {
-	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{3}
+	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Rejections) GetItems() []*Rejection {
@@ -303,7 +351,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_protocol_v1_sync_proto_msgTypes[4]
+	mi := &file_protocol_v1_sync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +363,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_v1_sync_proto_msgTypes[4]
+	mi := &file_protocol_v1_sync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +376,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{4}
+	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterStatus) GetCluster() string {
@@ -387,7 +435,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_protocol_v1_sync_proto_msgTypes[5]
+	mi := &file_protocol_v1_sync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +447,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_v1_sync_proto_msgTypes[5]
+	mi := &file_protocol_v1_sync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +460,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{5}
+	return file_protocol_v1_sync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TrustBundle) GetMesh() string {
@@ -456,7 +504,8 @@ const file_protocol_v1_sync_proto_rawDesc = "" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\b\n" +
-	"\x06Synced\"R\n" +
+	"\x06Synced\"\b\n" +
+	"\x06Resume\"R\n" +
 	"\tRejection\x12\x19\n" +
 	"\btype_url\x18\x01 \x01(\tR\atypeUrl\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -494,35 +543,36 @@ func file_protocol_v1_sync_proto_rawDescGZIP() []byte {
 	return file_protocol_v1_sync_proto_rawDescData
 }
 
-var file_protocol_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_protocol_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_protocol_v1_sync_proto_goTypes = []any{
 	(*Envelope)(nil),                  // 0: nave.protocol.v1.Envelope
 	(*Synced)(nil),                    // 1: nave.protocol.v1.Synced
-	(*Rejection)(nil),                 // 2: nave.protocol.v1.Rejection
-	(*Rejections)(nil),                // 3: nave.protocol.v1.Rejections
-	(*ClusterStatus)(nil),             // 4: nave.protocol.v1.ClusterStatus
-	(*TrustBundle)(nil),               // 5: nave.protocol.v1.TrustBundle
-	nil,                               // 6: nave.protocol.v1.Envelope.LabelsEntry
-	nil,                               // 7: nave.protocol.v1.Envelope.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),     // 8: google.protobuf.Timestamp
-	(*anypb.Any)(nil),                 // 9: google.protobuf.Any
-	(*v3.DeltaDiscoveryResponse)(nil), // 10: envoy.service.discovery.v3.DeltaDiscoveryResponse
-	(*v3.DeltaDiscoveryRequest)(nil),  // 11: envoy.service.discovery.v3.DeltaDiscoveryRequest
+	(*Resume)(nil),                    // 2: nave.protocol.v1.Resume
+	(*Rejection)(nil),                 // 3: nave.protocol.v1.Rejection
+	(*Rejections)(nil),                // 4: nave.protocol.v1.Rejections
+	(*ClusterStatus)(nil),             // 5: nave.protocol.v1.ClusterStatus
+	(*TrustBundle)(nil),               // 6: nave.protocol.v1.TrustBundle
+	nil,                               // 7: nave.protocol.v1.Envelope.LabelsEntry
+	nil,                               // 8: nave.protocol.v1.Envelope.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),     // 9: google.protobuf.Timestamp
+	(*anypb.Any)(nil),                 // 10: google.protobuf.Any
+	(*v3.DeltaDiscoveryResponse)(nil), // 11: envoy.service.discovery.v3.DeltaDiscoveryResponse
+	(*v3.DeltaDiscoveryRequest)(nil),  // 12: envoy.service.discovery.v3.DeltaDiscoveryRequest
 }
 var file_protocol_v1_sync_proto_depIdxs = []int32{
-	6,  // 0: nave.protocol.v1.Envelope.labels:type_name -> nave.protocol.v1.Envelope.LabelsEntry
-	7,  // 1: nave.protocol.v1.Envelope.annotations:type_name -> nave.protocol.v1.Envelope.AnnotationsEntry
-	8,  // 2: nave.protocol.v1.Envelope.creation_time:type_name -> google.protobuf.Timestamp
-	9,  // 3: nave.protocol.v1.Envelope.spec:type_name -> google.protobuf.Any
-	2,  // 4: nave.protocol.v1.Rejections.items:type_name -> nave.protocol.v1.Rejection
-	10, // 5: nave.protocol.v1.Sync.Push:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
-	11, // 6: nave.protocol.v1.Sync.Watch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	11, // 7: nave.protocol.v1.Polled.Poll:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	10, // 8: nave.protocol.v1.Polled.PollWatch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
-	11, // 9: nave.protocol.v1.Sync.Push:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
-	10, // 10: nave.protocol.v1.Sync.Watch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
-	10, // 11: nave.protocol.v1.Polled.Poll:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
-	11, // 12: nave.protocol.v1.Polled.PollWatch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	7,  // 0: nave.protocol.v1.Envelope.labels:type_name -> nave.protocol.v1.Envelope.LabelsEntry
+	8,  // 1: nave.protocol.v1.Envelope.annotations:type_name -> nave.protocol.v1.Envelope.AnnotationsEntry
+	9,  // 2: nave.protocol.v1.Envelope.creation_time:type_name -> google.protobuf.Timestamp
+	10, // 3: nave.protocol.v1.Envelope.spec:type_name -> google.protobuf.Any
+	3,  // 4: nave.protocol.v1.Rejections.items:type_name -> nave.protocol.v1.Rejection
+	11, // 5: nave.protocol.v1.Sync.Push:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	12, // 6: nave.protocol.v1.Sync.Watch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	12, // 7: nave.protocol.v1.Polled.Poll:input_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	11, // 8: nave.protocol.v1.Polled.PollWatch:input_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	12, // 9: nave.protocol.v1.Sync.Push:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
+	11, // 10: nave.protocol.v1.Sync.Watch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	11, // 11: nave.protocol.v1.Polled.Poll:output_type -> envoy.service.discovery.v3.DeltaDiscoveryResponse
+	12, // 12: nave.protocol.v1.Polled.PollWatch:output_type -> envoy.service.discovery.v3.DeltaDiscoveryRequest
 	9,  // [9:13] is the sub-list for method output_type
 	5,  // [5:9] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
@@ -541,7 +591,7 @@ func file_protocol_v1_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_v1_sync_proto_rawDesc), len(file_protocol_v1_sync_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -11,6 +11,7 @@ type metrics struct {
 	bytes      prometheus.Counter
 	nacks      prometheus.Counter
 	ackLatency prometheus.Histogram
+	resumes    *prometheus.CounterVec
 
 	watchResponses prometheus.Counter
 	watchNacks     prometheus.Counter
@@ -38,6 +39,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Messages the hub NACKed."}),
 		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nave_spoke_uplink_ack_seconds",
 			Help: "Time from sending a message to the hub's answer.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_spoke_uplink_resumes_total",
+			Help: "Streams on which the spoke asked the hub to resume, by result (resumed: it sent only what differed from the hub's state; full: the hub held none, the full state was sent; bad-hint: the hub's hint did not parse, the stream was ended)."}, []string{"result"}),
 		watchResponses: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_watch_responses_total",
 			Help: "Watch responses received from the hub (the remote view)."}),
 		watchNacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_spoke_watch_nacks_total",
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Connections to the Poll listener (polled mode) refused at the TLS handshake because the certificate presented is not the hub's (a caller presenting none is refused by TLS itself, uncounted)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.reconnects, m.moves, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)
+		reg.MustRegister(m.state, m.reconnects, m.moves, m.messages, m.resources, m.bytes, m.nacks, m.ackLatency, m.resumes, m.watchResponses, m.watchNacks, m.viewSaves, m.pollRefused)
 	}
 	return m
 }

@@ -1,7 +1,8 @@
 // Package uplink keeps the hub in sync with a spoke's desired state: it
 // dials the hub (the spoke only ever dials out), sends the full state on
-// every (re)connect followed by the synced marker, then deltas, and tracks
-// the hub's ACK/NACK of every nonce. Lost connections are retried with
+// every (re)connect — or, when the hub says what it already holds of the
+// cluster (Resume), only the difference — followed by the synced marker,
+// then deltas, and tracks the hub's ACK/NACK of every nonce. Lost connections are retried with
 // jittered exponential backoff that never waits more than its maximum, each
 // attempt on a new connection — except a move: a hub replica balancing
 // spokes closes a synced stream with protocol.TrailerReconnect, and the
@@ -101,6 +102,11 @@ type Uplink struct {
 	// counts the streams the hub closed to move the spoke.
 	target string
 	moves  int
+	// fullNext is set after a resume hint that did not parse: the next
+	// stream sends the full state without asking to resume.
+	fullNext bool
+	// resumed is set when the current (or last) stream resumed.
+	resumed bool
 	// watchState and watchErr describe the Watch stream.
 	watchState, watchErr string
 }
@@ -332,6 +338,9 @@ func (u *Uplink) run(ctx context.Context, stream stream) (synced bool, err error
 	}()
 
 	u.setState(StateSyncing, nil)
+	if err := s.resume(ctx, replies, recvErr); err != nil {
+		return false, err
+	}
 	if err := s.sendDiff(); err != nil {
 		return false, err
 	}
@@ -369,6 +378,79 @@ func (u *Uplink) run(ctx context.Context, stream stream) (synced bool, err error
 			}
 		}
 	}
+}
+
+// resume asks the hub what it holds of the cluster (protocol.ResumeTypeURL,
+// the stream's first message) and, if it says, makes that what this stream
+// has sent: sendDiff then sends only what differs, and explicit removals
+// for what the hub holds that the spoke no longer has (a resumed hub
+// prunes nothing at the synced marker). A hub that refuses (an older one,
+// or one without a complete state of the cluster) gets the full state. A
+// hint that does not parse ends the stream, and the next one sends the
+// full state without asking.
+func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaDiscoveryRequest, recvErr <-chan error) error {
+	s.u.mu.Lock()
+	full := s.u.fullNext
+	s.u.fullNext, s.u.resumed = false, false
+	s.u.mu.Unlock()
+	if full {
+		return nil
+	}
+	// The hub names only the types it holds differently from this
+	// snapshot's digests.
+	s.u.mu.Lock()
+	mine := protocol.Held{}
+	for k, o := range s.u.desired {
+		if mine[k.typeURL] == nil {
+			mine[k.typeURL] = map[string]string{}
+		}
+		mine[k.typeURL][k.name] = o.Version
+	}
+	s.u.mu.Unlock()
+	nonce, err := s.send(protocol.ResumeMessage(mine), nil)
+	if err != nil {
+		return err
+	}
+	delete(s.inflight, nonce) // answered here, not by reply
+	held, resumed, err := protocol.ReadResume(func() (*discoveryv3.DeltaDiscoveryRequest, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-recvErr:
+			return nil, err
+		case r := <-replies:
+			return r, nil
+		}
+	}, nonce, mine)
+	if err != nil {
+		// A hint that does not parse, or that exceeds this spoke's
+		// hub.maxMessageBytes (a hub with a larger limit), would fail
+		// every resume alike: the next stream does not ask.
+		if he := (*protocol.HintError)(nil); errors.As(err, &he) || status.Code(err) == codes.ResourceExhausted {
+			s.u.mu.Lock()
+			s.u.fullNext = true
+			s.u.mu.Unlock()
+			s.u.metrics.resumes.WithLabelValues("bad-hint").Inc()
+			return fmt.Errorf("hub's resume hint refused: %w", err)
+		}
+		return err
+	}
+	if !resumed {
+		s.u.metrics.resumes.WithLabelValues("full").Inc()
+		return nil
+	}
+	s.u.mu.Lock()
+	s.u.resumed = true
+	for t, byName := range held {
+		for n, v := range byName {
+			s.sent[key{t, n}] = v
+			s.u.acked[key{t, n}] = v
+		}
+	}
+	s.u.mu.Unlock()
+	s.u.metrics.resumes.WithLabelValues("resumed").Inc()
+	s.u.log.Info("hub stream resumed", "hub", s.u.hubName(), "held", held.Count())
+	return nil
 }
 
 // movedError is a stream the hub closed to move the spoke to another
@@ -567,8 +649,11 @@ type Status struct {
 	// Target is the address of the current (or last) stream: Address, or
 	// the replica a move named; Moves counts the streams the hub closed
 	// to move this spoke to another replica.
-	Target  string        `json:"target,omitempty"`
-	Moves   int           `json:"moves,omitempty"`
+	Target string `json:"target,omitempty"`
+	Moves  int    `json:"moves,omitempty"`
+	// Resumed is set when the current (or last) stream resumed: the hub
+	// said what it held and the spoke sent only what differed.
+	Resumed bool          `json:"resumed,omitempty"`
 	Desired int           `json:"desired"`
 	Acked   int           `json:"acked"`
 	Nacked  []NackedEntry `json:"nacked"`
@@ -590,7 +675,7 @@ func (u *Uplink) Status() Status {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	st := Status{Address: u.opts.Address, Mesh: u.opts.Mesh, Cluster: u.opts.Cluster, TLS: u.opts.TLS != nil, State: u.state, Since: u.since,
-		LastErr: u.lastErr, Sessions: u.sessions, Target: u.target, Moves: u.moves, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{},
+		LastErr: u.lastErr, Sessions: u.sessions, Target: u.target, Moves: u.moves, Resumed: u.resumed, Desired: len(u.desired), Acked: len(u.acked), Nacked: []NackedEntry{},
 		Watch: u.watchState, WatchLastErr: u.watchErr, Mode: "push"}
 	if u.opts.Polled {
 		st.Mode = "polled"

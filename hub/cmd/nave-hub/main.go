@@ -82,6 +82,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
+		MaxMessageBytes:  cfg.Spokes.MaxMessageBytes,
 		OnChange:         func(mesh string) { pc.Notify(mesh); w.Notify(mesh) },
 		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh); w.Notify(mesh) },
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
