@@ -113,6 +113,12 @@ func TestPoller(t *testing.T) {
 		}
 		return false
 	})
+	// The hub marks the cluster synced before its ACK reaches the spoke.
+	eventually(t, "the spoke got an answer", func() bool {
+		good.mu.Lock()
+		defer good.mu.Unlock()
+		return len(good.answers) > 0
+	})
 	good.mu.Lock()
 	if len(good.answers) != 1 || good.answers[0].GetResponseNonce() != "1" || good.answers[0].GetErrorDetail() != nil {
 		t.Errorf("the spoke got %v, want the ACK of nonce 1", good.answers)
