@@ -52,20 +52,9 @@ func sameBlobs(a, b map[string][]byte) bool {
 // Authority then refuses to load it and names the files, and running the
 // same rotation step again finishes it.
 func (s *DirStore) Replace(ctx context.Context, mesh string, old, next map[string][]byte) error {
-	if err := checkMesh(mesh); err != nil {
-		return fmt.Errorf("ca store: %w", err)
-	}
-	names, err := blobNames(next)
+	dir, names, unlock, err := s.lockForWrite(mesh, next)
 	if err != nil {
 		return err
-	}
-	dir := filepath.Join(s.dir, mesh)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("ca store: %w", err)
-	}
-	unlock, err := lockDir(dir, true)
-	if err != nil {
-		return fmt.Errorf("ca store: lock %s: %w", dir, err)
 	}
 	defer unlock()
 	cur, err := s.readBlobs(dir)

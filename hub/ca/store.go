@@ -186,22 +186,31 @@ func readLimited(path string) ([]byte, error) {
 	return b, nil
 }
 
+// lockForWrite checks mesh and the names of blobs, creates the mesh's
+// directory if needed and takes its lock for writing: it returns the
+// directory, the blob names in order and the unlock function.
+func (s *DirStore) lockForWrite(mesh string, blobs map[string][]byte) (dir string, names []string, unlock func(), err error) {
+	if err := checkMesh(mesh); err != nil {
+		return "", nil, nil, fmt.Errorf("ca store: %w", err)
+	}
+	if names, err = blobNames(blobs); err != nil {
+		return "", nil, nil, err
+	}
+	dir = filepath.Join(s.dir, mesh)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, nil, fmt.Errorf("ca store: %w", err)
+	}
+	if unlock, err = lockDir(dir, true); err != nil {
+		return "", nil, nil, fmt.Errorf("ca store: lock %s: %w", dir, err)
+	}
+	return dir, names, unlock, nil
+}
+
 // Create implements Store.
 func (s *DirStore) Create(_ context.Context, mesh string, blobs map[string][]byte) error {
-	if err := checkMesh(mesh); err != nil {
-		return fmt.Errorf("ca store: %w", err)
-	}
-	names, err := blobNames(blobs)
+	dir, names, unlock, err := s.lockForWrite(mesh, blobs)
 	if err != nil {
 		return err
-	}
-	dir := filepath.Join(s.dir, mesh)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("ca store: %w", err)
-	}
-	unlock, err := lockDir(dir, true)
-	if err != nil {
-		return fmt.Errorf("ca store: lock %s: %w", dir, err)
 	}
 	defer unlock()
 
