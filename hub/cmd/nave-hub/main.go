@@ -24,6 +24,7 @@ import (
 	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
@@ -75,16 +76,16 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 
 	var (
-		pc *pushctx.Publisher
-		w  *watch.Server
+		eng *engine.Engine
+		w   *watch.Server
 	)
 	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
 		MaxMessageBytes:  cfg.Spokes.MaxMessageBytes,
-		OnChange:         func(mesh string) { pc.Notify(mesh); w.Notify(mesh) },
-		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh); w.Notify(mesh) },
+		OnChange:         func(mesh string) { eng.Notify(mesh); w.Notify(mesh) },
+		OnEndpointChange: func(mesh string) { eng.NotifyEndpoints(mesh); w.Notify(mesh) },
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, stream)
 		},
@@ -93,27 +94,26 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}))
 	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: in.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
-	var resources *cache.Cache
-	pc = pushctx.New(in, pushctx.Options{
-		DebounceQuiet: cfg.Push.DebounceQuiet,
-		DebounceMax:   cfg.Push.DebounceMax,
-		Adaptive:      cfg.Push.Adaptive,
-		Ready:         in.Ready,
-		OnPublish:     func(st *pushctx.State) { resources.Entry(st) },
-		Logger:        log.With("component", "pushctx"),
-		Registerer:    reg,
+	eng = engine.New(in, engine.Options{
+		Push: pushctx.Options{
+			DebounceQuiet: cfg.Push.DebounceQuiet,
+			DebounceMax:   cfg.Push.DebounceMax,
+			Adaptive:      cfg.Push.Adaptive,
+			Ready:         in.Ready,
+			Logger:        log.With("component", "pushctx"),
+		},
+		Cache: cache.Options{
+			Verify:                   cfg.Push.VerifyIncremental,
+			MaxConcurrentGenerations: cfg.Push.MaxConcurrentGenerations,
+			Logger:                   log.With("component", "cache"),
+		},
+		ADS: ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
+			AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
+			Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads")},
+		Registerer: reg,
 	})
-	resources = cache.New(pc, cache.Options{
-		Verify:                   cfg.Push.VerifyIncremental,
-		MaxConcurrentGenerations: cfg.Push.MaxConcurrentGenerations,
-		Logger:                   log.With("component", "cache"),
-		Registerer:               reg,
-	})
-	xds := ads.New(resources, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
-		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
-		Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads"), Registerer: reg})
-	reg.MustRegister(xds.SyncStateCollector())
-	registerDebug(adm, in, resources, xds)
+	reg.MustRegister(eng.SyncStateCollector())
+	registerDebug(adm, in, eng)
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
 	})
@@ -130,7 +130,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
 		grpc.KeepaliveParams(xdsKA))...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, eng.ADS())
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
 	if rep != nil {
@@ -139,7 +139,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pc.Start(ctx)
+	eng.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	// A revoked cluster loses its Watch streams with its Push stream.
 	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		return in.Withdraw(id, reason) || closed
 	}
 	g.Go(func() error {
-		return sec.refreshCAs(gctx, cfg.CA.RefreshInterval, func(mesh string) { pc.Notify(mesh); w.Notify(mesh) }, log.With("component", "ca"))
+		return sec.refreshCAs(gctx, cfg.CA.RefreshInterval, func(mesh string) { eng.Notify(mesh); w.Notify(mesh) }, log.With("component", "ca"))
 	})
 	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
