@@ -1,6 +1,6 @@
-// Command nave-hub is the central control plane: it takes spokes' Push
-// streams, merges each mesh's clusters and serves xDS to proxies.
-package main
+// Package server is the hub's composition: it takes spokes' Push streams,
+// merges each mesh's clusters and serves xDS to proxies.
+package server
 
 import (
 	"context"
@@ -20,17 +20,11 @@ import (
 	"github.com/navemesh/nave/hub/watch"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/logging"
-	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/pushctx"
 )
-
-func main() {
-	program.Main(hubconfig.Program, func(c *hubconfig.Config) logging.Config { return c.Log }, serve)
-}
 
 // listen binds every listener up front, so a taken port fails the start
 // with the key that names it.
@@ -49,7 +43,8 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 	return out, nil
 }
 
-func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
+// Serve runs the hub until ctx ends.
+func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	reg := admin.NewRegistry()
 	rep, err := newReplicas(cfg, reg)
 	if err != nil {
