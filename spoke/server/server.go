@@ -1,10 +1,10 @@
-// Command nave-spoke is the per-cluster control plane: it watches its
+// Package server is the spoke's composition, the per-cluster control plane: it watches its
 // cluster's config and pushes it to the hub over a stream it dials, proving
 // which (mesh, cluster) it is with a certificate it gets by enrolling (see
 // docs/enrollment.md). With the kubernetes source it can also serve the
 // cluster's validation webhook (webhook.listen, docs/webhooks.md) and
 // sidecar injector (inject.enabled, docs/injection.md).
-package main
+package server
 
 import (
 	"context"
@@ -17,23 +17,17 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/spoke/remote"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 	"github.com/navemesh/nave/spoke/uplink"
 )
 
-func main() {
-	program.Main(spokeconfig.Program, func(c *spokeconfig.Config) logging.Config { return c.Log }, serve)
-}
-
-// serve runs the spoke until ctx ends. The admin server starts first, so
+// Serve runs the spoke until ctx ends. The admin server starts first, so
 // that metrics and debug views are served while the spoke waits for the
 // hub to enroll it; the uplink and the source start once it has its
 // identity (readiness fails until then).
-func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
+func Serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		return fmt.Errorf("admin.listen: %w", err)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -65,7 +65,7 @@ func startSpoke(t *testing.T, args ...string) *spoke {
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(s.logs, testWriter{t}), nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
-	go func() { s.done <- serve(ctx, cfg, log) }()
+	go func() { s.done <- Serve(ctx, cfg, log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
