@@ -1,5 +1,10 @@
-// Package server is the hub's composition: it takes spokes' Push streams,
-// merges each mesh's clusters and serves xDS to proxies.
+// Package server is the hub's composition, what nave-hub runs: the
+// listeners, the security (mesh CAs, serving certificate, enrollment),
+// ingest of the spokes' streams, the Watch server, the xDS engine
+// (xds/engine), the replica set, the poller of polled spokes and the admin
+// server with its debug views, wired together. New builds a hub and binds
+// its listeners; Run serves until its context ends. Tests, a replica or
+// the load tool start a hub with it without copying its wiring.
 package server
 
 import (
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -43,12 +49,42 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 	return out, nil
 }
 
-// Serve runs the hub until ctx ends.
+// Server is one hub, built by New and run once by Run. Addr is safe for
+// concurrent use.
+type Server struct {
+	cfg      hubconfig.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	lis      map[string]net.Listener
+	adm      *admin.Server
+	sec      *security
+	rep      *replicas
+	in       *ingest.Server
+	w        *watch.Server
+	eng      *engine.Engine
+	spokeSrv *grpc.Server
+	xdsSrv   *grpc.Server
+}
+
+// Serve runs a hub with cfg until ctx ends (New, then Run): nave-hub's
+// life.
 func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
+	s, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// New builds a hub: it loads its state (mesh CAs, serving certificate,
+// enrollment; ctx bounds that), binds every listener, so that a taken port
+// fails here with the key that names it, and wires the parts. Nothing is
+// served before Run, which closes the listeners when it returns.
+func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, error) {
 	reg := admin.NewRegistry()
 	rep, err := newReplicas(cfg, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	addrs := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
 	if cfg.Admin.OperatorListen != "" {
@@ -59,7 +95,7 @@ func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 	lis, err := listen(addrs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	adm := admin.New(log, reg)
 	sec, err := newSecurity(ctx, cfg, log, reg)
@@ -67,7 +103,7 @@ func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		for _, l := range lis {
 			l.Close()
 		}
-		return err
+		return nil, err
 	}
 
 	var (
@@ -132,6 +168,30 @@ func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		// The replica counts (and may shed) the proxy connections.
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
+	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, rep: rep, in: in, w: w, eng: eng,
+		spokeSrv: spokeSrv, xdsSrv: xdsSrv}, nil
+}
+
+// Addr is the address of the listener of the config key (xds.listen,
+// spokes.listen, admin.listen, admin.operatorListen,
+// replicas.relayListen); nil if the hub has none.
+func (s *Server) Addr(key string) net.Addr {
+	if l := s.lis[key]; l != nil {
+		return l.Addr()
+	}
+	return nil
+}
+
+// Run serves until ctx ends or a part fails, then stops every part and
+// closes the listeners. It is called once.
+func (s *Server) Run(ctx context.Context) error {
+	cfg, log, lis, adm, sec, rep, in, w, eng := s.cfg, s.log, s.lis, s.adm, s.sec, s.rep, s.in, s.w, s.eng
+	spokeSrv, xdsSrv, reg := s.spokeSrv, s.xdsSrv, s.reg
+	defer func() {
+		for _, l := range lis {
+			l.Close() // already closed by the server that served it, if any
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	eng.Start(ctx)
@@ -141,9 +201,11 @@ func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
 		return in.Withdraw(id, reason) || closed
 	}
-	g.Go(func() error {
-		return sec.refreshCAs(gctx, cfg.CA.RefreshInterval, func(mesh string) { eng.Notify(mesh); w.Notify(mesh) }, log.With("component", "ca"))
-	})
+	if !sec.plaintext {
+		g.Go(func() error {
+			return sec.authority.RefreshEvery(gctx, cfg.CA.RefreshInterval, func(mesh string) { eng.Notify(mesh); w.Notify(mesh) })
+		})
+	}
 	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}
