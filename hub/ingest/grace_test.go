@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -75,8 +76,8 @@ func held(s *Store, id ClusterIdentity) (int, bool) {
 func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const grace = 200 * time.Millisecond
-		changes := 0
-		s := NewStore(StoreOptions{StaleGracePeriod: grace, OnChange: func(string, bool) { changes++ }})
+		var changes atomic.Int64 // OnChange runs on the grace timer's goroutine
+		s := NewStore(StoreOptions{StaleGracePeriod: grace, OnChange: func(string, bool) { changes.Add(1) }})
 		id := ClusterIdentity{Mesh: "m", Cluster: "c1"}
 		objs := decodeState(t)
 		ss := syncState(t, s, id, objs)
@@ -99,7 +100,7 @@ func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
 		if n, _ := held(s, id); n != len(objs) {
 			t.Fatalf("a nanosecond before the grace period's end the hub holds %d objects, want all %d", n, len(objs))
 		}
-		calls := changes
+		calls := changes.Load()
 
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
@@ -114,7 +115,7 @@ func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
 		if len(s.Meshes()) != 0 {
 			t.Errorf("after withdrawal: meshes %v; want none", s.Meshes())
 		}
-		if changes == calls {
+		if changes.Load() == calls {
 			t.Error("OnChange did not report the withdrawal")
 		}
 	})

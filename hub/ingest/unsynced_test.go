@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -105,9 +106,16 @@ func TestReadyWaitsForExpectedClustersUntilTheGraceEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const grace = 300 * time.Millisecond
 		expected := []ingest.ClusterIdentity{{Mesh: "m", Cluster: "c1"}, {Mesh: "m", Cluster: "c2"}, {Mesh: "n", Cluster: "x"}}
+		var mu sync.Mutex // OnChange runs on the grace timer's goroutine
 		changed := map[string]bool{}
+		reported := func() map[string]bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(changed)
+		}
 		store := ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Hour, StartupGrace: grace,
-			Expected: func() []ingest.ClusterIdentity { return expected }, OnChange: func(m string, _ bool) { changed[m] = true }})
+			Expected: func() []ingest.ClusterIdentity { return expected },
+			OnChange: func(m string, _ bool) { mu.Lock(); defer mu.Unlock(); changed[m] = true }})
 		c1 := mesh.ClusterInput{Name: "c1", Connected: true, Synced: true}
 		c2 := mesh.ClusterInput{Name: "c2", Connected: true, Synced: true}
 		if store.Ready("m", []mesh.ClusterInput{c1}) {
@@ -134,16 +142,16 @@ func TestReadyWaitsForExpectedClustersUntilTheGraceEnds(t *testing.T) {
 
 		time.Sleep(grace - time.Nanosecond)
 		synctest.Wait()
-		if len(changed) != 0 {
-			t.Errorf("before the grace's end: changes reported for %v", changed)
+		if got := reported(); len(got) != 0 {
+			t.Errorf("before the grace's end: changes reported for %v", got)
 		}
 		if store.Ready("m", []mesh.ClusterInput{c1}) {
 			t.Error("just before the grace's end mesh m is ready with c1 alone")
 		}
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
-		if !changed["m"] || !changed["n"] || len(changed) != 2 {
-			t.Errorf("the grace's end reported %v, want meshes m and n", changed)
+		if got := reported(); !got["m"] || !got["n"] || len(got) != 2 {
+			t.Errorf("the grace's end reported %v, want meshes m and n", got)
 		}
 		if !store.Ready("m", []mesh.ClusterInput{c1}) {
 			t.Error("after the startup grace mesh m is not ready with c1")
