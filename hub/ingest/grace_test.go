@@ -8,26 +8,8 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
-
-// graceState is a small full state of one cluster.
-const graceState = `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [echo.demo.svc.cluster.local]
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  resolution: STATIC
-  workloadSelector: {labels: {app: echo}}
----
-apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: echo-v1, namespace: demo}
-spec:
-  address: 127.0.0.1
-  ports: {grpc: 17071}
-  labels: {app: echo, version: v1}
-`
 
 // syncState opens a spoke's stream of id on s and sends objs as its full
 // state, then the synced marker.
@@ -46,15 +28,6 @@ func syncState(t *testing.T, s *Store, id ClusterIdentity, objs []*meshconfig.Ob
 		t.Fatal("a new session is not current")
 	}
 	return ss
-}
-
-func decodeState(t *testing.T) []*meshconfig.Object {
-	t.Helper()
-	objs, errs := meshconfig.DecodeYAML([]byte(graceState), "state.yaml")
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	return objs
 }
 
 // held counts the objects s serves of id's cluster, and reports whether
@@ -79,7 +52,7 @@ func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
 		var changes atomic.Int64 // OnChange runs on the grace timer's goroutine
 		s := NewStore(StoreOptions{StaleGracePeriod: grace, OnChange: func(string, bool) { changes.Add(1) }})
 		id := ClusterIdentity{Mesh: "m", Cluster: "c1"}
-		objs := decodeState(t)
+		objs := pushctxtest.EchoConfig(t, 80, 20)
 		ss := syncState(t, s, id, objs)
 
 		ss.close()
@@ -129,7 +102,7 @@ func TestReconnectWithinGracePeriodCancelsWithdrawal(t *testing.T) {
 		const grace = 300 * time.Millisecond
 		s := NewStore(StoreOptions{StaleGracePeriod: grace})
 		id := ClusterIdentity{Mesh: "m", Cluster: "c1"}
-		objs := decodeState(t)
+		objs := pushctxtest.EchoConfig(t, 80, 20)
 		syncState(t, s, id, objs).close()
 
 		time.Sleep(grace / 2)

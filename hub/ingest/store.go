@@ -213,6 +213,20 @@ func (ss *session) current() *record {
 	return r
 }
 
+// message locks the Store for a message of the session and returns its
+// record, the message's time noted; once superseded, nil with the Store
+// unlocked.
+func (ss *session) message() *record {
+	ss.s.mu.Lock()
+	r := ss.current()
+	if r == nil {
+		ss.s.mu.Unlock()
+		return nil
+	}
+	r.LastMessageAt = time.Now()
+	return r
+}
+
 // update is one resource of a pushed message: its wire name, and the
 // object decoded from it or the reason it was refused.
 type update struct {
@@ -226,13 +240,10 @@ type update struct {
 // the session is still current.
 func (ss *session) apply(kind *meshconfig.Kind, updates []update, removed []string) bool {
 	s := ss.s
-	s.mu.Lock()
-	r := ss.current()
+	r := ss.message()
 	if r == nil {
-		s.mu.Unlock()
 		return false
 	}
-	r.LastMessageAt = time.Now()
 	changed, nacked := false, false
 	for _, u := range updates {
 		key := resourceKey{kind.TypeURL, u.name}
@@ -276,14 +287,12 @@ func (ss *session) apply(kind *meshconfig.Kind, updates []update, removed []stri
 // refuse counts a message refused as a whole (an unknown type). It
 // reports whether the session is still current.
 func (ss *session) refuse() bool {
-	ss.s.mu.Lock()
-	defer ss.s.mu.Unlock()
-	r := ss.current()
+	r := ss.message()
 	if r == nil {
 		return false
 	}
-	r.LastMessageAt = time.Now()
 	r.Nacks++
+	ss.s.mu.Unlock()
 	return true
 }
 
@@ -292,13 +301,10 @@ func (ss *session) refuse() bool {
 // still current.
 func (ss *session) synced() bool {
 	s := ss.s
-	s.mu.Lock()
-	r := ss.current()
+	r := ss.message()
 	if r == nil {
-		s.mu.Unlock()
 		return false
 	}
-	r.LastMessageAt = time.Now()
 	changed := false
 	if !r.Synced {
 		staged := r.stagedCount()
