@@ -23,7 +23,8 @@ import (
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
-// ServerOptions configure a Server.
+// ServerOptions configure a Server. A plain value; Watch must be safe for
+// concurrent use.
 type ServerOptions struct {
 	// Watch serves the Watch streams, once authenticated (see Watch); nil
 	// answers them UNIMPLEMENTED.

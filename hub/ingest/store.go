@@ -15,7 +15,8 @@ import (
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
-// StoreOptions configure a Store.
+// StoreOptions configure a Store. A plain value; its funcs must be safe
+// for concurrent use.
 type StoreOptions struct {
 	// StaleGracePeriod is how long a disconnected cluster's resources are
 	// kept (marked stale) before they are withdrawn.
