@@ -13,7 +13,7 @@ import (
 	"github.com/navemesh/nave/xds/mesh"
 )
 
-func registerDebug(adm *admin.Server, in *ingest.Server, resources *cache.Cache, xds *ads.Server) {
+func registerDebug(adm *admin.Server, in *ingest.Store, resources *cache.Cache, xds *ads.Server) {
 	// The status page reads the tenant views below in the browser: it shows
 	// each operator what those views show it.
 	adm.HandlePage(statuspage.Path, statuspage.Handler())

@@ -78,27 +78,38 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		pc *pushctx.Publisher
 		w  *watch.Server
 	)
-	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
+	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
-		MaxMessageBytes:  cfg.Spokes.MaxMessageBytes,
-		OnChange:         func(mesh string) { pc.Notify(mesh); w.Notify(mesh) },
-		OnEndpointChange: func(mesh string) { pc.NotifyEndpoints(mesh); w.Notify(mesh) },
+		OnChange: func(mesh string, endpointsOnly bool) {
+			if endpointsOnly {
+				pc.NotifyEndpoints(mesh)
+			} else {
+				pc.Notify(mesh)
+			}
+			w.Notify(mesh)
+		},
+		Replicas:   rep.replicaSet(),
+		Logger:     log.With("component", "ingest"),
+		Registerer: reg,
+	})
+	in := ingest.NewServer(store, sec.spokeAuthenticator(), ingest.ServerOptions{
+		MaxMessageBytes: cfg.Spokes.MaxMessageBytes,
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, stream)
 		},
 		Logger:     log.With("component", "ingest"),
 		Registerer: reg,
-	}))
-	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: in.Ready,
+	})
+	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	var resources *cache.Cache
-	pc = pushctx.New(in, pushctx.Options{
+	pc = pushctx.New(store, pushctx.Options{
 		DebounceQuiet: cfg.Push.DebounceQuiet,
 		DebounceMax:   cfg.Push.DebounceMax,
 		Adaptive:      cfg.Push.Adaptive,
-		Ready:         in.Ready,
+		Ready:         store.Ready,
 		OnPublish:     func(st *pushctx.State) { resources.Entry(st) },
 		Logger:        log.With("component", "pushctx"),
 		Registerer:    reg,
@@ -113,7 +124,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
 		Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads"), Registerer: reg})
 	reg.MustRegister(xds.SyncStateCollector())
-	registerDebug(adm, in, resources, xds)
+	registerDebug(adm, store, resources, xds)
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
 	})
@@ -144,7 +155,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	// A revoked cluster loses its Watch streams with its Push stream.
 	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
 		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
-		return in.Withdraw(id, reason) || closed
+		return store.Withdraw(id, reason) || closed
 	}
 	g.Go(func() error {
 		return sec.refreshCAs(gctx, cfg.CA.RefreshInterval, func(mesh string) { pc.Notify(mesh); w.Notify(mesh) }, log.With("component", "ca"))
@@ -166,7 +177,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		})
 	}
 	if rep != nil {
-		if err := rep.start(gctx, cfg, sec, in, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
+		if err := rep.start(gctx, cfg, sec, ingest.NewOwnership(in), store, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
 			cancel()
 			_ = g.Wait()
 			return err
