@@ -373,10 +373,10 @@ func (b *browser) cannedViews(t *testing.T) {
 	evil := `<img src=x onerror="document.title='pwned'">`
 	views := map[string]any{
 		"spokes": []ingest.ClusterStatus{
-			{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "east"}, Connected: true, Synced: true, ConnectedAt: now, LastMessageAt: now,
-				Resources: map[string]int{"ServiceEntry": 2}, Acks: 3, Nacks: 1, Rejected: []meshconfig.Rejection{
-					{Kind: "VirtualService", Namespace: "shop", Name: "bad", Reason: "spec.http[0]: a route needs a destination", At: now}}},
-			{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "west"}, ConnectedAt: now, LastMessageAt: now, Stale: true,
+			{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "east"}, Connected: true, Synced: true, ConnectedAt: now, LastMessageAt: now,
+				Acks: 3, Nacks: 1}, Resources: map[string]int{"ServiceEntry": 2}, Rejected: []meshconfig.Rejection{
+				{Kind: "VirtualService", Namespace: "shop", Name: "bad", Reason: "spec.http[0]: a route needs a destination", At: now}}},
+			{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "west"}, ConnectedAt: now, LastMessageAt: now}, Stale: true,
 				Withdrawn: &ingest.Withdrawal{At: now, Reason: "grace period over", Resources: 4}},
 		},
 		"syncz": []ads.ConnStatus{{ID: "1", NodeID: evil, Mesh: "acme", ProxyType: "sidecar", ConnectedAt: now,

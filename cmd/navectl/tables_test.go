@@ -38,14 +38,14 @@ func TestStatusTable(t *testing.T) {
 		{Mesh: "globex", Version: 3, Services: 1},
 	}
 	spokes := []ingest.ClusterStatus{
-		{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "east"}, Connected: true, Synced: true, LastMessageAt: ago(5 * time.Second),
+		{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "east"}, Connected: true, Synced: true, LastMessageAt: ago(5 * time.Second)},
 			Resources: map[string]int{"VirtualService": 2, "Service": 5}},
-		{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "west"}, Stale: true, LastMessageAt: ago(3 * time.Minute), WithdrawAt: at(now.Add(2 * time.Minute)),
+		{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "west"}, LastMessageAt: ago(3 * time.Minute)}, Stale: true, WithdrawAt: at(now.Add(2 * time.Minute)),
 			Resources: map[string]int{"VirtualService": 1},
 			Rejected:  []meshconfig.Rejection{{File: "routes.yaml", Index: 2, Kind: "VirtualService", Namespace: "shop", Name: "bad", Field: "spec.http[0].route", Reason: "weights sum to 90, want 100"}}},
-		{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "north"}, Connected: true, LastMessageAt: ago(time.Second)},
-		{ClusterIdentity: ingest.ClusterIdentity{Mesh: "globex", Cluster: "old"}, Withdrawn: &ingest.Withdrawal{At: ago(3 * time.Hour), Reason: "grace period over", Resources: 4}},
-		{ClusterIdentity: ingest.ClusterIdentity{Mesh: "globex", Cluster: "new"}, Missing: at(ago(10 * time.Minute))},
+		{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "acme", Cluster: "north"}, Connected: true, LastMessageAt: ago(time.Second)}},
+		{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "globex", Cluster: "old"}}, Withdrawn: &ingest.Withdrawal{At: ago(3 * time.Hour), Reason: "grace period over", Resources: 4}},
+		{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "globex", Cluster: "new"}}, Missing: at(ago(10 * time.Minute))},
 	}
 	rep := buildStatus(meshes, spokes)
 	rep.Replicas = []any{map[string]any{"name": "hub-0", "state": "alive", "spokes": 2.0}, map[string]any{"name": "hub-1", "state": "suspect"}}

@@ -41,12 +41,12 @@ const echoListener = "echo.demo.svc.cluster.local:7070"
 
 func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	var f *adsFixture
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{
+	in := newHubIngest(ingest.StoreOptions{
 		StaleGracePeriod: time.Hour,
-		OnChange:         func(meshName string) { f.pc.Notify(meshName) },
-	})
+		OnChange:         func(meshName string, _ bool) { f.pc.Notify(meshName) },
+	}, ingest.ServerOptions{})
 	f = newADSFixture(t, in)
-	spokes := serveGRPC(t, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, in) })
+	spokes := serveGRPC(t, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, in.srv) })
 	objs := pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN"))
 
 	p := f.connect(t, node("proxy-1", "m"))

@@ -94,7 +94,7 @@ spec:
 // hubEngine is the hub's composition in process: ingest → pushctx →
 // cache, with Watch served beside Push.
 type hubEngine struct {
-	in    *ingest.Server
+	in    *hubIngest
 	pc    *pushctx.Publisher
 	cache *cache.Cache
 	addr  string
@@ -104,9 +104,15 @@ func startHubEngine(t *testing.T) *hubEngine {
 	t.Helper()
 	h := &hubEngine{}
 	var w *watch.Server
-	h.in = ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour,
-		OnChange:         func(m string) { h.pc.Notify(m); w.Notify(m) },
-		OnEndpointChange: func(m string) { h.pc.NotifyEndpoints(m); w.Notify(m) },
+	h.in = newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Hour,
+		OnChange: func(m string, endpointsOnly bool) {
+			if endpointsOnly {
+				h.pc.NotifyEndpoints(m)
+			} else {
+				h.pc.Notify(m)
+			}
+			w.Notify(m)
+		}}, ingest.ServerOptions{
 		Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, s)
 		}})
@@ -117,7 +123,7 @@ func startHubEngine(t *testing.T) *hubEngine {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	h.pc.Start(ctx)
-	h.addr = serveGRPC(t, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, h.in) })
+	h.addr = serveGRPC(t, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, h.in.srv) })
 	return h
 }
 

@@ -36,7 +36,7 @@ func (w *wireCounter) HandleConn(context.Context, stats.ConnStats)              
 // reconnectBench is one spoke's uplink against an ingest server that the
 // benchmark takes away and brings back on the same address.
 type reconnectBench struct {
-	in    *ingest.Server
+	in    *hubIngest
 	addr  string
 	up    *uplink.Uplink
 	wire  wireCounter
@@ -52,7 +52,7 @@ func (r *reconnectBench) serve(tb testing.TB) {
 		tb.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.StatsHandler(&r.wire), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))
-	protocolv1.RegisterSyncServer(srv, r.in)
+	protocolv1.RegisterSyncServer(srv, r.in.srv)
 	go func() { _ = srv.Serve(lis) }()
 	r.srvMu.Lock()
 	r.srv = srv
@@ -93,7 +93,7 @@ func newReconnectBench(tb testing.TB, services, endpoints int) *reconnectBench {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &reconnectBench{in: ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour}), addr: "127.0.0.1:0"}
+	r := &reconnectBench{in: newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Hour}, ingest.ServerOptions{}), addr: "127.0.0.1:0"}
 	r.serve(tb)
 	tb.Cleanup(r.stop)
 	r.up = uplink.New(uplink.Options{Address: r.addr, Mesh: "m", Cluster: "c1", BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, MaxMessageBytes: 16 << 20})
@@ -123,7 +123,7 @@ func (r *reconnectBench) reconnect(tb testing.TB, fresh bool) (in, out int64, to
 		}
 	}
 	if fresh {
-		r.in = ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour})
+		r.in = newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Hour}, ingest.ServerOptions{})
 	}
 	in0, out0 := r.wire.in.Load(), r.wire.out.Load()
 	start := time.Now()

@@ -28,14 +28,14 @@ import (
 // serveIngest serves in on addr until the returned stop is called (or the
 // test ends): a hub whose gRPC server goes away while its state stays, as
 // when a network blip ends a spoke's stream.
-func serveIngest(t *testing.T, in *ingest.Server, addr string) (string, func()) {
+func serveIngest(t *testing.T, in *hubIngest, addr string) (string, func()) {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	protocolv1.RegisterSyncServer(srv, in)
+	protocolv1.RegisterSyncServer(srv, in.srv)
 	go func() { _ = srv.Serve(lis) }()
 	var once sync.Once
 	stop := func() { once.Do(srv.Stop) }
@@ -44,7 +44,7 @@ func serveIngest(t *testing.T, in *ingest.Server, addr string) (string, func()) 
 }
 
 // heldObjects maps "Kind ns/name" to the object the hub serves for c1.
-func heldObjects(in *ingest.Server) map[string]*meshconfig.Object {
+func heldObjects(in *hubIngest) map[string]*meshconfig.Object {
 	out := map[string]*meshconfig.Object{}
 	for _, c := range in.Clusters("m") {
 		for _, o := range c.Objects {
@@ -74,7 +74,7 @@ func sentBy(t *testing.T, reg prometheus.Gatherer) sent {
 // and nothing else.
 func TestUplinkResumesWithUnchangedAndChangedState(t *testing.T) {
 	hreg := prometheus.NewRegistry()
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute, Registerer: hreg})
+	in := newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Minute, Registerer: hreg}, ingest.ServerOptions{Registerer: hreg})
 	addr, stop := serveIngest(t, in, "127.0.0.1:0")
 	reg := prometheus.NewRegistry()
 	objs := serviceEntries(t, 300)
@@ -265,10 +265,10 @@ func TestPolledSpokeResumes(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute})
+	in := newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Minute}, ingest.ServerOptions{})
 	var mine sync.Mutex
 	owned := true
-	p := poll.New(in, poll.Options{
+	p := poll.New(in.srv, poll.Options{
 		Targets:        []poll.Target{{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, Address: lis.Addr().String()}},
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Recheck: 20 * time.Millisecond,
 		Mine: func(ingest.ClusterIdentity) bool { mine.Lock(); defer mine.Unlock(); return owned },

@@ -21,15 +21,15 @@ import (
 
 // hubServer runs a real hub ingest server on loopback, trusting the
 // (mesh, cluster) a spoke claims.
-func hubServer(t *testing.T, addr string) (*ingest.Server, string, func()) {
+func hubServer(t *testing.T, addr string) (*hubIngest, string, func()) {
 	t.Helper()
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute})
+	in := newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Minute}, ingest.ServerOptions{})
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	protocolv1.RegisterSyncServer(srv, in)
+	protocolv1.RegisterSyncServer(srv, in.srv)
 	go func() { _ = srv.Serve(lis) }()
 	stopped := false
 	stop := func() {
@@ -64,7 +64,7 @@ spec:
 	return objs
 }
 
-func objectCount(in *ingest.Server) int {
+func objectCount(in *hubIngest) int {
 	n := 0
 	for _, c := range in.Clusters("m") {
 		n += len(c.Objects)
@@ -225,7 +225,7 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 }
 
 // TestUplinkFollowsAMoveAtOnce: a hub replica that moves the spoke
-// (ingest.Server.Move) with a redirect has it reconnect to the named
+// (ingest.Ownership.Move) with a redirect has it reconnect to the named
 // replica at once — its backoff is an hour, so only a reconnect without
 // backoff passes — with its full state; a move without a redirect brings
 // it back through its own address, at once too. No reconnect is counted
@@ -237,9 +237,9 @@ func TestUplinkFollowsAMoveAtOnce(t *testing.T) {
 	up := runUplink(t, uplink.Options{Address: addrA, Mesh: "m", Cluster: "c1", BackoffInitial: time.Hour, BackoffMax: time.Hour, Registerer: reg},
 		serviceEntries(t, 5))
 	id := ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}
-	syncedOn := func(in *ingest.Server) func() error {
+	syncedOn := func(in *hubIngest) func() error {
 		return func() error {
-			h, ok := in.Held(id)
+			h, ok := in.held(id)
 			if !ok || !h.Connected || !h.Synced || objectCount(in) != 5 {
 				return fmt.Errorf("not synced there: %+v (%d objects)", h, objectCount(in))
 			}
@@ -247,20 +247,20 @@ func TestUplinkFollowsAMoveAtOnce(t *testing.T) {
 		}
 	}
 	eventually(t, syncedOn(a))
-	h, _ := a.Held(id)
-	if !a.Move(id, h.Epoch, "balancing spokes", addrB) {
+	h, _ := a.held(id)
+	if !a.own.Move(id, h.Epoch, "balancing spokes", addrB) {
 		t.Fatal("Move reported no stream")
 	}
 	eventually(t, syncedOn(b))
 	if st := up.Status(); st.Target != addrB || st.Moves != 1 {
 		t.Errorf("after the move: target %q, moves %d; want %s, 1", st.Target, st.Moves, addrB)
 	}
-	if h, _ := a.Held(id); h.Connected {
+	if h, _ := a.held(id); h.Connected {
 		t.Error("the replica that moved the spoke still has its stream")
 	}
 
-	h, _ = b.Held(id)
-	if !b.Move(id, h.Epoch, "balancing spokes", "") {
+	h, _ = b.held(id)
+	if !b.own.Move(id, h.Epoch, "balancing spokes", "") {
 		t.Fatal("Move reported no stream")
 	}
 	eventually(t, syncedOn(a))

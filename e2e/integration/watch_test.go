@@ -20,11 +20,11 @@ import (
 
 // watchHub runs a hub's ingest and Watch servers on loopback, trusting
 // the (mesh, cluster) a spoke claims.
-func watchHub(t *testing.T, addr string) (*ingest.Server, string, func()) {
+func watchHub(t *testing.T, addr string) (*hubIngest, string, func()) {
 	t.Helper()
 	var w *watch.Server
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute,
-		OnChange: func(m string) { w.Notify(m) },
+	in := newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Minute,
+		OnChange: func(m string, _ bool) { w.Notify(m) }}, ingest.ServerOptions{
 		Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, s)
 		}})
@@ -34,7 +34,7 @@ func watchHub(t *testing.T, addr string) (*ingest.Server, string, func()) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	protocolv1.RegisterSyncServer(srv, in)
+	protocolv1.RegisterSyncServer(srv, in.srv)
 	go func() { _ = srv.Serve(lis) }()
 	stopped := false
 	stop := func() {

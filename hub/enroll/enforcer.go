@@ -24,9 +24,10 @@ type EnforcerOptions struct {
 	Registerer prometheus.Registerer
 }
 
-// Enforcer closes the open streams of revoked clusters on this hub
-// replica. It reads the Registry's revocations every interval and calls
-// Disconnect for every revoked cluster each time (level-triggered: a
+// Enforcer cuts revoked clusters off on this hub replica: their open
+// streams closed, their resources withdrawn. It reads the Registry's
+// revocations every interval and calls withdraw for every revoked cluster
+// each time (level-triggered: a
 // stream that authenticated just before a revocation landed is closed at
 // the next read, and a revocation written by navectl or another replica
 // is enforced here within one interval). It polls rather than watching
@@ -35,25 +36,26 @@ type EnforcerOptions struct {
 //
 // New streams and renewals of a revoked cluster are refused by the
 // CertAuthenticator, which reads the revocation itself. Run is called
-// once; disconnect must be safe for concurrent use.
+// once; withdraw must be safe for concurrent use.
 type Enforcer struct {
-	reg        Registry
-	disconnect func(id ingest.ClusterIdentity, reason string) bool
-	interval   time.Duration
-	log        *slog.Logger
-	closed     prometheus.Counter
+	reg      Registry
+	withdraw func(id ingest.ClusterIdentity, reason string) bool
+	interval time.Duration
+	log      *slog.Logger
+	closed   prometheus.Counter
 }
 
-// NewEnforcer returns an Enforcer that closes streams through disconnect
-// (normally (*ingest.Server).Disconnect).
-func NewEnforcer(reg Registry, disconnect func(id ingest.ClusterIdentity, reason string) bool, opts EnforcerOptions) *Enforcer {
+// NewEnforcer returns an Enforcer that cuts clusters off through withdraw
+// (normally ingest.Store.Withdraw, with the cluster's Watch streams); it
+// reports whether there was anything to cut off.
+func NewEnforcer(reg Registry, withdraw func(id ingest.ClusterIdentity, reason string) bool, opts EnforcerOptions) *Enforcer {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultEnforceInterval
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Enforcer{reg: reg, disconnect: disconnect, interval: opts.Interval, log: opts.Logger,
+	return &Enforcer{reg: reg, withdraw: withdraw, interval: opts.Interval, log: opts.Logger,
 		closed: newEnforcerMetrics(opts.Registerer)}
 }
 
@@ -75,7 +77,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 				failing = false
 			}
 			for _, r := range revs {
-				if e.disconnect(r.Identity(), "cluster "+r.Identity().String()+" is revoked") {
+				if e.withdraw(r.Identity(), "cluster "+r.Identity().String()+" is revoked") {
 					e.closed.Inc()
 					e.log.Warn("revoked cluster's stream closed", "mesh", r.Mesh, "cluster", r.Cluster,
 						"revokedAt", r.RevokedAt)

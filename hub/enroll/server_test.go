@@ -283,7 +283,7 @@ func TestRevocationClosesTheOpenStreamAtOnce(t *testing.T) {
 	err = pEast.ended(t)
 	wantStatus(t, "revoked cluster's open stream", err, codes.PermissionDenied, "acme/east is revoked")
 	t.Logf("stream closed %v after the revocation was written", time.Since(revoked))
-	// The enforcer counts after Disconnect returns, which may be after the
+	// The enforcer counts after withdraw returns, which may be after the
 	// client saw its stream end: wait a little for the count.
 	deadline := time.Now().Add(5 * time.Second)
 	for h.Counter(t, "nave_hub_enroll_revoked_streams_closed_total", "") < 1 && time.Now().Before(deadline) {

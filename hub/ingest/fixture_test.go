@@ -78,9 +78,12 @@ spec:
   labels: {app: echo, version: v1}
 `
 
-// fixture is an ingest.Server behind a real gRPC server on loopback.
+// fixture is an ingest.Store and its Server behind a real gRPC server on
+// loopback.
 type fixture struct {
+	store   *ingest.Store
 	srv     *ingest.Server
+	own     *ingest.Ownership
 	client  protocolv1.SyncClient
 	changes atomic.Int64 // OnChange calls
 	// endpointChanges counts OnEndpointChange calls.
@@ -97,12 +100,19 @@ func (f *fixture) metric(t *testing.T, name string) float64 {
 func newFixture(t *testing.T, grace time.Duration) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry()}
-	f.srv = ingest.New(ingest.ClaimedIdentity(), ingest.Options{
+	f.store = ingest.NewStore(ingest.StoreOptions{
 		Registerer:       f.reg,
 		StaleGracePeriod: grace,
-		OnChange:         func(string) { f.changes.Add(1) },
-		OnEndpointChange: func(string) { f.endpointChanges.Add(1) },
+		OnChange: func(_ string, endpointsOnly bool) {
+			if endpointsOnly {
+				f.endpointChanges.Add(1)
+			} else {
+				f.changes.Add(1)
+			}
+		},
 	})
+	f.srv = ingest.NewServer(f.store, ingest.ClaimedIdentity(), ingest.ServerOptions{Registerer: f.reg})
+	f.own = ingest.NewOwnership(f.srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +344,7 @@ func pick(t *testing.T, objs []*meshconfig.Object, refs ...string) []*meshconfig
 
 // cluster returns cluster's input as the hub holds it, and whether it has one.
 func (f *fixture) cluster(meshName, cluster string) (mesh.ClusterInput, bool) {
-	for _, c := range f.srv.Clusters(meshName) {
+	for _, c := range f.store.Clusters(meshName) {
 		if c.Name == cluster {
 			return c, true
 		}
@@ -354,7 +364,7 @@ func (f *fixture) objects(meshName, cluster string) map[string]*meshconfig.Objec
 
 // status returns the hub's status of a cluster, and whether it has one.
 func (f *fixture) status(meshName, cluster string) (ingest.ClusterStatus, bool) {
-	for _, s := range f.srv.Status() {
+	for _, s := range f.store.Status() {
 		if s.Mesh == meshName && s.Cluster == cluster {
 			return s, true
 		}
@@ -365,12 +375,15 @@ func (f *fixture) status(meshName, cluster string) (ingest.ClusterStatus, bool) 
 // eventually polls cond until it holds or the wait bound passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
+	deadline := time.After(waitFor)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("timed out waiting until %s", what)
+		case <-tick.C:
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -79,77 +79,6 @@ func TestReconnectWithUnchangedStateChangesNothing(t *testing.T) {
 	}
 }
 
-func TestDisconnectKeepsResourcesUntilGracePeriodEnds(t *testing.T) {
-	const grace = 200 * time.Millisecond
-	f := newFixture(t, grace)
-	objs := decode(t, fullState)
-	s := f.dial(t, "m", "c1")
-	s.sync(objs)
-	before := f.objects("m", "c1")
-
-	s.close()
-	disconnected := time.Now()
-	var st ingest.ClusterStatus
-	eventually(t, "the cluster is disconnected", func() bool {
-		cs, ok := f.status("m", "c1")
-		st = cs
-		return ok && !cs.Connected
-	})
-	held := f.objects("m", "c1")
-	c, found := f.cluster("m", "c1")
-	elapsed := time.Since(disconnected)
-	if elapsed < grace && !maps.Equal(held, before) {
-		t.Errorf("%v after a disconnect the hub holds %v, want everything until the grace period of %v: %v", elapsed, refs(held), grace, refs(before))
-	}
-	if !st.Stale || st.WithdrawAt == nil || st.DisconnectedAt == nil || !st.Synced {
-		t.Errorf("disconnected cluster status = %+v, want stale, still synced, with a withdrawal time", st)
-	}
-	if elapsed < grace && (!found || !c.Stale || c.Connected) {
-		t.Errorf("disconnected cluster input = %+v, want stale", c)
-	}
-	calls := f.changes.Load()
-
-	eventually(t, "the stale cluster is withdrawn", func() bool { return len(f.srv.Clusters("m")) == 0 })
-	if gone := time.Since(disconnected); gone < grace {
-		t.Errorf("withdrawn %v after the disconnect, before the grace period of %v", gone, grace)
-	}
-	// Withdrawn, it is still listed: when, why, what it held (issue 18).
-	if sts := f.srv.Status(); len(sts) != 1 || sts[0].Withdrawn == nil || sts[0].Withdrawn.Resources != len(before) ||
-		!strings.Contains(sts[0].Withdrawn.Reason, "grace period") || sts[0].Withdrawn.At.Before(disconnected) || len(sts[0].Resources) != 0 {
-		t.Errorf("after withdrawal: status %+v, want m/c1 listed as withdrawn after the grace period with %d resources", sts, len(before))
-	}
-	if len(f.srv.Meshes()) != 0 {
-		t.Errorf("after withdrawal: meshes %v; want none", f.srv.Meshes())
-	}
-	eventually(t, "OnChange reports the withdrawal", func() bool { return f.changes.Load() > calls })
-}
-
-func TestReconnectWithinGracePeriodCancelsWithdrawal(t *testing.T) {
-	const grace = 300 * time.Millisecond
-	f := newFixture(t, grace)
-	objs := decode(t, fullState)
-	s1 := f.dial(t, "m", "c1")
-	s1.sync(objs)
-	s1.close()
-	eventually(t, "the cluster is disconnected", func() bool {
-		st, ok := f.status("m", "c1")
-		return ok && !st.Connected
-	})
-
-	s2 := f.dial(t, "m", "c1")
-	s2.acked(s2.send(vsType, pick(t, objs, "VirtualService demo/echo")))
-	reconnected := time.Now()
-	if st, _ := f.status("m", "c1"); !st.Connected || st.Stale || st.WithdrawAt != nil {
-		t.Errorf("reconnected cluster status = %+v, want connected, not stale, no withdrawal", st)
-	}
-
-	// Nothing to wait for but the withdrawal that must not happen.
-	time.Sleep(3 * grace)
-	if got := f.objects("m", "c1"); len(got) != len(objs) {
-		t.Errorf("%v after the reconnect the hub holds %v, want all %d objects", time.Since(reconnected), refs(got), len(objs))
-	}
-}
-
 func TestRemovedResources(t *testing.T) {
 	f := newFixture(t, time.Hour)
 	objs := decode(t, fullState)
@@ -210,7 +139,7 @@ func TestClustersAreSeparatedByMesh(t *testing.T) {
 
 	names := func(meshName string) []string {
 		var out []string
-		for _, in := range f.srv.Clusters(meshName) {
+		for _, in := range f.store.Clusters(meshName) {
 			out = append(out, in.Name)
 		}
 		slices.Sort(out)
@@ -237,7 +166,7 @@ func TestClustersAreSeparatedByMesh(t *testing.T) {
 			t.Errorf("%s/%s holds %v, want %v", tc.mesh, tc.cluster, got, tc.want)
 		}
 	}
-	if got := f.srv.Meshes(); !slices.Equal(got, []string{"m1", "m2"}) {
+	if got := f.store.Meshes(); !slices.Equal(got, []string{"m1", "m2"}) {
 		t.Errorf("Meshes() = %v, want [m1 m2]", got)
 	}
 
@@ -289,7 +218,10 @@ func TestEndpointChangesAreReportedSeparately(t *testing.T) {
 	}
 }
 
-func TestDisconnectClosesOnlyThatClustersStreamWithItsReason(t *testing.T) {
+// TestWithdrawDropsAClusterAtOnce: Withdraw (a revocation) closes that
+// cluster's stream, and no other, with PermissionDenied naming the reason,
+// and drops its resources without waiting for the grace period.
+func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
 	f := newFixture(t, time.Hour)
 	objs := decode(t, fullState)
 	c1 := f.dial(t, "m", "c1")
@@ -298,63 +230,38 @@ func TestDisconnectClosesOnlyThatClustersStreamWithItsReason(t *testing.T) {
 	c2.sync(objs)
 	other := f.dial(t, "other", "c1")
 	other.sync(objs)
-
-	if !f.srv.Disconnect(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
-		t.Fatal("Disconnect of an open stream reported none")
-	}
-	err := c1.ended()
-	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "cluster revoked") {
-		t.Errorf("closed stream ended with %v, want PermissionDenied naming the reason", err)
-	}
-	eventually(t, "the cluster is disconnected", func() bool {
-		st, ok := f.status("m", "c1")
-		return ok && !st.Connected && st.Stale
-	})
-	// The other streams, of the same mesh and of another mesh's
-	// same-named cluster, still work.
-	for _, s := range []*spoke{c2, other} {
-		s.acked(s.send(vsType, pick(t, objs, "VirtualService demo/echo")))
-	}
-	if f.srv.Disconnect(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "again") {
-		t.Error("Disconnect of a closed stream reported one")
-	}
-	if f.srv.Disconnect(ingest.ClusterIdentity{Mesh: "m", Cluster: "never"}, "unknown") {
-		t.Error("Disconnect of an unknown cluster reported a stream")
-	}
-}
-
-func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
-	f := newFixture(t, time.Hour)
-	objs := decode(t, fullState)
-	c1 := f.dial(t, "m", "c1")
-	c1.sync(objs)
-	c2 := f.dial(t, "m", "c2")
-	c2.sync(objs)
 	calls := f.changes.Load()
 
-	if !f.srv.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
+	if !f.store.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "cluster revoked") {
 		t.Fatal("Withdraw of a connected cluster reported nothing")
 	}
 	if err := c1.ended(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "cluster revoked") {
 		t.Errorf("withdrawn stream ended with %v, want PermissionDenied naming the reason", err)
 	}
-	// Gone now, not after the hour of grace; the other cluster stays.
+	// Gone now, not after the hour of grace; the other clusters stay.
 	if _, ok := f.status("m", "c1"); ok {
 		t.Error("a withdrawn cluster is still listed")
 	}
 	if _, found := f.cluster("m", "c1"); found {
 		t.Error("a withdrawn cluster's resources are still merged")
 	}
-	if len(f.objects("m", "c2")) == 0 {
-		t.Error("the other cluster lost its resources")
+	if len(f.objects("m", "c2")) == 0 || len(f.objects("other", "c1")) == 0 {
+		t.Error("another cluster lost its resources")
 	}
 	if f.changes.Load() == calls {
 		t.Error("Withdraw did not notify a change")
 	}
-	if f.srv.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "again") {
+	if f.store.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "c1"}, "again") {
 		t.Error("Withdraw of a withdrawn cluster reported something")
 	}
-	c2.acked(c2.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+	if f.store.Withdraw(ingest.ClusterIdentity{Mesh: "m", Cluster: "never"}, "unknown") {
+		t.Error("Withdraw of an unknown cluster reported something")
+	}
+	// The other streams, of the same mesh and of another mesh's
+	// same-named cluster, still work.
+	for _, s := range []*spoke{c2, other} {
+		s.acked(s.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+	}
 }
 
 // TestMoveAsksTheSpokeToReconnectAndKeepsItsState: Move closes the spoke's
@@ -368,14 +275,15 @@ func TestMoveAsksTheSpokeToReconnectAndKeepsItsState(t *testing.T) {
 	c1 := f.dial(t, "m", "c1")
 	c1.sync(objs)
 	before := versions(objs)
-	h, ok := f.srv.Held(id)
-	if !ok {
+	hs := f.own.Holdings(ingest.HoldingFilter{Only: id})
+	if len(hs) != 1 {
 		t.Fatal("the cluster is not held")
 	}
-	if f.srv.Move(id, ingest.Epoch{At: h.Epoch.At - 1, Replica: h.Epoch.Replica}, "balancing", "10.0.0.2:15012") {
+	h := hs[0]
+	if f.own.Move(id, ingest.Epoch{At: h.Epoch.At - 1, Replica: h.Epoch.Replica}, "balancing", "10.0.0.2:15012") {
 		t.Fatal("Move of another epoch closed the stream")
 	}
-	if !f.srv.Move(id, h.Epoch, "balancing spokes", "10.0.0.2:15012") {
+	if !f.own.Move(id, h.Epoch, "balancing spokes", "10.0.0.2:15012") {
 		t.Fatal("Move of the open stream reported none")
 	}
 	err := c1.ended()
@@ -389,7 +297,7 @@ func TestMoveAsksTheSpokeToReconnectAndKeepsItsState(t *testing.T) {
 	if got := tr.Get(protocol.TrailerRedirect); len(got) != 1 || got[0] != "10.0.0.2:15012" {
 		t.Errorf("trailer %s = %v, want [10.0.0.2:15012]", protocol.TrailerRedirect, got)
 	}
-	if f.srv.Move(id, h.Epoch, "again", "") {
+	if f.own.Move(id, h.Epoch, "again", "") {
 		t.Error("Move of a closed stream reported one")
 	}
 	held := func() map[string]string { return versions(slices.Collect(maps.Values(f.objects("m", "c1")))) }

@@ -42,7 +42,7 @@ func TestFullStateIsAckedAndStored(t *testing.T) {
 	if got, want := versions(c.Objects), versions(objs); !maps.Equal(got, want) {
 		t.Errorf("stored objects = %v, want %v", got, want)
 	}
-	if got := f.srv.Meshes(); !slices.Equal(got, []string{"m"}) {
+	if got := f.store.Meshes(); !slices.Equal(got, []string{"m"}) {
 		t.Errorf("Meshes() = %v, want [m]", got)
 	}
 	if f.changes.Load() == 0 {
@@ -219,7 +219,7 @@ func TestStreamWithoutIdentityIsRefused(t *testing.T) {
 			}
 		})
 	}
-	if st := f.srv.Status(); len(st) != 0 {
+	if st := f.store.Status(); len(st) != 0 {
 		t.Errorf("refused streams left clusters behind: %+v", st)
 	}
 }

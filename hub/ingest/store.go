@@ -1,270 +1,583 @@
 package ingest
 
 import (
-	"cmp"
-	"slices"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/pushctx"
 )
 
-// entry is one accepted resource and the stream session that last sent
-// (or, for a rejected update, re-confirmed) it.
-type entry struct {
-	obj     *meshconfig.Object
-	session uint64
+// StoreOptions configure a Store. A plain value; its funcs must be safe
+// for concurrent use.
+type StoreOptions struct {
+	// StaleGracePeriod is how long a disconnected cluster's resources are
+	// kept (marked stale) before they are withdrawn.
+	StaleGracePeriod time.Duration
+	// OnChange is called, without locks held, after a mesh's resources or
+	// cluster states changed; endpointsOnly is set when a message changed
+	// only endpoint kinds (WorkloadEntry, Workload), so that endpoint
+	// updates can skip the config debounce. It must not block (ingest
+	// never waits on pushes: docs/design.md invariant 7). nil: nobody.
+	OnChange func(mesh string, endpointsOnly bool)
+	// Expected lists the clusters the hub expects to come back after it
+	// starts (the enrolled ones, not revoked); nil expects none. Until
+	// StartupGrace has passed since NewStore, Ready publishes a mesh only
+	// once every expected cluster of it has synced.
+	Expected     func() []ClusterIdentity
+	StartupGrace time.Duration
+	// Replicas is the hub replica set this Store is part of; nil for a
+	// single hub. When a disconnected cluster's grace period is over and
+	// Replicas.MayWithdraw says not now, it is asked again every
+	// RecheckWithdrawal (0: 5s).
+	Replicas          ReplicaSet
+	RecheckWithdrawal time.Duration
+	Logger            *slog.Logger
+	// Registerer receives the store's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
 }
 
-// store is one cluster's resources. It is guarded by Server.mu.
+// Store keeps one record per (mesh, cluster): the cluster's state
+// (State), its resources with what its current stream has staged until
+// its synced marker, its ownership epoch, and its withdrawal after the
+// grace period. It decides when a mesh may first be published (Ready) and
+// reports every change through StoreOptions.OnChange and the ReplicaSet.
+// Streams write to it through the Server (and Ownership.Relay), each only
+// its own cluster.
 //
-// resources is the cluster's last synced state and the changes its spoke
-// made since: what the hub serves. While a stream has not sent its synced
-// marker, what it sends that changes content is staged instead (a nil
-// entry stages a removal) and applied, with the pruning of what the stream
-// did not send, only when the marker arrives (DESIGN.md invariant 8): a
-// spoke that dies in the middle of its full state changes nothing, and a
-// cluster that never synced contributes nothing.
-type store struct {
-	id        ClusterIdentity
-	resources map[string]map[string]*entry // type URL -> name -> entry
-	staged    map[string]map[string]*entry // type URL -> name -> entry (nil: removal)
-	// everSynced is set at the first synced marker: resources is then a
-	// complete state of the cluster.
-	everSynced bool
-	// sorted caches input's object list, kept up to date by small changes
-	// (a copy is made before the first change after input handed it out:
-	// readers hold it); nil when it must be sorted again. edits counts the
-	// changes applied to it since input last handed it out.
-	sorted       []*meshconfig.Object
-	sortedShared bool
-	edits        int
-	// resumed is set when the current stream resumed (Server.resume): the
-	// hub told it what it held, and it sends only what differs. hinted
-	// lists what was held then and the stream has not sent since, until
-	// its synced marker.
-	resumed bool
-	hinted  map[resourceKey]struct{}
-	// rejected holds the current rejection of each resource refused.
-	rejected map[resourceKey]meshconfig.Rejection
+// A Store is safe for concurrent use. One mutex guards every record;
+// OnChange, ReplicaSet.Withdrawn and ReplicaSet.Changed are called without
+// it held, ReplicaSet.MayWithdraw with it held.
+type Store struct {
+	opts    StoreOptions
+	self    string // this replica's id; "" for a single hub
+	log     *slog.Logger
+	metrics *storeMetrics
 
-	// domainSuffix is the cluster's DNS suffix, from its stream.
-	domainSuffix string
+	mu      sync.Mutex
+	records map[ClusterIdentity]*record
+	session uint64
+	// withdrawn lists the clusters withdrawn after their grace period,
+	// until they reconnect or are revoked (Withdraw).
+	withdrawn map[ClusterIdentity]Withdrawal
+	// started is when the Store was made; the startup grace runs from it.
+	started time.Time
+}
 
-	// epoch orders the streams that owned the cluster (across replicas);
-	// owner is the replica of the current or last one, relayed set when
-	// that is a peer's relay.
-	epoch   Epoch
-	owner   string
+// origin says whose stream writes a cluster: a spoke's own (relayed
+// false) or a peer replica's relay of its spoke's stream.
+type origin struct {
+	polled  bool // the hub dialled the spoke (Server.Poll)
 	relayed bool
-	// polled is set when the current or last stream was dialled by this
-	// hub (polled mode, Server.Poll).
-	polled bool
-
-	session        uint64
-	cancel         func(error)
-	peer           string
-	connected      bool
-	synced         bool
-	connectedAt    time.Time
-	disconnectedAt time.Time
-	lastMessageAt  time.Time
-	withdraw       *time.Timer
-	acks, nacks    uint64
+	owner   string
+	epoch   Epoch
 }
 
-// resourceKey names a pushed resource: its type URL and wire name.
-type resourceKey struct{ typeURL, name string }
+var errSuperseded = errors.New("superseded by a newer stream of the same cluster")
 
-func newStore(id ClusterIdentity) *store {
-	return &store{id: id, resources: map[string]map[string]*entry{}, rejected: map[resourceKey]meshconfig.Rejection{}}
+// cutOff is the cause of a stream the hub ended: a revocation
+// (Store.Withdraw), or a move to another replica (Ownership.Move) when
+// moved is set, with the replica to try first in redirect.
+type cutOff struct {
+	reason, redirect string
+	moved            bool
 }
 
-// put accepts o from session. Until the session has synced, a change of
-// content is staged (see store) and put reports no change.
-func (s *store) put(typeURL string, o *meshconfig.Object, session uint64) (changed bool) {
-	if !s.synced {
-		name := o.Key()
-		if e, ok := s.resources[typeURL][name]; ok && e.obj.Version == o.Version {
-			e.session = session
-			s.unstage(typeURL, name)
-			return false
+func (c *cutOff) Error() string {
+	if !c.moved {
+		return "the hub closed this cluster's stream: " + c.reason
+	}
+	msg := "reconnect now: " + c.reason
+	if c.redirect != "" {
+		msg += "; try " + c.redirect + " first"
+	}
+	return msg
+}
+
+// NewStore returns an empty Store.
+func NewStore(opts StoreOptions) *Store {
+	if opts.OnChange == nil {
+		opts.OnChange = func(string, bool) {}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Replicas == nil {
+		opts.Replicas = ReplicaFuncs{}
+	}
+	if opts.RecheckWithdrawal <= 0 {
+		opts.RecheckWithdrawal = 5 * time.Second
+	}
+	s := &Store{
+		opts:      opts,
+		self:      opts.Replicas.Self(),
+		log:       opts.Logger,
+		records:   map[ClusterIdentity]*record{},
+		withdrawn: map[ClusterIdentity]Withdrawal{},
+		started:   time.Now(),
+	}
+	s.metrics = newStoreMetrics(opts.Registerer, func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(len(s.withdrawn))
+	}, func() float64 { return float64(len(s.missing())) })
+	if opts.Expected != nil && opts.StartupGrace > 0 {
+		// When the grace ends, meshes still waiting for a cluster are
+		// built with what came back.
+		time.AfterFunc(opts.StartupGrace, func() {
+			meshes := map[string]bool{}
+			for _, id := range s.missing() {
+				meshes[id.Mesh] = true
+			}
+			for m := range meshes {
+				s.log.Warn("startup grace over; serving the mesh without clusters that did not come back", "mesh", m, "grace", opts.StartupGrace)
+				opts.OnChange(m, false)
+			}
+		})
+	}
+	return s
+}
+
+// session is one stream's write access to its cluster's record (open):
+// what it sends changes the record only while it is the cluster's current
+// stream. Its methods report false once a newer stream superseded it.
+type session struct {
+	s  *Store
+	id ClusterIdentity
+	n  uint64
+}
+
+// open registers a new stream for id, superseding any older one; it
+// refuses a relayed stream whose epoch is older than id's current one.
+// cancel ends the stream with a cause (errSuperseded, *cutOff).
+func (s *Store) open(id ClusterIdentity, o origin, peer, suffix string, cancel func(error)) (*session, error) {
+	s.mu.Lock()
+	defer s.opts.Replicas.Changed(id)
+	defer s.mu.Unlock()
+	r := s.records[id]
+	if o.relayed && r != nil && o.epoch.Before(r.Epoch) {
+		return nil, fmt.Errorf("epoch %s of replica %s is older than the cluster's current epoch %s: a late relay from an earlier owner is ignored", o.epoch, o.owner, r.Epoch)
+	}
+	if r == nil {
+		r = newRecord(id)
+		s.records[id] = r
+	}
+	if !o.relayed {
+		// A spoke's own stream starts a new epoch, after any the cluster
+		// had here, even with a clock that stepped back.
+		o.owner = s.self
+		o.epoch = Epoch{At: max(time.Now().UnixNano(), r.Epoch.At+1), Replica: s.self}
+	}
+	r.Epoch, r.Owner, r.Relayed, r.Polled = o.epoch, o.owner, o.relayed, o.polled
+	delete(s.withdrawn, id)
+	if r.cancel != nil {
+		r.cancel(errSuperseded)
+	}
+	if r.withdraw != nil {
+		r.withdraw.Stop()
+		r.withdraw = nil
+	}
+	s.session++
+	r.session = s.session
+	r.cancel = cancel
+	r.Peer = peer
+	if r.DomainSuffix != suffix && r.EverSynced {
+		s.log.Warn("cluster changed its domain suffix", "mesh", id.Mesh, "cluster", id.Cluster, "was", r.DomainSuffix, "now", suffix)
+	}
+	r.DomainSuffix = suffix
+	r.Connected = true
+	r.Synced = false
+	r.staged = nil // a new stream sends its full state anew
+	r.hinted, r.Resumed = nil, false
+	r.ConnectedAt = time.Now()
+	if o.relayed {
+		s.log.Info("relayed cluster stream opened", "mesh", id.Mesh, "cluster", id.Cluster, "owner", o.owner, "epoch", o.epoch, "session", r.session)
+	} else {
+		s.log.Info("spoke connected", "mesh", id.Mesh, "cluster", id.Cluster, "peer", peer, "session", r.session, "epoch", o.epoch)
+	}
+	return &session{s: s, id: id, n: r.session}, nil
+}
+
+// current returns the session's record, s.mu held; nil once superseded.
+func (ss *session) current() *record {
+	r := ss.s.records[ss.id]
+	if r == nil || r.session != ss.n {
+		return nil
+	}
+	return r
+}
+
+// message locks the Store for a message of the session and returns its
+// record, the message's time noted; once superseded, nil with the Store
+// unlocked.
+func (ss *session) message() *record {
+	ss.s.mu.Lock()
+	r := ss.current()
+	if r == nil {
+		ss.s.mu.Unlock()
+		return nil
+	}
+	r.LastMessageAt = time.Now()
+	return r
+}
+
+// update is one resource of a pushed message: its wire name, and the
+// object decoded from it or the reason it was refused.
+type update struct {
+	name   string
+	obj    *meshconfig.Object
+	reason string
+}
+
+// apply stores one message of kind: updates, then removals by name. A
+// refused update leaves the last good version in place. It reports whether
+// the session is still current.
+func (ss *session) apply(kind *meshconfig.Kind, updates []update, removed []string) bool {
+	s := ss.s
+	r := ss.message()
+	if r == nil {
+		return false
+	}
+	changed, nacked := false, false
+	for _, u := range updates {
+		key := resourceKey{kind.TypeURL, u.name}
+		delete(r.hinted, key)
+		if u.obj == nil {
+			nacked = true
+			rj := meshconfig.Rejection{Kind: kind.Kind, Name: u.name, Reason: u.reason, At: time.Now()}
+			if ns, name, ok := meshconfig.SplitKey(u.name); ok {
+				rj.Namespace, rj.Name = ns, name
+			}
+			r.rejected[key] = rj
+			r.keep(kind.TypeURL, u.name, ss.n)
+			continue
 		}
-		s.stage(typeURL, name, &entry{obj: o, session: session})
-		return false
+		delete(r.rejected, key)
+		if r.put(kind.TypeURL, u.obj, ss.n) {
+			changed = true
+		}
 	}
-	return s.apply(typeURL, o, session)
-}
-
-// apply puts o into resources.
-func (s *store) apply(typeURL string, o *meshconfig.Object, session uint64) (changed bool) {
-	byName := s.resources[typeURL]
-	if byName == nil {
-		byName = map[string]*entry{}
-		s.resources[typeURL] = byName
+	for _, name := range removed {
+		delete(r.hinted, resourceKey{kind.TypeURL, name})
+		delete(r.rejected, resourceKey{kind.TypeURL, name})
+		if r.remove(kind.TypeURL, name) {
+			changed = true
+		}
 	}
-	name := o.Key()
-	if e, ok := byName[name]; ok && e.obj.Version == o.Version {
-		e.session = session
-		return false
+	if nacked {
+		r.Nacks++
+	} else {
+		r.Acks++
 	}
-	byName[name] = &entry{obj: o, session: session}
-	s.edit(o, false)
+	s.metrics.resources.WithLabelValues(ss.id.Mesh, ss.id.Cluster).Set(float64(r.count()))
+	s.mu.Unlock()
+	if changed {
+		s.opts.Replicas.Changed(ss.id)
+		s.opts.OnChange(ss.id.Mesh, kind.EndpointsOnly())
+	}
 	return true
 }
 
-// edit applies one put (or removal) of o to the sorted list, or drops the
-// list when a batch of changes makes sorting afresh cheaper.
-func (s *store) edit(o *meshconfig.Object, removed bool) {
-	if s.sorted == nil {
-		return
-	}
-	if s.edits++; s.edits > 64 {
-		s.sorted = nil
-		return
-	}
-	if s.sortedShared {
-		s.sorted, s.sortedShared = slices.Clone(s.sorted), false
-	}
-	i, found := slices.BinarySearchFunc(s.sorted, o, compareObjects)
-	switch {
-	case removed && found:
-		s.sorted = slices.Delete(s.sorted, i, i+1)
-	case removed:
-	case found:
-		s.sorted[i] = o
-	default:
-		s.sorted = slices.Insert(s.sorted, i, o)
-	}
-}
-
-func compareObjects(a, b *meshconfig.Object) int {
-	return cmp.Or(cmp.Compare(a.Kind.Kind, b.Kind.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-}
-
-// keep marks a resource as confirmed by this session without changing it:
-// a rejected update leaves the last good version in place.
-func (s *store) keep(typeURL, name string, session uint64) {
-	if e, ok := s.resources[typeURL][name]; ok {
-		e.session = session
-	}
-}
-
-// remove drops a resource; until the session has synced the removal is
-// staged and remove reports no change.
-func (s *store) remove(typeURL, name string) (changed bool) {
-	if !s.synced {
-		s.stage(typeURL, name, nil)
+// refuse counts a message refused as a whole (an unknown type). It
+// reports whether the session is still current.
+func (ss *session) refuse() bool {
+	r := ss.message()
+	if r == nil {
 		return false
 	}
-	return s.drop(typeURL, name)
+	r.Nacks++
+	ss.s.mu.Unlock()
+	return true
 }
 
-func (s *store) stage(typeURL, name string, e *entry) {
-	if s.staged == nil {
-		s.staged = map[string]map[string]*entry{}
+// synced applies the synced marker: what the session staged is applied,
+// and what it did not send pruned. It reports whether the session is
+// still current.
+func (ss *session) synced() bool {
+	s := ss.s
+	r := ss.message()
+	if r == nil {
+		return false
 	}
-	if s.staged[typeURL] == nil {
-		s.staged[typeURL] = map[string]*entry{}
-	}
-	s.staged[typeURL][name] = e
-}
-
-func (s *store) unstage(typeURL, name string) {
-	delete(s.staged[typeURL], name)
-}
-
-// stagedCount is how many changes wait for the synced marker.
-func (s *store) stagedCount() int {
-	n := 0
-	for _, byName := range s.staged {
-		n += len(byName)
-	}
-	return n
-}
-
-// sync applies what the session staged, then prunes what it did not send:
-// the spoke's full state is complete. The cluster's state changes (it is
-// synced again), so sync always reports a change; removed counts the
-// resources it dropped.
-func (s *store) sync() (changed bool, removed int) {
-	for typeURL, byName := range s.staged {
-		for name, e := range byName {
-			if e == nil {
-				if s.drop(typeURL, name) {
-					removed++
-				}
-			} else {
-				s.apply(typeURL, e.obj, e.session)
-			}
+	changed := false
+	if !r.Synced {
+		staged := r.stagedCount()
+		skipped := len(r.hinted)
+		var removed int
+		changed, removed = r.sync()
+		if r.Resumed {
+			s.metrics.skipped.Add(float64(skipped))
 		}
+		s.log.Info("spoke synced", "mesh", ss.id.Mesh, "cluster", ss.id.Cluster, "resources", r.count(), "applied", staged, "removed", removed, "resumed", r.Resumed, "unchanged", skipped)
 	}
-	s.staged, s.hinted = nil, nil
-	s.synced, s.everSynced = true, true
-	return true, removed + s.prune()
+	r.Acks++
+	s.metrics.resources.WithLabelValues(ss.id.Mesh, ss.id.Cluster).Set(float64(r.count()))
+	s.mu.Unlock()
+	if changed {
+		s.opts.Replicas.Changed(ss.id)
+		s.opts.OnChange(ss.id.Mesh, false)
+	}
+	return true
 }
 
-func (s *store) drop(typeURL, name string) (changed bool) {
-	if e, ok := s.resources[typeURL][name]; ok {
-		delete(s.resources[typeURL], name)
-		s.edit(e.obj, true)
+// close marks the cluster disconnected if the session is still its current
+// stream, and schedules the withdrawal of its resources after the grace
+// period.
+func (ss *session) close() {
+	s, id := ss.s, ss.id
+	s.mu.Lock()
+	r := ss.current()
+	if r == nil {
+		s.mu.Unlock()
+		return
+	}
+	r.Connected = false
+	r.cancel = nil
+	r.disconnectedAt = time.Now()
+	r.withdraw = time.AfterFunc(s.opts.StaleGracePeriod, func() { s.withdrawAfterGrace(id, ss.n) })
+	relayed, owner := r.Relayed, r.Owner
+	s.mu.Unlock()
+	if relayed {
+		s.log.Warn("relayed cluster stream ended; resources kept as stale", "mesh", id.Mesh, "cluster", id.Cluster, "owner", owner, "grace", s.opts.StaleGracePeriod)
+	} else {
+		s.log.Warn("spoke disconnected; resources kept as stale", "mesh", id.Mesh, "cluster", id.Cluster, "grace", s.opts.StaleGracePeriod)
+	}
+	s.opts.Replicas.Changed(id)
+	s.opts.OnChange(id.Mesh, false)
+}
+
+// withdrawAfterGrace withdraws id at the end of its grace period, if
+// session's stream was its last and the replica set agrees.
+func (s *Store) withdrawAfterGrace(id ClusterIdentity, session uint64) {
+	s.mu.Lock()
+	r := s.records[id]
+	if r == nil || r.session != session || r.Connected {
+		s.mu.Unlock()
+		return
+	}
+	if !s.opts.Replicas.MayWithdraw(id, r.Owner) {
+		// Not this replica's decision now (its owner is alive elsewhere,
+		// or this replica is cut off from most of its peers): ask again.
+		r.withdraw = time.AfterFunc(s.opts.RecheckWithdrawal, func() { s.withdrawAfterGrace(id, session) })
+		s.mu.Unlock()
+		return
+	}
+	epoch := r.Epoch
+	s.withdrawn[id] = Withdrawal{At: time.Now(), Resources: r.count(),
+		Reason: fmt.Sprintf("disconnected at %s and not back within the grace period (%s)", r.disconnectedAt.UTC().Format(time.RFC3339), s.opts.StaleGracePeriod)}
+	s.drop(id, r, "stale cluster withdrawn after grace period")
+	s.opts.Replicas.Withdrawn(id, epoch)
+}
+
+// Withdraw cuts id off at once: it closes id's open stream, if any (the
+// spoke gets PermissionDenied with reason), and drops its resources
+// without waiting for the grace period — for a revoked cluster, whose
+// endpoints must not attract traffic any longer. It reports whether there
+// was anything to withdraw; keeping the spoke from reconnecting is the
+// Authenticator's part.
+func (s *Store) Withdraw(id ClusterIdentity, reason string) bool {
+	s.mu.Lock()
+	delete(s.withdrawn, id) // revoked: listed by enrollment, not here
+	r := s.records[id]
+	if r == nil {
+		s.mu.Unlock()
+		return false
+	}
+	if r.cancel != nil {
+		r.cancel(&cutOff{reason: reason})
+	}
+	if r.withdraw != nil {
+		r.withdraw.Stop()
+	}
+	s.drop(id, r, "cluster withdrawn at once", "reason", reason)
+	return true
+}
+
+// move closes id's open stream if it is a spoke's own (not a relay, not
+// polled) and still the stream of epoch (Ownership.Move).
+func (s *Store) move(id ClusterIdentity, epoch Epoch, reason, redirect string) bool {
+	s.mu.Lock()
+	r := s.records[id]
+	if r == nil || r.cancel == nil || r.Relayed || r.Polled || r.Epoch != epoch {
+		// A polled spoke is not moved: the hub dials it, and which
+		// replica does is hub/poll's decision.
+		s.mu.Unlock()
+		return false
+	}
+	r.cancel(&cutOff{reason: reason, redirect: redirect, moved: true})
+	r.cancel = nil
+	session := r.session
+	s.mu.Unlock()
+	s.log.Info("spoke asked to reconnect elsewhere", "mesh", id.Mesh, "cluster", id.Cluster, "session", session, "reason", reason, "redirect", redirect)
+	return true
+}
+
+// withdrawRelayed withdraws id as a peer replica did after its grace
+// period, unless it came back since (Ownership.WithdrawRelayed).
+func (s *Store) withdrawRelayed(id ClusterIdentity, epoch Epoch, reason string) bool {
+	s.mu.Lock()
+	r := s.records[id]
+	if r == nil || r.Connected || epoch.Before(r.Epoch) {
+		s.mu.Unlock()
+		return false
+	}
+	if r.withdraw != nil {
+		r.withdraw.Stop()
+	}
+	s.withdrawn[id] = Withdrawal{At: time.Now(), Resources: r.count(), Reason: reason}
+	s.drop(id, r, "stale cluster withdrawn by a peer replica", "epoch", epoch, "reason", reason)
+	return true
+}
+
+// drop removes id's record r (s.mu held; drop releases it), its metrics,
+// logs msg with attrs, and reports the change.
+func (s *Store) drop(id ClusterIdentity, r *record, msg string, attrs ...any) {
+	n := r.count()
+	delete(s.records, id)
+	s.mu.Unlock()
+	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
+	s.metrics.withdrawals.Inc()
+	s.log.Warn(msg, append([]any{"mesh", id.Mesh, "cluster", id.Cluster, "resources", n}, attrs...)...)
+	s.opts.Replicas.Changed(id)
+	s.opts.OnChange(id.Mesh, false)
+}
+
+// holdings lists what f selects, by identity (Ownership.Holdings).
+func (s *Store) holdings(f HoldingFilter) []Holding {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.Only != (ClusterIdentity{}) {
+		if r := s.records[f.Only]; r != nil {
+			return []Holding{r.holding(f.Objects)}
+		}
+		return nil
+	}
+	out := make([]Holding, 0, len(s.records))
+	for _, r := range s.records {
+		out = append(out, r.holding(f.Objects))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })
+	return out
+}
+
+// Ready reports whether mesh may be published for the first time
+// (pushctx.Options.Ready): during the startup grace, once every expected
+// cluster of it has synced; after, once any cluster has. A hub that
+// restarts thus never shows proxies a mesh missing a cluster that is
+// merely slower to reconnect (docs/design.md invariant 8).
+func (s *Store) Ready(mesh string, clusters []mesh.ClusterInput) bool {
+	if !pushctx.AnySynced(mesh, clusters) {
+		return false
+	}
+	if s.opts.Expected == nil || time.Since(s.started) >= s.opts.StartupGrace {
 		return true
 	}
-	return false
-}
-
-// prune drops what the current session did not send: the spoke's full
-// state is complete (it sent the synced marker), so anything older is gone
-// at the source.
-func (s *store) prune() (removed int) {
-	for _, byName := range s.resources {
-		for name, e := range byName {
-			if e.session != s.session {
-				delete(byName, name)
-				s.sorted = nil
-				removed++
-			}
+	synced := map[string]bool{}
+	for _, c := range clusters {
+		synced[c.Name] = synced[c.Name] || c.Synced
+	}
+	for _, id := range s.opts.Expected() {
+		if id.Mesh == mesh && !synced[id.Cluster] {
+			return false
 		}
 	}
-	for k, r := range s.rejected {
-		if _, ok := s.resources[k.typeURL][k.name]; !ok && r.At.Before(s.connectedAt) {
-			delete(s.rejected, k)
-		}
-	}
-	return removed
+	return true
 }
 
-func (s *store) count() int {
-	n := 0
-	for _, byName := range s.resources {
-		n += len(byName)
+// missing lists the expected clusters that have not connected since the
+// Store was made.
+func (s *Store) missing() []ClusterIdentity {
+	if s.opts.Expected == nil {
+		return nil
 	}
-	return n
+	expected := s.opts.Expected()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ClusterIdentity
+	for _, id := range expected {
+		if s.isMissing(id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
-func (s *store) input() mesh.ClusterInput {
-	in := mesh.ClusterInput{
-		Name:         s.id.Cluster,
-		Connected:    s.connected,
-		Synced:       s.synced,
-		Stale:        !s.connected,
-		DomainSuffix: s.domainSuffix,
-	}
-	if !s.everSynced {
-		return in // nothing the cluster said is complete yet
-	}
-	if s.sorted == nil {
-		objs := make([]*meshconfig.Object, 0, s.count())
-		for _, byName := range s.resources {
-			for _, e := range byName {
-				objs = append(objs, e.obj)
-			}
+// isMissing reports whether the Store has heard nothing of id since it
+// was made (s.mu held).
+func (s *Store) isMissing(id ClusterIdentity) bool {
+	_, withdrawn := s.withdrawn[id]
+	return s.records[id] == nil && !withdrawn
+}
+
+// Meshes lists the meshes that have at least one cluster.
+func (s *Store) Meshes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for id := range s.records {
+		if !seen[id.Mesh] {
+			seen[id.Mesh] = true
+			out = append(out, id.Mesh)
 		}
-		slices.SortFunc(objs, compareObjects)
-		s.sorted = objs
 	}
-	s.sortedShared, s.edits = true, 0
-	// Readers get the shared list (never modified: a change makes a new one).
-	in.Objects = s.sorted
-	return in
+	sort.Strings(out)
+	return out
+}
+
+// Clusters returns every cluster of mesh with its objects, for a snapshot
+// build (pushctx.Source). Objects are immutable and shared.
+func (s *Store) Clusters(meshName string) []mesh.ClusterInput {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []mesh.ClusterInput
+	for id, r := range s.records {
+		if id.Mesh == meshName {
+			out = append(out, r.input(r.objects()))
+		}
+	}
+	return out
+}
+
+// Status reports every cluster's stream and sync state, and the clusters
+// withdrawn after their grace period that have not come back, and those
+// expected that have not connected since the hub started.
+func (s *Store) Status() []ClusterStatus {
+	var expected []ClusterIdentity
+	if s.opts.Expected != nil {
+		expected = s.opts.Expected() // may read a store: not under s.mu
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ClusterStatus, 0, len(s.records))
+	for _, r := range s.records {
+		out = append(out, r.status(s.opts.StaleGracePeriod))
+	}
+	empty := func(id ClusterIdentity) ClusterStatus {
+		return ClusterStatus{State: State{ClusterIdentity: id}, Resources: map[string]int{}, Rejected: []meshconfig.Rejection{}}
+	}
+	for id, w := range s.withdrawn {
+		if s.records[id] == nil {
+			cs := empty(id)
+			cs.Withdrawn = &w
+			out = append(out, cs)
+		}
+	}
+	for _, id := range expected {
+		if s.isMissing(id) {
+			at := s.started
+			cs := empty(id)
+			cs.Missing = &at
+			out = append(out, cs)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })
+	return out
 }

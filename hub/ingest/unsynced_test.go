@@ -3,7 +3,9 @@ package ingest_test
 import (
 	"maps"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/navemesh/nave/hub/ingest"
@@ -101,43 +103,58 @@ func TestWithdrawnClusterListedUntilItReconnects(t *testing.T) {
 // the grace's end reports the meshes still waiting, which are then ready
 // with what came back (issue 14).
 func TestReadyWaitsForExpectedClustersUntilTheGraceEnds(t *testing.T) {
-	expected := []ingest.ClusterIdentity{{Mesh: "m", Cluster: "c1"}, {Mesh: "m", Cluster: "c2"}, {Mesh: "n", Cluster: "x"}}
-	changed := make(chan string, 8)
-	srv := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour, StartupGrace: 300 * time.Millisecond,
-		Expected: func() []ingest.ClusterIdentity { return expected }, OnChange: func(m string) { changed <- m }})
-	c1 := mesh.ClusterInput{Name: "c1", Connected: true, Synced: true}
-	c2 := mesh.ClusterInput{Name: "c2", Connected: true, Synced: true}
-	if srv.Ready("m", []mesh.ClusterInput{c1}) {
-		t.Error("mesh m ready with c1 alone during the startup grace")
-	}
-	if !srv.Ready("m", []mesh.ClusterInput{c1, c2}) {
-		t.Error("mesh m not ready with every expected cluster synced")
-	}
-	if !srv.Ready("other", []mesh.ClusterInput{{Name: "z", Synced: true}}) {
-		t.Error("a mesh with no expected cluster is not ready once one synced")
-	}
-	if srv.Ready("other", []mesh.ClusterInput{{Name: "z"}}) {
-		t.Error("a mesh is ready with no cluster synced")
-	}
-	missing := 0
-	for _, st := range srv.Status() {
-		if st.Missing != nil {
-			missing++
+	synctest.Test(t, func(t *testing.T) {
+		const grace = 300 * time.Millisecond
+		expected := []ingest.ClusterIdentity{{Mesh: "m", Cluster: "c1"}, {Mesh: "m", Cluster: "c2"}, {Mesh: "n", Cluster: "x"}}
+		var mu sync.Mutex // OnChange runs on the grace timer's goroutine
+		changed := map[string]bool{}
+		reported := func() map[string]bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(changed)
 		}
-	}
-	if missing != 3 {
-		t.Errorf("status lists %d missing clusters, want the 3 expected ones", missing)
-	}
-	got := map[string]bool{}
-	for len(got) < 2 {
-		select {
-		case m := <-changed:
-			got[m] = true
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the grace's end reported %v, want meshes m and n", got)
+		store := ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Hour, StartupGrace: grace,
+			Expected: func() []ingest.ClusterIdentity { return expected },
+			OnChange: func(m string, _ bool) { mu.Lock(); defer mu.Unlock(); changed[m] = true }})
+		c1 := mesh.ClusterInput{Name: "c1", Connected: true, Synced: true}
+		c2 := mesh.ClusterInput{Name: "c2", Connected: true, Synced: true}
+		if store.Ready("m", []mesh.ClusterInput{c1}) {
+			t.Error("mesh m ready with c1 alone during the startup grace")
 		}
-	}
-	if !srv.Ready("m", []mesh.ClusterInput{c1}) {
-		t.Error("after the startup grace mesh m is not ready with c1")
-	}
+		if !store.Ready("m", []mesh.ClusterInput{c1, c2}) {
+			t.Error("mesh m not ready with every expected cluster synced")
+		}
+		if !store.Ready("other", []mesh.ClusterInput{{Name: "z", Synced: true}}) {
+			t.Error("a mesh with no expected cluster is not ready once one synced")
+		}
+		if store.Ready("other", []mesh.ClusterInput{{Name: "z"}}) {
+			t.Error("a mesh is ready with no cluster synced")
+		}
+		missing := 0
+		for _, st := range store.Status() {
+			if st.Missing != nil {
+				missing++
+			}
+		}
+		if missing != 3 {
+			t.Errorf("status lists %d missing clusters, want the 3 expected ones", missing)
+		}
+
+		time.Sleep(grace - time.Nanosecond)
+		synctest.Wait()
+		if got := reported(); len(got) != 0 {
+			t.Errorf("before the grace's end: changes reported for %v", got)
+		}
+		if store.Ready("m", []mesh.ClusterInput{c1}) {
+			t.Error("just before the grace's end mesh m is ready with c1 alone")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := reported(); !got["m"] || !got["n"] || len(got) != 2 {
+			t.Errorf("the grace's end reported %v, want meshes m and n", got)
+		}
+		if !store.Ready("m", []mesh.ClusterInput{c1}) {
+			t.Error("after the startup grace mesh m is not ready with c1")
+		}
+	})
 }

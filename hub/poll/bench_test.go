@@ -120,7 +120,7 @@ func benchmarkFullState(b *testing.B, n int) {
 	msgs := fullState(b, n)
 	id := ingest.ClusterIdentity{Mesh: "default", Cluster: "bench"}
 	b.Run("push", func(b *testing.B) {
-		in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: 1 << 40})
+		in := ingest.NewServer(ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: 1 << 40}), ingest.ClaimedIdentity(), ingest.ServerOptions{})
 		conn := serve(b, func(s *grpc.Server) { protocolv1.RegisterSyncServer(s, in) })
 		md := metadata.Pairs(protocol.MetadataMesh, id.Mesh, protocol.MetadataCluster, id.Cluster)
 		b.ResetTimer()
@@ -138,7 +138,7 @@ func benchmarkFullState(b *testing.B, n int) {
 		b.ReportMetric(float64(n), "resources/op")
 	})
 	b.Run("polled", func(b *testing.B) {
-		in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: 1 << 40})
+		in := ingest.NewServer(ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: 1 << 40}), ingest.ClaimedIdentity(), ingest.ServerOptions{})
 		spoke := &benchSpoke{msgs: msgs, done: make(chan error, 1)}
 		conn := serve(b, func(s *grpc.Server) { protocolv1.RegisterPolledServer(s, spoke) })
 		var pending []chan struct{}

@@ -4,7 +4,7 @@
 // and hands it to ingest as if the spoke had pushed it: the same
 // authentication (the spoke's cluster certificate, enrolled and not
 // revoked, and the cluster configured at that address), ordering,
-// ACK/NACK, staging until the synced marker and prune rules (ingest.Poll).
+// ACK/NACK, staging until the synced marker and prune rules (ingest.Server.Poll).
 // The stream's gRPC roles are swapped, its messages are not: a small
 // adapter makes the hub's client stream look like the Push server stream
 // ingest serves. Beside an admitted Poll stream the hub opens PollWatch,

@@ -91,7 +91,9 @@ func targetStatus(p *Poller, cluster string) TargetStatus {
 func TestPoller(t *testing.T) {
 	good, goodAddr := startFake(t, "a")
 	liar, liarAddr := startFake(t, "c")
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Minute})
+	store := ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Minute})
+	in := ingest.NewServer(store, ingest.ClaimedIdentity(), ingest.ServerOptions{})
+	own := ingest.NewOwnership(in)
 	var mine atomic.Bool
 	mine.Store(true)
 	p := New(in, Options{
@@ -106,7 +108,7 @@ func TestPoller(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	eventually(t, "default/a synced through the poller", func() bool {
-		for _, c := range in.Status() {
+		for _, c := range store.Status() {
 			if c.Cluster == "a" && c.Connected && c.Synced && c.Polled {
 				return true
 			}
@@ -129,8 +131,8 @@ func TestPoller(t *testing.T) {
 	}
 	// Balancing never moves a polled spoke: which replica dials it is
 	// the poller's decision.
-	for _, h := range in.Holdings() {
-		if h.ID.Cluster == "a" && (!h.Polled || in.Move(h.ID, h.Epoch, "balance", "")) {
+	for _, h := range own.Holdings(ingest.HoldingFilter{}) {
+		if h.Cluster == "a" && (!h.Polled || own.Move(h.ClusterIdentity, h.Epoch, "balance", "")) {
 			t.Errorf("polled holding %+v was moved, or is not marked polled", h)
 		}
 	}
@@ -145,7 +147,7 @@ func TestPoller(t *testing.T) {
 		t.Errorf("the liar got answers: %v", liar.answers)
 	}
 	liar.mu.Unlock()
-	for _, c := range in.Status() {
+	for _, c := range store.Status() {
 		if c.Cluster != "a" {
 			t.Errorf("ingest holds %s", c.ClusterIdentity)
 		}
@@ -163,7 +165,7 @@ func TestPoller(t *testing.T) {
 	if good.streams.Load() != n {
 		t.Error("the hub dialled a spoke it does not own")
 	}
-	for _, c := range in.Status() {
+	for _, c := range store.Status() {
 		if c.Cluster == "a" && (c.Connected || !c.Stale) {
 			t.Errorf("default/a after its stream closed: %+v, want kept as stale", c)
 		}

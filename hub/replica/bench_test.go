@@ -47,7 +47,7 @@ func newRelayPair(tb testing.TB) relayPair {
 func (p relayPair) waitHeld(tb testing.TB, id ingest.ClusterIdentity, n int, version string) {
 	tb.Helper()
 	eventually(tb, func() error {
-		h, ok := p.b.in.Holding(id)
+		h, ok := p.b.holding(id)
 		if !ok || !h.Synced {
 			return fmt.Errorf("b does not hold %s synced", id)
 		}
@@ -114,7 +114,7 @@ func benchChange(b *testing.B, n, eps int) {
 		}
 		s.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: o.Kind.TypeURL, Resources: []*discoveryv3.Resource{r}})
 		eventually(b, func() error {
-			h, _ := p.b.in.Holding(id)
+			h, _ := p.b.holding(id)
 			if got := h.Objects[o.Kind.TypeURL][o.Key()]; got == nil || got.Version != o.Version {
 				return fmt.Errorf("b does not hold the change yet")
 			}

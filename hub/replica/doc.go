@@ -15,6 +15,11 @@
 // replica death, restart or partition shows a proxy a removal no spoke made
 // (DESIGN.md invariant 8).
 //
+// The replica set reaches the local ingest only through Ingest
+// (ingest.Ownership implements it), and ingest asks it back through
+// ingest.ReplicaSet (Membership decides withdrawals, Relayer follows
+// changes).
+//
 // Withdrawing a stale cluster after its grace period is decided by one
 // replica: its owner while the owner lives, else the leader (the lowest
 // id among live members); and only by a replica that sees a majority of

@@ -2,6 +2,7 @@ package replica_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -31,7 +32,8 @@ const waitFor = 15 * time.Second
 // listener on loopback (plaintext) and its Relayer.
 type node struct {
 	id      string
-	in      *ingest.Server
+	store   *ingest.Store
+	in      *ingest.Ownership
 	relayer *replica.Relayer
 	spokes  string // address of the spokes listener
 	relay   string // address of the relay listener
@@ -51,27 +53,32 @@ func listen(t testing.TB) net.Listener {
 
 func newNode(t testing.TB, id string) *node {
 	t.Helper()
-	return newNodeWith(t, id, ingest.Options{StaleGracePeriod: time.Hour}, nil)
+	return newNodeWith(t, id, ingest.StoreOptions{StaleGracePeriod: time.Hour}, nil)
 }
 
-// newNodeWith makes a node whose ingest has opts (Replica and OnCluster
-// set here) and whose Relayer adopts what adopt says.
-func newNodeWith(t testing.TB, id string, opts ingest.Options, adopt func(ingest.Holding) bool) *node {
+// newNodeWith makes a node whose ingest has opts (its Replicas, an
+// ingest.ReplicaFuncs if set, gets its ID and ChangedFunc here) and whose
+// Relayer adopts what adopt says.
+func newNodeWith(t testing.TB, id string, opts ingest.StoreOptions, adopt func(ingest.Holding) bool) *node {
 	t.Helper()
 	n := &node{id: id, reg: prometheus.NewRegistry()}
 	var rl atomic.Pointer[replica.Relayer]
-	opts.Replica = id
-	opts.OnCluster = func(c ingest.ClusterIdentity) {
+	rf, _ := opts.Replicas.(ingest.ReplicaFuncs)
+	rf.ID = id
+	rf.ChangedFunc = func(c ingest.ClusterIdentity) {
 		if r := rl.Load(); r != nil {
 			r.Changed(c)
 		}
 	}
-	n.in = ingest.New(ingest.ClaimedIdentity(), opts)
+	opts.Replicas = rf
+	n.store = ingest.NewStore(opts)
+	srv := ingest.NewServer(n.store, ingest.ClaimedIdentity(), ingest.ServerOptions{})
+	n.in = ingest.NewOwnership(srv)
 	m := replica.NewMetrics(n.reg)
 	spokes, relay := listen(t), listen(t)
 	n.spokes, n.relay = spokes.Addr().String(), relay.Addr().String()
 	ss, rs := grpc.NewServer(), grpc.NewServer()
-	protocolv1.RegisterSyncServer(ss, n.in)
+	protocolv1.RegisterSyncServer(ss, srv)
 	protocolv1.RegisterSyncServer(rs, replica.NewRelayServer(n.in, true, m, nil))
 	go func() { _ = ss.Serve(spokes) }()
 	go func() { _ = rs.Serve(relay) }()
@@ -97,10 +104,28 @@ func (n *node) stop() {
 	}
 }
 
+// held returns id as n holds it, without its resources.
+func (n *node) held(id ingest.ClusterIdentity) (ingest.Holding, bool) {
+	hs := n.in.Holdings(ingest.HoldingFilter{Only: id})
+	if len(hs) == 0 {
+		return ingest.Holding{}, false
+	}
+	return hs[0], true
+}
+
+// holding returns id as n holds it, with its resources.
+func (n *node) holding(id ingest.ClusterIdentity) (ingest.Holding, bool) {
+	hs := n.in.Holdings(ingest.HoldingFilter{Only: id, Objects: true})
+	if len(hs) == 0 {
+		return ingest.Holding{}, false
+	}
+	return hs[0], true
+}
+
 // objects returns the (kind namespace/name → version) of what n holds of
 // cluster id; nil when it holds nothing.
 func (n *node) objects(id ingest.ClusterIdentity) map[string]string {
-	h, ok := n.in.Holding(id)
+	h, ok := n.holding(id)
 	if !ok {
 		return nil
 	}
@@ -264,3 +289,28 @@ func (w *removalWatch) end() []string {
 	<-w.done
 	return w.removed
 }
+
+// fakeIngest is a replica.Ingest at a unit's edge: it lists what holdings
+// returns (whatever the filter) and moves with move; it relays and
+// withdraws nothing.
+type fakeIngest struct {
+	holdings func() []ingest.Holding
+	move     func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool
+}
+
+func (f fakeIngest) Holdings(ingest.HoldingFilter) []ingest.Holding {
+	if f.holdings == nil {
+		return nil
+	}
+	return f.holdings()
+}
+
+func (f fakeIngest) Relay(protocolv1.Sync_PushServer, ingest.ClusterIdentity, string, ingest.Epoch) error {
+	return errors.New("fakeIngest relays nothing")
+}
+
+func (f fakeIngest) Move(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool {
+	return f.move != nil && f.move(id, epoch, reason, redirect)
+}
+
+func (f fakeIngest) WithdrawRelayed(ingest.ClusterIdentity, ingest.Epoch, string) bool { return false }

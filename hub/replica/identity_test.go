@@ -44,7 +44,8 @@ func TestRelayTakesOnlyReplicaCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := ingest.New(ingest.ClaimedIdentity(), ingest.Options{StaleGracePeriod: time.Hour, Replica: "a"})
+	in := ingest.NewOwnership(ingest.NewServer(ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Hour, Replicas: ingest.ReplicaFuncs{ID: "a"}}),
+		ingest.ClaimedIdentity(), ingest.ServerOptions{}))
 	lis := listen(t)
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(idA.ServerConfig(nil, nil))))
 	protocolv1.RegisterSyncServer(srv, replica.NewRelayServer(in, false, nil, nil))
@@ -75,8 +76,8 @@ func TestRelayTakesOnlyReplicaCertificates(t *testing.T) {
 	if err := relay(idB.ClientConfig("a")); err != nil {
 		t.Fatalf("replica b refused: %v", err)
 	}
-	if h, ok := in.Held(x); !ok || h.Owner != "b" || !h.Relayed {
-		t.Errorf("b's relay not held: %+v", h)
+	if hs := in.Holdings(ingest.HoldingFilter{Only: x}); len(hs) != 1 || hs[0].Owner != "b" || !hs[0].Relayed {
+		t.Errorf("b's relay not held: %+v", hs)
 	}
 	// b checks the server is replica a.
 	if err := relay(idB.ClientConfig("c")); err == nil || !strings.Contains(err.Error(), "presented the certificate of replica a") {

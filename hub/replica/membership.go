@@ -108,10 +108,10 @@ type Options struct {
 	SpokeAddress string
 	// Load reports the replica's load; called about every second.
 	Load func() Load
-	// Holdings lists the clusters the local ingest holds.
-	Holdings func() []ingest.Holding
-	// OnWithdrawn applies a peer's withdrawal of a stale cluster.
-	OnWithdrawn func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason string)
+	// In is the local ingest: the clusters it holds are gossiped, and a
+	// peer's withdrawal of a stale cluster is applied to it
+	// (WithdrawRelayed).
+	In Ingest
 	// OnPeer and OnPeerGone are called when a peer joins (or restarts, or
 	// changes its relay address) and when it leaves or is found dead. They
 	// must not block; they are called with memberlist's lock held.
@@ -365,7 +365,7 @@ func (m *Membership) Lost(owner string, epoch ingest.Epoch) bool {
 // IsAlive reports whether replica id is a live member.
 func (m *Membership) IsAlive(id string) bool { return slices.Contains(m.alive(), id) }
 
-// MayWithdraw is ingest.Options.MayWithdraw: a stale cluster is withdrawn
+// MayWithdraw is ingest.ReplicaSet.MayWithdraw: a stale cluster is withdrawn
 // after its grace period only by a replica that sees a majority of the
 // set, and then by its last owner if that replica lives, else by the
 // leader.
@@ -383,8 +383,8 @@ func (m *Membership) MayWithdraw(id ingest.ClusterIdentity, owner string) bool {
 	return len(alive) > 0 && alive[0] == m.opts.ID
 }
 
-// Withdrawn tells every peer that this replica withdrew id (ingest
-// Options.OnWithdrawn); peers still missing it learn it from the next
+// Withdrawn tells every peer that this replica withdrew id
+// (ingest.ReplicaSet.Withdrawn); peers still missing it learn it from the next
 // push/pull.
 func (m *Membership) Withdrawn(id ingest.ClusterIdentity, epoch ingest.Epoch) {
 	w := withdrawal{ID: id, Epoch: epoch, At: time.Now(), Reason: "withdrawn by replica " + m.opts.ID + " after its grace period"}
@@ -476,8 +476,8 @@ func (m *Membership) Ready() error {
 		return errors.New("joining the replica set")
 	}
 	mine := map[ingest.ClusterIdentity]ingest.Holding{}
-	for _, h := range m.opts.Holdings() {
-		mine[h.ID] = h
+	for _, h := range m.opts.In.Holdings(ingest.HoldingFilter{}) {
+		mine[h.ClusterIdentity] = h
 	}
 	var missing []string
 	for p, hs := range m.peerHeld() {
@@ -540,7 +540,7 @@ func (m *Membership) applyWithdrawal(w withdrawal) {
 	}
 	m.withdrawals[w.ID] = w
 	m.mu.Unlock()
-	m.opts.OnWithdrawn(w.ID, w.Epoch, w.Reason)
+	m.opts.In.WithdrawRelayed(w.ID, w.Epoch, w.Reason)
 }
 
 func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
@@ -548,9 +548,9 @@ func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (d *delegate) LocalState(bool) []byte {
 	m := (*Membership)(d)
 	st := state{ID: m.opts.ID, Held: []held{}}
-	for _, h := range m.opts.Holdings() {
+	for _, h := range m.opts.In.Holdings(ingest.HoldingFilter{}) {
 		if h.EverSynced {
-			st.Held = append(st.Held, held{ID: h.ID, Epoch: h.Epoch, Owner: h.Owner, Connected: h.Connected})
+			st.Held = append(st.Held, held{ID: h.ClusterIdentity, Epoch: h.Epoch, Owner: h.Owner, Connected: h.Connected})
 		}
 	}
 	m.mu.Lock()

@@ -41,8 +41,7 @@ func join(t *testing.T, id string, kr *memberlist.Keyring, seeds ...string) *mem
 	mb := &member{stop: make(chan struct{})}
 	m, err := replica.Join(replica.Options{ID: id, BindAddress: "127.0.0.1", Join: seeds, Keyring: kr,
 		RejoinInterval: time.Hour, QuorumWindow: time.Minute, ReadyTimeout: time.Minute, Tune: fast,
-		RelayAddress: "127.0.0.1:1", Holdings: func() []ingest.Holding { return mb.held },
-		OnWithdrawn: func(ingest.ClusterIdentity, ingest.Epoch, string) {}}, mb.stop)
+		RelayAddress: "127.0.0.1:1", In: fakeIngest{holdings: func() []ingest.Holding { return mb.held }}}, mb.stop)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +93,11 @@ func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
 		})
 	}
 	if _, err := replica.Join(replica.Options{ID: "intruder", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Keyring: keyring(t, 1),
-		Tune: fast, RejoinInterval: time.Hour, Holdings: func() []ingest.Holding { return nil }}, make(chan struct{})); err != nil {
+		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, make(chan struct{})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := replica.Join(replica.Options{ID: "clear", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Insecure: true,
-		Tune: fast, RejoinInterval: time.Hour, Holdings: func() []ingest.Holding { return nil }}, make(chan struct{})); err != nil {
+		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, make(chan struct{})); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -147,16 +146,16 @@ func TestReadyWaitsForPeersClusters(t *testing.T) {
 	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
 	epoch := ingest.Epoch{At: 100, Replica: "a"}
 	a := join(t, "a", kr)
-	a.held = []ingest.Holding{{ID: x, Epoch: epoch, Owner: "a", Connected: true, Synced: true, EverSynced: true}}
+	a.held = []ingest.Holding{{State: ingest.State{ClusterIdentity: x, Epoch: epoch, Owner: "a", Connected: true, Synced: true, EverSynced: true}}}
 	b := join(t, "b", kr, a.gossip())
 	if err := b.m.Ready(); err == nil || !strings.Contains(err.Error(), "default/x") {
 		t.Fatalf("b holding nothing: Ready() = %v, want waiting for default/x", err)
 	}
-	b.held = []ingest.Holding{{ID: x, Epoch: ingest.Epoch{At: 99, Replica: "z"}, Relayed: true, EverSynced: true}}
+	b.held = []ingest.Holding{{State: ingest.State{ClusterIdentity: x, Epoch: ingest.Epoch{At: 99, Replica: "z"}, Relayed: true, EverSynced: true}}}
 	if err := b.m.Ready(); err == nil {
 		t.Fatal("b holding an older epoch is ready")
 	}
-	b.held = []ingest.Holding{{ID: x, Epoch: epoch, Owner: "a", Relayed: true, EverSynced: true}}
+	b.held = []ingest.Holding{{State: ingest.State{ClusterIdentity: x, Epoch: epoch, Owner: "a", Relayed: true, EverSynced: true}}}
 	if err := b.m.Ready(); err != nil {
 		t.Fatalf("b holding a's cluster: %v", err)
 	}

@@ -30,7 +30,7 @@ type RelayerOptions struct {
 	// Self is this replica's id.
 	Self string
 	// In is the local ingest: what is relayed is what it holds.
-	In *ingest.Server
+	In Ingest
 	// Dial opens a connection to the relay listener of replica peer at
 	// addr (mTLS with Identity.ClientConfig(peer)).
 	Dial func(peer, addr string) (*grpc.ClientConn, error)
@@ -184,10 +184,10 @@ func (l *link) close() {
 	_ = l.conn.Close()
 }
 
-// Changed is ingest.Options.OnCluster: id's state, stream or epoch
+// Changed is ingest.ReplicaSet.Changed: id's state, stream or epoch
 // changed. It does not block.
 func (r *Relayer) Changed(id ingest.ClusterIdentity) {
-	h, ok := r.opts.In.Held(id)
+	h, ok := holding(r.opts.In, id, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ok {
@@ -218,7 +218,7 @@ func (r *Relayer) relays(h ingest.Holding) bool {
 
 // sweep starts the relays that should run and are not running.
 func (r *Relayer) sweep() {
-	hs := r.opts.In.Holdings()
+	hs := r.opts.In.Holdings(ingest.HoldingFilter{})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range hs {
@@ -226,7 +226,7 @@ func (r *Relayer) sweep() {
 			continue
 		}
 		for _, l := range r.links {
-			r.ensure(l, h.ID)
+			r.ensure(l, h.ClusterIdentity)
 		}
 	}
 }
@@ -275,7 +275,7 @@ func (r *Relayer) run(l *link, id ingest.ClusterIdentity, rl *relay) {
 	}()
 	wait := 100 * time.Millisecond
 	for l.ctx.Err() == nil {
-		h, ok := r.opts.In.Held(id)
+		h, ok := holding(r.opts.In, id, false)
 		r.mu.Lock()
 		should := ok && r.relays(h)
 		done, isDone := l.done[id]
@@ -418,7 +418,7 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 		if at.IsZero() {
 			at = time.Now()
 		}
-		cur, ok := r.opts.In.Holding(id)
+		cur, ok := holding(r.opts.In, id, true)
 		r.mu.Lock()
 		still := ok && cur.Epoch == h.Epoch && r.relays(cur) && cur.EverSynced
 		r.mu.Unlock()
@@ -481,7 +481,7 @@ func (r *Relayer) resume(st protocolv1.Sync_PushClient, id ingest.ClusterIdentit
 	// The peer names only the types it holds differently from what this
 	// replica holds now (digests); the diff starts from what it names.
 	mine := protocol.Held{}
-	if cur, ok := r.opts.In.Holding(id); ok {
+	if cur, ok := holding(r.opts.In, id, true); ok {
 		for t, byName := range cur.Objects {
 			vs := make(map[string]string, len(byName))
 			for n, o := range byName {

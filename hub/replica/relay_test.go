@@ -38,7 +38,7 @@ func holds(t *testing.T, n *node, id ingest.ClusterIdentity, want map[string]str
 	var h ingest.Holding
 	eventually(t, func() error {
 		var ok bool
-		h, ok = n.in.Held(id)
+		h, ok = n.held(id)
 		if !ok {
 			return fmt.Errorf("%s holds no %s", n.id, id)
 		}
@@ -78,7 +78,7 @@ func TestRelayFailoverDeletesNothing(t *testing.T) {
 	a.stop()
 	for _, n := range []*node{b, c} {
 		eventually(t, func() error {
-			if h, _ := n.in.Held(x); h.Connected {
+			if h, _ := n.held(x); h.Connected {
 				return fmt.Errorf("%s still shows the dead owner's relay connected", n.id)
 			}
 			return nil
@@ -133,7 +133,7 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 	want := a.objects(x)
 	s.cancel()
 	eventually(t, func() error {
-		if h, _ := a.in.Held(x); h.Connected {
+		if h, _ := a.held(x); h.Connected {
 			return fmt.Errorf("spoke still connected")
 		}
 		return nil
@@ -142,7 +142,7 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 	connect(a, b)
 	holds(t, b, x, want, "a")
 	eventually(t, func() error { // the relay of a stale cluster ends once sent
-		if h, _ := b.in.Held(x); h.Connected {
+		if h, _ := b.held(x); h.Connected {
 			return fmt.Errorf("b shows the cluster connected though its spoke is gone")
 		}
 		return nil
@@ -157,7 +157,7 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 // to a replica that joins later.
 func TestPeerRelaysOrphanedClusters(t *testing.T) {
 	a := newNode(t, "a")
-	b := newNodeWith(t, "b", ingest.Options{StaleGracePeriod: time.Hour}, func(h ingest.Holding) bool { return h.Owner == "a" })
+	b := newNodeWith(t, "b", ingest.StoreOptions{StaleGracePeriod: time.Hour}, func(h ingest.Holding) bool { return h.Owner == "a" })
 	connect(a, b)
 	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
 	dialSpoke(t, a, x).state(serviceEntries(t, "alpha", "beta"))
@@ -165,7 +165,7 @@ func TestPeerRelaysOrphanedClusters(t *testing.T) {
 	h := holds(t, b, x, want, "a")
 	a.stop()
 	eventually(t, func() error {
-		if h, _ := b.in.Held(x); h.Connected {
+		if h, _ := b.held(x); h.Connected {
 			return fmt.Errorf("b still shows a's relay connected")
 		}
 		return nil
@@ -174,7 +174,7 @@ func TestPeerRelaysOrphanedClusters(t *testing.T) {
 	connect(b, d)
 	holds(t, d, x, want, "a")
 	eventually(t, func() error { // the relay of a stale cluster ends once sent
-		if got, _ := d.in.Held(x); got.Epoch != h.Epoch || got.Connected {
+		if got, _ := d.held(x); got.Epoch != h.Epoch || got.Connected {
 			return fmt.Errorf("d holds x at %s connected=%v, want a's epoch %s, stale", got.Epoch, got.Connected, h.Epoch)
 		}
 		return nil
@@ -188,19 +188,19 @@ func TestPeerRelaysOrphanedClusters(t *testing.T) {
 func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
 	var b *node
 	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
-	a := newNodeWith(t, "a", ingest.Options{StaleGracePeriod: 300 * time.Millisecond,
-		OnWithdrawn: func(id ingest.ClusterIdentity, epoch ingest.Epoch) {
+	a := newNodeWith(t, "a", ingest.StoreOptions{StaleGracePeriod: 300 * time.Millisecond,
+		Replicas: ingest.ReplicaFuncs{WithdrawnFunc: func(id ingest.ClusterIdentity, epoch ingest.Epoch) {
 			b.in.WithdrawRelayed(id, epoch, "withdrawn by a")
-		}}, nil)
+		}}}, nil)
 	asked := make(chan string, 100)
-	b = newNodeWith(t, "b", ingest.Options{StaleGracePeriod: 300 * time.Millisecond, RecheckWithdrawal: 50 * time.Millisecond,
-		MayWithdraw: func(id ingest.ClusterIdentity, owner string) bool {
+	b = newNodeWith(t, "b", ingest.StoreOptions{StaleGracePeriod: 300 * time.Millisecond, RecheckWithdrawal: 50 * time.Millisecond,
+		Replicas: ingest.ReplicaFuncs{MayWithdrawFunc: func(id ingest.ClusterIdentity, owner string) bool {
 			select {
 			case asked <- owner:
 			default:
 			}
 			return false
-		}}, nil)
+		}}}, nil)
 	connect(a, b)
 	s := dialSpoke(t, a, x)
 	s.state(serviceEntries(t, "alpha"))
@@ -210,10 +210,10 @@ func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
 	// (asked, it is told no); a, the owner, withdraws and tells b.
 	s.cancel()
 	eventually(t, func() error {
-		if _, ok := a.in.Held(x); ok {
+		if _, ok := a.held(x); ok {
 			return fmt.Errorf("a has not withdrawn x after its grace period")
 		}
-		if _, ok := b.in.Held(x); ok {
+		if _, ok := b.held(x); ok {
 			return fmt.Errorf("b still holds x after a withdrew it")
 		}
 		return nil
@@ -226,7 +226,7 @@ func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
 	default:
 		// a withdrew before b's own grace ended: fine, b never decided alone.
 	}
-	st := b.in.Status()
+	st := b.store.Status()
 	if len(st) != 1 || st[0].Withdrawn == nil || !strings.Contains(st[0].Withdrawn.Reason, "withdrawn by a") {
 		t.Errorf("b's status %+v, want x withdrawn by a", st)
 	}

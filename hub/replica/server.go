@@ -37,7 +37,7 @@ var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // checks it again). It is safe for concurrent use.
 type RelayServer struct {
 	protocolv1.UnimplementedSyncServer
-	in        *ingest.Server
+	in        Ingest
 	plaintext bool
 	metrics   *Metrics
 	log       *slog.Logger
@@ -45,7 +45,7 @@ type RelayServer struct {
 
 // NewRelayServer serves relays into in; plaintext trusts the replica id a
 // caller names (the hub's tls.plaintext mode).
-func NewRelayServer(in *ingest.Server, plaintext bool, m *Metrics, log *slog.Logger) *RelayServer {
+func NewRelayServer(in Ingest, plaintext bool, m *Metrics, log *slog.Logger) *RelayServer {
 	if m == nil {
 		m = NewMetrics(nil)
 	}

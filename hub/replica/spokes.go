@@ -113,7 +113,7 @@ func PlanSpokeMove(self string, holdings []ingest.Holding, peers []SpokePeer, no
 	if oldest == nil {
 		return mv, false, fmt.Sprintf("%d spoke(s) here above the share %d, but none synced and older than %s", mine, share, minAge)
 	}
-	mv.Cluster, mv.Epoch = oldest.ID, oldest.Epoch
+	mv.Cluster, mv.Epoch = oldest.ClusterIdentity, oldest.Epoch
 	return mv, true, ""
 }
 
@@ -121,13 +121,11 @@ func PlanSpokeMove(self string, holdings []ingest.Holding, peers []SpokePeer, no
 type SpokeBalancerOptions struct {
 	// Self is this replica's id.
 	Self string
-	// Holdings lists the clusters held here (ingest.Server.Holdings);
-	// Peers the ready peers (Membership.SpokePeers).
-	Holdings func() []ingest.Holding
-	Peers    func() []SpokePeer
-	// Move closes a spoke's stream so that it reconnects elsewhere
-	// (ingest.Server.Move); it reports whether it did.
-	Move func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool
+	// In is the local ingest: the clusters held here, and the spokes'
+	// streams it closes so that they reconnect elsewhere (Move).
+	In Ingest
+	// Peers lists the ready peers (Membership.SpokePeers).
+	Peers func() []SpokePeer
 	// Rate bounds the spokes moved per second (0: never move one); each
 	// move waits too until the previous spoke has landed (its cluster is
 	// connected again, here or at a peer) or Settle passed.
@@ -184,7 +182,7 @@ func NewSpokeBalancer(opts SpokeBalancerOptions) *SpokeBalancer {
 // earlier move is still landing, schedules one move at a random moment of
 // the interval. It returns the move scheduled, if any.
 func (b *SpokeBalancer) Tick() (SpokeMove, bool) {
-	holdings := b.opts.Holdings()
+	holdings := b.opts.In.Holdings(ingest.HoldingFilter{})
 	counts := map[string]int{}
 	peers := b.opts.Peers()
 	for id, n := range SpokeCounts(b.opts.Self, holdings, peers) {
@@ -217,7 +215,7 @@ func (b *SpokeBalancer) Tick() (SpokeMove, bool) {
 		"spokes", mv.Mine, "share", mv.Share, "to", mv.To, "toSpokes", mv.Least, "redirect", mv.Redirect)
 	time.AfterFunc(rand.N(b.opts.Interval), func() {
 		reason := fmt.Sprintf("balancing spokes across hub replicas: replica %s owns %d, the even share is %d, replica %s owns %d", b.opts.Self, mv.Mine, mv.Share, mv.To, mv.Least)
-		if b.opts.Move(mv.Cluster, mv.Epoch, reason, mv.Redirect) {
+		if b.opts.In.Move(mv.Cluster, mv.Epoch, reason, mv.Redirect) {
 			b.opts.Metrics.shedSpokes.Inc()
 			b.mu.Lock()
 			b.moved++
@@ -232,7 +230,7 @@ func (b *SpokeBalancer) Tick() (SpokeMove, bool) {
 // a newer stream, here or relayed by a peer.
 func landed(holdings []ingest.Holding, mv SpokeMove) bool {
 	for _, h := range holdings {
-		if h.ID == mv.Cluster {
+		if h.ClusterIdentity == mv.Cluster {
 			return h.Connected && mv.Epoch.Before(h.Epoch)
 		}
 	}
@@ -260,7 +258,7 @@ type SpokeBalance struct {
 
 // Status reports the balancer's state.
 func (b *SpokeBalancer) Status() SpokeBalance {
-	counts := SpokeCounts(b.opts.Self, b.opts.Holdings(), b.opts.Peers())
+	counts := SpokeCounts(b.opts.Self, b.opts.In.Holdings(ingest.HoldingFilter{}), b.opts.Peers())
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return SpokeBalance{Spokes: counts, Rate: b.opts.Rate, MinAge: b.opts.MinAge.String(), Moved: b.moved, Last: b.last, Pending: b.pending, Idle: b.why}

@@ -13,13 +13,13 @@ import (
 // own is a spoke of this replica whose stream opened age ago, synced or
 // not; relayed a peer's spoke held here through its relay.
 func own(cluster string, age time.Duration, synced bool) ingest.Holding {
-	return ingest.Holding{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: cluster}, Owner: "hub-0", Connected: true, Synced: synced, EverSynced: true,
-		Epoch: ingest.Epoch{At: time.Now().Add(-age).UnixNano(), Replica: "hub-0"}}
+	return ingest.Holding{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "m", Cluster: cluster}, Owner: "hub-0", Connected: true, Synced: synced, EverSynced: true,
+		Epoch: ingest.Epoch{At: time.Now().Add(-age).UnixNano(), Replica: "hub-0"}}}
 }
 
 func relayed(cluster, owner string) ingest.Holding {
-	return ingest.Holding{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: cluster}, Owner: owner, Relayed: true, Connected: true, Synced: true, EverSynced: true,
-		Epoch: ingest.Epoch{At: time.Now().UnixNano(), Replica: owner}}
+	return ingest.Holding{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "m", Cluster: cluster}, Owner: owner, Relayed: true, Connected: true, Synced: true, EverSynced: true,
+		Epoch: ingest.Epoch{At: time.Now().UnixNano(), Replica: owner}}}
 }
 
 // TestPlanSpokeMove: the decision sheds only above the share and at least
@@ -56,7 +56,7 @@ func TestPlanSpokeMove(t *testing.T) {
 		{name: "the old synced one, not the older unsynced", holdings: []ingest.Holding{own("c1", 3*time.Hour, false), own("c2", time.Hour, true), own("c3", time.Second, true)}, peers: peers, minAge: time.Minute, move: "c2", to: "hub-1"},
 		{name: "a polled spoke is not moved (hub/poll decides who dials it): the next oldest is", holdings: []ingest.Holding{polled(own("c2", 2*time.Hour, true)), four[0], four[2], four[3]}, peers: peers, minAge: time.Minute, move: "c1", to: "hub-1"},
 		{name: "only polled spokes: nothing moves", holdings: []ingest.Holding{polled(four[0]), polled(four[1]), polled(four[2])}, peers: peers, minAge: time.Minute},
-		{name: "a disconnected (stale) cluster counts for nobody", holdings: append(four[:2:2], ingest.Holding{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: "c5"}, Owner: "hub-0"}), peers: peers[:1], minAge: time.Minute, move: "c2", to: "hub-1"},
+		{name: "a disconnected (stale) cluster counts for nobody", holdings: append(four[:2:2], ingest.Holding{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "m", Cluster: "c5"}, Owner: "hub-0"}}), peers: peers[:1], minAge: time.Minute, move: "c2", to: "hub-1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,8 +103,8 @@ func TestPlanSpokeMoveConverges(t *testing.T) {
 			for _, self := range ids {
 				var hs []ingest.Holding
 				for c, o := range owner {
-					h := ingest.Holding{ID: ingest.ClusterIdentity{Mesh: "m", Cluster: c}, Owner: o, Relayed: o != self, Connected: true, Synced: true,
-						Epoch: ingest.Epoch{At: time.Now().Add(-time.Hour).UnixNano(), Replica: o}}
+					h := ingest.Holding{State: ingest.State{ClusterIdentity: ingest.ClusterIdentity{Mesh: "m", Cluster: c}, Owner: o, Relayed: o != self, Connected: true, Synced: true,
+						Epoch: ingest.Epoch{At: time.Now().Add(-time.Hour).UnixNano(), Replica: o}}}
 					hs = append(hs, h)
 				}
 				var peers []replica.SpokePeer
@@ -150,21 +150,21 @@ func TestSpokeBalancerMovesOneAtATime(t *testing.T) {
 	hs := []ingest.Holding{own("c1", time.Hour, true), own("c2", 2*time.Hour, true), own("c3", 3*time.Hour, true), own("c4", 4*time.Hour, true)}
 	moved := make(chan string, 10)
 	b := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0",
-		Holdings: func() []ingest.Holding { mu.Lock(); defer mu.Unlock(); return append([]ingest.Holding(nil), hs...) },
-		Peers:    func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}, {ID: "hub-2"}} },
-		Move: func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			for i := range hs {
-				if hs[i].ID == id && hs[i].Epoch == epoch {
-					hs[i].Connected = false // closed; lands later
-					moved <- id.Cluster
-					return true
+		Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}, {ID: "hub-2"}} },
+		In: fakeIngest{holdings: func() []ingest.Holding { mu.Lock(); defer mu.Unlock(); return append([]ingest.Holding(nil), hs...) },
+			move: func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for i := range hs {
+					if hs[i].ClusterIdentity == id && hs[i].Epoch == epoch {
+						hs[i].Connected = false // closed; lands later
+						moved <- id.Cluster
+						return true
+					}
 				}
-			}
-			t.Errorf("moved %s at %s, which is not held", id, epoch)
-			return false
-		},
+				t.Errorf("moved %s at %s, which is not held", id, epoch)
+				return false
+			}},
 		Rate: 1000, MinAge: time.Minute, Interval: 10 * time.Millisecond})
 	if _, ok := b.Tick(); !ok {
 		t.Fatal("no move from 4,0,0")
@@ -207,12 +207,12 @@ func TestSpokeBalancerMovesOneAtATime(t *testing.T) {
 	if st.Moved != 2 || st.Spokes["hub-0"] != 2 || st.Spokes["hub-1"] != 1 || st.Spokes["hub-2"] != 1 {
 		t.Errorf("status %+v, want 2 moved and 2,1,1", st)
 	}
-	off := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0", Holdings: func() []ingest.Holding { return hs },
-		Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}} },
-		Move: func(ingest.ClusterIdentity, ingest.Epoch, string, string) bool {
-			t.Error("moved with rate 0")
-			return false
-		}})
+	off := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0", Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}} },
+		In: fakeIngest{holdings: func() []ingest.Holding { return hs },
+			move: func(ingest.ClusterIdentity, ingest.Epoch, string, string) bool {
+				t.Error("moved with rate 0")
+				return false
+			}}})
 	if _, ok := off.Tick(); ok {
 		t.Error("rate 0 moves")
 	}

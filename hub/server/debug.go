@@ -12,7 +12,7 @@ import (
 	"github.com/navemesh/nave/xds/engine"
 )
 
-func registerDebug(adm *admin.Server, in *ingest.Server, eng *engine.Engine) {
+func registerDebug(adm *admin.Server, in *ingest.Store, eng *engine.Engine) {
 	xds := eng.ADS()
 	// The status page reads the tenant views below in the browser: it shows
 	// each operator what those views show it.

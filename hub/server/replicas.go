@@ -94,33 +94,35 @@ func newReplicas(cfg hubconfig.Config, reg prometheus.Registerer) (*replicas, er
 	return r, nil
 }
 
-// ingestOptions hooks the replica set into ingest: epochs, the withdrawal
-// rule, telling peers of withdrawals and relaying changes.
-func (r *replicas) ingestOptions(o ingest.Options) ingest.Options {
+// replicaSet hooks the replica set into ingest: epochs, the withdrawal
+// rule, telling peers of withdrawals and relaying changes; nil when
+// replicas are off.
+func (r *replicas) replicaSet() ingest.ReplicaSet {
 	if r == nil {
-		return o
+		return nil
 	}
-	o.Replica = r.id
-	o.MayWithdraw = func(id ingest.ClusterIdentity, owner string) bool {
-		m := r.members.Load()
-		return m != nil && m.MayWithdraw(id, owner)
+	return ingest.ReplicaFuncs{
+		ID: r.id,
+		MayWithdrawFunc: func(id ingest.ClusterIdentity, owner string) bool {
+			m := r.members.Load()
+			return m != nil && m.MayWithdraw(id, owner)
+		},
+		WithdrawnFunc: func(id ingest.ClusterIdentity, epoch ingest.Epoch) {
+			if m := r.members.Load(); m != nil {
+				m.Withdrawn(id, epoch)
+			}
+		},
+		ChangedFunc: func(id ingest.ClusterIdentity) {
+			if rl := r.relayer.Load(); rl != nil {
+				rl.Changed(id)
+			}
+		},
 	}
-	o.OnWithdrawn = func(id ingest.ClusterIdentity, epoch ingest.Epoch) {
-		if m := r.members.Load(); m != nil {
-			m.Withdrawn(id, epoch)
-		}
-	}
-	o.OnCluster = func(id ingest.ClusterIdentity) {
-		if rl := r.relayer.Load(); rl != nil {
-			rl.Changed(id)
-		}
-	}
-	return o
 }
 
 // start serves the relay listener, joins the set and relays to its
 // members until ctx ends.
-func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *security, in *ingest.Server,
+func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *security, in *ingest.Ownership, store *ingest.Store,
 	lis net.Listener, adm *admin.Server, log *slog.Logger, run func(func() error)) error {
 	log = log.With("component", "replica", "replica", r.id)
 	var (
@@ -185,8 +187,8 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 			mu.Lock()
 			defer mu.Unlock()
 			if time.Since(loadAt) >= 5*time.Second {
-				l := replica.Load{Proxies: r.proxies.Len(), Meshes: len(in.Meshes())}
-				for _, h := range in.Holdings() {
+				l := replica.Load{Proxies: r.proxies.Len(), Meshes: len(store.Meshes())}
+				for _, h := range in.Holdings(ingest.HoldingFilter{}) {
 					if !h.Relayed && h.Connected {
 						l.Spokes++
 					}
@@ -195,10 +197,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 			}
 			return load
 		},
-		Holdings: in.Holdings,
-		OnWithdrawn: func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason string) {
-			in.WithdrawRelayed(id, epoch, reason)
-		},
+		In:           in,
 		OnPeer:       func(id, addr string) { go relayer.AddPeer(id, addr) },
 		OnPeerGone:   func(id string) { go relayer.RemovePeer(id) },
 		QuorumWindow: cfg.Ingest.StaleGracePeriod,
@@ -213,7 +212,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 	bal := replica.NewBalancer(replica.BalancerOptions{Mine: r.proxies.Len, Peers: members.PeerProxies, Shed: r.proxies.CloseOldest,
 		Rate: r.cfg.ShedRate, Tolerance: r.cfg.ShedTolerance, Logger: log, Metrics: r.metrics})
 	go bal.Run(ctx.Done())
-	spokes := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: r.id, Holdings: in.Holdings, Peers: members.SpokePeers, Move: in.Move,
+	spokes := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: r.id, In: in, Peers: members.SpokePeers,
 		Rate: r.cfg.SpokeShedRate, MinAge: r.cfg.SpokeMinAge, Logger: log, Metrics: r.metrics})
 	go spokes.Run(ctx.Done())
 	adm.AddReadyCheck("replicas", members.Ready)
@@ -225,7 +224,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 }
 
 // debug is /debug/replicas.
-func (r *replicas) debug(in *ingest.Server, members *replica.Membership, relayer *replica.Relayer, spokes *replica.SpokeBalancer) any {
+func (r *replicas) debug(in *ingest.Ownership, members *replica.Membership, relayer *replica.Relayer, spokes *replica.SpokeBalancer) any {
 	type clusterView struct {
 		ID        ingest.ClusterIdentity `json:"cluster"`
 		Owner     string                 `json:"owner"`
@@ -237,8 +236,8 @@ func (r *replicas) debug(in *ingest.Server, members *replica.Membership, relayer
 	}
 	quorum, alive, known := members.Quorum()
 	clusters := []clusterView{}
-	for _, h := range in.Holdings() {
-		clusters = append(clusters, clusterView{ID: h.ID, Owner: h.Owner, Epoch: h.Epoch, Since: h.Epoch.Time().UTC(), Relayed: h.Relayed, Connected: h.Connected, Synced: h.Synced})
+	for _, h := range in.Holdings(ingest.HoldingFilter{}) {
+		clusters = append(clusters, clusterView{ID: h.ClusterIdentity, Owner: h.Owner, Epoch: h.Epoch, Since: h.Epoch.Time().UTC(), Relayed: h.Relayed, Connected: h.Connected, Synced: h.Synced})
 	}
 	ready := "ready"
 	if err := members.Ready(); err != nil {

@@ -59,6 +59,7 @@ type Server struct {
 	adm      *admin.Server
 	sec      *security
 	rep      *replicas
+	store    *ingest.Store
 	in       *ingest.Server
 	w        *watch.Server
 	eng      *engine.Engine
@@ -110,27 +111,38 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		eng *engine.Engine
 		w   *watch.Server
 	)
-	in := ingest.New(sec.spokeAuthenticator(), rep.ingestOptions(ingest.Options{
+	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
-		MaxMessageBytes:  cfg.Spokes.MaxMessageBytes,
-		OnChange:         func(mesh string) { eng.Notify(mesh); w.Notify(mesh) },
-		OnEndpointChange: func(mesh string) { eng.NotifyEndpoints(mesh); w.Notify(mesh) },
+		OnChange: func(mesh string, endpointsOnly bool) {
+			if endpointsOnly {
+				eng.NotifyEndpoints(mesh)
+			} else {
+				eng.Notify(mesh)
+			}
+			w.Notify(mesh)
+		},
+		Replicas:   rep.replicaSet(),
+		Logger:     log.With("component", "ingest"),
+		Registerer: reg,
+	})
+	in := ingest.NewServer(store, sec.spokeAuthenticator(), ingest.ServerOptions{
+		MaxMessageBytes: cfg.Spokes.MaxMessageBytes,
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, stream)
 		},
 		Logger:     log.With("component", "ingest"),
 		Registerer: reg,
-	}))
-	w = watch.New(in, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: in.Ready,
+	})
+	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
-	eng = engine.New(in, engine.Options{
+	eng = engine.New(store, engine.Options{
 		Push: pushctx.Options{
 			DebounceQuiet: cfg.Push.DebounceQuiet,
 			DebounceMax:   cfg.Push.DebounceMax,
 			Adaptive:      cfg.Push.Adaptive,
-			Ready:         in.Ready,
+			Ready:         store.Ready,
 			Logger:        log.With("component", "pushctx"),
 		},
 		Cache: cache.Options{
@@ -144,7 +156,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		Registerer: reg,
 	})
 	reg.MustRegister(eng.SyncStateCollector())
-	registerDebug(adm, in, eng)
+	registerDebug(adm, store, eng)
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
 	})
@@ -168,7 +180,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		// The replica counts (and may shed) the proxy connections.
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
-	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, rep: rep, in: in, w: w, eng: eng,
+	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, rep: rep, store: store, in: in, w: w, eng: eng,
 		spokeSrv: spokeSrv, xdsSrv: xdsSrv}, nil
 }
 
@@ -185,7 +197,7 @@ func (s *Server) Addr(key string) net.Addr {
 // Run serves until ctx ends or a part fails, then stops every part and
 // closes the listeners. It is called once.
 func (s *Server) Run(ctx context.Context) error {
-	cfg, log, lis, adm, sec, rep, in, w, eng := s.cfg, s.log, s.lis, s.adm, s.sec, s.rep, s.in, s.w, s.eng
+	cfg, log, lis, adm, sec, rep, store, in, w, eng := s.cfg, s.log, s.lis, s.adm, s.sec, s.rep, s.store, s.in, s.w, s.eng
 	spokeSrv, xdsSrv, reg := s.spokeSrv, s.xdsSrv, s.reg
 	defer func() {
 		for _, l := range lis {
@@ -199,7 +211,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// A revoked cluster loses its Watch streams with its Push stream.
 	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
 		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
-		return in.Withdraw(id, reason) || closed
+		return store.Withdraw(id, reason) || closed
 	}
 	if !sec.plaintext {
 		g.Go(func() error {
@@ -223,7 +235,7 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 	}
 	if rep != nil {
-		if err := rep.start(gctx, cfg, sec, in, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
+		if err := rep.start(gctx, cfg, sec, ingest.NewOwnership(in), store, lis["replicas.relayListen"], adm, log, g.Go); err != nil {
 			cancel()
 			_ = g.Wait()
 			return err

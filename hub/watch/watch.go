@@ -39,7 +39,7 @@ import (
 	"github.com/navemesh/nave/xds/mesh"
 )
 
-// Source gives a mesh's clusters as the hub serves them; ingest.Server
+// Source gives a mesh's clusters as the hub serves them; ingest.Store
 // implements it.
 type Source interface {
 	Clusters(mesh string) []mesh.ClusterInput
@@ -57,7 +57,7 @@ type Options struct {
 	// than half of it is split over several responses. Zero means 16 MiB.
 	MaxMessageBytes int
 	// Ready, if set, holds a mesh's view back until it says yes (the hub
-	// passes ingest.Server.Ready, as for proxies): a restarted hub does not
+	// passes ingest.Store.Ready, as for proxies): a restarted hub does not
 	// tell spokes that clusters merely slower to reconnect are gone.
 	// Subscriptions wait, unanswered, until then.
 	Ready      func(mesh string, clusters []mesh.ClusterInput) bool

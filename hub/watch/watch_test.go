@@ -58,7 +58,7 @@ func newFixture(t *testing.T) *fixture {
 		Roots: func(m string) (*protocolv1.TrustBundle, error) {
 			return &protocolv1.TrustBundle{Mesh: m, TrustDomain: m + ".example", RootsPem: "roots of " + m}, nil
 		}})
-	in := ingest.New(certAuth(), ingest.Options{Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
+	in := ingest.NewServer(ingest.NewStore(ingest.StoreOptions{}), certAuth(), ingest.ServerOptions{Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
 		return f.w.Serve(id.Mesh, id.Cluster, s)
 	}})
 	srv := grpc.NewServer()
@@ -280,7 +280,7 @@ func TestWatchRecordsNACKsAndRefusesUnknownTypes(t *testing.T) {
 }
 
 func TestWatchWithoutHandlerIsUnimplementedAndUnauthenticatedIsRefused(t *testing.T) {
-	in := ingest.New(certAuth(), ingest.Options{})
+	in := ingest.NewServer(ingest.NewStore(ingest.StoreOptions{}), certAuth(), ingest.ServerOptions{})
 	srv := grpc.NewServer()
 	protocolv1.RegisterSyncServer(srv, in)
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -9,11 +9,11 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
-	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -193,10 +193,10 @@ func TestSemantics(t *testing.T) {
 	}
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
 	outs := map[proxy.Key]*gen.Output{}
-	sims := map[proxy.Key]*sim.Sim{}
+	sims := map[proxy.Key]*envoysim.Sim{}
 	for _, k := range []proxy.Key{shopSidecar, reviewsSidecar, webSidecar, ingress} {
 		outs[k] = gen.Envoy(snap, k)
-		sims[k] = sim.New(outs[k].Resources)
+		sims[k] = envoysim.New(outs[k].Resources)
 		for typeURL, rs := range outs[k].Resources {
 			for _, r := range rs {
 				if err := r.Message.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
@@ -205,17 +205,17 @@ func TestSemantics(t *testing.T) {
 			}
 		}
 	}
-	http := func(authority, path string, headers map[string]string) sim.Request {
-		return sim.Request{IP: "10.96.0.10", Port: 9080, Authority: authority, Path: path, Method: "GET", Headers: headers}
+	http := func(authority, path string, headers map[string]string) envoysim.Request {
+		return envoysim.Request{IP: "10.96.0.10", Port: 9080, Authority: authority, Path: path, Method: "GET", Headers: headers}
 	}
 	for _, tc := range []struct {
 		name  string
 		key   proxy.Key
-		req   sim.Request
-		check func(t *testing.T, r sim.Result)
+		req   envoysim.Request
+		check func(t *testing.T, r envoysim.Result)
 	}{
 		{"header and prefix match pick a subset; retries and fault apply", shopSidecar,
-			http("reviews:9080", "/api/x", map[string]string{"x-user": "beta"}), func(t *testing.T, r sim.Result) {
+			http("reviews:9080", "/api/x", map[string]string{"x-user": "beta"}), func(t *testing.T, r envoysim.Result) {
 				wantClusters(t, r, reviewsV2+"=1")
 				if r.Listener != "0.0.0.0_9080" || r.RouteConfig != "9080" {
 					t.Errorf("listener %s route config %s", r.Listener, r.RouteConfig)
@@ -234,7 +234,7 @@ func TestSemantics(t *testing.T) {
 				}
 			}},
 		{"a header match fails without the header: the split applies, with timeout, header ops and CORS", shopSidecar,
-			http("reviews.shop.svc.cluster.local:9080", "/api/x", nil), func(t *testing.T, r sim.Result) {
+			http("reviews.shop.svc.cluster.local:9080", "/api/x", nil), func(t *testing.T, r envoysim.Result) {
 				wantClusters(t, r, reviewsV1+"=90", reviewsV2+"=10")
 				if r.Timeout == nil || *r.Timeout != 5*time.Second {
 					t.Errorf("timeout %v", r.Timeout)
@@ -247,125 +247,125 @@ func TestSemantics(t *testing.T) {
 				}
 			}},
 		{"the VIP and short names reach the same virtual host", shopSidecar,
-			http("10.96.0.10:9080", "/", nil), func(t *testing.T, r sim.Result) {
+			http("10.96.0.10:9080", "/", nil), func(t *testing.T, r envoysim.Result) {
 				if r.VirtualHost != "reviews.shop.svc.cluster.local:9080" {
 					t.Errorf("virtual host %q", r.VirtualHost)
 				}
 			}},
-		{"exact uri redirect", shopSidecar, http("reviews:9080", "/old", nil), func(t *testing.T, r sim.Result) {
+		{"exact uri redirect", shopSidecar, http("reviews:9080", "/old", nil), func(t *testing.T, r envoysim.Result) {
 			if r.Redirect.GetPathRedirect() != "/new" || r.Redirect.GetResponseCode() != routev3.RedirectAction_MOVED_PERMANENTLY {
 				t.Errorf("redirect %v", r.Redirect)
 			}
 		}},
 		{"regex uri and method: direct response", shopSidecar,
-			sim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews:9080", Path: "/teapot", Method: "BREW"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews:9080", Path: "/teapot", Method: "BREW"}, func(t *testing.T, r envoysim.Result) {
 				if r.DirectResponse.GetStatus() != 418 || r.DirectResponse.GetBody().GetInlineString() != "short and stout" {
 					t.Errorf("direct response %v", r.DirectResponse)
 				}
 			}},
 		{"a regex must match the whole path", shopSidecar,
-			sim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews:9080", Path: "/teapots", Method: "BREW"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews:9080", Path: "/teapots", Method: "BREW"}, func(t *testing.T, r envoysim.Result) {
 				if r.DirectResponse != nil {
 					t.Errorf("/teapots matched the regex route")
 				}
 			}},
-		{"ignoreUriCase and rewrite", shopSidecar, http("reviews:9080", "/STATIC/app.js", nil), func(t *testing.T, r sim.Result) {
+		{"ignoreUriCase and rewrite", shopSidecar, http("reviews:9080", "/STATIC/app.js", nil), func(t *testing.T, r envoysim.Result) {
 			wantClusters(t, r, reviewsV1+"=1")
 			if r.Route.GetRoute().GetPrefixRewrite() != "/assets" {
 				t.Errorf("rewrite %q", r.Route.GetRoute().GetPrefixRewrite())
 			}
 		}},
-		{"query parameter match and mirror with percentage", shopSidecar, http("reviews:9080", "/x?debug=1", nil), func(t *testing.T, r sim.Result) {
+		{"query parameter match and mirror with percentage", shopSidecar, http("reviews:9080", "/x?debug=1", nil), func(t *testing.T, r envoysim.Result) {
 			wantClusters(t, r, reviewsV1+"=1")
 			if len(r.Mirrors) != 1 || r.Mirrors[0].GetCluster() != "outbound|9080||ratings.shop.svc.cluster.local" ||
 				r.Mirrors[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 250000 {
 				t.Errorf("mirrors %v", r.Mirrors)
 			}
 		}},
-		{"sourceLabels: the route exists for a matching proxy", shopSidecar, http("reviews:9080", "/pp", nil), func(t *testing.T, r sim.Result) {
+		{"sourceLabels: the route exists for a matching proxy", shopSidecar, http("reviews:9080", "/pp", nil), func(t *testing.T, r envoysim.Result) {
 			wantClusters(t, r, reviewsV2+"=1")
 		}},
-		{"sourceLabels: and not for another", reviewsSidecar, http("reviews:9080", "/pp", nil), func(t *testing.T, r sim.Result) {
+		{"sourceLabels: and not for another", reviewsSidecar, http("reviews:9080", "/pp", nil), func(t *testing.T, r envoysim.Result) {
 			wantClusters(t, r, reviewsV1+"=90", reviewsV2+"=10")
 		}},
-		{"a missing subset goes nowhere, visibly", shopSidecar, http("reviews:9080", "/broken", nil), func(t *testing.T, r sim.Result) {
+		{"a missing subset goes nowhere, visibly", shopSidecar, http("reviews:9080", "/broken", nil), func(t *testing.T, r envoysim.Result) {
 			wantClusters(t, r, build.BlackHoleCluster+"=1")
 			if len(r.Clusters[0].Endpoints) != 0 {
 				t.Errorf("blackhole has endpoints %v", r.Clusters[0].Endpoints)
 			}
 		}},
 		{"delegate: the child's more specific route under the parent's prefix", shopSidecar,
-			http("reviews:9080", "/delegated/v2/x", nil), func(t *testing.T, r sim.Result) { wantClusters(t, r, reviewsV2+"=1") }},
+			http("reviews:9080", "/delegated/v2/x", nil), func(t *testing.T, r envoysim.Result) { wantClusters(t, r, reviewsV2+"=1") }},
 		{"delegate: the child's catch-all stays under the parent's prefix", shopSidecar,
-			http("reviews:9080", "/delegated/other", nil), func(t *testing.T, r sim.Result) { wantClusters(t, r, reviewsV1+"=1") }},
-		{"TCP to a VIP: tcp_proxy on the VIP's listener", shopSidecar, sim.Request{IP: "10.96.0.11", Port: 5432}, func(t *testing.T, r sim.Result) {
+			http("reviews:9080", "/delegated/other", nil), func(t *testing.T, r envoysim.Result) { wantClusters(t, r, reviewsV1+"=1") }},
+		{"TCP to a VIP: tcp_proxy on the VIP's listener", shopSidecar, envoysim.Request{IP: "10.96.0.11", Port: 5432}, func(t *testing.T, r envoysim.Result) {
 			if r.Listener != "10.96.0.11_5432" || len(r.TCP) != 1 || r.TCP[0].Name != "outbound|5432||ratings.shop.svc.cluster.local" {
-				t.Errorf("listener %s tcp %v", r.Listener, sim.ClusterNames(r.TCP))
+				t.Errorf("listener %s tcp %v", r.Listener, envoysim.ClusterNames(r.TCP))
 			}
 		}},
 		{"locality failover: same zone first, then region, then the failover region", shopSidecar,
-			sim.Request{IP: "10.96.0.11", Port: 5432}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{IP: "10.96.0.11", Port: 5432}, func(t *testing.T, r envoysim.Result) {
 				if p0, p1 := r.TCP[0].Addresses(0), r.TCP[0].Addresses(1); !slices.Equal(p0, []string{"10.1.1.1:5432"}) || !slices.Equal(p1, []string{"10.1.1.2:5432"}) {
 					t.Errorf("priorities: p0 %v p1 %v", p0, p1)
 				}
 			}},
 		{"egress TLS by SNI to a DNS service", shopSidecar,
-			sim.Request{IP: "203.0.113.7", Port: 443, SNI: "api.payments.example"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{IP: "203.0.113.7", Port: 443, SNI: "api.payments.example"}, func(t *testing.T, r envoysim.Result) {
 				if len(r.TCP) != 1 || r.TCP[0].Name != "outbound|443||api.payments.example" ||
 					r.TCP[0].Cluster.GetType() != clusterv3.Cluster_STRICT_DNS || r.TCP[0].Endpoints[0].Address != "api.payments.example" {
-					t.Errorf("tcp %v", sim.ClusterNames(r.TCP))
+					t.Errorf("tcp %v", envoysim.ClusterNames(r.TCP))
 				}
 			}},
-		{"unknown destination passes through (ALLOW_ANY)", shopSidecar, sim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r sim.Result) {
+		{"unknown destination passes through (ALLOW_ANY)", shopSidecar, envoysim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r envoysim.Result) {
 			if r.Listener != envoy.VirtualOutboundListener || len(r.TCP) != 1 || r.TCP[0].Name != build.PassthroughCluster {
-				t.Errorf("listener %s tcp %v", r.Listener, sim.ClusterNames(r.TCP))
+				t.Errorf("listener %s tcp %v", r.Listener, envoysim.ClusterNames(r.TCP))
 			}
 		}},
-		{"unknown destination is dropped (REGISTRY_ONLY)", webSidecar, sim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r sim.Result) {
+		{"unknown destination is dropped (REGISTRY_ONLY)", webSidecar, envoysim.Request{IP: "10.99.0.1", Port: 7777}, func(t *testing.T, r envoysim.Result) {
 			if len(r.TCP) != 1 || r.TCP[0].Name != build.BlackHoleCluster {
-				t.Errorf("tcp %v", sim.ClusterNames(r.TCP))
+				t.Errorf("tcp %v", envoysim.ClusterNames(r.TCP))
 			}
 		}},
-		{"unknown HTTP host passes through (ALLOW_ANY)", shopSidecar, http("elsewhere.example:9080", "/", nil), func(t *testing.T, r sim.Result) {
+		{"unknown HTTP host passes through (ALLOW_ANY)", shopSidecar, http("elsewhere.example:9080", "/", nil), func(t *testing.T, r envoysim.Result) {
 			wantClusters(t, r, build.PassthroughCluster+"=1")
 		}},
 		{"Sidecar egress hides ratings; REGISTRY_ONLY answers 502", webSidecar,
-			sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings.shop.svc.cluster.local:9080", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings.shop.svc.cluster.local:9080", Path: "/", Method: "GET"}, func(t *testing.T, r envoysim.Result) {
 				if r.DirectResponse.GetStatus() != 502 {
-					t.Errorf("vhost %s, direct response %v, clusters %v", r.VirtualHost, r.DirectResponse, sim.ClusterNames(r.Clusters))
+					t.Errorf("vhost %s, direct response %v, clusters %v", r.VirtualHost, r.DirectResponse, envoysim.ClusterNames(r.Clusters))
 				}
 			}},
 		{"Sidecar egress keeps reviews visible from web", webSidecar,
-			http("reviews.shop.svc.cluster.local:9080", "/x", nil), func(t *testing.T, r sim.Result) {
+			http("reviews.shop.svc.cluster.local:9080", "/x", nil), func(t *testing.T, r envoysim.Result) {
 				wantClusters(t, r, reviewsV1+"=90", reviewsV2+"=10")
 			}},
 		{"inbound: the workload's port goes to its inbound cluster", reviewsSidecar,
-			sim.Request{Inbound: true, IP: "10.1.0.1", Port: 9080, Authority: "reviews:9080", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{Inbound: true, IP: "10.1.0.1", Port: 9080, Authority: "reviews:9080", Path: "/", Method: "GET"}, func(t *testing.T, r envoysim.Result) {
 				wantClusters(t, r, build.InboundClusterName(9080)+"=1")
 				if r.Clusters[0].Endpoints[0].Address != "127.0.0.1" {
 					t.Errorf("inbound endpoints %v", r.Clusters[0].Endpoints)
 				}
 			}},
-		{"inbound: another port passes through", reviewsSidecar, sim.Request{Inbound: true, IP: "10.1.0.1", Port: 15000}, func(t *testing.T, r sim.Result) {
+		{"inbound: another port passes through", reviewsSidecar, envoysim.Request{Inbound: true, IP: "10.1.0.1", Port: 15000}, func(t *testing.T, r envoysim.Result) {
 			if len(r.TCP) != 1 || r.TCP[0].Name != build.InboundPassthroughCluster {
-				t.Errorf("tcp %v", sim.ClusterNames(r.TCP))
+				t.Errorf("tcp %v", envoysim.ClusterNames(r.TCP))
 			}
 		}},
 		{"gateway HTTP server with httpsRedirect requires TLS", ingress,
-			sim.Request{ListenerPort: 80, Authority: "shop.example.com", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{ListenerPort: 80, Authority: "shop.example.com", Path: "/", Method: "GET"}, func(t *testing.T, r envoysim.Result) {
 				if r.RouteConfig != envoy.GatewayHTTPRouteName(80) || r.VirtualHostConfig.GetRequireTls() != routev3.VirtualHost_ALL {
 					t.Errorf("route config %s require_tls %v", r.RouteConfig, r.VirtualHostConfig.GetRequireTls())
 				}
 			}},
 		{"gateway HTTPS: SNI chain, rewrite, route into the mesh", ingress,
-			sim.Request{ListenerPort: 443, SNI: "shop.example.com", Authority: "shop.example.com", Path: "/reviews/1", Method: "GET"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{ListenerPort: 443, SNI: "shop.example.com", Authority: "shop.example.com", Path: "/reviews/1", Method: "GET"}, func(t *testing.T, r envoysim.Result) {
 				wantClusters(t, r, "outbound|9080||reviews.shop.svc.cluster.local=1")
 				if r.Route.GetRoute().GetPrefixRewrite() != "/" || !strings.HasPrefix(r.RouteConfig, "https.443.") {
 					t.Errorf("route config %s rewrite %q", r.RouteConfig, r.Route.GetRoute().GetPrefixRewrite())
 				}
 			}},
 		{"gateway HTTPS: the rest goes to the frontend", ingress,
-			sim.Request{ListenerPort: 443, SNI: "shop.example.com", Authority: "shop.example.com", Path: "/", Method: "GET"}, func(t *testing.T, r sim.Result) {
+			envoysim.Request{ListenerPort: 443, SNI: "shop.example.com", Authority: "shop.example.com", Path: "/", Method: "GET"}, func(t *testing.T, r envoysim.Result) {
 				wantClusters(t, r, "outbound|8080||frontend.web.svc.cluster.local=1")
 			}},
 	} {
@@ -388,9 +388,9 @@ func TestSemantics(t *testing.T) {
 	}
 }
 
-func wantClusters(t *testing.T, r sim.Result, want ...string) {
+func wantClusters(t *testing.T, r envoysim.Result, want ...string) {
 	t.Helper()
-	got := sim.ClusterNames(r.Clusters)
+	got := envoysim.ClusterNames(r.Clusters)
 	if !slices.Equal(got, want) {
 		t.Fatalf("route %q (vhost %s) sends to %v, want %v", r.Route.GetName(), r.VirtualHost, got, want)
 	}

@@ -62,7 +62,7 @@ type Hub struct {
 	CA      *CA                 // meshes MeshA and MeshB
 	Store   enroll.Store
 	Dir     string // the DirStore's directory; "" with HubOptions.Store
-	Ingest  *ingest.Server
+	Ingest  *ingest.Store
 	Auth    *enroll.CertAuthenticator
 	Metrics *prometheus.Registry
 
@@ -104,10 +104,11 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 		signer = opts.Signer
 	}
 	h.Auth = enroll.NewCertAuthenticator(signer, store, enroll.AuthOptions{Logger: log, Registerer: h.Metrics})
-	h.Ingest = ingest.New(h.Auth, ingest.Options{StaleGracePeriod: time.Hour, Logger: log, Registerer: h.Metrics})
+	h.Ingest = ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Hour, Logger: log, Registerer: h.Metrics})
+	in := ingest.NewServer(h.Ingest, h.Auth, ingest.ServerOptions{Logger: log, Registerer: h.Metrics})
 	srv := enroll.NewServer(store, signer, h.Auth, enroll.ServerOptions{CertTTL: opts.CertTTL, Logger: log,
 		Registerer: h.Metrics, Now: opts.Now})
-	enf := enroll.NewEnforcer(store, h.Ingest.Disconnect, enroll.EnforcerOptions{Interval: 100 * time.Millisecond,
+	enf := enroll.NewEnforcer(store, h.Ingest.Withdraw, enroll.EnforcerOptions{Interval: 100 * time.Millisecond,
 		Logger: log, Registerer: h.Metrics})
 
 	serving := h.Serving.ServerCert(ServerName)
@@ -117,7 +118,7 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 		MinVersion:   tls.VersionTLS13,
 	})))
 	protocolv1.RegisterEnrollmentServer(gs, srv)
-	protocolv1.RegisterSyncServer(gs, h.Ingest)
+	protocolv1.RegisterSyncServer(gs, in)
 	if opts.Register != nil {
 		opts.Register(gs, h)
 	}

@@ -9,11 +9,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/gen/policy"
-	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -25,12 +25,12 @@ func TestAuthorization(t *testing.T) {
 	if len(out.Problems) > 0 {
 		t.Errorf("problems: %v", out.Problems)
 	}
-	withHeader := func(r sim.Request, k, v string) sim.Request { r.Headers = map[string]string{k: v}; return r }
-	from := func(r sim.Request, ip string) sim.Request { r.SourceIP = ip; return r }
+	withHeader := func(r envoysim.Request, k, v string) envoysim.Request { r.Headers = map[string]string{k: v}; return r }
+	from := func(r envoysim.Request, ip string) envoysim.Request { r.SourceIP = ip; return r }
 	rule := func(i string) string { return "ns[foo]-policy[httpbin]-rule[" + i + "]" }
 	for _, tc := range []struct {
 		name    string
-		req     sim.Request
+		req     envoysim.Request
 		allowed string // an ALLOW policy that must match; "" = denied
 		denied  string // substring of Denied
 		audited bool
@@ -50,7 +50,11 @@ func TestAuthorization(t *testing.T) {
 		{"...from an excluded IP block", from(inHTTP("GET", "/public"), "10.2.2.2"), "", "no ALLOW policy matches", false},
 		{"...with a principal", from(mtls(inHTTP("GET", "/public"), otherBar), "172.16.0.1"), "", "no ALLOW policy matches", false},
 		{"...to an excluded path", from(inHTTP("GET", "/private/x"), "172.16.0.1"), "", "no ALLOW policy matches", false},
-		{"...to another host", func() sim.Request { r := from(inHTTP("GET", "/public"), "172.16.0.1"); r.Authority = "evil"; return r }(), "", "no ALLOW policy matches", false},
+		{"...to another host", func() envoysim.Request {
+			r := from(inHTTP("GET", "/public"), "172.16.0.1")
+			r.Authority = "evil"
+			return r
+		}(), "", "no ALLOW policy matches", false},
 		{"TCP from an allowed IP block to the allowed port", inTCP(9000, "192.168.3.4"), rule("2"), "", false},
 		{"TCP from another address", inTCP(9000, "10.1.1.1"), "", "no ALLOW policy matches", false},
 		{"TCP: a rule with HTTP-only fields allows nothing", mtls(inTCP(9000, "10.1.1.1"), sleepBar), "", "no ALLOW policy matches", false},
@@ -85,54 +89,54 @@ func TestAuthorizationSourceForms(t *testing.T) {
 	plain := inHTTP("GET", "/")
 	for _, tc := range []struct {
 		rule    string
-		allowed []sim.Request
-		denied  []sim.Request
+		allowed []envoysim.Request
+		denied  []envoysim.Request
 	}{
-		{`{from: [{source: {principals: ["*"]}}]}`, []sim.Request{mtls(plain, sleepBar), mtls(plain, opsAny)}, []sim.Request{plain}},
-		{`{from: [{source: {principals: ["cluster.local/ns/bar/*"]}}]}`, []sim.Request{mtls(plain, sleepBar), mtls(plain, otherBar)}, []sim.Request{mtls(plain, opsAny), plain}},
-		{`{from: [{source: {principals: ["*/sa/sleep"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{mtls(plain, otherBar), plain}},
-		{`{from: [{source: {namespaces: [ops]}}]}`, []sim.Request{mtls(plain, opsAny)}, []sim.Request{mtls(plain, sleepOps), mtls(plain, opsx), plain}},
-		{`{from: [{source: {namespaces: ["op*"]}}]}`, []sim.Request{mtls(plain, opsAny), mtls(plain, opsx)}, []sim.Request{mtls(plain, sleepOps), plain}},
-		{`{from: [{source: {namespaces: ["*sx"]}}]}`, []sim.Request{mtls(plain, opsx)}, []sim.Request{mtls(plain, opsAny), plain}},
-		{`{from: [{source: {namespaces: ["*"]}}]}`, []sim.Request{mtls(plain, opsx), mtls(plain, sleepBar)}, []sim.Request{plain}},
-		{`{from: [{source: {notNamespaces: [bar]}}]}`, []sim.Request{mtls(plain, opsAny), plain}, []sim.Request{mtls(plain, sleepBar)}},
-		{`{from: [{source: {serviceAccounts: [bar/sleep]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{mtls(plain, otherBar), mtls(plain, sleepOps), plain}},
-		{`{from: [{source: {ipBlocks: [10.1.0.0/16, 172.16.0.9]}}]}`, []sim.Request{plain, func() sim.Request { r := plain; r.SourceIP = "172.16.0.9"; return r }()},
-			[]sim.Request{func() sim.Request { r := plain; r.SourceIP = "172.16.0.8"; return r }()}},
-		{`{from: [{source: {remoteIpBlocks: [10.1.1.1]}}]}`, []sim.Request{plain}, []sim.Request{func() sim.Request { r := plain; r.SourceIP = "10.1.1.2"; return r }()}},
+		{`{from: [{source: {principals: ["*"]}}]}`, []envoysim.Request{mtls(plain, sleepBar), mtls(plain, opsAny)}, []envoysim.Request{plain}},
+		{`{from: [{source: {principals: ["cluster.local/ns/bar/*"]}}]}`, []envoysim.Request{mtls(plain, sleepBar), mtls(plain, otherBar)}, []envoysim.Request{mtls(plain, opsAny), plain}},
+		{`{from: [{source: {principals: ["*/sa/sleep"]}}]}`, []envoysim.Request{mtls(plain, sleepBar)}, []envoysim.Request{mtls(plain, otherBar), plain}},
+		{`{from: [{source: {namespaces: [ops]}}]}`, []envoysim.Request{mtls(plain, opsAny)}, []envoysim.Request{mtls(plain, sleepOps), mtls(plain, opsx), plain}},
+		{`{from: [{source: {namespaces: ["op*"]}}]}`, []envoysim.Request{mtls(plain, opsAny), mtls(plain, opsx)}, []envoysim.Request{mtls(plain, sleepOps), plain}},
+		{`{from: [{source: {namespaces: ["*sx"]}}]}`, []envoysim.Request{mtls(plain, opsx)}, []envoysim.Request{mtls(plain, opsAny), plain}},
+		{`{from: [{source: {namespaces: ["*"]}}]}`, []envoysim.Request{mtls(plain, opsx), mtls(plain, sleepBar)}, []envoysim.Request{plain}},
+		{`{from: [{source: {notNamespaces: [bar]}}]}`, []envoysim.Request{mtls(plain, opsAny), plain}, []envoysim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {serviceAccounts: [bar/sleep]}}]}`, []envoysim.Request{mtls(plain, sleepBar)}, []envoysim.Request{mtls(plain, otherBar), mtls(plain, sleepOps), plain}},
+		{`{from: [{source: {ipBlocks: [10.1.0.0/16, 172.16.0.9]}}]}`, []envoysim.Request{plain, func() envoysim.Request { r := plain; r.SourceIP = "172.16.0.9"; return r }()},
+			[]envoysim.Request{func() envoysim.Request { r := plain; r.SourceIP = "172.16.0.8"; return r }()}},
+		{`{from: [{source: {remoteIpBlocks: [10.1.1.1]}}]}`, []envoysim.Request{plain}, []envoysim.Request{func() envoysim.Request { r := plain; r.SourceIP = "10.1.1.2"; return r }()}},
 		{`{when: [{key: source.namespace, values: [ops]}, {key: source.principal, notValues: [cluster.local/ns/ops/sa/admin]}]}`,
-			[]sim.Request{mtls(plain, opsAny)}, []sim.Request{mtls(plain, "spiffe://cluster.local/ns/ops/sa/admin"), mtls(plain, sleepBar)}},
+			[]envoysim.Request{mtls(plain, opsAny)}, []envoysim.Request{mtls(plain, "spiffe://cluster.local/ns/ops/sa/admin"), mtls(plain, sleepBar)}},
 		// trustDomains (the sidecar's handshake admits only the mesh's
 		// trust domain, cluster.local, so other domains show as refusals).
-		{`{from: [{source: {trustDomains: [cluster.local]}}]}`, []sim.Request{mtls(plain, sleepBar), mtls(plain, opsAny)}, []sim.Request{mtls(plain, foreign), plain}},
-		{`{from: [{source: {trustDomains: [other.example]}}]}`, nil, []sim.Request{mtls(plain, sleepBar), plain}},
-		{`{from: [{source: {trustDomains: ["cluster.*"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
-		{`{from: [{source: {trustDomains: ["clusterX*"]}}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
-		{`{from: [{source: {trustDomains: ["*.local"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
-		{`{from: [{source: {trustDomains: ["*.example"]}}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
-		{`{from: [{source: {trustDomains: ["*"]}}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
-		{`{from: [{source: {notTrustDomains: [cluster.local]}}]}`, []sim.Request{plain}, []sim.Request{mtls(plain, sleepBar)}},
-		{`{from: [{source: {notTrustDomains: [other.example]}}]}`, []sim.Request{plain, mtls(plain, sleepBar)}, nil},
-		{`{when: [{key: source.trustDomain, values: [cluster.local], notValues: ["*.example"]}]}`, []sim.Request{mtls(plain, sleepBar)}, []sim.Request{plain}},
-		{`{when: [{key: source.trustDomain, values: [other.example]}]}`, nil, []sim.Request{mtls(plain, sleepBar)}},
-		{`{when: [{key: source.ip, values: [10.1.0.0/16]}, {key: destination.port, values: ["80"]}]}`, []sim.Request{plain}, []sim.Request{inTCP(9000, "10.1.1.1")}},
-		{`{to: [{operation: {notMethods: [POST], paths: ["*.html"]}}]}`, []sim.Request{inHTTP("GET", "/a/b.html")}, []sim.Request{inHTTP("POST", "/a/b.html"), inHTTP("GET", "/a/b.htm")}},
+		{`{from: [{source: {trustDomains: [cluster.local]}}]}`, []envoysim.Request{mtls(plain, sleepBar), mtls(plain, opsAny)}, []envoysim.Request{mtls(plain, foreign), plain}},
+		{`{from: [{source: {trustDomains: [other.example]}}]}`, nil, []envoysim.Request{mtls(plain, sleepBar), plain}},
+		{`{from: [{source: {trustDomains: ["cluster.*"]}}]}`, []envoysim.Request{mtls(plain, sleepBar)}, []envoysim.Request{plain}},
+		{`{from: [{source: {trustDomains: ["clusterX*"]}}]}`, nil, []envoysim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {trustDomains: ["*.local"]}}]}`, []envoysim.Request{mtls(plain, sleepBar)}, []envoysim.Request{plain}},
+		{`{from: [{source: {trustDomains: ["*.example"]}}]}`, nil, []envoysim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {trustDomains: ["*"]}}]}`, []envoysim.Request{mtls(plain, sleepBar)}, []envoysim.Request{plain}},
+		{`{from: [{source: {notTrustDomains: [cluster.local]}}]}`, []envoysim.Request{plain}, []envoysim.Request{mtls(plain, sleepBar)}},
+		{`{from: [{source: {notTrustDomains: [other.example]}}]}`, []envoysim.Request{plain, mtls(plain, sleepBar)}, nil},
+		{`{when: [{key: source.trustDomain, values: [cluster.local], notValues: ["*.example"]}]}`, []envoysim.Request{mtls(plain, sleepBar)}, []envoysim.Request{plain}},
+		{`{when: [{key: source.trustDomain, values: [other.example]}]}`, nil, []envoysim.Request{mtls(plain, sleepBar)}},
+		{`{when: [{key: source.ip, values: [10.1.0.0/16]}, {key: destination.port, values: ["80"]}]}`, []envoysim.Request{plain}, []envoysim.Request{inTCP(9000, "10.1.1.1")}},
+		{`{to: [{operation: {notMethods: [POST], paths: ["*.html"]}}]}`, []envoysim.Request{inHTTP("GET", "/a/b.html")}, []envoysim.Request{inHTTP("POST", "/a/b.html"), inHTTP("GET", "/a/b.htm")}},
 		// Path templates (Envoy's uri_template): {*} one non-empty
 		// segment, {**} any number, the query string aside.
-		{`{to: [{operation: {paths: ["/api/{*}/items"]}}]}`, []sim.Request{inHTTP("GET", "/api/v1/items"), inHTTP("GET", "/api/v1/items?all=1")},
-			[]sim.Request{inHTTP("GET", "/api/items"), inHTTP("GET", "/api/v1/v2/items"), inHTTP("GET", "/api//items"), inHTTP("GET", "/api/v1/items/x")}},
-		{`{to: [{operation: {paths: ["/static/{**}"]}}]}`, []sim.Request{inHTTP("GET", "/static/a/b.css"), inHTTP("GET", "/static/")},
-			[]sim.Request{inHTTP("GET", "/static"), inHTTP("GET", "/statics/a")}},
-		{`{to: [{operation: {paths: ["/{**}/edit"]}}]}`, []sim.Request{inHTTP("GET", "/a/b/edit"), inHTTP("GET", "/a/edit")}, []sim.Request{inHTTP("GET", "/a/b/view"), inHTTP("GET", "/a/edit/x")}},
-		{`{to: [{operation: {notPaths: ["/admin/{**}"]}}]}`, []sim.Request{inHTTP("GET", "/x"), inHTTP("GET", "/administrator")}, []sim.Request{inHTTP("GET", "/admin/users/1")}},
-		{`{to: [{operation: {hosts: ["*.foo"]}}]}`, []sim.Request{func() sim.Request { r := plain; r.Authority = "httpbin.FOO"; return r }()}, []sim.Request{plain}},
+		{`{to: [{operation: {paths: ["/api/{*}/items"]}}]}`, []envoysim.Request{inHTTP("GET", "/api/v1/items"), inHTTP("GET", "/api/v1/items?all=1")},
+			[]envoysim.Request{inHTTP("GET", "/api/items"), inHTTP("GET", "/api/v1/v2/items"), inHTTP("GET", "/api//items"), inHTTP("GET", "/api/v1/items/x")}},
+		{`{to: [{operation: {paths: ["/static/{**}"]}}]}`, []envoysim.Request{inHTTP("GET", "/static/a/b.css"), inHTTP("GET", "/static/")},
+			[]envoysim.Request{inHTTP("GET", "/static"), inHTTP("GET", "/statics/a")}},
+		{`{to: [{operation: {paths: ["/{**}/edit"]}}]}`, []envoysim.Request{inHTTP("GET", "/a/b/edit"), inHTTP("GET", "/a/edit")}, []envoysim.Request{inHTTP("GET", "/a/b/view"), inHTTP("GET", "/a/edit/x")}},
+		{`{to: [{operation: {notPaths: ["/admin/{**}"]}}]}`, []envoysim.Request{inHTTP("GET", "/x"), inHTTP("GET", "/administrator")}, []envoysim.Request{inHTTP("GET", "/admin/users/1")}},
+		{`{to: [{operation: {hosts: ["*.foo"]}}]}`, []envoysim.Request{func() envoysim.Request { r := plain; r.Authority = "httpbin.FOO"; return r }()}, []envoysim.Request{plain}},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
 			out, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+"\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: foo}\nspec: {rules: ["+tc.rule+"]}\n"))
 			if len(out.Problems) > 0 {
 				t.Errorf("problems: %v", out.Problems)
 			}
-			for want, reqs := range map[bool][]sim.Request{true: tc.allowed, false: tc.denied} {
+			for want, reqs := range map[bool][]envoysim.Request{true: tc.allowed, false: tc.denied} {
 				for _, req := range reqs {
 					r := s.Do(req)
 					if r.Err != nil {
@@ -169,7 +173,7 @@ func TestAuthorizationEmptyRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+tc.config))
-			for _, req := range []sim.Request{inHTTP("GET", "/"), mtls(inHTTP("POST", "/x"), sleepBar), inTCP(9000, "10.1.1.1"), inTCP(7777, "10.1.1.1")} {
+			for _, req := range []envoysim.Request{inHTTP("GET", "/"), mtls(inHTTP("POST", "/x"), sleepBar), inTCP(9000, "10.1.1.1"), inTCP(7777, "10.1.1.1")} {
 				r := s.Do(req)
 				if r.Err != nil {
 					t.Fatal(r.Err)
@@ -203,7 +207,7 @@ func TestAuthorizationHTTPOnlyFieldsOnTCP(t *testing.T) {
 	} {
 		_, s := secOut(t, gentest.Decode(t, gentest.SecurityMesh+policy(tc.action)))
 		for _, c := range []struct {
-			req     sim.Request
+			req     envoysim.Request
 			want    string
 			audited bool
 		}{{inHTTP("GET", "/x"), tc.httpGET, tc.auditedGET}, {inHTTP("POST", "/x"), tc.httpPOST, false}, {inTCP(9000, "10.1.1.1"), tc.tcp, tc.audited}} {
@@ -298,7 +302,7 @@ spec:
 	}
 	for _, tc := range []struct {
 		name   string
-		req    sim.Request
+		req    envoysim.Request
 		denied string
 	}{
 		{"the well-formed rule still allows", mtls(inHTTP("GET", "/"), sleepBar), ""},
@@ -356,15 +360,15 @@ spec:
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
 	out := gen.Envoy(snap, proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "app=public\nistio=ingressgateway", IPs: "10.0.9.9"})
 	gentest.ValidateDeep(t, out)
-	s := sim.New(out.Resources)
+	s := envoysim.New(out.Resources)
 	for _, tc := range []struct {
-		req    sim.Request
+		req    envoysim.Request
 		denied bool
 	}{
-		{sim.Request{ListenerPort: 80, Port: 80, Authority: "shop.example", Path: "/", Method: "GET", SourceIP: "198.51.100.7"}, false},
-		{sim.Request{ListenerPort: 80, Port: 80, Authority: "shop.example", Path: "/", Method: "GET", SourceIP: "203.0.113.7"}, true},
-		{sim.Request{ListenerPort: 31400, Port: 31400, SourceIP: "198.51.100.7"}, false},
-		{sim.Request{ListenerPort: 31400, Port: 31400, SourceIP: "203.0.113.7"}, true},
+		{envoysim.Request{ListenerPort: 80, Port: 80, Authority: "shop.example", Path: "/", Method: "GET", SourceIP: "198.51.100.7"}, false},
+		{envoysim.Request{ListenerPort: 80, Port: 80, Authority: "shop.example", Path: "/", Method: "GET", SourceIP: "203.0.113.7"}, true},
+		{envoysim.Request{ListenerPort: 31400, Port: 31400, SourceIP: "198.51.100.7"}, false},
+		{envoysim.Request{ListenerPort: 31400, Port: 31400, SourceIP: "203.0.113.7"}, true},
 	} {
 		r := s.Do(tc.req)
 		if r.Err != nil {

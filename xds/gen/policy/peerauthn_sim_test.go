@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/xds/gen/gentest"
-	"github.com/navemesh/nave/xds/gen/sim"
 )
 
 // TestInboundMTLS walks connections through the virtual inbound listener
@@ -14,13 +14,13 @@ import (
 // is terminated and with which peer, and what is refused.
 func TestInboundMTLS(t *testing.T) {
 	type conn struct {
-		req    sim.Request
+		req    envoysim.Request
 		chain  string
 		tls    bool   // TLS terminated, peer = req.PeerCert
 		denied string // substring of Result.Denied; "" = passes
 	}
-	appTLS := func(r sim.Request) sim.Request { r.TLS = true; return r }
-	noCert := func(r sim.Request) sim.Request { r.TLS, r.ALPN = true, []string{"istio"}; return r }
+	appTLS := func(r envoysim.Request) envoysim.Request { r.TLS = true; return r }
+	noCert := func(r envoysim.Request) envoysim.Request { r.TLS, r.ALPN = true, []string{"istio"}; return r }
 	for _, tc := range []struct {
 		name   string
 		config string

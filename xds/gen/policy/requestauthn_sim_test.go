@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/xds/gen/gentest"
-	"github.com/navemesh/nave/xds/gen/sim"
 )
 
 // jwtPolicies: httpbin accepts tokens of issuer.example (inline keys,
@@ -88,18 +88,18 @@ func TestJWT(t *testing.T) {
 	if !problem {
 		t.Errorf("the ghost issuer's missing keys are not reported: %v", out.Problems)
 	}
-	tok := func(iss, sub string, claims map[string]any) *sim.Token {
+	tok := func(iss, sub string, claims map[string]any) *envoysim.Token {
 		c := map[string]any{"iss": iss, "sub": sub, "aud": "httpbin"}
 		for k, v := range claims {
 			c[k] = v
 		}
-		return &sim.Token{Claims: c, KeyID: "k1"}
+		return &envoysim.Token{Claims: c, KeyID: "k1"}
 	}
 	const iss, other, ghost = "https://issuer.example", "https://other.example", "https://ghost.example"
 	for _, tc := range []struct {
 		name   string
 		path   string
-		token  *sim.Token
+		token  *envoysim.Token
 		denied string // "" = allowed
 	}{
 		{"no token, public path", "/public/x", nil, ""},
@@ -112,16 +112,16 @@ func TestJWT(t *testing.T) {
 		{"bob in admins (string claim)", "/x", tok(iss, "bob", map[string]any{"groups": "admins"}), ""},
 		{"bob with the write scope (space-delimited)", "/x", tok(iss, "bob", map[string]any{"scope": "read write"}), ""},
 		{"bob with the read scope", "/x", tok(iss, "bob", map[string]any{"scope": "read"}), "no ALLOW policy matches"},
-		{"invalid token, public path", "/public", func() *sim.Token { k := tok(iss, "alice", nil); k.Invalid = true; return k }(), "does not verify"},
+		{"invalid token, public path", "/public", func() *envoysim.Token { k := tok(iss, "alice", nil); k.Invalid = true; return k }(), "does not verify"},
 		{"wrong audience", "/public", tok(iss, "alice", map[string]any{"aud": "other"}), "does not verify"},
-		{"unknown key", "/public", func() *sim.Token { k := tok(iss, "alice", nil); k.KeyID = "k2"; return k }(), "does not verify"},
+		{"unknown key", "/public", func() *envoysim.Token { k := tok(iss, "alice", nil); k.KeyID = "k2"; return k }(), "does not verify"},
 		{"unknown issuer", "/public", tok("https://evil.example", "alice", nil), "does not verify"},
 		{"issuer with keys nave could not give: fail closed", "/public", tok(ghost, "alice", nil), "does not verify"},
 		{"other.example subject, keys fetched remotely", "/x", tok(other, "dave", nil), ""},
-		{"token in the x-jwt header", "/x", func() *sim.Token { k := tok(iss, "alice", nil); k.Header = "x-jwt"; return k }(), ""},
-		{"token in a header no provider reads is no token", "/private", func() *sim.Token { k := tok(iss, "alice", nil); k.Header = "x-other"; return k }(), "require-token"},
+		{"token in the x-jwt header", "/x", func() *envoysim.Token { k := tok(iss, "alice", nil); k.Header = "x-jwt"; return k }(), ""},
+		{"token in a header no provider reads is no token", "/private", func() *envoysim.Token { k := tok(iss, "alice", nil); k.Header = "x-other"; return k }(), "require-token"},
 		{"carol (suffix form) with the audience", "/x", tok(iss, "carol", nil), ""},
-		{"carol at other.example without an audience", "/x", func() *sim.Token { k := tok(other, "carol", nil); delete(k.Claims, "aud"); return k }(), ""},
+		{"carol at other.example without an audience", "/x", func() *envoysim.Token { k := tok(other, "carol", nil); delete(k.Claims, "aud"); return k }(), ""},
 	} {
 		req := inHTTP("GET", tc.path)
 		req.JWT = tc.token
@@ -178,7 +178,7 @@ func TestRequestPrincipalForms(t *testing.T) {
 					want = principal == pat
 				}
 				req := inHTTP("GET", "/")
-				req.JWT = &sim.Token{Claims: map[string]any{"iss": iss, "sub": sub}, KeyID: "k1"}
+				req.JWT = &envoysim.Token{Claims: map[string]any{"iss": iss, "sub": sub}, KeyID: "k1"}
 				r := s.Do(req)
 				if r.Err != nil {
 					t.Fatal(r.Err)

@@ -6,10 +6,10 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/gentest"
-	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -106,10 +106,10 @@ func TestServiceEntrySubjectAltNames(t *testing.T) {
 	snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: gentest.Decode(t, sanMesh)}})
 	out := gen.Envoy(snap, shopClient)
 	gentest.ValidateDeep(t, out)
-	s := sim.New(out.Resources)
+	s := envoysim.New(out.Resources)
 	for _, tc := range []struct {
 		name      string
-		req       sim.Request
+		req       envoysim.Request
 		server    string
 		accepted  bool
 		plainText bool
@@ -160,8 +160,8 @@ func TestServiceEntrySubjectAltNames(t *testing.T) {
 	}
 }
 
-func outHTTP(ip, authority string) sim.Request {
-	return sim.Request{IP: ip, Port: portOf(authority), Authority: authority, Path: "/", Method: "GET"}
+func outHTTP(ip, authority string) envoysim.Request {
+	return envoysim.Request{IP: ip, Port: portOf(authority), Authority: authority, Path: "/", Method: "GET"}
 }
 
 func portOf(authority string) uint32 {

@@ -7,11 +7,11 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/gentest"
-	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -136,7 +136,7 @@ func TestUpstreamMTLS(t *testing.T) {
 		}
 		out := gen.Envoy(snap, shopClient)
 		gentest.ValidateDeep(t, out)
-		s := sim.New(out.Resources)
+		s := envoysim.New(out.Resources)
 		clusters := map[string]*clusterv3.Cluster{}
 		for _, r := range out.Resources[typeurl.Cluster] {
 			clusters[r.Name] = r.Message.(*clusterv3.Cluster)
@@ -209,7 +209,7 @@ func TestUpstreamMTLS(t *testing.T) {
 
 		// Per endpoint: injected endpoints get mTLS, the others plain text,
 		// and an injected workload whose own policy disables mTLS too.
-		r := s.Do(sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings.shop.svc.cluster.local:9080", Path: "/", Method: "GET"})
+		r := s.Do(envoysim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings.shop.svc.cluster.local:9080", Path: "/", Method: "GET"})
 		if r.Err != nil || len(r.Clusters) != 1 {
 			t.Fatalf("route to ratings: %v %v", r.Err, r.Clusters)
 		}
@@ -243,8 +243,8 @@ func TestMTLSBetweenSidecars(t *testing.T) {
 	for _, mode := range []string{"PERMISSIVE", "STRICT"} {
 		objs := gentest.Decode(t, upstreamMesh+gentest.PeerAuthentication("shop", mode))
 		snap := mesh.Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}})
-		client := sim.New(gen.Envoy(snap, shopClient).Resources)
-		r := client.Do(sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings:9080", Path: "/", Method: "GET"})
+		client := envoysim.New(gen.Envoy(snap, shopClient).Resources)
+		r := client.Do(envoysim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings:9080", Path: "/", Method: "GET"})
 		if r.Err != nil {
 			t.Fatal(r.Err)
 		}
@@ -259,7 +259,7 @@ func TestMTLSBetweenSidecars(t *testing.T) {
 		}
 		out := gen.Envoy(snap, server)
 		gentest.ValidateDeep(t, out)
-		in := sim.New(out.Resources).Do(sim.Request{Inbound: true, IP: "10.1.1.1", Port: 9080, SNI: ctx.GetSni(),
+		in := envoysim.New(out.Resources).Do(envoysim.Request{Inbound: true, IP: "10.1.1.1", Port: 9080, SNI: ctx.GetSni(),
 			ALPN: ctx.GetCommonTlsContext().GetAlpnProtocols(), PeerCert: "spiffe://cluster.local/ns/shop/sa/client",
 			Authority: "ratings:9080", Path: "/", Method: "GET", SourceIP: "10.9.9.9"})
 		if in.Err != nil || in.Denied != "" || !in.TLSTerminated {

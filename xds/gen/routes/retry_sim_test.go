@@ -8,10 +8,10 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/gentest"
-	"github.com/navemesh/nave/xds/gen/sim"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -72,7 +72,7 @@ func TestRetrySemantics(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": retryMesh})
 	out := gen.Envoy(snap, shopSidecar)
 	gentest.ValidateAll(t, out)
-	s := sim.New(out.Resources)
+	s := envoysim.New(out.Resources)
 	// The load balancer keeps offering 10.1.0.1 before the others.
 	picks := []string{"a", "a", "a", "b", "c"}
 	for _, tc := range []struct {
@@ -89,12 +89,12 @@ func TestRetrySemantics(t *testing.T) {
 		{"/hashed-set", []string{"a", "a", "a"}, 25 * time.Millisecond, 250 * time.Millisecond},
 		{"/hashed-avoid", []string{"a", "b", "c"}, 25 * time.Millisecond, 250 * time.Millisecond},
 	} {
-		r := s.Do(sim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews:9080", Path: tc.path, Method: "GET"})
+		r := s.Do(envoysim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews:9080", Path: tc.path, Method: "GET"})
 		if r.Err != nil {
 			t.Errorf("%s: %v", tc.path, r.Err)
 			continue
 		}
-		rt, err := sim.RetriesOf(r.Retry)
+		rt, err := envoysim.RetriesOf(r.Retry)
 		if err != nil {
 			t.Errorf("%s: %v", tc.path, err)
 			continue
@@ -127,8 +127,8 @@ spec:
   host: ratings.shop.svc.cluster.local
   trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
 `})
-	r := sim.New(gen.Envoy(hashed, shopSidecar).Resources).Do(sim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings:9080", Path: "/", Method: "GET"})
-	rt, err := sim.RetriesOf(r.Retry)
+	r := envoysim.New(gen.Envoy(hashed, shopSidecar).Resources).Do(envoysim.Request{IP: "10.96.0.11", Port: 9080, Authority: "ratings:9080", Path: "/", Method: "GET"})
+	rt, err := envoysim.RetriesOf(r.Retry)
 	if r.Err != nil || err != nil || len(r.Hash) != 1 || r.Hash[0].GetHeader().GetHeaderName() != "x-user" {
 		t.Errorf("default route: hash %v (%v, %v)", r.Hash, r.Err, err)
 	} else if got := rt.Hosts(picks); !slices.Equal(got, []string{"a", "a", "a"}) {

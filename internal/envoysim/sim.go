@@ -1,4 +1,4 @@
-// Package sim walks a proxy's xDS resources the way Envoy would for one
+// Package envoysim walks a proxy's xDS resources the way Envoy would for one
 // request, so tests can assert what generated config does without an
 // Envoy binary: which listener and filter chain take a connection, which
 // route configuration, virtual host and route take a request, what the
@@ -21,7 +21,7 @@
 // cryptography (a certificate is its URI SAN, a token its claims and key
 // id), or HTTP filters other than those above and reading the fault and
 // CORS filters' per-route config.
-package sim
+package envoysim
 
 import (
 	"fmt"
