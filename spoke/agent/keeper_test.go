@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/navemesh/nave/internal/x509test"
+	"github.com/navemesh/nave/shared/renewal"
 )
 
 func TestRenewAt(t *testing.T) {
@@ -23,7 +24,7 @@ func TestRenewAt(t *testing.T) {
 		{0.5, 0.3, 0.999999, 48 * time.Minute},
 		{0.8, 0, 0.5, 48 * time.Minute},
 	} {
-		got := RenewAt(c, tc.fraction, tc.jitter, tc.r).Sub(start)
+		got := RenewAt(c, renewal.Policy{Fraction: tc.fraction, Jitter: tc.jitter, Rand: func() float64 { return tc.r }}).Sub(start)
 		if d := got - tc.want; d < -time.Second || d > time.Second {
 			t.Errorf("RenewAt(%g, %g, r=%g) = received + %s; want + %s (the lifetime counts from receipt, not the backdated NotBefore)",
 				tc.fraction, tc.jitter, tc.r, got, tc.want)
@@ -32,13 +33,13 @@ func TestRenewAt(t *testing.T) {
 	// A certificate received before its NotBefore counts from NotBefore.
 	early := *c
 	early.Received = c.Leaf.NotBefore.Add(-time.Hour)
-	if got := RenewAt(&early, 0.5, 0, 0); !got.Equal(c.Leaf.NotBefore.Add(c.Leaf.NotAfter.Sub(c.Leaf.NotBefore) / 2)) {
+	if got := RenewAt(&early, renewal.Policy{Fraction: 0.5}); !got.Equal(c.Leaf.NotBefore.Add(c.Leaf.NotAfter.Sub(c.Leaf.NotBefore) / 2)) {
 		t.Errorf("RenewAt of an early credential = %s", got)
 	}
 	// One received expired renews at once.
 	expired := *c
 	expired.Received = c.Leaf.NotAfter.Add(time.Minute)
-	if got := RenewAt(&expired, 0.5, 0.3, 0.5); got.After(expired.Received) {
+	if got := RenewAt(&expired, renewal.Policy{Fraction: 0.5, Jitter: 0.3}); got.After(expired.Received) {
 		t.Errorf("RenewAt of a credential received expired = %s, after its receipt %s", got, expired.Received)
 	}
 }
