@@ -18,6 +18,7 @@ import (
 	"github.com/navemesh/nave/shared/renewal"
 	"github.com/navemesh/nave/shared/retry"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // renewalPolicy is when a cluster certificate is renewed: between 70 and
@@ -114,6 +115,11 @@ func (r *Renewer) Credentials() *Credentials { return r.cur.Load() }
 // GetClientCertificate returns the current certificate, for
 // tls.Config.GetClientCertificate.
 func (r *Renewer) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return r.certificate()
+}
+
+// certificate returns the current certificate (a tlsconfig.Certificate).
+func (r *Renewer) certificate() (*tls.Certificate, error) {
 	c := r.cur.Load().Certificate
 	return &c, nil
 }
@@ -121,12 +127,7 @@ func (r *Renewer) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certif
 // ClientTLS is the configuration for connections to the hub: it trusts the
 // hub's CA from the state dir and presents the current certificate.
 func (r *Renewer) ClientTLS() *tls.Config {
-	return &tls.Config{
-		RootCAs:              r.cur.Load().HubRoots,
-		ServerName:           r.serverName,
-		MinVersion:           tls.VersionTLS13,
-		GetClientCertificate: r.GetClientCertificate,
-	}
+	return tlsconfig.MutualClient(r.cur.Load().HubRoots, r.serverName, r.certificate)
 }
 
 // PolledTLS is the configuration of the spoke's Poll listener (polled
@@ -137,24 +138,18 @@ func (r *Renewer) ClientTLS() *tls.Config {
 // or a spoke's certificate, a workload's, another CA's look-alike) fails
 // the handshake; refused, if set, is called with the reason.
 func (r *Renewer) PolledTLS(refused func(error)) *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			c := r.cur.Load().Certificate
-			return &c, nil
-		},
-		ClientAuth: tls.RequireAnyClientCert,
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := spiffeid.VerifyChain(raw, r.cur.Load().HubRoots, x509.ExtKeyUsageClientAuth, spiffeid.Hub)
-			if err != nil {
-				err = fmt.Errorf("the caller is not the hub: %w", err)
-				if refused != nil {
-					refused(err)
-				}
+	c := tlsconfig.MutualServer(tlsconfig.Ours, r.certificate, tls.RequireAnyClientCert, nil)
+	c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+		_, err := spiffeid.VerifyChain(raw, r.cur.Load().HubRoots, x509.ExtKeyUsageClientAuth, spiffeid.Hub)
+		if err != nil {
+			err = fmt.Errorf("the caller is not the hub: %w", err)
+			if refused != nil {
+				refused(err)
 			}
-			return err
-		},
+		}
+		return err
 	}
+	return c
 }
 
 // Renew renews the certificate now.
