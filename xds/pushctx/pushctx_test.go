@@ -36,14 +36,10 @@ func TestNotificationsWithinQuietPeriodMakeOneBuild(t *testing.T) {
 			}
 			m.Notify("m")
 		}
-		time.Sleep(quiet - time.Millisecond)
-		synctest.Wait()
-		if pushctxtest.Closed(ready) {
+		if closedAfter(quiet-time.Millisecond, ready) {
 			t.Fatal("published before the mesh was quiet for the quiet period")
 		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		if !pushctxtest.Closed(ready) {
+		if !closedAfter(time.Millisecond, ready) {
 			t.Fatal("not published once the mesh was quiet for the quiet period")
 		}
 		st, _ := m.Current("m")
@@ -88,14 +84,10 @@ func TestContinuousNotificationsBuildByDebounceMax(t *testing.T) {
 		}()
 		defer func() { close(stop); <-done }()
 
-		time.Sleep(50*time.Millisecond - time.Nanosecond)
-		synctest.Wait()
-		if pushctxtest.Closed(ready) {
+		if closedAfter(50*time.Millisecond-time.Nanosecond, ready) {
 			t.Fatal("built before DebounceMax under continuous change")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
-		if !pushctxtest.Closed(ready) {
+		if !closedAfter(time.Nanosecond, ready) {
 			t.Fatal("not built at DebounceMax under continuous change")
 		}
 		// Each later burst starts with the first notification after a
@@ -106,6 +98,14 @@ func TestContinuousNotificationsBuildByDebounceMax(t *testing.T) {
 			t.Fatalf("version %d 160 ms into continuous change, want a build every 50 ms (3)", st.Version)
 		}
 	})
+}
+
+// closedAfter moves synctest's clock d forward, lets the bubble settle and
+// reports whether ch is closed then.
+func closedAfter(d time.Duration, ch <-chan struct{}) bool {
+	time.Sleep(d)
+	synctest.Wait()
+	return pushctxtest.Closed(ch)
 }
 
 func TestNotificationBeforeStartIsKept(t *testing.T) {
@@ -298,17 +298,13 @@ func TestEndpointNotificationSkipsDebounce(t *testing.T) {
 		st, changed := m.Current("m")
 		m.Notify("m")
 		m.NotifyEndpoints("m") // taken along by the pending build: no build of its own
-		time.Sleep(time.Hour - time.Nanosecond)
-		synctest.Wait()
-		if pushctxtest.Closed(changed) {
+		if closedAfter(time.Hour-time.Nanosecond, changed) {
 			t.Fatal("a config notification was built before its debounce ended")
 		}
 		if now, _ := m.Current("m"); now != st {
 			t.Fatal("a new State appeared during the debounce")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
-		if !pushctxtest.Closed(changed) {
+		if !closedAfter(time.Nanosecond, changed) {
 			t.Fatal("a config notification was not built when its debounce ended")
 		}
 	})
@@ -332,9 +328,7 @@ func TestAdaptiveDefersBuildsNobodyWatches(t *testing.T) {
 		st, changed := m.Current("m")
 		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 20, 80)))
 		m.Notify("m")
-		time.Sleep(time.Hour) // every debounce of the change has ended
-		synctest.Wait()
-		if pushctxtest.Closed(changed) {
+		if closedAfter(time.Hour, changed) { // every debounce of the change has ended
 			t.Fatal("a mesh nobody watches was rebuilt")
 		}
 		unwatch := m.Watch("m")
