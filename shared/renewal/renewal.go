@@ -102,10 +102,10 @@ func (p Policy) backoff() *retry.Backoff {
 // Renew renews once. It returns when the next renewal is due — usually
 // Policy.At of the new certificate, but a caller that watches more than
 // one deadline returns the earliest — or the error that makes the Loop
-// retry.
+// retry. The Loop calls it from Run's goroutine only, one call at a time.
 type Renew func(ctx context.Context) (next time.Time, err error)
 
-// Options configure a Loop.
+// Options configure a Loop; the Loop reads them, never writes them.
 type Options struct {
 	// Policy gives the Floor after a success and the Retry backoff.
 	Policy Policy
@@ -122,8 +122,8 @@ type Options struct {
 	Failed func(err error, retryIn time.Duration)
 }
 
-// Loop renews a certificate whenever it is due. Run runs it; Next may be
-// called from any goroutine.
+// Loop renews a certificate whenever it is due. Call Run once; Next is
+// safe for concurrent use.
 type Loop struct {
 	renew Renew
 	opts  Options

@@ -32,7 +32,8 @@ import (
 // verify with.
 var errNoVerify = errors.New("tlsconfig: no verification for the server's certificate")
 
-// Peer is who connects to a server: it decides the minimum version.
+// Peer is who connects to a server: it decides the minimum version. A
+// plain value.
 type Peer int
 
 const (
@@ -51,7 +52,9 @@ func (p Peer) minVersion() uint16 {
 }
 
 // Certificate returns the certificate to present now: a renewing holder's
-// newest.
+// newest. It is called for every handshake, from any goroutine, so it must
+// be safe for concurrent use. nave serves one certificate per listener,
+// whatever the client hello says.
 type Certificate func() (*tls.Certificate, error)
 
 // Static presents c, always.
