@@ -63,6 +63,7 @@ type Renewer struct {
 	log        *slog.Logger
 	cur        atomic.Pointer[Credentials]
 	renewMu    sync.Mutex // one renewal at a time
+	loop       atomic.Pointer[renewal.Loop]
 	renewals   *prometheus.CounterVec
 	expiry     prometheus.Gauge
 }
@@ -216,7 +217,7 @@ func (r *Renewer) Run(ctx context.Context) error {
 		r.log.Info("the cluster certificate lacks fallback server names; renewing it now", "missing", missing)
 		first = time.Now()
 	}
-	return renewal.NewLoop(func(ctx context.Context) (time.Time, error) {
+	loop := renewal.NewLoop(func(ctx context.Context) (time.Time, error) {
 		if err := r.Renew(ctx); err != nil {
 			return time.Time{}, err
 		}
@@ -225,7 +226,18 @@ func (r *Renewer) Run(ctx context.Context) error {
 		leaf := r.cur.Load().Certificate.Leaf
 		r.log.Warn("cluster certificate renewal failed; retrying", "err", err, "retryIn", wait,
 			"notAfter", leaf.NotAfter, "expired", !time.Now().Before(leaf.NotAfter))
-	}}).Run(ctx)
+	}})
+	r.loop.Store(loop)
+	return loop.Run(ctx)
+}
+
+// NextRenewal is when Run renews next (after a failure, when it retries);
+// zero while Run is not running.
+func (r *Renewer) NextRenewal() time.Time {
+	if l := r.loop.Load(); l != nil {
+		return l.Next()
+	}
+	return time.Time{}
 }
 
 // missingNames are the ServerNames the current certificate is not valid
