@@ -232,7 +232,7 @@ func (r *Renewer) Run(ctx context.Context) error {
 }
 
 // NextRenewal is when Run renews next (after a failure, when it retries);
-// zero while Run is not running.
+// zero before Run.
 func (r *Renewer) NextRenewal() time.Time {
 	if l := r.loop.Load(); l != nil {
 		return l.Next()
