@@ -95,9 +95,9 @@ func (d *Timer) fire() {
 		return
 	}
 	d.first = time.Time{}
-	d.mu.Unlock()
-	select {
+	select { // under mu, so that a Stop after this firing drains it
 	case d.c <- struct{}{}:
 	default: // the previous burst is not taken yet; one receive serves both
 	}
+	d.mu.Unlock()
 }
