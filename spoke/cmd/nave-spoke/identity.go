@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/shared/kubeconfig"
+	"github.com/navemesh/nave/shared/retry"
 	"github.com/navemesh/nave/shared/tlspin"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/inject"
@@ -132,8 +132,7 @@ func (id *hubIdentity) establish(ctx context.Context) (*enroll.Renewer, error) {
 // load reads the store, retrying while a Secret store's API server cannot
 // be reached (the state dir answers at once).
 func (id *hubIdentity) load(ctx context.Context) (*enroll.Credentials, error) {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(id.hub.BackoffInitial),
-		backoff.WithMaxInterval(id.hub.BackoffMax), backoff.WithMaxElapsedTime(0))
+	b := retry.New(id.hub.BackoffInitial, id.hub.BackoffMax)
 	for {
 		attempt, cancel := context.WithTimeout(ctx, enrollAttemptTimeout)
 		creds, err := id.store.Load(attempt)
@@ -171,8 +170,7 @@ func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) 
 	}
 	id.log.Info("no credentials yet; enrolling with the join token", "store", id.store.String(),
 		"hub", id.hub.Address, "tokenFile", id.hub.TokenFile)
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(id.hub.BackoffInitial),
-		backoff.WithMaxInterval(id.hub.BackoffMax), backoff.WithMaxElapsedTime(0))
+	b := retry.New(id.hub.BackoffInitial, id.hub.BackoffMax)
 	for {
 		attempt, cancel := context.WithTimeout(ctx, enrollAttemptTimeout)
 		creds, err := enroll.Enroll(attempt, opts, token)
@@ -297,6 +295,7 @@ type identityView struct {
 	Serial      string    `json:"serial,omitempty"`
 	NotBefore   time.Time `json:"notBefore,omitzero"`
 	NotAfter    time.Time `json:"notAfter,omitzero"`
+	RenewAt     time.Time `json:"renewAt,omitzero"`
 	// HubCAHashes pin the roots the spoke trusts the hub by (the form
 	// of hub.caHash).
 	HubCAHashes []string `json:"hubCAHashes,omitempty"`
@@ -319,7 +318,7 @@ func (id *hubIdentity) debug(*http.Request) (any, error) {
 	c := r.Credentials()
 	leaf := c.Certificate.Leaf
 	v.Enrolled, v.Mesh, v.Cluster, v.TrustDomain = true, c.Mesh, c.Cluster, c.TrustDomain
-	v.Serial, v.NotBefore, v.NotAfter = leaf.SerialNumber.Text(16), leaf.NotBefore, leaf.NotAfter
+	v.Serial, v.NotBefore, v.NotAfter, v.RenewAt = leaf.SerialNumber.Text(16), leaf.NotBefore, leaf.NotAfter, r.NextRenewal()
 	if len(leaf.URIs) == 1 {
 		v.URI = leaf.URIs[0].String()
 	}

@@ -100,7 +100,7 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 		return out, nil
 	})
 	adm.AddReadyCheck("identity", id.ready)
-	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial and expiry, "+
+	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial, expiry and next renewal, "+
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
 	ctx, cancel := context.WithCancel(ctx)
