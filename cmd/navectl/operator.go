@@ -14,6 +14,7 @@ import (
 	"github.com/navemesh/nave/hub/operatorca"
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/shared/atomicfile"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // fileHubCA is the hub's serving CA, which an operator verifies the hub
@@ -100,5 +101,5 @@ func operatorTLS(dir string) (*tls.Config, error) {
 	if !roots.AppendCertsFromPEM(b) {
 		return nil, fmt.Errorf("operator certificate: %s holds no certificate", filepath.Join(dir, fileHubCA))
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: roots}, nil
+	return tlsconfig.MutualClient(roots, "", tlsconfig.Static(cert)), nil
 }

@@ -38,8 +38,8 @@
 // IDs its caller was granted (spiffe://<td>/ns/<ns>/sa/<sa>, see ID), and
 // issues a leaf for serverAuth and clientAuth with a short lifetime
 // (24 h by default). Its chain is returned leaf first and root last, which
-// is the order of Istio's CreateCertificate answer. RenewPolicy says when a
-// holder should ask again.
+// is the order of Istio's CreateCertificate answer. Renewal (a
+// shared/renewal Policy) says when the hub's own holders ask again.
 //
 // # Serving
 //

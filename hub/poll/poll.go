@@ -36,7 +36,7 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
-	"github.com/navemesh/nave/shared/reconnect"
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // Target is a polled spoke: the cluster it must prove to be, and where it
@@ -157,7 +157,7 @@ func (p *Poller) Run(ctx context.Context) error {
 
 // loop keeps one target polled while this hub owns it.
 func (p *Poller) loop(ctx context.Context, t Target) {
-	b := reconnect.Backoff(p.opts.BackoffInitial, p.opts.BackoffMax)
+	b := retry.New(p.opts.BackoffInitial, p.opts.BackoffMax)
 	for ctx.Err() == nil {
 		if !p.opts.Mine(t.ID) {
 			p.set(t.ID, StateNotOwner, nil)

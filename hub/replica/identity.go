@@ -14,6 +14,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // replicaPathPrefix starts the path of a replica's SPIFFE ID
@@ -69,48 +70,42 @@ func (i *Identity) certificate(ctx context.Context) (*tls.Certificate, error) {
 // certificate); each refusal is counted in m (nil: nowhere) and logged on
 // log (nil: nowhere).
 func (i *Identity) ServerConfig(m *Metrics, log *slog.Logger) *tls.Config {
-	return &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return i.certificate(context.Background()) },
-		ClientAuth:     tls.RequireAnyClientCert,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := i.verify(cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
-			if err != nil {
-				if m != nil {
-					m.refused.Inc()
-				}
-				if log != nil {
-					log.Warn("relay connection refused", "reason", err)
-				}
+	c := tlsconfig.MutualServer(tlsconfig.Ours, i.present(), tls.RequireAnyClientCert, nil)
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		_, err := i.verify(cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
+		if err != nil {
+			if m != nil {
+				m.refused.Inc()
 			}
-			return err
-		},
+			if log != nil {
+				log.Warn("relay connection refused", "reason", err)
+			}
+		}
+		return err
 	}
+	return c
 }
 
 // ClientConfig is the TLS configuration to dial peer replica peer's
 // relay listener: the server must present peer's replica certificate.
+// The chain and the SPIFFE ID are checked here: a replica is dialled by
+// the address it gossips, not by a name in its certificate.
 func (i *Identity) ClientConfig(peer string) *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return i.certificate(context.Background())
-		},
-		// The chain and the SPIFFE ID are checked below (a replica is
-		// dialled by the address it gossips, not by a name in its
-		// certificate).
-		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			got, err := i.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
-			if err != nil {
-				return err
-			}
-			if got != peer {
-				return fmt.Errorf("relay of replica %s presented the certificate of replica %s", peer, got)
-			}
-			return nil
-		},
-	}
+	return tlsconfig.VerifyingClient(func(cs tls.ConnectionState) error {
+		got, err := i.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+		if err != nil {
+			return err
+		}
+		if got != peer {
+			return fmt.Errorf("relay of replica %s presented the certificate of replica %s", peer, got)
+		}
+		return nil
+	}, i.present())
+}
+
+// present presents the replica certificate, renewed first when due.
+func (i *Identity) present() tlsconfig.Certificate {
+	return func() (*tls.Certificate, error) { return i.certificate(context.Background()) }
 }
 
 // verify checks a peer's chain against the serving CA and returns the

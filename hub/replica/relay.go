@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // RelayerOptions configure a Relayer.
@@ -273,7 +273,7 @@ func (r *Relayer) run(l *link, id ingest.ClusterIdentity, rl *relay) {
 		}
 		r.mu.Unlock()
 	}()
-	wait := 100 * time.Millisecond
+	b := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.New()
 	for l.ctx.Err() == nil {
 		h, ok := holding(r.opts.In, id, false)
 		r.mu.Lock()
@@ -303,9 +303,9 @@ func (r *Relayer) run(l *link, id ingest.ClusterIdentity, rl *relay) {
 			l.done[id] = h.Epoch
 			r.mu.Unlock()
 			rl.set(func(s *RelayStatus) { s.State = "done" })
-			wait = 100 * time.Millisecond
+			b.Reset()
 		case errors.Is(err, errEpoch):
-			wait = 100 * time.Millisecond
+			b.Reset()
 		case status.Code(err) == codes.FailedPrecondition:
 			// The peer holds a newer epoch: this relay is late.
 			r.mu.Lock()
@@ -318,13 +318,15 @@ func (r *Relayer) run(l *link, id ingest.ClusterIdentity, rl *relay) {
 				return
 			}
 			rl.set(func(s *RelayStatus) { s.State, s.LastError = "retrying", err.Error() })
+			wait := b.NextBackOff()
 			r.log.Debug("relay stream ended; retrying", "peer", l.peer, "mesh", id.Mesh, "cluster", id.Cluster, "in", wait, "err", err)
+			t := time.NewTimer(wait)
 			select {
-			case <-time.After(wait/2 + rand.N(wait)):
+			case <-t.C:
 			case <-l.ctx.Done():
+				t.Stop()
 				return
 			}
-			wait = min(wait*2, 5*time.Second)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // Mesh names the serving CA inside its store; TrustDomain and the identity
@@ -152,29 +154,28 @@ const retryRenewal = time.Minute
 
 // ClientConfig is the TLS configuration the hub dials a polled spoke with
 // (hub/poll): it presents the serving certificate (spiffeid.Hub, usable
-// for client authentication), which the spoke requires, and checks
-// nothing of the server itself — the caller verifies the spoke's cluster
+// for client authentication), which the spoke requires, and only requires
+// a certificate of the server — the caller verifies the spoke's cluster
 // certificate with the spoke authenticator, by SPIFFE ID, not by name.
 func (c *Cert) ClientConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return c.GetCertificate(nil)
-		},
-		InsecureSkipVerify: true, //nolint:gosec // the spoke's certificate is verified by the spoke authenticator
-	}
+	return tlsconfig.VerifyingClient(func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("the polled spoke presented no certificate")
+		}
+		return nil // verified by the spoke authenticator, after the handshake
+	}, c.present)
 }
 
-// ServerConfig is a TLS configuration serving the certificate: TLS 1.2 or
-// later, asking for (not requiring) a client certificate, which the
-// services verify themselves against the caller's own mesh's roots.
+// ServerConfig is a TLS configuration serving the certificate to any
+// client, foreign ones included (TLS 1.2 or later: Envoy, browsers),
+// asking for (not requiring) a client certificate, which the services
+// verify themselves against the caller's own mesh's roots.
 func (c *Cert) ServerConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: c.GetCertificate,
-		ClientAuth:     tls.RequestClientCert,
-	}
+	return tlsconfig.MutualServer(tlsconfig.Foreign, c.present, tls.RequestClientCert, nil)
 }
+
+// present is GetCertificate for tlsconfig.
+func (c *Cert) present() (*tls.Certificate, error) { return c.GetCertificate(nil) }
 
 // renew mints a new certificate (c.mu held).
 func (c *Cert) renew(ctx context.Context) error {

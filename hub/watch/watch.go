@@ -36,6 +36,7 @@ import (
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -51,7 +52,9 @@ type Options struct {
 	// TrustBundle (plaintext hubs have no CA).
 	Roots func(mesh string) (*protocolv1.TrustBundle, error)
 	// Debounce is how long a stream waits after a change before it sends
-	// what changed, so that a burst is sent once. Zero means 100 ms.
+	// what changed, so that a burst is sent once (shared/debounce with
+	// quiet = max: counted from the burst's first change). Zero means
+	// 100 ms.
 	Debounce time.Duration
 	// MaxMessageBytes bounds a response: a type whose changes are larger
 	// than half of it is split over several responses. Zero means 16 MiB.
@@ -282,7 +285,10 @@ func (st *stream) run() error {
 		}
 	}()
 	changes := st.s.changes(st.mesh)
-	var debounce <-chan time.Time
+	// A window from the first change (quiet = max): later changes of the
+	// burst do not delay the send.
+	deb := debounce.New(st.s.opts.Debounce, st.s.opts.Debounce)
+	defer deb.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -301,11 +307,8 @@ func (st *stream) run() error {
 			}
 		case <-changes:
 			changes = st.s.changes(st.mesh)
-			if debounce == nil {
-				debounce = time.After(st.s.opts.Debounce)
-			}
-		case <-debounce:
-			debounce = nil
+			deb.Event()
+		case <-deb.C():
 			if err := st.push(); err != nil {
 				return err
 			}

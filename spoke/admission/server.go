@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // DefaultMaxRequestBytes bounds a review's body unless Options say
@@ -115,7 +117,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCertificate fun
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate},
+		TLSConfig:         tlsconfig.Server(tlsconfig.Ours, func() (*tls.Certificate, error) { return getCertificate(nil) }),
 		// TLS handshake failures (scanners, a client that does not trust
 		// the certificate yet) are not the server's errors.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

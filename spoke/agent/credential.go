@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/navemesh/nave/shared/renewal"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
 
@@ -88,20 +89,15 @@ func newCredential(chainPEM []byte, key *ecdsa.PrivateKey, id spiffeid.ID, roots
 		RootsPEM: rootsPEM, Leaf: leaf, Received: now}, nil
 }
 
-// RenewAt is when to start renewing c: fraction of its lifetime plus a
-// random share (r in [0,1) times jitter) after it became usable. Its
-// lifetime counts from the later of NotBefore and when it was received (a
-// CA backdates NotBefore to allow for clock skew).
-func RenewAt(c *Credential, fraction, jitter, r float64) time.Time {
+// RenewAt is when to start renewing c under p. Its lifetime counts from
+// the later of NotBefore and when it was received (a CA backdates
+// NotBefore to allow for clock skew); one received expired is due at once.
+func RenewAt(c *Credential, p renewal.Policy) time.Time {
 	start := c.Leaf.NotBefore
 	if c.Received.After(start) {
 		start = c.Received
 	}
-	life := c.Leaf.NotAfter.Sub(start)
-	if life <= 0 {
-		return c.Leaf.NotAfter // received expired: renew at once
-	}
-	return start.Add(time.Duration(float64(life) * (fraction + jitter*r)))
+	return p.At(start, c.Leaf.NotAfter)
 }
 
 // jitterSource is the random source of renewal times.

@@ -6,7 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/navemesh/nave/shared/renewal"
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // Requester obtains a fresh credential (RAClient.Request).
@@ -23,9 +24,10 @@ func (f RequesterFunc) Request(ctx context.Context) (*Credential, error) { retur
 // KeeperOptions configure a Keeper.
 type KeeperOptions struct {
 	// RenewFraction and RenewJitter place renewal in a certificate's life
-	// (see RenewAt).
+	// (renewal.Policy's Fraction and Jitter, see RenewAt).
 	RenewFraction, RenewJitter float64
-	// RetryInitial and RetryMax bound the waits between failed requests.
+	// RetryInitial and RetryMax bound the waits between failed requests
+	// (doubled each time, ± 30 %).
 	RetryInitial, RetryMax time.Duration
 	// Timeout bounds one request.
 	Timeout time.Duration
@@ -48,6 +50,7 @@ type KeeperOptions struct {
 type Keeper struct {
 	req     Requester
 	opts    KeeperOptions
+	policy  renewal.Policy
 	log     *slog.Logger
 	metrics *metrics
 
@@ -66,7 +69,9 @@ func NewKeeper(req Requester, opts KeeperOptions, log *slog.Logger, m *metrics) 
 	if m == nil {
 		m = newMetrics(nil)
 	}
-	return &Keeper{req: req, opts: opts, log: log, metrics: m, first: make(chan struct{})}
+	policy := renewal.Policy{Fraction: opts.RenewFraction, Jitter: opts.RenewJitter, Rand: opts.Rand,
+		Retry: retry.Policy{Initial: opts.RetryInitial, Max: opts.RetryMax, Multiplier: 2, Jitter: 0.3}}
+	return &Keeper{req: req, opts: opts, policy: policy, log: log, metrics: m, first: make(chan struct{})}
 }
 
 // Current returns the credential in place (nil before the first), when
@@ -82,69 +87,45 @@ func (k *Keeper) Ready() <-chan struct{} { return k.first }
 
 // Run keeps the credential current until ctx ends; it returns nil then.
 func (k *Keeper) Run(ctx context.Context) error {
-	for {
-		cred := k.obtain(ctx)
-		if cred == nil {
-			return nil
-		}
-		at := RenewAt(cred, k.opts.RenewFraction, k.opts.RenewJitter, k.opts.Rand())
-		if r := k.opts.RootsRefresh; r > 0 && time.Until(at) > r {
-			at = time.Now().Add(r)
-		}
-		k.mu.Lock()
-		firstOne := k.cur == nil
-		k.cur, k.renewAt, k.lastErr = cred, at, nil
-		k.mu.Unlock()
-		if firstOne {
-			close(k.first)
-		}
-		k.metrics.expiry.Set(float64(cred.Leaf.NotAfter.Unix()))
-		k.metrics.renewals.Inc()
-		k.log.Info("workload certificate in place", "identity", cred.Leaf.URIs[0].String(), "serial", cred.Serial(),
-			"not_after", cred.Leaf.NotAfter.UTC().Format(time.RFC3339), "renew_at", at.UTC().Format(time.RFC3339))
-		t := time.NewTimer(time.Until(at))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+	return renewal.NewLoop(k.renew, renewal.Options{Policy: k.policy, Failed: k.failed}).Run(ctx)
 }
 
-// obtain requests and publishes a credential, retrying until it succeeds
-// or ctx ends (nil then).
-func (k *Keeper) obtain(ctx context.Context) *Credential {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = k.opts.RetryInitial, k.opts.RetryMax, 0
-	b.Multiplier, b.RandomizationFactor = 2, 0.3
-	b.Reset()
-	for {
-		cred, err := k.attempt(ctx)
-		if err == nil {
-			return cred
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		k.metrics.failures.Inc()
-		k.mu.Lock()
-		k.lastErr = err
-		cur := k.cur
-		k.mu.Unlock()
-		wait := min(b.NextBackOff(), k.opts.RetryMax)
-		if cur != nil && time.Now().After(cur.Leaf.NotAfter) {
-			k.log.Error("workload certificate expired and no new one could be obtained; retrying", "err", err, "retry_in", wait)
-		} else {
-			k.log.Warn("workload certificate request failed; retrying", "err", err, "retry_in", wait)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
+// renew requests and publishes a credential, puts it in place and returns
+// when to renew it.
+func (k *Keeper) renew(ctx context.Context) (time.Time, error) {
+	cred, err := k.attempt(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at := RenewAt(cred, k.policy)
+	if r := k.opts.RootsRefresh; r > 0 && time.Until(at) > r {
+		at = time.Now().Add(r)
+	}
+	k.mu.Lock()
+	firstOne := k.cur == nil
+	k.cur, k.renewAt, k.lastErr = cred, at, nil
+	k.mu.Unlock()
+	if firstOne {
+		close(k.first)
+	}
+	k.metrics.expiry.Set(float64(cred.Leaf.NotAfter.Unix()))
+	k.metrics.renewals.Inc()
+	k.log.Info("workload certificate in place", "identity", cred.Leaf.URIs[0].String(), "serial", cred.Serial(),
+		"not_after", cred.Leaf.NotAfter.UTC().Format(time.RFC3339), "renew_at", at.UTC().Format(time.RFC3339))
+	return at, nil
+}
+
+// failed records a failed request; the Loop retries it in wait.
+func (k *Keeper) failed(err error, wait time.Duration) {
+	k.metrics.failures.Inc()
+	k.mu.Lock()
+	k.lastErr = err
+	cur := k.cur
+	k.mu.Unlock()
+	if cur != nil && time.Now().After(cur.Leaf.NotAfter) {
+		k.log.Error("workload certificate expired and no new one could be obtained; retrying", "err", err, "retry_in", wait)
+	} else {
+		k.log.Warn("workload certificate request failed; retrying", "err", err, "retry_in", wait)
 	}
 }
 

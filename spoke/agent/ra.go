@@ -18,6 +18,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // RAClient asks the spoke's registration authority (Istio's CA API) for
@@ -67,14 +68,17 @@ func DialRA(o RAOptions) (*RAClient, error) {
 	}
 	c := &RAClient{tokenFile: o.TokenFile, id: o.Workload, ttl: o.TTL, now: time.Now}
 	c.trust.Store(&trust{pool: roots, pem: o.RootsPEM})
-	conf := &tls.Config{MinVersion: tls.VersionTLS12,
-		InsecureSkipVerify: true, // the RA has no DNS name: VerifyPeerCertificate verifies its chain and SPIFFE ID
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if _, err := spiffeid.VerifyChain(raw, c.trust.Load().pool, x509.ExtKeyUsageServerAuth, o.Identity); err != nil {
-				return fmt.Errorf("registration authority %s: %w", o.Address, err)
-			}
-			return nil
-		}}
+	// The RA has no DNS name: its chain and SPIFFE ID are verified here.
+	conf := tlsconfig.VerifyingClient(func(cs tls.ConnectionState) error {
+		raw := make([][]byte, len(cs.PeerCertificates))
+		for i, cert := range cs.PeerCertificates {
+			raw[i] = cert.Raw
+		}
+		if _, err := spiffeid.VerifyChain(raw, c.trust.Load().pool, x509.ExtKeyUsageServerAuth, o.Identity); err != nil {
+			return fmt.Errorf("registration authority %s: %w", o.Address, err)
+		}
+		return nil
+	}, nil)
 	conn, err := grpc.NewClient(o.Address, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
 	if err != nil {
 		return nil, fmt.Errorf("registration authority %s: %w", o.Address, err)

@@ -8,10 +8,11 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // AttemptTimeout bounds one enrollment call, so that a hub that accepts
@@ -73,8 +74,7 @@ func (c *Client) Load(ctx context.Context) (*Credentials, error) {
 	if store == nil {
 		return nil, errors.New("enroll: a state dir or store is required")
 	}
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(c.BackoffInitial),
-		backoff.WithMaxInterval(c.BackoffMax), backoff.WithMaxElapsedTime(0))
+	b := retry.New(c.BackoffInitial, c.BackoffMax)
 	for {
 		attempt, cancel := context.WithTimeout(ctx, AttemptTimeout)
 		creds, err := store.Load(attempt)
@@ -107,8 +107,7 @@ func retriableKube(err error) bool {
 // other code, is a *RefusedError, and a failure before reaching the hub
 // (the settings, or the hub's answer) is returned as it is.
 func (c *Client) Enroll(ctx context.Context, token string) (*Credentials, error) {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(c.BackoffInitial),
-		backoff.WithMaxInterval(c.BackoffMax), backoff.WithMaxElapsedTime(0))
+	b := retry.New(c.BackoffInitial, c.BackoffMax)
 	for {
 		attempt, cancel := context.WithTimeout(ctx, AttemptTimeout)
 		creds, err := Enroll(attempt, c.Options, token)

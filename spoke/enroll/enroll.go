@@ -32,6 +32,7 @@ import (
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlsconfig"
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
@@ -105,7 +106,7 @@ func Enroll(ctx context.Context, opts Options, token string) (*Credentials, erro
 		if !roots.AppendCertsFromPEM(opts.HubCA) {
 			return nil, errors.New("enroll: hub CA holds no PEM certificate")
 		}
-		tlsConf = &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS13}
+		tlsConf = tlsconfig.Client(roots, serverName)
 	case opts.HubCAHash != "":
 		pin, err := tlspin.Parse(opts.HubCAHash)
 		if err != nil {

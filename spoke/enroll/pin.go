@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"sync/atomic"
 
+	"github.com/navemesh/nave/shared/tlsconfig"
 	"github.com/navemesh/nave/shared/tlspin"
 )
 
@@ -17,19 +18,16 @@ func CAHash(cert *x509.Certificate) string { return tlspin.Hash(cert) }
 // must verify against that certificate (as the only root) for serverName.
 // The matching certificate is kept in pinned, to be trusted from then on.
 func pinnedTLS(serverName, pin string, pinned *atomic.Pointer[x509.Certificate]) *tls.Config {
-	return &tls.Config{
-		ServerName: serverName,
-		MinVersion: tls.VersionTLS13,
-		// The standard verification needs roots the spoke does not have
-		// yet; VerifyConnection does the whole verification instead.
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			ca, err := tlspin.Verify(cs.PeerCertificates, serverName, pin)
-			if err != nil {
-				return err
-			}
-			pinned.Store(ca)
-			return nil
-		},
-	}
+	// The standard verification needs roots the spoke does not have yet;
+	// this does the whole verification instead.
+	c := tlsconfig.VerifyingClient(func(cs tls.ConnectionState) error {
+		ca, err := tlspin.Verify(cs.PeerCertificates, serverName, pin)
+		if err != nil {
+			return err
+		}
+		pinned.Store(ca)
+		return nil
+	}, nil)
+	c.ServerName = serverName
+	return c
 }

@@ -6,28 +6,26 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/renewal"
+	"github.com/navemesh/nave/shared/retry"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
-// Renewal schedule: at renewFraction of the certificate's lifetime, less
-// up to renewJitter of it (so that spokes enrolled together do not renew
-// together), and never sooner than minRenewInterval after a renewal.
-const (
-	renewFraction    = 0.8
-	renewJitter      = 0.1
-	minRenewInterval = time.Second
-)
+// renewalPolicy is when a cluster certificate is renewed: between 70 and
+// 80 % of its lifetime (so that spokes enrolled together do not renew
+// together), never sooner than a second after a renewal, retrying between
+// RetryInitial and RetryMax.
+var renewalPolicy = renewal.Policy{Fraction: 0.7, Jitter: 0.1, Floor: time.Second}
 
 // RenewerOptions configure a Renewer.
 type RenewerOptions struct {
@@ -52,11 +50,12 @@ type RenewerOptions struct {
 	Registerer prometheus.Registerer
 }
 
-// Renewer keeps a spoke's cluster certificate fresh: Run renews it at
-// about 80 % of its lifetime, over mTLS with the current certificate, with
-// a fresh key each time, and saves it to the state dir. New TLS
-// connections made with ClientTLS (or GetClientCertificate) present the
-// newest certificate; open connections keep the one they started with.
+// Renewer keeps a spoke's cluster certificate fresh: Run renews it
+// between 70 and 80 % of its lifetime (renewalPolicy), over mTLS with the
+// current certificate, with a fresh key each time, and saves it to the
+// state dir. New TLS connections made with ClientTLS (or
+// GetClientCertificate) present the newest certificate; open connections
+// keep the one they started with.
 // A Renewer is safe for concurrent use.
 type Renewer struct {
 	opts       RenewerOptions
@@ -64,6 +63,7 @@ type Renewer struct {
 	log        *slog.Logger
 	cur        atomic.Pointer[Credentials]
 	renewMu    sync.Mutex // one renewal at a time
+	loop       atomic.Pointer[renewal.Loop]
 	renewals   *prometheus.CounterVec
 	expiry     prometheus.Gauge
 }
@@ -116,6 +116,11 @@ func (r *Renewer) Credentials() *Credentials { return r.cur.Load() }
 // GetClientCertificate returns the current certificate, for
 // tls.Config.GetClientCertificate.
 func (r *Renewer) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return r.certificate()
+}
+
+// certificate returns the current certificate (a tlsconfig.Certificate).
+func (r *Renewer) certificate() (*tls.Certificate, error) {
 	c := r.cur.Load().Certificate
 	return &c, nil
 }
@@ -123,12 +128,7 @@ func (r *Renewer) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certif
 // ClientTLS is the configuration for connections to the hub: it trusts the
 // hub's CA from the state dir and presents the current certificate.
 func (r *Renewer) ClientTLS() *tls.Config {
-	return &tls.Config{
-		RootCAs:              r.cur.Load().HubRoots,
-		ServerName:           r.serverName,
-		MinVersion:           tls.VersionTLS13,
-		GetClientCertificate: r.GetClientCertificate,
-	}
+	return tlsconfig.MutualClient(r.cur.Load().HubRoots, r.serverName, r.certificate)
 }
 
 // PolledTLS is the configuration of the spoke's Poll listener (polled
@@ -139,24 +139,18 @@ func (r *Renewer) ClientTLS() *tls.Config {
 // or a spoke's certificate, a workload's, another CA's look-alike) fails
 // the handshake; refused, if set, is called with the reason.
 func (r *Renewer) PolledTLS(refused func(error)) *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			c := r.cur.Load().Certificate
-			return &c, nil
-		},
-		ClientAuth: tls.RequireAnyClientCert,
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := spiffeid.VerifyChain(raw, r.cur.Load().HubRoots, x509.ExtKeyUsageClientAuth, spiffeid.Hub)
-			if err != nil {
-				err = fmt.Errorf("the caller is not the hub: %w", err)
-				if refused != nil {
-					refused(err)
-				}
+	c := tlsconfig.MutualServer(tlsconfig.Ours, r.certificate, tls.RequireAnyClientCert, nil)
+	c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+		_, err := spiffeid.VerifyChain(raw, r.cur.Load().HubRoots, x509.ExtKeyUsageClientAuth, spiffeid.Hub)
+		if err != nil {
+			err = fmt.Errorf("the caller is not the hub: %w", err)
+			if refused != nil {
+				refused(err)
 			}
-			return err
-		},
+		}
+		return err
 	}
+	return c
 }
 
 // Renew renews the certificate now.
@@ -210,48 +204,40 @@ func (r *Renewer) renew(ctx context.Context) error {
 	return nil
 }
 
-// renewAt is when a certificate is due for renewal; jitter is in [0, 1).
-func renewAt(notBefore, notAfter time.Time, jitter float64) time.Time {
-	life := notAfter.Sub(notBefore)
-	return notBefore.Add(time.Duration(float64(life) * (renewFraction - renewJitter*jitter)))
-}
-
 // Run renews the certificate whenever it is due until ctx is done, then
 // returns nil. A failed renewal is logged and retried with capped
 // exponential backoff (a revoked cluster keeps failing; its log says so).
 func (r *Renewer) Run(ctx context.Context) error {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(r.opts.RetryInitial),
-		backoff.WithMaxInterval(r.opts.RetryMax), backoff.WithMaxElapsedTime(0))
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	wait := r.untilDue()
+	p := renewalPolicy
+	p.Retry = retry.Policy{Initial: r.opts.RetryInitial, Max: r.opts.RetryMax}
+	first := r.due()
 	if missing := r.missingNames(); len(missing) > 0 {
 		// Saved before the fallback server had these names: renew once
 		// now, so that it serves a certificate valid for them.
 		r.log.Info("the cluster certificate lacks fallback server names; renewing it now", "missing", missing)
-		wait = 0
+		first = time.Now()
 	}
-	for {
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
+	loop := renewal.NewLoop(func(ctx context.Context) (time.Time, error) {
+		if err := r.Renew(ctx); err != nil {
+			return time.Time{}, err
 		}
-		err := r.Renew(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
-			wait = b.NextBackOff()
-			leaf := r.cur.Load().Certificate.Leaf
-			r.log.Warn("cluster certificate renewal failed; retrying", "err", err, "retryIn", wait,
-				"notAfter", leaf.NotAfter, "expired", !time.Now().Before(leaf.NotAfter))
-		default:
-			b.Reset()
-			wait = max(r.untilDue(), minRenewInterval)
-		}
+		return r.due(), nil
+	}, renewal.Options{Policy: p, First: first, Failed: func(err error, wait time.Duration) {
+		leaf := r.cur.Load().Certificate.Leaf
+		r.log.Warn("cluster certificate renewal failed; retrying", "err", err, "retryIn", wait,
+			"notAfter", leaf.NotAfter, "expired", !time.Now().Before(leaf.NotAfter))
+	}})
+	r.loop.Store(loop)
+	return loop.Run(ctx)
+}
+
+// NextRenewal is when Run renews next (after a failure, when it retries);
+// zero before Run.
+func (r *Renewer) NextRenewal() time.Time {
+	if l := r.loop.Load(); l != nil {
+		return l.Next()
 	}
+	return time.Time{}
 }
 
 // missingNames are the ServerNames the current certificate is not valid
@@ -267,8 +253,8 @@ func (r *Renewer) missingNames() []string {
 	return missing
 }
 
-// untilDue is how long until the current certificate is due.
-func (r *Renewer) untilDue() time.Duration {
+// due is when the current certificate is due for renewal.
+func (r *Renewer) due() time.Time {
 	leaf := r.cur.Load().Certificate.Leaf
-	return max(time.Until(renewAt(leaf.NotBefore, leaf.NotAfter, rand.Float64())), 0)
+	return renewalPolicy.At(leaf.NotBefore, leaf.NotAfter)
 }

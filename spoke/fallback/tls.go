@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlsconfig"
 	"github.com/navemesh/nave/xds/ads"
 )
 
@@ -26,21 +27,18 @@ type Trust func() (trustDomain string, rootsPEM []byte)
 // workload certificate a proxy uses with the hub. cert gives the newest
 // cluster certificate (the enrollment Renewer's).
 func ServerTLS(cert func() (*tls.Certificate, error), trust Trust) *tls.Config {
-	base := &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAndVerifyClientCert,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert() }}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			_, pem := trust()
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, errors.New("fallback: no mesh roots to verify proxies with")
-			}
-			c := base.Clone()
-			c.ClientCAs = pool
-			return c, nil
-		},
+	// The proxies are Envoy (whose upstream TLS is at most 1.2 unless
+	// told otherwise) and gRPC clients: foreign peers.
+	c := tlsconfig.Server(tlsconfig.Foreign, cert)
+	c.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		_, pem := trust()
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("fallback: no mesh roots to verify proxies with")
+		}
+		return tlsconfig.MutualServer(tlsconfig.Foreign, cert, tls.RequireAndVerifyClientCert, pool), nil
 	}
+	return c
 }
 
 // Authenticator decides a proxy stream's identity from its verified

@@ -23,6 +23,7 @@ import (
 	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // DefaultAudience is the audience a workload's token must be valid for
@@ -131,11 +132,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCert func(*tls.
 		return errors.New("ra: a serving certificate is required")
 	}
 	gs := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(&tls.Config{
-			GetCertificate: getCert,
-			ClientAuth:     tls.NoClientCert,
-			MinVersion:     tls.VersionTLS12,
-		})),
+		// Istio agents and gRPC applications call the RA: foreign clients.
+		grpc.Creds(credentials.NewTLS(tlsconfig.Server(tlsconfig.Foreign, func() (*tls.Certificate, error) { return getCert(nil) }))),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 	)
 	s.Register(gs)

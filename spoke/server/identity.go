@@ -226,6 +226,7 @@ type identityView struct {
 	Serial      string    `json:"serial,omitempty"`
 	NotBefore   time.Time `json:"notBefore,omitzero"`
 	NotAfter    time.Time `json:"notAfter,omitzero"`
+	RenewAt     time.Time `json:"renewAt,omitzero"`
 	// HubCAHashes pin the roots the spoke trusts the hub by (the form
 	// of hub.caHash).
 	HubCAHashes []string `json:"hubCAHashes,omitempty"`
@@ -248,7 +249,7 @@ func (id *hubIdentity) debug(*http.Request) (any, error) {
 	c := r.Credentials()
 	leaf := c.Certificate.Leaf
 	v.Enrolled, v.Mesh, v.Cluster, v.TrustDomain = true, c.Mesh, c.Cluster, c.TrustDomain
-	v.Serial, v.NotBefore, v.NotAfter = leaf.SerialNumber.Text(16), leaf.NotBefore, leaf.NotAfter
+	v.Serial, v.NotBefore, v.NotAfter, v.RenewAt = leaf.SerialNumber.Text(16), leaf.NotBefore, leaf.NotAfter, r.NextRenewal()
 	if len(leaf.URIs) == 1 {
 		v.URI = leaf.URIs[0].String()
 	}

@@ -121,7 +121,7 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 		return out, nil
 	})
 	adm.AddReadyCheck("identity", id.ready)
-	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial and expiry, "+
+	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial, expiry and next renewal, "+
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
 	return &Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis,

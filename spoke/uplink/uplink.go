@@ -37,7 +37,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/shared/reconnect"
+	"github.com/navemesh/nave/shared/retry"
 	"github.com/navemesh/nave/spoke/remote"
 )
 
@@ -185,7 +185,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(u.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(u.opts.MaxMessageBytes)),
 	}
 
-	b := reconnect.Backoff(u.opts.BackoffInitial, u.opts.BackoffMax)
+	b := retry.New(u.opts.BackoffInitial, u.opts.BackoffMax)
 	// redirect is the hub replica a move named, tried once before
 	// Address.
 	var redirect string

@@ -9,6 +9,8 @@ import (
 	"crypto/x509/pkix"
 	"net"
 	"time"
+
+	"github.com/navemesh/nave/shared/renewal"
 )
 
 // serving is a serving certificate and the CA that signed it. Immutable.
@@ -19,10 +21,13 @@ type serving struct {
 	caCert *x509.Certificate
 }
 
+// renewalPolicy renews a serving certificate half way through its
+// validity, without jitter: the CA rotation (plan.go) is arithmetic on
+// half-way points.
+var renewalPolicy = renewal.Policy{Fraction: 0.5}
+
 // renewAt is half way through the certificate's validity.
-func (s *serving) renewAt() time.Time {
-	return s.cert.NotBefore.Add(s.cert.NotAfter.Sub(s.cert.NotBefore) / 2)
-}
+func (s *serving) renewAt() time.Time { return renewalPolicy.At(s.cert.NotBefore, s.cert.NotAfter) }
 
 // issue signs a new key's certificate for hosts (DNS names or IP
 // addresses) with ca, valid for validity from now but not beyond ca.

@@ -20,6 +20,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/navemesh/nave/shared/renewal"
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // GenerationAnnotation, on a webhook configuration, is the generation of
@@ -212,30 +215,18 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 
-	retry := retryMin
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-m.kick:
-		case <-timer.C:
-		}
+	return renewal.NewLoop(func(ctx context.Context) (time.Time, error) {
 		next, err := m.reconcile(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := time.Until(next)
-		if err != nil {
-			m.setError(err)
-			wait, retry = retry, min(2*retry, retryMax)
-		} else {
+		if err == nil {
 			m.setError(nil)
-			retry = retryMin
 		}
-		timer.Reset(min(max(wait, 0), resync))
-	}
+		return next, err
+	}, renewal.Options{
+		Policy:  renewal.Policy{Retry: retry.Policy{Initial: retryMin, Max: retryMax, Multiplier: 2, Jitter: -1}},
+		MaxWait: resync,
+		Wake:    m.kick,
+		Failed:  func(err error, _ time.Duration) { m.setError(err) },
+	}).Run(ctx)
 }
 
 // setError records the last error (logging it when it changes), or clears it.

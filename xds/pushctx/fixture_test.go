@@ -12,7 +12,9 @@ import (
 func start(t *testing.T, src pushctx.Source, quiet, maxWait time.Duration) *pushctx.Publisher {
 	t.Helper()
 	m := pushctx.New(src, pushctx.Options{DebounceQuiet: quiet, DebounceMax: maxWait})
-	ctx, cancel := context.WithCancel(context.Background())
+	// The test's context: under synctest, its bubble's, ended before the
+	// bubble waits for the Publisher's goroutines.
+	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	m.Start(ctx)
 	return m

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -30,9 +31,11 @@ type Source interface {
 
 // Options configure a Publisher.
 type Options struct {
-	// DebounceQuiet is how long the mesh must be quiet before a rebuild.
+	// DebounceQuiet is how long the mesh must be quiet before a rebuild
+	// (shared/debounce, trailing edge).
 	DebounceQuiet time.Duration
-	// DebounceMax bounds how long a rebuild waits under continuous change.
+	// DebounceMax bounds how long a rebuild waits under continuous change,
+	// counted from the first change of the burst.
 	DebounceMax time.Duration
 	// Adaptive skips rebuilding a published mesh that no stream watches
 	// (see Watch): the changes are kept and built when a stream watches
@@ -219,16 +222,21 @@ func (m *Publisher) States() []*State {
 }
 
 func (m *Publisher) loop(ctx context.Context, ms *meshState) {
+	deb := debounce.New(m.opts.DebounceQuiet, m.opts.DebounceMax)
+	defer deb.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ms.notify:
-			if !m.debounce(ctx, ms) {
-				return
-			}
+			deb.Event()
+			continue
 		case <-ms.endpoints:
+			if deb.Pending() {
+				continue // taken along by the pending build; it does not extend the wait
+			}
 			m.metrics.fastBuilds.Inc()
+		case <-deb.C():
 		}
 		if m.opts.Adaptive {
 			ms.mu.Lock()
@@ -281,30 +289,6 @@ func (m *Publisher) safeBuild(ms *meshState) {
 		}
 	}()
 	m.build(ms)
-}
-
-// debounce waits until the mesh has been quiet for DebounceQuiet, or
-// DebounceMax has passed since the first change. It reports false if ctx
-// ended.
-func (m *Publisher) debounce(ctx context.Context, ms *meshState) bool {
-	deadline := time.NewTimer(m.opts.DebounceMax)
-	defer deadline.Stop()
-	quiet := time.NewTimer(m.opts.DebounceQuiet)
-	defer quiet.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-ms.notify:
-			quiet.Reset(m.opts.DebounceQuiet)
-		case <-ms.endpoints:
-			// Taken along by this build; it does not extend the wait.
-		case <-quiet.C:
-			return true
-		case <-deadline.C:
-			return true
-		}
-	}
 }
 
 func (m *Publisher) build(ms *meshState) {

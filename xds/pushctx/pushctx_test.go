@@ -3,6 +3,7 @@ package pushctx_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -16,65 +17,95 @@ import (
 
 const echoListener = "echo.demo.svc.cluster.local:7070"
 
+// TestNotificationsWithinQuietPeriodMakeOneBuild: notifications closer
+// together than the quiet period make one build, exactly quiet after the
+// last of them (fake clock).
 func TestNotificationsWithinQuietPeriodMakeOneBuild(t *testing.T) {
-	const quiet = 300 * time.Millisecond
-	src := pushctxtest.NewSource()
-	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
-	m := start(t, src, quiet, time.Minute)
-	_, ready := m.Current("m")
+	synctest.Test(t, func(t *testing.T) {
+		const quiet = 300 * time.Millisecond
+		src := pushctxtest.NewSource()
+		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+		m := start(t, src, quiet, time.Minute)
+		_, ready := m.Current("m")
 
-	// Spread over time, so that the debounce (not the one-slot pending
-	// notification) is what merges them: every gap is well inside quiet.
-	for range 15 {
-		m.Notify("m")
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pushctxtest.Closed(ready) {
-		t.Fatal("published while notifications were still arriving")
-	}
-	pushctxtest.Await(t, ready, "the first publication")
-	st, _ := m.Current("m")
-	if st.Version != 1 || src.Builds("m") != 1 {
-		t.Fatalf("after 15 notifications: version %d, %d builds; want one build", st.Version, src.Builds("m"))
-	}
-	// Nothing is pending, so no second build follows.
-	time.Sleep(2 * quiet)
-	if st, _ := m.Current("m"); st.Version != 1 || src.Builds("m") != 1 {
-		t.Errorf("later: version %d, %d builds; want still one", st.Version, src.Builds("m"))
-	}
+		// Spread over time, so that the debounce (not the one-slot pending
+		// notification) is what merges them: every gap is well inside quiet.
+		for i := range 15 {
+			if i > 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			m.Notify("m")
+		}
+		if closedAfter(quiet-time.Millisecond, ready) {
+			t.Fatal("published before the mesh was quiet for the quiet period")
+		}
+		if !closedAfter(time.Millisecond, ready) {
+			t.Fatal("not published once the mesh was quiet for the quiet period")
+		}
+		st, _ := m.Current("m")
+		if st.Version != 1 || src.Builds("m") != 1 {
+			t.Fatalf("after 15 notifications: version %d, %d builds; want one build", st.Version, src.Builds("m"))
+		}
+		// Nothing is pending, so no second build follows.
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if st, _ := m.Current("m"); st.Version != 1 || src.Builds("m") != 1 {
+			t.Errorf("later: version %d, %d builds; want still one", st.Version, src.Builds("m"))
+		}
+	})
 }
 
+// TestContinuousNotificationsBuildByDebounceMax: a mesh that is never
+// quiet is built every DebounceMax (fake clock).
 func TestContinuousNotificationsBuildByDebounceMax(t *testing.T) {
-	src := pushctxtest.NewSource()
-	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
-	// The mesh is never quiet for an hour: every build comes from DebounceMax.
-	m := start(t, src, time.Hour, 50*time.Millisecond)
-	st, ready := m.Current("m")
-	if st != nil {
-		t.Fatal("a State before any notification")
-	}
-
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			m.Notify("m")
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
+	synctest.Test(t, func(t *testing.T) {
+		src := pushctxtest.NewSource()
+		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+		// The mesh is never quiet for an hour: every build comes from DebounceMax.
+		m := start(t, src, time.Hour, 50*time.Millisecond)
+		st, ready := m.Current("m")
+		if st != nil {
+			t.Fatal("a State before any notification")
 		}
-	}()
-	defer func() { close(stop); <-done }()
 
-	pushctxtest.Await(t, ready, "a build under continuous change")
-	pushctxtest.Eventually(t, "three builds under continuous change", func() bool {
-		st, _ := m.Current("m")
-		return st.Version >= 3
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				m.Notify("m")
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+
+		if closedAfter(50*time.Millisecond-time.Nanosecond, ready) {
+			t.Fatal("built before DebounceMax under continuous change")
+		}
+		if !closedAfter(time.Nanosecond, ready) {
+			t.Fatal("not built at DebounceMax under continuous change")
+		}
+		// Each later burst starts with the first notification after a
+		// build, and is built DebounceMax after it.
+		time.Sleep(110 * time.Millisecond)
+		synctest.Wait()
+		if st, _ := m.Current("m"); st.Version < 3 {
+			t.Fatalf("version %d 160 ms into continuous change, want a build every 50 ms (3)", st.Version)
+		}
 	})
+}
+
+// closedAfter moves synctest's clock d forward, lets the bubble settle and
+// reports whether ch is closed then.
+func closedAfter(d time.Duration, ch <-chan struct{}) bool {
+	time.Sleep(d)
+	synctest.Wait()
+	return pushctxtest.Closed(ch)
 }
 
 func TestNotificationBeforeStartIsKept(t *testing.T) {
@@ -255,20 +286,28 @@ func TestServiceWithoutDestinationRuleIsPublished(t *testing.T) {
 func TestEndpointNotificationSkipsDebounce(t *testing.T) {
 	src := pushctxtest.NewSource()
 	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
-	m := start(t, src, time.Hour, time.Hour)
-	_, ready := m.Current("m")
-	m.NotifyEndpoints("m")
-	pushctxtest.Await(t, ready, "an endpoint notification publishes without waiting for the hour-long debounce")
+	synctest.Test(t, func(t *testing.T) {
+		m := start(t, src, time.Hour, time.Hour)
+		_, ready := m.Current("m")
+		m.NotifyEndpoints("m")
+		synctest.Wait()
+		if !pushctxtest.Closed(ready) {
+			t.Fatal("an endpoint notification did not publish at once")
+		}
 
-	st, changed := m.Current("m")
-	m.Notify("m")
-	time.Sleep(50 * time.Millisecond)
-	if pushctxtest.Closed(changed) {
-		t.Fatal("a config notification was built before its debounce ended")
-	}
-	if now, _ := m.Current("m"); now != st {
-		t.Fatal("a new State appeared during the debounce")
-	}
+		st, changed := m.Current("m")
+		m.Notify("m")
+		m.NotifyEndpoints("m") // taken along by the pending build: no build of its own
+		if closedAfter(time.Hour-time.Nanosecond, changed) {
+			t.Fatal("a config notification was built before its debounce ended")
+		}
+		if now, _ := m.Current("m"); now != st {
+			t.Fatal("a new State appeared during the debounce")
+		}
+		if !closedAfter(time.Nanosecond, changed) {
+			t.Fatal("a config notification was not built when its debounce ended")
+		}
+	})
 }
 
 // TestAdaptiveDefersBuildsNobodyWatches: with Adaptive, a published mesh
@@ -277,30 +316,31 @@ func TestEndpointNotificationSkipsDebounce(t *testing.T) {
 func TestAdaptiveDefersBuildsNobodyWatches(t *testing.T) {
 	src := pushctxtest.NewSource()
 	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
-	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Adaptive: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m.Start(ctx)
-	_, ready := m.Current("m")
-	m.Notify("m")
-	pushctxtest.Await(t, ready, "the first publication happens without watchers")
+	synctest.Test(t, func(t *testing.T) {
+		m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond, Adaptive: true})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		m.Start(ctx)
+		_, ready := m.Current("m")
+		m.Notify("m")
+		pushctxtest.Await(t, ready, "the first publication happens without watchers")
 
-	st, changed := m.Current("m")
-	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 20, 80)))
-	m.Notify("m")
-	time.Sleep(100 * time.Millisecond)
-	if pushctxtest.Closed(changed) {
-		t.Fatal("a mesh nobody watches was rebuilt")
-	}
-	unwatch := m.Watch("m")
-	defer unwatch()
-	pushctxtest.Await(t, changed, "the deferred build when a stream watches")
-	if now, _ := m.Current("m"); now == st || now.Diff.Unchanged() {
-		t.Error("the new State does not carry the deferred change")
-	}
-	// While watched, changes are built as usual.
-	_, changed = m.Current("m")
-	src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 50, 50)))
-	m.Notify("m")
-	pushctxtest.Await(t, changed, "a build while watched")
+		st, changed := m.Current("m")
+		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 20, 80)))
+		m.Notify("m")
+		if closedAfter(time.Hour, changed) { // every debounce of the change has ended
+			t.Fatal("a mesh nobody watches was rebuilt")
+		}
+		unwatch := m.Watch("m")
+		defer unwatch()
+		pushctxtest.Await(t, changed, "the deferred build when a stream watches")
+		if now, _ := m.Current("m"); now == st || now.Diff.Unchanged() {
+			t.Error("the new State does not carry the deferred change")
+		}
+		// While watched, changes are built as usual.
+		_, changed = m.Current("m")
+		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 50, 50)))
+		m.Notify("m")
+		pushctxtest.Await(t, changed, "a build while watched")
+	})
 }

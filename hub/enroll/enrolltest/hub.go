@@ -19,6 +19,7 @@ import (
 	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/internal/x509test"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
 // ServerName is the name the hub fixture's serving certificate is for.
@@ -112,11 +113,9 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 		Logger: log, Registerer: h.Metrics})
 
 	serving := h.Serving.ServerCert(ServerName)
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{serving},
-		ClientAuth:   tls.RequestClientCert, // the CertAuthenticator verifies, per mesh
-		MinVersion:   tls.VersionTLS13,
-	})))
+	// The CertAuthenticator verifies the client certificate, per mesh.
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(
+		tlsconfig.MutualServer(tlsconfig.Ours, tlsconfig.Static(serving), tls.RequestClientCert, nil))))
 	protocolv1.RegisterEnrollmentServer(gs, srv)
 	protocolv1.RegisterSyncServer(gs, in)
 	if opts.Register != nil {
@@ -153,11 +152,10 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 // TLS is a client configuration that verifies the hub and presents cert,
 // if not nil.
 func (h *Hub) TLS(cert *tls.Certificate) *tls.Config {
-	c := &tls.Config{RootCAs: h.Serving.Pool(), ServerName: ServerName, MinVersion: tls.VersionTLS13}
-	if cert != nil {
-		c.Certificates = []tls.Certificate{*cert}
+	if cert == nil {
+		return tlsconfig.Client(h.Serving.Pool(), ServerName)
 	}
-	return c
+	return tlsconfig.MutualClient(h.Serving.Pool(), ServerName, tlsconfig.Static(*cert))
 }
 
 // Dial connects to the hub over TLS, presenting cert if not nil.

@@ -10,7 +10,9 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // Bounds of the retry delay while the directory itself cannot be read.
@@ -56,26 +58,18 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 		return err
 	}
 
-	var (
-		timer        = time.NewTimer(time.Hour)
-		pendingSince time.Time // zero when no reload is pending
-		retry        = minRetry
-	)
-	timer.Stop() // armed by the first change, or by a withdrawal held
-	defer timer.Stop()
+	// A directory that never stops changing is still reloaded, at least
+	// every ten quiet periods.
+	deb := debounce.New(s.opts.Debounce, 10*s.opts.Debounce)
+	defer deb.Stop()
+	// again reloads without a change: after a failed reload (backing
+	// off), or a window later while a withdrawal is held.
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
+	backoff := retry.Policy{Initial: minRetry, Max: maxRetry, Multiplier: 2, Jitter: -1}.New()
 	if len(s.held) > 0 {
-		timer.Reset(s.opts.Debounce)
-	}
-	schedule := func() {
-		now := time.Now()
-		if pendingSince.IsZero() {
-			pendingSince = now
-		}
-		// A directory that never stops changing is still reloaded, at
-		// least every ten debounce periods.
-		if now.Sub(pendingSince) < 10*s.opts.Debounce {
-			timer.Reset(s.opts.Debounce)
-		}
+		again.Reset(s.opts.Debounce)
 	}
 	for {
 		select {
@@ -86,27 +80,33 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 				return errors.New("files source: watcher closed")
 			}
 			s.logger.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
-			schedule()
+			deb.Event()
+			continue
 		case err, ok := <-watcher.Errors:
 			if !ok {
 				return errors.New("files source: watcher closed")
 			}
 			// An overflow loses events: a reload catches up with them all.
 			s.logger.Warn("config watch error", "err", err)
-			schedule()
-		case <-timer.C:
-			pendingSince = time.Time{}
-			if err := s.reload(watcher, publish); err != nil {
-				s.logger.Warn("config reload failed, keeping the last objects", "err", err, "retry", retry)
-				timer.Reset(retry)
-				retry = min(2*retry, maxRetry)
-				continue
+			deb.Event()
+			continue
+		case <-deb.C():
+		case <-again.C:
+			if deb.Pending() {
+				continue // the debounced change reloads
 			}
-			retry = minRetry
-			if len(s.held) > 0 {
-				// Look again in a window: withdraw, or keep holding.
-				timer.Reset(s.opts.Debounce)
-			}
+		}
+		again.Stop()
+		if err := s.reload(watcher, publish); err != nil {
+			wait := backoff.NextBackOff()
+			s.logger.Warn("config reload failed, keeping the last objects", "err", err, "retry", wait)
+			again.Reset(wait)
+			continue
+		}
+		backoff.Reset()
+		if len(s.held) > 0 {
+			// Look again in a window: withdraw, or keep holding.
+			again.Reset(s.opts.Debounce)
 		}
 	}
 }

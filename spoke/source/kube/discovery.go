@@ -11,6 +11,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/navemesh/nave/shared/retry"
 )
 
 // firstDiscoveryRetry is the first delay before asking discovery again
@@ -29,7 +31,7 @@ func (s *Source) watchCRDs(ctx context.Context, wg *sync.WaitGroup) {
 			pending = append(pending, w)
 		}
 	}
-	retry := firstDiscoveryRetry
+	firstWait := retry.Policy{Initial: firstDiscoveryRetry, Max: s.opts.CRDPoll, Multiplier: 2, Jitter: -1}.New()
 	var lastMissing, lastErr string
 	for len(pending) > 0 {
 		found, missing, err := s.discover(ctx, pending)
@@ -50,8 +52,7 @@ func (s *Source) watchCRDs(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			lastErr = msg
 			if first {
-				wait = retry
-				retry = min(2*retry, s.opts.CRDPoll)
+				wait = firstWait.NextBackOff()
 			}
 		default:
 			lastErr = ""

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -43,15 +44,11 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 	wg.Go(func() { s.watchCRDs(ctx, &wg) })
 	s.logger.Info("kubernetes source started", "kinds", len(s.kinds), "namespaceSelector", s.opts.NamespaceSelector)
 
-	var (
-		b            = newBuilder(s)
-		start        = time.Now()
-		timer        = time.NewTimer(time.Hour)
-		pendingSince time.Time // zero when no publish is pending
-		maxWait      = 10 * s.opts.Debounce
-	)
-	timer.Stop() // armed by the first change after the initial publish
-	defer timer.Stop()
+	b, start := newBuilder(s), time.Now()
+	// Changes that never stop are still published, at least every ten
+	// quiet periods (armed by the first change after the initial publish).
+	deb := debounce.New(s.opts.Debounce, 10*s.opts.Debounce)
+	defer deb.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -64,17 +61,8 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 				}
 				continue
 			}
-			now := time.Now()
-			if pendingSince.IsZero() {
-				pendingSince = now
-			}
-			// Changes that never stop are still published, at least
-			// every maxWait.
-			if now.Sub(pendingSince) < maxWait {
-				timer.Reset(s.opts.Debounce)
-			}
-		case <-timer.C:
-			pendingSince = time.Time{}
+			deb.Event()
+		case <-deb.C():
 			s.publishBuild(b, publish, false)
 		}
 	}

@@ -335,6 +335,7 @@ func TestKubeSource(t *testing.T) {
 	t.Run("status-only updates publish nothing", func(t *testing.T) {
 		before := src.rec.count()
 		events := src.metric(t, "nave_spoke_kube_events_total", "kind", "VirtualService")
+		builds := src.metric(t, "nave_spoke_kube_build_duration_seconds")
 		vs, err := k.istio.NetworkingV1().VirtualServices("shop").Get(ctx, "broken", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -346,10 +347,16 @@ func TestKubeSource(t *testing.T) {
 		waitFor(t, "the status update event", func() bool {
 			return src.metric(t, "nave_spoke_kube_events_total", "kind", "VirtualService") > events
 		})
-		// Long enough for a debounced publish, had there been one.
-		time.Sleep(5 * DefaultDebounce)
-		if n := src.rec.count(); n != before {
-			t.Errorf("a status-only update published %d times", n-before)
+		// The event's debounced build (each build is observed once) is
+		// where a publish would have been; a real change made after it
+		// publishes after any such publish.
+		waitFor(t, "the debounced build after the status update", func() bool {
+			return src.metric(t, "nave_spoke_kube_build_duration_seconds") > builds
+		})
+		c.Apply(t, []byte(strings.ReplaceAll(reviewsVS, "name: reviews", "name: after-status")))
+		src.waitPublished(t, "a VirtualService created after the status update", has("VirtualService", "shop/after-status"))
+		if n := src.rec.count(); n != before+1 {
+			t.Errorf("a status-only update then a new VirtualService published %d times, want once (the new VirtualService)", n-before)
 		}
 	})
 
