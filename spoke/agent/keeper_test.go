@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
 )
 
@@ -102,19 +103,14 @@ func TestKeeperRenewsAndKeepsTheOldOne(t *testing.T) {
 	if cur, _, _ := k.Current(); cur != first {
 		t.Error("the credential changed while renewal fails; want the old one kept")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var lastErr error
+	testwait.Until(t, "renewed", func() bool {
 		cur, _, err := k.Current()
-		if cur != first {
-			if err != nil {
-				t.Errorf("last error %v after a success; want none", err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never renewed")
-		}
-		time.Sleep(10 * time.Millisecond)
+		lastErr = err
+		return cur != first
+	})
+	if lastErr != nil {
+		t.Errorf("last error %v after a success; want none", lastErr)
 	}
 	mu.Lock()
 	defer mu.Unlock()
