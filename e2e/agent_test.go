@@ -33,6 +33,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 )
 
@@ -226,7 +227,7 @@ func runAgentBench(t testing.TB, a *agent, h *hub, raAddr string) {
 	env, _, status := agentEnv(t, a, h, raAddr, podEnv{name: "bench-1", namespace: "demo", sa: "client", mode: "grpc"}, t.TempDir())
 	start := time.Now()
 	p := harness.StartEnv(t, "agent-bench", binary("nave-agent"), env)
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		if _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", status)); err != nil {
 			return err
 		}
@@ -328,7 +329,7 @@ func TestAgentInAPod(t *testing.T) {
 		}
 		assertMetricsDocumented(t, p.url("/metrics"))
 		// The keeper counts a renewal after the push the test saw: wait for it.
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			metrics, err := httpGet(p.url("/metrics"))
 			if err != nil {
 				return err
@@ -466,7 +467,7 @@ func TestAgentInAPod(t *testing.T) {
 		gs.Stop()
 		tcpLis.Close()
 		for _, path := range []string{"/app-health/web/livez", "/app-health/web/readyz", "/app-health/web/startupz"} {
-			harness.Eventually(t, 30*time.Second, func() error {
+			testwait.For(t, 30*time.Second, func() error {
 				if code, body := status(path); code != http.StatusServiceUnavailable || !strings.Contains(body, "error: ") {
 					return fmt.Errorf("%s: %d %q; want 503, the app unreachable", path, code, body)
 				}
@@ -500,7 +501,7 @@ func TestAgentInAPod(t *testing.T) {
 		}
 		env, dir, status := agentEnv(t, a, h, raAddr, podEnv{name: "web-2", namespace: "demo", sa: "client", mode: "envoy"}, work)
 		p := harness.StartEnv(t, "agent-child", binary("nave-agent"), append(env, "NAVE_ENVOY_BINARY="+fake), "run") // "nave-agent run" is "nave-agent"
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			args, err := os.ReadFile(fake + ".args")
 			if err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // TestInvalidConfigExits runs each binary with a bad value: it must exit
@@ -79,7 +80,7 @@ func TestHelpListsEveryKey(t *testing.T) {
 func TestMetricsAreDocumented(t *testing.T) {
 	h := newHub(t)
 	sp := newFallbackSpoke(t, h, "metrics", t.TempDir())
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		return harness.GetJSON(sp.url("/debug/uplink"), new(map[string]any))
 	})
 	for _, page := range []string{h.url("/metrics"), sp.url("/metrics")} {

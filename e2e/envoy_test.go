@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/mesh"
@@ -100,7 +101,7 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	newSpoke(t, h, "c2", dir2)
 
 	// The spoke refuses the regex before it leaves the cluster, naming the field.
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		body, err := httpGet(s1.url("/debug/rejected"))
 		if err != nil {
 			return err
@@ -303,7 +304,7 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "reviews.yaml"), reviewsYAML("2026-01-01T00:00:00Z", "v2"))
 	sp := newSpoke(t, h, "c1", dir)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
 
 	p := dialADS(t, h, "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local")
 	clusters := p.fetch(t, typeurl.Cluster)
@@ -321,9 +322,9 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	// Flap: the spoke stops; the hub keeps its state (stale); the spoke
 	// starts again on the same directory and resyncs.
 	sp.proc.Stop(5 * time.Second)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", false) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", false) })
 	newSpoke(t, h, "c1", dir)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
 
 	p.quiet(t, 2*time.Second, "a spoke flap with unchanged state")
 	if after := pushes(t, h); after != before {

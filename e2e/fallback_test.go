@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
@@ -188,14 +190,14 @@ func TestFallback(t *testing.T) {
 	h := newHub(t)
 	spA := newFallbackSpoke(t, h, "a", dirA)
 	spB := newFallbackSpoke(t, h, "b", dirB)
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if st := spA.status(t); !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
 			return fmt.Errorf("spoke a's remote view: %+v", st.Remote)
 		}
 		return nil
 	})
 	watcher := startRemovalWatcher(t, "watcher.demo", addr(h.xds), addr(spA.xds))
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if _, held, _ := watcher.snapshot(); held == 0 {
 			return fmt.Errorf("the watcher holds nothing yet")
 		}
@@ -219,7 +221,7 @@ func TestFallback(t *testing.T) {
 	h.proc.Kill()
 	down := time.Now()
 	var activeAt time.Time
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		st := spA.status(t)
 		if !st.Active {
 			return fmt.Errorf("spoke a not in fallback yet")
@@ -250,7 +252,7 @@ func TestFallback(t *testing.T) {
 	// up — "unknown cluster selected for RPC" — see docs/fallback.md.)
 	writeFile(t, routePath, fallbackRoute(map[string]int{"v1": 100}))
 	var movedAt time.Time
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		calls := fresh.calls()
 		for i := len(calls) - 1; i >= 0 && i >= len(calls)-50; i-- {
 			if calls[i].Backend != "a-v1" {
@@ -269,7 +271,7 @@ func TestFallback(t *testing.T) {
 	added := time.Now()
 	writeFile(t, filepath.Join(dirA, "more.yaml"), echoEndpoint(av1b, "v1"))
 	var addedAt time.Time
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if got := tally(fresh.calls()); got["a-v1b"] == 0 {
 			return fmt.Errorf("fresh client: %s, no call to the new endpoint a-v1b yet", describe(got))
 		}
@@ -286,7 +288,7 @@ func TestFallback(t *testing.T) {
 	spA.proc.Stop(10 * time.Second)
 	restarted := time.Now()
 	spA.start(t, h, "a")
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if st := spA.status(t); !st.Active || !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
 			return fmt.Errorf("restarted spoke a: %+v", st)
 		}
@@ -299,13 +301,26 @@ func TestFallback(t *testing.T) {
 	}
 	late.proc.Stop(10 * time.Second)
 
-	// The hub comes and goes three times in about 10 s: spoke a keeps
-	// serving (fallback.handBackAfter 3 s of continuous health), no flapping.
+	// The hub comes and goes three times: spoke a sees it synced each time,
+	// then loses it before fallback.handBackAfter (3 s of continuous
+	// health), and keeps serving: no flapping.
 	flapStart := time.Now()
 	for range 3 {
 		h.start()
-		time.Sleep(time.Second)
+		testwait.For(t, 30*time.Second, func() error {
+			if !spA.status(t).HubSynced {
+				return errors.New("spoke a has not seen the hub synced")
+			}
+			return nil
+		})
 		h.proc.Kill()
+		<-h.proc.Done()
+		testwait.For(t, 30*time.Second, func() error {
+			if spA.status(t).HubSynced {
+				return errors.New("spoke a still sees the killed hub synced")
+			}
+			return nil
+		})
 	}
 	if st := spA.status(t); !st.Active || st.Transitions != 1 {
 		t.Fatalf("spoke a flapped while the hub came and went: %+v", st)
@@ -316,11 +331,11 @@ func TestFallback(t *testing.T) {
 	// clients return to it and spoke a hands back after handBackAfter.
 	h.start()
 	back := time.Now()
-	harness.Eventually(t, 30*time.Second, func() error { return onlyOn(old, back, 50, "a-v1", "a-v1b") })
+	testwait.For(t, 30*time.Second, func() error { return onlyOn(old, back, 50, "a-v1", "a-v1b") })
 	t.Logf("hub back -> old client follows the change made during the outage (from the hub): %s", time.Since(back).Round(time.Millisecond))
 	// The outage's changes reach cluster b's clients through the hub: the
 	// route (subset v1 only) and the new endpoint.
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if err := onlyOn(inB, back, 50, "a-v1", "a-v1b"); err != nil {
 			return err
 		}
@@ -330,7 +345,7 @@ func TestFallback(t *testing.T) {
 		return nil
 	})
 	t.Logf("hub back -> b's client follows the route change and calls the new endpoint made at spoke a during the outage: %s", time.Since(back).Round(time.Millisecond))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var s syncz
 		if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
 			return err
@@ -343,7 +358,7 @@ func TestFallback(t *testing.T) {
 		return fmt.Errorf("fresh.demo not connected to the hub")
 	})
 	t.Logf("hub back -> fresh client connected to the hub: %s", time.Since(back).Round(time.Millisecond))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if st := spA.status(t); st.Active || st.Transitions != 2 || st.Proxies != 0 {
 			return fmt.Errorf("spoke a: %+v", st)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 const echoHost = "echo.demo.svc.cluster.local"
@@ -116,7 +117,7 @@ func routeVersion(h *hub, node string) (string, error) {
 func waitRouteChange(t *testing.T, h *hub, node, prev string) string {
 	t.Helper()
 	var v string
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		var err error
 		if v, err = routeVersion(h, node); err != nil {
 			return err
@@ -208,7 +209,7 @@ spec:
 			Reason string `json:"reason"`
 			Field  string `json:"field"`
 		}
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if err := harness.GetJSON(sp.url("/debug/rejected"), &rejected); err != nil {
 				return err
 			}
@@ -225,7 +226,7 @@ spec:
 		// A broken edit of the VirtualService in use: the spoke keeps its
 		// last good version, and traffic keeps the 20/80 split.
 		writeFile(t, vsPath, routeYAML(50, 40))
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if err := harness.GetJSON(sp.url("/debug/rejected"), &rejected); err != nil {
 				return err
 			}
@@ -251,7 +252,7 @@ spec:
 		h.start()
 		// The spoke reconnects by itself and syncs (polled: the hub dials
 		// it again).
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var spokes []struct {
 				Cluster string `json:"cluster"`
 				Synced  bool   `json:"synced"`
@@ -269,7 +270,7 @@ spec:
 		}
 		// The client reconnects too, and follows a new edit.
 		var prev string
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var err error
 			prev, err = routeVersion(h, "plain.demo")
 			if err == nil && prev == "" {
@@ -307,7 +308,7 @@ spec:
 // sessions-th stream at least.
 func waitPolled(t *testing.T, h *hub, sp *spoke, id string, sessions int) {
 	t.Helper()
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var targets []struct {
 			Mesh, Cluster, State string
 			Streams              int
@@ -336,7 +337,7 @@ func waitPolled(t *testing.T, h *hub, sp *spoke, id string, sessions int) {
 func firstOK(t *testing.T, c *client, deadline time.Duration) time.Time {
 	t.Helper()
 	var at time.Time
-	harness.Eventually(t, deadline, func() error {
+	testwait.For(t, deadline, func() error {
 		calls := c.calls()
 		for _, cl := range calls {
 			if cl.Code == "OK" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // spokeIdentity is the service account deploy/spoke/rbac.yaml grants.
@@ -101,7 +102,7 @@ func nsBackend(t *testing.T, ns *harness.NetNS, name string, port int) *backend 
 	t.Helper()
 	ns.Start(t, name, binary("nave-demo-backend"),
 		"--listen", fmt.Sprintf("%s:%d", ns.NSIP, port), "--name", name)
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", ns.NSIP, port), time.Second)
 		if err == nil {
 			c.Close()
@@ -152,7 +153,7 @@ func hubEndpoints(h *hub, host string) ([]string, error) {
 func waitEndpoints(t *testing.T, h *hub, host string, want ...string) {
 	t.Helper()
 	sort.Strings(want)
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		got, err := hubEndpoints(h, host)
 		if err != nil {
 			return err
@@ -234,7 +235,7 @@ spec:
 		// The VirtualService is in force once every recent beta call lands
 		// on v2 (before it, traffic is round robin over both).
 		firstOK(t, plain, 30*time.Second)
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			calls := beta.calls()
 			if len(calls) < 20 {
 				return fmt.Errorf("%d beta calls", len(calls))
@@ -246,7 +247,7 @@ spec:
 			return nil
 		})
 		// The plain client has ACKed the same routes as the beta one.
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			pv, err1 := routeVersion(h, "kube-plain.demo")
 			bv, err2 := routeVersion(h, "kube-beta.demo")
 			if err1 != nil || err2 != nil || pv != bv {

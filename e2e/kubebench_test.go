@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // kubeScale is the shape of the Kubernetes spoke benchmark.
@@ -188,7 +189,7 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 		"--cluster", "bench", "--hub.address", addr(h.spokes), "--hub.plaintext", "--admin.listen", addr(s.admin))
 	want := sc.services * (1 + sc.podsPerService)
 	var syncedAfter time.Duration
-	harness.Eventually(t, 10*time.Minute, func() error {
+	testwait.For(t, 10*time.Minute, func() error {
 		var spokes []struct {
 			Synced    bool           `json:"synced"`
 			Resources map[string]int `json:"resources"`
@@ -216,7 +217,7 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 	// not-ready, then ready again at a new address, slice by slice.
 	restartStart := time.Now()
 	restarted := rollingRestart(t, cs, sc)
-	harness.Eventually(t, 5*time.Minute, func() error {
+	testwait.For(t, 5*time.Minute, func() error {
 		var svcs map[string][]debugService
 		if err := harness.GetJSON(h.url("/debug/services?mesh=default"), &svcs); err != nil {
 			return err

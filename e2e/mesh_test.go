@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // hub is a nave-hub process on fixed loopback ports (so it can be restarted
@@ -198,7 +199,7 @@ func (c *client) calls() []call {
 func (c *client) collect(t *testing.T, since time.Time, n int, deadline time.Duration) []call {
 	t.Helper()
 	var got []call
-	harness.Eventually(t, deadline, func() error {
+	testwait.For(t, deadline, func() error {
 		got = got[:0]
 		for _, cl := range c.calls() {
 			if cl.Time.After(since) {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/mesh"
 )
@@ -42,7 +43,7 @@ func navectlExit(t *testing.T, args ...string) (code int, stdout, stderr string)
 // waitOneMesh waits until the hub holds one mesh merged from n clusters.
 func waitOneMesh(t *testing.T, h *hub, n int) {
 	t.Helper()
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		var meshes []struct {
 			Clusters []mesh.ClusterState `json:"clusters"`
 		}
@@ -112,7 +113,7 @@ func TestNavectlReadsTheHub(t *testing.T) {
 			NodeID string            `json:"nodeId"`
 			States map[string]string `json:"states"`
 		}
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			code, out, stderr := navectlExit(t, "proxy-status", admin, "-o", "json")
 			if code != 0 {
 				return fmt.Errorf("proxy-status -o json: exit %d: %s", code, stderr)
@@ -198,7 +199,7 @@ func TestNavectlReadsTheHub(t *testing.T) {
 		}
 		// c2's spoke stops: the cluster turns stale, its withdrawal is due.
 		s2.proc.Stop(10 * time.Second)
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			code, out, stderr := navectlExit(t, "status", admin, "-o", "json")
 			var rep struct {
 				Meshes []struct {

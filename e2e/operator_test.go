@@ -14,6 +14,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/xds/ads"
 )
 
@@ -72,7 +73,7 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 
 	s1 := startSecureSpoke(t, h, "spoke-c1", "", "c1", h.token(t, "default", "c1", "1h"))
 	startSecureSpoke(t, h, "spoke-c2", "other", "c2", h.token(t, "other", "c2", "1h"))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var list []ingest.ClusterStatus
 		code, body, err := get(vc, base+"/debug/spokes")
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &list) != nil {
@@ -98,7 +99,7 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 
 	// The vendor sees both meshes' clusters and proxies.
 	var conns []ads.ConnStatus
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		code, body, err := get(vc, base+"/debug/syncz")
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &conns) != nil || len(conns) != 2 {
 			return fmt.Errorf("vendor /debug/syncz: %d %v %s", code, err, body)

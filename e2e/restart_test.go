@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 )
 
@@ -99,12 +103,28 @@ func startWatchers(t *testing.T, dials ...func() *grpc.ClientConn) []*watcher {
 	return ws
 }
 
-// checkNoRemovals waits 2 s, by when a removal sent late would have
-// arrived, then fails for every watcher that received one; name(i) names
-// watcher i's client.
-func checkNoRemovals(t *testing.T, ws []*watcher, name func(i int) string) {
+// markers numbers the marker services of checkNoRemovals.
+var markers atomic.Int64
+
+// checkNoRemovals proves that no watcher received a removal, by a later
+// event rather than a wait (internal/testwait): add puts a marker service
+// named name, of host, into a spoke's config, and once every watcher holds
+// the marker's cluster, a removal sent before it has arrived. It then
+// fails for every watcher that received one; name(i) names watcher i's
+// client.
+func checkNoRemovals(t *testing.T, ws []*watcher, name func(i int) string, add func(name, host string)) {
 	t.Helper()
-	time.Sleep(2 * time.Second)
+	marker := fmt.Sprintf("marker-%d", markers.Add(1))
+	host := marker + ".demo.svc.cluster.local"
+	add(marker, host)
+	for i, w := range ws {
+		testwait.For(t, 60*time.Second, func() error {
+			if err := w.holds(host); err != nil {
+				return fmt.Errorf("%s: %v", name(i), err)
+			}
+			return nil
+		})
+	}
 	for i, w := range ws {
 		w.mu.Lock()
 		if len(w.removals) > 0 {
@@ -124,6 +144,20 @@ func (w *watcher) holds(hosts ...string) error {
 		}
 	}
 	return nil
+}
+
+// addService returns an add for checkNoRemovals that appends the service to
+// the config of the file spoke serving dir.
+func addService(t *testing.T, dir string) func(name, host string) {
+	return func(name, host string) {
+		t.Helper()
+		path := filepath.Join(dir, "config.yaml")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, strings.TrimRight(string(b), "\n")+"\n---\n"+serviceEntry(name, host, 17999))
+	}
 }
 
 func mapKeys(m map[string]string) []string {
@@ -159,7 +193,7 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 		state: t.TempDir(), extraArgs: []string{"--ingest.startup-grace", "60s"}}
 	h.start()
 	stateA, stateB := t.TempDir(), t.TempDir()
-	startEnrolledSpoke(t, h, "spoke-c1", "", "c1", serviceEntry("svc-a", hostA, 17081), h.token(t, "default", "c1", "1h"), stateA)
+	a := startEnrolledSpoke(t, h, "spoke-c1", "", "c1", serviceEntry("svc-a", hostA, 17081), h.token(t, "default", "c1", "1h"), stateA)
 	b := startEnrolledSpoke(t, h, "spoke-c2", "", "c2", serviceEntry("svc-b", hostB, 17082), h.token(t, "default", "c2", "1h"), stateB)
 	h.waitSynced(t, "default/c1")
 	h.waitSynced(t, "default/c2")
@@ -167,7 +201,7 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 	roots := h.servingRoots(t)
 	cert := h.workloadCert(t, "default", "cluster.local", "demo", "watcher")
 	w := startWatchers(t, func() *grpc.ClientConn { return dialTLS(t, addr(h.xds), roots, &cert) })[0]
-	harness.Eventually(t, 30*time.Second, func() error { return w.holds(hostA, hostB) })
+	testwait.For(t, 30*time.Second, func() error { return w.holds(hostA, hostB) })
 
 	// The hub dies; so does c2's spoke, which comes back 5 s after the hub.
 	b.proc.Stop(5 * time.Second)
@@ -178,11 +212,23 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 	if st := h.spokesView(t)["default/c2"]; st.Missing == nil {
 		t.Errorf("while c2 is away /debug/spokes shows it as %+v, want missing", st)
 	}
-	time.Sleep(5 * time.Second)
+	// c2 comes back once the watcher's new stream waits at the restarted
+	// hub, unanswered while c2 is missing.
+	testwait.For(t, 30*time.Second, func() error {
+		if n := scrape(t, h.url("/metrics"), "nave_xds_connections"); n < 1 {
+			return fmt.Errorf("the watcher has not reached the restarted hub (%g connections)", n)
+		}
+		return nil
+	})
+	w.mu.Lock()
+	if w.streams != 1 {
+		t.Errorf("the watcher was answered %d times with c2 missing, want once (by the hub before its restart)", w.streams)
+	}
+	w.mu.Unlock()
 	startEnrolledSpoke(t, h, "spoke-c2", "", "c2", serviceEntry("svc-b", hostB, 17082), "used", stateB)
 	h.waitSynced(t, "default/c2")
 
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		w.mu.Lock()
 		n := w.streams
 		w.mu.Unlock()
@@ -191,10 +237,5 @@ func TestRestartedHubWaitsForEveryEnrolledCluster(t *testing.T) {
 		}
 		return w.holds(hostA, hostB)
 	})
-	time.Sleep(time.Second) // a removal sent late would arrive by now
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.removals) > 0 {
-		t.Errorf("the restart showed the client removals no spoke made: %v", w.removals)
-	}
+	checkNoRemovals(t, []*watcher{w}, func(int) string { return "the client across the restart" }, addService(t, a.dir))
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -190,7 +191,7 @@ func (h *hub) spokesView(t testing.TB) map[string]ingest.ClusterStatus {
 func (h *hub) waitSynced(t testing.TB, id string) ingest.ClusterStatus {
 	t.Helper()
 	var st ingest.ClusterStatus
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		c, ok := h.spokesView(t)[id]
 		if !ok || !c.Connected || !c.Synced {
 			return fmt.Errorf("%s: %+v (present %v)", id, c, ok)
@@ -409,7 +410,15 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 		reused := usedToken(t, h)
 		forged := forge(t, h.token(t, "default", "c2", "1h"))
 		expired := h.token(t, "default", "c2", "1s")
-		time.Sleep(1100 * time.Millisecond)
+		testwait.For(t, 10*time.Second, func() error {
+			list := mustNavectl(t, "token", "list", "--state-dir", h.state)
+			for _, line := range strings.Split(list, "\n") {
+				if f := strings.Fields(line); len(f) > 3 && f[2] == "c2" && f[3] == "expired" {
+					return nil
+				}
+			}
+			return fmt.Errorf("no expired token of c2 listed:\n%s", list)
+		})
 		for _, tc := range []struct{ name, cluster, token, says string }{
 			{"reused", "c3", reused, "already used"},
 			{"forged", "c2", forged, "does not match"},
@@ -534,14 +543,14 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 	t.Run("revocation", func(t *testing.T) {
 		mustNavectl(t, "cluster", "revoke", "--state-dir", h.state, "--mesh", "default", "--cluster", "c1")
 		start := time.Now()
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if _, ok := h.spokesView(t)["default/c1"]; ok {
 				return fmt.Errorf("default/c1 is still held")
 			}
 			return nil
 		})
 		t.Logf("revoked cluster withdrawn %v after navectl returned", time.Since(start).Round(time.Millisecond))
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if !strings.Contains(s1.proc.Log(), "revoked") {
 				return fmt.Errorf("the spoke's log does not say it was revoked")
 			}

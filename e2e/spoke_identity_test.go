@@ -18,6 +18,7 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/spoke/enroll"
 )
@@ -112,7 +113,7 @@ func (s *identitySpoke) shutdown(t *testing.T) error {
 func (s *identitySpoke) get(t *testing.T, path string) (int, []byte) {
 	t.Helper()
 	var resp *http.Response
-	harness.Eventually(t, identityWait, func() (err error) {
+	testwait.For(t, identityWait, func() (err error) {
 		resp, err = http.Get("http://" + s.admin + path)
 		return err
 	})
@@ -175,7 +176,7 @@ func tokenFile(t *testing.T, h *enrolltest.Hub, mesh, cluster string) (path, tok
 // acme/cluster, and nothing under another cluster.
 func hubHolds(t *testing.T, h *enrolltest.Hub, cluster string) {
 	t.Helper()
-	harness.Eventually(t, identityWait, func() error {
+	testwait.For(t, identityWait, func() error {
 		st := h.Ingest.Status()
 		if len(st) != 1 || st[0].ClusterIdentity != (ingest.ClusterIdentity{Mesh: enrolltest.MeshA, Cluster: cluster}) {
 			return fmt.Errorf("hub streams %+v, want acme/%s only", st, cluster)
@@ -203,7 +204,7 @@ func TestSpokeEnrollsThenPushesOverMTLS(t *testing.T) {
 	// The hub has only the CertAuthenticator: what it files under
 	// acme/east came over mTLS with the enrolled certificate.
 	hubHolds(t, h, "east")
-	harness.Eventually(t, identityWait, func() error {
+	testwait.For(t, identityWait, func() error {
 		if code, body := s.get(t, "/healthz/ready"); code != http.StatusOK {
 			return fmt.Errorf("ready: %d %s", code, body)
 		}
@@ -228,7 +229,7 @@ func TestSpokeEnrollsThenPushesOverMTLS(t *testing.T) {
 	// Restarted without the token (the Secret is gone): the stored
 	// credentials are used, the token file is not read.
 	s = startIdentitySpoke(t, append(tlsArgs(h, "east", stateDir), "--hub.token-file="+filepath.Join(t.TempDir(), "gone"))...)
-	harness.Eventually(t, identityWait, func() error {
+	testwait.For(t, identityWait, func() error {
 		if st := h.Ingest.Status(); len(st) != 1 || !st[0].Connected || !st[0].ConnectedAt.After(first) {
 			return fmt.Errorf("hub streams %+v, want a new stream", st)
 		}
@@ -332,7 +333,7 @@ func TestSpokeKeepsItsTokenFromAHubThatDoesNotMatchThePin(t *testing.T) {
 	args := append(tlsArgs(h, "east", filepath.Join(t.TempDir(), "state")), "--hub.token-file="+token,
 		"--hub.ca-hash="+enroll.CAHash(x509test.NewAuthority("another").Cert))
 	s := startIdentitySpoke(t, args...)
-	harness.Eventually(t, identityWait, func() error {
+	testwait.For(t, identityWait, func() error {
 		if v := s.identity(t); !strings.Contains(v.LastError, "CA hash") {
 			return fmt.Errorf("/debug/identity = %+v, want the pin mismatch", v)
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 const (
@@ -286,7 +287,7 @@ func TestValidationWebhook(t *testing.T) {
 		if created != 1 {
 			t.Errorf("the two spokes created %v CAs between them, want 1", created)
 		}
-		harness.Eventually(t, 20*time.Second, func() error {
+		testwait.For(t, 20*time.Second, func() error {
 			pool, _ := bundlePool(t, admin)
 			for _, s := range []*webhookSpoke{a, b} {
 				if _, err := s.servingCert(t).Verify(x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1"}); err != nil {
@@ -298,7 +299,7 @@ func TestValidationWebhook(t *testing.T) {
 		// The API server calls each in turn.
 		for _, s := range []*webhookSpoke{b, a} {
 			kc.Apply(t, webhookManifest(t, s.server))
-			harness.Eventually(t, 20*time.Second, func() error { return w.expectDenied(t, "via-"+s.name, true) })
+			testwait.For(t, 20*time.Second, func() error { return w.expectDenied(t, "via-"+s.name, true) })
 		}
 	})
 
@@ -323,7 +324,7 @@ spec:
 		want := `spec.http[0].route[1].destination.subset: subset "v2" is not defined by the DestinationRules of reviews.shop.svc.cluster.local in this cluster (shop/reviews: subsets v1)`
 		// The spoke learns of the DestinationRule through its watch.
 		var warned []string
-		harness.Eventually(t, 20*time.Second, func() error {
+		testwait.For(t, 20*time.Second, func() error {
 			var err error
 			if warned, err = w.create(t, good, true); err != nil {
 				return err
@@ -370,7 +371,7 @@ spec:
 		kc.Apply(t, webhookManifest(t, r.server))
 		r.start(t)
 		r.waitReady(t)
-		harness.Eventually(t, 20*time.Second, func() error { return w.expectDenied(t, "rotating", true) })
+		testwait.For(t, 20*time.Second, func() error { return w.expectDenied(t, "rotating", true) })
 		serials, gens := map[string]bool{}, map[int]bool{}
 		calls := 0
 		for end := time.Now().Add(25 * time.Second); time.Now().Before(end); calls++ {
@@ -401,7 +402,7 @@ func TestWebhookListenerSurvivesGarbage(t *testing.T) {
 	s.start(t)
 	s.waitReady(t)
 	w := newIstioWriter(t, kc)
-	harness.Eventually(t, 20*time.Second, func() error { return w.expectDenied(t, "before", true) })
+	testwait.For(t, 20*time.Second, func() error { return w.expectDenied(t, "before", true) })
 
 	c, err := net.Dial("tcp", addr(s.server))
 	if err != nil {

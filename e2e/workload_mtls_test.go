@@ -32,6 +32,7 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
@@ -229,7 +230,7 @@ func (c *client) lastCalls(t *testing.T, n int) []call {
 	t.Helper()
 	start := len(c.calls())
 	var out []call
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		all := c.calls()
 		if len(all) < start+n {
 			return fmt.Errorf("%d calls so far", len(all)-start)
