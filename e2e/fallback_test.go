@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,53 +13,6 @@ import (
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
-
-// fallbackSpoke is a nave-spoke process with fallback on.
-type fallbackSpoke struct {
-	*spoke
-	xds   int
-	state string
-}
-
-func newFallbackSpoke(t testing.TB, h *hub, cluster, dir string) *fallbackSpoke {
-	s := &fallbackSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, xds: harness.FreePort(t), state: t.TempDir()}
-	s.start(t, h, cluster)
-	return s
-}
-
-// start runs the spoke process (again, on the same ports and state dir).
-func (s *fallbackSpoke) start(t testing.TB, h *hub, cluster string) {
-	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "fs://"+s.dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
-		"--hub.state-dir", s.state, "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
-		"--fallback.enabled", "--fallback.listen", addr(s.xds), "--fallback.after", "1s", "--fallback.hand-back-after", "3s",
-		"--fallback.drain", "1s", "--log.level", "debug")
-	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
-}
-
-func (s *fallbackSpoke) status(t testing.TB) fallbackStatus { t.Helper(); return s.fallbackStatus(t) }
-
-type fallbackStatus struct {
-	Active      bool      `json:"active"`
-	Since       time.Time `json:"since"`
-	Transitions int       `json:"transitions"`
-	HubSynced   bool      `json:"hubSynced"`
-	Proxies     int       `json:"proxies"`
-	Remote      struct {
-		Complete bool           `json:"complete"`
-		Clusters map[string]int `json:"clusters"`
-	} `json:"remoteView"`
-}
-
-// fallbackStatus is the spoke's /debug/fallback.
-func (s *spoke) fallbackStatus(t testing.TB) fallbackStatus {
-	t.Helper()
-	var st fallbackStatus
-	if err := harness.GetJSON(s.url("/debug/fallback"), &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // startFallbackClient runs nave-demo-client with a bootstrap listing the
 // hub first and the spoke's fallback server second.
@@ -77,38 +29,6 @@ func startFallbackClient(t *testing.T, h *hub, s *fallbackSpoke, nodeID string) 
 	}
 	return &client{proc: harness.Start(t, "client-"+nodeID, binary("nave-demo-client"), "--target", "xds:///"+echoHost+":7070",
 		"--bootstrap", path, "--interval", "5ms", "--timeout", "2s", "--json")}
-}
-
-// echoIn is cluster-local config: the echo service and one endpoint per
-// backend, each with its subset label.
-func echoIn(backends map[string]*backend) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [%s]
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  workloadSelector: {labels: {app: echo}}
-`, echoHost)
-	for version, be := range backends {
-		b.WriteString("---\n" + echoEndpoint(be, version))
-	}
-	return b.String()
-}
-
-// echoEndpoint is one more endpoint of the echo service, in subset version.
-func echoEndpoint(be *backend, version string) string {
-	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: %s, namespace: demo}
-spec:
-  address: 127.0.0.1
-  ports: {grpc: %d}
-  labels: {app: echo, version: %s}
-`, be.name, be.port, version)
 }
 
 // since is the calls made after t.
@@ -132,45 +52,6 @@ func onlyOn(c *client, since time.Time, n int, backends ...string) error {
 		}
 	}
 	return nil
-}
-
-func fallbackRoute(weights map[string]int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: echo, namespace: demo}
-spec:
-  host: %s
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
-  - {name: v3, labels: {version: v3}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [%s]
-  http:
-  - route:
-`, echoHost, echoHost)
-	for _, v := range []string{"v1", "v2", "v3"} {
-		if w := weights[v]; w > 0 {
-			fmt.Fprintf(&b, "    - {destination: {host: %s, subset: %s}, weight: %d}\n", echoHost, v, w)
-		}
-	}
-	return b.String()
-}
-
-// failures lists the calls that did not succeed.
-func failures(calls []call) []call {
-	var out []call
-	for _, c := range calls {
-		if c.Code != "OK" {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // TestFallback: a hub, two spokes (clusters a and b), a proxyless client in

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/testwait"
 )
-
-const echoHost = "echo.demo.svc.cluster.local"
 
 func meshYAML(backends []*backend) string {
 	var b strings.Builder
@@ -69,47 +66,6 @@ spec:
     timeout: 5s
     retries: {attempts: 2, retryOn: unavailable}
 `, echoHost, echoHost, echoHost, w1, echoHost, w2)
-}
-
-// assertSplit checks that the share of calls served by want1 is p within
-// five standard deviations of the binomial distribution (a false failure
-// about once in 3.5 million runs), and that nothing else served a call.
-func assertSplit(t *testing.T, calls []call, want1, want2 string, p float64) {
-	t.Helper()
-	got := tally(calls)
-	n := float64(len(calls))
-	if got[want1]+got[want2] != len(calls) {
-		t.Fatalf("calls went outside %s/%s: %s", want1, want2, describe(got))
-	}
-	share := float64(got[want1]) / n
-	tol := 5 * math.Sqrt(p*(1-p)/n)
-	if math.Abs(share-p) > tol {
-		t.Fatalf("%s served %.3f of %d calls, want %.2f±%.3f (%s)", want1, share, len(calls), p, tol, describe(got))
-	}
-	t.Logf("split over %d calls: %s (%s share %.3f, want %.2f±%.3f)", len(calls), describe(got), want1, share, p, tol)
-}
-
-type syncz []struct {
-	NodeID string `json:"nodeId"`
-	Types  map[string]struct {
-		SentVersion  string `json:"sentVersion"`
-		AckedVersion string `json:"ackedVersion"`
-		NackReason   string `json:"nackReason"`
-	} `json:"types"`
-}
-
-// routeVersion is the RDS version the node last ACKed at the hub.
-func routeVersion(h *hub, node string) (string, error) {
-	var s syncz
-	if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
-		return "", err
-	}
-	for _, c := range s {
-		if c.NodeID == node {
-			return c.Types["RouteConfiguration"].AckedVersion, nil
-		}
-	}
-	return "", fmt.Errorf("node %s is not connected", node)
 }
 
 // waitRouteChange waits for node to ACK a route version other than prev
@@ -331,25 +287,4 @@ func waitPolled(t *testing.T, h *hub, sp *spoke, id string, sessions int) {
 		}
 		return nil
 	})
-}
-
-// firstOK waits for the client's first successful call and returns its time.
-func firstOK(t *testing.T, c *client, deadline time.Duration) time.Time {
-	t.Helper()
-	var at time.Time
-	testwait.For(t, deadline, func() error {
-		calls := c.calls()
-		for _, cl := range calls {
-			if cl.Code == "OK" {
-				at = cl.Time
-				return nil
-			}
-		}
-		if len(calls) > 0 {
-			last := calls[len(calls)-1]
-			return fmt.Errorf("no successful call yet; last: %s %s", last.Code, last.Error)
-		}
-		return fmt.Errorf("no call yet")
-	})
-	return at
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,41 +16,6 @@ import (
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/xds/ads"
 )
-
-// operatorClient is an HTTPS client of the hub's operator listener
-// presenting cert (none if nil) and verifying the hub's serving CA.
-func operatorClient(t *testing.T, h *hub, cert *tls.Certificate) *http.Client {
-	t.Helper()
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: h.servingRoots(t)}
-	if cert != nil {
-		cfg.Certificates = []tls.Certificate{*cert}
-	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
-}
-
-// get fetches url, returning the status code and body, or the transport
-// error (a refused handshake).
-func get(c *http.Client, url string) (int, string, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-// issueOperator runs navectl operator issue and loads the certificate.
-func issueOperator(t *testing.T, h *hub, scope ...string) (string, tls.Certificate) {
-	t.Helper()
-	dir := t.TempDir()
-	mustNavectl(t, append([]string{"operator", "issue", "--state-dir", h.state, "--out", dir}, scope...)...)
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, cert
-}
 
 // TestOperatorAdminIsScoped runs a TLS hub with an operator listener
 // holding clusters and proxies of two meshes: the vendor's operator sees

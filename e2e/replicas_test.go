@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +21,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/e2e/load"
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
 	"github.com/navemesh/nave/internal/testenv"
@@ -31,155 +28,6 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
-
-// tcpProxy is a loopback TCP proxy the test controls (load.Forwarder):
-// each connection goes to the first of its backends that accepts, as a
-// Service address in front of the hub replicas would send it. A spoke's
-// hub.address takes one address, so a spoke reaches the replicas through
-// one of these.
-type tcpProxy struct{ *load.Forwarder }
-
-func startProxy(t *testing.T, backends ...string) *tcpProxy {
-	t.Helper()
-	f, err := load.NewForwarder(backends...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	return &tcpProxy{f}
-}
-
-func (p *tcpProxy) addr() string { return p.Addr() }
-func (p *tcpProxy) port() int {
-	_, port, _ := net.SplitHostPort(p.Addr())
-	n, _ := strconv.Atoi(port)
-	return n
-}
-
-// replicaSet is n nave-hub replicas sharing one state dir (state.store dir
-// on one machine; on Kubernetes, Secrets) and one gossip key.
-type replicaSet struct {
-	hubs   []*hub
-	gossip []int
-	relay  []int
-	key    string
-}
-
-func newReplicaSet(t *testing.T, n int, extra ...string) *replicaSet {
-	t.Helper()
-	return newReplicaSetOn(t, make([]placement, n), false, extra...)
-}
-
-// placement is where one replica runs: in a network namespace or not, and
-// the address its listeners bind ("" is 127.0.0.1).
-type placement struct {
-	ns   *harness.NetNS
-	host string
-}
-
-// newReplicaSetOn starts one replica per placement; plaintext runs them
-// with tls.plaintext (the relay is then plaintext too).
-func newReplicaSetOn(t *testing.T, places []placement, plaintext bool, extra ...string) *replicaSet {
-	t.Helper()
-	rs := planReplicaSet(t, places, plaintext, extra...)
-	for _, h := range rs.hubs {
-		h.start() // one after the other: the first creates the CAs
-	}
-	return rs
-}
-
-// planReplicaSet is newReplicaSetOn without starting the replicas, so
-// that a test can add flags of its own to each.
-func planReplicaSet(t *testing.T, places []placement, plaintext bool, extra ...string) *replicaSet {
-	t.Helper()
-	rs := &replicaSet{key: filepath.Join(t.TempDir(), "gossip.key")}
-	if err := os.WriteFile(rs.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	var join []string
-	hosts := []string{"127.0.0.1", "localhost"}
-	for _, p := range places {
-		rs.gossip = append(rs.gossip, harness.FreePort(t))
-		rs.relay = append(rs.relay, harness.FreePort(t))
-		host := p.host
-		if host == "" {
-			host = "127.0.0.1"
-		} else {
-			hosts = append(hosts, host)
-		}
-		join = append(join, net.JoinHostPort(host, strconv.Itoa(rs.gossip[len(rs.gossip)-1])))
-	}
-	for i, p := range places {
-		h := &hub{t: t, admin: harness.FreePort(t), spokes: harness.FreePort(t), xds: harness.FreePort(t), state: state, ns: p.ns, host: p.host}
-		if plaintext {
-			h.state = ""
-		}
-		h.extraArgs = append([]string{"--replicas.id", fmt.Sprintf("hub-%d", i), "--replicas.join", strings.Join(join, ","),
-			"--replicas.bind-address", h.at(0)[:strings.LastIndex(h.at(0), ":")], "--replicas.bind-port", strconv.Itoa(rs.gossip[i]),
-			"--replicas.relay-listen", h.at(rs.relay[i]), "--replicas.keyring-file", rs.key, "--tls.hosts", strings.Join(hosts, ",")}, extra...)
-		rs.hubs = append(rs.hubs, h)
-	}
-	return rs
-}
-
-// replicasView is a replica's /debug/replicas.
-type replicasView struct {
-	Self    string           `json:"self"`
-	Leader  string           `json:"leader"`
-	Members []replica.Member `json:"members"`
-	Relays  []replica.RelayStatus
-	Spokes  replica.SpokeBalance `json:"spokes"`
-}
-
-func (h *hub) replicas(t *testing.T) replicasView {
-	t.Helper()
-	var v replicasView
-	if err := harness.GetJSON(h.url("/debug/replicas"), &v); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func (v replicasView) ids() string {
-	var out []string
-	for _, m := range v.Members {
-		out = append(out, m.ID)
-	}
-	return strings.Join(out, ",")
-}
-
-// waitMembers waits until h sees exactly ids (self first, then sorted).
-func (h *hub) waitMembers(t *testing.T, ids string) {
-	t.Helper()
-	testwait.For(t, 30*time.Second, func() error {
-		if got := h.replicas(t).ids(); got != ids {
-			return fmt.Errorf("members %s, want %s", got, ids)
-		}
-		return nil
-	})
-}
-
-// waitOwned waits until h holds id connected and synced from its own
-// spoke, and returns when that was seen.
-func (h *hub) waitOwned(t *testing.T, id, self string) ingest.ClusterStatus {
-	t.Helper()
-	var st ingest.ClusterStatus
-	testwait.For(t, 60*time.Second, func() error {
-		var list []ingest.ClusterStatus
-		if err := harness.GetJSON(h.url("/debug/spokes"), &list); err != nil {
-			return err
-		}
-		for _, c := range list {
-			if c.ClusterIdentity.String() == id && c.Connected && c.Synced && !c.Relayed && c.Owner == self {
-				st = c
-				return nil
-			}
-		}
-		return fmt.Errorf("%s does not own %s yet", self, id)
-	})
-	return st
-}
 
 // TestReplicaFailoverDeletesNothing runs three hub replicas and two
 // enrolled file spokes, each spoke behind a loopback proxy that sends it
@@ -338,32 +186,6 @@ func TestReplicaFailoverDeletesNothing(t *testing.T) {
 			t.Errorf("hub-1 %s = %g, want at least %g", name, v, min)
 		}
 	}
-}
-
-// scrape returns the sum of the samples of metric name at url.
-func scrape(t *testing.T, url, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			sum += v
-		}
-	}
-	return sum
 }
 
 // TestReplicaRollingRestartDeletesNothing restarts three hub replicas one

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -42,50 +40,6 @@ var vsResource = schema.GroupVersionResource{Group: "networking.istio.io", Versi
 func webhookManifest(t *testing.T, port int) []byte {
 	t.Helper()
 	return shippedWebhooks(t, "webhook.yaml", port)
-}
-
-// shippedWebhooks is the manifest deploy/spoke/file as shipped, with the
-// clientConfig of every webhook of its webhook configurations pointed at
-// https://127.0.0.1:port and the path of the Service it names.
-func shippedWebhooks(t *testing.T, file string, port int) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(), "deploy", "spoke", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	configs := 0
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Fatal(err)
-		}
-		if obj["kind"] == "ValidatingWebhookConfiguration" || obj["kind"] == "MutatingWebhookConfiguration" {
-			configs++
-			hooks, _ := obj["webhooks"].([]any)
-			if len(hooks) == 0 {
-				t.Fatalf("deploy/spoke/%s registers no webhook", file)
-			}
-			for _, h := range hooks {
-				cc := h.(map[string]any)["clientConfig"].(map[string]any)
-				svc, _ := cc["service"].(map[string]any)
-				if svc == nil || cc["caBundle"] != nil {
-					t.Fatalf("shipped clientConfig %v: want a service and no caBundle", cc)
-				}
-				delete(cc, "service")
-				cc["url"] = fmt.Sprintf("https://127.0.0.1:%d%s", port, svc["path"])
-			}
-		}
-		y, err := yaml.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, string(y))
-	}
-	if configs == 0 {
-		t.Fatalf("deploy/spoke/%s holds no webhook configuration", file)
-	}
-	return []byte(strings.Join(out, "---\n"))
 }
 
 // webhookSpoke is a nave-spoke process watching a cluster and serving the
