@@ -7,8 +7,9 @@
 // The rules this package stands for, in every test of the tree:
 //
 //   - A test waits on the event, never on the clock: no time.Sleep in a
-//     _test.go file. `make lint` refuses one outside sleep-allowlist.txt,
-//     which lists each remaining sleep with why it is not a wait.
+//     _test.go file. `make lint` (internal/sleepcheck) refuses one outside
+//     a synctest bubble unless internal/sleepcheck/allowlist.txt lists it
+//     with why it is not a wait.
 //   - A timer-driven unit (a debounce, a backoff, a renewal) runs in a
 //     testing/synctest bubble, whose fake clock makes its timers instant and
 //     exact; there time.Sleep advances the fake clock and synctest.Wait
