@@ -195,9 +195,12 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 	}
 }
 
-// TestUplinkWaitsForTheSource checks that no stream opens before the
-// source's first state: an early empty full state would make the hub
-// prune the cluster at the synced marker.
+// TestUplinkWaitsForTheSource: an uplink started before its source's
+// first state waits for it, then syncs that state with a real hub. (That
+// no stream opens before, where an early empty full state would make the
+// hub prune the cluster at the synced marker, spoke/uplink's
+// TestRunWaitsForTheSource proves on synctest's clock: no window of real
+// time could.)
 func TestUplinkWaitsForTheSource(t *testing.T) {
 	in, addr, _ := hubServer(t, "127.0.0.1:0")
 	up := uplink.New(uplink.Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
@@ -209,7 +212,6 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 		cancel()
 		<-done
 	})
-	time.Sleep(200 * time.Millisecond) // a window in which a stream must not open
 	if s := in.Status(); len(s) != 0 {
 		t.Fatalf("a stream opened before the source published: %+v", s)
 	}
