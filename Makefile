@@ -59,10 +59,11 @@ generate:
 	$(GO) run ./internal/configdoc > docs/config.md
 	$(GO) run ./internal/crdgen deploy/spoke/istio-crds.yaml
 
-## lint: gofmt, no merge conflict markers, go vet, staticcheck, and the layering (internal/layercheck/layers.txt)
+## lint: gofmt, no merge conflict markers, no time.Sleep in tests outside synctest or internal/sleepcheck/allowlist.txt, go vet, staticcheck, and the layering (internal/layercheck/layers.txt)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@if git grep -n -E '^(<<<<<<< |>>>>>>> )' -- . ; then echo "merge conflict markers committed (above)"; exit 1; fi
+	$(GO) run ./internal/sleepcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run ./internal/layercheck -rules internal/layercheck/layers.txt ./...

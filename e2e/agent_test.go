@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,87 +28,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/encoding/protojson"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
-	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 )
-
-// podEnv is what an injected pod gives the agent container: the env the
-// templates set (docs/agent.md), the downward API files and the projected
-// token, all written by the test.
-type podEnv struct {
-	name, namespace, sa string
-	labels              map[string]string
-	mode                string
-	extra               []string // more NAVE_* settings
-}
-
-// agentProc is a running nave-agent and the pod directories it uses.
-type agentProc struct {
-	proc   *harness.Proc
-	dir    string // the nave-run volume
-	status int
-}
-
-func (p *agentProc) url(path string) string {
-	return fmt.Sprintf("http://127.0.0.1:%d%s", p.status, path)
-}
-
-// agentEnv is the environment of an agent container for pod, against the
-// hub h and the spoke's RA at raAddr; it writes the pod's files into work.
-func agentEnv(t testing.TB, a *agent, h *hub, raAddr string, pod podEnv, work string) ([]string, string, int) {
-	t.Helper()
-	dir := filepath.Join(work, "run")
-	podinfo := filepath.Join(work, "podinfo")
-	tokens := filepath.Join(work, "tokens")
-	for _, d := range []string{dir, podinfo, tokens} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var labels strings.Builder
-	for k, v := range pod.labels {
-		fmt.Fprintf(&labels, "%s=%s\n", k, strconv.Quote(v))
-	}
-	hubCA, err := os.ReadFile(servingcert.RootPath(h.state))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for path, data := range map[string]string{
-		filepath.Join(podinfo, "labels"):      labels.String(),
-		filepath.Join(podinfo, "annotations"): "sidecar.istio.io/inject=\"true\"\n",
-		filepath.Join(tokens, "istio-token"):  a.token(t, pod.namespace, pod.sa),
-	} {
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	status := harness.FreePort(t)
-	env := []string{
-		"NAVE_MODE=" + pod.mode, "NAVE_MESH=default", "NAVE_CLUSTER=c1", "NAVE_TRUST_DOMAIN=cluster.local",
-		"NAVE_POD_NAME=" + pod.name, "NAVE_POD_NAMESPACE=" + pod.namespace, "NAVE_POD_SERVICE_ACCOUNT=" + pod.sa,
-		"NAVE_POD_IP=127.0.0.1", "NAVE_POD_NODE=node-1",
-		"NAVE_POD_LABELS_FILE=" + filepath.Join(podinfo, "labels"), "NAVE_POD_ANNOTATIONS_FILE=" + filepath.Join(podinfo, "annotations"),
-		"NAVE_RA_ADDRESS=" + raAddr, "NAVE_RA_IDENTITY=spiffe://cluster.local/nave/cluster/c1",
-		"NAVE_RA_TOKEN_FILE=" + filepath.Join(tokens, "istio-token"),
-		"NAVE_TRUST_MESH_ROOTS=" + string(a.meshRoot), "NAVE_TRUST_HUB_CA=" + string(hubCA),
-		"NAVE_XDS_ADDRESS=" + addr(h.xds), "NAVE_DIR=" + dir, "NAVE_STATUS_LISTEN=" + addr(status),
-		"NAVE_ENVOY_BINARY=" + filepath.Join(work, "no-envoy-here"), "NAVE_ENVOY_ADMIN_PORT=" + strconv.Itoa(harness.FreePort(t)),
-		"NAVE_ENVOY_READY_PORT=" + strconv.Itoa(harness.FreePort(t)), "NAVE_LOG_LEVEL=debug",
-	}
-	return append(env, pod.extra...), dir, status
-}
-
-// startAgent runs nave-agent as pod and waits until it reports ready.
-func startAgent(t testing.TB, a *agent, h *hub, raAddr string, pod podEnv) *agentProc {
-	t.Helper()
-	env, dir, status := agentEnv(t, a, h, raAddr, pod, t.TempDir())
-	p := &agentProc{proc: harness.StartEnv(t, "agent-"+pod.name, binary("nave-agent"), env), dir: dir, status: status}
-	harness.WaitReady(t, p.url("/healthz/ready"), 60*time.Second)
-	return p
-}
 
 // readChain parses the first certificate of a PEM chain.
 func readChain(t *testing.T, chain, key []byte) *x509.Certificate {
@@ -179,33 +102,6 @@ func nextSecrets(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecr
 	return r.resp, out
 }
 
-// agentWorld is a real API server with the demo namespace, a TLS hub and
-// a spoke serving its RA; lis is where the echo endpoint of the demo's
-// config listens.
-func agentWorld(t testing.TB, hubArgs ...string) (*agent, *hub, string, net.Listener) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Close() })
-	c := kubeCluster(t)
-	c.Apply(t, []byte(workloadConfig(lis.Addr().(*net.TCPAddr).Port)))
-	cs, err := kubernetes.NewForConfig(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newSecureHub(t, hubArgs...)
-	raAddr := addr(harness.FreePort(t))
-	startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
-	h.waitSynced(t, "default/c1")
-	meshRoot, err := os.ReadFile(filepath.Join(h.state, "ca", "default", "root-cert.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}, h, raAddr, lis
-}
-
 // BenchmarkAgent starts nave-agent (grpc mode) as a pod would and measures
 // the time from process start to ready (first certificate from the RA and
 // the bootstrap written) and its resident memory once ready.
@@ -226,7 +122,7 @@ func runAgentBench(t testing.TB, a *agent, h *hub, raAddr string) {
 	env, _, status := agentEnv(t, a, h, raAddr, podEnv{name: "bench-1", namespace: "demo", sa: "client", mode: "grpc"}, t.TempDir())
 	start := time.Now()
 	p := harness.StartEnv(t, "agent-bench", binary("nave-agent"), env)
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		if _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", status)); err != nil {
 			return err
 		}
@@ -328,7 +224,7 @@ func TestAgentInAPod(t *testing.T) {
 		}
 		assertMetricsDocumented(t, p.url("/metrics"))
 		// The keeper counts a renewal after the push the test saw: wait for it.
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			metrics, err := httpGet(p.url("/metrics"))
 			if err != nil {
 				return err
@@ -466,7 +362,7 @@ func TestAgentInAPod(t *testing.T) {
 		gs.Stop()
 		tcpLis.Close()
 		for _, path := range []string{"/app-health/web/livez", "/app-health/web/readyz", "/app-health/web/startupz"} {
-			harness.Eventually(t, 30*time.Second, func() error {
+			testwait.For(t, 30*time.Second, func() error {
 				if code, body := status(path); code != http.StatusServiceUnavailable || !strings.Contains(body, "error: ") {
 					return fmt.Errorf("%s: %d %q; want 503, the app unreachable", path, code, body)
 				}
@@ -500,7 +396,7 @@ func TestAgentInAPod(t *testing.T) {
 		}
 		env, dir, status := agentEnv(t, a, h, raAddr, podEnv{name: "web-2", namespace: "demo", sa: "client", mode: "envoy"}, work)
 		p := harness.StartEnv(t, "agent-child", binary("nave-agent"), append(env, "NAVE_ENVOY_BINARY="+fake), "run") // "nave-agent run" is "nave-agent"
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			args, err := os.ReadFile(fake + ".args")
 			if err != nil {
 				return err

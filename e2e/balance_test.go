@@ -11,6 +11,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // balanced is a spoke-balancing scenario: a replica set, file spokes of
@@ -85,7 +86,7 @@ func (b *balanced) owners() (map[string]string, error) {
 // returns the spokes per replica.
 func (b *balanced) waitSpread() map[string]int {
 	var spread map[string]int
-	harness.Eventually(b.t, 60*time.Second, func() error {
+	testwait.For(b.t, 60*time.Second, func() error {
 		own, err := b.owners()
 		if err != nil {
 			return err
@@ -114,7 +115,7 @@ func (b *balanced) everywhere() {
 		}
 	}
 	for i, w := range b.watchers {
-		harness.Eventually(b.t, 60*time.Second, func() error {
+		testwait.For(b.t, 60*time.Second, func() error {
 			if err := w.holds(all...); err != nil {
 				return fmt.Errorf("client of hub-%d: %v", i, err)
 			}
@@ -142,7 +143,17 @@ func (b *balanced) finish() string {
 	if before < 1 {
 		b.t.Errorf("%g spokes moved in all, want at least 1", before)
 	}
-	time.Sleep(3 * time.Second) // three times the min age; six shed intervals
+	// Every replica's balancer has looked at the spread since, with no
+	// move pending, and found it even: a move would have come first.
+	testwait.For(b.t, 30*time.Second, func() error {
+		for _, h := range b.rs.hubs {
+			v := h.replicas(b.t)
+			if sb := v.Spokes; sb.Pending != nil || !strings.HasPrefix(sb.Idle, "even:") {
+				return fmt.Errorf("%s's spoke balancer: pending %v, idle %q", v.Self, sb.Pending, sb.Idle)
+			}
+		}
+		return nil
+	})
 	if after := b.moves(); after != before {
 		b.t.Errorf("spokes kept moving at an even spread: %g moves, then %g", before, after)
 	}
@@ -157,10 +168,11 @@ func (b *balanced) finish() string {
 			break
 		}
 	}
-	b.hosts[moved] = append(b.hosts[moved], "svc-"+moved+"-new")
-	writeFile(b.t, filepath.Join(b.spokes[moved].dir, "config.yaml"), b.config(moved))
+	checkNoRemovals(b.t, b.watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i) }, func(name, _ string) {
+		b.hosts[moved] = append(b.hosts[moved], name)
+		writeFile(b.t, filepath.Join(b.spokes[moved].dir, "config.yaml"), b.config(moved))
+	})
 	b.everywhere()
-	checkNoRemovals(b.t, b.watchers, func(i int) string { return fmt.Sprintf("the client of hub-%d", i) })
 	return moved
 }
 
@@ -180,7 +192,7 @@ func TestReplicasBalanceSpokes(t *testing.T) {
 	}
 	h0 := rs.hubs[0]
 	for _, h := range rs.hubs {
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			v := h.replicas(t)
 			ready := 0
 			for _, m := range v.Members {

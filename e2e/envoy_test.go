@@ -1,88 +1,21 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/mesh"
 )
-
-// reviewsYAML is the same service in both clusters (identical objects are
-// no conflict); the VirtualService of the same name differs, so the merge must pick one (the older) and report
-// the other. The "broken" VirtualService has two faults the generators
-// find (a subset no DestinationRule defines, an unknown host) and one the
-// spoke's validation finds (a regex RE2 cannot compile).
-func reviewsYAML(created, subset string) string {
-	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: reviews, namespace: shop}
-spec:
-  hosts: [reviews.shop.svc.cluster.local]
-  ports: [{number: 9080, name: http, protocol: HTTP}]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  endpoints: [{address: 10.1.0.1, labels: {version: v1}}, {address: 10.1.0.2, labels: {version: v2}}]
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: reviews, namespace: shop}
-spec:
-  host: reviews.shop.svc.cluster.local
-  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: reviews, namespace: shop, creationTimestamp: "%s"}
-spec:
-  hosts: [reviews.shop.svc.cluster.local]
-  http: [{route: [{destination: {host: reviews.shop.svc.cluster.local, subset: %s}}]}]
-`, created, subset)
-}
-
-const brokenYAML = `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ratings, namespace: shop}
-spec:
-  hosts: [ratings.shop.svc.cluster.local]
-  ports: [{number: 9080, name: http, protocol: HTTP}]
-  resolution: STATIC
-  endpoints: [{address: 10.2.0.1}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: broken, namespace: shop}
-spec:
-  hosts: [ratings.shop.svc.cluster.local]
-  http:
-  - match: [{headers: {x-canary: {exact: "yes"}}}]
-    route: [{destination: {host: reviews.shop.svc.cluster.local, subset: v9}}]
-  - route: [{destination: {host: nowhere.example.com}}]
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: bad-regex, namespace: shop}
-spec:
-  hosts: [ratings.shop.svc.cluster.local]
-  http: [{match: [{uri: {regex: "(unclosed"}}], route: [{destination: {host: ratings.shop.svc.cluster.local}}]}]
-`
 
 // TestEnvoyConfigAcrossClusters runs the real hub and two spokes and
 // connects as an Envoy sidecar: the merged config arrives, the
@@ -100,7 +33,7 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	newSpoke(t, h, "c2", dir2)
 
 	// The spoke refuses the regex before it leaves the cluster, naming the field.
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		body, err := httpGet(s1.url("/debug/rejected"))
 		if err != nil {
 			return err
@@ -188,110 +121,6 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 	}
 }
 
-func httpGet(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
-	return string(b), err
-}
-
-// adsClient is a state-of-the-world ADS stream that behaves like Envoy:
-// it subscribes per type and ACKs what it receives.
-type adsClient struct {
-	node   *corev3.Node
-	subs   map[string][]string
-	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-}
-
-func dialADS(t *testing.T, h *hub, nodeID string) *adsClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr(h.xds), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); conn.Close() })
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, _ := structpb.NewStruct(map[string]any{"MESH": "default", "NAMESPACE": "shop", "LABELS": map[string]any{"app": "web"}})
-	return &adsClient{node: &corev3.Node{Id: nodeID, Metadata: md}, subs: map[string][]string{}, stream: stream}
-}
-
-// fetch subscribes to typeURL (names empty: wildcard), waits for the
-// response, ACKs it and returns its resources by name.
-func (c *adsClient) fetch(t *testing.T, typeURL string, names ...string) map[string]proto.Message {
-	t.Helper()
-	if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
-		t.Fatal(err)
-	}
-	c.subs[typeURL] = names
-	var resp *discoveryv3.DiscoveryResponse
-	deadline := time.After(20 * time.Second)
-	for resp == nil {
-		type result struct {
-			r   *discoveryv3.DiscoveryResponse
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() { r, err := c.stream.Recv(); ch <- result{r, err} }()
-		select {
-		case res := <-ch:
-			if res.err != nil {
-				t.Fatal(res.err)
-			}
-			if res.r.GetTypeUrl() == typeURL {
-				resp = res.r
-			} else {
-				// An update of a type subscribed earlier: ACK it, as Envoy does.
-				c.ack(t, res.r)
-			}
-		case <-deadline:
-			t.Fatalf("no %s response in 20 s", typeURL)
-		}
-	}
-	out := map[string]proto.Message{}
-	for _, a := range resp.GetResources() {
-		m, err := a.UnmarshalNew()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v, ok := m.(interface{ ValidateAll() error }); ok {
-			if err := v.ValidateAll(); err != nil {
-				t.Errorf("%s does not validate: %v", a.GetTypeUrl(), err)
-			}
-		}
-		out[resourceName(m)] = m
-	}
-	c.ack(t, resp)
-	return out
-}
-
-func (c *adsClient) ack(t *testing.T, resp *discoveryv3.DiscoveryResponse) {
-	t.Helper()
-	if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: resp.GetTypeUrl(), ResourceNames: c.subs[resp.GetTypeUrl()],
-		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func resourceName(m proto.Message) string {
-	if n, ok := m.(interface{ GetName() string }); ok {
-		return n.GetName()
-	}
-	if n, ok := m.(interface{ GetClusterName() string }); ok {
-		return n.GetClusterName()
-	}
-	return ""
-}
-
 // TestSpokeFlapPushesNothing: a spoke that disconnects and comes back with
 // unchanged state changes nothing a proxy holds (DESIGN.md invariant 4):
 // an Envoy sidecar on state-of-the-world ADS receives no response during
@@ -303,7 +132,7 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "reviews.yaml"), reviewsYAML("2026-01-01T00:00:00Z", "v2"))
 	sp := newSpoke(t, h, "c1", dir)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
 
 	p := dialADS(t, h, "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local")
 	clusters := p.fetch(t, typeurl.Cluster)
@@ -321,9 +150,9 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	// Flap: the spoke stops; the hub keeps its state (stale); the spoke
 	// starts again on the same directory and resyncs.
 	sp.proc.Stop(5 * time.Second)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", false) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", false) })
 	newSpoke(t, h, "c1", dir)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
 
 	p.quiet(t, 2*time.Second, "a spoke flap with unchanged state")
 	if after := pushes(t, h); after != before {
@@ -334,59 +163,5 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	}
 	if n := scrape(t, h.url("/metrics"), "nave_hub_ingest_resume_unchanged_resources_total"); n == 0 {
 		t.Error("the resumed stream counted no unchanged resource")
-	}
-}
-
-// spokeSynced checks the hub's view of a cluster: connected and synced
-// (want true) or disconnected (want false).
-func spokeSynced(h *hub, cluster string, want bool) error {
-	var spokes []struct {
-		Cluster   string `json:"cluster"`
-		Connected bool   `json:"connected"`
-		Synced    bool   `json:"synced"`
-	}
-	if err := harness.GetJSON(h.url("/debug/spokes"), &spokes); err != nil {
-		return err
-	}
-	for _, s := range spokes {
-		if s.Cluster == cluster && (s.Connected && s.Synced) == want {
-			return nil
-		}
-	}
-	return fmt.Errorf("cluster %s not connected+synced=%v: %+v", cluster, want, spokes)
-}
-
-// pushes sums nave_xds_pushes_total over every label.
-func pushes(t *testing.T, h *hub) float64 {
-	t.Helper()
-	body, err := httpGet(h.url("/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "nave_xds_pushes_total{") {
-			var v float64
-			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum
-}
-
-// quiet fails if a response arrives within d.
-func (c *adsClient) quiet(t *testing.T, d time.Duration, why string) {
-	t.Helper()
-	ch := make(chan *discoveryv3.DiscoveryResponse, 1)
-	go func() {
-		if r, err := c.stream.Recv(); err == nil {
-			ch <- r
-		}
-	}()
-	select {
-	case r := <-ch:
-		t.Errorf("%s: the proxy received a %s response (%d resources)", why, r.GetTypeUrl(), len(r.GetResources()))
-	case <-time.After(d):
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/e2e/load"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // The remote view's scale: the load benchmark's mesh, 1,000 services × 15
@@ -88,7 +88,7 @@ func runFallbackRSS(tb testing.TB, services, endpoints int) fallbackRSS {
 	spB := newFallbackSpoke(tb, h, "b", dirB)
 	want := services * (1 + endpoints)
 	var res fallbackRSS
-	harness.Eventually(tb, 3*time.Minute, func() error {
+	testwait.For(tb, 3*time.Minute, func() error {
 		if st := spA.status(tb); !st.Remote.Complete || st.Remote.Clusters["b"] != want {
 			return fmt.Errorf("spoke a's remote view: %+v, want %d objects of b", st.Remote, want)
 		}
@@ -106,14 +106,14 @@ func runFallbackRSS(tb testing.TB, services, endpoints int) fallbackRSS {
 
 	h.proc.Kill()
 	down := time.Now()
-	harness.Eventually(tb, time.Minute, func() error {
+	testwait.For(tb, time.Minute, func() error {
 		if !spA.status(tb).Active {
 			return fmt.Errorf("spoke a not in fallback yet")
 		}
 		return nil
 	})
 	w := startRemovalWatcher(tb, "watcher.demo", addr(h.xds), addr(spA.xds))
-	harness.Eventually(tb, 3*time.Minute, func() error {
+	testwait.For(tb, 3*time.Minute, func() error {
 		// A cluster and its endpoints for each of b's services.
 		if _, held, servers := w.snapshot(); held < 2*services || servers[addr(spA.xds)] == 0 {
 			return fmt.Errorf("the watcher holds %d resources from %v, want %d from spoke a", held, servers, 2*services)

@@ -1,64 +1,18 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
-
-// fallbackSpoke is a nave-spoke process with fallback on.
-type fallbackSpoke struct {
-	*spoke
-	xds   int
-	state string
-}
-
-func newFallbackSpoke(t testing.TB, h *hub, cluster, dir string) *fallbackSpoke {
-	s := &fallbackSpoke{spoke: &spoke{admin: harness.FreePort(t), dir: dir}, xds: harness.FreePort(t), state: t.TempDir()}
-	s.start(t, h, cluster)
-	return s
-}
-
-// start runs the spoke process (again, on the same ports and state dir).
-func (s *fallbackSpoke) start(t testing.TB, h *hub, cluster string) {
-	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "fs://"+s.dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
-		"--hub.state-dir", s.state, "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "500ms",
-		"--fallback.enabled", "--fallback.listen", addr(s.xds), "--fallback.after", "1s", "--fallback.hand-back-after", "3s",
-		"--fallback.drain", "1s", "--log.level", "debug")
-	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
-}
-
-func (s *fallbackSpoke) status(t testing.TB) fallbackStatus { t.Helper(); return s.fallbackStatus(t) }
-
-type fallbackStatus struct {
-	Active      bool      `json:"active"`
-	Since       time.Time `json:"since"`
-	Transitions int       `json:"transitions"`
-	HubSynced   bool      `json:"hubSynced"`
-	Proxies     int       `json:"proxies"`
-	Remote      struct {
-		Complete bool           `json:"complete"`
-		Clusters map[string]int `json:"clusters"`
-	} `json:"remoteView"`
-}
-
-// fallbackStatus is the spoke's /debug/fallback.
-func (s *spoke) fallbackStatus(t testing.TB) fallbackStatus {
-	t.Helper()
-	var st fallbackStatus
-	if err := harness.GetJSON(s.url("/debug/fallback"), &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // startFallbackClient runs nave-demo-client with a bootstrap listing the
 // hub first and the spoke's fallback server second.
@@ -75,38 +29,6 @@ func startFallbackClient(t *testing.T, h *hub, s *fallbackSpoke, nodeID string) 
 	}
 	return &client{proc: harness.Start(t, "client-"+nodeID, binary("nave-demo-client"), "--target", "xds:///"+echoHost+":7070",
 		"--bootstrap", path, "--interval", "5ms", "--timeout", "2s", "--json")}
-}
-
-// echoIn is cluster-local config: the echo service and one endpoint per
-// backend, each with its subset label.
-func echoIn(backends map[string]*backend) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [%s]
-  ports: [{number: 7070, name: grpc, protocol: GRPC}]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  workloadSelector: {labels: {app: echo}}
-`, echoHost)
-	for version, be := range backends {
-		b.WriteString("---\n" + echoEndpoint(be, version))
-	}
-	return b.String()
-}
-
-// echoEndpoint is one more endpoint of the echo service, in subset version.
-func echoEndpoint(be *backend, version string) string {
-	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: WorkloadEntry
-metadata: {name: %s, namespace: demo}
-spec:
-  address: 127.0.0.1
-  ports: {grpc: %d}
-  labels: {app: echo, version: %s}
-`, be.name, be.port, version)
 }
 
 // since is the calls made after t.
@@ -132,45 +54,6 @@ func onlyOn(c *client, since time.Time, n int, backends ...string) error {
 	return nil
 }
 
-func fallbackRoute(weights map[string]int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: echo, namespace: demo}
-spec:
-  host: %s
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
-  - {name: v3, labels: {version: v3}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: echo, namespace: demo}
-spec:
-  hosts: [%s]
-  http:
-  - route:
-`, echoHost, echoHost)
-	for _, v := range []string{"v1", "v2", "v3"} {
-		if w := weights[v]; w > 0 {
-			fmt.Fprintf(&b, "    - {destination: {host: %s, subset: %s}, weight: %d}\n", echoHost, v, w)
-		}
-	}
-	return b.String()
-}
-
-// failures lists the calls that did not succeed.
-func failures(calls []call) []call {
-	var out []call
-	for _, c := range calls {
-		if c.Code != "OK" {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // TestFallback: a hub, two spokes (clusters a and b), a proxyless client in
 // a calling a service with endpoints in both. The hub is killed: calls go
 // on to both clusters; a client started during the outage gets its config
@@ -188,14 +71,14 @@ func TestFallback(t *testing.T) {
 	h := newHub(t)
 	spA := newFallbackSpoke(t, h, "a", dirA)
 	spB := newFallbackSpoke(t, h, "b", dirB)
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if st := spA.status(t); !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
 			return fmt.Errorf("spoke a's remote view: %+v", st.Remote)
 		}
 		return nil
 	})
 	watcher := startRemovalWatcher(t, "watcher.demo", addr(h.xds), addr(spA.xds))
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if _, held, _ := watcher.snapshot(); held == 0 {
 			return fmt.Errorf("the watcher holds nothing yet")
 		}
@@ -219,7 +102,7 @@ func TestFallback(t *testing.T) {
 	h.proc.Kill()
 	down := time.Now()
 	var activeAt time.Time
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		st := spA.status(t)
 		if !st.Active {
 			return fmt.Errorf("spoke a not in fallback yet")
@@ -250,7 +133,7 @@ func TestFallback(t *testing.T) {
 	// up — "unknown cluster selected for RPC" — see docs/fallback.md.)
 	writeFile(t, routePath, fallbackRoute(map[string]int{"v1": 100}))
 	var movedAt time.Time
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		calls := fresh.calls()
 		for i := len(calls) - 1; i >= 0 && i >= len(calls)-50; i-- {
 			if calls[i].Backend != "a-v1" {
@@ -269,7 +152,7 @@ func TestFallback(t *testing.T) {
 	added := time.Now()
 	writeFile(t, filepath.Join(dirA, "more.yaml"), echoEndpoint(av1b, "v1"))
 	var addedAt time.Time
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if got := tally(fresh.calls()); got["a-v1b"] == 0 {
 			return fmt.Errorf("fresh client: %s, no call to the new endpoint a-v1b yet", describe(got))
 		}
@@ -286,7 +169,7 @@ func TestFallback(t *testing.T) {
 	spA.proc.Stop(10 * time.Second)
 	restarted := time.Now()
 	spA.start(t, h, "a")
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if st := spA.status(t); !st.Active || !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
 			return fmt.Errorf("restarted spoke a: %+v", st)
 		}
@@ -299,13 +182,26 @@ func TestFallback(t *testing.T) {
 	}
 	late.proc.Stop(10 * time.Second)
 
-	// The hub comes and goes three times in about 10 s: spoke a keeps
-	// serving (fallback.handBackAfter 3 s of continuous health), no flapping.
+	// The hub comes and goes three times: spoke a sees it synced each time,
+	// then loses it before fallback.handBackAfter (3 s of continuous
+	// health), and keeps serving: no flapping.
 	flapStart := time.Now()
 	for range 3 {
 		h.start()
-		time.Sleep(time.Second)
+		testwait.For(t, 30*time.Second, func() error {
+			if !spA.status(t).HubSynced {
+				return errors.New("spoke a has not seen the hub synced")
+			}
+			return nil
+		})
 		h.proc.Kill()
+		<-h.proc.Done()
+		testwait.For(t, 30*time.Second, func() error {
+			if spA.status(t).HubSynced {
+				return errors.New("spoke a still sees the killed hub synced")
+			}
+			return nil
+		})
 	}
 	if st := spA.status(t); !st.Active || st.Transitions != 1 {
 		t.Fatalf("spoke a flapped while the hub came and went: %+v", st)
@@ -316,11 +212,11 @@ func TestFallback(t *testing.T) {
 	// clients return to it and spoke a hands back after handBackAfter.
 	h.start()
 	back := time.Now()
-	harness.Eventually(t, 30*time.Second, func() error { return onlyOn(old, back, 50, "a-v1", "a-v1b") })
+	testwait.For(t, 30*time.Second, func() error { return onlyOn(old, back, 50, "a-v1", "a-v1b") })
 	t.Logf("hub back -> old client follows the change made during the outage (from the hub): %s", time.Since(back).Round(time.Millisecond))
 	// The outage's changes reach cluster b's clients through the hub: the
 	// route (subset v1 only) and the new endpoint.
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if err := onlyOn(inB, back, 50, "a-v1", "a-v1b"); err != nil {
 			return err
 		}
@@ -330,7 +226,7 @@ func TestFallback(t *testing.T) {
 		return nil
 	})
 	t.Logf("hub back -> b's client follows the route change and calls the new endpoint made at spoke a during the outage: %s", time.Since(back).Round(time.Millisecond))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var s syncz
 		if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
 			return err
@@ -343,7 +239,7 @@ func TestFallback(t *testing.T) {
 		return fmt.Errorf("fresh.demo not connected to the hub")
 	})
 	t.Logf("hub back -> fresh client connected to the hub: %s", time.Since(back).Round(time.Millisecond))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if st := spA.status(t); st.Active || st.Transitions != 2 || st.Proxies != 0 {
 			return fmt.Errorf("spoke a: %+v", st)
 		}

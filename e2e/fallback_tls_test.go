@@ -24,6 +24,7 @@ import (
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/testwait"
 	nagent "github.com/navemesh/nave/spoke/agent"
 	"github.com/navemesh/nave/spoke/agentconfig"
 )
@@ -77,7 +78,7 @@ func TestFallbackListenerServesTheClusterCertificate(t *testing.T) {
 		return err
 	}
 	workload, _ := url.Parse("spiffe://" + enrolltest.TrustDomainA + "/ns/demo/sa/client")
-	harness.Eventually(t, identityWait, func() error {
+	testwait.For(t, identityWait, func() error {
 		err := dial([]tls.Certificate{meshCA.ClientCert(time.Hour, workload)})
 		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "hub is serving") {
 			return fmt.Errorf("workload of the mesh: err = %v, want UNAVAILABLE while the hub serves", err)
@@ -167,7 +168,7 @@ func meshRootsPEM(t *testing.T, h *hub, mesh, td string) []byte {
 // hubServes waits until the hub's /debug/syncz lists node.
 func hubServes(t *testing.T, h *hub, node string) {
 	t.Helper()
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var s syncz
 		if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
 			return err
@@ -205,7 +206,7 @@ func TestFallbackOverTLS(t *testing.T) {
 		fallbackFlags(harness.FreePort(t))...)
 	harness.WaitReady(t, spB.url("/healthz/ready"), 30*time.Second)
 	harness.WaitReady(t, spA.url("/healthz/ready"), 30*time.Second)
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if st := spA.fallbackStatus(t); !st.Remote.Complete || st.Remote.Clusters["b"] != 2 {
 			return fmt.Errorf("spoke a's remote view: %+v", st.Remote)
 		}
@@ -222,7 +223,7 @@ func TestFallbackOverTLS(t *testing.T) {
 
 	h.proc.Kill()
 	down := time.Now()
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		if !spA.fallbackStatus(t).Active {
 			return fmt.Errorf("spoke a not in fallback yet")
 		}
@@ -246,7 +247,7 @@ func TestFallbackOverTLS(t *testing.T) {
 	back := time.Now()
 	hubServes(t, h, fresh.nodeID)
 	t.Logf("hub back -> fresh client connected to the hub: %s", time.Since(back).Round(time.Millisecond))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if st := spA.fallbackStatus(t); st.Active || st.Transitions != 2 || st.Proxies != 0 {
 			return fmt.Errorf("spoke a: %+v", st)
 		}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -10,9 +9,8 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
-
-const echoHost = "echo.demo.svc.cluster.local"
 
 func meshYAML(backends []*backend) string {
 	var b strings.Builder
@@ -70,53 +68,12 @@ spec:
 `, echoHost, echoHost, echoHost, w1, echoHost, w2)
 }
 
-// assertSplit checks that the share of calls served by want1 is p within
-// five standard deviations of the binomial distribution (a false failure
-// about once in 3.5 million runs), and that nothing else served a call.
-func assertSplit(t *testing.T, calls []call, want1, want2 string, p float64) {
-	t.Helper()
-	got := tally(calls)
-	n := float64(len(calls))
-	if got[want1]+got[want2] != len(calls) {
-		t.Fatalf("calls went outside %s/%s: %s", want1, want2, describe(got))
-	}
-	share := float64(got[want1]) / n
-	tol := 5 * math.Sqrt(p*(1-p)/n)
-	if math.Abs(share-p) > tol {
-		t.Fatalf("%s served %.3f of %d calls, want %.2f±%.3f (%s)", want1, share, len(calls), p, tol, describe(got))
-	}
-	t.Logf("split over %d calls: %s (%s share %.3f, want %.2f±%.3f)", len(calls), describe(got), want1, share, p, tol)
-}
-
-type syncz []struct {
-	NodeID string `json:"nodeId"`
-	Types  map[string]struct {
-		SentVersion  string `json:"sentVersion"`
-		AckedVersion string `json:"ackedVersion"`
-		NackReason   string `json:"nackReason"`
-	} `json:"types"`
-}
-
-// routeVersion is the RDS version the node last ACKed at the hub.
-func routeVersion(h *hub, node string) (string, error) {
-	var s syncz
-	if err := harness.GetJSON(h.url("/debug/syncz"), &s); err != nil {
-		return "", err
-	}
-	for _, c := range s {
-		if c.NodeID == node {
-			return c.Types["RouteConfiguration"].AckedVersion, nil
-		}
-	}
-	return "", fmt.Errorf("node %s is not connected", node)
-}
-
 // waitRouteChange waits for node to ACK a route version other than prev
 // and returns the new one.
 func waitRouteChange(t *testing.T, h *hub, node, prev string) string {
 	t.Helper()
 	var v string
-	harness.Eventually(t, 20*time.Second, func() error {
+	testwait.For(t, 20*time.Second, func() error {
 		var err error
 		if v, err = routeVersion(h, node); err != nil {
 			return err
@@ -208,7 +165,7 @@ spec:
 			Reason string `json:"reason"`
 			Field  string `json:"field"`
 		}
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if err := harness.GetJSON(sp.url("/debug/rejected"), &rejected); err != nil {
 				return err
 			}
@@ -225,7 +182,7 @@ spec:
 		// A broken edit of the VirtualService in use: the spoke keeps its
 		// last good version, and traffic keeps the 20/80 split.
 		writeFile(t, vsPath, routeYAML(50, 40))
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if err := harness.GetJSON(sp.url("/debug/rejected"), &rejected); err != nil {
 				return err
 			}
@@ -251,7 +208,7 @@ spec:
 		h.start()
 		// The spoke reconnects by itself and syncs (polled: the hub dials
 		// it again).
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var spokes []struct {
 				Cluster string `json:"cluster"`
 				Synced  bool   `json:"synced"`
@@ -269,7 +226,7 @@ spec:
 		}
 		// The client reconnects too, and follows a new edit.
 		var prev string
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var err error
 			prev, err = routeVersion(h, "plain.demo")
 			if err == nil && prev == "" {
@@ -307,7 +264,7 @@ spec:
 // sessions-th stream at least.
 func waitPolled(t *testing.T, h *hub, sp *spoke, id string, sessions int) {
 	t.Helper()
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var targets []struct {
 			Mesh, Cluster, State string
 			Streams              int
@@ -330,25 +287,4 @@ func waitPolled(t *testing.T, h *hub, sp *spoke, id string, sessions int) {
 		}
 		return nil
 	})
-}
-
-// firstOK waits for the client's first successful call and returns its time.
-func firstOK(t *testing.T, c *client, deadline time.Duration) time.Time {
-	t.Helper()
-	var at time.Time
-	harness.Eventually(t, deadline, func() error {
-		calls := c.calls()
-		for _, cl := range calls {
-			if cl.Code == "OK" {
-				at = cl.Time
-				return nil
-			}
-		}
-		if len(calls) > 0 {
-			last := calls[len(calls)-1]
-			return fmt.Errorf("no successful call yet; last: %s %s", last.Code, last.Error)
-		}
-		return fmt.Errorf("no call yet")
-	})
-	return at
 }

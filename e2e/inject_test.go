@@ -21,6 +21,7 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 const injectProxyImage = "ghcr.io/navemesh/nave-proxy:e2e"
@@ -147,7 +148,7 @@ metadata: {name: plain}
 	}
 
 	// The spoke fills in the caBundle; the API server calls it once it has.
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		p, err := createPod(t, cs, podYAML("probe", "shop", "", ""), true)
 		if err != nil {
 			return err

@@ -22,6 +22,7 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/manifests"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // TestManifestsStartTheBinaries starts the real nave-hub and nave-spoke
@@ -171,7 +172,7 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 			continue
 		}
 		// the injector the MutatingWebhookConfiguration calls serves, with trust material
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var v struct {
 				ProxyImage string `json:"proxyImage"`
 				NotReady   string `json:"notReady"`
@@ -193,7 +194,7 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 	}
 	vendor := operatorDeployed(t, h, hubProc.port(t, "admin.operatorListen"), hubHosts[0].(string), "--vendor", "--name", "ops")
 	for _, id := range ids {
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var list []ingest.ClusterStatus
 			if err := json.Unmarshal([]byte(vendor("/debug/spokes")), &list); err != nil {
 				return err
@@ -210,7 +211,7 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 		// the replicas found each other, and every one holds every cluster
 		for _, p := range hubProcs {
 			op := operatorDeployed(t, h, p.port(t, "admin.operatorListen"), hubHosts[0].(string), "--vendor", "--name", "ops")
-			harness.Eventually(t, 30*time.Second, func() error {
+			testwait.For(t, 30*time.Second, func() error {
 				var v struct {
 					Members []struct {
 						ID string `json:"id"`
@@ -241,7 +242,7 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 	spokes[0].Stop(10 * time.Second)
 	again := relaunch[0]()
 	again.waitReady(t, 60*time.Second)
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var list []ingest.ClusterStatus
 		if err := json.Unmarshal([]byte(vendor("/debug/spokes")), &list); err != nil {
 			return err
@@ -362,7 +363,7 @@ func (l *launched) port(t *testing.T, key string) int {
 func (l *launched) waitReady(t *testing.T, deadline time.Duration) {
 	t.Helper()
 	url := fmt.Sprintf("http://%s/healthz/ready", addr(l.port(t, "admin.listen")))
-	harness.Eventually(t, deadline, func() error {
+	testwait.For(t, deadline, func() error {
 		select {
 		case <-l.Done():
 			t.Fatalf("%s exited with code %d before it was ready", l.Name, l.ExitCode())

@@ -15,6 +15,7 @@ import (
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/tlspin"
 	spokeenroll "github.com/navemesh/nave/spoke/enroll"
 )
@@ -94,7 +95,7 @@ func TestHubStateInKubernetesSecrets(t *testing.T) {
 	// A revocation written by navectl reaches both hubs through the
 	// Secrets: A withdraws the cluster, B refuses it.
 	mustNavectl(t, append([]string{"cluster", "revoke", "--mesh", "default", "--cluster", "east"}, a.stateFlags()...)...)
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		if _, ok := a.spokesView(t)["default/east"]; ok {
 			return fmt.Errorf("hub A still holds default/east")
 		}

@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,25 +12,8 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 )
-
-// spokeIdentity is the service account deploy/spoke/rbac.yaml grants.
-const spokeIdentity = "system:serviceaccount:nave-system:nave-spoke"
-
-// kubeCluster starts an API server with nave's CRDs and RBAC applied.
-func kubeCluster(t testing.TB) *kubetest.Cluster {
-	t.Helper()
-	c := kubetest.Start(t, kubetest.Options{})
-	root := harness.ModuleRoot()
-	for _, f := range []string{"namespace.yaml", "istio-crds.yaml", "rbac.yaml"} {
-		b, err := os.ReadFile(filepath.Join(root, "deploy", "spoke", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Apply(t, b)
-	}
-	return c
-}
 
 // newKubeSpoke starts a spoke process watching c as the nave-spoke
 // service account.
@@ -48,52 +27,6 @@ func newKubeSpoke(t *testing.T, h *hub, cluster string, c *kubetest.Cluster) *sp
 	return s
 }
 
-// node is a Kubernetes Node with topology labels.
-func node(name, region, zone string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Node
-metadata:
-  name: %s
-  labels: {topology.kubernetes.io/region: %s, topology.kubernetes.io/zone: %s}
-`, name, region, zone)
-}
-
-const echoService = `apiVersion: v1
-kind: Namespace
-metadata: {name: demo}
----
-apiVersion: v1
-kind: Service
-metadata: {name: echo, namespace: demo, labels: {app: echo}}
-spec:
-  selector: {app: echo}
-  ports: [{name: grpc, port: 7070, targetPort: 7070, appProtocol: grpc}]
-`
-
-// pod and its EndpointSlice: no controller manager runs, so the test
-// writes the slice the endpoint controller would.
-func podWithSlice(name, version, nodeName, address string, port int, ready, terminating bool) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %[1]s, namespace: demo, labels: {app: echo, version: %[2]s}}
-spec:
-  nodeName: %[3]s
-  serviceAccountName: default
-  containers: [{name: echo, image: echo}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: echo-%[1]s, namespace: demo, labels: {kubernetes.io/service-name: echo}}
-addressType: IPv4
-ports: [{name: grpc, port: %[4]d, protocol: TCP}]
-endpoints:
-- addresses: [%[7]s]
-  conditions: {ready: %[5]t, serving: %[5]t, terminating: %[6]t}
-  nodeName: %[3]s
-  targetRef: {kind: Pod, namespace: demo, name: %[1]s}
-`, name, version, nodeName, port, ready, terminating, address)
-}
-
 // nsBackend is a nave-demo-backend process in a network namespace the
 // test created: Kubernetes refuses loopback endpoint addresses, so the
 // workloads get a real address that still never leaves the machine.
@@ -101,7 +34,7 @@ func nsBackend(t *testing.T, ns *harness.NetNS, name string, port int) *backend 
 	t.Helper()
 	ns.Start(t, name, binary("nave-demo-backend"),
 		"--listen", fmt.Sprintf("%s:%d", ns.NSIP, port), "--name", name)
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", ns.NSIP, port), time.Second)
 		if err == nil {
 			c.Close()
@@ -109,59 +42,6 @@ func nsBackend(t *testing.T, ns *harness.NetNS, name string, port int) *backend 
 		return err
 	})
 	return &backend{name: name, port: port}
-}
-
-type debugEndpoint struct {
-	Address  string            `json:"address"`
-	Ports    map[string]uint32 `json:"ports"`
-	Labels   map[string]string `json:"labels"`
-	Cluster  string            `json:"cluster"`
-	Health   string            `json:"health"`
-	Locality struct {
-		Region string `json:"region"`
-		Zone   string `json:"zone"`
-	} `json:"locality"`
-}
-
-type debugService struct {
-	Hostname  string          `json:"hostname"`
-	Endpoints []debugEndpoint `json:"endpoints"`
-}
-
-// hubEndpoints returns what the hub's /debug/services shows for host, as
-// "cluster/version/port/health/region/zone" strings, sorted.
-func hubEndpoints(h *hub, host string) ([]string, error) {
-	var all map[string][]debugService
-	if err := harness.GetJSON(h.url("/debug/services?mesh=default"), &all); err != nil {
-		return nil, err
-	}
-	for _, s := range all["default"] {
-		if s.Hostname != host {
-			continue
-		}
-		var out []string
-		for _, e := range s.Endpoints {
-			out = append(out, fmt.Sprintf("%s/%s/%d/%s/%s/%s", e.Cluster, e.Labels["version"], e.Ports["grpc"], e.Health, e.Locality.Region, e.Locality.Zone))
-		}
-		sort.Strings(out)
-		return out, nil
-	}
-	return nil, fmt.Errorf("hub has no service %s", host)
-}
-
-func waitEndpoints(t *testing.T, h *hub, host string, want ...string) {
-	t.Helper()
-	sort.Strings(want)
-	harness.Eventually(t, 30*time.Second, func() error {
-		got, err := hubEndpoints(h, host)
-		if err != nil {
-			return err
-		}
-		if strings.Join(got, " ") != strings.Join(want, " ") {
-			return fmt.Errorf("hub endpoints of %s: %v, want %v", host, got, want)
-		}
-		return nil
-	})
 }
 
 func TestKubernetesSpoke(t *testing.T) {
@@ -234,7 +114,7 @@ spec:
 		// The VirtualService is in force once every recent beta call lands
 		// on v2 (before it, traffic is round robin over both).
 		firstOK(t, plain, 30*time.Second)
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			calls := beta.calls()
 			if len(calls) < 20 {
 				return fmt.Errorf("%d beta calls", len(calls))
@@ -246,7 +126,7 @@ spec:
 			return nil
 		})
 		// The plain client has ACKed the same routes as the beta one.
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			pv, err1 := routeVersion(h, "kube-plain.demo")
 			bv, err2 := routeVersion(h, "kube-beta.demo")
 			if err1 != nil || err2 != nil || pv != bv {

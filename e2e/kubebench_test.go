@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // kubeScale is the shape of the Kubernetes spoke benchmark.
@@ -109,44 +109,6 @@ func createService(ctx context.Context, cs kubernetes.Interface, sc kubeScale, i
 
 func ptr[T any](v T) *T { return &v }
 
-// metric reads one counter or gauge value from a /metrics page.
-func metric(url, name string) (float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
-			return strconv.ParseFloat(f[1], 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: no metric %s", url, name)
-}
-
-// peakRSS is a process's high-water resident set, in MiB.
-func peakRSS(pid int) float64 { return statusMiB(pid, "VmHWM:") }
-
-// currentRSS is a process's resident set, in MiB.
-func currentRSS(pid int) float64 { return statusMiB(pid, "VmRSS:") }
-
-// statusMiB is a field of /proc/PID/status given in kB, in MiB (0 if
-// unknown).
-func statusMiB(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, field) {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // BenchmarkKubernetesSpoke: 1,000 Services and 10,000 pods/endpoints (set
 // NAVE_BENCH_SERVICES / NAVE_BENCH_PODS_PER_SERVICE to change).
 func BenchmarkKubernetesSpoke(b *testing.B) {
@@ -188,7 +150,7 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 		"--cluster", "bench", "--hub.address", addr(h.spokes), "--hub.plaintext", "--admin.listen", addr(s.admin))
 	want := sc.services * (1 + sc.podsPerService)
 	var syncedAfter time.Duration
-	harness.Eventually(t, 10*time.Minute, func() error {
+	testwait.For(t, 10*time.Minute, func() error {
 		var spokes []struct {
 			Synced    bool           `json:"synced"`
 			Resources map[string]int `json:"resources"`
@@ -216,7 +178,7 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 	// not-ready, then ready again at a new address, slice by slice.
 	restartStart := time.Now()
 	restarted := rollingRestart(t, cs, sc)
-	harness.Eventually(t, 5*time.Minute, func() error {
+	testwait.For(t, 5*time.Minute, func() error {
 		var svcs map[string][]debugService
 		if err := harness.GetJSON(h.url("/debug/services?mesh=default"), &svcs); err != nil {
 			return err

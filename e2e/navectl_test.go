@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,59 +15,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/mesh"
 )
-
-// navectlExit runs navectl and returns its exit code and outputs.
-func navectlExit(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary("navectl"), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String(), errb.String()
-	} else if err != nil {
-		t.Fatalf("navectl %v: %v", args, err)
-	}
-	return 0, out.String(), errb.String()
-}
-
-// waitOneMesh waits until the hub holds one mesh merged from n clusters.
-func waitOneMesh(t *testing.T, h *hub, n int) {
-	t.Helper()
-	harness.Eventually(t, 20*time.Second, func() error {
-		var meshes []struct {
-			Clusters []mesh.ClusterState `json:"clusters"`
-		}
-		if err := harness.GetJSON(h.url("/debug/meshes"), &meshes); err != nil {
-			return err
-		}
-		if len(meshes) != 1 || len(meshes[0].Clusters) != n {
-			return fmt.Errorf("meshes %+v, want one with %d clusters", meshes, n)
-		}
-		return nil
-	})
-}
-
-// recvType reads the stream until a response of typeURL, ACKing what else
-// arrives as Envoy does.
-func (c *adsClient) recvType(t *testing.T, typeURL string) *discoveryv3.DiscoveryResponse {
-	t.Helper()
-	for {
-		r, err := c.stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.GetTypeUrl() == typeURL {
-			return r
-		}
-		c.ack(t, r)
-	}
-}
 
 // TestNavectlReadsTheHub runs a real hub and two file spokes, connects an
 // Envoy-like proxy that ACKs clusters, NACKs listeners and leaves endpoints
@@ -112,7 +59,7 @@ func TestNavectlReadsTheHub(t *testing.T) {
 			NodeID string            `json:"nodeId"`
 			States map[string]string `json:"states"`
 		}
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			code, out, stderr := navectlExit(t, "proxy-status", admin, "-o", "json")
 			if code != 0 {
 				return fmt.Errorf("proxy-status -o json: exit %d: %s", code, stderr)
@@ -198,7 +145,7 @@ func TestNavectlReadsTheHub(t *testing.T) {
 		}
 		// c2's spoke stops: the cluster turns stale, its withdrawal is due.
 		s2.proc.Stop(10 * time.Second)
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			code, out, stderr := navectlExit(t, "status", admin, "-o", "json")
 			var rep struct {
 				Meshes []struct {

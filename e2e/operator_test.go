@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,43 +13,9 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/xds/ads"
 )
-
-// operatorClient is an HTTPS client of the hub's operator listener
-// presenting cert (none if nil) and verifying the hub's serving CA.
-func operatorClient(t *testing.T, h *hub, cert *tls.Certificate) *http.Client {
-	t.Helper()
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: h.servingRoots(t)}
-	if cert != nil {
-		cfg.Certificates = []tls.Certificate{*cert}
-	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
-}
-
-// get fetches url, returning the status code and body, or the transport
-// error (a refused handshake).
-func get(c *http.Client, url string) (int, string, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-// issueOperator runs navectl operator issue and loads the certificate.
-func issueOperator(t *testing.T, h *hub, scope ...string) (string, tls.Certificate) {
-	t.Helper()
-	dir := t.TempDir()
-	mustNavectl(t, append([]string{"operator", "issue", "--state-dir", h.state, "--out", dir}, scope...)...)
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert-chain.pem"), filepath.Join(dir, "key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, cert
-}
 
 // TestOperatorAdminIsScoped runs a TLS hub with an operator listener
 // holding clusters and proxies of two meshes: the vendor's operator sees
@@ -72,7 +37,7 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 
 	s1 := startSecureSpoke(t, h, "spoke-c1", "", "c1", h.token(t, "default", "c1", "1h"))
 	startSecureSpoke(t, h, "spoke-c2", "other", "c2", h.token(t, "other", "c2", "1h"))
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var list []ingest.ClusterStatus
 		code, body, err := get(vc, base+"/debug/spokes")
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &list) != nil {
@@ -98,7 +63,7 @@ func TestOperatorAdminIsScoped(t *testing.T) {
 
 	// The vendor sees both meshes' clusters and proxies.
 	var conns []ads.ConnStatus
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		code, body, err := get(vc, base+"/debug/syncz")
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &conns) != nil || len(conns) != 2 {
 			return fmt.Errorf("vendor /debug/syncz: %d %v %s", code, err, body)

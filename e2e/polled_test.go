@@ -14,6 +14,7 @@ import (
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	spokeenroll "github.com/navemesh/nave/spoke/enroll"
 )
@@ -75,7 +76,7 @@ func TestPolledModeSecurity(t *testing.T) {
 			t.Errorf("default/a at the hub: %+v, want it polled from %s with its ServiceEntry", st, addr(portA))
 		}
 		var up struct{ Mode, PolledBy, State string }
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if err := harness.GetJSON(a.url("/debug/uplink"), &up); err != nil {
 				return err
 			}
@@ -90,7 +91,7 @@ func TestPolledModeSecurity(t *testing.T) {
 	t.Run("the polled spoke keeps the rest of its mesh (PollWatch)", func(t *testing.T) {
 		harness.WaitReady(t, c.url("/healthz/ready"), 30*time.Second)
 		h.waitSynced(t, "default/c")
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			var view struct {
 				Complete bool
 				Trust    bool `json:"trustBundle"`
@@ -108,7 +109,7 @@ func TestPolledModeSecurity(t *testing.T) {
 			return nil
 		})
 		// The spoke marks its watch synced just after saving the view.
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			var up struct{ Watch string }
 			if err := harness.GetJSON(a.url("/debug/uplink"), &up); err != nil || up.Watch != "synced" {
 				return fmt.Errorf("spoke a's watch: %+v %v, want synced", up, err)
@@ -127,7 +128,7 @@ func TestPolledModeSecurity(t *testing.T) {
 	})
 
 	t.Run("a spoke answering for another cluster is refused", func(t *testing.T) {
-		harness.Eventually(t, 20*time.Second, func() error {
+		testwait.For(t, 20*time.Second, func() error {
 			var targets []struct {
 				Cluster, State, LastError string
 				Failures, Streams         int
@@ -204,7 +205,7 @@ func TestPolledModeSecurity(t *testing.T) {
 	t.Run("another hub (its own serving CA) polling the spoke is refused", func(t *testing.T) {
 		before := scrape(t, a.url("/metrics"), "nave_spoke_poll_refused_total")
 		impostor := newSecureHub(t, "--spokes.poll", "default/a="+addr(portA), "--spokes.poll-backoff-initial", "100ms", "--spokes.poll-backoff-max", "500ms")
-		harness.Eventually(t, 20*time.Second, func() error {
+		testwait.For(t, 20*time.Second, func() error {
 			var targets []struct {
 				State, LastError  string
 				Failures, Streams int
@@ -237,25 +238,38 @@ func TestPolledModeSecurity(t *testing.T) {
 
 	t.Run("a revoked cluster is cut off and not polled again", func(t *testing.T) {
 		mustNavectl(t, "cluster", "revoke", "--state-dir", h.state, "--mesh", "default", "--cluster", "a")
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			if _, ok := h.spokesView(t)["default/a"]; ok {
 				return fmt.Errorf("default/a is still held")
 			}
 			return nil
 		})
-		harness.Eventually(t, 20*time.Second, func() error {
-			var targets []struct{ Cluster, State, LastError string }
+		type target struct {
+			Cluster, State, LastError string
+			Failures                  int
+		}
+		refused := func() (target, error) {
+			var targets []target
 			if err := harness.GetJSON(h.url("/debug/polled"), &targets); err != nil {
-				return err
+				return target{}, err
 			}
 			for _, tg := range targets {
 				if tg.Cluster == "a" && tg.State != "streaming" && strings.Contains(tg.LastError, "cluster default/a is revoked") {
-					return nil
+					return tg, nil
 				}
 			}
-			return fmt.Errorf("/debug/polled: %+v", targets)
+			return target{}, fmt.Errorf("/debug/polled: %+v", targets)
+		}
+		var first target
+		testwait.For(t, 20*time.Second, func() (err error) { first, err = refused(); return err })
+		// A few more attempts, each refused.
+		testwait.For(t, 20*time.Second, func() error {
+			tg, err := refused()
+			if err == nil && tg.Failures < first.Failures+3 {
+				err = fmt.Errorf("%d failed attempts since the first refusal, want 3", tg.Failures-first.Failures)
+			}
+			return err
 		})
-		time.Sleep(2 * time.Second) // a few more attempts
 		if _, ok := h.spokesView(t)["default/a"]; ok {
 			t.Error("the revoked cluster came back")
 		}
@@ -298,7 +312,7 @@ func TestReplicasPollASpokeOnce(t *testing.T) {
 	owner := func(live []*hub) int {
 		t.Helper()
 		found := -1
-		harness.Eventually(t, 60*time.Second, func() error {
+		testwait.For(t, 60*time.Second, func() error {
 			found = -1
 			for i, h := range live {
 				var targets []struct{ State string }
@@ -343,7 +357,7 @@ func TestReplicasPollASpokeOnce(t *testing.T) {
 	roots := survivors[0].servingRoots(t)
 	cert := survivors[0].workloadCert(t, "default", "cluster.local", "demo", "watcher")
 	ws := startWatchers(t, func() *grpc.ClientConn { return dialTLS(t, addr(survivors[0].xds), roots, &cert) })
-	harness.Eventually(t, 30*time.Second, func() error { return ws[0].holds(host) })
+	testwait.For(t, 30*time.Second, func() error { return ws[0].holds(host) })
 
 	rs.hubs[first].proc.Kill()
 	<-rs.hubs[first].proc.Done()
@@ -358,5 +372,5 @@ func TestReplicasPollASpokeOnce(t *testing.T) {
 		t.Errorf("spoke uplink: %+v %v, want a second session", up, err)
 	}
 	t.Logf("now polled by %s (replica %s)", up.PolledBy, survivors[next].url(""))
-	checkNoRemovals(t, ws, func(int) string { return "the watching client" })
+	checkNoRemovals(t, ws, func(int) string { return "the watching client" }, addService(t, s.dir))
 }

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // testBackend is an in-test gRPC backend whose behaviour per call is
@@ -74,7 +74,7 @@ func startTestBackend(t *testing.T, name string, answer func(n int64, retry bool
 func waitCode(t *testing.T, c *client, code string, deadline time.Duration) time.Time {
 	t.Helper()
 	var at time.Time
-	harness.Eventually(t, deadline, func() error {
+	testwait.For(t, deadline, func() error {
 		for _, cl := range c.calls() {
 			if cl.Code == code {
 				at = cl.Time

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // manyServiceEntries is a spoke's config of n ServiceEntries, one
@@ -44,7 +44,7 @@ func TestReconnectResumes(t *testing.T) {
 	via.spokes = p.port()
 	sp := startEnrolledSpoke(t, &via, "spoke-c1", "", "c1", config, h0.token(t, "default", "c1", "1h"), t.TempDir())
 	h0.waitOwned(t, "default/c1", "hub-0")
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if c := h1.spokesView(t)["default/c1"]; c.Owner != "hub-0" || !c.Relayed || !c.Synced {
 			return fmt.Errorf("hub-1 does not hold c1 from hub-0's relay: %+v", c)
 		}
@@ -61,7 +61,7 @@ func TestReconnectResumes(t *testing.T) {
 	roots := h1.servingRoots(t)
 	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
 	w := startWatchers(t, func() *grpc.ClientConn { return dialTLS(t, addr(h1.xds), roots, &cert) })[0]
-	harness.Eventually(t, 60*time.Second, func() error { return w.holds(hosts...) })
+	testwait.For(t, 60*time.Second, func() error { return w.holds(hosts...) })
 	const received = `nave_hub_ingest_received_bytes_total{stream="spoke"}`
 	before := scrape(t, h1.url("/metrics"), received)
 
@@ -70,7 +70,7 @@ func TestReconnectResumes(t *testing.T) {
 	h0.proc.Kill()
 	<-h0.proc.Done()
 	h1.waitOwned(t, "default/c1", "hub-1")
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		if n := scrape(t, sp.url("/metrics"), `nave_spoke_uplink_resumes_total{result="resumed"}`); n != 1 {
 			return fmt.Errorf("the spoke resumed %g times", n)
 		}
@@ -107,7 +107,7 @@ func TestReconnectResumes(t *testing.T) {
 	if _, res := sent(); res-againResources != 300 {
 		t.Errorf("after the hub restart the spoke sent %g resources, want the full 300", res-againResources)
 	}
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		w.mu.Lock()
 		n := w.streams
 		w.mu.Unlock()
@@ -116,6 +116,6 @@ func TestReconnectResumes(t *testing.T) {
 		}
 		return w.holds(hosts...)
 	})
-	checkNoRemovals(t, []*watcher{w}, func(int) string { return "the client of hub-1" })
+	checkNoRemovals(t, []*watcher{w}, func(int) string { return "the client of hub-1" }, addService(t, sp.dir))
 	assertMetricsDocumented(t, h1.url("/metrics"))
 }

@@ -16,6 +16,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 )
 
@@ -67,7 +68,7 @@ func chainsTo(t *testing.T, dir string, root []byte) bool {
 // waitRoots waits until every dir's root-cert.pem holds n roots.
 func waitRoots(t *testing.T, n int, dirs ...string) {
 	t.Helper()
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		for _, d := range dirs {
 			if got := len(rootsIn(t, filepath.Join(d, "root-cert.pem"))); got != n {
 				return fmt.Errorf("%s holds %d roots, want %d", d, got, n)
@@ -133,7 +134,7 @@ func TestRootRotation(t *testing.T) {
 	oldRoot := a.meshRoot
 	hubMetric := func(want string) {
 		t.Helper()
-		harness.Eventually(t, 30*time.Second, func() error {
+		testwait.For(t, 30*time.Second, func() error {
 			m, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", h.admin))
 			if err != nil {
 				return err
@@ -175,7 +176,7 @@ func TestRootRotation(t *testing.T) {
 	oldCalls.lastCalls(t, 3)
 
 	// Step 2: switch, once every workload's grpc read the bundle.
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		if time.Since(distributed) < grpcReload {
 			return fmt.Errorf("the workloads' grpc may not have read the bundle yet")
 		}
@@ -185,7 +186,7 @@ func TestRootRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	hubMetric(`nave_hub_ca_rotation_phase{mesh="default"} 2`)
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		for _, d := range []string{server.dir, cl.dir} {
 			if !chainsTo(t, d, newRoot) {
 				return fmt.Errorf("%s's certificate does not chain to the new root yet", d)
@@ -207,7 +208,7 @@ func TestRootRotation(t *testing.T) {
 	}
 	// The old workload (a certificate of the old root) and the server (of
 	// the new root, read by its grpc) still talk.
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		if time.Since(reissued) < grpcReload {
 			return fmt.Errorf("the server's grpc may not present its new certificate yet")
 		}
@@ -224,7 +225,7 @@ func TestRootRotation(t *testing.T) {
 
 	// The spoke renewed its cluster certificate under the new root: the
 	// RA presents it.
-	harness.Eventually(t, 90*time.Second, func() error {
+	testwait.For(t, 90*time.Second, func() error {
 		conn, err := tls.Dial("tcp", raAddr, &tls.Config{InsecureSkipVerify: true}) // inspected below
 		if err != nil {
 			return err
@@ -255,7 +256,7 @@ func TestRootRotation(t *testing.T) {
 	hubMetric(`nave_hub_ca_roots{mesh="default"} 1`)
 	waitRoots(t, 1, server.dir, cl.dir, fresh.dir)
 	dropped := time.Now()
-	harness.Eventually(t, 60*time.Second, func() error {
+	testwait.For(t, 60*time.Second, func() error {
 		if time.Since(dropped) < grpcReload {
 			return fmt.Errorf("the workloads' grpc may not have read the bundle yet")
 		}

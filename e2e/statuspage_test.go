@@ -26,6 +26,7 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/statuspage"
 	"github.com/navemesh/nave/internal/testenv"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
@@ -94,7 +95,7 @@ func startBrowser(t *testing.T) *browser {
 		pids := descendants(proc.Pid)
 		cancelTab()
 		cancelAlloc() // kills the browser and waits for it
-		harness.Eventually(t, 10*time.Second, func() error {
+		testwait.For(t, 10*time.Second, func() error {
 			var alive []int
 			for _, pid := range pids {
 				if running(pid) {
@@ -276,7 +277,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "reviews.yaml"), reviewsYAML("2026-03-01T00:00:00Z", "v1"))
 	newSpoke(t, h, "c1", dir)
-	harness.Eventually(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
+	testwait.For(t, 20*time.Second, func() error { return spokeSynced(h, "c1", true) })
 	node := "sidecar~10.9.0.1~web-1.shop~shop.svc.cluster.local"
 	p := dialADS(t, h, node)
 	p.fetch(t, typeurl.Cluster)
@@ -353,7 +354,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err := chromedp.Do(b.ctx, chromedp.Evaluate[chromedp.Void](`console.error("nave-console-probe")`)); err != nil {
 		t.Fatal(err)
 	}
-	harness.Eventually(t, 10*time.Second, func() error {
+	testwait.For(t, 10*time.Second, func() error {
 		if got := b.errors(); len(got) == len(errs) || !strings.Contains(got[len(got)-1], "nave-console-probe") {
 			return fmt.Errorf("the console listener did not see console.error: %v", got)
 		}
@@ -428,7 +429,7 @@ func TestStatusPageIsScoped(t *testing.T) {
 	startSecureSpoke(t, h, "spoke-c1", "", "c1", h.token(t, "default", "c1", "1h"))
 	startSecureSpoke(t, h, "spoke-c2", "other", "c2", h.token(t, "other", "c2", "1h"))
 	base := "https://" + addr(op)
-	harness.Eventually(t, 30*time.Second, func() error {
+	testwait.For(t, 30*time.Second, func() error {
 		var list []ingest.ClusterStatus
 		code, body, err := get(operatorClient(t, h, &vendor), base+"/debug/spokes")
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &list) != nil {

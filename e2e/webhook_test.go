@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 const (
@@ -41,50 +40,6 @@ var vsResource = schema.GroupVersionResource{Group: "networking.istio.io", Versi
 func webhookManifest(t *testing.T, port int) []byte {
 	t.Helper()
 	return shippedWebhooks(t, "webhook.yaml", port)
-}
-
-// shippedWebhooks is the manifest deploy/spoke/file as shipped, with the
-// clientConfig of every webhook of its webhook configurations pointed at
-// https://127.0.0.1:port and the path of the Service it names.
-func shippedWebhooks(t *testing.T, file string, port int) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(), "deploy", "spoke", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	configs := 0
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Fatal(err)
-		}
-		if obj["kind"] == "ValidatingWebhookConfiguration" || obj["kind"] == "MutatingWebhookConfiguration" {
-			configs++
-			hooks, _ := obj["webhooks"].([]any)
-			if len(hooks) == 0 {
-				t.Fatalf("deploy/spoke/%s registers no webhook", file)
-			}
-			for _, h := range hooks {
-				cc := h.(map[string]any)["clientConfig"].(map[string]any)
-				svc, _ := cc["service"].(map[string]any)
-				if svc == nil || cc["caBundle"] != nil {
-					t.Fatalf("shipped clientConfig %v: want a service and no caBundle", cc)
-				}
-				delete(cc, "service")
-				cc["url"] = fmt.Sprintf("https://127.0.0.1:%d%s", port, svc["path"])
-			}
-		}
-		y, err := yaml.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, string(y))
-	}
-	if configs == 0 {
-		t.Fatalf("deploy/spoke/%s holds no webhook configuration", file)
-	}
-	return []byte(strings.Join(out, "---\n"))
 }
 
 // webhookSpoke is a nave-spoke process watching a cluster and serving the
@@ -286,7 +241,7 @@ func TestValidationWebhook(t *testing.T) {
 		if created != 1 {
 			t.Errorf("the two spokes created %v CAs between them, want 1", created)
 		}
-		harness.Eventually(t, 20*time.Second, func() error {
+		testwait.For(t, 20*time.Second, func() error {
 			pool, _ := bundlePool(t, admin)
 			for _, s := range []*webhookSpoke{a, b} {
 				if _, err := s.servingCert(t).Verify(x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1"}); err != nil {
@@ -298,7 +253,7 @@ func TestValidationWebhook(t *testing.T) {
 		// The API server calls each in turn.
 		for _, s := range []*webhookSpoke{b, a} {
 			kc.Apply(t, webhookManifest(t, s.server))
-			harness.Eventually(t, 20*time.Second, func() error { return w.expectDenied(t, "via-"+s.name, true) })
+			testwait.For(t, 20*time.Second, func() error { return w.expectDenied(t, "via-"+s.name, true) })
 		}
 	})
 
@@ -323,7 +278,7 @@ spec:
 		want := `spec.http[0].route[1].destination.subset: subset "v2" is not defined by the DestinationRules of reviews.shop.svc.cluster.local in this cluster (shop/reviews: subsets v1)`
 		// The spoke learns of the DestinationRule through its watch.
 		var warned []string
-		harness.Eventually(t, 20*time.Second, func() error {
+		testwait.For(t, 20*time.Second, func() error {
 			var err error
 			if warned, err = w.create(t, good, true); err != nil {
 				return err
@@ -370,7 +325,7 @@ spec:
 		kc.Apply(t, webhookManifest(t, r.server))
 		r.start(t)
 		r.waitReady(t)
-		harness.Eventually(t, 20*time.Second, func() error { return w.expectDenied(t, "rotating", true) })
+		testwait.For(t, 20*time.Second, func() error { return w.expectDenied(t, "rotating", true) })
 		serials, gens := map[string]bool{}, map[int]bool{}
 		calls := 0
 		for end := time.Now().Add(25 * time.Second); time.Now().Before(end); calls++ {
@@ -401,7 +356,7 @@ func TestWebhookListenerSurvivesGarbage(t *testing.T) {
 	s.start(t)
 	s.waitReady(t)
 	w := newIstioWriter(t, kc)
-	harness.Eventually(t, 20*time.Second, func() error { return w.expectDenied(t, "before", true) })
+	testwait.For(t, 20*time.Second, func() error { return w.expectDenied(t, "before", true) })
 
 	c, err := net.Dial("tcp", addr(s.server))
 	if err != nil {

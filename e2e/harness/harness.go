@@ -5,7 +5,6 @@ package harness
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // Build compiles the named packages (binary name -> package path) into dir.
@@ -213,7 +214,7 @@ func (p *Proc) Log() string {
 // WaitReady polls url until it answers 200, or fails the test at deadline.
 func WaitReady(t testing.TB, url string, deadline time.Duration) {
 	t.Helper()
-	Eventually(t, deadline, func() error {
+	testwait.For(t, deadline, func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			return err
@@ -225,25 +226,6 @@ func WaitReady(t testing.TB, url string, deadline time.Duration) {
 		}
 		return nil
 	})
-}
-
-// Eventually polls fn every 20ms until it returns nil, or fails the test
-// with fn's last error once deadline has passed.
-func Eventually(t testing.TB, deadline time.Duration, fn func() error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	var err error
-	for {
-		if err = fn(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("not within %s: %v", deadline, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // GetJSON decodes the JSON answer of url into v.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -74,17 +75,10 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	s2 := connectSpoke(t, spokes, "m", "c1")
 	s2.sendState(pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN")))
 	s2.synced()
-	deadline := time.Now().Add(waitFor)
-	for {
+	testwait.Until(t, "the reconnected cluster published", func() bool {
 		st, _ := f.pc.Current("m")
-		if st.Version > before.Version && len(st.Snapshot.Clusters) == 1 && st.Snapshot.Clusters[0].Synced && st.Snapshot.Clusters[0].Connected {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reconnected cluster was not published")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return st.Version > before.Version && len(st.Snapshot.Clusters) == 1 && st.Snapshot.Clusters[0].Synced && st.Snapshot.Clusters[0].Connected
+	})
 	p.Quiet(quietFor, "an unchanged reconnect")
 }
 

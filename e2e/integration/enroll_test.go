@@ -21,6 +21,7 @@ import (
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/enroll"
@@ -206,13 +207,7 @@ func TestRenewUsesTheNewCertificateForNewConnections(t *testing.T) {
 
 	// Run renews at 70-80 % of the 3 s lifetime.
 	oldLeaf := first.Certificate.Leaf
-	deadline := time.Now().Add(waitFor)
-	for r.Credentials().Certificate.Leaf.Equal(oldLeaf) {
-		if time.Now().After(deadline) {
-			t.Fatal("the certificate was not renewed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "the certificate renewed", func() bool { return !r.Credentials().Certificate.Leaf.Equal(oldLeaf) })
 	// (When within the lifetime is TestRenewAt's matter: a loaded machine
 	// may run this late.)
 	t.Logf("renewed %v before the old certificate expired", time.Until(oldLeaf.NotAfter))
@@ -231,7 +226,7 @@ func TestRenewUsesTheNewCertificateForNewConnections(t *testing.T) {
 	}
 	// Once the old certificate has expired, a new connection still
 	// authenticates: it presents the renewed one.
-	time.Sleep(time.Until(oldLeaf.NotAfter) + 100*time.Millisecond)
+	testwait.Until(t, "the old certificate expired", func() bool { return time.Now().After(oldLeaf.NotAfter.Add(100 * time.Millisecond)) })
 	if err := pushSynced(t, dialRenewer(t, h, r)); err != nil {
 		t.Fatalf("new connection after the old certificate expired: %v", err)
 	}
@@ -297,13 +292,9 @@ func TestClusterCertificateNamesTheFallbackServer(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	deadline := time.Now().Add(waitFor)
-	for r.Credentials().Certificate.Leaf.VerifyHostname("spoke.east.example") != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the certificate without spoke.east.example was not renewed at once (it is far from due)")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "the certificate without spoke.east.example renewed at once (it is far from due)", func() bool {
+		return r.Credentials().Certificate.Leaf.VerifyHostname("spoke.east.example") == nil
+	})
 	leaf := r.Credentials().Certificate.Leaf
 	if len(leaf.DNSNames) != 2 || len(leaf.IPAddresses) != 0 {
 		t.Errorf("renewed certificate names %v %v, want %v", leaf.DNSNames, leaf.IPAddresses, names)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/watch"
+	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/spoke/fallback"
@@ -195,7 +196,7 @@ func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
 	fb, _ := startFallback(t, view, &hubUp, fallback.Options{After: time.Hour})
 	fb.Update(a)
 
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if err := upA.Synced(); err != nil {
 			return err
 		}
@@ -260,7 +261,7 @@ func TestFallbackServesWhileTheHubIsGoneAndHandsBack(t *testing.T) {
 	}
 
 	hubUp.Store(false)
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if !fb.Active() {
 			return fmt.Errorf("not active")
 		}
@@ -290,7 +291,7 @@ func TestFallbackServesWhileTheHubIsGoneAndHandsBack(t *testing.T) {
 	if _, err := d.Recv(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "hub is back") {
 		t.Fatalf("delta stream at hand-back: err = %v", err)
 	}
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if st := fb.Status(); st.Active || st.Proxies != 0 || st.Transitions != 2 {
 			return fmt.Errorf("status %+v", st)
 		}

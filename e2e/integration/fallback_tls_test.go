@@ -22,6 +22,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/spoke/fallback"
@@ -59,7 +60,7 @@ func TestFallbackOverMTLSWithTheMeshCA(t *testing.T) {
 	cert := func() (*tls.Certificate, error) { c := renewer.Credentials().Certificate; return &c, nil }
 	addr := serveGRPCWith(t, []grpc.ServerOption{grpc.Creds(credentials.NewTLS(fallback.ServerTLS(cert, trust)))},
 		func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, fb) })
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if !fb.Active() {
 			return errors.New("not active")
 		}

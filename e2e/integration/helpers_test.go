@@ -24,23 +24,6 @@ func testCtx(t *testing.T) context.Context {
 	return c
 }
 
-// eventually polls fn until it returns nil, or fails the test with its
-// last error after waitFor.
-func eventually(t *testing.T, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // testWriter logs through t.
 type testWriter struct{ t *testing.T }
 

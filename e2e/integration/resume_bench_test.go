@@ -13,6 +13,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/load"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -117,11 +118,7 @@ func newReconnectBench(tb testing.TB, services, endpoints int) *reconnectBench {
 func (r *reconnectBench) reconnect(tb testing.TB, fresh bool) (in, out int64, took time.Duration) {
 	tb.Helper()
 	r.stop()
-	for deadline := time.Now().Add(time.Minute); r.up.Synced() == nil; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatal("the uplink did not see its stream end")
-		}
-	}
+	testwait.Until(tb, "the uplink saw its stream end", func() bool { return r.up.Synced() != nil })
 	if fresh {
 		r.in = newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Hour}, ingest.ServerOptions{})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/poll"
 	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -90,7 +91,7 @@ func TestUplinkResumesWithUnchangedAndChangedState(t *testing.T) {
 			return up.Synced()
 		}
 	}
-	eventually(t, synced(1))
+	testwait.For(t, waitFor, synced(1))
 	full := sentBy(t, reg)
 	if full.resources != 300 || up.Status().Resumed {
 		t.Fatalf("first stream sent %v resources (resumed %v), want the full 300 (the hub held nothing)", full.resources, up.Status().Resumed)
@@ -99,14 +100,14 @@ func TestUplinkResumesWithUnchangedAndChangedState(t *testing.T) {
 
 	// A blip: the stream ends, the hub keeps the state, the spoke is back.
 	stop()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if up.Synced() == nil {
 			return errors.New("still synced")
 		}
 		return nil
 	})
 	_, stop = serveIngest(t, in, addr)
-	eventually(t, synced(2))
+	testwait.For(t, waitFor, synced(2))
 	again := sentBy(t, reg)
 	if n := again.resources - full.resources; n != 0 {
 		t.Errorf("an unchanged reconnect sent %v resources, want 0", n)
@@ -128,7 +129,7 @@ func TestUplinkResumesWithUnchangedAndChangedState(t *testing.T) {
 
 	// Changes while disconnected: svc-0 deleted, svc-1 modified, svc-300 added.
 	stop()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if up.Synced() == nil {
 			return errors.New("still synced")
 		}
@@ -142,7 +143,7 @@ func TestUplinkResumesWithUnchangedAndChangedState(t *testing.T) {
 	changed = append(changed, mod)
 	up.Update(changed)
 	_, _ = serveIngest(t, in, addr)
-	eventually(t, synced(3))
+	testwait.For(t, waitFor, synced(3))
 	last := sentBy(t, reg)
 	if n := last.resources - again.resources; n != 3 {
 		t.Errorf("a reconnect after three changes sent %v resources, want 3", n)
@@ -227,7 +228,7 @@ func TestUplinkSendsTheFullStateToAnOlderHub(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	reg := prometheus.NewRegistry()
 	up := runUplink(t, uplink.Options{Address: lis.Addr().String(), Mesh: "m", Cluster: "c1", Registerer: reg}, serviceEntries(t, 20))
-	eventually(t, up.Synced)
+	testwait.For(t, waitFor, up.Synced)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.resources != 20 || !h.synced {
@@ -285,14 +286,14 @@ func TestPolledSpokeResumes(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, synced(1))
+	testwait.For(t, waitFor, synced(1))
 	full := sentBy(t, reg)
 	before := heldObjects(in)
 
 	mine.Lock()
 	owned = false
 	mine.Unlock()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if s := in.Status(); len(s) != 1 || s[0].Connected {
 			return fmt.Errorf("hub status %+v, want c1 disconnected", s)
 		}
@@ -301,7 +302,7 @@ func TestPolledSpokeResumes(t *testing.T) {
 	mine.Lock()
 	owned = true
 	mine.Unlock()
-	eventually(t, synced(2))
+	testwait.For(t, waitFor, synced(2))
 	again := sentBy(t, reg)
 	if n := again.resources - full.resources; n != 0 {
 		t.Errorf("a polled reconnect with unchanged state sent %v resources, want 0", n)

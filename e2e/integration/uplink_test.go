@@ -14,6 +14,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/spoke/uplink"
@@ -97,7 +98,7 @@ func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 		<-done
 	})
 
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if err := up.Synced(); err != nil {
 			return err
 		}
@@ -116,7 +117,7 @@ func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 
 	// A removal travels as a delta.
 	up.Update(objs[:200])
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if n := objectCount(in); n != 200 {
 			return fmt.Errorf("hub holds %d objects, want 200", n)
 		}
@@ -129,14 +130,14 @@ func TestUplinkSyncsChunksNacksAndResyncs(t *testing.T) {
 	// The hub goes away and comes back empty on the same address: the
 	// uplink reconnects by itself and sends its full state again.
 	stop()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if up.Synced() == nil {
 			return fmt.Errorf("still synced")
 		}
 		return nil
 	})
 	in2, _, _ := hubServer(t, addr)
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if err := up.Synced(); err != nil {
 			return err
 		}
@@ -174,7 +175,7 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 		<-done
 	})
 	failures := func() int { return int(metrictest.Value(t, reg, "nave_spoke_uplink_reconnects_total")) }
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if n := failures(); n < 3 {
 			return fmt.Errorf("%d failed attempts so far", n)
 		}
@@ -183,7 +184,7 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 
 	in, _, _ := hubServer(t, addr) // listening once it returns
 	before := failures()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if n := objectCount(in); n != 3 {
 			return fmt.Errorf("hub holds %d objects", n)
 		}
@@ -194,9 +195,12 @@ func TestUplinkFindsAHubThatCameBack(t *testing.T) {
 	}
 }
 
-// TestUplinkWaitsForTheSource checks that no stream opens before the
-// source's first state: an early empty full state would make the hub
-// prune the cluster at the synced marker.
+// TestUplinkWaitsForTheSource: an uplink started before its source's
+// first state waits for it, then syncs that state with a real hub. (That
+// no stream opens before, where an early empty full state would make the
+// hub prune the cluster at the synced marker, spoke/uplink's
+// TestRunWaitsForTheSource proves on synctest's clock: no window of real
+// time could.)
 func TestUplinkWaitsForTheSource(t *testing.T) {
 	in, addr, _ := hubServer(t, "127.0.0.1:0")
 	up := uplink.New(uplink.Options{Address: addr, Mesh: "m", Cluster: "c1", BackoffInitial: 20 * time.Millisecond,
@@ -208,7 +212,6 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 		cancel()
 		<-done
 	})
-	time.Sleep(200 * time.Millisecond) // a window in which a stream must not open
 	if s := in.Status(); len(s) != 0 {
 		t.Fatalf("a stream opened before the source published: %+v", s)
 	}
@@ -216,7 +219,7 @@ func TestUplinkWaitsForTheSource(t *testing.T) {
 		t.Fatalf("state = %s, want %s", st, uplink.StateWaiting)
 	}
 	up.Update(serviceEntries(t, 3))
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if n := objectCount(in); n != 3 {
 			return fmt.Errorf("hub holds %d objects", n)
 		}
@@ -246,12 +249,12 @@ func TestUplinkFollowsAMoveAtOnce(t *testing.T) {
 			return up.Synced()
 		}
 	}
-	eventually(t, syncedOn(a))
+	testwait.For(t, waitFor, syncedOn(a))
 	h, _ := a.held(id)
 	if !a.own.Move(id, h.Epoch, "balancing spokes", addrB) {
 		t.Fatal("Move reported no stream")
 	}
-	eventually(t, syncedOn(b))
+	testwait.For(t, waitFor, syncedOn(b))
 	if st := up.Status(); st.Target != addrB || st.Moves != 1 {
 		t.Errorf("after the move: target %q, moves %d; want %s, 1", st.Target, st.Moves, addrB)
 	}
@@ -263,7 +266,7 @@ func TestUplinkFollowsAMoveAtOnce(t *testing.T) {
 	if !b.own.Move(id, h.Epoch, "balancing spokes", "") {
 		t.Fatal("Move reported no stream")
 	}
-	eventually(t, syncedOn(a))
+	testwait.For(t, waitFor, syncedOn(a))
 	if st := up.Status(); st.Target != addrA || st.Moves != 2 {
 		t.Errorf("after a move without redirect: target %q, moves %d; want %s, 2", st.Target, st.Moves, addrA)
 	}

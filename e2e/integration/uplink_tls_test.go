@@ -9,6 +9,7 @@ import (
 
 	"github.com/navemesh/nave/hub/enroll/enrolltest"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -42,7 +43,7 @@ func TestUplinkOverMTLSIsTheCertificatesCluster(t *testing.T) {
 		cancel()
 		<-done
 	})
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if err := up.Synced(); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/watch"
+	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/spoke/remote"
@@ -75,7 +76,7 @@ func TestUplinkKeepsTheRemoteViewOnDisk(t *testing.T) {
 	view := remote.New("m", "c1")
 	file := filepath.Join(t.TempDir(), remote.File)
 	up := runUplink(t, uplink.Options{Address: addr, Mesh: "m", Cluster: "c1", View: view, ViewFile: file}, serviceEntries(t, 2)[:1])
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if st := up.Status(); st.Watch != uplink.WatchSynced {
 			return fmt.Errorf("watch is %s (%s)", st.Watch, st.WatchLastErr)
 		}
@@ -88,7 +89,7 @@ func TestUplinkKeepsTheRemoteViewOnDisk(t *testing.T) {
 	stop()
 
 	loaded := remote.New("m", "c1")
-	eventually(t, func() error { return loaded.Load(file) })
+	testwait.For(t, waitFor, func() error { return loaded.Load(file) })
 	if cs := loaded.Clusters(); len(cs) != 1 || cs[0].Name != "c2" || len(cs[0].Objects) != 5 || !loaded.Complete() {
 		t.Fatalf("loaded view = %+v", loaded.Status())
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/internal/kubetest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/certreq/certreqtest"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -46,17 +48,12 @@ func startSecretKube(t *testing.T) *secretKube {
 	// wait until the hub's identity may read Secrets (the probe is not
 	// found rather than forbidden) before acting as it.
 	hub := secretClient(t, c, hubUser, hubGroups...)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := hub.Get(context.Background(), hubNamespace, "nave-rbac-probe")
-		if apierrors.IsNotFound(err) {
-			break
+	testwait.For(t, 20*time.Second, func() error {
+		if _, err := hub.Get(context.Background(), hubNamespace, "nave-rbac-probe"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deploy/hub's RBAC did not take effect: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("deploy/hub's RBAC did not take effect: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	return &secretKube{c: c, admin: secretClient(t, c, "")}
 }
 

@@ -372,21 +372,6 @@ func (f *fixture) status(meshName, cluster string) (ingest.ClusterStatus, bool) 
 	return ingest.ClusterStatus{}, false
 }
 
-// eventually polls cond until it holds or the wait bound passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(waitFor)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting until %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // versions maps "Kind namespace/name" to the version of each object.
 func versions(objs []*meshconfig.Object) map[string]string {
 	out := map[string]string{}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
@@ -54,7 +55,7 @@ func TestReconnectWithUnchangedStateChangesNothing(t *testing.T) {
 	before := f.objects("m", "c1")
 
 	s1.close()
-	eventually(t, "the cluster is disconnected", func() bool {
+	testwait.Until(t, "the cluster is disconnected", func() bool {
 		st, ok := f.status("m", "c1")
 		return ok && !st.Connected
 	})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
@@ -75,7 +76,7 @@ func equalHeld(a, b protocol.Held) bool {
 func (f *fixture) disconnect(t *testing.T, s *spoke, meshName, cluster string) {
 	t.Helper()
 	s.close()
-	eventually(t, "the cluster is disconnected", func() bool {
+	testwait.Until(t, "the cluster is disconnected", func() bool {
 		st, ok := f.status(meshName, cluster)
 		return ok && !st.Connected
 	})
@@ -230,7 +231,7 @@ func TestResumeWithoutCompleteStateAsksForTheFullState(t *testing.T) {
 
 	// A withdrawn cluster (grace period over) holds nothing.
 	f.disconnect(t, s1, "m", "c1")
-	eventually(t, "c1 is withdrawn", func() bool {
+	testwait.Until(t, "c1 is withdrawn", func() bool {
 		st, ok := f.status("m", "c1")
 		return ok && st.Withdrawn != nil
 	})

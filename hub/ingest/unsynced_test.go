@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -26,7 +27,7 @@ func TestUnsyncedClusterContributesNothing(t *testing.T) {
 		t.Errorf("status %+v, want every resource pending and none held", st)
 	}
 	s.close()
-	eventually(t, "the cluster is disconnected", func() bool {
+	testwait.Until(t, "the cluster is disconnected", func() bool {
 		st, ok := f.status("m", "c1")
 		return ok && !st.Connected
 	})
@@ -55,7 +56,7 @@ func TestReconnectPartialStateKeepsTheLastSynced(t *testing.T) {
 			t.Fatalf("an unsynced reconnect changed the served state:\nbefore %v\n   now %v", refs(before), refs(got))
 		}
 		s.close()
-		eventually(t, "the cluster is disconnected", func() bool {
+		testwait.Until(t, "the cluster is disconnected", func() bool {
 			st, ok := f.status("m", "c1")
 			return ok && !st.Connected
 		})
@@ -81,7 +82,7 @@ func TestWithdrawnClusterListedUntilItReconnects(t *testing.T) {
 	s := f.dial(t, "m", "c1")
 	s.sync(decode(t, fullState))
 	s.close()
-	eventually(t, "the cluster is withdrawn", func() bool {
+	testwait.Until(t, "the cluster is withdrawn", func() bool {
 		st, ok := f.status("m", "c1")
 		return ok && st.Withdrawn != nil
 	})
@@ -89,7 +90,7 @@ func TestWithdrawnClusterListedUntilItReconnects(t *testing.T) {
 		t.Errorf("nave_hub_ingest_clusters_withdrawn = %v, want 1", n)
 	}
 	f.dial(t, "m", "c1")
-	eventually(t, "the reconnected cluster is no longer listed as withdrawn", func() bool {
+	testwait.Until(t, "the reconnected cluster is no longer listed as withdrawn", func() bool {
 		st, ok := f.status("m", "c1")
 		return ok && st.Withdrawn == nil && st.Connected
 	})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
@@ -64,17 +65,6 @@ func startFake(t *testing.T, cluster string) (*fakeSpoke, string) {
 	return f, lis.Addr().String()
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func targetStatus(p *Poller, cluster string) TargetStatus {
 	for _, s := range p.Status() {
 		if s.Cluster == cluster {
@@ -96,18 +86,25 @@ func TestPoller(t *testing.T) {
 	own := ingest.NewOwnership(in)
 	var mine atomic.Bool
 	mine.Store(true)
+	var askedA atomic.Int64 // how often the poller asked whether it owns a
 	p := New(in, Options{
 		Targets: []Target{{ID: ingest.ClusterIdentity{Mesh: "default", Cluster: "a"}, Address: goodAddr},
 			{ID: ingest.ClusterIdentity{Mesh: "default", Cluster: "b"}, Address: liarAddr}},
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Recheck: 20 * time.Millisecond,
-		Mine: func(id ingest.ClusterIdentity) bool { return id.Cluster != "a" || mine.Load() },
+		Mine: func(id ingest.ClusterIdentity) bool {
+			if id.Cluster != "a" {
+				return true
+			}
+			askedA.Add(1)
+			return mine.Load()
+		},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = p.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	eventually(t, "default/a synced through the poller", func() bool {
+	testwait.Until(t, "default/a synced through the poller", func() bool {
 		for _, c := range store.Status() {
 			if c.Cluster == "a" && c.Connected && c.Synced && c.Polled {
 				return true
@@ -116,7 +113,7 @@ func TestPoller(t *testing.T) {
 		return false
 	})
 	// The hub marks the cluster synced before its ACK reaches the spoke.
-	eventually(t, "the spoke got an answer", func() bool {
+	testwait.Until(t, "the spoke got an answer", func() bool {
 		good.mu.Lock()
 		defer good.mu.Unlock()
 		return len(good.answers) > 0
@@ -137,7 +134,7 @@ func TestPoller(t *testing.T) {
 		}
 	}
 
-	eventually(t, "the liar refused a few times", func() bool { return targetStatus(p, "b").Failures >= 3 })
+	testwait.Until(t, "the liar refused a few times", func() bool { return targetStatus(p, "b").Failures >= 3 })
 	st := targetStatus(p, "b")
 	if st.Streams != 0 || !strings.Contains(st.LastError, "is cluster default/c, but this address is configured for default/b") {
 		t.Errorf("target b: %+v", st)
@@ -159,9 +156,11 @@ func TestPoller(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream was not closed when the hub stopped owning the spoke")
 	}
-	eventually(t, "target a not owned", func() bool { return targetStatus(p, "a").State == StateNotOwner })
-	n := good.streams.Load()
-	time.Sleep(100 * time.Millisecond)
+	testwait.Until(t, "target a not owned", func() bool { return targetStatus(p, "a").State == StateNotOwner })
+	// Not dialled while not owned: the poller asks before every attempt,
+	// so three more answers "no" are three attempts it did not make.
+	n, asked := good.streams.Load(), askedA.Load()
+	testwait.Until(t, "the poller asked three more times whether it owns a", func() bool { return askedA.Load() >= asked+3 })
 	if good.streams.Load() != n {
 		t.Error("the hub dialled a spoke it does not own")
 	}
@@ -171,5 +170,5 @@ func TestPoller(t *testing.T) {
 		}
 	}
 	mine.Store(true)
-	eventually(t, "dialled again once owned", func() bool { return good.streams.Load() > n && targetStatus(p, "a").State == StateStreaming })
+	testwait.Until(t, "dialled again once owned", func() bool { return good.streams.Load() > n && targetStatus(p, "a").State == StateStreaming })
 }

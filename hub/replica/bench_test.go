@@ -10,6 +10,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/internal/metrictest"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
@@ -46,7 +47,7 @@ func newRelayPair(tb testing.TB) relayPair {
 // waitHeld waits until b holds id synced with n objects of version gen.
 func (p relayPair) waitHeld(tb testing.TB, id ingest.ClusterIdentity, n int, version string) {
 	tb.Helper()
-	eventually(tb, func() error {
+	testwait.For(tb, waitFor, func() error {
 		h, ok := p.b.holding(id)
 		if !ok || !h.Synced {
 			return fmt.Errorf("b does not hold %s synced", id)
@@ -113,7 +114,7 @@ func benchChange(b *testing.B, n, eps int) {
 			b.Fatal(err)
 		}
 		s.send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: o.Kind.TypeURL, Resources: []*discoveryv3.Resource{r}})
-		eventually(b, func() error {
+		testwait.For(b, waitFor, func() error {
 			h, _ := p.b.holding(id)
 			if got := h.Objects[o.Kind.TypeURL][o.Key()]; got == nil || got.Version != o.Version {
 				return fmt.Errorf("b does not hold the change yet")

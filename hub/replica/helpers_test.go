@@ -138,22 +138,6 @@ func (n *node) objects(id ingest.ClusterIdentity) map[string]string {
 	return out
 }
 
-// eventually polls f until it returns nil or waitFor passes.
-func eventually(t testing.TB, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // spokeStream is a spoke's Push stream to a node.
 type spokeStream struct {
 	t      testing.TB

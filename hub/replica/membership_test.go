@@ -3,7 +3,9 @@ package replica_test
 import (
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 func keyring(t *testing.T, b byte) *memberlist.Keyring {
@@ -34,12 +37,38 @@ type member struct {
 	m    *replica.Membership
 	stop chan struct{}
 	held []ingest.Holding
+	log  *memberLog
+}
+
+// memberLog counts a member's log lines that contain a string.
+type memberLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *memberLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	return len(p), nil
+}
+
+func (l *memberLog) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
 }
 
 func join(t *testing.T, id string, kr *memberlist.Keyring, seeds ...string) *member {
 	t.Helper()
-	mb := &member{stop: make(chan struct{})}
-	m, err := replica.Join(replica.Options{ID: id, BindAddress: "127.0.0.1", Join: seeds, Keyring: kr,
+	mb := &member{stop: make(chan struct{}), log: &memberLog{}}
+	m, err := replica.Join(replica.Options{ID: id, BindAddress: "127.0.0.1", Join: seeds, Keyring: kr, Logger: slog.New(slog.NewTextHandler(mb.log, nil)),
 		RejoinInterval: time.Hour, QuorumWindow: time.Minute, ReadyTimeout: time.Minute, Tune: fast,
 		RelayAddress: "127.0.0.1:1", In: fakeIngest{holdings: func() []ingest.Holding { return mb.held }}}, mb.stop)
 	if err != nil {
@@ -85,13 +114,14 @@ func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
 	b := join(t, "b", kr, a.gossip())
 	c := join(t, "c", kr, a.gossip())
 	for _, mb := range []*member{a, b, c} {
-		eventually(t, func() error {
+		testwait.For(t, waitFor, func() error {
 			if got := mb.ids(); got != "a,b,c" && !strings.HasSuffix(got, ",a,b,c") && len(strings.Split(got, ",")) != 3 {
 				return fmt.Errorf("members %s", got)
 			}
 			return nil
 		})
 	}
+	refused := a.log.count("memberlist: failed to receive")
 	if _, err := replica.Join(replica.Options{ID: "intruder", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Keyring: keyring(t, 1),
 		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, make(chan struct{})); err != nil {
 		t.Fatal(err)
@@ -100,7 +130,10 @@ func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
 		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, make(chan struct{})); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// a refused both: each Join's push-pull with a failed on a's side.
+	testwait.Until(t, "a refused the two members without the key", func() bool {
+		return a.log.count("memberlist: failed to receive") >= refused+2
+	})
 	if got := len(a.m.Members()); got != 3 {
 		t.Errorf("members without the key joined: %s", a.ids())
 	}
@@ -115,7 +148,7 @@ func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
 		t.Error("the live owner may not withdraw its own cluster")
 	}
 	a.leave()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if b.m.IsAlive("a") {
 			return fmt.Errorf("b still sees a alive")
 		}
@@ -125,7 +158,7 @@ func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
 		t.Error("with a gone, b (the leader) and only b may withdraw a's cluster")
 	}
 	b.leave()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if c.m.IsAlive("b") {
 			return fmt.Errorf("c still sees b alive")
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
@@ -36,7 +37,7 @@ func connect(nodes ...*node) {
 func holds(t *testing.T, n *node, id ingest.ClusterIdentity, want map[string]string, owner string) ingest.Holding {
 	t.Helper()
 	var h ingest.Holding
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		var ok bool
 		h, ok = n.held(id)
 		if !ok {
@@ -77,7 +78,7 @@ func TestRelayFailoverDeletesNothing(t *testing.T) {
 	// The owner dies: the peers keep the cluster, stale.
 	a.stop()
 	for _, n := range []*node{b, c} {
-		eventually(t, func() error {
+		testwait.For(t, waitFor, func() error {
 			if h, _ := n.held(x); h.Connected {
 				return fmt.Errorf("%s still shows the dead owner's relay connected", n.id)
 			}
@@ -132,7 +133,7 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 	s.state(serviceEntries(t, "alpha"))
 	want := a.objects(x)
 	s.cancel()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if h, _ := a.held(x); h.Connected {
 			return fmt.Errorf("spoke still connected")
 		}
@@ -141,7 +142,7 @@ func TestNewPeerGetsStaleClusters(t *testing.T) {
 	b := newNode(t, "b")
 	connect(a, b)
 	holds(t, b, x, want, "a")
-	eventually(t, func() error { // the relay of a stale cluster ends once sent
+	testwait.For(t, waitFor, func() error { // the relay of a stale cluster ends once sent
 		if h, _ := b.held(x); h.Connected {
 			return fmt.Errorf("b shows the cluster connected though its spoke is gone")
 		}
@@ -164,7 +165,7 @@ func TestPeerRelaysOrphanedClusters(t *testing.T) {
 	want := a.objects(x)
 	h := holds(t, b, x, want, "a")
 	a.stop()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if h, _ := b.held(x); h.Connected {
 			return fmt.Errorf("b still shows a's relay connected")
 		}
@@ -173,7 +174,7 @@ func TestPeerRelaysOrphanedClusters(t *testing.T) {
 	d := newNode(t, "d")
 	connect(b, d)
 	holds(t, d, x, want, "a")
-	eventually(t, func() error { // the relay of a stale cluster ends once sent
+	testwait.For(t, waitFor, func() error { // the relay of a stale cluster ends once sent
 		if got, _ := d.held(x); got.Epoch != h.Epoch || got.Connected {
 			return fmt.Errorf("d holds x at %s connected=%v, want a's epoch %s, stale", got.Epoch, got.Connected, h.Epoch)
 		}
@@ -209,7 +210,7 @@ func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
 	// The spoke leaves: b's grace period ends too, but b may not withdraw
 	// (asked, it is told no); a, the owner, withdraws and tells b.
 	s.cancel()
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if _, ok := a.held(x); ok {
 			return fmt.Errorf("a has not withdrawn x after its grace period")
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/replica"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 )
 
@@ -46,7 +47,7 @@ func TestRelayResumesFromWhatThePeerHolds(t *testing.T) {
 	holds(t, b, x, want, "a")
 	holds(t, c, x, want, "a")
 	var first replica.RelayStatus
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		var ok bool
 		first, ok = relayTo(a.relayer, "c", x)
 		// Each message's bytes are counted once the send returned, which
@@ -76,7 +77,7 @@ func TestRelayResumesFromWhatThePeerHolds(t *testing.T) {
 		t.Fatalf("b holds %d objects, want 100", len(want))
 	}
 	holds(t, c, x, want, "b")
-	eventually(t, func() error { // the watch polls: let it see the last state
+	testwait.For(t, waitFor, func() error { // the watch polls: let it see the last state
 		if len(wc.seen()) == 0 {
 			return fmt.Errorf("no removal seen at c yet")
 		}
@@ -86,7 +87,7 @@ func TestRelayResumesFromWhatThePeerHolds(t *testing.T) {
 		t.Errorf("c removed %v, want only what the spoke removed", got)
 	}
 	var second replica.RelayStatus
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		var ok bool
 		second, ok = relayTo(b.relayer, "c", x)
 		if !ok || !second.Resumed || second.Acked < 1 || second.Messages < second.Acked+1 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/navemesh/nave/hub/ingest"
@@ -144,76 +145,76 @@ func TestPlanSpokeMoveConverges(t *testing.T) {
 
 // TestSpokeBalancerMovesOneAtATime: the balancer moves a spoke, then
 // waits until it has landed (connected again at a newer epoch) before the
-// next, and reports spokes per replica and its moves.
+// next, and reports spokes per replica and its moves. On synctest's fake
+// clock: the moves are timers.
 func TestSpokeBalancerMovesOneAtATime(t *testing.T) {
-	var mu sync.Mutex
-	hs := []ingest.Holding{own("c1", time.Hour, true), own("c2", 2*time.Hour, true), own("c3", 3*time.Hour, true), own("c4", 4*time.Hour, true)}
-	moved := make(chan string, 10)
-	b := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0",
-		Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}, {ID: "hub-2"}} },
-		In: fakeIngest{holdings: func() []ingest.Holding { mu.Lock(); defer mu.Unlock(); return append([]ingest.Holding(nil), hs...) },
-			move: func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool {
-				mu.Lock()
-				defer mu.Unlock()
-				for i := range hs {
-					if hs[i].ClusterIdentity == id && hs[i].Epoch == epoch {
-						hs[i].Connected = false // closed; lands later
-						moved <- id.Cluster
-						return true
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		hs := []ingest.Holding{own("c1", time.Hour, true), own("c2", 2*time.Hour, true), own("c3", 3*time.Hour, true), own("c4", 4*time.Hour, true)}
+		moved := make(chan string, 10)
+		b := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0",
+			Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}, {ID: "hub-2"}} },
+			In: fakeIngest{holdings: func() []ingest.Holding { mu.Lock(); defer mu.Unlock(); return append([]ingest.Holding(nil), hs...) },
+				move: func(id ingest.ClusterIdentity, epoch ingest.Epoch, reason, redirect string) bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for i := range hs {
+						if hs[i].ClusterIdentity == id && hs[i].Epoch == epoch {
+							hs[i].Connected = false // closed; lands later
+							moved <- id.Cluster
+							return true
+						}
 					}
-				}
-				t.Errorf("moved %s at %s, which is not held", id, epoch)
-				return false
-			}},
-		Rate: 1000, MinAge: time.Minute, Interval: 10 * time.Millisecond})
-	if _, ok := b.Tick(); !ok {
-		t.Fatal("no move from 4,0,0")
-	}
-	first := <-moved
-	if first != "c4" {
-		t.Errorf("moved %s first, want the oldest, c4", first)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if mv, ok := b.Tick(); ok {
-		t.Fatalf("moved %s while %s had not landed", mv.Cluster, first)
-	}
-	if st := b.Status(); st.Pending == nil || st.Idle == "" {
-		t.Errorf("status while waiting: %+v", st)
-	}
-	// c4 lands on hub-1: relayed here with hub-1's newer epoch.
-	mu.Lock()
-	hs[3] = relayed("c4", "hub-1")
-	mu.Unlock()
-	mv, ok := b.Tick()
-	if !ok || mv.To != "hub-2" {
-		t.Fatalf("after c4 landed on hub-1: move %+v %v, want one to hub-2", mv, ok)
-	}
-	if second := <-moved; second != "c3" {
-		t.Errorf("moved %s second, want c3", second)
-	}
-	mu.Lock()
-	hs[2] = relayed("c3", "hub-2")
-	mu.Unlock()
-	if mv, ok := b.Tick(); ok {
-		t.Fatalf("at 2,1,1 moved %s", mv.Cluster)
-	}
-	// The balancer counts a move after Move returns, which may be after
-	// this test saw it.
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Status().Moved < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	st := b.Status()
-	if st.Moved != 2 || st.Spokes["hub-0"] != 2 || st.Spokes["hub-1"] != 1 || st.Spokes["hub-2"] != 1 {
-		t.Errorf("status %+v, want 2 moved and 2,1,1", st)
-	}
-	off := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0", Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}} },
-		In: fakeIngest{holdings: func() []ingest.Holding { return hs },
-			move: func(ingest.ClusterIdentity, ingest.Epoch, string, string) bool {
-				t.Error("moved with rate 0")
-				return false
-			}}})
-	if _, ok := off.Tick(); ok {
-		t.Error("rate 0 moves")
-	}
+					t.Errorf("moved %s at %s, which is not held", id, epoch)
+					return false
+				}},
+			Rate: 1000, MinAge: time.Minute, Interval: 10 * time.Millisecond})
+		if _, ok := b.Tick(); !ok {
+			t.Fatal("no move from 4,0,0")
+		}
+		first := <-moved
+		if first != "c4" {
+			t.Errorf("moved %s first, want the oldest, c4", first)
+		}
+		time.Sleep(20 * time.Millisecond) // the fake clock: past the rate's interval, so only the landing holds the next move
+		if mv, ok := b.Tick(); ok {
+			t.Fatalf("moved %s while %s had not landed", mv.Cluster, first)
+		}
+		if st := b.Status(); st.Pending == nil || st.Idle == "" {
+			t.Errorf("status while waiting: %+v", st)
+		}
+		// c4 lands on hub-1: relayed here with hub-1's newer epoch.
+		mu.Lock()
+		hs[3] = relayed("c4", "hub-1")
+		mu.Unlock()
+		mv, ok := b.Tick()
+		if !ok || mv.To != "hub-2" {
+			t.Fatalf("after c4 landed on hub-1: move %+v %v, want one to hub-2", mv, ok)
+		}
+		if second := <-moved; second != "c3" {
+			t.Errorf("moved %s second, want c3", second)
+		}
+		mu.Lock()
+		hs[2] = relayed("c3", "hub-2")
+		mu.Unlock()
+		if mv, ok := b.Tick(); ok {
+			t.Fatalf("at 2,1,1 moved %s", mv.Cluster)
+		}
+		// The balancer counts a move after Move returns, which may be after
+		// this test saw it.
+		synctest.Wait()
+		st := b.Status()
+		if st.Moved != 2 || st.Spokes["hub-0"] != 2 || st.Spokes["hub-1"] != 1 || st.Spokes["hub-2"] != 1 {
+			t.Errorf("status %+v, want 2 moved and 2,1,1", st)
+		}
+		off := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: "hub-0", Peers: func() []replica.SpokePeer { return []replica.SpokePeer{{ID: "hub-1"}} },
+			In: fakeIngest{holdings: func() []ingest.Holding { return hs },
+				move: func(ingest.ClusterIdentity, ingest.Epoch, string, string) bool {
+					t.Error("moved with rate 0")
+					return false
+				}}})
+		if _, ok := off.Tick(); ok {
+			t.Error("rate 0 moves")
+		}
+	})
 }

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 var virtualServices = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}
@@ -99,17 +101,14 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: developers}
 `))
-		// The authorizer learns of new bindings through a watch: allow it a
-		// moment (seen failing once right after the apply).
-		var err error
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if _, err = alice.CoreV1().Pods("team").List(ctx, metav1.ListOptions{}); err == nil || time.Now().After(deadline) {
-				break
+		// The authorizer learns of new bindings through a watch (seen
+		// failing once right after the apply).
+		testwait.For(t, 10*time.Second, func() error {
+			if _, err := alice.CoreV1().Pods("team").List(ctx, metav1.ListOptions{}); err != nil {
+				return fmt.Errorf("alice lists pods with a role: %w", err)
 			}
-		}
-		if err != nil {
-			t.Fatalf("alice lists pods with a role: %v", err)
-		}
+			return nil
+		})
 		if _, err := alice.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("alice lists pods outside the role's namespace: err = %v, want Forbidden", err)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // fakeEnvoy writes a shell script standing in for Envoy.
@@ -32,16 +34,10 @@ func TestEnvoyChildGetsSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, err := os.ReadFile(bin + ".args"); err == nil && strings.TrimSpace(string(b)) == "-c /run/boot.json" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("envoy did not start with -c /run/boot.json")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "envoy started with -c /run/boot.json", func() bool {
+		b, err := os.ReadFile(bin + ".args")
+		return err == nil && strings.TrimSpace(string(b)) == "-c /run/boot.json"
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after the context ended: %v; want nil", err)
@@ -57,12 +53,7 @@ func TestEnvoyChildKilledAfterGrace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	for i := 0; i < 500; i++ {
-		if _, err := os.Stat(bin + ".up"); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "envoy up", func() bool { _, err := os.Stat(bin + ".up"); return err == nil })
 	cancel()
 	select {
 	case err := <-done:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/spoke/enroll"
@@ -102,7 +103,7 @@ func (s *spoke) shutdown(t *testing.T) error {
 func (s *spoke) get(t *testing.T, path string) (int, []byte) {
 	t.Helper()
 	var resp *http.Response
-	eventually(t, func() (err error) {
+	testwait.For(t, waitFor, func() (err error) {
 		resp, err = http.Get("http://" + s.admin + path)
 		return err
 	})
@@ -139,7 +140,7 @@ func TestSpokeServesAdminWhileTheHubIsUnreachable(t *testing.T) {
 		"--hub.state-dir=" + filepath.Join(t.TempDir(), "state"), "--hub.token-file=" + token}
 
 	s := startSpoke(t, args...)
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if !strings.Contains(s.logs.String(), "retrying enrollment") {
 			return fmt.Errorf("no retry logged yet")
 		}
@@ -161,7 +162,7 @@ func TestSpokeServesAdminWhileTheHubIsUnreachable(t *testing.T) {
 
 func TestSpokeInPlaintextWarns(t *testing.T) {
 	s := startSpoke(t, "--hub.plaintext", "--hub.address="+freeAddr(t))
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if !strings.Contains(s.logs.String(), `msg="INSECURE: hub.plaintext is set`) {
 			return fmt.Errorf("no INSECURE warning logged")
 		}
@@ -170,27 +171,12 @@ func TestSpokeInPlaintextWarns(t *testing.T) {
 	if code, body := s.get(t, "/debug/identity"); code != http.StatusOK || !bytes.Equal(bytes.Join(bytes.Fields(body), nil), []byte(`{"plaintext":true}`)) {
 		t.Errorf("/debug/identity: %d %s", code, body)
 	}
-	eventually(t, func() error {
+	testwait.For(t, waitFor, func() error {
 		if code, body := s.get(t, "/healthz/ready"); code != http.StatusOK {
 			return fmt.Errorf("ready: %d %s", code, body)
 		}
 		return nil
 	})
-}
-
-func eventually(t *testing.T, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // freeAddr is a loopback address nothing listens on (for now).

@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
@@ -57,19 +59,17 @@ func hubPoll(t *testing.T, ctx context.Context, conn *grpc.ClientConn) protocolv
 	}
 }
 
+// waitState waits until the uplink is in state want and returns its status.
 func waitState(t *testing.T, u *Uplink, want string) Status {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := u.Status()
-		if st.State == want {
-			return st
+	var st Status
+	testwait.For(t, testwait.Timeout, func() error {
+		if st = u.Status(); st.State != want {
+			return fmt.Errorf("uplink state %s, want %s", st.State, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("uplink state %s, want %s", st.State, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 // A polled uplink serves the hub's Poll stream as it would push: header,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 const (
@@ -123,19 +124,15 @@ func startReplica(t *testing.T, cs kubernetes.Interface, certValidity, caValidit
 	return r
 }
 
+// eventually waits until fn returns nil, naming what it waited for.
 func eventually(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		err := fn()
-		if err == nil {
-			return
+	testwait.For(t, wait, func() error {
+		if err := fn(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, wait, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (k *kube) config(t *testing.T) *admissionregistrationv1.ValidatingWebhookConfiguration {

@@ -2,6 +2,7 @@ package ads_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/gen/envoy"
@@ -311,15 +313,12 @@ func TestDeltaNACKAndReconnect(t *testing.T) {
 	}
 	d.ack(r)
 	versions[echoV2] = r.GetResources()[0].GetVersion()
-	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
-		ts := f.connStatus(t, "proxyless-n").Types["Cluster"]
-		if ts.AckedVersion == ts.SentVersion && ts.NackReason == "" && !ts.Pending {
-			break
+	testwait.For(t, waitFor, func() error {
+		if ts := f.connStatus(t, "proxyless-n").Types["Cluster"]; ts.AckedVersion != ts.SentVersion || ts.NackReason != "" || ts.Pending {
+			return fmt.Errorf("status after ACK: %+v", ts)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status after ACK: %+v", ts)
-		}
-	}
+		return nil
+	})
 
 	// Reconnect saying what it holds: the first answer is empty.
 	d2 := f.connectDelta(t, node("proxyless-n2", "m"))

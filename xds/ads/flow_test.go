@@ -2,13 +2,16 @@ package ads_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
@@ -51,7 +54,7 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 				ended <- err
 				return
 			}
-			time.Sleep(time.Hour) // read the first response, then stop reading
+			<-t.Context().Done() // read the first response, then stop reading
 		}
 	}()
 
@@ -74,25 +77,14 @@ func TestStuckProxyIsDisconnectedAndOthersKeepGoing(t *testing.T) {
 	if pending < 1 {
 		t.Error("nave_xds_pending_pushes never counted the stuck proxy")
 	}
-	for f.metric(t, "nave_xds_pending_pushes") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("pushes still pending with the stuck proxy gone and the live one served")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, "no push pending with the stuck proxy gone and the live one served", func() bool {
+		return f.metric(t, "nave_xds_pending_pushes") == 0
+	})
 	// The server ended the stuck stream: the connection is gone from the
 	// status (the client itself sees it only once it reads again).
-	for time.Now().Before(deadline) {
-		found := false
-		for _, cs := range f.ads.Status() {
-			found = found || cs.NodeID == "stuck"
-		}
-		if !found {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the stuck proxy is still listed as connected")
+	testwait.Until(t, "the stuck proxy no longer listed as connected", func() bool {
+		return !slices.ContainsFunc(f.ads.Status(), func(cs ads.ConnStatus) bool { return cs.NodeID == "stuck" })
+	})
 }
 
 // TestConnectionStormIsAdmittedAtTheConfiguredRate: with a rate of 20 new
@@ -145,26 +137,35 @@ func TestLargeResponsesShareTheSendBudget(t *testing.T) {
 	}
 	// Proxies answer independently, in whatever order the budget lets
 	// their responses through.
-	deadline := time.After(waitFor)
-	for got := map[*proxy]bool{}; len(got) < len(ps); {
-		for _, p := range ps {
+	type answer struct {
+		p *proxy
+		r *discoveryv3.DiscoveryResponse
+	}
+	answers := make(chan answer, len(ps))
+	for _, p := range ps {
+		go func() {
 			select {
 			case r := <-p.Responses:
-				if r.GetTypeUrl() != typeurl.Cluster || proto.Size(r) < 64<<10 {
-					t.Fatalf("got a %s response of %d bytes; the test needs clusters of 64 KiB or more", r.GetTypeUrl(), proto.Size(r))
-				}
-				p.ACK(r)
-				got[p] = true
-			case <-deadline:
-				t.Fatalf("%d of %d proxies got their clusters", len(got), len(ps))
-			default:
+				answers <- answer{p, r}
+			case <-t.Context().Done():
 			}
+		}()
+	}
+	deadline := time.After(waitFor)
+	for got := 0; got < len(ps); got++ {
+		select {
+		case a := <-answers:
+			if a.r.GetTypeUrl() != typeurl.Cluster || proto.Size(a.r) < 64<<10 {
+				t.Fatalf("got a %s response of %d bytes; the test needs clusters of 64 KiB or more", a.r.GetTypeUrl(), proto.Size(a.r))
+			}
+			a.p.ACK(a.r)
+		case <-deadline:
+			t.Fatalf("%d of %d proxies got their clusters", got, len(ps))
 		}
-		time.Sleep(time.Millisecond)
 	}
 	if n := f.metric(t, "nave_xds_send_budget_wait_seconds"); n != 5 {
 		t.Errorf("%v large responses took send budget, want 5", n)
 	}
 	// The budget is held until each proxy answers; all five ACKed.
-	eventuallyTrue(t, "no send budget taken once every proxy answered", func() bool { return f.metric(t, "nave_xds_inflight_bytes") == 0 })
+	testwait.Until(t, "no send budget taken once every proxy answered", func() bool { return f.metric(t, "nave_xds_inflight_bytes") == 0 })
 }

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/gen/proxyless"
@@ -234,17 +235,14 @@ func TestProxylessClientMTLS(t *testing.T) {
 	// client and server in its own time).
 	eventually := func(t *testing.T, what string, c healthpb.HealthClient, want func(error) bool, md ...string) error {
 		t.Helper()
-		deadline := time.Now().Add(waitFor)
-		for {
-			err := check(c, md...)
-			if want(err) {
-				return err
+		var err error
+		testwait.For(t, waitFor, func() error {
+			if err = check(c, md...); !want(err) {
+				return fmt.Errorf("%s: last result %v", what, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: last result %v", what, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return err
 	}
 	ok := func(err error) bool { return err == nil }
 	denied := func(err error) bool { return status.Code(err) == codes.PermissionDenied }

@@ -3,9 +3,9 @@ package ads_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
@@ -100,18 +101,12 @@ func (c *localityClient) calls(n int) map[string]int {
 // client in its own time), failing the test after waitFor.
 func (c *localityClient) until(what string, want ...string) {
 	c.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		got := c.call()
-		for _, w := range want {
-			if got == w {
-				return
-			}
+	testwait.For(c.t, waitFor, func() error {
+		if got := c.call(); !slices.Contains(want, got) {
+			return fmt.Errorf("%s: calls still served by %s, want %v", what, got, want)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: calls still served by %s, want %v", what, got, want)
-		}
-	}
+		return nil
+	})
 }
 
 // localityMesh is locHost with the given backends' endpoints (locality

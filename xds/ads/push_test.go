@@ -15,8 +15,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
@@ -191,7 +193,9 @@ func TestSlowProxyDoesNotBlockOthers(t *testing.T) {
 		changes   = 10
 		bigEDS    = "outbound|7070||big.demo.svc.cluster.local"
 	)
-	f := newFixture(t, nil)
+	// SendTimeout: long enough for every change to reach b while a is
+	// stuck; then the server's giving up on a shows it was stuck.
+	f := newFixture(t, nil, func(o *ads.Options) { o.SendTimeout = 2 * time.Second })
 	big := bigService(t, endpoints)
 	f.set(t, "m", synced("c1", big))
 
@@ -218,12 +222,13 @@ func TestSlowProxyDoesNotBlockOthers(t *testing.T) {
 		b.ACK(eds, bigEDS)
 	}
 
-	// a really is stuck: the server cannot send it the last change.
+	// a really is stuck: the server could not send it the last change, and
+	// it gives up on a once one response has waited SendTimeout.
 	sentB := f.connStatus(t, "proxy-b").Types["ClusterLoadAssignment"].SentVersion
-	time.Sleep(quietFor)
 	if sentA := f.connStatus(t, "proxy-a").Types["ClusterLoadAssignment"].SentVersion; sentA == sentB {
 		t.Errorf("proxy a, which stopped reading, was sent every change (version %s): the test did not exercise a blocked stream", sentA)
 	}
+	testwait.Until(t, "proxy a disconnected as stuck", func() bool { return f.metric(t, "nave_xds_stuck_disconnects_total") == 1 })
 }
 
 // TestSotWEndpointUpdatesCarryOnlyChangedAssignments: endpoints are not a
@@ -258,18 +263,9 @@ func TestSotWEndpointUpdatesCarryOnlyChangedAssignments(t *testing.T) {
 	p.Quiet(quietFor, "nothing else changed")
 	// The ACK of the pushed change is a convergence sample; the first
 	// answer (to the proxy's request) is not.
-	eventuallyTrue(t, "one convergence sample", func() bool { return f.metric(t, "nave_xds_convergence_seconds") == 1 })
+	testwait.Until(t, "one convergence sample", func() bool { return f.metric(t, "nave_xds_convergence_seconds") == 1 })
 	if n := f.metric(t, "nave_xds_pushes_total"); n != 2 {
 		t.Errorf("%v responses counted, want 2 (request, endpoints)", n)
-	}
-}
-
-func eventuallyTrue(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(waitFor); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", waitFor, what)
-		}
 	}
 }
 

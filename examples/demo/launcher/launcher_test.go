@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
@@ -152,33 +154,30 @@ func (d *demo) navectlRuns(t *testing.T) map[string][][]string {
 // waitRecords waits until n stubs have recorded themselves.
 func (d *demo) waitRecords(t *testing.T, n int) map[int][]string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		recs := d.records(t)
-		if len(recs) >= n {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d children started within 30s; launcher output:\n%s", len(recs), n, d.out.String())
+	var recs map[int][]string
+	testwait.For(t, 30*time.Second, func() error {
+		if recs = d.records(t); len(recs) >= n {
+			return nil
 		}
 		select {
 		case <-d.exited:
 			t.Fatalf("launcher exited (%v) with %d of %d children started; output:\n%s", d.waitErr, len(recs), n, d.out.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-	}
+		return fmt.Errorf("%d of %d children started; launcher output:\n%s", len(recs), n, d.out.String())
+	})
+	return recs
 }
 
 // waitOutput waits until ok holds for the launcher's output.
 func (d *demo) waitOutput(t *testing.T, ok func(string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok(d.out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("launcher output not as expected after 30s:\n%s", d.out.String())
+	testwait.For(t, 30*time.Second, func() error {
+		if out := d.out.String(); !ok(out) {
+			return fmt.Errorf("launcher output not as expected:\n%s", out)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // wait waits for the launcher to exit and returns its exit code.
@@ -474,15 +473,18 @@ func TestKilledLauncherTakesChildrenAlong(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.wait(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for pid, rec := range recs {
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+	testwait.For(t, 10*time.Second, func() error {
+		var outlived []string
+		for pid, rec := range recs {
+			if alive(pid) {
+				outlived = append(outlived, fmt.Sprintf("%s (pid %d)", rec[0], pid))
+			}
 		}
-		if alive(pid) {
-			t.Errorf("%s (pid %d) outlived the SIGKILLed launcher", rec[0], pid)
+		if len(outlived) > 0 {
+			return fmt.Errorf("%s outlived the SIGKILLed launcher", strings.Join(outlived, ", "))
 		}
-	}
+		return nil
+	})
 }
 
 func TestMissingBinaryIsNamed(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // The test binary plays every part: run under one of the demo's binary names (through a
@@ -114,9 +113,9 @@ func stub(name string, args []string) int {
 	}
 
 	if os.Getenv(stubIgnoreTermEnv) == name {
-		signal.Ignore(syscall.SIGTERM)
-		for { // until SIGKILL
-			time.Sleep(time.Hour)
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		for range term { // SIGTERM is ignored; until SIGKILL
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -472,13 +474,12 @@ func TestDirectoryVanishesAndReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Give the watcher time to see the removal and fail a reload.
-	deadline := time.Now().Add(waitTimeout)
-	for !strings.Contains(r.logs.String(), "config reload failed") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no failed reload logged:\n%s", r.logs.String())
+	testwait.For(t, waitTimeout, func() error {
+		if logs := r.logs.String(); !strings.Contains(logs, "config reload failed") {
+			return fmt.Errorf("no failed reload logged:\n%s", logs)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, m := r.last(); m != n {
 		t.Errorf("published %d more times while the directory was gone", m-n)
 	}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/internal/testlog"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -109,16 +111,15 @@ func runSource(t *testing.T, cfg *rest.Config, opts Options) *running {
 	return r
 }
 
-// waitFor polls cond until it holds or waitTimeout passes.
+// waitFor waits until cond holds, within waitTimeout (testwait.For).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+	testwait.For(t, waitTimeout, func() error {
+		if !cond() {
+			return errors.New(what)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitPublished waits for a publish that satisfies cond and returns it.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/mesh"
 )
@@ -141,14 +142,8 @@ func Await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// Eventually polls cond until it holds or the wait bound passes.
+// Eventually polls cond until it holds (testwait.Until).
 func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(WaitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.Until(t, what, cond)
 }
