@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/hub/hubconfig"
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/settings"
 )
-
-// waitFor bounds every wait for something that must happen.
-const waitFor = 10 * time.Second
 
 // TestStartAHubInProcess: a hub started with New and Run on free ports
 // (what tests, a replica or the load tool do) serves its admin server and
@@ -60,7 +58,7 @@ func TestStartAHubInProcess(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run: %v, want nil", err)
 		}
-	case <-time.After(waitFor):
+	case <-time.After(testwait.Timeout):
 		t.Fatal("Run did not return after its context ended")
 	}
 }

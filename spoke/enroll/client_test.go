@@ -14,13 +14,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/enroll"
 )
-
-// waitFor bounds every wait for something that must happen.
-const waitFor = 10 * time.Second
 
 const testToken = "nave-join.6f1c0e9a3b2d4c58.secret"
 
@@ -111,7 +109,7 @@ func TestClientEnrollRetriesWhileTheHubIsDown(t *testing.T) {
 			if st, _ := status.FromError(err); st.Code() != codes.Unavailable {
 				t.Errorf("retried %v, want Unavailable", err)
 			}
-		case <-time.After(waitFor):
+		case <-time.After(testwait.Timeout):
 			t.Fatal("no retry")
 		}
 	}
@@ -121,7 +119,7 @@ func TestClientEnrollRetriesWhileTheHubIsDown(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Enroll after cancel: %v, want context.Canceled", err)
 		}
-	case <-time.After(waitFor):
+	case <-time.After(testwait.Timeout):
 		t.Fatal("Enroll did not return after its context ended")
 	}
 }
@@ -137,7 +135,7 @@ func TestClientEnrollRefusalIsFinal(t *testing.T) {
 		c := &enroll.Client{Options: enroll.Options{Address: addr, ServerName: "hub.test", HubCA: ca, StateDir: t.TempDir()},
 			BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond,
 			OnRetry: func(err error) { t.Errorf("%s retried: %v", tc.code, err) }}
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Timeout)
 		_, err := c.Enroll(ctx, testToken)
 		cancel()
 		var refused *enroll.RefusedError

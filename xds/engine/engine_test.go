@@ -5,13 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
 )
-
-// waitFor bounds every wait for something that must happen.
-const waitFor = 10 * time.Second
 
 type source struct{}
 
@@ -36,7 +34,7 @@ func TestPublishedStatesReachTheCache(t *testing.T) {
 	var st *pushctx.State
 	select {
 	case st = <-published:
-	case <-time.After(waitFor):
+	case <-time.After(testwait.Timeout):
 		t.Fatal("no State published")
 	}
 	cur, _ := eng.Publisher().Current("m")
