@@ -21,7 +21,7 @@ import (
 // with only the CertAuthenticator), whose store and ingest the tests read:
 // enrolling with a join token, pushing over mTLS, and the refusals that
 // stop the spoke. The spoke's life without a hub (plaintext, a hub that
-// cannot be reached) is tested in spoke/cmd/nave-spoke.
+// cannot be reached) is tested in spoke/server.
 
 func TestSpokeEnrollsThenPushesOverMTLS(t *testing.T) {
 	h := enrolltest.StartHub(t, enrolltest.HubOptions{})

@@ -26,6 +26,7 @@ import (
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/pushctx"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
@@ -184,9 +185,12 @@ type adsFixture struct {
 func newADSFixture(t testing.TB, src pushctx.Source) *adsFixture {
 	t.Helper()
 	f := &adsFixture{}
-	f.pc = pushctx.New(src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond,
-		OnPublish: func(st *pushctx.State) { f.c.Entry(st) }})
-	f.c = cache.New(f.pc, cache.Options{Verify: true})
+	eng := engine.New(src, engine.Options{
+		Push:  pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond},
+		Cache: cache.Options{Verify: true},
+		ADS:   ads.Options{DefaultMesh: "m", Registerer: prometheus.NewRegistry()},
+	})
+	f.pc, f.c = eng.Publisher(), eng.Cache()
 	t.Cleanup(func() {
 		for _, m := range f.c.Mismatches() {
 			t.Errorf("incremental generation: %s", m)
@@ -194,8 +198,8 @@ func newADSFixture(t testing.TB, src pushctx.Source) *adsFixture {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	f.pc.Start(ctx)
-	srv := ads.New(f.c, ads.Options{DefaultMesh: "m", Registerer: prometheus.NewRegistry()})
+	eng.Start(ctx)
+	srv := eng.ADS()
 	f.addr = serveGRPC(t, func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, srv) })
 	return f
 }

@@ -208,6 +208,30 @@ func (a *Authority) Refresh(ctx context.Context) ([]string, error) {
 	return changed, errors.Join(errs...)
 }
 
+// RefreshEvery calls Refresh every interval until ctx ends, and changed
+// for each mesh whose CA changed (a root rotation step), so that its new
+// bundle reaches spokes and proxies. A store that cannot be read, or a CA
+// that does not load, keeps the CA in use (logged, counted). It returns
+// nil when ctx ends.
+func (a *Authority) RefreshEvery(ctx context.Context, interval time.Duration, changed func(mesh string)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		meshes, err := a.Refresh(ctx)
+		if err != nil && ctx.Err() == nil {
+			a.log.Error("reading the mesh CAs again failed; the CAs in use stay", "error", err)
+		}
+		for _, m := range meshes {
+			changed(m)
+		}
+	}
+}
+
 func (a *Authority) refreshMesh(ctx context.Context, mesh string) (bool, error) {
 	a.loadMu.Lock()
 	defer a.loadMu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/navemesh/nave/shared/certreq/certreqtest"
@@ -259,6 +260,46 @@ func TestDirStoreReplaceConflict(t *testing.T) {
 	if !sameBlobs(got, map[string][]byte{"a": []byte("x"), "c": []byte("3")}) {
 		t.Fatalf("after replace: %q", got)
 	}
+}
+
+// TestRefreshEvery: a replica reading the store every interval reports a
+// mesh whose CA changed (a root added by another) at the next tick, and
+// nothing while nothing changed.
+func TestRefreshEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		op := newAuthority(t, dir, Options{}, mesh1)
+		hub := newAuthority(t, dir, Options{}, mesh1)
+		ctx, cancel := context.WithCancel(t.Context())
+		changed := make(chan string, 4)
+		done := make(chan error, 1)
+		go func() { done <- hub.RefreshEvery(ctx, time.Minute, func(m string) { changed <- m }) }()
+
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		select {
+		case m := <-changed:
+			t.Fatalf("mesh %s reported changed; nothing changed", m)
+		default:
+		}
+		if _, err := op.AddRoot(ctx, "m1", nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		select {
+		case m := <-changed:
+			if m != "m1" {
+				t.Errorf("changed %q, want m1", m)
+			}
+		default:
+			t.Fatal("the added root was not reported at the next tick")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RefreshEvery ended with %v, want nil", err)
+		}
+	})
 }
 
 // TestRefreshKeepsCAOnBadStore: a store changed into something that does

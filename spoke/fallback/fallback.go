@@ -1,7 +1,7 @@
 // Package fallback makes a spoke its cluster's local primary while the hub
 // is gone (DESIGN.md invariant 5: losing the hub never breaks a cluster).
-// It composes the hub's own engine — xds/pushctx over a source of cluster
-// stores, xds/cache, xds/ads — over the spoke's live local state plus the
+// It composes the hub's own engine (xds/engine: xds/pushctx over a source
+// of cluster stores, xds/cache, xds/ads) over the spoke's live local state plus the
 // remote view the hub gave it on Watch (spoke/remote), so a proxy gets from
 // the spoke what the hub would give it for the same inputs.
 //
@@ -31,6 +31,7 @@ import (
 	"github.com/navemesh/nave/spoke/remote"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
 )
@@ -72,9 +73,9 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
-	pc      *pushctx.Publisher
-	cache   *cache.Cache
-	ads     *ads.Server
+	// engine is built all the time; its ADS server answers only
+	// streams admitted while active.
+	engine *engine.Engine
 
 	mu          sync.Mutex
 	local       []*meshconfig.Object
@@ -98,18 +99,14 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Logger, streams: map[*gated]struct{}{}, since: time.Now(), lostSince: time.Now()}
 	s.metrics = newMetrics(opts.Registerer, s)
-	s.pc = pushctx.New(s, pushctx.Options{
-		DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
-		Ready:      func(string, []mesh.ClusterInput) bool { return s.localReady() },
-		OnPublish:  func(st *pushctx.State) { s.cache.Entry(st) },
-		Logger:     opts.Logger.With("part", "pushctx"),
-		Registerer: opts.Registerer,
-	})
-	s.cache = cache.New(s.pc, cache.Options{Logger: opts.Logger.With("part", "cache"), Registerer: opts.Registerer})
 	ao := opts.ADS
-	ao.Meshes, ao.DefaultMesh, ao.Registerer = []string{opts.Mesh}, opts.Mesh, opts.Registerer
-	ao.Logger = opts.Logger.With("part", "ads")
-	s.ads = ads.New(s.cache, ao)
+	ao.Meshes, ao.DefaultMesh = []string{opts.Mesh}, opts.Mesh
+	s.engine = engine.New(s, engine.Options{
+		Push: pushctx.Options{DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
+			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }},
+		ADS:    ao,
+		Logger: opts.Logger, Registerer: opts.Registerer,
+	})
 	return s
 }
 
@@ -119,7 +116,7 @@ func (s *Server) Update(objs []*meshconfig.Object) {
 	s.mu.Lock()
 	s.local, s.localSynced = objs, true
 	s.mu.Unlock()
-	s.pc.Notify(s.opts.Mesh)
+	s.engine.Notify(s.opts.Mesh)
 }
 
 func (s *Server) localReady() bool {
@@ -164,15 +161,15 @@ func sortedObjects(objs []*meshconfig.Object) []*meshconfig.Object {
 func (s *Server) View() *remote.View { return s.opts.View }
 
 // Publisher is the fallback's push context (for tests and debug views).
-func (s *Server) Publisher() *pushctx.Publisher { return s.pc }
+func (s *Server) Publisher() *pushctx.Publisher { return s.engine.Publisher() }
 
 // Resources is the fallback's resource cache, as ads serves it.
-func (s *Server) Resources() *cache.Cache { return s.cache }
+func (s *Server) Resources() *cache.Cache { return s.engine.Cache() }
 
 // Run builds push contexts and follows the hub's health until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	s.pc.Start(ctx)
-	s.pc.Notify(s.opts.Mesh)
+	s.engine.Start(ctx)
+	s.engine.Notify(s.opts.Mesh)
 	var viewChanged <-chan struct{}
 	if s.opts.View != nil {
 		viewChanged = s.opts.View.Changed()
@@ -185,7 +182,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		case <-viewChanged:
 			viewChanged = s.opts.View.Changed()
-			s.pc.Notify(s.opts.Mesh)
+			s.engine.Notify(s.opts.Mesh)
 		case now := <-tick.C:
 			s.step(now, s.opts.HubSynced() == nil)
 		}
@@ -284,7 +281,7 @@ func (s *Server) Status() Status {
 	if s.opts.View != nil {
 		st.Remote = s.opts.View.Status()
 	}
-	st.Conns = s.ads.Status()
+	st.Conns = s.engine.ADS().Status()
 	return st
 }
 
@@ -334,7 +331,7 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 		return err
 	}
 	defer s.release(g)
-	return finish(g, s.ads.StreamAggregatedResources(sotwStream{stream, g.ctx}))
+	return finish(g, s.engine.ADS().StreamAggregatedResources(sotwStream{stream, g.ctx}))
 }
 
 // DeltaAggregatedResources serves a delta ADS stream while the spoke is in
@@ -345,7 +342,7 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 		return err
 	}
 	defer s.release(g)
-	return finish(g, s.ads.DeltaAggregatedResources(deltaStream{stream, g.ctx}))
+	return finish(g, s.engine.ADS().DeltaAggregatedResources(deltaStream{stream, g.ctx}))
 }
 
 type sotwStream struct {

@@ -22,6 +22,7 @@ import (
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
 )
@@ -88,9 +89,17 @@ func newFixtureVerify(t testing.TB, src pushctx.Source, verify bool, opts ...fun
 		f.fake = &source{clusters: map[string][]mesh.ClusterInput{}}
 		f.src = f.fake
 	}
-	f.pc = pushctx.New(f.src, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond,
-		OnPublish: func(st *pushctx.State) { f.c.Entry(st) }})
-	f.c = cache.New(f.pc, cache.Options{Verify: verify})
+	f.reg = prometheus.NewRegistry()
+	o := ads.Options{DefaultMesh: "m", Registerer: f.reg}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	eng := engine.New(f.src, engine.Options{
+		Push:  pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond},
+		Cache: cache.Options{Verify: verify},
+		ADS:   o,
+	})
+	f.pc, f.c, f.ads = eng.Publisher(), eng.Cache(), eng.ADS()
 	t.Cleanup(func() {
 		for _, m := range f.c.Mismatches() {
 			t.Errorf("incremental generation: %s", m)
@@ -98,13 +107,7 @@ func newFixtureVerify(t testing.TB, src pushctx.Source, verify bool, opts ...fun
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	f.pc.Start(ctx)
-	f.reg = prometheus.NewRegistry()
-	o := ads.Options{DefaultMesh: "m", Registerer: f.reg}
-	for _, fn := range opts {
-		fn(&o)
-	}
-	f.ads = ads.New(f.c, o)
+	eng.Start(ctx)
 	f.addr = serve(t, func(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, f.ads) })
 	return f
 }

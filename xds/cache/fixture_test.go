@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
@@ -14,14 +15,14 @@ import (
 // hub wires them; both stop with the test.
 func start(t *testing.T, src pushctx.Source, opts cache.Options) (*pushctx.Publisher, *cache.Cache) {
 	t.Helper()
-	var c *cache.Cache
-	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond,
-		OnPublish: func(st *pushctx.State) { c.Entry(st) }})
-	c = cache.New(m, opts)
+	eng := engine.New(src, engine.Options{
+		Push:  pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond},
+		Cache: opts,
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m.Start(ctx)
-	return m, c
+	eng.Start(ctx)
+	return eng.Publisher(), eng.Cache()
 }
 
 // current returns the Entry of meshName's current State (nil if none).

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, ren
 			c := renewer.Credentials().Certificate
 			return &c, nil
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(fallback.ServerTLS(cert, fallbackTrust(fb, renewer)))))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(fallback.ServerTLS(cert, fallbackTrust(fb.View(), renewer)))))
 	}
 	srv := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, fb)
@@ -85,9 +85,9 @@ func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, ren
 
 // fallbackTrust is the mesh's trust as the spoke knows it: the remote
 // view's trust bundle (the hub's newest), else the enrollment's.
-func fallbackTrust(fb *fallback.Server, renewer *enroll.Renewer) fallback.Trust {
+func fallbackTrust(view *remote.View, renewer *enroll.Renewer) fallback.Trust {
 	return func() (string, []byte) {
-		if tb := fb.View().Trust(); tb != nil {
+		if tb := view.Trust(); tb != nil {
 			return tb.GetTrustDomain(), []byte(tb.GetRootsPem())
 		}
 		c := renewer.Credentials()
@@ -98,14 +98,11 @@ func fallbackTrust(fb *fallback.Server, renewer *enroll.Renewer) fallback.Trust 
 // newFallback builds the fallback server (not yet serving).
 func newFallback(cfg spokeconfig.Config, view *remote.View, hubSynced func() error, renewer *enroll.Renewer,
 	log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) *fallback.Server {
-	var fb *fallback.Server
 	var authn ads.Authenticator
 	if renewer != nil {
-		authn = ads.AuthenticatorFunc(func(ctx context.Context) (ads.WorkloadIdentity, error) {
-			return fallback.Authenticator(cfg.Mesh, fallbackTrust(fb, renewer)).Authenticate(ctx)
-		})
+		authn = fallback.Authenticator(cfg.Mesh, fallbackTrust(view, renewer))
 	}
-	fb = fallback.New(fallback.Options{
+	fb := fallback.New(fallback.Options{
 		Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix,
 		After: cfg.Fallback.After, HandBackAfter: cfg.Fallback.HandBackAfter, Drain: cfg.Fallback.Drain,
 		HubSynced: hubSynced, View: view,

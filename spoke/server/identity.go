@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -14,22 +13,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/shared/kubeconfig"
-	"github.com/navemesh/nave/shared/retry"
 	"github.com/navemesh/nave/shared/tlspin"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/inject"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 )
-
-// enrollAttemptTimeout bounds one enrollment call, so that a hub that
-// accepts the connection but never answers is retried like one that is down.
-const enrollAttemptTimeout = 30 * time.Second
 
 // hubIdentity is how the spoke proves to the hub which (mesh, cluster) it
 // is: the cluster certificate in its credentials store (hub.stateDir, or
@@ -99,12 +90,15 @@ func (id *hubIdentity) establish(ctx context.Context) (*enroll.Renewer, error) {
 	if err := id.openStore(); err != nil {
 		return nil, err
 	}
-	creds, err := id.load(ctx)
+	client := &enroll.Client{Options: enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash,
+		Store: id.store, ServerNames: id.serverNames},
+		BackoffInitial: id.hub.BackoffInitial, BackoffMax: id.hub.BackoffMax, OnRetry: id.setErr, Logger: id.log}
+	creds, err := client.Load(ctx)
 	whose := id.storeAt + " holds"
 	switch {
 	case errors.Is(err, enroll.ErrNotEnrolled):
 		id.setErr(err)
-		if creds, err = id.enroll(ctx); err != nil {
+		if creds, err = id.enroll(ctx, client); err != nil {
 			return nil, err
 		}
 		whose = "the join token in hub.tokenFile " + id.hub.TokenFile + " gave (saved in " + id.storeAt + ")"
@@ -129,114 +123,51 @@ func (id *hubIdentity) establish(ctx context.Context) (*enroll.Renewer, error) {
 	return r, nil
 }
 
-// load reads the store, retrying while a Secret store's API server cannot
-// be reached (the state dir answers at once).
-func (id *hubIdentity) load(ctx context.Context) (*enroll.Credentials, error) {
-	b := retry.New(id.hub.BackoffInitial, id.hub.BackoffMax)
-	for {
-		attempt, cancel := context.WithTimeout(ctx, enrollAttemptTimeout)
-		creds, err := id.store.Load(attempt)
-		cancel()
-		if err == nil || errors.Is(err, enroll.ErrNotEnrolled) || !retriableKube(err) || ctx.Err() != nil {
-			return creds, err
-		}
-		id.setErr(err)
-		wait := b.NextBackOff()
-		id.log.Warn("cannot read the credentials store; retrying", "store", id.store.String(), "in", wait.Round(time.Millisecond), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-}
-
-// retriableKube is an API server that could not answer: unreachable
-// (client-go's transport errors are *url.Error), overloaded or timing out.
-// Forbidden, or a Secret that does not parse, is final.
-func retriableKube(err error) bool {
-	var ue *url.Error
-	return errors.As(err, &ue) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
-		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
-}
-
-// enroll redeems the join token, retrying with backoff while the hub is
-// unreachable (Unavailable, DeadlineExceeded); any other failure, such as
-// the hub refusing the token, is final.
-func (id *hubIdentity) enroll(ctx context.Context) (*enroll.Credentials, error) {
-	opts, token, err := id.enrollOptions()
+// enroll redeems the join token, retrying while the hub is unreachable
+// (enroll.Client); the hub refusing the token is final.
+func (id *hubIdentity) enroll(ctx context.Context, client *enroll.Client) (*enroll.Credentials, error) {
+	token, err := id.enrollOptions(&client.Options)
 	if err != nil {
 		return nil, err
 	}
 	id.log.Info("no credentials yet; enrolling with the join token", "store", id.store.String(),
 		"hub", id.hub.Address, "tokenFile", id.hub.TokenFile)
-	b := retry.New(id.hub.BackoffInitial, id.hub.BackoffMax)
-	for {
-		attempt, cancel := context.WithTimeout(ctx, enrollAttemptTimeout)
-		creds, err := enroll.Enroll(attempt, opts, token)
-		cancel()
-		switch {
-		case err == nil:
-			leaf := creds.Certificate.Leaf
-			id.log.Info("enrolled", "mesh", creds.Mesh, "cluster", creds.Cluster, "trustDomain", creds.TrustDomain,
-				"serial", leaf.SerialNumber.Text(16), "notAfter", leaf.NotAfter)
-			return creds, nil
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		}
-		var gs interface{ GRPCStatus() *status.Status }
-		if !errors.As(err, &gs) {
-			return nil, err // refused before reaching the hub: the settings or the hub's answer
-		}
-		st := gs.GRPCStatus()
-		switch st.Code() {
-		case codes.Unavailable, codes.DeadlineExceeded:
-		case codes.Unauthenticated:
-			return nil, fmt.Errorf("the hub at %s refused the join token in hub.tokenFile %s (%s): %s; create a new one with navectl token create",
-				id.hub.Address, id.hub.TokenFile, st.Code(), st.Message())
-		default:
-			return nil, fmt.Errorf("the hub at %s refused to enroll the spoke (%s): %s", id.hub.Address, st.Code(), st.Message())
-		}
-		id.setErr(err)
-		wait := b.NextBackOff()
-		id.log.Warn("hub unreachable or not trusted (TLS handshake); retrying enrollment", "hub", id.hub.Address, "in", wait.Round(time.Millisecond), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
+	creds, err := client.Enroll(ctx, token)
+	var refused *enroll.RefusedError
+	if errors.As(err, &refused) && refused.TokenRefused() {
+		return nil, fmt.Errorf("the hub at %s refused the join token in hub.tokenFile %s (%s): %s; create a new one with navectl token create",
+			id.hub.Address, id.hub.TokenFile, refused.Status.Code(), refused.Status.Message())
 	}
+	return creds, err
 }
 
-// enrollOptions reads what a first enrollment needs: the join token and
-// how to trust the hub.
-func (id *hubIdentity) enrollOptions() (enroll.Options, string, error) {
-	opts := enroll.Options{Address: id.hub.Address, ServerName: id.hub.ServerName, HubCAHash: id.hub.CAHash, Store: id.store,
-		ServerNames: id.serverNames}
+// enrollOptions reads what a first enrollment needs into opts (how to
+// trust the hub) and returns the join token.
+func (id *hubIdentity) enrollOptions(opts *enroll.Options) (string, error) {
 	if id.hub.TokenFile == "" {
-		return opts, "", fmt.Errorf("%s holds no credentials and hub.tokenFile is not set: "+
+		return "", fmt.Errorf("%s holds no credentials and hub.tokenFile is not set: "+
 			"the spoke needs a join token (navectl token create) to enroll", id.storeAt)
 	}
 	if id.hub.CAHash == "" && id.hub.CAFile == "" {
-		return opts, "", fmt.Errorf("%s holds no credentials and neither hub.caHash nor hub.caFile is set: "+
+		return "", fmt.Errorf("%s holds no credentials and neither hub.caHash nor hub.caFile is set: "+
 			"the spoke needs one of them to trust the hub before it sends the join token", id.storeAt)
 	}
 	if id.hub.CAFile != "" {
 		ca, err := os.ReadFile(id.hub.CAFile)
 		if err != nil {
-			return opts, "", fmt.Errorf("hub.caFile: %w", err)
+			return "", fmt.Errorf("hub.caFile: %w", err)
 		}
 		opts.HubCA = ca
 	}
 	b, err := os.ReadFile(id.hub.TokenFile)
 	if err != nil {
-		return opts, "", fmt.Errorf("hub.tokenFile: %w", err)
+		return "", fmt.Errorf("hub.tokenFile: %w", err)
 	}
 	token := strings.TrimSpace(string(b))
 	if token == "" {
-		return opts, "", fmt.Errorf("hub.tokenFile %s is empty", id.hub.TokenFile)
+		return "", fmt.Errorf("hub.tokenFile %s is empty", id.hub.TokenFile)
 	}
-	return opts, token, nil
+	return token, nil
 }
 
 func (id *hubIdentity) setErr(err error) {

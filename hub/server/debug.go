@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -9,11 +9,11 @@ import (
 	"github.com/navemesh/nave/hub/statuspage"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/xds/ads"
-	"github.com/navemesh/nave/xds/cache"
-	"github.com/navemesh/nave/xds/mesh"
+	"github.com/navemesh/nave/xds/engine"
 )
 
-func registerDebug(adm *admin.Server, in *ingest.Store, resources *cache.Cache, xds *ads.Server) {
+func registerDebug(adm *admin.Server, in *ingest.Store, eng *engine.Engine) {
+	xds := eng.ADS()
 	// The status page reads the tenant views below in the browser: it shows
 	// each operator what those views show it.
 	adm.HandlePage(statuspage.Path, statuspage.Handler())
@@ -50,47 +50,9 @@ func registerDebug(adm *admin.Server, in *ingest.Store, resources *cache.Cache, 
 		return xds.ProxyConfig(q.Get("proxy"), func(mesh string) bool { return admin.Visible(r, mesh) }, types...)
 	})
 	adm.HandleTenantDebug("meshes", "each mesh's current push context: version, clusters, conflicts and config problems", func(r *http.Request) (any, error) {
-		type meshView struct {
-			Mesh      string              `json:"mesh"`
-			Version   uint64              `json:"version"`
-			BuiltAt   string              `json:"builtAt"`
-			Clusters  []mesh.ClusterState `json:"clusters"`
-			Services  int                 `json:"services"`
-			Resources map[string]int      `json:"resources"`
-			Conflicts []mesh.Conflict     `json:"conflicts"`
-			Problems  []mesh.Problem      `json:"problems"`
-		}
-		out := []meshView{}
-		for _, e := range resources.Entries() {
-			st := e.State
-			if !admin.Visible(r, st.Mesh) {
-				continue
-			}
-			v := meshView{Mesh: st.Mesh, Version: st.Version, BuiltAt: st.BuiltAt.UTC().Format("2006-01-02T15:04:05.000Z"),
-				Clusters: st.Snapshot.Clusters, Services: len(st.Snapshot.Services), Resources: map[string]int{},
-				Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: e.AllProblems()}
-			for t, rs := range e.Proxyless().Resources {
-				v.Resources[t] = len(rs)
-			}
-			out = append(out, v)
-		}
-		return out, nil
+		return eng.Meshes(func(mesh string) bool { return admin.Visible(r, mesh) }), nil
 	})
 	adm.HandleTenantDebug("services", "services and endpoints of a mesh (?mesh=NAME, default: every mesh), with cluster, locality and stale marks", func(r *http.Request) (any, error) {
-		want := r.URL.Query().Get("mesh")
-		out := map[string][]*mesh.Service{}
-		for _, e := range resources.Entries() {
-			st := e.State
-			if (want != "" && st.Mesh != want) || !admin.Visible(r, st.Mesh) {
-				continue
-			}
-			for _, h := range st.Snapshot.Hostnames() {
-				out[st.Mesh] = append(out[st.Mesh], st.Snapshot.Services[h])
-			}
-		}
-		if want != "" && out[want] == nil {
-			return nil, fmt.Errorf("mesh %q has no push context", want)
-		}
-		return out, nil
+		return eng.Services(r.URL.Query().Get("mesh"), func(mesh string) bool { return admin.Visible(r, mesh) })
 	})
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -241,32 +241,6 @@ func (s *security) enforcer(withdraw func(ingest.ClusterIdentity, string) bool, 
 // debug registers /debug/security: the mode, the meshes and their trust
 // domains, where the serving CA and the enrollment state are, and the
 // enrolled and revoked clusters.
-// refreshCAs reads the mesh CAs again every interval until ctx ends, and
-// calls changed for each mesh whose CA changed (a root rotation step), so
-// that its new bundle reaches spokes. A store that cannot be read, or a CA
-// that does not load, keeps the CA in use (logged, counted).
-func (s *security) refreshCAs(ctx context.Context, interval time.Duration, changed func(mesh string), log *slog.Logger) error {
-	if s.plaintext {
-		return nil
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		meshes, err := s.authority.Refresh(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Error("reading the mesh CAs again failed; the CAs in use stay", "error", err)
-		}
-		for _, m := range meshes {
-			changed(m)
-		}
-	}
-}
-
 func (s *security) debug(adm *admin.Server) {
 	adm.HandleTenantDebug("roots", "each mesh's roots of trust and where a root rotation stands (navectl roots)", func(r *http.Request) (any, error) {
 		if s.plaintext {

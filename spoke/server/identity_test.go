@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ spec:
 // refusals) is tested with the nave-spoke binary in e2e
 // (spoke_identity_test.go).
 
-// spoke is one run of serve, the binary's whole life, in the test.
+// spoke is one run of Serve, the binary's whole life, in the test.
 type spoke struct {
 	admin string
 	logs  *syncBuffer
@@ -47,7 +47,7 @@ type spoke struct {
 	stop  context.CancelFunc
 }
 
-// startSpoke runs serve with the configuration args (flags, as the binary
+// startSpoke runs Serve with the configuration args (flags, as the binary
 // gets them) on top of an fs:// source holding one ServiceEntry and a free
 // admin port.
 func startSpoke(t *testing.T, args ...string) *spoke {
@@ -66,19 +66,19 @@ func startSpoke(t *testing.T, args ...string) *spoke {
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(s.logs, testWriter{t}), nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
-	go func() { s.done <- serve(ctx, cfg, log) }()
+	go func() { s.done <- Serve(ctx, cfg, log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case <-s.done:
 		case <-time.After(waitFor):
-			t.Error("serve did not return after its context ended")
+			t.Error("Serve did not return after its context ended")
 		}
 	})
 	return s
 }
 
-// exit waits for serve to return by itself.
+// exit waits for Serve to return by itself.
 func (s *spoke) exit(t *testing.T) error {
 	t.Helper()
 	select {
@@ -86,12 +86,12 @@ func (s *spoke) exit(t *testing.T) error {
 		s.done <- err // for the cleanup
 		return err
 	case <-time.After(waitFor):
-		t.Fatal("serve did not return")
+		t.Fatal("Serve did not return")
 		return nil
 	}
 }
 
-// shutdown ends serve as SIGTERM does and returns its result.
+// shutdown ends Serve as SIGTERM does and returns its result.
 func (s *spoke) shutdown(t *testing.T) error {
 	t.Helper()
 	s.stop()
@@ -99,7 +99,7 @@ func (s *spoke) shutdown(t *testing.T) error {
 }
 
 // get fetches an admin path and returns its status and body; it waits
-// for the admin server to listen (serve runs in a goroutine).
+// for the admin server to listen (Serve runs in a goroutine).
 func (s *spoke) get(t *testing.T, path string) (int, []byte) {
 	t.Helper()
 	var resp *http.Response
@@ -156,7 +156,7 @@ func TestSpokeServesAdminWhileTheHubIsUnreachable(t *testing.T) {
 		t.Errorf("/healthz/ready: %d %s", code, body)
 	}
 	if err := s.shutdown(t); err != nil {
-		t.Errorf("serve stopped while enrolling: %v, want nil", err)
+		t.Errorf("Serve stopped while enrolling: %v, want nil", err)
 	}
 }
 

@@ -1,6 +1,11 @@
-// Command nave-hub is the central control plane: it takes spokes' Push
-// streams, merges each mesh's clusters and serves xDS to proxies.
-package main
+// Package server is the hub's composition, what nave-hub runs: the
+// listeners, the security (mesh CAs, serving certificate, enrollment),
+// ingest of the spokes' streams, the Watch server, the xDS engine
+// (xds/engine), the replica set, the poller of polled spokes and the admin
+// server with its debug views, wired together. New builds a hub and binds
+// its listeners; Run serves until its context ends. Tests, a replica or
+// the load tool start a hub with it without copying its wiring.
+package server
 
 import (
 	"context"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -20,16 +26,11 @@ import (
 	"github.com/navemesh/nave/hub/watch"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/logging"
-	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/pushctx"
 )
-
-func main() {
-	program.Main(hubconfig.Program, func(c *hubconfig.Config) logging.Config { return c.Log }, serve)
-}
 
 // listen binds every listener up front, so a taken port fails the start
 // with the key that names it.
@@ -48,11 +49,43 @@ func listen(keys map[string]string) (map[string]net.Listener, error) {
 	return out, nil
 }
 
-func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
+// Server is one hub, built by New and run once by Run. Addr is safe for
+// concurrent use.
+type Server struct {
+	cfg      hubconfig.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	lis      map[string]net.Listener
+	adm      *admin.Server
+	sec      *security
+	rep      *replicas
+	store    *ingest.Store
+	in       *ingest.Server
+	w        *watch.Server
+	eng      *engine.Engine
+	spokeSrv *grpc.Server
+	xdsSrv   *grpc.Server
+}
+
+// Serve runs a hub with cfg until ctx ends (New, then Run): nave-hub's
+// life.
+func Serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
+	s, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// New builds a hub: it loads its state (mesh CAs, serving certificate,
+// enrollment; ctx bounds that), binds every listener, so that a taken port
+// fails here with the key that names it, and wires the parts. Nothing is
+// served before Run, which closes the listeners when it returns.
+func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, error) {
 	reg := admin.NewRegistry()
 	rep, err := newReplicas(cfg, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	addrs := map[string]string{"admin.listen": cfg.Admin.Listen, "spokes.listen": cfg.Spokes.Listen, "xds.listen": cfg.XDS.Listen}
 	if cfg.Admin.OperatorListen != "" {
@@ -63,7 +96,7 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 	lis, err := listen(addrs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	adm := admin.New(log, reg)
 	sec, err := newSecurity(ctx, cfg, log, reg)
@@ -71,12 +104,12 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		for _, l := range lis {
 			l.Close()
 		}
-		return err
+		return nil, err
 	}
 
 	var (
-		pc *pushctx.Publisher
-		w  *watch.Server
+		eng *engine.Engine
+		w   *watch.Server
 	)
 	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
@@ -84,9 +117,9 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 		StartupGrace:     cfg.Ingest.StartupGrace,
 		OnChange: func(mesh string, endpointsOnly bool) {
 			if endpointsOnly {
-				pc.NotifyEndpoints(mesh)
+				eng.NotifyEndpoints(mesh)
 			} else {
-				pc.Notify(mesh)
+				eng.Notify(mesh)
 			}
 			w.Notify(mesh)
 		},
@@ -104,27 +137,26 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	})
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
-	var resources *cache.Cache
-	pc = pushctx.New(store, pushctx.Options{
-		DebounceQuiet: cfg.Push.DebounceQuiet,
-		DebounceMax:   cfg.Push.DebounceMax,
-		Adaptive:      cfg.Push.Adaptive,
-		Ready:         store.Ready,
-		OnPublish:     func(st *pushctx.State) { resources.Entry(st) },
-		Logger:        log.With("component", "pushctx"),
-		Registerer:    reg,
+	eng = engine.New(store, engine.Options{
+		Push: pushctx.Options{
+			DebounceQuiet: cfg.Push.DebounceQuiet,
+			DebounceMax:   cfg.Push.DebounceMax,
+			Adaptive:      cfg.Push.Adaptive,
+			Ready:         store.Ready,
+			Logger:        log.With("component", "pushctx"),
+		},
+		Cache: cache.Options{
+			Verify:                   cfg.Push.VerifyIncremental,
+			MaxConcurrentGenerations: cfg.Push.MaxConcurrentGenerations,
+			Logger:                   log.With("component", "cache"),
+		},
+		ADS: ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
+			AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
+			Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads")},
+		Registerer: reg,
 	})
-	resources = cache.New(pc, cache.Options{
-		Verify:                   cfg.Push.VerifyIncremental,
-		MaxConcurrentGenerations: cfg.Push.MaxConcurrentGenerations,
-		Logger:                   log.With("component", "cache"),
-		Registerer:               reg,
-	})
-	xds := ads.New(resources, ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
-		AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
-		Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads"), Registerer: reg})
-	reg.MustRegister(xds.SyncStateCollector())
-	registerDebug(adm, store, resources, xds)
+	reg.MustRegister(eng.SyncStateCollector())
+	registerDebug(adm, store, eng)
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
 	})
@@ -141,25 +173,51 @@ func serve(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) error {
 	}
 	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
 		grpc.KeepaliveParams(xdsKA))...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, xds)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, eng.ADS())
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 
 	if rep != nil {
 		// The replica counts (and may shed) the proxy connections.
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
+	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, rep: rep, store: store, in: in, w: w, eng: eng,
+		spokeSrv: spokeSrv, xdsSrv: xdsSrv}, nil
+}
+
+// Addr is the address of the listener of the config key (xds.listen,
+// spokes.listen, admin.listen, admin.operatorListen,
+// replicas.relayListen); nil if the hub has none.
+func (s *Server) Addr(key string) net.Addr {
+	if l := s.lis[key]; l != nil {
+		return l.Addr()
+	}
+	return nil
+}
+
+// Run serves until ctx ends or a part fails, then stops every part and
+// closes the listeners. It is called once.
+func (s *Server) Run(ctx context.Context) error {
+	cfg, log, lis, adm, sec, rep, store, in, w, eng := s.cfg, s.log, s.lis, s.adm, s.sec, s.rep, s.store, s.in, s.w, s.eng
+	spokeSrv, xdsSrv, reg := s.spokeSrv, s.xdsSrv, s.reg
+	defer func() {
+		for _, l := range lis {
+			l.Close() // already closed by the server that served it, if any
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pc.Start(ctx)
+	eng.Start(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	// A revoked cluster loses its Watch streams with its Push stream.
 	withdraw := func(id ingest.ClusterIdentity, reason string) bool {
 		closed := w.Close(id.Mesh, id.Cluster, reason) > 0
 		return store.Withdraw(id, reason) || closed
 	}
-	g.Go(func() error {
-		return sec.refreshCAs(gctx, cfg.CA.RefreshInterval, func(mesh string) { pc.Notify(mesh); w.Notify(mesh) }, log.With("component", "ca"))
-	})
+	if !sec.plaintext {
+		g.Go(func() error {
+			return sec.authority.RefreshEvery(gctx, cfg.CA.RefreshInterval, func(mesh string) { eng.Notify(mesh); w.Notify(mesh) })
+		})
+	}
 	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
 	}

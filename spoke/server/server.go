@@ -1,10 +1,14 @@
-// Command nave-spoke is the per-cluster control plane: it watches its
-// cluster's config and pushes it to the hub over a stream it dials, proving
-// which (mesh, cluster) it is with a certificate it gets by enrolling (see
-// docs/enrollment.md). With the kubernetes source it can also serve the
-// cluster's validation webhook (webhook.listen, docs/webhooks.md) and
-// sidecar injector (inject.enabled, docs/injection.md).
-package main
+// Package server is the spoke's composition, what nave-spoke runs: the
+// source of the cluster's config (spoke/source/files or spoke/source/kube),
+// the uplink that pushes it to the hub over a stream it dials (or, in
+// polled mode, serves), the cluster identity it proves with a certificate
+// it gets by enrolling (spoke/enroll, docs/enrollment.md), and, as
+// configured, the registration authority (spoke/ra), the fallback xDS
+// server (spoke/fallback), the validation webhook and sidecar injector
+// (spoke/admission, spoke/inject; docs/webhooks.md, docs/injection.md) and
+// the admin server with its debug views. New builds a spoke and binds its
+// listeners; Run serves until its context ends.
+package server
 
 import (
 	"context"
@@ -14,29 +18,46 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/meshconfig"
-	"github.com/navemesh/nave/shared/program"
 	"github.com/navemesh/nave/spoke/remote"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 	"github.com/navemesh/nave/spoke/uplink"
 )
 
-func main() {
-	program.Main(spokeconfig.Program, func(c *spokeconfig.Config) logging.Config { return c.Log }, serve)
+// Server is one spoke, built by New and run once by Run. Addr is safe for
+// concurrent use.
+type Server struct {
+	cfg                               spokeconfig.Config
+	log                               *slog.Logger
+	reg                               *prometheus.Registry
+	adm                               *admin.Server
+	lis, raLis, whLis, fbLis, pollLis net.Listener
+	id                                *hubIdentity
+	wh                                *webhook
+	src                               source
 }
 
-// serve runs the spoke until ctx ends. The admin server starts first, so
-// that metrics and debug views are served while the spoke waits for the
-// hub to enroll it; the uplink and the source start once it has its
-// identity (readiness fails until then).
-func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
+// Serve runs a spoke with cfg until ctx ends (New, then Run): nave-spoke's
+// life.
+func Serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
+	s, err := New(cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// New builds a spoke: it binds every listener, so that a taken port fails
+// here with the key that names it, and builds the source and the webhook.
+// Nothing is served before Run.
+func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 	lis, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
-		return fmt.Errorf("admin.listen: %w", err)
+		return nil, fmt.Errorf("admin.listen: %w", err)
 	}
 	reg := admin.NewRegistry()
 	adm := admin.New(log, reg)
@@ -52,20 +73,20 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	if raEnabled(cfg) {
 		if raLis, err = net.Listen("tcp", cfg.RA.Listen); err != nil {
 			closeAll()
-			return fmt.Errorf("ra.listen: %w", err)
+			return nil, fmt.Errorf("ra.listen: %w", err)
 		}
 	}
 	if cfg.Fallback.Enabled {
 		if fbLis, err = net.Listen("tcp", cfg.Fallback.Listen); err != nil {
 			closeAll()
-			return fmt.Errorf("fallback.listen: %w", err)
+			return nil, fmt.Errorf("fallback.listen: %w", err)
 		}
 	}
 	polled := cfg.Hub.Mode == spokeconfig.ModePolled
 	if polled {
 		if pollLis, err = net.Listen("tcp", cfg.Hub.PollListen); err != nil {
 			closeAll()
-			return fmt.Errorf("hub.pollListen: %w", err)
+			return nil, fmt.Errorf("hub.pollListen: %w", err)
 		}
 	}
 	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
@@ -73,17 +94,17 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	if cfg.Webhook.Listen != "" { // validated: only with the kubernetes source
 		if whLis, err = net.Listen("tcp", cfg.Webhook.Listen); err != nil {
 			closeAll()
-			return fmt.Errorf("webhook.listen: %w", err)
+			return nil, fmt.Errorf("webhook.listen: %w", err)
 		}
 		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg, id.trust); err != nil {
 			closeAll()
-			return err
+			return nil, err
 		}
 	}
 	src, err := newSource(cfg, log, reg, adm)
 	if err != nil {
 		closeAll()
-		return err
+		return nil, err
 	}
 	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
 		type view struct {
@@ -103,6 +124,30 @@ func serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial, expiry and next renewal, "+
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
+	return &Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis,
+		id: id, wh: wh, src: src}, nil
+}
+
+// Addr is the address of the listener of the config key (admin.listen,
+// ra.listen, webhook.listen, fallback.listen, hub.pollListen); nil if the
+// spoke has none.
+func (s *Server) Addr(key string) net.Addr {
+	l := map[string]net.Listener{"admin.listen": s.lis, "ra.listen": s.raLis, "webhook.listen": s.whLis,
+		"fallback.listen": s.fbLis, "hub.pollListen": s.pollLis}[key]
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
+}
+
+// Run serves until ctx ends or a part fails. The admin server starts
+// first, so that metrics and debug views are served while the spoke waits
+// for the hub to enroll it; the uplink and the source start once it has
+// its identity (readiness fails until then). It is called once.
+func (s *Server) Run(ctx context.Context) error {
+	cfg, log, reg, adm, id, wh, src := s.cfg, s.log, s.reg, s.adm, s.id, s.wh, s.src
+	lis, raLis, fbLis, pollLis := s.lis, s.raLis, s.fbLis, s.pollLis
+	polled := cfg.Hub.Mode == spokeconfig.ModePolled
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
