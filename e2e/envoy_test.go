@@ -122,7 +122,7 @@ func TestEnvoyConfigAcrossClusters(t *testing.T) {
 }
 
 // TestSpokeFlapPushesNothing: a spoke that disconnects and comes back with
-// unchanged state changes nothing a proxy holds (DESIGN.md invariant 4):
+// unchanged state changes nothing a proxy holds (docs/design.md invariant 4):
 // an Envoy sidecar on state-of-the-world ADS receives no response during
 // the flap or after the resync, and the hub counts no pushes. The hub
 // holds the cluster, so the restarted spoke resumes (decision 030): it

@@ -18,7 +18,7 @@ import (
 // removalWatcher is a delta ADS client that prefers the hub and uses the
 // spoke while the hub cannot be reached (as a bootstrap listing both
 // does), keeping what it holds across servers (initial_resource_versions),
-// and records every removal any server sends it (DESIGN.md invariant 8:
+// and records every removal any server sends it (docs/design.md invariant 8:
 // no proxy sees a removal no spoke made).
 type removalWatcher struct {
 	mu       sync.Mutex

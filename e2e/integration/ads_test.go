@@ -69,7 +69,7 @@ func TestMeshIsAnsweredOnlyOnceAClusterSynced(t *testing.T) {
 	}
 
 	// The spoke reconnects with unchanged state: the mesh is rebuilt, and
-	// nothing is pushed (DESIGN.md invariant 4).
+	// nothing is pushed (docs/design.md invariant 4).
 	before, _ := f.pc.Current("m")
 	s.close()
 	s2 := connectSpoke(t, spokes, "m", "c1")

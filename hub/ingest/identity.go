@@ -17,7 +17,7 @@ import (
 
 // ClusterIdentity is the (mesh, cluster) a spoke's stream writes to. It comes
 // from the Authenticator only, never from a field of a pushed message
-// (DESIGN.md invariant 1).
+// (docs/design.md invariant 1).
 type ClusterIdentity struct {
 	Mesh    string `json:"mesh"`
 	Cluster string `json:"cluster"`

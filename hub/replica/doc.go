@@ -13,7 +13,7 @@
 // relayed clusters exactly like its own spokes' — staged until the synced
 // marker, pruned only then, kept as stale when the stream ends — so no
 // replica death, restart or partition shows a proxy a removal no spoke made
-// (DESIGN.md invariant 8).
+// (docs/design.md invariant 8).
 //
 // The replica set reaches the local ingest only through Ingest
 // (ingest.Ownership implements it), and ingest asks it back through

@@ -9,7 +9,7 @@
 //
 // The (mesh, cluster) of a stream is given by the caller, which decided it
 // from the spoke's authenticated identity (ingest.Server.Watch); only that
-// mesh's clusters are ever read for it (DESIGN.md invariant 2). A cluster
+// mesh's clusters are ever read for it (docs/design.md invariant 2). A cluster
 // contributes what the hub serves of it: nothing before its first synced
 // marker.
 package watch

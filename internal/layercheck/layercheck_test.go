@@ -81,7 +81,7 @@ func TestAllowAndWildcard(t *testing.T) {
 }
 
 // TestThisRepositoryKeepsItsLayers runs the check on this module with its
-// own rules: the layering holds (DESIGN.md invariant 9).
+// own rules: the layering holds (docs/design.md invariant 9).
 func TestThisRepositoryKeepsItsLayers(t *testing.T) {
 	text, err := os.ReadFile("layers.txt")
 	if err != nil {

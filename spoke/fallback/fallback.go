@@ -1,5 +1,5 @@
 // Package fallback makes a spoke its cluster's local primary while the hub
-// is gone (DESIGN.md invariant 5: losing the hub never breaks a cluster).
+// is gone (docs/design.md invariant 5: losing the hub never breaks a cluster).
 // It composes the hub's own engine (xds/engine: xds/pushctx over a source
 // of cluster stores, xds/cache, xds/ads) over the spoke's live local state plus the
 // remote view the hub gave it on Watch (spoke/remote), so a proxy gets from

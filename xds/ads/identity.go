@@ -27,7 +27,7 @@ type WorkloadIdentity struct {
 
 // Authenticator decides a proxy stream's identity from its connection (for
 // example its TLS client certificate). It is the one seam where a proxy's
-// mesh is decided when set (DESIGN.md invariant 2): the node may repeat
+// mesh is decided when set (docs/design.md invariant 2): the node may repeat
 // what the identity says, never contradict it. Implementations must be safe
 // for concurrent use.
 type Authenticator interface {

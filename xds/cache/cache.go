@@ -5,7 +5,7 @@
 // resource.Source, as go-control-plane's server reads its cache.
 //
 // Generation is a pure function of the State's snapshot and the proxy
-// key (DESIGN.md invariant 6): a key is first reduced to what it
+// key (docs/design.md invariant 6): a key is first reduced to what it
 // contributes (its cache key), and a State whose snapshot differs from an
 // earlier one only in endpoints starts from the earlier output and
 // regenerates only what those endpoints reach.
@@ -36,7 +36,7 @@ type Publisher interface {
 type Options struct {
 	// Verify makes every incremental generation (one that reuses an
 	// earlier State's output) also generate from scratch and compare: a
-	// difference means the reuse missed an input (DESIGN.md invariant 6).
+	// difference means the reuse missed an input (docs/design.md invariant 6).
 	// Differences are logged, counted and returned by Mismatches. For
 	// tests; it doubles generation cost.
 	Verify bool

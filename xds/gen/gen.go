@@ -18,7 +18,7 @@
 //	sim        walks generated config as Envoy would, for tests
 //	gentest    what the rooms' tests share
 //
-// Generators are pure functions of their explicit input (DESIGN.md
+// Generators are pure functions of their explicit input (docs/design.md
 // invariant 6): they read only the snapshot and key they are given and
 // return new messages (or messages memoized per snapshot, read-only), so
 // they are safe to call from any number of goroutines.

@@ -1,6 +1,6 @@
 // Package proxy is the model of one xDS client: who it is (from its node),
 // what kind of proxy it is, and the explicit key the generators take
-// (DESIGN.md invariant 6).
+// (docs/design.md invariant 6).
 //
 // Node ids follow Istio's form TYPE~IP~POD.NAMESPACE~DOMAIN, where TYPE is
 // "sidecar" or "router" for Envoy. Any other id (or metadata GENERATOR=grpc)

@@ -17,7 +17,7 @@ const keptNote = "; the last good version is kept"
 //
 //  1. a candidate from the file the live object came from wins: an edit
 //     applies, and a newcomer elsewhere never displaces the live object
-//     (DESIGN.md invariant 8: no removal that no one made);
+//     (docs/design.md invariant 8: no removal that no one made);
 //  2. else the live object stays as it is when the load failed on it
 //     (keepLastGood), so that a broken edit never withdraws config that
 //     worked (invariant 3);
