@@ -26,6 +26,7 @@ import (
 	"github.com/navemesh/nave/hub/replica"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/grpcserve"
 )
 
 // replicas is the hub's part in a replica set (hub/replica); the zero
@@ -153,14 +154,9 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))...)
 	protocolv1.RegisterSyncServer(srv, replica.NewRelayServer(in, sec.plaintext, r.metrics, log))
 	run(func() error {
-		if err := srv.Serve(lis); err != nil {
+		if err := grpcserve.Serve(ctx, srv, lis, 2*time.Second); err != nil {
 			return fmt.Errorf("replicas.relayListen: %w", err)
 		}
-		return nil
-	})
-	run(func() error {
-		<-ctx.Done()
-		stopGracefully(srv, 2*time.Second)
 		return nil
 	})
 

@@ -26,6 +26,7 @@ import (
 	"github.com/navemesh/nave/hub/watch"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/grpcserve"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/engine"
@@ -223,14 +224,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	for key, srv := range map[string]*grpc.Server{"spokes.listen": spokeSrv, "xds.listen": xdsSrv} {
 		g.Go(func() error {
-			if err := srv.Serve(lis[key]); err != nil {
+			if err := grpcserve.Serve(gctx, srv, lis[key], 5*time.Second); err != nil {
 				return fmt.Errorf("%s: %w", key, err)
 			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			stopGracefully(srv, 5*time.Second)
 			return nil
 		})
 	}
@@ -261,18 +257,4 @@ func (s *Server) Run(ctx context.Context) error {
 	log.Info("hub serving", "spokes", cfg.Spokes.Listen, "xds", cfg.XDS.Listen, "admin", cfg.Admin.Listen, "operatorAdmin", cfg.Admin.OperatorListen,
 		"tls", !sec.plaintext, "state", cfg.State.Dir)
 	return g.Wait()
-}
-
-// stopGracefully lets open RPCs finish for up to d, then cuts them.
-func stopGracefully(srv *grpc.Server, d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		srv.Stop()
-	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/grpcpeer"
+	"github.com/navemesh/nave/shared/grpcserve"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/shared/tlsconfig"
 )
@@ -137,24 +138,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCert func(*tls.
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 	)
 	s.Register(gs)
-	errc := make(chan error, 1)
-	go func() { errc <- gs.Serve(lis) }()
-	select {
-	case err := <-errc:
-		gs.Stop()
+	if err := grpcserve.Serve(ctx, gs, lis, 5*time.Second); err != nil {
 		return fmt.Errorf("ra: serve: %w", err)
-	case <-ctx.Done():
-	}
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		gs.Stop()
-		<-stopped
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/grpcserve"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/fallback"
 	"github.com/navemesh/nave/spoke/remote"
@@ -73,11 +74,7 @@ func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, ren
 	}
 	srv := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, fb)
-	go func() {
-		<-ctx.Done()
-		stopGracefully(srv, 5*time.Second)
-	}()
-	if err := srv.Serve(lis); err != nil {
+	if err := grpcserve.Serve(ctx, srv, lis, 5*time.Second); err != nil {
 		return fmt.Errorf("fallback.listen: %w", err)
 	}
 	return nil
@@ -113,18 +110,4 @@ func newFallback(cfg spokeconfig.Config, view *remote.View, hubSynced func() err
 		return fb.Status(), nil
 	})
 	return fb
-}
-
-// stopGracefully lets open RPCs finish for up to d, then cuts them.
-func stopGracefully(srv *grpc.Server, d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		srv.Stop()
-	}
 }

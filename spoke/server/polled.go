@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/grpcserve"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -28,12 +29,9 @@ func runPolled(ctx context.Context, up *uplink.Uplink, lis net.Listener, renewer
 	}
 	srv := grpc.NewServer(opts...)
 	protocolv1.RegisterPolledServer(srv, polledServer{up: up})
-	go func() {
-		<-ctx.Done()
-		up.EndPoll()
-		stopGracefully(srv, 5*time.Second)
-	}()
-	if err := srv.Serve(lis); err != nil {
+	stop := context.AfterFunc(ctx, up.EndPoll)
+	defer stop()
+	if err := grpcserve.Serve(ctx, srv, lis, 5*time.Second); err != nil {
 		return fmt.Errorf("hub.pollListen: %w", err)
 	}
 	return nil
