@@ -190,3 +190,55 @@ func indexRowHas(index, name, status string) bool {
 	}
 	return false
 }
+
+// TestArchitectureNamesEveryPackage: docs/architecture.md names every
+// package of the product (all but tests' helpers, build tools, e2e and
+// examples) by its path, or by its path below the top folder inside that
+// folder's section (`gen/proxyless` for xds/gen/proxyless), so a new or
+// moved package cannot go undocumented.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	r := root(t)
+	doc, err := os.ReadFile(filepath.Join(r, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range backticked.FindAllStringSubmatch(string(doc), -1) {
+		span := m[1]
+		for _, cut := range []string{".", " ", "(", ":"} { // `hub/ingest.Store`, `pkg (…)`
+			if i := strings.Index(span, cut); i > 0 {
+				span = span[:i]
+			}
+		}
+		names[strings.TrimSuffix(span, "/")] = true
+	}
+	for _, top := range []string{"hub", "spoke", "xds", "shared", "protocol", "cmd"} {
+		err := filepath.WalkDir(filepath.Join(r, top), func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(r, path)
+			if strings.HasSuffix(rel, "test") || filepath.Base(rel) == "testdata" || !hasGo(path) {
+				return nil
+			}
+			if !names[rel] && !names[strings.TrimPrefix(rel, top+"/")] {
+				t.Errorf("docs/architecture.md does not name package %s", rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// hasGo reports whether dir holds a Go file that is not a test.
+func hasGo(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	for _, f := range m {
+		if !strings.HasSuffix(f, "_test.go") {
+			return true
+		}
+	}
+	return false
+}
