@@ -31,7 +31,6 @@ func blockServiceEntry(name, host string, ports ...int) string {
 // at each cut point a line boundary allows; a poller of the hub's
 // /debug/services sees every endpoint throughout.
 func TestFilesCutSaveNeverShrinksAService(t *testing.T) {
-	t.Parallel()
 	h := newHub(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
@@ -114,7 +113,6 @@ func TestFilesCutSaveNeverShrinksAService(t *testing.T) {
 // object, the first in path order wins, whether it was there first or
 // came later, and a restarted spoke serves the same.
 func TestFilesDuplicateWinnerSurvivesRestart(t *testing.T) {
-	t.Parallel()
 	h := newHub(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), serviceEntry("web", "web.demo.mesh", 1001))

@@ -21,6 +21,18 @@ func hostIn(objs []*meshconfig.Object, name string) string {
 	return ""
 }
 
+// writeAtomic writes a file as editors that save atomically do: a hidden
+// temporary file (not loaded), renamed into place, so that no load reads
+// it half-written.
+func writeAtomic(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	write(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDuplicateWinnerIgnoresHistory: of objects with one kind, namespace
 // and name, the first in path order wins, whether it came first or later,
 // so that a restart at any point gives the same objects; a newcomer that
@@ -49,7 +61,7 @@ func TestDuplicateWinnerIgnoresHistory(t *testing.T) {
 	}
 
 	// A newcomer that sorts after the live file is rejected.
-	write(t, filepath.Join(dir, "zz-dup.yaml"), drDoc("other")+"---\n"+vsDoc("x", "later"))
+	writeAtomic(t, filepath.Join(dir, "zz-dup.yaml"), drDoc("other")+"---\n"+vsDoc("x", "later"))
 	objs := r.waitForKeys(t, "DestinationRule shop/other, VirtualService shop/x")
 	if h := hostIn(objs, "x"); h != "live" {
 		t.Errorf("x routes to %s after zz-dup.yaml was added, want we.yaml's", h)
@@ -62,7 +74,7 @@ func TestDuplicateWinnerIgnoresHistory(t *testing.T) {
 	sameAsRestart("zz-dup.yaml added")
 
 	// A newcomer that sorts first takes over, loudly.
-	write(t, filepath.Join(dir, "00-dup.yaml"), vsDoc("x", "first"))
+	writeAtomic(t, filepath.Join(dir, "00-dup.yaml"), vsDoc("x", "first"))
 	r.waitFor(t, "00-dup.yaml's x", func(objs []*meshconfig.Object) bool { return hostIn(objs, "x") == "first" })
 	if !strings.Contains(r.logs.String(), "duplicate config object takes over") {
 		t.Errorf("the takeover was not logged:\n%s", r.logs.String())
@@ -74,13 +86,13 @@ func TestDuplicateWinnerIgnoresHistory(t *testing.T) {
 	sameAsRestart("00-dup.yaml added")
 
 	// An edit of the winner applies; of a loser, changes nothing.
-	write(t, filepath.Join(dir, "00-dup.yaml"), vsDoc("x", "first-v2"))
+	writeAtomic(t, filepath.Join(dir, "00-dup.yaml"), vsDoc("x", "first-v2"))
 	r.waitFor(t, "the edit of 00-dup.yaml", func(objs []*meshconfig.Object) bool { return hostIn(objs, "x") == "first-v2" })
 	sameAsRestart("00-dup.yaml edited")
 
 	// Broken YAML in the winner's file: its last good x stays (the one
 	// thing a restart cannot know).
-	write(t, filepath.Join(dir, "00-dup.yaml"), "kind: [unclosed\n")
+	writeAtomic(t, filepath.Join(dir, "00-dup.yaml"), "kind: [unclosed\n")
 	r.waitFor(t, "the broken 00-dup.yaml", func([]*meshconfig.Object) bool {
 		rs := r.src.Rejections()
 		return len(rs) == 3 && rs[0].File == "00-dup.yaml"
