@@ -1,47 +1,28 @@
 package handshake
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newFailures(t *testing.T) (*Failures, *prometheus.Registry, *lockedBuffer) {
+func newFailures(t *testing.T) (*Failures, *prometheus.Registry, *testlog.Buffer) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	return New(slog.New(slog.NewJSONHandler(logs, nil)), reg), reg, logs
 }
 
