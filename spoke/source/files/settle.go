@@ -23,8 +23,9 @@ const (
 // settle decides, object key by object key, what a load publishes, from
 // the load's candidates (every valid object, in path order, duplicates
 // included) and the objects live until now (prev). The candidate first in
-// path order is the one that counts (docs/kubernetes.md: the same files
-// always give the same objects, whatever came before), except:
+// path order is the one that counts, so that the same files always give
+// the same objects, whatever came before, and a restart changes nothing
+// (docs/design.md invariant 8; docs/decisions/035), except:
 //
 //  1. when it comes from the live object's file and shrinks it, the live
 //     object stays while hold says so: the file changed in this round and
