@@ -163,12 +163,3 @@ func (s *Source) unwatchGone(watcher *fsnotify.Watcher, dirs []string) {
 		}
 	}
 }
-
-// logTakeover reports a duplicate that displaces the live object of
-// another file because its file sorts first: the served config changes
-// though the live object's file did not.
-func (s *Source) logTakeover(live, winner *meshconfig.Object) {
-	s.logger.Warn("duplicate config object takes over: its file sorts before the live one's",
-		"kind", live.Kind.Kind, "namespace", live.Namespace, "name", live.Name,
-		"kept", winner.Origin, "replaced", live.Origin)
-}

@@ -109,6 +109,15 @@ func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconf
 	sortRejections(res.rejections)
 }
 
+// logTakeover reports a duplicate that displaces the live object of
+// another file because its file sorts first: the served config changes
+// though the live object's file did not.
+func (s *Source) logTakeover(live, winner *meshconfig.Object) {
+	s.logger.Warn("duplicate config object takes over: its file sorts before the live one's",
+		"kind", live.Kind.Kind, "namespace", live.Namespace, "name", live.Name,
+		"kept", winner.Origin, "replaced", live.Origin)
+}
+
 // keepLastGood reports whether the live object o stays because the load
 // failed on it, and notes it in the rejection that says why:
 //   - an object rejected by name (invalid spec, bad metadata) keeps its
