@@ -128,6 +128,16 @@ func TestSecureHubRefusesWhatDoesNotBelong(t *testing.T) {
 				t.Errorf("a c1 certificate claiming %s/%s wrote it", claim[0], claim[1])
 			}
 		}
+		// Each claim is logged once and counted.
+		testwait.For(t, 10*time.Second, func() error {
+			if v, err := metric(h.url("/metrics"), "nave_hub_spoke_claim_mismatches_total"); err != nil || v != 2 {
+				return fmt.Errorf("nave_hub_spoke_claim_mismatches_total = %v (%v), want 2", v, err)
+			}
+			return nil
+		})
+		if n := strings.Count(h.proc.Log(), "spoke stream claims another cluster than its certificate"); n != 2 {
+			t.Errorf("the hub logged %d claims of another cluster, want 2", n)
+		}
 		h.waitSynced(t, "default/c1") // the real spoke takes its stream back
 		victim = h.spokesView(t)["default/c1"]
 

@@ -99,6 +99,12 @@ func (f *fixture) metric(t *testing.T, name string) float64 {
 
 func newFixture(t *testing.T, grace time.Duration) *fixture {
 	t.Helper()
+	return newFixtureAuth(t, grace, ingest.ClaimedIdentity())
+}
+
+// newFixtureAuth is newFixture with a Server that authenticates with auth.
+func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator) *fixture {
+	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry()}
 	f.store = ingest.NewStore(ingest.StoreOptions{
 		Registerer:       f.reg,
@@ -111,7 +117,7 @@ func newFixture(t *testing.T, grace time.Duration) *fixture {
 			}
 		},
 	})
-	f.srv = ingest.NewServer(f.store, ingest.ClaimedIdentity(), ingest.ServerOptions{Registerer: f.reg})
+	f.srv = ingest.NewServer(f.store, auth, ingest.ServerOptions{Registerer: f.reg})
 	f.own = ingest.NewOwnership(f.srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -87,6 +87,24 @@ func HostedMeshes(hosted []string, a Authenticator) Authenticator {
 	})
 }
 
+// otherClaim returns the (mesh, cluster) a stream's metadata claims
+// (protocol.MetadataMesh, MetadataCluster) when it names something other
+// than id, the identity the Authenticator decided from the stream's
+// certificate. The stream is still served as id; the claim only tells of a
+// misconfigured or tampered spoke. A claim absent or in part absent
+// differs only in what it names.
+func otherClaim(ctx context.Context, id ClusterIdentity) (ClusterIdentity, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	claimed := id
+	if vs := md.Get(protocol.MetadataMesh); len(vs) > 0 {
+		claimed.Mesh = strings.Join(vs, ",")
+	}
+	if vs := md.Get(protocol.MetadataCluster); len(vs) > 0 {
+		claimed.Cluster = strings.Join(vs, ",")
+	}
+	return claimed, claimed != id
+}
+
 // checkProtocol refuses a stream whose metadata names a protocol version
 // other than ours. It is checked for every stream, whatever the
 // Authenticator.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -36,5 +37,33 @@ func TestHostedMeshesRefusesOtherMeshes(t *testing.T) {
 	_, err = auth.Authenticate(context.Background())
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("no metadata: %v; want Unauthenticated", err)
+	}
+}
+
+// TestClaimOfAnotherClusterIsCountedAndServedAsAuthenticated: a stream
+// whose certificate says default/c1 but whose metadata claims default/c2
+// is served as c1, and counted once.
+func TestClaimOfAnotherClusterIsCountedAndServedAsAuthenticated(t *testing.T) {
+	asC1 := ingest.AuthenticatorFunc(func(context.Context) (ingest.ClusterIdentity, error) {
+		return ingest.ClusterIdentity{Mesh: "default", Cluster: "c1"}, nil
+	})
+	f := newFixtureAuth(t, time.Minute, asC1)
+	own := f.dial(t, "default", "c1")
+	own.sync(decode(t, fullState))
+	if got := f.metric(t, "nave_hub_spoke_claim_mismatches_total"); got != 0 {
+		t.Fatalf("a stream claiming its own cluster counted %v mismatches", got)
+	}
+	own.close()
+
+	other := f.dial(t, "default", "c2")
+	other.sync(decode(t, fullState))
+	if _, ok := f.status("default", "c1"); !ok {
+		t.Error("the stream was not served as its certificate's cluster c1")
+	}
+	if _, ok := f.status("default", "c2"); ok {
+		t.Error("the stream was served as the cluster it claimed")
+	}
+	if got := f.metric(t, "nave_hub_spoke_claim_mismatches_total"); got != 1 {
+		t.Errorf("nave_hub_spoke_claim_mismatches_total = %v, want 1", got)
 	}
 }

@@ -34,6 +34,7 @@ func newStoreMetrics(reg prometheus.Registerer, withdrawn, missing func() float6
 type serverMetrics struct {
 	streams  prometheus.Gauge
 	refused  prometheus.Counter
+	claims   prometheus.Counter
 	messages *prometheus.CounterVec
 	rejected prometheus.Counter
 	resumes  *prometheus.CounterVec
@@ -46,6 +47,8 @@ func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 			Help: "Open spoke Push streams."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_spoke_streams_refused_total",
 			Help: "Spoke streams refused at authentication."}),
+		claims: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_spoke_claim_mismatches_total",
+			Help: "Spoke streams whose metadata claimed another mesh or cluster than their certificate (served as the certificate says)."}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_hub_ingest_messages_total",
 			Help: "Spoke messages answered, by result (ack, nack)."}, []string{"result"}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_hub_ingest_rejected_resources_total",
@@ -56,7 +59,7 @@ func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 			Help: "Bytes of messages received on cluster streams, by stream (spoke, polled, relay)."}, []string{"stream"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.refused, m.messages, m.rejected, m.resumes, m.received)
+		reg.MustRegister(m.streams, m.refused, m.claims, m.messages, m.rejected, m.resumes, m.received)
 	}
 	return m
 }

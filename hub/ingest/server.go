@@ -130,7 +130,22 @@ func (s *Server) admit(ctx context.Context) (ClusterIdentity, string, error) {
 		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
 		return id, "", err
 	}
+	s.checkClaim(ctx, id)
 	return id, suffix, nil
+}
+
+// checkClaim logs and counts, once per stream, a stream whose metadata
+// claims another cluster than the one it authenticated as (otherClaim).
+// The stream is served as authenticated.
+func (s *Server) checkClaim(ctx context.Context, id ClusterIdentity) {
+	claimed, other := otherClaim(ctx, id)
+	if !other {
+		return
+	}
+	s.metrics.claims.Inc()
+	s.log.Warn("spoke stream claims another cluster than its certificate; served as its certificate says",
+		"mesh", id.Mesh, "cluster", id.Cluster, "claimedMesh", claimed.Mesh, "claimedCluster", claimed.Cluster,
+		"peer", grpcpeer.Addr(ctx))
 }
 
 // serve holds one stream of id's state until it ends.

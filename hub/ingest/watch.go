@@ -54,5 +54,6 @@ func (s *Server) admitWatch(stream protocolv1.Sync_WatchServer) (ClusterIdentity
 		s.log.Warn("spoke watch refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
 		return id, err
 	}
+	s.checkClaim(stream.Context(), id)
 	return id, nil
 }

@@ -142,7 +142,8 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 		if err != nil {
 			return err
 		}
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(ident.ServerConfig(r.metrics, log))), grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout))
+		serverOpts = append(serverOpts, grpc.Creds(adm.Handshakes().Credentials("replicas.relayListen", credentials.NewTLS(ident.ServerConfig(r.metrics, log)))),
+			grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout))
 		dial = func(peer, addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(ident.ClientConfig(peer))), kp, size)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/navemesh/nave/hub/servingcert"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/handshake"
 	"github.com/navemesh/nave/xds/ads"
 )
 
@@ -202,12 +203,14 @@ func (m meshSecrets) Mint(ctx context.Context, id ads.WorkloadIdentity) (*ads.Cr
 		Serial: mt.Leaf.SerialNumber.Text(16), RenewAt: ca.RenewAt(mt.Leaf)}, nil
 }
 
-// serverOptions are the transport options of both gRPC listeners.
-func (s *security) serverOptions(cfg hubconfig.Config) []grpc.ServerOption {
+// serverOptions are the transport options of the gRPC listener of config
+// key listener (spokes.listen, xds.listen); its failed handshakes are
+// counted and logged by hs.
+func (s *security) serverOptions(cfg hubconfig.Config, listener string, hs *handshake.Failures) []grpc.ServerOption {
 	if s.plaintext {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.serving.ServerConfig())), grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout)}
+	return []grpc.ServerOption{grpc.Creds(hs.Credentials(listener, credentials.NewTLS(s.serving.ServerConfig()))), grpc.ConnectionTimeout(cfg.TLS.HandshakeTimeout)}
 }
 
 // register adds the services that need the CA: on the spokes listener

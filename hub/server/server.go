@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	sec.debug(adm)
 
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
-	spokeSrv := grpc.NewServer(append(sec.serverOptions(cfg),
+	spokeSrv := grpc.NewServer(append(sec.serverOptions(cfg, "spokes.listen", adm.Handshakes()),
 		grpc.MaxRecvMsgSize(cfg.Spokes.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.Spokes.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(ka))...)
 	protocolv1.RegisterSyncServer(spokeSrv, in)
@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	if age := cfg.XDS.MaxConnectionAge; age > 0 {
 		xdsKA.MaxConnectionAge, xdsKA.MaxConnectionAgeGrace = age, 30*time.Second
 	}
-	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg), grpc.KeepaliveEnforcementPolicy(ka),
+	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg, "xds.listen", adm.Handshakes()), grpc.KeepaliveEnforcementPolicy(ka),
 		grpc.KeepaliveParams(xdsKA))...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, eng.ADS())
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)

@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/navemesh/nave/shared/handshake"
 )
 
 // shutdownTimeout bounds how long Serve waits for in-flight requests once its context ends.
@@ -43,9 +45,10 @@ var pagePath = regexp.MustCompile(`^(/[a-z0-9][a-z0-9_.-]*)+/$`)
 // A Server is safe for concurrent use: debug views and ready checks may be added before or
 // while it serves, from any goroutine, and Serve may run on several listeners at once.
 type Server struct {
-	logger  *slog.Logger
-	handler http.Handler
-	mux     *http.ServeMux
+	logger     *slog.Logger
+	handshakes *handshake.Failures
+	handler    http.Handler
+	mux        *http.ServeMux
 
 	mu     sync.RWMutex
 	debug  map[string]debugView
@@ -59,12 +62,18 @@ type debugView struct {
 	tenant bool
 }
 
-// New returns a server exposing reg on /metrics and logging to logger.
+// New returns a server exposing reg on /metrics and logging to logger. It
+// registers on reg the count of failed TLS handshakes (Handshakes).
 func New(logger *slog.Logger, reg *prometheus.Registry) *Server {
+	var r prometheus.Registerer
+	if reg != nil {
+		r = reg
+	}
 	s := &Server{
-		logger: logger,
-		debug:  map[string]debugView{},
-		checks: map[string]func() error{},
+		logger:     logger,
+		handshakes: handshake.New(logger, r),
+		debug:      map[string]debugView{},
+		checks:     map[string]func() error{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz/live", s.serveLive)
@@ -108,6 +117,10 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
+// Handshakes counts and logs the failed TLS handshakes of the process's
+// listeners, its own and the gRPC ones (handshake.Failures.Credentials).
+func (s *Server) Handshakes() *handshake.Failures { return s.handshakes }
+
 // Handler returns the HTTP handler of every endpoint, for tests or to mount elsewhere.
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -123,12 +136,18 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 }
 
 // ServeHandler is Serve with another handler (OperatorHandler, ProbeHandler) and, if tlsConfig
-// is not nil, over TLS.
+// is not nil, over TLS: that is the operator listener, whose failed handshakes are counted with
+// listener="admin.operatorListen". The HTTP server's errors go to the logger, rate-limited
+// (Handshakes).
 func (s *Server) ServeHandler(ctx context.Context, lis net.Listener, handler http.Handler, tlsConfig *tls.Config) error {
+	name := "admin.listen"
+	if tlsConfig != nil {
+		name = "admin.operatorListen"
+	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		ErrorLog:          s.handshakes.ErrorLog(name),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	if tlsConfig != nil {

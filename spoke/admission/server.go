@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/navemesh/nave/shared/handshake"
 	"github.com/navemesh/nave/shared/tlsconfig"
 )
 
@@ -64,16 +65,21 @@ type Options struct {
 	// Registerer receives the nave_spoke_webhook_* review metrics; nil
 	// registers nowhere.
 	Registerer prometheus.Registerer
+	// Handshakes counts and logs (rate-limited) the failed TLS handshakes
+	// (listener "webhook.listen") and the HTTP server's other errors; nil
+	// logs them at debug, uncounted.
+	Handshakes *handshake.Failures
 }
 
 // Server serves admission reviews, one Reviewer per path, over HTTPS. Add
 // every path with Handle before Serve; after that a Server is safe for
 // concurrent use (it is an http.Handler too, for tests).
 type Server struct {
-	max     int64
-	log     *slog.Logger
-	metrics *metrics
-	mux     *http.ServeMux
+	max        int64
+	log        *slog.Logger
+	handshakes *handshake.Failures
+	metrics    *metrics
+	mux        *http.ServeMux
 
 	mu    sync.Mutex
 	paths map[string]bool
@@ -81,7 +87,7 @@ type Server struct {
 
 // NewServer returns a Server with no paths.
 func NewServer(opts Options) *Server {
-	s := &Server{max: opts.MaxRequestBytes, log: opts.Logger, mux: http.NewServeMux(), paths: map[string]bool{}}
+	s := &Server{max: opts.MaxRequestBytes, log: opts.Logger, handshakes: opts.Handshakes, mux: http.NewServeMux(), paths: map[string]bool{}}
 	if s.max == 0 {
 		s.max = DefaultMaxRequestBytes
 	}
@@ -121,6 +127,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCertificate fun
 		// TLS handshake failures (scanners, a client that does not trust
 		// the certificate yet) are not the server's errors.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	if s.handshakes != nil {
+		srv.ErrorLog = s.handshakes.ErrorLog("webhook.listen")
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(lis, "", "") }()

@@ -23,6 +23,7 @@ import (
 	"github.com/navemesh/nave/shared/certreq"
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/handshake"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/shared/tlsconfig"
 )
@@ -64,6 +65,9 @@ type Options struct {
 	// Registerer receives nave_spoke_ra_certificates_total and
 	// nave_spoke_ra_refusals_total; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Handshakes counts and logs the listener's failed TLS handshakes
+	// (listener "ra.listen"); nil: neither.
+	Handshakes *handshake.Failures
 	// Now is the clock of Status; nil is time.Now.
 	Now func() time.Time
 }
@@ -132,9 +136,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCert func(*tls.
 		lis.Close()
 		return errors.New("ra: a serving certificate is required")
 	}
+	// Istio agents and gRPC applications call the RA: foreign clients.
+	creds := credentials.NewTLS(tlsconfig.Server(tlsconfig.Foreign, func() (*tls.Certificate, error) { return getCert(nil) }))
+	if s.opts.Handshakes != nil {
+		creds = s.opts.Handshakes.Credentials("ra.listen", creds)
+	}
 	gs := grpc.NewServer(
-		// Istio agents and gRPC applications call the RA: foreign clients.
-		grpc.Creds(credentials.NewTLS(tlsconfig.Server(tlsconfig.Foreign, func() (*tls.Certificate, error) { return getCert(nil) }))),
+		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 	)
 	s.Register(gs)

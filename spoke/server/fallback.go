@@ -20,6 +20,7 @@ import (
 
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/handshake"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/fallback"
 	"github.com/navemesh/nave/spoke/remote"
@@ -61,7 +62,9 @@ func remoteView(cfg spokeconfig.Config, log *slog.Logger, adm *admin.Server) (*r
 // a renewer (TLS to the hub) it serves mTLS with the cluster certificate
 // and authenticates proxies by their workload certificates; without, it
 // is plaintext and trusts proxies' nodes, as a plaintext hub does.
-func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, renewer *enroll.Renewer) error {
+//
+// hs counts and logs its failed handshakes.
+func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, renewer *enroll.Renewer, hs *handshake.Failures) error {
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
 	opts := []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(ka),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
@@ -70,7 +73,7 @@ func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, ren
 			c := renewer.Credentials().Certificate
 			return &c, nil
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(fallback.ServerTLS(cert, fallbackTrust(fb.View(), renewer)))))
+		opts = append(opts, grpc.Creds(hs.Credentials("fallback.listen", credentials.NewTLS(fallback.ServerTLS(cert, fallbackTrust(fb.View(), renewer))))))
 	}
 	srv := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, fb)

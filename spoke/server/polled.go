@@ -12,6 +12,7 @@ import (
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/handshake"
 	"github.com/navemesh/nave/spoke/enroll"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -19,13 +20,13 @@ import (
 // runPolled serves the hub's Poll streams on lis (hub.mode polled) until
 // ctx ends: with the cluster certificate, requiring the hub's own
 // certificate (enroll.Renewer.PolledTLS); without TLS when renewer is nil
-// (hub.plaintext).
-func runPolled(ctx context.Context, up *uplink.Uplink, lis net.Listener, renewer *enroll.Renewer) error {
+// (hub.plaintext). hs counts and logs its failed handshakes.
+func runPolled(ctx context.Context, up *uplink.Uplink, lis net.Listener, renewer *enroll.Renewer, hs *handshake.Failures) error {
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
 	opts := []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(ka),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
 	if renewer != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(renewer.PolledTLS(up.RefusedHub))), grpc.ConnectionTimeout(10*time.Second))
+		opts = append(opts, grpc.Creds(hs.Credentials("hub.pollListen", credentials.NewTLS(renewer.PolledTLS(up.RefusedHub)))), grpc.ConnectionTimeout(10*time.Second))
 	}
 	srv := grpc.NewServer(opts...)
 	protocolv1.RegisterPolledServer(srv, polledServer{up: up})

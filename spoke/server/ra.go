@@ -53,7 +53,7 @@ func runRA(ctx context.Context, cfg spokeconfig.Config, renewer *enroll.Renewer,
 	defer hub.close()
 	srv, err := ra.New(ra.Options{
 		Reviewer: ra.KubeReviewer(cs), TrustDomain: renewer.Credentials().TrustDomain, Audiences: cfg.RA.Audiences,
-		Hub: hub, Logger: log, Registerer: reg,
+		Hub: hub, Logger: log, Registerer: reg, Handshakes: adm.Handshakes(),
 	})
 	if err != nil {
 		return fmt.Errorf("ra: %w", err)

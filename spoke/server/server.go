@@ -195,7 +195,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if fbLis != nil {
 			fb := newFallback(cfg, view, up.Synced, renewer, log.With("component", "fallback"), reg, adm)
 			g.Go(func() error { return fb.Run(gctx) })
-			g.Go(func() error { return runFallback(gctx, fb, fbLis, renewer) })
+			g.Go(func() error { return runFallback(gctx, fb, fbLis, renewer, adm.Handshakes()) })
 			update = func(objs []*meshconfig.Object) {
 				up.Update(objs)
 				fb.Update(objs)
@@ -214,7 +214,7 @@ func (s *Server) Run(ctx context.Context) error {
 			"mode", cfg.Hub.Mode, "tls", hubTLS != nil, "admin", cfg.Admin.Listen)
 		if polled {
 			log.Info("polled mode: waiting for the hub to dial", "pollListen", pollLis.Addr().String())
-			return runPolled(gctx, up, pollLis, renewer)
+			return runPolled(gctx, up, pollLis, renewer, adm.Handshakes())
 		}
 		return up.Run(gctx)
 	})

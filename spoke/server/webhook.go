@@ -64,8 +64,9 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 		return nil, err
 	}
 	w := &webhook{
-		lis:       lis,
-		server:    admission.NewServer(admission.Options{MaxRequestBytes: cfg.Webhook.MaxRequestBytes, Logger: log, Registerer: reg}),
+		lis: lis,
+		server: admission.NewServer(admission.Options{MaxRequestBytes: cfg.Webhook.MaxRequestBytes, Logger: log, Registerer: reg,
+			Handshakes: adm.Handshakes()}),
 		validator: admission.NewValidator(cfg.DomainSuffix),
 		certs:     certs,
 		log:       log,

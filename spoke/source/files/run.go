@@ -33,9 +33,9 @@ const (
 // until a reload succeeds. Run may be called again after it returned, but
 // not concurrently.
 //
-// Adds and updates publish at the first reload that sees them; a
-// withdrawal may wait a few debounce windows for its file to settle
-// (holdWithdrawal).
+// Adds, and updates that remove nothing, publish at the first reload that
+// sees them; a withdrawal, or an update that removes something, may wait
+// a few debounce windows for its file to settle (holdRemoval).
 func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object)) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("files source: already running")
@@ -131,7 +131,9 @@ func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Ob
 	}
 	s.unwatchGone(watcher, res.dirs)
 	held := map[string]time.Time{}
-	settle(s.Objects(), &res, func(o *meshconfig.Object) bool { return s.holdWithdrawal(o, res.files, start, held) })
+	settle(s.Objects(), &res,
+		func(o *meshconfig.Object, r removal) bool { return s.holdRemoval(o, r, res.files, start, held) },
+		s.logTakeover)
 	s.files, s.lastLoad, s.held = res.files, start, held
 	elapsed := time.Since(start)
 

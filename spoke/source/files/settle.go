@@ -11,25 +11,36 @@ import (
 // file) keeps its last good version.
 const keptNote = "; the last good version is kept"
 
+// removal says what a held change would remove: the whole object, or
+// part of it.
+type removal int
+
+const (
+	withdrawal removal = iota // the object is gone from its file
+	shrink                    // its new version lacks something (shrinks)
+)
+
 // settle decides, object key by object key, what a load publishes, from
 // the load's candidates (every valid object, in path order, duplicates
-// included) and the objects live until now (prev). For each key:
+// included) and the objects live until now (prev). The candidate first in
+// path order is the one that counts, so that the same files always give
+// the same objects, whatever came before, and a restart changes nothing
+// (docs/design.md invariant 8; docs/decisions/035), except:
 //
-//  1. a candidate from the file the live object came from wins: an edit
-//     applies, and a newcomer elsewhere never displaces the live object
-//     (docs/design.md invariant 8: no removal that no one made);
-//  2. else the live object stays as it is when the load failed on it
+//  1. when it comes from the live object's file and shrinks it, the live
+//     object stays while hold says so: the file changed in this round and
+//     may be half-written (Source.holdRemoval; docs/decisions/035);
+//  2. when the live object's file sorts first but yields it no more, the
+//     live object stays as it is when the load failed on it
 //     (keepLastGood), so that a broken edit never withdraws config that
-//     worked (invariant 3);
-//  3. else the live object stays while hold says so: its file changed in
-//     this round and may be half-written (Source.holdWithdrawal);
-//  4. else the first candidate in path order wins (at start, nothing is
-//     live).
+//     worked (docs/design.md invariant 3), or while hold says so.
 //
 // Every other candidate is rejected as a duplicate, naming where the one
-// kept is. An object removed from a file that loads fine is gone, and so
-// are the objects of a deleted file: those are edits, not errors.
-func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconfig.Object) bool) {
+// kept is; a duplicate that takes over from a live object of another
+// file (a newcomer that sorts first) is reported through takeover. An
+// object removed from a file that loads fine is gone, and so are the
+// objects of a deleted file: those are edits, not errors.
+func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconfig.Object, r removal) bool, takeover func(live, winner *meshconfig.Object)) {
 	live := make(map[string]*meshconfig.Object, len(prev))
 	for _, o := range prev {
 		live[keyOf(o)] = o
@@ -56,20 +67,21 @@ func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconf
 	for _, k := range order {
 		cands, l := byKey[k], live[k]
 		var w *meshconfig.Object
+		if len(cands) > 0 {
+			w = cands[0]
+		}
 		if l != nil {
 			liveFile, _ := splitOrigin(l.Origin)
-			for _, c := range cands {
-				if file, _ := splitOrigin(c.Origin); file == liveFile {
-					w = c
-					break
+			switch {
+			case w != nil && sameFile(l.Origin, w.Origin):
+				if shrinks(l, w) && hold(l, shrink) {
+					w = l
 				}
-			}
-			if w == nil && (keepLastGood(l, res.rejections) || hold(l)) {
+			case w != nil && fileBefore(w.Origin, liveFile):
+				takeover(l, w)
+			case keepLastGood(l, res.rejections) || hold(l, withdrawal):
 				w = l
 			}
-		}
-		if w == nil && len(cands) > 0 {
-			w = cands[0]
 		}
 		if w == nil {
 			continue
@@ -83,8 +95,8 @@ func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconf
 			continue
 		}
 		which := "the first one in path order"
-		if l := live[keyOf(o)]; l != nil && sameFile(l.Origin, w.Origin) {
-			which = "the live one"
+		if w == live[keyOf(o)] {
+			which = "the live one (its file is broken or settling)"
 		}
 		file, index := splitOrigin(o.Origin)
 		res.rejections = append(res.rejections, meshconfig.Rejection{
@@ -95,6 +107,15 @@ func settle(prev []*meshconfig.Object, res *loadResult, hold func(live *meshconf
 	res.objects = out
 	sortObjects(res.objects)
 	sortRejections(res.rejections)
+}
+
+// logTakeover reports a duplicate that displaces the live object of
+// another file because its file sorts first: the served config changes
+// though the live object's file did not.
+func (s *Source) logTakeover(live, winner *meshconfig.Object) {
+	s.logger.Warn("duplicate config object takes over: its file sorts before the live one's",
+		"kind", live.Kind.Kind, "namespace", live.Namespace, "name", live.Name,
+		"kept", winner.Origin, "replaced", live.Origin)
 }
 
 // keepLastGood reports whether the live object o stays because the load
@@ -125,6 +146,13 @@ func keepLastGood(o *meshconfig.Object, rejections []meshconfig.Rejection) bool 
 }
 
 func keyOf(o *meshconfig.Object) string { return o.Ref().String() }
+
+// fileBefore reports whether origin's file sorts before file, in the
+// order load reads files.
+func fileBefore(origin, file string) bool {
+	f, _ := splitOrigin(origin)
+	return f < file
+}
 
 func sameFile(origin1, origin2 string) bool {
 	f1, _ := splitOrigin(origin1)

@@ -73,11 +73,11 @@ type Source struct {
 	metrics *metrics
 	running atomic.Bool
 
-	// What the last load saw, for holdWithdrawal; only Run's goroutine
+	// What the last load saw, for holdRemoval; only Run's goroutine
 	// touches these.
 	files    map[string]fileState
 	lastLoad time.Time
-	held     map[string]time.Time // object key -> when its withdrawal was first held
+	held     map[string]time.Time // object key -> when its removal was first held
 
 	mu         sync.RWMutex
 	loaded     bool
