@@ -89,7 +89,7 @@ func run(args []string) int {
 	}
 	defer os.RemoveAll(binDir)
 	for _, im := range Images {
-		if len(fs.Args()) > 0 && !want[im.Name] {
+		if len(fs.Args()) > 0 && !want[im.Name] || len(fs.Args()) == 0 && im.OnlyNamed {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(root, im.Package)); err != nil {
