@@ -73,6 +73,23 @@ func buildImages(t *testing.T) map[string]string {
 	return built
 }
 
+// buildNavectl builds navectl into the images' directory and returns its path.
+func buildNavectl(t *testing.T) string {
+	t.Helper()
+	buildImages(t)
+	root, err := manifests.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(buildDir, "navectl")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/navectl")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building navectl: %v\n%s", err, b)
+	}
+	return bin
+}
+
 // startNode starts a node with every image imported.
 func startNode(t *testing.T) *kubenode.Node {
 	t.Helper()

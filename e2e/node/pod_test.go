@@ -35,7 +35,7 @@ func echoPod(name, image string) *corev1.Pod {
 // testRunsAPod: the node runs a pod of an image built by internal/imagebuild in the pod
 // sandbox nave-pause, the kubelet's gRPC readiness probe makes it Ready, it has an address of
 // the pod network, and a gRPC call from the host reaches it there.
-func testRunsAPod(t *testing.T, n *kubenode.Node) {
+func testRunsAPod(t *testing.T, n *kubenode.Node, _ *install) {
 	ctx := stepContext(t)
 	newNamespace(ctx, t, n, "smoke", nil)
 	if _, err := n.Client.CoreV1().Pods("smoke").Create(ctx, echoPod("echo", "nave-demo-backend:dev"), metav1.CreateOptions{}); err != nil {
@@ -61,7 +61,7 @@ func testRunsAPod(t *testing.T, n *kubenode.Node) {
 
 // testImageNotLoaded: a pod naming an image that was never imported is not pulled (nothing
 // can be), and its status says which image.
-func testImageNotLoaded(t *testing.T, n *kubenode.Node) {
+func testImageNotLoaded(t *testing.T, n *kubenode.Node, _ *install) {
 	ctx := stepContext(t)
 	newNamespace(ctx, t, n, "smoke", nil)
 	if _, err := n.Client.CoreV1().Pods("smoke").Create(ctx, echoPod("missing", "nave-not-built:dev"), metav1.CreateOptions{}); err != nil {
@@ -83,18 +83,21 @@ func testImageNotLoaded(t *testing.T, n *kubenode.Node) {
 }
 
 // TestNode starts one node and runs the node tests on it in order, each on what the ones
-// before proved.
+// before proved; it stops at the first that fails.
 func TestNode(t *testing.T) {
 	n := startNode(t)
-	t.Logf("node start: %v", n.StartDuration)
+	in := &install{navectlBin: buildNavectl(t)}
 	for _, tc := range []struct {
 		name string
-		run  func(*testing.T, *kubenode.Node)
+		run  func(*testing.T, *kubenode.Node, *install)
 	}{
 		{"RunsAPod", testRunsAPod},
 		{"ImageNotLoaded", testImageNotLoaded},
+		{"Install", testInstall},
+		{"HubPodReplaced", testHubPodReplaced},
+		{"SpokeContainerKilled", testSpokeContainerKilled},
 	} {
-		if !t.Run(tc.name, func(t *testing.T) { tc.run(t, n) }) {
+		if !t.Run(tc.name, func(t *testing.T) { tc.run(t, n, in) }) {
 			break
 		}
 	}

@@ -56,6 +56,9 @@ const (
 // they never leave the machine.
 const ServiceCIDR = "10.96.0.0/16"
 
+// KubernetesServiceIP is the address of Service default/kubernetes (the first of ServiceCIDR).
+const KubernetesServiceIP = "10.96.0.1"
+
 // ClusterDomain is the DNS suffix the node's DNS server answers for.
 const ClusterDomain = "cluster.local"
 
@@ -144,7 +147,12 @@ func Start(t testing.TB, opts Options) *Node {
 	n := &Node{Dir: dir, Containerd: filepath.Join(dir, "containerd.sock"), t: t}
 	// Started first, so stopped last (cleanups run in reverse): the node's own cleanup deletes
 	// the pods through it.
-	n.Cluster = kubetest.Start(t, kubetest.Options{ExtraIPs: []net.IP{net.ParseIP(Gateway)}, ServiceAccountAdmission: true})
+	// Pods reach kube-apiserver as in-cluster clients do, at the kubernetes Service's address
+	// (translated to the gateway), and check its certificate for that address.
+	n.Cluster = kubetest.Start(t, kubetest.Options{
+		ExtraIPs:                []net.IP{net.ParseIP(Gateway), net.ParseIP(KubernetesServiceIP)},
+		ServiceAccountAdmission: true,
+	})
 	n.Kubeconfig = n.Cluster.Kubeconfig(t, "")
 	if n.Client, err = kubernetes.NewForConfig(n.Cluster.Admin); err != nil {
 		t.Fatal(err)

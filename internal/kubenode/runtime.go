@@ -181,3 +181,9 @@ func (n *Node) removeContainers() {
 		}
 	}
 }
+
+// KillContainer kills a container's task with SIGKILL, as a crash would; the kubelet restarts
+// it. id is the container ID of a pod's status, without its containerd:// prefix.
+func (n *Node) KillContainer(ctx context.Context, id string) error {
+	return n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
+}
