@@ -19,6 +19,10 @@ import (
 	"github.com/navemesh/nave/internal/manifests"
 )
 
+// proxyImage is the spoke's inject.proxyImage in the tests: the injected nave-proxy containers
+// run it (nave-agent on its PATH).
+const proxyImage = "nave-agent:dev"
+
 // install is what testInstall leaves for the tests after it.
 type install struct {
 	navectlBin string // the navectl binary
@@ -159,6 +163,8 @@ func testInstall(t *testing.T, n *kubenode.Node, in *install) {
 		t.Fatal(err)
 	}
 	spokeYAML := strings.Replace(string(cfg), "sha256:REPLACE-WITH-THE-OUTPUT-OF-navectl-ca-hash", in.pin, 1)
+	// the doc's inject.proxyImage, loaded into the node under its plain name
+	spokeYAML = strings.Replace(spokeYAML, "registry.example.com/nave/nave-proxy:dev", proxyImage, 1)
 	spokeStart := time.Now()
 	kubectl(ctx, t, n, "-n", "nave-system", "create", "secret", "generic", "nave-spoke-join", "--from-file=token="+tokenFile)
 	kubectl(ctx, t, n, "apply", "--server-side", "-k", overlay(t, "examples/acme-east", []string{"nave-spoke"},

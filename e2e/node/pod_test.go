@@ -96,6 +96,7 @@ func TestNode(t *testing.T) {
 		{"Install", testInstall},
 		{"HubPodReplaced", testHubPodReplaced},
 		{"SpokeContainerKilled", testSpokeContainerKilled},
+		{"ProxylessWorkloads", testProxylessWorkloads},
 	} {
 		if !t.Run(tc.name, func(t *testing.T) { tc.run(t, n, in) }) {
 			break

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -73,7 +74,8 @@ func (b *binder) bindPending(ctx context.Context) {
 			Target:     corev1.ObjectReference{Kind: "Node", Name: Name},
 		}
 		if err := b.n.Client.CoreV1().Pods(p.Namespace).Bind(ctx, bind, metav1.CreateOptions{}); err != nil {
-			if ctx.Err() == nil {
+			// A conflict: the pod was bound by an earlier pass the cache had not seen yet.
+			if ctx.Err() == nil && !apierrors.IsConflict(err) {
 				b.n.t.Logf("binding pod %s/%s to %s: %v", p.Namespace, p.Name, Name, err)
 			}
 			continue

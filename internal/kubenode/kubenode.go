@@ -51,9 +51,8 @@ const (
 	Gateway = "10.213.7.1"
 )
 
-// ServiceCIDR is kube-apiserver's Service address range (internal/kubetest's). Connections to an
-// address in it that the service proxy did not translate are refused (an unreachable route), so
-// they never leave the machine.
+// ServiceCIDR is kube-apiserver's Service address range (internal/kubetest's), routed to the
+// bridge so that no connection to it leaves the machine.
 const ServiceCIDR = "10.96.0.0/16"
 
 // KubernetesServiceIP is the address of Service default/kubernetes (the first of ServiceCIDR).
@@ -152,6 +151,8 @@ func Start(t testing.TB, opts Options) *Node {
 	n.Cluster = kubetest.Start(t, kubetest.Options{
 		ExtraIPs:                []net.IP{net.ParseIP(Gateway), net.ParseIP(KubernetesServiceIP)},
 		ServiceAccountAdmission: true,
+		// kubectl logs and exec: the node's name resolves nowhere, its address is the gateway
+		APIServerArgs: []string{"--kubelet-preferred-address-types=InternalIP"},
 	})
 	n.Kubeconfig = n.Cluster.Kubeconfig(t, "")
 	if n.Client, err = kubernetes.NewForConfig(n.Cluster.Admin); err != nil {
@@ -163,6 +164,12 @@ func Start(t testing.TB, opts Options) *Node {
 				if p != nil {
 					t.Logf("%s log (end):\n%s", p.Name(), p.Tail(logTailLines))
 				}
+			}
+		}
+		if t.Failed() {
+			// The kubelet deletes the logs of the pods Stop deletes: keep them.
+			if err := os.CopyFS(filepath.Join(dir, "pod-logs-at-failure"), os.DirFS(filepath.Join(dir, "pod-logs"))); err != nil {
+				t.Logf("keeping the pods' logs: %v", err)
 			}
 		}
 		n.Stop()
@@ -222,6 +229,7 @@ func removeStale(t testing.TB) {
 		}
 		dir := filepath.Dir(f)
 		t.Logf("removing what the node of test process %d left in %s", pid, dir)
+		killOrphans(dir)
 		for _, err := range cleanupMachine(dir, nil) {
 			t.Logf("stale node cleanup: %v", err)
 		}

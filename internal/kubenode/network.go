@@ -15,7 +15,9 @@ import (
 
 // setupNetwork creates the pods' cgroup root and the pod bridge with the gateway address (the kubelet's node IP must be
 // on an interface before it starts) and lets the host forward between pods and Service
-// addresses; it returns net.ipv4.ip_forward as it was. A bridge left by a node that was killed is
+// addresses, which it routes to the bridge: connections to them, from pods or from this host
+// (kube-apiserver calling a webhook's Service), are translated by the service proxy and those
+// it does not translate stay on the bridge, unanswered. It returns net.ipv4.ip_forward as it was. A bridge left by a node that was killed is
 // deleted first.
 func setupNetwork() ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -29,7 +31,7 @@ func setupNetwork() ([]byte, error) {
 		{"link", "add", Bridge, "type", "bridge"},
 		{"addr", "add", Gateway + "/24", "dev", Bridge},
 		{"link", "set", Bridge, "up"},
-		{"route", "replace", "unreachable", ServiceCIDR},
+		{"route", "replace", ServiceCIDR, "dev", Bridge},
 	} {
 		if err := run(ctx, "ip", args...); err != nil {
 			return nil, fmt.Errorf("creating the pod bridge: %w", err)
@@ -71,9 +73,6 @@ func cleanupMachine(dir string, forward []byte) []error {
 		if err := run(ctx, "ip", "link", "delete", Bridge); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if err := run(ctx, "ip", "route", "delete", "unreachable", ServiceCIDR); err != nil {
-		errs = append(errs, err)
 	}
 	if err := removeProxyRules(ctx); err != nil {
 		errs = append(errs, err)

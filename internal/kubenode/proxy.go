@@ -108,8 +108,7 @@ func (p *serviceProxy) sync(ctx context.Context) error {
 				dests = p.endpoints(svc, port)
 			}
 			match := fmt.Sprintf("-A %s -d %s/32 -p tcp --dport %d", servicesChain, ip, port.Port)
-			// No ready endpoint: no rule, and the unreachable route of ServiceCIDR refuses the
-			// connection at once.
+			// No ready endpoint: no rule; the connection goes to the bridge, unanswered.
 			for i, d := range dests {
 				prob := ""
 				if left := len(dests) - i; left > 1 {

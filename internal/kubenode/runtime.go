@@ -3,11 +3,14 @@ package kubenode
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/navemesh/nave/internal/kubetest"
@@ -174,10 +177,21 @@ func (n *Node) removeContainers() {
 		if id == "" {
 			continue
 		}
+		netns := ""
+		if info, err := n.ctrOutput(ctx, "containers", "info", id); err == nil {
+			netns = networkNamespace(info)
+		}
 		_ = n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
 		_ = n.ctr(ctx, "tasks", "delete", "--force", id)
 		if err := n.ctr(ctx, "containers", "delete", id); err != nil {
 			n.t.Logf("node cleanup: %v", err)
+		}
+		// A sandbox's network namespace, which the CRI plugin removes only when the kubelet
+		// removes the sandbox (it may not have yet).
+		if _, err := os.Stat(netns); err == nil && strings.HasPrefix(netns, netnsDir+"/") {
+			if err := run(ctx, "ip", "netns", "delete", filepath.Base(netns)); err != nil {
+				n.t.Logf("node cleanup: %v", err)
+			}
 		}
 	}
 }
@@ -186,4 +200,82 @@ func (n *Node) removeContainers() {
 // it. id is the container ID of a pod's status, without its containerd:// prefix.
 func (n *Node) KillContainer(ctx context.Context, id string) error {
 	return n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
+}
+
+// ContainerPID returns the host PID of a running container's process. id is as for
+// KillContainer.
+func (n *Node) ContainerPID(ctx context.Context, id string) (int, error) {
+	out, err := n.ctrOutput(ctx, "tasks", "list")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == id {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("container %s: no running task", id)
+}
+
+// killOrphans kills what a node whose containerd died left running: its containers (through
+// runc, in the node's runc root) and containerd's shims of the node's socket, found by their
+// command line and killed by PID.
+func killOrphans(dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root := filepath.Join(dir, "runc", criNamespace) // the shim's runc root: Root/<namespace>
+	if out, err := exec.CommandContext(ctx, "runc", "--root", root, "list", "--quiet").Output(); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			_ = run(ctx, "runc", "--root", root, "kill", id, "KILL")
+			_ = run(ctx, "runc", "--root", root, "delete", "--force", id)
+		}
+	}
+	// The pods' network namespaces (an address in the pod network; those of other programs have
+	// none there). Only one node runs at a time.
+	nss, _ := filepath.Glob(filepath.Join(netnsDir, "cni-*"))
+	for _, ns := range nss {
+		out, err := exec.CommandContext(ctx, "ip", "-n", filepath.Base(ns), "-4", "-o", "addr").Output()
+		if err == nil && strings.Contains(string(out), " "+Gateway[:strings.LastIndexByte(Gateway, '.')+1]) {
+			_ = run(ctx, "ip", "netns", "delete", filepath.Base(ns))
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	marker := "-address\x00" + filepath.Join(dir, "containerd.sock") + "\x00"
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), "containerd-shim") || !strings.Contains(string(b)+"\x00", marker) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// netnsDir is where containerd 1.6's CRI plugin pins the pods' network namespaces (cni-<uuid>).
+const netnsDir = "/var/run/netns"
+
+// networkNamespace returns the network namespace path in ctr containers info's output (the OCI
+// spec's linux.namespaces), "" if there is none.
+func networkNamespace(info string) string {
+	var c struct {
+		Spec struct {
+			Linux struct {
+				Namespaces []struct {
+					Type string `json:"type"`
+					Path string `json:"path"`
+				} `json:"namespaces"`
+			} `json:"linux"`
+		} `json:"Spec"`
+	}
+	if json.Unmarshal([]byte(info), &c) != nil {
+		return ""
+	}
+	for _, ns := range c.Spec.Linux.Namespaces {
+		if ns.Type == "network" {
+			return ns.Path
+		}
+	}
+	return ""
 }

@@ -39,6 +39,8 @@ type Options struct {
 	// projected token into every pod and needs the namespace's ServiceAccount to exist: only
 	// with a controller manager that creates them (internal/kubenode).
 	ServiceAccountAdmission bool
+	// APIServerArgs are more kube-apiserver flags.
+	APIServerArgs []string
 }
 
 // Cluster is a running etcd and kube-apiserver. Its fields are set by Start and never change; its
@@ -136,22 +138,23 @@ func Start(t testing.TB, opts Options) *Cluster {
 		if opts.ServiceAccountAdmission {
 			admission = "--enable-admission-plugins=ServiceAccount"
 		}
-		c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"),
-			"--bind-address="+bind,
+		args := append([]string{
+			"--bind-address=" + bind,
 			"--advertise-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(port),
-			"--etcd-servers="+etcdURL,
-			"--tls-cert-file="+creds.certFile,
-			"--tls-private-key-file="+creds.keyFile,
-			"--token-auth-file="+creds.tokenFile,
+			"--secure-port=" + strconv.Itoa(port),
+			"--etcd-servers=" + etcdURL,
+			"--tls-cert-file=" + creds.certFile,
+			"--tls-private-key-file=" + creds.keyFile,
+			"--token-auth-file=" + creds.tokenFile,
 			"--authorization-mode=RBAC",
 			"--service-account-issuer=https://kubernetes.default.svc",
-			"--service-account-key-file="+creds.saKeyFile,
-			"--service-account-signing-key-file="+creds.saKeyFile,
+			"--service-account-key-file=" + creds.saKeyFile,
+			"--service-account-signing-key-file=" + creds.saKeyFile,
 			"--service-cluster-ip-range=10.96.0.0/16",
 			"--endpoint-reconciler-type=none",
 			admission,
-		)
+		}, opts.APIServerArgs...)
+		c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"), args...)
 		if err != nil {
 			return err
 		}
