@@ -5,35 +5,29 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/kubenode"
 )
 
-// until calls check every 200 ms until it returns true or an error, or ctx ends; on the end it
-// fails the test with what and the last state check described.
-func until(ctx context.Context, t *testing.T, n *kubenode.Node, what string, check func() (bool, string, error)) {
+// until waits, with harness.Eventually, until check returns true, failing the test with what
+// and the state check last described; an error from check fails the test at once.
+func until(_ context.Context, t *testing.T, _ *kubenode.Node, what string, check func() (bool, string, error)) {
 	t.Helper()
-	last := ""
-	for {
+	harness.Eventually(t, timeout, func() error {
 		done, state, err := check()
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if done {
-			return
+		if !done {
+			return fmt.Errorf("%s (last: %s)", what, state)
 		}
-		last = state
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v (last: %s)\n%s", what, timeout, last, n.Logs())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // newNamespace creates a namespace with labels and waits for its default ServiceAccount (the

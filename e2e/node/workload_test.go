@@ -184,6 +184,9 @@ func testProxylessWorkloads(t *testing.T, n *kubenode.Node, _ *install) {
 			t.Errorf("call %d answered by %q; the VirtualService routes x-user=beta to v2 (echo-v2)", c.Seq, c.Backend)
 		}
 	}
+	if out := kubectl(ctx, t, n, "-n", "demo", "logs", "client", "-c", "client"); !strings.Contains(out, `"backend":"echo-v2"`) {
+		t.Errorf("kubectl logs of the client shows no call answered by echo-v2:\n%s", out)
+	}
 	agentNumbers(ctx, t, n, created)
 	// A backend's agent also answers the kubelet's two probes every second.
 	echoPods, err := n.Client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=echo,version=v2"})
@@ -193,9 +196,10 @@ func testProxylessWorkloads(t *testing.T, n *kubenode.Node, _ *install) {
 	agentNumbers(ctx, t, n, &echoPods.Items[0])
 }
 
-// clientCalls reads the demo client's calls from its log.
-func clientCalls(ctx context.Context, n *kubenode.Node) ([]call, error) {
-	out, err := n.Kubectl(ctx, "-n", "demo", "logs", "client", "-c", "client")
+// clientCalls reads the demo client's calls from its log on the node (kubectl logs says the
+// same, checked once at the end: a kubectl process per poll would be costly).
+func clientCalls(_ context.Context, n *kubenode.Node) ([]call, error) {
+	out, err := n.ContainerLog("demo", "client", "client")
 	if err != nil {
 		return nil, err
 	}

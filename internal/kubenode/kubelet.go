@@ -2,6 +2,7 @@ package kubenode
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -143,4 +144,28 @@ func (n *Node) drain() {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// ContainerLog returns what a container of a pod wrote (every run of it, in the CRI log
+// format's message part), read from the kubelet's log directory.
+func (n *Node) ContainerLog(namespace, pod, container string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(n.Dir, "pod-logs", namespace+"_"+pod+"_*", container, "*.log"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no log of container %s of pod %s/%s yet", container, namespace, pod)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		// time stream tag message
+		for _, line := range strings.Split(string(data), "\n") {
+			if parts := strings.SplitN(line, " ", 4); len(parts) == 4 {
+				b.WriteString(parts[3])
+				b.WriteByte('\n')
+			}
+		}
+	}
+	return b.String(), nil
 }
