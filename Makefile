@@ -22,7 +22,8 @@ build:
 
 ## images: OCI image tarballs bin/images/<name>.tar (nave-hub, nave-spoke, ...: internal/imagebuild/images.go),
 ## static binaries on a base assembled from nothing, no container daemon, no base image pulled;
-## the same commit gives the same digests (docs/install.md, docs/decisions/017-images-without-a-daemon.md)
+## the same commit gives the same digests (docs/install.md, docs/decisions/017-images-without-a-daemon.md);
+## IMAGE_ARGS='-proxy-base FILE' adds nave-proxy, nave-agent on an Envoy base with iptables (docs/node-tests.md)
 images:
 	$(GO) run ./internal/imagebuild -out $(BIN)/images $(IMAGE_ARGS)
 

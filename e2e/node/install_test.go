@@ -19,9 +19,9 @@ import (
 	"github.com/navemesh/nave/internal/manifests"
 )
 
-// proxyImage is the spoke's inject.proxyImage in the tests: the injected nave-proxy containers
-// run it (nave-agent on its PATH).
-const proxyImage = "nave-agent:dev"
+// proxyImage is the spoke's inject.proxyImage in the tests: make images' nave-proxy on the
+// stand-in Envoy base (writeStandInProxyBase), loaded into the node.
+const proxyImage = "nave-proxy:dev"
 
 // install is what testInstall leaves for the tests after it.
 type install struct {

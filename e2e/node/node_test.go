@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 const Env = "NAVE_NODE_TESTS"
 
 // images are the images the tests run, built once per test binary.
-var images = []string{"nave-pause", "nave-hub", "nave-spoke", "nave-agent", "nave-demo-backend", "nave-demo-client"}
+var images = []string{"nave-pause", "nave-hub", "nave-spoke", "nave-agent", "nave-proxy", "nave-demo-backend", "nave-demo-client"}
 
 var (
 	buildOnce sync.Once
@@ -54,8 +55,22 @@ func buildImages(t *testing.T) map[string]string {
 			return
 		}
 		buildDir = out
-		args := append([]string{"run", "./internal/imagebuild", "-out", out, "-version", "v0.0.0-node", "-revision", "node", "-epoch", "1764000000"}, images...)
-		cmd := exec.Command("go", args...)
+		// nave-proxy's base: a stand-in for an Envoy image (writeStandInProxyBase), its envoy
+		// the pause program
+		pause := filepath.Join(out, "pause")
+		cmd := exec.Command("go", "build", "-o", pause, "./internal/kubenode/pause")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building the pause program: %w\n%s", err, b)
+			return
+		}
+		base := filepath.Join(out, "envoy-standin.tar")
+		if buildErr = writeStandInProxyBase(base, pause); buildErr != nil {
+			return
+		}
+		args := append([]string{"run", "./internal/imagebuild", "-out", out, "-version", "v0.0.0-node", "-revision", "node", "-epoch", "1764000000", "-proxy-base", base}, images...)
+		cmd = exec.Command("go", args...)
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
 			buildErr = err

@@ -97,6 +97,7 @@ func TestNode(t *testing.T) {
 		{"HubPodReplaced", testHubPodReplaced},
 		{"SpokeContainerKilled", testSpokeContainerKilled},
 		{"ProxylessWorkloads", testProxylessWorkloads},
+		{"SidecarCapture", testSidecarCapture},
 	} {
 		if !t.Run(tc.name, func(t *testing.T) { tc.run(t, n, in) }) {
 			break

@@ -279,3 +279,18 @@ func networkNamespace(info string) string {
 	}
 	return ""
 }
+
+// SandboxPID returns the host PID of a pod's sandbox (its pause process), whose namespaces are
+// the pod's: /proc/PID/ns/net is the pod's network namespace.
+func (n *Node) SandboxPID(ctx context.Context, podUID string) (int, error) {
+	out, err := n.ctrOutput(ctx, "containers", "list", "--quiet",
+		`labels."io.kubernetes.pod.uid"==`+podUID+`,labels."io.cri-containerd.kind"==sandbox`)
+	if err != nil {
+		return 0, err
+	}
+	ids := strings.Fields(out)
+	if len(ids) == 0 {
+		return 0, fmt.Errorf("pod %s: no sandbox", podUID)
+	}
+	return n.ContainerPID(ctx, ids[len(ids)-1])
+}
