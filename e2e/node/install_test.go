@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,4 +248,45 @@ func testSpokeContainerKilled(t *testing.T, n *kubenode.Node, _ *install) {
 	if _, err := n.Client.CoreV1().Secrets("nave-system").Get(ctx, "nave-spoke-join", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the join Secret: %v; want it deleted (the spoke must come back from its credentials)", err)
 	}
+}
+
+// testSpokeWithoutSecret: the spoke's credentials Secret deleted (and no join Secret left), a new
+// spoke pod cannot come back: it is never ready, and its log says what it lacks.
+func testSpokeWithoutSecret(t *testing.T, n *kubenode.Node, _ *install) {
+	ctx := stepContext(t)
+	kubectl(ctx, t, n, "-n", "nave-system", "delete", "secret", "nave-spoke-credentials")
+	pods := deploymentReady(ctx, t, n, "nave-system", "nave-spoke")
+	kubectl(ctx, t, n, "-n", "nave-system", "delete", "pod", pods[0].Name, "--wait=false")
+	var said string
+	until(ctx, t, n, "the new spoke pod says what it lacks", func() (bool, string, error) {
+		list, err := n.Client.CoreV1().Pods("nave-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nave-spoke"})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, p := range list.Items {
+			if p.Name == pods[0].Name {
+				continue
+			}
+			if podReady(&p) {
+				return false, "", fmt.Errorf("spoke pod %s is ready without credentials or a join token", p.Name)
+			}
+			log, _ := n.ContainerLog("nave-system", p.Name, "nave-spoke")
+			if strings.Contains(log, "token") {
+				said = log
+				return true, "", nil
+			}
+			return false, podState(&p) + " log: " + log, nil
+		}
+		return false, "no new pod yet", nil
+	})
+	t.Logf("a spoke without its Secrets says:\n%s", lastLines(said, 3))
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -98,6 +98,7 @@ func TestNode(t *testing.T) {
 		{"SpokeContainerKilled", testSpokeContainerKilled},
 		{"ProxylessWorkloads", testProxylessWorkloads},
 		{"SidecarCapture", testSidecarCapture},
+		{"SpokeWithoutSecret", testSpokeWithoutSecret},
 	} {
 		if !t.Run(tc.name, func(t *testing.T) { tc.run(t, n, in) }) {
 			break
