@@ -2,9 +2,9 @@
 // stops it: internal/kubetest's etcd and kube-apiserver, kube-controller-manager, a kubelet,
 // containerd with runc, and CNI bridge networking on a Linux bridge the node creates. What a
 // full cluster has beyond that is stood in for here, in the test binary, for one node only: a
-// binder assigns each pending pod to the node once its requests fit (the scheduler's job), a service proxy writes
-// iptables DNAT rules from Services and EndpointSlices (kube-proxy's), and a DNS server
-// answers <service>.<namespace>.svc.cluster.local (CoreDNS's). No registry is reachable: images
+// binder assigns each pending pod to the node once its requests fit (the scheduler's job), a
+// service proxy writes iptables DNAT rules from Services and EndpointSlices (kube-proxy's), and
+// a DNS server answers <service>.<namespace>.svc.cluster.local (CoreDNS's). No registry is reachable: images
 // are built by internal/imagebuild and imported into containerd (ImportImages).
 //
 // Every process is started and stopped by its PID; the pods' containers are removed before
