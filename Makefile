@@ -7,7 +7,7 @@ CMDS          := nave-hub=./hub/cmd/nave-hub navectl=./cmd/navectl nave-spoke=./
                  nave-demo=./examples/demo/launcher nave-demo-backend=./examples/demo/backend \
                  nave-demo-client=./examples/demo/client
 
-.PHONY: all build images run test test-race bench bench-load generate lint fmt clean kube-assets
+.PHONY: all build images run test test-race test-node bench bench-load generate lint fmt clean kube-assets node-assets
 
 all: build
 
@@ -22,7 +22,8 @@ build:
 
 ## images: OCI image tarballs bin/images/<name>.tar (nave-hub, nave-spoke, ...: internal/imagebuild/images.go),
 ## static binaries on a base assembled from nothing, no container daemon, no base image pulled;
-## the same commit gives the same digests (docs/install.md, docs/decisions/017-images-without-a-daemon.md)
+## the same commit gives the same digests (docs/install.md, docs/decisions/017-images-without-a-daemon.md);
+## IMAGE_ARGS='-proxy-base FILE' adds nave-proxy, nave-agent on an Envoy base with iptables (docs/node-tests.md)
 images:
 	$(GO) run ./internal/imagebuild -out $(BIN)/images $(IMAGE_ARGS)
 
@@ -33,6 +34,15 @@ run: build
 ## kube-assets: build kube-apiserver and etcd for the tests into .cache/kube/ (once: ~6-15 min cold)
 kube-assets:
 	e2e/kube/build-assets.sh
+
+## node-assets: kube-assets plus kubelet and kube-controller-manager for make test-node (once: ~15 min cold)
+node-assets:
+	NAVE_NODE_ASSETS=1 e2e/kube/build-assets.sh
+
+## test-node: nave installed on a real single-node cluster (kubelet, containerd, runc, CNI; needs root and
+## apt-get install containerd runc containernetworking-plugins iptables): e2e/node, docs/node-tests.md
+test-node: node-assets
+	NAVE_NODE_TESTS=1 $(GO) test -count=1 -timeout 30m -v ./e2e/node/
 
 ## test: every test (unit, fuzz seed corpora, end-to-end with real processes and real API servers)
 test: kube-assets

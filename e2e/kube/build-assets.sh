@@ -12,6 +12,10 @@ set -euo pipefail
 
 KUBE_VERSION=1.36.3   # kube-apiserver; internal/kubetest.KubeVersion must match
 ETCD_VERSION=3.5.35   # newest v3.5 release on the module proxy; the series kube-apiserver 1.36 expects
+# kubelet for e2e/node (internal/kubenode.KubeletVersion must match): 1.34 is the newest kubelet that
+# still runs on cgroup v1 without an opt-out and talks to containerd 1.x (docs/node-tests.md); two
+# minors under the API server is within the version-skew policy.
+KUBELET_VERSION=1.34.4
 
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 dest="${1:-$repo/.cache/kube/v$KUBE_VERSION}"
@@ -44,54 +48,60 @@ has() {
 	[ -x "$dest/$1" ] && out="$("$dest/$1" --version 2>/dev/null)" && grep -qF -- "$2" <<<"$out"
 }
 
-build_kube_apiserver() {
-	local want="Kubernetes v$KUBE_VERSION"
-	if has kube-apiserver "$want"; then
-		log "kube-apiserver v$KUBE_VERSION already built in $dest"
+# build_kube NAME VERSION: builds k8s.io/kubernetes/cmd/NAME at VERSION into DEST/NAME, in a throwaway
+# module of its own per version (staging modules replaced by their published v0.Y.Z).
+build_kube() {
+	local name="$1" version="$2"
+	local want="Kubernetes v$version"
+	if has "$name" "$want"; then
+		log "$name v$version already built in $dest"
 		return
 	fi
 	local t0=$SECONDS mod dir gomod godebug m staging=() skipped=()
-	dir="$work/kube-apiserver"
+	dir="$work/kube-$version"
 	mkdir -p "$dir"
-	log "kube-apiserver v$KUBE_VERSION: resolving k8s.io/kubernetes and its staging modules"
-	gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" |
-		sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-	[ -f "$gomod" ] || { log "cannot download k8s.io/kubernetes@v$KUBE_VERSION"; exit 1; }
-	godebug="$(grep -E '^godebug ' "$gomod" || true)"
-	mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$gomod")
-	{
-		echo "module nave.invalid/kube-apiserver-build"
-		echo
-		echo "go 1.26.0"
-		[ -n "$godebug" ] && { echo; echo "$godebug"; }
-		echo
-		echo "require k8s.io/kubernetes v$KUBE_VERSION"
-		echo
-		echo "replace ("
-		for m in "${staging[@]}"; do
-			# The proxy lacks a few staging modules at some versions; kube-apiserver imports none of them.
-			if (cd "$dir" && go list -m -json "$m@v0.${KUBE_VERSION#1.}" >/dev/null 2>&1); then
-				echo "	$m => $m v0.${KUBE_VERSION#1.}"
-			else
-				skipped+=("$m")
-			fi
-		done
-		echo ")"
-	} >"$dir/go.mod.new"
-	mv "$dir/go.mod.new" "$dir/go.mod"
-	[ "${#skipped[@]}" -eq 0 ] || log "staging modules missing from the proxy (skipped): ${skipped[*]}"
-	log "kube-apiserver v$KUBE_VERSION: downloading modules"
-	(cd "$dir" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$KUBE_VERSION")
+	if [ ! -f "$dir/go.mod" ]; then
+		log "v$version: resolving k8s.io/kubernetes and its staging modules"
+		gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$version" |
+			sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+		[ -f "$gomod" ] || { log "cannot download k8s.io/kubernetes@v$version"; exit 1; }
+		godebug="$(grep -E '^godebug ' "$gomod" || true)"
+		mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$gomod")
+		{
+			echo "module nave.invalid/kube-build"
+			echo
+			echo "go 1.26.0"
+			[ -n "$godebug" ] && { echo; echo "$godebug"; }
+			echo
+			echo "require k8s.io/kubernetes v$version"
+			echo
+			echo "replace ("
+			for m in "${staging[@]}"; do
+				# The proxy lacks a few staging modules at some versions (sample-cli-plugin); the
+				# binaries built here import none of them.
+				if (cd "$dir" && go list -m -json "$m@v0.${version#1.}" >/dev/null 2>&1); then
+					echo "	$m => $m v0.${version#1.}"
+				else
+					skipped+=("$m")
+				fi
+			done
+			echo ")"
+		} >"$dir/go.mod.new"
+		mv "$dir/go.mod.new" "$dir/go.mod"
+		[ "${#skipped[@]}" -eq 0 ] || log "staging modules missing from the proxy (skipped): ${skipped[*]}"
+	fi
+	log "$name v$version: downloading modules"
+	(cd "$dir" && go get -tool "k8s.io/kubernetes/cmd/$name@v$version")
 	local ld="-s -w"
 	for mod in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ld="$ld -X $mod.gitVersion=v$KUBE_VERSION -X $mod.gitMajor=1 -X $mod.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)"
+		ld="$ld -X $mod.gitVersion=v$version -X $mod.gitMajor=1 -X $mod.gitMinor=$(echo "$version" | cut -d. -f2)"
 	done
 	ld="$ld -X k8s.io/component-base/version.gitTreeState=clean"
-	log "kube-apiserver v$KUBE_VERSION: compiling (cold: 6-15 minutes)"
-	(cd "$dir" && go build -trimpath -ldflags "$ld" -o "$dest/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-	mv "$dest/kube-apiserver.tmp" "$dest/kube-apiserver"
-	has kube-apiserver "$want" || { log "built kube-apiserver does not report $want"; exit 1; }
-	log "kube-apiserver v$KUBE_VERSION built in $((SECONDS - t0))s: $dest/kube-apiserver"
+	log "$name v$version: compiling (cold: 6-15 minutes)"
+	(cd "$dir" && go build -trimpath -ldflags "$ld" -o "$dest/$name.tmp" "k8s.io/kubernetes/cmd/$name")
+	mv "$dest/$name.tmp" "$dest/$name"
+	has "$name" "$want" || { log "built $name does not report $want"; exit 1; }
+	log "$name v$version built in $((SECONDS - t0))s: $dest/$name"
 }
 
 build_etcd() {
@@ -124,5 +134,10 @@ GO
 }
 
 build_etcd
-build_kube_apiserver
+build_kube kube-apiserver "$KUBE_VERSION"
+# With NAVE_NODE_ASSETS=1 (make node-assets): the rest of a single-node cluster for e2e/node.
+if [ "${NAVE_NODE_ASSETS:-}" = 1 ]; then
+	build_kube kubelet "$KUBELET_VERSION"
+	build_kube kube-controller-manager "$KUBE_VERSION"
+fi
 log "done: $dest"

@@ -40,6 +40,8 @@ type Options struct {
 	Arch string
 	// CACerts is the CA bundle file copied into the image.
 	CACerts string
+	// ProxyBase is the tarball of the base of the ProxyBase images (an Envoy image with iptables).
+	ProxyBase string
 }
 
 // programPkg is where -ldflags -X sets Version and Revision.
@@ -60,7 +62,12 @@ func BuildBinary(root, pkg, out string, o Options) error {
 }
 
 // Entrypoint is where the image holds its binary.
-func Entrypoint(im Image) string { return "/usr/local/bin/" + im.Name }
+func Entrypoint(im Image) string {
+	if im.Binary != "" {
+		return "/usr/local/bin/" + im.Binary
+	}
+	return "/usr/local/bin/" + im.Name
+}
 
 // Assemble makes im's image from the binary at bin: a base layer (users, CA bundle, /tmp) and a
 // layer with the binary, every time set to o.Time. The manifest is Docker's schema 2 (the OCI
@@ -126,7 +133,16 @@ func Assemble(im Image, bin string, o Options) (v1.Image, error) {
 // returns the image's digest. One tag only: with several, the order of the tarball's RepoTags
 // would vary from run to run.
 func WriteImage(path string, im Image, bin, tag string, o Options) (string, error) {
-	img, err := Assemble(im, bin, o)
+	var img v1.Image
+	var err error
+	if im.ProxyBase {
+		var base v1.Image
+		if base, err = LoadBase(o.ProxyBase); err == nil {
+			img, err = AssembleProxy(im, base, bin, o)
+		}
+	} else {
+		img, err = Assemble(im, bin, o)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -48,6 +49,9 @@ func TestImages(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, im.Package)); err != nil {
 			t.Logf("skip %s: no package %s in this tree", im.Name, im.Package)
 			continue
+		}
+		if im.OnlyNamed || im.ProxyBase {
+			continue // test images and nave-proxy (needs a base), run in real pods by e2e/node
 		}
 		built++
 		t.Run(im.Name, func(t *testing.T) {
@@ -262,5 +266,53 @@ func TestRunBuildsTheNamedImages(t *testing.T) {
 	}
 	if code := run(append(common, "nave-nothing")); code != 2 {
 		t.Errorf("imagebuild nave-nothing: exit %d; want 2", code)
+	}
+}
+
+// TestProxyImage builds nave-proxy on a base: with envoy and both iptables restores on its PATH
+// the image holds nave-agent as its entrypoint, PATH leading with /usr/local/bin and the base's
+// files; a base lacking them is refused, naming what is missing. (e2e/node runs the image.)
+func TestProxyImage(t *testing.T) {
+	o := Options{Version: "v0.0.0-test", Revision: "0123abc", Time: time.Unix(1764000000, 0).UTC(), Arch: runtime.GOARCH}
+	im := Image{Name: "nave-proxy", Binary: "nave-agent", ProxyBase: true}
+	bin := filepath.Join(t.TempDir(), "nave-agent")
+	if err := os.WriteFile(bin, []byte("#!agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := func(files ...string) v1.Image {
+		var entries []entry
+		for _, f := range files {
+			entries = append(entries, entry{name: f, mode: 0o755, body: []byte("x")})
+		}
+		l, err := layer(o.Time, entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := mutate.AppendLayers(empty.Image, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	img, err := AssembleProxy(im, base("usr/local/bin/envoy", "usr/sbin/iptables-restore", "usr/sbin/ip6tables-restore"), bin, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/usr/local/bin/nave-agent"}) || !slices.Contains(cf.Config.Env, "PATH="+proxyPath) {
+		t.Errorf("entrypoint %v, env %v; want /usr/local/bin/nave-agent and PATH=%s", cf.Config.Entrypoint, cf.Config.Env, proxyPath)
+	}
+	files := extract(t, img)
+	for _, f := range []string{"usr/local/bin/nave-agent", "usr/local/bin/envoy", "usr/sbin/iptables-restore"} {
+		if files[f].hdr == nil {
+			t.Errorf("nave-proxy lacks /%s", f)
+		}
+	}
+	_, err = AssembleProxy(im, base("usr/local/bin/envoy"), bin, o)
+	if err == nil || !strings.Contains(err.Error(), "iptables-restore, ip6tables-restore") {
+		t.Errorf("a base without iptables: %v; want a refusal naming iptables-restore and ip6tables-restore", err)
 	}
 }

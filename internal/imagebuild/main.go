@@ -9,7 +9,11 @@
 // deploy/'s kustomizations name) and OUT/<name>.digest, the digest the image keeps when loaded
 // or pushed.
 //
-//	go run ./internal/imagebuild [-out bin/images] [-tag dev] [-version V] [-revision R] [-epoch UNIX] [NAME...]
+// nave-proxy, the sidecar template's image, is nave-agent on an Envoy base the user names with
+// -proxy-base (a tarball: an Envoy image holding iptables-restore and ip6tables-restore), checked
+// to hold envoy and both restores on its PATH; without -proxy-base it is skipped.
+//
+//	go run ./internal/imagebuild [-out bin/images] [-tag dev] [-version V] [-revision R] [-epoch UNIX] [-proxy-base FILE] [NAME...]
 package main
 
 import (
@@ -38,6 +42,7 @@ func run(args []string) int {
 	caCerts := fs.String("ca-certs", DefaultCACerts, "CA bundle copied to /etc/ssl/certs/ca-certificates.crt")
 	tag := fs.String("tag", "dev", "tag of the images in the tarballs (deploy/'s kustomizations use dev)")
 	arch := fs.String("arch", runtime.GOARCH, "GOARCH of the binaries and the image")
+	proxyBase := fs.String("proxy-base", "", "docker save style tarball of the base of nave-proxy: an Envoy image holding iptables-restore (crane pull envoyproxy/envoy:vX base.tar); without it nave-proxy is skipped")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -46,7 +51,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)
 		return 1
 	}
-	opts := Options{Version: *version, Revision: *revision, Arch: *arch, CACerts: *caCerts}
+	opts := Options{Version: *version, Revision: *revision, Arch: *arch, CACerts: *caCerts, ProxyBase: *proxyBase}
 	if opts.Version == "" {
 		opts.Version = git(root, "describe", "--tags", "--always", "--dirty")
 	}
@@ -89,11 +94,19 @@ func run(args []string) int {
 	}
 	defer os.RemoveAll(binDir)
 	for _, im := range Images {
-		if len(fs.Args()) > 0 && !want[im.Name] {
+		if len(fs.Args()) > 0 && !want[im.Name] || len(fs.Args()) == 0 && im.OnlyNamed {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(root, im.Package)); err != nil {
 			fmt.Printf("skip %s: no package %s in this tree\n", im.Name, im.Package)
+			continue
+		}
+		if im.ProxyBase && opts.ProxyBase == "" {
+			if want[im.Name] {
+				fmt.Fprintf(os.Stderr, "imagebuild: %s needs -proxy-base (an Envoy image with iptables, as a tarball)\n", im.Name)
+				return 2
+			}
+			fmt.Printf("skip %s: no -proxy-base (an Envoy image with iptables-restore, as a tarball: docs/injection.md)\n", im.Name)
 			continue
 		}
 		bin := filepath.Join(binDir, im.Name)

@@ -26,9 +26,9 @@ type credentials struct {
 	adminToken string
 }
 
-// writeCredentials generates a serving certificate for 127.0.0.1, a service account key and an
-// admin token, and writes them into dir.
-func writeCredentials(dir string) (*credentials, error) {
+// writeCredentials generates a serving certificate for 127.0.0.1 and extraIPs, a service account
+// key and an admin token, and writes them into dir.
+func writeCredentials(dir string, extraIPs []net.IP) (*credentials, error) {
 	c := &credentials{
 		certFile:  filepath.Join(dir, "serving.crt"),
 		keyFile:   filepath.Join(dir, "serving.key"),
@@ -49,7 +49,7 @@ func writeCredentials(dir string) (*credentials, error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:           append([]net.IP{net.IPv4(127, 0, 0, 1)}, extraIPs...),
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

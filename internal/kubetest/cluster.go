@@ -31,6 +31,16 @@ const logTailLines = 40
 type Options struct {
 	// Port is kube-apiserver's secure port on 127.0.0.1; 0 picks a free port.
 	Port int
+	// ExtraIPs are more addresses of this machine kube-apiserver serves on (it then binds all
+	// addresses) and names in its certificate: pods of internal/kubenode reach it on their
+	// bridge's gateway.
+	ExtraIPs []net.IP
+	// ServiceAccountAdmission turns on the ServiceAccount admission plugin, which mounts a
+	// projected token into every pod and needs the namespace's ServiceAccount to exist: only
+	// with a controller manager that creates them (internal/kubenode).
+	ServiceAccountAdmission bool
+	// APIServerArgs are more kube-apiserver flags.
+	APIServerArgs []string
 }
 
 // Cluster is a running etcd and kube-apiserver. Its fields are set by Start and never change; its
@@ -42,6 +52,10 @@ type Cluster struct {
 	Port int
 	// Admin authenticates as AdminUser, in group system:masters: RBAC allows it everything.
 	Admin *rest.Config
+	// CAFile is the PEM file of the CA of kube-apiserver's serving certificate.
+	CAFile string
+	// ServiceAccountKeyFile is the PEM RSA key that signs and verifies service account tokens.
+	ServiceAccountKeyFile string
 
 	etcd      *process
 	apiserver *process
@@ -55,11 +69,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	assets := Assets(t)
 	dir := t.TempDir()
-	creds, err := writeCredentials(dir)
+	creds, err := writeCredentials(dir, opts.ExtraIPs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{}
+	c := &Cluster{CAFile: creds.certFile, ServiceAccountKeyFile: creds.saKeyFile}
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {
@@ -117,22 +131,30 @@ func Start(t testing.TB, opts Options) *Cluster {
 			QPS:             200,
 			Burst:           400,
 		}
-		c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"),
-			"--bind-address=127.0.0.1",
+		bind, admission := "127.0.0.1", "--disable-admission-plugins=ServiceAccount"
+		if len(opts.ExtraIPs) > 0 {
+			bind = "0.0.0.0"
+		}
+		if opts.ServiceAccountAdmission {
+			admission = "--enable-admission-plugins=ServiceAccount"
+		}
+		args := append([]string{
+			"--bind-address=" + bind,
 			"--advertise-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(port),
-			"--etcd-servers="+etcdURL,
-			"--tls-cert-file="+creds.certFile,
-			"--tls-private-key-file="+creds.keyFile,
-			"--token-auth-file="+creds.tokenFile,
+			"--secure-port=" + strconv.Itoa(port),
+			"--etcd-servers=" + etcdURL,
+			"--tls-cert-file=" + creds.certFile,
+			"--tls-private-key-file=" + creds.keyFile,
+			"--token-auth-file=" + creds.tokenFile,
 			"--authorization-mode=RBAC",
 			"--service-account-issuer=https://kubernetes.default.svc",
-			"--service-account-key-file="+creds.saKeyFile,
-			"--service-account-signing-key-file="+creds.saKeyFile,
+			"--service-account-key-file=" + creds.saKeyFile,
+			"--service-account-signing-key-file=" + creds.saKeyFile,
 			"--service-cluster-ip-range=10.96.0.0/16",
 			"--endpoint-reconciler-type=none",
-			"--disable-admission-plugins=ServiceAccount",
-		)
+			admission,
+		}, opts.APIServerArgs...)
+		c.apiserver, err = startProcess("kube-apiserver", filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "kube-apiserver.log"), args...)
 		if err != nil {
 			return err
 		}

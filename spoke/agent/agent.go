@@ -207,10 +207,13 @@ func startRoots(cfg agentconfig.Config, log *slog.Logger) []byte {
 // Keeper is the agent's certificate keeper.
 func (a *Agent) Keeper() *Keeper { return a.keeper }
 
-// writeCredentialFiles writes grpc's file_watcher files, each whole.
+// writeCredentialFiles writes grpc's file_watcher files, each whole. The key is readable by
+// every user (0644): the app containers that read it run as users of their own, not as the
+// agent's 1337, and the directory is the pod's own in-memory emptyDir, which no other pod sees
+// (with 0600 a real pod's app could not load it: e2e/node).
 func (a *Agent) writeCredentialFiles(c *Credential) error {
 	return atomicfile.WriteSet(a.cfg.Dir, []atomicfile.File{
-		{Name: KeyFile, Data: c.KeyPEM, Perm: 0o600},
+		{Name: KeyFile, Data: c.KeyPEM, Perm: 0o644},
 		{Name: CertChainFile, Data: c.ChainPEM, Perm: 0o644},
 		{Name: RootCertFile, Data: c.RootsPEM, Perm: 0o644},
 	})
