@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -28,6 +30,7 @@ import (
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/ads/adstest"
 	"github.com/navemesh/nave/xds/cache"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
@@ -47,12 +50,12 @@ type propagation struct {
 	c      *cache.Cache
 	up     *uplink.Uplink
 	client *adstest.Proxy
-	names  []string // listeners the client watches
+	names  map[string][]string // what the client watches, by type URL
 }
 
 func newPropagation(tb testing.TB, edge debounce.Edge) *propagation {
 	tb.Helper()
-	p := &propagation{edge: edge}
+	p := &propagation{edge: edge, names: map[string][]string{}}
 	p.in = newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Hour,
 		OnChange: func(m string, endpointsOnly bool) {
 			if endpointsOnly {
@@ -91,26 +94,59 @@ func (p *propagation) run(tb testing.TB, f func(context.Context) error) {
 	})
 }
 
-// watch subscribes the client to listeners, and returns once it has
-// seen first.
-func (p *propagation) watch(tb testing.TB, first string, listeners ...string) {
-	tb.Helper()
-	p.names = append([]string{first}, listeners...)
-	p.client.Subscribe(typeurl.Listener, p.names...)
-	p.await(tb, first)
+// subscribe subscribes the client to names of typeURL.
+func (p *propagation) subscribe(typeURL string, names ...string) {
+	p.names[typeURL] = names
+	p.client.Subscribe(typeURL, names...)
 }
 
-// await returns once the client received the listener name, ACKing every
-// response.
-func (p *propagation) await(tb testing.TB, name string) {
+// await returns once the client received a response seen says yes to,
+// ACKing every response.
+func (p *propagation) await(tb testing.TB, what string, seen func(*discoveryv3.DiscoveryResponse) bool) {
 	tb.Helper()
+	timeout := time.After(10 * time.Second)
 	for {
-		r := p.client.Next(typeurl.Listener)
-		p.client.ACK(r, p.names...)
-		if slices.Contains(adstest.Names(tb, r), name) {
+		var r *discoveryv3.DiscoveryResponse
+		select {
+		case r = <-p.client.Responses:
+		case <-timeout:
+			tb.Fatalf("the client did not receive %s", what)
+		}
+		p.client.ACK(r, p.names[r.GetTypeUrl()]...)
+		if seen(r) {
 			return
 		}
 	}
+}
+
+// awaitListener returns once the client received the listener name.
+func (p *propagation) awaitListener(tb testing.TB, name string) {
+	tb.Helper()
+	p.await(tb, "listener "+name, func(r *discoveryv3.DiscoveryResponse) bool {
+		return r.GetTypeUrl() == typeurl.Listener && slices.Contains(adstest.Names(tb, r), name)
+	})
+}
+
+// awaitEndpoints returns once the client received an endpoint of cluster.
+func (p *propagation) awaitEndpoints(tb testing.TB, cluster string) {
+	tb.Helper()
+	p.await(tb, "endpoints of "+cluster, func(r *discoveryv3.DiscoveryResponse) bool {
+		if r.GetTypeUrl() != typeurl.Endpoint {
+			return false
+		}
+		for _, a := range r.GetResources() {
+			var cla endpointv3.ClusterLoadAssignment
+			if err := a.UnmarshalTo(&cla); err != nil {
+				tb.Fatal(err)
+			}
+			for _, l := range cla.GetEndpoints() {
+				if cla.GetClusterName() == cluster && len(l.GetLbEndpoints()) > 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
 
 // quiet lets the quiet period pass at the spoke and the hub: the next
@@ -151,7 +187,8 @@ func filesPropagation(tb testing.TB, edge debounce.Edge, n int, started func()) 
 	for i := range n {
 		listeners[i] = fmt.Sprintf("svc-%d.example.com:80", i)
 	}
-	p.watch(tb, "base.example.com:80", listeners...)
+	p.subscribe(typeurl.Listener, append([]string{"base.example.com:80"}, listeners...)...)
+	p.awaitListener(tb, "base.example.com:80")
 	started()
 	took := make([]time.Duration, n)
 	for i := range n {
@@ -161,16 +198,19 @@ func filesPropagation(tb testing.TB, edge debounce.Edge, n int, started func()) 
 			tb.Fatal(err)
 		}
 		start := time.Now()
-		p.await(tb, listeners[i])
+		p.awaitListener(tb, listeners[i])
 		took[i] = time.Since(start)
 	}
 	return took
 }
 
 // kubePropagation runs n single changes through the kubernetes source
-// against a real kube-apiserver: each creates a Service; it returns how
-// long after each create returned the client saw the Service's listener.
-func kubePropagation(tb testing.TB, kc *kubetest.Cluster, edge debounce.Edge, n int, started func()) []time.Duration {
+// against a real kube-apiserver. Each creates a Service, and returns how
+// long after its create returned the client saw the Service's listener;
+// or, with ready, creates the Service first (untimed, seen by the client,
+// then a quiet period) and then its first EndpointSlice, and returns how
+// long after that create returned the client saw the endpoint.
+func kubePropagation(tb testing.TB, kc *kubetest.Cluster, edge debounce.Edge, ready bool, n int, started func()) []time.Duration {
 	p := newPropagation(tb, edge)
 	cs, err := kubernetes.NewForConfig(kc.Admin)
 	if err != nil {
@@ -181,59 +221,91 @@ func kubePropagation(tb testing.TB, kc *kubetest.Cluster, edge debounce.Edge, n 
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
-	service := func(name string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+	createService := func(name string) {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": name}}}
+		if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			tb.Fatal(err)
+		}
 	}
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, service("base"), metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
+	createEndpoints := func(i int, name string) {
+		port, ready := int32(8080), true
+		sl := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)},
+				Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+			Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Port: &port}},
+		}
+		if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+			tb.Fatal(err)
+		}
 	}
+	createService("base")
 	src, err := kube.New(kc.Admin, kube.Options{Debounce: propQuiet, DebounceEdge: edge, NamespaceSelector: "kubernetes.io/metadata.name=" + ns})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	p.run(tb, func(ctx context.Context) error { return src.Run(ctx, p.up.Update) })
-	listener := func(name string) string { return fmt.Sprintf("%s.%s.svc.cluster.local:80", name, ns) }
-	listeners := make([]string, n)
+	host := func(name string) string { return fmt.Sprintf("%s.%s.svc.cluster.local", name, ns) }
+	names, listeners, clusters := make([]string, n), make([]string, n), make([]string, n)
 	for i := range n {
-		listeners[i] = listener(fmt.Sprintf("svc-%d", i))
+		names[i] = fmt.Sprintf("svc-%d", i)
+		listeners[i], clusters[i] = host(names[i])+":80", build.ClusterName(host(names[i]), 80, "")
 	}
-	p.watch(tb, listener("base"), listeners...)
+	p.subscribe(typeurl.Listener, append([]string{host("base") + ":80"}, listeners...)...)
+	if ready {
+		p.subscribe(typeurl.Endpoint, clusters...)
+	}
+	p.awaitListener(tb, host("base")+":80")
 	started()
 	took := make([]time.Duration, n)
 	for i := range n {
-		quiet()
-		if _, err := cs.CoreV1().Services(ns).Create(ctx, service(fmt.Sprintf("svc-%d", i)), metav1.CreateOptions{}); err != nil {
-			tb.Fatal(err)
+		if ready {
+			createService(names[i])
+			p.awaitListener(tb, listeners[i])
 		}
+		quiet()
+		if !ready {
+			createService(names[i])
+			start := time.Now()
+			p.awaitListener(tb, listeners[i])
+			took[i] = time.Since(start)
+			continue
+		}
+		createEndpoints(i, names[i])
 		start := time.Now()
-		p.await(tb, listeners[i])
+		p.awaitEndpoints(tb, clusters[i])
 		took[i] = time.Since(start)
 	}
 	return took
 }
 
+func ptr[T any](v T) *T { return &v }
+
 // BenchmarkPropagation times a single change after a quiet period from
 // the write of a file (files source) or the return of a Service's create
 // (kubernetes source, a real kube-apiserver) to a proxyless client
-// receiving its listener, through a spoke's source and uplink and a hub's
+// receiving its listener — or, "ready", from the create of a Service's
+// first EndpointSlice to the client receiving that endpoint — through a spoke's source and uplink and a hub's
 // ingest, push context, cache and ADS server in process, every debounce
 // on the leading or the trailing edge (docs/load-benchmark.md,
 // Propagation). It reports the median (p50-ms) and the slowest (max-ms)
 // change; the quiet period before each change is outside the timer.
 func BenchmarkPropagation(b *testing.B) {
+	parent := b
 	var kc *kubetest.Cluster
-	for _, source := range []string{"files", "kubernetes"} {
+	for _, source := range []string{"files", "kubernetes", "kubernetes-ready"} {
 		for _, edge := range []debounce.Edge{debounce.Trailing, debounce.Leading} {
 			b.Run(source+"/"+string(edge), func(b *testing.B) {
 				var took []time.Duration
 				if source == "files" {
 					took = filesPropagation(b, edge, b.N, b.ResetTimer)
 				} else {
-					if kc == nil {
-						kc = kubetest.Start(b, kubetest.Options{})
+					if kc == nil { // one API server for every round: it stops with the parent
+						kc = kubetest.Start(parent, kubetest.Options{})
 					}
-					took = kubePropagation(b, kc, edge, b.N, b.ResetTimer)
+					took = kubePropagation(b, kc, edge, source == "kubernetes-ready", b.N, b.ResetTimer)
 				}
 				b.StopTimer()
 				report(b, took)
@@ -263,8 +335,12 @@ func TestBenchmarkPropagationOnce(t *testing.T) {
 	kc := kubetest.Start(t, kubetest.Options{})
 	for _, edge := range []debounce.Edge{debounce.Trailing, debounce.Leading} {
 		t.Run("kubernetes/"+string(edge), func(t *testing.T) {
-			took := kubePropagation(t, kc, edge, 1, func() {})
+			took := kubePropagation(t, kc, edge, false, 1, func() {})
 			t.Logf("kubernetes, %s edge: %v", edge, took)
+		})
+		t.Run("kubernetes-ready/"+string(edge), func(t *testing.T) {
+			took := kubePropagation(t, kc, edge, true, 1, func() {})
+			t.Logf("kubernetes, service ready, %s edge: %v", edge, took)
 		})
 	}
 }
