@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/navemesh/nave/hub/ca"
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/spiffeid"
@@ -367,19 +368,23 @@ func (i *Ingest) Validate() error {
 type Push struct {
 	DebounceQuiet time.Duration `key:"debounceQuiet" default:"100ms" help:"push once no config change has arrived for this long"`
 	DebounceMax   time.Duration `key:"debounceMax" default:"1s" help:"push at the latest this long after the first change of a batch, even if changes keep arriving"`
+	DebounceEdge  debounce.Edge `key:"debounceEdge" default:"leading" help:"leading: the first config change after debounceQuiet without changes is pushed at once, and the changes that follow it within debounceQuiet are held and pushed together; trailing: every change waits until none has arrived for debounceQuiet"`
 	Adaptive      bool          `key:"adaptive" default:"false" help:"do not rebuild a mesh no proxy is connected to (its debug views then lag); build it when one connects. Generation is lazy either way"`
 	// VerifyIncremental is a test mode (invariant 6): see pushctx.Options.Verify.
 	VerifyIncremental        bool `key:"verifyIncremental" default:"false" help:"test mode: also generate from scratch whatever is generated incrementally and log and count any difference (doubles generation cost)"`
 	MaxConcurrentGenerations int  `key:"maxConcurrentGenerations" default:"0" help:"proxy generations run at once across all meshes (a connection storm or a mesh-wide change is generated in turns); 0 means one per CPU"`
 }
 
-// Validate checks quiet > 0 and max >= quiet.
+// Validate checks quiet > 0, max >= quiet and the edge.
 func (p *Push) Validate() error {
 	if p.DebounceQuiet <= 0 {
 		return settings.Invalid("debounceQuiet", "must be greater than 0, got %s", p.DebounceQuiet)
 	}
 	if p.MaxConcurrentGenerations < 0 {
 		return settings.Invalid("maxConcurrentGenerations", "must be 0 (one per CPU) or more, got %d", p.MaxConcurrentGenerations)
+	}
+	if err := p.DebounceEdge.Validate(); err != nil {
+		return settings.Invalid("debounceEdge", "%v", err)
 	}
 	if p.DebounceMax < p.DebounceQuiet {
 		return settings.Invalid("debounceMax", "must be at least debounceQuiet (%s), got %s", p.DebounceQuiet, p.DebounceMax)

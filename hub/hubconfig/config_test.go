@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/settings"
 )
 
@@ -35,6 +36,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"ingest.startupGrace":           cfg.Ingest.StartupGrace == 30*time.Second,
 		"push.debounceQuiet":            cfg.Push.DebounceQuiet == 100*time.Millisecond,
 		"push.debounceMax":              cfg.Push.DebounceMax == time.Second,
+		"push.debounceEdge":             cfg.Push.DebounceEdge == debounce.Leading,
 		"push.verifyIncremental":        !cfg.Push.VerifyIncremental,
 		"push.adaptive":                 !cfg.Push.Adaptive,
 		"push.maxConcurrentGenerations": cfg.Push.MaxConcurrentGenerations == 0,
@@ -111,6 +113,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--ingest.startup-grace=-1s"}, "ingest.startupGrace", "must not be negative"},
 		{[]string{"--push.debounce-quiet=0s"}, "push.debounceQuiet", "must be greater than 0"},
 		{[]string{"--push.debounce-quiet=2s", "--push.debounce-max=1s"}, "push.debounceMax", "must be at least debounceQuiet"},
+		{[]string{"--push.debounce-edge=middle"}, "push.debounceEdge", `must be leading or trailing, got "middle"`},
 		{[]string{"--tls.hosts=hub.example.com,under_score"}, "tls.hosts", `"under_score" is neither an IP address nor a DNS name`},
 		{[]string{"--tls.handshake-timeout=0s"}, "tls.handshakeTimeout", "must be greater than 0"},
 		{[]string{"--ca.meshes=acme"}, "ca.meshes", `"acme": want MESH=TRUSTDOMAIN`},

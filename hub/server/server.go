@@ -142,6 +142,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		Push: pushctx.Options{
 			DebounceQuiet: cfg.Push.DebounceQuiet,
 			DebounceMax:   cfg.Push.DebounceMax,
+			DebounceEdge:  cfg.Push.DebounceEdge,
 			Adaptive:      cfg.Push.Adaptive,
 			Ready:         store.Ready,
 			Logger:        log.With("component", "pushctx"),

@@ -287,7 +287,7 @@ func (st *stream) run() error {
 	changes := st.s.changes(st.mesh)
 	// A window from the first change (quiet = max): later changes of the
 	// burst do not delay the send.
-	deb := debounce.New(st.s.opts.Debounce, st.s.opts.Debounce)
+	deb := debounce.New(debounce.Trailing, st.s.opts.Debounce, st.s.opts.Debounce)
 	defer deb.Stop()
 	for {
 		select {

@@ -49,22 +49,44 @@ func TestTimer(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
 		name       string
+		edge       Edge
 		quiet, max time.Duration
 		events     []time.Duration
 		want       []time.Duration
 	}{
-		{"one event acts after quiet", 100 * ms, time.Second, []time.Duration{0}, []time.Duration{100 * ms}},
-		{"each event extends the quiet", 100 * ms, time.Second, []time.Duration{0, 50 * ms, 120 * ms}, []time.Duration{220 * ms}},
-		{"max bounds a burst that never stops", 100 * ms, 300 * ms,
+		{"trailing: one event acts after quiet", Trailing, 100 * ms, time.Second, []time.Duration{0}, []time.Duration{100 * ms}},
+		{"trailing: each event extends the quiet", Trailing, 100 * ms, time.Second, []time.Duration{0, 50 * ms, 120 * ms}, []time.Duration{220 * ms}},
+		{"trailing: max bounds a burst that never stops", Trailing, 100 * ms, 300 * ms,
 			[]time.Duration{0, 80 * ms, 160 * ms, 240 * ms, 320 * ms, 400 * ms}, []time.Duration{300 * ms, 500 * ms}},
-		{"max equal to quiet: a fixed window after the first", 100 * ms, 100 * ms,
+		{"trailing: max equal to quiet: a fixed window after the first", Trailing, 100 * ms, 100 * ms,
 			[]time.Duration{0, 50 * ms, 90 * ms, 150 * ms}, []time.Duration{100 * ms, 250 * ms}},
-		{"no max: only the quiet", 100 * ms, 0, []time.Duration{0, 90 * ms, 180 * ms, 270 * ms}, []time.Duration{370 * ms}},
-		{"bursts apart act apart", 100 * ms, time.Second, []time.Duration{0, 500 * ms}, []time.Duration{100 * ms, 600 * ms}},
+		{"trailing: no max: only the quiet", Trailing, 100 * ms, 0, []time.Duration{0, 90 * ms, 180 * ms, 270 * ms}, []time.Duration{370 * ms}},
+		{"trailing: bursts apart act apart", Trailing, 100 * ms, time.Second, []time.Duration{0, 500 * ms}, []time.Duration{100 * ms, 600 * ms}},
+		{"trailing: event right after an action waits the quiet", Trailing, 100 * ms, time.Second,
+			[]time.Duration{0, 110 * ms}, []time.Duration{100 * ms, 210 * ms}},
+		{"the zero edge is trailing", "", 100 * ms, time.Second, []time.Duration{0, 50 * ms}, []time.Duration{150 * ms}},
+
+		{"leading: one event acts at once", Leading, 100 * ms, time.Second, []time.Duration{0}, []time.Duration{0}},
+		{"leading: the rest of a burst acts once, quiet after its last", Leading, 100 * ms, time.Second,
+			[]time.Duration{0, 50 * ms, 120 * ms}, []time.Duration{0, 220 * ms}},
+		{"leading: max bounds the held rest of a burst that never stops", Leading, 100 * ms, 300 * ms,
+			[]time.Duration{0, 80 * ms, 160 * ms, 240 * ms, 320 * ms, 400 * ms}, []time.Duration{0, 380 * ms, 500 * ms}},
+		{"leading: max equal to quiet: a fixed window after the first held", Leading, 100 * ms, 100 * ms,
+			[]time.Duration{0, 50 * ms, 90 * ms, 160 * ms}, []time.Duration{0, 150 * ms, 260 * ms}},
+		{"leading: no max: only the quiet", Leading, 100 * ms, 0,
+			[]time.Duration{0, 90 * ms, 180 * ms, 270 * ms}, []time.Duration{0, 370 * ms}},
+		{"leading: event right after a trailing action is held", Leading, 100 * ms, time.Second,
+			[]time.Duration{0, 50 * ms, 160 * ms}, []time.Duration{0, 150 * ms, 260 * ms}},
+		{"leading: event right after a leading action is held", Leading, 100 * ms, time.Second,
+			[]time.Duration{0, 99 * ms}, []time.Duration{0, 199 * ms}},
+		{"leading: event a quiet period after an action acts at once", Leading, 100 * ms, time.Second,
+			[]time.Duration{0, 100 * ms, 250 * ms}, []time.Duration{0, 100 * ms, 250 * ms}},
+		{"leading: bursts apart act apart", Leading, 100 * ms, time.Second,
+			[]time.Duration{0, 30 * ms, 500 * ms}, []time.Duration{0, 130 * ms, 500 * ms}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := New(tc.quiet, tc.max)
+				d := New(tc.edge, tc.quiet, tc.max)
 				if got := fires(t, d, tc.events, 2*time.Second); !same(got, tc.want) {
 					t.Errorf("acted at %v, want at %v", got, tc.want)
 				}
@@ -73,11 +95,45 @@ func TestTimer(t *testing.T) {
 	}
 }
 
+func TestEdgeValidate(t *testing.T) {
+	for _, e := range []Edge{"", Leading, Trailing} {
+		if err := e.Validate(); err != nil {
+			t.Errorf("%q: %v", e, err)
+		}
+	}
+	if err := Edge("middle").Validate(); err == nil {
+		t.Error(`"middle" is valid`)
+	}
+}
+
+// TestTimerLeadingPending: on the leading edge, an event after a quiet
+// period is not held (it acted); one right after it is, until it acts.
+func TestTimerLeadingPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Leading, 100*time.Millisecond, time.Second)
+		d.Event()
+		if d.Pending() {
+			t.Fatal("a leading event is held")
+		}
+		<-d.C()
+		d.Event()
+		if !d.Pending() {
+			t.Fatal("an event right after an action is not held")
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if d.Pending() {
+			t.Fatal("held after its quiet period")
+		}
+		<-d.C()
+	})
+}
+
 // TestTimerPendingAndStop: Pending is true from an event until the burst
 // acts; Stop drops a pending burst.
 func TestTimerPendingAndStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := New(100*time.Millisecond, time.Second)
+		d := New(Trailing, 100*time.Millisecond, time.Second)
 		if d.Pending() {
 			t.Fatal("pending before any event")
 		}

@@ -35,6 +35,7 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 			DomainSuffix:      cfg.DomainSuffix,
 			NamespaceSelector: cfg.Kube.NamespaceSelector,
 			Debounce:          cfg.Kube.Debounce,
+			DebounceEdge:      cfg.Kube.DebounceEdge,
 			CRDPoll:           cfg.Kube.CRDPoll,
 			Logger:            log.With("component", "kube"),
 			Registerer:        reg,
@@ -48,7 +49,7 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 		})
 		return src, nil
 	}
-	src, err := files.New(cfg.SourcePath(), files.Options{Debounce: cfg.Files.Debounce, MaxFileBytes: cfg.Files.MaxFileBytes},
+	src, err := files.New(cfg.SourcePath(), files.Options{Debounce: cfg.Files.Debounce, DebounceEdge: cfg.Files.DebounceEdge, MaxFileBytes: cfg.Files.MaxFileBytes},
 		log.With("component", "files"), reg)
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", cfg.Source, err)

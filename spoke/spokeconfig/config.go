@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/settings"
@@ -332,13 +333,17 @@ func (h *Hub) validateTLS() error {
 // Files configures the fs:// source.
 type Files struct {
 	Debounce     time.Duration `key:"debounce" default:"100ms" help:"re-read the directory once no file has changed for this long"`
+	DebounceEdge debounce.Edge `key:"debounceEdge" default:"leading" help:"leading: the first change after debounce without changes is re-read at once (withdrawals still wait for their file to settle), the changes that follow within debounce together after it; trailing: every change waits until no file has changed for debounce"`
 	MaxFileBytes int64         `key:"maxFileBytes" default:"4194304" help:"largest YAML file read, in bytes; larger files are refused"`
 }
 
-// Validate checks the debounce and the file size limit.
+// Validate checks the debounce, its edge and the file size limit.
 func (f *Files) Validate() error {
 	if f.Debounce <= 0 {
 		return settings.Invalid("debounce", "must be greater than 0, got %s", f.Debounce)
+	}
+	if err := f.DebounceEdge.Validate(); err != nil {
+		return settings.Invalid("debounceEdge", "%v", err)
 	}
 	if f.MaxFileBytes < minFileBytes {
 		return settings.Invalid("maxFileBytes", "must be at least %d, got %d", minFileBytes, f.MaxFileBytes)
@@ -351,13 +356,17 @@ type Kubernetes struct {
 	Kubeconfig        string        `key:"kubeconfig" help:"kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 	NamespaceSelector string        `key:"namespaceSelector" help:"label selector of the namespaces watched (like Istio's discoverySelectors); empty: every namespace"`
 	Debounce          time.Duration `key:"debounce" default:"100ms" help:"after the initial sync, changes are pushed once none has arrived for this long"`
+	DebounceEdge      debounce.Edge `key:"debounceEdge" default:"leading" help:"leading: the first change after debounce without changes is pushed at once, the changes that follow within debounce together after it; trailing: every change waits until none has arrived for debounce"`
 	CRDPoll           time.Duration `key:"crdPoll" default:"30s" help:"how often to look again for Istio CRDs that were not installed"`
 }
 
-// Validate checks the durations.
+// Validate checks the durations and the edge.
 func (k *Kubernetes) Validate() error {
 	if k.Debounce <= 0 {
 		return settings.Invalid("debounce", "must be greater than 0, got %s", k.Debounce)
+	}
+	if err := k.DebounceEdge.Validate(); err != nil {
+		return settings.Invalid("debounceEdge", "%v", err)
 	}
 	if k.CRDPoll <= 0 {
 		return settings.Invalid("crdPoll", "must be greater than 0, got %s", k.CRDPoll)

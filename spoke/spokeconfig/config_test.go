@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/settings"
 )
 
@@ -37,11 +38,13 @@ func TestDefaultsValidate(t *testing.T) {
 		"hub.mode":                        cfg.Hub.Mode == ModePush,
 		"hub.pollListen":                  cfg.Hub.PollListen == "0.0.0.0:15026",
 		"files.debounce":                  cfg.Files.Debounce == 100*time.Millisecond,
+		"files.debounceEdge":              cfg.Files.DebounceEdge == debounce.Leading,
 		"files.maxFileBytes":              cfg.Files.MaxFileBytes == 4<<20,
 		"kubernetes.kubeconfig":           cfg.Kube.Kubeconfig == "",
 		"kubernetes.namespaceSelector":    cfg.Kube.NamespaceSelector == "",
 		"domainSuffix":                    cfg.DomainSuffix == "cluster.local",
 		"kubernetes.debounce":             cfg.Kube.Debounce == 100*time.Millisecond,
+		"kubernetes.debounceEdge":         cfg.Kube.DebounceEdge == debounce.Leading,
 		"kubernetes.crdPoll":              cfg.Kube.CRDPoll == 30*time.Second,
 		"ra.listen":                       cfg.RA.Listen == "127.0.0.1:15023",
 		"ra.audiences":                    strings.Join(cfg.RA.Audiences, ",") == "istio-ca",
@@ -91,6 +94,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--source=k8s://in-cluster"}, "source", `want "kubernetes" or fs://DIR`},
 		{[]string{"--source=kubernetes", "--kubernetes.debounce=0s"}, "kubernetes.debounce", "greater than 0"},
 		{[]string{"--source=kubernetes", "--kubernetes.crd-poll=-1s"}, "kubernetes.crdPoll", "greater than 0"},
+		{[]string{"--source=kubernetes", "--kubernetes.debounce-edge=late"}, "kubernetes.debounceEdge", "must be leading or trailing"},
 		{[]string{"--source=fs://"}, "source", "names no directory"},
 		{[]string{"--source="}, "source", "is required"},
 		{[]string{"--mesh=Prod"}, "mesh", "is not a DNS label"},
@@ -143,6 +147,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--fallback.server-names=a.example,b.example,c.example,d.example,10.0.0.1"}, "fallback.serverNames", "lists 5 names; a cluster certificate carries at most 4"},
 		{[]string{"--hub.plaintext=maybe"}, "hub.plaintext", "not a boolean"},
 		{[]string{"--files.debounce=-1s"}, "files.debounce", "must be greater than 0"},
+		{[]string{"--files.debounce-edge=early"}, "files.debounceEdge", "must be leading or trailing"},
 		{[]string{"--files.max-file-bytes=1000"}, "files.maxFileBytes", "must be at least 1024"},
 	}
 	for _, tc := range tests {

@@ -32,11 +32,15 @@ type Source interface {
 // Options configure a Publisher.
 type Options struct {
 	// DebounceQuiet is how long the mesh must be quiet before a rebuild
-	// (shared/debounce, trailing edge).
+	// (shared/debounce).
 	DebounceQuiet time.Duration
 	// DebounceMax bounds how long a rebuild waits under continuous change,
-	// counted from the first change of the burst.
+	// counted from the first change held.
 	DebounceMax time.Duration
+	// DebounceEdge is the debounce's edge: debounce.Leading builds the
+	// first config change after a quiet period at once; the zero value
+	// is debounce.Trailing.
+	DebounceEdge debounce.Edge
 	// Adaptive skips rebuilding a published mesh that no stream watches
 	// (see Watch): the changes are kept and built when a stream watches
 	// again. The first publication of a mesh always happens.
@@ -222,7 +226,7 @@ func (m *Publisher) States() []*State {
 }
 
 func (m *Publisher) loop(ctx context.Context, ms *meshState) {
-	deb := debounce.New(m.opts.DebounceQuiet, m.opts.DebounceMax)
+	deb := debounce.New(m.opts.DebounceEdge, m.opts.DebounceQuiet, m.opts.DebounceMax)
 	defer deb.Stop()
 	for {
 		select {

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/cache"
@@ -342,5 +343,54 @@ func TestAdaptiveDefersBuildsNobodyWatches(t *testing.T) {
 		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 50, 50)))
 		m.Notify("m")
 		pushctxtest.Await(t, changed, "a build while watched")
+	})
+}
+
+// TestLeadingEdgeBuildsTheFirstChangeAtOnce: on the leading edge, the
+// first config change after a quiet period is built at once; changes
+// right after it are held and built together, quiet after the last of
+// them (fake clock).
+func TestLeadingEdgeBuildsTheFirstChangeAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const quiet = 100 * time.Millisecond
+		src := pushctxtest.NewSource()
+		src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+		m := pushctx.New(src, pushctx.Options{DebounceQuiet: quiet, DebounceMax: time.Second, DebounceEdge: debounce.Leading})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		m.Start(ctx)
+		_, ready := m.Current("m")
+		m.Notify("m")
+		synctest.Wait()
+		if !pushctxtest.Closed(ready) {
+			t.Fatal("the first change after a quiet period was not built at once")
+		}
+
+		st, changed := m.Current("m")
+		for range 3 {
+			time.Sleep(10 * time.Millisecond)
+			m.Notify("m")
+		}
+		if closedAfter(quiet-time.Nanosecond, changed) {
+			t.Fatal("changes right after a build were built before their quiet period")
+		}
+		if now, _ := m.Current("m"); now != st {
+			t.Fatal("a new State appeared during the quiet period")
+		}
+		if !closedAfter(time.Nanosecond, changed) {
+			t.Fatal("the held changes were not built quiet after the last of them")
+		}
+		if st, _ := m.Current("m"); st.Version != 2 || src.Builds("m") != 2 {
+			t.Fatalf("version %d, %d builds; want the first change and the held ones: 2", st.Version, src.Builds("m"))
+		}
+
+		// A quiet period later, a change is built at once again.
+		time.Sleep(time.Second)
+		_, changed = m.Current("m")
+		m.Notify("m")
+		synctest.Wait()
+		if !pushctxtest.Closed(changed) {
+			t.Fatal("a change after a quiet period was not built at once")
+		}
 	})
 }

@@ -17,10 +17,12 @@ const maxHoldWindows = 10
 // cut at a line or document boundary: what the rest held would be
 // removed and come back a moment later. So a removal waits while the
 // object's file differs from what the last load saw of it (content, size,
-// modification time, or being there at all) or the last load is less
-// than a debounce window ago; it applies once the file has stayed the
-// same across a window, or after maxHoldWindows windows of a file that
-// keeps changing. Adds, and updates that remove nothing, are never held
+// modification time, or being there at all), or the last load is less
+// than a debounce window ago, or it came at once at the leading edge of a
+// change (debounce.Leading: the writer may still be at it, so its view
+// proves nothing); it applies once the file has stayed the same across a
+// window, or after maxHoldWindows windows of a file that keeps changing.
+// Adds, and updates that remove nothing, are never held
 // (docs/decisions/035-a-half-written-file-never-shrinks-config.md). held
 // collects the keys still held, with when they were first held.
 //
@@ -30,7 +32,7 @@ func (s *Source) holdRemoval(o *meshconfig.Object, r removal, files map[string]f
 	file, _ := splitOrigin(o.Origin)
 	before, had := s.files[file]
 	after, has := files[file]
-	if had == has && before == after && now.Sub(s.lastLoad) >= s.opts.Debounce {
+	if had == has && before == after && now.Sub(s.lastLoad) >= s.opts.Debounce && !s.lastEarly {
 		return false
 	}
 	k := keyOf(o)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -38,7 +39,7 @@ func newReloader(t *testing.T, dir string) *reloader {
 func (r *reloader) reload() string {
 	r.t.Helper()
 	var got []*meshconfig.Object
-	if err := r.src.reload(r.w, func(objs []*meshconfig.Object) { got = objs }); err != nil {
+	if err := r.src.reload(r.w, false, func(objs []*meshconfig.Object) { got = objs }); err != nil {
 		r.t.Fatal(err)
 	}
 	return keys(got)
@@ -173,14 +174,22 @@ func TestPartialWriteDoesNotWithdraw(t *testing.T) {
 // publication may lack an object, whatever the timing. A save proves the
 // rule only if a reload landed inside the writer's pause (logged as a
 // deferred withdrawal) and the pause stayed under two windows; the save
-// is repeated until one does, at most five times.
+// is repeated until one does, at most five times. On the leading edge the
+// reload at the save's first event reads the file cut: it must hold the
+// withdrawal as the trailing one does.
 func TestNonAtomicSaveUnderRun(t *testing.T) {
+	for _, edge := range []debounce.Edge{debounce.Trailing, debounce.Leading} {
+		t.Run(string(edge), func(t *testing.T) { nonAtomicSaveUnderRun(t, edge) })
+	}
+}
+
+func nonAtomicSaveUnderRun(t *testing.T, edge debounce.Edge) {
 	const debounce = 200 * time.Millisecond
 	const both = "DestinationRule shop/rest, VirtualService shop/x"
 	dir := t.TempDir()
 	path := filepath.Join(dir, "we.yaml")
 	write(t, path, vsDoc("x", "x")+"---\n"+drDoc("rest"))
-	r := start(t, dir, Options{Debounce: debounce})
+	r := start(t, dir, Options{Debounce: debounce, DebounceEdge: edge})
 	r.waitForKeys(t, both)
 
 	var timings []string

@@ -54,13 +54,14 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 	}
 	defer watcher.Close()
 
-	if err := s.reload(watcher, publish); err != nil {
+	if err := s.reload(watcher, false, publish); err != nil {
 		return err
 	}
+	var lastEvent time.Time // of the directory, for early
 
 	// A directory that never stops changing is still reloaded, at least
 	// every ten quiet periods.
-	deb := debounce.New(s.opts.Debounce, 10*s.opts.Debounce)
+	deb := debounce.New(s.opts.DebounceEdge, s.opts.Debounce, 10*s.opts.Debounce)
 	defer deb.Stop()
 	// again reloads without a change: after a failed reload (backing
 	// off), or a window later while a withdrawal is held.
@@ -80,6 +81,7 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 				return errors.New("files source: watcher closed")
 			}
 			s.logger.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
+			lastEvent = time.Now()
 			deb.Event()
 			continue
 		case err, ok := <-watcher.Errors:
@@ -88,6 +90,7 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 			}
 			// An overflow loses events: a reload catches up with them all.
 			s.logger.Warn("config watch error", "err", err)
+			lastEvent = time.Now()
 			deb.Event()
 			continue
 		case <-deb.C():
@@ -97,7 +100,10 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 			}
 		}
 		again.Stop()
-		if err := s.reload(watcher, publish); err != nil {
+		// On the leading edge a reload may come at once, while a file is
+		// being written: it cannot show that a file is stable.
+		early := s.opts.DebounceEdge == debounce.Leading && time.Since(lastEvent) < s.opts.Debounce
+		if err := s.reload(watcher, early, publish); err != nil {
 			wait := backoff.NextBackOff()
 			s.logger.Warn("config reload failed, keeping the last objects", "err", err, "retry", wait)
 			again.Reset(wait)
@@ -112,9 +118,12 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 }
 
 // reload loads the directory, brings the watches in line with the
-// directories it holds, records and logs the result, and publishes it.
-// A panic on the way is an error: the loop outlives one bad reload.
-func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Object)) (err error) {
+// directories it holds, records and logs the result, and publishes it;
+// early says the directory changed less than a debounce window ago (the
+// leading edge), so that the next reload does not take this one's view of
+// a file as proof that it is stable. A panic on the way is an error: the
+// loop outlives one bad reload.
+func (s *Source) reload(watcher *fsnotify.Watcher, early bool, publish func([]*meshconfig.Object)) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("config reload panicked: %v", r)
@@ -134,7 +143,7 @@ func (s *Source) reload(watcher *fsnotify.Watcher, publish func([]*meshconfig.Ob
 	settle(s.Objects(), &res,
 		func(o *meshconfig.Object, r removal) bool { return s.holdRemoval(o, r, res.files, start, held) },
 		s.logTakeover)
-	s.files, s.lastLoad, s.held = res.files, start, held
+	s.files, s.lastLoad, s.lastEarly, s.held = res.files, start, early, held
 	elapsed := time.Since(start)
 
 	for _, r := range res.rejections {

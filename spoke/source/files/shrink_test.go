@@ -10,6 +10,7 @@ import (
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/internal/testwait"
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -174,15 +175,22 @@ func TestCutSaveDoesNotShrink(t *testing.T) {
 // TestCutSaveUnderRun: the same through Run, its timers and real fsnotify.
 // A save truncates the file and writes it up to an endpoint; once Run has
 // read the cut file (it logs the deferred update), the save completes,
-// adding an endpoint. No publication may lack an endpoint the file had.
+// adding an endpoint. No publication may lack an endpoint the file had,
+// on either edge (on the leading one, the cut file is read at once).
 func TestCutSaveUnderRun(t *testing.T) {
+	for _, edge := range []debounce.Edge{debounce.Trailing, debounce.Leading} {
+		t.Run(string(edge), func(t *testing.T) { cutSaveUnderRun(t, edge) })
+	}
+}
+
+func cutSaveUnderRun(t *testing.T, edge debounce.Edge) {
 	const deferred = "config update that removes content deferred"
 	whole := seDoc("web", "127.0.0.11", "127.0.0.99")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "se.yaml")
 	write(t, path, whole)
 	// The save completes within a window of the deferral, a long one.
-	r := start(t, dir, Options{Debounce: time.Second})
+	r := start(t, dir, Options{Debounce: time.Second, DebounceEdge: edge})
 	r.waitFor(t, "both endpoints", func(objs []*meshconfig.Object) bool {
 		return endpointsOf(objs, "web") == "127.0.0.11,127.0.0.99"
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -33,6 +34,10 @@ type Options struct {
 	// Debounce is how long the directory must stay quiet after a change
 	// before it is reloaded.
 	Debounce time.Duration
+	// DebounceEdge is the debounce's edge: debounce.Leading reloads at the
+	// first change after a quiet period (its withdrawals are held all the
+	// same, holdWithdrawal); the zero value is debounce.Trailing.
+	DebounceEdge debounce.Edge
 	// MaxFileBytes is the size above which a file is rejected unread.
 	MaxFileBytes int64
 	// MaxDepth is how many levels of directories below the source's
@@ -77,7 +82,9 @@ type Source struct {
 	// touches these.
 	files    map[string]fileState
 	lastLoad time.Time
-	held     map[string]time.Time // object key -> when its removal was first held
+	// lastEarly: the last load came at the leading edge of a change.
+	lastEarly bool
+	held      map[string]time.Time // object key -> when its removal was first held
 
 	mu         sync.RWMutex
 	loaded     bool

@@ -47,7 +47,7 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 	b, start := newBuilder(s), time.Now()
 	// Changes that never stop are still published, at least every ten
 	// quiet periods (armed by the first change after the initial publish).
-	deb := debounce.New(s.opts.Debounce, 10*s.opts.Debounce)
+	deb := debounce.New(s.opts.DebounceEdge, s.opts.Debounce, 10*s.opts.Debounce)
 	defer deb.Stop()
 	for {
 		select {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshconfig"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	// published after the initial sync; a change that never stops is
 	// published at least every ten Debounce periods.
 	Debounce time.Duration
+	// DebounceEdge is the debounce's edge: debounce.Leading publishes the
+	// first change after a quiet period at once; the zero value is
+	// debounce.Trailing.
+	DebounceEdge debounce.Edge
 	// CRDPoll is how often the API server is asked again for the Istio
 	// kinds whose CustomResourceDefinitions were missing.
 	CRDPoll time.Duration
