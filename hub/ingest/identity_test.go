@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ import (
 // accepted only in a mesh the hub hosts, and that a refusal names the mesh
 // claimed and the meshes hosted.
 func TestHostedMeshesRefusesOtherMeshes(t *testing.T) {
-	auth := ingest.HostedMeshes([]string{"default", "acme"}, ingest.ClaimedIdentity())
+	hosted := []string{"default", "acme"}
+	auth := ingest.HostedMeshes(func(m string) bool { return slices.Contains(hosted, m) }, func() []string { return hosted },
+		ingest.ClaimedIdentity())
 	claim := func(mesh string) (ingest.ClusterIdentity, error) {
 		md := metadata.Pairs(protocol.MetadataMesh, mesh, protocol.MetadataCluster, "c1")
 		return auth.Authenticate(metadata.NewIncomingContext(context.Background(), md))
@@ -32,6 +35,12 @@ func TestHostedMeshesRefusesOtherMeshes(t *testing.T) {
 	if msg := status.Convert(err).Message(); status.Code(err) != codes.PermissionDenied ||
 		!strings.Contains(msg, `"rogue"`) || !strings.Contains(msg, "default, acme") {
 		t.Errorf("claim of the mesh rogue: %v; want PermissionDenied naming rogue and the hosted meshes", err)
+	}
+	// The meshes hosted are asked on every stream: one deleted is refused
+	// from then on.
+	hosted = []string{"default"}
+	if _, err := claim("acme"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("claim of a mesh no longer hosted: %v; want PermissionDenied", err)
 	}
 	// A refusal of the authenticator it wraps stands.
 	_, err = auth.Authenticate(context.Background())

@@ -238,6 +238,25 @@ func (s *Server) Close(meshName, cluster, reason string) int {
 	return n
 }
 
+// CloseMesh ends every Watch stream of meshName at once, as Close does a
+// cluster's — for a mesh the hub stops serving (deleted). It reports how
+// many it closed.
+func (s *Server) CloseMesh(meshName, reason string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for st := range s.streams {
+		if st.mesh == meshName {
+			st.cancel(&closed{reason})
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Warn("spoke watches of a mesh closed by the hub", "mesh", meshName, "streams", n, "reason", reason)
+	}
+	return n
+}
+
 // closed is the cause of a stream ended by Close.
 type closed struct{ reason string }
 

@@ -345,3 +345,23 @@ func TestCloseEndsARevokedClustersWatch(t *testing.T) {
 		t.Fatalf("streams left: %+v", st)
 	}
 }
+
+func TestCloseMeshEndsEveryWatchOfTheMesh(t *testing.T) {
+	f := newFixture(t)
+	f.src.Set("a", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	f.src.Set("b", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	w1 := f.watch(t, "a/c1", "a/c1", nil)
+	w2 := f.watch(t, "a/c2", "a/c2", nil)
+	f.watch(t, "b/c1", "b/c1", nil) // another mesh's watch stays
+	if n := f.w.CloseMesh("a", "mesh a deleted"); n != 2 {
+		t.Fatalf("closed %d streams, want 2", n)
+	}
+	for _, w := range []*watcher{w1, w2} {
+		if _, err := w.stream.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "mesh a deleted") {
+			t.Fatalf("deleted mesh's watch: err = %v, want PermissionDenied naming the reason", err)
+		}
+	}
+	if st := f.w.Status(); len(st) != 1 || st[0].Mesh != "b" {
+		t.Fatalf("streams left: %+v", st)
+	}
+}
