@@ -13,6 +13,7 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
 
 // TestHostedMeshesRefusesOtherMeshes checks that a claimed identity is
@@ -74,5 +75,28 @@ func TestClaimOfAnotherClusterIsCountedAndServedAsAuthenticated(t *testing.T) {
 	}
 	if got := f.metric(t, "nave_hub_spoke_claim_mismatches_total"); got != 1 {
 		t.Errorf("nave_hub_spoke_claim_mismatches_total = %v, want 1", got)
+	}
+}
+
+// pushCtx is a Push server stream of which Relay reads only the context.
+type pushCtx struct {
+	protocolv1.Sync_PushServer
+	ctx context.Context
+}
+
+func (p pushCtx) Context() context.Context { return p.ctx }
+
+// TestRelayOfAMeshNotHostedIsRefused: a peer replica that has not yet
+// learnt a mesh was deleted cannot relay its clusters here.
+func TestRelayOfAMeshNotHostedIsRefused(t *testing.T) {
+	store := ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Hour})
+	srv := ingest.NewServer(store, ingest.ClaimedIdentity(), ingest.ServerOptions{Hosted: func(m string) bool { return m != "gone" }})
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(protocol.MetadataProtocol, protocol.Version))
+	err := ingest.NewOwnership(srv).Relay(pushCtx{ctx: ctx}, ingest.ClusterIdentity{Mesh: "gone", Cluster: "c1"}, "peer", ingest.Epoch{})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"gone"`) {
+		t.Errorf("relay of a deleted mesh's cluster: %v; want PermissionDenied naming the mesh", err)
+	}
+	if len(store.Status()) != 0 {
+		t.Errorf("the refused relay left a record: %+v", store.Status())
 	}
 }

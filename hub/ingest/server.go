@@ -36,6 +36,11 @@ type ServerOptions struct {
 	Logger          *slog.Logger
 	// Registerer receives the stream metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Hosted reports whether the hub serves a mesh now; a peer replica's
+	// relay of a cluster of any other (a mesh deleted, which the peer has
+	// not yet learnt) is refused (Ownership.Relay). The spokes' own
+	// streams are bounded by the Authenticator. Nil serves every mesh.
+	Hosted func(mesh string) bool
 }
 
 // Server is the hub side of the Sync service: it authenticates each

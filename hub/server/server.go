@@ -139,6 +139,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		},
 		Logger:     log.With("component", "ingest"),
 		Registerer: reg,
+		Hosted:     meshes.Hosted,
 	})
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready,
 		Logger: log.With("component", "watch"), Registerer: reg})
