@@ -279,11 +279,13 @@ func TestMeshLifeAtRuntime(t *testing.T) {
 	}
 
 	// Created: enrollable at once.
+	created := time.Now()
 	h.set(acme("u1", 1, tenants.Active))
 	cert, resp, err := h.enroll(t, h.token(t, "acme", "east"))
 	if err != nil {
 		t.Fatalf("enroll into the mesh just created: %v", err)
 	}
+	t.Logf("from the registry's change to an accepted enrollment: %s", time.Since(created).Round(time.Microsecond))
 	if resp.GetMesh() != "acme" || resp.GetCluster() != "east" {
 		t.Fatalf("enrolled as %s/%s", resp.GetMesh(), resp.GetCluster())
 	}
