@@ -100,3 +100,20 @@ func TestRelayOfAMeshNotHostedIsRefused(t *testing.T) {
 		t.Errorf("the refused relay left a record: %+v", store.Status())
 	}
 }
+
+// TestStreamOfAMeshDeletedAfterItsAuthenticationIsRefused: a stream
+// authenticated as of a mesh that is not served once its record exists
+// (the mesh was deleted meanwhile) is refused and leaves nothing.
+func TestStreamOfAMeshDeletedAfterItsAuthenticationIsRefused(t *testing.T) {
+	f := newFixtureAuth(t, time.Hour, ingest.ClaimedIdentity(), func(o *ingest.ServerOptions) {
+		o.Hosted = func(m string) bool { return m != "gone" }
+	})
+	s := f.dial(t, "gone", "c1")
+	if err := s.ended(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"gone"`) {
+		t.Errorf("stream of a deleted mesh: %v; want PermissionDenied naming the mesh", err)
+	}
+	if _, ok := f.status("gone", "c1"); ok {
+		t.Error("the refused stream left its cluster listed")
+	}
+	f.dial(t, "m", "c1").sync(decode(t, fullState)) // another mesh is served
+}
