@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		Registerer: reg,
 		Hosted:     meshes.Hosted,
 	})
-	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready,
+	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
 		Push: pushctx.Options{

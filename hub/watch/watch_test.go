@@ -51,13 +51,17 @@ type fixture struct {
 	conn *grpc.ClientConn
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, opts ...func(*watch.Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: pushctxtest.NewSource()}
-	f.w = watch.New(f.src, watch.Options{Debounce: 10 * time.Millisecond,
+	o := watch.Options{Debounce: 10 * time.Millisecond,
 		Roots: func(m string) (*protocolv1.TrustBundle, error) {
 			return &protocolv1.TrustBundle{Mesh: m, TrustDomain: m + ".example", RootsPem: "roots of " + m}, nil
-		}})
+		}}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	f.w = watch.New(f.src, o)
 	in := ingest.NewServer(ingest.NewStore(ingest.StoreOptions{}), certAuth(), ingest.ServerOptions{Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
 		return f.w.Serve(id.Mesh, id.Cluster, s)
 	}})
@@ -364,4 +368,22 @@ func TestCloseMeshEndsEveryWatchOfTheMesh(t *testing.T) {
 	if st := f.w.Status(); len(st) != 1 || st[0].Mesh != "b" {
 		t.Fatalf("streams left: %+v", st)
 	}
+}
+
+func TestWatchOfAMeshNotHostedEndsAtOnce(t *testing.T) {
+	f := newFixture(t, func(o *watch.Options) { o.Hosted = func(m string) bool { return m != "gone" } })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, principalKey, "gone/c1", protocol.MetadataMesh, "gone", protocol.MetadataCluster, "c1")
+	stream, err := protocolv1.NewSyncClient(f.conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"gone"`) {
+		t.Fatalf("watch of a deleted mesh: %v; want PermissionDenied naming it", err)
+	}
+	if st := f.w.Status(); len(st) != 0 {
+		t.Errorf("streams left: %+v", st)
+	}
+	f.watch(t, "a/c1", "a/c1", nil) // another mesh is served
 }
