@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -72,6 +73,45 @@ func enrollOn(t *testing.T, h *hub, token string) (*protocolv1.EnrollResponse, e
 	defer conn.Close()
 	return protocolv1.NewEnrollmentClient(conn).Enroll(ctx,
 		&protocolv1.EnrollRequest{Token: token, CsrPem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})})
+}
+
+// waitEnrollable waits until every replica of rs accepts an enrollment
+// into mesh (each probe spends a token of a cluster of its own), and logs
+// how long after created each did.
+func waitEnrollable(t *testing.T, rs *replicaSet, mesh string, created time.Time) {
+	t.Helper()
+	for i, h := range rs.hubs {
+		n := 0
+		testwait.For(t, 30*time.Second, func() error {
+			n++
+			_, err := enrollOn(t, h, rs.hubs[0].token(t, mesh, fmt.Sprintf("probe-%d-%d", i, n), "1h"))
+			return err
+		})
+		t.Logf("hub-%d accepts an enrollment into mesh %s %s after navectl mesh create", i, mesh, time.Since(created).Round(time.Millisecond))
+	}
+}
+
+// waitMeshGone waits until no replica of rs lists mesh (/debug/meshes):
+// it was purged and its record removed.
+func waitMeshGone(t *testing.T, rs *replicaSet, mesh string) {
+	t.Helper()
+	for i, h := range rs.hubs {
+		testwait.For(t, 60*time.Second, func() error {
+			var meshes []struct {
+				Mesh  string `json:"mesh"`
+				Phase string `json:"phase"`
+			}
+			if err := harness.GetJSON(h.url("/debug/meshes"), &meshes); err != nil {
+				return err
+			}
+			for _, m := range meshes {
+				if m.Mesh == mesh {
+					return fmt.Errorf("hub-%d still lists mesh %s (%s)", i, mesh, m.Phase)
+				}
+			}
+			return nil
+		})
+	}
 }
 
 // cdsStream is a proxy's SotW ADS stream of clusters: the cluster names of
@@ -159,13 +199,7 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 	// Created on hub-0: every replica enrolls into it within seconds.
 	created := time.Now()
 	createMesh(t, h0, "acme", "acme.example")
-	for i, h := range rs.hubs {
-		testwait.For(t, 30*time.Second, func() error {
-			_, err := enrollOn(t, h, h0.token(t, "acme", fmt.Sprintf("probe-%d", i), "1h"))
-			return err
-		})
-		t.Logf("hub-%d accepts an enrollment into the new mesh %s after navectl mesh create", i, time.Since(created).Round(time.Millisecond))
-	}
+	waitEnrollable(t, rs, "acme", created)
 	rootPath := filepath.Join(h0.state, "ca", "acme", "root-cert.pem")
 	firstRoot, err := os.ReadFile(rootPath)
 	if err != nil {
@@ -222,9 +256,13 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 		}
 	}
 
+	waitMeshGone(t, rs, "acme")
+
 	// Re-created: inherits nothing. The old spoke (still running, with its
 	// certificate) stays out; a new spoke enrolls with a new token.
+	created = time.Now()
 	createMesh(t, h0, "acme", "acme.example")
+	waitEnrollable(t, rs, "acme", created)
 	startEnrolledSpoke(t, h0, "spoke-acme-west", "acme", "west", serviceEntry("svc-w", "svc-w.demo.svc.cluster.local", 17093),
 		h0.token(t, "acme", "west", "1h"), t.TempDir())
 	for i, h := range rs.hubs {
