@@ -69,7 +69,10 @@ type Service struct {
 	// specErrs are the spec errors last logged, by mesh, so that a bad
 	// spec is logged once, not at every refresh.
 	specErrs map[string]string
-	kick     chan struct{}
+	// seen is the version of each spec the last refresh read: a spec
+	// changed outside the hub is taken up once two reads agree.
+	seen map[string]string
+	kick chan struct{}
 }
 
 // Open opens the meshes of the hub's state store of kind (state.store:
@@ -96,7 +99,7 @@ func New(ctx context.Context, store *Store, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{store: store, registry: NewRegistry(), opts: opts, log: opts.Logger, specErrs: map[string]string{},
+	s := &Service{store: store, registry: NewRegistry(), opts: opts, log: opts.Logger, specErrs: map[string]string{}, seen: map[string]string{},
 		kick: make(chan struct{}, 1)}
 	created, err := store.Seed(ctx, opts.Seeds)
 	if err != nil {
@@ -140,7 +143,12 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 		return nil, err
 	}
 	seenErr := map[string]bool{}
+	prevSeen := s.seen
+	s.seen = map[string]string{}
 	for _, r := range recs {
+		if r.spec != nil {
+			s.seen[r.Name] = contentVersion(r.spec.data)
+		}
 		if r.SpecErr != nil {
 			s.specError(r.Name, r.SpecErr)
 			seenErr[r.Name] = true
@@ -154,12 +162,23 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 				seenErr[r.Name] = true
 				continue
 			}
+			// A spec written outside the hub (a file edited in place) may
+			// be read half-written, and a cut at a line boundary is valid
+			// YAML with less in it: take it up once the next read finds it
+			// unchanged (decision 036).
+			if v := contentVersion(r.spec.data); (r.status == nil || r.status.SpecVersion != v) && prevSeen[r.Name] != v {
+				continue
+			}
 			if err := s.store.takeUp(ctx, r); err != nil {
 				return nil, err
 			}
 		case r.spec == nil && r.status != nil && r.status.Phase == Active:
 			// The operator removed the spec (from git): delete the mesh,
-			// keeping its CA, which only an explicit delete destroys.
+			// keeping its CA, which only an explicit delete destroys —
+			// once the next read finds it still gone.
+			if _, was := prevSeen[r.Name]; was {
+				continue
+			}
 			s.log.Info("mesh spec removed: deleting the mesh, keeping its CA", "mesh", r.Name, "spec", s.store.b.where(kindSpec, r.Name))
 			if _, err := s.store.MarkDeleting(ctx, r.Name, true); err != nil && !errors.Is(err, ErrConflict) {
 				return nil, err

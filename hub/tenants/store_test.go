@@ -265,13 +265,21 @@ func TestDirSpecsWrittenByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newService(t, store, tenants.Options{})
+	refresh := func() {
+		t.Helper()
+		if _, err := s.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	file := filepath.Join(dir, tenants.StateSubdir, "acme.yaml")
 	if err := os.WriteFile(file, spec("acme", "acme.example"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	refresh()
+	if _, ok := s.Registry().Get("acme"); ok {
+		t.Fatal("a spec written by hand was taken up at its first read (it may be half-written)")
 	}
+	refresh()
 	m, ok := s.Registry().Get("acme")
 	if !ok || m.Phase != tenants.Active || m.Generation != 1 {
 		t.Fatalf("a spec written by hand: %+v", m)
@@ -279,18 +287,19 @@ func TestDirSpecsWrittenByHand(t *testing.T) {
 	if err := os.WriteFile(file, spec("acme", "acme.example", "limits: {proxies: many}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	refresh()
+	refresh()
 	if cur, _ := s.Registry().Get("acme"); cur != m {
 		t.Errorf("a bad spec replaced the last good one: %+v", cur)
 	}
 	if err := os.WriteFile(file, spec("acme", "acme.example", "limits: {proxies: 9}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	refresh()
+	if cur, _ := s.Registry().Get("acme"); cur != m {
+		t.Errorf("an edit was taken up at its first read: %+v", cur)
 	}
+	refresh()
 	if cur, _ := s.Registry().Get("acme"); cur.Generation != 2 || cur.Limits.Proxies != 9 || cur.UID != m.UID {
 		t.Errorf("a good edit: %+v", cur)
 	}
@@ -301,18 +310,19 @@ func TestDirSpecsWrittenByHand(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, tenants.StateSubdir, "twin.yaml"), spec("twin", "acme.example"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	refresh()
+	refresh()
 	if got := s.Registry().Names(); fmt.Sprint(got) != "[acme]" {
 		t.Errorf("meshes %v; want the misnamed and the twin refused", got)
 	}
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	refresh()
+	if !s.Registry().Hosted("acme") {
+		t.Error("a spec gone at one read deleted its mesh (a checkout may remove and write it back)")
 	}
+	refresh()
 	if cur, _ := s.Registry().Get("acme"); cur == nil || cur.Phase != tenants.Deleting || !cur.KeepCA {
 		t.Errorf("after its spec was removed: %+v; want Deleting, keeping its CA", cur)
 	}
