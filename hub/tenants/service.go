@@ -240,10 +240,6 @@ func (s *Service) publish(recs []*Record) []*Mesh {
 		}
 		m := r.Mesh()
 		switch {
-		case m == nil && hadPrev:
-			m = prev
-		case m == nil:
-			continue
 		case hadPrev && m.Generation == prev.Generation && m.Phase == prev.Phase && m.KeepCA == prev.KeepCA:
 			m = prev // unchanged: keep the published value
 		case hadPrev && m.Generation == prev.Generation:

@@ -24,8 +24,9 @@ const (
 	Kind       = "Mesh"
 )
 
-// maxSpecSize bounds one spec document.
-const maxSpecSize = 1 << 20
+// maxSpecSize bounds one spec document: the hub's status of a mesh holds
+// a copy, and both fit in a Secret (1 MiB).
+const maxSpecSize = 256 << 10
 
 // Spec is what an operator says of a mesh: the declarative form, which a
 // vendor may keep in git. A Spec is a plain value.

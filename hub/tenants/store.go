@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -40,8 +41,11 @@ type status struct {
 	TrustDomain string    `json:"trustDomain"`
 	Phase       Phase     `json:"phase"`
 	KeepCA      bool      `json:"keepCA,omitempty"`
-	// SpecVersion is the content version of the spec Generation counts.
+	// SpecVersion is the content version of the spec Generation counts,
+	// and Spec that spec: the last good one, served while the spec in the
+	// store is one the hub refused, also by a replica started since.
 	SpecVersion string `json:"specVersion"`
+	Spec        string `json:"spec"`
 	// PurgeBy and PurgeAt claim a Deleting mesh's purge for one replica.
 	PurgeBy string    `json:"purgeBy,omitempty"`
 	PurgeAt time.Time `json:"purgeAt,omitzero"`
@@ -58,6 +62,8 @@ type Record struct {
 	spec    *blob
 	status  *status
 	statusV string
+	// good is the status's spec, decoded.
+	good *Spec
 }
 
 // Store keeps the meshes in the hub's state store (state.store): a
@@ -69,6 +75,16 @@ type Record struct {
 type Store struct {
 	b   backend
 	now func() time.Time
+
+	mu sync.Mutex
+	// decoded caches the specs decoded by Load, by name and content
+	// version, so that a refresh decodes only what changed.
+	decoded map[string]decodedSpec
+}
+
+type decodedSpec struct {
+	spec *Spec
+	err  error
 }
 
 // OpenStore opens the meshes of the hub's state store of kind (its
@@ -82,7 +98,7 @@ func OpenStore(kind, stateDir, namespace, kubeconfigPath string) (*Store, error)
 		if err != nil {
 			return nil, err
 		}
-		return &Store{b: b, now: time.Now}, nil
+		return &Store{b: b, now: time.Now, decoded: map[string]decodedSpec{}}, nil
 	case ca.StoreKubernetes:
 		client, err := ca.OpenSecretClient(kubeconfigPath)
 		if err != nil {
@@ -96,7 +112,7 @@ func OpenStore(kind, stateDir, namespace, kubeconfigPath string) (*Store, error)
 // NewSecretStore returns a Store in the Secrets of namespace, through
 // client.
 func NewSecretStore(client ca.SecretClient, namespace string) *Store {
-	return &Store{b: &secretBackend{client: client, namespace: namespace}, now: time.Now}
+	return &Store{b: &secretBackend{client: client, namespace: namespace}, now: time.Now, decoded: map[string]decodedSpec{}}
 }
 
 // Load reads every mesh record, by name.
@@ -118,10 +134,13 @@ func (s *Store) Load(ctx context.Context) ([]*Record, error) {
 		}
 		return r
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	used := map[string]decodedSpec{}
 	for i := range specs {
 		r := rec(specs[i].name)
 		r.spec = &specs[i]
-		r.Spec, r.SpecErr = s.decode(specs[i])
+		r.Spec, r.SpecErr = s.cachedDecode(used, specs[i])
 	}
 	for _, st := range stats {
 		if ValidateName(st.name) != nil {
@@ -133,13 +152,29 @@ func (s *Store) Load(ctx context.Context) ([]*Record, error) {
 		}
 		r := rec(st.name)
 		r.status, r.statusV = &x, st.version
+		if x.Spec != "" {
+			r.good, _ = s.cachedDecode(used, blob{name: st.name, data: []byte(x.Spec)})
+		}
 	}
+	s.decoded = used
 	out := make([]*Record, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b *Record) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// cachedDecode is decode, of the cache if it holds b; what it decodes
+// goes into used, the cache of the next Load. Called with s.mu held.
+func (s *Store) cachedDecode(used map[string]decodedSpec, b blob) (*Spec, error) {
+	key := b.name + "/" + contentVersion(b.data)
+	d, ok := s.decoded[key]
+	if !ok {
+		d.spec, d.err = s.decode(b)
+	}
+	used[key] = d
+	return d.spec, d.err
 }
 
 // decode decodes a stored spec and checks that it is the one its place
@@ -157,8 +192,8 @@ func (s *Store) decode(b blob) (*Spec, error) {
 }
 
 // Mesh is the record as the Registry publishes it (without defaults
-// applied), or nil if the hub has not recorded it yet or its spec is not
-// the one its status counts (a change not yet taken up).
+// applied): its status, with the spec its generation counts. Nil if the
+// hub has not recorded it yet.
 func (r *Record) Mesh() *Mesh {
 	st := r.status
 	if st == nil {
@@ -166,10 +201,8 @@ func (r *Record) Mesh() *Mesh {
 	}
 	m := &Mesh{Name: r.Name, UID: st.UID, Generation: st.Generation, Created: st.Created, TrustDomain: st.TrustDomain,
 		Phase: st.Phase, KeepCA: st.KeepCA, Config: &meshv1alpha1.MeshConfig{TrustDomain: st.TrustDomain}}
-	if r.Spec != nil && r.spec != nil && contentVersion(r.spec.data) == st.SpecVersion {
-		m.Config, m.Limits = r.Spec.Config, r.Spec.Limits
-	} else if st.Phase == Active {
-		return nil
+	if r.good != nil {
+		m.Config, m.Limits = r.good.Config, r.good.Limits
 	}
 	return m
 }
@@ -216,7 +249,7 @@ func (s *Store) Create(ctx context.Context, doc []byte) (*Mesh, error) {
 // If another replica recorded it first, r takes that status.
 func (s *Store) adopt(ctx context.Context, r *Record) error {
 	st := status{UID: newUID(), Generation: 1, Created: s.now().UTC().Truncate(time.Second), TrustDomain: r.Spec.TrustDomain,
-		Phase: Active, SpecVersion: contentVersion(r.spec.data)}
+		Phase: Active, SpecVersion: contentVersion(r.spec.data), Spec: string(r.spec.data)}
 	data, _ := json.Marshal(st)
 	err := s.b.create(ctx, kindStatus, r.Name, data)
 	if errors.Is(err, errExists) {
@@ -239,6 +272,10 @@ func (s *Store) reload(ctx context.Context, r *Record) error {
 		return fmt.Errorf("meshes: %s: %w", s.b.where(kindStatus, r.Name), err)
 	}
 	r.status, r.statusV = &st, b.version
+	r.good = nil
+	if st.Spec != "" {
+		r.good, _ = s.decode(blob{name: r.Name, data: []byte(st.Spec)})
+	}
 	return nil
 }
 
@@ -299,7 +336,7 @@ func (s *Store) takeUp(ctx context.Context, r *Record) error {
 	}
 	st := *r.status
 	st.Generation++
-	st.SpecVersion = v
+	st.SpecVersion, st.Spec = v, string(r.spec.data)
 	if err := s.putStatus(ctx, r, st); err != nil && !errors.Is(err, ErrConflict) {
 		return err
 	}

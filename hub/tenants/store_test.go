@@ -292,6 +292,10 @@ func TestDirSpecsWrittenByHand(t *testing.T) {
 	if cur, _ := s.Registry().Get("acme"); cur != m {
 		t.Errorf("a bad spec replaced the last good one: %+v", cur)
 	}
+	restarted := newService(t, store, tenants.Options{})
+	if cur, ok := restarted.Registry().Get("acme"); !ok || cur.UID != m.UID || cur.Generation != 1 || cur.Phase != tenants.Active {
+		t.Errorf("a replica started while the spec is bad: %+v; want the last good one", cur)
+	}
 	if err := os.WriteFile(file, spec("acme", "acme.example", "limits: {proxies: 9}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
