@@ -34,8 +34,12 @@ const DefaultRefreshInterval = 2 * time.Second
 
 // purgeClaimTTL is how long a replica's claim on a purge holds off the
 // others: after it, another replica takes the purge over (the claimer
-// crashed).
-const purgeClaimTTL = time.Minute
+// crashed). purgeTimeout bounds one Purge call, shorter, so that two
+// replicas never purge one mesh at once.
+const (
+	purgeClaimTTL = time.Minute
+	purgeTimeout  = 45 * time.Second
+)
 
 // DefaultLimits are the limits of a mesh whose spec sets none (or zero):
 // generous, so that only a tenant far beyond a usual mesh meets them.
@@ -58,7 +62,9 @@ type Options struct {
 
 // Service is one replica's view of the meshes: the Store, the Registry
 // it feeds (Refresh, Run) and the operator API on it (RegisterAPI). It is
-// safe for concurrent use.
+// safe for concurrent use. The Registry's subscribers are called during
+// a refresh: they must not call the Service's Refresh, Create, Update or
+// Delete on their own goroutine (that waits for the refresh).
 type Service struct {
 	store    *Store
 	registry *Registry
@@ -339,7 +345,10 @@ func (s *Service) purge(ctx context.Context, recs []*Record, purger Purger) bool
 			}
 			continue
 		}
-		if err := purger.Purge(ctx, r.Name, st.KeepCA); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, purgeTimeout)
+		err := purger.Purge(pctx, r.Name, st.KeepCA)
+		cancel()
+		if err != nil {
 			s.log.Error("mesh purge failed; retrying", "mesh", r.Name, "err", err.Error())
 			continue
 		}
