@@ -36,7 +36,7 @@ type Secret struct {
 
 // SecretClient is the part of the Kubernetes core/v1 API the hub keeps
 // its state with: a SecretStore gets and creates; hub/enroll's store also
-// updates and lists; hub/tenants' store also deletes. NewSecretClient returns one for an API server; tests
+// updates and lists. NewSecretClient returns one for an API server; tests
 // may use another.
 type SecretClient interface {
 	// Get returns the Secret namespace/name, or an error for which
@@ -54,11 +54,9 @@ type SecretClient interface {
 	// List returns the Secrets of namespace that match labelSelector
 	// (Kubernetes' syntax; "" matches all), reading every page.
 	List(ctx context.Context, namespace, labelSelector string) ([]Secret, error)
-	// Delete deletes the Secret namespace/name — only its version
-	// resourceVersion, if set (else an error for which
-	// apierrors.IsConflict holds) — or returns an error for which
-	// apierrors.IsNotFound holds if there is none.
-	Delete(ctx context.Context, namespace, name, resourceVersion string) error
+	// Delete deletes the Secret namespace/name, or returns an error for
+	// which apierrors.IsNotFound holds if there is none.
+	Delete(ctx context.Context, namespace, name string) error
 }
 
 // defaultTimeout bounds one request of a SecretClient whose rest.Config
@@ -178,16 +176,8 @@ func (r restSecrets) Update(ctx context.Context, s *Secret) error {
 	return r.rc.Put().Namespace(s.Namespace).Resource("secrets").Name(s.Name).Body(body).Do(ctx).Error()
 }
 
-func (r restSecrets) Delete(ctx context.Context, namespace, name, resourceVersion string) error {
-	opts := map[string]any{"apiVersion": "v1", "kind": "DeleteOptions"}
-	if resourceVersion != "" {
-		opts["preconditions"] = map[string]string{"resourceVersion": resourceVersion}
-	}
-	body, err := json.Marshal(opts)
-	if err != nil {
-		return err
-	}
-	return r.rc.Delete().Namespace(namespace).Resource("secrets").Name(name).Body(body).Do(ctx).Error()
+func (r restSecrets) Delete(ctx context.Context, namespace, name string) error {
+	return r.rc.Delete().Namespace(namespace).Resource("secrets").Name(name).Do(ctx).Error()
 }
 
 func (r restSecrets) List(ctx context.Context, namespace, labelSelector string) ([]Secret, error) {

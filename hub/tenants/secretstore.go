@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -118,14 +119,26 @@ func (b *secretBackend) update(ctx context.Context, kind, name string, data []by
 	return nil
 }
 
+// remove deletes the Secret. With a version, it first checks that the
+// Secret is still at it: a narrow window remains between that read and
+// the delete (SecretClient.Delete has no precondition), which the
+// callers' rules make harmless — a purged mesh's records are removed
+// only by the replica holding its purge claim, and its name cannot be
+// created again until its status is gone.
 func (b *secretBackend) remove(ctx context.Context, kind, name, version string) error {
-	err := b.client.Delete(ctx, b.namespace, b.secretName(kind, name), version)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsConflict(err):
-		return fmt.Errorf("%s: %w", b.where(kind, name), errConflict)
-	case err != nil:
+	if version != "" {
+		cur, err := b.get(ctx, kind, name)
+		switch {
+		case errors.Is(err, errNotFound):
+			return nil
+		case err != nil:
+			return err
+		case cur.version != version:
+			return fmt.Errorf("%s: %w", b.where(kind, name), errConflict)
+		}
+	}
+	err := b.client.Delete(ctx, b.namespace, b.secretName(kind, name))
+	if err != nil && !apierrors.IsNotFound(err) {
 		return b.apiError("delete", b.secretName(kind, name), err)
 	}
 	return nil
