@@ -43,7 +43,7 @@ type View struct {
 
 // APIError is the body of a refusal: Error says why; Field names the
 // spec field at fault, if one is; ConnectedSpokes is set on a delete
-// refused because spokes are connected.
+// refused because spokes are connected. A plain value.
 type APIError struct {
 	Error           string `json:"error"`
 	Field           string `json:"field,omitempty"`
@@ -51,7 +51,7 @@ type APIError struct {
 }
 
 // APIOptions are what the operator API asks the hub. Nil funcs count
-// nothing.
+// nothing; the funcs are called from concurrent requests.
 type APIOptions struct {
 	// ConnectedSpokes counts the spokes of mesh connected to this
 	// replica: a delete with some is refused without force.

@@ -20,7 +20,8 @@ type Purger interface {
 	Purge(ctx context.Context, mesh string, keepCA bool) error
 }
 
-// PurgerFunc adapts a func to Purger.
+// PurgerFunc adapts a func to Purger; it is as safe for concurrent use as
+// the func.
 type PurgerFunc func(ctx context.Context, mesh string, keepCA bool) error
 
 // Purge implements Purger.
@@ -45,7 +46,8 @@ const (
 // generous, so that only a tenant far beyond a usual mesh meets them.
 var DefaultLimits = Limits{ObjectsPerKind: 10000, Proxies: 10000, Spokes: 100, PushesPerSecond: 20}
 
-// Options configure a Service. The zero value is usable.
+// Options configure a Service: plain values, read once by New. The zero
+// value is usable.
 type Options struct {
 	// Seeds are ca.meshes: created in the store once (Store.Seed).
 	Seeds []Seed

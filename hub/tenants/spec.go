@@ -42,7 +42,8 @@ type Spec struct {
 }
 
 // FieldError is a spec refused because of one field: Field is its path
-// (spec.trustDomain, spec.meshConfig.rootNamespace), Reason why.
+// (spec.trustDomain, spec.meshConfig.rootNamespace), Reason why. A plain
+// value.
 type FieldError struct {
 	Field, Reason string
 }

@@ -54,7 +54,7 @@ type status struct {
 // Record is what the store holds of one mesh name: its spec (nil if none
 // or invalid, then SpecErr says why) and its status (nil if the hub has
 // not recorded the mesh yet: a spec written by hand, adopted at the next
-// refresh).
+// refresh). A Record is read by one goroutine: Load returns new ones.
 type Record struct {
 	Name    string
 	Spec    *Spec
@@ -417,7 +417,7 @@ func (s *Store) remove(ctx context.Context, r *Record) error {
 }
 
 // Seed is a mesh of ca.meshes, created in the store on the hub's first
-// start with it.
+// start with it. A plain value.
 type Seed struct{ Name, TrustDomain string }
 
 // Seed creates each seed's mesh once: a seed already created (even if
