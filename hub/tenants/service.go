@@ -116,8 +116,12 @@ func New(ctx context.Context, store *Store, opts Options) (*Service, error) {
 	if len(created) > 0 {
 		s.log.Info("meshes seeded from ca.meshes", "meshes", created)
 	}
-	if _, err := s.Refresh(ctx); err != nil {
+	switch recs, err := s.Refresh(ctx); {
+	case recs == nil:
 		return nil, err
+	case err != nil:
+		// The meshes read are served; Run retries the rest.
+		s.log.Error("meshes: taking up a change failed; retrying", "err", err.Error())
 	}
 	return s, nil
 }
@@ -140,9 +144,10 @@ func (l Limits) or(def Limits) Limits {
 // Refresh reads the store, takes up what changed (records a spec written
 // by hand, counts a changed spec's generation, starts deleting a mesh
 // whose spec was removed) and makes the Registry hold what it read. It
-// returns the records read, for Run's purges. A spec that does not
-// decode, or names a trust domain an older mesh has, is logged once and
-// the mesh's last good version kept.
+// returns the records read, for Run's purges, and what failed of taking
+// changes up (the rest is taken up all the same). A spec that does not
+// decode, changes the trust domain or names one an older mesh has, is
+// logged once and the mesh's last good version kept.
 func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
@@ -150,6 +155,7 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	var errs []error
 	seenErr := map[string]bool{}
 	prevSeen := s.seen
 	s.seen = map[string]string{}
@@ -163,6 +169,12 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 		}
 		switch {
 		case r.Spec != nil && (r.status == nil || r.status.Phase == Active):
+			if r.status != nil && r.status.TrustDomain != r.Spec.TrustDomain {
+				s.specError(r.Name, fmt.Errorf("%s: %w", s.store.b.where(kindSpec, r.Name), fieldErr("spec.trustDomain",
+					"%q: a mesh's trust domain cannot change (it is %q; its certificates name it)", r.Spec.TrustDomain, r.status.TrustDomain)))
+				seenErr[r.Name] = true
+				continue
+			}
 			if err := checkTrustDomains(r.Spec, olderThan(r, recs)); err != nil {
 				// Refused: a hand-written spec is not recorded, a recorded
 				// mesh keeps its last good spec.
@@ -178,7 +190,7 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 				continue
 			}
 			if err := s.store.takeUp(ctx, r); err != nil {
-				return nil, err
+				errs = append(errs, fmt.Errorf("mesh %s: %w", r.Name, err))
 			}
 		case r.spec == nil && r.status != nil && r.status.Phase == Active:
 			// The operator removed the spec (from git): delete the mesh,
@@ -189,10 +201,10 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 			}
 			s.log.Info("mesh spec removed: deleting the mesh, keeping its CA", "mesh", r.Name, "spec", s.store.b.where(kindSpec, r.Name))
 			if _, err := s.store.MarkDeleting(ctx, r.Name, true); err != nil && !errors.Is(err, ErrConflict) {
-				return nil, err
+				errs = append(errs, fmt.Errorf("mesh %s: %w", r.Name, err))
 			}
 			if err := s.store.reload(ctx, r); err != nil && !errors.Is(err, errNotFound) {
-				return nil, err
+				errs = append(errs, fmt.Errorf("mesh %s: %w", r.Name, err))
 			}
 		}
 	}
@@ -202,7 +214,7 @@ func (s *Service) Refresh(ctx context.Context) ([]*Record, error) {
 		}
 	}
 	s.registry.Replace(s.publish(recs))
-	return recs, nil
+	return recs, errors.Join(errs...)
 }
 
 // olderThan is the records whose trust domains r's spec must not take: of
@@ -301,14 +313,12 @@ func (s *Service) Run(ctx context.Context, purger Purger) error {
 		case err != nil && ctx.Err() == nil && !failing:
 			s.log.Error("meshes: refresh failed; retrying", "err", err.Error())
 			failing = true
-		case err == nil:
-			if failing {
-				s.log.Info("meshes: refresh works again")
-			}
+		case err == nil && failing:
+			s.log.Info("meshes: refresh works again")
 			failing = false
-			if purger != nil && s.purge(ctx, recs, purger) {
-				continue // refresh at once: records went
-			}
+		}
+		if recs != nil && purger != nil && s.purge(ctx, recs, purger) {
+			continue // refresh at once: records went
 		}
 		select {
 		case <-ctx.Done():

@@ -307,6 +307,18 @@ func TestDirSpecsWrittenByHand(t *testing.T) {
 	if cur, _ := s.Registry().Get("acme"); cur.Generation != 2 || cur.Limits.Proxies != 9 || cur.UID != m.UID {
 		t.Errorf("a good edit: %+v", cur)
 	}
+	// A mesh's trust domain cannot change.
+	if err := os.WriteFile(file, spec("acme", "moved.example", "limits: {proxies: 9}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	refresh()
+	if cur, _ := s.Registry().Get("acme"); cur.TrustDomain != "acme.example" || cur.Generation != 2 {
+		t.Errorf("a spec changing the trust domain was taken up: %+v", cur)
+	}
+	if err := os.WriteFile(file, spec("acme", "acme.example", "limits: {proxies: 9}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// A file for another name, or with a trust domain taken, is refused.
 	if err := os.WriteFile(filepath.Join(dir, tenants.StateSubdir, "other.yaml"), spec("acme", "x.example"), 0o644); err != nil {
 		t.Fatal(err)
