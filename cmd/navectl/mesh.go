@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -175,12 +178,12 @@ func newMeshGetCmd(stdout io.Writer) *cobra.Command {
 				{"Connected spokes", strconv.Itoa(v.ConnectedSpokes)},
 				{"Limits", fmt.Sprintf("objects/kind %d, proxies %d, spokes %d, pushes/s %g",
 					v.Limits.ObjectsPerKind, v.Limits.Proxies, v.Limits.Spokes, v.Limits.PushesPerSecond)},
-				{"MeshConfig", string(v.MeshConfig)},
+				{"MeshConfig", compactJSON(v.MeshConfig)},
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 			}
-			if v.Usage != nil {
-				fmt.Fprintf(tw, "Usage:\t%v\n", v.Usage)
+			for _, k := range slices.Sorted(maps.Keys(v.Usage)) {
+				fmt.Fprintf(tw, "Usage %s:\t%g\n", k, v.Usage[k])
 			}
 			return tw.Flush()
 		},
@@ -286,4 +289,13 @@ only with --force.`,
 	cmd.Flags().BoolVar(&force, "force", false, "delete the mesh even with spokes connected")
 	af.register(cmd)
 	return cmd
+}
+
+// compactJSON is raw on one line.
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
 }

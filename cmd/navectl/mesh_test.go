@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -26,7 +27,10 @@ func meshHub(t *testing.T, spokes map[string]int) (*tenants.Service, string) {
 		t.Fatal(err)
 	}
 	adm := admin.New(slog.New(slog.DiscardHandler), admin.NewRegistry())
-	s.RegisterAPI(adm, tenants.APIOptions{ConnectedSpokes: func(m string) int { return spokes[m] }})
+	s.RegisterAPI(adm, tenants.APIOptions{
+		ConnectedSpokes: func(m string) int { return spokes[m] },
+		Usage:           func(string) map[string]float64 { return map[string]float64{"proxies": 12} },
+	})
 	srv := httptest.NewServer(adm.Handler())
 	t.Cleanup(srv.Close)
 	return s, srv.URL
@@ -57,7 +61,9 @@ func TestMeshCommands(t *testing.T) {
 		t.Errorf("list: %+v", r)
 	}
 	r = navectlRun(t, "mesh", "get", "acme", hub)
-	if r.code != 0 || !strings.Contains(r.stdout, "Connected spokes:  3") || !strings.Contains(r.stdout, "acme-system") {
+	if r.code != 0 || !strings.Contains(r.stdout, "Connected spokes:  3") || !strings.Contains(r.stdout, "acme-system") ||
+		!strings.Contains(r.stdout, `{"trustDomain":"acme.example","rootNamespace":"acme-system"}`) ||
+		!regexp.MustCompile(`Usage proxies: +12\n`).MatchString(r.stdout) {
 		t.Errorf("get: %+v", r)
 	}
 	r = navectlRun(t, "mesh", "get", "acme", "--spec", hub)

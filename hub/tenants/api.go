@@ -35,8 +35,9 @@ type View struct {
 	// answered.
 	ConnectedSpokes int `json:"connectedSpokes"`
 	// Usage is what the hub reports of the mesh against its limits
-	// (APIOptions.Usage), if anything.
-	Usage any `json:"usage,omitempty"`
+	// (APIOptions.Usage): e.g. proxies, spokes, objects of the largest
+	// kind, pushes per second now.
+	Usage map[string]float64 `json:"usage,omitempty"`
 	// Spec is the mesh's spec document as stored (for get, update -f).
 	Spec string `json:"spec,omitempty"`
 }
@@ -56,9 +57,9 @@ type APIOptions struct {
 	// ConnectedSpokes counts the spokes of mesh connected to this
 	// replica: a delete with some is refused without force.
 	ConnectedSpokes func(mesh string) int
-	// Usage reports the mesh's use of its limits (per-mesh metrics), for
-	// get.
-	Usage func(mesh string) any
+	// Usage reports the mesh's use of its limits (its per-mesh metrics,
+	// by name), for get.
+	Usage func(mesh string) map[string]float64
 }
 
 // maxBodySize bounds a request's spec document.
