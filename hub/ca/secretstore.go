@@ -54,6 +54,9 @@ type SecretClient interface {
 	// List returns the Secrets of namespace that match labelSelector
 	// (Kubernetes' syntax; "" matches all), reading every page.
 	List(ctx context.Context, namespace, labelSelector string) ([]Secret, error)
+	// Delete deletes the Secret namespace/name, or returns an error for
+	// which apierrors.IsNotFound holds if there is none.
+	Delete(ctx context.Context, namespace, name string) error
 }
 
 // defaultTimeout bounds one request of a SecretClient whose rest.Config
@@ -171,6 +174,10 @@ func (r restSecrets) Update(ctx context.Context, s *Secret) error {
 		return err
 	}
 	return r.rc.Put().Namespace(s.Namespace).Resource("secrets").Name(s.Name).Body(body).Do(ctx).Error()
+}
+
+func (r restSecrets) Delete(ctx context.Context, namespace, name string) error {
+	return r.rc.Delete().Namespace(namespace).Resource("secrets").Name(name).Do(ctx).Error()
 }
 
 func (r restSecrets) List(ctx context.Context, namespace, labelSelector string) ([]Secret, error) {
