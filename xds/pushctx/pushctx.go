@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/xds/mesh"
@@ -52,7 +53,13 @@ type Options struct {
 	// OnPublish, if set, is called with each State as it is published, in
 	// order per mesh, on the mesh's build goroutine (cache.Cache.Entry,
 	// so that every State's cache entry follows its predecessor's).
-	OnPublish  func(*State)
+	OnPublish func(*State)
+	// MeshConfig, if set, gives a mesh's Istio MeshConfig; it is read at
+	// every build and carried by the snapshot (mesh.Snapshot.MeshConfig).
+	// A nil func or a nil result means Istio's defaults. The result must
+	// not be modified afterwards (give a new one for a change, then
+	// Notify the mesh: a MeshConfig that differs is a config change).
+	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -310,6 +317,10 @@ func (m *Publisher) build(ms *meshState) {
 		return
 	}
 
+	ms.builder.MeshConfig = nil
+	if m.opts.MeshConfig != nil {
+		ms.builder.MeshConfig = m.opts.MeshConfig(ms.name)
+	}
 	snap := ms.builder.Build(ms.name, clusters)
 	var prevSnap *mesh.Snapshot
 	if prev != nil {
