@@ -145,7 +145,7 @@ func TestMeshConfigRootNamespace(t *testing.T) {
 		cfg    string
 		denied bool
 	}{
-		{"", true},                           // istio-system is the root: its DENY applies to shop
+		{"", true},                            // istio-system is the root: its DENY applies to shop
 		{"rootNamespace: istio-system", true}, // said explicitly
 		{"rootNamespace: mesh-root", false},   // istio-system is a namespace like any other
 	} {
