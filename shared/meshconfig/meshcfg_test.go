@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -137,4 +138,22 @@ func FuzzParseMeshConfig(f *testing.F) {
 			t.Fatalf("round trip: %v", err)
 		}
 	})
+}
+
+// TestMeshConfigFieldsDocumented: docs/api-support.md lists every
+// MeshConfig field with the status MeshConfigFields gives it.
+func TestMeshConfigFieldsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api-support.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range MeshConfigFields {
+		status := string(f.Support)
+		if f.Support == NotYet {
+			status = "not yet"
+		}
+		if row := "| `" + f.Name + "` | " + status + " | " + f.Reason + " |"; !strings.Contains(string(doc), row) {
+			t.Errorf("docs/api-support.md lacks the row %s", row)
+		}
+	}
 }
