@@ -302,3 +302,17 @@ func validateDefaultConfig(c *checker, p path, pc *meshv1alpha1.ProxyConfig) {
 		}
 	}
 }
+
+// ValidateMeshConfigFor is ValidateMeshConfig for the MeshConfig of a mesh
+// whose CA issues identities of trustDomain: a trustDomain the MeshConfig
+// sets must be that one (a mesh's trust domain is fixed when it is
+// created; trustDomainAliases is how peers of another one are accepted).
+func ValidateMeshConfigFor(cfg *meshv1alpha1.MeshConfig, trustDomain string) error {
+	if err := ValidateMeshConfig(cfg); err != nil {
+		return err
+	}
+	if td := cfg.GetTrustDomain(); td != "" && td != trustDomain {
+		return fmt.Errorf("meshConfig.trustDomain: %q is not the mesh's trust domain %q (list another trust domain in trustDomainAliases)", td, trustDomain)
+	}
+	return nil
+}

@@ -157,3 +157,21 @@ func TestMeshConfigFieldsDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateMeshConfigFor(t *testing.T) {
+	for _, tc := range []struct {
+		cfg *meshv1alpha1.MeshConfig
+		ok  bool
+	}{
+		{nil, true},
+		{&meshv1alpha1.MeshConfig{}, true},
+		{&meshv1alpha1.MeshConfig{TrustDomain: "m1.example"}, true},
+		{&meshv1alpha1.MeshConfig{TrustDomain: "other.example"}, false},
+		{&meshv1alpha1.MeshConfig{TrustDomainAliases: []string{"other.example"}}, true},
+		{&meshv1alpha1.MeshConfig{AccessLogFile: "/dev/stdout"}, false},
+	} {
+		if err := ValidateMeshConfigFor(tc.cfg, "m1.example"); (err == nil) != tc.ok {
+			t.Errorf("ValidateMeshConfigFor(%v) = %v, want ok %v", tc.cfg, err, tc.ok)
+		}
+	}
+}
