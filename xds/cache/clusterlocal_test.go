@@ -127,4 +127,3 @@ func addressesOf(t *testing.T, r *resource.ProxyResources, name string) []string
 	slices.Sort(out)
 	return out
 }
-
