@@ -88,21 +88,7 @@ extensionProviders: [{name: authz, envoyExtAuthzGrpc: {service: authz.sys.svc.cl
 `, "")
 	key := reviewsKey
 	key.Cluster = "c1"
-	got := goldenJSON(t, Envoy(snap, key))
-	path := filepath.Join("testdata", "golden", "meshconfig-sidecar-shop-reviews.json")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from the generators' output; if the change is intended, run\n\tgo test ./xds/gen/ -run TestGolden -update\nand review the diff", path)
-	}
+	checkGolden(t, "meshconfig-sidecar-shop-reviews.json", goldenJSON(t, Envoy(snap, key)))
 }
 
 func cluster(t *testing.T, out *Output, name string) *clusterv3.Cluster {

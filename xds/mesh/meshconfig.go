@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -123,7 +124,7 @@ func (s *Snapshot) ClusterLocal(host string) bool {
 	local := false
 	for _, ss := range s.MeshConfig.GetServiceSettings() {
 		for _, h := range ss.GetHosts() {
-			if hostMatches(h, host) {
+			if HostMatches(h, host) {
 				local = ss.GetSettings().GetClusterLocal()
 			}
 		}
@@ -142,12 +143,15 @@ func (s *Snapshot) HasClusterLocal() bool {
 	return false
 }
 
-func hostMatches(pattern, host string) bool {
+// HostMatches reports whether host matches pattern: "*" matches all,
+// "*.example.com" any host ending in ".example.com", anything else only
+// itself.
+func HostMatches(pattern, host string) bool {
 	switch {
 	case pattern == "*":
 		return true
-	case len(pattern) > 1 && pattern[0] == '*':
-		return len(host) > len(pattern)-1 && host[len(host)-len(pattern)+1:] == pattern[1:]
+	case strings.HasPrefix(pattern, "*"):
+		return strings.HasSuffix(host, pattern[1:])
 	default:
 		return pattern == host
 	}

@@ -154,19 +154,10 @@ func (v *View) visible(ns string, exportTo []string, host string) bool {
 	return false
 }
 
-// HostMatches reports whether host matches pattern: "*" matches all,
-// "*.example.com" any host ending in ".example.com", anything else only
-// itself.
-func HostMatches(pattern, host string) bool {
-	switch {
-	case pattern == "*":
-		return true
-	case strings.HasPrefix(pattern, "*"):
-		return strings.HasSuffix(host, pattern[1:])
-	default:
-		return pattern == host
-	}
-}
+// HostMatches reports whether host matches pattern (mesh.HostMatches):
+// "*" matches all, "*.example.com" any host ending in ".example.com",
+// anything else only itself.
+func HostMatches(pattern, host string) bool { return mesh.HostMatches(pattern, host) }
 
 // VirtualServices returns the VirtualServices that apply to host for
 // sidecar traffic (bound to "mesh", explicitly or by naming no gateways),
