@@ -38,6 +38,10 @@ type Options struct {
 	// that mesh only, and proxies receive the resources it changed. The
 	// result must not be modified once returned.
 	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
+	// TrustDomain, if set, gives a mesh's trust domain (its CA's); it
+	// becomes Push.TrustDomain unless that is set. A MeshConfig
+	// trustDomain takes precedence; neither: mesh.DefaultTrustDomain.
+	TrustDomain func(mesh string) string
 	// Logger is what a part logs through when its options name no Logger:
 	// Logger.With("part", "pushctx"|"cache"|"ads"). nil discards.
 	Logger *slog.Logger
@@ -73,6 +77,9 @@ func New(src pushctx.Source, opts Options) *Engine {
 	}
 	if po.MeshConfig == nil {
 		po.MeshConfig = opts.MeshConfig
+	}
+	if po.TrustDomain == nil {
+		po.TrustDomain = opts.TrustDomain
 	}
 	if opts.Registerer != nil {
 		po.Registerer, co.Registerer, ao.Registerer = opts.Registerer, opts.Registerer, opts.Registerer

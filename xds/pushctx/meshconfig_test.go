@@ -13,7 +13,7 @@ import (
 )
 
 // TestMeshConfigReachesTheSnapshot: Options.MeshConfig is read at each
-// build; a new MeshConfig and a Notify publish a State that carries it,
+// build (Options.TrustDomain too); a new MeshConfig and a Notify publish a State that carries it,
 // with a config change, for that mesh only.
 func TestMeshConfigReachesTheSnapshot(t *testing.T) {
 	src := pushctxtest.NewSource()
@@ -27,7 +27,8 @@ func TestMeshConfigReachesTheSnapshot(t *testing.T) {
 				return nil
 			}
 			return cfg.Load()
-		}})
+		},
+		TrustDomain: func(mesh string) string { return mesh + ".example" }})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	m.Start(ctx)
@@ -39,16 +40,19 @@ func TestMeshConfigReachesTheSnapshot(t *testing.T) {
 	if got := st.Snapshot.RootNamespace(); got != "first" {
 		t.Fatalf("root namespace %q, want first", got)
 	}
+	if st.Snapshot.TrustDomain != "m.example" {
+		t.Errorf("trust domain %q, want m.example (Options.TrustDomain)", st.Snapshot.TrustDomain)
+	}
 	_, otherReady := m.Current("other")
 	pushctxtest.Await(t, otherReady, "mesh other is published")
 	if o, _ := m.Current("other"); o.Snapshot.MeshConfig != nil || o.Snapshot.RootNamespace() != "istio-system" {
 		t.Errorf("mesh other carries %v", o.Snapshot.MeshConfig)
 	}
-	cfg.Store(&meshv1alpha1.MeshConfig{RootNamespace: "second"})
+	cfg.Store(&meshv1alpha1.MeshConfig{RootNamespace: "second", TrustDomain: "set.example"})
 	m.Notify("m")
 	pushctxtest.Await(t, next, "the MeshConfig change is published")
 	st, _ = m.Current("m")
-	if st.Snapshot.RootNamespace() != "second" || !st.Diff.Config {
-		t.Errorf("after the change: root namespace %q, config change %v", st.Snapshot.RootNamespace(), st.Diff.Config)
+	if st.Snapshot.RootNamespace() != "second" || !st.Diff.Config || st.Snapshot.TrustDomain != "set.example" {
+		t.Errorf("after the change: root namespace %q, config change %v, trust domain %q (the MeshConfig's)", st.Snapshot.RootNamespace(), st.Diff.Config, st.Snapshot.TrustDomain)
 	}
 }

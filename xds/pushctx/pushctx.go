@@ -60,8 +60,13 @@ type Options struct {
 	// not be modified afterwards (give a new one for a change, then
 	// Notify the mesh: a MeshConfig that differs is a config change).
 	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	// TrustDomain, if set, gives a mesh's SPIFFE trust domain (the one its
+	// CA issues identities of), read at every build
+	// (mesh.Builder.TrustDomain); a MeshConfig trustDomain takes
+	// precedence. nil or "" means mesh.DefaultTrustDomain.
+	TrustDomain func(mesh string) string
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // State is one published push context of a mesh: the merged snapshot of
@@ -317,9 +322,12 @@ func (m *Publisher) build(ms *meshState) {
 		return
 	}
 
-	ms.builder.MeshConfig = nil
+	ms.builder.MeshConfig, ms.builder.TrustDomain = nil, ""
 	if m.opts.MeshConfig != nil {
 		ms.builder.MeshConfig = m.opts.MeshConfig(ms.name)
+	}
+	if m.opts.TrustDomain != nil {
+		ms.builder.TrustDomain = m.opts.TrustDomain(ms.name)
 	}
 	snap := ms.builder.Build(ms.name, clusters)
 	var prevSnap *mesh.Snapshot
