@@ -214,31 +214,28 @@ func TestMeshConfigConnectTimeout(t *testing.T) {
 // services whose DestinationRule sets no localityLbSetting, and a rule's
 // own setting wins.
 func TestMeshConfigLocalityLbSetting(t *testing.T) {
-	const cfg = `localityLbSetting: {distribute: [{from: "us-east/*", to: {"us-east/*": 100}}]}`
-	out := Envoy(meshSnapshot(t, cfg, ""), reviewsKey)
-	weights := func(a *endpointv3.ClusterLoadAssignment) map[string]uint32 {
-		w := map[string]uint32{}
-		for _, l := range a.GetEndpoints() {
-			w[l.GetLocality().GetRegion()] += l.GetLoadBalancingWeight().GetValue()
-		}
-		return w
+	const (
+		cfg     = `localityLbSetting: {distribute: [{from: "us-east/*", to: {"us-east/*": 100}}]}`
+		reviews = "outbound|9080||reviews.shop.svc.cluster.local"
+		west    = "10.1.0.3" // reviews' endpoint in us-west
+	)
+	if got := addresses(assignment(t, Envoy(meshSnapshot(t, "", ""), reviewsKey), reviews)); !slices.Contains(got, west) {
+		t.Fatalf("without a MeshConfig reviews' endpoints are %v; want us-west's among them", got)
 	}
 	// reviews has a DestinationRule without a localityLbSetting: the
-	// mesh's applies, us-west takes nothing.
-	if w := weights(assignment(t, out, "outbound|9080||reviews.shop.svc.cluster.local")); w["us-east"] == 0 || w["us-west"] != 0 {
-		t.Errorf("reviews' locality weights %v; want us-east only (the mesh's distribution)", w)
+	// mesh's distribution applies, us-west takes nothing.
+	if got := addresses(assignment(t, Envoy(meshSnapshot(t, cfg, ""), reviewsKey), reviews)); slices.Contains(got, west) || len(got) == 0 {
+		t.Errorf("under the mesh's distribution reviews' endpoints are %v; want us-east's only", got)
 	}
-	dr := "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec: {host: reviews, trafficPolicy: {loadBalancer: {localityLbSetting: {enabled: false}}}}\n"
-	objs := strings.Replace(gentest.Mesh, "name: reviews, namespace: shop}\nspec:\n  host: reviews", "name: reviews-old, namespace: old}\nspec:\n  host: reviews.shop.svc.cluster.local", 1)
-	all, errs := meshconfig.DecodeYAML([]byte(objs+"\n---\n"+dr), "c1.yaml")
-	if len(errs) > 0 {
-		t.Fatal(errs)
+	// A rule's own setting wins: one turning locality load balancing off.
+	objs := strings.Replace(gentest.Mesh, "    loadBalancer: {simple: LEAST_REQUEST}", "    loadBalancer: {simple: LEAST_REQUEST, localityLbSetting: {enabled: false}}", 1)
+	all, errs := meshconfig.DecodeYAML([]byte(objs), "c1.yaml")
+	if len(errs) > 0 || objs == gentest.Mesh {
+		t.Fatalf("fixture: %v", errs)
 	}
 	snap := (&mesh.Builder{MeshConfig: parseMeshConfig(t, cfg)}).Build("m", []mesh.ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: all}})
-	if w := weights(assignment(t, Envoy(snap, reviewsKey), "outbound|9080||reviews.shop.svc.cluster.local")); w["us-west"] != 0 && len(w) > 0 && w["us-east"] == 0 {
-		t.Errorf("a rule turning locality load balancing off: weights %v", w)
-	} else if a := assignment(t, Envoy(snap, reviewsKey), "outbound|9080||reviews.shop.svc.cluster.local"); !slices.Contains(addresses(a), "10.1.0.3") {
-		t.Errorf("a rule turning locality load balancing off: us-west's endpoint is left out: %v", addresses(a))
+	if got := addresses(assignment(t, Envoy(snap, reviewsKey), reviews)); !slices.Contains(got, west) {
+		t.Errorf("a DestinationRule turning locality load balancing off: reviews' endpoints are %v; want us-west's among them", got)
 	}
 }
 
@@ -327,5 +324,39 @@ spec: {hosts: [ratings.shop.svc.cluster.local], ports: [{number: 9080, name: htt
 		if got := addresses(assignment(t, out, ratings)); slices.Contains(got, "10.5.0.1") != want {
 			t.Errorf("proxyless client of %s gets %v of cluster-local ratings", cl, got)
 		}
+	}
+}
+
+// TestMeshConfigProxyless: proxyless clients get the trust domain aliases
+// in the SAN check of ISTIO_MUTUAL clusters, and the mesh's locality
+// default in their assignments.
+func TestMeshConfigProxyless(t *testing.T) {
+	const frontend = "outbound|8080||frontend.web.svc.cluster.local"
+	sans := func(cfg string) []string {
+		ctx := gentest.UpstreamTLS(t, cluster(t, GRPC(meshSnapshot(t, cfg, "")), frontend))
+		var out []string
+		//lint:ignore SA1019 proxyless clusters carry match_subject_alt_names (grpc-go reads only those)
+		for _, m := range ctx.GetCommonTlsContext().GetValidationContext().GetMatchSubjectAltNames() {
+			out = append(out, m.GetPrefix())
+		}
+		return out
+	}
+	if got := sans(""); !slices.Equal(got, []string{"spiffe://cluster.local/"}) {
+		t.Errorf("without aliases: SAN prefixes %v", got)
+	}
+	if got := sans("trustDomainAliases: [old.example]"); !slices.Equal(got, []string{"spiffe://cluster.local/", "spiffe://old.example/"}) {
+		t.Errorf("with alias old.example: SAN prefixes %v", got)
+	}
+	snap := meshSnapshot(t, `localityLbSetting: {distribute: [{from: "us-east/*", to: {"us-east/*": 100}}]}`, "")
+	if !GRPCClientReads(snap).Locality {
+		t.Fatal("a mesh-wide distribution must make proxyless assignments read the client's locality")
+	}
+	east := GRPCClient{Locality: mesh.ParseLocality("us-east/a")}
+	const reviews = "outbound|9080||reviews.shop.svc.cluster.local"
+	if got := addresses(assignment(t, GRPCFor(meshSnapshot(t, "", ""), east), reviews)); !slices.Contains(got, "10.1.0.3") {
+		t.Fatalf("without a MeshConfig a us-east client gets %v; want us-west's 10.1.0.3 among them", got)
+	}
+	if got := addresses(assignment(t, GRPCFor(snap, east), reviews)); slices.Contains(got, "10.1.0.3") || len(got) == 0 {
+		t.Errorf("under the mesh's distribution (us-east only) a us-east client gets %v", got)
 	}
 }
