@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/xds/mesh"
@@ -52,9 +53,20 @@ type Options struct {
 	// OnPublish, if set, is called with each State as it is published, in
 	// order per mesh, on the mesh's build goroutine (cache.Cache.Entry,
 	// so that every State's cache entry follows its predecessor's).
-	OnPublish  func(*State)
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	OnPublish func(*State)
+	// MeshConfig, if set, gives a mesh's Istio MeshConfig; it is read at
+	// every build and carried by the snapshot (mesh.Snapshot.MeshConfig).
+	// A nil func or a nil result means Istio's defaults. The result must
+	// not be modified afterwards (give a new one for a change, then
+	// Notify the mesh: a MeshConfig that differs is a config change).
+	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
+	// TrustDomain, if set, gives a mesh's SPIFFE trust domain (the one its
+	// CA issues identities of), read at every build
+	// (mesh.Builder.TrustDomain); a MeshConfig trustDomain takes
+	// precedence. nil or "" means mesh.DefaultTrustDomain.
+	TrustDomain func(mesh string) string
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // State is one published push context of a mesh: the merged snapshot of
@@ -310,6 +322,13 @@ func (m *Publisher) build(ms *meshState) {
 		return
 	}
 
+	ms.builder.MeshConfig, ms.builder.TrustDomain = nil, ""
+	if m.opts.MeshConfig != nil {
+		ms.builder.MeshConfig = m.opts.MeshConfig(ms.name)
+	}
+	if m.opts.TrustDomain != nil {
+		ms.builder.TrustDomain = m.opts.TrustDomain(ms.name)
+	}
 	snap := ms.builder.Build(ms.name, clusters)
 	var prevSnap *mesh.Snapshot
 	if prev != nil {
