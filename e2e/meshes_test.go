@@ -28,10 +28,9 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 )
 
-// The tenants' navectl commands (issue 30, helper tenants) are not merged
-// yet: TestMeshesAtRuntimeOnThreeReplicas skips until `navectl mesh`
-// exists. createMesh and deleteMesh guess its flags from the contract
-// (docs/meshes.md will say): adjust them to it when merging.
+// TestMeshesAtRuntimeOnThreeReplicas drives the meshes with navectl mesh
+// (docs/meshes.md), on the admin listener of a replica (no operator
+// listener: the API is served there).
 
 // navectlHasMesh reports whether navectl has the mesh commands (its
 // usage lists them).
@@ -45,7 +44,7 @@ func navectlHasMesh(t *testing.T) bool {
 func createMesh(t *testing.T, h *hub, name, td string) {
 	t.Helper()
 	spec := filepath.Join(t.TempDir(), name+".yaml")
-	writeFile(t, spec, fmt.Sprintf("name: %s\ntrustDomain: %s\n", name, td))
+	writeFile(t, spec, fmt.Sprintf("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: %s}\nspec: {trustDomain: %s}\n", name, td))
 	mustNavectl(t, "mesh", "create", "-f", spec, "--hub-admin="+h.url(""))
 }
 

@@ -18,11 +18,30 @@ import (
 	"github.com/navemesh/nave/xds/engine"
 )
 
-// seedRegistry returns the registry of the meshes this hub serves, holding
-// ca.meshes (Active). It is the one place the registry is made: the
-// tenants store (hub/tenants), which seeds itself from ca.meshes on first
-// start and keeps the registry up to date while the hub runs, takes its
-// place.
+// openMeshes opens the meshes this hub serves, the one place they come
+// from: with TLS, the tenants Service on the hub's state store (seeded
+// from ca.meshes on first start; Run keeps its Registry current and
+// purges deleted meshes); in plaintext mode, which keeps no state, a
+// Registry holding ca.meshes for the hub's life (svc is nil).
+func openMeshes(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (svc *tenants.Service, reg *tenants.Registry, err error) {
+	if cfg.TLS.Plaintext {
+		return nil, seedRegistry(cfg), nil
+	}
+	var seeds []tenants.Seed
+	for _, m := range cfg.CA.ParsedMeshes() {
+		seeds = append(seeds, tenants.Seed{Name: m.Name, TrustDomain: m.TrustDomain})
+	}
+	st := cfg.State
+	svc, err = tenants.Open(ctx, st.Store, st.Dir, st.Namespace, st.Kubeconfig, tenants.Options{Seeds: seeds, Replica: cfg.Replicas.ID,
+		Logger: log.With("component", "tenants")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("state.store: meshes: %w", err)
+	}
+	return svc, svc.Registry(), nil
+}
+
+// seedRegistry returns a registry holding ca.meshes (Active), which
+// nothing changes: the meshes of a plaintext hub.
 func seedRegistry(cfg hubconfig.Config) *tenants.Registry {
 	reg := tenants.NewRegistry()
 	var meshes []*tenants.Mesh
@@ -32,6 +51,27 @@ func seedRegistry(cfg hubconfig.Config) *tenants.Registry {
 	}
 	reg.Replace(meshes)
 	return reg
+}
+
+// meshConfigOf and trustDomainOf read a mesh's MeshConfig and trust
+// domain from reg, for the engine (engine.Options.MeshConfig,
+// TrustDomain): nil and "" for a mesh it does not hold.
+func meshConfigOf(reg *tenants.Registry) func(string) *meshv1alpha1.MeshConfig {
+	return func(mesh string) *meshv1alpha1.MeshConfig {
+		if m, ok := reg.Get(mesh); ok {
+			return m.Config
+		}
+		return nil
+	}
+}
+
+func trustDomainOf(reg *tenants.Registry) func(string) string {
+	return func(mesh string) string {
+		if m, ok := reg.Get(mesh); ok {
+			return m.TrustDomain
+		}
+		return ""
+	}
 }
 
 // meshLife serves the registry's meshes as they come and go on this

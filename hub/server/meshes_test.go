@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,13 +30,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/servingcert"
-	"github.com/navemesh/nave/hub/tenants"
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -248,15 +247,35 @@ func (h *tlsHub) proxy(t *testing.T, cert tls.Certificate, id, mesh string) *ads
 	return adstest.Connect(t, h.dial(t, "xds.listen", &cert), n)
 }
 
-// set makes meshes the registry's content, as the tenants store's refresh
-// does (Registry.Replace).
-func (h *tlsHub) set(meshes ...*tenants.Mesh) {
-	def, _ := h.meshes.Get("default")
-	h.meshes.Replace(append([]*tenants.Mesh{def}, meshes...))
+// create creates mesh acme (acme.example) through the hub's tenants
+// Service, as the operator API does; the replica serves it when Create
+// returns.
+func (h *tlsHub) create(t *testing.T) {
+	t.Helper()
+	doc := "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: acme}\nspec: {trustDomain: acme.example}\n"
+	if _, err := h.svc.Create(t.Context(), []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
 }
 
-func acme(uid string, gen int64, phase tenants.Phase) *tenants.Mesh {
-	return &tenants.Mesh{Name: "acme", UID: uid, Generation: gen, TrustDomain: "acme.example", Config: &meshv1alpha1.MeshConfig{}, Phase: phase}
+// remove deletes mesh acme through the Service, as the operator API does:
+// the replica stops serving it when Delete returns; Run purges it.
+func (h *tlsHub) remove(t *testing.T, keepCA bool) {
+	t.Helper()
+	if _, err := h.svc.Delete(t.Context(), "acme", keepCA); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitGone waits until the Service has purged mesh acme and removed it.
+func (h *tlsHub) waitGone(t *testing.T) {
+	t.Helper()
+	testwait.For(t, testwait.Timeout, func() error {
+		if m, ok := h.meshes.Get("acme"); ok {
+			return fmt.Errorf("mesh acme is still %s", m.Phase)
+		}
+		return nil
+	})
 }
 
 func wantCode(t *testing.T, what string, err error, code codes.Code, want string) {
@@ -280,12 +299,12 @@ func TestMeshLifeAtRuntime(t *testing.T) {
 
 	// Created: enrollable at once.
 	created := time.Now()
-	h.set(acme("u1", 1, tenants.Active))
+	h.create(t)
 	cert, resp, err := h.enroll(t, h.token(t, "acme", "east"))
 	if err != nil {
 		t.Fatalf("enroll into the mesh just created: %v", err)
 	}
-	t.Logf("from the registry's change to an accepted enrollment: %s", time.Since(created).Round(time.Microsecond))
+	t.Logf("from the mesh's creation to an accepted enrollment: %s", time.Since(created).Round(time.Microsecond))
 	if resp.GetMesh() != "acme" || resp.GetCluster() != "east" {
 		t.Fatalf("enrolled as %s/%s", resp.GetMesh(), resp.GetCluster())
 	}
@@ -311,7 +330,7 @@ func TestMeshLifeAtRuntime(t *testing.T) {
 	}
 
 	// Deleting: everything of it is cut off, on this replica at once.
-	h.set(acme("u1", 2, tenants.Deleting))
+	h.remove(t, false)
 	wantCode(t, "push stream of the deleted mesh", ps.ended(t), codes.PermissionDenied, "mesh acme is being deleted")
 	wantCode(t, "watch stream of the deleted mesh", ws.ended(t), codes.PermissionDenied, "mesh acme is being deleted")
 	wantCode(t, "proxy stream of the deleted mesh", px.Ended(), codes.PermissionDenied, "mesh acme is being deleted")
@@ -325,19 +344,19 @@ func TestMeshLifeAtRuntime(t *testing.T) {
 	again := h.proxy(t, proxyCert, "web-2", "acme")
 	again.Subscribe(typeurl.Cluster)
 	wantCode(t, "proxy with a deleted mesh's certificate", again.Ended(), codes.Unauthenticated, "")
-	_, _, err = h.enroll(t, pending)
-	wantCode(t, "enroll with a deleted mesh's token", err, codes.PermissionDenied, "not a mesh of this hub")
+	// Before the purge the token is refused as of a mesh not served,
+	// after it as unknown.
+	if _, _, err = h.enroll(t, pending); status.Code(err) != codes.PermissionDenied && status.Code(err) != codes.Unauthenticated {
+		t.Errorf("enroll with a deleted mesh's token: %v; want it refused", err)
+	}
 	_, err = protocolv1.NewEnrollmentClient(h.dial(t, "spokes.listen", &cert)).Renew(ctx, &protocolv1.RenewRequest{})
 	if status.Code(err) != codes.Unauthenticated && status.Code(err) != codes.PermissionDenied {
 		t.Errorf("renew with a deleted mesh's certificate: %v; want it refused", err)
 	}
 
 	// Purged, then removed; re-created with the name, it inherits nothing.
-	if err := h.Purge(t.Context(), "acme", false); err != nil {
-		t.Fatal(err)
-	}
-	h.set()
-	h.set(acme("u2", 1, tenants.Active))
+	h.waitGone(t)
+	h.create(t)
 	_, _, err = h.enroll(t, pending)
 	wantCode(t, "enroll with the deleted incarnation's token", err, codes.Unauthenticated, "")
 	_, err = h.push(t, cert)
@@ -358,17 +377,14 @@ func TestMeshLifeAtRuntime(t *testing.T) {
 // its root, and still without its enrollments.
 func TestKeepCAKeepsTheRootOnly(t *testing.T) {
 	h := startTLSHub(t)
-	h.set(acme("u1", 1, tenants.Active))
+	h.create(t)
 	cert, resp, err := h.enroll(t, h.token(t, "acme", "east"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.set(acme("u1", 2, tenants.Deleting))
-	if err := h.Purge(t.Context(), "acme", true); err != nil {
-		t.Fatal(err)
-	}
-	h.set()
-	h.set(acme("u2", 1, tenants.Active))
+	h.remove(t, true)
+	h.waitGone(t)
+	h.create(t)
 	roots, err := h.sec.authority.RootsPEM("acme")
 	if err != nil || !bytes.Equal(roots, resp.GetTrustBundlePem()) {
 		t.Errorf("re-created mesh's roots: %v; want the kept root", err)
@@ -383,7 +399,7 @@ func TestKeepCAKeepsTheRootOnly(t *testing.T) {
 // sees only its own.
 func TestOperatorViewsShowTheRegistryScoped(t *testing.T) {
 	h := startTLSHub(t)
-	h.set(acme("u1", 1, tenants.Active))
+	h.create(t)
 	get := func(scope admin.Scope, path string) string {
 		rec := httptest.NewRecorder()
 		h.adm.OperatorHandler(func(*http.Request) (admin.Scope, error) { return scope, nil }).
@@ -417,9 +433,13 @@ func TestOperatorViewsShowTheRegistryScoped(t *testing.T) {
 	if body := get(admin.Scope{Operator: "acme-op", Mesh: "acme"}, "/debug/security"); strings.Contains(body, "default") {
 		t.Errorf("acme's operator read /debug/security: %s", body)
 	}
-	h.set(acme("u1", 2, tenants.Deleting))
-	if body := get(vendor, "/debug/security"); !strings.Contains(body, `"name": "acme"`) || !strings.Contains(body, `"phase": "Deleting"`) ||
-		!strings.Contains(body, `"ca": false`) {
-		t.Errorf("vendor /debug/security of a mesh being deleted: %s", body)
+	if body := get(vendor, "/debug/security"); !strings.Contains(body, `"name": "acme"`) || !strings.Contains(body, `"phase": "Active"`) ||
+		!strings.Contains(body, `"ca": true`) {
+		t.Errorf("vendor /debug/security of a mesh served: %s", body)
+	}
+	h.remove(t, false)
+	h.waitGone(t)
+	if got := names(get(vendor, "/debug/meshes")); !slices.Equal(got, []string{"default/Active"}) {
+		t.Errorf("vendor /debug/meshes after the delete: %v", got)
 	}
 }

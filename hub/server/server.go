@@ -60,6 +60,7 @@ type Server struct {
 	lis      map[string]net.Listener
 	adm      *admin.Server
 	sec      *security
+	svc      *tenants.Service // nil in plaintext mode
 	meshes   *tenants.Registry
 	life     *meshLife
 	rep      *replicas
@@ -103,7 +104,13 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		return nil, err
 	}
 	adm := admin.New(log, reg)
-	meshes := seedRegistry(cfg)
+	svc, meshes, err := openMeshes(ctx, cfg, log)
+	if err != nil {
+		for _, l := range lis {
+			l.Close()
+		}
+		return nil, err
+	}
 	sec, err := newSecurity(ctx, cfg, meshes, log, reg)
 	if err != nil {
 		for _, l := range lis {
@@ -144,6 +151,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
+		MeshConfig:  meshConfigOf(meshes),
+		TrustDomain: trustDomainOf(meshes),
 		Push: pushctx.Options{
 			DebounceQuiet: cfg.Push.DebounceQuiet,
 			DebounceMax:   cfg.Push.DebounceMax,
@@ -168,6 +177,9 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	life := &meshLife{reg: meshes, sec: sec, store: store, w: w, eng: eng, log: log.With("component", "meshes")}
 	meshes.Subscribe(life.changed)
 	registerDebug(adm, meshes, store, eng)
+	if svc != nil {
+		svc.RegisterAPI(adm, tenants.APIOptions{ConnectedSpokes: func(mesh string) int { return connectedSpokes(store, mesh) }})
+	}
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
 	})
@@ -191,7 +203,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		// The replica counts (and may shed) the proxy connections.
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
-	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, meshes: meshes, life: life, rep: rep, store: store, in: in, w: w, eng: eng,
+	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, svc: svc, meshes: meshes, life: life, rep: rep, store: store, in: in, w: w, eng: eng,
 		spokeSrv: spokeSrv, xdsSrv: xdsSrv}, nil
 }
 
@@ -243,6 +255,10 @@ func (s *Server) Run(ctx context.Context) error {
 			return sec.authority.RefreshEvery(gctx, cfg.CA.RefreshInterval, func(mesh string) { eng.Notify(mesh); w.Notify(mesh) })
 		})
 		g.Go(func() error { return s.life.reconcileEvery(gctx, cfg.CA.RefreshInterval) })
+	}
+	if s.svc != nil {
+		// Keeps the registry current; deleted meshes are purged by s.
+		g.Go(func() error { return s.svc.Run(gctx, s) })
 	}
 	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })
