@@ -52,9 +52,13 @@ type Options struct {
 	// OnPublish, if set, is called with each State as it is published, in
 	// order per mesh, on the mesh's build goroutine (cache.Cache.Entry,
 	// so that every State's cache entry follows its predecessor's).
-	OnPublish  func(*State)
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	OnPublish func(*State)
+	// TrustDomain, if set, gives a mesh's SPIFFE trust domain (its CA's), read at every build
+	// into the snapshot (mesh.Builder.TrustDomain): the identities proxies' TLS and RBAC
+	// expect. nil, or "" for a mesh, means mesh.DefaultTrustDomain.
+	TrustDomain func(mesh string) string
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // State is one published push context of a mesh: the merged snapshot of
@@ -310,6 +314,9 @@ func (m *Publisher) build(ms *meshState) {
 		return
 	}
 
+	if m.opts.TrustDomain != nil {
+		ms.builder.TrustDomain = m.opts.TrustDomain(ms.name)
+	}
 	snap := ms.builder.Build(ms.name, clusters)
 	var prevSnap *mesh.Snapshot
 	if prev != nil {
