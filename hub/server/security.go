@@ -158,6 +158,16 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 	})
 }
 
+// trustDomain is mesh's trust domain, its CA's ("" in plaintext mode or for a mesh without a
+// CA: the default), for the push context's snapshots.
+func (s *security) trustDomain(mesh string) string {
+	if s.plaintext {
+		return ""
+	}
+	td, _ := s.authority.TrustDomain(mesh)
+	return td
+}
+
 // roots is the trust bundle of mesh served on Watch; nil in plaintext
 // mode (no CA).
 func (s *security) roots(mesh string) (*protocolv1.TrustBundle, error) {

@@ -159,6 +159,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 			DebounceEdge:  cfg.Push.DebounceEdge,
 			Adaptive:      cfg.Push.Adaptive,
 			Ready:         store.Ready,
+			TrustDomain:   sec.trustDomain,
 			Logger:        log.With("component", "pushctx"),
 		},
 		Cache: cache.Options{

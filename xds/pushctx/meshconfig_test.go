@@ -31,10 +31,13 @@ func TestMeshConfigReachesTheSnapshot(t *testing.T) {
 		TrustDomain: func(mesh string) string { return mesh + ".example" }})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	// Both meshes' first publications are awaited on channels taken
+	// before they can happen.
+	_, ready := m.Current("m")
+	_, otherReady := m.Current("other")
 	m.Start(ctx)
 	m.Notify("m")
 	m.Notify("other")
-	_, ready := m.Current("m")
 	pushctxtest.Await(t, ready, "mesh m is published")
 	st, next := m.Current("m")
 	if got := st.Snapshot.RootNamespace(); got != "first" {
@@ -43,7 +46,6 @@ func TestMeshConfigReachesTheSnapshot(t *testing.T) {
 	if st.Snapshot.TrustDomain != "m.example" {
 		t.Errorf("trust domain %q, want m.example (Options.TrustDomain)", st.Snapshot.TrustDomain)
 	}
-	_, otherReady := m.Current("other")
 	pushctxtest.Await(t, otherReady, "mesh other is published")
 	if o, _ := m.Current("other"); o.Snapshot.MeshConfig != nil || o.Snapshot.RootNamespace() != "istio-system" {
 		t.Errorf("mesh other carries %v", o.Snapshot.MeshConfig)
