@@ -53,24 +53,15 @@ func seedRegistry(cfg hubconfig.Config) *tenants.Registry {
 	return reg
 }
 
-// meshConfigOf and trustDomainOf read a mesh's MeshConfig and trust
-// domain from reg, for the engine (engine.Options.MeshConfig,
-// TrustDomain): nil and "" for a mesh it does not hold.
+// meshConfigOf reads a mesh's MeshConfig from reg, for the engine
+// (engine.Options.MeshConfig): nil for a mesh it does not hold. A new
+// generation of a mesh is notified to the engine by meshLife.start.
 func meshConfigOf(reg *tenants.Registry) func(string) *meshv1alpha1.MeshConfig {
 	return func(mesh string) *meshv1alpha1.MeshConfig {
 		if m, ok := reg.Get(mesh); ok {
 			return m.Config
 		}
 		return nil
-	}
-}
-
-func trustDomainOf(reg *tenants.Registry) func(string) string {
-	return func(mesh string) string {
-		if m, ok := reg.Get(mesh); ok {
-			return m.TrustDomain
-		}
-		return ""
 	}
 }
 

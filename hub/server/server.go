@@ -151,8 +151,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
-		MeshConfig:  meshConfigOf(meshes),
-		TrustDomain: trustDomainOf(meshes),
+		MeshConfig: meshConfigOf(meshes),
 		Push: pushctx.Options{
 			DebounceQuiet: cfg.Push.DebounceQuiet,
 			DebounceMax:   cfg.Push.DebounceMax,
