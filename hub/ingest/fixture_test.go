@@ -102,8 +102,9 @@ func newFixture(t *testing.T, grace time.Duration) *fixture {
 	return newFixtureAuth(t, grace, ingest.ClaimedIdentity())
 }
 
-// newFixtureAuth is newFixture with a Server that authenticates with auth.
-func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator) *fixture {
+// newFixtureAuth is newFixture with a Server that authenticates with auth
+// (and whose options opts change).
+func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.ServerOptions)) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry()}
 	f.store = ingest.NewStore(ingest.StoreOptions{
@@ -117,7 +118,11 @@ func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator
 			}
 		},
 	})
-	f.srv = ingest.NewServer(f.store, auth, ingest.ServerOptions{Registerer: f.reg})
+	so := ingest.ServerOptions{Registerer: f.reg}
+	for _, o := range opts {
+		o(&so)
+	}
+	f.srv = ingest.NewServer(f.store, auth, so)
 	f.own = ingest.NewOwnership(f.srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -112,7 +112,9 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Logger, streams: map[*gated]struct{}{}, since: time.Now(), lostSince: time.Now()}
 	s.metrics = newMetrics(opts.Registerer, s)
 	ao := opts.ADS
-	ao.Meshes, ao.DefaultMesh = []string{opts.Mesh}, opts.Mesh
+	ao.Hosted = func(mesh string) bool { return mesh == opts.Mesh }
+	ao.HostedNames = func() []string { return []string{opts.Mesh} }
+	ao.DefaultMesh = opts.Mesh
 	s.engine = engine.New(s, engine.Options{
 		Push: pushctx.Options{DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
 			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }, TrustDomain: opts.trustDomain},
