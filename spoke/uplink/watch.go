@@ -42,6 +42,10 @@ func (u *Uplink) watchLoop(ctx context.Context, client protocolv1.SyncClient) {
 			return
 		}
 		if u.meshConfigRefused(err) {
+			if u.opts.MeshConfigOnly {
+				u.setWatch(WatchUnsupported, err)
+				return // nothing else is watched
+			}
 			continue // at once, without the mesh config
 		}
 		if status.Code(err) == codes.Unimplemented {
@@ -92,6 +96,9 @@ func (u *Uplink) watchTypes() []string {
 	skip := u.noMeshConfig
 	u.mu.Unlock()
 	types := protocol.WatchTypeURLs()
+	if u.opts.MeshConfigOnly {
+		types = []string{protocol.MeshConfigTypeURL}
+	}
 	if skip {
 		types = slices.DeleteFunc(types, func(t string) bool { return t == protocol.MeshConfigTypeURL })
 	}
