@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	"sigs.k8s.io/yaml"
 
@@ -19,14 +18,6 @@ import (
 // AnnotationProxyConfig is Istio's per-pod ProxyConfig: it overrides the
 // mesh's defaultConfig field by field (proxyMetadata entry by entry).
 const AnnotationProxyConfig = "proxy.istio.io/config"
-
-// appliedProxyConfig are the ProxyConfig fields (JSON names) the injector
-// and nave-agent apply; any other known field is reported back as ignored.
-var appliedProxyConfig = []string{"holdApplicationUntilProxyStarts", "proxyMetadata", "terminationDrainDuration"}
-
-// agentEnvPrefix starts every environment variable of the agent's own
-// configuration (settings.EnvName).
-const agentEnvPrefix = "NAVE_"
 
 // proxySettings is the ProxyConfig a pod's agent runs with: the mesh's
 // defaultConfig under the pod's annotation.
@@ -104,11 +95,11 @@ func resolveProxyConfig(mesh, pod *meshv1alpha1.ProxyConfig) (proxySettings, []s
 			*ps.hold = h.GetValue()
 		}
 		for k, v := range pc.GetProxyMetadata() {
-			if r := checkMetadataName(k); r != "" {
+			if err := meshconfig.CheckProxyMetadataName(k); err != nil {
 				if layer.pc == pod {
-					return ps, nil, refuse(AnnotationProxyConfig, "proxyMetadata %q: %s", admission.Clip(k), r)
+					return ps, nil, refuse(AnnotationProxyConfig, "proxyMetadata %q: %v", admission.Clip(k), err)
 				}
-				warnings = append(warnings, fmt.Sprintf("%s: proxyMetadata %q: %s: ignored", layer.from, k, r))
+				warnings = append(warnings, fmt.Sprintf("%s: proxyMetadata %q: %v: ignored", layer.from, k, err))
 				continue
 			}
 			if ps.metadata == nil {
@@ -116,17 +107,9 @@ func resolveProxyConfig(mesh, pod *meshv1alpha1.ProxyConfig) (proxySettings, []s
 			}
 			ps.metadata[k] = v
 		}
-		var unapplied []string
-		pc.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-			if !slices.Contains(appliedProxyConfig, fd.JSONName()) {
-				unapplied = append(unapplied, fd.JSONName())
-			}
-			return true
-		})
-		slices.Sort(unapplied)
-		for _, f := range unapplied {
+		for _, f := range meshconfig.UnappliedProxyConfigFields(pc) {
 			warnings = append(warnings, fmt.Sprintf("%s: ProxyConfig field %s is ignored: nave applies only %s (docs/injection.md)",
-				layer.from, f, strings.Join(appliedProxyConfig, ", ")))
+				layer.from, f, strings.Join(meshconfig.ProxyConfigFields, ", ")))
 		}
 	}
 	if ps.hold != nil && !*ps.hold {
@@ -134,20 +117,6 @@ func resolveProxyConfig(mesh, pod *meshv1alpha1.ProxyConfig) (proxySettings, []s
 			"holds the app containers until it is ready (docs/injection.md)")
 	}
 	return ps, warnings, nil
-}
-
-// checkMetadataName says why name cannot be a proxyMetadata entry (an
-// environment variable of the agent), "" if it can.
-func checkMetadataName(name string) string {
-	switch {
-	case name == "":
-		return "an empty name"
-	case strings.ContainsAny(name, "= \t\n"):
-		return "a name with '=' or white space is no environment variable"
-	case strings.HasPrefix(name, agentEnvPrefix):
-		return "names of the agent's own configuration (" + agentEnvPrefix + "*) are set by the injector"
-	}
-	return ""
 }
 
 // metadataJSON is proxyMetadata as the agent's proxyMetadata key.
