@@ -190,11 +190,11 @@ func bothSynced(st *pushctx.State) bool {
 	return true
 }
 
-// A spoke in fallback generates for a proxy exactly what the hub
-// generates for it from the same inputs (its own cluster live, the other
-// from Watch): same resources, same bytes.
-func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
-	h := startHubEngine(t)
+// hubAndStandbyFallback runs clusters a and b on h, a with a remote view,
+// and a fallback of a on standby; it returns once both push contexts are
+// built from both clusters (and the fallback's passes also, if set).
+func hubAndStandbyFallback(t *testing.T, h *hubEngine, also func(*pushctx.State) error) *fallback.Server {
+	t.Helper()
 	a, b := pushctxtest.Decode(t, clusterA), pushctxtest.Decode(t, clusterB)
 	runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "b"}, b)
 	view := remote.New("m", "a")
@@ -203,7 +203,6 @@ func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
 	hubUp.Store(true)
 	fb, _ := startFallback(t, view, &hubUp, fallback.Options{After: time.Hour})
 	fb.Update(a)
-
 	testwait.For(t, waitFor, func() error {
 		if err := upA.Synced(); err != nil {
 			return err
@@ -211,11 +210,24 @@ func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
 		if st := upA.Status(); st.Watch != uplink.WatchSynced {
 			return fmt.Errorf("watch %s", st.Watch)
 		}
-		if !bothSynced(current(t, h.pc)) || !bothSynced(current(t, fb.Publisher())) {
+		st := current(t, fb.Publisher())
+		if !bothSynced(current(t, h.pc)) || !bothSynced(st) {
 			return fmt.Errorf("push contexts not built from both clusters yet")
+		}
+		if also != nil {
+			return also(st)
 		}
 		return nil
 	})
+	return fb
+}
+
+// A spoke in fallback generates for a proxy exactly what the hub
+// generates for it from the same inputs (its own cluster live, the other
+// from Watch): same resources, same bytes.
+func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
+	h := startHubEngine(t)
+	fb := hubAndStandbyFallback(t, h, nil)
 	hubState, _ := h.cache.Current("m")
 	fbState, _ := fb.Resources().Current("m")
 	keys := []xdsproxy.Key{
@@ -255,22 +267,7 @@ func TestFallbackGeneratesWhatTheHubGeneratesUnderTheMeshConfig(t *testing.T) {
 		ConnectTimeout:        durationpb.New(3 * time.Second),
 	}
 	h := startHubEngineWith(t, func(string) *meshv1alpha1.MeshConfig { return cfg })
-	a, b := pushctxtest.Decode(t, clusterA), pushctxtest.Decode(t, clusterB)
-	runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "b"}, b)
-	view := remote.New("m", "a")
-	upA := runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "a", View: view}, a)
-	var hubUp atomic.Bool
-	hubUp.Store(true)
-	fb, _ := startFallback(t, view, &hubUp, fallback.Options{After: time.Hour})
-	fb.Update(a)
-	testwait.For(t, waitFor, func() error {
-		if st := upA.Status(); st.Watch != uplink.WatchSynced {
-			return fmt.Errorf("watch %s", st.Watch)
-		}
-		st := current(t, fb.Publisher())
-		if !bothSynced(current(t, h.pc)) || !bothSynced(st) {
-			return fmt.Errorf("push contexts not built from both clusters yet")
-		}
+	fb := hubAndStandbyFallback(t, h, func(st *pushctx.State) error {
 		if !proto.Equal(st.Snapshot.MeshConfig, cfg) {
 			return fmt.Errorf("the fallback builds with mesh config %v", st.Snapshot.MeshConfig)
 		}
