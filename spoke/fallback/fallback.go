@@ -123,10 +123,7 @@ func New(opts Options) *Server {
 		// fallback builds with the hub's mesh config (a change of it is a
 		// change of the view, which Run notifies).
 		MeshConfig: s.meshConfig,
-		// The mesh's trust domain as the hub's CA has it (the view's trust
-		// bundle), as the hub's engine is given it.
-		TrustDomain: s.trustDomain,
-		Logger:      opts.Logger, Registerer: opts.Registerer,
+		Logger:     opts.Logger, Registerer: opts.Registerer,
 	})
 	return s
 }
@@ -139,15 +136,6 @@ func (s *Server) meshConfig(meshName string) *meshv1alpha1.MeshConfig {
 		return nil
 	}
 	return s.opts.View.MeshConfig()
-}
-
-// trustDomain is the engine's TrustDomain: the remote view's trust
-// bundle's, for the spoke's own mesh only; "" (the default) without one.
-func (s *Server) trustDomain(meshName string) string {
-	if meshName != s.opts.Mesh || s.opts.View == nil {
-		return ""
-	}
-	return s.opts.View.Trust().GetTrustDomain()
 }
 
 // Update replaces the local cluster's state with objs (the source's

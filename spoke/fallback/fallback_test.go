@@ -9,7 +9,6 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/protocol"
-	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/remote"
 )
 
@@ -74,8 +73,8 @@ func TestFallbackServesOnlyItsOwnMesh(t *testing.T) {
 	}
 }
 
-// The engine's MeshConfig and trust domain are the remote view's, for the
-// spoke's own mesh only, and the defaults without a view.
+// The engine's MeshConfig is the remote view's, for the spoke's own mesh
+// only, and Istio's defaults (nil) without a view.
 func TestFallbackMeshConfigIsTheViewsForItsOwnMesh(t *testing.T) {
 	if got := New(Options{Mesh: "m", Cluster: "a", HubSynced: func() error { return nil }}).meshConfig("m"); got != nil {
 		t.Fatalf("without a view: %v, want nil", got)
@@ -89,18 +88,7 @@ func TestFallbackMeshConfigIsTheViewsForItsOwnMesh(t *testing.T) {
 		Resources: []*discoveryv3.Resource{{Name: "m", Version: "1", Resource: body}}}); len(rj) > 0 {
 		t.Fatal(rj)
 	}
-	tb, err := anypb.New(&protocolv1.TrustBundle{Mesh: "m", TrustDomain: "m.example", RootsPem: "ROOTS"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rj := view.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.TrustBundleTypeURL,
-		Resources: []*discoveryv3.Resource{{Name: "m", Version: "1", Resource: tb}}}); len(rj) > 0 {
-		t.Fatal(rj)
-	}
 	s := New(Options{Mesh: "m", Cluster: "a", View: view, HubSynced: func() error { return nil }})
-	if got, other := s.trustDomain("m"), s.trustDomain("other"); got != "m.example" || other != "" {
-		t.Fatalf("trust domain %q (another mesh %q); want the trust bundle's, m.example (and none)", got, other)
-	}
 	if got := s.meshConfig("m").GetRootNamespace(); got != "mesh-root" {
 		t.Fatalf("own mesh: root namespace %q, want mesh-root", got)
 	}
