@@ -401,7 +401,8 @@ func TestAgentInAPod(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if want := "-c " + filepath.Join(dir, "envoy-bootstrap.json"); strings.TrimSpace(string(args)) != want {
+			// envoy.drainDuration's default (Istio's terminationDrainDuration, 5 s).
+			if want := "-c " + filepath.Join(dir, "envoy-bootstrap.json") + " --drain-time-s 5 --drain-strategy immediate"; strings.TrimSpace(string(args)) != want {
 				t.Fatalf("envoy ran with %q; want %q", args, want)
 			}
 			return nil
@@ -415,9 +416,11 @@ func TestAgentInAPod(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			t.Error("ready while Envoy's admin does not answer")
 		}
+		// Stopping drains first: the fake's admin does not answer, so the
+		// agent waits the whole drain duration, then sends SIGTERM.
 		p.Stop(30 * time.Second)
 		if term, err := os.ReadFile(fake + ".term"); err != nil || strings.TrimSpace(string(term)) != "term" {
-			t.Errorf("envoy did not get SIGTERM (%v)", err)
+			t.Errorf("envoy did not get SIGTERM after the drain (%v)", err)
 		}
 		if p.ExitCode() != 0 {
 			t.Errorf("agent exited %d after SIGTERM; want 0", p.ExitCode())

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -15,18 +16,23 @@ import (
 // TrustBundleTypeURL is the type of the mesh's roots of trust on Watch.
 var TrustBundleTypeURL = typeurl.Of(&protocolv1.TrustBundle{})
 
+// MeshConfigTypeURL is the type of the mesh's Istio MeshConfig on Watch:
+// the body is istio.io/api's mesh.v1alpha1.MeshConfig itself, named by
+// the mesh. Absent when the mesh has none (Istio's defaults).
+var MeshConfigTypeURL = typeurl.Of(&meshv1alpha1.MeshConfig{})
+
 // WatchTypeURLs lists every type the hub serves on Watch, in the order a
 // spoke subscribes to them: the config kinds (lexical order), then
-// ClusterStatus and TrustBundle. A spoke subscribes to SyncedTypeURL after
-// them: the hub answers it once it has answered every earlier
-// subscription, which marks the end of the initial view.
+// ClusterStatus, TrustBundle and MeshConfig. A spoke subscribes to
+// SyncedTypeURL after them: the hub answers it once it has answered every
+// earlier subscription, which marks the end of the initial view.
 func WatchTypeURLs() []string {
 	var out []string
 	for _, k := range meshconfig.Kinds() {
 		out = append(out, k.TypeURL)
 	}
 	slices.Sort(out)
-	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL)
+	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL)
 }
 
 // RemoteName is the name of a remote cluster's object on Watch:
@@ -83,4 +89,22 @@ func CheckTrustBundle(mesh string, name string, b *protocolv1.TrustBundle) error
 		return fmt.Errorf("trust bundle %q has no roots", name)
 	}
 	return nil
+}
+
+// DecodeMeshConfig unwraps the MeshConfig resource of mesh received on
+// Watch: it must be named by mesh (a MeshConfig of another mesh is never
+// accepted), decode, and pass meshconfig.ValidateMeshConfig (a spoke
+// applies nothing it would refuse from an operator).
+func DecodeMeshConfig(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshConfig, error) {
+	if r.GetName() != mesh {
+		return nil, fmt.Errorf("mesh config %q names another mesh than this spoke's %q", r.GetName(), mesh)
+	}
+	var cfg meshv1alpha1.MeshConfig
+	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != MeshConfigTypeURL || r.GetResource().UnmarshalTo(&cfg) != nil {
+		return nil, fmt.Errorf("mesh config %q: body is not a %s", r.GetName(), MeshConfigTypeURL)
+	}
+	if err := meshconfig.ValidateMeshConfig(&cfg); err != nil {
+		return nil, fmt.Errorf("mesh config %q: %w", r.GetName(), err)
+	}
+	return &cfg, nil
 }

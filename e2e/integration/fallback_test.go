@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/watch"
@@ -101,7 +105,11 @@ type hubEngine struct {
 	addr  string
 }
 
-func startHubEngine(t *testing.T) *hubEngine {
+func startHubEngine(t *testing.T) *hubEngine { return startHubEngineWith(t, nil) }
+
+// startHubEngineWith is startHubEngine whose meshes have the MeshConfig
+// meshConfig gives (nil: none), in its push contexts and on Watch.
+func startHubEngineWith(t *testing.T, meshConfig func(string) *meshv1alpha1.MeshConfig) *hubEngine {
 	t.Helper()
 	h := &hubEngine{}
 	var w *watch.Server
@@ -117,9 +125,9 @@ func startHubEngine(t *testing.T) *hubEngine {
 		Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, s)
 		}})
-	w = watch.New(h.in, watch.Options{Debounce: 10 * time.Millisecond, Ready: h.in.Ready})
+	w = watch.New(h.in, watch.Options{Debounce: 10 * time.Millisecond, Ready: h.in.Ready, MeshConfig: meshConfig})
 	h.pc = pushctx.New(h.in, pushctx.Options{DebounceQuiet: 10 * time.Millisecond, DebounceMax: 100 * time.Millisecond,
-		Ready: h.in.Ready, OnPublish: func(st *pushctx.State) { h.cache.Entry(st) }})
+		Ready: h.in.Ready, MeshConfig: meshConfig, OnPublish: func(st *pushctx.State) { h.cache.Entry(st) }})
 	h.cache = cache.New(h.pc, cache.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -182,11 +190,11 @@ func bothSynced(st *pushctx.State) bool {
 	return true
 }
 
-// A spoke in fallback generates for a proxy exactly what the hub
-// generates for it from the same inputs (its own cluster live, the other
-// from Watch): same resources, same bytes.
-func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
-	h := startHubEngine(t)
+// hubAndStandbyFallback runs clusters a and b on h, a with a remote view,
+// and a fallback of a on standby; it returns once both push contexts are
+// built from both clusters (and the fallback's passes also, if set).
+func hubAndStandbyFallback(t *testing.T, h *hubEngine, also func(*pushctx.State) error) *fallback.Server {
+	t.Helper()
 	a, b := pushctxtest.Decode(t, clusterA), pushctxtest.Decode(t, clusterB)
 	runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "b"}, b)
 	view := remote.New("m", "a")
@@ -195,7 +203,6 @@ func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
 	hubUp.Store(true)
 	fb, _ := startFallback(t, view, &hubUp, fallback.Options{After: time.Hour})
 	fb.Update(a)
-
 	testwait.For(t, waitFor, func() error {
 		if err := upA.Synced(); err != nil {
 			return err
@@ -203,11 +210,24 @@ func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
 		if st := upA.Status(); st.Watch != uplink.WatchSynced {
 			return fmt.Errorf("watch %s", st.Watch)
 		}
-		if !bothSynced(current(t, h.pc)) || !bothSynced(current(t, fb.Publisher())) {
+		st := current(t, fb.Publisher())
+		if !bothSynced(current(t, h.pc)) || !bothSynced(st) {
 			return fmt.Errorf("push contexts not built from both clusters yet")
+		}
+		if also != nil {
+			return also(st)
 		}
 		return nil
 	})
+	return fb
+}
+
+// A spoke in fallback generates for a proxy exactly what the hub
+// generates for it from the same inputs (its own cluster live, the other
+// from Watch): same resources, same bytes.
+func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
+	h := startHubEngine(t)
+	fb := hubAndStandbyFallback(t, h, nil)
 	hubState, _ := h.cache.Current("m")
 	fbState, _ := fb.Resources().Current("m")
 	keys := []xdsproxy.Key{
@@ -236,6 +256,38 @@ func TestFallbackGeneratesWhatTheHubGenerates(t *testing.T) {
 	}
 	if !slices.ContainsFunc(eps, func(n string) bool { return strings.Contains(n, "only-b") }) {
 		t.Errorf("the spoke's output lacks cluster b's service: %v", eps)
+	}
+}
+
+// A spoke in fallback builds with its mesh's MeshConfig as the hub gave
+// it on Watch, and so generates what the hub generates under it.
+func TestFallbackGeneratesWhatTheHubGeneratesUnderTheMeshConfig(t *testing.T) {
+	cfg := &meshv1alpha1.MeshConfig{
+		OutboundTrafficPolicy: &meshv1alpha1.MeshConfig_OutboundTrafficPolicy{Mode: meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY},
+		ConnectTimeout:        durationpb.New(3 * time.Second),
+	}
+	h := startHubEngineWith(t, func(string) *meshv1alpha1.MeshConfig { return cfg })
+	fb := hubAndStandbyFallback(t, h, func(st *pushctx.State) error {
+		if !proto.Equal(st.Snapshot.MeshConfig, cfg) {
+			return fmt.Errorf("the fallback builds with mesh config %v", st.Snapshot.MeshConfig)
+		}
+		return nil
+	})
+	hubState, _ := h.cache.Current("m")
+	fbState, _ := fb.Resources().Current("m")
+	k := xdsproxy.Key{Type: xdsproxy.Sidecar, Mesh: "m", Namespace: "demo", Labels: "app=client", IPs: "10.1.0.5"}
+	hub, spoke := hashes(hubState.ForProxy(k)), hashes(fbState.ForProxy(k))
+	if len(hub[typeurl.Cluster]) == 0 || !equalHashes(hub, spoke) {
+		t.Errorf("fallback output differs from the hub's under the mesh config:\nhub   %v\nspoke %v", hub, spoke)
+	}
+	// The mesh config made a difference: the mesh's connect timeout is
+	// the outbound clusters'.
+	var c clusterv3.Cluster
+	if err := fbState.ForProxy(k).Resources[typeurl.Cluster]["outbound|80||only-b.demo.svc.cluster.local"].Any.UnmarshalTo(&c); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.GetConnectTimeout().AsDuration(); got != 3*time.Second {
+		t.Errorf("the fallback's outbound cluster connects within %s; want the mesh config's 3s", got)
 	}
 }
 

@@ -114,7 +114,7 @@ func (l *meshLife) start(m *tenants.Mesh) {
 	}
 	l.log.Info("mesh served", "mesh", m.Name, "uid", m.UID, "generation", m.Generation, "trustDomain", m.TrustDomain)
 	l.eng.Notify(m.Name)
-	l.w.Notify(m.Name)
+	l.w.MeshConfigChanged(m.Name) // and its trust bundle
 }
 
 // stop cuts mesh off on this replica, telling everyone cut off why: its

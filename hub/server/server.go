@@ -149,7 +149,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		Hosted:     meshes.Hosted,
 	})
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
-		Logger: log.With("component", "watch"), Registerer: reg})
+		MeshConfig: meshConfigOf(meshes),
+		Logger:     log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
 		MeshConfig: meshConfigOf(meshes),
 		Push: pushctx.Options{

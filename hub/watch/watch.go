@@ -2,7 +2,7 @@
 // spoke needs to stand alone when the hub is gone (fallback). A spoke gets
 // the other clusters of its own mesh — each one's resources, named
 // "cluster/namespace/name", and a ClusterStatus — and its mesh's
-// TrustBundle, as delta xDS in the normal direction: it subscribes per
+// TrustBundle and MeshConfig, as delta xDS in the normal direction: it subscribes per
 // type URL, the hub sends what differs from what the spoke holds, and the
 // spoke ACKs or NACKs every nonce. See docs/protocol.md and
 // docs/decisions/019-watch-resource-model.md.
@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -51,6 +52,12 @@ type Options struct {
 	// Roots returns mesh's roots of trust; nil (or a nil result) serves no
 	// TrustBundle (plaintext hubs have no CA).
 	Roots func(mesh string) (*protocolv1.TrustBundle, error)
+	// MeshConfig returns mesh's Istio MeshConfig, served as the
+	// protocol.MeshConfigTypeURL resource named by the mesh; nil (or a nil
+	// result) serves none, which a spoke takes as Istio's defaults. When it
+	// would return something else, call MeshConfigChanged. The result is
+	// only read.
+	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
 	// Debounce is how long a stream waits after a change before it sends
 	// what changed, so that a burst is sent once (shared/debounce with
 	// quiet = max: counted from the burst's first change). Zero means
@@ -111,6 +118,12 @@ func (s *Server) Notify(mesh string) {
 	}
 }
 
+// MeshConfigChanged tells the streams of mesh that Options.MeshConfig now
+// returns another MeshConfig for it: each sends the new one (or its
+// removal) after its debounce, as for a change of the clusters. It never
+// blocks.
+func (s *Server) MeshConfigChanged(mesh string) { s.Notify(mesh) }
+
 // changes returns a channel closed at mesh's next Notify.
 func (s *Server) changes(mesh string) <-chan struct{} {
 	s.mu.Lock()
@@ -139,8 +152,9 @@ type item struct {
 // view is what a spoke of (mesh, cluster) is to hold: type URL -> name -> item.
 type view map[string]map[string]item
 
-// View returns what a spoke of cluster in meshName is given: the other
-// clusters' objects and statuses, and the mesh's trust bundle.
+// view returns what a spoke of cluster in meshName is given: the other
+// clusters' objects and statuses, the mesh's trust bundle and its
+// MeshConfig.
 func (s *Server) view(meshName, own string) (view, error) {
 	v := view{}
 	put := func(typeURL, name string, it item) {
@@ -177,6 +191,15 @@ func (s *Server) view(meshName, own string) (view, error) {
 				return nil, err
 			}
 			put(protocol.TrustBundleTypeURL, meshName, it)
+		}
+	}
+	if s.opts.MeshConfig != nil {
+		if mc := s.opts.MeshConfig(meshName); mc != nil {
+			it, err := messageItem(meshName, mc)
+			if err != nil {
+				return nil, err
+			}
+			put(protocol.MeshConfigTypeURL, meshName, it)
 		}
 	}
 	return v, nil

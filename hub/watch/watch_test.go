@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/watch"
@@ -386,4 +389,64 @@ func TestWatchOfAMeshNotHostedEndsAtOnce(t *testing.T) {
 		t.Errorf("streams left: %+v", st)
 	}
 	f.watch(t, "a/c1", "a/c1", nil) // another mesh is served
+}
+
+func TestWatchSendsTheMeshConfigAndItsChanges(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	configs := map[string]*meshv1alpha1.MeshConfig{
+		"a": {RootNamespace: "mesh-a-root"},
+		"b": {RootNamespace: "mesh-b-secret"},
+	}
+	f.w = watch.New(f.src, watch.Options{Debounce: time.Millisecond, MeshConfig: func(m string) *meshv1alpha1.MeshConfig {
+		mu.Lock()
+		defer mu.Unlock()
+		return configs[m]
+	}})
+	f.src.Set("a", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	w := f.watch(t, "a/c1", "a/c1", nil)
+	meshConfig := func() *meshv1alpha1.MeshConfig {
+		t.Helper()
+		res := w.bodies[protocol.MeshConfigTypeURL+" a"]
+		cfg, err := protocol.DecodeMeshConfig("a", res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if got := meshConfig().GetRootNamespace(); got != "mesh-a-root" {
+		t.Fatalf("initial mesh config root namespace %q, want mesh-a-root", got)
+	}
+	if names := strings.Join(sorted(w.names()), ","); names != "ClusterStatus c2,MeshConfig a" {
+		t.Fatalf("held = %s", names)
+	}
+
+	// Another mesh's change reaches no stream of mesh a: the next response
+	// is mesh a's own change.
+	mu.Lock()
+	configs["b"] = &meshv1alpha1.MeshConfig{RootNamespace: "mesh-b-changed"}
+	mu.Unlock()
+	f.w.MeshConfigChanged("b")
+	mu.Lock()
+	configs["a"] = &meshv1alpha1.MeshConfig{RootNamespace: "mesh-a-changed", EnableAutoMtls: wrapperspb.Bool(false)}
+	mu.Unlock()
+	f.w.MeshConfigChanged("a")
+	r := w.next()
+	if r.GetTypeUrl() != protocol.MeshConfigTypeURL || len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != "a" {
+		t.Fatalf("after a MeshConfig change of mesh a got %v", r)
+	}
+	if got := meshConfig(); got.GetRootNamespace() != "mesh-a-changed" || got.GetEnableAutoMtls().GetValue() {
+		t.Fatalf("changed mesh config = %v", got)
+	}
+
+	// A mesh config taken away is removed: the spoke goes back to Istio's
+	// defaults.
+	mu.Lock()
+	delete(configs, "a")
+	mu.Unlock()
+	f.w.MeshConfigChanged("a")
+	r = w.next()
+	if r.GetTypeUrl() != protocol.MeshConfigTypeURL || len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "a" {
+		t.Fatalf("after the mesh config was taken away got %v", r)
+	}
 }

@@ -91,10 +91,6 @@ var MeshConfigFields = []MeshConfigField{
 	{"serviceEntryVisibility", NotYet, "ServiceEntries are visible as their exportTo says"},
 }
 
-// defaultConfigFields are the ProxyConfig fields of defaultConfig that
-// nave applies; the others are refused.
-var defaultConfigFields = []string{"terminationDrainDuration", "holdApplicationUntilProxyStarts", "proxyMetadata"}
-
 // ValidateMeshConfig checks what ParseMeshConfig cannot: values, and
 // fields nave refuses (MeshConfigFields: not yet supported, or rejected),
 // naming the field (meshConfig.…) and why. A nil MeshConfig is valid (it
@@ -275,21 +271,13 @@ func validateExtensionProviders(c *checker, p path, list []*meshv1alpha1.MeshCon
 }
 
 // validateDefaultConfig refuses the ProxyConfig fields nave does not apply
-// (defaultConfigFields are applied) and checks those it does.
+// (ProxyConfigFields are applied) and checks those it does.
 func validateDefaultConfig(c *checker, p path, pc *meshv1alpha1.ProxyConfig) {
 	if pc == nil {
 		return
 	}
-	var refused []string
-	pc.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		if !slices.Contains(defaultConfigFields, fd.JSONName()) {
-			refused = append(refused, fd.JSONName())
-		}
-		return true
-	})
-	slices.Sort(refused)
-	if len(refused) > 0 {
-		c.fail(p.field(refused[0]), "not yet supported (nave applies only %s of defaultConfig)", strings.Join(defaultConfigFields, ", "))
+	if refused := UnappliedProxyConfigFields(pc); len(refused) > 0 {
+		c.fail(p.field(refused[0]), "not yet supported (nave applies only %s of defaultConfig)", strings.Join(ProxyConfigFields, ", "))
 	}
 	if d := pc.GetTerminationDrainDuration(); d != nil {
 		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
@@ -297,8 +285,8 @@ func validateDefaultConfig(c *checker, p path, pc *meshv1alpha1.ProxyConfig) {
 		}
 	}
 	for _, k := range sortedMapKeys(pc.GetProxyMetadata()) {
-		if k == "" {
-			c.fail(p.field("proxyMetadata"), "an empty key")
+		if err := CheckProxyMetadataName(k); err != nil {
+			c.fail(p.field("proxyMetadata"), "%q: %v", k, err)
 		}
 	}
 }

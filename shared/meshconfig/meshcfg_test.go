@@ -87,6 +87,8 @@ defaultConfig: {terminationDrainDuration: 10s, holdApplicationUntilProxyStarts: 
 		{"provider without service", "extensionProviders: [{name: a, envoyExtAuthzHttp: {port: 80}}]", "meshConfig.extensionProviders[0].envoyExtAuthzHttp.service: service is required"},
 		{"provider without port", "extensionProviders: [{name: a, zipkin: {service: z.obs.svc.cluster.local}}]", "meshConfig.extensionProviders[0].zipkin.port:"},
 		{"default config field not applied", "defaultConfig: {concurrency: 2}", "meshConfig.defaultConfig.concurrency: not yet supported"},
+		{"proxy metadata of the agent's own config", "defaultConfig: {proxyMetadata: {NAVE_MESH: other}}", `meshConfig.defaultConfig.proxyMetadata: "NAVE_MESH": names of nave-agent's own configuration`},
+		{"proxy metadata that is no env var", "defaultConfig: {proxyMetadata: {\"A=B\": x}}", `meshConfig.defaultConfig.proxyMetadata: "A=B": a name with '='`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,7 +90,7 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 			return a.sds.Update(c)
 		}
 		a.envoy = &Envoy{Binary: cfg.Envoy.Binary, Bootstrap: filepath.Join(cfg.Dir, EnvoyBootstrapFile), AdminPort: cfg.Envoy.AdminPort,
-			Grace: envoyGrace, Stdout: os.Stdout, Stderr: os.Stderr, Log: log.With("component", "envoy")}
+			Grace: envoyGrace, Drain: cfg.Envoy.DrainDuration, Stdout: os.Stdout, Stderr: os.Stderr, Log: log.With("component", "envoy")}
 	}
 	a.keeper = NewKeeper(a.ra, KeeperOptions{RenewFraction: cfg.RA.RenewFraction, RenewJitter: cfg.RA.RenewJitter,
 		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, RootsRefresh: cfg.RA.RootsRefresh, Publish: publish},

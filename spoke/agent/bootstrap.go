@@ -28,6 +28,19 @@ func (a *Agent) bootstrap() ([]byte, error) {
 func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([]byte, error) {
 	w := Workload(cfg, labels, annotations)
 	meta, id := w.Metadata(), w.NodeID(cfg.DomainSuffix)
+	pm, err := cfg.ProxyMetadataMap()
+	if err != nil {
+		return nil, fmt.Errorf("proxyMetadata: %w", err)
+	}
+	for k, v := range pm {
+		// Istio's rule: ISTIO_META_<NAME> is node metadata <NAME>; the
+		// agent's own keys win.
+		if name, ok := strings.CutPrefix(k, proxyMetadataPrefix); ok && name != "" {
+			if _, taken := meta[name]; !taken {
+				meta[name] = v
+			}
+		}
+	}
 	if cfg.Mode == agentconfig.ModeGRPC {
 		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
 		file := func(name string) string { return filepath.Join(cfg.Dir, name) }
@@ -49,6 +62,10 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
 	}).JSON()
 }
+
+// proxyMetadataPrefix marks the proxyMetadata entries that are node
+// metadata.
+const proxyMetadataPrefix = "ISTIO_META_"
 
 // XDSRoots are the roots the grpc bootstrap's xDS servers are verified
 // with (HubCAFile): the hub's serving CA and, with a fallback server, the

@@ -84,3 +84,30 @@ func TestXDSRoots(t *testing.T) {
 		t.Errorf("without: %q, want the hub's CA alone", got)
 	}
 }
+
+func TestProxyMetadataBecomesNodeMetadata(t *testing.T) {
+	cfg := testConfig(agentconfig.ModeGRPC)
+	cfg.ProxyMetadata = `{"ISTIO_META_DNS_CAPTURE":"true","ISTIO_META_MESH":"other","PLAIN_ENV":"x"}`
+	doc, err := Bootstrap(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b xdsbootstrap.Bootstrap
+	if err := json.Unmarshal(doc, &b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.Node.Metadata
+	if md["DNS_CAPTURE"] != "true" {
+		t.Errorf("DNS_CAPTURE = %v; want ISTIO_META_DNS_CAPTURE's value", md["DNS_CAPTURE"])
+	}
+	if md["MESH"] != "m1" {
+		t.Errorf("MESH = %v; proxyMetadata must not replace the agent's own", md["MESH"])
+	}
+	if _, ok := md["PLAIN_ENV"]; ok {
+		t.Error("an entry without ISTIO_META_ became node metadata")
+	}
+	cfg.ProxyMetadata = `["not", "an object"]`
+	if _, err := Bootstrap(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "proxyMetadata") {
+		t.Errorf("bad proxyMetadata: %v", err)
+	}
+}

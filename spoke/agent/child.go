@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -22,7 +23,16 @@ type Envoy struct {
 	AdminPort int
 	// Grace is how long Envoy has to exit after SIGTERM before it is
 	// killed.
-	Grace          time.Duration
+	Grace time.Duration
+	// Drain is how long Envoy drains before SIGTERM when the agent stops
+	// (ProxyConfig's terminationDrainDuration): Envoy is started with
+	// --drain-time-s of it and --drain-strategy immediate, asked to drain
+	// its listeners gracefully, and stopped once it has no connection
+	// left or Drain has passed. Zero stops it at once.
+	Drain time.Duration
+	// DrainPoll is how often Envoy's connections are counted while it
+	// drains; zero means 1 s.
+	DrainPoll      time.Duration
 	Stdout, Stderr io.Writer
 	Log            *slog.Logger
 }
@@ -36,12 +46,16 @@ func (e *Envoy) Present() bool {
 	return err == nil && !fi.IsDir()
 }
 
-// Run starts Envoy and waits for it. When ctx ends it sends Envoy SIGTERM
-// (which Envoy handles as SIGINT: a graceful exit), waits up to Grace and
-// kills it, and returns nil. When Envoy exits on its own it returns an
+// Run starts Envoy and waits for it. When ctx ends it drains Envoy (see
+// Drain), sends it SIGTERM (which Envoy handles as SIGINT: a graceful
+// exit), waits up to Grace and kills it, and returns nil. When Envoy exits on its own it returns an
 // error wrapping ErrEnvoyExited with the exit status.
 func (e *Envoy) Run(ctx context.Context) error {
-	cmd := exec.Command(e.Binary, "-c", e.Bootstrap)
+	args := []string{"-c", e.Bootstrap}
+	if e.Drain > 0 {
+		args = append(args, "--drain-time-s", strconv.Itoa(max(1, int(e.Drain.Round(time.Second)/time.Second))), "--drain-strategy", "immediate")
+	}
+	cmd := exec.Command(e.Binary, args...)
 	cmd.Stdout, cmd.Stderr = e.Stdout, e.Stderr
 	// Envoy must not outlive the agent (a container dies with its first
 	// process anyway; this also holds outside one).
@@ -60,6 +74,23 @@ func (e *Envoy) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrEnvoyExited, err)
 	case <-ctx.Done():
 	}
+	if e.Drain > 0 {
+		dctx, cancel := context.WithCancel(context.Background())
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			e.DrainConnections(dctx)
+		}()
+		select {
+		case <-drained:
+			cancel()
+		case err := <-done:
+			cancel()
+			<-drained
+			e.Log.Info("envoy exited while draining", "status", exitStatus(err))
+			return nil
+		}
+	}
 	e.Log.Info("stopping envoy", "pid", cmd.Process.Pid, "grace", e.Grace)
 	_ = cmd.Process.Signal(syscall.SIGTERM) // fails only if it already exited, which done reports
 	t := time.NewTimer(e.Grace)
@@ -73,6 +104,90 @@ func (e *Envoy) Run(ctx context.Context) error {
 		e.Log.Warn("envoy did not stop in time; killed", "grace", e.Grace, "status", exitStatus(err))
 	}
 	return nil
+}
+
+// DrainConnections asks Envoy's admin to drain every listener gracefully
+// (POST /drain_listeners?graceful) and waits until Envoy reports no
+// connection left (server.total_connections), Drain has passed or ctx
+// ends. An admin that does not answer is retried until then: draining
+// never shortens the wait, it only ends it early.
+func (e *Envoy) DrainConnections(ctx context.Context) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, e.Drain)
+	defer cancel()
+	poll := e.DrainPoll
+	if poll == 0 {
+		poll = time.Second
+	}
+	e.Log.Info("draining envoy", "for", e.Drain)
+	if _, err := e.admin(ctx, http.MethodPost, "/drain_listeners?graceful"); err != nil {
+		e.Log.Warn("envoy not asked to drain; waiting the drain duration anyway", "err", err)
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		n, err := e.connections(ctx)
+		if err == nil && n == 0 {
+			e.Log.Info("envoy drained: no connection left", "after", time.Since(start))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			e.Log.Info("envoy drain time over", "after", time.Since(start), "connections", n)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// drainClient talks to Envoy's admin while it drains: no connection is
+// kept between requests (the admin's own connections are not counted
+// anyway, and the agent is stopping).
+var drainClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// admin sends one request to Envoy's admin and returns its body (status
+// 200 only).
+func (e *Envoy) admin(ctx context.Context, method, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://127.0.0.1:"+strconv.Itoa(e.AdminPort)+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := drainClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("envoy admin %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("envoy admin %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envoy admin %s: %s", path, resp.Status)
+	}
+	return body, nil
+}
+
+// connectionsStat is the gauge of Envoy's open downstream connections.
+const connectionsStat = "server.total_connections"
+
+// connections reads Envoy's connection count from its admin's stats.
+func (e *Envoy) connections(ctx context.Context) (int, error) {
+	body, err := e.admin(ctx, http.MethodGet, "/stats?filter=^server%5C.total_connections$")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), connectionsStat+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("envoy stat %s: %q is not a number", connectionsStat, v)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("envoy stats have no %s", connectionsStat)
 }
 
 func exitStatus(err error) string {

@@ -6,6 +6,7 @@ package agentconfig
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -49,6 +50,8 @@ type Config struct {
 	ProxyUID     int    `key:"proxyUID" default:"1337" help:"uid the sidecar runs as (traffic capture excludes it); informational for the agent"`
 	// AppProbes are the app containers' original probes (decision 032).
 	AppProbes string `key:"appProbes" help:"JSON of the app containers' original probes by path (/app-health/<container>/livez|readyz|startupz: httpGet, grpc or tcpSocket with numeric ports, timeoutSeconds), which the injector rewrote to httpGet on the status port; the agent answers each path by probing the pod; empty: none"`
+	// ProxyMetadata is ProxyConfig's proxyMetadata (JSON).
+	ProxyMetadata string `key:"proxyMetadata" help:"JSON object of ProxyConfig's proxyMetadata (name: value), which the injector also sets as environment variables of the agent (and so of Envoy); entries named ISTIO_META_<NAME> become node metadata <NAME> in the bootstrap, as in Istio, never replacing what the agent sets itself; empty: none"`
 }
 
 // Pod is what the downward API tells about the pod.
@@ -101,6 +104,8 @@ type Envoy struct {
 	AdminPort int    `key:"adminPort" default:"15000" help:"port of Envoy's admin server, on 127.0.0.1"`
 	// ReadyPort is Envoy's own readiness listener.
 	ReadyPort int `key:"readyPort" default:"15020" help:"port of the readiness listener in Envoy's bootstrap (127.0.0.1), answering /ready from Envoy's admin"`
+	// DrainDuration is ProxyConfig's terminationDrainDuration.
+	DrainDuration time.Duration `key:"drainDuration" default:"5s" help:"when the agent is stopped (SIGTERM), how long Envoy drains before it is stopped: the agent asks Envoy's admin to drain its listeners gracefully (POST /drain_listeners?graceful, Envoy started with --drain-time-s of it and --drain-strategy immediate) and waits this long or until Envoy has no connection left; 0: stop Envoy at once. Istio's terminationDrainDuration (ProxyConfig), which the injector sets from the mesh's defaultConfig and the pod's proxy.istio.io/config"`
 }
 
 // Validate checks the section.
@@ -224,6 +229,9 @@ func (e *Envoy) Validate() error {
 	if e.AdminPort == e.ReadyPort {
 		return settings.Invalid("readyPort", "must differ from adminPort (%d)", e.AdminPort)
 	}
+	if e.DrainDuration < 0 {
+		return settings.Invalid("drainDuration", "must not be negative, got %s", e.DrainDuration)
+	}
 	return nil
 }
 
@@ -245,10 +253,25 @@ func (c *Config) Validate() error {
 	if _, err := appprobe.Parse(c.AppProbes); err != nil {
 		return settings.Invalid("appProbes", "%v", err)
 	}
+	if _, err := c.ProxyMetadataMap(); err != nil {
+		return settings.Invalid("proxyMetadata", "%v", err)
+	}
 	if c.ProxyUID < 0 {
 		return settings.Invalid("proxyUID", "must not be negative, got %d", c.ProxyUID)
 	}
 	return nil
+}
+
+// ProxyMetadataMap decodes ProxyMetadata: nil when empty.
+func (c *Config) ProxyMetadataMap() (map[string]string, error) {
+	if c.ProxyMetadata == "" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(c.ProxyMetadata), &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object of strings: %v", err)
+	}
+	return m, nil
 }
 
 // WorkloadID is the workload's SPIFFE ID; call it on a validated Config.

@@ -2,8 +2,9 @@
 // is gone (docs/design.md invariant 5: losing the hub never breaks a cluster).
 // It composes the hub's own engine (xds/engine: xds/pushctx over a source
 // of cluster stores, xds/cache, xds/ads) over the spoke's live local state plus the
-// remote view the hub gave it on Watch (spoke/remote), so a proxy gets from
-// the spoke what the hub would give it for the same inputs.
+// remote view the hub gave it on Watch (spoke/remote) and the mesh's
+// MeshConfig from that view, so a proxy gets from the spoke what the hub
+// would give it for the same inputs.
 //
 // The Server builds its push context all the time (so that it serves at
 // once when needed) but answers proxies only while active: it becomes
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/spoke/remote"
@@ -118,10 +120,24 @@ func New(opts Options) *Server {
 	s.engine = engine.New(s, engine.Options{
 		Push: pushctx.Options{DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
 			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }, TrustDomain: opts.trustDomain},
-		ADS:    ao,
-		Logger: opts.Logger, Registerer: opts.Registerer,
+		ADS: ao,
+		// The mesh's MeshConfig as the hub last gave it on Watch: the
+		// fallback builds with the hub's mesh config (a change of it is a
+		// change of the view, which Run notifies).
+		MeshConfig: s.meshConfig,
+		Logger:     opts.Logger, Registerer: opts.Registerer,
 	})
 	return s
+}
+
+// meshConfig is the engine's MeshConfig: the remote view's, for the
+// spoke's own mesh only; nil (Istio's defaults) without a view or before
+// the hub gave one.
+func (s *Server) meshConfig(meshName string) *meshv1alpha1.MeshConfig {
+	if meshName != s.opts.Mesh || s.opts.View == nil {
+		return nil
+	}
+	return s.opts.View.MeshConfig()
 }
 
 // Update replaces the local cluster's state with objs (the source's

@@ -3,6 +3,13 @@ package fallback
 import (
 	"testing"
 	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/navemesh/nave/protocol"
+	"github.com/navemesh/nave/spoke/remote"
 )
 
 // The state machine: active only after After without the hub and with the
@@ -63,5 +70,29 @@ func TestFallbackServesOnlyItsOwnMesh(t *testing.T) {
 	}
 	if got := s.Clusters("m"); len(got) != 1 || got[0].Name != "a" || !got[0].Synced || got[0].DomainSuffix != "cluster.local" {
 		t.Fatalf("clusters = %+v", got)
+	}
+}
+
+// The engine's MeshConfig is the remote view's, for the spoke's own mesh
+// only, and Istio's defaults (nil) without a view.
+func TestFallbackMeshConfigIsTheViewsForItsOwnMesh(t *testing.T) {
+	if got := New(Options{Mesh: "m", Cluster: "a", HubSynced: func() error { return nil }}).meshConfig("m"); got != nil {
+		t.Fatalf("without a view: %v, want nil", got)
+	}
+	view := remote.New("m", "a")
+	body, err := anypb.New(&meshv1alpha1.MeshConfig{RootNamespace: "mesh-root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rj := view.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.MeshConfigTypeURL,
+		Resources: []*discoveryv3.Resource{{Name: "m", Version: "1", Resource: body}}}); len(rj) > 0 {
+		t.Fatal(rj)
+	}
+	s := New(Options{Mesh: "m", Cluster: "a", View: view, HubSynced: func() error { return nil }})
+	if got := s.meshConfig("m").GetRootNamespace(); got != "mesh-root" {
+		t.Fatalf("own mesh: root namespace %q, want mesh-root", got)
+	}
+	if got := s.meshConfig("other"); got != nil {
+		t.Fatalf("another mesh: %v, want nil", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -35,7 +36,6 @@ const (
 // ignored are Istio annotations the injector does not honour, with the
 // warning a pod carrying one gets back.
 var ignored = map[string]string{
-	"proxy.istio.io/config":                       "nave-agent takes no ProxyConfig: its settings come from the spoke",
 	"sidecar.istio.io/interceptionMode":           "the capture is REDIRECT only",
 	"traffic.sidecar.istio.io/excludeInterfaces":  "the capture applies to every interface",
 	"traffic.sidecar.istio.io/kubevirtInterfaces": "the capture applies to every interface",
@@ -82,6 +82,7 @@ type podSettings struct {
 	template  string
 	image     string
 	appProbes string // the original app probes for the agent (JSON), "" for none
+	proxy     proxySettings
 	capture   capture.Config
 	resources corev1.ResourceRequirements
 	warnings  []string
@@ -165,6 +166,20 @@ func (in *Injector) parseSettings(pod *corev1.Pod, template string) (*podSetting
 	} else if r := parseCapture(ann, &s.capture); r != nil {
 		return nil, r
 	}
+	pc, r := parseProxyConfig(ann)
+	if r != nil {
+		return nil, r
+	}
+	var mesh *meshv1alpha1.ProxyConfig
+	if in.opts.MeshConfig != nil {
+		mesh = in.opts.MeshConfig().GetDefaultConfig()
+	}
+	ps, w, r := resolveProxyConfig(mesh, pc)
+	if r != nil {
+		return nil, r
+	}
+	s.proxy = ps
+	s.warnings = append(s.warnings, w...)
 	keys := make([]string, 0, len(ignored))
 	for k := range ann {
 		if _, ok := ignored[k]; ok {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -58,6 +59,11 @@ type Options struct {
 	// pod's AnnotationRewriteProbes asks otherwise; by default they are
 	// rewritten to the agent (Istio's default).
 	KeepAppProbes bool
+	// MeshConfig, if set, returns the mesh's Istio MeshConfig as the hub
+	// last gave it (the spoke's remote view); nil (or a nil result) is
+	// Istio's defaults. Its defaultConfig is the ProxyConfig of every pod,
+	// under the pod's proxy.istio.io/config annotation.
+	MeshConfig func() *meshv1alpha1.MeshConfig
 	// Trust returns the spoke's current trust material, or why it has
 	// none yet (not enrolled): pods are then refused. Required.
 	Trust func() (Trust, error)

@@ -55,7 +55,7 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 		ImagePullPolicy: in.opts.PullPolicy,
 		Command:         []string{agentBinary},
 		Args:            []string{"run"},
-		Env:             in.agentEnv(mode, trust, s.appProbes),
+		Env:             in.agentEnv(mode, trust, s),
 		Ports:           []corev1.ContainerPort{{Name: "nave-status", ContainerPort: statusPort, Protocol: corev1.ProtocolTCP}},
 		Resources:       s.resources,
 		VolumeMounts: []corev1.VolumeMount{
@@ -134,8 +134,10 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 }
 
 // agentEnv is nave-agent's configuration (spoke/agentconfig's keys), with
-// the app containers' original probes (JSON) when any were rewritten.
-func (in *Injector) agentEnv(mode string, trust Trust, appProbes string) []corev1.EnvVar {
+// the app containers' original probes (JSON) when any were rewritten and
+// the pod's ProxyConfig (drain duration, proxyMetadata — whose entries are
+// also the agent's environment, and so Envoy's, as in Istio).
+func (in *Injector) agentEnv(mode string, trust Trust, s *podSettings) []corev1.EnvVar {
 	v := func(key, value string) corev1.EnvVar { return corev1.EnvVar{Name: settings.EnvName(key), Value: value} }
 	field := func(key, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: settings.EnvName(key), ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
@@ -174,8 +176,17 @@ func (in *Injector) agentEnv(mode string, trust Trust, appProbes string) []corev
 	if mode == modeEnvoy {
 		env = append(env, v("proxyUID", strconv.Itoa(capture.DefaultProxyUID)))
 	}
-	if appProbes != "" {
-		env = append(env, v("appProbes", appProbes))
+	if s.appProbes != "" {
+		env = append(env, v("appProbes", s.appProbes))
+	}
+	if s.proxy.drainSet && mode == modeEnvoy {
+		env = append(env, v("envoy.drainDuration", s.proxy.drain.String()))
+	}
+	if pm := s.proxy.metadataJSON(); pm != "" {
+		env = append(env, v("proxyMetadata", pm))
+		for _, k := range s.proxy.metadataNames() {
+			env = append(env, corev1.EnvVar{Name: k, Value: s.proxy.metadata[k]})
+		}
 	}
 	return env
 }

@@ -1,6 +1,6 @@
 // Package remote keeps a spoke's view of the rest of its mesh: what the
 // hub gives it on Watch (docs/protocol.md#watch) — every other cluster's
-// objects and status, and the mesh's trust bundle. The view is what a
+// objects and status, the mesh's trust bundle and its MeshConfig. The view is what a
 // spoke in fallback serves besides its own cluster, so it is kept on disk
 // (atomically, in the spoke's state dir) and loaded at start: a spoke
 // restarted while the hub is gone still has it. A view on disk that does
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -35,6 +36,7 @@ type View struct {
 	objects   map[string]map[string]*meshconfig.Object // cluster -> "type name" -> object
 	statuses  map[string]*protocolv1.ClusterStatus
 	trust     *protocolv1.TrustBundle
+	meshCfg   *meshv1alpha1.MeshConfig
 	// complete is set once a Watch stream's initial view is in (or a view
 	// was loaded from disk); updated is when the view last changed.
 	complete bool
@@ -86,6 +88,7 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 		obj     *meshconfig.Object
 		status  *protocolv1.ClusterStatus
 		trust   *protocolv1.TrustBundle
+		meshCfg *meshv1alpha1.MeshConfig
 	}
 	var ok []decoded
 	kind, isKind := meshconfig.KindByTypeURL(typeURL)
@@ -101,12 +104,12 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 			refuse(res.GetName(), err.Error())
 			continue
 		}
-		ok = append(ok, decoded{res: res, cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust})
+		ok = append(ok, decoded{res: res, cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg})
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, d := range ok {
-		v.put(typeURL, d.res, decodedItem{cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust})
+		v.put(typeURL, d.res, decodedItem{cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg})
 	}
 	for _, name := range r.GetRemovedResources() {
 		v.remove(typeURL, name)
@@ -118,7 +121,7 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 }
 
 func isWatchMessage(typeURL string) bool {
-	return typeURL == protocol.ClusterStatusTypeURL || typeURL == protocol.TrustBundleTypeURL
+	return typeURL == protocol.ClusterStatusTypeURL || typeURL == protocol.TrustBundleTypeURL || typeURL == protocol.MeshConfigTypeURL
 }
 
 // decodedItem is one verified resource of the view.
@@ -127,10 +130,11 @@ type decodedItem struct {
 	obj     *meshconfig.Object
 	status  *protocolv1.ClusterStatus
 	trust   *protocolv1.TrustBundle
+	meshCfg *meshv1alpha1.MeshConfig
 }
 
 // decode verifies one resource: it must decode, name another cluster of
-// the spoke's mesh, and (a trust bundle) be of this mesh.
+// the spoke's mesh, and (a trust bundle, a mesh config) be of this mesh.
 func (v *View) decode(typeURL string, kind *meshconfig.Kind, res *discoveryv3.Resource) (decodedItem, error) {
 	switch typeURL {
 	case protocol.ClusterStatusTypeURL:
@@ -159,6 +163,12 @@ func (v *View) decode(typeURL string, kind *meshconfig.Kind, res *discoveryv3.Re
 			return decodedItem{}, err
 		}
 		return decodedItem{trust: &tb}, nil
+	case protocol.MeshConfigTypeURL:
+		cfg, err := protocol.DecodeMeshConfig(v.mesh, res)
+		if err != nil {
+			return decodedItem{}, err
+		}
+		return decodedItem{meshCfg: cfg}, nil
 	}
 	cluster, o, err := protocol.DecodeRemote(kind, res)
 	if err != nil {
@@ -201,6 +211,8 @@ func (v *View) put(typeURL string, res *discoveryv3.Resource, d decodedItem) {
 		v.statuses[d.cluster] = d.status
 	case d.trust != nil:
 		v.trust = d.trust
+	case d.meshCfg != nil:
+		v.meshCfg = d.meshCfg
 	case d.obj != nil:
 		if v.objects[d.cluster] == nil {
 			v.objects[d.cluster] = map[string]*meshconfig.Object{}
@@ -220,6 +232,8 @@ func (v *View) remove(typeURL, name string) {
 		delete(v.statuses, name)
 	case protocol.TrustBundleTypeURL:
 		v.trust = nil
+	case protocol.MeshConfigTypeURL:
+		v.meshCfg = nil
 	default:
 		if cluster, key, ok := protocol.SplitRemoteName(name); ok {
 			delete(v.objects[cluster], typeURL+" "+key)
@@ -283,14 +297,25 @@ func (v *View) Trust() *protocolv1.TrustBundle {
 	return v.trust
 }
 
+// MeshConfig returns the mesh's Istio MeshConfig as the hub last gave it;
+// nil when it gave none (Istio's defaults). The result is shared: only
+// read it.
+func (v *View) MeshConfig() *meshv1alpha1.MeshConfig {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.meshCfg
+}
+
 // Status is what /debug/remote shows.
 type Status struct {
-	Mesh     string         `json:"mesh"`
-	Complete bool           `json:"complete"`
-	Updated  time.Time      `json:"updated"`
-	Version  uint64         `json:"version"`
-	Trust    bool           `json:"trustBundle"`
-	Clusters map[string]int `json:"clusters"`
+	Mesh     string    `json:"mesh"`
+	Complete bool      `json:"complete"`
+	Updated  time.Time `json:"updated"`
+	Version  uint64    `json:"version"`
+	Trust    bool      `json:"trustBundle"`
+	// MeshConfig is the version (hash) of the mesh config held, "" for none.
+	MeshConfig string         `json:"meshConfig,omitempty"`
+	Clusters   map[string]int `json:"clusters"`
 }
 
 // Status reports the view's state: per remote cluster, the objects held.
@@ -298,6 +323,9 @@ func (v *View) Status() Status {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	st := Status{Mesh: v.mesh, Complete: v.complete, Updated: v.updated, Version: v.version, Trust: v.trust != nil, Clusters: map[string]int{}}
+	if r := v.resources[protocol.MeshConfigTypeURL][v.mesh]; r != nil {
+		st.MeshConfig = r.GetVersion()
+	}
 	for name := range v.statuses {
 		st.Clusters[name] = len(v.objects[name])
 	}

@@ -6,9 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -177,4 +181,69 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal("a view that failed to load was taken")
 		}
 	})
+}
+
+func meshConfigResource(t testing.TB, name string, cfg *meshv1alpha1.MeshConfig) *discoveryv3.Resource {
+	t.Helper()
+	a, err := anypb.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &discoveryv3.Resource{Name: name, Version: "v-" + cfg.GetRootNamespace(), Resource: a}
+}
+
+func TestMeshConfigIsKeptSavedAndLoadedWithTheView(t *testing.T) {
+	v := filled(t)
+	if v.MeshConfig() != nil {
+		t.Fatal("a view the hub gave no mesh config holds one")
+	}
+	cfg := &meshv1alpha1.MeshConfig{RootNamespace: "mesh-root", DefaultConfig: &meshv1alpha1.ProxyConfig{
+		TerminationDrainDuration: durationpb.New(7 * time.Second), ProxyMetadata: map[string]string{"ISTIO_META_DNS_CAPTURE": "true"}}}
+	changed := v.Changed()
+	if rj := v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.MeshConfigTypeURL,
+		Resources: []*discoveryv3.Resource{meshConfigResource(t, "m", cfg)}}); len(rj) > 0 {
+		t.Fatalf("refused %v", rj)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a new mesh config is not a change of the view")
+	}
+	if got := v.MeshConfig(); !proto.Equal(got, cfg) {
+		t.Fatalf("mesh config = %v, want %v", got, cfg)
+	}
+
+	path := filepath.Join(t.TempDir(), File)
+	if err := v.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back := New("m", "c1")
+	if err := back.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.MeshConfig(); !proto.Equal(got, cfg) {
+		t.Fatalf("loaded mesh config = %v, want %v", got, cfg)
+	}
+	if st := back.Status(); st.MeshConfig != "v-mesh-root" {
+		t.Fatalf("status mesh config version %q", st.MeshConfig)
+	}
+	// The saved view is checksummed as a whole: a mesh config edited on
+	// disk is refused with the rest.
+	b, _ := os.ReadFile(path)
+	edited := strings.Replace(string(b), `"format"`, `"format" `, 1)
+	os.WriteFile(path, []byte(edited), 0o600)
+	if err := New("m", "c1").Load(path); err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("edited view: err = %v", err)
+	}
+
+	// Another mesh's config is refused; a removal goes back to defaults.
+	rj := back.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.MeshConfigTypeURL,
+		Resources: []*discoveryv3.Resource{meshConfigResource(t, "other", &meshv1alpha1.MeshConfig{RootNamespace: "evil"})}})
+	if len(rj) != 1 || !strings.Contains(rj[0].GetReason(), "another mesh") || back.MeshConfig().GetRootNamespace() != "mesh-root" {
+		t.Fatalf("another mesh's config: rejections %v, held %v", rj, back.MeshConfig())
+	}
+	back.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.MeshConfigTypeURL, RemovedResources: []string{"m"}})
+	if back.MeshConfig() != nil {
+		t.Fatalf("after removal: %v", back.MeshConfig())
+	}
 }

@@ -17,9 +17,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -39,6 +41,20 @@ type Server struct {
 	id                                *hubIdentity
 	wh                                *webhook
 	src                               source
+	// view is the remote view once Run made it (the injector reads the
+	// mesh's MeshConfig from it).
+	view *atomic.Pointer[remote.View]
+}
+
+// meshConfigOf returns the mesh's MeshConfig as view holds it once set;
+// nil (Istio's defaults) before.
+func meshConfigOf(view *atomic.Pointer[remote.View]) func() *meshv1alpha1.MeshConfig {
+	return func() *meshv1alpha1.MeshConfig {
+		if v := view.Load(); v != nil {
+			return v.MeshConfig()
+		}
+		return nil
+	}
 }
 
 // Serve runs a spoke with cfg until ctx ends (New, then Run): nave-spoke's
@@ -90,13 +106,14 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
+	view := new(atomic.Pointer[remote.View])
 	var wh *webhook
 	if cfg.Webhook.Listen != "" { // validated: only with the kubernetes source
 		if whLis, err = net.Listen("tcp", cfg.Webhook.Listen); err != nil {
 			closeAll()
 			return nil, fmt.Errorf("webhook.listen: %w", err)
 		}
-		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg, id.trust); err != nil {
+		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg, id.trust, meshConfigOf(view)); err != nil {
 			closeAll()
 			return nil, err
 		}
@@ -124,7 +141,7 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial, expiry and next renewal, "+
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
-	return &Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis,
+	return &Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis, view: view,
 		id: id, wh: wh, src: src}, nil
 }
 
@@ -175,15 +192,19 @@ func (s *Server) Run(ctx context.Context) error {
 		} else if raLis != nil {
 			raLis.Close()
 		}
-		var view *remote.View
+		var rv *remote.View
 		var viewFile string
-		if fbLis != nil {
-			view, viewFile = remoteView(cfg, log.With("component", "remote"), adm)
+		// The injector needs the mesh's MeshConfig (its defaultConfig)
+		// even without a fallback: then the view holds that alone.
+		meshConfigOnly := fbLis == nil && wh != nil && wh.injects
+		if fbLis != nil || meshConfigOnly {
+			rv, viewFile = remoteView(cfg, log.With("component", "remote"), adm)
+			s.view.Store(rv)
 		}
 		upOpts := uplink.Options{
 			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix, TLS: hubTLS,
 			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
-			View: view, ViewFile: viewFile,
+			View: rv, ViewFile: viewFile, MeshConfigOnly: meshConfigOnly,
 			Logger: log.With("component", "uplink"), Registerer: reg,
 		}
 		if polled {
@@ -193,7 +214,7 @@ func (s *Server) Run(ctx context.Context) error {
 		up := uplink.New(upOpts)
 		update := up.Update
 		if fbLis != nil {
-			fb := newFallback(cfg, view, up.Synced, renewer, log.With("component", "fallback"), reg, adm)
+			fb := newFallback(cfg, rv, up.Synced, renewer, log.With("component", "fallback"), reg, adm)
 			g.Go(func() error { return fb.Run(gctx) })
 			g.Go(func() error { return runFallback(gctx, fb, fbLis, renewer, adm.Handshakes()) })
 			update = func(objs []*meshconfig.Object) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -37,7 +38,7 @@ type webhook struct {
 // newWebhook builds the webhook on lis and registers its ready check
 // (a serving certificate) and its debug view.
 func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log *slog.Logger, reg prometheus.Registerer,
-	trust func() (inject.Trust, error)) (*webhook, error) {
+	trust func() (inject.Trust, error), meshConfig func() *meshv1alpha1.MeshConfig) (*webhook, error) {
 	rc, err := kubeconfig.Load(cfg.Kube.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
@@ -77,8 +78,8 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 			Revision: cfg.Inject.Revision, SystemNamespace: cfg.Webhook.Namespace, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix,
 			ProxyImage: cfg.Inject.ProxyImage, PullPolicy: corev1.PullPolicy(cfg.Inject.PullPolicy), RAAddress: cfg.Inject.RAAddress,
 			XDSAddress: cfg.Inject.XDSAddress, XDSServerName: cfg.Inject.XDSServerName, XDSFallbackAddress: cfg.Inject.XDSFallbackAddress, Trust: trust,
-			KeepAppProbes: !cfg.Inject.RewriteAppProbes,
-			Logger:        log.With("webhook", "injection"), Registerer: reg,
+			MeshConfig: meshConfig, KeepAppProbes: !cfg.Inject.RewriteAppProbes,
+			Logger: log.With("webhook", "injection"), Registerer: reg,
 		})
 		if err != nil {
 			return nil, err

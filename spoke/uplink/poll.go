@@ -96,18 +96,19 @@ func (u *Uplink) Poll(ps protocolv1.Polled_PollServer) error {
 // PollWatch serves the Watch stream a hub opens beside its Poll stream
 // (protocolv1.PolledServer): the spoke subscribes to the rest of its mesh
 // as it does on a Watch stream it dials, and keeps the view (Options.View)
-// up to date and saved. Without a view (fallback off) it answers
+// up to date and saved. Without a view (fallback and injection off) it answers
 // Unimplemented. The hub ends it with the Poll stream it belongs to (when
 // a newer Poll stream supersedes that one, or the spoke stops).
 func (u *Uplink) PollWatch(ws protocolv1.Polled_PollWatchServer) error {
 	if u.opts.View == nil {
-		return status.Error(codes.Unimplemented, "this spoke keeps no remote view (fallback.enabled is off)")
+		return status.Error(codes.Unimplemented, "this spoke keeps no remote view (fallback and injection are off)")
 	}
 	if err := ws.SendHeader(u.streamMetadata()); err != nil {
 		return err
 	}
 	u.setWatch(WatchSubscribing, nil)
 	err := u.runWatch(ws)
+	u.meshConfigRefused(err) // the hub's next PollWatch then leaves it out
 	if ws.Context().Err() == nil {
 		u.setWatch(WatchDown, err)
 	}

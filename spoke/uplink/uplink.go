@@ -68,10 +68,14 @@ type Options struct {
 	// View, if set, is kept up to date from a Watch stream opened beside
 	// every Push stream (the rest of the mesh, for fallback), and saved to
 	// ViewFile (if set) once complete and after changes.
-	View       *remote.View
-	ViewFile   string
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	View     *remote.View
+	ViewFile string
+	// MeshConfigOnly has the Watch stream subscribe to the mesh's
+	// MeshConfig alone (a spoke that injects pods but keeps no fallback:
+	// the rest of the mesh would only cost memory).
+	MeshConfigOnly bool
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer
 }
 
 // Uplink pushes the desired state to the hub. Update and Status are safe
@@ -109,6 +113,10 @@ type Uplink struct {
 	resumed bool
 	// watchState and watchErr describe the Watch stream.
 	watchState, watchErr string
+	// noMeshConfig is set when the hub refused a subscription to the
+	// mesh config (a hub older than the type): Watch streams then leave it
+	// out. Reset at each new connection (watchLoop).
+	noMeshConfig bool
 }
 
 type key struct{ typeURL, name string }

@@ -3,6 +3,7 @@ package uplink
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,10 +33,20 @@ const (
 // which is saved to Options.ViewFile. A hub that does not serve Watch is
 // asked again only on the next connection.
 func (u *Uplink) watchLoop(ctx context.Context, client protocolv1.SyncClient) {
+	u.mu.Lock()
+	u.noMeshConfig = false
+	u.mu.Unlock()
 	for {
 		err := u.watch(ctx, client)
 		if ctx.Err() != nil {
 			return
+		}
+		if u.meshConfigRefused(err) {
+			if u.opts.MeshConfigOnly {
+				u.setWatch(WatchUnsupported, err)
+				return // nothing else is watched
+			}
+			continue // at once, without the mesh config
 		}
 		if status.Code(err) == codes.Unimplemented {
 			u.setWatch(WatchUnsupported, err)
@@ -59,6 +70,39 @@ func (u *Uplink) setWatch(s string, err error) {
 	if err != nil {
 		u.watchErr = err.Error()
 	}
+}
+
+// meshConfigRefused reports whether err is a hub's refusal of the mesh
+// config's type (a hub older than it ends the stream with InvalidArgument
+// naming the type URL); the spoke then watches without it, and its
+// fallback and injection use Istio's defaults.
+func (u *Uplink) meshConfigRefused(err error) bool {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), protocol.MeshConfigTypeURL) {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.noMeshConfig {
+		return false
+	}
+	u.noMeshConfig = true
+	u.log.Warn("the hub does not serve the mesh config on Watch; watching without it (Istio's defaults apply)", "err", err)
+	return true
+}
+
+// watchTypes are the types a Watch stream subscribes to.
+func (u *Uplink) watchTypes() []string {
+	u.mu.Lock()
+	skip := u.noMeshConfig
+	u.mu.Unlock()
+	types := protocol.WatchTypeURLs()
+	if u.opts.MeshConfigOnly {
+		types = []string{protocol.MeshConfigTypeURL}
+	}
+	if skip {
+		types = slices.DeleteFunc(types, func(t string) bool { return t == protocol.MeshConfigTypeURL })
+	}
+	return types
 }
 
 // watch dials one Watch stream and runs it (runWatch).
@@ -87,7 +131,7 @@ type watchStream interface {
 // every response until the stream ends.
 func (u *Uplink) runWatch(stream watchStream) error {
 	held := u.opts.View.Held()
-	for _, typeURL := range protocol.WatchTypeURLs() {
+	for _, typeURL := range u.watchTypes() {
 		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, InitialResourceVersions: held[typeURL]}); err != nil {
 			return err
 		}

@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/watch"
+	"github.com/navemesh/nave/internal/testwait"
+	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/spoke/remote"
+	"github.com/navemesh/nave/spoke/uplink"
+)
+
+// meshConfigHub is a hub's ingest and Watch servers serving each mesh's
+// MeshConfig from configs; old makes its Watch refuse the MeshConfig type
+// as a hub from before it does.
+type meshConfigHub struct {
+	w    *watch.Server
+	addr string
+
+	mu      sync.Mutex
+	configs map[string]*meshv1alpha1.MeshConfig
+}
+
+func newMeshConfigHub(t *testing.T, old bool) *meshConfigHub {
+	t.Helper()
+	h := &meshConfigHub{configs: map[string]*meshv1alpha1.MeshConfig{}}
+	in := newHubIngest(ingest.StoreOptions{StaleGracePeriod: time.Minute,
+		OnChange: func(m string, _ bool) { h.w.Notify(m) }}, ingest.ServerOptions{
+		Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
+			if old {
+				s = oldHubWatch{s}
+			}
+			return h.w.Serve(id.Mesh, id.Cluster, s)
+		}})
+	h.w = watch.New(in, watch.Options{Debounce: 10 * time.Millisecond, Ready: in.Ready,
+		MeshConfig: func(m string) *meshv1alpha1.MeshConfig {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.configs[m]
+		}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	protocolv1.RegisterSyncServer(srv, in.srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	h.addr = lis.Addr().String()
+	return h
+}
+
+func (h *meshConfigHub) set(mesh string, cfg *meshv1alpha1.MeshConfig) {
+	h.mu.Lock()
+	h.configs[mesh] = cfg
+	h.mu.Unlock()
+	h.w.MeshConfigChanged(mesh)
+}
+
+// oldHubWatch answers a subscription to the MeshConfig type as a hub that
+// does not know it: the stream ends with InvalidArgument naming it.
+type oldHubWatch struct{ protocolv1.Sync_WatchServer }
+
+func (o oldHubWatch) Recv() (*discoveryv3.DeltaDiscoveryRequest, error) {
+	r, err := o.Sync_WatchServer.Recv()
+	if err == nil && r.GetTypeUrl() == protocol.MeshConfigTypeURL {
+		return nil, status.Errorf(codes.InvalidArgument, "watch: type URL %q is not served on Watch", r.GetTypeUrl())
+	}
+	return r, err
+}
+
+// A spoke that injects without a fallback watches its mesh's MeshConfig
+// alone; a change on the hub reaches it, and it is saved with the view.
+func TestUplinkWatchesTheMeshConfig(t *testing.T) {
+	h := newMeshConfigHub(t, false)
+	h.set("m", &meshv1alpha1.MeshConfig{RootNamespace: "first"})
+	h.set("other", &meshv1alpha1.MeshConfig{RootNamespace: "other-mesh"})
+	runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c2"}, serviceEntries(t, 3))
+	view := remote.New("m", "c1")
+	file := filepath.Join(t.TempDir(), remote.File)
+	up := runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c1", View: view, ViewFile: file, MeshConfigOnly: true},
+		serviceEntries(t, 1))
+	testwait.For(t, waitFor, func() error {
+		if st := up.Status(); st.Watch != uplink.WatchSynced {
+			return fmt.Errorf("watch is %s (%s)", st.Watch, st.WatchLastErr)
+		}
+		if got := view.MeshConfig().GetRootNamespace(); got != "first" {
+			return fmt.Errorf("mesh config root namespace %q", got)
+		}
+		return nil
+	})
+	if cs := view.Clusters(); len(cs) != 0 {
+		t.Fatalf("a mesh-config-only view holds clusters: %+v", view.Status())
+	}
+
+	h.set("m", &meshv1alpha1.MeshConfig{RootNamespace: "second"})
+	testwait.For(t, waitFor, func() error {
+		if got := view.MeshConfig().GetRootNamespace(); got != "second" {
+			return fmt.Errorf("mesh config root namespace %q", got)
+		}
+		loaded := remote.New("m", "c1")
+		if err := loaded.Load(file); err != nil {
+			return err
+		}
+		if got := loaded.MeshConfig().GetRootNamespace(); got != "second" {
+			return fmt.Errorf("saved mesh config root namespace %q", got)
+		}
+		return nil
+	})
+}
+
+// A hub from before the MeshConfig type refuses its subscription; the
+// spoke watches the rest without it.
+func TestUplinkWatchesAnOlderHubWithoutTheMeshConfig(t *testing.T) {
+	h := newMeshConfigHub(t, true)
+	h.set("m", &meshv1alpha1.MeshConfig{RootNamespace: "never-sent"})
+	runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c2"}, serviceEntries(t, 3))
+	view := remote.New("m", "c1")
+	up := runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c1", View: view}, serviceEntries(t, 1))
+	testwait.For(t, waitFor, func() error {
+		if st := up.Status(); st.Watch != uplink.WatchSynced {
+			return fmt.Errorf("watch is %s (%s)", st.Watch, st.WatchLastErr)
+		}
+		if cs := view.Clusters(); len(cs) != 1 || len(cs[0].Objects) != 3 {
+			return fmt.Errorf("view = %+v", view.Status())
+		}
+		return nil
+	})
+	if view.MeshConfig() != nil {
+		t.Fatalf("mesh config %v from a hub that refused the type", view.MeshConfig())
+	}
+}
