@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -53,11 +54,13 @@ type tlsHub struct {
 
 // startTLSHub starts a hub serving TLS on free ports with ca.meshes'
 // default mesh; it stops when the test ends.
-func startTLSHub(t *testing.T) *tlsHub {
+func startTLSHub(t *testing.T) *tlsHub { return startTLSHubIn(t, t.TempDir()) }
+
+// startTLSHubIn is startTLSHub on the state dir state, with more flags.
+func startTLSHubIn(t *testing.T, state string, flags ...string) *tlsHub {
 	t.Helper()
 	var cfg hubconfig.Config
-	state := t.TempDir()
-	args := []string{"--state.dir=" + state, "--admin.listen=127.0.0.1:0", "--spokes.listen=127.0.0.1:0", "--xds.listen=127.0.0.1:0"}
+	args := append([]string{"--state.dir=" + state, "--admin.listen=127.0.0.1:0", "--spokes.listen=127.0.0.1:0", "--xds.listen=127.0.0.1:0"}, flags...)
 	if err := settings.Load(hubconfig.Program, &cfg, args, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -441,5 +444,31 @@ func TestOperatorViewsShowTheRegistryScoped(t *testing.T) {
 	h.waitGone(t)
 	if got := names(get(vendor, "/debug/meshes")); !slices.Equal(got, []string{"default/Active"}) {
 		t.Errorf("vendor /debug/meshes after the delete: %v", got)
+	}
+}
+
+// TestOneMeshsBrokenCADoesNotStopTheOthers: a mesh whose plugged-in CA
+// does not load is not served (its tokens are refused), and the hub
+// starts and serves every other mesh.
+func TestOneMeshsBrokenCADoesNotStopTheOthers(t *testing.T) {
+	state := t.TempDir()
+	broken := filepath.Join(state, "ca", "broken")
+	if err := os.MkdirAll(broken, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem"} {
+		if err := os.WriteFile(filepath.Join(broken, f), []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := startTLSHubIn(t, state, "--ca.meshes=default=cluster.local,broken=broken.example")
+	if _, err := h.sec.authority.TrustDomain("broken"); err == nil {
+		t.Fatal("mesh broken has a CA")
+	}
+	if _, _, err := h.enroll(t, h.token(t, "default", "east")); err != nil {
+		t.Fatalf("enroll into mesh default beside a broken one: %v", err)
+	}
+	if _, _, err := h.enroll(t, h.token(t, "broken", "east")); err == nil {
+		t.Fatal("enrolled into the mesh whose CA does not load")
 	}
 }

@@ -69,13 +69,28 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, meshes *tenants.Regi
 	if err != nil {
 		return nil, err
 	}
+	// One tenant's broken CA does not keep the others from being served:
+	// it is logged and tried again by the reconcile (meshLife). Only when
+	// no mesh's CA loads (the store is unreachable, most likely) does the
+	// hub refuse to start.
+	var loaded, failed int
+	var firstErr error
 	for _, m := range meshes.List() {
 		if m.Phase != tenants.Active {
 			continue
 		}
 		if err := auth.Load(ctx, ca.Mesh{Name: m.Name, TrustDomain: m.TrustDomain}); err != nil {
-			return nil, fmt.Errorf("ca.meshes: mesh %s: %w", m.Name, err)
+			failed++
+			if firstErr == nil {
+				firstErr = fmt.Errorf("mesh %s: %w", m.Name, err)
+			}
+			log.Error("mesh CA not loaded: the mesh is not served until it is (tried again every ca.refreshInterval)", "mesh", m.Name, "err", err)
+			continue
 		}
+		loaded++
+	}
+	if loaded == 0 && failed > 0 {
+		return nil, fmt.Errorf("ca: no mesh CA loads: %w", firstErr)
 	}
 	// The serving CA and enrollment follow state.store: replicas racing to
 	// create the serving CA end with one (create-if-absent).
