@@ -39,6 +39,31 @@ type Config struct {
 	// Replicas makes the hub one of a set of replicas (docs/replicas.md).
 	Replicas Replicas `key:"replicas" help:"running the hub as a set of replicas that each serve every proxy (docs/replicas.md); off unless replicas.join is set"`
 	SDS      SDS      `key:"sds" help:"secrets the xds listener serves Envoy proxies itself (SDS over ADS)"`
+	Limits   Limits   `key:"limits" help:"what one mesh (tenant) may make the hub do, so that one cannot slow another: the defaults of every mesh whose record sets none (docs/meshes.md)"`
+}
+
+// Limits are the hub-wide defaults of the per-mesh limits (a mesh's own
+// record overrides each that it sets). They are generous: a mesh within
+// them is one a single hub replica serves without strain; they exist to
+// stop a runaway tenant, not to size a normal one.
+type Limits struct {
+	ObjectsPerKind  int     `key:"objectsPerKind" default:"20000" help:"config objects of one kind (ServiceEntry, WorkloadEntry, ...) one mesh may hold, all its clusters together; more are refused with a NACK naming the limit, and what the mesh holds stays"`
+	Proxies         int     `key:"proxies" default:"10000" help:"xDS streams of one mesh one replica serves at once; more are refused (RESOURCE_EXHAUSTED, naming the limit)"`
+	Spokes          int     `key:"spokes" default:"500" help:"clusters one mesh may have connected or held at once; another is refused (RESOURCE_EXHAUSTED, naming the limit)"`
+	PushesPerSecond float64 `key:"pushesPerSecond" default:"50" help:"push-context builds of one mesh per second; changes arriving faster are merged into the next build"`
+}
+
+// Validate checks every limit is positive.
+func (l *Limits) Validate() error {
+	for _, c := range []struct {
+		key string
+		v   float64
+	}{{"objectsPerKind", float64(l.ObjectsPerKind)}, {"proxies", float64(l.Proxies)}, {"spokes", float64(l.Spokes)}, {"pushesPerSecond", l.PushesPerSecond}} {
+		if c.v <= 0 {
+			return settings.Invalid(c.key, "must be greater than 0, got %v", c.v)
+		}
+	}
+	return nil
 }
 
 // SDS configures the secrets the hub serves over ADS.

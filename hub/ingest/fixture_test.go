@@ -102,11 +102,12 @@ func newFixture(t *testing.T, grace time.Duration) *fixture {
 	return newFixtureAuth(t, grace, ingest.ClaimedIdentity())
 }
 
-// newFixtureAuth is newFixture with a Server that authenticates with auth.
-func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator) *fixture {
+// newFixtureAuth is newFixture with a Server that authenticates with auth;
+// opts change the Store's and the Server's options.
+func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.StoreOptions, *ingest.ServerOptions)) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry()}
-	f.store = ingest.NewStore(ingest.StoreOptions{
+	so := ingest.StoreOptions{
 		Registerer:       f.reg,
 		StaleGracePeriod: grace,
 		OnChange: func(_ string, endpointsOnly bool) {
@@ -116,8 +117,13 @@ func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator
 				f.changes.Add(1)
 			}
 		},
-	})
-	f.srv = ingest.NewServer(f.store, auth, ingest.ServerOptions{Registerer: f.reg})
+	}
+	vo := ingest.ServerOptions{Registerer: f.reg}
+	for _, o := range opts {
+		o(&so, &vo)
+	}
+	f.store = ingest.NewStore(so)
+	f.srv = ingest.NewServer(f.store, auth, vo)
 	f.own = ingest.NewOwnership(f.srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

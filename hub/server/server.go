@@ -27,6 +27,7 @@ import (
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/engine"
@@ -112,6 +113,10 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		eng *engine.Engine
 		w   *watch.Server
 	)
+	// Every mesh has the hub's default limits until the meshes' registry
+	// is wired here (its records' own limits then override them).
+	limits := meshLimits{defaults: cfg.Limits}
+	limitMetrics := meshlimits.NewMetrics(reg)
 	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
@@ -124,12 +129,14 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 			}
 			w.Notify(mesh)
 		},
-		Replicas:   rep.replicaSet(),
-		Logger:     log.With("component", "ingest"),
-		Registerer: reg,
+		Replicas:     rep.replicaSet(),
+		Logger:       log.With("component", "ingest"),
+		Registerer:   reg,
+		LimitMetrics: limitMetrics,
 	})
 	in := ingest.NewServer(store, sec.spokeAuthenticator(), ingest.ServerOptions{
 		MaxMessageBytes: cfg.Spokes.MaxMessageBytes,
+		Limits:          limits.ingest,
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, stream)
 		},
@@ -140,12 +147,14 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
 		Push: pushctx.Options{
-			DebounceQuiet: cfg.Push.DebounceQuiet,
-			DebounceMax:   cfg.Push.DebounceMax,
-			DebounceEdge:  cfg.Push.DebounceEdge,
-			Adaptive:      cfg.Push.Adaptive,
-			Ready:         store.Ready,
-			Logger:        log.With("component", "pushctx"),
+			DebounceQuiet:   cfg.Push.DebounceQuiet,
+			DebounceMax:     cfg.Push.DebounceMax,
+			DebounceEdge:    cfg.Push.DebounceEdge,
+			Adaptive:        cfg.Push.Adaptive,
+			Ready:           store.Ready,
+			PushesPerSecond: limits.pushesPerSecond,
+			LimitMetrics:    limitMetrics,
+			Logger:          log.With("component", "pushctx"),
 		},
 		Cache: cache.Options{
 			Verify:                   cfg.Push.VerifyIncremental,
@@ -154,7 +163,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		},
 		ADS: ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 			AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
-			Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads")},
+			Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys),
+			MaxProxies: limits.proxies, LimitMetrics: limitMetrics, Logger: log.With("component", "ads")},
 		Registerer: reg,
 	})
 	reg.MustRegister(eng.SyncStateCollector())

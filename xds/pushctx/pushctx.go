@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/navemesh/nave/shared/debounce"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -52,9 +54,19 @@ type Options struct {
 	// OnPublish, if set, is called with each State as it is published, in
 	// order per mesh, on the mesh's build goroutine (cache.Cache.Entry,
 	// so that every State's cache entry follows its predecessor's).
-	OnPublish  func(*State)
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	OnPublish func(*State)
+	// PushesPerSecond bounds each mesh's builds per second (its limit
+	// pushesPerSecond, read before every build): a build due sooner waits
+	// for its turn, and every change reported meanwhile is merged into
+	// it. nil, or 0 for a mesh, is unbounded. A mesh's builds run on its
+	// own goroutine, so one mesh's pace never delays another's.
+	PushesPerSecond func(mesh string) float64
+	// LimitMetrics counts the builds the pace delayed
+	// (nave_mesh_limit_refusals_total{limit="pushesPerSecond"}); nil
+	// counts nowhere.
+	LimitMetrics *meshlimits.Metrics
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
 }
 
 // State is one published push context of a mesh: the merged snapshot of
@@ -121,8 +133,10 @@ type meshState struct {
 	// when an adaptive Publisher skipped a build for lack of them.
 	watchers int
 	dirty    bool
-	// builder is used by the mesh's build loop only.
+	// builder and pace (nil: unbounded) are used by the mesh's build
+	// loop only.
 	builder mesh.Builder
+	pace    *rate.Limiter
 }
 
 // New returns a Publisher reading clusters from src.
@@ -253,7 +267,43 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 				continue
 			}
 		}
+		if !m.wait(ctx, ms) {
+			return
+		}
 		m.safeBuild(ms)
+	}
+}
+
+// wait holds a build of ms until the mesh's pace allows it
+// (Options.PushesPerSecond); false when ctx ended first.
+func (m *Publisher) wait(ctx context.Context, ms *meshState) bool {
+	if m.opts.PushesPerSecond == nil {
+		return true
+	}
+	pps := m.opts.PushesPerSecond(ms.name)
+	if pps <= 0 {
+		ms.pace = nil
+		return true
+	}
+	if ms.pace == nil {
+		ms.pace = rate.NewLimiter(rate.Limit(pps), 1)
+	} else if ms.pace.Limit() != rate.Limit(pps) {
+		ms.pace.SetLimit(rate.Limit(pps))
+	}
+	r := ms.pace.Reserve()
+	d := r.Delay()
+	if d <= 0 {
+		return true
+	}
+	m.opts.LimitMetrics.Refused(ms.name, meshlimits.PushesPerSecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		r.Cancel()
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
