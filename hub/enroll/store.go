@@ -138,10 +138,12 @@ type Registry interface {
 	Revocations(ctx context.Context) ([]Revocation, error)
 }
 
-// Store is the whole enrollment state.
+// Store is the whole enrollment state, and the clusters that synced with
+// the hub (Known), kept beside it in state.store.
 type Store interface {
 	Tokens
 	Registry
+	Known
 }
 
 // Option configures a Store.

@@ -3,12 +3,14 @@ package enroll_test
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/ingest"
 )
 
 // storeFixture is a kind of Store under the contract every Store keeps.
@@ -23,6 +25,25 @@ type storeFixture struct {
 
 // testStoreContract runs what every Store must do, whatever keeps it.
 func testStoreContract(t *testing.T, f storeFixture) {
+	t.Run("KnownClustersAreRememberedOnce", func(t *testing.T) {
+		s := f.fresh(t)()
+		for _, id := range [][2]string{{"acme", "west"}, {"acme", "east"}, {"acme", "east"}, {"beta", "east"}} {
+			if err := s.RememberCluster(t.Context(), id[0], id[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.KnownClusters(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []ingest.ClusterIdentity{{Mesh: "acme", Cluster: "east"}, {Mesh: "acme", Cluster: "west"}, {Mesh: "beta", Cluster: "east"}}
+		if !slices.Equal(got, want) {
+			t.Fatalf("KnownClusters = %v, want %v", got, want)
+		}
+		if err := s.RememberCluster(t.Context(), "Bad_Mesh", "east"); err == nil {
+			t.Error("an invalid mesh name was remembered")
+		}
+	})
 	t.Run("TokenIsSingleUse", func(t *testing.T) {
 		s := f.fresh(t)()
 		tok, info, err := s.CreateToken(t.Context(), "acme", "east", time.Hour)

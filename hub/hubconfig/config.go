@@ -115,8 +115,8 @@ func (c *Config) validatePolled() error {
 
 // State configures where the hub keeps what must survive a restart.
 type State struct {
-	Dir        string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/), both with state.store=dir; replicas share it on a volume. Unused when ca.store and state.store are kubernetes"`
-	Store      string `key:"store" default:"dir" help:"where the hub keeps its serving CA and spoke enrollment (join tokens and their use, enrolled and revoked clusters): dir (under state.dir; replicas share the volume) or kubernetes (Secrets nave-serving-ca-hub and nave-enroll-* in state.namespace; replicas share the API server and need no volume). The mesh CAs follow ca.store"`
+	Dir        string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment with the clusters that ever synced (enroll/, in plaintext mode too), both with state.store=dir; replicas share it on a volume. Unused when ca.store and state.store are kubernetes"`
+	Store      string `key:"store" default:"dir" help:"where the hub keeps its serving CA and spoke enrollment (join tokens and their use, enrolled and revoked clusters, and the clusters that ever synced, in plaintext mode too): dir (under state.dir; replicas share the volume) or kubernetes (Secrets nave-serving-ca-hub and nave-enroll-* in state.namespace; replicas share the API server and need no volume). The mesh CAs follow ca.store"`
 	Namespace  string `key:"namespace" default:"nave-system" help:"with state.store=kubernetes, the namespace of the state Secrets; the hub needs get, create, update and list on secrets there (deploy/hub/rbac.yaml)"`
 	Kubeconfig string `key:"kubeconfig" help:"with state.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 }
@@ -375,7 +375,7 @@ func (x *XDS) Validate() error {
 // Ingest configures how spoke state is kept.
 type Ingest struct {
 	StaleGracePeriod time.Duration `key:"staleGracePeriod" default:"10m" help:"how long a disconnected cluster's resources stay (marked stale) before they are withdrawn"`
-	StartupGrace     time.Duration `key:"startupGrace" default:"30s" help:"after the hub starts, a mesh is not served until every enrolled (not revoked) cluster of it has synced, or this long has passed; clusters still missing then are listed at /debug/spokes. 0 serves a mesh as soon as one cluster synced"`
+	StartupGrace     time.Duration `key:"startupGrace" default:"30s" help:"after the hub starts, a mesh is not served until every cluster it had (enrolled, or remembered in state.store at its first sync, plaintext mode too; not revoked) has synced, or this long has passed; clusters still missing then are listed at /debug/spokes. 0 serves a mesh as soon as one cluster synced"`
 }
 
 // Validate checks the grace period is positive.

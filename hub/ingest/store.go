@@ -29,11 +29,17 @@ type StoreOptions struct {
 	// never waits on pushes: docs/design.md invariant 7). nil: nobody.
 	OnChange func(mesh string, endpointsOnly bool)
 	// Expected lists the clusters the hub expects to come back after it
-	// starts (the enrolled ones, not revoked); nil expects none. Until
+	// starts (those that synced before — Synced — and the enrolled ones,
+	// not revoked); nil expects none. Until
 	// StartupGrace has passed since NewStore, Ready publishes a mesh only
 	// once every expected cluster of it has synced.
 	Expected     func() []ClusterIdentity
 	StartupGrace time.Duration
+	// Synced is called, without locks held, when a cluster first syncs
+	// after the Store made its record, so that the hub remembers it
+	// (enroll.Known) and Expected lists it after a restart, in plaintext
+	// mode too. It must not block. nil: nobody.
+	Synced func(ClusterIdentity)
 	// Replicas is the hub replica set this Store is part of; nil for a
 	// single hub. When a disconnected cluster's grace period is over and
 	// Replicas.MayWithdraw says not now, it is asked again every
@@ -334,7 +340,7 @@ func (ss *session) synced() bool {
 	if r == nil {
 		return false
 	}
-	changed := false
+	changed, first := false, !r.EverSynced
 	if !r.Synced {
 		staged := r.stagedCount()
 		skipped := len(r.hinted)
@@ -351,6 +357,9 @@ func (ss *session) synced() bool {
 		s.recordUsage(ss.id.Mesh)
 	}
 	s.mu.Unlock()
+	if first && s.opts.Synced != nil {
+		s.opts.Synced(ss.id)
+	}
 	if changed {
 		s.opts.Replicas.Changed(ss.id)
 		s.opts.OnChange(ss.id.Mesh, false)

@@ -36,6 +36,8 @@ type security struct {
 	authority *ca.Authority
 	serving   *servingcert.Cert
 	store     enroll.Store
+	// known remembers the clusters that synced, in every mode (state.store).
+	known     enroll.Known
 	spokeAuth *enroll.CertAuthenticator
 	// servingCA and enrollment say where the serving CA and the
 	// enrollment state are (/debug/security).
@@ -55,7 +57,15 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 			"whoever reaches them is believed: a spoke writes the cluster it names, a proxy reads its node's mesh (else defaultMesh) "+
 			"as the namespace and service account it names, in any of these meshes; other meshes are refused. Use only where every client is trusted",
 			"meshes", strings.Join(meshes, ","), "defaultMesh", cfg.XDS.DefaultMesh)
-		return &security{plaintext: true, meshes: meshes}, nil
+		// Nothing is enrolled, but the clusters that synced are
+		// remembered in state.store, so that a restarted hub waits for
+		// them as for enrolled ones.
+		st := cfg.State
+		known, err := enroll.OpenStore(st.Store, st.Dir, st.Namespace, st.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("state.store: %w", err)
+		}
+		return &security{plaintext: true, meshes: meshes, known: known}, nil
 	}
 	dir := cfg.State.Dir
 	store, err := ca.OpenStore(cfg.CA.Store, dir, cfg.CA.Namespace, cfg.CA.Kubeconfig)
@@ -88,7 +98,7 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 	if err != nil {
 		return nil, fmt.Errorf("state.store: %w", err)
 	}
-	sec := &security{meshes: meshes, authority: auth, serving: serving, store: es}
+	sec := &security{meshes: meshes, authority: auth, serving: serving, store: es, known: es}
 	if cfg.Admin.OperatorListen != "" {
 		if sec.operators, err = operatorca.Load(ctx, servingStore, log.With("component", "operatorca")); err != nil {
 			return nil, fmt.Errorf("state.store: %w", err)
@@ -286,15 +296,13 @@ func (s *security) debug(adm *admin.Server) {
 	})
 }
 
-// expected lists the enrolled clusters that are not revoked: the clusters a
-// restarted hub waits for (ingest.Options.Expected); nil in plaintext mode,
-// which enrolls no one. The answer is kept for a few seconds (the store may
-// be the API server, and /debug/spokes and metric scrapes ask too); a store
-// that cannot be read expects none (logged).
+// expected lists the clusters a restarted hub waits for
+// (ingest.StoreOptions.Expected): those that synced with the hub before
+// (s.known, in every mode) and, with TLS, the enrolled ones; revoked ones
+// never. The answer is kept for a few seconds (the store may be the API
+// server, and /debug/spokes and metric scrapes ask too); a store that
+// cannot be read expects none (logged).
 func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
-	if s.plaintext {
-		return nil
-	}
 	const keep = 5 * time.Second
 	var (
 		mu   sync.Mutex
@@ -309,27 +317,53 @@ func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		clusters, err := s.store.Clusters(ctx)
+		ids, err := s.known.KnownClusters(ctx)
 		if err != nil {
-			log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
-			return nil
-		}
-		revocations, err := s.store.Revocations(ctx)
-		if err != nil {
-			log.Error("revocations unreadable; the hub waits for none of the enrolled clusters", "err", err)
+			log.Error("known clusters unreadable; the hub waits for none of them", "err", err)
 			return nil
 		}
 		revoked := map[ingest.ClusterIdentity]bool{}
-		for _, r := range revocations {
-			revoked[r.Identity()] = true
+		if !s.plaintext {
+			clusters, err := s.store.Clusters(ctx)
+			if err != nil {
+				log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
+				return nil
+			}
+			revocations, err := s.store.Revocations(ctx)
+			if err != nil {
+				log.Error("revocations unreadable; the hub waits for none of the enrolled clusters", "err", err)
+				return nil
+			}
+			for _, r := range revocations {
+				revoked[r.Identity()] = true
+			}
+			for _, c := range clusters {
+				ids = append(ids, c.Identity())
+			}
 		}
+		seen := map[ingest.ClusterIdentity]bool{}
 		last = last[:0:0]
-		for _, c := range clusters {
-			if !revoked[c.Identity()] {
-				last = append(last, c.Identity())
+		for _, id := range ids {
+			if !revoked[id] && !seen[id] {
+				seen[id] = true
+				last = append(last, id)
 			}
 		}
 		at = time.Now()
 		return last
+	}
+}
+
+// remember records, in the background, a cluster that synced (s.known),
+// so that a restarted hub waits for it (ingest.StoreOptions.Synced).
+func (s *security) remember(log *slog.Logger) func(ingest.ClusterIdentity) {
+	return func(id ingest.ClusterIdentity) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.known.RememberCluster(ctx, id.Mesh, id.Cluster); err != nil {
+				log.Error("could not remember a synced cluster; a restarted hub may serve its mesh without waiting for it", "mesh", id.Mesh, "cluster", id.Cluster, "err", err)
+			}
+		}()
 	}
 }

@@ -120,6 +120,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
+		Synced:           sec.remember(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
 		OnChange: func(mesh string, endpointsOnly bool) {
 			if endpointsOnly {
