@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/navemesh/nave/internal/metrictest"
 	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/pushctx"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
@@ -68,23 +69,5 @@ func TestPushesPerSecondPacesAMeshAlone(t *testing.T) {
 // refusals reads nave_mesh_limit_refusals_total{mesh,limit} from reg.
 func refusals(t *testing.T, reg *prometheus.Registry, mesh, limit string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "nave_mesh_limit_refusals_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			if l["mesh"] == mesh && l["limit"] == limit {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return metrictest.Value(t, reg, "nave_mesh_limit_refusals_total", "mesh", mesh, "limit", limit)
 }
