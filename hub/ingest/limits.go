@@ -48,20 +48,28 @@ func (s *Store) objectRoom(r *record, kind *meshconfig.Kind, removed []string, l
 	if limit <= 0 {
 		return func(string) string { return "" }
 	}
-	n := 0
-	for id, o := range s.records {
-		if id.Mesh == r.Mesh {
-			n += o.kindCount(kind.TypeURL)
+	// The mesh's count is taken at the first new object: an update of
+	// held objects (the common message, an endpoint moving) costs nothing.
+	n := -1
+	count := func() {
+		n = 0
+		for id, o := range s.records {
+			if id.Mesh == r.Mesh {
+				n += o.kindCount(kind.TypeURL)
+			}
 		}
-	}
-	for _, name := range removed {
-		if r.holds(kind.TypeURL, name) {
-			n--
+		for _, name := range removed {
+			if r.holds(kind.TypeURL, name) {
+				n--
+			}
 		}
 	}
 	return func(name string) string {
 		if r.holds(kind.TypeURL, name) {
 			return ""
+		}
+		if n < 0 {
+			count()
 		}
 		if n >= limit {
 			s.limits.Refused(r.Mesh, meshlimits.ObjectsPerKind)
