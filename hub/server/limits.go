@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/tenants"
+	"github.com/navemesh/nave/shared/meshlimits"
 )
 
 // meshLimits gives each mesh's limits: what its record in the registry
@@ -55,3 +56,10 @@ func (l meshLimits) proxies(mesh string) int { return l.of(mesh).Proxies }
 
 // pushesPerSecond is pushctx.Options.PushesPerSecond.
 func (l meshLimits) pushesPerSecond(mesh string) float64 { return l.of(mesh).PushesPerSecond }
+
+// MeshLimits returns mesh's limits in force (its own, else the hub's
+// defaults) and what it uses of them on this replica, with their
+// refusals: what navectl mesh get shows beside the mesh.
+func (s *Server) MeshLimits(mesh string) (tenants.Limits, meshlimits.Usage) {
+	return s.limits.of(mesh), s.limitMetrics.Of(mesh)
+}

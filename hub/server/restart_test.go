@@ -123,4 +123,13 @@ func TestRestartedPlaintextHubWaitsForEveryKnownCluster(t *testing.T) {
 	testwait.Until(t, "mesh default ready once c1 and c2 synced again", func() bool {
 		return s.store.Ready("default", s.store.Clusters("default"))
 	})
+	// The mesh's limits are the hub's defaults, and its two clusters
+	// count against limits.spokes.
+	lim, use := s.MeshLimits("default")
+	if lim.Spokes != 500 || lim.ObjectsPerKind != 20000 || lim.Proxies != 10000 || lim.PushesPerSecond != 50 {
+		t.Errorf("MeshLimits(default) = %+v, want the hub's defaults", lim)
+	}
+	if use.Usage["spokes"] != 2 {
+		t.Errorf("mesh default uses %v of its spokes limit, want 2", use.Usage["spokes"])
+	}
 }

@@ -67,6 +67,9 @@ type Server struct {
 	eng      *engine.Engine
 	spokeSrv *grpc.Server
 	xdsSrv   *grpc.Server
+	// limits are each mesh's limits; limitMetrics what each uses of them.
+	limits       meshLimits
+	limitMetrics *meshlimits.Metrics
 }
 
 // Serve runs a hub with cfg until ctx ends (New, then Run): nave-hub's
@@ -194,7 +197,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
 	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, rep: rep, store: store, in: in, w: w, eng: eng,
-		spokeSrv: spokeSrv, xdsSrv: xdsSrv}, nil
+		spokeSrv: spokeSrv, xdsSrv: xdsSrv, limits: limits, limitMetrics: limitMetrics}, nil
 }
 
 // Addr is the address of the listener of the config key (xds.listen,

@@ -8,6 +8,8 @@ package meshlimits
 
 import (
 	"fmt"
+	"maps"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,6 +27,17 @@ const (
 type Metrics struct {
 	refusals *prometheus.CounterVec
 	usage    *prometheus.GaugeVec
+
+	// mu guards the same values by mesh, for Of.
+	mu     sync.Mutex
+	byMesh map[string]*Usage
+}
+
+// Usage is what a mesh uses of its limits and how often each refused it,
+// by limit name (Of).
+type Usage struct {
+	Usage    map[string]float64 `json:"usage"`
+	Refusals map[string]float64 `json:"refusals"`
 }
 
 // NewMetrics registers the limit metrics with reg (nowhere if nil).
@@ -37,16 +50,46 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "What a mesh uses of a limit, by mesh and limit: its largest kind's objects (objectsPerKind), its clusters held (spokes), its proxy streams on this replica (proxies)."},
 			[]string{"mesh", "limit"}),
 	}
+	m.byMesh = map[string]*Usage{}
 	if reg != nil {
 		reg.MustRegister(m.refusals, m.usage)
 	}
 	return m
 }
 
+// mesh returns mesh's Usage (m.mu held).
+func (m *Metrics) mesh(mesh string) *Usage {
+	u := m.byMesh[mesh]
+	if u == nil {
+		u = &Usage{Usage: map[string]float64{}, Refusals: map[string]float64{}}
+		m.byMesh[mesh] = u
+	}
+	return u
+}
+
+// Of returns a copy of what mesh uses of its limits and their refusals
+// on this replica (what navectl mesh get shows with the limits).
+func (m *Metrics) Of(mesh string) Usage {
+	out := Usage{Usage: map[string]float64{}, Refusals: map[string]float64{}}
+	if m == nil {
+		return out
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if u := m.byMesh[mesh]; u != nil {
+		maps.Copy(out.Usage, u.Usage)
+		maps.Copy(out.Refusals, u.Refusals)
+	}
+	return out
+}
+
 // Refused counts one refusal of mesh by limit.
 func (m *Metrics) Refused(mesh, limit string) {
 	if m != nil {
 		m.refusals.WithLabelValues(mesh, limit).Inc()
+		m.mu.Lock()
+		m.mesh(mesh).Refusals[limit]++
+		m.mu.Unlock()
 	}
 }
 
@@ -54,6 +97,9 @@ func (m *Metrics) Refused(mesh, limit string) {
 func (m *Metrics) Usage(mesh, limit string, v float64) {
 	if m != nil {
 		m.usage.WithLabelValues(mesh, limit).Set(v)
+		m.mu.Lock()
+		m.mesh(mesh).Usage[limit] = v
+		m.mu.Unlock()
 	}
 }
 
@@ -62,6 +108,9 @@ func (m *Metrics) Usage(mesh, limit string, v float64) {
 func (m *Metrics) Forget(mesh, limit string) {
 	if m != nil {
 		m.usage.DeleteLabelValues(mesh, limit)
+		m.mu.Lock()
+		delete(m.mesh(mesh).Usage, limit)
+		m.mu.Unlock()
 	}
 }
 
