@@ -383,7 +383,10 @@ func (b *browser) cannedViews(t *testing.T) {
 		"syncz": []ads.ConnStatus{{ID: "1", NodeID: evil, Mesh: "acme", ProxyType: "sidecar", ConnectedAt: now,
 			Types: map[string]ads.TypeStatus{"Cluster": {SentVersion: "2", AckedVersion: "1"}}}},
 		"meshes": []map[string]any{{"mesh": "acme", "version": 7, "builtAt": now.Format(time.RFC3339), "services": 0,
-			"conflicts": []mesh.Conflict{}, "problems": []mesh.Problem{}}},
+			"conflicts": []mesh.Conflict{}, "problems": []mesh.Problem{}},
+			// A mesh created at runtime that nothing has connected to yet,
+			// and one being deleted: the registry's, without a push context.
+			{"mesh": "fresh", "phase": "Active"}, {"mesh": "gone", "phase": "Deleting"}},
 		"services": map[string]any{},
 	}
 	mux := http.NewServeMux()
@@ -400,6 +403,8 @@ func (b *browser) cannedViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitFor(t, "the rejected VirtualService", `[...document.querySelectorAll('tr[data-rejected]')].some(r => r.innerText.includes("shop/bad") && r.innerText.includes("a route needs a destination"))`)
+	b.waitFor(t, "the mesh without a push context", `document.querySelector('section[data-mesh="fresh"] h2').innerText.includes("no push context yet")`)
+	b.waitFor(t, "the mesh being deleted", `document.querySelector('section[data-mesh="gone"] h2').innerText.includes("Deleting")`)
 	b.waitFor(t, "cluster west withdrawn", `document.querySelector('tr[data-cluster="west"]').innerText.includes("withdrawn")`)
 	if got := b.text(t, proxyState(evil, "Cluster")); got != "STALE" {
 		t.Errorf("the proxy's CDS shows %q, want STALE", got)

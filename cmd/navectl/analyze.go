@@ -22,6 +22,7 @@ func newAnalyzeCmd(stdout, stderr io.Writer) *cobra.Command {
 		suffix        string
 		failOnWarning bool
 		output        string
+		meshCfg       string
 	)
 	cmd := &cobra.Command{
 		Use:   "analyze [FILE|DIR|-]... [--cluster NAME=FILE|DIR]...",
@@ -36,13 +37,18 @@ func newAnalyzeCmd(stdout, stderr io.Writer) *cobra.Command {
   - objects defined differently in several clusters, decided by the hub's rule
     (oldest creation time wins, then the cluster name), with --cluster NAME=PATH
     given once per cluster (repeat it for several paths of one cluster);
-  - DestinationRules the hub ignores (a second one for a host in one namespace).
+  - DestinationRules the hub ignores (a second one for a host in one namespace);
+  - with --meshconfig FILE, the mesh's Istio MeshConfig: refused fields and values
+    (as the hub refuses them), and mesh-wide config left in istio-system when the
+    MeshConfig names another root namespace; the checks above then see the mesh
+    under that MeshConfig.
 Positional inputs are one cluster, named "local". Exit status: 0 when nothing is
 wrong or there are only warnings (1 with --fail-on-warning), 1 on errors, 2 on
 usage errors.`,
 		Example: `  navectl analyze manifests/
   kubectl get vs,dr,se -A -o yaml | navectl analyze -
-  navectl analyze --cluster east=east/ --cluster west=west/ --fail-on-warning`,
+  navectl analyze --cluster east=east/ --cluster west=west/ --fail-on-warning
+  navectl analyze --meshconfig mesh.yaml manifests/`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(cmd, output); err != nil {
 				return err
@@ -72,6 +78,11 @@ usage errors.`,
 				return usageErr("%s: --domain-suffix %q: %v", cmd.CommandPath(), suffix, err)
 			}
 			an := analyze.New()
+			if meshCfg != "" {
+				if err := an.ReadMeshConfig(meshCfg); err != nil {
+					return err
+				}
+			}
 			var read []*analyze.Cluster
 			for _, name := range order {
 				ci := &analyze.Cluster{Name: name}
@@ -102,6 +113,7 @@ usage errors.`,
 	cmd.Flags().StringArrayVar(&clusters, "cluster", nil, "NAME=FILE|DIR: config of cluster NAME (repeat for more paths and more clusters)")
 	cmd.Flags().StringVar(&meshName, "mesh", "default", "the mesh the clusters form (named in messages)")
 	cmd.Flags().StringVar(&suffix, "domain-suffix", meshconfig.DefaultDomainSuffix, "the clusters' DNS suffix: short host names are completed with it")
+	cmd.Flags().StringVar(&meshCfg, "meshconfig", "", "FILE: the mesh's Istio MeshConfig (YAML); checked, and the analysis applies it")
 	cmd.Flags().BoolVar(&failOnWarning, "fail-on-warning", false, "exit 1 on warnings too")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))

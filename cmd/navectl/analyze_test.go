@@ -136,3 +136,39 @@ func TestAnalyzeUsage(t *testing.T) {
 		}
 	}
 }
+
+// --meshconfig: a refused field is an error naming it; a root namespace
+// other than istio-system turns istio-system's mesh-wide config into a
+// warning; a clean MeshConfig adds nothing.
+func TestAnalyzeMeshConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfgObjs := write("objs.yaml", `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: istio-system}
+spec: {mtls: {mode: STRICT}}
+`)
+	clean := write("clean.yaml", "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n")
+	if r := navectlRun(t, "analyze", "--meshconfig", clean, cfgObjs); r.code != 0 || !strings.Contains(r.stderr, "0 errors, 0 warnings") {
+		t.Errorf("a clean MeshConfig: exit %d, stderr %q", r.code, r.stderr)
+	}
+	refused := write("refused.yaml", "accessLogFile: /dev/stdout\n")
+	r := navectlRun(t, "analyze", "--meshconfig", refused, cfgObjs)
+	if r.code != 1 || !strings.Contains(r.stdout, "meshConfig.accessLogFile") || !strings.Contains(r.stdout, "not yet supported") {
+		t.Errorf("a refused MeshConfig field: exit %d, stdout %q; want 1 naming meshConfig.accessLogFile", r.code, r.stdout)
+	}
+	root := write("root.yaml", "rootNamespace: mesh-root\n")
+	r = navectlRun(t, "analyze", "--meshconfig", root, cfgObjs)
+	if r.code != 0 || !strings.Contains(r.stdout, "root namespace is mesh-root") || !strings.Contains(r.stderr, "0 errors, 1 warnings") {
+		t.Errorf("mesh-wide config in istio-system under another root namespace: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := navectlRun(t, "analyze", "--meshconfig", filepath.Join(dir, "missing.yaml"), cfgObjs); r.code == 0 {
+		t.Error("a MeshConfig file that does not exist: exit 0")
+	}
+}

@@ -113,6 +113,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		newProxyStatusCmd(stdout),
 		newProxyConfigCmd(stdout),
 		newAnalyzeCmd(stdout, stderr),
+		newMeshCmd(stdout),
 	} {
 		root.AddCommand(c)
 	}

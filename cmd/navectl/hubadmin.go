@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,41 +90,70 @@ func checkOutput(cmd *cobra.Command, output string) error {
 
 // get decodes the JSON of the admin path (with query) into v.
 func (h *hubClient) get(ctx context.Context, path string, query url.Values, v any) error {
+	return h.do(ctx, http.MethodGet, path, query, nil, v)
+}
+
+// apiError is a refusal by the hub: the path asked, the reason the hub
+// gave (else its HTTP status) and the body it sent.
+type apiError struct {
+	path, reason string
+	status       int
+	body         []byte
+}
+
+func (e *apiError) Error() string { return "hub admin " + e.path + ": " + e.reason }
+
+// do sends a request with body (nil: none) to the admin path (with query)
+// and decodes the JSON it answers into v (nil: ignored). A refusal is an
+// *apiError holding the hub's reason.
+func (h *hubClient) do(ctx context.Context, method, path string, query url.Values, body []byte, v any) error {
 	u := *h.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/yaml")
 	}
 	resp, err := h.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("hub admin: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return fmt.Errorf("hub admin %s: %w", path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 {
+		ae := &apiError{path: path, reason: resp.Status, status: resp.StatusCode, body: data}
 		var e struct {
 			Error string `json:"error"`
 		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error, "no debug view") {
 				return fmt.Errorf("%s: %w", path, errNotServed)
 			}
 			if resp.StatusCode == http.StatusForbidden {
 				return fmt.Errorf("hub admin %s: %s: %w", path, e.Error, errForbidden)
 			}
-			return fmt.Errorf("hub admin %s: %s", path, e.Error)
+			ae.reason = e.Error
+			return ae
 		}
-		if resp.StatusCode == http.StatusNotFound {
+		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
 			return fmt.Errorf("%s: %w", path, errNotServed)
 		}
-		return fmt.Errorf("hub admin %s: %s", path, resp.Status)
+		return ae
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if v == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("hub admin %s: not the JSON expected: %w", path, err)
 	}
 	return nil

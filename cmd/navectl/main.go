@@ -23,6 +23,7 @@
 //
 // It reads a hub's admin server for operators, as istioctl does for Istio:
 //
+//	navectl mesh           create|list|get|update|delete [-f FILE] [NAME] [--hub-admin URL] [...]
 //	navectl status         [--hub-admin URL] [-o table|json|yaml]
 //	navectl proxy-status   [PROXY] [--hub-admin URL] [-o ...]
 //	navectl proxy-config   clusters|listeners|routes|endpoints|secrets PROXY [--hub-admin URL] [-o ...]
@@ -95,6 +96,14 @@ Usage:
         listener (admin.operatorListen): a tenant's operator sees only MESH,
         the vendor's every mesh; writes OUT/cert-chain.pem, OUT/key.pem and
         OUT/hub-ca.pem (the hub's serving CA) for --operator-dir
+  navectl mesh create    (-f FILE | NAME --trust-domain TD [--meshconfig FILE]) [ADMIN]
+  navectl mesh list      [ADMIN] [-o table|json|yaml]
+  navectl mesh get       NAME [--spec] [ADMIN] [-o table|json|yaml]
+  navectl mesh update    -f FILE [ADMIN]
+  navectl mesh delete    NAME [--keep-ca] [--force] [ADMIN]
+        the meshes (tenants) of a running hub (docs/meshes.md): create, update
+        and delete need a vendor's operator certificate on the operator listener;
+        delete with spokes connected needs --force; --keep-ca keeps the mesh's CA
   navectl status         [ADMIN] [-o table|json|yaml]
         meshes, their clusters (connected, stale, withdrawn, missing; last
         sync; rejected resources), conflicts, problems, hub replicas

@@ -19,7 +19,9 @@ import (
 
 // meshView is one element of the hub's /debug/meshes.
 type meshView struct {
-	Mesh      string              `json:"mesh"`
+	Mesh string `json:"mesh"`
+	// Phase is the mesh's in the hub's registry: Active, or Deleting.
+	Phase     string              `json:"phase"`
 	Version   uint64              `json:"version"`
 	BuiltAt   time.Time           `json:"builtAt"`
 	Clusters  []mesh.ClusterState `json:"clusters"`
@@ -37,6 +39,8 @@ type statusReport struct {
 
 type meshStatus struct {
 	Mesh string `json:"mesh"`
+	// Phase is set while the mesh is not Active (being deleted).
+	Phase string `json:"phase,omitempty"`
 	// Version is the push context's version; 0 while the mesh has none.
 	Version   uint64          `json:"version"`
 	Services  int             `json:"services"`
@@ -126,6 +130,9 @@ func buildStatus(meshes []meshView, spokes []ingest.ClusterStatus) statusReport 
 	for _, m := range meshes {
 		ms := get(m.Mesh)
 		ms.Version, ms.Services, ms.Conflicts, ms.Problems = m.Version, m.Services, m.Conflicts, m.Problems
+		if m.Phase != "" && m.Phase != "Active" {
+			ms.Phase = m.Phase
+		}
 	}
 	for _, s := range spokes {
 		ms := get(s.Mesh)
@@ -166,7 +173,11 @@ func writeStatus(out io.Writer, rep statusReport, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "MESH\tVERSION\tCLUSTERS\tSERVICES\tCONFLICTS\tPROBLEMS")
 	for _, m := range rep.Meshes {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\n", m.Mesh, m.Version, len(m.Clusters), m.Services, len(m.Conflicts), len(m.Problems))
+		name := m.Mesh
+		if m.Phase != "" {
+			name += " (" + m.Phase + ")"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\n", name, m.Version, len(m.Clusters), m.Services, len(m.Conflicts), len(m.Problems))
 	}
 	if err := w.Flush(); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,22 @@ func TestStatusTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "status.txt", b.String())
+}
+
+// A mesh being deleted says so; an Active one, created at runtime and
+// without a push context yet, is listed as it is.
+func TestStatusShowsAMeshBeingDeleted(t *testing.T) {
+	rep := buildStatus([]meshView{{Mesh: "gone", Phase: "Deleting", Version: 4}, {Mesh: "new", Phase: "Active"}}, nil)
+	if len(rep.Meshes) != 2 || rep.Meshes[0].Phase != "Deleting" || rep.Meshes[1].Phase != "" {
+		t.Fatalf("meshes %+v; want gone Deleting, new with no phase shown", rep.Meshes)
+	}
+	var b bytes.Buffer
+	if err := writeStatus(&b, rep, now); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "gone (Deleting)") || strings.Contains(out, "Active") || !strings.Contains(out, "new ") {
+		t.Errorf("status:\n%s", out)
+	}
 }
 
 func TestProxyStatusTables(t *testing.T) {

@@ -76,7 +76,12 @@ func kubectl(ctx context.Context, t *testing.T, n *kubenode.Node, args ...string
 // navectl runs navectl with the admin kubeconfig on the hub's state and returns its output.
 func (in *install) navectl(ctx context.Context, t *testing.T, n *kubenode.Node, args ...string) string {
 	t.Helper()
-	args = append(args, "--state-store", "kubernetes", "--kubeconfig", n.Kubeconfig)
+	return in.run(ctx, t, append(args, "--state-store", "kubernetes", "--kubeconfig", n.Kubeconfig)...)
+}
+
+// run runs navectl with args and returns its output.
+func (in *install) run(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
 	out, err := exec.CommandContext(ctx, in.navectlBin, args...).Output()
 	if err != nil {
 		var stderr []byte
@@ -189,28 +194,6 @@ func testInstall(t *testing.T, n *kubenode.Node, in *install) {
 	}
 	// The doc's optional step: the join Secret may go once the spoke is ready.
 	kubectl(ctx, t, n, "-n", "nave-system", "delete", "secret", "nave-spoke-join")
-}
-
-// testHubPodReplaced: a hub pod deleted is replaced by the Deployment, the others serving
-// meanwhile; the spoke stays ready.
-func testHubPodReplaced(t *testing.T, n *kubenode.Node, _ *install) {
-	ctx := stepContext(t)
-	hubs := deploymentReady(ctx, t, n, "nave-system", "nave-hub")
-	victim := hubs[0].Name
-	if err := n.Client.CoreV1().Pods("nave-system").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	until(ctx, t, n, "hub pod "+victim+" gone", func() (bool, string, error) {
-		_, err := n.Client.CoreV1().Pods("nave-system").Get(ctx, victim, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), "still there", nil
-	})
-	after := deploymentReady(ctx, t, n, "nave-system", "nave-hub")
-	for _, p := range after {
-		if p.Name == victim {
-			t.Fatalf("hub pod %s is back under the same name", victim)
-		}
-	}
-	deploymentReady(ctx, t, n, "nave-system", "nave-spoke")
 }
 
 // testSpokeContainerKilled: the spoke's container killed (SIGKILL, in containerd) is restarted

@@ -94,9 +94,12 @@ func TestNode(t *testing.T) {
 		{"RunsAPod", testRunsAPod},
 		{"ImageNotLoaded", testImageNotLoaded},
 		{"Install", testInstall},
-		{"HubPodReplaced", testHubPodReplaced},
 		{"SpokeContainerKilled", testSpokeContainerKilled},
 		{"ProxylessWorkloads", testProxylessWorkloads},
+		{"HubPodReplaced", testHubPodReplaced},
+		{"HubRollingUpdate", testHubRollingUpdate},
+		{"AppMTLS", testAppMTLS},
+		{"InjectionRefused", testInjectionRefused},
 		{"SidecarCapture", testSidecarCapture},
 		{"SpokeWithoutSecret", testSpokeWithoutSecret},
 	} {

@@ -199,10 +199,11 @@ func testProxylessWorkloads(t *testing.T, n *kubenode.Node, _ *install) {
 // clientCalls reads the demo client's calls from its log on the node (kubectl logs says the
 // same, checked once at the end: a kubectl process per poll would be costly).
 func clientCalls(_ context.Context, n *kubenode.Node) ([]call, error) {
-	out, err := n.ContainerLog("demo", "client", "client")
-	if err != nil {
-		return nil, err
-	}
+	return podCalls(n, "demo", "client")
+}
+
+// parseCalls reads the calls of nave-demo-client --json from its output.
+func parseCalls(out string) []call {
 	var calls []call
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -211,7 +212,7 @@ func clientCalls(_ context.Context, n *kubenode.Node) ([]call, error) {
 			calls = append(calls, c)
 		}
 	}
-	return calls, nil
+	return calls
 }
 
 // checkInjected checks the pod carries the template's agent: the nave-proxy native sidecar

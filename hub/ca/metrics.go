@@ -46,6 +46,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 func (m *metrics) refused(r certreq.Reason) { m.refusals.WithLabelValues(string(r)).Inc() }
 
+// forget stops exporting the state of mesh's roots (its CA was dropped).
+func (m *metrics) forget(mesh string) {
+	m.roots.DeleteLabelValues(mesh)
+	m.phase.DeleteLabelValues(mesh)
+	m.prevValidUntil.DeleteLabelValues(mesh)
+}
+
 // setCA exports the state of c's roots.
 func (m *metrics) setCA(c *meshCA, maxTTL time.Duration) {
 	name := c.mesh.Name

@@ -54,6 +54,9 @@ type SecretClient interface {
 	// List returns the Secrets of namespace that match labelSelector
 	// (Kubernetes' syntax; "" matches all), reading every page.
 	List(ctx context.Context, namespace, labelSelector string) ([]Secret, error)
+	// Delete deletes the Secret namespace/name, or returns an error for
+	// which apierrors.IsNotFound holds if there is none.
+	Delete(ctx context.Context, namespace, name string) error
 }
 
 // defaultTimeout bounds one request of a SecretClient whose rest.Config
@@ -171,6 +174,10 @@ func (r restSecrets) Update(ctx context.Context, s *Secret) error {
 		return err
 	}
 	return r.rc.Put().Namespace(s.Namespace).Resource("secrets").Name(s.Name).Body(body).Do(ctx).Error()
+}
+
+func (r restSecrets) Delete(ctx context.Context, namespace, name string) error {
+	return r.rc.Delete().Namespace(namespace).Resource("secrets").Name(name).Do(ctx).Error()
 }
 
 func (r restSecrets) List(ctx context.Context, namespace, labelSelector string) ([]Secret, error) {
@@ -302,11 +309,24 @@ func (s *SecretStore) Create(ctx context.Context, mesh string, blobs map[string]
 	return nil
 }
 
+// Delete implements Deleter: it deletes mesh's Secret, whatever it holds
+// (a plugged-in CA's too). It needs delete on secrets in the namespace.
+func (s *SecretStore) Delete(ctx context.Context, mesh string) error {
+	if err := checkMesh(mesh); err != nil {
+		return fmt.Errorf("ca store: %w", err)
+	}
+	err := s.client.Delete(ctx, s.namespace, s.prefix+mesh)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return s.apiError("delete", mesh, err)
+	}
+	return nil
+}
+
 // apiError names the Secret and the verb of a failed request, and for a
 // refusal says what the hub's identity lacks.
 func (s *SecretStore) apiError(verb, mesh string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("ca store: secret %s: %s: %w (the identity needs get and create on secrets in namespace %s, and update to rotate a root: deploy/hub/rbac.yaml)",
+		return fmt.Errorf("ca store: secret %s: %s: %w (the identity needs get and create on secrets in namespace %s, update to rotate a root and delete to destroy a deleted mesh's CA: deploy/hub/rbac.yaml)",
 			s.Location(mesh), verb, err, s.namespace)
 	}
 	return fmt.Errorf("ca store: secret %s: %s: %w", s.Location(mesh), verb, err)

@@ -304,6 +304,33 @@ func TestSecretStore(t *testing.T) {
 		}
 	})
 
+	t.Run("DestroyDeletesTheSecret", func(t *testing.T) {
+		m := Mesh{Name: "gone", TrustDomain: "gone.example"}
+		a, err := New(k.hubStore(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Load(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		first, _ := a.RootsPEM(m.Name)
+		if err := a.Destroy(ctx, m.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.admin.Get(ctx, hubNamespace, "nave-ca-gone"); !apierrors.IsNotFound(err) {
+			t.Fatalf("the destroyed CA's Secret: %v, want NotFound", err)
+		}
+		if err := a.Destroy(ctx, m.Name); err != nil {
+			t.Errorf("Destroy of a mesh with no Secret: %v", err)
+		}
+		if err := a.Load(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := a.RootsPEM(m.Name); bytes.Equal(first, again) {
+			t.Error("Load after Destroy: the destroyed root came back")
+		}
+	})
+
 	t.Run("RefusalsNameTheSecretAndWhy", func(t *testing.T) {
 		// A user the RBAC does not allow.
 		s := NewSecretStore(secretClient(t, k.c, "mallory"), hubNamespace)

@@ -10,3 +10,6 @@ var syscallEROFS = errors.New("read-only file system")
 func lockDir(string, bool) (func(), error) {
 	return nil, errors.ErrUnsupported
 }
+
+// LockDir is not implemented off Unix: it needs flock.
+func LockDir(string) (func(), error) { return nil, errors.ErrUnsupported }

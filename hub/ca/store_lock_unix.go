@@ -44,3 +44,8 @@ func lockDir(dir string, exclusive bool) (unlock func(), err error) {
 		_ = f.Close()
 	}, nil
 }
+
+// LockDir takes the exclusive flock on dir/.lock that a DirStore takes to
+// change a mesh, for another store of the hub's state dir that serializes
+// its read-modify-writes the same way (hub/tenants).
+func LockDir(dir string) (unlock func(), err error) { return lockDir(dir, true) }

@@ -40,6 +40,10 @@ type AuthOptions struct {
 	Registerer prometheus.Registerer
 	// Now is the clock certificates are verified at; nil is time.Now.
 	Now func() time.Time
+	// Hosted reports whether the hub serves a mesh now; a certificate of
+	// a mesh it does not (a deleted one) is refused. Nil hosts every mesh
+	// with a CA.
+	Hosted func(mesh string) bool
 }
 
 // CertAuthenticator is the ingest.Authenticator of spokes that present a
@@ -49,7 +53,8 @@ type AuthOptions struct {
 // with an enrolled cluster whose Signer trust domain it is); the chain
 // must verify, for client authentication and now, against that mesh's
 // roots only — so a certificate of mesh A's CA that names mesh B's trust
-// domain is refused — and the cluster must be enrolled and not revoked.
+// domain is refused — the mesh must be hosted (AuthOptions.Hosted: not
+// deleted), and the cluster enrolled and not revoked.
 //
 // It verifies the chain itself rather than trusting the TLS layer's
 // verification, so the hub's listener may use tls.RequestClientCert (the
@@ -69,6 +74,7 @@ type CertAuthenticator struct {
 	log      *slog.Logger
 	refusals *prometheus.CounterVec
 	now      func() time.Time
+	hosted   func(mesh string) bool
 }
 
 var _ ingest.Authenticator = (*CertAuthenticator)(nil)
@@ -82,7 +88,11 @@ func NewCertAuthenticator(signer Signer, reg Registry, opts AuthOptions) *CertAu
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &CertAuthenticator{signer: signer, reg: reg, log: opts.Logger, refusals: newAuthMetrics(opts.Registerer), now: opts.Now}
+	if opts.Hosted == nil {
+		opts.Hosted = func(string) bool { return true }
+	}
+	return &CertAuthenticator{signer: signer, reg: reg, log: opts.Logger, refusals: newAuthMetrics(opts.Registerer), now: opts.Now,
+		hosted: opts.Hosted}
 }
 
 // Authenticate implements ingest.Authenticator.
@@ -138,6 +148,9 @@ func (a *CertAuthenticator) authenticate(ctx context.Context, p *peer.Peer) (rec
 		return rec, id, td, err
 	}
 	id.Mesh = mesh
+	if !a.hosted(mesh) {
+		return rec, id, td, refuse(codes.PermissionDenied, authNotHosted, "mesh %s is not a mesh of this hub (deleted?)", mesh)
+	}
 	roots, err := a.signer.Roots(mesh)
 	if err != nil {
 		return rec, id, td, refuse(codes.Unavailable, authInternal, "roots of mesh %s: %v", mesh, err)

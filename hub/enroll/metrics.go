@@ -11,13 +11,14 @@ const (
 	reasonUsedToken       = "used_token"
 	reasonExpiredToken    = "expired_token"
 	reasonRevoked         = "revoked"
+	reasonNotHosted       = "mesh_not_hosted"
 	reasonBadCSR          = "bad_csr"
 	reasonUnauthenticated = "unauthenticated"
 	reasonInternal        = "internal"
 )
 
 var enrollReasons = []string{reasonMalformedToken, reasonUnknownToken, reasonInvalidToken, reasonUsedToken,
-	reasonExpiredToken, reasonRevoked, reasonBadCSR, reasonUnauthenticated, reasonInternal}
+	reasonExpiredToken, reasonRevoked, reasonNotHosted, reasonBadCSR, reasonUnauthenticated, reasonInternal}
 
 // Refusal reasons of the CertAuthenticator
 // (nave_hub_spoke_auth_refusals_total{reason}).
@@ -28,11 +29,12 @@ const (
 	authUntrusted          = "untrusted"
 	authNotEnrolled        = "not_enrolled"
 	authRevoked            = "revoked"
+	authNotHosted          = "mesh_not_hosted"
 	authInternal           = "internal"
 )
 
 var authReasons = []string{authNoCertificate, authBadIdentity, authUnknownTrustDomain, authUntrusted,
-	authNotEnrolled, authRevoked, authInternal}
+	authNotEnrolled, authRevoked, authNotHosted, authInternal}
 
 // counterVec returns a counter vector with every reason present at 0, so
 // that a dashboard sees the closed set before the first refusal.

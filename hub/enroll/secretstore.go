@@ -30,7 +30,7 @@ const (
 	// keyCluster), replaced at every renewal.
 	secretClusterPrefix = "nave-enroll-cluster-"
 	// secretRevokedPrefix + mesh.cluster: a revocation (key keyRevoked);
-	// immutable, never deleted.
+	// immutable, deleted only with its mesh (PurgeMesh).
 	secretRevokedPrefix = "nave-enroll-revoked-"
 	// secretMeshPrefix + mesh: the mesh has (had) an enrolled cluster; no
 	// data. Immutable.
@@ -75,10 +75,11 @@ const (
 // one create succeeds — the others get AlreadyExists and are told the
 // token was used. The token's own Secret never changes. Revocations and
 // meshes are created if absent; a cluster's record is replaced (last
-// writer wins, as a DirStore's rename). Nothing is ever deleted. The hub
-// needs get, create, update (cluster records) and list (navectl's
-// listings, the Enforcer's revocations, Meshes) on secrets in the
-// namespace: deploy/hub/rbac.yaml; docs/decisions/011-state-in-secrets.md.
+// writer wins, as a DirStore's rename). Nothing is deleted but a deleted
+// mesh's Secrets (PurgeMesh). The hub needs get, create, update (cluster
+// records), list (navectl's listings, the Enforcer's revocations, Meshes)
+// and delete (PurgeMesh) on secrets in the namespace: deploy/hub/rbac.yaml;
+// docs/decisions/011-state-in-secrets.md.
 //
 // A Secret whose data is not what nave wrote (a hand-made one, a missing
 // key, garbage) is refused with an error naming it and what is wrong.
@@ -521,7 +522,7 @@ func (s *SecretStore) apiError(verb, name string, err error) error {
 		what = "secrets of namespace " + s.namespace
 	}
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("enrollment store: %s: %s: %w (the hub's identity needs get, create, update and list on secrets in namespace %s: deploy/hub/rbac.yaml)",
+		return fmt.Errorf("enrollment store: %s: %s: %w (the hub's identity needs get, create, update, list and delete on secrets in namespace %s: deploy/hub/rbac.yaml)",
 			what, verb, err, s.namespace)
 	}
 	return fmt.Errorf("enrollment store: %s: %s: %w", what, verb, err)

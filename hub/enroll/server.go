@@ -35,6 +35,11 @@ type ServerOptions struct {
 	Registerer prometheus.Registerer
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Hosted reports whether the hub serves a mesh now: a token of a
+	// mesh it does not (a deleted one) is refused, and spent. Renewals
+	// are refused by the authenticator (AuthOptions.Hosted). Nil hosts
+	// every mesh.
+	Hosted func(mesh string) bool
 }
 
 // Server implements the Enrollment service. Enroll needs no client
@@ -50,6 +55,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *serverMetrics
 	now     func() time.Time
+	hosted  func(mesh string) bool
 }
 
 // NewServer returns the Enrollment service over store, issuing through
@@ -64,8 +70,11 @@ func NewServer(store Store, signer Signer, auth ingest.Authenticator, opts Serve
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Hosted == nil {
+		opts.Hosted = func(string) bool { return true }
+	}
 	return &Server{store: store, signer: signer, auth: auth, ttl: opts.CertTTL, log: opts.Logger,
-		metrics: newServerMetrics(opts.Registerer), now: opts.Now}
+		metrics: newServerMetrics(opts.Registerer), now: opts.Now, hosted: opts.Hosted}
 }
 
 // refusal is a refused call: what the spoke is told and what is counted.
@@ -115,6 +124,10 @@ func (s *Server) Enroll(ctx context.Context, req *protocolv1.EnrollRequest) (*pr
 	attrs := []any{"mesh", id.Mesh, "cluster", id.Cluster, "token", tok.ID}
 	// From here on the token is spent.
 	spent := fmt.Sprintf("; join token %s is used up: create a new one", tok.ID)
+	if !s.hosted(id.Mesh) {
+		return nil, s.refuse(ctx, refused, refusal{code: codes.PermissionDenied, reason: reasonNotHosted,
+			err: fmt.Errorf("mesh %s is not a mesh of this hub (deleted?)%s", id.Mesh, spent)}, attrs...)
+	}
 	if revoked, err := s.store.Revoked(ctx, id.Mesh, id.Cluster); err != nil || revoked {
 		r := refusal{code: codes.PermissionDenied, reason: reasonRevoked, err: fmt.Errorf("cluster %s is revoked", id)}
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,6 +258,38 @@ func TestRevokedClusterCannotEnrollOrRenew(t *testing.T) {
 	}
 	if got := h.Counter(t, "nave_hub_enroll_renewals_total", ""); got != 0 {
 		t.Errorf("renewals counted: %v", got)
+	}
+}
+
+// A mesh the hub no longer serves (deleted) gets no enrollment, renewal
+// or stream; the other mesh is served as before.
+func TestMeshNotHostedIsRefused(t *testing.T) {
+	var deleted atomic.Bool
+	h := enrolltest.StartHub(t, enrolltest.HubOptions{Hosted: func(mesh string) bool {
+		return mesh != enrolltest.MeshA || !deleted.Load()
+	}})
+	cert := enrolled(t, h, enrolltest.MeshA, "east")
+	pending := newToken(t, h, enrolltest.MeshA, "west")
+	other := enrolled(t, h, enrolltest.MeshB, "east")
+	deleted.Store(true)
+
+	e := enrollCall(t, h, pending)
+	wantStatus(t, "enroll into a deleted mesh", e.err, codes.PermissionDenied, "not a mesh of this hub")
+	_, err := renewCall(t, h, cert)
+	wantStatus(t, "renew in a deleted mesh", err, codes.PermissionDenied, "not a mesh of this hub")
+	if _, err := openPush(t, h, &cert); err == nil {
+		t.Error("a push stream of a deleted mesh's cluster was opened")
+	} else {
+		wantStatus(t, "push of a deleted mesh's cluster", err, codes.PermissionDenied, "not a mesh of this hub")
+	}
+	if _, err := renewCall(t, h, other); err != nil {
+		t.Errorf("renew in the other mesh: %v", err)
+	}
+	if got := h.Counter(t, "nave_hub_enroll_refusals_total", "mesh_not_hosted"); got != 1 {
+		t.Errorf("refusals{reason=mesh_not_hosted} = %v, want 1", got)
+	}
+	if got := h.Counter(t, "nave_hub_spoke_auth_refusals_total", "mesh_not_hosted"); got != 2 {
+		t.Errorf("auth refusals{reason=mesh_not_hosted} = %v, want 2", got)
 	}
 }
 

@@ -136,6 +136,11 @@ type Registry interface {
 	Revoked(ctx context.Context, mesh, cluster string) (bool, error)
 	// Revocations lists every revoked cluster.
 	Revocations(ctx context.Context) ([]Revocation, error)
+	// PurgeMesh deletes everything kept of mesh: its join tokens (pending
+	// and used), enrolled clusters, revocations and known clusters
+	// (Known) — for a deleted mesh,
+	// whose name a new mesh may take without inheriting any of it.
+	PurgeMesh(ctx context.Context, mesh string) error
 }
 
 // Store is the whole enrollment state, and the clusters that synced with

@@ -315,6 +315,86 @@ func testStoreContract(t *testing.T, f storeFixture) {
 		}
 	})
 
+	t.Run("PurgeMeshLeavesNothingOfItAndAllOfOthers", func(t *testing.T) {
+		open := f.fresh(t)
+		s := open()
+		ctx := t.Context()
+		used, _, err := s.CreateToken(ctx, "gone", "east", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending, _, err := s.CreateToken(ctx, "gone", "west", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Redeem(ctx, used); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordCluster(ctx, enroll.ClusterRecord{Mesh: "gone", Cluster: "east", Serial: "1"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Revoke(ctx, "gone", "north"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RememberCluster(ctx, "gone", "east"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RememberCluster(ctx, "acme", "east"); err != nil {
+			t.Fatal(err)
+		}
+		// Another mesh, whose state stays whole.
+		keep, _, err := s.CreateToken(ctx, "acme", "east", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordCluster(ctx, enroll.ClusterRecord{Mesh: "acme", Cluster: "east", Serial: "2"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Revoke(ctx, "acme", "north"); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := s.PurgeMesh(ctx, "gone"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PurgeMesh(ctx, "gone"); err != nil {
+			t.Fatalf("PurgeMesh again: %v", err)
+		}
+		s = open() // another replica sees it purged
+		for _, tok := range []string{used, pending} {
+			if _, err := s.Redeem(ctx, tok); !errors.Is(err, enroll.ErrTokenUnknown) {
+				t.Errorf("Redeem of a purged mesh's token: %v, want ErrTokenUnknown", err)
+			}
+		}
+		tokens, err := s.ListTokens(ctx)
+		if err != nil || len(tokens) != 1 || tokens[0].Mesh != "acme" {
+			t.Errorf("ListTokens = %+v, %v; want acme's one token", tokens, err)
+		}
+		if _, err := s.Cluster(ctx, "gone", "east"); !errors.Is(err, enroll.ErrNotEnrolled) {
+			t.Errorf("Cluster of a purged mesh: %v, want ErrNotEnrolled", err)
+		}
+		if revoked, err := s.Revoked(ctx, "gone", "north"); err != nil || revoked {
+			t.Errorf("Revoked of a purged mesh = %v, %v; want false", revoked, err)
+		}
+		clusters, err := s.Clusters(ctx)
+		if err != nil || len(clusters) != 1 || clusters[0].Mesh != "acme" {
+			t.Errorf("Clusters = %+v, %v; want acme's one", clusters, err)
+		}
+		revs, err := s.Revocations(ctx)
+		if err != nil || len(revs) != 1 || revs[0].Mesh != "acme" {
+			t.Errorf("Revocations = %+v, %v; want acme's one", revs, err)
+		}
+		if meshes, err := s.Meshes(ctx); err != nil || !reflect.DeepEqual(meshes, []string{"acme"}) {
+			t.Errorf("Meshes = %v, %v; want [acme]", meshes, err)
+		}
+		if known, err := s.KnownClusters(ctx); err != nil || !slices.Equal(known, []ingest.ClusterIdentity{{Mesh: "acme", Cluster: "east"}}) {
+			t.Errorf("KnownClusters = %v, %v; want acme/east alone", known, err)
+		}
+		if _, err := s.Redeem(ctx, keep); err != nil {
+			t.Errorf("Redeem of the other mesh's token: %v", err)
+		}
+	})
+
 	t.Run("CreateTokenRefusesBadInput", func(t *testing.T) {
 		s := f.fresh(t)()
 		for _, c := range []struct {

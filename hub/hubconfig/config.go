@@ -117,12 +117,20 @@ func (c *Config) validatePolled() error {
 type State struct {
 	Dir        string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment with the clusters that ever synced (enroll/, in plaintext mode too), both with state.store=dir; replicas share it on a volume. Unused when ca.store and state.store are kubernetes"`
 	Store      string `key:"store" default:"dir" help:"where the hub keeps its serving CA and spoke enrollment (join tokens and their use, enrolled and revoked clusters, and the clusters that ever synced, in plaintext mode too): dir (under state.dir; replicas share the volume) or kubernetes (Secrets nave-serving-ca-hub and nave-enroll-* in state.namespace; replicas share the API server and need no volume). The mesh CAs follow ca.store"`
-	Namespace  string `key:"namespace" default:"nave-system" help:"with state.store=kubernetes, the namespace of the state Secrets; the hub needs get, create, update and list on secrets there (deploy/hub/rbac.yaml)"`
+	Namespace  string `key:"namespace" default:"nave-system" help:"with state.store=kubernetes, the namespace of the state Secrets; the hub needs get, create, update, list and delete on secrets there (deploy/hub/rbac.yaml)"`
 	Kubeconfig string `key:"kubeconfig" help:"with state.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
+	// MeshRefreshInterval is tenants.Options.RefreshInterval.
+	MeshRefreshInterval time.Duration `key:"meshRefreshInterval" default:"2s" help:"how often every replica reads the meshes (tenants) from state.store (state.dir/meshes/, or Secrets nave-mesh-* and nave-meshstatus-* in state.namespace; docs/meshes.md): a mesh created, updated or deleted on one replica, or a spec written into the store, is served by every replica within about this long (twice this long for a spec written outside the hub)"`
 }
 
-// Validate checks the store, its namespace and kubeconfig.
-func (s *State) Validate() error { return validateStore("state", s.Store, s.Namespace, s.Kubeconfig) }
+// Validate checks the store, its namespace and kubeconfig, and the mesh
+// refresh interval.
+func (s *State) Validate() error {
+	if s.MeshRefreshInterval < 100*time.Millisecond || s.MeshRefreshInterval > 5*time.Minute {
+		return settings.Invalid("meshRefreshInterval", "must be from 100ms to 5m, got %s", s.MeshRefreshInterval)
+	}
+	return validateStore("state", s.Store, s.Namespace, s.Kubeconfig)
+}
 
 // validateStore checks a section's store, namespace and kubeconfig keys.
 func validateStore(section, store, namespace, kubeconfig string) error {
@@ -166,7 +174,7 @@ func (t *TLS) Validate() error {
 
 // CA configures the mesh certificate authorities.
 type CA struct {
-	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) this hub serves, as MESH=TRUSTDOMAIN: each gets its own root of trust in ca.store (generated on first start, or plugged in as Istio's cacerts files); two meshes never share a trust domain. Spokes and proxies of any other mesh are refused, with tls.plaintext too"`
+	Meshes          []string      `key:"meshes" default:"default=cluster.local" help:"the meshes (tenants) to seed, as MESH=TRUSTDOMAIN: each entry is created in state.store once, at the first start that lists it, unless a mesh of that name is there; after that meshes are managed at runtime (navectl mesh, docs/meshes.md), and a seeded mesh deleted stays deleted. Each mesh gets its own root of trust in ca.store (generated, or plugged in as Istio's cacerts files); two meshes never share a trust domain. Spokes and proxies of any other mesh are refused, with tls.plaintext too"`
 	Store           string        `key:"store" default:"dir" help:"where the mesh CAs are kept: dir (state.dir/ca/<mesh>/, one file per blob; replicas share the volume) or kubernetes (Secret nave-ca-<mesh> in ca.namespace, one data key per blob; replicas share the API server). A plugged-in CA is Istio's cacerts files (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem) in that directory or Secret"`
 	Namespace       string        `key:"namespace" default:"nave-system" help:"with ca.store=kubernetes, the namespace of the mesh CA Secrets; the hub needs get and create on secrets there (deploy/hub/rbac.yaml)"`
 	Kubeconfig      string        `key:"kubeconfig" help:"with ca.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`

@@ -44,6 +44,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"state.store":                   cfg.State.Store == StoreDir,
 		"state.namespace":               cfg.State.Namespace == "nave-system",
 		"state.kubeconfig":              cfg.State.Kubeconfig == "",
+		"state.meshRefreshInterval":     cfg.State.MeshRefreshInterval == 2*time.Second,
 		"tls.plaintext":                 !cfg.TLS.Plaintext,
 		"tls.hosts":                     strings.Join(cfg.TLS.Hosts, ",") == "localhost,127.0.0.1,::1",
 		"tls.handshakeTimeout":          cfg.TLS.HandshakeTimeout == 10*time.Second,

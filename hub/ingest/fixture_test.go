@@ -102,9 +102,20 @@ func newFixture(t *testing.T, grace time.Duration) *fixture {
 	return newFixtureAuth(t, grace, ingest.ClaimedIdentity())
 }
 
-// newFixtureAuth is newFixture with a Server that authenticates with auth;
-// opts change the Store's and the Server's options.
-func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.StoreOptions, *ingest.ServerOptions)) *fixture {
+// newFixtureAuth is newFixture with a Server that authenticates with auth
+// (and whose options opts change).
+func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.ServerOptions)) *fixture {
+	t.Helper()
+	return newFixtureOpts(t, grace, auth, func(_ *ingest.StoreOptions, so *ingest.ServerOptions) {
+		for _, o := range opts {
+			o(so)
+		}
+	})
+}
+
+// newFixtureOpts is newFixtureAuth whose opts change the Store's options
+// too.
+func newFixtureOpts(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.StoreOptions, *ingest.ServerOptions)) *fixture {
 	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry()}
 	so := ingest.StoreOptions{

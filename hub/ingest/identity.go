@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -69,19 +68,23 @@ func ClaimedIdentity() Authenticator {
 }
 
 // HostedMeshes refuses, with PermissionDenied, a stream that a decides
-// belongs to a mesh other than hosted (the meshes this hub serves); it
-// passes the others on. It bounds what ClaimedIdentity accepts: a
-// plaintext spoke still names its cluster unchecked, but only in a mesh of
-// this hub.
-func HostedMeshes(hosted []string, a Authenticator) Authenticator {
-	hosted = slices.Clone(hosted)
+// belongs to a mesh hosted does not serve now (hosted is asked on every
+// stream: meshes come and go while the hub runs); it passes the others
+// on. The refusal lists names(), the meshes served (nil: no list). It
+// bounds what ClaimedIdentity accepts: a plaintext spoke still names its
+// cluster unchecked, but only in a mesh of this hub.
+func HostedMeshes(hosted func(mesh string) bool, names func() []string, a Authenticator) Authenticator {
 	return AuthenticatorFunc(func(ctx context.Context) (ClusterIdentity, error) {
 		id, err := a.Authenticate(ctx)
 		if err != nil {
 			return ClusterIdentity{}, err
 		}
-		if !slices.Contains(hosted, id.Mesh) {
-			return ClusterIdentity{}, status.Errorf(codes.PermissionDenied, "mesh %q is not a mesh of this hub (it serves %s)", id.Mesh, strings.Join(hosted, ", "))
+		if !hosted(id.Mesh) {
+			msg := fmt.Sprintf("mesh %q is not a mesh of this hub", id.Mesh)
+			if names != nil {
+				msg += fmt.Sprintf(" (it serves %s)", strings.Join(names(), ", "))
+			}
+			return ClusterIdentity{}, status.Error(codes.PermissionDenied, msg)
 		}
 		return id, nil
 	})

@@ -265,6 +265,43 @@ func TestWithdrawDropsAClusterAtOnce(t *testing.T) {
 	}
 }
 
+// TestWithdrawMeshDropsEveryClusterOfTheMesh: WithdrawMesh (a deleted
+// mesh) closes the streams of every cluster of the mesh and drops their
+// resources at once; another mesh's same-named cluster stays.
+func TestWithdrawMeshDropsEveryClusterOfTheMesh(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	objs := decode(t, fullState)
+	c1 := f.dial(t, "m", "c1")
+	c1.sync(objs)
+	c2 := f.dial(t, "m", "c2")
+	c2.sync(objs)
+	other := f.dial(t, "other", "c1")
+	other.sync(objs)
+
+	got := f.store.WithdrawMesh("m", "mesh m deleted")
+	want := []ingest.ClusterIdentity{{Mesh: "m", Cluster: "c1"}, {Mesh: "m", Cluster: "c2"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("WithdrawMesh = %v, want %v", got, want)
+	}
+	for _, s := range []*spoke{c1, c2} {
+		if err := s.ended(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "mesh m deleted") {
+			t.Errorf("stream of the deleted mesh ended with %v, want PermissionDenied naming the reason", err)
+		}
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if _, ok := f.status("m", c); ok {
+			t.Errorf("cluster %s of the deleted mesh is still listed", c)
+		}
+	}
+	if len(f.objects("other", "c1")) == 0 {
+		t.Error("the other mesh's cluster lost its resources")
+	}
+	other.acked(other.send(vsType, pick(t, objs, "VirtualService demo/echo")))
+	if got := f.store.WithdrawMesh("m", "again"); len(got) != 0 {
+		t.Errorf("WithdrawMesh again withdrew %v", got)
+	}
+}
+
 // TestMoveAsksTheSpokeToReconnectAndKeepsItsState: Move closes the spoke's
 // stream of the given epoch (and no other) with UNAVAILABLE and the
 // reconnect and redirect trailers; the cluster's resources stay, and the

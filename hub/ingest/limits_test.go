@@ -36,7 +36,7 @@ spec:
 // cluster is refused with RESOURCE_EXHAUSTED naming the limit; another
 // mesh is not affected.
 func TestMeshLimitsRefuseObjectsAndSpokes(t *testing.T) {
-	f := newFixtureAuth(t, time.Hour, ingest.ClaimedIdentity(), func(so *ingest.StoreOptions, vo *ingest.ServerOptions) {
+	f := newFixtureOpts(t, time.Hour, ingest.ClaimedIdentity(), func(so *ingest.StoreOptions, vo *ingest.ServerOptions) {
 		so.LimitMetrics = meshlimits.NewMetrics(so.Registerer)
 		vo.Limits = func(mesh string) (int, int) {
 			if mesh == "m" {

@@ -1,6 +1,9 @@
 package ingest
 
 import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 )
 
@@ -86,6 +89,9 @@ func (o *Ownership) Holdings(f HoldingFilter) []Holding { return o.srv.store.hol
 func (o *Ownership) Relay(stream protocolv1.Sync_PushServer, id ClusterIdentity, owner string, epoch Epoch) error {
 	if err := checkProtocol(stream.Context()); err != nil {
 		return err
+	}
+	if h := o.srv.opts.Hosted; h != nil && !h(id.Mesh) {
+		return status.Errorf(codes.PermissionDenied, "mesh %q is not a mesh of this hub replica", id.Mesh)
 	}
 	suffix, err := domainSuffix(stream.Context())
 	if err != nil {

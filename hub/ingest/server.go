@@ -44,6 +44,13 @@ type ServerOptions struct {
 	Logger *slog.Logger
 	// Registerer receives the stream metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Hosted reports whether the hub serves a mesh now; a peer replica's
+	// relay of a cluster of any other (a mesh deleted, which the peer has
+	// not yet learnt) is refused (Ownership.Relay). The spokes' own
+	// streams are bounded by the Authenticator; Hosted is asked again once
+	// a stream's record exists, so that none outlives a Store.WithdrawMesh
+	// that raced with its start. Nil serves every mesh.
+	Hosted func(mesh string) bool
 }
 
 // Server is the hub side of the Sync service: it authenticates each
@@ -174,6 +181,15 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	defer ss.close()
+	if h := s.opts.Hosted; h != nil && !h(id.Mesh) {
+		// The mesh stopped being served after the stream was
+		// authenticated: Store.WithdrawMesh may have run before its
+		// record existed. Once the record exists, a WithdrawMesh that
+		// follows sees it.
+		reason := fmt.Sprintf("mesh %q is not a mesh of this hub", id.Mesh)
+		s.store.Withdraw(id, reason)
+		return status.Error(codes.PermissionDenied, reason)
+	}
 
 	kind := "spoke"
 	switch {

@@ -440,6 +440,34 @@ func (s *Store) Withdraw(id ClusterIdentity, reason string) bool {
 	return true
 }
 
+// WithdrawMesh withdraws every cluster of mesh at once (Withdraw: open
+// streams closed with reason, resources dropped) and forgets those
+// withdrawn after their grace period — for a mesh the hub stops serving
+// (deleted). It returns the clusters it withdrew.
+func (s *Store) WithdrawMesh(mesh, reason string) []ClusterIdentity {
+	s.mu.Lock()
+	var ids []ClusterIdentity
+	for id := range s.records {
+		if id.Mesh == mesh {
+			ids = append(ids, id)
+		}
+	}
+	for id := range s.withdrawn {
+		if id.Mesh == mesh {
+			delete(s.withdrawn, id)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	var out []ClusterIdentity
+	for _, id := range ids {
+		if s.Withdraw(id, reason) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // move closes id's open stream if it is a spoke's own (not a relay, not
 // polled) and still the stream of epoch (Ownership.Move).
 func (s *Store) move(id ClusterIdentity, epoch Epoch, reason, redirect string) bool {

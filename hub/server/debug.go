@@ -7,12 +7,13 @@ import (
 
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/statuspage"
+	"github.com/navemesh/nave/hub/tenants"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/engine"
 )
 
-func registerDebug(adm *admin.Server, in *ingest.Store, eng *engine.Engine) {
+func registerDebug(adm *admin.Server, meshes *tenants.Registry, in *ingest.Store, eng *engine.Engine) {
 	xds := eng.ADS()
 	// The status page reads the tenant views below in the browser: it shows
 	// each operator what those views show it.
@@ -49,8 +50,8 @@ func registerDebug(adm *admin.Server, in *ingest.Store, eng *engine.Engine) {
 		// Another mesh's proxies are not there for a tenant's operator.
 		return xds.ProxyConfig(q.Get("proxy"), func(mesh string) bool { return admin.Visible(r, mesh) }, types...)
 	})
-	adm.HandleTenantDebug("meshes", "each mesh's current push context: version, clusters, conflicts and config problems", func(r *http.Request) (any, error) {
-		return eng.Meshes(func(mesh string) bool { return admin.Visible(r, mesh) }), nil
+	adm.HandleTenantDebug("meshes", "each mesh the hub knows: its record (incarnation, trust domain, phase), connected spokes, and its current push context: version, clusters, conflicts and config problems", func(r *http.Request) (any, error) {
+		return meshesView(meshes, in, eng, r), nil
 	})
 	adm.HandleTenantDebug("services", "services and endpoints of a mesh (?mesh=NAME, default: every mesh), with cluster, locality and stale marks", func(r *http.Request) (any, error) {
 		return eng.Services(r.URL.Query().Get("mesh"), func(mesh string) bool { return admin.Visible(r, mesh) })

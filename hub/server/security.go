@@ -22,6 +22,7 @@ import (
 	"github.com/navemesh/nave/hub/ingest"
 	"github.com/navemesh/nave/hub/operatorca"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/hub/tenants"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/handshake"
@@ -32,12 +33,14 @@ import (
 // plaintext mode it trusts what they claim, within the meshes it serves.
 type security struct {
 	plaintext bool
-	meshes    []string // ca.meshes by name: every other mesh is refused
+	// meshes are the meshes served: every other mesh is refused.
+	meshes    *tenants.Registry
 	authority *ca.Authority
 	serving   *servingcert.Cert
 	store     enroll.Store
-	// known remembers the clusters that synced, in every mode (state.store).
-	known     enroll.Known
+	// known remembers the clusters that synced, in every mode (state.store):
+	// store with TLS; in plaintext mode a store holding only them.
+	known     enroll.Store
 	spokeAuth *enroll.CertAuthenticator
 	// servingCA and enrollment say where the serving CA and the
 	// enrollment state are (/debug/security).
@@ -47,16 +50,15 @@ type security struct {
 	operators *ca.Authority
 }
 
-// newSecurity loads the mesh CAs (ca.store), the serving certificate and
-// the enrollment state (state.store); in plaintext mode it loads nothing
-// and warns.
-func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
-	meshes := cfg.CA.MeshNames()
+// newSecurity loads the CAs of the Active meshes of meshes (ca.store), the
+// serving certificate and the enrollment state (state.store); in
+// plaintext mode it loads nothing and warns.
+func newSecurity(ctx context.Context, cfg hubconfig.Config, meshes *tenants.Registry, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
 	if cfg.TLS.Plaintext {
 		log.Warn("INSECURE: tls.plaintext is set: the spokes and xds listeners serve without TLS and check no credentials; "+
 			"whoever reaches them is believed: a spoke writes the cluster it names, a proxy reads its node's mesh (else defaultMesh) "+
 			"as the namespace and service account it names, in any of these meshes; other meshes are refused. Use only where every client is trusted",
-			"meshes", strings.Join(meshes, ","), "defaultMesh", cfg.XDS.DefaultMesh)
+			"meshes", strings.Join(meshes.Names(), ","), "defaultMesh", cfg.XDS.DefaultMesh)
 		// Nothing is enrolled, but the clusters that synced are
 		// remembered in state.store, so that a restarted hub waits for
 		// them as for enrolled ones.
@@ -78,7 +80,10 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range cfg.CA.ParsedMeshes() {
+	for _, m := range meshes.List() {
+		if m.Phase != tenants.Active {
+			continue
+		}
 		if err := auth.Load(ctx, ca.Mesh{Name: m.Name, TrustDomain: m.TrustDomain}); err != nil {
 			return nil, fmt.Errorf("ca.meshes: mesh %s: %w", m.Name, err)
 		}
@@ -110,7 +115,8 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, log *slog.Logger, re
 		sec.servingCA, sec.enrollment = servingStore.Location(servingcert.Mesh), st.Namespace+"/nave-enroll-*"
 	}
 	log.Info("hub state", "store", st.Store, "servingCA", sec.servingCA, "enrollment", sec.enrollment)
-	sec.spokeAuth = enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg})
+	sec.spokeAuth = enroll.NewCertAuthenticator(auth, es, enroll.AuthOptions{Logger: log.With("component", "spokeauth"), Registerer: reg,
+		Hosted: meshes.Hosted})
 	return sec, nil
 }
 
@@ -141,7 +147,7 @@ func operatorScope(r *http.Request) (admin.Scope, error) {
 // meshes the hub does not serve.
 func (s *security) spokeAuthenticator() ingest.Authenticator {
 	if s.plaintext {
-		return ingest.HostedMeshes(s.meshes, ingest.ClaimedIdentity())
+		return ingest.HostedMeshes(s.meshes.Hosted, s.meshes.Names, ingest.ClaimedIdentity())
 	}
 	return s.spokeAuth
 }
@@ -161,6 +167,16 @@ func (s *security) proxyAuthenticator() ads.Authenticator {
 		ns, sa, _ := g.Identities[0].Workload()
 		return ads.WorkloadIdentity{Mesh: g.Mesh, Namespace: ns, ServiceAccount: sa, Name: g.Caller}, nil
 	})
+}
+
+// trustDomain is mesh's trust domain, its CA's ("" in plaintext mode or for a mesh without a
+// CA: the default), for the push context's snapshots.
+func (s *security) trustDomain(mesh string) string {
+	if s.plaintext {
+		return ""
+	}
+	td, _ := s.authority.TrustDomain(mesh)
+	return td
 }
 
 // roots is the trust bundle of mesh served on Watch; nil in plaintext
@@ -232,7 +248,7 @@ func (s *security) register(cfg hubconfig.Config, spokes, xds *grpc.Server, log 
 		return
 	}
 	protocolv1.RegisterEnrollmentServer(spokes, enroll.NewServer(s.store, s.authority, s.spokeAuth, enroll.ServerOptions{
-		CertTTL: cfg.CA.ClusterCertTTL, Logger: log.With("component", "enroll"), Registerer: reg}))
+		CertTTL: cfg.CA.ClusterCertTTL, Logger: log.With("component", "enroll"), Registerer: reg, Hosted: s.meshes.Hosted}))
 	own := ca.PeerCertificateAuthorizer{Authority: s.authority}
 	caLog := ca.ServerOptions{Logger: log.With("component", "ca")}
 	// Spokes obtain their workloads' certificates (as registration
@@ -274,7 +290,7 @@ func (s *security) debug(adm *admin.Server) {
 	})
 	adm.HandleDebug("security", "transport security: plaintext or TLS, meshes and trust domains, serving CA, enrolled and revoked clusters", func(r *http.Request) (any, error) {
 		if s.plaintext {
-			return map[string]any{"plaintext": true, "meshes": s.meshes}, nil
+			return map[string]any{"plaintext": true, "meshes": s.meshList()}, nil
 		}
 		clusters, err := s.store.Clusters(r.Context())
 		if err != nil {
@@ -286,7 +302,7 @@ func (s *security) debug(adm *admin.Server) {
 		}
 		return map[string]any{
 			"plaintext":  false,
-			"meshes":     s.authority.Meshes(),
+			"meshes":     s.meshList(),
 			"servingCA":  s.servingCA,
 			"enrollment": s.enrollment,
 			"clusters":   clusters,
@@ -294,6 +310,59 @@ func (s *security) debug(adm *admin.Server) {
 			"now":        time.Now().UTC(),
 		}, nil
 	})
+}
+
+// securityMesh is one mesh of /debug/security.
+type securityMesh struct {
+	Name        string        `json:"name"`
+	UID         string        `json:"uid"`
+	TrustDomain string        `json:"trustDomain"`
+	Phase       tenants.Phase `json:"phase"`
+	// CA says whether the mesh's CA is loaded (always false in plaintext
+	// mode): a mesh being deleted has none.
+	CA bool `json:"ca"`
+}
+
+// meshList lists the registry's meshes for /debug/security.
+func (s *security) meshList() []securityMesh {
+	out := []securityMesh{}
+	for _, m := range s.meshes.List() {
+		sm := securityMesh{Name: m.Name, UID: m.UID, TrustDomain: m.TrustDomain, Phase: m.Phase}
+		if !s.plaintext {
+			_, err := s.authority.TrustDomain(m.Name)
+			sm.CA = err == nil
+		}
+		out = append(out, sm)
+	}
+	return out
+}
+
+// purge deletes what the hub keeps of mesh, which it no longer serves:
+// its enrollment state (join tokens, enrolled clusters, revocations) and,
+// unless keepCA, its CA, keys and all; and the clusters it had (known),
+// so that a mesh re-created with its name does not wait for them.
+func (s *security) purge(ctx context.Context, mesh string, keepCA bool) error {
+	if s.meshes.Hosted(mesh) {
+		return fmt.Errorf("purge mesh %s: it is served (Active): mark it Deleting first", mesh)
+	}
+	if s.plaintext {
+		// Only the known clusters are kept in plaintext mode.
+		if err := s.known.PurgeMesh(ctx, mesh); err != nil {
+			return fmt.Errorf("purge mesh %s: known clusters: %w", mesh, err)
+		}
+		return nil
+	}
+	if err := s.store.PurgeMesh(ctx, mesh); err != nil {
+		return fmt.Errorf("purge mesh %s: enrollment state: %w", mesh, err)
+	}
+	if keepCA {
+		s.authority.Forget(mesh)
+		return nil
+	}
+	if err := s.authority.Destroy(ctx, mesh); err != nil {
+		return fmt.Errorf("purge mesh %s: %w", mesh, err)
+	}
+	return nil
 }
 
 // expected lists the clusters a restarted hub waits for

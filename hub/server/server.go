@@ -23,6 +23,7 @@ import (
 
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/hub/tenants"
 	"github.com/navemesh/nave/hub/watch"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
@@ -60,6 +61,9 @@ type Server struct {
 	lis      map[string]net.Listener
 	adm      *admin.Server
 	sec      *security
+	svc      *tenants.Service // nil in plaintext mode
+	meshes   *tenants.Registry
+	life     *meshLife
 	rep      *replicas
 	store    *ingest.Store
 	in       *ingest.Server
@@ -104,7 +108,14 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		return nil, err
 	}
 	adm := admin.New(log, reg)
-	sec, err := newSecurity(ctx, cfg, log, reg)
+	svc, meshes, err := openMeshes(ctx, cfg, log)
+	if err != nil {
+		for _, l := range lis {
+			l.Close()
+		}
+		return nil, err
+	}
+	sec, err := newSecurity(ctx, cfg, meshes, log, reg)
 	if err != nil {
 		for _, l := range lis {
 			l.Close()
@@ -116,9 +127,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		eng *engine.Engine
 		w   *watch.Server
 	)
-	// Every mesh has the hub's default limits until the meshes' registry
-	// is wired here (its records' own limits then override them).
-	limits := meshLimits{defaults: cfg.Limits}
+	// Each mesh's limits: its record's own, else the hub's defaults.
+	limits := meshLimits{defaults: cfg.Limits, registry: meshes}
 	limitMetrics := meshlimits.NewMetrics(reg)
 	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
@@ -146,16 +156,19 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		},
 		Logger:     log.With("component", "ingest"),
 		Registerer: reg,
+		Hosted:     meshes.Hosted,
 	})
-	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready,
+	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
+		MeshConfig: meshConfigOf(meshes),
 		Push: pushctx.Options{
 			DebounceQuiet:   cfg.Push.DebounceQuiet,
 			DebounceMax:     cfg.Push.DebounceMax,
 			DebounceEdge:    cfg.Push.DebounceEdge,
 			Adaptive:        cfg.Push.Adaptive,
 			Ready:           store.Ready,
+			TrustDomain:     sec.trustDomain,
 			PushesPerSecond: limits.pushesPerSecond,
 			LimitMetrics:    limitMetrics,
 			Logger:          log.With("component", "pushctx"),
@@ -167,12 +180,19 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		},
 		ADS: ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 			AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
-			Meshes: sec.meshes, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys),
+			Hosted: meshes.Hosted, HostedNames: meshes.Names, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys),
 			MaxProxies: limits.proxies, LimitMetrics: limitMetrics, Logger: log.With("component", "ads")},
 		Registerer: reg,
 	})
 	reg.MustRegister(eng.SyncStateCollector())
-	registerDebug(adm, store, eng)
+	// From here on, a mesh's change (created, deleted, re-created,
+	// updated) is served by this replica as it lands in the registry.
+	life := &meshLife{reg: meshes, sec: sec, store: store, w: w, eng: eng, log: log.With("component", "meshes")}
+	meshes.Subscribe(life.changed)
+	registerDebug(adm, meshes, store, eng)
+	if svc != nil {
+		svc.RegisterAPI(adm, tenants.APIOptions{ConnectedSpokes: func(mesh string) int { return connectedSpokes(store, mesh) }})
+	}
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
 	})
@@ -196,7 +216,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		// The replica counts (and may shed) the proxy connections.
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
-	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, rep: rep, store: store, in: in, w: w, eng: eng,
+	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, svc: svc, meshes: meshes, life: life, rep: rep, store: store, in: in, w: w, eng: eng,
 		spokeSrv: spokeSrv, xdsSrv: xdsSrv, limits: limits, limitMetrics: limitMetrics}, nil
 }
 
@@ -208,6 +228,20 @@ func (s *Server) Addr(key string) net.Addr {
 		return l.Addr()
 	}
 	return nil
+}
+
+// ConnectedSpokes counts the clusters of mesh connected to the replica
+// set, as this replica sees them (its own spokes and those its peers
+// relay): what a delete of a mesh with spokes still connected is told.
+func (s *Server) ConnectedSpokes(mesh string) int { return connectedSpokes(s.store, mesh) }
+
+// Purge deletes what the hub keeps of mesh, which no replica serves any
+// longer (Deleting): its enrollment state (join tokens, enrolled clusters,
+// revocations) and, unless keepCA, its CA. It is the hub's tenants.Purger:
+// a mesh re-created with the name inherits none of it. It refuses a mesh
+// that is served.
+func (s *Server) Purge(ctx context.Context, mesh string, keepCA bool) error {
+	return s.sec.purge(ctx, mesh, keepCA)
 }
 
 // Run serves until ctx ends or a part fails, then stops every part and
@@ -233,6 +267,11 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return sec.authority.RefreshEvery(gctx, cfg.CA.RefreshInterval, func(mesh string) { eng.Notify(mesh); w.Notify(mesh) })
 		})
+		g.Go(func() error { return s.life.reconcileEvery(gctx, cfg.CA.RefreshInterval) })
+	}
+	if s.svc != nil {
+		// Keeps the registry current; deleted meshes are purged by s.
+		g.Go(func() error { return s.svc.Run(gctx, s) })
 	}
 	if e := sec.enforcer(withdraw, log, reg); e != nil {
 		g.Go(func() error { return e.Run(gctx) })

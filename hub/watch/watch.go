@@ -63,7 +63,11 @@ type Options struct {
 	// passes ingest.Store.Ready, as for proxies): a restarted hub does not
 	// tell spokes that clusters merely slower to reconnect are gone.
 	// Subscriptions wait, unanswered, until then.
-	Ready      func(mesh string, clusters []mesh.ClusterInput) bool
+	Ready func(mesh string, clusters []mesh.ClusterInput) bool
+	// Hosted, if set, is asked once a stream is listed: a stream of a
+	// mesh no longer served (deleted after the stream was authenticated)
+	// ends at once, so that none outlives a CloseMesh it raced with.
+	Hosted     func(mesh string) bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -214,6 +218,9 @@ func (s *Server) Serve(meshName, cluster string, ss Stream) error {
 		s.mu.Unlock()
 		s.metrics.streams.Dec()
 	}()
+	if s.opts.Hosted != nil && !s.opts.Hosted(meshName) {
+		return status.Errorf(codes.PermissionDenied, "mesh %q is not a mesh of this hub", meshName)
+	}
 	s.log.Info("spoke watching", "mesh", meshName, "cluster", cluster)
 	return st.run()
 }
@@ -234,6 +241,25 @@ func (s *Server) Close(meshName, cluster, reason string) int {
 	}
 	if n > 0 {
 		s.log.Warn("spoke watch closed by the hub", "mesh", meshName, "cluster", cluster, "streams", n, "reason", reason)
+	}
+	return n
+}
+
+// CloseMesh ends every Watch stream of meshName at once, as Close does a
+// cluster's — for a mesh the hub stops serving (deleted). It reports how
+// many it closed.
+func (s *Server) CloseMesh(meshName, reason string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for st := range s.streams {
+		if st.mesh == meshName {
+			st.cancel(&closed{reason})
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Warn("spoke watches of a mesh closed by the hub", "mesh", meshName, "streams", n, "reason", reason)
 	}
 	return n
 }

@@ -51,13 +51,17 @@ type fixture struct {
 	conn *grpc.ClientConn
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, opts ...func(*watch.Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: pushctxtest.NewSource()}
-	f.w = watch.New(f.src, watch.Options{Debounce: 10 * time.Millisecond,
+	o := watch.Options{Debounce: 10 * time.Millisecond,
 		Roots: func(m string) (*protocolv1.TrustBundle, error) {
 			return &protocolv1.TrustBundle{Mesh: m, TrustDomain: m + ".example", RootsPem: "roots of " + m}, nil
-		}})
+		}}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	f.w = watch.New(f.src, o)
 	in := ingest.NewServer(ingest.NewStore(ingest.StoreOptions{}), certAuth(), ingest.ServerOptions{Watch: func(id ingest.ClusterIdentity, s protocolv1.Sync_WatchServer) error {
 		return f.w.Serve(id.Mesh, id.Cluster, s)
 	}})
@@ -344,4 +348,42 @@ func TestCloseEndsARevokedClustersWatch(t *testing.T) {
 	if st := f.w.Status(); len(st) != 1 || st[0].Cluster != "c2" {
 		t.Fatalf("streams left: %+v", st)
 	}
+}
+
+func TestCloseMeshEndsEveryWatchOfTheMesh(t *testing.T) {
+	f := newFixture(t)
+	f.src.Set("a", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	f.src.Set("b", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	w1 := f.watch(t, "a/c1", "a/c1", nil)
+	w2 := f.watch(t, "a/c2", "a/c2", nil)
+	f.watch(t, "b/c1", "b/c1", nil) // another mesh's watch stays
+	if n := f.w.CloseMesh("a", "mesh a deleted"); n != 2 {
+		t.Fatalf("closed %d streams, want 2", n)
+	}
+	for _, w := range []*watcher{w1, w2} {
+		if _, err := w.stream.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "mesh a deleted") {
+			t.Fatalf("deleted mesh's watch: err = %v, want PermissionDenied naming the reason", err)
+		}
+	}
+	if st := f.w.Status(); len(st) != 1 || st[0].Mesh != "b" {
+		t.Fatalf("streams left: %+v", st)
+	}
+}
+
+func TestWatchOfAMeshNotHostedEndsAtOnce(t *testing.T) {
+	f := newFixture(t, func(o *watch.Options) { o.Hosted = func(m string) bool { return m != "gone" } })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, principalKey, "gone/c1", protocol.MetadataMesh, "gone", protocol.MetadataCluster, "c1")
+	stream, err := protocolv1.NewSyncClient(f.conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"gone"`) {
+		t.Fatalf("watch of a deleted mesh: %v; want PermissionDenied naming it", err)
+	}
+	if st := f.w.Status(); len(st) != 0 {
+		t.Errorf("streams left: %+v", st)
+	}
+	f.watch(t, "a/c1", "a/c1", nil) // another mesh is served
 }

@@ -113,3 +113,40 @@ func TestWorkloadHandlerServesNoProfiles(t *testing.T) {
 		}
 	}
 }
+
+// An API handler gets the operator's scope on the operator listener, no
+// scope on the plain admin handler, and is not served to probes.
+func TestHandleAPI(t *testing.T) {
+	s := New(slog.New(slog.DiscardHandler), NewRegistry())
+	s.HandleAPI("POST /api/v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scope, ok := ScopeOf(r)
+		_, _ = io.WriteString(w, scope.Operator+" "+map[bool]string{true: "scoped", false: "unscoped"}[ok])
+	}))
+	post := func(h http.Handler, who string) (int, string) {
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/things", nil)
+		if who != "" {
+			req.Header.Set("Who", who)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	op := s.OperatorHandler(func(r *http.Request) (Scope, error) {
+		return Scope{Operator: r.Header.Get("Who"), Mesh: r.Header.Get("Who")}, nil
+	})
+	if code, body := post(op, "acme"); code != http.StatusOK || body != "acme scoped" {
+		t.Errorf("operator listener: %d %q", code, body)
+	}
+	if code, body := post(s.Handler(), ""); code != http.StatusOK || body != " unscoped" {
+		t.Errorf("admin listener: %d %q", code, body)
+	}
+	if code, _ := post(s.ProbeHandler(), ""); code == http.StatusOK {
+		t.Error("the probe handler serves an API")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("an API outside /api/ was accepted")
+		}
+	}()
+	s.HandleAPI("GET /things", http.NotFoundHandler())
+}

@@ -107,6 +107,21 @@ func (s *Server) HandlePage(path string, h http.Handler) {
 	s.mux.Handle("GET "+path, h)
 }
 
+// HandleAPI serves h for pattern, an http.ServeMux pattern with a method
+// under /api/ ("POST /api/v1/meshes"): an API for tools (navectl). On an
+// operator listener it is served to every authenticated operator, with
+// the operator's Scope in the request's context (ScopeOf), so h decides
+// what each scope may see and change; on a plain admin listener (Serve)
+// to everyone, as the debug views are. Probe handlers do not serve it. A
+// pattern not under /api/ panics.
+func (s *Server) HandleAPI(pattern string, h http.Handler) {
+	_, path, _ := strings.Cut(pattern, " ")
+	if !strings.HasPrefix(path, "/api/") {
+		panic(fmt.Sprintf("admin: invalid API pattern %q", pattern))
+	}
+	s.mux.Handle(pattern, h)
+}
+
 // NewRegistry returns a fresh registry holding the Go runtime and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()

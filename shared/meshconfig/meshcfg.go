@@ -26,10 +26,3 @@ func ParseMeshConfig(data []byte) (*meshv1alpha1.MeshConfig, error) {
 	}
 	return cfg, nil
 }
-
-// ValidateMeshConfig checks what ParseMeshConfig cannot: values and the
-// fields nave refuses or does not support yet, naming the field and why.
-func ValidateMeshConfig(cfg *meshv1alpha1.MeshConfig) error {
-	_ = cfg
-	return nil
-}

@@ -36,6 +36,15 @@ import (
 	"github.com/navemesh/nave/xds/pushctx"
 )
 
+// trustDomain is the mesh's trust domain from Trust, "" (the default) without.
+func (o Options) trustDomain(string) string {
+	if o.Trust == nil {
+		return ""
+	}
+	td, _ := o.Trust()
+	return td
+}
+
 // Options configure a Server.
 type Options struct {
 	Mesh, Cluster string
@@ -52,6 +61,9 @@ type Options struct {
 	HubSynced func() error
 	// View is the rest of the mesh (nil: the local cluster alone).
 	View *remote.View
+	// Trust gives the mesh's trust domain for the snapshots it serves (the identities its
+	// proxies' TLS and RBAC expect); nil: mesh.DefaultTrustDomain.
+	Trust Trust
 	// Push configures the push context as the hub's (debounce).
 	DebounceQuiet, DebounceMax time.Duration
 	// ADS configures the ADS server; Meshes, DefaultMesh and Registerer
@@ -100,10 +112,12 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Logger, streams: map[*gated]struct{}{}, since: time.Now(), lostSince: time.Now()}
 	s.metrics = newMetrics(opts.Registerer, s)
 	ao := opts.ADS
-	ao.Meshes, ao.DefaultMesh = []string{opts.Mesh}, opts.Mesh
+	ao.Hosted = func(mesh string) bool { return mesh == opts.Mesh }
+	ao.HostedNames = func() []string { return []string{opts.Mesh} }
+	ao.DefaultMesh = opts.Mesh
 	s.engine = engine.New(s, engine.Options{
 		Push: pushctx.Options{DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
-			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }},
+			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }, TrustDomain: opts.trustDomain},
 		ADS:    ao,
 		Logger: opts.Logger, Registerer: opts.Registerer,
 	})

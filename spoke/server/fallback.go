@@ -99,13 +99,15 @@ func fallbackTrust(view *remote.View, renewer *enroll.Renewer) fallback.Trust {
 func newFallback(cfg spokeconfig.Config, view *remote.View, hubSynced func() error, renewer *enroll.Renewer,
 	log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) *fallback.Server {
 	var authn ads.Authenticator
+	var trust fallback.Trust
 	if renewer != nil {
-		authn = fallback.Authenticator(cfg.Mesh, fallbackTrust(view, renewer))
+		trust = fallbackTrust(view, renewer)
+		authn = fallback.Authenticator(cfg.Mesh, trust)
 	}
 	fb := fallback.New(fallback.Options{
 		Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix,
 		After: cfg.Fallback.After, HandBackAfter: cfg.Fallback.HandBackAfter, Drain: cfg.Fallback.Drain,
-		HubSynced: hubSynced, View: view,
+		HubSynced: hubSynced, View: view, Trust: trust,
 		ADS:    ads.Options{Authenticator: authn},
 		Logger: log, Registerer: reg,
 	})

@@ -50,6 +50,11 @@ type conn struct {
 	// pushed is the version of the push context last pushed (or first
 	// served); see Server.pendingPushes.
 	pushed atomic.Uint64
+	// closed is closed by close (CloseMesh), once, after closeReason is
+	// set; the stream then ends.
+	closed      chan struct{}
+	closeOnce   sync.Once
+	closeReason string
 
 	mu    sync.Mutex
 	nonce uint64

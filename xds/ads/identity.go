@@ -3,7 +3,6 @@ package ads
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -65,7 +64,7 @@ func newAuthRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
 // credentials prove: without an Authenticator the node's own claims stand
 // (plaintext mode); with one, the mesh is the identity's, and a node naming
 // another mesh, namespace or service account is refused. Either way a mesh
-// not in Options.Meshes is refused.
+// Options.Hosted does not serve is refused.
 func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy, WorkloadIdentity, error) {
 	if s.opts.Authenticator == nil {
 		px, err := proxy.FromNode(node, s.opts.DefaultMesh)
@@ -108,13 +107,16 @@ func (s *Server) identify(ctx context.Context, node *corev3.Node) (*proxy.Proxy,
 	return px, id, nil
 }
 
-// checkHosted refuses a proxy of a mesh not in Options.Meshes.
+// checkHosted refuses a proxy of a mesh Options.Hosted does not serve.
 func (s *Server) checkHosted(ctx context.Context, node *corev3.Node, mesh string) error {
-	if len(s.opts.Meshes) == 0 || slices.Contains(s.opts.Meshes, mesh) {
+	if s.opts.Hosted == nil || s.opts.Hosted(mesh) {
 		return nil
 	}
-	return s.refuse(ctx, node, refusedNotHosted, codes.PermissionDenied,
-		fmt.Sprintf("node %q is of mesh %q, which is not a mesh of this hub (it serves %s)", node.GetId(), mesh, strings.Join(s.opts.Meshes, ", ")))
+	msg := fmt.Sprintf("node %q is of mesh %q, which is not a mesh of this hub", node.GetId(), mesh)
+	if s.opts.HostedNames != nil {
+		msg += fmt.Sprintf(" (it serves %s)", strings.Join(s.opts.HostedNames(), ", "))
+	}
+	return s.refuse(ctx, node, refusedNotHosted, codes.PermissionDenied, msg)
 }
 
 // refuse logs an audit line, counts the refusal and returns the status the

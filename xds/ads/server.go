@@ -52,9 +52,14 @@ type Options struct {
 	// of each until it is written); a large response waits for room. Zero
 	// means 64 MiB; negative means unbounded.
 	MaxInflightBytes int64
-	// Meshes are the meshes this hub serves: a proxy of any other is
-	// refused, whatever decided its mesh. Empty serves every mesh.
-	Meshes []string
+	// Hosted reports whether the hub serves a mesh now: a proxy of any
+	// other is refused, whatever decided its mesh, and a stream accepted
+	// while its mesh was served is closed by CloseMesh when it stops
+	// being. Nil serves every mesh. It is called on every new stream.
+	Hosted func(mesh string) bool
+	// HostedNames lists the meshes served, for the refusal's message; nil
+	// leaves the list out.
+	HostedNames func() []string
 	// Authenticator proves each stream's identity (its mesh, namespace and
 	// service account); nil trusts the node's metadata, for plaintext mode
 	// (the mesh is then the node's MESH, else DefaultMesh).
@@ -310,6 +315,8 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 			if err := handle(c, state, req); err != nil {
 				return err
 			}
+		case <-c.closing():
+			return c.closedErr()
 		case <-c.secretsDue():
 			// The stream's SDS certificate is due: mint and send a new one.
 			if err := renewSecrets(c); err != nil {
@@ -345,6 +352,7 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 		delta:       delta,
 		types:       map[string]*typeState{},
 		identity:    id,
+		closed:      make(chan struct{}),
 	}
 	if s.opts.Secrets != nil && id.Mesh != "" {
 		c.sds = &sdsState{due: make(chan struct{}, 1), ctx: ctx}
@@ -365,6 +373,15 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 	s.perMesh[c.mesh] = n + 1
 	s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n+1))
 	s.mu.Unlock()
+	// A mesh that stopped being served between identify and here had
+	// its streams closed (CloseMesh) without this one: it is refused now.
+	// Once c is in conns, a CloseMesh that follows sees it.
+	if err := s.checkHosted(ctx, node, c.mesh); err != nil {
+		s.mu.Lock()
+		delete(s.conns, c.id)
+		s.mu.Unlock()
+		return nil, err
+	}
 	s.metrics.connections.Inc()
 	s.log.Info("proxy connected", "conn", c.id, "mesh", c.mesh, "type", px.Type, "namespace", px.Namespace, "peer", c.peer, "delta", delta)
 	return c, nil

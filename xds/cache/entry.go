@@ -151,6 +151,10 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 		// deployment in several zones share one generation.
 		ck.Locality = mesh.Locality{}
 	}
+	if !e.State.Snapshot.HasClusterLocal() {
+		// No host is cluster-local: a proxy's cluster changes nothing.
+		ck.Cluster = ""
+	}
 	if k.IPs != "" {
 		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig

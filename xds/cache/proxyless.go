@@ -130,6 +130,9 @@ func (e *Entry) clientKey(k proxy.Key) proxy.Key {
 	if reads.Network {
 		gk.Network = k.Network
 	}
+	if reads.Cluster {
+		gk.Cluster = k.Cluster
+	}
 	if len(reads.Labels) > 0 && k.Labels != "" {
 		labels := k.LabelMap()
 		var kept []string
@@ -171,7 +174,7 @@ func (e *Entry) ProxylessClient(gk proxy.Key) *resource.ProxyResources {
 	pe.once.Do(func() {
 		defer e.c.acquire(e.State.Mesh)()
 		start := time.Now()
-		c := gen.GRPCClient{Locality: gk.Locality, Network: gk.Network, Labels: gk.LabelMap()}
+		c := gen.GRPCClient{Locality: gk.Locality, Network: gk.Network, Labels: gk.LabelMap(), Cluster: gk.Cluster}
 		res, mode := e.generateClient(gk, c, mesh)
 		if e.c.opts.Verify && mode != genReused {
 			e.verifyOutput(gk, res, gen.GRPCFor(e.State.Snapshot, c))

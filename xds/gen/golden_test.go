@@ -40,26 +40,31 @@ func TestGolden(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": gentest.Mesh})
 	for _, p := range goldenProxies {
 		t.Run(p.name, func(t *testing.T) {
-			out := Envoy(snap, p.key)
-			got := goldenJSON(t, out)
-			path := filepath.Join("testdata", "golden", p.name+".json")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("%s differs from the generators' output; if the change is intended, run\n\tgo test ./xds/gen/ -run TestGolden -update\nand review the diff", path)
-			}
+			checkGolden(t, p.name+".json", goldenJSON(t, Envoy(snap, p.key)))
 		})
+	}
+}
+
+// checkGolden compares got with testdata/golden/name (or, with -update,
+// writes it there).
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the generators' output; if the change is intended, run\n\tgo test ./xds/gen/ -run TestGolden -update\nand review the diff", path)
 	}
 }
 

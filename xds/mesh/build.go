@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -73,6 +74,12 @@ type Builder struct {
 	// Whoever runs the mesh's CA sets it before building; changing it
 	// between builds is a config change.
 	TrustDomain string
+	// MeshConfig is the mesh's MeshConfig, copied into every snapshot
+	// (Snapshot.MeshConfig; nil means Istio's defaults). Its trustDomain,
+	// when set, is the snapshot's trust domain in place of TrustDomain.
+	// Changing it between builds is a config change; it must not be
+	// modified once given.
+	MeshConfig *meshv1alpha1.MeshConfig
 }
 
 type endpointKey struct {
@@ -101,6 +108,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		VirtualServices:  map[string][]*Config{},
 		DestinationRules: map[string][]*Config{},
 		TrustDomain:      b.trustDomain(),
+		MeshConfig:       b.MeshConfig,
 		DomainSuffixes:   map[string]string{},
 	}
 	stale := map[string]bool{}
@@ -201,10 +209,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 }
 
 func (b *Builder) trustDomain() string {
-	if b.TrustDomain == "" {
-		return DefaultTrustDomain
-	}
-	return b.TrustDomain
+	return meshTrustDomain(b.MeshConfig, b.TrustDomain)
 }
 
 type configKey struct{ kind, namespace, name string }

@@ -9,7 +9,8 @@ import (
 // for generators that reuse earlier output.
 type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
-	// gateways, sidecars, security policies, the trust domain, or a service itself (added, removed, ports,
+	// gateways, sidecars, security policies, the trust domain, the
+	// MeshConfig (compared by value), or a service itself (added, removed, ports,
 	// addresses, resolution, export, subject alt names, sources). Then nothing can be reused.
 	Config bool
 	// Hosts are the services whose endpoints changed (Config false).
@@ -32,7 +33,8 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		!sameConfigs(prev.Gateways, next.Gateways) || !sameConfigs(prev.Sidecars, next.Sidecars) ||
 		!sameConfigs(prev.PeerAuthentications, next.PeerAuthentications) ||
 		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
-		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) || prev.TrustDomain != next.TrustDomain || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
+		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) || prev.TrustDomain != next.TrustDomain ||
+		!sameMeshConfig(prev.MeshConfig, next.MeshConfig) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
 		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {
 		d.Config = true

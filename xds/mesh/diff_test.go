@@ -113,7 +113,7 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"Mesh": "compared", "Services": "compared", "VirtualServices": "compared", "AllVirtualServices": "compared",
 		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
 		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
-		"TrustDomain": "compared", "DomainSuffixes": "compared",
+		"TrustDomain": "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
 		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators",
 	}

@@ -63,7 +63,8 @@ type entryChange struct {
 // does not hold; Build then merges everything.
 func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
 	last := b.last
-	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() {
+	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() ||
+		last.snap.MeshConfig != b.MeshConfig {
 		return nil
 	}
 	stale := map[string]bool{}
@@ -180,6 +181,7 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
 		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
 		AuthorizationPolicies: prev.AuthorizationPolicies, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
+		MeshConfig: prev.MeshConfig,
 	}
 	for _, c := range clusters {
 		s.Clusters = append(s.Clusters, c.state())

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
@@ -45,9 +46,17 @@ type Snapshot struct {
 	// TrustDomain is the mesh's SPIFFE trust domain: workload identities
 	// are spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT, and
 	// sidecars accept mTLS peers (inbound and upstream) only from it.
-	// Build sets it from Builder.TrustDomain, DefaultTrustDomain when
-	// that is empty.
+	// Build sets it from MeshConfig's trustDomain, else
+	// Builder.TrustDomain, else DefaultTrustDomain. Peers of the
+	// MeshConfig's trustDomainAliases are accepted as the mesh's own
+	// (TrustDomainAliases).
 	TrustDomain string
+	// MeshConfig is the mesh's Istio MeshConfig (Builder.MeshConfig); nil
+	// means Istio's defaults. Read it through the Snapshot's methods
+	// (RootNamespace, AutoMTLS, OutboundAllowAny, ConnectTimeout,
+	// LocalityLbSetting, the *ExportTo defaults, ClusterLocal), which
+	// apply those defaults. Never modified.
+	MeshConfig *meshv1alpha1.MeshConfig
 	// DomainSuffixes holds each cluster's DNS suffix (its service hostnames
 	// are name.namespace.svc.<suffix>): a cluster's short host names in
 	// config are completed with its own (ResolveHost).
@@ -324,17 +333,11 @@ func (s *Snapshot) Hostnames() []string {
 // (Istio's default).
 const DefaultTrustDomain = "cluster.local"
 
-// RootNamespace holds mesh-wide config (Istio's default root namespace):
-// a Sidecar there without a selector is every namespace's default, a
-// DestinationRule there is the last fallback, a PeerAuthentication there
-// without a selector is the mesh-wide policy and an AuthorizationPolicy
-// there applies to every namespace.
-const RootNamespace = "istio-system"
-
 // DestinationRule returns the DestinationRule of host that applies to a
 // proxy in namespace from (Istio's lookup): one in the proxy's namespace,
 // then one in the service's namespace, then one in the root namespace,
-// then any other; each only if exported to the proxy's namespace. from ""
+// then any other; each only if exported to the proxy's namespace (its
+// exportTo, else the mesh's defaultDestinationRuleExportTo). from ""
 // skips the first step. Nil when none applies.
 func (s *Snapshot) DestinationRule(host, from string) *Config {
 	list := s.DestinationRules[host]
@@ -345,18 +348,18 @@ func (s *Snapshot) DestinationRule(host, from string) *Config {
 	if svc := s.Services[host]; svc != nil {
 		svcNS = svc.Namespace
 	}
-	for _, ns := range []string{from, svcNS, RootNamespace} {
+	for _, ns := range []string{from, svcNS, s.RootNamespace()} {
 		if ns == "" {
 			continue
 		}
 		for _, c := range list {
-			if c.Object.Namespace == ns && (from == "" || Exported(c.DestinationRule().GetExportTo(), ns, from)) {
+			if c.Object.Namespace == ns && (from == "" || Exported(s.DestinationRuleExportTo(c), ns, from)) {
 				return c
 			}
 		}
 	}
 	for _, c := range list {
-		if from == "" || Exported(c.DestinationRule().GetExportTo(), c.Object.Namespace, from) {
+		if from == "" || Exported(s.DestinationRuleExportTo(c), c.Object.Namespace, from) {
 			return c
 		}
 	}

@@ -176,6 +176,9 @@ type Key struct {
 	IPs      string
 	Network  string
 	Locality mesh.Locality
+	// Cluster is the cluster the proxy runs in: it decides the endpoints
+	// of cluster-local hosts (MeshConfig serviceSettings clusterLocal).
+	Cluster string
 	// SDSCluster is where the proxy's workload secrets come from (see
 	// Proxy.SDSCluster).
 	SDSCluster string
@@ -198,6 +201,7 @@ func (p *Proxy) Key() Key {
 		IPs:        strings.Join(ips, ","),
 		Network:    p.Network,
 		Locality:   p.Locality,
+		Cluster:    p.Cluster,
 		SDSCluster: p.SDSCluster,
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/debounce"
 	"github.com/navemesh/nave/shared/meshlimits"
@@ -65,8 +66,19 @@ type Options struct {
 	// (nave_mesh_limit_refusals_total{limit="pushesPerSecond"}); nil
 	// counts nowhere.
 	LimitMetrics *meshlimits.Metrics
-	Logger       *slog.Logger
-	Registerer   prometheus.Registerer
+	// MeshConfig, if set, gives a mesh's Istio MeshConfig; it is read at
+	// every build and carried by the snapshot (mesh.Snapshot.MeshConfig).
+	// A nil func or a nil result means Istio's defaults. The result must
+	// not be modified afterwards (give a new one for a change, then
+	// Notify the mesh: a MeshConfig that differs is a config change).
+	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
+	// TrustDomain, if set, gives a mesh's SPIFFE trust domain (the one its
+	// CA issues identities of), read at every build
+	// (mesh.Builder.TrustDomain); a MeshConfig trustDomain takes
+	// precedence. nil or "" means mesh.DefaultTrustDomain.
+	TrustDomain func(mesh string) string
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // State is one published push context of a mesh: the merged snapshot of
@@ -360,6 +372,13 @@ func (m *Publisher) build(ms *meshState) {
 		return
 	}
 
+	ms.builder.MeshConfig, ms.builder.TrustDomain = nil, ""
+	if m.opts.MeshConfig != nil {
+		ms.builder.MeshConfig = m.opts.MeshConfig(ms.name)
+	}
+	if m.opts.TrustDomain != nil {
+		ms.builder.TrustDomain = m.opts.TrustDomain(ms.name)
+	}
 	snap := ms.builder.Build(ms.name, clusters)
 	var prevSnap *mesh.Snapshot
 	if prev != nil {

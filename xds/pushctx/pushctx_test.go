@@ -394,3 +394,27 @@ func TestLeadingEdgeBuildsTheFirstChangeAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// Each mesh's snapshot carries the trust domain Options.TrustDomain gives it (its CA's), read
+// at every build; a mesh it names none for has the default. (A hub once left every mesh at
+// cluster.local: proxyless clients of a mesh with another trust domain refused their
+// servers' certificates: e2e/node AppMTLS.)
+func TestSnapshotsCarryTheMeshTrustDomain(t *testing.T) {
+	src := pushctxtest.NewSource()
+	src.Set("acme", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+	src.Set("other", pushctxtest.Cluster("c1", true, pushctxtest.EchoConfig(t, 80, 20)))
+	domains := map[string]string{"acme": "acme.example.com"}
+	m := pushctx.New(src, pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond,
+		TrustDomain: func(mesh string) string { return domains[mesh] }})
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	m.Start(ctx)
+	for name, want := range map[string]string{"acme": "acme.example.com", "other": mesh.DefaultTrustDomain} {
+		_, ready := m.Current(name)
+		m.Notify(name)
+		pushctxtest.Await(t, ready, name+" is published")
+		if st, _ := m.Current(name); st.Snapshot.TrustDomain != want {
+			t.Errorf("mesh %s: snapshot trust domain %q, want %q", name, st.Snapshot.TrustDomain, want)
+		}
+	}
+}

@@ -15,7 +15,9 @@ import (
 	"sort"
 	"strings"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/mesh"
@@ -47,6 +49,34 @@ type Analysis struct {
 	Objects  int       `json:"objects"`
 	Skipped  int       `json:"skipped"` // documents of other APIs
 	Findings []Finding `json:"findings"`
+	// MeshConfig is the mesh's MeshConfig the cross checks build with (nil:
+	// Istio's defaults); ReadMeshConfig sets it.
+	MeshConfig *meshv1alpha1.MeshConfig `json:"-"`
+}
+
+// ReadMeshConfig reads the mesh's MeshConfig from path (Istio's YAML, as
+// navectl mesh create takes it) for the cross checks. A MeshConfig that
+// does not parse or validate is an error finding (check "meshconfig",
+// naming the field), and the checks then use Istio's defaults; a file
+// that cannot be read is an error.
+func (a *Analysis) ReadMeshConfig(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read meshconfig: %w", err)
+	}
+	cfg, err := meshconfig.ParseMeshConfig(data)
+	if err == nil {
+		err = meshconfig.ValidateMeshConfig(cfg)
+	}
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			field, msg, _ := strings.Cut(line, ": ")
+			a.Findings = append(a.Findings, Finding{Severity: SevError, Check: "meshconfig", Where: path, Object: "MeshConfig", Field: field, Message: msg})
+		}
+		return nil
+	}
+	a.MeshConfig = cfg
+	return nil
 }
 
 // New returns an empty Analysis.
@@ -172,7 +202,8 @@ func (a *Analysis) CrossChecks(meshName, suffix string, clusters []*Cluster) {
 			where[o] = c.Name
 		}
 	}
-	snap := mesh.Build(meshName, input)
+	snap := (&mesh.Builder{MeshConfig: a.MeshConfig}).Build(meshName, input)
+	a.rootNamespaceChecks(snap, all, where)
 
 	// Routes to subsets: against every DestinationRule of the mesh, as
 	// the hub merges them (meshconfig.Warnings, the admission webhook's
@@ -248,4 +279,33 @@ func (a *Analysis) CrossChecks(meshName, suffix string, clusters []*Cluster) {
 		}
 		return x.Where < y.Where
 	})
+}
+
+// rootNamespaceChecks warns of mesh-wide config left in istio-system when
+// the MeshConfig names another root namespace: there it applies to
+// istio-system only.
+func (a *Analysis) rootNamespaceChecks(snap *mesh.Snapshot, all []*meshconfig.Object, where map[*meshconfig.Object]string) {
+	root := snap.RootNamespace()
+	if root == mesh.DefaultRootNamespace {
+		return
+	}
+	for _, o := range all {
+		if o.Namespace != mesh.DefaultRootNamespace {
+			continue
+		}
+		var meshWide bool
+		switch spec := o.Spec.(type) {
+		case *networkingv1alpha3.Sidecar:
+			meshWide = len(spec.GetWorkloadSelector().GetLabels()) == 0
+		case *securityv1beta1.PeerAuthentication:
+			meshWide = len(spec.GetSelector().GetMatchLabels()) == 0
+		case *securityv1beta1.AuthorizationPolicy, *securityv1beta1.RequestAuthentication, *networkingv1alpha3.DestinationRule:
+			meshWide = true
+		}
+		if meshWide {
+			a.Findings = append(a.Findings, Finding{Severity: SevWarning, Check: "rootNamespace", Cluster: where[o], Where: o.Origin,
+				Object: o.Ref().String(), Field: "metadata.namespace",
+				Message: fmt.Sprintf("the MeshConfig's root namespace is %s: in %s this object is not mesh-wide, it applies to its own namespace only", root, mesh.DefaultRootNamespace)})
+		}
+	}
 }

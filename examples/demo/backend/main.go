@@ -4,7 +4,11 @@
 // fail a fraction of calls with UNAVAILABLE and delay every call, to show retries and
 // timeouts at work.
 //
-//	nave-demo-backend --listen 127.0.0.1:17071 --name echo-v1 [--fail-rate 0.1] [--delay 50ms]
+// With --xds it is a proxyless gRPC server of the mesh: grpc-go's xDS server, configured by the
+// hub through the bootstrap GRPC_XDS_BOOTSTRAP names (an injected pod's agent writes it), so
+// a STRICT PeerAuthentication makes it accept mutual TLS only.
+//
+//	nave-demo-backend --listen 127.0.0.1:17071 --name echo-v1 [--fail-rate 0.1] [--delay 50ms] [--xds]
 package main
 
 import (
@@ -34,6 +38,7 @@ type options struct {
 	failRate float64
 	delay    time.Duration
 	grace    time.Duration
+	xds      bool
 }
 
 func parseFlags(args []string, output io.Writer) (options, error) {
@@ -45,6 +50,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.Float64Var(&o.failRate, "fail-rate", 0, "fraction of calls, 0 to 1, failed with UNAVAILABLE")
 	fs.DurationVar(&o.delay, "delay", 0, "time each call waits before it is answered")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "how long in-flight calls may finish at shutdown before they are cut")
+	fs.BoolVar(&o.xds, "xds", false, "serve as grpc-go's xDS server (bootstrap in GRPC_XDS_BOOTSTRAP): the hub's listener sets its transport security")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -81,8 +87,14 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	b := &backend{name: opts.name, failRate: opts.failRate, delay: opts.delay, roll: rand.Float64}
-	log.Info("backend serving", "name", opts.name, "addr", lis.Addr().String(), "fail_rate", opts.failRate, "delay", opts.delay)
-	if err := serve(ctx, lis, b, opts.grace, log); err != nil {
+	srv, err := newServer(b, opts.xds, log)
+	if err != nil {
+		lis.Close()
+		fmt.Fprintf(stderr, "nave-demo-backend: %v\n", err)
+		return 1
+	}
+	log.Info("backend serving", "name", opts.name, "addr", lis.Addr().String(), "fail_rate", opts.failRate, "delay", opts.delay, "xds", opts.xds)
+	if err := serve(ctx, lis, srv, b, opts.grace, log); err != nil {
 		fmt.Fprintf(stderr, "nave-demo-backend: %v\n", err)
 		return 1
 	}

@@ -9,10 +9,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/xds"
 )
 
 // backendHeader is the response header that names the instance which answered a call.
@@ -51,11 +54,41 @@ func (b *backend) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInf
 	return handler(ctx, req)
 }
 
-// serve answers gRPC on lis until ctx ends, then stops: health turns NOT_SERVING, calls in
-// flight get up to grace to finish, and whatever is left is cut. It returns nil after a
-// shutdown that ctx asked for, and an error if serving failed on its own.
-func serve(ctx context.Context, lis net.Listener, b *backend, grace time.Duration, log *slog.Logger) error {
-	srv := grpc.NewServer(grpc.UnaryInterceptor(b.intercept))
+// grpcServer is what serve needs of a gRPC server: a grpc.Server or grpc-go's xDS server.
+type grpcServer interface {
+	grpc.ServiceRegistrar
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+// newServer is a plain gRPC server for b, or with xdsServer grpc-go's xDS server (gRFC A36),
+// which reads the bootstrap named by GRPC_XDS_BOOTSTRAP, serves only once the hub sent its
+// listener, and takes its transport security from that listener (mTLS with PeerAuthentication
+// STRICT, with the workload certificate of the bootstrap's certificate providers; plain text
+// otherwise).
+func newServer(b *backend, xdsServer bool, log *slog.Logger) (grpcServer, error) {
+	if !xdsServer {
+		return grpc.NewServer(grpc.UnaryInterceptor(b.intercept)), nil
+	}
+	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		return nil, fmt.Errorf("xds server credentials: %w", err)
+	}
+	srv, err := xds.NewGRPCServer(grpc.Creds(creds), grpc.UnaryInterceptor(b.intercept),
+		xds.ServingModeCallback(func(addr net.Addr, args xds.ServingModeChangeArgs) {
+			log.Info("xds serving mode", "addr", addr.String(), "mode", args.Mode.String(), "error", args.Err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("xds server: %w", err)
+	}
+	return srv, nil
+}
+
+// serve answers gRPC on lis with srv until ctx ends, then stops: health turns NOT_SERVING,
+// calls in flight get up to grace to finish, and whatever is left is cut. It returns nil
+// after a shutdown that ctx asked for, and an error if serving failed on its own.
+func serve(ctx context.Context, lis net.Listener, srv grpcServer, b *backend, grace time.Duration, log *slog.Logger) error {
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)

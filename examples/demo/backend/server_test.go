@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,12 @@ func start(t *testing.T, b *backend, grace time.Duration) *running {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{addr: lis.Addr().String(), stop: cancel, served: make(chan error, 1)}
-	go func() { r.served <- serve(ctx, lis, b, grace, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := newServer(b, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.served <- serve(ctx, lis, srv, b, grace, log) }()
 	t.Cleanup(func() {
 		cancel()
 		<-r.served
@@ -206,5 +212,16 @@ func TestShutdownCutsCallsAfterGrace(t *testing.T) {
 	}
 	if code := status.Code(<-result); code != codes.Unavailable {
 		t.Errorf("call cut at shutdown ended with %v, want Unavailable", code)
+	}
+}
+
+// TestXDSServerNeedsBootstrap: with --xds and no bootstrap the backend does not start, and
+// says which variable it lacks. (e2e/node serves it, injected, with mTLS.)
+func TestXDSServerNeedsBootstrap(t *testing.T) {
+	t.Setenv("GRPC_XDS_BOOTSTRAP", "")
+	t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", "")
+	_, err := newServer(&backend{name: "x"}, true, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "GRPC_XDS_BOOTSTRAP") {
+		t.Errorf("newServer with --xds and no bootstrap: %v; want an error naming GRPC_XDS_BOOTSTRAP", err)
 	}
 }

@@ -50,6 +50,9 @@ type HubOptions struct {
 	Signer enroll.Signer
 	// Register, if set, adds services to the fixture's gRPC server.
 	Register func(*grpc.Server, *Hub)
+	// Hosted, if set, is the meshes the hub serves (AuthOptions.Hosted,
+	// ServerOptions.Hosted); nil serves both.
+	Hosted func(mesh string) bool
 }
 
 // Hub is one hub replica's enrollment side behind a real gRPC server on
@@ -104,11 +107,11 @@ func StartHubWithCA(t testing.TB, ca *CA, opts HubOptions) *Hub {
 	if opts.Signer != nil {
 		signer = opts.Signer
 	}
-	h.Auth = enroll.NewCertAuthenticator(signer, store, enroll.AuthOptions{Logger: log, Registerer: h.Metrics})
+	h.Auth = enroll.NewCertAuthenticator(signer, store, enroll.AuthOptions{Logger: log, Registerer: h.Metrics, Hosted: opts.Hosted})
 	h.Ingest = ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Hour, Logger: log, Registerer: h.Metrics})
 	in := ingest.NewServer(h.Ingest, h.Auth, ingest.ServerOptions{Logger: log, Registerer: h.Metrics})
 	srv := enroll.NewServer(store, signer, h.Auth, enroll.ServerOptions{CertTTL: opts.CertTTL, Logger: log,
-		Registerer: h.Metrics, Now: opts.Now})
+		Registerer: h.Metrics, Now: opts.Now, Hosted: opts.Hosted})
 	enf := enroll.NewEnforcer(store, h.Ingest.Withdraw, enroll.EnforcerOptions{Interval: 100 * time.Millisecond,
 		Logger: log, Registerer: h.Metrics})
 

@@ -168,7 +168,8 @@ function render(data) {
     const conflicts = conflictsSection(m);
     out.push(el("section", { class: "mesh", "data-mesh": name },
       el("h2", {}, "mesh ", el("code", {}, name),
-        el("span", { class: "muted" }, m ? " · push context v" + m.version + ", built " + ago(m.builtAt) + " · " + m.services + " services" : " · no push context yet")),
+        el("span", { class: "muted" }, (m && m.phase && m.phase !== "Active" ? " · " + m.phase : "") +
+          (m && m.builtAt ? " · push context v" + m.version + ", built " + ago(m.builtAt) + " · " + m.services + " services" : " · no push context yet"))),
       el("h3", {}, "Clusters"), clustersSection(clusters),
       conflicts,
       el("h3", {}, "Proxies (" + proxies.length + ")"), proxiesSection(proxies),

@@ -123,12 +123,31 @@ func LabelPriorities(labels []PriorityLabel) func(*mesh.Endpoint) uint32 {
 
 // Client is what locality load balancing reads of the client an
 // assignment is built for: its locality, network and labels (Envoy's
-// proxy key, or a proxyless client's node). The zero Client knows none of
-// them.
+// proxy key, or a proxyless client's node), and its cluster (the
+// endpoints of cluster-local hosts, mesh.Snapshot.ClusterLocal). The zero
+// Client knows none of them.
 type Client struct {
 	Locality mesh.Locality
 	Network  string
 	Labels   map[string]string
+	Cluster  string
+}
+
+// ClusterLocalEndpoints narrows eps of host to those of the client's
+// cluster when the mesh makes host cluster-local (none for a client whose
+// cluster is unknown: such endpoints never leave their cluster); eps
+// itself otherwise. eps is not modified.
+func ClusterLocalEndpoints(s *mesh.Snapshot, host, cluster string, eps []*mesh.Endpoint) []*mesh.Endpoint {
+	if !s.ClusterLocal(host) {
+		return eps
+	}
+	out := make([]*mesh.Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if cluster != "" && ep.Cluster == cluster {
+			out = append(out, ep)
+		}
+	}
+	return out
 }
 
 // LocalityLB is how one client balances a cluster's localities:
@@ -152,7 +171,8 @@ func LocalityIndependent(p *networking.TrafficPolicy) bool {
 // client c, as Istio applies localityLbSetting for Envoy and proxyless
 // clients alike. Settings that cannot apply are recorded in problems,
 // where naming the DestinationRule and the setting's field
-// (….loadBalancer.localityLbSetting); it is called only then.
+// (….loadBalancer.localityLbSetting); it is called only then, and a
+// resource "" reports nothing (a mesh-wide default).
 //
 // Distribution: the first distribute entry whose from matches the
 // client's locality; it excludes failover.
@@ -185,14 +205,14 @@ func LocalityLBFor(p *networking.TrafficPolicy, c Client, problems *Problems, wh
 	}
 	if p.GetOutlierDetection() == nil {
 		if len(s.GetFailover()) > 0 || len(s.GetFailoverPriority()) > 0 {
-			resource, field := where()
-			problems.Addf(resource, field, "locality failover needs outlierDetection in the same traffic policy; ignored")
+			if resource, field := where(); resource != "" {
+				problems.Addf(resource, field, "locality failover needs outlierDetection in the same traffic policy; ignored")
+			}
 		}
 		return LocalityLB{}
 	}
 	if keys := s.GetFailoverPriority(); len(keys) > 0 {
-		if len(s.GetFailover()) > 0 {
-			resource, field := where()
+		if resource, field := where(); len(s.GetFailover()) > 0 && resource != "" {
 			problems.Addf(resource, field+".failover", "failover together with failoverPriority is not supported; failoverPriority applies alone")
 		}
 		return LocalityLB{Priority: LabelPriorities(ResolvePriorityLabels(keys, c))}
@@ -274,6 +294,10 @@ func ResolvePriorityLabels(keys []string, c Client) []PriorityLabel {
 type ClientReads struct {
 	Locality bool
 	Network  bool
+	// Cluster is true when some hosts are cluster-local
+	// (mesh.Snapshot.HasClusterLocal): their assignments read the
+	// client's cluster.
+	Cluster bool
 	// Labels are the label names failoverPriority compares, sorted.
 	Labels []string
 }

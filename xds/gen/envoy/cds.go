@@ -27,8 +27,17 @@ import (
 const httpProtocolOptionsName = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 // defaultConnectTimeout is Istio's mesh default connectTimeout (Envoy's own
-// default is 5s).
-var defaultConnectTimeout = durationpb.New(10e9)
+// default is 5s), mesh.DefaultConnectTimeout as shared message.
+var defaultConnectTimeout = durationpb.New(mesh.DefaultConnectTimeout)
+
+// connectTimeout is the snapshot's mesh-wide cluster connect timeout
+// (mesh.Snapshot.ConnectTimeout).
+func connectTimeout(s *mesh.Snapshot) *durationpb.Duration {
+	if d := s.ConnectTimeout(); d != mesh.DefaultConnectTimeout {
+		return durationpb.New(d)
+	}
+	return defaultConnectTimeout
+}
 
 // clusterKind is how Envoy finds a cluster's endpoints.
 type clusterKind int
@@ -62,7 +71,7 @@ func outboundClusters(v *scope.View, fn func(*outboundCluster)) {
 func serviceClusters(v *scope.View, svc *mesh.Service, fn func(*outboundCluster)) {
 	dr := v.DestinationRule(svc.Hostname)
 	subsets := dr.DestinationRule().GetSubsets()
-	policy.Clusters(svc, dr, func(c *policy.Cluster) {
+	policy.Clusters(v.Snapshot(), svc, dr, func(c *policy.Cluster) {
 		if i := c.SubsetIndex; i > 0 && slices.ContainsFunc(subsets[:i], func(o *networking.Subset) bool { return o.GetName() == c.Subset }) {
 			v.Problems().Addf(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", c.Subset)
 			return
@@ -111,6 +120,8 @@ type cdsBuilder struct {
 	// mTLS modes (both built on first use; see autoMTLS).
 	autoContext []byte
 	autoModes   map[string]policy.MTLSMode
+	// timeout is the mesh's connect timeout (MeshConfig connectTimeout).
+	timeout *durationpb.Duration
 }
 
 func newCDSBuilder(v *scope.View) *cdsBuilder {
@@ -124,7 +135,8 @@ func newCDSBuilder(v *scope.View) *cdsBuilder {
 		h2: map[string]*anypb.Any{httpProtocolOptionsName: build.Any(&upstreamhttpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: explicitHTTP2(nil),
 		})},
-		eds: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		eds:     &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		timeout: connectTimeout(v.Snapshot()),
 	}
 }
 
@@ -165,12 +177,12 @@ func Clusters(v *scope.View) []build.Resource {
 		build.Resource{Name: build.BlackHoleCluster, Message: &clusterv3.Cluster{
 			Name:                 build.BlackHoleCluster,
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-			ConnectTimeout:       defaultConnectTimeout,
+			ConnectTimeout:       b.timeout,
 		}},
-		build.Resource{Name: build.PassthroughCluster, Message: originalDst(build.PassthroughCluster, b.breakers)},
+		build.Resource{Name: build.PassthroughCluster, Message: originalDst(build.PassthroughCluster, b.breakers, b.timeout)},
 	)
 	if v.Key().Type == proxy.Sidecar {
-		out = append(out, build.Resource{Name: build.InboundPassthroughCluster, Message: originalDst(build.InboundPassthroughCluster, b.breakers)})
+		out = append(out, build.Resource{Name: build.InboundPassthroughCluster, Message: originalDst(build.InboundPassthroughCluster, b.breakers, b.timeout)})
 		for _, in := range v.InboundPorts() {
 			name := build.InboundClusterName(in.TargetPort)
 			out = append(out, build.Resource{Name: name, Message: b.inbound(name, in)})
@@ -179,12 +191,12 @@ func Clusters(v *scope.View) []build.Resource {
 	return out
 }
 
-func originalDst(name string, breakers *clusterv3.CircuitBreakers) *clusterv3.Cluster {
+func originalDst(name string, breakers *clusterv3.CircuitBreakers, timeout *durationpb.Duration) *clusterv3.Cluster {
 	return &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
 		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
-		ConnectTimeout:       defaultConnectTimeout,
+		ConnectTimeout:       timeout,
 		CircuitBreakers:      breakers,
 	}
 }
@@ -202,7 +214,7 @@ func (b *cdsBuilder) inbound(name string, in scope.InboundPort) *clusterv3.Clust
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-		ConnectTimeout:       defaultConnectTimeout,
+		ConnectTimeout:       b.timeout,
 		CircuitBreakers:      b.breakers,
 		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
@@ -220,7 +232,7 @@ func (b *cdsBuilder) inbound(name string, in scope.InboundPort) *clusterv3.Clust
 func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:            oc.Name,
-		ConnectTimeout:  defaultConnectTimeout,
+		ConnectTimeout:  b.timeout,
 		CircuitBreakers: b.breakers,
 	}
 	switch oc.kind {

@@ -71,9 +71,10 @@ const (
 // metadata to match), nor when the mesh- or namespace-wide
 // PeerAuthentication of the service's namespace is DISABLE (Istio's best
 // effort: workload-level DISABLE is applied per endpoint, by leaving the
-// endpoint's tlsMode out; see edsBuilder.tlsModeMetadata).
+// endpoint's tlsMode out; see edsBuilder.tlsModeMetadata), nor when the
+// MeshConfig sets enableAutoMtls false.
 func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
-	if oc.Service.External || oc.kind == kindOriginalDst {
+	if oc.Service.External || oc.kind == kindOriginalDst || !b.v.Snapshot().AutoMTLS() {
 		return
 	}
 	mode, ok := b.autoModes[oc.Service.Namespace]

@@ -65,7 +65,7 @@ func EndpointsOf(v *scope.View, hosts map[string]bool) []build.Resource {
 // applies), with locality weights from locality distribution when one
 // applies to the proxy.
 func (b *edsBuilder) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
-	if oc.kind == kindEDS && localityIndependent(oc) {
+	if oc.kind == kindEDS && localityIndependent(oc) && !b.v.Snapshot().ClusterLocal(oc.Service.Hostname) {
 		// Without locality load balancing an EDS assignment reads only the
 		// cluster (name, service, the DestinationRule that gave its subset
 		// labels), the proxy's network, and the snapshot's mTLS policy for
@@ -108,7 +108,7 @@ func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadA
 func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 	network := b.v.Key().Network
 	eps := make([]*mesh.Endpoint, 0, len(oc.Service.Endpoints))
-	for _, ep := range oc.Service.Endpoints {
+	for _, ep := range build.ClusterLocalEndpoints(b.v.Snapshot(), oc.Service.Hostname, b.v.Key().Cluster, oc.Service.Endpoints) {
 		if !mesh.Matches(oc.Labels, ep.Labels) {
 			continue
 		}

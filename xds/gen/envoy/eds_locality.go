@@ -18,10 +18,8 @@ func localityIndependent(oc *outboundCluster) bool {
 // proximity, failover or failoverPriority).
 func (b *edsBuilder) localityLB(oc *outboundCluster) build.LocalityLB {
 	k := b.v.Key()
-	c := build.Client{Locality: k.Locality, Network: k.Network, Labels: b.v.Labels()}
-	return build.LocalityLBFor(oc.Policy, c, b.problems, func() (string, string) {
-		return oc.Rule.Ref(), oc.Field("loadBalancer") + ".localityLbSetting"
-	})
+	c := build.Client{Locality: k.Locality, Network: k.Network, Labels: b.v.Labels(), Cluster: k.Cluster}
+	return build.LocalityLBFor(oc.Policy, c, b.problems, oc.LocalityField)
 }
 
 // distribution returns the localityLbSetting.distribute entry the proxy

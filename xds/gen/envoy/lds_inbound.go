@@ -149,12 +149,18 @@ const (
 // to the workload untouched.
 var meshALPN = []string{"istio-peer-exchange", "istio", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
 
-// meshSANMatcher accepts peer identities of the mesh's trust domain.
+// meshSANMatcher accepts peer identities of the mesh's trust domain and
+// of its aliases (policy.IdentityPrefixes).
 func meshSANMatcher(s *mesh.Snapshot) []*tlsv3.SubjectAltNameMatcher {
-	return []*tlsv3.SubjectAltNameMatcher{{
-		SanType: tlsv3.SubjectAltNameMatcher_URI,
-		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: policy.IdentityPrefix(s)}},
-	}}
+	prefixes := policy.IdentityPrefixes(s)
+	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(prefixes))
+	for _, p := range prefixes {
+		out = append(out, &tlsv3.SubjectAltNameMatcher{
+			SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: p}},
+		})
+	}
+	return out
 }
 
 // meshValidation validates peers against the mesh roots (SDS secret

@@ -30,9 +30,10 @@ func (b *listenerBuilder) inboundSecurityFilters() *inboundFilters {
 		f.http = append(f.http, jwt)
 	}
 	policies := b.v.AuthorizationPolicies()
-	td := policy.TrustDomain(b.v.Snapshot())
-	f.http = append(f.http, policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td}, b.problems.Add).HTTPFilters(true)...)
-	f.tcp = policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: td, TCP: true}, b.problems.Add).NetworkFilters()
+	target := policy.Target(b.v.Snapshot())
+	f.http = append(f.http, policy.BuildRBAC(policies, target, b.problems.Add).HTTPFilters(true)...)
+	target.TCP = true
+	f.tcp = policy.BuildRBAC(policies, target, b.problems.Add).NetworkFilters()
 	b.security = f
 	return f
 }

@@ -27,7 +27,7 @@ func SelectAuthorizationPolicies(s *mesh.Snapshot, namespace string, labels map[
 	var out []*mesh.Config
 	for _, c := range s.AuthorizationPolicies {
 		ns := c.Object.Namespace
-		if ns != namespace && ns != mesh.RootNamespace {
+		if ns != namespace && ns != s.RootNamespace() {
 			continue
 		}
 		ap := c.AuthorizationPolicy()
@@ -61,6 +61,10 @@ type RBAC struct {
 type RBACTarget struct {
 	// TrustDomain completes serviceAccounts into identities.
 	TrustDomain string
+	// TrustDomainAliases are the mesh's trust domain aliases
+	// (mesh.Snapshot.TrustDomainAliases): principals and service accounts
+	// of the mesh's trust domain match in them too.
+	TrustDomainAliases []string
 	// TCP builds for TCP connections (network RBAC) instead of HTTP.
 	TCP bool
 	// GRPC builds for a proxyless gRPC server (grpc-go's RBAC filter,
@@ -116,7 +120,7 @@ func BuildRBAC(policies []*mesh.Config, target RBACTarget, report func(mesh.Prob
 		}
 		for i, r := range ap.GetRules() {
 			t := &ruleTranslator{c: c, field: "spec.rules[" + strconv.Itoa(i) + "]", allow: action == securityv1beta1.AuthorizationPolicy_ALLOW,
-				tcp: target.TCP, grpc: target.GRPC, trustDomain: target.TrustDomain, report: report}
+				tcp: target.TCP, grpc: target.GRPC, trustDomain: target.TrustDomain, aliases: target.TrustDomainAliases, report: report}
 			p := t.policy(r)
 			name := "ns[" + c.Object.Namespace + "]-policy[" + c.Object.Name + "]-rule[" + strconv.Itoa(i) + "]"
 			switch action {
@@ -140,6 +144,7 @@ type ruleTranslator struct {
 	tcp         bool
 	grpc        bool
 	trustDomain string
+	aliases     []string
 	report      func(mesh.Problem)
 	// dropped is set when an ALLOW rule cannot be expressed.
 	dropped bool

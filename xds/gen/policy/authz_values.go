@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -61,7 +62,11 @@ func (w wildcard) stringMatcher(prefix string, ignoreCase bool) *matcherv3.Strin
 
 // principal matches the peer's identity (the URI SAN of its client
 // certificate): "*" any authenticated peer, "x*" / "*x" prefix / suffix,
-// else exact.
+// else exact. A principal whose trust domain is the mesh's, one of its
+// aliases, or "cluster.local" (Istio's name for the local trust domain)
+// matches that identity in the mesh's trust domain and in every alias, as
+// Istio expands it (trustDomainAliases); one of another trust domain, or
+// starting with "*", matches as written.
 func (t *ruleTranslator) principal(v string) (*rbacv3.Principal, error) {
 	if strings.Contains(v, "://") {
 		return nil, fmt.Errorf("principal %q: write principals without a scheme, as TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT", v)
@@ -74,8 +79,42 @@ func (t *ruleTranslator) principal(v string) (*rbacv3.Principal, error) {
 		// Authenticated without a name: any peer with a verified certificate.
 		return &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{}}}, nil
 	}
-	return authenticated(w.stringMatcher(spiffePrefix, false)), nil
+	variants := t.withAliases(w)
+	ids := make([]*rbacv3.Principal, 0, len(variants))
+	for _, x := range variants {
+		ids = append(ids, authenticated(x.stringMatcher(spiffePrefix, false)))
+	}
+	return orIDs(ids), nil
 }
+
+// withAliases expands a principal of the local trust domain into one per
+// trust domain of the mesh (its own, then its aliases); others are
+// returned as they are.
+func (t *ruleTranslator) withAliases(w wildcard) []wildcard {
+	if len(t.aliases) == 0 || w.kind == 's' {
+		return []wildcard{w}
+	}
+	td, rest, ok := strings.Cut(w.value, "/")
+	if !ok && w.kind == '=' {
+		return []wildcard{w}
+	}
+	if td != t.trustDomain && td != localTrustDomain && !slices.Contains(t.aliases, td) {
+		return []wildcard{w}
+	}
+	sep := ""
+	if ok {
+		sep = "/"
+	}
+	out := make([]wildcard, 0, 1+len(t.aliases))
+	for _, d := range append([]string{t.trustDomain}, t.aliases...) {
+		out = append(out, wildcard{kind: w.kind, value: d + sep + rest})
+	}
+	return out
+}
+
+// localTrustDomain is how Istio config names the local trust domain,
+// whatever it is.
+const localTrustDomain = "cluster.local"
 
 func authenticated(m *matcherv3.StringMatcher) *rbacv3.Principal {
 	return &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{PrincipalName: m}}}
@@ -134,14 +173,19 @@ func trustDomainPrincipal(v string) (*rbacv3.Principal, error) {
 	return authenticated(m), nil
 }
 
-// serviceAccount matches "NAMESPACE/NAME" in the mesh's trust domain.
+// serviceAccount matches "NAMESPACE/NAME" in the mesh's trust domain and
+// its aliases.
 func (t *ruleTranslator) serviceAccount(v string) (*rbacv3.Principal, error) {
 	ns, name, ok := strings.Cut(v, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") || strings.Contains(v, "*") {
 		return nil, fmt.Errorf("service account %q is not of the form NAMESPACE/NAME", v)
 	}
-	return authenticated(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{
-		Exact: spiffePrefix + t.trustDomain + "/ns/" + ns + "/sa/" + name}}), nil
+	ids := make([]*rbacv3.Principal, 0, 1+len(t.aliases))
+	for _, td := range append([]string{t.trustDomain}, t.aliases...) {
+		ids = append(ids, authenticated(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{
+			Exact: spiffePrefix + td + "/ns/" + ns + "/sa/" + name}}))
+	}
+	return orIDs(ids), nil
 }
 
 // cidr parses an IP or CIDR block.

@@ -64,10 +64,10 @@ func SelectPeerAuthentications(s *mesh.Snapshot, namespace string, labels map[st
 			if ns == namespace && mesh.Matches(selector, labels) {
 				out.Workload = oldest(out.Workload, c, "spec.selector", "several PeerAuthentications select the same workload", report)
 			}
-		case ns == namespace && ns != mesh.RootNamespace:
+		case ns == namespace && ns != s.RootNamespace():
 			out.Namespace = oldest(out.Namespace, c, "metadata.name", "namespace "+ns+" has several PeerAuthentications without a selector", report)
-		case ns == mesh.RootNamespace:
-			out.Mesh = oldest(out.Mesh, c, "metadata.name", "the root namespace ("+mesh.RootNamespace+") has several mesh-wide PeerAuthentications (no selector)", report)
+		case ns == s.RootNamespace():
+			out.Mesh = oldest(out.Mesh, c, "metadata.name", "the root namespace ("+s.RootNamespace()+") has several mesh-wide PeerAuthentications (no selector)", report)
 		}
 	}
 	return out

@@ -32,3 +32,19 @@ func TrustDomain(s *mesh.Snapshot) string {
 func IdentityPrefix(s *mesh.Snapshot) string {
 	return spiffePrefix + TrustDomain(s) + "/"
 }
+
+// IdentityPrefixes are what the workload identities the mesh accepts as
+// its own start with: IdentityPrefix, then one per trust domain alias
+// (mesh.Snapshot.TrustDomainAliases).
+func IdentityPrefixes(s *mesh.Snapshot) []string {
+	out := []string{IdentityPrefix(s)}
+	for _, td := range s.TrustDomainAliases() {
+		out = append(out, spiffePrefix+td+"/")
+	}
+	return out
+}
+
+// Target is the RBACTarget of the snapshot's trust domain and aliases.
+func Target(s *mesh.Snapshot) RBACTarget {
+	return RBACTarget{TrustDomain: TrustDomain(s), TrustDomainAliases: s.TrustDomainAliases()}
+}

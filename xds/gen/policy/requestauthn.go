@@ -41,7 +41,7 @@ func SelectRequestAuthentications(s *mesh.Snapshot, namespace string, labels map
 		ns := c.Object.Namespace
 		sel := ra.GetSelector().GetMatchLabels()
 		if ra.GetTargetRef() != nil || len(ra.GetTargetRefs()) > 0 {
-			if report != nil && (ns == namespace || ns == mesh.RootNamespace) {
+			if report != nil && (ns == namespace || ns == s.RootNamespace()) {
 				report(mesh.Problem{Resource: c.Ref(), Field: "spec.targetRefs",
 					Reason: "policies attached by targetRef (gateways, waypoints) are not supported yet; it applies to no workload"})
 			}
@@ -50,7 +50,7 @@ func SelectRequestAuthentications(s *mesh.Snapshot, namespace string, labels map
 		switch {
 		case ns == namespace && mesh.Matches(sel, labels):
 			out = append(out, c)
-		case ns == mesh.RootNamespace && len(sel) == 0:
+		case ns == s.RootNamespace() && len(sel) == 0:
 			out = append(out, c)
 		}
 	}

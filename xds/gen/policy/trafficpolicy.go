@@ -3,6 +3,7 @@ package policy
 import (
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
@@ -28,23 +29,61 @@ type Cluster struct {
 	// Rule is the DestinationRule that applies to the host, or nil.
 	Rule *mesh.Config
 	// Policy is the rule's traffic policy merged for the port and subset
-	// (TrafficPolicyFor); nil when none applies.
+	// (TrafficPolicyFor), with the mesh's localityLbSetting when it sets
+	// none (MeshLocality); nil when none applies.
 	Policy *networking.TrafficPolicy
+	// MeshLocality is true when Policy's localityLbSetting is the
+	// MeshConfig's default, not the rule's.
+	MeshLocality bool
 }
 
 // Clusters calls fn for every outbound cluster of svc whose host rule dr
 // applies to (nil: none): per port in order, the whole port, then each of
-// dr's subsets in order (a name defined twice comes twice).
-func Clusters(svc *mesh.Service, dr *mesh.Config, fn func(*Cluster)) {
+// dr's subsets in order (a name defined twice comes twice). A cluster
+// whose policy sets no localityLbSetting takes the mesh's (s's MeshConfig
+// localityLbSetting), as in Istio.
+func Clusters(s *mesh.Snapshot, svc *mesh.Service, dr *mesh.Config, fn func(*Cluster)) {
 	spec := dr.DestinationRule()
+	meshLB := s.LocalityLbSetting()
+	emit := func(c *Cluster) {
+		if meshLB != nil && c.Policy.GetLoadBalancer().GetLocalityLbSetting() == nil {
+			c.Policy, c.MeshLocality = withLocality(c.Policy, meshLB), true
+		}
+		fn(c)
+	}
 	for _, p := range svc.Ports {
-		fn(&Cluster{Name: build.ClusterName(svc.Hostname, p.Number, ""), Service: svc, Port: p, SubsetIndex: -1, Rule: dr,
+		emit(&Cluster{Name: build.ClusterName(svc.Hostname, p.Number, ""), Service: svc, Port: p, SubsetIndex: -1, Rule: dr,
 			Policy: TrafficPolicyFor(spec, p.Number, "")})
 		for i, ss := range spec.GetSubsets() {
-			fn(&Cluster{Name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), Service: svc, Port: p, Subset: ss.GetName(),
+			emit(&Cluster{Name: build.ClusterName(svc.Hostname, p.Number, ss.GetName()), Service: svc, Port: p, Subset: ss.GetName(),
 				SubsetIndex: i, Labels: ss.GetLabels(), Rule: dr, Policy: TrafficPolicyFor(spec, p.Number, ss.GetName())})
 		}
 	}
+}
+
+// withLocality returns p (which may be nil) with its load balancer's
+// localityLbSetting set to lb; p itself is not modified.
+func withLocality(p *networking.TrafficPolicy, lb *networking.LocalityLoadBalancerSetting) *networking.TrafficPolicy {
+	out := &networking.TrafficPolicy{}
+	if p != nil {
+		out = proto.Clone(p).(*networking.TrafficPolicy)
+	}
+	if out.LoadBalancer == nil {
+		out.LoadBalancer = &networking.LoadBalancerSettings{}
+	}
+	out.LoadBalancer.LocalityLbSetting = lb
+	return out
+}
+
+// LocalityField names where c's localityLbSetting comes from, for
+// problems: the rule's field, or "" for the MeshConfig's default, whose
+// inapplicable parts (failover without the rule's outlierDetection) are
+// not reported per cluster.
+func (c *Cluster) LocalityField() (resource, field string) {
+	if c.MeshLocality || c.Rule == nil {
+		return "", ""
+	}
+	return c.Rule.Ref(), c.Field("loadBalancer") + ".localityLbSetting"
 }
 
 // Field names where part ("loadBalancer", "tls", ...) of c's policy was

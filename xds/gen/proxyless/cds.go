@@ -22,7 +22,7 @@ func (g *generator) clusters(svc *mesh.Service) {
 // Envoy (policy.Clusters); not for clusters whose TLS proxyless clients
 // cannot have (tlsSupported).
 func (g *generator) eachCluster(svc *mesh.Service, fn func(oc *policy.Cluster)) {
-	policy.Clusters(svc, g.snap.DestinationRule(svc.Hostname, ""), func(oc *policy.Cluster) {
+	policy.Clusters(g.snap, svc, g.snap.DestinationRule(svc.Hostname, ""), func(oc *policy.Cluster) {
 		if g.tlsSupported(oc) {
 			fn(oc)
 		}

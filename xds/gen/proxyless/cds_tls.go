@@ -64,7 +64,8 @@ func (g *generator) transportSocket(settings *networking.ClientTLSSettings, serv
 // upstreamTLS is ISTIO_MUTUAL for proxyless gRPC clients (gRFC A29):
 // the workload certificate and the mesh roots from certificate provider
 // instance CertificateProvider (certificate names as the SDS secrets
-// of sidecars), and a server identity of the mesh's trust domain, or one
+// of sidecars), and a server identity of the mesh's trust domain or an
+// alias of it, or one
 // of the rule's subjectAltNames when it lists some, else one of the
 // ServiceEntry's (serviceSANs; as Istio for Envoy). grpc-go reads SAN
 // matchers only from the deprecated match_subject_alt_names (not
@@ -83,7 +84,9 @@ func upstreamTLS(s *mesh.Snapshot, settings *networking.ClientTLSSettings, servi
 		sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}})
 	}
 	if len(sans) == 0 {
-		sans = []*matcherv3.StringMatcher{{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: policy.IdentityPrefix(s)}}}
+		for _, p := range policy.IdentityPrefixes(s) {
+			sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: p}})
+		}
 	}
 	return &tlsv3.UpstreamTlsContext{Sni: settings.GetSni(), CommonTlsContext: commonTLS(sans)}
 }

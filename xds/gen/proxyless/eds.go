@@ -22,7 +22,7 @@ import (
 // once per snapshot and shared (read-only from here on); it finds no
 // problems.
 func (g *generator) loadAssignment(oc *policy.Cluster) *endpointv3.ClusterLoadAssignment {
-	if build.LocalityIndependent(oc.Policy) {
+	if build.LocalityIndependent(oc.Policy) && !g.snap.ClusterLocal(oc.Service.Hostname) {
 		k := assignmentKey{name: oc.Name, svc: oc.Service, dr: oc.Rule}
 		return g.snap.Memo(k, func() any { return g.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
 	}
@@ -39,13 +39,11 @@ type assignmentKey struct {
 
 func (g *generator) newAssignment(oc *policy.Cluster) *endpointv3.ClusterLoadAssignment {
 	eps := make([]*mesh.Endpoint, 0, len(oc.Service.Endpoints))
-	for _, ep := range oc.Service.Endpoints {
+	for _, ep := range build.ClusterLocalEndpoints(g.snap, oc.Service.Hostname, g.client.Cluster, oc.Service.Endpoints) {
 		if mesh.Matches(oc.Labels, ep.Labels) {
 			eps = append(eps, ep)
 		}
 	}
-	lb := build.LocalityLBFor(oc.Policy, g.client, &g.problems, func() (string, string) {
-		return oc.Rule.Ref(), oc.Field("loadBalancer") + ".localityLbSetting"
-	})
+	lb := build.LocalityLBFor(oc.Policy, g.client, &g.problems, oc.LocalityField)
 	return build.LocalityAssignment(oc.Name, oc.Port, eps, lb, nil)
 }

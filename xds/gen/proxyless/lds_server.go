@@ -86,7 +86,7 @@ func ServerListener(s *mesh.Snapshot, k proxy.Key, name string) (*listenerv3.Lis
 	labels := k.LabelMap()
 	p := uint32(port)
 	policies := policy.SelectAuthorizationPolicies(s, k.Namespace, labels, report)
-	filters := policy.BuildRBAC(policies, policy.RBACTarget{TrustDomain: policy.TrustDomain(s), GRPC: true}, report).HTTPFilters(false)
+	filters := policy.BuildRBAC(policies, grpcTarget(s), report).HTTPFilters(false)
 	filters = append(filters, &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}})
 	cluster := build.InboundClusterName(p)
 	hcm := &hcmv3.HttpConnectionManager{
@@ -152,4 +152,11 @@ func ServerListeners(s *mesh.Snapshot, k proxy.Key) ([]build.Resource, []mesh.Pr
 	}
 	slices.SortFunc(out, func(a, b build.Resource) int { return strings.Compare(a.Name, b.Name) })
 	return out, problems
+}
+
+// grpcTarget is the RBAC target of a proxyless server of the snapshot.
+func grpcTarget(s *mesh.Snapshot) policy.RBACTarget {
+	t := policy.Target(s)
+	t.GRPC = true
+	return t
 }

@@ -82,7 +82,7 @@ func ClientEndpoints(s *mesh.Snapshot, c build.Client) *build.Output {
 	g := &generator{snap: s, client: c, out: &build.Output{Resources: map[string][]build.Resource{}}}
 	for _, host := range s.Hostnames() {
 		g.eachCluster(s.Services[host], func(oc *policy.Cluster) {
-			if !build.LocalityIndependent(oc.Policy) {
+			if !build.LocalityIndependent(oc.Policy) || s.ClusterLocal(oc.Service.Hostname) {
 				g.add(typeurl.Endpoint, oc.Name, g.newAssignment(oc))
 			}
 		})
@@ -98,10 +98,10 @@ func ClientEndpoints(s *mesh.Snapshot, c build.Client) *build.Output {
 // per snapshot.
 func ClientReads(s *mesh.Snapshot) build.ClientReads {
 	return s.Memo(clientReadsKey{}, func() any {
-		var r build.ClientReads
+		r := build.ClientReads{Cluster: s.HasClusterLocal()}
 		g := &generator{snap: s}
 		for _, host := range s.Hostnames() {
-			if s.DestinationRule(host, "") == nil {
+			if s.DestinationRule(host, "") == nil && s.LocalityLbSetting() == nil {
 				continue // no traffic policy
 			}
 			g.eachCluster(s.Services[host], func(oc *policy.Cluster) { r.Add(oc.Policy) })

@@ -16,7 +16,8 @@ import (
 // label selectors (Sidecar workloadSelector, Gateway selector, route
 // sourceLabels, the selectors of PeerAuthentication,
 // RequestAuthentication and AuthorizationPolicy) and label names whose value the proxy's endpoints are
-// prioritized by (DestinationRule failoverPriority).
+// prioritized by (DestinationRule failoverPriority, and the MeshConfig
+// localityLbSetting's).
 type labelInputs struct {
 	selectors []map[string]string
 	names     []string
@@ -90,6 +91,7 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 				}
 			}
 		}
+		addPolicy(&networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{LocalityLbSetting: s.LocalityLbSetting()}})
 		for _, list := range s.DestinationRules {
 			for _, c := range list {
 				dr := c.DestinationRule()

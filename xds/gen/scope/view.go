@@ -89,7 +89,7 @@ func New(s *mesh.Snapshot, k proxy.Key) *View {
 	all := s.SortedServices()
 	v.services, v.byHost = all, s.Services
 	for i, svc := range all {
-		if v.visible(svc.Namespace, svc.ExportTo, svc.Hostname) {
+		if v.visible(svc.Namespace, s.ServiceExportTo(svc), svc.Hostname) {
 			continue
 		}
 		v.services = append(make([]*mesh.Service, 0, len(all)), all[:i]...)
@@ -98,7 +98,7 @@ func New(s *mesh.Snapshot, k proxy.Key) *View {
 			v.byHost[p.Hostname] = p
 		}
 		for _, svc := range all[i+1:] {
-			if v.visible(svc.Namespace, svc.ExportTo, svc.Hostname) {
+			if v.visible(svc.Namespace, s.ServiceExportTo(svc), svc.Hostname) {
 				v.services = append(v.services, svc)
 				v.byHost[svc.Hostname] = svc
 			}
@@ -154,19 +154,10 @@ func (v *View) visible(ns string, exportTo []string, host string) bool {
 	return false
 }
 
-// HostMatches reports whether host matches pattern: "*" matches all,
-// "*.example.com" any host ending in ".example.com", anything else only
-// itself.
-func HostMatches(pattern, host string) bool {
-	switch {
-	case pattern == "*":
-		return true
-	case strings.HasPrefix(pattern, "*"):
-		return strings.HasSuffix(host, pattern[1:])
-	default:
-		return pattern == host
-	}
-}
+// HostMatches reports whether host matches pattern (mesh.HostMatches):
+// "*" matches all, "*.example.com" any host ending in ".example.com",
+// anything else only itself.
+func HostMatches(pattern, host string) bool { return mesh.HostMatches(pattern, host) }
 
 // VirtualServices returns the VirtualServices that apply to host for
 // sidecar traffic (bound to "mesh", explicitly or by naming no gateways),
@@ -178,7 +169,7 @@ func (v *View) VirtualServices(host string) []*mesh.Config {
 	add := func(list []*mesh.Config) {
 		for _, c := range list {
 			vs := c.VirtualService()
-			if boundToMesh(vs.GetGateways()) && v.visible(c.Object.Namespace, vs.GetExportTo(), host) && !slices.Contains(out, c) {
+			if boundToMesh(vs.GetGateways()) && v.visible(c.Object.Namespace, v.snap.VirtualServiceExportTo(c), host) && !slices.Contains(out, c) {
 				out = append(out, c)
 			}
 		}
@@ -212,7 +203,7 @@ func (v *View) GatewayVirtualServices(gw *mesh.Config) []*mesh.Config {
 		v.gatewayVS = map[string][]*mesh.Config{}
 		for _, c := range v.snap.AllVirtualServices {
 			vs := c.VirtualService()
-			if !mesh.Exported(vs.GetExportTo(), c.Object.Namespace, v.key.Namespace) {
+			if !mesh.Exported(v.snap.VirtualServiceExportTo(c), c.Object.Namespace, v.key.Namespace) {
 				continue
 			}
 			var seen []string
@@ -265,7 +256,7 @@ func (v *View) selectSidecar() *mesh.Config {
 			}
 		case c.Object.Namespace == v.key.Namespace && nsDefault == nil:
 			nsDefault = c
-		case c.Object.Namespace == mesh.RootNamespace && len(sel) == 0 && rootDefault == nil:
+		case c.Object.Namespace == v.snap.RootNamespace() && len(sel) == 0 && rootDefault == nil:
 			rootDefault = c
 		}
 	}
@@ -289,12 +280,16 @@ func (v *View) SidecarSpec() *networking.Sidecar {
 
 // AllowAny reports whether traffic to unknown destinations passes through
 // (outboundTrafficPolicy ALLOW_ANY, Istio's default) rather than being
-// dropped (REGISTRY_ONLY).
+// dropped (REGISTRY_ONLY): the Sidecar resource's policy, else the
+// MeshConfig's (mesh.Snapshot.OutboundAllowAny).
 func (v *View) AllowAny() bool {
-	// REGISTRY_ONLY is the enum's zero value: only an explicit policy
-	// restricts.
+	// REGISTRY_ONLY is the enum's zero value: an explicit policy with no
+	// mode restricts.
 	p := v.SidecarSpec().GetOutboundTrafficPolicy()
-	return p == nil || p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
+	if p == nil {
+		return v.snap.OutboundAllowAny()
+	}
+	return p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
 }
 
 // Problems returns where the problems met scoping and generating for the
