@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -25,9 +26,15 @@ import (
 // test ends or the returned stop is called.
 func startPlaintextHub(t *testing.T, state string) (*Server, func()) {
 	t.Helper()
+	return runHub(t, "--tls.plaintext", "--state.dir="+state, "--ingest.startup-grace=1h")
+}
+
+// runHub runs a hub with args on free ports until the test ends or the
+// returned stop is called.
+func runHub(t *testing.T, args ...string) (*Server, func()) {
+	t.Helper()
 	var cfg hubconfig.Config
-	args := []string{"--tls.plaintext", "--state.dir=" + state, "--ingest.startup-grace=1h",
-		"--admin.listen=127.0.0.1:0", "--spokes.listen=127.0.0.1:0", "--xds.listen=127.0.0.1:0"}
+	args = append(args, "--admin.listen=127.0.0.1:0", "--spokes.listen=127.0.0.1:0", "--xds.listen=127.0.0.1:0")
 	if err := settings.Load(hubconfig.Program, &cfg, args, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -39,17 +46,16 @@ func startPlaintextHub(t *testing.T, state string) (*Server, func()) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
 	stop := func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
 	}
-	t.Cleanup(func() {
-		if ctx.Err() == nil {
-			stop()
-		}
-	})
+	t.Cleanup(stop)
 	return s, stop
 }
 
