@@ -44,8 +44,10 @@ type hub struct {
 	proc               *harness.Proc
 	extraArgs          []string
 	// state is the state dir of a hub serving TLS (newSecureHub); ""
-	// runs it in plaintext mode.
-	state string
+	// runs it in plaintext mode, with plainState as its state dir (made
+	// at the first start, kept across restarts: the clusters it
+	// remembers).
+	state, plainState string
 	// navectlState are the navectl flags that reach the hub's state;
 	// nil: --state-dir state.
 	navectlState []string
@@ -75,7 +77,10 @@ func (h *hub) launch() {
 		"--log.level", "debug", "--push.verify-incremental",
 	}, h.extraArgs...)
 	if h.state == "" {
-		args = append(args, "--tls.plaintext")
+		if h.plainState == "" {
+			h.plainState = h.t.TempDir()
+		}
+		args = append(args, "--tls.plaintext", "--state.dir", h.plainState)
 	} else {
 		args = append(args, "--state.dir", h.state)
 	}

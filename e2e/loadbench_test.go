@@ -30,7 +30,7 @@ var (
 func loadHub(tb testing.TB) load.HubStarter {
 	return func(ctx context.Context) ([]*load.Hub, func(), error) {
 		admin, spokes, xds := addr(harness.FreePort(tb)), addr(harness.FreePort(tb)), addr(harness.FreePort(tb))
-		p := harness.Start(tb, "hub", binary("nave-hub"), load.HubArgs(admin, spokes, xds, "--log.level", "info")...)
+		p := harness.Start(tb, "hub", binary("nave-hub"), load.HubArgs(admin, spokes, xds, "--log.level", "info", "--state.dir", tb.TempDir())...)
 		harness.WaitReady(tb, "http://"+admin+"/healthz/ready", 30*time.Second)
 		return []*load.Hub{{PID: p.PID(), Admin: admin, Spokes: spokes, XDS: xds}}, func() { p.Stop(10 * time.Second) }, nil
 	}

@@ -54,6 +54,8 @@ type HubProcess struct {
 	Hub
 	cmd  *exec.Cmd
 	done chan struct{}
+	// state is the hub's state dir, removed by Stop ("": none of its own).
+	state string
 }
 
 // StartHub runs bin (a nave-hub binary) on free loopback ports with extra
@@ -64,7 +66,20 @@ func StartHub(ctx context.Context, bin, logPath string, extra ...string) (*HubPr
 	if err != nil {
 		return nil, err
 	}
-	return startProcess(ctx, bin, logPath, HubArgs(h.Admin, h.Spokes, h.XDS, extra...))
+	// A fresh state dir: a hub remembers the clusters that synced with it
+	// (in plaintext mode too) and, restarted on the same state, would wait
+	// for the previous run's.
+	state, err := os.MkdirTemp("", "nave-load-hub-")
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProcess(ctx, bin, logPath, HubArgs(h.Admin, h.Spokes, h.XDS, append([]string{"--state.dir", state}, extra...)...))
+	if err != nil {
+		os.RemoveAll(state)
+		return nil, err
+	}
+	p.state = state
+	return p, nil
 }
 
 // freeHub is a Hub (no process yet) on free loopback ports.
@@ -121,6 +136,9 @@ func startProcess(ctx context.Context, bin, logPath string, args []string) (*Hub
 // Stop sends SIGTERM to the hub's process group, waits up to grace, then
 // SIGKILLs the group and waits for the process.
 func (h *HubProcess) Stop(grace time.Duration) {
+	if h.state != "" {
+		defer os.RemoveAll(h.state)
+	}
 	select {
 	case <-h.done:
 		return

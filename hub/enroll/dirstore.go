@@ -22,6 +22,7 @@ import (
 //	used/<id>.json                  redeemed tokens, moved here from tokens/ by the redeemer
 //	clusters/<mesh>.<cluster>.json  enrolled clusters: trust domain, newest certificate serial and expiry
 //	revoked/<mesh>.<cluster>.json   revocations
+//	known/<mesh>.<cluster>.json     clusters that synced with the hub, in every mode (Known)
 //
 // Mesh and cluster names are DNS labels, so the '.' in a file name is
 // unambiguous. Every file is written to a temporary name and renamed into
@@ -48,6 +49,7 @@ const (
 	dirUsed     = "used"
 	dirClusters = "clusters"
 	dirRevoked  = "revoked"
+	dirKnown    = "known"
 )
 
 // StateSubdir is the subdirectory of the hub's state dir that holds the
@@ -69,7 +71,7 @@ func OpenDir(dir string, opts ...Option) (*DirStore, error) {
 		return nil, errors.New("enrollment state dir: not set")
 	}
 	s := &DirStore{dir: dir, now: newOptions(opts).now}
-	for _, sub := range []string{dirTokens, dirUsed, dirClusters, dirRevoked} {
+	for _, sub := range []string{dirTokens, dirUsed, dirClusters, dirRevoked, dirKnown} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("enrollment state dir: %w", err)
 		}

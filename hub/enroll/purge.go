@@ -13,7 +13,7 @@ import (
 
 // PurgeMesh implements Registry: it removes the mesh's pending join
 // tokens first (so that none can be redeemed meanwhile), then its used
-// ones, its enrolled clusters and its revocations.
+// ones, its enrolled clusters, its revocations and its known clusters.
 func (s *DirStore) PurgeMesh(_ context.Context, mesh string) error {
 	if err := validIdentity(mesh, "x"); err != nil {
 		return err
@@ -38,7 +38,7 @@ func (s *DirStore) PurgeMesh(_ context.Context, mesh string) error {
 			}
 		}
 	}
-	for _, sub := range []string{dirClusters, dirRevoked} {
+	for _, sub := range []string{dirClusters, dirRevoked, dirKnown} {
 		names, err := s.list(sub)
 		if err != nil {
 			return err
@@ -64,7 +64,8 @@ func (s *DirStore) remove(sub, name string) error {
 
 // PurgeMesh implements Registry: it deletes the mesh's token Secrets
 // first (so that none can be redeemed meanwhile), then their -used
-// Secrets, its clusters', its revocations' and its mesh Secret. It needs
+// Secrets, its clusters', its revocations', its known clusters' and its
+// mesh Secret. It needs
 // delete on secrets in the namespace.
 func (s *SecretStore) PurgeMesh(ctx context.Context, mesh string) error {
 	if err := validIdentity(mesh, "x"); err != nil {
@@ -81,7 +82,7 @@ func (s *SecretStore) PurgeMesh(ctx context.Context, mesh string) error {
 	for _, t := range tokens {
 		names = append(names, t.Name+secretUsedSuffix)
 	}
-	rest, err := s.list(ctx, labelKind+" in ("+kindCluster+","+kindRevoked+","+kindMesh+"),"+labelMesh+"="+mesh)
+	rest, err := s.list(ctx, labelKind+" in ("+kindCluster+","+kindRevoked+","+kindKnown+","+kindMesh+"),"+labelMesh+"="+mesh)
 	if err != nil {
 		return fmt.Errorf("purge mesh %s: %w", mesh, err)
 	}

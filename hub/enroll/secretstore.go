@@ -35,11 +35,15 @@ const (
 	// secretMeshPrefix + mesh: the mesh has (had) an enrolled cluster; no
 	// data. Immutable.
 	secretMeshPrefix = "nave-enroll-mesh-"
+	// secretKnownPrefix + mesh.cluster: a cluster that synced with the
+	// hub, in any mode (key keyKnown; Known). Immutable.
+	secretKnownPrefix = "nave-enroll-known-"
 
 	keyToken   = "token.json"
 	keyUsed    = "used.json"
 	keyCluster = "cluster.json"
 	keyRevoked = "revocation.json"
+	keyKnown   = "known.json"
 
 	// labelKind says which of the above a Secret is; the lists select by it.
 	labelKind    = "nave.io/enroll"
@@ -48,6 +52,7 @@ const (
 	kindCluster  = "cluster"
 	kindRevoked  = "revocation"
 	kindMesh     = "mesh"
+	kindKnown    = "known"
 	labelMesh    = "nave.io/mesh"
 	labelCluster = "nave.io/cluster"
 	labelTokenID = "nave.io/token"
@@ -62,6 +67,7 @@ const (
 //	nave-enroll-cluster-<mesh>.<cluster>   an enrolled cluster: trust domain, newest certificate
 //	nave-enroll-revoked-<mesh>.<cluster>   a revocation (immutable)
 //	nave-enroll-mesh-<mesh>                a mesh with enrolled clusters (no data)
+//	nave-enroll-known-<mesh>.<cluster>     a cluster that synced with the hub, in any mode (Known; immutable)
 //
 // Each is labelled nave.io/enroll=<kind> so that a list reads only its
 // kind. Single use across replicas is the API server's: a token is

@@ -137,15 +137,18 @@ type Registry interface {
 	// Revocations lists every revoked cluster.
 	Revocations(ctx context.Context) ([]Revocation, error)
 	// PurgeMesh deletes everything kept of mesh: its join tokens (pending
-	// and used), enrolled clusters and revocations — for a deleted mesh,
+	// and used), enrolled clusters, revocations and known clusters
+	// (Known) — for a deleted mesh,
 	// whose name a new mesh may take without inheriting any of it.
 	PurgeMesh(ctx context.Context, mesh string) error
 }
 
-// Store is the whole enrollment state.
+// Store is the whole enrollment state, and the clusters that synced with
+// the hub (Known), kept beside it in state.store.
 type Store interface {
 	Tokens
 	Registry
+	Known
 }
 
 // Option configures a Store.

@@ -3,12 +3,14 @@ package enroll_test
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/navemesh/nave/hub/enroll"
+	"github.com/navemesh/nave/hub/ingest"
 )
 
 // storeFixture is a kind of Store under the contract every Store keeps.
@@ -23,6 +25,25 @@ type storeFixture struct {
 
 // testStoreContract runs what every Store must do, whatever keeps it.
 func testStoreContract(t *testing.T, f storeFixture) {
+	t.Run("KnownClustersAreRememberedOnce", func(t *testing.T) {
+		s := f.fresh(t)()
+		for _, id := range [][2]string{{"acme", "west"}, {"acme", "east"}, {"acme", "east"}, {"beta", "east"}} {
+			if err := s.RememberCluster(t.Context(), id[0], id[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.KnownClusters(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []ingest.ClusterIdentity{{Mesh: "acme", Cluster: "east"}, {Mesh: "acme", Cluster: "west"}, {Mesh: "beta", Cluster: "east"}}
+		if !slices.Equal(got, want) {
+			t.Fatalf("KnownClusters = %v, want %v", got, want)
+		}
+		if err := s.RememberCluster(t.Context(), "Bad_Mesh", "east"); err == nil {
+			t.Error("an invalid mesh name was remembered")
+		}
+	})
 	t.Run("TokenIsSingleUse", func(t *testing.T) {
 		s := f.fresh(t)()
 		tok, info, err := s.CreateToken(t.Context(), "acme", "east", time.Hour)
@@ -315,6 +336,12 @@ func testStoreContract(t *testing.T, f storeFixture) {
 		if err := s.Revoke(ctx, "gone", "north"); err != nil {
 			t.Fatal(err)
 		}
+		if err := s.RememberCluster(ctx, "gone", "east"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RememberCluster(ctx, "acme", "east"); err != nil {
+			t.Fatal(err)
+		}
 		// Another mesh, whose state stays whole.
 		keep, _, err := s.CreateToken(ctx, "acme", "east", time.Hour)
 		if err != nil {
@@ -359,6 +386,9 @@ func testStoreContract(t *testing.T, f storeFixture) {
 		}
 		if meshes, err := s.Meshes(ctx); err != nil || !reflect.DeepEqual(meshes, []string{"acme"}) {
 			t.Errorf("Meshes = %v, %v; want [acme]", meshes, err)
+		}
+		if known, err := s.KnownClusters(ctx); err != nil || !slices.Equal(known, []ingest.ClusterIdentity{{Mesh: "acme", Cluster: "east"}}) {
+			t.Errorf("KnownClusters = %v, %v; want acme/east alone", known, err)
 		}
 		if _, err := s.Redeem(ctx, keep); err != nil {
 			t.Errorf("Redeem of the other mesh's token: %v", err)

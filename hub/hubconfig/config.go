@@ -39,6 +39,31 @@ type Config struct {
 	// Replicas makes the hub one of a set of replicas (docs/replicas.md).
 	Replicas Replicas `key:"replicas" help:"running the hub as a set of replicas that each serve every proxy (docs/replicas.md); off unless replicas.join is set"`
 	SDS      SDS      `key:"sds" help:"secrets the xds listener serves Envoy proxies itself (SDS over ADS)"`
+	Limits   Limits   `key:"limits" help:"what one mesh (tenant) may make the hub do, so that one cannot slow another: the defaults of every mesh whose record sets none (docs/meshes.md)"`
+}
+
+// Limits are the hub-wide defaults of the per-mesh limits (a mesh's own
+// record overrides each that it sets). They are generous: a mesh within
+// them is one a single hub replica serves without strain; they exist to
+// stop a runaway tenant, not to size a normal one.
+type Limits struct {
+	ObjectsPerKind  int     `key:"objectsPerKind" default:"20000" help:"config objects of one kind (ServiceEntry, WorkloadEntry, ...) one mesh may hold, all its clusters together; more are refused with a NACK naming the limit, and what the mesh holds stays"`
+	Proxies         int     `key:"proxies" default:"10000" help:"xDS streams of one mesh one replica serves at once; more are refused (RESOURCE_EXHAUSTED, naming the limit)"`
+	Spokes          int     `key:"spokes" default:"500" help:"clusters one mesh may have connected or held at once; another is refused (RESOURCE_EXHAUSTED, naming the limit)"`
+	PushesPerSecond float64 `key:"pushesPerSecond" default:"50" help:"push-context builds of one mesh per second; changes arriving faster are merged into the next build"`
+}
+
+// Validate checks every limit is positive.
+func (l *Limits) Validate() error {
+	for _, c := range []struct {
+		key string
+		v   float64
+	}{{"objectsPerKind", float64(l.ObjectsPerKind)}, {"proxies", float64(l.Proxies)}, {"spokes", float64(l.Spokes)}, {"pushesPerSecond", l.PushesPerSecond}} {
+		if c.v <= 0 {
+			return settings.Invalid(c.key, "must be greater than 0, got %v", c.v)
+		}
+	}
+	return nil
 }
 
 // SDS configures the secrets the hub serves over ADS.
@@ -90,8 +115,8 @@ func (c *Config) validatePolled() error {
 
 // State configures where the hub keeps what must survive a restart.
 type State struct {
-	Dir        string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment (enroll/), both with state.store=dir; replicas share it on a volume. Unused when ca.store and state.store are kubernetes"`
-	Store      string `key:"store" default:"dir" help:"where the hub keeps its serving CA and spoke enrollment (join tokens and their use, enrolled and revoked clusters): dir (under state.dir; replicas share the volume) or kubernetes (Secrets nave-serving-ca-hub and nave-enroll-* in state.namespace; replicas share the API server and need no volume). The mesh CAs follow ca.store"`
+	Dir        string `key:"dir" default:"nave-hub-state" required:"true" help:"directory of the hub's persistent state: the mesh CAs (ca/<mesh>/, with ca.store=dir), the hub's serving CA (serving-ca/hub/, what spokes pin) and spoke enrollment with the clusters that ever synced (enroll/, in plaintext mode too), both with state.store=dir; replicas share it on a volume. Unused when ca.store and state.store are kubernetes"`
+	Store      string `key:"store" default:"dir" help:"where the hub keeps its serving CA and spoke enrollment (join tokens and their use, enrolled and revoked clusters, and the clusters that ever synced, in plaintext mode too): dir (under state.dir; replicas share the volume) or kubernetes (Secrets nave-serving-ca-hub and nave-enroll-* in state.namespace; replicas share the API server and need no volume). The mesh CAs follow ca.store"`
 	Namespace  string `key:"namespace" default:"nave-system" help:"with state.store=kubernetes, the namespace of the state Secrets; the hub needs get, create, update, list and delete on secrets there (deploy/hub/rbac.yaml)"`
 	Kubeconfig string `key:"kubeconfig" help:"with state.store=kubernetes, kubeconfig file to reach the API server; empty: in-cluster credentials, else $KUBECONFIG"`
 	// MeshRefreshInterval is tenants.Options.RefreshInterval.
@@ -358,7 +383,7 @@ func (x *XDS) Validate() error {
 // Ingest configures how spoke state is kept.
 type Ingest struct {
 	StaleGracePeriod time.Duration `key:"staleGracePeriod" default:"10m" help:"how long a disconnected cluster's resources stay (marked stale) before they are withdrawn"`
-	StartupGrace     time.Duration `key:"startupGrace" default:"30s" help:"after the hub starts, a mesh is not served until every enrolled (not revoked) cluster of it has synced, or this long has passed; clusters still missing then are listed at /debug/spokes. 0 serves a mesh as soon as one cluster synced"`
+	StartupGrace     time.Duration `key:"startupGrace" default:"30s" help:"after the hub starts, a mesh is not served until every cluster it had (enrolled, or remembered in state.store at its first sync, plaintext mode too; not revoked) has synced, or this long has passed; clusters still missing then are listed at /debug/spokes. 0 serves a mesh as soon as one cluster synced"`
 }
 
 // Validate checks the grace period is positive.

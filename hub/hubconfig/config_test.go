@@ -72,6 +72,10 @@ func TestDefaultsValidate(t *testing.T) {
 		"replicas.spokeAddress":         cfg.Replicas.SpokeAddress == "",
 		"xds.maxConnectionAge":          cfg.XDS.MaxConnectionAge == 0,
 		"sds.mintKeys":                  !cfg.SDS.MintKeys,
+		"limits.objectsPerKind":         cfg.Limits.ObjectsPerKind == 20000,
+		"limits.proxies":                cfg.Limits.Proxies == 10000,
+		"limits.spokes":                 cfg.Limits.Spokes == 500,
+		"limits.pushesPerSecond":        cfg.Limits.PushesPerSecond == 50,
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)
@@ -115,6 +119,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--push.debounce-quiet=0s"}, "push.debounceQuiet", "must be greater than 0"},
 		{[]string{"--push.debounce-quiet=2s", "--push.debounce-max=1s"}, "push.debounceMax", "must be at least debounceQuiet"},
 		{[]string{"--push.debounce-edge=middle"}, "push.debounceEdge", `must be leading or trailing, got "middle"`},
+		{[]string{"--limits.objects-per-kind=0"}, "limits.objectsPerKind", "must be greater than 0"},
+		{[]string{"--limits.pushes-per-second=-1"}, "limits.pushesPerSecond", "must be greater than 0"},
 		{[]string{"--tls.hosts=hub.example.com,under_score"}, "tls.hosts", `"under_score" is neither an IP address nor a DNS name`},
 		{[]string{"--tls.handshake-timeout=0s"}, "tls.handshakeTimeout", "must be greater than 0"},
 		{[]string{"--ca.meshes=acme"}, "ca.meshes", `"acme": want MESH=TRUSTDOMAIN`},

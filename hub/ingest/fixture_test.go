@@ -106,8 +106,19 @@ func newFixture(t *testing.T, grace time.Duration) *fixture {
 // (and whose options opts change).
 func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.ServerOptions)) *fixture {
 	t.Helper()
+	return newFixtureOpts(t, grace, auth, func(_ *ingest.StoreOptions, so *ingest.ServerOptions) {
+		for _, o := range opts {
+			o(so)
+		}
+	})
+}
+
+// newFixtureOpts is newFixtureAuth whose opts change the Store's options
+// too.
+func newFixtureOpts(t *testing.T, grace time.Duration, auth ingest.Authenticator, opts ...func(*ingest.StoreOptions, *ingest.ServerOptions)) *fixture {
+	t.Helper()
 	f := &fixture{reg: prometheus.NewRegistry()}
-	f.store = ingest.NewStore(ingest.StoreOptions{
+	so := ingest.StoreOptions{
 		Registerer:       f.reg,
 		StaleGracePeriod: grace,
 		OnChange: func(_ string, endpointsOnly bool) {
@@ -117,12 +128,13 @@ func newFixtureAuth(t *testing.T, grace time.Duration, auth ingest.Authenticator
 				f.changes.Add(1)
 			}
 		},
-	})
-	so := ingest.ServerOptions{Registerer: f.reg}
-	for _, o := range opts {
-		o(&so)
 	}
-	f.srv = ingest.NewServer(f.store, auth, so)
+	vo := ingest.ServerOptions{Registerer: f.reg}
+	for _, o := range opts {
+		o(&so, &vo)
+	}
+	f.store = ingest.NewStore(so)
+	f.srv = ingest.NewServer(f.store, auth, vo)
 	f.own = ingest.NewOwnership(f.srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

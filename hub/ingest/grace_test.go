@@ -15,12 +15,12 @@ import (
 // state, then the synced marker.
 func syncState(t *testing.T, s *Store, id ClusterIdentity, objs []*meshconfig.Object) *session {
 	t.Helper()
-	ss, err := s.open(id, origin{}, "127.0.0.1:1", meshconfig.DefaultDomainSuffix, func(error) {})
+	ss, err := s.open(id, origin{}, "127.0.0.1:1", meshconfig.DefaultDomainSuffix, 0, func(error) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		if !ss.apply(o.Kind, []update{{name: o.Key(), obj: o}}, nil) {
+		if _, ok := ss.apply(o.Kind, []update{{name: o.Key(), obj: o}}, nil, 0); !ok {
 			t.Fatal("a new session is not current")
 		}
 	}
@@ -106,11 +106,11 @@ func TestReconnectWithinGracePeriodCancelsWithdrawal(t *testing.T) {
 		syncState(t, s, id, objs).close()
 
 		time.Sleep(grace / 2)
-		ss, err := s.open(id, origin{}, "127.0.0.1:2", meshconfig.DefaultDomainSuffix, func(error) {})
+		ss, err := s.open(id, origin{}, "127.0.0.1:2", meshconfig.DefaultDomainSuffix, 0, func(error) {})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ss.apply(objs[0].Kind, []update{{name: objs[0].Key(), obj: objs[0]}}, nil)
+		ss.apply(objs[0].Kind, []update{{name: objs[0].Key(), obj: objs[0]}}, nil, 0)
 		if st := s.Status(); len(st) != 1 || !st[0].Connected || st[0].Stale || st[0].WithdrawAt != nil {
 			t.Errorf("reconnected cluster status = %+v, want connected, not stale, no withdrawal", st)
 		}

@@ -33,7 +33,15 @@ type ServerOptions struct {
 	// (spokes.maxMessageBytes); a resume hint is split to stay under half
 	// of it. 0: 16 MiB.
 	MaxMessageBytes int
-	Logger          *slog.Logger
+	// Limits gives a mesh's limits ingest enforces (0: none): the objects
+	// of one kind the mesh may hold, all its clusters together (a new one
+	// beyond it is refused in the message's NACK, naming the kind, the
+	// count and the limit; what the mesh holds stays), and the clusters
+	// it may hold (another cluster's stream is refused with
+	// RESOURCE_EXHAUSTED naming the limit). nil: no limits. The Store's
+	// LimitMetrics counts the refusals.
+	Limits func(mesh string) (objectsPerKind, spokes int)
+	Logger *slog.Logger
 	// Registerer receives the stream metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	// Hosted reports whether the hub serves a mesh now; a peer replica's
@@ -159,7 +167,13 @@ func (s *Server) checkClaim(ctx context.Context, id ClusterIdentity) {
 func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, suffix string, o origin) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	ss, err := s.store.open(id, o, grpcpeer.Addr(stream.Context()), suffix, cancel)
+	_, spokes := s.limits(id.Mesh)
+	ss, err := s.store.open(id, o, grpcpeer.Addr(stream.Context()), suffix, spokes, cancel)
+	if le := (*limitError)(nil); errors.As(err, &le) {
+		s.metrics.refused.Inc()
+		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
 	if err != nil {
 		s.log.Info("relayed stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "owner", o.owner, "reason", err)
 		return status.Error(codes.FailedPrecondition, err.Error())
@@ -283,14 +297,27 @@ func (s *Server) apply(ss *session, m *discoveryv3.DeltaDiscoveryResponse) *disc
 		}
 		updates = append(updates, update{name: r.GetName(), obj: o})
 	}
-	if !ss.apply(kind, updates, m.GetRemovedResources()) {
+	objects, _ := s.limits(id.Mesh)
+	refused, current := ss.apply(kind, updates, m.GetRemovedResources(), objects)
+	if !current {
 		return s.nack(id, reply, "stream superseded", nil)
+	}
+	for _, u := range refused {
+		rejections = append(rejections, &protocolv1.Rejection{TypeUrl: m.GetTypeUrl(), Name: u.name, Reason: u.reason})
 	}
 	if len(rejections) > 0 {
 		return s.nack(id, reply, "", rejections)
 	}
 	s.metrics.messages.WithLabelValues("ack").Inc()
 	return reply
+}
+
+// limits returns mesh's limits (ServerOptions.Limits; 0: none).
+func (s *Server) limits(mesh string) (objectsPerKind, spokes int) {
+	if s.opts.Limits == nil {
+		return 0, 0
+	}
+	return s.opts.Limits(mesh)
 }
 
 // nack makes reply a NACK: msg, or, if empty, one naming every rejection.

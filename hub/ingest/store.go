@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx"
 )
@@ -28,11 +29,17 @@ type StoreOptions struct {
 	// never waits on pushes: docs/design.md invariant 7). nil: nobody.
 	OnChange func(mesh string, endpointsOnly bool)
 	// Expected lists the clusters the hub expects to come back after it
-	// starts (the enrolled ones, not revoked); nil expects none. Until
+	// starts (those that synced before — Synced — and the enrolled ones,
+	// not revoked); nil expects none. Until
 	// StartupGrace has passed since NewStore, Ready publishes a mesh only
 	// once every expected cluster of it has synced.
 	Expected     func() []ClusterIdentity
 	StartupGrace time.Duration
+	// Synced is called, without locks held, when a cluster first syncs
+	// after the Store made its record, so that the hub remembers it
+	// (enroll.Known) and Expected lists it after a restart, in plaintext
+	// mode too. It must not block. nil: nobody.
+	Synced func(ClusterIdentity)
 	// Replicas is the hub replica set this Store is part of; nil for a
 	// single hub. When a disconnected cluster's grace period is over and
 	// Replicas.MayWithdraw says not now, it is asked again every
@@ -42,6 +49,9 @@ type StoreOptions struct {
 	Logger            *slog.Logger
 	// Registerer receives the store's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// LimitMetrics receives each mesh's usage of its limits and their
+	// refusals (ServerOptions.Limits); nil records nowhere.
+	LimitMetrics *meshlimits.Metrics
 }
 
 // Store keeps one record per (mesh, cluster): the cluster's state
@@ -60,6 +70,7 @@ type Store struct {
 	self    string // this replica's id; "" for a single hub
 	log     *slog.Logger
 	metrics *storeMetrics
+	limits  *meshlimits.Metrics
 
 	mu      sync.Mutex
 	records map[ClusterIdentity]*record
@@ -119,6 +130,7 @@ func NewStore(opts StoreOptions) *Store {
 		opts:      opts,
 		self:      opts.Replicas.Self(),
 		log:       opts.Logger,
+		limits:    opts.LimitMetrics,
 		records:   map[ClusterIdentity]*record{},
 		withdrawn: map[ClusterIdentity]Withdrawal{},
 		started:   time.Now(),
@@ -155,9 +167,12 @@ type session struct {
 }
 
 // open registers a new stream for id, superseding any older one; it
-// refuses a relayed stream whose epoch is older than id's current one.
-// cancel ends the stream with a cause (errSuperseded, *cutOff).
-func (s *Store) open(id ClusterIdentity, o origin, peer, suffix string, cancel func(error)) (*session, error) {
+// refuses a relayed stream whose epoch is older than id's current one,
+// and a spoke's own stream of a cluster the Store does not hold when its
+// mesh holds spokes clusters already (*limitError; 0: no limit). A relay
+// is never refused for the limit: its owner replica admitted it. cancel
+// ends the stream with a cause (errSuperseded, *cutOff).
+func (s *Store) open(id ClusterIdentity, o origin, peer, suffix string, spokes int, cancel func(error)) (*session, error) {
 	s.mu.Lock()
 	defer s.opts.Replicas.Changed(id)
 	defer s.mu.Unlock()
@@ -166,8 +181,15 @@ func (s *Store) open(id ClusterIdentity, o origin, peer, suffix string, cancel f
 		return nil, fmt.Errorf("epoch %s of replica %s is older than the cluster's current epoch %s: a late relay from an earlier owner is ignored", o.epoch, o.owner, r.Epoch)
 	}
 	if r == nil {
+		if !o.relayed {
+			if err := s.checkSpokes(id, spokes); err != nil {
+				s.limits.Refused(id.Mesh, meshlimits.Spokes)
+				return nil, err
+			}
+		}
 		r = newRecord(id)
 		s.records[id] = r
+		s.recordUsage(id.Mesh)
 	}
 	if !o.relayed {
 		// A spoke's own stream starts a new epoch, after any the cluster
@@ -237,18 +259,27 @@ type update struct {
 }
 
 // apply stores one message of kind: updates, then removals by name. A
-// refused update leaves the last good version in place. It reports whether
-// the session is still current.
-func (ss *session) apply(kind *meshconfig.Kind, updates []update, removed []string) bool {
+// refused update leaves the last good version in place. A new object
+// beyond the mesh's objectsPerKind (0: no limit) is refused too, with the
+// limit named; apply returns those refusals, and reports whether the
+// session is still current.
+func (ss *session) apply(kind *meshconfig.Kind, updates []update, removed []string, objectsPerKind int) (refused []update, current bool) {
 	s := ss.s
 	r := ss.message()
 	if r == nil {
-		return false
+		return nil, false
 	}
+	room := s.objectRoom(r, kind, removed, objectsPerKind)
 	changed, nacked := false, false
 	for _, u := range updates {
 		key := resourceKey{kind.TypeURL, u.name}
 		delete(r.hinted, key)
+		if u.obj != nil {
+			if reason := room(u.name); reason != "" {
+				u = update{name: u.name, reason: reason}
+				refused = append(refused, u)
+			}
+		}
 		if u.obj == nil {
 			nacked = true
 			rj := meshconfig.Rejection{Kind: kind.Kind, Name: u.name, Reason: u.reason, At: time.Now()}
@@ -277,12 +308,15 @@ func (ss *session) apply(kind *meshconfig.Kind, updates []update, removed []stri
 		r.Acks++
 	}
 	s.metrics.resources.WithLabelValues(ss.id.Mesh, ss.id.Cluster).Set(float64(r.count()))
+	if changed {
+		s.recordUsage(ss.id.Mesh)
+	}
 	s.mu.Unlock()
 	if changed {
 		s.opts.Replicas.Changed(ss.id)
 		s.opts.OnChange(ss.id.Mesh, kind.EndpointsOnly())
 	}
-	return true
+	return refused, true
 }
 
 // refuse counts a message refused as a whole (an unknown type). It
@@ -306,7 +340,7 @@ func (ss *session) synced() bool {
 	if r == nil {
 		return false
 	}
-	changed := false
+	changed, first := false, !r.EverSynced
 	if !r.Synced {
 		staged := r.stagedCount()
 		skipped := len(r.hinted)
@@ -319,7 +353,13 @@ func (ss *session) synced() bool {
 	}
 	r.Acks++
 	s.metrics.resources.WithLabelValues(ss.id.Mesh, ss.id.Cluster).Set(float64(r.count()))
+	if changed {
+		s.recordUsage(ss.id.Mesh)
+	}
 	s.mu.Unlock()
+	if first && s.opts.Synced != nil {
+		s.opts.Synced(ss.id)
+	}
 	if changed {
 		s.opts.Replicas.Changed(ss.id)
 		s.opts.OnChange(ss.id.Mesh, false)
@@ -469,6 +509,7 @@ func (s *Store) withdrawRelayed(id ClusterIdentity, epoch Epoch, reason string) 
 func (s *Store) drop(id ClusterIdentity, r *record, msg string, attrs ...any) {
 	n := r.count()
 	delete(s.records, id)
+	s.recordUsage(id.Mesh)
 	s.mu.Unlock()
 	s.metrics.resources.DeleteLabelValues(id.Mesh, id.Cluster)
 	s.metrics.withdrawals.Inc()

@@ -32,8 +32,11 @@ func openMeshes(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (sv
 		seeds = append(seeds, tenants.Seed{Name: m.Name, TrustDomain: m.TrustDomain})
 	}
 	st := cfg.State
+	// The meshes' limits default to the hub's (limits.*).
+	defaults := tenants.Limits{ObjectsPerKind: cfg.Limits.ObjectsPerKind, Proxies: cfg.Limits.Proxies, Spokes: cfg.Limits.Spokes,
+		PushesPerSecond: cfg.Limits.PushesPerSecond}
 	svc, err = tenants.Open(ctx, st.Store, st.Dir, st.Namespace, st.Kubeconfig, tenants.Options{Seeds: seeds, Replica: cfg.Replicas.ID,
-		Logger: log.With("component", "tenants")})
+		Defaults: defaults, Logger: log.With("component", "tenants")})
 	if err != nil {
 		return nil, nil, fmt.Errorf("state.store: meshes: %w", err)
 	}

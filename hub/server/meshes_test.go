@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -34,13 +32,11 @@ import (
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
-	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
-	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/ads/adstest"
@@ -59,25 +55,7 @@ func startTLSHub(t *testing.T) *tlsHub { return startTLSHubIn(t, t.TempDir()) }
 // startTLSHubIn is startTLSHub on the state dir state, with more flags.
 func startTLSHubIn(t *testing.T, state string, flags ...string) *tlsHub {
 	t.Helper()
-	var cfg hubconfig.Config
-	args := append([]string{"--state.dir=" + state, "--admin.listen=127.0.0.1:0", "--spokes.listen=127.0.0.1:0", "--xds.listen=127.0.0.1:0"}, flags...)
-	if err := settings.Load(hubconfig.Program, &cfg, args, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	s, _ := runHub(t, append([]string{"--state.dir=" + state}, flags...)...)
 	return &tlsHub{Server: s, state: state}
 }
 

@@ -38,6 +38,9 @@ type security struct {
 	authority *ca.Authority
 	serving   *servingcert.Cert
 	store     enroll.Store
+	// known remembers the clusters that synced, in every mode (state.store):
+	// store with TLS; in plaintext mode a store holding only them.
+	known     enroll.Store
 	spokeAuth *enroll.CertAuthenticator
 	// servingCA and enrollment say where the serving CA and the
 	// enrollment state are (/debug/security).
@@ -56,7 +59,15 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, meshes *tenants.Regi
 			"whoever reaches them is believed: a spoke writes the cluster it names, a proxy reads its node's mesh (else defaultMesh) "+
 			"as the namespace and service account it names, in any of these meshes; other meshes are refused. Use only where every client is trusted",
 			"meshes", strings.Join(meshes.Names(), ","), "defaultMesh", cfg.XDS.DefaultMesh)
-		return &security{plaintext: true, meshes: meshes}, nil
+		// Nothing is enrolled, but the clusters that synced are
+		// remembered in state.store, so that a restarted hub waits for
+		// them as for enrolled ones.
+		st := cfg.State
+		known, err := enroll.OpenStore(st.Store, st.Dir, st.Namespace, st.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("state.store: %w", err)
+		}
+		return &security{plaintext: true, meshes: meshes, known: known}, nil
 	}
 	dir := cfg.State.Dir
 	store, err := ca.OpenStore(cfg.CA.Store, dir, cfg.CA.Namespace, cfg.CA.Kubeconfig)
@@ -107,7 +118,7 @@ func newSecurity(ctx context.Context, cfg hubconfig.Config, meshes *tenants.Regi
 	if err != nil {
 		return nil, fmt.Errorf("state.store: %w", err)
 	}
-	sec := &security{meshes: meshes, authority: auth, serving: serving, store: es}
+	sec := &security{meshes: meshes, authority: auth, serving: serving, store: es, known: es}
 	if cfg.Admin.OperatorListen != "" {
 		if sec.operators, err = operatorca.Load(ctx, servingStore, log.With("component", "operatorca")); err != nil {
 			return nil, fmt.Errorf("state.store: %w", err)
@@ -343,12 +354,17 @@ func (s *security) meshList() []securityMesh {
 
 // purge deletes what the hub keeps of mesh, which it no longer serves:
 // its enrollment state (join tokens, enrolled clusters, revocations) and,
-// unless keepCA, its CA, keys and all. Nothing is kept in plaintext mode.
+// unless keepCA, its CA, keys and all; and the clusters it had (known),
+// so that a mesh re-created with its name does not wait for them.
 func (s *security) purge(ctx context.Context, mesh string, keepCA bool) error {
 	if s.meshes.Hosted(mesh) {
 		return fmt.Errorf("purge mesh %s: it is served (Active): mark it Deleting first", mesh)
 	}
 	if s.plaintext {
+		// Only the known clusters are kept in plaintext mode.
+		if err := s.known.PurgeMesh(ctx, mesh); err != nil {
+			return fmt.Errorf("purge mesh %s: known clusters: %w", mesh, err)
+		}
 		return nil
 	}
 	if err := s.store.PurgeMesh(ctx, mesh); err != nil {
@@ -364,15 +380,13 @@ func (s *security) purge(ctx context.Context, mesh string, keepCA bool) error {
 	return nil
 }
 
-// expected lists the enrolled clusters that are not revoked: the clusters a
-// restarted hub waits for (ingest.Options.Expected); nil in plaintext mode,
-// which enrolls no one. The answer is kept for a few seconds (the store may
-// be the API server, and /debug/spokes and metric scrapes ask too); a store
-// that cannot be read expects none (logged).
+// expected lists the clusters a restarted hub waits for
+// (ingest.StoreOptions.Expected): those that synced with the hub before
+// (s.known, in every mode) and, with TLS, the enrolled ones; revoked ones
+// never. The answer is kept for a few seconds (the store may be the API
+// server, and /debug/spokes and metric scrapes ask too); a store that
+// cannot be read expects none (logged).
 func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
-	if s.plaintext {
-		return nil
-	}
 	const keep = 5 * time.Second
 	var (
 		mu   sync.Mutex
@@ -387,27 +401,53 @@ func (s *security) expected(log *slog.Logger) func() []ingest.ClusterIdentity {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		clusters, err := s.store.Clusters(ctx)
+		ids, err := s.known.KnownClusters(ctx)
 		if err != nil {
-			log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
-			return nil
-		}
-		revocations, err := s.store.Revocations(ctx)
-		if err != nil {
-			log.Error("revocations unreadable; the hub waits for none of the enrolled clusters", "err", err)
+			log.Error("known clusters unreadable; the hub waits for none of them", "err", err)
 			return nil
 		}
 		revoked := map[ingest.ClusterIdentity]bool{}
-		for _, r := range revocations {
-			revoked[r.Identity()] = true
+		if !s.plaintext {
+			clusters, err := s.store.Clusters(ctx)
+			if err != nil {
+				log.Error("enrolled clusters unreadable; the hub waits for none of them", "err", err)
+				return nil
+			}
+			revocations, err := s.store.Revocations(ctx)
+			if err != nil {
+				log.Error("revocations unreadable; the hub waits for none of the enrolled clusters", "err", err)
+				return nil
+			}
+			for _, r := range revocations {
+				revoked[r.Identity()] = true
+			}
+			for _, c := range clusters {
+				ids = append(ids, c.Identity())
+			}
 		}
+		seen := map[ingest.ClusterIdentity]bool{}
 		last = last[:0:0]
-		for _, c := range clusters {
-			if !revoked[c.Identity()] {
-				last = append(last, c.Identity())
+		for _, id := range ids {
+			if !revoked[id] && !seen[id] {
+				seen[id] = true
+				last = append(last, id)
 			}
 		}
 		at = time.Now()
 		return last
+	}
+}
+
+// remember records, in the background, a cluster that synced (s.known),
+// so that a restarted hub waits for it (ingest.StoreOptions.Synced).
+func (s *security) remember(log *slog.Logger) func(ingest.ClusterIdentity) {
+	return func(id ingest.ClusterIdentity) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.known.RememberCluster(ctx, id.Mesh, id.Cluster); err != nil {
+				log.Error("could not remember a synced cluster; a restarted hub may serve its mesh without waiting for it", "mesh", id.Mesh, "cluster", id.Cluster, "err", err)
+			}
+		}()
 	}
 }

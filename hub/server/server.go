@@ -28,6 +28,7 @@ import (
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/engine"
@@ -70,6 +71,9 @@ type Server struct {
 	eng      *engine.Engine
 	spokeSrv *grpc.Server
 	xdsSrv   *grpc.Server
+	// limits are each mesh's limits; limitMetrics what each uses of them.
+	limits       meshLimits
+	limitMetrics *meshlimits.Metrics
 }
 
 // Serve runs a hub with cfg until ctx ends (New, then Run): nave-hub's
@@ -123,9 +127,13 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		eng *engine.Engine
 		w   *watch.Server
 	)
+	// Each mesh's limits: its record's own, else the hub's defaults.
+	limits := meshLimits{defaults: cfg.Limits, registry: meshes}
+	limitMetrics := meshlimits.NewMetrics(reg)
 	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
 		Expected:         sec.expected(log),
+		Synced:           sec.remember(log),
 		StartupGrace:     cfg.Ingest.StartupGrace,
 		OnChange: func(mesh string, endpointsOnly bool) {
 			if endpointsOnly {
@@ -135,12 +143,14 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 			}
 			w.Notify(mesh)
 		},
-		Replicas:   rep.replicaSet(),
-		Logger:     log.With("component", "ingest"),
-		Registerer: reg,
+		Replicas:     rep.replicaSet(),
+		Logger:       log.With("component", "ingest"),
+		Registerer:   reg,
+		LimitMetrics: limitMetrics,
 	})
 	in := ingest.NewServer(store, sec.spokeAuthenticator(), ingest.ServerOptions{
 		MaxMessageBytes: cfg.Spokes.MaxMessageBytes,
+		Limits:          limits.ingest,
 		Watch: func(id ingest.ClusterIdentity, stream protocolv1.Sync_WatchServer) error {
 			return w.Serve(id.Mesh, id.Cluster, stream)
 		},
@@ -154,13 +164,15 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	eng = engine.New(store, engine.Options{
 		MeshConfig: meshConfigOf(meshes),
 		Push: pushctx.Options{
-			DebounceQuiet: cfg.Push.DebounceQuiet,
-			DebounceMax:   cfg.Push.DebounceMax,
-			DebounceEdge:  cfg.Push.DebounceEdge,
-			Adaptive:      cfg.Push.Adaptive,
-			Ready:         store.Ready,
-			TrustDomain:   sec.trustDomain,
-			Logger:        log.With("component", "pushctx"),
+			DebounceQuiet:   cfg.Push.DebounceQuiet,
+			DebounceMax:     cfg.Push.DebounceMax,
+			DebounceEdge:    cfg.Push.DebounceEdge,
+			Adaptive:        cfg.Push.Adaptive,
+			Ready:           store.Ready,
+			TrustDomain:     sec.trustDomain,
+			PushesPerSecond: limits.pushesPerSecond,
+			LimitMetrics:    limitMetrics,
+			Logger:          log.With("component", "pushctx"),
 		},
 		Cache: cache.Options{
 			Verify:                   cfg.Push.VerifyIncremental,
@@ -169,7 +181,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		},
 		ADS: ads.Options{DefaultMesh: cfg.XDS.DefaultMesh, SendTimeout: cfg.XDS.SendTimeout,
 			AdmissionRate: cfg.XDS.AdmissionRate, AdmissionBurst: cfg.XDS.AdmissionBurst, MaxInflightBytes: cfg.XDS.MaxInflightBytes,
-			Hosted: meshes.Hosted, HostedNames: meshes.Names, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys), Logger: log.With("component", "ads")},
+			Hosted: meshes.Hosted, HostedNames: meshes.Names, Authenticator: sec.proxyAuthenticator(), Secrets: sec.secrets(cfg.SDS.MintKeys),
+			MaxProxies: limits.proxies, LimitMetrics: limitMetrics, Logger: log.With("component", "ads")},
 		Registerer: reg,
 	})
 	reg.MustRegister(eng.SyncStateCollector())
@@ -179,7 +192,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	meshes.Subscribe(life.changed)
 	registerDebug(adm, meshes, store, eng)
 	if svc != nil {
-		svc.RegisterAPI(adm, tenants.APIOptions{ConnectedSpokes: func(mesh string) int { return connectedSpokes(store, mesh) }})
+		svc.RegisterAPI(adm, tenants.APIOptions{ConnectedSpokes: func(mesh string) int { return connectedSpokes(store, mesh) },
+			Usage: func(mesh string) map[string]float64 { return limitMetrics.Of(mesh).Flat() }})
 	}
 	adm.HandleDebug("watch", "spokes' Watch streams: mesh, cluster, whether the initial view was ACKed, ACKs and NACKs", func(*http.Request) (any, error) {
 		return w.Status(), nil
@@ -205,7 +219,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
 	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, svc: svc, meshes: meshes, life: life, rep: rep, store: store, in: in, w: w, eng: eng,
-		spokeSrv: spokeSrv, xdsSrv: xdsSrv}, nil
+		spokeSrv: spokeSrv, xdsSrv: xdsSrv, limits: limits, limitMetrics: limitMetrics}, nil
 }
 
 // Addr is the address of the listener of the config key (xds.listen,

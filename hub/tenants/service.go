@@ -43,8 +43,9 @@ const (
 )
 
 // DefaultLimits are the limits of a mesh whose spec sets none (or zero):
-// generous, so that only a tenant far beyond a usual mesh meets them.
-var DefaultLimits = Limits{ObjectsPerKind: 10000, Proxies: 10000, Spokes: 100, PushesPerSecond: 20}
+// generous, so that only a tenant far beyond a usual mesh meets them;
+// the same as the hub's limits.* defaults (hub/hubconfig).
+var DefaultLimits = Limits{ObjectsPerKind: 20000, Proxies: 10000, Spokes: 500, PushesPerSecond: 50}
 
 // Options configure a Service: plain values, read once by New. The zero
 // value is usable.

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/grpcpeer"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/resource"
@@ -65,9 +66,16 @@ type Options struct {
 	Authenticator Authenticator
 	// Secrets mints the workload certificates served by SDS ("default",
 	// "ROOTCA") to authenticated streams; nil serves no secrets.
-	Secrets    SecretSource
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Secrets SecretSource
+	// MaxProxies bounds each mesh's streams on this server (its limit
+	// proxies): a stream beyond it is refused with RESOURCE_EXHAUSTED
+	// naming the limit. nil, or 0 for a mesh, is unbounded.
+	MaxProxies func(mesh string) int
+	// LimitMetrics counts the refusals and the streams per mesh
+	// (shared/meshlimits); nil counts nowhere.
+	LimitMetrics *meshlimits.Metrics
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
 }
 
 // Server implements discoveryv3.AggregatedDiscoveryServiceServer. Safe for
@@ -93,6 +101,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[string]*conn
+	// perMesh counts conns by mesh.
+	perMesh map[string]int
 }
 
 // New returns a Server serving the push contexts of src.
@@ -109,7 +119,7 @@ func New(src resource.Source, opts Options) *Server {
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes = 64 << 20
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger, conns: map[string]*conn{}}
+	s := &Server{src: src, opts: opts, log: opts.Logger, conns: map[string]*conn{}, perMesh: map[string]int{}}
 	if opts.MaxInflightBytes > 0 {
 		s.budget = semaphore.NewWeighted(opts.MaxInflightBytes)
 	}
@@ -349,7 +359,19 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 	}
 	c.peer = grpcpeer.Addr(ctx)
 	s.mu.Lock()
+	n := s.perMesh[c.mesh]
+	if s.opts.MaxProxies != nil {
+		if limit := s.opts.MaxProxies(c.mesh); limit > 0 && n >= limit {
+			s.mu.Unlock()
+			s.opts.LimitMetrics.Refused(c.mesh, meshlimits.Proxies)
+			reason := meshlimits.Exceeded(c.mesh, "proxies connected to this hub replica", n, meshlimits.Proxies, limit)
+			s.log.Warn("proxy refused", "node", px.ID, "mesh", c.mesh, "reason", reason)
+			return nil, status.Error(codes.ResourceExhausted, reason)
+		}
+	}
 	s.conns[c.id] = c
+	s.perMesh[c.mesh] = n + 1
+	s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n+1))
 	s.mu.Unlock()
 	// A mesh that stopped being served between identify and here had
 	// its streams closed (CloseMesh) without this one: it is refused now.
@@ -370,6 +392,13 @@ func (s *Server) remove(c *conn) {
 	c.stopSecrets()
 	s.mu.Lock()
 	delete(s.conns, c.id)
+	n := s.perMesh[c.mesh] - 1
+	if n == 0 {
+		delete(s.perMesh, c.mesh)
+	} else {
+		s.perMesh[c.mesh] = n
+	}
+	s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n))
 	s.mu.Unlock()
 	s.metrics.connections.Dec()
 	s.log.Info("proxy disconnected", "conn", c.id, "mesh", c.mesh)

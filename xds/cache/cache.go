@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/navemesh/nave/shared/fairshare"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/pushctx"
 	"github.com/navemesh/nave/xds/resource"
@@ -43,8 +44,11 @@ type Options struct {
 	// MaxConcurrentGenerations bounds how many proxy keys (and proxyless
 	// outputs) are generated at once across all meshes, so that a storm of
 	// new connections or a change reaching every proxy takes the CPU in
-	// turns instead of all generations' memory at once. Zero means
-	// GOMAXPROCS.
+	// turns instead of all generations' memory at once. The slots are
+	// shared fairly among meshes (shared/fairshare): when all are taken,
+	// a freed one goes to the next mesh with a generation waiting, round
+	// robin, so a storm in one mesh queues behind its own work. Zero
+	// means GOMAXPROCS.
 	MaxConcurrentGenerations int
 	Logger                   *slog.Logger
 	Registerer               prometheus.Registerer
@@ -58,8 +62,8 @@ type Cache struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// gens holds a token per generation running (MaxConcurrentGenerations).
-	gens chan struct{}
+	// gens holds MaxConcurrentGenerations slots, shared fairly by mesh.
+	gens *fairshare.Semaphore
 
 	mu         sync.Mutex
 	meshes     map[string]*meshCache
@@ -82,8 +86,9 @@ func New(pub Publisher, opts Options) *Cache {
 	if opts.MaxConcurrentGenerations <= 0 {
 		opts.MaxConcurrentGenerations = runtime.GOMAXPROCS(0)
 	}
-	return &Cache{pub: pub, opts: opts, log: opts.Logger, metrics: newMetrics(opts.Registerer),
-		gens: make(chan struct{}, opts.MaxConcurrentGenerations), meshes: map[string]*meshCache{}}
+	c := &Cache{pub: pub, opts: opts, log: opts.Logger, gens: fairshare.New(opts.MaxConcurrentGenerations), meshes: map[string]*meshCache{}}
+	c.metrics = newMetrics(opts.Registerer, func() float64 { return float64(c.gens.Waiting()) })
+	return c
 }
 
 // Current returns the Entry of the mesh's published State (nil while the
@@ -156,16 +161,11 @@ func (c *Cache) mesh(name string) *meshCache {
 	return mc
 }
 
-// acquire waits for a generation slot; the returned function frees it.
-func (c *Cache) acquire() (release func()) {
-	select {
-	case c.gens <- struct{}{}:
-	default:
-		c.metrics.genWaiting.Inc()
-		c.gens <- struct{}{}
-		c.metrics.genWaiting.Dec()
-	}
-	return func() { <-c.gens }
+// acquire waits for a generation slot of mesh's turn; the returned
+// function frees it.
+func (c *Cache) acquire(mesh string) (release func()) {
+	release, _ = c.gens.Acquire(mesh)
+	return release
 }
 
 // Mismatches lists what Verify found: incremental generations that

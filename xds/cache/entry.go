@@ -100,7 +100,7 @@ func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 	e.mu.Unlock()
 	verify := e.c.opts.Verify
 	pe.once.Do(func() {
-		defer e.c.acquire()()
+		defer e.c.acquire(e.State.Mesh)()
 		start := time.Now()
 		res, mode := e.generate(ck, k)
 		if mode != genFull && verify {

@@ -2,31 +2,35 @@ package cache
 
 import (
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
 // TestGenerationsAreBounded: with MaxConcurrentGenerations slots taken, the
 // next generation waits (and is counted as waiting) until one is freed.
 func TestGenerationsAreBounded(t *testing.T) {
-	c := New(nil, Options{MaxConcurrentGenerations: 2})
-	r1, r2 := c.acquire(), c.acquire()
-	got := make(chan func())
-	go func() { got <- c.acquire() }()
-	select {
-	case <-got:
-		t.Fatal("a third generation started while both slots were taken")
-	case <-time.After(100 * time.Millisecond):
-	}
-	r1()
-	var r3 func()
-	select {
-	case r3 = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a freed slot was not given to the waiting generation")
-	}
-	r2()
-	r3()
-	if n := len(c.gens); n != 0 {
-		t.Fatalf("%d slots still taken after every release", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := New(nil, Options{MaxConcurrentGenerations: 2})
+		r1, r2 := c.acquire("a"), c.acquire("b")
+		got := make(chan func())
+		go func() { got <- c.acquire("a") }()
+		synctest.Wait()
+		select {
+		case <-got:
+			t.Fatal("a third generation started while both slots were taken")
+		default:
+		}
+		if n := c.gens.Waiting(); n != 1 {
+			t.Fatalf("%d generations waiting, want 1", n)
+		}
+		r1()
+		r3 := <-got
+		r2()
+		r3()
+		// Every slot is free again: two generations start without waiting.
+		for _, m := range []string{"a", "b"} {
+			if _, waited := c.gens.Acquire(m); waited {
+				t.Fatal("a slot was still taken after every release")
+			}
+		}
+	})
 }

@@ -8,10 +8,10 @@ type metrics struct {
 	proxyGenSeconds prometheus.Histogram
 	generations     *prometheus.CounterVec
 	mismatches      prometheus.Counter
-	genWaiting      prometheus.Gauge
+	genWaiting      prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 	m := &metrics{
 		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_mesh_config_problems",
 			Help: "Distinct config problems (config that could not be applied as written) in the mesh's current push context, including those found generating for proxies (listed at /debug/meshes)."}, []string{"mesh"}),
@@ -22,8 +22,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), reused (nothing changed)."}, []string{"mode"}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_proxy_generation_mismatches_total",
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
-		genWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nave_proxy_generations_waiting",
-			Help: "Generations (proxy keys, proxyless outputs) waiting for one of push.maxConcurrentGenerations slots."}),
+		genWaiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_proxy_generations_waiting",
+			Help: "Generations (proxy keys, proxyless outputs) waiting for one of push.maxConcurrentGenerations slots (served round robin across meshes)."}, waiting),
 	}
 	if reg != nil {
 		reg.MustRegister(m.problems, m.proxyGenSeconds, m.generations, m.mismatches, m.genWaiting)

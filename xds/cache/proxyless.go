@@ -19,7 +19,7 @@ import (
 // previous State's; resources with equal bytes keep their identity.
 func (e *Entry) Proxyless() *resource.ProxyResources {
 	e.grpcOnce.Do(func() {
-		defer e.c.acquire()()
+		defer e.c.acquire(e.State.Mesh)()
 		// The mesh's newest proxyless result is the base, as for Envoy keys.
 		key := proxy.Key{Type: proxy.GRPC, Mesh: e.State.Mesh}
 		pg, diff := e.base(key)
@@ -172,7 +172,7 @@ func (e *Entry) ProxylessClient(gk proxy.Key) *resource.ProxyResources {
 	}
 	e.mu.Unlock()
 	pe.once.Do(func() {
-		defer e.c.acquire()()
+		defer e.c.acquire(e.State.Mesh)()
 		start := time.Now()
 		c := gen.GRPCClient{Locality: gk.Locality, Network: gk.Network, Labels: gk.LabelMap(), Cluster: gk.Cluster}
 		res, mode := e.generateClient(gk, c, mesh)

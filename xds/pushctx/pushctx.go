@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/debounce"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -54,6 +56,16 @@ type Options struct {
 	// order per mesh, on the mesh's build goroutine (cache.Cache.Entry,
 	// so that every State's cache entry follows its predecessor's).
 	OnPublish func(*State)
+	// PushesPerSecond bounds each mesh's builds per second (its limit
+	// pushesPerSecond, read before every build): a build due sooner waits
+	// for its turn, and every change reported meanwhile is merged into
+	// it. nil, or 0 for a mesh, is unbounded. A mesh's builds run on its
+	// own goroutine, so one mesh's pace never delays another's.
+	PushesPerSecond func(mesh string) float64
+	// LimitMetrics counts the builds the pace delayed
+	// (nave_mesh_limit_refusals_total{limit="pushesPerSecond"}); nil
+	// counts nowhere.
+	LimitMetrics *meshlimits.Metrics
 	// MeshConfig, if set, gives a mesh's Istio MeshConfig; it is read at
 	// every build and carried by the snapshot (mesh.Snapshot.MeshConfig).
 	// A nil func or a nil result means Istio's defaults. The result must
@@ -133,8 +145,10 @@ type meshState struct {
 	// when an adaptive Publisher skipped a build for lack of them.
 	watchers int
 	dirty    bool
-	// builder is used by the mesh's build loop only.
+	// builder and pace (nil: unbounded) are used by the mesh's build
+	// loop only.
 	builder mesh.Builder
+	pace    *rate.Limiter
 }
 
 // New returns a Publisher reading clusters from src.
@@ -265,7 +279,43 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 				continue
 			}
 		}
+		if !m.wait(ctx, ms) {
+			return
+		}
 		m.safeBuild(ms)
+	}
+}
+
+// wait holds a build of ms until the mesh's pace allows it
+// (Options.PushesPerSecond); false when ctx ended first.
+func (m *Publisher) wait(ctx context.Context, ms *meshState) bool {
+	if m.opts.PushesPerSecond == nil {
+		return true
+	}
+	pps := m.opts.PushesPerSecond(ms.name)
+	if pps <= 0 {
+		ms.pace = nil
+		return true
+	}
+	if ms.pace == nil {
+		ms.pace = rate.NewLimiter(rate.Limit(pps), 1)
+	} else if ms.pace.Limit() != rate.Limit(pps) {
+		ms.pace.SetLimit(rate.Limit(pps))
+	}
+	r := ms.pace.Reserve()
+	d := r.Delay()
+	if d <= 0 {
+		return true
+	}
+	m.opts.LimitMetrics.Refused(ms.name, meshlimits.PushesPerSecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		r.Cancel()
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
