@@ -18,14 +18,17 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
 // TestMeshesAtRuntimeOnThreeReplicas drives the meshes with navectl mesh
@@ -46,6 +49,36 @@ func createMesh(t *testing.T, h *hub, name, td string) {
 	spec := filepath.Join(t.TempDir(), name+".yaml")
 	writeFile(t, spec, fmt.Sprintf("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: %s}\nspec: {trustDomain: %s}\n", name, td))
 	mustNavectl(t, "mesh", "create", "-f", spec, "--hub-admin="+h.url(""))
+}
+
+// updateMesh replaces the spec of mesh name (trust domain td) with one
+// whose meshConfig is meshConfig (a YAML flow mapping).
+func updateMesh(t *testing.T, h *hub, name, td, meshConfig string) {
+	t.Helper()
+	spec := filepath.Join(t.TempDir(), name+".yaml")
+	writeFile(t, spec, fmt.Sprintf("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: %s}\nspec: {trustDomain: %s, meshConfig: %s}\n", name, td, meshConfig))
+	mustNavectl(t, "mesh", "update", "-f", spec, "--hub-admin="+h.url(""))
+}
+
+// sidecarLDS opens the ADS stream of an Envoy sidecar (demo/web) at the
+// xDS listener of h presenting cert, and returns it with its first
+// listeners.
+func sidecarLDS(t *testing.T, h *hub, cert tls.Certificate, pod string) (*adsClient, map[string]proto.Message) {
+	t.Helper()
+	p := adsOn(t, dialTLS(t, addr(h.xds), h.servingRoots(t), &cert), grpcNode("sidecar~127.0.0.1~"+pod+".demo~demo.svc.cluster.local", nil))
+	return p, p.fetch(t, typeurl.Listener)
+}
+
+// fallthroughChain names the filter chain the virtual outbound listener
+// of lds sends unknown destinations to: PassthroughFilterChain under
+// ALLOW_ANY, BlackHoleFilterChain under REGISTRY_ONLY.
+func fallthroughChain(t *testing.T, lds map[string]proto.Message) string {
+	t.Helper()
+	l, ok := lds[envoy.VirtualOutboundListener].(*listenerv3.Listener)
+	if !ok {
+		t.Fatalf("no %s listener among %d", envoy.VirtualOutboundListener, len(lds))
+	}
+	return l.GetDefaultFilterChain().GetName()
 }
 
 // deleteMesh deletes mesh name, spokes connected or not.
@@ -179,7 +212,9 @@ func (s *cdsStream) ended(t *testing.T) error {
 // three replicas gets its CA and is enrollable on every replica (the time
 // from navectl mesh create to an enrollment every replica accepts is
 // logged); a spoke enrolls into it, and its proxies on every replica see
-// its services and not another mesh's. Deleted, its spoke and proxies are
+// its services and not another mesh's. Its MeshConfig changed on one
+// replica (outboundTrafficPolicy REGISTRY_ONLY) reaches its sidecar on
+// another, and no sidecar of mesh default. Deleted, its spoke and proxies are
 // cut off on every replica, and its tokens and certificates are refused.
 // Re-created with the name, it inherits nothing: a new root, the old
 // spoke's certificate and the old tokens refused.
@@ -231,6 +266,26 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 		proxies = append(proxies, p)
 	}
 	pending := h0.token(t, "acme", "west", "1h")
+
+	// Its MeshConfig changed on hub-0 (outboundTrafficPolicy REGISTRY_ONLY):
+	// an acme sidecar on hub-1 is sent listeners dropping unknown
+	// destinations; a default sidecar on hub-1 is sent nothing.
+	h1 := rs.hubs[1]
+	acmeSidecar, lds := sidecarLDS(t, h1, h0.workloadCert(t, "acme", "acme.example", "demo", "web"), "web-1")
+	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
+		t.Errorf("hub-1: the acme sidecar's unknown destinations go to %s before the change; want PassthroughFilterChain (ALLOW_ANY)", got)
+	}
+	defaultSidecar, lds := sidecarLDS(t, h1, h0.workloadCert(t, "default", "cluster.local", "demo", "web"), "web-2")
+	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
+		t.Errorf("hub-1: the default sidecar's unknown destinations go to %s; want PassthroughFilterChain (ALLOW_ANY)", got)
+	}
+	changed := time.Now()
+	updateMesh(t, h0, "acme", "acme.example", "{outboundTrafficPolicy: {mode: REGISTRY_ONLY}}")
+	if got := fallthroughChain(t, acmeSidecar.next(t, typeurl.Listener, 30*time.Second)); got != "BlackHoleFilterChain" {
+		t.Errorf("hub-1: after the MeshConfig change the acme sidecar's unknown destinations go to %s; want BlackHoleFilterChain (REGISTRY_ONLY)", got)
+	}
+	t.Logf("hub-1 pushed mesh acme's MeshConfig change %s after navectl mesh update", time.Since(changed).Round(time.Millisecond))
+	defaultSidecar.quiet(t, 3*time.Second, "mesh acme's MeshConfig changed")
 
 	// Deleted: cut off on every replica.
 	deleteMesh(t, h0, "acme")
