@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -79,6 +81,34 @@ func fallthroughChain(t *testing.T, lds map[string]proto.Message) string {
 		t.Fatalf("no %s listener among %d", envoy.VirtualOutboundListener, len(lds))
 	}
 	return l.GetDefaultFilterChain().GetName()
+}
+
+// acceptedPeers lists the identity prefixes the virtual inbound listener
+// of lds accepts mTLS peers of on ports no service declares
+// (PERMISSIVE): the mesh's trust domain's, then its aliases'.
+func acceptedPeers(t *testing.T, lds map[string]proto.Message) []string {
+	t.Helper()
+	l, ok := lds[envoy.VirtualInboundListener].(*listenerv3.Listener)
+	if !ok {
+		t.Fatalf("no %s listener among %d", envoy.VirtualInboundListener, len(lds))
+	}
+	for _, c := range l.GetFilterChains() {
+		if c.GetName() != "InboundPassthroughFilterChainMTLS" {
+			continue
+		}
+		var tlsCtx tlsv3.DownstreamTlsContext
+		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&tlsCtx); err != nil {
+			t.Fatalf("%s: %v", c.GetName(), err)
+		}
+		var out []string
+		v := tlsCtx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+		for _, m := range v.GetMatchTypedSubjectAltNames() {
+			out = append(out, m.GetMatcher().GetPrefix())
+		}
+		return out
+	}
+	t.Fatalf("%s has no InboundPassthroughFilterChainMTLS", envoy.VirtualInboundListener)
+	return nil
 }
 
 // deleteMesh deletes mesh name, spokes connected or not.
@@ -213,9 +243,10 @@ func (s *cdsStream) ended(t *testing.T) error {
 // from navectl mesh create to an enrollment every replica accepts is
 // logged); a spoke enrolls into it, and its proxies on every replica see
 // its services and not another mesh's. Its MeshConfig changed on one
-// replica (outboundTrafficPolicy REGISTRY_ONLY) reaches its sidecar on
-// another, and no sidecar of mesh default. Deleted, its spoke and proxies are
-// cut off on every replica, and its tokens and certificates are refused.
+// replica (outboundTrafficPolicy REGISTRY_ONLY, a trust domain alias)
+// reaches its sidecar on another, and no sidecar of mesh default. Deleted,
+// its spoke and proxies are cut off on every replica, and its tokens and
+// certificates are refused.
 // Re-created with the name, it inherits nothing: a new root, the old
 // spoke's certificate and the old tokens refused.
 func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
@@ -267,24 +298,32 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 	}
 	pending := h0.token(t, "acme", "west", "1h")
 
-	// Its MeshConfig changed on hub-0 (outboundTrafficPolicy REGISTRY_ONLY):
-	// an acme sidecar on hub-1 is sent listeners dropping unknown
-	// destinations; a default sidecar on hub-1 is sent nothing.
+	// Its MeshConfig changed on hub-0 (outboundTrafficPolicy REGISTRY_ONLY,
+	// a trust domain alias): an acme sidecar on hub-1 is sent listeners
+	// that drop unknown destinations and accept peers of the alias; a
+	// default sidecar on hub-1 is sent nothing.
 	h1 := rs.hubs[1]
 	acmeSidecar, lds := sidecarLDS(t, h1, h0.workloadCert(t, "acme", "acme.example", "demo", "web"), "web-1")
 	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
 		t.Errorf("hub-1: the acme sidecar's unknown destinations go to %s before the change; want PassthroughFilterChain (ALLOW_ANY)", got)
+	}
+	if got := acceptedPeers(t, lds); !slices.Equal(got, []string{"spiffe://acme.example/"}) {
+		t.Errorf("hub-1: the acme sidecar accepts peers of %q before the change; want its trust domain's only", got)
 	}
 	defaultSidecar, lds := sidecarLDS(t, h1, h0.workloadCert(t, "default", "cluster.local", "demo", "web"), "web-2")
 	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
 		t.Errorf("hub-1: the default sidecar's unknown destinations go to %s; want PassthroughFilterChain (ALLOW_ANY)", got)
 	}
 	changed := time.Now()
-	updateMesh(t, h0, "acme", "acme.example", "{outboundTrafficPolicy: {mode: REGISTRY_ONLY}}")
-	if got := fallthroughChain(t, acmeSidecar.next(t, typeurl.Listener, 30*time.Second)); got != "BlackHoleFilterChain" {
+	updateMesh(t, h0, "acme", "acme.example", "{outboundTrafficPolicy: {mode: REGISTRY_ONLY}, trustDomainAliases: [acme-old.example]}")
+	lds = acmeSidecar.next(t, typeurl.Listener, 30*time.Second)
+	t.Logf("hub-1 pushed mesh acme's MeshConfig change %s after navectl mesh update", time.Since(changed).Round(time.Millisecond))
+	if got := fallthroughChain(t, lds); got != "BlackHoleFilterChain" {
 		t.Errorf("hub-1: after the MeshConfig change the acme sidecar's unknown destinations go to %s; want BlackHoleFilterChain (REGISTRY_ONLY)", got)
 	}
-	t.Logf("hub-1 pushed mesh acme's MeshConfig change %s after navectl mesh update", time.Since(changed).Round(time.Millisecond))
+	if got := acceptedPeers(t, lds); !slices.Equal(got, []string{"spiffe://acme.example/", "spiffe://acme-old.example/"}) {
+		t.Errorf("hub-1: after the MeshConfig change the acme sidecar accepts peers of %q; want its trust domain's and its alias's", got)
+	}
 	defaultSidecar.quiet(t, 3*time.Second, "mesh acme's MeshConfig changed")
 
 	// Deleted: cut off on every replica.
