@@ -30,6 +30,7 @@ import (
 	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
@@ -109,6 +110,18 @@ func acceptedPeers(t *testing.T, lds map[string]proto.Message) []string {
 	}
 	t.Fatalf("%s has no InboundPassthroughFilterChainMTLS", envoy.VirtualInboundListener)
 	return nil
+}
+
+// localityWeighted reports whether the cluster named name among cds
+// weighs its endpoints' localities (a localityLbSetting distribute
+// applies to it).
+func localityWeighted(t *testing.T, cds map[string]proto.Message, name string) bool {
+	t.Helper()
+	c, ok := cds[name].(*clusterv3.Cluster)
+	if !ok {
+		t.Fatalf("no cluster %s among %d", name, len(cds))
+	}
+	return c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil
 }
 
 // deleteMesh deletes mesh name, spokes connected or not.
@@ -243,8 +256,9 @@ func (s *cdsStream) ended(t *testing.T) error {
 // from navectl mesh create to an enrollment every replica accepts is
 // logged); a spoke enrolls into it, and its proxies on every replica see
 // its services and not another mesh's. Its MeshConfig changed on one
-// replica (outboundTrafficPolicy REGISTRY_ONLY, a trust domain alias)
-// reaches its sidecar on another, and no sidecar of mesh default. Deleted,
+// replica (outboundTrafficPolicy REGISTRY_ONLY, a trust domain alias, a
+// locality default) reaches its sidecar on another, and no sidecar of mesh
+// default. Deleted,
 // its spoke and proxies are cut off on every replica, and its tokens and
 // certificates are refused.
 // Re-created with the name, it inherits nothing: a new root, the old
@@ -299,11 +313,18 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 	pending := h0.token(t, "acme", "west", "1h")
 
 	// Its MeshConfig changed on hub-0 (outboundTrafficPolicy REGISTRY_ONLY,
-	// a trust domain alias): an acme sidecar on hub-1 is sent listeners
-	// that drop unknown destinations and accept peers of the alias; a
-	// default sidecar on hub-1 is sent nothing.
+	// a trust domain alias, a locality default): an acme sidecar on hub-1
+	// is sent listeners that drop unknown destinations and accept peers of
+	// the alias, and clusters weighing localities; a default sidecar on
+	// hub-1 is sent nothing.
 	h1 := rs.hubs[1]
-	acmeSidecar, lds := sidecarLDS(t, h1, h0.workloadCert(t, "acme", "acme.example", "demo", "web"), "web-1")
+	acmeCert := h0.workloadCert(t, "acme", "acme.example", "demo", "web")
+	acmeSidecar, lds := sidecarLDS(t, h1, acmeCert, "web-1")
+	acmeClusters := adsOn(t, dialTLS(t, addr(h1.xds), h1.servingRoots(t), &acmeCert), grpcNode("sidecar~127.0.0.1~web-3.demo~demo.svc.cluster.local", nil))
+	clusterA := build.ClusterName(hostA, 7070, "")
+	if localityWeighted(t, acmeClusters.fetch(t, typeurl.Cluster), clusterA) {
+		t.Errorf("hub-1: the acme sidecar's %s weighs localities before the change", clusterA)
+	}
 	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
 		t.Errorf("hub-1: the acme sidecar's unknown destinations go to %s before the change; want PassthroughFilterChain (ALLOW_ANY)", got)
 	}
@@ -315,7 +336,8 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 		t.Errorf("hub-1: the default sidecar's unknown destinations go to %s; want PassthroughFilterChain (ALLOW_ANY)", got)
 	}
 	changed := time.Now()
-	updateMesh(t, h0, "acme", "acme.example", "{outboundTrafficPolicy: {mode: REGISTRY_ONLY}, trustDomainAliases: [acme-old.example]}")
+	updateMesh(t, h0, "acme", "acme.example", `{outboundTrafficPolicy: {mode: REGISTRY_ONLY}, trustDomainAliases: [acme-old.example], `+
+		`localityLbSetting: {distribute: [{from: "*", to: {"*": 100}}]}}`)
 	lds = acmeSidecar.next(t, typeurl.Listener, 30*time.Second)
 	t.Logf("hub-1 pushed mesh acme's MeshConfig change %s after navectl mesh update", time.Since(changed).Round(time.Millisecond))
 	if got := fallthroughChain(t, lds); got != "BlackHoleFilterChain" {
@@ -323,6 +345,9 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 	}
 	if got := acceptedPeers(t, lds); !slices.Equal(got, []string{"spiffe://acme.example/", "spiffe://acme-old.example/"}) {
 		t.Errorf("hub-1: after the MeshConfig change the acme sidecar accepts peers of %q; want its trust domain's and its alias's", got)
+	}
+	if !localityWeighted(t, acmeClusters.next(t, typeurl.Cluster, 30*time.Second), clusterA) {
+		t.Errorf("hub-1: after the MeshConfig change the acme sidecar's %s does not weigh localities (localityLbSetting distribute)", clusterA)
 	}
 	defaultSidecar.quiet(t, 3*time.Second, "mesh acme's MeshConfig changed")
 
