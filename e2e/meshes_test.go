@@ -13,19 +13,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/testwait"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/envoy"
 )
 
 // TestMeshesAtRuntimeOnThreeReplicas drives the meshes with navectl mesh
@@ -46,6 +52,76 @@ func createMesh(t *testing.T, h *hub, name, td string) {
 	spec := filepath.Join(t.TempDir(), name+".yaml")
 	writeFile(t, spec, fmt.Sprintf("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: %s}\nspec: {trustDomain: %s}\n", name, td))
 	mustNavectl(t, "mesh", "create", "-f", spec, "--hub-admin="+h.url(""))
+}
+
+// updateMesh replaces the spec of mesh name (trust domain td) with one
+// whose meshConfig is meshConfig (a YAML flow mapping).
+func updateMesh(t *testing.T, h *hub, name, td, meshConfig string) {
+	t.Helper()
+	spec := filepath.Join(t.TempDir(), name+".yaml")
+	writeFile(t, spec, fmt.Sprintf("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: %s}\nspec: {trustDomain: %s, meshConfig: %s}\n", name, td, meshConfig))
+	mustNavectl(t, "mesh", "update", "-f", spec, "--hub-admin="+h.url(""))
+}
+
+// sidecarLDS opens the ADS stream of an Envoy sidecar (demo/web) at the
+// xDS listener of h presenting cert, and returns it with its first
+// listeners.
+func sidecarLDS(t *testing.T, h *hub, cert tls.Certificate, pod string) (*adsClient, map[string]proto.Message) {
+	t.Helper()
+	p := adsOn(t, dialTLS(t, addr(h.xds), h.servingRoots(t), &cert), grpcNode("sidecar~127.0.0.1~"+pod+".demo~demo.svc.cluster.local", nil))
+	return p, p.fetch(t, typeurl.Listener)
+}
+
+// fallthroughChain names the filter chain the virtual outbound listener
+// of lds sends unknown destinations to: PassthroughFilterChain under
+// ALLOW_ANY, BlackHoleFilterChain under REGISTRY_ONLY.
+func fallthroughChain(t *testing.T, lds map[string]proto.Message) string {
+	t.Helper()
+	l, ok := lds[envoy.VirtualOutboundListener].(*listenerv3.Listener)
+	if !ok {
+		t.Fatalf("no %s listener among %d", envoy.VirtualOutboundListener, len(lds))
+	}
+	return l.GetDefaultFilterChain().GetName()
+}
+
+// acceptedPeers lists the identity prefixes the virtual inbound listener
+// of lds accepts mTLS peers of on ports no service declares
+// (PERMISSIVE): the mesh's trust domain's, then its aliases'.
+func acceptedPeers(t *testing.T, lds map[string]proto.Message) []string {
+	t.Helper()
+	l, ok := lds[envoy.VirtualInboundListener].(*listenerv3.Listener)
+	if !ok {
+		t.Fatalf("no %s listener among %d", envoy.VirtualInboundListener, len(lds))
+	}
+	for _, c := range l.GetFilterChains() {
+		if c.GetName() != "InboundPassthroughFilterChainMTLS" {
+			continue
+		}
+		var tlsCtx tlsv3.DownstreamTlsContext
+		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&tlsCtx); err != nil {
+			t.Fatalf("%s: %v", c.GetName(), err)
+		}
+		var out []string
+		v := tlsCtx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+		for _, m := range v.GetMatchTypedSubjectAltNames() {
+			out = append(out, m.GetMatcher().GetPrefix())
+		}
+		return out
+	}
+	t.Fatalf("%s has no InboundPassthroughFilterChainMTLS", envoy.VirtualInboundListener)
+	return nil
+}
+
+// localityWeighted reports whether the cluster named name among cds
+// weighs its endpoints' localities (a localityLbSetting distribute
+// applies to it).
+func localityWeighted(t *testing.T, cds map[string]proto.Message, name string) bool {
+	t.Helper()
+	c, ok := cds[name].(*clusterv3.Cluster)
+	if !ok {
+		t.Fatalf("no cluster %s among %d", name, len(cds))
+	}
+	return c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil
 }
 
 // deleteMesh deletes mesh name, spokes connected or not.
@@ -179,8 +255,12 @@ func (s *cdsStream) ended(t *testing.T) error {
 // three replicas gets its CA and is enrollable on every replica (the time
 // from navectl mesh create to an enrollment every replica accepts is
 // logged); a spoke enrolls into it, and its proxies on every replica see
-// its services and not another mesh's. Deleted, its spoke and proxies are
-// cut off on every replica, and its tokens and certificates are refused.
+// its services and not another mesh's. Its MeshConfig changed on one
+// replica (outboundTrafficPolicy REGISTRY_ONLY, a trust domain alias, a
+// locality default) reaches its sidecar on another, and no sidecar of mesh
+// default. Deleted,
+// its spoke and proxies are cut off on every replica, and its tokens and
+// certificates are refused.
 // Re-created with the name, it inherits nothing: a new root, the old
 // spoke's certificate and the old tokens refused.
 func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
@@ -231,6 +311,45 @@ func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
 		proxies = append(proxies, p)
 	}
 	pending := h0.token(t, "acme", "west", "1h")
+
+	// Its MeshConfig changed on hub-0 (outboundTrafficPolicy REGISTRY_ONLY,
+	// a trust domain alias, a locality default): an acme sidecar on hub-1
+	// is sent listeners that drop unknown destinations and accept peers of
+	// the alias, and clusters weighing localities; a default sidecar on
+	// hub-1 is sent nothing.
+	h1 := rs.hubs[1]
+	acmeCert := h0.workloadCert(t, "acme", "acme.example", "demo", "web")
+	acmeSidecar, lds := sidecarLDS(t, h1, acmeCert, "web-1")
+	acmeClusters := adsOn(t, dialTLS(t, addr(h1.xds), h1.servingRoots(t), &acmeCert), grpcNode("sidecar~127.0.0.1~web-3.demo~demo.svc.cluster.local", nil))
+	clusterA := build.ClusterName(hostA, 7070, "")
+	if localityWeighted(t, acmeClusters.fetch(t, typeurl.Cluster), clusterA) {
+		t.Errorf("hub-1: the acme sidecar's %s weighs localities before the change", clusterA)
+	}
+	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
+		t.Errorf("hub-1: the acme sidecar's unknown destinations go to %s before the change; want PassthroughFilterChain (ALLOW_ANY)", got)
+	}
+	if got := acceptedPeers(t, lds); !slices.Equal(got, []string{"spiffe://acme.example/"}) {
+		t.Errorf("hub-1: the acme sidecar accepts peers of %q before the change; want its trust domain's only", got)
+	}
+	defaultSidecar, lds := sidecarLDS(t, h1, h0.workloadCert(t, "default", "cluster.local", "demo", "web"), "web-2")
+	if got := fallthroughChain(t, lds); got != "PassthroughFilterChain" {
+		t.Errorf("hub-1: the default sidecar's unknown destinations go to %s; want PassthroughFilterChain (ALLOW_ANY)", got)
+	}
+	changed := time.Now()
+	updateMesh(t, h0, "acme", "acme.example", `{outboundTrafficPolicy: {mode: REGISTRY_ONLY}, trustDomainAliases: [acme-old.example], `+
+		`localityLbSetting: {distribute: [{from: "*", to: {"*": 100}}]}}`)
+	lds = acmeSidecar.next(t, typeurl.Listener, 30*time.Second)
+	t.Logf("hub-1 pushed mesh acme's MeshConfig change %s after navectl mesh update", time.Since(changed).Round(time.Millisecond))
+	if got := fallthroughChain(t, lds); got != "BlackHoleFilterChain" {
+		t.Errorf("hub-1: after the MeshConfig change the acme sidecar's unknown destinations go to %s; want BlackHoleFilterChain (REGISTRY_ONLY)", got)
+	}
+	if got := acceptedPeers(t, lds); !slices.Equal(got, []string{"spiffe://acme.example/", "spiffe://acme-old.example/"}) {
+		t.Errorf("hub-1: after the MeshConfig change the acme sidecar accepts peers of %q; want its trust domain's and its alias's", got)
+	}
+	if !localityWeighted(t, acmeClusters.next(t, typeurl.Cluster, 30*time.Second), clusterA) {
+		t.Errorf("hub-1: after the MeshConfig change the acme sidecar's %s does not weigh localities (localityLbSetting distribute)", clusterA)
+	}
+	defaultSidecar.quiet(t, 3*time.Second, "mesh acme's MeshConfig changed")
 
 	// Deleted: cut off on every replica.
 	deleteMesh(t, h0, "acme")

@@ -55,14 +55,21 @@ func dialADS(t *testing.T, h *hub, nodeID string) *adsClient {
 	if err != nil {
 		t.Fatal(err)
 	}
+	md, _ := structpb.NewStruct(map[string]any{"MESH": "default", "NAMESPACE": "shop", "LABELS": map[string]any{"app": "web"}})
+	return adsOn(t, conn, &corev3.Node{Id: nodeID, Metadata: md})
+}
+
+// adsOn opens an ADS stream of node on conn, which it closes when the
+// test ends.
+func adsOn(t *testing.T, conn *grpc.ClientConn, node *corev3.Node) *adsClient {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); conn.Close() })
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, _ := structpb.NewStruct(map[string]any{"MESH": "default", "NAMESPACE": "shop", "LABELS": map[string]any{"app": "web"}})
-	return &adsClient{node: &corev3.Node{Id: nodeID, Metadata: md}, subs: map[string][]string{}, stream: stream}
+	return &adsClient{node: node, subs: map[string][]string{}, stream: stream}
 }
 
 // fetch subscribes to typeURL (names empty: wildcard), waits for the
@@ -73,8 +80,15 @@ func (c *adsClient) fetch(t *testing.T, typeURL string, names ...string) map[str
 		t.Fatal(err)
 	}
 	c.subs[typeURL] = names
+	return c.next(t, typeURL, 20*time.Second)
+}
+
+// next waits up to d for the next response of typeURL, ACKing what else
+// arrives as Envoy does, and ACKs it and returns its resources by name.
+func (c *adsClient) next(t *testing.T, typeURL string, d time.Duration) map[string]proto.Message {
+	t.Helper()
 	var resp *discoveryv3.DiscoveryResponse
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(d)
 	for resp == nil {
 		type result struct {
 			r   *discoveryv3.DiscoveryResponse
@@ -94,7 +108,7 @@ func (c *adsClient) fetch(t *testing.T, typeURL string, names ...string) map[str
 				c.ack(t, res.r)
 			}
 		case <-deadline:
-			t.Fatalf("no %s response in 20 s", typeURL)
+			t.Fatalf("no %s response in %s", typeURL, d)
 		}
 	}
 	out := map[string]proto.Message{}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/enroll"
@@ -129,6 +131,16 @@ func (h *tlsHub) enroll(t *testing.T, token string) (tls.Certificate, *protocolv
 type stream struct {
 	done chan struct{}
 	err  error
+
+	mu  sync.Mutex
+	got []*discoveryv3.DeltaDiscoveryResponse // Watch: what it received
+}
+
+// received returns the Watch responses received so far.
+func (s *stream) received() []*discoveryv3.DeltaDiscoveryResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
 }
 
 // ended waits for the stream to end and returns its error.
@@ -177,7 +189,8 @@ func (h *tlsHub) push(t *testing.T, cert tls.Certificate) (*stream, error) {
 	return s, nil
 }
 
-// watch opens a Watch stream presenting cert and reads it until it ends.
+// watch opens a Watch stream presenting cert and reads it, recording
+// what it receives, until it ends.
 func (h *tlsHub) watch(t *testing.T, cert tls.Certificate) *stream {
 	t.Helper()
 	ws, err := protocolv1.NewSyncClient(h.dial(t, "spokes.listen", &cert)).Watch(spokeContext(t))
@@ -193,10 +206,14 @@ func (h *tlsHub) watch(t *testing.T, cert tls.Certificate) *stream {
 	go func() {
 		defer close(s.done)
 		for {
-			if _, err := ws.Recv(); err != nil {
+			r, err := ws.Recv()
+			if err != nil {
 				s.err = err
 				return
 			}
+			s.mu.Lock()
+			s.got = append(s.got, r)
+			s.mu.Unlock()
 		}
 	}()
 	return s
@@ -448,5 +465,90 @@ func TestOneMeshsBrokenCADoesNotStopTheOthers(t *testing.T) {
 	}
 	if _, _, err := h.enroll(t, h.token(t, "broken", "east")); err == nil {
 		t.Fatal("enrolled into the mesh whose CA does not load")
+	}
+}
+
+// meshConfigs returns the MeshConfigs s received after its first skip
+// responses, in order, by the name of the mesh they are of.
+func meshConfigs(t *testing.T, s *stream, skip int) (names []string, configs []*meshv1alpha1.MeshConfig) {
+	t.Helper()
+	for _, r := range s.received()[skip:] {
+		if r.GetTypeUrl() != protocol.MeshConfigTypeURL {
+			continue
+		}
+		for _, res := range r.GetResources() {
+			cfg, err := protocol.DecodeMeshConfig(res.GetName(), res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, res.GetName())
+			configs = append(configs, cfg)
+		}
+	}
+	return names, configs
+}
+
+// TestMeshConfigChangeReachesItsMeshOnly: a MeshConfig changed at runtime
+// (navectl mesh update: Service.Update) is sent on Watch to its mesh's
+// spoke, as protocol.MeshConfigTypeURL, and to no spoke of another mesh:
+// the next MeshConfig another mesh's spoke receives is its own mesh's
+// change.
+func TestMeshConfigChangeReachesItsMeshOnly(t *testing.T) {
+	h := startTLSHub(t)
+	h.create(t)
+	spoke := func(mesh string) *stream {
+		t.Helper()
+		cert, _, err := h.enroll(t, h.token(t, mesh, "c1"))
+		if err != nil {
+			t.Fatalf("enroll into mesh %s: %v", mesh, err)
+		}
+		if _, err := h.push(t, cert); err != nil {
+			t.Fatalf("push of mesh %s: %v", mesh, err)
+		}
+		return h.watch(t, cert)
+	}
+	acme, def := spoke("acme"), spoke("default")
+	// Each holds its mesh's MeshConfig (Istio's defaults) first.
+	initial := func(s *stream, mesh string) int {
+		t.Helper()
+		var n int
+		testwait.For(t, testwait.Timeout, func() error {
+			n = len(s.received())
+			if names, _ := meshConfigs(t, s, 0); !slices.Equal(names, []string{mesh}) {
+				return fmt.Errorf("the spoke of mesh %s holds the MeshConfigs of %v; want its mesh's", mesh, names)
+			}
+			return nil
+		})
+		return n
+	}
+	acmeSeen, defSeen := initial(acme, "acme"), initial(def, "default")
+
+	update := func(mesh, td string) {
+		t.Helper()
+		doc := fmt.Sprintf("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: %s}\n"+
+			"spec: {trustDomain: %s, meshConfig: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}}\n", mesh, td)
+		if _, err := h.svc.Update(t.Context(), mesh, []byte(doc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changed := func(s *stream, mesh string, skip int) {
+		t.Helper()
+		testwait.For(t, testwait.Timeout, func() error {
+			names, configs := meshConfigs(t, s, skip)
+			if len(names) == 0 {
+				return fmt.Errorf("the spoke of mesh %s was sent no MeshConfig since the change", mesh)
+			}
+			if names[0] != mesh || configs[0].GetOutboundTrafficPolicy().GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY {
+				t.Fatalf("the spoke of mesh %s was sent mesh %s's MeshConfig %v; want its mesh's, REGISTRY_ONLY", mesh, names[0], configs[0])
+			}
+			return nil
+		})
+	}
+	update("acme", "acme.example")
+	changed(acme, "acme", acmeSeen)
+	update("default", "cluster.local")
+	changed(def, "default", defSeen)
+	if names, _ := meshConfigs(t, def, defSeen); len(names) != 1 {
+		t.Errorf("the spoke of mesh default was sent the MeshConfigs of %v since acme's change; want default's only", names)
 	}
 }
