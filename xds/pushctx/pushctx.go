@@ -149,6 +149,12 @@ type meshState struct {
 	// loop only.
 	builder mesh.Builder
 	pace    *rate.Limiter
+
+	// stop ends the mesh's build loop and done is closed when it has
+	// returned; both nil until the loop starts (Start). Set under
+	// Publisher.mu.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // New returns a Publisher reading clusters from src.
@@ -169,8 +175,18 @@ func (m *Publisher) Start(ctx context.Context) {
 	defer m.mu.Unlock()
 	m.ctx = ctx
 	for _, ms := range m.meshes {
-		go m.loop(ctx, ms)
+		m.run(ms)
 	}
+}
+
+// run starts ms's build loop under m.ctx; m.mu is held.
+func (m *Publisher) run(ms *meshState) {
+	ctx, stop := context.WithCancel(m.ctx)
+	ms.stop, ms.done = stop, make(chan struct{})
+	go func() {
+		defer close(ms.done)
+		m.loop(ctx, ms)
+	}()
 }
 
 func (m *Publisher) mesh(name string) *meshState {
@@ -181,7 +197,7 @@ func (m *Publisher) mesh(name string) *meshState {
 		ms = &meshState{name: name, notify: make(chan struct{}, 1), endpoints: make(chan struct{}, 1), ready: make(chan struct{})}
 		m.meshes[name] = ms
 		if m.ctx != nil {
-			go m.loop(m.ctx, ms)
+			m.run(ms)
 		}
 	}
 	return ms
@@ -207,6 +223,37 @@ func (m *Publisher) NotifyEndpoints(mesh string) {
 	case ms.endpoints <- struct{}{}:
 	default:
 	}
+}
+
+// Forget drops mesh: its build loop is stopped (a build under way
+// finishes first, and nothing of the mesh is published after Forget
+// returns), its State and pending changes are dropped and its metric
+// series deleted. Whoever waits on a channel Current gave is woken and
+// finds the mesh not ready. A later Notify (or Current) of the same name
+// starts a mesh from scratch: version 1, readiness decided anew, no Diff
+// against what was forgotten. Forget must not be called from OnPublish.
+func (m *Publisher) Forget(mesh string) {
+	m.mu.Lock()
+	ms := m.meshes[mesh]
+	delete(m.meshes, mesh)
+	m.mu.Unlock()
+	if ms == nil {
+		return
+	}
+	if ms.stop != nil {
+		ms.stop()
+		<-ms.done
+	}
+	ms.mu.Lock()
+	if ms.current == nil {
+		close(ms.ready)
+	} else {
+		close(ms.current.superseded)
+		ms.current = nil
+	}
+	ms.mu.Unlock()
+	m.metrics.services.DeleteLabelValues(mesh)
+	m.metrics.conflicts.DeleteLabelValues(mesh)
 }
 
 // changed records when a change not yet built was first reported.
