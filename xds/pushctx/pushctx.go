@@ -175,7 +175,9 @@ func (m *Publisher) Start(ctx context.Context) {
 	defer m.mu.Unlock()
 	m.ctx = ctx
 	for _, ms := range m.meshes {
-		m.run(ms)
+		if ms.done == nil {
+			m.run(ms)
+		}
 	}
 }
 
@@ -189,23 +191,27 @@ func (m *Publisher) run(ms *meshState) {
 	}()
 }
 
-func (m *Publisher) mesh(name string) *meshState {
+// mesh returns name's state, made on first use. Its build goroutine is
+// started by the first notification (build) once the Publisher has
+// started: a mesh only read (Current, Watch) is never built, so it needs
+// none.
+func (m *Publisher) mesh(name string, build bool) *meshState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ms := m.meshes[name]
 	if ms == nil {
 		ms = &meshState{name: name, notify: make(chan struct{}, 1), endpoints: make(chan struct{}, 1), ready: make(chan struct{})}
 		m.meshes[name] = ms
-		if m.ctx != nil {
-			m.run(ms)
-		}
+	}
+	if build && ms.done == nil && m.ctx != nil {
+		m.run(ms)
 	}
 	return ms
 }
 
 // Notify tells the Publisher that mesh changed. It never blocks.
 func (m *Publisher) Notify(mesh string) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, true)
 	ms.changed()
 	select {
 	case ms.notify <- struct{}{}:
@@ -217,7 +223,7 @@ func (m *Publisher) Notify(mesh string) {
 // the rebuild starts without waiting for the debounce (a config change
 // already being debounced takes it along). It never blocks.
 func (m *Publisher) NotifyEndpoints(mesh string) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, true)
 	ms.changed()
 	select {
 	case ms.endpoints <- struct{}{}:
@@ -244,14 +250,6 @@ func (m *Publisher) Forget(mesh string) {
 		ms.stop()
 		<-ms.done
 	}
-	ms.mu.Lock()
-	if ms.current == nil {
-		close(ms.ready)
-	} else {
-		close(ms.current.superseded)
-		ms.current = nil
-	}
-	ms.mu.Unlock()
 	m.metrics.services.DeleteLabelValues(mesh)
 	m.metrics.conflicts.DeleteLabelValues(mesh)
 }
@@ -269,7 +267,7 @@ func (ms *meshState) changed() {
 // not ready (no cluster of it has synced yet since the hub started), and a
 // channel that is closed when that answer changes.
 func (m *Publisher) Current(mesh string) (*State, <-chan struct{}) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, false)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if ms.current == nil {
@@ -370,7 +368,7 @@ func (m *Publisher) wait(ctx context.Context, ms *meshState) bool {
 // called. With Options.Adaptive, a mesh whose changes were not built for
 // lack of watchers is built at once when one arrives.
 func (m *Publisher) Watch(mesh string) (unwatch func()) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, false)
 	ms.mu.Lock()
 	ms.watchers++
 	dirty := ms.dirty
