@@ -234,10 +234,12 @@ func (m *Publisher) NotifyEndpoints(mesh string) {
 // Forget drops mesh: its build loop is stopped (a build under way
 // finishes first, and nothing of the mesh is published after Forget
 // returns), its State and pending changes are dropped and its metric
-// series deleted. Whoever waits on a channel Current gave is woken and
-// finds the mesh not ready. A later Notify (or Current) of the same name
-// starts a mesh from scratch: version 1, readiness decided anew, no Diff
-// against what was forgotten. Forget must not be called from OnPublish.
+// series deleted. Channels Current gave for it are not closed: end the
+// streams following the mesh first (a stream woken would only ask for it
+// again). A later Notify of the name starts a mesh from scratch: version
+// 1, readiness decided anew, no Diff against what was forgotten; a later
+// Current or Watch of it starts no build goroutine until one. Forget must
+// not be called from OnPublish.
 func (m *Publisher) Forget(mesh string) {
 	m.mu.Lock()
 	ms := m.meshes[mesh]
