@@ -122,7 +122,8 @@ func (l *meshLife) start(m *tenants.Mesh) {
 
 // stop cuts mesh off on this replica, telling everyone cut off why: its
 // spokes' Push and Watch streams closed and their resources withdrawn,
-// its proxies' streams closed, its CA forgotten (its certificates name an
+// its proxies' streams closed, what the engine keeps of it dropped (a
+// re-created mesh is built from scratch), its CA forgotten (its certificates name an
 // unknown mesh from then on). Hosted already answers false for it (or,
 // for a new incarnation, the new one's CA replaces the forgotten one), so
 // nothing of it reconnects.
@@ -130,6 +131,7 @@ func (l *meshLife) stop(mesh, reason string) {
 	spokes := l.store.WithdrawMesh(mesh, reason)
 	watches := l.w.CloseMesh(mesh, reason)
 	proxies := l.eng.ADS().CloseMesh(mesh, reason)
+	l.eng.Forget(mesh) // its push context, goroutine, cache and metric series
 	if !l.sec.plaintext {
 		l.sec.authority.Forget(mesh)
 	}

@@ -55,7 +55,7 @@ type tlsHub struct {
 func startTLSHub(t *testing.T) *tlsHub { return startTLSHubIn(t, t.TempDir()) }
 
 // startTLSHubIn is startTLSHub on the state dir state, with more flags.
-func startTLSHubIn(t *testing.T, state string, flags ...string) *tlsHub {
+func startTLSHubIn(t testing.TB, state string, flags ...string) *tlsHub {
 	t.Helper()
 	s, _ := runHub(t, append([]string{"--state.dir=" + state}, flags...)...)
 	return &tlsHub{Server: s, state: state}

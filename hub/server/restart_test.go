@@ -31,7 +31,7 @@ func startPlaintextHub(t *testing.T, state string) (*Server, func()) {
 
 // runHub runs a hub with args on free ports until the test ends or the
 // returned stop is called.
-func runHub(t *testing.T, args ...string) (*Server, func()) {
+func runHub(t testing.TB, args ...string) (*Server, func()) {
 	t.Helper()
 	var cfg hubconfig.Config
 	args = append(args, "--admin.listen=127.0.0.1:0", "--spokes.listen=127.0.0.1:0", "--xds.listen=127.0.0.1:0")

@@ -161,6 +161,18 @@ func (c *Cache) mesh(name string) *meshCache {
 	return mc
 }
 
+// Forget drops mesh's entries and results and its metric series. The
+// publisher must have forgotten the mesh first (pushctx.Publisher.Forget),
+// so that no State of it is published afterwards; an Entry a stream still
+// holds stays valid for that stream, and a State of the mesh asked for
+// later starts a new cache of it.
+func (c *Cache) Forget(mesh string) {
+	c.mu.Lock()
+	delete(c.meshes, mesh)
+	c.mu.Unlock()
+	c.metrics.problems.DeleteLabelValues(mesh)
+}
+
 // acquire waits for a generation slot of mesh's turn; the returned
 // function frees it.
 func (c *Cache) acquire(mesh string) (release func()) {

@@ -116,6 +116,18 @@ func (e *Engine) Notify(mesh string) { e.pub.Notify(mesh) }
 // (built without the debounce). It never blocks.
 func (e *Engine) NotifyEndpoints(mesh string) { e.pub.NotifyEndpoints(mesh) }
 
+// Forget drops everything the engine keeps of mesh — its push context
+// and build goroutine, its cache entries, its metric series — once the
+// mesh is no longer served (deleted, or to be re-created as another
+// incarnation). Close the mesh's proxy streams first (ADS().CloseMesh): a
+// stream still serving it would ask for it again. A later Notify of the
+// name builds it from scratch. It waits for a build of the mesh under way
+// to finish; it must not be called from Options.Push.OnPublish.
+func (e *Engine) Forget(mesh string) {
+	e.pub.Forget(mesh)
+	e.cache.Forget(mesh)
+}
+
 // ADS is the ADS server, to register on a gRPC server (or to wrap).
 func (e *Engine) ADS() *ads.Server { return e.ads }
 

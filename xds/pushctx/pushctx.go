@@ -149,6 +149,12 @@ type meshState struct {
 	// loop only.
 	builder mesh.Builder
 	pace    *rate.Limiter
+
+	// stop ends the mesh's build loop and done is closed when it has
+	// returned; both nil until the loop starts (Start). Set under
+	// Publisher.mu.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // New returns a Publisher reading clusters from src.
@@ -169,27 +175,43 @@ func (m *Publisher) Start(ctx context.Context) {
 	defer m.mu.Unlock()
 	m.ctx = ctx
 	for _, ms := range m.meshes {
-		go m.loop(ctx, ms)
+		if ms.done == nil {
+			m.run(ms)
+		}
 	}
 }
 
-func (m *Publisher) mesh(name string) *meshState {
+// run starts ms's build loop under m.ctx; m.mu is held.
+func (m *Publisher) run(ms *meshState) {
+	ctx, stop := context.WithCancel(m.ctx)
+	ms.stop, ms.done = stop, make(chan struct{})
+	go func() {
+		defer close(ms.done)
+		m.loop(ctx, ms)
+	}()
+}
+
+// mesh returns name's state, made on first use. Its build goroutine is
+// started by the first notification (build) once the Publisher has
+// started: a mesh only read (Current, Watch) is never built, so it needs
+// none.
+func (m *Publisher) mesh(name string, build bool) *meshState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ms := m.meshes[name]
 	if ms == nil {
 		ms = &meshState{name: name, notify: make(chan struct{}, 1), endpoints: make(chan struct{}, 1), ready: make(chan struct{})}
 		m.meshes[name] = ms
-		if m.ctx != nil {
-			go m.loop(m.ctx, ms)
-		}
+	}
+	if build && ms.done == nil && m.ctx != nil {
+		m.run(ms)
 	}
 	return ms
 }
 
 // Notify tells the Publisher that mesh changed. It never blocks.
 func (m *Publisher) Notify(mesh string) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, true)
 	ms.changed()
 	select {
 	case ms.notify <- struct{}{}:
@@ -201,12 +223,37 @@ func (m *Publisher) Notify(mesh string) {
 // the rebuild starts without waiting for the debounce (a config change
 // already being debounced takes it along). It never blocks.
 func (m *Publisher) NotifyEndpoints(mesh string) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, true)
 	ms.changed()
 	select {
 	case ms.endpoints <- struct{}{}:
 	default:
 	}
+}
+
+// Forget drops mesh: its build loop is stopped (a build under way
+// finishes first, and nothing of the mesh is published after Forget
+// returns), its State and pending changes are dropped and its metric
+// series deleted. Channels Current gave for it are not closed: end the
+// streams following the mesh first (a stream woken would only ask for it
+// again). A later Notify of the name starts a mesh from scratch: version
+// 1, readiness decided anew, no Diff against what was forgotten; a later
+// Current or Watch of it starts no build goroutine until one. Forget must
+// not be called from OnPublish.
+func (m *Publisher) Forget(mesh string) {
+	m.mu.Lock()
+	ms := m.meshes[mesh]
+	delete(m.meshes, mesh)
+	m.mu.Unlock()
+	if ms == nil {
+		return
+	}
+	if ms.stop != nil {
+		ms.stop()
+		<-ms.done
+	}
+	m.metrics.services.DeleteLabelValues(mesh)
+	m.metrics.conflicts.DeleteLabelValues(mesh)
 }
 
 // changed records when a change not yet built was first reported.
@@ -222,7 +269,7 @@ func (ms *meshState) changed() {
 // not ready (no cluster of it has synced yet since the hub started), and a
 // channel that is closed when that answer changes.
 func (m *Publisher) Current(mesh string) (*State, <-chan struct{}) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, false)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if ms.current == nil {
@@ -323,7 +370,7 @@ func (m *Publisher) wait(ctx context.Context, ms *meshState) bool {
 // called. With Options.Adaptive, a mesh whose changes were not built for
 // lack of watchers is built at once when one arrives.
 func (m *Publisher) Watch(mesh string) (unwatch func()) {
-	ms := m.mesh(mesh)
+	ms := m.mesh(mesh, false)
 	ms.mu.Lock()
 	ms.watchers++
 	dirty := ms.dirty
