@@ -15,6 +15,7 @@ import (
 	"github.com/navemesh/nave/hub/tenants"
 	"github.com/navemesh/nave/hub/watch"
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/engine"
 )
 
@@ -81,7 +82,9 @@ type meshLife struct {
 	store *ingest.Store
 	w     *watch.Server
 	eng   *engine.Engine
-	log   *slog.Logger
+	// limits holds the per-mesh limit series, dropped with the mesh.
+	limits *meshlimits.Metrics
+	log    *slog.Logger
 }
 
 // changed is the registry's subscriber (Registry.Subscribe).
@@ -132,6 +135,7 @@ func (l *meshLife) stop(mesh, reason string) {
 	watches := l.w.CloseMesh(mesh, reason)
 	proxies := l.eng.ADS().CloseMesh(mesh, reason)
 	l.eng.Forget(mesh) // its push context, goroutine, cache and metric series
+	l.limits.ForgetMesh(mesh)
 	if !l.sec.plaintext {
 		l.sec.authority.Forget(mesh)
 	}

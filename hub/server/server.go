@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	reg.MustRegister(eng.SyncStateCollector())
 	// From here on, a mesh's change (created, deleted, re-created,
 	// updated) is served by this replica as it lands in the registry.
-	life := &meshLife{reg: meshes, sec: sec, store: store, w: w, eng: eng, log: log.With("component", "meshes")}
+	life := &meshLife{reg: meshes, sec: sec, store: store, w: w, eng: eng, limits: limitMetrics, log: log.With("component", "meshes")}
 	meshes.Subscribe(life.changed)
 	registerDebug(adm, meshes, store, eng)
 	if svc != nil {

@@ -127,6 +127,19 @@ func (m *Metrics) Forget(mesh, limit string) {
 	}
 }
 
+// ForgetMesh drops every series and count of mesh (a mesh deleted: a
+// re-created one starts from zero).
+func (m *Metrics) ForgetMesh(mesh string) {
+	if m == nil {
+		return
+	}
+	m.usage.DeletePartialMatch(prometheus.Labels{"mesh": mesh})
+	m.refusals.DeletePartialMatch(prometheus.Labels{"mesh": mesh})
+	m.mu.Lock()
+	delete(m.byMesh, mesh)
+	m.mu.Unlock()
+}
+
 // Exceeded is the reason a limit refuses something: it names the mesh,
 // what it has, the limit and its value.
 func Exceeded(mesh, what string, have int, limit string, max int) string {

@@ -30,3 +30,37 @@ func TestOfReportsAMeshAlone(t *testing.T) {
 		t.Errorf("Exceeded = %q", r)
 	}
 }
+
+// TestForgetMeshDropsItsSeries: a deleted mesh's series and counts go,
+// another mesh's stay; Flat names refusals apart from usage.
+func TestForgetMeshDropsItsSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.Usage("a", Proxies, 3)
+	m.Refused("a", Spokes)
+	m.Usage("b", Proxies, 7)
+	if f := m.Of("a").Flat(); f[Proxies] != 3 || f["refusals."+Spokes] != 1 {
+		t.Errorf("Flat = %v", f)
+	}
+	m.ForgetMesh("a")
+	if u := m.Of("a"); len(u.Usage)+len(u.Refusals) != 0 {
+		t.Errorf("after ForgetMesh: %+v", u)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var series []string
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "mesh" {
+					series = append(series, f.GetName()+"/"+l.GetValue())
+				}
+			}
+		}
+	}
+	if strings.Join(series, ",") != "nave_mesh_limit_usage/b" {
+		t.Errorf("series left: %v, want b's usage only", series)
+	}
+}
