@@ -105,7 +105,7 @@ type Envoy struct {
 	// ReadyPort is Envoy's own readiness listener.
 	ReadyPort int `key:"readyPort" default:"15020" help:"port of the readiness listener in Envoy's bootstrap (127.0.0.1), answering /ready from Envoy's admin"`
 	// DrainDuration is ProxyConfig's terminationDrainDuration.
-	DrainDuration time.Duration `key:"drainDuration" default:"5s" help:"when the agent is stopped (SIGTERM), how long Envoy drains before it is stopped: the agent asks Envoy's admin to drain its listeners gracefully (POST /drain_listeners?graceful, Envoy started with --drain-time-s of it and --drain-strategy immediate) and waits this long or until Envoy has no connection left; 0: stop Envoy at once. Istio's terminationDrainDuration (ProxyConfig), which the injector sets from the mesh's defaultConfig and the pod's proxy.istio.io/config"`
+	DrainDuration time.Duration `key:"drainDuration" default:"5s" help:"when the agent is stopped (SIGTERM), how long Envoy drains before it is stopped: the agent asks Envoy's admin to drain its listeners gracefully (POST /drain_listeners?graceful, Envoy started with its drain-time-s flag at this duration and drain-strategy immediate) and waits this long or until Envoy has no connection left; 0: stop Envoy at once. Istio's terminationDrainDuration (ProxyConfig), which the injector sets from the mesh's defaultConfig and the pod's proxy.istio.io/config"`
 }
 
 // Validate checks the section.
