@@ -45,13 +45,13 @@ const (
 // Config is the whole configuration of an agent. A plain value, filled once
 // at start-up: copy it freely; do not change one that goroutines share.
 type Config struct {
-	Log         logging.Config `key:"log" help:"logging"`
-	Mode        string         `key:"mode" default:"envoy" required:"true" help:"envoy: serve SDS to an Envoy sidecar over dir/sds.sock, write dir/envoy-bootstrap.json and run Envoy (envoy.binary) as a child; grpc: write grpc's certificate files and dir/grpc-bootstrap.json for proxyless gRPC applications"`
+	Log  logging.Config `key:"log" help:"logging"`
+	Mode string         `key:"mode" default:"envoy" required:"true" help:"envoy: serve SDS to an Envoy sidecar over dir/sds.sock, write dir/envoy-bootstrap.json and run Envoy (envoy.binary) as a child; grpc: write grpc's certificate files and dir/grpc-bootstrap.json for proxyless gRPC applications"`
 	// ProxyType is the TYPE of the Envoy node id (envoy mode).
-	ProxyType string `key:"proxyType" default:"sidecar" required:"true" help:"envoy mode: sidecar (an Envoy beside the pod's application, its traffic captured) or router (the pod is a gateway: the hub gives its Envoy the listeners of the Gateways selecting the pod's labels); the TYPE of the node id TYPE~IP~POD.NS~NS.svc.<domainSuffix>; grpc mode: sidecar only"`
-	Mesh        string         `key:"mesh" default:"default" required:"true" help:"mesh the workload belongs to (node metadata MESH)"`
-	Cluster     string         `key:"cluster" required:"true" help:"cluster the pod runs in (node metadata CLUSTER_ID)"`
-	TrustDomain string         `key:"trustDomain" default:"cluster.local" required:"true" help:"the mesh's trust domain: the workload's identity is spiffe://<trustDomain>/ns/<pod.namespace>/sa/<pod.serviceAccount>"`
+	ProxyType   string `key:"proxyType" default:"sidecar" required:"true" help:"envoy mode: sidecar (an Envoy beside the pod's application, its traffic captured) or router (the pod is a gateway: the hub gives its Envoy the listeners of the Gateways selecting the pod's labels); the TYPE of the node id TYPE~IP~POD.NS~NS.svc.<domainSuffix>; grpc mode: sidecar only"`
+	Mesh        string `key:"mesh" default:"default" required:"true" help:"mesh the workload belongs to (node metadata MESH)"`
+	Cluster     string `key:"cluster" required:"true" help:"cluster the pod runs in (node metadata CLUSTER_ID)"`
+	TrustDomain string `key:"trustDomain" default:"cluster.local" required:"true" help:"the mesh's trust domain: the workload's identity is spiffe://<trustDomain>/ns/<pod.namespace>/sa/<pod.serviceAccount>"`
 	// DomainSuffix completes the node id's DNS domain.
 	DomainSuffix string `key:"domainSuffix" default:"cluster.local" required:"true" help:"the cluster's DNS suffix, for the Envoy node id (TYPE~IP~POD.NS~NS.svc.<domainSuffix>, TYPE the proxyType)"`
 	Pod          Pod    `key:"pod" help:"the pod the agent runs in, from the downward API"`
