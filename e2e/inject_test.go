@@ -282,8 +282,8 @@ metadata: {name: plain}
 	})
 
 	t.Run("an unknown template is refused, naming the annotation", func(t *testing.T) {
-		_, err := createPod(t, cs, podYAML("gw", "shop", "  annotations: {inject.istio.io/templates: gateway}", ""), false)
-		want := `admission webhook "namespace.inject.nave.io" denied the request: the sidecar injector refuses the pod: metadata.annotations[inject.istio.io/templates]: unknown template "gateway"`
+		_, err := createPod(t, cs, podYAML("wp", "shop", "  annotations: {inject.istio.io/templates: waypoint}", ""), false)
+		want := `admission webhook "namespace.inject.nave.io" denied the request: the sidecar injector refuses the pod: metadata.annotations[inject.istio.io/templates]: unknown template "waypoint"`
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("got %v, want %s", err, want)
 		}
