@@ -2,8 +2,10 @@ package inject
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/pem"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +15,15 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/navemesh/nave/internal/manifests"
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -167,5 +177,114 @@ spec:
 	}
 	if gentest.ByName(out, typeurl.Listener, envoy.OutboundListenerName("0.0.0.0", 9000)).Message != nil {
 		t.Errorf("listeners %v: the Gateway of another selector was served", names)
+	}
+}
+
+// TestIngressGatewayExample renders examples/ingress-gateway as kubectl
+// apply -k does and injects its Deployment's pod: the pod is injected
+// with the gateway template and stays least privilege (non-root,
+// read-only root file system, no capability, no API token), the Service
+// targets ports the gateway has, and the HPA, the PDB and the Gateway
+// select it.
+func TestIngressGatewayExample(t *testing.T) {
+	stream, err := manifests.Render("../../examples/ingress-gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Decode(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, name = "istio-ingress", "ingress-gateway"
+	get := func(kind, namespace string, into any) {
+		t.Helper()
+		o := manifests.Find(objs, kind, namespace, name)
+		if o == nil {
+			t.Fatalf("the example has no %s %s/%s", kind, namespace, name)
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if manifests.Find(objs, "Namespace", "", ns) == nil {
+		t.Errorf("the example creates no namespace %s", ns)
+	}
+	var d appsv1.Deployment
+	get("Deployment", ns, &d)
+	var svc corev1.Service
+	get("Service", ns, &svc)
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	get("HorizontalPodAutoscaler", ns, &hpa)
+	var pdb policyv1.PodDisruptionBudget
+	get("PodDisruptionBudget", ns, &pdb)
+	var sa corev1.ServiceAccount
+	get("ServiceAccount", ns, &sa)
+	gwObj := manifests.Find(objs, "Gateway", ns, name)
+	if gwObj == nil {
+		t.Fatal("the example has no Gateway")
+	}
+
+	pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
+	pod.Namespace, pod.GenerateName = ns, name+"-5c7d9-"
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, injected, _ := review(t, newTestInjector(t, nil), podRequest(t, ns, raw))
+	if injected == nil || resp.Patch == nil {
+		t.Fatalf("the example's pod is not injected: %v", resp.Result)
+	}
+	if len(resp.Warnings) != 0 {
+		t.Errorf("warnings %q", resp.Warnings)
+	}
+	if len(injected.Spec.InitContainers) != 0 || len(injected.Spec.Containers) != 1 {
+		t.Errorf("containers %d, init containers %d: want the gateway alone", len(injected.Spec.Containers), len(injected.Spec.InitContainers))
+	}
+	gw := container(injected.Spec.Containers, GatewayContainer)
+	if gw == nil || envOf(gw)["NAVE_PROXY_TYPE"].Value != "router" {
+		t.Fatalf("no router agent in %+v", injected.Spec.Containers)
+	}
+	sc, psc := gw.SecurityContext, injected.Spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+		sc == nil || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || *sc.RunAsUser == 0 || len(sc.Capabilities.Add) != 0 || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("pod security %+v, container %+v: want non-root, RuntimeDefault seccomp, read-only root, no escalation, no capability", psc, sc)
+	}
+	if injected.Spec.AutomountServiceAccountToken == nil || *injected.Spec.AutomountServiceAccountToken || sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Error("the gateway mounts the service account's API token; it needs only the projected istio-ca token")
+	}
+	if _, ok := gw.Resources.Limits[corev1.ResourceMemory]; !ok {
+		t.Error("the gateway has no memory limit")
+	}
+	ports := map[int32]bool{}
+	for _, p := range gw.Ports {
+		ports[p.ContainerPort] = true
+	}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		t.Errorf("Service type %s, want LoadBalancer", svc.Spec.Type)
+	}
+	var svcPorts []int32
+	for _, p := range svc.Spec.Ports {
+		svcPorts = append(svcPorts, p.Port)
+		if !ports[int32(p.TargetPort.IntValue())] {
+			t.Errorf("Service port %d targets %s, which the gateway does not declare", p.Port, p.TargetPort.String())
+		}
+	}
+	if !slices.Equal(svcPorts, []int32{80, 443}) {
+		t.Errorf("Service ports %v, want 80 and 443", svcPorts)
+	}
+	selects := func(sel map[string]string) bool {
+		for k, v := range sel {
+			if injected.Labels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+	gwSel, _, _ := unstructured.NestedStringMap(gwObj.Object, "spec", "selector")
+	if !selects(svc.Spec.Selector) || !selects(pdb.Spec.Selector.MatchLabels) || !selects(gwSel) {
+		t.Errorf("selectors: Service %v, PDB %v, Gateway %v; want each to select the pod's labels %v", svc.Spec.Selector, pdb.Spec.Selector.MatchLabels, gwSel, injected.Labels)
+	}
+	if hpa.Spec.ScaleTargetRef.Kind != "Deployment" || hpa.Spec.ScaleTargetRef.Name != d.Name || hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas < 2 {
+		t.Errorf("HPA %+v: want the Deployment, at least 2 replicas", hpa.Spec)
 	}
 }
