@@ -103,7 +103,8 @@ func injectedAgentEnv(t *testing.T, p *corev1.Pod) map[string]string {
 // deploy/spoke/injection.yaml (its clientConfig pointed at loopback), calls
 // the real nave-spoke, enrolled with a real hub: pods of labelled
 // namespaces come back injected per template with the spoke's trust
-// material; unlabelled, opted-out, hostNetwork and system-namespace pods
+// material, a gateway pod with its istio-proxy container made the router
+// agent; unlabelled, opted-out, hostNetwork and system-namespace pods
 // come back untouched; an unknown template is refused naming the
 // annotation; the listener survives bad requests.
 func TestSidecarInjection(t *testing.T) {
@@ -226,6 +227,38 @@ metadata: {name: plain}
 		}
 	})
 
+	t.Run("a gateway pod: its istio-proxy container becomes the router agent", func(t *testing.T) {
+		// As examples/ingress-gateway's pods: an unlabelled namespace, the
+		// pod asking by its label.
+		doc := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ingress\n  namespace: plain\n" +
+			"  labels: {istio: ingressgateway, sidecar.istio.io/inject: \"true\"}\n  annotations: {inject.istio.io/templates: gateway}\n" +
+			"spec:\n  containers: [{name: istio-proxy, image: auto, ports: [{containerPort: 8080}]}]\n"
+		p, err := createPod(t, cs, doc, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Spec.InitContainers) != 0 || len(p.Spec.Containers) != 1 {
+			t.Fatalf("init containers %v, containers %d: want the gateway container alone", initNames(p), len(p.Spec.Containers))
+		}
+		gw := p.Spec.Containers[0]
+		if gw.Name != "istio-proxy" || gw.Image != injectProxyImage || !slices.Equal(gw.Command, []string{"nave-agent"}) {
+			t.Errorf("container %s image %s command %v: want istio-proxy running nave-agent of %s", gw.Name, gw.Image, gw.Command, injectProxyImage)
+		}
+		env := map[string]string{}
+		for _, e := range gw.Env {
+			env[e.Name] = e.Value
+		}
+		if env["NAVE_MODE"] != "envoy" || env["NAVE_PROXY_TYPE"] != "router" || env["NAVE_XDS_ADDRESS"] != addr(h.xds) {
+			t.Errorf("NAVE_MODE %q NAVE_PROXY_TYPE %q NAVE_XDS_ADDRESS %q: want an envoy router agent dialling the hub", env["NAVE_MODE"], env["NAVE_PROXY_TYPE"], env["NAVE_XDS_ADDRESS"])
+		}
+		if r := gw.ReadinessProbe; r == nil || r.HTTPGet == nil || r.HTTPGet.Path != "/healthz/ready" || r.HTTPGet.Port.IntValue() != 15021 {
+			t.Errorf("readiness probe %+v: want the agent's", r)
+		}
+		if _, ok := p.Labels["security.istio.io/tlsMode"]; ok || p.Annotations["sidecar.istio.io/status"] == "" {
+			t.Errorf("labels %v annotations %v: want no tlsMode and the status annotation", p.Labels, p.Annotations)
+		}
+	})
+
 	t.Run("app probes are rewritten to the agent, the API server storing the pod", func(t *testing.T) {
 		doc := func(name, ann string) string {
 			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  namespace: shop\n  annotations: {" + ann + "}\nspec:\n  containers:\n" +
@@ -282,8 +315,8 @@ metadata: {name: plain}
 	})
 
 	t.Run("an unknown template is refused, naming the annotation", func(t *testing.T) {
-		_, err := createPod(t, cs, podYAML("gw", "shop", "  annotations: {inject.istio.io/templates: gateway}", ""), false)
-		want := `admission webhook "namespace.inject.nave.io" denied the request: the sidecar injector refuses the pod: metadata.annotations[inject.istio.io/templates]: unknown template "gateway"`
+		_, err := createPod(t, cs, podYAML("wp", "shop", "  annotations: {inject.istio.io/templates: waypoint}", ""), false)
+		want := `admission webhook "namespace.inject.nave.io" denied the request: the sidecar injector refuses the pod: metadata.annotations[inject.istio.io/templates]: unknown template "waypoint"`
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("got %v, want %s", err, want)
 		}

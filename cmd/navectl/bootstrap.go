@@ -15,28 +15,29 @@ import (
 )
 
 // bootstrapUsage is the usage of navectl bootstrap (part of usage).
-const bootstrapUsage = `  navectl bootstrap      --kind envoy|grpc --name NAME --namespace NS --service-account SA
+const bootstrapUsage = `  navectl bootstrap      --kind envoy|gateway|grpc --name NAME --namespace NS --service-account SA
                          --hub HOST:PORT --hub-ca FILE --cert-dir DIR [--ip IP] [--mesh default]
                          [--cluster C] [--labels k=v,...] [--fallback HOST:PORT] [--out FILE]
         write the xDS bootstrap of a VM (a WorkloadEntry) as nave-agent writes a pod's:
         Envoy's (ADS to the hub over mTLS with DIR/cert-chain.pem and DIR/key.pem; the
-        hub must run with sds.mintKeys for the VM's workload secrets) or gRPC's
-        (file_watcher on DIR/cert-chain.pem, key.pem, root-cert.pem, as navectl cert
-        issue writes them)
+        hub must run with sds.mintKeys for the VM's workload secrets), a gateway's
+        (Envoy's, node id router~: the hub gives it the listeners of the Gateways whose
+        selector matches --labels) or gRPC's (file_watcher on DIR/cert-chain.pem,
+        key.pem, root-cert.pem, as navectl cert issue writes them)
 `
 
 // bootstrapCmd writes a VM's bootstrap (navectl bootstrap).
 func bootstrapCmd(args []string, stdout io.Writer) error {
 	f := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
 	f.SetOutput(io.Discard)
-	kind := f.String("kind", "", "envoy or grpc")
+	kind := f.String("kind", "", "envoy (a sidecar's Envoy), gateway (an Envoy gateway, node id router~) or grpc")
 	name := f.String("name", "", "the VM's name (the node id's POD part)")
 	ns := f.String("namespace", "", "the workload's namespace")
 	sa := f.String("service-account", "", "the workload's service account")
 	ip := f.String("ip", "", "the VM's address (node id and INSTANCE_IPS)")
 	mesh := f.String("mesh", "default", "the mesh (node metadata MESH)")
 	cluster := f.String("cluster", "", "the cluster or network the VM belongs to (node metadata CLUSTER_ID)")
-	labels := f.String("labels", "", "the WorkloadEntry's labels, k=v,... (policies select by them)")
+	labels := f.String("labels", "", "the WorkloadEntry's labels, k=v,... (policies select by them; a gateway's Gateways select by them, e.g. istio=ingressgateway)")
 	domain := f.String("domain-suffix", "cluster.local", "the DNS suffix of the node id")
 	hub := f.String("hub", "", "host:port of the hub's xDS listener")
 	fallback := f.String("fallback", "", "host:port of a second xDS server (the spoke's fallback server), listed second; grpc: --hub-ca must then hold the mesh roots too (root-cert.pem), since grpc-go verifies every xDS server with one CA file")
@@ -61,8 +62,8 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 			return usageErr("bootstrap: --%s is required", r.flag)
 		}
 	}
-	if *kind != "envoy" && *kind != "grpc" {
-		return usageErr("bootstrap: --kind %q: want envoy or grpc", *kind)
+	if *kind != "envoy" && *kind != "gateway" && *kind != "grpc" {
+		return usageErr("bootstrap: --kind %q: want envoy, gateway or grpc", *kind)
 	}
 	if err := spiffeid.ValidateName(*ns); err != nil {
 		return usageErr("bootstrap: --namespace %q: %v", *ns, err)
@@ -78,7 +79,11 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--hub-ca: %w", err)
 	}
-	w := xdsbootstrap.Workload{Mesh: *mesh, Cluster: *cluster, Namespace: *ns, ServiceAccount: *sa, Name: *name, IP: *ip, Labels: lm}
+	typ := xdsbootstrap.ProxySidecar
+	if *kind == "gateway" {
+		typ = xdsbootstrap.ProxyRouter
+	}
+	w := xdsbootstrap.Workload{ProxyType: typ, Mesh: *mesh, Cluster: *cluster, Namespace: *ns, ServiceAccount: *sa, Name: *name, IP: *ip, Labels: lm}
 	file := func(n string) string { return filepath.Join(*certDir, n) }
 	var doc []byte
 	if *kind == "grpc" {

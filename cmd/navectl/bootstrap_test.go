@@ -49,6 +49,27 @@ func TestBootstrap(t *testing.T) {
 		t.Errorf("transport socket matches %v: the fallback endpoint must be verified with the mesh roots' file", ms)
 	}
 
+	// A gateway outside Kubernetes: an Envoy bootstrap whose node is a
+	// router, selected by the Gateways matching its labels.
+	r = navectlRun(t, append(common, "--kind", "gateway", "--labels", "istio=ingressgateway")...)
+	if r.code != 0 {
+		t.Fatalf("gateway: exit %d: %s", r.code, r.stderr)
+	}
+	gw := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal([]byte(r.stdout), gw); err != nil {
+		t.Fatalf("not an Envoy bootstrap: %v", err)
+	}
+	if err := gw.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	if gw.GetNode().GetId() != "router~192.0.2.7~vm-1.shop~shop.svc.cluster.local" ||
+		gw.GetNode().GetMetadata().GetFields()["LABELS"].GetStructValue().GetFields()["istio"].GetStringValue() != "ingressgateway" {
+		t.Errorf("gateway node %v: want router~ with the labels", gw.GetNode())
+	}
+	if !strings.Contains(r.stdout, "/etc/nave/key.pem") {
+		t.Error("a gateway outside Kubernetes must take its certificate from the files")
+	}
+
 	out := filepath.Join(dir, "grpc.json")
 	if r := navectlRun(t, append(common, "--kind", "grpc", "--out", out)...); r.code != 0 || r.stdout != "" {
 		t.Fatalf("grpc: exit %d, stdout %q: %s", r.code, r.stdout, r.stderr)

@@ -15,7 +15,7 @@
 //	                       --namespace NS --service-account SA --out DIR [--ttl 24h]
 //	                       [--ca-store kubernetes --ca-namespace N --kubeconfig F]
 //	navectl roots          add|switch|drop|status --state-dir D --mesh M [...]
-//	navectl bootstrap      --kind envoy|grpc --name N --namespace NS --service-account SA
+//	navectl bootstrap      --kind envoy|gateway|grpc --name N --namespace NS --service-account SA
 //	                       --hub HOST:PORT --hub-ca FILE --cert-dir DIR [...]
 //
 // where STATE is --state-dir D, or --state-store kubernetes

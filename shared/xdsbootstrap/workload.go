@@ -1,8 +1,20 @@
 package xdsbootstrap
 
+// Proxy types: the TYPE of an Envoy node id (xds/proxy reads them).
+const (
+	// ProxySidecar is an Envoy next to one workload.
+	ProxySidecar = "sidecar"
+	// ProxyRouter is an Envoy gateway (ingress or egress): the hub gives
+	// it the listeners of the Gateways whose selector matches its labels.
+	ProxyRouter = "router"
+)
+
 // Workload is who a bootstrap's node is: a pod (nave-agent) or a VM
 // (navectl bootstrap). A plain value.
 type Workload struct {
+	// ProxyType is the node id's TYPE, ProxySidecar or ProxyRouter; empty
+	// is ProxySidecar.
+	ProxyType                 string
 	Mesh, Cluster             string
 	Namespace, ServiceAccount string
 	// Name is the pod's or VM's name; NodeName the node it runs on.
@@ -15,9 +27,14 @@ type Workload struct {
 // skippedAnnotations are not sent to the hub: large, and of no use to it.
 var skippedAnnotations = map[string]bool{"kubectl.kubernetes.io/last-applied-configuration": true}
 
-// NodeID is the workload's Istio node id (see NodeID), with TYPE sidecar.
+// NodeID is the workload's Istio node id (see NodeID), with TYPE its
+// ProxyType (sidecar when empty).
 func (w Workload) NodeID(domainSuffix string) string {
-	return NodeID("sidecar", w.IP, w.Name, w.Namespace, domainSuffix)
+	typ := w.ProxyType
+	if typ == "" {
+		typ = ProxySidecar
+	}
+	return NodeID(typ, w.IP, w.Name, w.Namespace, domainSuffix)
 }
 
 // Metadata is the node metadata the hub reads (xds/proxy): empty values

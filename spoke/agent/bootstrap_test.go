@@ -73,6 +73,25 @@ func TestEnvoyBootstrapOfThePod(t *testing.T) {
 	}
 }
 
+// A gateway's agent (proxyType router) writes a router~ node id; the rest
+// of the bootstrap is a sidecar's.
+func TestEnvoyBootstrapOfAGateway(t *testing.T) {
+	cfg := testConfig(agentconfig.ModeEnvoy)
+	cfg.ProxyType = agentconfig.ProxyRouter
+	cfg.Pod.Name, cfg.Pod.Namespace = "ingress-7d9f-x2x", "istio-system"
+	doc, err := Bootstrap(cfg, map[string]string{"app": "ingress", "istio": "ingressgateway"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	for _, want := range []string{`"id": "router~10.0.0.5~ingress-7d9f-x2x.istio-system~istio-system.svc.cluster.local"`,
+		`"cluster": "ingress.istio-system"`, `"istio": "ingressgateway"`, `"path": "/var/run/nave/sds.sock"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the gateway's bootstrap lacks %s", want)
+		}
+	}
+}
+
 func TestXDSRoots(t *testing.T) {
 	cfg := testConfig(agentconfig.ModeGRPC)
 	cfg.Trust.MeshRoots = "-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n"

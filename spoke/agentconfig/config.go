@@ -15,6 +15,7 @@ import (
 	"github.com/navemesh/nave/shared/logging"
 	"github.com/navemesh/nave/shared/settings"
 	"github.com/navemesh/nave/shared/spiffeid"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/spoke/appprobe"
 )
 
@@ -30,16 +31,29 @@ const (
 	ModeGRPC = "grpc"
 )
 
+// Proxy types of an envoy-mode agent: the TYPE of its Envoy's node id.
+const (
+	// ProxySidecar is an Envoy next to the pod's application, its
+	// traffic captured (the sidecar template).
+	ProxySidecar = xdsbootstrap.ProxySidecar
+	// ProxyRouter is an Envoy that is the pod's application: a gateway
+	// (the gateway template), given the listeners of the Gateways whose
+	// selector matches the pod's labels.
+	ProxyRouter = xdsbootstrap.ProxyRouter
+)
+
 // Config is the whole configuration of an agent. A plain value, filled once
 // at start-up: copy it freely; do not change one that goroutines share.
 type Config struct {
-	Log         logging.Config `key:"log" help:"logging"`
-	Mode        string         `key:"mode" default:"envoy" required:"true" help:"envoy: serve SDS to an Envoy sidecar over dir/sds.sock, write dir/envoy-bootstrap.json and run Envoy (envoy.binary) as a child; grpc: write grpc's certificate files and dir/grpc-bootstrap.json for proxyless gRPC applications"`
-	Mesh        string         `key:"mesh" default:"default" required:"true" help:"mesh the workload belongs to (node metadata MESH)"`
-	Cluster     string         `key:"cluster" required:"true" help:"cluster the pod runs in (node metadata CLUSTER_ID)"`
-	TrustDomain string         `key:"trustDomain" default:"cluster.local" required:"true" help:"the mesh's trust domain: the workload's identity is spiffe://<trustDomain>/ns/<pod.namespace>/sa/<pod.serviceAccount>"`
+	Log  logging.Config `key:"log" help:"logging"`
+	Mode string         `key:"mode" default:"envoy" required:"true" help:"envoy: serve SDS to an Envoy sidecar over dir/sds.sock, write dir/envoy-bootstrap.json and run Envoy (envoy.binary) as a child; grpc: write grpc's certificate files and dir/grpc-bootstrap.json for proxyless gRPC applications"`
+	// ProxyType is the TYPE of the Envoy node id (envoy mode).
+	ProxyType   string `key:"proxyType" default:"sidecar" required:"true" help:"envoy mode: sidecar (an Envoy beside the pod's application, its traffic captured) or router (the pod is a gateway: the hub gives its Envoy the listeners of the Gateways selecting the pod's labels); the TYPE of the node id TYPE~IP~POD.NS~NS.svc.<domainSuffix>; grpc mode: sidecar only"`
+	Mesh        string `key:"mesh" default:"default" required:"true" help:"mesh the workload belongs to (node metadata MESH)"`
+	Cluster     string `key:"cluster" required:"true" help:"cluster the pod runs in (node metadata CLUSTER_ID)"`
+	TrustDomain string `key:"trustDomain" default:"cluster.local" required:"true" help:"the mesh's trust domain: the workload's identity is spiffe://<trustDomain>/ns/<pod.namespace>/sa/<pod.serviceAccount>"`
 	// DomainSuffix completes the node id's DNS domain.
-	DomainSuffix string `key:"domainSuffix" default:"cluster.local" required:"true" help:"the cluster's DNS suffix, for the Envoy node id (sidecar~IP~POD.NS~NS.svc.<domainSuffix>)"`
+	DomainSuffix string `key:"domainSuffix" default:"cluster.local" required:"true" help:"the cluster's DNS suffix, for the Envoy node id (TYPE~IP~POD.NS~NS.svc.<domainSuffix>, TYPE the proxyType)"`
 	Pod          Pod    `key:"pod" help:"the pod the agent runs in, from the downward API"`
 	RA           RA     `key:"ra" help:"the spoke's registration authority, which issues the workload certificate"`
 	Trust        Trust  `key:"trust" help:"roots of trust (PEM text)"`
@@ -240,6 +254,12 @@ func (e *Envoy) Validate() error {
 func (c *Config) Validate() error {
 	if c.Mode != ModeEnvoy && c.Mode != ModeGRPC {
 		return settings.Invalid("mode", "must be %s or %s, got %q", ModeEnvoy, ModeGRPC, c.Mode)
+	}
+	if c.ProxyType != ProxySidecar && c.ProxyType != ProxyRouter {
+		return settings.Invalid("proxyType", "must be %s or %s, got %q", ProxySidecar, ProxyRouter, c.ProxyType)
+	}
+	if c.Mode == ModeGRPC && c.ProxyType != ProxySidecar {
+		return settings.Invalid("proxyType", "%s is an Envoy gateway's; mode %s has no Envoy", c.ProxyType, ModeGRPC)
 	}
 	if err := spiffeid.ValidateTrustDomain(c.TrustDomain); err != nil {
 		return settings.Invalid("trustDomain", "%q: %v", c.TrustDomain, err)

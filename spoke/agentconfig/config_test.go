@@ -25,7 +25,7 @@ func TestLoadsWhatAPodGives(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Mode != ModeEnvoy || c.Dir != "/var/run/nave" || c.Status.Listen != ":15021" || c.RA.TokenFile != "/var/run/secrets/tokens/istio-token" ||
-		c.Envoy.AdminPort != 15000 || c.ProxyUID != 1337 || c.Pod.LabelsFile != "/etc/nave/pod/labels" {
+		c.Envoy.AdminPort != 15000 || c.ProxyUID != 1337 || c.ProxyType != ProxySidecar || c.Pod.LabelsFile != "/etc/nave/pod/labels" {
 		t.Errorf("defaults %+v differ from the contract's", c)
 	}
 	id, err := c.WorkloadID()
@@ -43,6 +43,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		want string
 	}{
 		{[]string{"--mode", "sidecar"}, "mode: must be envoy or grpc"},
+		{[]string{"--proxy-type", "gateway"}, "proxyType: must be sidecar or router"},
+		{[]string{"--mode", "grpc", "--proxy-type", "router"}, "proxyType: router is an Envoy gateway's"},
 		{[]string{"--pod.namespace", "Shop"}, "pod.namespace"},
 		{[]string{"--pod.service-account", "Web_1"}, "pod.serviceAccount"},
 		{[]string{"--pod.ip", "10.0.0"}, "pod.ip"},

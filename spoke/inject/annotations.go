@@ -17,6 +17,9 @@ import (
 const (
 	TemplateSidecar   = "sidecar"
 	TemplateGRPCAgent = "grpc-agent"
+	// TemplateGateway fills the pod's container named istio-proxy (image
+	// auto) with nave-agent running Envoy as a gateway (gateway.go).
+	TemplateGateway = "gateway"
 )
 
 // Pod annotations honoured (docs/injection.md).
@@ -89,7 +92,7 @@ type podSettings struct {
 }
 
 // parseTemplates reads inject.istio.io/templates: one of the templates,
-// default sidecar. Istio composes several; the two here exclude each
+// default sidecar. Istio composes several; the three here exclude each
 // other.
 func parseTemplates(ann map[string]string) (string, *refusal) {
 	v, ok := ann[AnnotationTemplates]
@@ -103,13 +106,13 @@ func parseTemplates(ann map[string]string) (string, *refusal) {
 		}
 	}
 	for _, n := range names {
-		if n != TemplateSidecar && n != TemplateGRPCAgent {
-			return "", refuse(AnnotationTemplates, "unknown template %q: this spoke injects %q (Envoy sidecar) or %q (proxyless gRPC)",
-				admission.Clip(n), TemplateSidecar, TemplateGRPCAgent)
+		if n != TemplateSidecar && n != TemplateGRPCAgent && n != TemplateGateway {
+			return "", refuse(AnnotationTemplates, "unknown template %q: this spoke injects %q (Envoy sidecar), %q (proxyless gRPC) or %q (Envoy gateway)",
+				admission.Clip(n), TemplateSidecar, TemplateGRPCAgent, TemplateGateway)
 		}
 	}
 	if len(names) > 1 {
-		return "", refuse(AnnotationTemplates, "templates %q and %q exclude each other: choose one", TemplateSidecar, TemplateGRPCAgent)
+		return "", refuse(AnnotationTemplates, "templates %q and %q exclude each other: choose one", names[0], names[1])
 	}
 	return names[0], nil
 }
@@ -157,10 +160,10 @@ func (in *Injector) parseSettings(pod *corev1.Pod, template string) (*podSetting
 
 	captureKeys := []string{AnnotationExcludeOutboundPorts, AnnotationExcludeInboundPorts, AnnotationIncludeInboundPorts,
 		AnnotationIncludeOutboundRanges, AnnotationExcludeOutboundRanges}
-	if template == TemplateGRPCAgent {
+	if template != TemplateSidecar {
 		for _, k := range captureKeys {
 			if _, ok := ann[k]; ok {
-				s.warnings = append(s.warnings, fmt.Sprintf("annotation %s is ignored: template %s captures no traffic", k, TemplateGRPCAgent))
+				s.warnings = append(s.warnings, fmt.Sprintf("annotation %s is ignored: template %s captures no traffic", k, template))
 			}
 		}
 	} else if r := parseCapture(ann, &s.capture); r != nil {

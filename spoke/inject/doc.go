@@ -1,9 +1,11 @@
-// Package inject is the spoke's sidecar and proxyless injector: a
+// Package inject is the spoke's sidecar, proxyless and gateway injector: a
 // mutating admission Reviewer (spoke/admission serves it at /inject) that
 // adds nave-agent, and for the sidecar template Envoy and the traffic
-// capture, to the pods the API server sends it, answering with a JSON
-// patch. docs/injection.md is the user's reference: every label and
-// annotation honoured, what is refused, the two templates.
+// capture, to the pods the API server sends it — or, for the gateway
+// template, makes the pod's istio-proxy container nave-agent running
+// Envoy as a router — answering with a JSON patch. docs/injection.md is
+// the user's reference: every label and annotation honoured, what is
+// refused, the three templates.
 //
 // Selection is split as in Istio (docs/decisions/013-injection.md): the
 // MutatingWebhookConfiguration's namespaceSelector and objectSelector

@@ -302,6 +302,12 @@ func TestUntouched(t *testing.T) {
 	})
 }
 
+// gatewayPod is a gateway Deployment's pod with annotations ann and more
+// fields of its istio-proxy container.
+func gatewayPod(ann, container string) string {
+	return "metadata: {name: p, annotations: {" + ann + "}}\nspec: {containers: [{name: istio-proxy, image: auto" + container + "}]}"
+}
+
 // TestRefused: a pod whose annotations ask what the injector cannot do is
 // denied with the annotation named and why.
 func TestRefused(t *testing.T) {
@@ -310,7 +316,13 @@ func TestRefused(t *testing.T) {
 		return "metadata: {name: p, annotations: {" + ann + "}}\nspec: {containers: [{name: a, image: a}]}"
 	}
 	for _, tc := range []struct{ name, pod, field, reason string }{
-		{"unknown template", pod(`inject.istio.io/templates: gateway`), "metadata.annotations[inject.istio.io/templates]", `unknown template "gateway"`},
+		{"unknown template", pod(`inject.istio.io/templates: waypoint`), "metadata.annotations[inject.istio.io/templates]", `unknown template "waypoint"`},
+		{"the gateway template with the sidecar", gatewayPod(`inject.istio.io/templates: "gateway,sidecar"`, ""), "metadata.annotations[inject.istio.io/templates]", `templates "gateway" and "sidecar" exclude each other`},
+		{"the gateway template without istio-proxy", pod(`inject.istio.io/templates: gateway`), "spec.containers", "fills the pod's container named istio-proxy (image auto); the pod has none"},
+		{"the gateway template with an image", "metadata: {name: p, annotations: {inject.istio.io/templates: gateway}}\nspec: {containers: [{name: istio-proxy, image: envoy}]}", "spec.containers[0].image", `"envoy": template gateway sets the proxy image`},
+		{"the gateway template with a command", gatewayPod(`inject.istio.io/templates: gateway`, ", command: [envoy]"), "spec.containers[0].command", "leave command and args out"},
+		{"the gateway template with an agent key", gatewayPod(`inject.istio.io/templates: gateway`, ", env: [{name: NAVE_MODE, value: grpc}]"), "spec.containers[0].env", "NAVE_MODE is set by template gateway"},
+		{"the gateway template with a mount on the agent's", gatewayPod(`inject.istio.io/templates: gateway`, ", volumeMounts: [{name: x, mountPath: /var/run/nave}]"), "spec.containers[0].volumeMounts", "/var/run/nave is where template gateway mounts"},
 		{"both templates", pod(`inject.istio.io/templates: "sidecar,grpc-agent"`), "metadata.annotations[inject.istio.io/templates]", "exclude each other"},
 		{"a bad port", pod(`traffic.sidecar.istio.io/excludeOutboundPorts: "80,http"`), "metadata.annotations[traffic.sidecar.istio.io/excludeOutboundPorts]", `"http" is not a port`},
 		{"port 0", pod(`traffic.sidecar.istio.io/excludeInboundPorts: "0"`), "metadata.annotations[traffic.sidecar.istio.io/excludeInboundPorts]", `"0" is not a port`},

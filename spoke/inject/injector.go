@@ -128,6 +128,9 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 	if r != nil {
 		return nil, nil, r
 	}
+	if template == TemplateGateway {
+		rewrite = false // Envoy is the app; its readiness is the agent's
+	}
 	var rewrites []probeRewrite
 	if rewrite {
 		var probers appprobe.Probers
@@ -152,6 +155,13 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 	}
 
 	insert(p, "/spec/initContainers", len(pod.Spec.InitContainers), b.initContainers)
+	if b.gateway != nil {
+		w, r := in.fillGateway(p, pod, b.gateway)
+		if r != nil {
+			return nil, nil, r
+		}
+		warnings = append(warnings, w...)
+	}
 	if b.appEnv != nil {
 		for i, c := range pod.Spec.Containers {
 			base := fmt.Sprintf("/spec/containers/%d", i)
@@ -200,17 +210,24 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 		}
 	}
 	name, rev := canonical(pod)
-	setLabel(LabelTLSMode, "istio")
+	if template != TemplateGateway {
+		// A gateway takes its clients' traffic as they send it (Istio's
+		// gateway template sets no TLS mode either).
+		setLabel(LabelTLSMode, "istio")
+	}
 	setLabel(LabelCanonicalName, name)
 	setLabel(LabelCanonicalRevision, rev)
 	setKeys(p, "/metadata/labels", pod.Labels != nil, labels, order)
 
-	st := statusValue{Templates: []string{template}, Containers: []string{}, Revision: in.opts.Revision}
+	st := statusValue{Templates: []string{template}, InitContainers: []string{}, Containers: []string{}, Revision: in.opts.Revision}
 	for _, c := range b.initContainers {
 		st.InitContainers = append(st.InitContainers, c.Name)
 	}
 	for _, v := range b.volumes {
 		st.Volumes = append(st.Volumes, v.Name)
+	}
+	if b.gateway != nil {
+		st.Containers = append(st.Containers, GatewayContainer)
 	}
 	status, _ := json.Marshal(st) // plain strings
 	setKeys(p, "/metadata/annotations", pod.Annotations != nil, map[string]string{AnnotationStatus: string(status)}, []string{AnnotationStatus})

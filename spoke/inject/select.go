@@ -72,8 +72,14 @@ func (in *Injector) skip(namespace string, pod *corev1.Pod) (result, why string)
 	if _, ok := pod.Annotations[AnnotationStatus]; ok {
 		return resultAlreadyInjected, "already injected (annotation " + AnnotationStatus + ")"
 	}
+	gateway := asksForGateway(pod.Annotations)
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range cs {
+			if gateway && c.Name == GatewayContainer {
+				// The container the gateway template fills (an Istio
+				// gateway pod Istio injected has the status annotation).
+				continue
+			}
 			switch c.Name {
 			case ProxyContainer, CaptureContainer, istioProxy, istioInit:
 				return resultAlreadyInjected, "already has a container " + c.Name

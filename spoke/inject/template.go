@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/navemesh/nave/shared/settings"
+	"github.com/navemesh/nave/spoke/agentconfig"
 	"github.com/navemesh/nave/spoke/capture"
 )
 
@@ -39,6 +40,9 @@ type built struct {
 	// appEnv and appMount are added to every app container (grpc-agent).
 	appEnv   *corev1.EnvVar
 	appMount *corev1.VolumeMount
+	// gateway is what the gateway template makes of the pod's istio-proxy
+	// container (fillGateway); nil for the other templates.
+	gateway *corev1.Container
 }
 
 // build makes the containers and volumes of s for a pod of the spoke's
@@ -89,7 +93,13 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
-	if s.template == TemplateSidecar {
+	switch s.template {
+	case TemplateGateway:
+		// Envoy is the pod's application: nothing waits for the agent
+		// to start, and the container is an ordinary one.
+		agent.StartupProbe, agent.RestartPolicy = nil, nil
+		b.gateway = &agent
+	case TemplateSidecar:
 		b.initContainers = append(b.initContainers, corev1.Container{
 			Name:            CaptureContainer,
 			Image:           s.image,
@@ -115,11 +125,13 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 				},
 			},
 		})
-	} else {
+	default:
 		b.appEnv = &corev1.EnvVar{Name: grpcBootstrapEV, Value: grpcBootstrap}
 		b.appMount = &corev1.VolumeMount{Name: VolumeRun, MountPath: runDir, ReadOnly: true}
 	}
-	b.initContainers = append(b.initContainers, agent)
+	if b.gateway == nil {
+		b.initContainers = append(b.initContainers, agent)
+	}
 	b.volumes = []corev1.Volume{
 		{Name: VolumeRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 		{Name: VolumePodInfo, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
@@ -144,10 +156,15 @@ func (in *Injector) agentEnv(mode string, trust Trust, s *podSettings) []corev1.
 	}
 	env := []corev1.EnvVar{
 		v("mode", mode),
+	}
+	if s.template == TemplateGateway {
+		env = append(env, v("proxyType", agentconfig.ProxyRouter))
+	}
+	env = append(env,
 		v("mesh", in.opts.Mesh),
 		v("cluster", in.opts.Cluster),
 		v("trustDomain", trust.TrustDomain),
-	}
+	)
 	if in.opts.DomainSuffix != "" {
 		env = append(env, v("domainSuffix", in.opts.DomainSuffix))
 	}
@@ -173,7 +190,7 @@ func (in *Injector) agentEnv(mode string, trust Trust, s *podSettings) []corev1.
 		env = append(env, v("xds.fallbackAddress", in.opts.XDSFallbackAddress))
 	}
 	env = append(env, v("dir", runDir), v("status.listen", ":"+strconv.Itoa(statusPort)))
-	if mode == modeEnvoy {
+	if s.template == TemplateSidecar {
 		env = append(env, v("proxyUID", strconv.Itoa(capture.DefaultProxyUID)))
 	}
 	if s.appProbes != "" {
