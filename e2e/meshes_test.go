@@ -38,13 +38,6 @@ import (
 // (docs/meshes.md), on the admin listener of a replica (no operator
 // listener: the API is served there).
 
-// navectlHasMesh reports whether navectl has the mesh commands (its
-// usage lists them).
-func navectlHasMesh(t *testing.T) bool {
-	_, out, errOut := navectlExit(t, "--help")
-	return strings.Contains(out+errOut, "navectl mesh create")
-}
-
 // createMesh creates mesh name with trust domain td on the hub of h (its
 // admin listener: the replicas run without an operator listener).
 func createMesh(t *testing.T, h *hub, name, td string) {
@@ -264,9 +257,6 @@ func (s *cdsStream) ended(t *testing.T) error {
 // Re-created with the name, it inherits nothing: a new root, the old
 // spoke's certificate and the old tokens refused.
 func TestMeshesAtRuntimeOnThreeReplicas(t *testing.T) {
-	if !navectlHasMesh(t) {
-		t.Skip("navectl mesh (issue 30, tenants) is not merged yet")
-	}
 	const hostA, hostD = "svc-a.demo.svc.cluster.local", "svc-d.demo.svc.cluster.local"
 	rs := newReplicaSet(t, 3)
 	for _, h := range rs.hubs {

@@ -304,7 +304,7 @@ spec: {hosts: [ratings.shop.svc.cluster.local], ports: [{number: 9080, name: htt
 	key.Cluster = "c1"
 	all := addresses(assignment(t, Envoy(build(""), key), ratings))
 	if !slices.Contains(all, "10.5.0.1") {
-		t.Skipf("the fixture does not merge c2's ratings endpoint: %v", all)
+		t.Fatalf("the fixture does not merge c2's ratings endpoint: %v; the cluster-local checks below need it", all)
 	}
 	local := build("serviceSettings: [{settings: {clusterLocal: true}, hosts: [ratings.shop.svc.cluster.local]}]")
 	if got := addresses(assignment(t, Envoy(local, key), ratings)); slices.Contains(got, "10.5.0.1") || len(got) == 0 {
