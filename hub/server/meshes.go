@@ -58,7 +58,7 @@ func seedRegistry(cfg hubconfig.Config) *tenants.Registry {
 }
 
 // meshConfigOf reads a mesh's MeshConfig from reg, for the engine
-// (engine.Options.MeshConfig): nil for a mesh it does not hold. A new
+// (pushctx.Options.MeshConfig): nil for a mesh it does not hold. A new
 // generation of a mesh is notified to the engine by meshLife.start.
 func meshConfigOf(reg *tenants.Registry) func(string) *meshv1alpha1.MeshConfig {
 	return func(mesh string) *meshv1alpha1.MeshConfig {

@@ -162,8 +162,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		MeshConfig: meshConfigOf(meshes),
 		Logger:     log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
-		MeshConfig: meshConfigOf(meshes),
 		Push: pushctx.Options{
+			MeshConfig:      meshConfigOf(meshes),
 			DebounceQuiet:   cfg.Push.DebounceQuiet,
 			DebounceMax:     cfg.Push.DebounceMax,
 			DebounceEdge:    cfg.Push.DebounceEdge,

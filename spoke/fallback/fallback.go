@@ -119,13 +119,13 @@ func New(opts Options) *Server {
 	ao.DefaultMesh = opts.Mesh
 	s.engine = engine.New(s, engine.Options{
 		Push: pushctx.Options{DebounceQuiet: opts.DebounceQuiet, DebounceMax: opts.DebounceMax,
-			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }, TrustDomain: opts.trustDomain},
-		ADS: ao,
-		// The mesh's MeshConfig as the hub last gave it on Watch: the
-		// fallback builds with the hub's mesh config (a change of it is a
-		// change of the view, which Run notifies).
-		MeshConfig: s.meshConfig,
-		Logger:     opts.Logger, Registerer: opts.Registerer,
+			Ready: func(string, []mesh.ClusterInput) bool { return s.localReady() }, TrustDomain: opts.trustDomain,
+			// The mesh's MeshConfig as the hub last gave it on Watch: the
+			// fallback builds with the hub's mesh config (a change of it is
+			// a change of the view, which Run notifies).
+			MeshConfig: s.meshConfig},
+		ADS:    ao,
+		Logger: opts.Logger, Registerer: opts.Registerer,
 	})
 	return s
 }

@@ -21,7 +21,7 @@ import (
 
 // TestClusterLocalHostsSplitKeysByCluster: proxies of two clusters share
 // one generation while no host is cluster-local; once the MeshConfig
-// (engine.Options.MeshConfig) makes one so, each gets its own cluster's
+// (pushctx.Options.MeshConfig) makes one so, each gets its own cluster's
 // endpoints of it, Envoy and proxyless alike, and what is shared still
 // equals generation from scratch.
 func TestClusterLocalHostsSplitKeysByCluster(t *testing.T) {
@@ -52,9 +52,9 @@ spec:
 			src.Set("m", pushctxtest.Cluster("c1", true, pushctxtest.Decode(t, entry("10.1.0.1"))),
 				pushctxtest.Cluster("c2", true, pushctxtest.Decode(t, entry("10.2.0.1"))))
 			eng := engine.New(src, engine.Options{
-				Push:       pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond},
-				Cache:      cache.Options{Verify: true},
-				MeshConfig: func(string) *meshv1alpha1.MeshConfig { return c.cfg },
+				Push: pushctx.Options{DebounceQuiet: time.Millisecond, DebounceMax: 10 * time.Millisecond,
+					MeshConfig: func(string) *meshv1alpha1.MeshConfig { return c.cfg }},
+				Cache: cache.Options{Verify: true},
 			})
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)

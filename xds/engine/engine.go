@@ -14,7 +14,6 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
@@ -29,19 +28,6 @@ type Options struct {
 	Push  pushctx.Options
 	Cache cache.Options
 	ADS   ads.Options
-	// MeshConfig, if set, gives a mesh's Istio MeshConfig (nil func or
-	// nil result: Istio's defaults). It becomes Push.MeshConfig unless
-	// that is set: every push context of the mesh is built with it
-	// (mesh.Snapshot.MeshConfig). When a mesh's MeshConfig changes, the
-	// caller returns the new one from here and calls Notify(mesh): a
-	// MeshConfig that differs from the last build's is a config change of
-	// that mesh only, and proxies receive the resources it changed. The
-	// result must not be modified once returned.
-	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
-	// TrustDomain, if set, gives a mesh's trust domain (its CA's); it
-	// becomes Push.TrustDomain unless that is set. A MeshConfig
-	// trustDomain takes precedence; neither: mesh.DefaultTrustDomain.
-	TrustDomain func(mesh string) string
 	// Logger is what a part logs through when its options name no Logger:
 	// Logger.With("part", "pushctx"|"cache"|"ads"). nil discards.
 	Logger *slog.Logger
@@ -74,12 +60,6 @@ func New(src pushctx.Source, opts Options) *Engine {
 	}
 	if ao.Logger == nil {
 		ao.Logger = opts.Logger.With("part", "ads")
-	}
-	if po.MeshConfig == nil {
-		po.MeshConfig = opts.MeshConfig
-	}
-	if po.TrustDomain == nil {
-		po.TrustDomain = opts.TrustDomain
 	}
 	if opts.Registerer != nil {
 		po.Registerer, co.Registerer, ao.Registerer = opts.Registerer, opts.Registerer, opts.Registerer
