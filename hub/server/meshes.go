@@ -34,24 +34,22 @@ func openMeshes(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (sv
 	}
 	st := cfg.State
 	// The meshes' limits default to the hub's (limits.*).
-	defaults := tenants.Limits{ObjectsPerKind: cfg.Limits.ObjectsPerKind, Proxies: cfg.Limits.Proxies, Spokes: cfg.Limits.Spokes,
-		PushesPerSecond: cfg.Limits.PushesPerSecond}
 	svc, err = tenants.Open(ctx, st.Store, st.Dir, st.Namespace, st.Kubeconfig, tenants.Options{Seeds: seeds, Replica: cfg.Replicas.ID,
-		Defaults: defaults, Logger: log.With("component", "tenants")})
+		Defaults: hubLimits(cfg), Logger: log.With("component", "tenants")})
 	if err != nil {
 		return nil, nil, fmt.Errorf("state.store: meshes: %w", err)
 	}
 	return svc, svc.Registry(), nil
 }
 
-// seedRegistry returns a registry holding ca.meshes (Active), which
-// nothing changes: the meshes of a plaintext hub.
+// seedRegistry returns a registry holding ca.meshes (Active, with the
+// hub's limits), which nothing changes: the meshes of a plaintext hub.
 func seedRegistry(cfg hubconfig.Config) *tenants.Registry {
 	reg := tenants.NewRegistry()
 	var meshes []*tenants.Mesh
 	for _, m := range cfg.CA.ParsedMeshes() {
 		meshes = append(meshes, &tenants.Mesh{Name: m.Name, UID: "ca.meshes/" + m.Name, Generation: 1,
-			TrustDomain: m.TrustDomain, Config: &meshv1alpha1.MeshConfig{}, Phase: tenants.Active})
+			TrustDomain: m.TrustDomain, Config: &meshv1alpha1.MeshConfig{}, Limits: hubLimits(cfg), Phase: tenants.Active})
 	}
 	reg.Replace(meshes)
 	return reg

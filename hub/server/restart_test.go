@@ -131,9 +131,9 @@ func TestRestartedPlaintextHubWaitsForEveryKnownCluster(t *testing.T) {
 	})
 	// The mesh's limits are the hub's defaults, and its two clusters
 	// count against limits.spokes.
-	lim, use := s.MeshLimits("default")
+	lim, use := s.limits.of("default"), s.limitMetrics.Of("default")
 	if lim.Spokes != 500 || lim.ObjectsPerKind != 20000 || lim.Proxies != 10000 || lim.PushesPerSecond != 50 {
-		t.Errorf("MeshLimits(default) = %+v, want the hub's defaults", lim)
+		t.Errorf("limits of mesh default = %+v, want the hub's defaults", lim)
 	}
 	if use.Usage["spokes"] != 2 {
 		t.Errorf("mesh default uses %v of its spokes limit, want 2", use.Usage["spokes"])

@@ -128,7 +128,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		w   *watch.Server
 	)
 	// Each mesh's limits: its record's own, else the hub's defaults.
-	limits := meshLimits{defaults: cfg.Limits, registry: meshes}
+	limits := meshLimits{defaults: hubLimits(cfg), registry: meshes}
 	limitMetrics := meshlimits.NewMetrics(reg)
 	store := ingest.NewStore(ingest.StoreOptions{
 		StaleGracePeriod: cfg.Ingest.StaleGracePeriod,
