@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 )
 
@@ -138,7 +139,13 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 
 	spec := kind.New()
 	if raw, ok := top["spec"]; ok && string(raw) != "null" {
-		if field, reason := decodeSpec(raw, spec); reason != "" {
+		decode := decodeSpec
+		if kind.GatewayAPI {
+			decode = func(raw json.RawMessage, spec proto.Message) (string, string) {
+				return decodeGatewayAPISpec(kind, raw, spec)
+			}
+		}
+		if field, reason := decode(raw, spec); reason != "" {
 			oerr.Field, oerr.Reason = field, reason
 			return nil, oerr
 		}
@@ -384,7 +391,7 @@ func foreignAPI(apiVersion string) bool {
 	if !ok {
 		return apiVersion != "" // "v1": the core group
 	}
-	return group != GroupRegistry && group != "istio.io" && !strings.HasSuffix(group, ".istio.io")
+	return group != GroupRegistry && group != GroupGatewayAPI && group != "istio.io" && !strings.HasSuffix(group, ".istio.io")
 }
 
 // otherIstioKinds are Istio's config kinds that nave does not support:
@@ -394,15 +401,15 @@ var otherIstioKinds = []string{"EnvoyFilter", "ProxyConfig", "Telemetry", "WasmP
 // isKindName reports whether name is the kind of one of nave's kinds, of
 // any group.
 func isKindName(name string) bool {
-	return slices.ContainsFunc(kinds, func(k *Kind) bool { return k.Kind == name })
+	return slices.ContainsFunc(kinds, func(k *Kind) bool { return k.APIKind == name })
 }
 
 // kindNames lists the kinds accepted in config files.
 func kindNames() []string {
 	var names []string
 	for _, k := range kinds {
-		if !k.Registry {
-			names = append(names, k.Kind)
+		if !k.Registry && !slices.Contains(names, k.APIKind) {
+			names = append(names, k.APIKind)
 		}
 	}
 	return names

@@ -10,6 +10,7 @@ import (
 
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // decodeOne decodes a stream that must hold exactly one valid object.
@@ -113,6 +114,44 @@ func TestDecodeEveryKindFromExamples(t *testing.T) {
 				t.Errorf("paths = %v", got)
 			}
 		}},
+		{"gatewayclass.yaml", "GatewayClass", "default/nave", func(t *testing.T, o *Object) {
+			if got := gatewayAPISpec[gatewayv1.GatewayClassSpec](t, o).ControllerName; got != "nave.io/gateway-controller" {
+				t.Errorf("controllerName = %q", got)
+			}
+		}},
+		{"kubernetesgateway.yaml", "KubernetesGateway", "edge/shop", func(t *testing.T, o *Object) {
+			gw := gatewayAPISpec[gatewayv1.GatewaySpec](t, o)
+			if got := gw.Listeners[1].TLS.CertificateRefs[0].Name; len(gw.Listeners) != 2 || got != "shop-cert" {
+				t.Errorf("listeners %d, certificateRef %q", len(gw.Listeners), got)
+			}
+		}},
+		{"httproute.yaml", "HTTPRoute", "shop/shop", func(t *testing.T, o *Object) {
+			r := gatewayAPISpec[gatewayv1.HTTPRouteSpec](t, o)
+			if got := *r.Rules[0].BackendRefs[1].Weight; got != 90 {
+				t.Errorf("weight = %d, want 90", got)
+			}
+		}},
+		{"grpcroute.yaml", "GRPCRoute", "apps/greeter", func(t *testing.T, o *Object) {
+			r := gatewayAPISpec[gatewayv1.GRPCRouteSpec](t, o)
+			if got := *r.Rules[0].Matches[0].Method.Method; got != "SayHello" {
+				t.Errorf("method = %q", got)
+			}
+		}},
+		{"tcproute.yaml", "TCPRoute", "data/db", func(t *testing.T, o *Object) {
+			if got := gatewayAPISpec[gatewayv1.TCPRouteSpec](t, o).Rules[0].BackendRefs[0].Name; got != "postgres" {
+				t.Errorf("backend = %q", got)
+			}
+		}},
+		{"tlsroute.yaml", "TLSRoute", "shop/passthrough", func(t *testing.T, o *Object) {
+			if got := gatewayAPISpec[gatewayv1.TLSRouteSpec](t, o).Hostnames; len(got) != 1 || got[0] != "secure.example.com" {
+				t.Errorf("hostnames = %v", got)
+			}
+		}},
+		{"referencegrant.yaml", "ReferenceGrant", "certs/edge-gateways", func(t *testing.T, o *Object) {
+			if got := gatewayAPISpec[gatewayv1.ReferenceGrantSpec](t, o).To[0].Kind; got != "Secret" {
+				t.Errorf("to kind = %q", got)
+			}
+		}},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -154,7 +193,7 @@ func TestDecodeAcceptsEveryAPIVersion(t *testing.T) {
 			continue
 		}
 		for _, v := range k.Versions {
-			doc := "apiVersion: " + k.Group + "/" + v + "\nkind: " + k.Kind + "\nmetadata: {name: x}\n"
+			doc := "apiVersion: " + k.Group + "/" + v + "\nkind: " + k.APIKind + "\nmetadata: {name: x}\n"
 			_, errs := DecodeYAML([]byte(doc), "in.yaml")
 			// An empty spec may fail validation, never kind resolution.
 			for _, e := range errs {
@@ -434,4 +473,18 @@ func TestForeignDocuments(t *testing.T) {
 	if e := errs[0]; e.Kind != "Service" || e.Name != "a" || e.Namespace != "b" {
 		t.Errorf("a Kubernetes Service's error names %s %s/%s; want Service b/a", e.Kind, e.Namespace, e.Name)
 	}
+}
+
+// gatewayAPISpec returns the Gateway API spec of o, of type T.
+func gatewayAPISpec[T any](t *testing.T, o *Object) *T {
+	t.Helper()
+	spec, err := GatewayAPISpec(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed, ok := spec.(*T)
+	if !ok {
+		t.Fatalf("spec is a %T", spec)
+	}
+	return typed
 }

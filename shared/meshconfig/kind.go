@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -18,6 +20,7 @@ const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
 	GroupRegistry   = "nave.io"
+	GroupGatewayAPI = "gateway.networking.k8s.io"
 )
 
 // Kind describes one config kind. Kinds come from an immutable table:
@@ -29,6 +32,17 @@ type Kind struct {
 	TypeURL  string               // "type.googleapis.com/" + proto full name of the spec
 	New      func() proto.Message // a new empty spec
 	Registry bool                 // true for nave registry kinds (Service, Workload): not accepted from files
+	// APIKind is the kind as objects name it (the "kind:" of a document,
+	// the API server's kind): Kind itself, except "Gateway" for
+	// KubernetesGateway, whose Kind keeps it apart from Istio's Gateway.
+	APIKind string
+	// GatewayAPI is set for the Gateway API kinds: the spec is the Gateway
+	// API project's Go type, carried as canonical JSON in the kind's
+	// wrapper message (see GatewayAPISpec).
+	GatewayAPI bool
+	// newGo returns a new empty Gateway API spec (a pointer to its Go
+	// type); nil for the protobuf kinds.
+	newGo func() any
 }
 
 // String returns the kind's name, e.g. "VirtualService".
@@ -49,7 +63,18 @@ func newKind(group string, versions []string, registry bool, newSpec func() prot
 		TypeURL:  typeurl.Prefix + string(desc.FullName()),
 		New:      newSpec,
 		Registry: registry,
+		APIKind:  string(desc.Name()),
 	}
+}
+
+// newGatewayAPIKind describes a Gateway API kind named apiKind whose spec
+// travels in the wrapper message newSpec makes; kind is the config kind's
+// name when it differs from apiKind ("" otherwise).
+func newGatewayAPIKind(apiKind, kind string, versions []string, newSpec func() proto.Message, newGo func() any) *Kind {
+	k := newKind(GroupGatewayAPI, versions, false, newSpec)
+	k.Kind, k.APIKind = cmp.Or(kind, apiKind), apiKind
+	k.GatewayAPI, k.newGo = true, newGo
+	return k
 }
 
 // kinds is the immutable kind table, in the order Kinds returns it.
@@ -64,12 +89,26 @@ var kinds = []*Kind{
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.PeerAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),
+	newGatewayAPIKind("GatewayClass", "", []string{"v1", "v1beta1"},
+		func() proto.Message { return &meshconfigv1.GatewayClassSpec{} }, func() any { return &gatewayv1.GatewayClassSpec{} }),
+	newGatewayAPIKind("Gateway", "KubernetesGateway", []string{"v1", "v1beta1"},
+		func() proto.Message { return &meshconfigv1.KubernetesGatewaySpec{} }, func() any { return &gatewayv1.GatewaySpec{} }),
+	newGatewayAPIKind("HTTPRoute", "", []string{"v1", "v1beta1"},
+		func() proto.Message { return &meshconfigv1.HTTPRouteSpec{} }, func() any { return &gatewayv1.HTTPRouteSpec{} }),
+	newGatewayAPIKind("GRPCRoute", "", []string{"v1", "v1alpha2"},
+		func() proto.Message { return &meshconfigv1.GRPCRouteSpec{} }, func() any { return &gatewayv1.GRPCRouteSpec{} }),
+	newGatewayAPIKind("TCPRoute", "", []string{"v1", "v1alpha2"},
+		func() proto.Message { return &meshconfigv1.TCPRouteSpec{} }, func() any { return &gatewayv1.TCPRouteSpec{} }),
+	newGatewayAPIKind("TLSRoute", "", []string{"v1", "v1alpha3", "v1alpha2"},
+		func() proto.Message { return &meshconfigv1.TLSRouteSpec{} }, func() any { return &gatewayv1.TLSRouteSpec{} }),
+	newGatewayAPIKind("ReferenceGrant", "", []string{"v1", "v1beta1", "v1alpha2"},
+		func() proto.Message { return &meshconfigv1.ReferenceGrantSpec{} }, func() any { return &gatewayv1.ReferenceGrantSpec{} }),
 	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &meshconfigv1.Service{} }),
 	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &meshconfigv1.Workload{} }),
 }
 
 // Kinds returns every kind in a stable order: the Istio networking kinds,
-// the security kinds, then the registry kinds. The slice is the caller's.
+// the security kinds, the Gateway API kinds, then the registry kinds. The slice is the caller's.
 func Kinds() []*Kind { return slices.Clone(kinds) }
 
 // KindFor finds the kind of an object by its apiVersion ("group/version")
@@ -85,7 +124,7 @@ func KindFor(apiVersion, kind string) (*Kind, error) {
 			continue
 		}
 		groupKnown = true
-		if k.Kind != kind {
+		if k.APIKind != kind {
 			continue
 		}
 		if !slices.Contains(k.Versions, version) {
@@ -95,8 +134,8 @@ func KindFor(apiVersion, kind string) (*Kind, error) {
 		return k, nil
 	}
 	if !groupKnown {
-		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s)",
-			apiVersion, GroupNetworking, GroupSecurity, GroupRegistry)
+		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s, %s)",
+			apiVersion, GroupNetworking, GroupSecurity, GroupGatewayAPI, GroupRegistry)
 	}
 	if kind == "" {
 		return nil, fmt.Errorf("kind is missing")

@@ -22,7 +22,7 @@ func TestKinds(t *testing.T) {
 			t.Errorf("%s: New() returns a shared spec", k.Kind)
 		}
 		for _, v := range k.Versions {
-			if got, err := KindFor(k.Group+"/"+v, k.Kind); err != nil || got != k {
+			if got, err := KindFor(k.Group+"/"+v, k.APIKind); err != nil || got != k {
 				t.Errorf("KindFor(%s/%s, %s) = %v, %v", k.Group, v, k.Kind, got, err)
 			}
 		}
@@ -31,7 +31,8 @@ func TestKinds(t *testing.T) {
 		}
 	}
 	want := "VirtualService,DestinationRule,Gateway,ServiceEntry,WorkloadEntry,WorkloadGroup,Sidecar," +
-		"PeerAuthentication,RequestAuthentication,AuthorizationPolicy,Service,Workload"
+		"PeerAuthentication,RequestAuthentication,AuthorizationPolicy," +
+		"GatewayClass,KubernetesGateway,HTTPRoute,GRPCRoute,TCPRoute,TLSRoute,ReferenceGrant,Service,Workload"
 	if got := strings.Join(names, ","); got != want {
 		t.Errorf("Kinds() = %s, want %s", got, want)
 	}

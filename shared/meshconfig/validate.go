@@ -97,6 +97,10 @@ func validateSpec(c *checker, o *Object) {
 	case *meshconfigv1.Workload:
 		validateRegistryWorkload(c, p, s)
 	default:
+		if o.Kind.GatewayAPI {
+			validateGatewayAPI(c, p, o)
+			return
+		}
 		c.fail("spec", "no validation for %s", o.Kind.TypeURL)
 	}
 }
