@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/navemesh/nave/hub/ingest"
+	"github.com/navemesh/nave/protocol"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/meshlimits"
 )
@@ -79,8 +77,8 @@ func TestMeshLimitsRefuseObjectsAndSpokes(t *testing.T) {
 	}
 
 	err := f.dial(t, "m", "c3").ended()
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "mesh m has 2 clusters, its limit spokes is 2") {
-		t.Fatalf("a third cluster of m ended with %v; want ResourceExhausted naming the limit", err)
+	if !protocol.IsLimitError(err) || !strings.Contains(err.Error(), "mesh m has 2 clusters, its limit spokes is 2") {
+		t.Fatalf("a third cluster of m ended with %v; want a limit refusal (RESOURCE_EXHAUSTED, MESH_LIMIT_EXCEEDED) naming the limit", err)
 	}
 	f.dial(t, "other", "c3").sync([]*meshconfig.Object{a, b, c})
 	if got := f.metric(t, "nave_mesh_limit_refusals_total"); got != 2 {

@@ -172,7 +172,7 @@ func (s *Server) serve(stream protocolv1.Sync_PushServer, id ClusterIdentity, su
 	if le := (*limitError)(nil); errors.As(err, &le) {
 		s.metrics.refused.Inc()
 		s.log.Warn("spoke stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "reason", err)
-		return status.Error(codes.ResourceExhausted, err.Error())
+		return protocol.LimitError(err.Error())
 	}
 	if err != nil {
 		s.log.Info("relayed stream refused", "mesh", id.Mesh, "cluster", id.Cluster, "owner", o.owner, "reason", err)

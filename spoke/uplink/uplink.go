@@ -434,7 +434,8 @@ func (s *session) resume(ctx context.Context, replies <-chan *discoveryv3.DeltaD
 		// A hint that does not parse, or that exceeds this spoke's
 		// hub.maxMessageBytes (a hub with a larger limit), would fail
 		// every resume alike: the next stream does not ask.
-		if he := (*protocol.HintError)(nil); errors.As(err, &he) || status.Code(err) == codes.ResourceExhausted {
+		// A stream the hub refused for its mesh's limits is no bad hint.
+		if he := (*protocol.HintError)(nil); errors.As(err, &he) || status.Code(err) == codes.ResourceExhausted && !protocol.IsLimitError(err) {
 			s.u.mu.Lock()
 			s.u.fullNext = true
 			s.u.mu.Unlock()
