@@ -71,7 +71,12 @@ type Options struct {
 	// it is id's owner); nil: always. It is asked before every attempt,
 	// and every Recheck while a stream is open (a stream this hub no
 	// longer owns is closed).
-	Mine    func(id ingest.ClusterIdentity) bool
+	Mine func(id ingest.ClusterIdentity) bool
+	// Hosted reports whether the hub serves mesh (tenants.Registry.Hosted);
+	// nil: every mesh. A target of a mesh not served (deleted at runtime,
+	// or not yet created) is not dialled, and its open stream is closed,
+	// asked as Mine is.
+	Hosted  func(mesh string) bool
 	Recheck time.Duration
 	Logger  *slog.Logger
 	// Registerer receives nave_hub_poll_*; nil registers nowhere.
@@ -84,9 +89,10 @@ const (
 	StateStreaming  = "streaming"
 	StateBackoff    = "backoff"
 	StateNotOwner   = "not-owner"
+	StateNotHosted  = "mesh-not-hosted"
 )
 
-var states = []string{StateConnecting, StateStreaming, StateBackoff, StateNotOwner}
+var states = []string{StateConnecting, StateStreaming, StateBackoff, StateNotOwner, StateNotHosted}
 
 // TargetStatus is what /debug/polled shows for one polled spoke.
 type TargetStatus struct {
@@ -120,6 +126,9 @@ func New(in Ingest, opts Options) *Poller {
 	}
 	if opts.Mine == nil {
 		opts.Mine = func(ingest.ClusterIdentity) bool { return true }
+	}
+	if opts.Hosted == nil {
+		opts.Hosted = func(string) bool { return true }
 	}
 	if opts.Recheck <= 0 {
 		opts.Recheck = time.Second
@@ -159,8 +168,8 @@ func (p *Poller) Run(ctx context.Context) error {
 func (p *Poller) loop(ctx context.Context, t Target) {
 	b := retry.New(p.opts.BackoffInitial, p.opts.BackoffMax)
 	for ctx.Err() == nil {
-		if !p.opts.Mine(t.ID) {
-			p.set(t.ID, StateNotOwner, nil)
+		if state := p.idle(t.ID); state != "" {
+			p.set(t.ID, state, nil)
 			if !sleep(ctx, p.opts.Recheck) {
 				return
 			}
@@ -187,6 +196,18 @@ func (p *Poller) loop(ctx context.Context, t Target) {
 			return
 		}
 	}
+}
+
+// idle returns why id is not to be dialled now (StateNotHosted,
+// StateNotOwner), or "".
+func (p *Poller) idle(id ingest.ClusterIdentity) string {
+	switch {
+	case !p.opts.Hosted(id.Mesh):
+		return StateNotHosted
+	case !p.opts.Mine(id):
+		return StateNotOwner
+	}
+	return ""
 }
 
 // session dials t once and serves its stream until it ends. It reports
@@ -223,8 +244,8 @@ func (p *Poller) session(ctx context.Context, t Target) (admitted bool, err erro
 			case <-done:
 				return
 			case <-tick.C:
-				if !p.opts.Mine(t.ID) {
-					p.log.Info("no longer the owner of a polled spoke; closing its stream", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster)
+				if state := p.idle(t.ID); state != "" {
+					p.log.Info("closing a polled spoke's stream", "mesh", t.ID.Mesh, "cluster", t.ID.Cluster, "because", state)
 					cancel()
 					return
 				}

@@ -84,13 +84,16 @@ func TestPoller(t *testing.T) {
 	store := ingest.NewStore(ingest.StoreOptions{StaleGracePeriod: time.Minute})
 	in := ingest.NewServer(store, ingest.ClaimedIdentity(), ingest.ServerOptions{})
 	own := ingest.NewOwnership(in)
-	var mine atomic.Bool
+	var mine, hosted atomic.Bool
 	mine.Store(true)
-	var askedA atomic.Int64 // how often the poller asked whether it owns a
+	hosted.Store(true)
+	var askedA atomic.Int64      // how often the poller asked whether it owns a
+	var askedHosted atomic.Int64 // how often it asked whether the mesh is served
 	p := New(in, Options{
 		Targets: []Target{{ID: ingest.ClusterIdentity{Mesh: "default", Cluster: "a"}, Address: goodAddr},
 			{ID: ingest.ClusterIdentity{Mesh: "default", Cluster: "b"}, Address: liarAddr}},
 		BackoffInitial: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Recheck: 20 * time.Millisecond,
+		Hosted: func(string) bool { askedHosted.Add(1); return hosted.Load() },
 		Mine: func(id ingest.ClusterIdentity) bool {
 			if id.Cluster != "a" {
 				return true
@@ -171,4 +174,25 @@ func TestPoller(t *testing.T) {
 	}
 	mine.Store(true)
 	testwait.Until(t, "dialled again once owned", func() bool { return good.streams.Load() > n && targetStatus(p, "a").State == StateStreaming })
+
+	// A mesh the hub stops serving (deleted at runtime): its open stream
+	// is closed and it is not dialled, until it is served again.
+	hosted.Store(false)
+	select {
+	case <-good.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream was not closed when the hub stopped serving its mesh")
+	}
+	testwait.Until(t, "target a's mesh not hosted", func() bool { return targetStatus(p, "a").State == StateNotHosted })
+	n = good.streams.Load()
+	attempts := targetStatus(p, "a").Attempts
+	// The poller asks before every attempt: three more answers "no" are
+	// attempts it did not make.
+	asked = askedHosted.Load()
+	testwait.Until(t, "the poller asked three more times whether the mesh is served", func() bool { return askedHosted.Load() >= asked+3 })
+	if good.streams.Load() != n || targetStatus(p, "a").Attempts != attempts {
+		t.Error("the hub dialled a spoke of a mesh it does not serve")
+	}
+	hosted.Store(true)
+	testwait.Until(t, "dialled again once its mesh is served", func() bool { return good.streams.Load() > n && targetStatus(p, "a").State == StateStreaming })
 }

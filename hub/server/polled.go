@@ -22,7 +22,7 @@ func newPoller(cfg hubconfig.Config, sec *security, rep *replicas, in *ingest.Se
 		return nil
 	}
 	opts := poll.Options{BackoffInitial: cfg.Spokes.PollBackoffInitial, BackoffMax: cfg.Spokes.PollBackoffMax,
-		MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Logger: log, Registerer: reg}
+		MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Hosted: sec.meshes.Hosted, Logger: log, Registerer: reg}
 	for _, p := range polled {
 		opts.Targets = append(opts.Targets, poll.Target{ID: ingest.ClusterIdentity{Mesh: p.Mesh, Cluster: p.Cluster}, Address: p.Address})
 	}
@@ -36,7 +36,7 @@ func newPoller(cfg hubconfig.Config, sec *security, rep *replicas, in *ingest.Se
 		}
 	}
 	p := poll.New(in, opts)
-	adm.HandleDebug("polled", "the spokes the hub dials (spokes.poll, polled mode): address, state (connecting, streaming, backoff, not-owner), attempts, failures, last error", func(*http.Request) (any, error) {
+	adm.HandleDebug("polled", "the spokes the hub dials (spokes.poll, polled mode): address, state (connecting, streaming, backoff, not-owner, mesh-not-hosted), attempts, failures, last error", func(*http.Request) (any, error) {
 		return p.Status(), nil
 	})
 	return p
