@@ -51,7 +51,8 @@ type Options struct {
 	TracePath string
 	// ProfileDir, if set, receives a hub CPU profile of each scenario
 	// reported (ProfileSeconds long from the scenario's start, default 30;
-	// the next scenario waits for it).
+	// the next scenario waits for it) and a heap profile taken as it
+	// starts.
 	ProfileDir     string
 	ProfileSeconds int
 	// Label names the run in profile file names.
@@ -480,11 +481,17 @@ func (r *runner) begin(name string) *probe {
 	}
 	p.tool0 = selfCPU()
 	if r.o.ProfileDir != "" && slices.Contains(r.o.Scenarios, name) {
+		// The heap as the scenario starts: after S1, what the connected,
+		// idle proxies cost (a GC runs first: live objects only).
+		heap := filepath.Join(r.o.ProfileDir, fmt.Sprintf("%s%s-%s-%d-heap-at-start.pprof", r.o.Label, name, r.o.Mode(), r.o.Proxies))
+		if err := r.fetch(heap, "/debug/pprof/heap?gc=1"); err != nil {
+			r.log.Error("hub heap profile", "scenario", name, "err", err)
+		}
 		p.profiled = make(chan struct{})
 		go func() {
 			defer close(p.profiled)
 			path := filepath.Join(r.o.ProfileDir, fmt.Sprintf("%s%s-%s-%d-%s.pprof", r.o.Label, name, r.o.Mode(), r.o.Proxies, strings.ReplaceAll(Titles[name], " ", "-")))
-			if err := r.profile(path, r.o.ProfileSeconds); err != nil {
+			if err := r.fetch(path, fmt.Sprintf("/debug/pprof/profile?seconds=%d", r.o.ProfileSeconds)); err != nil {
 				r.log.Error("hub CPU profile", "scenario", name, "err", err)
 			}
 		}()
@@ -493,8 +500,9 @@ func (r *runner) begin(name string) *probe {
 	return p
 }
 
-func (r *runner) profile(path string, seconds int) error {
-	resp, err := http.Get(r.hub.URL(fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)))
+// fetch saves the hub's admin endpoint urlPath (a profile) to path.
+func (r *runner) fetch(path, urlPath string) error {
+	resp, err := http.Get(r.hub.URL(urlPath))
 	if err != nil {
 		return err
 	}

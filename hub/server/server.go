@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		xdsKA.MaxConnectionAge, xdsKA.MaxConnectionAgeGrace = age, 30*time.Second
 	}
 	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg, "xds.listen", adm.Handshakes()), grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(xdsKA))...)
+		grpc.KeepaliveParams(xdsKA), grpc.ForceServerCodecV2(ads.Codec()))...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, eng.ADS())
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 

@@ -67,7 +67,8 @@ func remoteView(cfg spokeconfig.Config, log *slog.Logger, adm *admin.Server) (*r
 func runFallback(ctx context.Context, fb *fallback.Server, lis net.Listener, renewer *enroll.Renewer, hs *handshake.Failures) error {
 	ka := keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
 	opts := []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.ForceServerCodecV2(ads.Codec())}
 	if renewer != nil {
 		cert := func() (*tls.Certificate, error) {
 			c := renewer.Credentials().Certificate

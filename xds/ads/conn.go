@@ -21,7 +21,7 @@ import (
 // when the response took none).
 type (
 	sotwStream interface {
-		Send(*discoveryv3.DiscoveryResponse) (release func(), err error)
+		Send(*sotwResponse) (release func(), err error)
 	}
 	deltaStream interface {
 		Send(*discoveryv3.DeltaDiscoveryResponse) (release func(), err error)
@@ -93,8 +93,9 @@ type typeState struct {
 	// of comparing every resource. Any subscription change resets it.
 	synced  uint64
 	covered bool
-	// lastNames is the SotW request's name list as last received.
-	lastNames []string
+	// sub is the SotW subscription as last received, shared with the
+	// streams that sent the same list (read-only); names is then sub.set.
+	sub *nameSet
 	// release frees the send budget of the last response once the proxy
 	// answers it (see conn.hold); answeredNonce is the last nonce answered.
 	release       func()
@@ -234,7 +235,7 @@ func (c *conn) handle(stream sotwStream, st resource.State, req *discoveryv3.Dis
 	}
 	first := !ts.requested
 	ts.requested = true
-	changed := ts.subscribe(typeURL, req.GetResourceNames(), first)
+	changed := ts.subscribe(c.server.names, req.GetResourceNames(), first)
 	if changed {
 		ts.synced = 0
 	}
@@ -245,37 +246,28 @@ func (c *conn) handle(stream sotwStream, st resource.State, req *discoveryv3.Dis
 	return nil
 }
 
-// subscribe updates the subscription and reports whether it changed. An
-// empty first request for a type names the legacy wildcard.
-func (ts *typeState) subscribe(typeURL string, names []string, first bool) bool {
+// subscribe updates the SotW subscription and reports whether it
+// changed. An empty first request for a type names the legacy wildcard.
+// ts.names becomes a set shared with other streams (sets): never changed
+// in place on this path.
+func (ts *typeState) subscribe(sets *nameSets, names []string, first bool) bool {
 	// An ACK usually repeats the request's list as it was (an Envoy
-	// sidecar names every EDS cluster in each): no set to build then.
-	if !first && ts.names != nil && slices.Equal(names, ts.lastNames) {
+	// sidecar names every EDS cluster in each): nothing to look up then.
+	if !first && ts.sub != nil && slices.Equal(names, ts.sub.list) {
 		return false
 	}
-	ts.lastNames = names
-	wildcard := false
-	set := make(map[string]bool, len(names))
-	for _, n := range names {
-		if n == "*" {
-			wildcard = true
-			continue
-		}
-		set[n] = true
-	}
-	if len(names) == 0 && (first || ts.wildcard) {
-		wildcard = true
-	}
-	changed := wildcard != ts.wildcard || len(set) != len(ts.names)
+	sub := sets.get(names)
+	wildcard := sub.wildcard || len(names) == 0 && (first || ts.wildcard)
+	changed := wildcard != ts.wildcard || len(sub.set) != len(ts.names)
 	if !changed {
-		for n := range set {
+		for n := range sub.set {
 			if !ts.names[n] {
 				changed = true
 				break
 			}
 		}
 	}
-	ts.wildcard, ts.names = wildcard, set
+	ts.sub, ts.wildcard, ts.names = sub, wildcard, sub.set
 	return changed
 }
 
@@ -381,7 +373,7 @@ func (c *conn) push(stream sotwStream, st resource.State, typeURL string, force 
 	}
 	c.mu.Unlock()
 
-	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: resources, TypeUrl: typeURL, Nonce: nonce}
+	resp := &sotwResponse{&discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: resources, TypeUrl: typeURL, Nonce: nonce}, picked}
 	release, err := stream.Send(resp)
 	if err != nil {
 		return err

@@ -119,7 +119,7 @@ func serve(t testing.TB, register func(*grpc.Server)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(ads.Codec())) // as the hub serves ADS
 	register(gs)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

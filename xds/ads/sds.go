@@ -145,7 +145,7 @@ func (c *conn) handleSecrets(stream sotwStream, req *discoveryv3.DiscoveryReques
 	}
 	first := !ts.requested
 	ts.requested = true
-	changed := ts.subscribe(typeurl.Secret, req.GetResourceNames(), first)
+	changed := ts.subscribe(c.server.names, req.GetResourceNames(), first)
 	c.mu.Unlock()
 	if first || changed {
 		return c.sendSecrets(stream, nil, false)
@@ -246,7 +246,7 @@ func (c *conn) sendSecrets(sotw sotwStream, delta deltaStream, renew bool) error
 			resources[i] = all[n]
 			size += proto.Size(all[n])
 		}
-		if _, err := sotw.Send(&discoveryv3.DiscoveryResponse{VersionInfo: cred.Serial, Resources: resources, TypeUrl: typeurl.Secret, Nonce: nonce}); err != nil {
+		if _, err := sotw.Send(&sotwResponse{DiscoveryResponse: &discoveryv3.DiscoveryResponse{VersionInfo: cred.Serial, Resources: resources, TypeUrl: typeurl.Secret, Nonce: nonce}}); err != nil {
 			return err
 		}
 	}

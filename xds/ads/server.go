@@ -91,6 +91,8 @@ type Server struct {
 	// authRefusals counts streams refused by identify.
 	authRefusals *prometheus.CounterVec
 	nextID       atomic.Uint64
+	// names interns the SotW streams' subscriptions.
+	names *nameSets
 
 	admission *rate.Limiter // nil: unlimited
 	// budget holds Options.MaxInflightBytes (nil: unbounded); inflight is
@@ -119,7 +121,7 @@ func New(src resource.Source, opts Options) *Server {
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes = 64 << 20
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger, conns: map[string]*conn{}, perMesh: map[string]int{}}
+	s := &Server{src: src, opts: opts, log: opts.Logger, names: newNameSets(), conns: map[string]*conn{}, perMesh: map[string]int{}}
 	if opts.MaxInflightBytes > 0 {
 		s.budget = semaphore.NewWeighted(opts.MaxInflightBytes)
 	}
@@ -213,7 +215,9 @@ const MetadataMesh = proxy.MetaMesh
 // StreamAggregatedResources serves one proxy over state-of-the-world ADS.
 func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	var c *conn
-	out := sender[*discoveryv3.DiscoveryResponse]{ctx: stream.Context(), send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
+	// SendMsg: Codec writes a *sotwResponse from its prepared encodings.
+	send := func(r *sotwResponse) error { return stream.SendMsg(r) }
+	out := sender[*sotwResponse]{ctx: stream.Context(), send: send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
 	return serveStream(s, stream.Context(), stream.Recv, false,
 		func(cc *conn, st resource.State, req *discoveryv3.DiscoveryRequest) error {
 			c = cc

@@ -1,0 +1,70 @@
+package ads
+
+import (
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/resource"
+)
+
+// Codec writes a response from its resources' prepared encodings, the
+// bytes shared (not copied), and what it writes decodes as the response
+// gRPC's own codec writes; a response without them, and other messages,
+// are encoded as gRPC's codec does.
+func TestCodecWritesPreparedEncodings(t *testing.T) {
+	var prepared []*resource.Prepared
+	var anys []*anypb.Any
+	for _, name := range []string{"a", "b"} {
+		p := resource.Prepare(typeurl.Cluster, gen.Resource{Name: name, Message: &clusterv3.Cluster{Name: name}})
+		prepared, anys = append(prepared, p), append(anys, p.Any)
+	}
+	resp := &sotwResponse{&discoveryv3.DiscoveryResponse{VersionInfo: "v", TypeUrl: typeurl.Cluster, Nonce: "3", Resources: anys}, prepared}
+	base := encoding.GetCodecV2(grpcproto.Name)
+	for name, r := range map[string]*sotwResponse{
+		"prepared": resp,
+		"plain":    {DiscoveryResponse: resp.DiscoveryResponse},
+	} {
+		ours, err := Codec().Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := base.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b discoveryv3.DiscoveryResponse
+		if err := proto.Unmarshal(ours.Materialize(), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := proto.Unmarshal(theirs.Materialize(), &b); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&a, &b) || !proto.Equal(&a, resp.DiscoveryResponse) {
+			t.Errorf("%s: Codec wrote %v, gRPC's codec %v", name, &a, &b)
+		}
+		if name == "prepared" {
+			if len(ours) != 3 || &ours[1].ReadOnlyData()[0] != &prepared[0].Wire()[0] {
+				t.Errorf("%s: %d buffers, or the first resource's was copied", name, len(ours))
+			}
+		}
+	}
+	// Requests (and anything else) go through gRPC's codec.
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Cluster, ResourceNames: []string{"a"}}
+	buf, err := Codec().Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got discoveryv3.DiscoveryRequest
+	if err := Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(buf.Materialize())}, &got); err != nil || !proto.Equal(&got, req) {
+		t.Errorf("request round trip: %v, %v", &got, err)
+	}
+}

@@ -1,0 +1,88 @@
+package ads
+
+import (
+	"hash/maphash"
+	"runtime"
+	"slices"
+	"sync"
+	"weak"
+)
+
+// nameSet is one state-of-the-world subscription: the names a request
+// lists, in the order the proxy sent them, and as a set. It is immutable
+// once made, and streams whose requests list the same names share one: an
+// Envoy sidecar lists every EDS cluster it holds in each request, and
+// sidecars with one view list the same ones, so a thousand-name
+// subscription costs each stream a pointer instead of its own strings and
+// map.
+type nameSet struct {
+	list     []string
+	set      map[string]bool
+	wildcard bool // the list holds "*"
+}
+
+// nameSets interns nameSets by content. An entry lives as long as a
+// stream holds it (weak pointers; a cleanup drops the emptied entries).
+// It is safe for concurrent use.
+type nameSets struct {
+	seed maphash.Seed
+	mu   sync.Mutex
+	m    map[uint64][]weak.Pointer[nameSet]
+}
+
+func newNameSets() *nameSets {
+	return &nameSets{seed: maphash.MakeSeed(), m: map[uint64][]weak.Pointer[nameSet]{}}
+}
+
+// get returns the nameSet of names, shared with every stream that holds
+// one of the same list. It keeps names (the caller no longer changes it).
+func (n *nameSets) get(names []string) *nameSet {
+	var h maphash.Hash
+	h.SetSeed(n.seed)
+	for _, name := range names {
+		h.WriteString(name)
+		h.WriteByte(0)
+	}
+	sum := h.Sum64()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, wp := range n.m[sum] {
+		if s := wp.Value(); s != nil && slices.Equal(s.list, names) {
+			return s
+		}
+	}
+	s := &nameSet{list: names, set: make(map[string]bool, len(names))}
+	for _, name := range names {
+		if name == "*" {
+			s.wildcard = true
+			continue
+		}
+		s.set[name] = true
+	}
+	n.m[sum] = append(n.m[sum], weak.Make(s))
+	runtime.AddCleanup(s, n.prune, sum)
+	return s
+}
+
+// prune drops the entries of hash sum whose nameSet is gone.
+func (n *nameSets) prune(sum uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	live := slices.DeleteFunc(n.m[sum], func(wp weak.Pointer[nameSet]) bool { return wp.Value() == nil })
+	if len(live) == 0 {
+		delete(n.m, sum)
+	} else {
+		n.m[sum] = live
+	}
+}
+
+// len counts the interned entries (for tests).
+func (n *nameSets) len() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, l := range n.m {
+		c += len(l)
+	}
+	return c
+}

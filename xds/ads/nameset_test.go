@@ -1,0 +1,67 @@
+package ads
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// Streams listing the same names share one nameSet; one no stream holds
+// any more is dropped from the table.
+func TestNameSetsShareAndForget(t *testing.T) {
+	sets := newNameSets()
+	a := sets.get([]string{"x", "y", "*"})
+	b := sets.get([]string{"x", "y", "*"})
+	if a != b {
+		t.Error("two equal lists got two sets")
+	}
+	if !a.wildcard || len(a.set) != 2 || !a.set["x"] || !a.set["y"] {
+		t.Errorf("set of [x y *] = %+v", a)
+	}
+	if c := sets.get([]string{"y", "x", "*"}); c == a {
+		t.Error("a list in another order shares the set (its ACK comparison would fail)")
+	}
+	if got := sets.len(); got != 2 {
+		t.Errorf("%d entries, want 2", got)
+	}
+	runtime.KeepAlive(a)
+	a, b = nil, nil
+	// Cleanups run after a GC frees the sets; wait for them.
+	deadline := time.Now().Add(10 * time.Second)
+	for sets.len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries left after their sets became unreachable", sets.len())
+		}
+		runtime.GC()
+		runtime.Gosched()
+	}
+}
+
+// A SotW subscription shares the interned set, reports changes as the map
+// did, and keeps the legacy wildcard of an empty first request.
+func TestSubscribeShared(t *testing.T) {
+	sets := newNameSets()
+	var p, q typeState
+	if !p.subscribe(sets, nil, true) || !p.wildcard {
+		t.Fatal("an empty first request is not the wildcard")
+	}
+	if !p.subscribe(sets, []string{"a", "b"}, false) || p.wildcard {
+		t.Error("naming resources after the wildcard is no change, or keeps the wildcard")
+	}
+	if p.subscribe(sets, []string{"a", "b"}, false) {
+		t.Error("the same list again is a change")
+	}
+	q.subscribe(sets, []string{"a", "b"}, true)
+	if q.sub != p.sub {
+		t.Error("two streams naming the same list do not share it")
+	}
+	if p.subscribe(sets, []string{"b", "a"}, false) {
+		t.Error("the same names in another order is a change")
+	}
+	if !p.subscribe(sets, []string{"a"}, false) || len(p.names) != 1 {
+		t.Errorf("dropping a name: names %v", p.names)
+	}
+	if len(q.names) != 2 {
+		t.Errorf("another stream's subscription changed with p's: %v", q.names)
+	}
+}

@@ -1,0 +1,47 @@
+package resource
+
+import (
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen"
+)
+
+// Prepare's value is the deterministic marshal of the resource, and its
+// Wire is that Any as one entry of a DiscoveryResponse's resources: a
+// response of a header and entries decodes as the response they make.
+func TestPrepareWire(t *testing.T) {
+	var ps []*Prepared
+	for _, name := range []string{"a", strings.Repeat("long-name-", 40)} { // one- and two-byte lengths
+		c := &clusterv3.Cluster{Name: name, AltStatName: strings.Repeat("x", 300)}
+		p := Prepare(typeurl.Cluster, gen.Resource{Name: name, Message: c})
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(p.Any.Value) != string(want) || p.Any.TypeUrl != typeurl.Cluster {
+			t.Fatalf("%s: Any differs from the resource's marshal", name)
+		}
+		ps = append(ps, p)
+	}
+	head, err := proto.Marshal(&discoveryv3.DiscoveryResponse{VersionInfo: "v1", TypeUrl: typeurl.Cluster, Nonce: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := append(append(head, ps[0].Wire()...), ps[1].Wire()...)
+	var got discoveryv3.DiscoveryResponse
+	if err := proto.Unmarshal(msg, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := &discoveryv3.DiscoveryResponse{VersionInfo: "v1", TypeUrl: typeurl.Cluster, Nonce: "7",
+		Resources: []*anypb.Any{ps[0].Any, ps[1].Any}}
+	if !proto.Equal(&got, want) {
+		t.Errorf("decoded %v, want %v", &got, want)
+	}
+}
