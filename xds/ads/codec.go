@@ -26,28 +26,51 @@ func (c codec) Name() string { return c.base.Name() }
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	r, ok := v.(*sotwResponse)
-	if !ok || len(r.prepared) != len(r.Resources) {
-		return c.base.Marshal(v)
-	}
-	for _, p := range r.prepared {
-		if p.Wire() == nil {
-			return c.base.Marshal(v)
+	switch r := v.(type) {
+	case *sotwResponse:
+		if len(r.prepared) == len(r.Resources) {
+			return write(&discoveryv3.DiscoveryResponse{VersionInfo: r.VersionInfo, Canary: r.Canary,
+				TypeUrl: r.TypeUrl, Nonce: r.Nonce, ControlPlane: r.ControlPlane}, r.prepared, (*resource.Prepared).Wire, v, c.base)
+		}
+	case *deltaResponse:
+		if len(r.prepared) == len(r.Resources) {
+			return write(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.SystemVersionInfo, TypeUrl: r.TypeUrl,
+				RemovedResources: r.RemovedResources, RemovedResourceNames: r.RemovedResourceNames, Nonce: r.Nonce,
+				ControlPlane: r.ControlPlane}, r.prepared, (*resource.Prepared).DeltaWire, v, c.base)
 		}
 	}
-	// Fields may come in any order on the wire: the header's, then the
-	// resources (field 2) as Prepare encoded them.
-	head, err := proto.Marshal(&discoveryv3.DiscoveryResponse{VersionInfo: r.VersionInfo, Canary: r.Canary,
-		TypeUrl: r.TypeUrl, Nonce: r.Nonce, ControlPlane: r.ControlPlane})
+	return c.base.Marshal(v)
+}
+
+// write encodes head (a response without its resources), then each
+// prepared resource's entry as entry returns it; v through base if one
+// has none. Fields may come in any order on the wire, and the resources
+// are field 2 of both response types.
+func write(head proto.Message, prepared []*resource.Prepared, entry func(*resource.Prepared) []byte, v any, base encoding.CodecV2) (mem.BufferSlice, error) {
+	for _, p := range prepared {
+		if entry(p) == nil {
+			return base.Marshal(v)
+		}
+	}
+	h, err := proto.Marshal(head)
 	if err != nil {
 		return nil, err
 	}
-	out := make(mem.BufferSlice, 0, 1+len(r.prepared))
-	out = append(out, mem.SliceBuffer(head))
-	for _, p := range r.prepared {
-		out = append(out, mem.SliceBuffer(p.Wire()))
+	out := make(mem.BufferSlice, 0, 1+len(prepared))
+	out = append(out, mem.SliceBuffer(h))
+	for _, p := range prepared {
+		out = append(out, mem.SliceBuffer(entry(p)))
 	}
 	return out, nil
+}
+
+// deltaResponse is a DeltaDiscoveryResponse whose Resources are the
+// Prepared (each as Name, Version Hash, Resource Any), in the same order,
+// for Codec to write their shared encodings. Under another codec it is
+// the DeltaDiscoveryResponse it embeds.
+type deltaResponse struct {
+	*discoveryv3.DeltaDiscoveryResponse
+	prepared []*resource.Prepared
 }
 
 // sotwResponse is a DiscoveryResponse (Resources set) with the Prepared

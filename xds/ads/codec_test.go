@@ -57,6 +57,21 @@ func TestCodecWritesPreparedEncodings(t *testing.T) {
 			}
 		}
 	}
+	delta := &deltaResponse{&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "v", TypeUrl: typeurl.Cluster, Nonce: "4",
+		RemovedResources: []string{"c"}, Resources: []*discoveryv3.Resource{
+			{Name: "a", Version: prepared[0].Hash, Resource: prepared[0].Any}, {Name: "b", Version: prepared[1].Hash, Resource: prepared[1].Any}}}, prepared}
+	ours, err := Codec().Marshal(delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotDelta discoveryv3.DeltaDiscoveryResponse
+	if err := proto.Unmarshal(ours.Materialize(), &gotDelta); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(&gotDelta, delta.DeltaDiscoveryResponse) || len(ours) != 3 {
+		t.Errorf("delta: Codec wrote %v in %d buffers, want %v", &gotDelta, len(ours), delta.DeltaDiscoveryResponse)
+	}
+
 	// Requests (and anything else) go through gRPC's codec.
 	req := &discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Cluster, ResourceNames: []string{"a"}}
 	buf, err := Codec().Marshal(req)

@@ -24,7 +24,7 @@ type (
 		Send(*sotwResponse) (release func(), err error)
 	}
 	deltaStream interface {
-		Send(*discoveryv3.DeltaDiscoveryResponse) (release func(), err error)
+		Send(*deltaResponse) (release func(), err error)
 	}
 )
 

@@ -262,8 +262,8 @@ func (c *conn) pushDelta(stream deltaStream, st resource.State, typeURL string, 
 		resources[i] = &discoveryv3.Resource{Name: p.Name, Version: p.Hash, Resource: p.Any}
 		size += len(p.Any.Value)
 	}
-	resp := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: resources, RemovedResources: removed,
-		TypeUrl: typeURL, Nonce: nonce}
+	resp := &deltaResponse{&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: resources, RemovedResources: removed,
+		TypeUrl: typeURL, Nonce: nonce}, upd}
 	release, err := stream.Send(resp)
 	if err != nil {
 		return err

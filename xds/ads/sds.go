@@ -236,8 +236,8 @@ func (c *conn) sendSecrets(sotw sotwStream, delta deltaStream, renew bool) error
 			resources[i] = &discoveryv3.Resource{Name: n, Version: cred.Serial, Resource: all[n]}
 			size += proto.Size(all[n])
 		}
-		if _, err := delta.Send(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: cred.Serial, Resources: resources,
-			RemovedResources: removed, TypeUrl: typeurl.Secret, Nonce: nonce}); err != nil {
+		if _, err := delta.Send(&deltaResponse{DeltaDiscoveryResponse: &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: cred.Serial,
+			Resources: resources, RemovedResources: removed, TypeUrl: typeurl.Secret, Nonce: nonce}}); err != nil {
 			return err
 		}
 	} else {

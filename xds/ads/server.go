@@ -230,7 +230,8 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 // DeltaAggregatedResources serves one proxy over incremental (delta) ADS.
 func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	var c *conn
-	out := sender[*discoveryv3.DeltaDiscoveryResponse]{ctx: stream.Context(), send: stream.Send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
+	send := func(r *deltaResponse) error { return stream.SendMsg(r) } // see StreamAggregatedResources
+	out := sender[*deltaResponse]{ctx: stream.Context(), send: send, timeout: s.opts.SendTimeout, onStuck: func() { s.stuck(c) }, server: s}
 	return serveStream(s, stream.Context(), stream.Recv, true,
 		func(cc *conn, st resource.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 			c = cc

@@ -32,35 +32,56 @@ func MarshalList(typeURL string, list []gen.Resource) []*Prepared {
 }
 
 // Prepare marshals one resource (nil if it does not marshal, which a
-// generated message always does), into the buffer that also holds its
-// encoding as a DiscoveryResponse entry (Prepared.Wire).
+// generated message always does) into one buffer that also holds its
+// encodings as a response entry (Prepared.Wire, Prepared.DeltaWire).
 func Prepare(typeURL string, r gen.Resource) *Prepared {
 	size := proto.Size(r.Message)
-	// wire: resources tag, Any length, Any.type_url (field 1), Any.value
-	// (field 2) tag and length, then the value.
+	// The delta entry (a discovery Resource: name, version, then the Any
+	// as field 2) ends with the SotW entry (the Any as field 2), which
+	// ends with the value: one buffer holds all three.
 	anyLen := 1 + protowire.SizeBytes(len(typeURL)) + 1 + protowire.SizeBytes(size)
-	wire := make([]byte, 0, 1+protowire.SizeBytes(anyLen))
+	sotwLen := 1 + protowire.SizeBytes(anyLen)
+	resLen := 1 + protowire.SizeBytes(len(r.Name)) + 1 + protowire.SizeBytes(hashLen) + sotwLen
+	wire := make([]byte, 0, 1+protowire.SizeBytes(resLen))
+	wire = protowire.AppendTag(wire, deltaResourcesField, protowire.BytesType)
+	wire = protowire.AppendVarint(wire, uint64(resLen))
+	wire = protowire.AppendTag(wire, resourceNameField, protowire.BytesType)
+	wire = protowire.AppendString(wire, r.Name)
+	wire = protowire.AppendTag(wire, resourceVersionField, protowire.BytesType)
+	wire = protowire.AppendVarint(wire, hashLen)
+	hashAt := len(wire)
+	wire = append(wire, make([]byte, hashLen)...) // the hash, once the value is written
+	sotwAt := len(wire)
 	wire = protowire.AppendTag(wire, responseResourcesField, protowire.BytesType)
 	wire = protowire.AppendVarint(wire, uint64(anyLen))
 	wire = protowire.AppendTag(wire, anyTypeURLField, protowire.BytesType)
 	wire = protowire.AppendString(wire, typeURL)
 	wire = protowire.AppendTag(wire, anyValueField, protowire.BytesType)
 	wire = protowire.AppendVarint(wire, uint64(size))
-	start := len(wire)
+	valueAt := len(wire)
 	// Size cached the message's sizes: the marshal reuses them.
 	wire, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(wire, r.Message)
-	if err != nil || len(wire)-start != size {
+	if err != nil || len(wire)-valueAt != size {
 		return nil
 	}
-	b := wire[start:len(wire):len(wire)]
+	b := wire[valueAt:len(wire):len(wire)]
 	sum := sha256.Sum256(b)
-	return &Prepared{Name: r.Name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:8]), wire: wire}
+	hex.Encode(wire[hashAt:sotwAt], sum[:hashLen/2])
+	return &Prepared{Name: r.Name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: string(wire[hashAt:sotwAt]), wire: wire, sotwAt: sotwAt}
 }
 
-// Field numbers of the encodings Prepare writes: DiscoveryResponse's
-// resources, and google.protobuf.Any's type_url and value.
+// hashLen is the length of Prepared.Hash: hex of 8 bytes of SHA-256.
+const hashLen = 16
+
+// Field numbers of the encodings Prepare writes: the resources of a
+// DiscoveryResponse and of a DeltaDiscoveryResponse, a discovery
+// Resource's name and version (its resource is field 2 as in a
+// DiscoveryResponse), and google.protobuf.Any's type_url and value.
 const (
 	responseResourcesField protowire.Number = 2
+	deltaResourcesField    protowire.Number = 2
+	resourceNameField      protowire.Number = 3
+	resourceVersionField   protowire.Number = 1
 	anyTypeURLField        protowire.Number = 1
 	anyValueField          protowire.Number = 2
 )

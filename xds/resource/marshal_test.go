@@ -1,6 +1,8 @@
 package resource
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -43,5 +45,23 @@ func TestPrepareWire(t *testing.T) {
 		Resources: []*anypb.Any{ps[0].Any, ps[1].Any}}
 	if !proto.Equal(&got, want) {
 		t.Errorf("decoded %v, want %v", &got, want)
+	}
+
+	head, err = proto.Marshal(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "v1", TypeUrl: typeurl.Cluster, Nonce: "8", RemovedResources: []string{"gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg = append(append(head, ps[0].DeltaWire()...), ps[1].DeltaWire()...)
+	var delta discoveryv3.DeltaDiscoveryResponse
+	if err := proto.Unmarshal(msg, &delta); err != nil {
+		t.Fatal(err)
+	}
+	wantDelta := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "v1", TypeUrl: typeurl.Cluster, Nonce: "8", RemovedResources: []string{"gone"},
+		Resources: []*discoveryv3.Resource{{Name: ps[0].Name, Version: ps[0].Hash, Resource: ps[0].Any}, {Name: ps[1].Name, Version: ps[1].Hash, Resource: ps[1].Any}}}
+	if !proto.Equal(&delta, wantDelta) {
+		t.Errorf("decoded %v, want %v", &delta, wantDelta)
+	}
+	if sum := sha256.Sum256(ps[1].Any.Value); ps[1].Hash != hex.EncodeToString(sum[:8]) {
+		t.Errorf("hash %q is not the value's", ps[1].Hash)
 	}
 }

@@ -30,17 +30,30 @@ type Prepared struct {
 	Any  *anypb.Any
 	// Hash identifies the content (hex SHA-256 prefix of the bytes).
 	Hash string
-	// wire is the resource encoded as one entry of a DiscoveryResponse's
-	// resources (field 2): tag, length, then the Any, whose Value is the
-	// tail of wire (one allocation for both). nil for a Prepared not made
-	// by Prepare.
-	wire []byte
+	// wire is the resource encoded as one entry of a
+	// DeltaDiscoveryResponse's resources (a Resource of Name, Hash and
+	// Any), whose tail from sotwAt is its entry in a DiscoveryResponse's
+	// resources (the Any), whose tail is Any.Value: one allocation. nil
+	// for a Prepared not made by Prepare.
+	wire   []byte
+	sotwAt int
 }
 
 // Wire returns the resource encoded as one entry of a DiscoveryResponse's
 // resources (field 2, the Any), or nil if it was not made by Prepare:
 // what an ADS server writes without encoding it again. Read-only.
-func (p *Prepared) Wire() []byte { return p.wire }
+func (p *Prepared) Wire() []byte {
+	if p.wire == nil {
+		return nil
+	}
+	return p.wire[p.sotwAt:]
+}
+
+// DeltaWire returns the resource encoded as one entry of a
+// DeltaDiscoveryResponse's resources (field 2: a Resource with Name,
+// Version Hash and the Any), or nil if it was not made by Prepare.
+// Read-only.
+func (p *Prepared) DeltaWire() []byte { return p.wire }
 
 // ProxyResources is what one proxy key receives from a published state:
 // resources by type URL and name, and the config problems met generating
