@@ -12,6 +12,7 @@ import (
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/gentest"
 )
 
 // vmService is a Kubernetes Service whose selector picks no pod but the
@@ -44,19 +45,6 @@ spec:
 `, address, port)
 }
 
-// lbAddresses renders an assignment's endpoints as address:port.
-func lbAddresses(cla *endpointv3.ClusterLoadAssignment) []string {
-	var out []string
-	for _, l := range cla.GetEndpoints() {
-		for _, e := range l.GetLbEndpoints() {
-			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // TestKubernetesServiceSelectsWorkloadEntry: a Kubernetes Service selects
 // a WorkloadEntry of its namespace (Istio's
 // PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES), both in the real API server:
@@ -82,7 +70,7 @@ func TestKubernetesServiceSelectsWorkloadEntry(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			cla, _ := got[eds].(*endpointv3.ClusterLoadAssignment)
-			addrs := lbAddresses(cla)
+			addrs := gentest.AddressPorts(cla)
 			if slices.Equal(addrs, []string{want}) {
 				return
 			}

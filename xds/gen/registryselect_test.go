@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-
 	"github.com/navemesh/nave/shared/meshconfig"
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -28,19 +26,6 @@ func vmEntry(t *testing.T, name, address, ports string) *meshconfig.Object {
 	}
 	return gentest.Decode(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: shop}\n"+
 		"spec: {address: %s, labels: {app: vm}, locality: us-east/zone-a%s}\n", name, address, ports))[0]
-}
-
-// endpointsOf renders an assignment's endpoints as sorted address:port.
-func endpointsOf(a *endpointv3.ClusterLoadAssignment) []string {
-	var out []string
-	for _, l := range a.GetEndpoints() {
-		for _, e := range l.GetLbEndpoints() {
-			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestKubernetesServiceSelectsWorkloadEntries: the load assignments of a
@@ -73,10 +58,10 @@ func TestKubernetesServiceSelectsWorkloadEntries(t *testing.T) {
 	grpcOut := GRPC(s)
 	gentest.ValidateAll(t, grpcOut)
 	for name, out := range map[string]*Output{"envoy": envoyOut, "proxyless": grpcOut} {
-		if got := endpointsOf(assignment(t, out, http)); !slices.Equal(got, wantHTTP) {
+		if got := gentest.AddressPorts(assignment(t, out, http)); !slices.Equal(got, wantHTTP) {
 			t.Errorf("%s: %s = %v, want %v", name, http, got, wantHTTP)
 		}
-		if got := endpointsOf(assignment(t, out, grpc)); !slices.Equal(got, wantGRPC) {
+		if got := gentest.AddressPorts(assignment(t, out, grpc)); !slices.Equal(got, wantGRPC) {
 			t.Errorf("%s: %s = %v, want %v (vm-2 has no port grpc-vm)", name, grpc, got, wantGRPC)
 		}
 	}
@@ -109,10 +94,10 @@ func TestKubernetesServiceSelectsWorkloadEntries(t *testing.T) {
 	grpcEDS := GRPCEndpoints(next, d.Hosts, GRPCClient{})
 	for name, rs := range map[string][]Resource{"envoy": eds, "proxyless": grpcEDS} {
 		out := &Output{Resources: map[string][]Resource{typeurl.Endpoint: rs}}
-		if got, want := endpointsOf(assignment(t, out, http)), []string{"10.0.0.1:18080", "10.0.0.3:8080"}; !slices.Equal(got, want) {
+		if got, want := gentest.AddressPorts(assignment(t, out, http)), []string{"10.0.0.1:18080", "10.0.0.3:8080"}; !slices.Equal(got, want) {
 			t.Errorf("%s after the move: %s = %v, want %v", name, http, got, want)
 		}
-		if got, want := endpointsOf(assignment(t, out, grpc)), []string{"10.0.0.1:19090", "10.0.0.3:19091"}; !slices.Equal(got, want) {
+		if got, want := gentest.AddressPorts(assignment(t, out, grpc)), []string{"10.0.0.1:19090", "10.0.0.3:19091"}; !slices.Equal(got, want) {
 			t.Errorf("%s after the move: %s = %v, want %v", name, grpc, got, want)
 		}
 	}

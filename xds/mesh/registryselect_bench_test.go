@@ -46,10 +46,7 @@ func serviceSelectMesh(tb testing.TB, services, endpoints int) (c1, c2 []*meshco
 		ns := fmt.Sprint("ns-", i%10)
 		c1 = append(c1, kubeService(tb, fmt.Sprint("svc-", i), ns, fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)))
 		c2 = append(c2, kubeService(tb, fmt.Sprint("svc-", i), ns, fmt.Sprintf("10.97.%d.%d", i/250, i%250+1)))
-		for j := range endpoints {
-			fmt.Fprintf(&b, "---\napiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: svc-%[1]d-%[3]d, namespace: %[2]s}\n"+
-				"spec: {address: 10.%[4]d.%[5]d.%[6]d, labels: {app: svc-%[1]d}, locality: region/zone-%[7]d}\n", i, ns, j, 1+j%3, i/250, i%250+1, j%3)
-		}
+		writeEntries(&b, i, ns, endpoints)
 	}
 	objs, errs := meshconfig.DecodeYAML([]byte(b.String()), "mesh.yaml")
 	if len(errs) > 0 {

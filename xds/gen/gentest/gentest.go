@@ -6,9 +6,13 @@
 package gentest
 
 import (
+	"net"
+	"slices"
+	"strconv"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -71,6 +75,20 @@ func ValidateAll(t testing.TB, out *build.Output) {
 			}
 		}
 	}
+}
+
+// AddressPorts renders the endpoints of an assignment as address:port,
+// sorted.
+func AddressPorts(a *endpointv3.ClusterLoadAssignment) []string {
+	var out []string
+	for _, l := range a.GetEndpoints() {
+		for _, e := range l.GetLbEndpoints() {
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Names returns the names of rs, in order.
