@@ -14,6 +14,9 @@ func validateRegistryService(c *checker, p path, s *meshconfigv1.Service) {
 		checkPort(c, p.field("ports").index(i).field("number"), port.GetNumber())
 		if t := port.GetTargetPort(); t != 0 {
 			checkPort(c, p.field("ports").index(i).field("targetPort"), t)
+			if port.GetTargetPortName() != "" {
+				c.fail(p.field("ports").index(i).field("targetPortName"), "targetPortName and targetPort are exclusive")
+			}
 		}
 	}
 }

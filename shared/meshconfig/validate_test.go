@@ -240,6 +240,10 @@ func TestValidateRegistryKinds(t *testing.T) {
 			Hostname: "reviews", Ports: []*meshconfigv1.ServicePort{{Number: 0}}}}, "spec.ports[0].number", "out of range 1-65535"},
 		{"service port too big", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{
 			Hostname: "reviews", Ports: []*meshconfigv1.ServicePort{{Number: 80}, {Number: 65536}}}}, "spec.ports[1].number", "out of range"},
+		{"service named target port", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{
+			Hostname: "reviews", Ports: []*meshconfigv1.ServicePort{{Number: 80, TargetPortName: "http-web"}}}}, "", ""},
+		{"service both target ports", &Object{Kind: svc, Name: "reviews", Namespace: "shop", Spec: &meshconfigv1.Service{
+			Hostname: "reviews", Ports: []*meshconfigv1.ServicePort{{Number: 80, TargetPort: 8080, TargetPortName: "http-web"}}}}, "spec.ports[0].targetPortName", "exclusive"},
 		{"workload ok", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &meshconfigv1.Workload{Address: "10.0.0.7", Ports: map[string]uint32{"http": 9080}}}, "", ""},
 		{"workload no address", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &meshconfigv1.Workload{}}, "spec.address", "address is required"},
 		{"wrong spec type", &Object{Kind: wl, Name: "reviews-1", Namespace: "shop", Spec: &meshconfigv1.Service{}}, "spec", "want type.googleapis.com/nave.meshconfig.v1.Workload"},

@@ -204,7 +204,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	s.PeerAuthentications = byKind["PeerAuthentication"]
 	s.RequestAuthentications = byKind["RequestAuthentication"]
 	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
-	b.remember(mesh, clusters, byKind["ServiceEntry"], s)
+	b.remember(mesh, clusters, byKind["ServiceEntry"], byKind["Service"], s)
 	return s
 }
 
@@ -440,6 +440,14 @@ func (s *Snapshot) addRegistryServices(services, workloads []*Config, selector f
 			selector().selectWorkloads(c.Object.Namespace, sel, func(wc *Config) {
 				if wc.Cluster == c.Cluster {
 					svc.Endpoints = append(svc.Endpoints, registryEndpoint(wc, stale[wc.Cluster]))
+				}
+			})
+		}
+		if sel := entrySelector(rs); len(sel) > 0 {
+			index := selector()
+			index.selectEntries(c.Object.Namespace, sel, func(wc *Config) {
+				if registrySelectable(c, wc) {
+					svc.Endpoints = append(svc.Endpoints, registryEntryEndpoint(rs, index.entryEndpoint(wc)))
 				}
 			})
 		}

@@ -18,16 +18,22 @@ func selectorMesh(tb testing.TB, services, endpoints int) []*meshconfig.Object {
 		fmt.Fprintf(&b, "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: svc-%[1]d, namespace: %[2]s}\n"+
 			"spec:\n  hosts: [svc-%[1]d.%[2]s.svc.cluster.local]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n"+
 			"  resolution: STATIC\n  workloadSelector: {labels: {app: svc-%[1]d}}\n", i, ns)
-		for j := range endpoints {
-			fmt.Fprintf(&b, "---\napiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: svc-%[1]d-%[3]d, namespace: %[2]s}\n"+
-				"spec: {address: 10.%[4]d.%[5]d.%[6]d, labels: {app: svc-%[1]d}, locality: region/zone-%[7]d}\n", i, ns, j, 1+j%3, i/250, i%250+1, j%3)
-		}
+		writeEntries(&b, i, ns, endpoints)
 	}
 	objs, errs := meshconfig.DecodeYAML([]byte(b.String()), "mesh.yaml")
 	if len(errs) > 0 {
 		tb.Fatal(errs[0])
 	}
 	return objs
+}
+
+// writeEntries writes the endpoints WorkloadEntries of service i
+// (app=svc-i) in namespace ns, as YAML documents.
+func writeEntries(b *strings.Builder, i int, ns string, endpoints int) {
+	for j := range endpoints {
+		fmt.Fprintf(b, "---\napiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: svc-%[1]d-%[3]d, namespace: %[2]s}\n"+
+			"spec: {address: 10.%[4]d.%[5]d.%[6]d, labels: {app: svc-%[1]d}, locality: region/zone-%[7]d}\n", i, ns, j, 1+j%3, i/250, i%250+1, j%3)
+	}
 }
 
 // BenchmarkBuildEndpointChange rebuilds a snapshot after one

@@ -9,6 +9,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // builderState is what a Builder remembers of its last build so that the
@@ -22,16 +23,55 @@ type builderState struct {
 	// entry defined in several clusters goes through conflict resolution,
 	// which only a full build does.
 	keys map[configKey]int
-	// selectors are the ServiceEntries with a workload selector, by
+	// selectors are the definitions that select WorkloadEntries, by
 	// namespace.
-	selectors map[string][]*Config
+	selectors map[string][]*selecting
 	snap      *Snapshot
 }
 
+// selecting is a definition that selects WorkloadEntries: a ServiceEntry
+// with a workload selector (entries of any cluster), or a registry
+// Service with a selector (entries of its own cluster; registryentries.go).
+type selecting struct {
+	cfg      *Config
+	selector map[string]string
+	registry *meshconfigv1.Service // nil for a ServiceEntry
+}
+
+// selects reports whether the definition selects WorkloadEntry wc with
+// (merged) labels, in the definition's namespace.
+func (d *selecting) selects(wc *Config, labels map[string]string) bool {
+	if d.registry != nil && !registrySelectable(d.cfg, wc) {
+		return false
+	}
+	return Matches(d.selector, labels)
+}
+
+// hosts calls fn with each service host the definition feeds in s.
+func (d *selecting) hosts(s *Snapshot, fn func(host string)) {
+	if d.registry != nil {
+		fn(d.registry.GetHostname())
+		return
+	}
+	se, _ := d.cfg.Object.Spec.(*networking.ServiceEntry)
+	for _, h := range se.GetHosts() {
+		fn(s.ResolveHost(h, d.cfg))
+	}
+}
+
+// endpoint is the endpoint of a selected entry (ep as the Builder made
+// it) in the definition's services.
+func (d *selecting) endpoint(ep *Endpoint) *Endpoint {
+	if d.registry != nil {
+		return registryEntryEndpoint(d.registry, ep)
+	}
+	return ep
+}
+
 // remember records a full build's inputs and result.
-func (b *Builder) remember(mesh string, clusters []ClusterInput, entries []*Config, s *Snapshot) {
+func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services []*Config, s *Snapshot) {
 	st := &builderState{mesh: mesh, objects: map[*meshconfig.Object]string{}, keys: map[configKey]int{},
-		selectors: map[string][]*Config{}, snap: s}
+		selectors: map[string][]*selecting{}, snap: s}
 	for _, c := range clusters {
 		cs := c.state()
 		cs.Objects = 0
@@ -45,7 +85,13 @@ func (b *Builder) remember(mesh string, clusters []ClusterInput, entries []*Conf
 	}
 	for _, c := range entries {
 		if se, _ := c.Object.Spec.(*networking.ServiceEntry); len(se.GetWorkloadSelector().GetLabels()) > 0 {
-			st.selectors[c.Object.Namespace] = append(st.selectors[c.Object.Namespace], c)
+			st.selectors[c.Object.Namespace] = append(st.selectors[c.Object.Namespace], &selecting{cfg: c, selector: se.GetWorkloadSelector().GetLabels()})
+		}
+	}
+	for _, c := range services {
+		rs, _ := c.Object.Spec.(*meshconfigv1.Service)
+		if sel := entrySelector(rs); len(sel) > 0 {
+			st.selectors[c.Object.Namespace] = append(st.selectors[c.Object.Namespace], &selecting{cfg: c, selector: sel, registry: rs})
 		}
 	}
 	b.last = st
@@ -57,10 +103,11 @@ type entryChange struct {
 }
 
 // buildEndpoints is Build when only WorkloadEntries changed since the last
-// build, each defined in one cluster only, and every service they feed is
-// defined by a single ServiceEntry: it copies the last snapshot and
-// rebuilds just those services' endpoint lists. It returns nil when that
-// does not hold; Build then merges everything.
+// build, each defined in one cluster only: it copies the last snapshot and
+// rebuilds just the endpoint lists of the services whose definitions
+// (ServiceEntries with a workload selector, registry Services) select
+// them, before or after the change. It returns nil when that does not
+// hold; Build then merges everything.
 func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
 	last := b.last
 	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() ||
@@ -129,50 +176,63 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		}
 	}
 
-	// The ServiceEntries each changed entry is (or was) selected by.
-	affected := map[*Config][]entryChange{}
+	// The definitions each changed entry is (or was) selected by.
+	affected := map[*selecting][]entryChange{}
 	for _, ch := range changes {
 		we, _ := ch.cfg.Object.Spec.(*networking.WorkloadEntry)
 		labels := mergeLabels(ch.cfg.Object.Labels, we.GetLabels())
-		for _, sc := range last.selectors[ch.cfg.Object.Namespace] {
-			se, _ := sc.Object.Spec.(*networking.ServiceEntry)
-			if Matches(se.GetWorkloadSelector().GetLabels(), labels) {
-				affected[sc] = append(affected[sc], ch)
+		for _, d := range last.selectors[ch.cfg.Object.Namespace] {
+			if d.selects(ch.cfg, labels) {
+				affected[d] = append(affected[d], ch)
 			}
 		}
 	}
+	// Per service: the entries whose endpoints go (every copy: a host may
+	// have several selecting definitions), then the endpoints each
+	// selecting definition adds, as a full build makes them.
+	type edit struct {
+		removed map[string]bool // entry refs
+		added   []*Endpoint
+	}
 	prev := last.snap
-	replaced := map[string]*Service{}
-	for sc, chs := range affected {
-		se, _ := sc.Object.Spec.(*networking.ServiceEntry)
-		for _, h := range se.GetHosts() {
-			host := prev.ResolveHost(h, sc)
-			old := prev.Services[host]
-			if old == nil || len(old.Sources) != 1 || old.Sources[0] != sc.Ref() {
-				return nil // merged from several definitions
+	edits := map[string]*edit{}
+	for d, chs := range affected {
+		ok := true
+		d.hosts(prev, func(host string) {
+			if prev.Services[host] == nil {
+				ok = false
+				return
 			}
-			svc := replaced[host]
-			if svc == nil {
-				c := *old
-				c.Endpoints = slices.Clone(old.Endpoints)
-				svc = &c
-				replaced[host] = svc
-			}
-			for _, ch := range chs {
-				ref := ch.cfg.Ref()
-				if !ch.added {
-					svc.Endpoints = slices.DeleteFunc(svc.Endpoints, func(e *Endpoint) bool { return e.Source == ref && e.Cluster == ch.cfg.Cluster })
-				}
+			e := edits[host]
+			if e == nil {
+				e = &edit{removed: map[string]bool{}}
+				edits[host] = e
 			}
 			for _, ch := range chs {
 				if ch.added {
-					svc.Endpoints = append(svc.Endpoints, b.entryEndpoint(ch.cfg, stale))
+					e.added = append(e.added, d.endpoint(b.entryEndpoint(ch.cfg, stale)))
+				} else {
+					e.removed[ch.cfg.Ref()] = true
 				}
 			}
+		})
+		if !ok {
+			return nil // cannot happen: a selecting definition always defines its hosts
 		}
 	}
-	for _, svc := range replaced {
-		sort.Slice(svc.Endpoints, func(i, j int) bool { return endpointLess(svc.Endpoints[i], svc.Endpoints[j]) })
+	replaced := make(map[string]*Service, len(edits))
+	for host, e := range edits {
+		old := prev.Services[host]
+		c := *old
+		c.Endpoints = make([]*Endpoint, 0, len(old.Endpoints)+len(e.added))
+		for _, ep := range old.Endpoints {
+			if !e.removed[ep.Source] {
+				c.Endpoints = append(c.Endpoints, ep)
+			}
+		}
+		c.Endpoints = append(c.Endpoints, e.added...)
+		sort.Slice(c.Endpoints, func(i, j int) bool { return endpointLess(c.Endpoints[i], c.Endpoints[j]) })
+		replaced[host] = &c
 	}
 
 	s := &Snapshot{

@@ -55,50 +55,33 @@ func securityRefs(s *Snapshot) []string {
 	return out
 }
 
-// TestIncrementalBuildMatchesFullBuild applies random changes — mostly
-// WorkloadEntries moving, relabelled, added and removed, sometimes a
-// duplicate in another cluster, a ServiceEntry change, a host defined
-// twice, or a stale cluster — and compares the Builder's result (which
-// updates only affected services when it can) with a fresh Build.
-func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	se := func(name, ns, app, extraHost string) string {
-		hosts := fmt.Sprintf("[%s.%s.svc.cluster.local]", name, ns)
-		if extraHost != "" {
-			hosts = fmt.Sprintf("[%s.%s.svc.cluster.local, %s]", name, ns, extraHost)
-		}
-		return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
-			"spec:\n  hosts: %s\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n"+
-			"  workloadSelector: {labels: {app: %s}}\n", name, ns, hosts, app)
+// objectKey names a test's object in cluster c1 or c2.
+type objectKey struct{ cluster, id string }
+
+// twoClusters is the input of clusters c1 and c2 holding objs, c2 stale
+// (and disconnected) when staleC2.
+func twoClusters(objs map[objectKey]*meshconfig.Object, staleC2 bool) []ClusterInput {
+	byCluster := map[string][]*meshconfig.Object{}
+	for k, o := range objs {
+		byCluster[k.cluster] = append(byCluster[k.cluster], o)
 	}
-	we := func(name, ns, app, addr string) string {
-		return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: %s}\n"+
-			"spec: {address: %s, labels: {app: %s}}\n", name, ns, addr, app)
-	}
-	type key struct{ cluster, id string }
-	objs := map[key]*meshconfig.Object{}
-	apps := []string{"a", "b", "c"}
-	nss := []string{"ns-x", "ns-y"}
-	for _, ns := range nss {
-		for _, app := range apps {
-			objs[key{"c1", "se-" + ns + app}] = decodeOne(t, se("svc-"+app, ns, app, ""))
-		}
-	}
-	for i := range 30 {
-		objs[key{"c1", fmt.Sprint("we-", i)}] = decodeOne(t, we(fmt.Sprint("we-", i), nss[i%2], apps[i%3], fmt.Sprintf("10.0.0.%d", i+1)))
-	}
-	staleC2 := false
-	inputs := func() []ClusterInput {
-		byCluster := map[string][]*meshconfig.Object{}
-		for k, o := range objs {
-			byCluster[k.cluster] = append(byCluster[k.cluster], o)
-		}
-		return []ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: byCluster["c1"]},
-			{Name: "c2", Synced: true, Connected: !staleC2, Stale: staleC2, Objects: byCluster["c2"]}}
-	}
+	return []ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: byCluster["c1"]},
+		{Name: "c2", Synced: true, Connected: !staleC2, Stale: staleC2, Objects: byCluster["c2"]}}
+}
+
+// compareWithFullBuilds builds steps times with one Builder, calling
+// change before each build but the first, and fails unless each
+// snapshot, and its address index (for every endpoint address and
+// 10.0.0-2.1-40), equals a fresh Build's; visit sees each fresh snapshot.
+// It returns how many builds were incremental.
+func compareWithFullBuilds(t *testing.T, steps int, inputs func() []ClusterInput, change func(), visit func(full *Snapshot)) int {
+	t.Helper()
 	var b Builder
 	incremental := 0
-	for step := range 400 {
+	for step := range steps {
+		if step > 0 {
+			change()
+		}
 		in := inputs()
 		last := b.last
 		got := b.Build("m", in)
@@ -123,30 +106,70 @@ func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
 				}
 			}
 		}
+		if visit != nil {
+			visit(full)
+		}
+	}
+	return incremental
+}
+
+// TestIncrementalBuildMatchesFullBuild applies random changes — mostly
+// WorkloadEntries moving, relabelled, added and removed, sometimes a
+// duplicate in another cluster, a ServiceEntry change, a host defined
+// twice, or a stale cluster — and compares the Builder's result (which
+// updates only affected services when it can) with a fresh Build.
+func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	se := func(name, ns, app, extraHost string) string {
+		hosts := fmt.Sprintf("[%s.%s.svc.cluster.local]", name, ns)
+		if extraHost != "" {
+			hosts = fmt.Sprintf("[%s.%s.svc.cluster.local, %s]", name, ns, extraHost)
+		}
+		return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\n"+
+			"spec:\n  hosts: %s\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n"+
+			"  workloadSelector: {labels: {app: %s}}\n", name, ns, hosts, app)
+	}
+	we := func(name, ns, app, addr string) string {
+		return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: %s}\n"+
+			"spec: {address: %s, labels: {app: %s}}\n", name, ns, addr, app)
+	}
+	objs := map[objectKey]*meshconfig.Object{}
+	apps := []string{"a", "b", "c"}
+	nss := []string{"ns-x", "ns-y"}
+	for _, ns := range nss {
+		for _, app := range apps {
+			objs[objectKey{"c1", "se-" + ns + app}] = decodeOne(t, se("svc-"+app, ns, app, ""))
+		}
+	}
+	for i := range 30 {
+		objs[objectKey{"c1", fmt.Sprint("we-", i)}] = decodeOne(t, we(fmt.Sprint("we-", i), nss[i%2], apps[i%3], fmt.Sprintf("10.0.0.%d", i+1)))
+	}
+	staleC2 := false
+	incremental := compareWithFullBuilds(t, 400, func() []ClusterInput { return twoClusters(objs, staleC2) }, func() {
 		i := rng.IntN(40)
 		name, ns, app := fmt.Sprint("we-", i), nss[rng.IntN(2)], apps[rng.IntN(3)]
 		switch r := rng.IntN(100); {
 		case r < 60: // an entry moves, is relabelled or added
-			objs[key{"c1", name}] = decodeOne(t, we(name, ns, app, fmt.Sprintf("10.0.%d.%d", rng.IntN(3), 1+rng.IntN(40))))
+			objs[objectKey{"c1", name}] = decodeOne(t, we(name, ns, app, fmt.Sprintf("10.0.%d.%d", rng.IntN(3), 1+rng.IntN(40))))
 		case r < 80:
-			delete(objs, key{"c1", name})
+			delete(objs, objectKey{"c1", name})
 		case r < 86: // the same entry in the other cluster: a conflict
-			objs[key{"c2", name}] = decodeOne(t, we(name, ns, app, "10.9.9.9"))
+			objs[objectKey{"c2", name}] = decodeOne(t, we(name, ns, app, "10.9.9.9"))
 		case r < 90:
-			delete(objs, key{"c2", name})
+			delete(objs, objectKey{"c2", name})
 		case r < 94: // a ServiceEntry change, sometimes sharing a host with another
 			extra := ""
 			if rng.IntN(2) == 0 {
 				extra = "shared.example"
 			}
-			objs[key{"c1", "se-" + ns + app}] = decodeOne(t, se("svc-"+app, ns, app, extra))
+			objs[objectKey{"c1", "se-" + ns + app}] = decodeOne(t, se("svc-"+app, ns, app, extra))
 		case r < 97:
 			staleC2 = !staleC2
 		default: // a security policy changes: never an endpoint-only build
-			objs[key{"c1", "pa-" + ns}] = decodeOne(t, fmt.Sprintf("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\n"+
+			objs[objectKey{"c1", "pa-" + ns}] = decodeOne(t, fmt.Sprintf("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\n"+
 				"metadata: {name: default, namespace: %s}\nspec: {mtls: {mode: %s}}\n", ns, []string{"STRICT", "PERMISSIVE"}[rng.IntN(2)]))
 		}
-	}
+	}, nil)
 	if incremental < 100 {
 		t.Errorf("only %d of 400 builds were incremental: the test does not exercise the fast path", incremental)
 	}

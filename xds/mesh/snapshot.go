@@ -196,6 +196,9 @@ type Endpoint struct {
 	Address string `json:"address"`
 	// Ports maps a service port name to the workload's port number; a port
 	// missing here uses the service port's target port, else its number.
+	// A port mapped to 0 is not served by the endpoint (Serves): a
+	// WorkloadEntry behind a Kubernetes Service whose target port names a
+	// port the entry does not have.
 	Ports    map[string]uint32 `json:"ports,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Locality Locality          `json:"locality"`
@@ -210,7 +213,16 @@ type Endpoint struct {
 	Source         string `json:"source"`
 }
 
-// PortFor resolves the workload port that serves service port p.
+// Serves reports whether the endpoint serves service port p: the
+// generators leave it out of p's load assignment and inbound ports
+// otherwise.
+func (e *Endpoint) Serves(p Port) bool {
+	n, ok := e.Ports[p.Name]
+	return !ok || n != 0
+}
+
+// PortFor resolves the workload port that serves service port p (one the
+// endpoint Serves).
 func (e *Endpoint) PortFor(p Port) uint32 {
 	if n, ok := e.Ports[p.Name]; ok && n != 0 {
 		return n

@@ -81,11 +81,15 @@ type Service struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Hostname string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	Ports    []*ServicePort         `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
-	// addresses are the service's virtual IPs (a Kubernetes cluster IP).
+	// addresses are the service's virtual IPs (a Kubernetes cluster IP);
+	// none for a headless Service.
 	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	// external_name is set for a Kubernetes ExternalName service.
 	ExternalName string `protobuf:"bytes,4,opt,name=external_name,json=externalName,proto3" json:"external_name,omitempty"`
-	// selector picks the workloads (by label) that back the service.
+	// selector picks the workloads (by label) that back the service: the
+	// cluster's pods and, unless the service is headless, the cluster's
+	// WorkloadEntries of the service's namespace (as Istio's Kubernetes
+	// registry does).
 	Selector      map[string]string `protobuf:"bytes,5,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -161,10 +165,16 @@ type ServicePort struct {
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Number uint32                 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
 	// protocol is HTTP, HTTP2, GRPC, TCP, TLS, ... as Istio names them.
-	Protocol      string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	TargetPort    uint32 `protobuf:"varint,4,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Protocol string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// target_port is the workload port the service port forwards to, when
+	// given as a number.
+	TargetPort uint32 `protobuf:"varint,4,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
+	// target_port_name is the target port when given as a name (a pod's
+	// container port name, a WorkloadEntry's ports key); target_port is 0
+	// then.
+	TargetPortName string `protobuf:"bytes,5,opt,name=target_port_name,json=targetPortName,proto3" json:"target_port_name,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ServicePort) Reset() {
@@ -223,6 +233,13 @@ func (x *ServicePort) GetTargetPort() uint32 {
 		return x.TargetPort
 	}
 	return 0
+}
+
+func (x *ServicePort) GetTargetPortName() string {
+	if x != nil {
+		return x.TargetPortName
+	}
+	return ""
 }
 
 type Locality struct {
@@ -401,13 +418,14 @@ const file_shared_meshconfig_v1_registry_proto_rawDesc = "" +
 	"\bselector\x18\x05 \x03(\v2).nave.meshconfig.v1.Service.SelectorEntryR\bselector\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x01\n" +
 	"\vServicePort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\rR\x06number\x12\x1a\n" +
 	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x1f\n" +
 	"\vtarget_port\x18\x04 \x01(\rR\n" +
-	"targetPort\"P\n" +
+	"targetPort\x12(\n" +
+	"\x10target_port_name\x18\x05 \x01(\tR\x0etargetPortName\"P\n" +
 	"\bLocality\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x18\n" +

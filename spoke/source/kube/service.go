@@ -34,7 +34,9 @@ func hostname(name, namespace, domain string) string {
 
 // serviceObject normalizes a Kubernetes Service (headless and
 // ExternalName ones too) into a registry Service. UDP and SCTP ports are
-// left out: the mesh carries TCP only. The version is not set.
+// left out: the mesh carries TCP only. A target port is kept as a number
+// or as a name (which WorkloadEntries the service selects map through
+// their ports). The version is not set.
 func serviceObject(svc *corev1.Service, domain string) *meshconfig.Object {
 	spec := &meshconfigv1.Service{
 		Hostname:     hostname(svc.Name, svc.Namespace, domain),
@@ -50,8 +52,11 @@ func serviceObject(svc *corev1.Service, domain string) *meshconfig.Object {
 			Number:   uint32(p.Port),
 			Protocol: portProtocol(p.Name, p.AppProtocol),
 		}
-		if p.TargetPort.Type == intstr.Int && p.TargetPort.IntVal > 0 {
+		switch {
+		case p.TargetPort.Type == intstr.Int && p.TargetPort.IntVal > 0:
 			sp.TargetPort = uint32(p.TargetPort.IntVal)
+		case p.TargetPort.Type == intstr.String:
+			sp.TargetPortName = p.TargetPort.StrVal
 		}
 		spec.Ports = append(spec.Ports, sp)
 	}

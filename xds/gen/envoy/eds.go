@@ -95,7 +95,8 @@ func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadA
 }
 
 // clusterEndpoints selects the endpoints of a cluster: the service's
-// endpoints carrying the subset's labels, in snapshot order.
+// endpoints carrying the subset's labels that serve the cluster's port,
+// in snapshot order.
 //
 // Endpoints on another network than the proxy's (both known and
 // different) are left out: reaching them needs an east-west gateway, which
@@ -109,7 +110,7 @@ func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 	network := b.v.Key().Network
 	eps := make([]*mesh.Endpoint, 0, len(oc.Service.Endpoints))
 	for _, ep := range build.ClusterLocalEndpoints(b.v.Snapshot(), oc.Service.Hostname, b.v.Key().Cluster, oc.Service.Endpoints) {
-		if !mesh.Matches(oc.Labels, ep.Labels) {
+		if !mesh.Matches(oc.Labels, ep.Labels) || !ep.Serves(oc.Port) {
 			continue
 		}
 		if network != "" && ep.Network != "" && ep.Network != network {

@@ -6,10 +6,15 @@
 package gentest
 
 import (
+	"net"
+	"slices"
+	"strconv"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen/build"
@@ -29,6 +34,19 @@ func Snapshot(t testing.TB, clusters map[string]string) *mesh.Snapshot {
 		in = append(in, mesh.ClusterInput{Name: name, Synced: true, Connected: true, Objects: objs})
 	}
 	return mesh.Build("m", in)
+}
+
+// Registry returns a registry object of the nave.io/v1 kind ("Service"
+// or "Workload") with spec, as a spoke's Kubernetes source pushes it.
+func Registry(t testing.TB, kind, name, namespace string, spec proto.Message) *meshconfig.Object {
+	t.Helper()
+	k, err := meshconfig.KindFor("nave.io/v1", kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &meshconfig.Object{Kind: k, Name: name, Namespace: namespace, Spec: spec, Origin: "kubernetes"}
+	o.Version = o.ComputeVersion()
+	return o
 }
 
 // ByName returns the resource of typeURL named name in out, or the zero
@@ -57,6 +75,20 @@ func ValidateAll(t testing.TB, out *build.Output) {
 			}
 		}
 	}
+}
+
+// AddressPorts renders the endpoints of an assignment as address:port,
+// sorted.
+func AddressPorts(a *endpointv3.ClusterLoadAssignment) []string {
+	var out []string
+	for _, l := range a.GetEndpoints() {
+		for _, e := range l.GetLbEndpoints() {
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Names returns the names of rs, in order.

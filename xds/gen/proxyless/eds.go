@@ -9,7 +9,7 @@ import (
 )
 
 // loadAssignment groups the endpoints of the cluster's service that carry
-// its subset labels by locality, with the locality load balancing the
+// its subset labels (and serve its port) by locality, with the locality load balancing the
 // generator's client gets (build.LocalityLBFor, exactly as for Envoy and
 // as Istio builds a proxyless client's EDS). grpc-go honours locality
 // weights (weighted_target, gRFC A27) and priorities (the priority
@@ -40,7 +40,7 @@ type assignmentKey struct {
 func (g *generator) newAssignment(oc *policy.Cluster) *endpointv3.ClusterLoadAssignment {
 	eps := make([]*mesh.Endpoint, 0, len(oc.Service.Endpoints))
 	for _, ep := range build.ClusterLocalEndpoints(g.snap, oc.Service.Hostname, g.client.Cluster, oc.Service.Endpoints) {
-		if mesh.Matches(oc.Labels, ep.Labels) {
+		if mesh.Matches(oc.Labels, ep.Labels) && ep.Serves(oc.Port) {
 			eps = append(eps, ep)
 		}
 	}

@@ -18,8 +18,8 @@ type InboundPort struct {
 }
 
 // InboundPorts returns the ports the proxy's own workload serves: every
-// port of every service with an endpoint at one of the proxy's IPs, sorted
-// by target port. Services need not be visible to the proxy.
+// port of every service with an endpoint at one of the proxy's IPs that
+// the endpoint serves, sorted by target port. Services need not be visible to the proxy.
 func (v *View) InboundPorts() []InboundPort {
 	if !v.inboundDone {
 		v.inboundDone = true
@@ -56,6 +56,9 @@ func inboundPorts(s *mesh.Snapshot, ips []string) []InboundPort {
 				continue
 			}
 			for _, p := range svc.Ports {
+				if !ep.Serves(p) {
+					continue
+				}
 				tp := ep.PortFor(p)
 				if seen[tp] {
 					continue
