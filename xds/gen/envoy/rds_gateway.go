@@ -23,70 +23,36 @@ type gatewayVHost struct {
 	gws        []*mesh.Config // the gateway each VirtualService came through
 }
 
-// gatewayRoutes builds the router's route configurations: all plain HTTP
-// servers on a port share one; each TLS-terminating server has its own.
+// gatewayRoutes builds the route configurations the router's listeners
+// refer to (gatewayPlan decides which servers are served): one shared by
+// all plain HTTP servers on a port, and one per TLS-terminated HTTPS
+// server.
 func (rb *routeBuilder) gatewayRoutes() []build.Resource {
-	// Keyed by the port the listener binds (gatewayListenPort), which names
-	// the route configuration; domains carry the server port clients use.
-	httpHosts := map[uint32]map[string]*gatewayVHost{}
-	serverPort := map[uint32]uint32{}
 	var out []build.Resource
-	for _, gw := range rb.v.Gateways() {
-		spec, _ := gw.Object.Spec.(*networking.Gateway)
-		vss := rb.v.GatewayVirtualServices(gw)
-		// TLS-terminated servers of one gateway with the same port and hosts
-		// (one per certificate, say) route alike: their route
-		// configurations differ only in name and share the virtual hosts
-		// (read-only once built).
-		same := map[string]*routev3.RouteConfiguration{}
-		for i, srv := range spec.GetServers() {
-			port := srv.GetPort().GetNumber()
-			listen := gatewayListenPort(rb.v, port)
-			switch serverKind(srv) {
-			case serverHTTP:
-				if httpHosts[listen] == nil {
-					httpHosts[listen] = map[string]*gatewayVHost{}
-					serverPort[listen] = port
-				}
-				rb.collectHosts(httpHosts[listen], gw, srv, vss)
-			case serverHTTPS:
-				name := GatewayHTTPSRouteName(listen, serverID(srv, i), gw.Object.Name, gw.Object.Namespace)
-				key := strconv.FormatUint(uint64(port), 10) + strconv.FormatBool(srv.GetTls().GetHttpsRedirect()) + "\x00" + strings.Join(srv.GetHosts(), "\x00")
-				if rc := same[key]; rc != nil {
-					out = append(out, build.Resource{Name: name, Message: &routev3.RouteConfiguration{Name: name, VirtualHosts: rc.VirtualHosts,
-						ValidateClusters: rc.ValidateClusters}})
+	for _, gp := range newListenerBuilder(rb.v).gatewayPlan() {
+		switch gp.kind {
+		case gwHTTP:
+			// Keyed by the port the listener binds, which names the route
+			// configuration; domains carry the server port clients use.
+			hosts := map[string]*gatewayVHost{}
+			for _, s := range gp.servers {
+				rb.collectHosts(hosts, s.gw, s.srv, rb.v.GatewayVirtualServices(s.gw))
+			}
+			name := GatewayHTTPRouteName(gp.port)
+			out = append(out, build.Resource{Name: name, Message: rb.gatewayRouteConfig(name, gp.servers[0].srv.GetPort().GetNumber(), hosts)})
+		case gwSNI:
+			for _, s := range gp.servers {
+				if s.route == "" {
 					continue
 				}
 				hosts := map[string]*gatewayVHost{}
-				rb.collectHosts(hosts, gw, srv, vss)
-				rc := rb.gatewayRouteConfig(name, port, hosts)
-				same[key] = rc
-				out = append(out, build.Resource{Name: name, Message: rc})
+				rb.collectHosts(hosts, s.gw, s.srv, rb.v.GatewayVirtualServices(s.gw))
+				out = append(out, build.Resource{Name: s.route, Message: rb.gatewayRouteConfig(s.route, s.srv.GetPort().GetNumber(), hosts)})
 			}
 		}
 	}
-	for listen, hosts := range httpHosts {
-		name := GatewayHTTPRouteName(listen)
-		out = append(out, build.Resource{Name: name, Message: rb.gatewayRouteConfig(name, serverPort[listen], hosts)})
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-type serverType int
-
-func serverKind(srv *networking.Server) serverType {
-	proto := strings.ToUpper(srv.GetPort().GetProtocol())
-	mode := srv.GetTls().GetMode()
-	terminated := srv.GetTls() != nil && (mode == networking.ServerTLSSettings_SIMPLE || mode == networking.ServerTLSSettings_MUTUAL ||
-		mode == networking.ServerTLSSettings_ISTIO_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL)
-	switch {
-	case isHTTP(proto) && (!terminated || srv.GetTls().GetHttpsRedirect()):
-		return serverHTTP
-	case (proto == "HTTPS" || isHTTP(proto)) && terminated:
-		return serverHTTPS
-	}
-	return serverOther
 }
 
 // serverID is how route and listener names refer to a gateway server:
