@@ -161,9 +161,9 @@ spec:
 
 // TestGatewayRoutesAreThoseListenersReferTo: RDS sends a router exactly
 // the route configurations its listeners refer to. A server LDS does not
-// serve (here TLS servers with the server names of an earlier one on the
-// same port, as in the benchmark shape: one per certificate) gets none,
-// and servers on one plain HTTP port share one.
+// serve (here a TLS server with the server names of an earlier one on the
+// same port, as the gateways benchmark shape had six per Gateway) gets
+// none, and servers on one plain HTTP port share one.
 func TestGatewayRoutesAreThoseListenersReferTo(t *testing.T) {
 	dup := strings.Replace(gatewayYAML, `  - port: {number: 9443, protocol: HTTPS}
     hosts: ["other/*.example.com"]`, `  - port: {number: 443, protocol: HTTPS}
