@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
 	"github.com/navemesh/nave/internal/envoysim"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/gen/gentest"
@@ -109,4 +112,59 @@ func TestGatewayTLSModeSemantics(t *testing.T) {
 		}
 		wantClusters(t, r, "outbound|9080||ratings.shop.svc.cluster.local=1")
 	})
+}
+
+// TestGatewayVirtualHostsShared: hosts of a gateway route configuration
+// with the same routes share one virtual host, and every host still
+// routes as its VirtualServices say (with and without the port in the
+// authority); a host with other routes keeps its own virtual host.
+func TestGatewayVirtualHostsShared(t *testing.T) {
+	snap := gentest.Snapshot(t, map[string]string{"c1": gentest.Mesh + `---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: istio-system}
+spec:
+  selector: {istio: sharedgateway}
+  servers:
+  - {port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: abc, namespace: web, creationTimestamp: "2021-01-01T00:00:00Z"}
+spec:
+  hosts: [a.example.com, b.example.com, c.example.com]
+  gateways: [istio-system/shared]
+  http: [{route: [{destination: {host: frontend.web.svc.cluster.local}}]}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: c-extra, namespace: web, creationTimestamp: "2020-01-01T00:00:00Z"}
+spec:
+  hosts: [c.example.com]
+  gateways: [istio-system/shared]
+  http: [{match: [{uri: {prefix: /extra}}], route: [{destination: {host: reviews.shop.svc.cluster.local, port: {number: 9080}}}]}]
+`})
+	key := proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=sharedgateway", IPs: "10.3.0.9"}
+	out := gen.Envoy(snap, key)
+	gentest.ValidateAll(t, out)
+	sim := envoysim.New(out.Resources)
+	for _, tc := range []struct{ authority, path, vhost, cluster string }{
+		{"a.example.com", "/", "a.example.com:80", "outbound|8080||frontend.web.svc.cluster.local=1"},
+		{"b.example.com:80", "/extra", "a.example.com:80", "outbound|8080||frontend.web.svc.cluster.local=1"},
+		{"c.example.com", "/", "c.example.com:80", "outbound|8080||frontend.web.svc.cluster.local=1"},
+		{"c.example.com:80", "/extra/x", "c.example.com:80", "outbound|9080||reviews.shop.svc.cluster.local=1"},
+	} {
+		r := sim.Do(envoysim.Request{ListenerPort: 80, Authority: tc.authority, Path: tc.path, Method: "GET"})
+		if r.Err != nil {
+			t.Fatalf("%s%s: %v", tc.authority, tc.path, r.Err)
+		}
+		if r.VirtualHost != tc.vhost {
+			t.Errorf("%s%s: virtual host %s, want %s", tc.authority, tc.path, r.VirtualHost, tc.vhost)
+		}
+		wantClusters(t, r, tc.cluster)
+	}
+	rc, _ := gentest.ByName(out, typeurl.Route, envoy.GatewayHTTPRouteName(80)).Message.(*routev3.RouteConfiguration)
+	if n := len(rc.GetVirtualHosts()); n != 2 {
+		t.Errorf("%d virtual hosts, want 2 (a and b share one, c has more routes)", n)
+	}
 }

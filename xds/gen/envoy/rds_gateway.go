@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"encoding/binary"
 	"maps"
 	"slices"
 	"sort"
@@ -130,10 +131,29 @@ func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
 	return false
 }
 
+// gatewayRouteConfig builds one gateway route configuration. Hosts whose
+// routes are the same — the same VirtualServices through the same
+// gateways in the same order, and the same TLS requirement — share one
+// virtual host with all their domains (Istio does the same): a
+// VirtualService with three hosts is one virtual host, not three copies
+// of its routes. Envoy picks a virtual host by domain, and each host's
+// domains are in exactly one, so requests route as with one virtual host
+// per host.
 func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
 	names := slices.Sorted(maps.Keys(hosts))
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	shared := map[string]*routev3.VirtualHost{}
+	ids := map[*mesh.Config]uint32{} // configs by small number, for keys
+	id := func(c *mesh.Config) uint32 {
+		n, ok := ids[c]
+		if !ok {
+			n = uint32(len(ids))
+			ids[c] = n
+		}
+		return n
+	}
+	var key []byte
 	for _, h := range names {
 		vh := hosts[h]
 		// Oldest VirtualService first (stable: namespace/name breaks ties).
@@ -148,10 +168,23 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 			}
 			return ta.Before(tb)
 		})
-		evh := &routev3.VirtualHost{Name: h + ps, Domains: []string{h, h + ps}}
-		if h == "*" {
-			evh.Domains = []string{"*"}
+		key = key[:0]
+		if vh.requireTLS {
+			key = append(key, 1)
 		}
+		for _, i := range idx {
+			key = binary.LittleEndian.AppendUint32(key, id(vh.vss[i]))
+			key = binary.LittleEndian.AppendUint32(key, id(vh.gws[i]))
+		}
+		domains := []string{h, h + ps}
+		if h == "*" {
+			domains = []string{"*"}
+		}
+		if evh := shared[string(key)]; evh != nil {
+			evh.Domains = append(evh.Domains, domains...)
+			continue
+		}
+		evh := &routev3.VirtualHost{Name: h + ps, Domains: domains}
 		if vh.requireTLS {
 			evh.RequireTls = routev3.VirtualHost_ALL
 		}
@@ -159,6 +192,7 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 			vs, gw := vh.vss[i], vh.gws[i]
 			evh.Routes = append(evh.Routes, rb.translate(vs, port, gw)...)
 		}
+		shared[string(key)] = evh
 		rc.VirtualHosts = append(rc.VirtualHosts, evh)
 	}
 	return rc
