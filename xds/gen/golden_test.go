@@ -32,6 +32,8 @@ var goldenProxies = []struct {
 		Locality: mesh.ParseLocality("us-east/a")}},
 	{"gateway-ingress", proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1",
 		Locality: mesh.ParseLocality("us-east/a")}},
+	{"gateway-mesh-edge", proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=eastwestgateway", IPs: "10.3.0.2",
+		Locality: mesh.ParseLocality("us-east/a")}},
 }
 
 // TestGolden compares every resource generated for representative proxies

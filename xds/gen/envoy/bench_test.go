@@ -23,13 +23,19 @@ import (
 //     endpoint, and a service at the proxy's own IP (1.1.1.1);
 //   - virtualservice: the same without VIPs, plus one VirtualService per
 //     service (two match clauses, a rewrite, one destination);
-//   - gateways: n Gateways (one HTTP server, one ISTIO_MUTUAL and six SIMPLE
-//     HTTPS servers, three hosts each) with one VirtualService each, on one
-//     router proxy.
+//   - gateways: n Gateways (one HTTP server and one ISTIO_MUTUAL HTTPS
+//     server, three hosts each) with one VirtualService each, on one router
+//     proxy whose service serves 80 and 443 (Istio's
+//     testdata/benchmarks/gateways.yaml; until 2020 it had six more SIMPLE
+//     servers on 443 with the same hosts, which both generators refuse as
+//     duplicate server names).
 type envoyShape struct {
 	name  string
 	key   proxy.Key
 	write func(b *strings.Builder, i int)
+	// instancePorts are the ports of the proxy's own service (default:
+	// HTTP 80).
+	instancePorts string
 }
 
 var benchSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"}
@@ -95,9 +101,6 @@ spec:
   - {port: {number: 80, name: http, protocol: HTTP}, hosts: %[2]s}
   - {port: {number: 443, name: https, protocol: HTTPS}, hosts: %[2]s, tls: {mode: ISTIO_MUTUAL}}
 `, i, hosts)
-			for s := 1; s <= 6; s++ {
-				fmt.Fprintf(b, "  - {port: {number: 443, name: https-simple-%d, protocol: HTTPS}, hosts: %s, tls: {mode: SIMPLE, serverCertificate: /etc/certs/servercert.pem, privateKey: /etc/certs/privatekey.pem}}\n", s, hosts)
-			}
 			fmt.Fprintf(b, `---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -108,22 +111,28 @@ spec:
   resolution: STATIC
   endpoints: [{address: 1.2.3.4}]
 `, i)
-		}},
+		},
+		instancePorts: "[{number: 80, name: http, protocol: HTTP}, {number: 443, name: https, protocol: HTTPS}]",
+	},
 }
 
 // shapeInput renders a shape at n services into one cluster's objects.
 func shapeInput(tb testing.TB, sh envoyShape, n int) []mesh.ClusterInput {
 	tb.Helper()
+	ports := sh.instancePorts
+	if ports == "" {
+		ports = "[{number: 80, name: http, protocol: HTTP}]"
+	}
 	var b strings.Builder
-	b.WriteString(`apiVersion: networking.istio.io/v1
+	fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: proxy-service-instance, namespace: default}
 spec:
   hosts: [example.com]
-  ports: [{number: 80, name: http, protocol: HTTP}]
+  ports: %s
   resolution: STATIC
   endpoints: [{address: 1.1.1.1, labels: {istio.io/benchmark: "true"}}]
-`)
+`, ports)
 	for i := range n {
 		sh.write(&b, i)
 	}

@@ -55,28 +55,43 @@ const (
 type outboundCluster struct {
 	policy.Cluster
 	kind clusterKind
+	// sniDNAT marks the SNI-DNAT twin of a cluster (cds_snidnat.go),
+	// named by its SNI.
+	sniDNAT bool
 }
 
 // outboundClusters calls fn for every outbound cluster of the proxy, in
 // service, port, subset order: one per visible service port, and one per
-// subset of the DestinationRule that applies to the host.
+// subset of the DestinationRule that applies to the host; on a router
+// with AUTO_PASSTHROUGH servers, each followed by its SNI-DNAT twin when
+// it has one.
 func outboundClusters(v *scope.View, fn func(*outboundCluster)) {
+	sniHosts := routerAutoPassthroughHosts(v)
 	for _, svc := range v.Services() {
-		serviceClusters(v, svc, fn)
+		serviceClusters(v, svc, sniHosts, fn)
 	}
 }
 
-// serviceClusters calls fn for each outbound cluster of one service. A
-// subset defined twice is reported, and only its first definition used.
-func serviceClusters(v *scope.View, svc *mesh.Service, fn func(*outboundCluster)) {
+// serviceClusters calls fn for each outbound cluster of one service, and
+// after each its SNI-DNAT twin when the service is one an
+// AUTO_PASSTHROUGH server with sniHosts forwards to. A subset defined
+// twice is reported, and only its first definition used.
+func serviceClusters(v *scope.View, svc *mesh.Service, sniHosts []string, fn func(*outboundCluster)) {
 	dr := v.DestinationRule(svc.Hostname)
 	subsets := dr.DestinationRule().GetSubsets()
+	dnat := len(sniHosts) > 0 && autoPassthroughService(sniHosts, svc)
 	policy.Clusters(v.Snapshot(), svc, dr, func(c *policy.Cluster) {
 		if i := c.SubsetIndex; i > 0 && slices.ContainsFunc(subsets[:i], func(o *networking.Subset) bool { return o.GetName() == c.Subset }) {
 			v.Problems().Addf(dr.Ref(), "spec.subsets["+strconv.Itoa(i)+"].name", "subset %q is defined twice; the first definition applies", c.Subset)
 			return
 		}
-		fn(&outboundCluster{Cluster: *c, kind: kindFor(svc.Resolution, c.Policy)})
+		oc := &outboundCluster{Cluster: *c, kind: kindFor(svc.Resolution, c.Policy)}
+		fn(oc)
+		if dnat && sniDNATCluster(oc) {
+			twin := *oc
+			twin.Name, twin.sniDNAT = IstioMutualSNI(svc.Hostname, c.Port.Number, c.Subset), true
+			fn(&twin)
+		}
 	})
 }
 
@@ -162,7 +177,8 @@ func explicitHTTP2(opts *corev3.Http2ProtocolOptions) *upstreamhttpv3.HttpProtoc
 }
 
 // Clusters generates the proxy's clusters: the outbound clusters of every
-// visible service port and DestinationRule subset, BlackHoleCluster and
+// visible service port and DestinationRule subset (and for a router with
+// AUTO_PASSTHROUGH servers their SNI-DNAT twins), BlackHoleCluster and
 // PassthroughCluster, and for sidecars InboundPassthroughCluster and one
 // inbound cluster per port the workload serves. Routers get no inbound
 // clusters. Outbound clusters originate TLS per their DestinationRule, or
@@ -263,7 +279,9 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 	b.loadBalancer(c, oc)
 	b.connectionPool(c, oc)
 	b.outlierDetection(c, oc)
-	b.tls(c, oc)
+	if !oc.sniDNAT {
+		b.tls(c, oc)
+	}
 	if oc.kind != kindOriginalDst && b.assignments.distribution(oc) != nil {
 		if c.CommonLbConfig == nil {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"slices"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -46,12 +47,13 @@ func Endpoints(v *scope.View) []build.Resource {
 func EndpointsOf(v *scope.View, hosts map[string]bool) []build.Resource {
 	b := newEDSBuilder(v)
 	var out []build.Resource
+	sniHosts := routerAutoPassthroughHosts(v)
 	for h := range hosts {
 		svc := v.Service(h)
 		if svc == nil {
 			continue // not visible to this proxy
 		}
-		serviceClusters(v, svc, func(oc *outboundCluster) {
+		serviceClusters(v, svc, sniHosts, func(oc *outboundCluster) {
 			if oc.kind == kindEDS {
 				out = append(out, build.Resource{Name: oc.Name, Message: b.assignment(oc)})
 			}
@@ -91,7 +93,15 @@ func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadA
 	meta := func(ep *mesh.Endpoint) *corev3.Metadata {
 		return b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port))
 	}
-	return build.LocalityAssignment(oc.Name, oc.Port, b.clusterEndpoints(oc), b.localityLB(oc), meta)
+	eps := b.clusterEndpoints(oc)
+	if oc.sniDNAT {
+		// An SNI-DNAT cluster reaches only endpoints that accept mesh
+		// mTLS (cds_snidnat.go).
+		eps = slices.DeleteFunc(eps, func(ep *mesh.Endpoint) bool {
+			return ep.Labels[tlsModeLabel] != tlsModeIstio || meta(ep) == nil
+		})
+	}
+	return build.LocalityAssignment(oc.Name, oc.Port, eps, b.localityLB(oc), meta)
 }
 
 // clusterEndpoints selects the endpoints of a cluster: the service's

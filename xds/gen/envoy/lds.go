@@ -61,6 +61,9 @@ type listenerBuilder struct {
 	tlsInspector        *listenerv3.ListenerFilter
 	// mtlsHTTP and mtlsTCP terminate inbound mesh mTLS (built on first use).
 	mtlsHTTP, mtlsTCP *corev3.TransportSocket
+	// gatewayMTLS terminate mesh mTLS on ISTIO_MUTUAL gateway servers, TLS
+	// [0] and HTTPS [1] (built on first use; gatewayMeshTLS).
+	gatewayMTLS [2]*corev3.TransportSocket
 }
 
 func newListenerBuilder(v *scope.View) *listenerBuilder {

@@ -35,20 +35,79 @@ func (k gatewayPortKind) String() string {
 	return "TLS"
 }
 
-// gatewayPort is one gateway listener being built.
+// gatewayPort is one port of a router: the servers it serves, in
+// gateway then server order.
 type gatewayPort struct {
 	port    uint32 // the port the listener binds (gatewayListenPort)
 	kind    gatewayPortKind
 	owner   string // the config whose server decided kind
-	chains  []*listenerv3.FilterChain
+	servers []*gatewayServer
 	claimed map[string]string // server name ("" = no SNI match) -> config
-	sni     bool
+	sni     bool              // some chain matches by SNI: the listener needs tls_inspector
+}
+
+// gatewayServer is one server a router serves, as LDS (its filter chains)
+// and RDS (its route configuration) both see it: gatewayPlan decides once
+// which servers are served, so that every route configuration RDS sends
+// is one a listener refers to.
+type gatewayServer struct {
+	gw    *mesh.Config
+	index int
+	field string
+	srv   *networking.Server
+	// route is the route configuration of an HTTP or TLS-terminated HTTPS
+	// server ("" for the others).
+	route string
+	// names are the server names a terminated server's chain matches
+	// (nil: any); ts is its TLS.
+	names []string
+	ts    *corev3.TransportSocket
+	// tcp is where a TCP server, or a TLS-terminated TLS server, sends
+	// connections.
+	tcp []weightedCluster
+	// sni are the chains of a PASSTHROUGH or AUTO_PASSTHROUGH server.
+	sni []sniChain
+}
+
+// sniChain is one passthrough chain: connections whose SNI is one of
+// names (and, when alpn is set, whose ALPN offers one of alpn) go to dests
+// with TLS untouched.
+type sniChain struct {
+	names []string
+	alpn  []string
+	dests []weightedCluster
+	stat  string
+	// mesh chains (AUTO_PASSTHROUGH) carry mesh mTLS the destination's
+	// sidecar authorizes with the client's own identity: the gateway's
+	// authorization filters do not apply (Istio's behaviour).
+	mesh bool
 }
 
 // gateways adds one listener per port of the servers of the Gateways
-// selecting this router. Gateways come sorted, so on any collision the
-// first server (by gateway namespace/name, then server order) wins.
+// selecting this router (gatewayPlan).
 func (b *listenerBuilder) gateways() {
+	for _, gp := range b.gatewayPlan() {
+		var chains []*listenerv3.FilterChain
+		for _, s := range gp.servers {
+			chains = b.gatewayChains(chains, gp, s)
+		}
+		if len(chains) == 0 {
+			continue
+		}
+		l := listener(OutboundListenerName("0.0.0.0", gp.port), "0.0.0.0", gp.port, true, corev3.TrafficDirection_OUTBOUND)
+		if gp.sni {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{b.tlsInspector}
+		}
+		l.FilterChains = chains
+		b.add(l)
+	}
+}
+
+// gatewayPlan decides which servers of the Gateways selecting this
+// router are served, on which port, and reports the others. Gateways come
+// sorted, so on any collision the first server (by gateway
+// namespace/name, then server order) wins. Ports come in order.
+func (b *listenerBuilder) gatewayPlan() []*gatewayPort {
 	v := b.v
 	byPort := map[uint32]*gatewayPort{}
 	for _, gw := range v.Gateways() {
@@ -72,41 +131,79 @@ func (b *listenerBuilder) gateways() {
 				b.problems.Addf(gw.Ref(), field+".port", "port %d already serves %s for %s; this %s server is ignored", num, gp.kind, gp.owner, kind)
 				continue
 			}
+			s := &gatewayServer{gw: gw, index: i, field: field, srv: srv}
+			var served bool
 			switch kind {
 			case gwHTTP:
-				if len(gp.chains) == 0 {
-					gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{
-						rdsHCM(GatewayHTTPRouteName(num), GatewayHTTPRouteName(num), b.gatewayHTTPFilters(), true),
-					}})
-				}
+				s.route, served = GatewayHTTPRouteName(num), true
 			case gwTCP:
-				b.gatewayTCPServer(gp, gw, field, srv)
+				served = b.gatewayTCPServer(gp, s)
 			case gwSNI:
-				if srv.GetTls().GetMode() == networking.ServerTLSSettings_PASSTHROUGH {
-					b.gatewayPassthroughServer(gp, gw, srv)
-				} else {
-					b.gatewayTerminatedServer(gp, gw, i, field, srv)
+				switch srv.GetTls().GetMode() {
+				case networking.ServerTLSSettings_PASSTHROUGH:
+					served = b.gatewayPassthroughServer(gp, s)
+				case networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+					served = b.gatewayAutoPassthroughServer(gp, s)
+				default:
+					served = b.gatewayTerminatedServer(gp, s)
 				}
+			}
+			if served {
+				gp.servers = append(gp.servers, s)
 			}
 		}
 	}
-	ports := make([]uint32, 0, len(byPort))
-	for p := range byPort {
-		ports = append(ports, p)
+	ports := make([]*gatewayPort, 0, len(byPort))
+	for _, gp := range byPort {
+		ports = append(ports, gp)
 	}
-	slices.Sort(ports)
-	for _, port := range ports {
-		gp := byPort[port]
-		if len(gp.chains) == 0 {
-			continue // no server on it had a route; Envoy needs a chain
+	slices.SortFunc(ports, func(a, b *gatewayPort) int { return int(a.port) - int(b.port) })
+	return ports
+}
+
+// gatewayChains appends the filter chains of one served server.
+func (b *listenerBuilder) gatewayChains(chains []*listenerv3.FilterChain, gp *gatewayPort, s *gatewayServer) []*listenerv3.FilterChain {
+	port := portString(gp.port)
+	switch {
+	case gp.kind == gwHTTP:
+		// All plain HTTP servers of a port share one chain and one
+		// route configuration.
+		if len(chains) == 0 {
+			chains = append(chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{rdsHCM(s.route, s.route, b.gatewayHTTPFilters(), true)}})
 		}
-		l := listener(OutboundListenerName("0.0.0.0", port), "0.0.0.0", port, true, corev3.TrafficDirection_OUTBOUND)
-		if gp.sni {
-			l.ListenerFilters = []*listenerv3.ListenerFilter{b.tlsInspector}
+	case gp.kind == gwTCP:
+		chains = append(chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(tcpProxy("gateway_tcp_"+port, s.tcp))})
+	case s.ts != nil:
+		serverName := serverID(s.srv, s.index)
+		var filters []*listenerv3.Filter
+		if s.route != "" {
+			filters = []*listenerv3.Filter{rdsHCM(s.route, s.route, b.gatewayHTTPFilters(), true)}
+		} else {
+			filters = b.gatewayTCPFilters(tcpProxy("gateway_tls_"+port+"_"+serverName, s.tcp))
 		}
-		l.FilterChains = gp.chains
-		b.add(l)
+		chain := &listenerv3.FilterChain{
+			Name:            "https." + port + "." + serverName + "." + s.gw.Object.Name + "." + s.gw.Object.Namespace,
+			TransportSocket: s.ts,
+			Filters:         filters,
+		}
+		if len(s.names) > 0 {
+			chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: s.names}
+		}
+		chains = append(chains, chain)
+	default:
+		for _, c := range s.sni {
+			proxy := tcpProxy(c.stat, c.dests)
+			filters := []*listenerv3.Filter{proxy}
+			if !c.mesh {
+				filters = b.gatewayTCPFilters(proxy)
+			}
+			chains = append(chains, &listenerv3.FilterChain{
+				FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: c.names, ApplicationProtocols: c.alpn},
+				Filters:          filters,
+			})
+		}
 	}
+	return chains
 }
 
 // gatewayListenPort is the port a router listens on for a Gateway server
@@ -141,13 +238,7 @@ func (b *listenerBuilder) serverKind(gw *mesh.Config, field string, srv *network
 			b.problems.Addf(gw.Ref(), field+".tls", "a %s server needs tls settings", proto)
 			return 0, false
 		}
-		switch mode := srv.GetTls().GetMode(); mode {
-		case networking.ServerTLSSettings_PASSTHROUGH, networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
-			return gwSNI, true
-		default:
-			b.problems.Addf(gw.Ref(), field+".tls.mode", "tls mode %s is not supported; the server is ignored", mode)
-			return 0, false
-		}
+		return gwSNI, true
 	default:
 		return gwTCP, true
 	}
@@ -196,20 +287,19 @@ func (b *listenerBuilder) gatewayVSFor(gw *mesh.Config, hosts []serverHost) []*m
 	return out
 }
 
-// gatewayTCPServer adds the tcp_proxy chain of a TCP server: the first
-// applicable tcp route of its VirtualServices (sorted by namespace/name).
-func (b *listenerBuilder) gatewayTCPServer(gp *gatewayPort, gw *mesh.Config, field string, srv *networking.Server) {
-	num := gp.port
-	dests := b.gatewayTCPRoute(gw, srv)
-	if dests == nil {
-		return
+// gatewayTCPServer plans a TCP server: the first applicable tcp route of
+// its VirtualServices (sorted by namespace/name); one per port.
+func (b *listenerBuilder) gatewayTCPServer(gp *gatewayPort, s *gatewayServer) bool {
+	s.tcp = b.gatewayTCPRoute(s.gw, s.srv)
+	if s.tcp == nil {
+		return false
 	}
 	if owner, taken := gp.claimed[""]; taken {
-		b.problems.Addf(gw.Ref(), field, "port %d already forwards TCP for %s; this server is ignored", num, owner)
-		return
+		b.problems.Addf(s.gw.Ref(), s.field, "port %d already forwards TCP for %s; this server is ignored", gp.port, owner)
+		return false
 	}
-	gp.claimed[""] = gw.Ref()
-	gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(tcpProxy("gateway_tcp_"+portString(num), dests))})
+	gp.claimed[""] = s.gw.Ref()
+	return true
 }
 
 // gatewayTCPRoute finds where a (plain or TLS-terminated) TCP server
@@ -229,10 +319,11 @@ func (b *listenerBuilder) gatewayTCPRoute(gw *mesh.Config, srv *networking.Serve
 	return nil
 }
 
-// gatewayPassthroughServer adds one chain per applicable tls route match
+// gatewayPassthroughServer plans one chain per applicable tls route match
 // of the server's VirtualServices: SNI (the match's sniHosts the server
 // admits) to tcp_proxy, TLS untouched.
-func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Config, srv *networking.Server) {
+func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, s *gatewayServer) bool {
+	gw, srv := s.gw, s.srv
 	num := srv.GetPort().GetNumber()
 	hosts := serverHosts(gw, srv)
 	for _, vs := range b.gatewayVSFor(gw, hosts) {
@@ -256,21 +347,48 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 				if dests == nil {
 					continue
 				}
-				gp.sni = true
-				gp.chains = append(gp.chains, &listenerv3.FilterChain{
-					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names},
-					Filters:          b.gatewayTCPFilters(tcpProxy("gateway_passthrough_"+portString(gp.port)+"_"+names[0], dests)),
-				})
+				s.sni = append(s.sni, sniChain{names: names, dests: dests, stat: "gateway_passthrough_" + portString(gp.port) + "_" + names[0]})
 			}
 		}
 	}
+	gp.sni = gp.sni || len(s.sni) > 0
+	return len(s.sni) > 0
 }
 
-// gatewayTerminatedServer adds the chain of a SIMPLE or MUTUAL server:
-// matched by the server's hosts as SNI ("*" matches any or no SNI), TLS
-// terminated with the server's certificate, then an HCM on the server's
-// own route configuration (HTTPS) or tcp_proxy by tcp routes (TLS).
-func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Config, index int, field string, srv *networking.Server) {
+// gatewayAutoPassthroughServer plans an AUTO_PASSTHROUGH server, Istio's
+// east-west gateway: no VirtualService, one chain per cluster of every
+// mesh service the server's hosts match, matching the SNI a mesh client
+// sends for it (IstioMutualSNI, "outbound_.PORT_.SUBSET_.HOST") and the
+// mesh's mTLS ALPNs, to the cluster of that name (sniDNAT clusters:
+// mTLS-capable endpoints only, no TLS of the gateway's own). The client's
+// mTLS reaches the destination's sidecar untouched.
+func (b *listenerBuilder) gatewayAutoPassthroughServer(gp *gatewayPort, s *gatewayServer) bool {
+	hosts := autoPassthroughHosts(s.srv)
+	for _, svc := range b.v.Services() {
+		if !autoPassthroughService(hosts, svc) {
+			continue
+		}
+		serviceClusters(b.v, svc, nil, func(oc *outboundCluster) {
+			if !sniDNATCluster(oc) {
+				return
+			}
+			sni := IstioMutualSNI(svc.Hostname, oc.Port.Number, oc.Subset)
+			if names := b.claim(gp.claimed, []string{sni}, s.gw.Ref(), s.field+".hosts"); len(names) > 0 {
+				s.sni = append(s.sni, sniChain{names: names, alpn: meshALPN, dests: []weightedCluster{{cluster: sni, weight: 1}}, stat: sni, mesh: true})
+			}
+		})
+	}
+	gp.sni = gp.sni || len(s.sni) > 0
+	return len(s.sni) > 0
+}
+
+// gatewayTerminatedServer plans the chain of a SIMPLE, MUTUAL,
+// OPTIONAL_MUTUAL or ISTIO_MUTUAL server: matched by the server's hosts as
+// SNI ("*" matches any or no SNI), TLS terminated (downstreamTLS), then an
+// HCM on the server's own route configuration (HTTPS) or tcp_proxy by tcp
+// routes (TLS).
+func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, s *gatewayServer) bool {
+	gw, srv := s.gw, s.srv
 	num := gp.port
 	var names []string
 	for _, h := range serverHosts(gw, srv) {
@@ -292,53 +410,38 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 			if k == "" {
 				what = "the match of any server name"
 			}
-			b.problems.Addf(gw.Ref(), field+".hosts", "%s on port %d is already served by %s; this server is ignored", what, num, owner)
-			return
+			b.problems.Addf(gw.Ref(), s.field+".hosts", "%s on port %d is already served by %s; this server is ignored", what, num, owner)
+			return false
 		}
 	}
-	ts, ok := b.downstreamTLS(gw, field, srv)
+	ts, ok := b.downstreamTLS(gw, s.field, srv)
 	if !ok {
-		return
+		return false
 	}
-	serverName := serverID(srv, index)
-	var filters []*listenerv3.Filter
-	var filter *listenerv3.Filter
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
-		route := GatewayHTTPSRouteName(num, serverName, gw.Object.Name, gw.Object.Namespace)
-		filter = rdsHCM(route, route, b.gatewayHTTPFilters(), true)
-	} else {
-		dests := b.gatewayTCPRoute(gw, srv)
-		if dests == nil {
-			return
-		}
-		filter = tcpProxy("gateway_tls_"+portString(num)+"_"+serverName, dests)
-	}
-	if filter.GetName() == TCPProxyFilter {
-		filters = b.gatewayTCPFilters(filter)
-	} else {
-		filters = []*listenerv3.Filter{filter}
+		s.route = GatewayHTTPSRouteName(num, serverID(srv, s.index), gw.Object.Name, gw.Object.Namespace)
+	} else if s.tcp = b.gatewayTCPRoute(gw, srv); s.tcp == nil {
+		return false
 	}
 	for _, k := range keys {
 		gp.claimed[k] = gw.Ref()
 	}
-	chain := &listenerv3.FilterChain{
-		Name:            "https." + portString(num) + "." + serverName + "." + gw.Object.Name + "." + gw.Object.Namespace,
-		TransportSocket: ts,
-		Filters:         filters,
-	}
-	if len(names) > 0 {
-		chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: names}
-		gp.sni = true
-	}
-	gp.chains = append(gp.chains, chain)
+	s.names, s.ts = names, ts
+	gp.sni = gp.sni || len(names) > 0
+	return true
 }
 
-// downstreamTLS is the TLS context of a SIMPLE/MUTUAL server: the
-// certificate from SDS credentialName over ADS (or files), for MUTUAL a
-// required client certificate validated by credentialName-cacert (or the
-// caCertificates file, or caCertCredentialName) and subjectAltNames.
+// downstreamTLS is the TLS context of a terminating server. ISTIO_MUTUAL
+// is the mesh's mTLS (gatewayMeshTLS). The others take the certificate
+// from SDS credentialName over ADS (or files); MUTUAL requires a client
+// certificate and OPTIONAL_MUTUAL asks for one, validated by
+// credentialName-cacert (or the caCertificates file, or
+// caCertCredentialName) and subjectAltNames.
 func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *networking.Server) (*corev3.TransportSocket, bool) {
 	t := srv.GetTls()
+	if t.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
+		return b.gatewayMeshTLS(srv), true
+	}
 	ctx := &tlsv3.CommonTlsContext{}
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
 		ctx.AlpnProtocols = []string{"h2", "http/1.1"}
@@ -359,8 +462,12 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 		ctx.TlsParams = p
 	}
 	dtc := &tlsv3.DownstreamTlsContext{CommonTlsContext: ctx}
-	if t.GetMode() == networking.ServerTLSSettings_MUTUAL {
-		dtc.RequireClientCertificate = wrapperspb.Bool(true)
+	if mode := t.GetMode(); mode == networking.ServerTLSSettings_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
+		// OPTIONAL_MUTUAL validates a certificate the client presents
+		// and lets a client without one through.
+		if mode == networking.ServerTLSSettings_MUTUAL {
+			dtc.RequireClientCertificate = wrapperspb.Bool(true)
+		}
 		sans := sanMatchers(t.GetSubjectAltNames())
 		var sds *tlsv3.SdsSecretConfig
 		switch {
@@ -374,7 +481,7 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 				MatchTypedSubjectAltNames: sans,
 			}}
 		default:
-			b.problems.Addf(gw.Ref(), field+".tls.caCertificates", "a MUTUAL server needs credentialName or caCertificates to validate clients; the server is ignored")
+			b.problems.Addf(gw.Ref(), field+".tls.caCertificates", "a %s server needs credentialName or caCertificates to validate clients; the server is ignored", mode)
 			return nil, false
 		}
 		if sds != nil {
@@ -388,6 +495,50 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 		}
 	}
 	return &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(dtc)}}, true
+}
+
+// gatewayMeshTLS is the TLS of an ISTIO_MUTUAL server: the gateway's own
+// workload certificate and the mesh roots from its agent's SDS ("default"
+// and "ROOTCA", as a sidecar's inbound mTLS), a client certificate
+// required and validated against the mesh roots and the server's
+// subjectAltNames, else the mesh's trust domain (Istio accepts any
+// certificate the roots signed). HTTPS negotiates h2 or http/1.1, TLS
+// Istio's mesh values. Servers without subjectAltNames or TLS parameters
+// share one socket per builder.
+func (b *listenerBuilder) gatewayMeshTLS(srv *networking.Server) *corev3.TransportSocket {
+	t := srv.GetTls()
+	https := strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS"
+	params := tlsParams(t)
+	shared := len(t.GetSubjectAltNames()) == 0 && params == nil
+	cached := &b.gatewayMTLS[0]
+	if https {
+		cached = &b.gatewayMTLS[1]
+	}
+	if shared && *cached != nil {
+		return *cached
+	}
+	alpn := []string{"istio-peer-exchange", "istio"}
+	if https {
+		alpn = []string{"h2", "http/1.1"}
+	}
+	sds := build.SDSConfigSource(b.v.Key().SDSCluster)
+	validation := meshValidation(b.v.Snapshot(), sds)
+	if sans := sanMatchers(t.GetSubjectAltNames()); len(sans) > 0 {
+		validation.CombinedValidationContext.DefaultValidationContext.MatchTypedSubjectAltNames = sans
+	}
+	ts := &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(&tlsv3.DownstreamTlsContext{
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams:                      params,
+			AlpnProtocols:                  alpn,
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: sds}},
+			ValidationContextType:          validation,
+		},
+		RequireClientCertificate: wrapperspb.Bool(true),
+	})}}
+	if shared {
+		*cached = ts
+	}
+	return ts
 }
 
 func fileSource(path string) *corev3.DataSource {

@@ -5,11 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/gentest"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -116,7 +119,7 @@ func TestGatewayListeners(t *testing.T) {
 	ls, problems := listeners(t, gatewayMesh, ldsRouterKey)
 	want := []string{"0.0.0.0_31400", "0.0.0.0_443", "0.0.0.0_80"}
 	if got := ldsNames(ls); !slices.Equal(got, want) {
-		t.Fatalf("listeners %v, want %v (8443 belongs to a gateway of other proxies, 15443 is AUTO_PASSTHROUGH)", got, want)
+		t.Fatalf("listeners %v, want %v (8443 belongs to a gateway of other proxies; 15443 is AUTO_PASSTHROUGH and there is no mesh service)", got, want)
 	}
 	for _, l := range ls {
 		if !l.GetBindToPort().GetValue() {
@@ -208,7 +211,6 @@ func TestGatewayListeners(t *testing.T) {
 	for _, p := range []struct{ resource, reason string }{
 		{"Gateway istio-system/b-gw", "server name web.example.com on port 443 is already served by c1:Gateway istio-system/a-gw"},
 		{"Gateway istio-system/b-gw", "port 31400 already serves TCP"},
-		{"Gateway istio-system/a-gw", "tls mode AUTO_PASSTHROUGH is not supported"},
 	} {
 		if !ldsHasProblem(problems, p.resource, p.reason) {
 			t.Errorf("no problem %q for %s in %v", p.reason, p.resource, problems)
@@ -216,28 +218,240 @@ func TestGatewayListeners(t *testing.T) {
 	}
 }
 
-func TestGatewayUnsupportedTLSModes(t *testing.T) {
-	for _, mode := range []string{"ISTIO_MUTUAL", "OPTIONAL_MUTUAL", "AUTO_PASSTHROUGH"} {
-		t.Run(mode, func(t *testing.T) {
-			y := `apiVersion: networking.istio.io/v1
+// TestGatewayMeshTLSModes: ISTIO_MUTUAL terminates the mesh's mTLS with
+// the gateway's own workload certificate from its agent's SDS, requiring a
+// client certificate from the mesh roots (the server's subjectAltNames,
+// else the trust domain); OPTIONAL_MUTUAL validates a client certificate
+// without requiring one.
+func TestGatewayMeshTLSModes(t *testing.T) {
+	y := `apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: istio-system}
 spec:
   selector: {istio: ingressgateway}
   servers:
-  - port: {number: 443, name: tls, protocol: TLS}
-    hosts: ["*"]
-    tls: {mode: ` + mode + `}
-  - {port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}
+  - port: {number: 443, name: https, protocol: HTTPS}
+    hosts: [internal.example.com]
+    tls: {mode: ISTIO_MUTUAL}
+  - port: {number: 443, name: https-opt, protocol: HTTPS}
+    hosts: [partner.example.com]
+    tls: {mode: OPTIONAL_MUTUAL, credentialName: partner-cert, subjectAltNames: [spiffe://partner.example/client]}
+  - port: {number: 9443, name: tls, protocol: TLS}
+    hosts: [db.example.com]
+    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/shop/sa/app]}
+  - port: {number: 9444, name: tls-opt, protocol: TLS}
+    hosts: [files.example.com]
+    tls: {mode: OPTIONAL_MUTUAL}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: demo}
+spec:
+  hosts: [db.demo.svc.cluster.local]
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: demo}
+spec:
+  hosts: [db.example.com, files.example.com]
+  gateways: [istio-system/gw]
+  tcp: [{route: [{destination: {host: db.demo.svc.cluster.local}}]}]
 `
-			ls, problems := listeners(t, y, ldsRouterKey)
-			if got := ldsNames(ls); !slices.Equal(got, []string{"0.0.0.0_80"}) {
-				t.Errorf("listeners %v, want only 0.0.0.0_80", got)
+	key := ldsRouterKey
+	key.SDSCluster = "sds-grpc"
+	ls, problems := listeners(t, y, key)
+	chain := func(port uint32, sni string) (*listenerv3.FilterChain, *tlsv3.DownstreamTlsContext) {
+		t.Helper()
+		l := ls[OutboundListenerName("0.0.0.0", port)]
+		for _, fc := range l.GetFilterChains() {
+			if slices.Equal(fc.GetFilterChainMatch().GetServerNames(), []string{sni}) {
+				return fc, unpack[*tlsv3.DownstreamTlsContext](t, fc.GetTransportSocket().GetTypedConfig())
 			}
-			if !ldsHasProblem(problems, "Gateway istio-system/gw", "tls mode "+mode) {
-				t.Errorf("not reported: %v", problems)
+		}
+		t.Fatalf("no chain for %s on %d (listeners %v, problems %v)", sni, port, ldsNames(ls), problems)
+		return nil, nil
+	}
+	sans := func(ctx *tlsv3.CommonTlsContext) []string {
+		var out []string
+		for _, m := range ctx.GetCombinedValidationContext().GetDefaultValidationContext().GetMatchTypedSubjectAltNames() {
+			out = append(out, m.GetSanType().String()+":"+m.GetMatcher().GetExact()+m.GetMatcher().GetPrefix())
+		}
+		return out
+	}
+
+	t.Run("ISTIO_MUTUAL HTTPS", func(t *testing.T) {
+		fc, dtc := chain(443, "internal.example.com")
+		ctx := dtc.GetCommonTlsContext()
+		cert := ctx.GetTlsCertificateSdsSecretConfigs()
+		if len(cert) != 1 || cert[0].GetName() != "default" || cert[0].GetSdsConfig().GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "sds-grpc" {
+			t.Errorf("certificate %v, want the workload certificate from the agent's SDS", cert)
+		}
+		if ca := ctx.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); ca.GetName() != "ROOTCA" || ca.GetSdsConfig().GetApiConfigSource() == nil {
+			t.Errorf("client CA %v, want ROOTCA from the agent's SDS", ca)
+		}
+		if !dtc.GetRequireClientCertificate().GetValue() {
+			t.Error("client certificate not required")
+		}
+		if got := sans(ctx); !slices.Equal(got, []string{"URI:spiffe://cluster.local/"}) {
+			t.Errorf("SANs %v, want the trust domain", got)
+		}
+		if !slices.Equal(ctx.GetAlpnProtocols(), []string{"h2", "http/1.1"}) {
+			t.Errorf("ALPN %v", ctx.GetAlpnProtocols())
+		}
+		if route, _ := rdsName(t, fc); route != GatewayHTTPSRouteName(443, "0", "gw", "istio-system") {
+			t.Errorf("rds %s", route)
+		}
+	})
+	t.Run("ISTIO_MUTUAL TLS", func(t *testing.T) {
+		fc, dtc := chain(9443, "db.example.com")
+		ctx := dtc.GetCommonTlsContext()
+		if got := sans(ctx); !slices.Equal(got, []string{"URI:spiffe://cluster.local/ns/shop/sa/app"}) {
+			t.Errorf("SANs %v, want the server's subjectAltNames", got)
+		}
+		if !slices.Equal(ctx.GetAlpnProtocols(), []string{"istio-peer-exchange", "istio"}) || !dtc.GetRequireClientCertificate().GetValue() {
+			t.Errorf("ALPN %v require %v", ctx.GetAlpnProtocols(), dtc.GetRequireClientCertificate())
+		}
+		if got := tcpDests(t, fc); got != "outbound|5432||db.demo.svc.cluster.local" {
+			t.Errorf("tcp_proxy %s", got)
+		}
+	})
+	t.Run("OPTIONAL_MUTUAL", func(t *testing.T) {
+		_, dtc := chain(443, "partner.example.com")
+		ctx := dtc.GetCommonTlsContext()
+		if dtc.GetRequireClientCertificate().GetValue() {
+			t.Error("client certificate required")
+		}
+		if ctx.GetTlsCertificateSdsSecretConfigs()[0].GetName() != "partner-cert" ||
+			ctx.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != "partner-cert-cacert" {
+			t.Errorf("certificates %v validation %v", ctx.GetTlsCertificateSdsSecretConfigs(), ctx.GetCombinedValidationContext())
+		}
+		if got := sans(ctx); !slices.Equal(got, []string{"URI:spiffe://partner.example/client"}) {
+			t.Errorf("SANs %v", got)
+		}
+	})
+	t.Run("OPTIONAL_MUTUAL without certificates is reported", func(t *testing.T) {
+		if ls[OutboundListenerName("0.0.0.0", 9444)] != nil {
+			t.Error("a server without certificates has a listener")
+		}
+		if !ldsHasProblem(problems, "Gateway istio-system/gw", "a OPTIONAL_MUTUAL server needs credentialName") {
+			t.Errorf("not reported: %v", problems)
+		}
+	})
+}
+
+// autoPassthroughMesh is an east-west gateway: AUTO_PASSTHROUGH for the
+// cluster's services, a mesh service with one sidecar endpoint and one
+// without and a subset, a service the hosts do not match and an external
+// one.
+const autoPassthroughMesh = `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: cross-network, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 15443, name: tls, protocol: TLS}
+    hosts: ["*.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: [reviews.shop.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports: [{number: 9080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints:
+  - {address: 10.1.0.1, labels: {version: v1, security.istio.io/tlsMode: istio}}
+  - {address: 10.1.0.2, labels: {version: v1}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews.shop.svc.cluster.local
+  subsets: [{name: v1, labels: {version: v1}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: other, namespace: shop}
+spec:
+  hosts: [other.example.com]
+  location: MESH_INTERNAL
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.1.0.3, labels: {security.istio.io/tlsMode: istio}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: shop}
+spec:
+  hosts: [ext.svc.cluster.local]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+`
+
+// TestGatewayAutoPassthrough: one chain per cluster of each matched mesh
+// service, by the SNI a mesh client sends for it and the mesh ALPNs, to
+// the SNI-DNAT cluster of that name: no TLS of the gateway's own, and only
+// endpoints that accept mesh mTLS.
+func TestGatewayAutoPassthrough(t *testing.T) {
+	out := generate(gentest.Snapshot(t, map[string]string{"c1": autoPassthroughMesh}), ldsRouterKey)
+	gentest.ValidateAll(t, out)
+	sni := IstioMutualSNI("reviews.shop.svc.cluster.local", 9080, "")
+	sniV1 := IstioMutualSNI("reviews.shop.svc.cluster.local", 9080, "v1")
+	l, _ := gentest.ByName(out, typeurl.Listener, "0.0.0.0_15443").Message.(*listenerv3.Listener)
+	if l == nil {
+		t.Fatalf("no listener on 15443: %v, problems %v", gentest.Names(out.Resources[typeurl.Listener]), out.Problems)
+	}
+	validateDeep(t, l)
+	if len(l.ListenerFilters) != 1 || l.ListenerFilters[0].Name != TLSInspectorFilter {
+		t.Errorf("listener filters %v", l.ListenerFilters)
+	}
+	var got []string
+	for _, fc := range l.FilterChains {
+		m := fc.GetFilterChainMatch()
+		if !slices.Equal(m.GetApplicationProtocols(), meshALPN) || fc.GetTransportSocket() != nil {
+			t.Errorf("chain %v: ALPN %v, transport socket %v", m.GetServerNames(), m.GetApplicationProtocols(), fc.GetTransportSocket())
+		}
+		got = append(got, strings.Join(m.GetServerNames(), ",")+">"+tcpDests(t, fc))
+	}
+	if want := []string{sni + ">" + sni, sniV1 + ">" + sniV1}; !slices.Equal(got, want) {
+		t.Errorf("chains %v, want %v (not other.example.com, not the external service)", got, want)
+	}
+	for _, name := range []string{sni, sniV1} {
+		c, _ := gentest.ByName(out, typeurl.Cluster, name).Message.(*clusterv3.Cluster)
+		if c == nil {
+			t.Fatalf("no cluster %s: %v", name, gentest.Names(out.Resources[typeurl.Cluster]))
+		}
+		if c.GetTransportSocket() != nil || len(c.GetTransportSocketMatches()) != 0 || c.GetEdsClusterConfig().GetServiceName() != name {
+			t.Errorf("%s: transport socket %v matches %v eds %v", name, c.GetTransportSocket(), c.GetTransportSocketMatches(), c.GetEdsClusterConfig())
+		}
+		cla, _ := gentest.ByName(out, typeurl.Endpoint, name).Message.(*endpointv3.ClusterLoadAssignment)
+		var addrs []string
+		for _, le := range cla.GetEndpoints() {
+			for _, e := range le.GetLbEndpoints() {
+				addrs = append(addrs, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
 			}
-		})
+		}
+		if !slices.Equal(addrs, []string{"10.1.0.1"}) {
+			t.Errorf("%s endpoints %v, want only the sidecar's", name, addrs)
+		}
+	}
+	// The ordinary cluster keeps both endpoints and its auto-mTLS.
+	c, _ := gentest.ByName(out, typeurl.Cluster, "outbound|9080||reviews.shop.svc.cluster.local").Message.(*clusterv3.Cluster)
+	if len(c.GetTransportSocketMatches()) == 0 {
+		t.Error("the outbound cluster lost its auto-mTLS")
+	}
+	if gentest.ByName(out, typeurl.Cluster, IstioMutualSNI("other.example.com", 80, "")).Message != nil {
+		t.Error("an SNI-DNAT cluster for a service the hosts do not match")
+	}
+	// Endpoint-only pushes carry the SNI-DNAT assignments too.
+	v := scope.New(gentest.Snapshot(t, map[string]string{"c1": autoPassthroughMesh}), ldsRouterKey)
+	if names := gentest.Names(EndpointsOf(v, map[string]bool{"reviews.shop.svc.cluster.local": true})); !slices.Contains(names, sniV1) {
+		t.Errorf("EndpointsOf %v lacks %s", names, sniV1)
 	}
 }
 

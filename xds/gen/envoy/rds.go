@@ -213,9 +213,3 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 		}},
 	}}
 }
-
-const (
-	serverOther serverType = iota // TLS passthrough, TCP: no routes
-	serverHTTP
-	serverHTTPS // TLS terminated, HTTP inside
-)

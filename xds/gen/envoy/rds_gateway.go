@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"encoding/binary"
 	"maps"
 	"slices"
 	"sort"
@@ -23,70 +24,36 @@ type gatewayVHost struct {
 	gws        []*mesh.Config // the gateway each VirtualService came through
 }
 
-// gatewayRoutes builds the router's route configurations: all plain HTTP
-// servers on a port share one; each TLS-terminating server has its own.
+// gatewayRoutes builds the route configurations the router's listeners
+// refer to (gatewayPlan decides which servers are served): one shared by
+// all plain HTTP servers on a port, and one per TLS-terminated HTTPS
+// server.
 func (rb *routeBuilder) gatewayRoutes() []build.Resource {
-	// Keyed by the port the listener binds (gatewayListenPort), which names
-	// the route configuration; domains carry the server port clients use.
-	httpHosts := map[uint32]map[string]*gatewayVHost{}
-	serverPort := map[uint32]uint32{}
 	var out []build.Resource
-	for _, gw := range rb.v.Gateways() {
-		spec, _ := gw.Object.Spec.(*networking.Gateway)
-		vss := rb.v.GatewayVirtualServices(gw)
-		// TLS-terminated servers of one gateway with the same port and hosts
-		// (one per certificate, say) route alike: their route
-		// configurations differ only in name and share the virtual hosts
-		// (read-only once built).
-		same := map[string]*routev3.RouteConfiguration{}
-		for i, srv := range spec.GetServers() {
-			port := srv.GetPort().GetNumber()
-			listen := gatewayListenPort(rb.v, port)
-			switch serverKind(srv) {
-			case serverHTTP:
-				if httpHosts[listen] == nil {
-					httpHosts[listen] = map[string]*gatewayVHost{}
-					serverPort[listen] = port
-				}
-				rb.collectHosts(httpHosts[listen], gw, srv, vss)
-			case serverHTTPS:
-				name := GatewayHTTPSRouteName(listen, serverID(srv, i), gw.Object.Name, gw.Object.Namespace)
-				key := strconv.FormatUint(uint64(port), 10) + strconv.FormatBool(srv.GetTls().GetHttpsRedirect()) + "\x00" + strings.Join(srv.GetHosts(), "\x00")
-				if rc := same[key]; rc != nil {
-					out = append(out, build.Resource{Name: name, Message: &routev3.RouteConfiguration{Name: name, VirtualHosts: rc.VirtualHosts,
-						ValidateClusters: rc.ValidateClusters}})
+	for _, gp := range newListenerBuilder(rb.v).gatewayPlan() {
+		switch gp.kind {
+		case gwHTTP:
+			// Keyed by the port the listener binds, which names the route
+			// configuration; domains carry the server port clients use.
+			hosts := map[string]*gatewayVHost{}
+			for _, s := range gp.servers {
+				rb.collectHosts(hosts, s.gw, s.srv, rb.v.GatewayVirtualServices(s.gw))
+			}
+			name := GatewayHTTPRouteName(gp.port)
+			out = append(out, build.Resource{Name: name, Message: rb.gatewayRouteConfig(name, gp.servers[0].srv.GetPort().GetNumber(), hosts)})
+		case gwSNI:
+			for _, s := range gp.servers {
+				if s.route == "" {
 					continue
 				}
 				hosts := map[string]*gatewayVHost{}
-				rb.collectHosts(hosts, gw, srv, vss)
-				rc := rb.gatewayRouteConfig(name, port, hosts)
-				same[key] = rc
-				out = append(out, build.Resource{Name: name, Message: rc})
+				rb.collectHosts(hosts, s.gw, s.srv, rb.v.GatewayVirtualServices(s.gw))
+				out = append(out, build.Resource{Name: s.route, Message: rb.gatewayRouteConfig(s.route, s.srv.GetPort().GetNumber(), hosts)})
 			}
 		}
 	}
-	for listen, hosts := range httpHosts {
-		name := GatewayHTTPRouteName(listen)
-		out = append(out, build.Resource{Name: name, Message: rb.gatewayRouteConfig(name, serverPort[listen], hosts)})
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-type serverType int
-
-func serverKind(srv *networking.Server) serverType {
-	proto := strings.ToUpper(srv.GetPort().GetProtocol())
-	mode := srv.GetTls().GetMode()
-	terminated := srv.GetTls() != nil && (mode == networking.ServerTLSSettings_SIMPLE || mode == networking.ServerTLSSettings_MUTUAL ||
-		mode == networking.ServerTLSSettings_ISTIO_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL)
-	switch {
-	case isHTTP(proto) && (!terminated || srv.GetTls().GetHttpsRedirect()):
-		return serverHTTP
-	case (proto == "HTTPS" || isHTTP(proto)) && terminated:
-		return serverHTTPS
-	}
-	return serverOther
 }
 
 // serverID is how route and listener names refer to a gateway server:
@@ -164,10 +131,29 @@ func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
 	return false
 }
 
+// gatewayRouteConfig builds one gateway route configuration. Hosts whose
+// routes are the same — the same VirtualServices through the same
+// gateways in the same order, and the same TLS requirement — share one
+// virtual host with all their domains (Istio does the same): a
+// VirtualService with three hosts is one virtual host, not three copies
+// of its routes. Envoy picks a virtual host by domain, and each host's
+// domains are in exactly one, so requests route as with one virtual host
+// per host.
 func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
 	names := slices.Sorted(maps.Keys(hosts))
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	shared := map[string]*routev3.VirtualHost{}
+	ids := map[*mesh.Config]uint32{} // configs by small number, for keys
+	id := func(c *mesh.Config) uint32 {
+		n, ok := ids[c]
+		if !ok {
+			n = uint32(len(ids))
+			ids[c] = n
+		}
+		return n
+	}
+	var key []byte
 	for _, h := range names {
 		vh := hosts[h]
 		// Oldest VirtualService first (stable: namespace/name breaks ties).
@@ -182,10 +168,23 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 			}
 			return ta.Before(tb)
 		})
-		evh := &routev3.VirtualHost{Name: h + ps, Domains: []string{h, h + ps}}
-		if h == "*" {
-			evh.Domains = []string{"*"}
+		key = key[:0]
+		if vh.requireTLS {
+			key = append(key, 1)
 		}
+		for _, i := range idx {
+			key = binary.LittleEndian.AppendUint32(key, id(vh.vss[i]))
+			key = binary.LittleEndian.AppendUint32(key, id(vh.gws[i]))
+		}
+		domains := []string{h, h + ps}
+		if h == "*" {
+			domains = []string{"*"}
+		}
+		if evh := shared[string(key)]; evh != nil {
+			evh.Domains = append(evh.Domains, domains...)
+			continue
+		}
+		evh := &routev3.VirtualHost{Name: h + ps, Domains: domains}
 		if vh.requireTLS {
 			evh.RequireTls = routev3.VirtualHost_ALL
 		}
@@ -193,6 +192,7 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 			vs, gw := vh.vss[i], vh.gws[i]
 			evh.Routes = append(evh.Routes, rb.translate(vs, port, gw)...)
 		}
+		shared[string(key)] = evh
 		rc.VirtualHosts = append(rc.VirtualHosts, evh)
 	}
 	return rc

@@ -2,12 +2,11 @@ package envoy
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
@@ -29,7 +28,7 @@ spec:
     port: {number: 443, name: https, protocol: HTTPS}
     hosts: ["shop/*.example.com"]
     tls: {mode: SIMPLE, credentialName: cert}
-  - port: {number: 443, protocol: HTTPS}
+  - port: {number: 9443, protocol: HTTPS}
     hosts: ["other/*.example.com"]
     tls: {mode: SIMPLE, credentialName: cert2}
   - port: {number: 8443, name: passthrough, protocol: TLS}
@@ -82,7 +81,7 @@ func TestGatewayRoutes(t *testing.T) {
 	for _, r := range out.Resources[typeurl.Route] {
 		names = append(names, r.Name)
 	}
-	want := []string{GatewayHTTPRouteName(80), GatewayHTTPSRouteName(443, "2", "gw", "shop"), GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop")}
+	want := []string{GatewayHTTPRouteName(80), GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop"), GatewayHTTPSRouteName(9443, "2", "gw", "shop")}
 	if !slices.Equal(names, want) {
 		t.Fatalf("route configurations = %v, want %v (no passthrough server)", names, want)
 	}
@@ -111,7 +110,7 @@ func TestGatewayRoutes(t *testing.T) {
 		t.Errorf("https route config = %v", https)
 	}
 	// The unnamed one admits only namespace "other": nothing.
-	if n := len(routeConfig(t, out, GatewayHTTPSRouteName(443, "2", "gw", "shop")).GetVirtualHosts()); n != 0 {
+	if n := len(routeConfig(t, out, GatewayHTTPSRouteName(9443, "2", "gw", "shop")).GetVirtualHosts()); n != 0 {
 		t.Errorf("other-namespace server virtual hosts = %d, want 0", n)
 	}
 
@@ -160,35 +159,55 @@ spec:
 	}
 }
 
-// TestGatewayServersWithSameHostsShareRoutes: two TLS-terminated servers of
-// one gateway with the same port and hosts (two certificates) get route
-// configurations that differ only in name; a server with other hosts does
-// not share them.
-func TestGatewayServersWithSameHostsShareRoutes(t *testing.T) {
-	y := strings.Replace(gatewayYAML, `  - port: {number: 443, protocol: HTTPS}
+// TestGatewayRoutesAreThoseListenersReferTo: RDS sends a router exactly
+// the route configurations its listeners refer to. A server LDS does not
+// serve (here a TLS server with the server names of an earlier one on the
+// same port, as the gateways benchmark shape had six per Gateway) gets
+// none, and servers on one plain HTTP port share one.
+func TestGatewayRoutesAreThoseListenersReferTo(t *testing.T) {
+	dup := strings.Replace(gatewayYAML, `  - port: {number: 9443, protocol: HTTPS}
     hosts: ["other/*.example.com"]`, `  - port: {number: 443, protocol: HTTPS}
-    hosts: ["shop/*.example.com"]`, 1)
-	if y == gatewayYAML {
+    hosts: ["other/*.example.com"]`, 1)
+	if dup == gatewayYAML {
 		t.Fatal("the test's edit of gatewayYAML did not apply")
 	}
-	byName := map[string]*routev3.RouteConfiguration{}
-	for _, y := range []string{y, gatewayYAML} {
-		out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + y}), routerKey)
-		for _, r := range out.Resources[typeurl.Route] {
-			byName[r.Name+"|"+strconv.Itoa(len(y))] = r.Message.(*routev3.RouteConfiguration)
-		}
+	shape := envoyShapes[slices.IndexFunc(envoyShapes, func(sh envoyShape) bool { return sh.name == "gateways" })]
+	bench := &strings.Builder{}
+	for i := range 3 {
+		shape.write(bench, i)
 	}
-	a := byName[GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop")+"|"+strconv.Itoa(len(y))]
-	b := byName[GatewayHTTPSRouteName(443, "2", "gw", "shop")+"|"+strconv.Itoa(len(y))]
-	if a == nil || b == nil || a.GetName() == b.GetName() {
-		t.Fatalf("route configurations missing or not renamed: %v, %v", a.GetName(), b.GetName())
-	}
-	if !proto.Equal(&routev3.RouteConfiguration{VirtualHosts: a.GetVirtualHosts()}, &routev3.RouteConfiguration{VirtualHosts: b.GetVirtualHosts()}) {
-		t.Error("servers with the same hosts route differently")
-	}
-	// Unchanged config: the server with other hosts routes differently.
-	c := byName[GatewayHTTPSRouteName(443, "2", "gw", "shop")+"|"+strconv.Itoa(len(gatewayYAML))]
-	if proto.Equal(&routev3.RouteConfiguration{VirtualHosts: a.GetVirtualHosts()}, &routev3.RouteConfiguration{VirtualHosts: c.GetVirtualHosts()}) {
-		t.Error("servers with different hosts share routes")
+	for _, tc := range []struct {
+		name, yaml string
+		key        proxy.Key
+		want       []string
+	}{
+		{"gateways", rdsBase + gatewayYAML, routerKey,
+			[]string{GatewayHTTPRouteName(80), GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop"), GatewayHTTPSRouteName(9443, "2", "gw", "shop")}},
+		{"same server names on one port", rdsBase + dup, routerKey,
+			[]string{GatewayHTTPRouteName(80), GatewayHTTPSRouteName(443, "shop-tls", "gw", "shop")}},
+		{"benchmark shape", bench.String(), shape.key,
+			[]string{GatewayHTTPRouteName(80), GatewayHTTPSRouteName(443, "1", "gateway-0", "gateway"),
+				GatewayHTTPSRouteName(443, "1", "gateway-1", "gateway"), GatewayHTTPSRouteName(443, "1", "gateway-2", "gateway")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": tc.yaml}), tc.key)
+			routes := gentest.Names(out.Resources[typeurl.Route])
+			if !slices.Equal(routes, tc.want) {
+				t.Errorf("route configurations %v, want %v", routes, tc.want)
+			}
+			var referred []string
+			for _, r := range out.Resources[typeurl.Listener] {
+				for _, fc := range r.Message.(*listenerv3.Listener).GetFilterChains() {
+					if f := fc.GetFilters(); len(f) > 0 && f[len(f)-1].GetName() == build.HTTPConnectionManagerFilter {
+						name, _ := rdsName(t, &listenerv3.FilterChain{Filters: f[len(f)-1:]})
+						referred = append(referred, name)
+					}
+				}
+			}
+			slices.Sort(referred)
+			if !slices.Equal(slices.Compact(referred), routes) {
+				t.Errorf("listeners refer to %v, RDS sends %v", referred, routes)
+			}
+		})
 	}
 }

@@ -2,7 +2,8 @@ package gentest
 
 // Mesh is one representative mesh: two namespaces of services with
 // routing and traffic policy, a Sidecar resource, an egress ServiceEntry,
-// an ingress gateway, and security: STRICT mTLS in shop, auto-mTLS to
+// an ingress gateway, a mesh gateway (AUTO_PASSTHROUGH, ISTIO_MUTUAL and
+// OPTIONAL_MUTUAL servers), and security: STRICT mTLS in shop, auto-mTLS to
 // ratings (one endpoint injected), ISTIO_MUTUAL to frontend, JWT
 // authentication and an ALLOW policy for reviews, and a mesh-wide DENY.
 // The golden files are generated against it (xds/gen/golden_test.go).
@@ -109,6 +110,30 @@ spec:
     rewrite: {uri: /}
     route: [{destination: {host: reviews.shop.svc.cluster.local, port: {number: 9080}}}]
   - route: [{destination: {host: frontend.web.svc.cluster.local}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: mesh-edge, namespace: istio-system}
+spec:
+  selector: {istio: eastwestgateway}
+  servers:
+  - port: {number: 15443, name: tls, protocol: TLS}
+    hosts: ["*.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+  - port: {number: 8443, name: https-mesh, protocol: HTTPS}
+    hosts: [internal.shop.example]
+    tls: {mode: ISTIO_MUTUAL}
+  - port: {number: 8443, name: https-partner, protocol: HTTPS}
+    hosts: [partner.shop.example]
+    tls: {mode: OPTIONAL_MUTUAL, credentialName: partner-cert}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: internal, namespace: shop}
+spec:
+  hosts: [internal.shop.example, partner.shop.example]
+  gateways: [istio-system/mesh-edge]
+  http: [{route: [{destination: {host: ratings.shop.svc.cluster.local, port: {number: 9080}}}]}]
 ---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
