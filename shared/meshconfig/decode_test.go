@@ -10,6 +10,7 @@ import (
 
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 )
 
 // decodeOne decodes a stream that must hold exactly one valid object.
@@ -111,6 +112,15 @@ func TestDecodeEveryKindFromExamples(t *testing.T) {
 			ap := o.Spec.(*securityv1beta1.AuthorizationPolicy)
 			if got := ap.GetRules()[0].GetTo()[0].GetOperation().GetPaths(); len(got) != 1 || got[0] != "/info*" {
 				t.Errorf("paths = %v", got)
+			}
+		}},
+		{"telemetry.yaml", "Telemetry", "istio-system/mesh-default", func(t *testing.T, o *Object) {
+			tel := o.Spec.(*telemetryv1alpha1.Telemetry)
+			if got := tel.GetTracing()[0].GetRandomSamplingPercentage().GetValue(); got != 10 {
+				t.Errorf("randomSamplingPercentage = %v", got)
+			}
+			if got := tel.GetMetrics()[0].GetOverrides()[0].GetTagOverrides()["request_host"].GetOperation(); got != telemetryv1alpha1.MetricsOverrides_TagOverride_REMOVE {
+				t.Errorf("tagOverrides operation = %v", got)
 			}
 		}},
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -17,13 +18,14 @@ import (
 const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
+	GroupTelemetry  = "telemetry.istio.io"
 	GroupRegistry   = "nave.io"
 )
 
 // Kind describes one config kind. Kinds come from an immutable table:
 // compare them by pointer, never modify one.
 type Kind struct {
-	Group    string               // "networking.istio.io", "security.istio.io", "nave.io"
+	Group    string               // "networking.istio.io", "security.istio.io", "telemetry.istio.io", "nave.io"
 	Kind     string               // "VirtualService"
 	Versions []string             // accepted apiVersion versions, e.g. v1, v1beta1, v1alpha3 for networking
 	TypeURL  string               // "type.googleapis.com/" + proto full name of the spec
@@ -37,6 +39,7 @@ func (k *Kind) String() string { return k.Kind }
 var (
 	networkingVersions = []string{"v1", "v1beta1", "v1alpha3"}
 	securityVersions   = []string{"v1", "v1beta1"}
+	telemetryVersions  = []string{"v1", "v1alpha1"}
 	registryVersions   = []string{"v1"}
 )
 
@@ -64,12 +67,13 @@ var kinds = []*Kind{
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.PeerAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),
+	newKind(GroupTelemetry, telemetryVersions, false, func() proto.Message { return &telemetryv1alpha1.Telemetry{} }),
 	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &meshconfigv1.Service{} }),
 	newKind(GroupRegistry, registryVersions, true, func() proto.Message { return &meshconfigv1.Workload{} }),
 }
 
 // Kinds returns every kind in a stable order: the Istio networking kinds,
-// the security kinds, then the registry kinds. The slice is the caller's.
+// the security kinds, Telemetry, then the registry kinds. The slice is the caller's.
 func Kinds() []*Kind { return slices.Clone(kinds) }
 
 // KindFor finds the kind of an object by its apiVersion ("group/version")
@@ -95,8 +99,8 @@ func KindFor(apiVersion, kind string) (*Kind, error) {
 		return k, nil
 	}
 	if !groupKnown {
-		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s)",
-			apiVersion, GroupNetworking, GroupSecurity, GroupRegistry)
+		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s, %s)",
+			apiVersion, GroupNetworking, GroupSecurity, GroupTelemetry, GroupRegistry)
 	}
 	if kind == "" {
 		return nil, fmt.Errorf("kind is missing")

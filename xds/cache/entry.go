@@ -68,7 +68,7 @@ func (e *Entry) Version() uint64 { return e.State.Version }
 func (e *Entry) ChangedAt() time.Time { return e.State.ChangedAt }
 
 // ConfigChanged reports whether config, not only endpoints, changed.
-func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config }
+func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config || e.State.Diff.Telemetry }
 
 // Generation modes (metric label and log field).
 const (
@@ -211,10 +211,11 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 		e.addProblems(out.Problems)
 		return res, genFull
 	}
-	// Only endpoints changed. Clusters, listeners and routes read
-	// endpoints only for DNS clusters (inline assignments) and for the
-	// proxy's own inbound ports (its IPs); endpoints are regenerated just
-	// for the changed services.
+	// Only endpoints, Telemetry objects, or both changed. Clusters,
+	// listeners and routes read endpoints only for DNS clusters (inline
+	// assignments) and for the proxy's own inbound ports (its IPs);
+	// endpoints are regenerated just for the changed services. Telemetry
+	// shapes listeners only.
 	own := false
 	for _, ip := range k.IPList() {
 		own = own || diff.Addresses[ip]
@@ -229,8 +230,11 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	if own || dns {
 		types = append(types, typeurl.Cluster)
 	}
-	if own {
+	switch {
+	case own:
 		types = append(types, typeurl.Listener, typeurl.Route)
+	case diff.Telemetry:
+		types = append(types, typeurl.Listener)
 	}
 	out := gen.EnvoyEndpointsChanged(e.State.Snapshot, k, diff.Hosts, types...)
 	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)

@@ -49,6 +49,9 @@ rules:
 - apiGroups: [security.istio.io]
   resources: [peerauthentications, requestauthentications, authorizationpolicies]
   verbs: [get, list, watch]
+- apiGroups: [telemetry.istio.io]
+  resources: [telemetries]
+  verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -61,6 +62,8 @@ type listenerBuilder struct {
 	tlsInspector        *listenerv3.ListenerFilter
 	// mtlsHTTP and mtlsTCP terminate inbound mesh mTLS (built on first use).
 	mtlsHTTP, mtlsTCP *corev3.TransportSocket
+	// tele is each side's telemetry (built on first use).
+	tele [2]*sideTelemetry
 }
 
 func newListenerBuilder(v *scope.View) *listenerBuilder {
@@ -82,6 +85,7 @@ func newListenerBuilder(v *scope.View) *listenerBuilder {
 }
 
 func (b *listenerBuilder) add(l *listenerv3.Listener) {
+	b.addTCPStats(l)
 	b.out = append(b.out, build.Resource{Name: l.Name, Message: l})
 }
 
@@ -95,8 +99,9 @@ func listener(name, address string, port uint32, bind bool, dir corev3.TrafficDi
 	}
 }
 
-// rdsHCM is an HTTP connection manager whose routes come over ADS.
-func rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool) *listenerv3.Filter {
+// rdsHCM is an HTTP connection manager whose routes come over ADS, with
+// the client side's telemetry (outbound and gateway listeners).
+func (b *listenerBuilder) rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool) *listenerv3.Filter {
 	hcm := &hcmv3.HttpConnectionManager{
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		StatPrefix: statPrefix,
@@ -112,6 +117,7 @@ func rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool
 		// detection": use_remote_address).
 		hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	}
+	b.telemetry(policy.ClientSide).applyHTTP(hcm)
 	return build.HCMFilter(hcm)
 }
 
@@ -122,9 +128,9 @@ type weightedCluster struct {
 }
 
 // tcpProxy forwards to one cluster, or splits connections over several by
-// weight.
-func tcpProxy(statPrefix string, dests []weightedCluster) *listenerv3.Filter {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix}
+// weight, with side's access logs.
+func (b *listenerBuilder) tcpProxy(side policy.TrafficSide, statPrefix string, dests []weightedCluster) *listenerv3.Filter {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix, AccessLog: b.telemetry(side).tcpLogs}
 	if len(dests) == 1 {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: dests[0].cluster}
 	} else {
@@ -137,8 +143,8 @@ func tcpProxy(statPrefix string, dests []weightedCluster) *listenerv3.Filter {
 	return &listenerv3.Filter{Name: TCPProxyFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: build.Any(tp)}}
 }
 
-func tcpProxyTo(cluster string) *listenerv3.Filter {
-	return tcpProxy(cluster, []weightedCluster{{cluster: cluster, weight: 1}})
+func (b *listenerBuilder) tcpProxyTo(side policy.TrafficSide, cluster string) *listenerv3.Filter {
+	return b.tcpProxy(side, cluster, []weightedCluster{{cluster: cluster, weight: 1}})
 }
 
 func originalDstFilter() *listenerv3.ListenerFilter {

@@ -12,6 +12,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 )
@@ -76,7 +77,7 @@ func (b *listenerBuilder) gateways() {
 			case gwHTTP:
 				if len(gp.chains) == 0 {
 					gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{
-						rdsHCM(GatewayHTTPRouteName(num), GatewayHTTPRouteName(num), b.gatewayHTTPFilters(), true),
+						b.rdsHCM(GatewayHTTPRouteName(num), GatewayHTTPRouteName(num), b.gatewayHTTPFilters(), true),
 					}})
 				}
 			case gwTCP:
@@ -209,7 +210,7 @@ func (b *listenerBuilder) gatewayTCPServer(gp *gatewayPort, gw *mesh.Config, fie
 		return
 	}
 	gp.claimed[""] = gw.Ref()
-	gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(tcpProxy("gateway_tcp_"+portString(num), dests))})
+	gp.chains = append(gp.chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(b.tcpProxy(policy.ClientSide, "gateway_tcp_"+portString(num), dests))})
 }
 
 // gatewayTCPRoute finds where a (plain or TLS-terminated) TCP server
@@ -259,7 +260,7 @@ func (b *listenerBuilder) gatewayPassthroughServer(gp *gatewayPort, gw *mesh.Con
 				gp.sni = true
 				gp.chains = append(gp.chains, &listenerv3.FilterChain{
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names},
-					Filters:          b.gatewayTCPFilters(tcpProxy("gateway_passthrough_"+portString(gp.port)+"_"+names[0], dests)),
+					Filters:          b.gatewayTCPFilters(b.tcpProxy(policy.ClientSide, "gateway_passthrough_"+portString(gp.port)+"_"+names[0], dests)),
 				})
 			}
 		}
@@ -305,13 +306,13 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, gw *mesh.Conf
 	var filter *listenerv3.Filter
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
 		route := GatewayHTTPSRouteName(num, serverName, gw.Object.Name, gw.Object.Namespace)
-		filter = rdsHCM(route, route, b.gatewayHTTPFilters(), true)
+		filter = b.rdsHCM(route, route, b.gatewayHTTPFilters(), true)
 	} else {
 		dests := b.gatewayTCPRoute(gw, srv)
 		if dests == nil {
 			return
 		}
-		filter = tcpProxy("gateway_tls_"+portString(num)+"_"+serverName, dests)
+		filter = b.tcpProxy(policy.ClientSide, "gateway_tls_"+portString(num)+"_"+serverName, dests)
 	}
 	if filter.GetName() == TCPProxyFilter {
 		filters = b.gatewayTCPFilters(filter)
