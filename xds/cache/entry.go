@@ -185,6 +185,24 @@ func (e *Entry) base(ck proxy.Key) (*resource.ProxyResources, mesh.Diff) {
 	return r.res, mesh.DiffSnapshots(r.snap, e.State.Snapshot)
 }
 
+// telemetryBase is the previous State's result for k when this State
+// differs from it in Telemetry objects (and endpoints) only: a Telemetry
+// with a new selector changes every key's label signature, yet what k
+// received besides listeners is what it receives now.
+func (e *Entry) telemetryBase(k proxy.Key) (*resource.ProxyResources, mesh.Diff) {
+	e.mu.Lock()
+	prev := e.prev
+	e.mu.Unlock()
+	if prev == nil || e.State.Diff.Config || !e.State.Diff.Telemetry {
+		return nil, mesh.Diff{}
+	}
+	r, ok := e.results.get(prev.cacheKey(k))
+	if !ok || r.res == nil || r.snap != prev.State.Snapshot {
+		return nil, mesh.Diff{}
+	}
+	return r.res, e.State.Diff
+}
+
 // generate builds what the State gives key k, whose cache key is ck.
 func (e *Entry) generate(ck, k proxy.Key) (*resource.ProxyResources, string) {
 	res, mode := e.generateFrom(ck, k)
@@ -194,6 +212,9 @@ func (e *Entry) generate(ck, k proxy.Key) (*resource.ProxyResources, string) {
 
 func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string) {
 	pr, diff := e.base(ck)
+	if pr == nil {
+		pr, diff = e.telemetryBase(k)
+	}
 	switch {
 	case pr != nil && diff.Unchanged():
 		return pr, genReused
