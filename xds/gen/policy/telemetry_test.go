@@ -60,15 +60,15 @@ var reviewsLabels = map[string]string{"app": "reviews"}
 // Telemetry names a provider, as Istio merges them.
 func TestTelemetryPrecedence(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		cfg       string
-		objects   string
-		labels    map[string]string
-		client    string // access log providers, client side
-		server    string // and server side
-		tracing   string // provider name and sampling, "" for none
-		metrics   string // metrics providers (client side)
-		problem   string // a reported problem contains this
+		name    string
+		cfg     string
+		objects string
+		labels  map[string]string
+		client  string // access log providers, client side
+		server  string // and server side
+		tracing string // provider name and sampling, "" for none
+		metrics string // metrics providers (client side)
+		problem string // a reported problem contains this
 	}{
 		{name: "nothing: Istio's default metrics only", cfg: providers, metrics: "prometheus"},
 		{name: "defaultProviders", cfg: providers + "defaultProviders: {accessLogging: [a], tracing: [z]}", client: "a", server: "a", tracing: "z@1"},
@@ -84,22 +84,22 @@ func TestTelemetryPrecedence(t *testing.T) {
 			labels: reviewsLabels, client: "a", server: "a", tracing: "o@100", metrics: "prometheus"},
 		{name: "a selector that does not match changes nothing", cfg: providers,
 			objects: nsTel + "  tracing: [{providers: [{name: z}]}]\n" + wlTel + "  tracing: [{providers: [{name: o}]}]\n",
-			labels: map[string]string{"app": "ratings"}, tracing: "z@1", metrics: "prometheus"},
+			labels:  map[string]string{"app": "ratings"}, tracing: "z@1", metrics: "prometheus"},
 		{name: "targetRef to a Gateway selects its deployment", cfg: providers,
 			objects: nsTel + "  tracing: [{providers: [{name: z}]}]\n" + gwTel + "  tracing: [{providers: [{name: o}]}]\n",
-			labels: map[string]string{GatewayNameLabel: "edge"}, tracing: "o@1", metrics: "prometheus"},
+			labels:  map[string]string{GatewayNameLabel: "edge"}, tracing: "o@1", metrics: "prometheus"},
 		{name: "disabled by mode at the workload", cfg: providers + "defaultProviders: {accessLogging: [a]}",
 			objects: wlTel + "  accessLogging: [{match: {mode: SERVER}, disabled: true}]\n",
-			labels: reviewsLabels, client: "", server: ""},
+			labels:  reviewsLabels, client: "", server: ""},
 		// Istio's rule: a level that names providers for a side narrows
 		// that side's providers to those it names, so disabling b for the
 		// server leaves the server without a (not named at that level).
 		{name: "disabled for the server side only, providers named", cfg: providers,
 			objects: rootTel + "  accessLogging: [{providers: [{name: a}, {name: b}]}]\n" + wlTel + "  accessLogging: [{providers: [{name: b}], match: {mode: SERVER}, disabled: true}]\n",
-			labels: reviewsLabels, client: "a,b", server: "", metrics: "prometheus"},
+			labels:  reviewsLabels, client: "a,b", server: "", metrics: "prometheus"},
 		{name: "disabled for the server side only, no providers named", cfg: providers,
 			objects: rootTel + "  accessLogging: [{providers: [{name: a}, {name: b}]}]\n" + wlTel + "  accessLogging: [{match: {mode: SERVER}, disabled: true}]\n",
-			labels: reviewsLabels, client: "a,b", server: "", metrics: "prometheus"},
+			labels:  reviewsLabels, client: "a,b", server: "", metrics: "prometheus"},
 		{name: "disableSpanReporting (defaultProviders set: no default metrics)", cfg: providers + "defaultProviders: {tracing: [z]}",
 			objects: nsTel + "  tracing: [{disableSpanReporting: true}]\n"},
 		{name: "metrics disabled at the namespace", cfg: providers,
