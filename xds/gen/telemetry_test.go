@@ -4,11 +4,13 @@ import (
 	"strings"
 	"testing"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	"google.golang.org/protobuf/proto"
 	statsv1 "istio.io/api/envoy/extensions/stats"
 
 	"github.com/navemesh/nave/internal/envoysim"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/envoy"
 	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/proxy"
@@ -260,4 +262,50 @@ func ingressKey(t *testing.T) proxy.Key {
 	}
 	t.Fatal("no gateway among the golden proxies")
 	return proxy.Key{}
+}
+
+// TestMeshConfigAccessLogFile: without Telemetry access logging (a
+// Telemetry of metrics only does not count), MeshConfig accessLogFile
+// logs every request in Istio's JSON fields with accessLogEncoding JSON,
+// and a listener log records connections no chain takes, unless
+// disableEnvoyListenerLog.
+func TestMeshConfigAccessLogFile(t *testing.T) {
+	const metricsOnly = `apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default, namespace: istio-system}
+spec:
+  metrics: [{providers: [{name: prometheus}]}]
+`
+	req := envoysim.Request{IP: "10.96.0.10", Port: 9080, Authority: "reviews.shop.svc.cluster.local:9080", Method: "GET", Path: "/reviews/1", SourceIP: "10.2.0.1"}
+	for _, tc := range []struct {
+		cfg          string
+		listenerLogs int
+	}{
+		{"accessLogFile: /dev/stdout\naccessLogEncoding: JSON", 1},
+		{"accessLogFile: /dev/stdout\naccessLogEncoding: JSON\ndisableEnvoyListenerLog: true", 0},
+	} {
+		out := Envoy(meshSnapshot(t, tc.cfg, metricsOnly), frontendKey)
+		gentest.ValidateDeep(t, out)
+		r := envoysim.New(out.Resources).Do(req)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if len(r.Telemetry.AccessLogs) != 1 {
+			t.Fatalf("%q: access logs %v, want the accessLogFile's", tc.cfg, r.Telemetry.AccessLogs)
+		}
+		line, err := envoysim.LogLine(r.Telemetry.AccessLogs[0], req, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range []string{`"method":"GET"`, `"path":"/reviews/1"`, `"authority":"reviews.shop.svc.cluster.local:9080"`, `"upstream_cluster":"` + r.Clusters[0].Name + `"`, `"response_code":"-"`} {
+			if !strings.Contains(line, field) {
+				t.Errorf("%q: JSON line %s lacks %s", tc.cfg, line, field)
+			}
+		}
+		for _, res := range out.Resources[typeurl.Listener] {
+			if l := res.Message.(*listenerv3.Listener); len(l.GetAccessLog()) != tc.listenerLogs {
+				t.Errorf("%q: listener %s has %d listener logs, want %d", tc.cfg, l.GetName(), len(l.GetAccessLog()), tc.listenerLogs)
+			}
+		}
+	}
 }

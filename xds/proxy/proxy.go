@@ -46,9 +46,10 @@ const (
 	MetaClusterID      = xdsbootstrap.MetaClusterID
 	MetaGenerator      = xdsbootstrap.MetaGenerator
 	MetaSDSCluster     = xdsbootstrap.MetaSDSCluster
-	// MetaIstioVersion is set by Istio's pilot-agent, or by a bootstrap
-	// that says so (docs/telemetry.md): the proxy is Istio's Envoy build,
-	// with Istio's filters (istio.stats, istio.metadata_exchange).
+	// MetaIstioVersion is set by Istio's pilot-agent, or by nave-agent
+	// from proxyMetadata ISTIO_META_ISTIO_VERSION (docs/telemetry.md): the
+	// proxy is Istio's Envoy build, with Istio's filters (istio.stats,
+	// istio.metadata_exchange; decision 039).
 	MetaIstioVersion = "ISTIO_VERSION"
 )
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -112,7 +113,7 @@ func (b *listenerBuilder) telemetry(side policy.TrafficSide) *sideTelemetry {
 	t := b.v.Telemetry()
 	st := &sideTelemetry{}
 	logs := t.AccessLogs[side]
-	if len(logs) == 0 && len(t.Sources) == 0 && len(b.v.Snapshot().MeshConfig.GetDefaultProviders().GetAccessLogging()) == 0 {
+	if len(logs) == 0 && !configuresLogging(t.Sources) && len(b.v.Snapshot().MeshConfig.GetDefaultProviders().GetAccessLogging()) == 0 {
 		// No Telemetry configures logging: MeshConfig accessLogFile, as
 		// Istio's fallback.
 		if path := b.v.Snapshot().MeshConfig.GetAccessLogFile(); path != "" {
@@ -156,6 +157,18 @@ func (b *listenerBuilder) telemetry(side policy.TrafficSide) *sideTelemetry {
 	}
 	b.tele[side] = st
 	return st
+}
+
+// configuresLogging reports whether any of the Telemetries has
+// accessLogging (then MeshConfig accessLogFile no longer applies, as in
+// Istio).
+func configuresLogging(sources []*mesh.Config) bool {
+	for _, c := range sources {
+		if t, _ := c.Object.Spec.(*telemetry.Telemetry); len(t.GetAccessLogging()) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // httpFilters returns filters (ending with the router) with side's
