@@ -49,11 +49,7 @@ func LogLine(al *accesslogv3.AccessLog, r Request, res Result) (string, error) {
 		}
 		return "{" + strings.Join(parts, ",") + "}\n", nil
 	}
-	text := sf.GetTextFormatSource().GetInlineString()
-	if text == "" {
-		text = sf.GetTextFormat()
-	}
-	return substitute(text, r, res), nil
+	return substitute(sf.GetTextFormatSource().GetInlineString(), r, res), nil
 }
 
 var command = regexp.MustCompile(`%([A-Z_]+)(\(([^)]*)\))?%`)

@@ -312,6 +312,7 @@ func (b *listenerBuilder) accessLog(l policy.AccessLog) (http, tcp *accesslogv3.
 			name = "otel_envoy_accesslog"
 		}
 		o := &otelalsv3.OpenTelemetryAccessLogConfig{
+			//lint:ignore SA1019 as Istio writes it: Envoy versions before grpc_service/log_name read only common_config
 			CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: name, GrpcService: svc, TransportApiVersion: corev3.ApiVersion_V3},
 			Body:         &otlpcommon.AnyValue{Value: &otlpcommon.AnyValue_StringValue{StringValue: IstioTextLogFormat}},
 		}
