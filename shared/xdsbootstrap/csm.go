@@ -28,3 +28,32 @@ func CSMEnv(mesh, workload, canonicalService string) map[string]string {
 	}
 	return env
 }
+
+// Labels a workload's canonical service and revision come from, in the
+// order Istio reads them.
+var (
+	CanonicalNameLabels     = []string{"service.istio.io/canonical-name", "app.kubernetes.io/name", "app"}
+	CanonicalRevisionLabels = []string{"service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"}
+)
+
+// CanonicalService is a workload's canonical service name as Istio
+// derives it from its labels, fallback when none is set.
+func CanonicalService(labels map[string]string, fallback string) string {
+	for _, l := range CanonicalNameLabels {
+		if v := labels[l]; v != "" {
+			return v
+		}
+	}
+	return fallback
+}
+
+// CanonicalRevision is a workload's canonical revision as Istio derives
+// it from its labels, "latest" when none is set.
+func CanonicalRevision(labels map[string]string) string {
+	for _, l := range CanonicalRevisionLabels {
+		if v := labels[l]; v != "" {
+			return v
+		}
+	}
+	return "latest"
+}

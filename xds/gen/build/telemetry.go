@@ -6,6 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -55,32 +56,23 @@ func ClusterMetadata(svc *mesh.Service, csm bool) *corev3.Metadata {
 }
 
 // Labels a workload's canonical service and revision come from, in the
-// order Istio reads them.
+// order Istio reads them (defined in xdsbootstrap, which the injector
+// shares).
 var (
-	CanonicalNameLabels     = []string{"service.istio.io/canonical-name", "app.kubernetes.io/name", "app"}
-	CanonicalRevisionLabels = []string{"service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"}
+	CanonicalNameLabels     = xdsbootstrap.CanonicalNameLabels
+	CanonicalRevisionLabels = xdsbootstrap.CanonicalRevisionLabels
 )
 
 // CanonicalService is a workload's canonical service name as Istio
 // derives it from its labels, fallback when none is set.
 func CanonicalService(labels map[string]string, fallback string) string {
-	for _, l := range CanonicalNameLabels {
-		if v := labels[l]; v != "" {
-			return v
-		}
-	}
-	return fallback
+	return xdsbootstrap.CanonicalService(labels, fallback)
 }
 
 // CanonicalRevision is a workload's canonical revision as Istio derives
 // it from its labels, "latest" when none is set.
 func CanonicalRevision(labels map[string]string) string {
-	for _, l := range CanonicalRevisionLabels {
-		if v := labels[l]; v != "" {
-			return v
-		}
-	}
-	return "latest"
+	return xdsbootstrap.CanonicalRevision(labels)
 }
 
 // EndpointWorkload is Istio's compressed workload metadata of an
