@@ -22,14 +22,7 @@ func TestTelemetryChangeRegeneratesListenersOnly(t *testing.T) {
 	}
 	src := pushctxtest.NewSource()
 	m, c := start(t, src, cache.Options{Verify: true})
-	publish := func() *cache.Entry {
-		t.Helper()
-		_, changed := m.Current("m")
-		src.Set("m", pushctxtest.Cluster("c1", true, w.list()))
-		m.Notify("m")
-		pushctxtest.Await(t, changed, "a new push context")
-		return current(c, m, "m")
-	}
+	publish := publisher(t, src, m, c, w)
 	selected := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", Labels: "app=client\ntier=gold", IPs: "10.9.0.1"}
 	other := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", Labels: "app=client", IPs: "10.9.0.2"}
 	st1 := publish()

@@ -1,7 +1,8 @@
 package envoy
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
@@ -251,7 +252,7 @@ func statsConfig(side policy.TrafficSide, t proxy.Type, m policy.Metrics) *stats
 	}
 	for _, o := range m.Overrides {
 		mc := &statsv1.MetricConfig{Name: o.Metric, Drop: o.Disabled, Dimensions: map[string]string{}}
-		for _, tag := range sortedKeys(o.Tags) {
+		for _, tag := range slices.Sorted(maps.Keys(o.Tags)) {
 			if o.Tags[tag].GetOperation() == telemetry.MetricsOverrides_TagOverride_REMOVE {
 				mc.TagsToRemove = append(mc.TagsToRemove, tag)
 			} else {
@@ -321,7 +322,7 @@ func (b *listenerBuilder) accessLog(l policy.AccessLog) (http, tcp *accesslogv3.
 		}
 		if labels := p.EnvoyOtelAls.GetLogFormat().GetLabels(); labels != nil {
 			o.Attributes = &otlpcommon.KeyValueList{}
-			for _, k := range sortedKeys(labels.GetFields()) {
+			for _, k := range slices.Sorted(maps.Keys(labels.GetFields())) {
 				o.Attributes.Values = append(o.Attributes.Values, &otlpcommon.KeyValue{Key: k,
 					Value: &otlpcommon.AnyValue{Value: &otlpcommon.AnyValue_StringValue{StringValue: labels.GetFields()[k].GetStringValue()}}})
 			}
@@ -505,7 +506,7 @@ func headers(hs []*meshv1alpha1.MeshConfig_ExtensionProvider_HttpHeader) []*core
 // customTags translates Telemetry customTags, sorted by tag name.
 func customTags(tags map[string]*telemetry.Tracing_CustomTag) []*tracingv3.CustomTag {
 	out := make([]*tracingv3.CustomTag, 0, len(tags))
-	for _, name := range sortedKeys(tags) {
+	for _, name := range slices.Sorted(maps.Keys(tags)) {
 		t := tags[name]
 		ct := &tracingv3.CustomTag{Tag: name}
 		switch v := t.GetType().(type) {
@@ -523,13 +524,4 @@ func customTags(tags map[string]*telemetry.Tracing_CustomTag) []*tracingv3.Custo
 		out = append(out, ct)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

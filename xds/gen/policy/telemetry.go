@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -279,7 +280,7 @@ func accessLogs(s *mesh.Snapshot, sources []*mesh.Config, specs []*telemetry.Tel
 		}
 	}
 	var out []AccessLog
-	for _, name := range sortedKeys(providers) {
+	for _, name := range slices.Sorted(maps.Keys(providers)) {
 		st := providers[name]
 		if st.disabled {
 			continue
@@ -427,7 +428,7 @@ func metrics(s *mesh.Snapshot, sources []*mesh.Config, specs []*telemetry.Teleme
 		}
 	}
 	var out []Metrics
-	for _, n := range sortedKeys(states) {
+	for _, n := range slices.Sorted(maps.Keys(states)) {
 		st := states[n]
 		if st.allDisabled {
 			continue
@@ -535,15 +536,6 @@ func providerKind(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
 		return fd.JSONName()
 	}
 	return "unknown"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // TracingConfigured reports whether any proxy of the snapshot may be
