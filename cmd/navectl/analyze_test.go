@@ -158,10 +158,10 @@ spec: {mtls: {mode: STRICT}}
 	if r := navectlRun(t, "analyze", "--meshconfig", clean, cfgObjs); r.code != 0 || !strings.Contains(r.stderr, "0 errors, 0 warnings") {
 		t.Errorf("a clean MeshConfig: exit %d, stderr %q", r.code, r.stderr)
 	}
-	refused := write("refused.yaml", "accessLogFile: /dev/stdout\n")
+	refused := write("refused.yaml", "enableEnvoyAccessLogService: true\n")
 	r := navectlRun(t, "analyze", "--meshconfig", refused, cfgObjs)
-	if r.code != 1 || !strings.Contains(r.stdout, "meshConfig.accessLogFile") || !strings.Contains(r.stdout, "not yet supported") {
-		t.Errorf("a refused MeshConfig field: exit %d, stdout %q; want 1 naming meshConfig.accessLogFile", r.code, r.stdout)
+	if r.code != 1 || !strings.Contains(r.stdout, "meshConfig.enableEnvoyAccessLogService") || !strings.Contains(r.stdout, "not yet supported") {
+		t.Errorf("a refused MeshConfig field: exit %d, stdout %q; want 1 naming meshConfig.enableEnvoyAccessLogService", r.code, r.stdout)
 	}
 	root := write("root.yaml", "rootNamespace: mesh-root\n")
 	r = navectlRun(t, "analyze", "--meshconfig", root, cfgObjs)

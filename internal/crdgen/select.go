@@ -21,6 +21,7 @@ var kinds = []string{
 	"peerauthentications.security.istio.io",
 	"requestauthentications.security.istio.io",
 	"authorizationpolicies.security.istio.io",
+	"telemetries.telemetry.istio.io",
 }
 
 // render returns the output file: a header naming the source, then the documents of src (a

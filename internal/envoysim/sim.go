@@ -166,6 +166,10 @@ type Result struct {
 	// jwt_authn writes).
 	Metadata map[string]map[string]any
 
+	// Telemetry is what the filter that handled the request (the HTTP
+	// connection manager or tcp_proxy) reports through.
+	Telemetry Telemetry
+
 	// Err says why the request could not be followed (no listener, an
 	// unknown route configuration, no virtual host, no route, ...).
 	Err error
@@ -295,6 +299,7 @@ func (s *Sim) Do(r Request) Result {
 		return res
 	}
 	for _, f := range fc.GetFilters() {
+		res.Telemetry.NetworkFilters = append(res.Telemetry.NetworkFilters, f.GetName())
 		if handled, ok := networkRBAC(f.GetTypedConfig(), r, &res); handled {
 			if !ok {
 				return res
@@ -307,6 +312,7 @@ func (s *Sim) Do(r Request) Result {
 				res.Err = err
 				return res
 			}
+			res.Telemetry.AccessLogs = tcp.GetAccessLog()
 			if c := tcp.GetCluster(); c != "" {
 				res.TCP = []Destination{s.destination(c, 1, r)}
 			}
@@ -320,6 +326,12 @@ func (s *Sim) Do(r Request) Result {
 			if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
 				res.Err = err
 				return res
+			}
+			res.Telemetry.AccessLogs, res.Telemetry.Tracing = hcm.GetAccessLog(), hcm.GetTracing()
+			res.Telemetry.HTTPFilterConfigs = map[string]*anypb.Any{}
+			for _, hf := range hcm.GetHttpFilters() {
+				res.Telemetry.HTTPFilters = append(res.Telemetry.HTTPFilters, hf.GetName())
+				res.Telemetry.HTTPFilterConfigs[hf.GetName()] = hf.GetTypedConfig()
 			}
 			s.http(hcm, r, &res)
 			return res

@@ -396,7 +396,7 @@ func foreignAPI(apiVersion string) bool {
 
 // otherIstioKinds are Istio's config kinds that nave does not support:
 // fixed names, so an error may name them.
-var otherIstioKinds = []string{"EnvoyFilter", "ProxyConfig", "Telemetry", "WasmPlugin"}
+var otherIstioKinds = []string{"EnvoyFilter", "ProxyConfig", "WasmPlugin"}
 
 // isKindName reports whether name is the kind of one of nave's kinds, of
 // any group.

@@ -10,6 +10,7 @@ import (
 
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -150,6 +151,15 @@ func TestDecodeEveryKindFromExamples(t *testing.T) {
 		{"referencegrant.yaml", "ReferenceGrant", "certs/edge-gateways", func(t *testing.T, o *Object) {
 			if got := gatewayAPISpec[gatewayv1.ReferenceGrantSpec](t, o).To[0].Kind; got != "Secret" {
 				t.Errorf("to kind = %q", got)
+			}
+		}},
+		{"telemetry.yaml", "Telemetry", "istio-system/mesh-default", func(t *testing.T, o *Object) {
+			tel := o.Spec.(*telemetryv1alpha1.Telemetry)
+			if got := tel.GetTracing()[0].GetRandomSamplingPercentage().GetValue(); got != 10 {
+				t.Errorf("randomSamplingPercentage = %v", got)
+			}
+			if got := tel.GetMetrics()[0].GetOverrides()[0].GetTagOverrides()["request_host"].GetOperation(); got != telemetryv1alpha1.MetricsOverrides_TagOverride_REMOVE {
+				t.Errorf("tagOverrides operation = %v", got)
 			}
 		}},
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
@@ -19,6 +20,7 @@ import (
 const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
+	GroupTelemetry  = "telemetry.istio.io"
 	GroupRegistry   = "nave.io"
 	GroupGatewayAPI = "gateway.networking.k8s.io"
 )
@@ -26,7 +28,7 @@ const (
 // Kind describes one config kind. Kinds come from an immutable table:
 // compare them by pointer, never modify one.
 type Kind struct {
-	Group    string               // "networking.istio.io", "security.istio.io", "nave.io"
+	Group    string               // "networking.istio.io", "security.istio.io", "telemetry.istio.io", "nave.io"
 	Kind     string               // "VirtualService"
 	Versions []string             // accepted apiVersion versions, e.g. v1, v1beta1, v1alpha3 for networking
 	TypeURL  string               // "type.googleapis.com/" + proto full name of the spec
@@ -51,6 +53,7 @@ func (k *Kind) String() string { return k.Kind }
 var (
 	networkingVersions = []string{"v1", "v1beta1", "v1alpha3"}
 	securityVersions   = []string{"v1", "v1beta1"}
+	telemetryVersions  = []string{"v1", "v1alpha1"}
 	registryVersions   = []string{"v1"}
 )
 
@@ -89,6 +92,7 @@ var kinds = []*Kind{
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.PeerAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),
+	newKind(GroupTelemetry, telemetryVersions, false, func() proto.Message { return &telemetryv1alpha1.Telemetry{} }),
 	newGatewayAPIKind("GatewayClass", "", []string{"v1", "v1beta1"},
 		func() proto.Message { return &meshconfigv1.GatewayClassSpec{} }, func() any { return &gatewayv1.GatewayClassSpec{} }),
 	newGatewayAPIKind("Gateway", "KubernetesGateway", []string{"v1", "v1beta1"},
@@ -108,7 +112,7 @@ var kinds = []*Kind{
 }
 
 // Kinds returns every kind in a stable order: the Istio networking kinds,
-// the security kinds, the Gateway API kinds, then the registry kinds. The slice is the caller's.
+// the security kinds, Telemetry, the Gateway API kinds, then the registry kinds. The slice is the caller's.
 func Kinds() []*Kind { return slices.Clone(kinds) }
 
 // KindFor finds the kind of an object by its apiVersion ("group/version")
@@ -134,8 +138,8 @@ func KindFor(apiVersion, kind string) (*Kind, error) {
 		return k, nil
 	}
 	if !groupKnown {
-		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s, %s)",
-			apiVersion, GroupNetworking, GroupSecurity, GroupGatewayAPI, GroupRegistry)
+		return nil, fmt.Errorf("apiVersion %q is not supported (supported groups: %s, %s, %s, %s, %s)",
+			apiVersion, GroupNetworking, GroupSecurity, GroupTelemetry, GroupGatewayAPI, GroupRegistry)
 	}
 	if kind == "" {
 		return nil, fmt.Errorf("kind is missing")

@@ -31,7 +31,7 @@ func TestKinds(t *testing.T) {
 		}
 	}
 	want := "VirtualService,DestinationRule,Gateway,ServiceEntry,WorkloadEntry,WorkloadGroup,Sidecar," +
-		"PeerAuthentication,RequestAuthentication,AuthorizationPolicy," +
+		"PeerAuthentication,RequestAuthentication,AuthorizationPolicy,Telemetry," +
 		"GatewayClass,KubernetesGateway,HTTPRoute,GRPCRoute,TCPRoute,TLSRoute,ReferenceGrant,Service,Workload"
 	if got := strings.Join(names, ","); got != want {
 		t.Errorf("Kinds() = %s, want %s", got, want)

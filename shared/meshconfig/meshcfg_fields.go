@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,12 +51,12 @@ var MeshConfigFields = []MeshConfigField{
 	{"ingressService", NotYet, "Kubernetes Ingress is not translated"},
 	{"ingressControllerMode", NotYet, "Kubernetes Ingress is not translated"},
 	{"ingressSelector", NotYet, "Kubernetes Ingress is not translated"},
-	{"enableTracing", NotYet, "tracing will use extensionProviders and the Telemetry API"},
-	{"accessLogFile", NotYet, "access logs will use extensionProviders and the Telemetry API"},
-	{"accessLogFormat", NotYet, "access logs will use extensionProviders and the Telemetry API"},
-	{"accessLogEncoding", NotYet, "access logs will use extensionProviders and the Telemetry API"},
-	{"enableEnvoyAccessLogService", NotYet, "access logs will use extensionProviders and the Telemetry API"},
-	{"disableEnvoyListenerLog", NotYet, "access logs will use extensionProviders and the Telemetry API"},
+	{"enableTracing", Supported, "it governs only Istio's legacy tracing through a tracer of the proxy's bootstrap (defaultConfig.tracing, refused), so either value traces nothing by itself, as for an Istio proxy whose bootstrap names no tracer; tracing comes from extensionProviders with the Telemetry API or defaultProviders.tracing (docs/telemetry.md)"},
+	{"accessLogFile", Supported, "a file access log on every listener of proxies no Telemetry or defaultProviders.accessLogging configures logging for (Istio's fallback)"},
+	{"accessLogFormat", Supported, "the format of accessLogFile and of envoyFileAccessLog providers without a logFormat (a JSON object with accessLogEncoding JSON)"},
+	{"accessLogEncoding", Supported, "TEXT or JSON, for accessLogFile and envoyFileAccessLog providers without a logFormat"},
+	{"enableEnvoyAccessLogService", NotYet, "the legacy access log service needs defaultConfig.envoyAccessLogService; use an envoyHttpAls or envoyTcpAls extension provider with the Telemetry API"},
+	{"disableEnvoyListenerLog", Supported, "true leaves out the listener access log accessLogFile adds for connections no filter chain takes"},
 	{"defaultConfig", Supported, "terminationDrainDuration, holdApplicationUntilProxyStarts and proxyMetadata, applied by the injector and nave-agent; its other fields are refused"},
 	{"outboundTrafficPolicy", Supported, "mode ALLOW_ANY or REGISTRY_ONLY for sidecars whose Sidecar resource sets none"},
 	{"inboundTrafficPolicy", NotYet, "inbound traffic always goes to the workload's own address as nave's inbound listeners set it"},
@@ -80,8 +81,8 @@ var MeshConfigFields = []MeshConfigField{
 	{"enablePrometheusMerge", NotYet, "metrics merging is nave-agent's, not configurable yet"},
 	{"verifyCertificateAtClient", NotYet, "TLS origination verifies only with the DestinationRule's caCertificates"},
 	{"ca", Rejected, "a mesh's CA is the hub's (ca.* config, navectl roots)"},
-	{"extensionProviders", Supported, "decoded, validated and kept; telemetry and CUSTOM authorization will use them"},
-	{"defaultProviders", NotYet, "the Telemetry API is not supported yet"},
+	{"extensionProviders", Supported, "the providers the Telemetry API and defaultProviders name (envoyFileAccessLog, envoyOtelAls, envoyHttpAls, envoyTcpAls, opentelemetry, zipkin, prometheus; docs/telemetry.md); CUSTOM authorization will use them"},
+	{"defaultProviders", Supported, "the providers of tracing, metrics and accessLogging where no Telemetry names any (metrics: prometheus when unset, as Istio)"},
 	{"discoverySelectors", NotYet, "a spoke watches every namespace; it will take selectors in its own config"},
 	{"pathNormalization", NotYet, "paths are normalized as Envoy's default (BASE)"},
 	{"defaultHttpRetryPolicy", NotYet, "set retries per route with a VirtualService"},
@@ -170,6 +171,12 @@ func ValidateMeshConfig(cfg *meshv1alpha1.MeshConfig) error {
 			if reason := checkHost(h, hostRules{}); reason != "" {
 				c.fail(sp.field("hosts").index(j), "%s", reason)
 			}
+		}
+	}
+	if cfg.GetAccessLogEncoding() == meshv1alpha1.MeshConfig_JSON && cfg.GetAccessLogFormat() != "" {
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(cfg.GetAccessLogFormat()), &fields); err != nil {
+			c.fail(p.field("accessLogFormat"), "with accessLogEncoding JSON the format must be a JSON object of field names to format strings: %v", err)
 		}
 	}
 	validateExtensionProviders(c, p.field("extensionProviders"), cfg.GetExtensionProviders())

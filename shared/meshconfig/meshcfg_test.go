@@ -62,11 +62,12 @@ extensionProviders:
   opentelemetry: {service: otel.obs.svc.cluster.local, port: 4317}
 defaultConfig: {terminationDrainDuration: 10s, holdApplicationUntilProxyStarts: true, proxyMetadata: {A: b}}
 `, ""},
-		{"not yet", "accessLogFile: /dev/stdout", "meshConfig.accessLogFile: not yet supported"},
+		{"not yet", "enableEnvoyAccessLogService: true", "meshConfig.enableEnvoyAccessLogService: not yet supported"},
+		{"JSON access log format", "accessLogEncoding: JSON\naccessLogFormat: '[%START_TIME%]'", "meshConfig.accessLogFormat: with accessLogEncoding JSON the format must be a JSON object"},
 		{"rejected", "caCertificates: [{pem: x}]", "meshConfig.caCertificates: rejected because"},
 		{"rejected ports", "proxyListenPort: 15001", "meshConfig.proxyListenPort: rejected because"},
-		{"every refused field named", "enableTracing: true\nconfigSources: [{address: x}]", "meshConfig.configSources: rejected because"},
-		{"every refused field named (2)", "enableTracing: true\nconfigSources: [{address: x}]", "meshConfig.enableTracing: not yet supported"},
+		{"every refused field named", "enableEnvoyAccessLogService: true\nconfigSources: [{address: x}]", "meshConfig.configSources: rejected because"},
+		{"every refused field named (2)", "enableEnvoyAccessLogService: true\nconfigSources: [{address: x}]", "meshConfig.enableEnvoyAccessLogService: not yet supported"},
 		{"bad root namespace", "rootNamespace: Istio_System", "meshConfig.rootNamespace:"},
 		{"bad trust domain", "trustDomain: 'a b'", "meshConfig.trustDomain:"},
 		{"duplicate alias", "trustDomainAliases: [a.example, a.example]", "meshConfig.trustDomainAliases[1]: \"a.example\" is already listed"},
@@ -170,7 +171,7 @@ func TestValidateMeshConfigFor(t *testing.T) {
 		{&meshv1alpha1.MeshConfig{TrustDomain: "m1.example"}, true},
 		{&meshv1alpha1.MeshConfig{TrustDomain: "other.example"}, false},
 		{&meshv1alpha1.MeshConfig{TrustDomainAliases: []string{"other.example"}}, true},
-		{&meshv1alpha1.MeshConfig{AccessLogFile: "/dev/stdout"}, false},
+		{&meshv1alpha1.MeshConfig{EnableEnvoyAccessLogService: true}, false},
 	} {
 		if err := ValidateMeshConfigFor(tc.cfg, "m1.example"); (err == nil) != tc.ok {
 			t.Errorf("ValidateMeshConfigFor(%v) = %v, want ok %v", tc.cfg, err, tc.ok)

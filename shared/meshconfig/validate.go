@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -92,6 +93,8 @@ func validateSpec(c *checker, o *Object) {
 		validateRequestAuthentication(c, p, s)
 	case *securityv1beta1.AuthorizationPolicy:
 		validateAuthorizationPolicy(c, p, s)
+	case *telemetryv1alpha1.Telemetry:
+		validateTelemetry(c, p, s)
 	case *meshconfigv1.Service:
 		validateRegistryService(c, p, s)
 	case *meshconfigv1.Workload:

@@ -24,6 +24,7 @@ func indent(s string) string {
 const (
 	net = "networking.istio.io/v1"
 	sec = "security.istio.io/v1"
+	tel = "telemetry.istio.io/v1"
 )
 
 func vs(spec string) string { return object(net, "VirtualService", spec) }
@@ -170,6 +171,14 @@ func TestValidateRejects(t *testing.T) {
 		{"ra bad selector", object(sec, "RequestAuthentication", "selector: {matchLabels: {app: 'a b'}}"), "spec.selector.matchLabels[app]", `label value "a b" may hold only letters`},
 		{"ra no issuer", object(sec, "RequestAuthentication", "jwtRules: [{jwksUri: 'https://x'}]"), "spec.jwtRules[0].issuer", "issuer is required"},
 		{"ap bad selector", object(sec, "AuthorizationPolicy", "selector: {matchLabels: {app: '"+strings.Repeat("x", 64)+"'}}"), "spec.selector.matchLabels[app]", "longer than 63"},
+		{"telemetry selector and targetRefs", object(tel, "Telemetry", "selector: {matchLabels: {app: a}}\ntargetRefs: [{kind: Gateway, name: gw}]"), "spec.selector", "cannot both be set"},
+		{"telemetry sampling over 100", object(tel, "Telemetry", "tracing: [{randomSamplingPercentage: 101}]"), "spec.tracing[0].randomSamplingPercentage", "out of range"},
+		{"telemetry provider without name", object(tel, "Telemetry", "accessLogging: [{providers: [{}]}]"), "spec.accessLogging[0].providers[0].name", "required"},
+		{"telemetry custom tag without type", object(tel, "Telemetry", "tracing: [{customTags: {t: {}}}]"), "spec.tracing[0].customTags[t]", "one of literal, environment, header or formatter"},
+		{"telemetry literal tag without value", object(tel, "Telemetry", "tracing: [{customTags: {t: {literal: {}}}}]"), "spec.tracing[0].customTags[t].literal.value", "required"},
+		{"telemetry istio tags", object(tel, "Telemetry", "tracing: [{enableIstioTags: true}]"), "spec.tracing[0].enableIstioTags", "not supported"},
+		{"telemetry reporting interval", object(tel, "Telemetry", "metrics: [{reportingInterval: 5s}]"), "spec.metrics[0].reportingInterval", "not supported"},
+		{"telemetry upsert without value", object(tel, "Telemetry", "metrics: [{overrides: [{tagOverrides: {t: {operation: UPSERT}}}]}]"), "spec.metrics[0].overrides[0].tagOverrides[t].value", "needs a value"},
 		{"ap custom", object(sec, "AuthorizationPolicy", "action: CUSTOM\nprovider: {name: ext-authz}\nrules: [{to: [{operation: {paths: [/admin]}}]}]"), "spec.action", "action CUSTOM is not supported"},
 	}
 	for _, tt := range tests {
@@ -208,6 +217,8 @@ func TestValidateAccepts(t *testing.T) {
 		{"gateway passthrough", object(net, "Gateway", "servers: [{port: {number: 443, protocol: TLS}, hosts: [a.com], tls: {mode: PASSTHROUGH}}]")},
 		{"ap deny", object(sec, "AuthorizationPolicy", "action: DENY\nrules: [{from: [{source: {notNamespaces: [prod]}}]}]")},
 		{"ap allow nothing", object(sec, "AuthorizationPolicy", "{}")},
+		{"telemetry every level", object(tel, "Telemetry", "selector: {matchLabels: {app: a}}\naccessLogging: [{providers: [{name: envoy}], match: {mode: SERVER}, filter: {expression: 'response.code >= 400'}}]\ntracing: [{providers: [{name: otel}], randomSamplingPercentage: 0.5, customTags: {h: {header: {name: x-user}}, e: {environment: {name: POD}}, f: {formatter: {value: '%REQ(:PATH)%'}}}}]\nmetrics: [{providers: [{name: prometheus}], overrides: [{match: {customMetric: my_metric, mode: CLIENT}, disabled: true}, {tagOverrides: {t: {operation: REMOVE}}}]}]")},
+		{"telemetry gateway targetRef", object(tel, "Telemetry", "targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\ntracing: [{disableSpanReporting: true}]")},
 		{"pa mesh-wide", object(sec, "PeerAuthentication", "mtls: {mode: STRICT}")},
 	}
 	for _, tt := range tests {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/spoke/admission"
 	"github.com/navemesh/nave/spoke/appprobe"
 )
@@ -163,12 +164,19 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 		warnings = append(warnings, w...)
 	}
 	if b.appEnv != nil {
+		appEnv := append(b.appEnv, csmEnv(pod, in.opts.Mesh)...)
 		for i, c := range pod.Spec.Containers {
 			base := fmt.Sprintf("/spec/containers/%d", i)
-			if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == b.appEnv.Name }) {
-				warnings = append(warnings, fmt.Sprintf("container %s sets %s itself: left as is", c.Name, b.appEnv.Name))
-			} else {
-				appendTo(p, base+"/env", len(c.Env), []corev1.EnvVar{*b.appEnv})
+			var add []corev1.EnvVar
+			for _, ev := range appEnv {
+				if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == ev.Name }) {
+					warnings = append(warnings, fmt.Sprintf("container %s sets %s itself: left as is", c.Name, ev.Name))
+				} else {
+					add = append(add, ev)
+				}
+			}
+			if len(add) > 0 {
+				appendTo(p, base+"/env", len(c.Env), add)
 			}
 			if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == b.appMount.MountPath }) {
 				warnings = append(warnings, fmt.Sprintf("container %s mounts something at %s: the agent's files are not mounted there", c.Name, b.appMount.MountPath))
@@ -237,23 +245,7 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 // canonical names the pod's workload and its revision as Istio does: its
 // labels first, then its owner.
 func canonical(pod *corev1.Pod) (name, revision string) {
-	for _, k := range []string{LabelCanonicalName, "app.kubernetes.io/name", "app"} {
-		if v := pod.Labels[k]; v != "" {
-			name = v
-			break
-		}
-	}
-	if name == "" {
-		name = workloadName(pod)
-	}
-	revision = "latest"
-	for _, k := range []string{LabelCanonicalRevision, "app.kubernetes.io/version", "version"} {
-		if v := pod.Labels[k]; v != "" {
-			revision = v
-			break
-		}
-	}
-	return name, revision
+	return xdsbootstrap.CanonicalService(pod.Labels, workloadName(pod)), xdsbootstrap.CanonicalRevision(pod.Labels)
 }
 
 // workloadName is the name of what made the pod: a ReplicaSet's

@@ -37,8 +37,10 @@ const (
 type built struct {
 	initContainers []corev1.Container // put first, in this order
 	volumes        []corev1.Volume
-	// appEnv and appMount are added to every app container (grpc-agent).
-	appEnv   *corev1.EnvVar
+	// appEnv and appMount are added to every app container (grpc-agent);
+	// the injector adds the CSM observability environment to appEnv
+	// (csmEnv).
+	appEnv   []corev1.EnvVar
 	appMount *corev1.VolumeMount
 	// gateway is what the gateway template makes of the pod's istio-proxy
 	// container (fillGateway); nil for the other templates.
@@ -126,7 +128,7 @@ func (in *Injector) build(s *podSettings, trust Trust) built {
 			},
 		})
 	default:
-		b.appEnv = &corev1.EnvVar{Name: grpcBootstrapEV, Value: grpcBootstrap}
+		b.appEnv = []corev1.EnvVar{{Name: grpcBootstrapEV, Value: grpcBootstrap}}
 		b.appMount = &corev1.VolumeMount{Name: VolumeRun, MountPath: runDir, ReadOnly: true}
 	}
 	if b.gateway == nil {

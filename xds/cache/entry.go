@@ -68,7 +68,7 @@ func (e *Entry) Version() uint64 { return e.State.Version }
 func (e *Entry) ChangedAt() time.Time { return e.State.ChangedAt }
 
 // ConfigChanged reports whether config, not only endpoints, changed.
-func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config }
+func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config || e.State.Diff.Telemetry }
 
 // Generation modes (metric label and log field).
 const (
@@ -185,6 +185,24 @@ func (e *Entry) base(ck proxy.Key) (*resource.ProxyResources, mesh.Diff) {
 	return r.res, mesh.DiffSnapshots(r.snap, e.State.Snapshot)
 }
 
+// telemetryBase is the previous State's result for k when this State
+// differs from it in Telemetry objects (and endpoints) only: a Telemetry
+// with a new selector changes every key's label signature, yet what k
+// received besides listeners is what it receives now.
+func (e *Entry) telemetryBase(k proxy.Key) (*resource.ProxyResources, mesh.Diff) {
+	e.mu.Lock()
+	prev := e.prev
+	e.mu.Unlock()
+	if prev == nil || e.State.Diff.Config || !e.State.Diff.Telemetry {
+		return nil, mesh.Diff{}
+	}
+	r, ok := e.results.get(prev.cacheKey(k))
+	if !ok || r.res == nil || r.snap != prev.State.Snapshot {
+		return nil, mesh.Diff{}
+	}
+	return r.res, e.State.Diff
+}
+
 // generate builds what the State gives key k, whose cache key is ck.
 func (e *Entry) generate(ck, k proxy.Key) (*resource.ProxyResources, string) {
 	res, mode := e.generateFrom(ck, k)
@@ -194,6 +212,9 @@ func (e *Entry) generate(ck, k proxy.Key) (*resource.ProxyResources, string) {
 
 func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string) {
 	pr, diff := e.base(ck)
+	if pr == nil {
+		pr, diff = e.telemetryBase(k)
+	}
 	switch {
 	case pr != nil && diff.Unchanged():
 		return pr, genReused
@@ -211,10 +232,11 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 		e.addProblems(out.Problems)
 		return res, genFull
 	}
-	// Only endpoints changed. Clusters, listeners and routes read
-	// endpoints only for DNS clusters (inline assignments) and for the
-	// proxy's own inbound ports (its IPs); endpoints are regenerated just
-	// for the changed services.
+	// Only endpoints, Telemetry objects, or both changed. Clusters,
+	// listeners and routes read endpoints only for DNS clusters (inline
+	// assignments) and for the proxy's own inbound ports (its IPs);
+	// endpoints are regenerated just for the changed services. Telemetry
+	// shapes listeners only.
 	own := false
 	for _, ip := range k.IPList() {
 		own = own || diff.Addresses[ip]
@@ -229,8 +251,11 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	if own || dns {
 		types = append(types, typeurl.Cluster)
 	}
-	if own {
+	switch {
+	case own:
 		types = append(types, typeurl.Listener, typeurl.Route)
+	case diff.Telemetry:
+		types = append(types, typeurl.Listener)
 	}
 	out := gen.EnvoyEndpointsChanged(e.State.Snapshot, k, diff.Hosts, types...)
 	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)

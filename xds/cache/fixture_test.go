@@ -8,6 +8,7 @@ import (
 	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/engine"
 	"github.com/navemesh/nave/xds/pushctx"
+	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
 // start returns a started Publisher over src (1 ms quiet, 10 ms at most)
@@ -32,4 +33,17 @@ func current(c *cache.Cache, m *pushctx.Publisher, meshName string) *cache.Entry
 		return nil
 	}
 	return c.Entry(st)
+}
+
+// publisher returns a func that publishes w's objects as mesh m's one
+// cluster c1, waits for the new push context and returns its Entry.
+func publisher(t *testing.T, src *pushctxtest.Source, m *pushctx.Publisher, c *cache.Cache, w *world) func() *cache.Entry {
+	return func() *cache.Entry {
+		t.Helper()
+		_, changed := m.Current("m")
+		src.Set("m", pushctxtest.Cluster("c1", true, w.list()))
+		m.Notify("m")
+		pushctxtest.Await(t, changed, "a new push context")
+		return current(c, m, "m")
+	}
 }

@@ -213,14 +213,7 @@ func TestEndpointChangeReusesClustersListenersRoutes(t *testing.T) {
 	}
 	src := pushctxtest.NewSource()
 	m, c := start(t, src, cache.Options{Verify: true})
-	publish := func() *cache.Entry {
-		_, changed := m.Current("m")
-		src.Set("m", pushctxtest.Cluster("c1", true, w.list()))
-		m.Notify("m")
-		pushctxtest.Await(t, changed, "a new push context")
-		st := current(c, m, "m")
-		return st
-	}
+	publish := publisher(t, src, m, c, w)
 	k := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: "10.9.0.1"}
 	st1 := publish()
 	r1 := st1.ForProxy(k)

@@ -13,6 +13,10 @@ type Diff struct {
 	// MeshConfig (compared by value), or a service itself (added, removed, ports,
 	// addresses, resolution, export, subject alt names, sources). Then nothing can be reused.
 	Config bool
+	// Telemetry is true when Telemetry objects changed (Config false):
+	// they shape only listeners (access logs, tracing, stats filters),
+	// so the other resources may be reused.
+	Telemetry bool
 	// Hosts are the services whose endpoints changed (Config false).
 	Hosts map[string]bool
 	// Addresses are the endpoint addresses that appeared, vanished or
@@ -22,7 +26,7 @@ type Diff struct {
 }
 
 // Unchanged reports whether the snapshots generate the same config.
-func (d Diff) Unchanged() bool { return !d.Config && len(d.Hosts) == 0 }
+func (d Diff) Unchanged() bool { return !d.Config && !d.Telemetry && len(d.Hosts) == 0 }
 
 // DiffSnapshots compares next with prev. Config objects are compared by
 // identity (ingest never modifies an object; a change is a new object), so
@@ -40,6 +44,7 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		d.Config = true
 		return d
 	}
+	d.Telemetry = !sameConfigs(prev.Telemetries, next.Telemetries)
 	for host, n := range next.Services {
 		p, ok := prev.Services[host]
 		if !ok || !sameShape(p, n) {

@@ -104,6 +104,11 @@ func TestDiffSeesEveryServiceAndEndpointField(t *testing.T) {
 	if d := DiffSnapshots(prev, diffFixture()); !d.Unchanged() {
 		t.Errorf("equal snapshots differ: %+v", d)
 	}
+	next := diffFixture()
+	next.Telemetries = []*Config{{Object: &meshconfig.Object{Name: "mesh-default", Namespace: "istio-system"}}}
+	if d := DiffSnapshots(prev, next); d.Config || !d.Telemetry || d.Unchanged() {
+		t.Errorf("a new Telemetry: diff %+v, want a Telemetry change only", d)
+	}
 }
 
 // TestDiffKnowsEverySnapshotField fails when Snapshot gains a field:
@@ -113,6 +118,7 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"Mesh": "compared", "Services": "compared", "VirtualServices": "compared", "AllVirtualServices": "compared",
 		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
 		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
+		"Telemetries": "compared (Diff.Telemetry)",
 		"TrustDomain": "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
 		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators",

@@ -240,7 +240,7 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
 		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
 		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
-		AuthorizationPolicies: prev.AuthorizationPolicies, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
+		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
 		MeshConfig: prev.MeshConfig,
 	}
 	for _, c := range clusters {

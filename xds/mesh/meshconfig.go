@@ -183,3 +183,14 @@ func meshTrustDomain(cfg *meshv1alpha1.MeshConfig, builder string) string {
 	}
 	return DefaultTrustDomain
 }
+
+// ExtensionProvider is the MeshConfig extensionProviders entry named
+// name (compared without case, as Istio does), nil when there is none.
+func (s *Snapshot) ExtensionProvider(name string) *meshv1alpha1.MeshConfig_ExtensionProvider {
+	for _, p := range s.MeshConfig.GetExtensionProviders() {
+		if strings.EqualFold(p.GetName(), name) {
+			return p
+		}
+	}
+	return nil
+}

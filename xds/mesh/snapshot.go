@@ -43,6 +43,9 @@ type Snapshot struct {
 	PeerAuthentications    []*Config
 	RequestAuthentications []*Config
 	AuthorizationPolicies  []*Config
+	// Telemetries (telemetry.istio.io), sorted by namespace/name: which
+	// ones apply depends on the workload, as for the security policies.
+	Telemetries []*Config
 	// TrustDomain is the mesh's SPIFFE trust domain: workload identities
 	// are spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT, and
 	// sidecars accept mTLS peers (inbound and upstream) only from it.

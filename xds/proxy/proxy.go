@@ -5,8 +5,8 @@
 // Node ids follow Istio's form TYPE~IP~POD.NAMESPACE~DOMAIN, where TYPE is
 // "sidecar" or "router" for Envoy. Any other id (or metadata GENERATOR=grpc)
 // is a proxyless gRPC client. Metadata keys are Istio's where Istio has one
-// (NAMESPACE, LABELS, SERVICE_ACCOUNT, INSTANCE_IPS, NETWORK, CLUSTER_ID),
-// plus nave's MESH.
+// (NAMESPACE, LABELS, SERVICE_ACCOUNT, INSTANCE_IPS, NETWORK, CLUSTER_ID,
+// ISTIO_VERSION), plus nave's MESH.
 package proxy
 
 import (
@@ -46,6 +46,11 @@ const (
 	MetaClusterID      = xdsbootstrap.MetaClusterID
 	MetaGenerator      = xdsbootstrap.MetaGenerator
 	MetaSDSCluster     = xdsbootstrap.MetaSDSCluster
+	// MetaIstioVersion is set by Istio's pilot-agent, or by nave-agent
+	// from proxyMetadata ISTIO_META_ISTIO_VERSION (docs/telemetry.md): the
+	// proxy is Istio's Envoy build, with Istio's filters (istio.stats,
+	// istio.metadata_exchange; decision 039).
+	MetaIstioVersion = "ISTIO_VERSION"
 )
 
 // Proxy is one connected xDS client, parsed and validated once per
@@ -65,6 +70,9 @@ type Proxy struct {
 	// SDSCluster is the bootstrap cluster serving the proxy's workload
 	// secrets (a local agent); empty: the hub, over ADS.
 	SDSCluster string
+	// IstioVersion is Istio's version of a proxy of Istio's Envoy build
+	// (node metadata ISTIO_VERSION); empty for upstream Envoy.
+	IstioVersion string
 }
 
 // FromNode parses an xDS node. defaultMesh applies when the node names no
@@ -101,6 +109,7 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 	p.Network = str(MetaNetwork)
 	p.Cluster = str(MetaClusterID)
 	p.SDSCluster = str(MetaSDSCluster)
+	p.IstioVersion = str(MetaIstioVersion)
 	ips := str(MetaInstanceIPs)
 	generator := str(MetaGenerator)
 	if err != nil {
@@ -182,6 +191,9 @@ type Key struct {
 	// SDSCluster is where the proxy's workload secrets come from (see
 	// Proxy.SDSCluster).
 	SDSCluster string
+	// IstioBuild is true for a proxy of Istio's Envoy build (its node
+	// names an ISTIO_VERSION): it gets Istio's telemetry filters.
+	IstioBuild bool
 }
 
 // Key returns the proxy's generation key.
@@ -203,6 +215,7 @@ func (p *Proxy) Key() Key {
 		Locality:   p.Locality,
 		Cluster:    p.Cluster,
 		SDSCluster: p.SDSCluster,
+		IstioBuild: p.IstioVersion != "",
 	}
 }
 

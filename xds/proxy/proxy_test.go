@@ -118,3 +118,26 @@ func FuzzFromNode(f *testing.F) {
 		_ = p.Key().LabelMap()
 	})
 }
+
+// TestIstioBuild: a node naming ISTIO_VERSION is Istio's Envoy build, and
+// its key differs from an upstream Envoy's with otherwise equal fields
+// (decision 039: only Istio's build gets Istio's filters).
+func TestIstioBuild(t *testing.T) {
+	istio, err := FromNode(node(t, "sidecar~10.0.0.1~p.ns~ns.svc.cluster.local", `{"ISTIO_VERSION": "1.31.1"}`), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, err := FromNode(node(t, "sidecar~10.0.0.1~p.ns~ns.svc.cluster.local", `{}`), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if istio.IstioVersion != "1.31.1" || !istio.Key().IstioBuild || upstream.Key().IstioBuild {
+		t.Fatalf("IstioBuild: istio %+v, upstream %+v", istio.Key(), upstream.Key())
+	}
+	if istio.Key() == upstream.Key() {
+		t.Fatal("Istio's build and upstream Envoy share a key")
+	}
+	if _, err := FromNode(node(t, "sidecar~10.0.0.1~p.ns~ns.svc.cluster.local", `{"ISTIO_VERSION": 1}`), "m"); err == nil {
+		t.Fatal("a non-string ISTIO_VERSION was accepted")
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istionetworking "istio.io/client-go/pkg/informers/externalversions/networking/v1"
 	istiosecurity "istio.io/client-go/pkg/informers/externalversions/security/v1"
+	istiotelemetry "istio.io/client-go/pkg/informers/externalversions/telemetry/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
@@ -177,6 +179,13 @@ var kindDefs = []*kindDef{
 			return istiosecurity.NewAuthorizationPolicyInformer(c, metav1.NamespaceAll, 0, nil)
 		},
 		func(o *securityv1.AuthorizationPolicy) (metav1.Object, proto.Message, proto.Message) {
+			return o, &o.Spec, &o.Status
+		}),
+	istioKind("telemetries",
+		func(c istioclient.Interface) cache.SharedIndexInformer {
+			return istiotelemetry.NewTelemetryInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *telemetryv1.Telemetry) (metav1.Object, proto.Message, proto.Message) {
 			return o, &o.Spec, &o.Status
 		}),
 }

@@ -23,6 +23,10 @@ import (
 //     endpoint, and a service at the proxy's own IP (1.1.1.1);
 //   - virtualservice: the same without VIPs, plus one VirtualService per
 //     service (two match clauses, a rewrite, one destination);
+//   - http-telemetry: http with Istio's telemetry-api shape on top: a
+//     mesh-wide Telemetry with prometheus metrics and Istio's default file
+//     access log, on a proxy of Istio's build (so the stats and metadata
+//     exchange filters are generated too);
 //   - gateways: n Gateways (one HTTP server and one ISTIO_MUTUAL HTTPS
 //     server, three hosts each) with one VirtualService each, on one router
 //     proxy whose service serves 80 and 443 (Istio's
@@ -38,22 +42,25 @@ type envoyShape struct {
 	instancePorts string
 }
 
-var benchSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"}
+var (
+	benchSidecarKey   = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"}
+	benchTelemetryKey = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "default", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1", IstioBuild: true}
+)
 
 var envoyShapes = []envoyShape{
-	{name: "http", key: benchSidecarKey, write: func(b *strings.Builder, i int) {
-		fmt.Fprintf(b, `---
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: service-%[1]d, namespace: default}
+	{name: "http", key: benchSidecarKey, write: writeHTTPService},
+	{name: "http-telemetry", key: benchTelemetryKey, write: func(b *strings.Builder, i int) {
+		if i == 0 {
+			b.WriteString(`---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: telemetry, namespace: istio-system}
 spec:
-  addresses: [240.240.%[2]d.%[3]d]
-  hosts: [random-%[1]d.host.example]
-  ports: [{number: 80, name: http, protocol: HTTP}]
-  resolution: STATIC
-  location: MESH_INTERNAL
-  endpoints: [{address: 240.241.%[2]d.%[3]d}]
-`, i, i/255, i%255)
+  metrics: [{providers: [{name: prometheus}]}]
+  accessLogging: [{providers: [{name: envoy}]}]
+`)
+		}
+		writeHTTPService(b, i)
 	}},
 	{name: "virtualservice", key: benchSidecarKey, write: func(b *strings.Builder, i int) {
 		fmt.Fprintf(b, `---
@@ -114,6 +121,22 @@ spec:
 		},
 		instancePorts: "[{number: 80, name: http, protocol: HTTP}, {number: 443, name: https, protocol: HTTPS}]",
 	},
+}
+
+// writeHTTPService writes the http shape's service i.
+func writeHTTPService(b *strings.Builder, i int) {
+	fmt.Fprintf(b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-%[1]d, namespace: default}
+spec:
+  addresses: [240.240.%[2]d.%[3]d]
+  hosts: [random-%[1]d.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  location: MESH_INTERNAL
+  endpoints: [{address: 240.241.%[2]d.%[3]d}]
+`, i, i/255, i%255)
 }
 
 // shapeInput renders a shape at n services into one cluster's objects.

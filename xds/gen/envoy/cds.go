@@ -250,6 +250,7 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		Name:            oc.Name,
 		ConnectTimeout:  b.timeout,
 		CircuitBreakers: b.breakers,
+		Metadata:        build.ClusterMetadata(oc.Service, false),
 	}
 	switch oc.kind {
 	case kindEDS:

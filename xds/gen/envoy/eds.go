@@ -91,7 +91,7 @@ type assignmentKey struct {
 
 func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
 	meta := func(ep *mesh.Endpoint) *corev3.Metadata {
-		return b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port))
+		return build.WithEndpointWorkload(b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port)), oc.Service, ep)
 	}
 	eps := b.clusterEndpoints(oc)
 	if oc.sniDNAT {

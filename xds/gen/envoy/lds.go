@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -64,6 +65,8 @@ type listenerBuilder struct {
 	// gatewayMTLS terminate mesh mTLS on ISTIO_MUTUAL gateway servers, TLS
 	// [0] and HTTPS [1] (built on first use; gatewayMeshTLS).
 	gatewayMTLS [2]*corev3.TransportSocket
+	// tele is each side's telemetry (built on first use).
+	tele [2]*sideTelemetry
 }
 
 func newListenerBuilder(v *scope.View) *listenerBuilder {
@@ -85,6 +88,7 @@ func newListenerBuilder(v *scope.View) *listenerBuilder {
 }
 
 func (b *listenerBuilder) add(l *listenerv3.Listener) {
+	b.addTCPStats(l)
 	b.out = append(b.out, build.Resource{Name: l.Name, Message: l})
 }
 
@@ -98,8 +102,9 @@ func listener(name, address string, port uint32, bind bool, dir corev3.TrafficDi
 	}
 }
 
-// rdsHCM is an HTTP connection manager whose routes come over ADS.
-func rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool) *listenerv3.Filter {
+// rdsHCM is an HTTP connection manager whose routes come over ADS, with
+// the client side's telemetry (outbound and gateway listeners).
+func (b *listenerBuilder) rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool) *listenerv3.Filter {
 	hcm := &hcmv3.HttpConnectionManager{
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		StatPrefix: statPrefix,
@@ -115,6 +120,7 @@ func rdsHCM(statPrefix, routeName string, filters []*hcmv3.HttpFilter, edge bool
 		// detection": use_remote_address).
 		hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	}
+	b.telemetry(policy.ClientSide).applyHTTP(hcm)
 	return build.HCMFilter(hcm)
 }
 
@@ -125,9 +131,9 @@ type weightedCluster struct {
 }
 
 // tcpProxy forwards to one cluster, or splits connections over several by
-// weight.
-func tcpProxy(statPrefix string, dests []weightedCluster) *listenerv3.Filter {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix}
+// weight, with side's access logs.
+func (b *listenerBuilder) tcpProxy(side policy.TrafficSide, statPrefix string, dests []weightedCluster) *listenerv3.Filter {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix, AccessLog: b.telemetry(side).tcpLogs}
 	if len(dests) == 1 {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: dests[0].cluster}
 	} else {
@@ -140,8 +146,8 @@ func tcpProxy(statPrefix string, dests []weightedCluster) *listenerv3.Filter {
 	return &listenerv3.Filter{Name: TCPProxyFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: build.Any(tp)}}
 }
 
-func tcpProxyTo(cluster string) *listenerv3.Filter {
-	return tcpProxy(cluster, []weightedCluster{{cluster: cluster, weight: 1}})
+func (b *listenerBuilder) tcpProxyTo(side policy.TrafficSide, cluster string) *listenerv3.Filter {
+	return b.tcpProxy(side, cluster, []weightedCluster{{cluster: cluster, weight: 1}})
 }
 
 func originalDstFilter() *listenerv3.ListenerFilter {

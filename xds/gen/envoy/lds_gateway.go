@@ -12,6 +12,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 )
@@ -169,17 +170,17 @@ func (b *listenerBuilder) gatewayChains(chains []*listenerv3.FilterChain, gp *ga
 		// All plain HTTP servers of a port share one chain and one
 		// route configuration.
 		if len(chains) == 0 {
-			chains = append(chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{rdsHCM(s.route, s.route, b.gatewayHTTPFilters(), true)}})
+			chains = append(chains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{b.rdsHCM(s.route, s.route, b.gatewayHTTPFilters(), true)}})
 		}
 	case gp.kind == gwTCP:
-		chains = append(chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(tcpProxy("gateway_tcp_"+port, s.tcp))})
+		chains = append(chains, &listenerv3.FilterChain{Filters: b.gatewayTCPFilters(b.tcpProxy(policy.ClientSide, "gateway_tcp_"+port, s.tcp))})
 	case s.ts != nil:
 		serverName := serverID(s.srv, s.index)
 		var filters []*listenerv3.Filter
 		if s.route != "" {
-			filters = []*listenerv3.Filter{rdsHCM(s.route, s.route, b.gatewayHTTPFilters(), true)}
+			filters = []*listenerv3.Filter{b.rdsHCM(s.route, s.route, b.gatewayHTTPFilters(), true)}
 		} else {
-			filters = b.gatewayTCPFilters(tcpProxy("gateway_tls_"+port+"_"+serverName, s.tcp))
+			filters = b.gatewayTCPFilters(b.tcpProxy(policy.ClientSide, "gateway_tls_"+port+"_"+serverName, s.tcp))
 		}
 		chain := &listenerv3.FilterChain{
 			Name:            "https." + port + "." + serverName + "." + s.gw.Object.Name + "." + s.gw.Object.Namespace,
@@ -192,7 +193,7 @@ func (b *listenerBuilder) gatewayChains(chains []*listenerv3.FilterChain, gp *ga
 		chains = append(chains, chain)
 	default:
 		for _, c := range s.sni {
-			proxy := tcpProxy(c.stat, c.dests)
+			proxy := b.tcpProxy(policy.ClientSide, c.stat, c.dests)
 			filters := []*listenerv3.Filter{proxy}
 			if !c.mesh {
 				filters = b.gatewayTCPFilters(proxy)

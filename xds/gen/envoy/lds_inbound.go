@@ -65,7 +65,7 @@ func (b *listenerBuilder) virtualInbound() {
 	sec := b.inboundSecurityFilters()
 	tcpFilters := func(cluster string) func() []*listenerv3.Filter {
 		return func() []*listenerv3.Filter {
-			return append(slices.Clone(sec.tcp), tcpProxyTo(cluster))
+			return append(slices.Clone(sec.tcp), b.tcpProxyTo(policy.ServerSide, cluster))
 		}
 	}
 	needInspector := false
@@ -132,6 +132,7 @@ func (b *listenerBuilder) inboundHCM(port uint32, cluster string, security []*hc
 		}},
 		HttpFilters: filters,
 	}
+	b.telemetry(policy.ServerSide).applyHTTP(hcm)
 	return build.HCMFilter(hcm)
 }
 

@@ -11,6 +11,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -64,7 +65,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 					}
 					vipOwner[name] = svc.Hostname
 					l := listener(name, vip, p.Number, false, corev3.TrafficDirection_OUTBOUND)
-					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{tcpProxy(build.ClusterName(svc.Hostname, p.Number, ""), dests)}}}
+					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.tcpProxy(policy.ClientSide, build.ClusterName(svc.Hostname, p.Number, ""), dests)}}}
 					b.add(l)
 				}
 			default:
@@ -86,7 +87,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 			name := OutboundListenerName("0.0.0.0", port)
 			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
 			l.FilterChains = []*listenerv3.FilterChain{{
-				Filters: []*listenerv3.Filter{rdsHCM("outbound_"+name, SidecarRouteName(port), b.outboundHTTPFilters, false)},
+				Filters: []*listenerv3.Filter{b.rdsHCM("outbound_"+name, SidecarRouteName(port), b.outboundHTTPFilters, false)},
 			}}
 			b.add(l)
 		case len(u.tls) > 0:
@@ -98,7 +99,7 @@ func (b *listenerBuilder) sidecarOutbound() {
 			name := OutboundListenerName("0.0.0.0", port)
 			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
 			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{
-				tcpProxy(build.ClusterName(first.svc.Hostname, port, ""), b.sidecarTCPRoute(first.svc, port)),
+				b.tcpProxy(policy.ClientSide, build.ClusterName(first.svc.Hostname, port, ""), b.sidecarTCPRoute(first.svc, port)),
 			}}}
 			b.add(l)
 		}
@@ -165,7 +166,7 @@ func (b *listenerBuilder) sidecarTLSListener(port uint32, sps []svcPort) *listen
 				}
 				chains = append(chains, &listenerv3.FilterChain{
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names},
-					Filters:          []*listenerv3.Filter{tcpProxy(dests[0].cluster, dests)},
+					Filters:          []*listenerv3.Filter{b.tcpProxy(policy.ClientSide, dests[0].cluster, dests)},
 				})
 			}
 		}
@@ -178,7 +179,7 @@ func (b *listenerBuilder) sidecarTLSListener(port uint32, sps []svcPort) *listen
 		cluster := build.ClusterName(sp.svc.Hostname, port, "")
 		chains = append(chains, &listenerv3.FilterChain{
 			FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{sp.svc.Hostname}},
-			Filters:          []*listenerv3.Filter{tcpProxyTo(cluster)},
+			Filters:          []*listenerv3.Filter{b.tcpProxyTo(policy.ClientSide, cluster)},
 		})
 	}
 	name := OutboundListenerName("0.0.0.0", port)
@@ -210,9 +211,9 @@ func (b *listenerBuilder) claim(claimed map[string]string, names []string, ref, 
 // passed through under ALLOW_ANY, dropped under REGISTRY_ONLY.
 func (b *listenerBuilder) fallthroughChain() *listenerv3.FilterChain {
 	if b.v.AllowAny() {
-		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(build.PassthroughCluster)}}
+		return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{b.tcpProxyTo(policy.ClientSide, build.PassthroughCluster)}}
 	}
-	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{tcpProxyTo(build.BlackHoleCluster)}}
+	return &listenerv3.FilterChain{Name: "BlackHoleFilterChain", Filters: []*listenerv3.Filter{b.tcpProxyTo(policy.ClientSide, build.BlackHoleCluster)}}
 }
 
 // virtualOutbound adds the listener iptables redirects outbound traffic

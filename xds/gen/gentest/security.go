@@ -4,11 +4,14 @@ import (
 	"slices"
 	"testing"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	statsv1 "istio.io/api/envoy/extensions/stats"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen/build"
@@ -44,7 +47,8 @@ func Decode(t testing.TB, y string) []*meshconfig.Object {
 // sockets and transport socket matches.
 func ValidateDeep(t testing.TB, out *build.Output) {
 	t.Helper()
-	check := func(where string, a *anypb.Any) {
+	var check func(where string, a *anypb.Any)
+	check = func(where string, a *anypb.Any) {
 		if a == nil {
 			return
 		}
@@ -52,21 +56,31 @@ func ValidateDeep(t testing.TB, out *build.Output) {
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
-		if err := m.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
-			t.Errorf("%s: %s: %v", where, a.TypeUrl, err)
-		}
-		if hcm, ok := m.(*hcmv3.HttpConnectionManager); ok {
-			for _, f := range hcm.GetHttpFilters() {
-				if inner := f.GetTypedConfig(); inner != nil {
-					im, err := inner.UnmarshalNew()
-					if err != nil {
-						t.Fatalf("%s: http filter %s: %v", where, f.GetName(), err)
-					}
-					if err := im.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
-						t.Errorf("%s: http filter %s: %v", where, f.GetName(), err)
-					}
-				}
+		if v, ok := m.(interface{ ValidateAll() error }); ok {
+			if err := v.ValidateAll(); err != nil {
+				t.Errorf("%s: %s: %v", where, a.TypeUrl, err)
 			}
+		} else if _, istio := m.(*statsv1.PluginConfig); !istio {
+			// Only Istio's own filter configs (istio.io/api generates
+			// no validators) may lack ValidateAll.
+			t.Errorf("%s: %s has no ValidateAll", where, a.TypeUrl)
+		}
+		logs := func(what string, als []*accesslogv3.AccessLog) {
+			for _, al := range als {
+				check(where+": "+what+" access log "+al.GetName(), al.GetTypedConfig())
+				check(where+": "+what+" access log filter", al.GetFilter().GetExtensionFilter().GetTypedConfig())
+			}
+		}
+		switch c := m.(type) {
+		case *hcmv3.HttpConnectionManager:
+			for _, f := range c.GetHttpFilters() {
+				check(where+": http filter "+f.GetName(), f.GetTypedConfig())
+			}
+			logs("http", c.GetAccessLog())
+			check(where+": tracing", c.GetTracing().GetProvider().GetTypedConfig())
+			check(where+": request id", c.GetRequestIdExtension().GetTypedConfig())
+		case *tcpproxyv3.TcpProxy:
+			logs("tcp", c.GetAccessLog())
 		}
 	}
 	socket := func(where string, ts *corev3.TransportSocket) {

@@ -36,6 +36,9 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
+		// grpc-go's CSM observability labels its metrics with the service
+		// (csm.service_name, csm.service_namespace_name) from here.
+		Metadata: build.ClusterMetadata(oc.Service, true),
 	}
 	if ch := oc.Policy.GetLoadBalancer().GetConsistentHash(); ch != nil {
 		g.ringHash(c, oc, ch)

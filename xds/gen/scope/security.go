@@ -34,3 +34,14 @@ func (v *View) RequestAuthentications() []*mesh.Config {
 	}
 	return v.requestAuthn
 }
+
+// Telemetry returns what the Telemetry objects and the MeshConfig's
+// default providers configure for the proxy's own workload (resolved on
+// first use).
+func (v *View) Telemetry() *policy.Telemetry {
+	if !v.telemetryDone {
+		v.telemetryDone = true
+		v.telemetry = policy.SelectTelemetry(v.snap, v.key.Namespace, v.labels, v.problems.Add)
+	}
+	return v.telemetry
+}

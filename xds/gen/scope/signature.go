@@ -6,8 +6,11 @@ import (
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
+	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -15,9 +18,11 @@ import (
 // labelInputs are the places a snapshot's config reads a proxy's labels:
 // label selectors (Sidecar workloadSelector, Gateway selector, route
 // sourceLabels, the selectors of PeerAuthentication,
-// RequestAuthentication and AuthorizationPolicy) and label names whose value the proxy's endpoints are
-// prioritized by (DestinationRule failoverPriority, and the MeshConfig
-// localityLbSetting's).
+// RequestAuthentication, AuthorizationPolicy and Telemetry, and the
+// gateway-name label of Telemetry targetRefs) and label names whose value
+// the proxy's config reads (DestinationRule failoverPriority and the
+// MeshConfig localityLbSetting's; the canonical service labels when
+// tracing may be configured).
 type labelInputs struct {
 	selectors []map[string]string
 	names     []string
@@ -38,7 +43,7 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 				in.selectors = append(in.selectors, gw.GetSelector())
 			}
 		}
-		for _, list := range [][]*mesh.Config{s.PeerAuthentications, s.RequestAuthentications, s.AuthorizationPolicies} {
+		for _, list := range [][]*mesh.Config{s.PeerAuthentications, s.RequestAuthentications, s.AuthorizationPolicies, s.Telemetries} {
 			for _, c := range list {
 				var sel map[string]string
 				switch spec := c.Object.Spec.(type) {
@@ -49,6 +54,16 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 				}
 				if len(sel) > 0 {
 					in.selectors = append(in.selectors, sel)
+				}
+			}
+		}
+		for _, c := range s.Telemetries {
+			// A Telemetry attached to a Gateway selects that Gateway's
+			// deployment by its gateway-name label (policy.SelectTelemetries).
+			t, _ := c.Object.Spec.(*telemetryv1alpha1.Telemetry)
+			for _, r := range append([]*typev1beta1.PolicyTargetReference{t.GetTargetRef()}, t.GetTargetRefs()...) {
+				if r.GetKind() == "Gateway" {
+					in.selectors = append(in.selectors, map[string]string{policy.GatewayNameLabel: r.GetName()})
 				}
 			}
 		}
@@ -88,6 +103,15 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 						seen[name] = true
 						in.names = append(in.names, name)
 					}
+				}
+			}
+		}
+		if policy.TracingConfigured(s) {
+			// The trace service name is the canonical service's.
+			for _, name := range build.CanonicalNameLabels {
+				if !seen[name] {
+					seen[name] = true
+					in.names = append(in.names, name)
 				}
 			}
 		}

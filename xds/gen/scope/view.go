@@ -52,6 +52,8 @@ type View struct {
 	peerAuthn                        policy.PeerAuthentications
 	authzPolicies, requestAuthn      []*mesh.Config
 	peerDone, authzDone, requestDone bool
+	telemetryDone                    bool
+	telemetry                        *policy.Telemetry
 
 	problems build.Problems
 }
