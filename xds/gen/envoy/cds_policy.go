@@ -37,7 +37,8 @@ func (b *cdsBuilder) unsupported(oc *outboundCluster) {
 }
 
 // loadBalancer applies loadBalancer.simple / consistentHash / warmup. The
-// hash policy itself (what to hash) belongs on routes.
+// hash policy itself (what to hash) belongs on routes. Unset, a cluster
+// balances LEAST_REQUEST, as Istio's do (docs/api-support.md, "Defaults").
 func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 	lb := oc.Policy.GetLoadBalancer()
 	if oc.kind == kindOriginalDst {
@@ -80,21 +81,20 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 		return
 	}
 	switch lb.GetSimple() {
-	//lint:ignore SA1019 LEAST_CONN is the deprecated name of LEAST_REQUEST; configs still use it
-	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
-		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	case networking.LoadBalancerSettings_ROUND_ROBIN:
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 		if slowStart != nil {
-			c.LbConfig = &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &clusterv3.Cluster_LeastRequestLbConfig{SlowStartConfig: slowStart}}
+			c.LbConfig = &clusterv3.Cluster_RoundRobinLbConfig_{RoundRobinLbConfig: &clusterv3.Cluster_RoundRobinLbConfig{SlowStartConfig: slowStart}}
 		}
 	case networking.LoadBalancerSettings_RANDOM:
 		c.LbPolicy = clusterv3.Cluster_RANDOM
 		if slowStart != nil {
 			b.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for RANDOM")
 		}
-	default: // UNSPECIFIED, ROUND_ROBIN
-		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	default: // UNSPECIFIED (Istio's default), LEAST_REQUEST, LEAST_CONN (its deprecated name)
+		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 		if slowStart != nil {
-			c.LbConfig = &clusterv3.Cluster_RoundRobinLbConfig_{RoundRobinLbConfig: &clusterv3.Cluster_RoundRobinLbConfig{SlowStartConfig: slowStart}}
+			c.LbConfig = &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &clusterv3.Cluster_LeastRequestLbConfig{SlowStartConfig: slowStart}}
 		}
 	}
 }

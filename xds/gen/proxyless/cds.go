@@ -34,13 +34,16 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		Name:                 oc.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
-		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
 		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
 	}
-	if ch := oc.Policy.GetLoadBalancer().GetConsistentHash(); ch != nil {
+	lb := oc.Policy.GetLoadBalancer()
+	if ch := lb.GetConsistentHash(); ch != nil {
 		g.ringHash(c, oc, ch)
-	} else if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
-		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	} else if lb.GetSimple() == networking.LoadBalancerSettings_ROUND_ROBIN {
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	} else if lb.GetSimple() == networking.LoadBalancerSettings_RANDOM {
+		g.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".simple", "proxyless gRPC clients have no RANDOM load balancer; they use LEAST_REQUEST")
 	}
 	g.add(typeurl.Cluster, oc.Name, c)
 	g.add(typeurl.Endpoint, oc.Name, g.loadAssignment(oc))
