@@ -7,7 +7,9 @@
 // clusters hold, by priority and locality.
 //
 // It also applies inbound security: filter chain selection by transport
-// protocol and ALPN (tls_inspector), the TLS handshake of a chain's
+// protocol and ALPN (tls_inspector) or, on listeners with the
+// http_inspector, by the HTTP it detects in plain text (a request with a
+// Method is HTTP/1.1, or h2c with H2C), the TLS handshake of a chain's
 // DownstreamTlsContext (client certificate required, SAN matchers), the
 // RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
 // reports which transport socket an upstream endpoint gets (transport
@@ -111,6 +113,9 @@ type Request struct {
 	TLS      bool
 	ALPN     []string
 	PeerCert string
+	// H2C makes plain-text HTTP prior-knowledge HTTP/2 (what
+	// http_inspector reports as "h2c"; otherwise "http/1.1").
+	H2C bool
 	// SourceIP is the downstream address (RBAC ipBlocks, source.ip).
 	SourceIP string
 	// JWT is a token the request carries (jwt_authn).
@@ -375,7 +380,28 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 // listener components, "Filter chain match").
 func chainFor(l *listenerv3.Listener, r Request) (*listenerv3.FilterChain, string) {
 	cands := l.GetFilterChains()
-	transport := r.transport()
+	// Only listener filters detect the transport and application
+	// protocols: without tls_inspector a TLS connection is raw_buffer
+	// with no ALPN, as Envoy sees it.
+	has := func(name string) bool {
+		return slices.ContainsFunc(l.GetListenerFilters(), func(f *listenerv3.ListenerFilter) bool { return f.GetName() == name })
+	}
+	transport, alpn := "raw_buffer", []string(nil)
+	if has(envoy.TLSInspectorFilter) {
+		transport, alpn = r.transport(), r.ALPN
+	}
+	if transport == "raw_buffer" && has(envoy.HTTPInspectorFilter) {
+		// http_inspector: plain-text HTTP becomes an application
+		// protocol (TLS bytes are not HTTP).
+		alpn = nil
+		switch {
+		case r.transport() == "tls":
+		case r.Method != "" && r.H2C:
+			alpn = []string{"h2c"}
+		case r.Method != "":
+			alpn = []string{"http/1.1"}
+		}
+	}
 	ip, _ := netip.ParseAddr(r.IP)
 	steps := []func(*listenerv3.FilterChainMatch) (set bool, score int){
 		func(m *listenerv3.FilterChainMatch) (bool, int) {
@@ -422,7 +448,7 @@ func chainFor(l *listenerv3.Listener, r Request) (*listenerv3.FilterChain, strin
 			if len(m.GetApplicationProtocols()) == 0 {
 				return false, 0
 			}
-			for _, p := range r.ALPN {
+			for _, p := range alpn {
 				if slices.Contains(m.GetApplicationProtocols(), p) {
 					return true, 1
 				}

@@ -137,12 +137,16 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		}
 		c.UpstreamConnectionOptions = &clusterv3.UpstreamConnectionOptions{TcpKeepalive: k}
 	}
-	if !isHTTP(oc.Port.Protocol) {
+	sniffed := isSniffed(oc.Port.Protocol)
+	if !isHTTP(oc.Port.Protocol) && !sniffed {
 		return
 	}
 	if http == nil && tcp.GetMaxConnectionDuration() == nil {
-		if isHTTP2(oc.Port.Protocol) {
+		switch {
+		case isHTTP2(oc.Port.Protocol):
 			c.TypedExtensionProtocolOptions = b.h2 // the common case: shared
+		case sniffed:
+			c.TypedExtensionProtocolOptions = b.downstream()
 		}
 		return
 	}
@@ -176,7 +180,9 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		(oc.Port.Protocol == "HTTP" && http.GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE)
 	opts := &upstreamhttpv3.HttpProtocolOptions{}
 	switch {
-	case http.GetUseClientProtocol():
+	case http.GetUseClientProtocol() || sniffed:
+		// A sniffed port's HTTP goes upstream as the client spoke it
+		// (h2c stays HTTP/2), as in Istio.
 		// Envoy: use_downstream_protocol_config speaks whatever the client spoke.
 		opts.UpstreamProtocolOptions = &upstreamhttpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
 			HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
@@ -205,6 +211,21 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 // seconds, rounding up so that a sub-second setting stays non-zero.
 func keepaliveSeconds(d *durationpb.Duration) uint32 {
 	return uint32(math.Ceil(d.AsDuration().Seconds()))
+}
+
+// downstream is the protocol options of clusters of sniffed ports without
+// HTTP settings: HTTP upstream as the client spoke it (built on first
+// use, shared).
+func (b *cdsBuilder) downstream() map[string]*anypb.Any {
+	if b.useDownstream == nil {
+		b.useDownstream = map[string]*anypb.Any{httpProtocolOptionsName: build.Any(&upstreamhttpv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
+				Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+			}},
+		})}
+	}
+	return b.useDownstream
 }
 
 func h2OrEmpty(h2 *corev3.Http2ProtocolOptions) *corev3.Http2ProtocolOptions {
