@@ -146,7 +146,6 @@ func TestSniffingChoosesHTTP(t *testing.T) {
 // protocol options.
 const httpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
-
 // TestSniffingUnderEachMTLSMode: the inbound chains of an undeclared port
 // under STRICT and DISABLE pick HTTP and TCP as under PERMISSIVE.
 func TestSniffingUnderEachMTLSMode(t *testing.T) {
