@@ -11,7 +11,9 @@
 // http_inspector, by the HTTP it detects in plain text (a request with a
 // Method is HTTP/1.1, or h2c with H2C), the TLS handshake of a chain's
 // DownstreamTlsContext (client certificate required, SAN matchers), the
-// RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
+// RBAC filters (network and HTTP: allow, deny, log, shadow rules into the
+// dynamic metadata), ext_authz (whether the external authorizer is asked;
+// its answer is the request's) and jwt_authn; and it
 // reports which transport socket an upstream endpoint gets (transport
 // socket matches) and which server certificates it accepts
 // (Endpoint.AcceptsServer). RetriesOf reads a route's retry policy: the
@@ -120,6 +122,9 @@ type Request struct {
 	SourceIP string
 	// JWT is a token the request carries (jwt_authn).
 	JWT *Token
+	// ExtAuthzDenies is the external authorizer's answer when an
+	// ext_authz filter asks it: deny (else allow).
+	ExtAuthzDenies bool
 	// HTTP fields.
 	Authority string
 	Path      string // with the query string
@@ -167,6 +172,9 @@ type Result struct {
 	// Allowed and Audited list the RBAC policies that matched in ALLOW
 	// and LOG filters.
 	Allowed, Audited []string
+	// ExtAuthz lists the clusters of the external authorizers asked
+	// (ext_authz filters enabled for the request).
+	ExtAuthz []string
 	// Metadata is the request's dynamic metadata, by filter name (what
 	// jwt_authn writes).
 	Metadata map[string]map[string]any
@@ -301,6 +309,12 @@ func (s *Sim) Do(r Request) Result {
 	}
 	for _, f := range fc.GetFilters() {
 		if handled, ok := networkRBAC(f.GetTypedConfig(), r, &res); handled {
+			if !ok {
+				return res
+			}
+			continue
+		}
+		if handled, ok := extAuthz(f.GetTypedConfig(), r, &res); handled {
 			if !ok {
 				return res
 			}
@@ -505,6 +519,9 @@ func (s *Sim) http(hcm *hcmv3.HttpConnectionManager, r Request, res *Result) {
 			return
 		}
 		if handled, ok := jwtAuthn(f.GetTypedConfig(), r, res); handled && !ok {
+			return
+		}
+		if handled, ok := extAuthz(f.GetTypedConfig(), r, res); handled && !ok {
 			return
 		}
 	}

@@ -80,7 +80,7 @@ var MeshConfigFields = []MeshConfigField{
 	{"enablePrometheusMerge", NotYet, "metrics merging is nave-agent's, not configurable yet"},
 	{"verifyCertificateAtClient", NotYet, "TLS origination verifies only with the DestinationRule's caCertificates"},
 	{"ca", Rejected, "a mesh's CA is the hub's (ca.* config, navectl roots)"},
-	{"extensionProviders", Supported, "decoded, validated and kept; telemetry and CUSTOM authorization will use them"},
+	{"extensionProviders", Supported, "envoyExtAuthzHttp and envoyExtAuthzGrpc are AuthorizationPolicy CUSTOM's providers; the others are decoded, validated and kept for telemetry"},
 	{"defaultProviders", NotYet, "the Telemetry API is not supported yet"},
 	{"discoverySelectors", NotYet, "a spoke watches every namespace; it will take selectors in its own config"},
 	{"pathNormalization", NotYet, "paths are normalized as Envoy's default (BASE)"},

@@ -170,7 +170,8 @@ func TestValidateRejects(t *testing.T) {
 		{"ra bad selector", object(sec, "RequestAuthentication", "selector: {matchLabels: {app: 'a b'}}"), "spec.selector.matchLabels[app]", `label value "a b" may hold only letters`},
 		{"ra no issuer", object(sec, "RequestAuthentication", "jwtRules: [{jwksUri: 'https://x'}]"), "spec.jwtRules[0].issuer", "issuer is required"},
 		{"ap bad selector", object(sec, "AuthorizationPolicy", "selector: {matchLabels: {app: '"+strings.Repeat("x", 64)+"'}}"), "spec.selector.matchLabels[app]", "longer than 63"},
-		{"ap custom", object(sec, "AuthorizationPolicy", "action: CUSTOM\nprovider: {name: ext-authz}\nrules: [{to: [{operation: {paths: [/admin]}}]}]"), "spec.action", "action CUSTOM is not supported"},
+		{"ap custom without provider", object(sec, "AuthorizationPolicy", "action: CUSTOM\nrules: [{to: [{operation: {paths: [/admin]}}]}]"), "spec.provider.name", "action CUSTOM needs a provider"},
+		{"ap provider without custom", object(sec, "AuthorizationPolicy", "action: DENY\nprovider: {name: ext-authz}\nrules: [{}]"), "spec.provider", "only allowed with action CUSTOM"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -192,3 +192,14 @@ func meshTrustDomain(cfg *meshv1alpha1.MeshConfig, builder string) string {
 func (s *Snapshot) ProtocolDetectionTimeout() time.Duration {
 	return s.MeshConfig.GetProtocolDetectionTimeout().AsDuration()
 }
+
+// ExtensionProvider is the MeshConfig extensionProviders entry named
+// name, or nil.
+func (s *Snapshot) ExtensionProvider(name string) *meshv1alpha1.MeshConfig_ExtensionProvider {
+	for _, p := range s.MeshConfig.GetExtensionProviders() {
+		if p.GetName() == name {
+			return p
+		}
+	}
+	return nil
+}
