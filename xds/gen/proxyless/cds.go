@@ -38,15 +38,31 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
 	}
 	lb := oc.Policy.GetLoadBalancer()
-	if ch := lb.GetConsistentHash(); ch != nil {
-		g.ringHash(c, oc, ch)
-	} else if lb.GetSimple() == networking.LoadBalancerSettings_ROUND_ROBIN {
+	distribute := distributes(oc.Policy)
+	switch {
+	case lb.GetConsistentHash() != nil:
+		g.ringHash(c, oc, lb.GetConsistentHash())
+	case lb.GetSimple() == networking.LoadBalancerSettings_ROUND_ROBIN:
 		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
-	} else if lb.GetSimple() == networking.LoadBalancerSettings_RANDOM {
+	case lb.GetSimple() == networking.LoadBalancerSettings_RANDOM:
 		g.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".simple", "proxyless gRPC clients have no RANDOM load balancer; they use LEAST_REQUEST")
+	case lb.GetSimple() == networking.LoadBalancerSettings_UNSPECIFIED && distribute:
+		// grpc-go weights localities only under ROUND_ROBIN
+		// (xds_wrr_locality); its least request ignores them.
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	}
+	if c.LbPolicy == clusterv3.Cluster_LEAST_REQUEST && distribute {
+		g.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".localityLbSetting.distribute", "proxyless gRPC clients ignore locality weights under LEAST_REQUEST (grpc-go); set ROUND_ROBIN or leave simple unset to have distribute applied")
 	}
 	g.add(typeurl.Cluster, oc.Name, c)
 	g.add(typeurl.Endpoint, oc.Name, g.loadAssignment(oc))
+}
+
+// distributes reports whether p's locality load balancing has distribute
+// entries (which some client may take: locality weights).
+func distributes(p *networking.TrafficPolicy) bool {
+	s, on := build.LocalitySetting(p)
+	return on && len(s.GetDistribute()) > 0
 }
 
 // maxRingSize is the largest ring grpc-go builds (it refuses a larger

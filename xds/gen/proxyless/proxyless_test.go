@@ -234,4 +234,13 @@ func TestGRPCClusterDefaultLeastRequest(t *testing.T) {
 	if c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
 		t.Errorf("lb policy %v, want LEAST_REQUEST", c.GetLbPolicy())
 	}
+	// grpc-go weights localities only under ROUND_ROBIN: a policy that
+	// distributes keeps it.
+	y = strings.Replace(config, "  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}\n",
+		"  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: \"r1/*\", to: {\"r1/*\": 80, \"r2/*\": 20}}]}}}\n", 1)
+	out = Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
+	c, _ = gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7070, "")).Message.(*clusterv3.Cluster)
+	if c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN {
+		t.Errorf("with distribute: lb policy %v, want ROUND_ROBIN (grpc-go's locality weights)", c.GetLbPolicy())
+	}
 }
