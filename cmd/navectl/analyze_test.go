@@ -172,3 +172,25 @@ spec: {mtls: {mode: STRICT}}
 		t.Error("a MeshConfig file that does not exist: exit 0")
 	}
 }
+
+// A port without a declared protocol is sniffed by sidecars: a warning
+// (never an error) names the port.
+func TestAnalyzeWarnsAboutUndeclaredProtocols(t *testing.T) {
+	doc := `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: shop}
+spec:
+  hosts: [db.example]
+  ports: [{number: 3306, name: db}]
+  resolution: DNS
+`
+	r := navectlRunInput(t, doc, "analyze", "-o", "json", "-")
+	var a analyze.Analysis
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil {
+		t.Fatalf("analyze -o json: %v\n%s", err, r.stdout)
+	}
+	if r.code != 0 || len(a.Findings) != 1 || a.Findings[0].Severity != analyze.SevWarning || a.Findings[0].Check != "protocol" ||
+		a.Findings[0].Field != "spec.ports[0].protocol" || !strings.Contains(a.Findings[0].Message, "port 3306 declares no protocol") {
+		t.Errorf("analyze: exit %d, findings %+v; want exit 0 and one protocol warning for spec.ports[0].protocol", r.code, a.Findings)
+	}
+}

@@ -2,6 +2,7 @@ package envoysim
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -10,7 +11,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	extauthznetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	uritemplatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/path/match/uri_template/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -89,6 +92,9 @@ func networkRBAC(a *anypb.Any, r Request, res *Result) (handled, ok bool) {
 		res.Err = err
 		return true, false
 	}
+	if cfg.GetShadowRules() != nil && !shadowRBAC(cfg.GetShadowRules(), cfg.GetShadowRulesStatPrefix(), "envoy.filters.network.rbac", rbacInput{r: r, res: res}) {
+		return true, false
+	}
 	return true, applyRBAC(cfg.GetRules(), rbacInput{r: r, res: res})
 }
 
@@ -102,11 +108,106 @@ func httpRBAC(a *anypb.Any, r Request, res *Result) (handled, ok bool) {
 		res.Err = err
 		return true, false
 	}
-	if cfg.GetShadowRules() != nil {
-		res.Err = fmt.Errorf("rbac shadow_rules are not modelled")
+	if cfg.GetShadowRules() != nil && !shadowRBAC(cfg.GetShadowRules(), cfg.GetShadowRulesStatPrefix(), "envoy.filters.http.rbac", rbacInput{r: r, res: res, http: true}) {
 		return true, false
 	}
 	return true, applyRBAC(cfg.GetRules(), rbacInput{r: r, res: res, http: true})
+}
+
+// shadowRBAC evaluates shadow rules: they decide nothing, and write their
+// result into the request's dynamic metadata under the filter's name:
+// PREFIXshadow_engine_result ("allowed" or "denied") and, when a policy
+// matched, PREFIXshadow_effective_policy_id (the first by name). false
+// only on an error (res.Err).
+func shadowRBAC(rules *rbacv3.RBAC, prefix, filter string, in rbacInput) bool {
+	matched, err := matchingPolicies(rules, in)
+	if err != nil {
+		in.res.Err = err
+		return false
+	}
+	denied := (rules.GetAction() == rbacv3.RBAC_DENY) == (len(matched) > 0)
+	md := map[string]any{prefix + "shadow_engine_result": "allowed"}
+	if denied {
+		md[prefix+"shadow_engine_result"] = "denied"
+	}
+	if len(matched) > 0 {
+		md[prefix+"shadow_effective_policy_id"] = matched[0]
+	}
+	if in.res.Metadata == nil {
+		in.res.Metadata = map[string]map[string]any{}
+	}
+	if in.res.Metadata[filter] == nil {
+		in.res.Metadata[filter] = map[string]any{}
+	}
+	maps.Copy(in.res.Metadata[filter], md)
+	return true
+}
+
+// matchingPolicies are the names of rules' policies that match, sorted.
+func matchingPolicies(rules *rbacv3.RBAC, in rbacInput) ([]string, error) {
+	names := make([]string, 0, len(rules.GetPolicies()))
+	for name := range rules.GetPolicies() {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var matched []string
+	for _, name := range names {
+		ok, err := policyMatches(rules.GetPolicies()[name], in)
+		if err != nil {
+			return nil, fmt.Errorf("rbac policy %s: %w", name, err)
+		}
+		if ok {
+			matched = append(matched, name)
+		}
+	}
+	return matched, nil
+}
+
+// extAuthz applies an ext_authz filter (HTTP or network): when its
+// filter_enabled_metadata matches the request's metadata (or it has
+// none), the external authorizer is asked — Result.ExtAuthz records the
+// cluster — and answers as Request.ExtAuthzDenies says.
+func extAuthz(a *anypb.Any, r Request, res *Result) (handled, ok bool) {
+	var enabled *matcherv3.MetadataMatcher
+	var cluster string
+	httpCfg, netCfg := new(extauthzv3.ExtAuthz), new(extauthznetv3.ExtAuthz)
+	switch {
+	case a.MessageIs(httpCfg):
+		if err := a.UnmarshalTo(httpCfg); err != nil {
+			res.Err = err
+			return true, false
+		}
+		enabled = httpCfg.GetFilterEnabledMetadata()
+		cluster = httpCfg.GetGrpcService().GetEnvoyGrpc().GetClusterName()
+		if cluster == "" {
+			cluster = httpCfg.GetHttpService().GetServerUri().GetCluster()
+		}
+	case a.MessageIs(netCfg):
+		if err := a.UnmarshalTo(netCfg); err != nil {
+			res.Err = err
+			return true, false
+		}
+		enabled = netCfg.GetFilterEnabledMetadata()
+		cluster = netCfg.GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	default:
+		return false, true
+	}
+	if enabled != nil {
+		on, err := metadataMatches(enabled, res.Metadata)
+		if err != nil {
+			res.Err = fmt.Errorf("ext_authz filter_enabled_metadata: %w", err)
+			return true, false
+		}
+		if !on {
+			return true, true
+		}
+	}
+	res.ExtAuthz = append(res.ExtAuthz, cluster)
+	if r.ExtAuthzDenies {
+		res.Denied = "ext_authz: denied by the authorizer at " + cluster
+		return true, false
+	}
+	return true, true
 }
 
 // applyRBAC evaluates one RBAC config (Envoy: RBAC filter): ALLOW lets
@@ -118,21 +219,10 @@ func applyRBAC(rules *rbacv3.RBAC, in rbacInput) bool {
 	if rules == nil {
 		return true
 	}
-	var matched []string
-	names := make([]string, 0, len(rules.GetPolicies()))
-	for name := range rules.GetPolicies() {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		ok, err := policyMatches(rules.GetPolicies()[name], in)
-		if err != nil {
-			in.res.Err = fmt.Errorf("rbac policy %s: %w", name, err)
-			return false
-		}
-		if ok {
-			matched = append(matched, name)
-		}
+	matched, err := matchingPolicies(rules, in)
+	if err != nil {
+		in.res.Err = err
+		return false
 	}
 	switch rules.GetAction() {
 	case rbacv3.RBAC_ALLOW:

@@ -7,9 +7,13 @@
 // clusters hold, by priority and locality.
 //
 // It also applies inbound security: filter chain selection by transport
-// protocol and ALPN (tls_inspector), the TLS handshake of a chain's
+// protocol and ALPN (tls_inspector) or, on listeners with the
+// http_inspector, by the HTTP it detects in plain text (a request with a
+// Method is HTTP/1.1, or h2c with H2C), the TLS handshake of a chain's
 // DownstreamTlsContext (client certificate required, SAN matchers), the
-// RBAC filters (network and HTTP: allow, deny, log) and jwt_authn; and it
+// RBAC filters (network and HTTP: allow, deny, log, shadow rules into the
+// dynamic metadata), ext_authz (whether the external authorizer is asked;
+// its answer is the request's) and jwt_authn; and it
 // reports which transport socket an upstream endpoint gets (transport
 // socket matches) and which server certificates it accepts
 // (Endpoint.AcceptsServer). RetriesOf reads a route's retry policy: the
@@ -111,10 +115,16 @@ type Request struct {
 	TLS      bool
 	ALPN     []string
 	PeerCert string
+	// H2C makes plain-text HTTP prior-knowledge HTTP/2 (what
+	// http_inspector reports as "h2c"; otherwise "http/1.1").
+	H2C bool
 	// SourceIP is the downstream address (RBAC ipBlocks, source.ip).
 	SourceIP string
 	// JWT is a token the request carries (jwt_authn).
 	JWT *Token
+	// ExtAuthzDenies is the external authorizer's answer when an
+	// ext_authz filter asks it: deny (else allow).
+	ExtAuthzDenies bool
 	// HTTP fields.
 	Authority string
 	Path      string // with the query string
@@ -162,6 +172,9 @@ type Result struct {
 	// Allowed and Audited list the RBAC policies that matched in ALLOW
 	// and LOG filters.
 	Allowed, Audited []string
+	// ExtAuthz lists the clusters of the external authorizers asked
+	// (ext_authz filters enabled for the request).
+	ExtAuthz []string
 	// Metadata is the request's dynamic metadata, by filter name (what
 	// jwt_authn writes).
 	Metadata map[string]map[string]any
@@ -306,6 +319,12 @@ func (s *Sim) Do(r Request) Result {
 			}
 			continue
 		}
+		if handled, ok := extAuthz(f.GetTypedConfig(), r, &res); handled {
+			if !ok {
+				return res
+			}
+			continue
+		}
 		tcp := new(tcpv3.TcpProxy)
 		if f.GetTypedConfig().MessageIs(tcp) {
 			if err := f.GetTypedConfig().UnmarshalTo(tcp); err != nil {
@@ -387,7 +406,28 @@ func (s *Sim) listenerFor(r Request) *listenerv3.Listener {
 // listener components, "Filter chain match").
 func chainFor(l *listenerv3.Listener, r Request) (*listenerv3.FilterChain, string) {
 	cands := l.GetFilterChains()
-	transport := r.transport()
+	// Only listener filters detect the transport and application
+	// protocols: without tls_inspector a TLS connection is raw_buffer
+	// with no ALPN, as Envoy sees it.
+	has := func(name string) bool {
+		return slices.ContainsFunc(l.GetListenerFilters(), func(f *listenerv3.ListenerFilter) bool { return f.GetName() == name })
+	}
+	transport, alpn := "raw_buffer", []string(nil)
+	if has(envoy.TLSInspectorFilter) {
+		transport, alpn = r.transport(), r.ALPN
+	}
+	if transport == "raw_buffer" && has(envoy.HTTPInspectorFilter) {
+		// http_inspector: plain-text HTTP becomes an application
+		// protocol (TLS bytes are not HTTP).
+		alpn = nil
+		switch {
+		case r.transport() == "tls":
+		case r.Method != "" && r.H2C:
+			alpn = []string{"h2c"}
+		case r.Method != "":
+			alpn = []string{"http/1.1"}
+		}
+	}
 	ip, _ := netip.ParseAddr(r.IP)
 	steps := []func(*listenerv3.FilterChainMatch) (set bool, score int){
 		func(m *listenerv3.FilterChainMatch) (bool, int) {
@@ -434,7 +474,7 @@ func chainFor(l *listenerv3.Listener, r Request) (*listenerv3.FilterChain, strin
 			if len(m.GetApplicationProtocols()) == 0 {
 				return false, 0
 			}
-			for _, p := range r.ALPN {
+			for _, p := range alpn {
 				if slices.Contains(m.GetApplicationProtocols(), p) {
 					return true, 1
 				}
@@ -491,6 +531,9 @@ func (s *Sim) http(hcm *hcmv3.HttpConnectionManager, r Request, res *Result) {
 			return
 		}
 		if handled, ok := jwtAuthn(f.GetTypedConfig(), r, res); handled && !ok {
+			return
+		}
+		if handled, ok := extAuthz(f.GetTypedConfig(), r, res); handled && !ok {
 			return
 		}
 	}

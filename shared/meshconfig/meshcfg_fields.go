@@ -45,7 +45,7 @@ var MeshConfigFields = []MeshConfigField{
 	{"proxyHttpPort", Rejected, "sidecars' ports are fixed by nave's injector and bootstrap"},
 	{"connectTimeout", Supported, "the connect timeout of every cluster a DestinationRule's connectionPool.tcp.connectTimeout does not set"},
 	{"hboneIdleTimeout", Rejected, "nave has no ambient mode (HBONE)"},
-	{"protocolDetectionTimeout", NotYet, "nave does not sniff protocols"},
+	{"protocolDetectionTimeout", Supported, "how long sidecars wait for a client's first bytes on a port whose protocol they sniff (0, the default: no limit)"},
 	{"tcpKeepalive", NotYet, "set it per host with a DestinationRule's connectionPool.tcp.tcpKeepalive"},
 	{"ingressClass", NotYet, "Kubernetes Ingress is not translated"},
 	{"ingressService", NotYet, "Kubernetes Ingress is not translated"},
@@ -81,7 +81,7 @@ var MeshConfigFields = []MeshConfigField{
 	{"enablePrometheusMerge", NotYet, "metrics merging is nave-agent's, not configurable yet"},
 	{"verifyCertificateAtClient", NotYet, "TLS origination verifies only with the DestinationRule's caCertificates"},
 	{"ca", Rejected, "a mesh's CA is the hub's (ca.* config, navectl roots)"},
-	{"extensionProviders", Supported, "the providers the Telemetry API and defaultProviders name (envoyFileAccessLog, envoyOtelAls, envoyHttpAls, envoyTcpAls, opentelemetry, zipkin, prometheus; docs/telemetry.md); CUSTOM authorization will use them"},
+	{"extensionProviders", Supported, "the providers the Telemetry API and defaultProviders name (envoyFileAccessLog, envoyOtelAls, envoyHttpAls, envoyTcpAls, opentelemetry, zipkin, prometheus; docs/telemetry.md), and envoyExtAuthzHttp and envoyExtAuthzGrpc for AuthorizationPolicy CUSTOM (docs/extensions.md)"},
 	{"defaultProviders", Supported, "the providers of tracing, metrics and accessLogging where no Telemetry names any (metrics: prometheus when unset, as Istio)"},
 	{"discoverySelectors", NotYet, "a spoke watches every namespace; it will take selectors in its own config"},
 	{"pathNormalization", NotYet, "paths are normalized as Envoy's default (BASE)"},
@@ -156,6 +156,13 @@ func ValidateMeshConfig(cfg *meshv1alpha1.MeshConfig) error {
 		checkDuration(c, p.field("connectTimeout"), d)
 		if d.AsDuration() <= 0 {
 			c.fail(p.field("connectTimeout"), "must be positive")
+		}
+	}
+	if d := cfg.GetProtocolDetectionTimeout(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			c.fail(p.field("protocolDetectionTimeout"), "invalid duration: %v", err)
+		} else if t := d.AsDuration(); t != 0 && t < minDuration {
+			c.fail(p.field("protocolDetectionTimeout"), "must be 0 (no limit) or at least 1ms, as in Istio")
 		}
 	}
 	checkExportTo(c, p.field("defaultServiceExportTo"), cfg.GetDefaultServiceExportTo())

@@ -50,6 +50,7 @@ trustDomainAliases: [old.example, older.example]
 outboundTrafficPolicy: {mode: REGISTRY_ONLY}
 enableAutoMtls: false
 connectTimeout: 2.5s
+protocolDetectionTimeout: 100ms
 defaultServiceExportTo: ["."]
 defaultVirtualServiceExportTo: ["*", "shared"]
 defaultDestinationRuleExportTo: ["~"]
@@ -75,6 +76,8 @@ defaultConfig: {terminationDrainDuration: 10s, holdApplicationUntilProxyStarts: 
 		{"egress tls", "outboundTrafficPolicy: {mode: ALLOW_ANY, tls: {mode: SIMPLE}}", "meshConfig.outboundTrafficPolicy.tls: not yet supported"},
 		{"zero timeout", "connectTimeout: 0s", "meshConfig.connectTimeout:"},
 		{"tiny timeout", "connectTimeout: 1us", "meshConfig.connectTimeout:"},
+		{"tiny detection timeout", "protocolDetectionTimeout: 10us", "meshConfig.protocolDetectionTimeout: must be 0"},
+		{"no detection timeout", "protocolDetectionTimeout: 0s", ""},
 		{"bad export", "defaultServiceExportTo: [Bad_NS]", "meshConfig.defaultServiceExportTo[0]:"},
 		{"nowhere and somewhere", "defaultDestinationRuleExportTo: ['~', '*']", "meshConfig.defaultDestinationRuleExportTo[0]:"},
 		{"distribute sum", "localityLbSetting: {distribute: [{from: r1/*, to: {r1/*: 50}}]}", "meshConfig.localityLbSetting.distribute[0].to: weights sum to 50"},

@@ -25,8 +25,15 @@ func validateRequestAuthentication(c *checker, p path, ra *securityv1beta1.Reque
 
 func validateAuthorizationPolicy(c *checker, p path, ap *securityv1beta1.AuthorizationPolicy) {
 	validateSelector(c, p.field("selector").field("matchLabels"), ap.GetSelector().GetMatchLabels())
-	if ap.GetAction() == securityv1beta1.AuthorizationPolicy_CUSTOM {
-		c.fail(p.field("action"), "action CUSTOM is not supported")
+	// As Istio validates it: CUSTOM names its provider (an
+	// extensionProviders entry of the mesh's MeshConfig, checked when
+	// generating), and only CUSTOM names one.
+	custom := ap.GetAction() == securityv1beta1.AuthorizationPolicy_CUSTOM
+	if custom && ap.GetProvider().GetName() == "" {
+		c.fail(p.field("provider").field("name"), "action CUSTOM needs a provider (an extensionProviders entry of the mesh's MeshConfig)")
+	}
+	if !custom && ap.GetProvider() != nil {
+		c.fail(p.field("provider"), "a provider is only allowed with action CUSTOM")
 	}
 }
 

@@ -179,7 +179,8 @@ func TestValidateRejects(t *testing.T) {
 		{"telemetry istio tags", object(tel, "Telemetry", "tracing: [{enableIstioTags: true}]"), "spec.tracing[0].enableIstioTags", "not supported"},
 		{"telemetry reporting interval", object(tel, "Telemetry", "metrics: [{reportingInterval: 5s}]"), "spec.metrics[0].reportingInterval", "not supported"},
 		{"telemetry upsert without value", object(tel, "Telemetry", "metrics: [{overrides: [{tagOverrides: {t: {operation: UPSERT}}}]}]"), "spec.metrics[0].overrides[0].tagOverrides[t].value", "needs a value"},
-		{"ap custom", object(sec, "AuthorizationPolicy", "action: CUSTOM\nprovider: {name: ext-authz}\nrules: [{to: [{operation: {paths: [/admin]}}]}]"), "spec.action", "action CUSTOM is not supported"},
+		{"ap custom without provider", object(sec, "AuthorizationPolicy", "action: CUSTOM\nrules: [{to: [{operation: {paths: [/admin]}}]}]"), "spec.provider.name", "action CUSTOM needs a provider"},
+		{"ap provider without custom", object(sec, "AuthorizationPolicy", "action: DENY\nprovider: {name: ext-authz}\nrules: [{}]"), "spec.provider", "only allowed with action CUSTOM"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // Warning is something valid but suspicious about an object: the object
@@ -67,7 +69,23 @@ const maxWarnings = 10
 // mesh is not seen: that is why this is a warning. Warnings name other
 // DestinationRules and their subsets only in o's namespace. At most 10
 // warnings.
+//
+// For a ServiceEntry or a registry Service (a Kubernetes Service), every
+// port without a protocol (for a Service: no name prefix or appProtocol
+// Istio knows) is warned about: sidecars sniff it, which is right for
+// HTTP and client-first TCP, and makes a server-first protocol wait for
+// MeshConfig protocolDetectionTimeout (no limit by default).
 func Warnings(o *Object, drs *DestinationRules) []Warning {
+	switch spec := o.Spec.(type) {
+	case *networkingv1alpha3.ServiceEntry:
+		return undeclaredProtocols(len(spec.GetPorts()), func(i int) (string, uint32, string) {
+			return spec.GetPorts()[i].GetProtocol(), spec.GetPorts()[i].GetNumber(), "protocol"
+		})
+	case *meshconfigv1.Service:
+		return undeclaredProtocols(len(spec.GetPorts()), func(i int) (string, uint32, string) {
+			return spec.GetPorts()[i].GetProtocol(), spec.GetPorts()[i].GetNumber(), "name"
+		})
+	}
 	vs, ok := o.Spec.(*networkingv1alpha3.VirtualService)
 	if !ok || drs == nil {
 		return nil
@@ -101,6 +119,25 @@ func Warnings(o *Object, drs *DestinationRules) []Warning {
 		for j, d := range r.GetRoute() {
 			check(spec.field("tcp").index(i).field("route").index(j).field("destination"), d.GetDestination())
 		}
+	}
+	return out
+}
+
+// undeclaredProtocols warns about the ports (n of them; port(i) gives the
+// i-th's protocol, number and the field that declares it) without a
+// protocol.
+func undeclaredProtocols(n int, port func(i int) (string, uint32, string)) []Warning {
+	var out []Warning
+	for i := 0; i < n && len(out) < maxWarnings; i++ {
+		proto, number, field := port(i)
+		if proto != "" {
+			continue
+		}
+		out = append(out, Warning{
+			Field: string(path("spec").field("ports").index(i).field(field)),
+			Reason: fmt.Sprintf("port %d declares no protocol: sidecars sniff it (HTTP is detected, anything else is TCP); "+
+				"a server-first protocol (MySQL, SMTP, ...) waits for MeshConfig protocolDetectionTimeout, so declare it (name prefix tcp-, or appProtocol)", number),
+		})
 	}
 	return out
 }

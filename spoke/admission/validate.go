@@ -61,7 +61,7 @@ func (v *Validator) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 	}
 	o := objs[0]
 	rules := v.rules.Load()
-	if rules == nil {
+	if rules == nil && o.Kind.Kind == "VirtualService" {
 		// Any subset would be reported as undefined: say that it was not
 		// checked instead.
 		if len(meshconfig.Warnings(o, meshconfig.IndexDestinationRules(nil, v.suffix))) > 0 {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -91,6 +92,9 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 		}
 		a.envoy = &Envoy{Binary: cfg.Envoy.Binary, Bootstrap: filepath.Join(cfg.Dir, EnvoyBootstrapFile), AdminPort: cfg.Envoy.AdminPort,
 			Grace: envoyGrace, Drain: cfg.Envoy.DrainDuration, Stdout: os.Stdout, Stderr: os.Stderr, Log: log.With("component", "envoy")}
+		if a.envoy.ExitOnZero, a.envoy.MinDrain, err = drainMetadata(cfg); err != nil {
+			return nil, err
+		}
 	}
 	a.keeper = NewKeeper(a.ra, KeeperOptions{RenewFraction: cfg.RA.RenewFraction, RenewJitter: cfg.RA.RenewJitter,
 		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, RootsRefresh: cfg.RA.RootsRefresh, Publish: publish},
@@ -253,4 +257,29 @@ func (a *Agent) certificateView(*http.Request) (any, error) {
 		v.LastError = err.Error()
 	}
 	return v, nil
+}
+
+// drainMetadata reads Istio's drain variables from proxyMetadata:
+// EXIT_ON_ZERO_ACTIVE_CONNECTIONS (a boolean; nil when unset) and
+// MINIMUM_DRAIN_DURATION (a duration; 0 when unset).
+func drainMetadata(cfg agentconfig.Config) (*bool, time.Duration, error) {
+	pm, err := cfg.ProxyMetadataMap()
+	if err != nil {
+		return nil, 0, fmt.Errorf("proxyMetadata: %w", err)
+	}
+	var exit *bool
+	if v, ok := pm["EXIT_ON_ZERO_ACTIVE_CONNECTIONS"]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, 0, fmt.Errorf("proxyMetadata EXIT_ON_ZERO_ACTIVE_CONNECTIONS: %q is not a boolean", v)
+		}
+		exit = &b
+	}
+	var least time.Duration
+	if v, ok := pm["MINIMUM_DRAIN_DURATION"]; ok {
+		if least, err = time.ParseDuration(v); err != nil || least < 0 {
+			return nil, 0, fmt.Errorf("proxyMetadata MINIMUM_DRAIN_DURATION: %q is not a duration of 0 or more", v)
+		}
+	}
+	return exit, least, nil
 }

@@ -30,6 +30,17 @@ type Envoy struct {
 	// its listeners gracefully, and stopped once it has no connection
 	// left or Drain has passed. Zero stops it at once.
 	Drain time.Duration
+	// ExitOnZero is proxyMetadata EXIT_ON_ZERO_ACTIVE_CONNECTIONS. Unset
+	// (nil), the drain ends when Envoy has no connection left or Drain
+	// has passed, whichever comes first. Set, it means what it means to
+	// Istio's pilot-agent: true waits MinDrain, then until Envoy has no
+	// connection left, however long that takes (the pod's grace period
+	// bounds it; an admin that does not answer ends the wait); false
+	// waits the whole Drain, connections or not.
+	ExitOnZero *bool
+	// MinDrain is proxyMetadata MINIMUM_DRAIN_DURATION, the least an
+	// ExitOnZero true drain lasts (Istio's default, 5 s, when zero).
+	MinDrain time.Duration
 	// DrainPoll is how often Envoy's connections are counted while it
 	// drains; zero means 1 s.
 	DrainPoll      time.Duration
@@ -106,22 +117,48 @@ func (e *Envoy) Run(ctx context.Context) error {
 	return nil
 }
 
+// DefaultMinDrain is Istio's MINIMUM_DRAIN_DURATION.
+const DefaultMinDrain = 5 * time.Second
+
 // DrainConnections asks Envoy's admin to drain every listener gracefully
 // (POST /drain_listeners?graceful) and waits until Envoy reports no
 // connection left (server.total_connections), Drain has passed or ctx
 // ends. An admin that does not answer is retried until then: draining
-// never shortens the wait, it only ends it early.
+// never shortens the wait, it only ends it early. ExitOnZero changes
+// when the wait ends (see it).
 func (e *Envoy) DrainConnections(ctx context.Context) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, e.Drain)
-	defer cancel()
+	istioExit := e.ExitOnZero != nil && *e.ExitOnZero
+	if !istioExit {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.Drain)
+		defer cancel()
+	}
 	poll := e.DrainPoll
 	if poll == 0 {
 		poll = time.Second
 	}
-	e.Log.Info("draining envoy", "for", e.Drain)
+	e.Log.Info("draining envoy", "for", e.Drain, "exitOnZeroActiveConnections", e.ExitOnZero)
 	if _, err := e.admin(ctx, http.MethodPost, "/drain_listeners?graceful"); err != nil {
 		e.Log.Warn("envoy not asked to drain; waiting the drain duration anyway", "err", err)
+	}
+	if e.ExitOnZero != nil && !*e.ExitOnZero {
+		<-ctx.Done()
+		e.Log.Info("envoy drain time over", "after", time.Since(start))
+		return
+	}
+	if istioExit {
+		least := e.MinDrain
+		if least == 0 {
+			least = DefaultMinDrain
+		}
+		t := time.NewTimer(least)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
@@ -129,6 +166,10 @@ func (e *Envoy) DrainConnections(ctx context.Context) {
 		n, err := e.connections(ctx)
 		if err == nil && n == 0 {
 			e.Log.Info("envoy drained: no connection left", "after", time.Since(start))
+			return
+		}
+		if err != nil && istioExit {
+			e.Log.Warn("envoy connections unknown; drain ends", "after", time.Since(start), "err", err)
 			return
 		}
 		select {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/internal/testwait"
+	"github.com/navemesh/nave/spoke/agentconfig"
 )
 
 // fakeAdmin is Envoy's admin as the drain uses it, on a real loopback
@@ -136,5 +138,88 @@ func TestEnvoyChildDrainedBeforeSIGTERM(t *testing.T) {
 	}
 	if b, err := os.ReadFile(bin + ".term"); err != nil || strings.TrimSpace(string(b)) != "term" {
 		t.Errorf("envoy did not get SIGTERM after draining (%v)", err)
+	}
+}
+
+// TestDrainExitOnZeroFalseWaitsTheDuration: EXIT_ON_ZERO_ACTIVE_CONNECTIONS
+// false is Istio's default: the whole drain duration, connections or not.
+func TestDrainExitOnZeroFalseWaitsTheDuration(t *testing.T) {
+	admin := newFakeAdmin(t, 0)
+	no := false
+	synctest.Test(t, func(t *testing.T) {
+		e := &Envoy{AdminPort: admin.port(), Drain: 4 * time.Second, ExitOnZero: &no, Log: discard()}
+		start := time.Now()
+		e.DrainConnections(context.Background())
+		if took := time.Since(start); took != 4*time.Second {
+			t.Errorf("drain took %s; want the whole drain duration, 4s", took)
+		}
+	})
+	if got := admin.log(); len(got) != 1 || got[0] != "POST /drain_listeners?graceful" {
+		t.Errorf("admin requests %q; want the graceful drain only (no connection count)", got)
+	}
+}
+
+// TestDrainExitOnZeroTrue: EXIT_ON_ZERO_ACTIVE_CONNECTIONS true is
+// Istio's: MINIMUM_DRAIN_DURATION first, then until no connection is
+// left, past the drain duration.
+func TestDrainExitOnZeroTrue(t *testing.T) {
+	admin := newFakeAdmin(t, 4, 3, 0)
+	yes := true
+	synctest.Test(t, func(t *testing.T) {
+		e := &Envoy{AdminPort: admin.port(), Drain: time.Second, ExitOnZero: &yes, MinDrain: 3 * time.Second, Log: discard()}
+		start := time.Now()
+		e.DrainConnections(context.Background())
+		// 3s at least, then counted at once (4), after one poll (3), after two (0).
+		if took := time.Since(start); took != 5*time.Second {
+			t.Errorf("drain took %s; want 5s (the minimum, then until the connections reached zero)", took)
+		}
+	})
+	if got := admin.log(); len(got) != 4 || got[0] != "POST /drain_listeners?graceful" {
+		t.Errorf("admin requests %q; want the graceful drain, then three counts", got)
+	}
+}
+
+// TestDrainExitOnZeroTrueWithoutAnAdmin: an admin that does not answer
+// ends an EXIT_ON_ZERO_ACTIVE_CONNECTIONS drain after the minimum, as
+// Istio's pilot-agent does (the connections cannot be known).
+func TestDrainExitOnZeroTrueWithoutAnAdmin(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	yes := true
+	synctest.Test(t, func(t *testing.T) {
+		e := &Envoy{AdminPort: port, Drain: 30 * time.Second, ExitOnZero: &yes, Log: discard()}
+		start := time.Now()
+		e.DrainConnections(context.Background())
+		if took := time.Since(start); took != DefaultMinDrain {
+			t.Errorf("drain took %s; want the default minimum, %s", took, DefaultMinDrain)
+		}
+	})
+}
+
+func TestDrainMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		metadata string
+		exit     string // "", "true", "false"
+		least    time.Duration
+		err      string
+	}{
+		{"", "", 0, ""},
+		{`{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true", "MINIMUM_DRAIN_DURATION": "2s"}`, "true", 2 * time.Second, ""},
+		{`{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "false"}`, "false", 0, ""},
+		{`{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "yes please"}`, "", 0, "EXIT_ON_ZERO_ACTIVE_CONNECTIONS"},
+		{`{"MINIMUM_DRAIN_DURATION": "-1s"}`, "", 0, "MINIMUM_DRAIN_DURATION"},
+	} {
+		exit, least, err := drainMetadata(agentconfig.Config{ProxyMetadata: tc.metadata})
+		got := ""
+		if exit != nil {
+			got = strconv.FormatBool(*exit)
+		}
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || got != tc.exit || least != tc.least {
+			t.Errorf("%s: exit %q, minimum %s, err %v; want %q, %s, error with %q", tc.metadata, got, least, err, tc.exit, tc.least, tc.err)
+		}
 	}
 }

@@ -184,6 +184,15 @@ func meshTrustDomain(cfg *meshv1alpha1.MeshConfig, builder string) string {
 	return DefaultTrustDomain
 }
 
+// ProtocolDetectionTimeout is how long a sidecar waits for a client's
+// first bytes on a port whose protocol it sniffs before it proxies the
+// connection as TCP (MeshConfig protocolDetectionTimeout). Zero, Istio's
+// default, waits as long as the client takes: server-first protocols on
+// undeclared ports then hang, and their ports must be declared TCP.
+func (s *Snapshot) ProtocolDetectionTimeout() time.Duration {
+	return s.MeshConfig.GetProtocolDetectionTimeout().AsDuration()
+}
+
 // ExtensionProvider is the MeshConfig extensionProviders entry named
 // name (compared without case, as Istio does), nil when there is none.
 func (s *Snapshot) ExtensionProvider(name string) *meshv1alpha1.MeshConfig_ExtensionProvider {

@@ -33,7 +33,8 @@ const (
 // object, which field, and why.
 type Finding struct {
 	Severity string `json:"severity"`
-	// Check names the check: validation, subset, host, conflict, merge.
+	// Check names the check: validation, subset, protocol, host,
+	// conflict, merge, rootNamespace.
 	Check   string `json:"check"`
 	Cluster string `json:"cluster,omitempty"`
 	// Where is "file#document"; Object "Kind namespace/name".
@@ -210,8 +211,13 @@ func (a *Analysis) CrossChecks(meshName, suffix string, clusters []*Cluster) {
 	// check, with every cluster's rules).
 	drs := meshconfig.IndexDestinationRules(all, suffix)
 	for _, o := range all {
+		// Other kinds' warnings are ports without a protocol (sniffed).
+		sev, check := SevError, "subset"
+		if o.Kind.Kind != "VirtualService" {
+			sev, check = SevWarning, "protocol"
+		}
 		for _, w := range meshconfig.Warnings(o, drs) {
-			a.Findings = append(a.Findings, Finding{Severity: SevError, Check: "subset", Cluster: where[o], Where: o.Origin,
+			a.Findings = append(a.Findings, Finding{Severity: sev, Check: check, Cluster: where[o], Where: o.Origin,
 				Object: o.Ref().String(), Field: w.Field, Message: strings.ReplaceAll(w.Reason, "in this cluster", "among the inputs")})
 		}
 	}

@@ -41,7 +41,8 @@ var appProtocols = map[string]string{
 // portProtocol infers a TCP service port's protocol as Istio does: from
 // its appProtocol when that names a known protocol, else from the port
 // name ("http", or a prefix before '-' such as "grpc-api"; "grpc-web"
-// counts whole), else TCP.
+// counts whole), else none: "", a port whose protocol sidecars sniff
+// (HTTP detected, anything else TCP), as Istio's do.
 func portProtocol(name string, appProtocol *string) string {
 	if appProtocol != nil {
 		ap := strings.ToLower(*appProtocol)
@@ -60,5 +61,5 @@ func portProtocol(name string, appProtocol *string) string {
 	if p, ok := protocolNames[prefix]; ok {
 		return p
 	}
-	return protoTCP
+	return ""
 }

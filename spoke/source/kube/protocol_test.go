@@ -22,9 +22,10 @@ func TestPortProtocol(t *testing.T) {
 		{"mongo", nil, "Mongo"},
 		{"redis-cache", nil, "Redis"},
 		{"mysql", nil, "MySQL"},
-		{"metrics", nil, "TCP"},
-		{"", nil, "TCP"},
-		{"httpx", nil, "TCP"},
+		// Undeclared: sniffed by the sidecars, as in Istio.
+		{"metrics", nil, ""},
+		{"", nil, ""},
+		{"httpx", nil, ""},
 		{"web", str("http"), "HTTP"},
 		{"http", str("grpc"), "GRPC"},
 		{"web", str("HTTP2"), "HTTP2"},
@@ -33,7 +34,7 @@ func TestPortProtocol(t *testing.T) {
 		{"web", str("kubernetes.io/wss"), "HTTPS"},
 		// An appProtocol Istio does not know falls back to the name.
 		{"http-web", str("example.com/custom"), "HTTP"},
-		{"web", str("example.com/custom"), "TCP"},
+		{"web", str("example.com/custom"), ""},
 	}
 	for _, tt := range tests {
 		ap := "<nil>"

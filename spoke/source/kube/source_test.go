@@ -145,7 +145,7 @@ func TestKubeSource(t *testing.T) {
 			Ports: []*meshconfigv1.ServicePort{
 				{Name: "http", Number: 80, Protocol: "HTTP", TargetPort: 8080},
 				{Name: "api", Number: 9090, Protocol: "GRPC", TargetPortName: "api"},
-				{Name: "metrics", Number: 9100, Protocol: "TCP", TargetPort: 9100},
+				{Name: "metrics", Number: 9100, Protocol: "", TargetPort: 9100},
 			},
 			Selector: map[string]string{"app": "web"},
 		}

@@ -120,12 +120,13 @@ type cdsBuilder struct {
 	v        *scope.View
 	problems *build.Problems
 	// assignments builds the inline assignments of DNS clusters.
-	assignments *edsBuilder
-	ads         *corev3.ConfigSource
-	sds         *corev3.ConfigSource       // of the workload secrets
-	breakers    *clusterv3.CircuitBreakers // Istio's defaults: no limits
-	h2          map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
-	eds         *clusterv3.Cluster_Type
+	assignments   *edsBuilder
+	ads           *corev3.ConfigSource
+	sds           *corev3.ConfigSource       // of the workload secrets
+	breakers      *clusterv3.CircuitBreakers // Istio's defaults: no limits
+	h2            map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
+	useDownstream map[string]*anypb.Any      // use_downstream_protocol_config (sniffed ports; built on first use)
+	eds           *clusterv3.Cluster_Type
 	// rawBuffer and istioMatch are auto-mTLS's plain-text socket and
 	// tlsMode: istio match (built on first use).
 	rawBuffer  *corev3.TransportSocket
@@ -240,6 +241,8 @@ func (b *cdsBuilder) inbound(name string, in scope.InboundPort) *clusterv3.Clust
 	}
 	if isHTTP2(in.Port.Protocol) {
 		c.TypedExtensionProtocolOptions = b.h2
+	} else if isSniffed(in.Port.Protocol) {
+		c.TypedExtensionProtocolOptions = b.downstream()
 	}
 	return c
 }

@@ -37,7 +37,8 @@ func (b *cdsBuilder) unsupported(oc *outboundCluster) {
 }
 
 // loadBalancer applies loadBalancer.simple / consistentHash / warmup. The
-// hash policy itself (what to hash) belongs on routes.
+// hash policy itself (what to hash) belongs on routes. Unset, a cluster
+// balances LEAST_REQUEST, as Istio's do (docs/api-support.md, "Defaults").
 func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 	lb := oc.Policy.GetLoadBalancer()
 	if oc.kind == kindOriginalDst {
@@ -80,21 +81,20 @@ func (b *cdsBuilder) loadBalancer(c *clusterv3.Cluster, oc *outboundCluster) {
 		return
 	}
 	switch lb.GetSimple() {
-	//lint:ignore SA1019 LEAST_CONN is the deprecated name of LEAST_REQUEST; configs still use it
-	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
-		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	case networking.LoadBalancerSettings_ROUND_ROBIN:
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 		if slowStart != nil {
-			c.LbConfig = &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &clusterv3.Cluster_LeastRequestLbConfig{SlowStartConfig: slowStart}}
+			c.LbConfig = &clusterv3.Cluster_RoundRobinLbConfig_{RoundRobinLbConfig: &clusterv3.Cluster_RoundRobinLbConfig{SlowStartConfig: slowStart}}
 		}
 	case networking.LoadBalancerSettings_RANDOM:
 		c.LbPolicy = clusterv3.Cluster_RANDOM
 		if slowStart != nil {
 			b.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".warmup", "slow start works only with ROUND_ROBIN and LEAST_REQUEST load balancing; ignored for RANDOM")
 		}
-	default: // UNSPECIFIED, ROUND_ROBIN
-		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	default: // UNSPECIFIED (Istio's default), LEAST_REQUEST, LEAST_CONN (its deprecated name)
+		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 		if slowStart != nil {
-			c.LbConfig = &clusterv3.Cluster_RoundRobinLbConfig_{RoundRobinLbConfig: &clusterv3.Cluster_RoundRobinLbConfig{SlowStartConfig: slowStart}}
+			c.LbConfig = &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &clusterv3.Cluster_LeastRequestLbConfig{SlowStartConfig: slowStart}}
 		}
 	}
 }
@@ -137,12 +137,16 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		}
 		c.UpstreamConnectionOptions = &clusterv3.UpstreamConnectionOptions{TcpKeepalive: k}
 	}
-	if !isHTTP(oc.Port.Protocol) {
+	sniffed := isSniffed(oc.Port.Protocol)
+	if !isHTTP(oc.Port.Protocol) && !sniffed {
 		return
 	}
 	if http == nil && tcp.GetMaxConnectionDuration() == nil {
-		if isHTTP2(oc.Port.Protocol) {
+		switch {
+		case isHTTP2(oc.Port.Protocol):
 			c.TypedExtensionProtocolOptions = b.h2 // the common case: shared
+		case sniffed:
+			c.TypedExtensionProtocolOptions = b.downstream()
 		}
 		return
 	}
@@ -176,7 +180,9 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 		(oc.Port.Protocol == "HTTP" && http.GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE)
 	opts := &upstreamhttpv3.HttpProtocolOptions{}
 	switch {
-	case http.GetUseClientProtocol():
+	case http.GetUseClientProtocol() || sniffed:
+		// A sniffed port's HTTP goes upstream as the client spoke it
+		// (h2c stays HTTP/2), as in Istio.
 		// Envoy: use_downstream_protocol_config speaks whatever the client spoke.
 		opts.UpstreamProtocolOptions = &upstreamhttpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
 			HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
@@ -205,6 +211,21 @@ func (b *cdsBuilder) connectionPool(c *clusterv3.Cluster, oc *outboundCluster) {
 // seconds, rounding up so that a sub-second setting stays non-zero.
 func keepaliveSeconds(d *durationpb.Duration) uint32 {
 	return uint32(math.Ceil(d.AsDuration().Seconds()))
+}
+
+// downstream is the protocol options of clusters of sniffed ports without
+// HTTP settings: HTTP upstream as the client spoke it (built on first
+// use, shared).
+func (b *cdsBuilder) downstream() map[string]*anypb.Any {
+	if b.useDownstream == nil {
+		b.useDownstream = map[string]*anypb.Any{httpProtocolOptionsName: build.Any(&upstreamhttpv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
+				Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+			}},
+		})}
+	}
+	return b.useDownstream
 }
 
 func h2OrEmpty(h2 *corev3.Http2ProtocolOptions) *corev3.Http2ProtocolOptions {

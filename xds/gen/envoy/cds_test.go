@@ -103,8 +103,8 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		{name: "defaults without a DestinationRule", check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			if c.GetType() != clusterv3.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != http ||
-				c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil || c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN {
-				t.Errorf("http cluster = %v", c)
+				c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil || c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
+				t.Errorf("http cluster = %v, want Istio's default LEAST_REQUEST", c)
 			}
 			if c.GetConnectTimeout().AsDuration().Seconds() != 10 {
 				t.Errorf("connect timeout = %v", c.GetConnectTimeout())
@@ -144,6 +144,14 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 `, check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
 			if c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST || c.GetLeastRequestLbConfig().GetSlowStartConfig().GetSlowStartWindow().AsDuration().Seconds() != 30 {
+				t.Errorf("cluster = %v", c)
+			}
+		}},
+		{name: "warmup without a policy: least request, as Istio's default", dr: `  trafficPolicy:
+    loadBalancer: {warmupDurationSecs: 20s}
+`, check: func(t *testing.T, out *build.Output) {
+			c := clusterOf(t, out, http)
+			if c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST || c.GetLeastRequestLbConfig().GetSlowStartConfig().GetSlowStartWindow().AsDuration().Seconds() != 20 {
 				t.Errorf("cluster = %v", c)
 			}
 		}},

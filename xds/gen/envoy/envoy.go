@@ -43,6 +43,14 @@ func SidecarRouteName(port uint32) string {
 	return strconv.FormatUint(uint64(port), 10)
 }
 
+// SniffedRouteName names a sidecar's outbound route configuration for one
+// service's port whose protocol is sniffed, as Istio does:
+// "HOSTNAME:PORT". It holds that service's virtual host alone, since the
+// service's own address takes the connection.
+func SniffedRouteName(hostname string, port uint32) string {
+	return hostname + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
 // GatewayHTTPRouteName names the route configuration of a gateway's plain
 // HTTP servers on a port: "http.8080".
 func GatewayHTTPRouteName(port uint32) string {
@@ -91,6 +99,14 @@ func isHTTP(protocol string) bool {
 		return true
 	}
 	return false
+}
+
+// isSniffed reports whether a port's protocol is undeclared (no name
+// prefix, appProtocol or ServiceEntry protocol Istio knows): as in
+// Istio, the sidecar detects HTTP on it (http_inspector) and proxies
+// anything else as TCP (lds_sniff.go).
+func isSniffed(protocol string) bool {
+	return protocol == ""
 }
 
 // isHTTP2 reports whether a protocol needs HTTP/2 upstream (HTTP2, GRPC).

@@ -60,6 +60,7 @@ type listenerBuilder struct {
 	outboundHTTPFilters []*hcmv3.HttpFilter
 	routerFilter        *hcmv3.HttpFilter
 	tlsInspector        *listenerv3.ListenerFilter
+	httpInspect         *listenerv3.ListenerFilter // built on first use
 	// mtlsHTTP and mtlsTCP terminate inbound mesh mTLS (built on first use).
 	mtlsHTTP, mtlsTCP *corev3.TransportSocket
 	// gatewayMTLS terminate mesh mTLS on ISTIO_MUTUAL gateway servers, TLS

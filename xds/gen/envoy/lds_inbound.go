@@ -68,16 +68,22 @@ func (b *listenerBuilder) virtualInbound() {
 			return append(slices.Clone(sec.tcp), b.tcpProxyTo(policy.ServerSide, cluster))
 		}
 	}
-	needInspector := false
+	needInspector, sniff := false, false
 	for _, p := range b.inboundPortList() {
 		cluster := build.InboundClusterName(p.port)
 		http := isHTTP(p.protocol)
 		app := tcpFilters(cluster)
+		hcm := func() []*listenerv3.Filter { return []*listenerv3.Filter{b.inboundHCM(p.port, cluster, sec.http)} }
 		if http {
-			app = func() []*listenerv3.Filter { return []*listenerv3.Filter{b.inboundHCM(p.port, cluster, sec.http)} }
+			app = hcm
 		}
 		match := func() *listenerv3.FilterChainMatch {
 			return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p.port)}
+		}
+		if isSniffed(p.protocol) {
+			l.FilterChains = append(l.FilterChains, b.inboundSniffedChains(cluster, match, b.mtlsMode(p.port), hcm, tcpFilters(cluster))...)
+			needInspector, sniff = true, true
+			continue
 		}
 		chains, inspect := b.inboundChains(cluster, match, b.mtlsMode(p.port), http, app, tcpFilters(cluster))
 		l.FilterChains = append(l.FilterChains, chains...)
@@ -100,6 +106,10 @@ func (b *listenerBuilder) virtualInbound() {
 	}
 	if needInspector {
 		l.ListenerFilters = append(l.ListenerFilters, b.tlsInspector)
+	}
+	if sniff {
+		l.ListenerFilters = append(l.ListenerFilters, b.httpInspector())
+		b.detectionTimeout(l)
 	}
 	l.DefaultFilterChain = passthrough
 	b.add(l)

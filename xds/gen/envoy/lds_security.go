@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"slices"
+	"strings"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -31,11 +32,52 @@ func (b *listenerBuilder) inboundSecurityFilters() *inboundFilters {
 	}
 	policies := b.v.AuthorizationPolicies()
 	target := policy.Target(b.v.Snapshot())
-	f.http = append(f.http, policy.BuildRBAC(policies, target, b.problems.Add).HTTPFilters(true)...)
+	target.ExtAuthz = true
+	// CUSTOM first, then audit, deny, allow: Istio's order.
+	httpRBAC := policy.BuildRBAC(policies, target, b.problems.Add)
+	ext := b.extAuthz(&httpRBAC)
+	f.http = append(f.http, httpRBAC.CustomHTTPFilters(ext)...)
+	f.http = append(f.http, httpRBAC.HTTPFilters(true)...)
 	target.TCP = true
-	f.tcp = policy.BuildRBAC(policies, target, b.problems.Add).NetworkFilters()
+	tcpRBAC := policy.BuildRBAC(policies, target, b.problems.Add)
+	if tcpRBAC.Custom != nil && ext == nil {
+		tcpRBAC.FailCustomClosed()
+	}
+	if tcpRBAC.Custom != nil && ext.Network == nil {
+		b.problems.Addf(tcpRBAC.ProviderRef, "spec.provider.name", "provider %s (envoyExtAuthzHttp) cannot check TCP connections: as in Istio, this workload's TCP traffic is not sent to it", tcpRBAC.Providers[0])
+	}
+	f.tcp = append(tcpRBAC.CustomNetworkFilters(ext), tcpRBAC.NetworkFilters()...)
 	b.security = f
 	return f
+}
+
+// extAuthz is the external authorizer of the workload's CUSTOM policies
+// (nil without any). CUSTOM policies that cannot be applied — several
+// providers on one workload (Istio allows one), a provider MeshConfig
+// does not define or that is no ext_authz one, a service the proxy does
+// not see — are reported and fail closed (r.FailCustomClosed).
+func (b *listenerBuilder) extAuthz(r *policy.RBAC) *policy.ExtAuthz {
+	if r.Custom == nil {
+		return nil
+	}
+	fail := func(format string, args ...any) *policy.ExtAuthz {
+		b.problems.Addf(r.ProviderRef, "spec.provider.name", format+"; requests the CUSTOM rules match are denied (fail closed)", args...)
+		r.FailCustomClosed()
+		return nil
+	}
+	if len(r.Providers) != 1 {
+		return fail("CUSTOM policies of one workload name %d providers (%s); Istio allows one", len(r.Providers), strings.Join(r.Providers, ", "))
+	}
+	name := r.Providers[0]
+	p := b.v.Snapshot().ExtensionProvider(name)
+	if p == nil {
+		return fail("MeshConfig extensionProviders has no provider %q", name)
+	}
+	ext, err := policy.BuildExtAuthz(name, p, b.jwksCluster)
+	if err != nil {
+		return fail("%v", err)
+	}
+	return ext
 }
 
 // jwtFilter is the workload's JWT authentication filter; nil when no
@@ -53,7 +95,7 @@ func (b *listenerBuilder) jwtFilter() *hcmv3.HttpFilter {
 }
 
 // jwksCluster is the outbound cluster of a service port visible to the
-// proxy, or "".
+// proxy, or "" (JWKS fetches and external authorizers use it).
 func (b *listenerBuilder) jwksCluster(host string, port uint32) string {
 	svc := b.v.Service(host)
 	if svc == nil {

@@ -24,9 +24,10 @@ type svcPort struct {
 // outboundPort collects what the visible services put on one port number
 // of the 0.0.0.0 address.
 type outboundPort struct {
-	http []svcPort // any: one listener whose routes (RDS) cover them all
-	tls  []svcPort
-	tcp  []svcPort // services without a usable VIP
+	http  []svcPort // any: one listener whose routes (RDS) cover them all
+	tls   []svcPort
+	sniff []svcPort // undeclared protocol, services without a usable VIP
+	tcp   []svcPort // services without a usable VIP
 }
 
 // sidecarOutbound adds the sidecar's outbound listeners. None binds a
@@ -64,10 +65,17 @@ func (b *listenerBuilder) sidecarOutbound() {
 						continue
 					}
 					vipOwner[name] = svc.Hostname
+					tcp := b.tcpProxy(policy.ClientSide, build.ClusterName(svc.Hostname, p.Number, ""), dests)
+					if isSniffed(p.Protocol) {
+						b.add(b.sniffedListener(name, vip, p.Number, SniffedRouteName(svc.Hostname, p.Number), tcp))
+						continue
+					}
 					l := listener(name, vip, p.Number, false, corev3.TrafficDirection_OUTBOUND)
-					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.tcpProxy(policy.ClientSide, build.ClusterName(svc.Hostname, p.Number, ""), dests)}}}
+					l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{tcp}}}
 					b.add(l)
 				}
+			case isSniffed(p.Protocol):
+				u.sniff = append(u.sniff, sp)
 			default:
 				u.tcp = append(u.tcp, sp)
 			}
@@ -82,7 +90,13 @@ func (b *listenerBuilder) sidecarOutbound() {
 		u := byPort[port]
 		switch {
 		case len(u.http) > 0:
+			// Sniffed services' HTTP is routed (their virtual hosts are
+			// in the port's routes).
 			b.reportLosers(u.tls, u.http[0], "HTTP")
+			for _, l := range u.sniff {
+				b.problems.Addf(serviceRef(l.svc), "spec.ports", "%s port %d has no declared protocol nor an address of its own and %s takes 0.0.0.0:%d as HTTP: its HTTP is routed, its other TCP is not",
+					l.svc.Hostname, port, u.http[0].svc.Hostname, port)
+			}
 			b.reportLosers(u.tcp, u.http[0], "HTTP")
 			name := OutboundListenerName("0.0.0.0", port)
 			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
@@ -91,8 +105,21 @@ func (b *listenerBuilder) sidecarOutbound() {
 			}}
 			b.add(l)
 		case len(u.tls) > 0:
+			b.reportLosers(u.sniff, u.tls[0], "TLS")
 			b.reportLosers(u.tcp, u.tls[0], "TLS")
 			b.add(b.sidecarTLSListener(port, u.tls))
+		case len(u.sniff) > 0:
+			// HTTP to any of them is routed by host (the port's routes);
+			// other TCP goes to the first.
+			first := u.sniff[0]
+			b.reportLosers(u.tcp, first, "sniffed HTTP or TCP")
+			for _, l := range u.sniff[1:] {
+				b.problems.Addf(serviceRef(l.svc), "spec.ports", "%s port %d has no declared protocol nor an address of its own and shares 0.0.0.0:%d with %s: its HTTP is routed, its other TCP goes to %s",
+					l.svc.Hostname, port, port, first.svc.Hostname, first.svc.Hostname)
+			}
+			name := OutboundListenerName("0.0.0.0", port)
+			tcp := b.tcpProxy(policy.ClientSide, build.ClusterName(first.svc.Hostname, port, ""), b.sidecarTCPRoute(first.svc, port))
+			b.add(b.sniffedListener(name, "0.0.0.0", port, SidecarRouteName(port), tcp))
 		case len(u.tcp) > 0:
 			first := u.tcp[0]
 			b.reportLosers(u.tcp[1:], first, "TCP")
@@ -113,6 +140,20 @@ func (b *listenerBuilder) reportLosers(losers []svcPort, winner svcPort, kind st
 		b.problems.Addf(serviceRef(l.svc), "spec.ports", "%s port %d (%s) has no address of its own and %s takes 0.0.0.0:%d as %s; its traffic is not routed by the sidecar",
 			l.svc.Hostname, l.port.Number, l.port.Protocol, winner.svc.Hostname, l.port.Number, kind)
 	}
+}
+
+// hasListenAddress reports whether listenAddresses finds an address of
+// svc to listen on.
+func hasListenAddress(svc *mesh.Service) bool {
+	for _, a := range svc.Addresses {
+		if _, err := netip.ParseAddr(a); err == nil {
+			return true
+		}
+		if pf, err := netip.ParsePrefix(a); err == nil && pf.IsSingleIP() {
+			return true
+		}
+	}
+	return false
 }
 
 // listenAddresses returns the service VIPs a listener can bind to. Address

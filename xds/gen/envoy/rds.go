@@ -77,14 +77,21 @@ func (rb *routeBuilder) translate(cfg *mesh.Config, port uint32, gw *mesh.Config
 }
 
 // sidecarRoutes builds one route configuration per port number on which
-// a visible service has an HTTP port.
+// a visible service has an HTTP port, or a sniffed one without an address
+// of its own; and one per sniffed port of a service with an address
+// (SniffedRouteName).
 func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 	v := rb.v
 	byPort := map[uint32][]*mesh.Service{}
 	var ports []uint32
+	var sniffed []build.Resource
 	for _, svc := range v.Services() {
 		for _, p := range svc.Ports {
-			if !isHTTP(p.Protocol) {
+			if isSniffed(p.Protocol) && hasListenAddress(svc) {
+				sniffed = append(sniffed, rb.sniffedRoute(svc, p.Number))
+				continue
+			}
+			if !isHTTP(p.Protocol) && !isSniffed(p.Protocol) {
 				continue
 			}
 			if _, ok := byPort[p.Number]; !ok {
@@ -120,7 +127,23 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 		rc.VirtualHosts = append(rc.VirtualHosts, catchAll)
 		out = append(out, build.Resource{Name: name, Message: rc})
 	}
-	return out
+	return append(out, sniffed...)
+}
+
+// sniffedRoute is the route configuration of a sniffed port of a service
+// with an address: its own virtual host, then the catch-all one.
+func (rb *routeBuilder) sniffedRoute(svc *mesh.Service, port uint32) build.Resource {
+	name := SniffedRouteName(svc.Hostname, port)
+	rc := &routev3.RouteConfiguration{
+		Name:             name,
+		ValidateClusters: rb.noValidate,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    name,
+			Domains: rb.domains(svc, port, map[string]bool{}),
+			Routes:  rb.sidecarHostRoutes(svc, port),
+		}, rb.catchAllVirtualHost()},
+	}
+	return build.Resource{Name: name, Message: rc}
 }
 
 // catchAllVirtualHost is the "*" virtual host: passthrough under

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,6 +56,17 @@ func SelectAuthorizationPolicies(s *mesh.Snapshot, namespace string, labels map[
 // from any goroutine.
 type RBAC struct {
 	Audit, Deny, Allow *rbacv3.RBAC
+	// Custom holds the rules of CUSTOM policies, translated as DENY rules
+	// and named ExtAuthzPolicyPrefix+"-ns[NS]-policy[NAME]-rule[I]": the
+	// requests they match go to the external authorizer
+	// (CustomHTTPFilters). Nil without CUSTOM policies (or for a target
+	// without ext_authz, whose CUSTOM rules are in Deny).
+	Custom *rbacv3.RBAC
+	// Providers are the extension providers the CUSTOM policies name,
+	// sorted, each once; ProviderRef is the first CUSTOM policy, for
+	// reports.
+	Providers   []string
+	ProviderRef string
 }
 
 // RBACTarget says what RBAC is built for. It is a plain value.
@@ -72,6 +84,10 @@ type RBACTarget struct {
 	// :scheme header or a grpc- header: such conditions are reported and
 	// fail closed instead.
 	GRPC bool
+	// ExtAuthz says the proxy can call an external authorizer (Envoy's
+	// ext_authz): CUSTOM policies go to RBAC.Custom. Without it they are
+	// reported and fail closed: what their rules match is denied.
+	ExtAuthz bool
 }
 
 // BuildRBAC translates AuthorizationPolicies into Envoy RBAC for HTTP
@@ -90,9 +106,9 @@ type RBACTarget struct {
 // traffic are handled the same way without a report: that is Istio's
 // documented behaviour, not an error.
 //
-// Action CUSTOM (an external authorizer) is refused by validation; should
-// a CUSTOM policy reach generation it is reported and fails closed: what
-// its rules match is denied.
+// Action CUSTOM (an external authorizer, extauthz.go) fills Custom for a
+// target with ExtAuthz; for any other it is reported and fails closed:
+// what its rules match is denied.
 func BuildRBAC(policies []*mesh.Config, target RBACTarget, report func(mesh.Problem)) RBAC {
 	if report == nil {
 		report = func(mesh.Problem) {}
@@ -109,10 +125,26 @@ func BuildRBAC(policies []*mesh.Config, target RBACTarget, report func(mesh.Prob
 	for _, c := range policies {
 		ap := c.AuthorizationPolicy()
 		action := ap.GetAction()
+		prefix := ""
 		if action == securityv1beta1.AuthorizationPolicy_CUSTOM {
-			report(mesh.Problem{Resource: c.Ref(), Field: "spec.action",
-				Reason: "action CUSTOM (an external authorizer) is not supported; requests its rules match are denied (fail closed)"})
-			action = securityv1beta1.AuthorizationPolicy_DENY
+			if !target.ExtAuthz {
+				why := "this proxy cannot call an external authorizer"
+				if target.GRPC {
+					why = "proxyless gRPC servers cannot call an external authorizer (grpc-go has no ext_authz on servers, gRFC A92)"
+				}
+				report(mesh.Problem{Resource: c.Ref(), Field: "spec.action",
+					Reason: "action CUSTOM: " + why + "; requests its rules match are denied (fail closed)"})
+				action = securityv1beta1.AuthorizationPolicy_DENY
+			} else {
+				prefix = ExtAuthzPolicyPrefix + "-"
+				if name := ap.GetProvider().GetName(); !slices.Contains(out.Providers, name) {
+					out.Providers = append(out.Providers, name)
+					slices.Sort(out.Providers)
+				}
+				if out.ProviderRef == "" {
+					out.ProviderRef = c.Ref()
+				}
+			}
 		}
 		if action == securityv1beta1.AuthorizationPolicy_ALLOW && out.Allow == nil {
 			// An ALLOW policy turns on deny-by-default even without rules.
@@ -122,8 +154,10 @@ func BuildRBAC(policies []*mesh.Config, target RBACTarget, report func(mesh.Prob
 			t := &ruleTranslator{c: c, field: "spec.rules[" + strconv.Itoa(i) + "]", allow: action == securityv1beta1.AuthorizationPolicy_ALLOW,
 				tcp: target.TCP, grpc: target.GRPC, trustDomain: target.TrustDomain, aliases: target.TrustDomainAliases, report: report}
 			p := t.policy(r)
-			name := "ns[" + c.Object.Namespace + "]-policy[" + c.Object.Name + "]-rule[" + strconv.Itoa(i) + "]"
+			name := prefix + "ns[" + c.Object.Namespace + "]-policy[" + c.Object.Name + "]-rule[" + strconv.Itoa(i) + "]"
 			switch action {
+			case securityv1beta1.AuthorizationPolicy_CUSTOM:
+				add(&out.Custom, rbacv3.RBAC_DENY, name, p)
 			case securityv1beta1.AuthorizationPolicy_ALLOW:
 				add(&out.Allow, rbacv3.RBAC_ALLOW, name, p)
 			case securityv1beta1.AuthorizationPolicy_DENY:

@@ -267,7 +267,7 @@ spec:
   - to: [{operation: {paths: ["/t/{*}/a b"]}}]
   - to: [{operation: {paths: ["{*}/t"]}}]
 `)
-	// Validation refuses CUSTOM; make one as if it had got through.
+	// A CUSTOM policy whose provider the MeshConfig does not define.
 	for i, o := range objs {
 		if o.Name == "ext" {
 			c := *o
@@ -285,7 +285,7 @@ spec:
 		{"c1:AuthorizationPolicy foo/allow", "spec.rules[2].when[0].key", `condition key "source.labels[app]" is not supported; this rule allows nothing`},
 		{"c1:AuthorizationPolicy foo/allow", "spec.rules[4].from[0].source.trustDomains[0]", "contains '/'; this rule allows nothing"},
 		{"c1:AuthorizationPolicy foo/deny", "spec.rules[0].when[0].key", "is not supported; the field is left out of this rule, which then matches more"},
-		{"c1:AuthorizationPolicy foo/ext", "spec.action", "CUSTOM"},
+		{"c1:AuthorizationPolicy foo/ext", "spec.provider.name", `has no provider "authz"; requests the CUSTOM rules match are denied (fail closed)`},
 		{"c1:AuthorizationPolicy foo/templates", "spec.rules[0].to[0].operation.paths[0]", "{**} must be the last operator; this rule allows nothing"},
 		{"c1:AuthorizationPolicy foo/templates", "spec.rules[1].to[0].operation.paths[0]", "only in a whole segment"},
 		{"c1:AuthorizationPolicy foo/templates", "spec.rules[2].to[0].operation.paths[0]", "only in a whole segment"},
@@ -308,7 +308,7 @@ spec:
 		{"the well-formed rule still allows", mtls(inHTTP("GET", "/"), sleepBar), ""},
 		{"the malformed rules allow nothing", mtls(inHTTP("GET", "/"), otherBar), "no ALLOW policy matches"},
 		{"DENY with an unsupported condition denies its path for everyone", mtls(inHTTP("GET", "/secret"), sleepBar), "ns[foo]-policy[deny]-rule[0]"},
-		{"CUSTOM denies what its rules match", mtls(inHTTP("GET", "/ext/x"), sleepBar), "ns[foo]-policy[ext]-rule[0]"},
+		{"CUSTOM without its provider denies what its rules match", mtls(inHTTP("GET", "/ext/x"), sleepBar), "ns[foo]-policy[ext]-rule[0]"},
 		{"a malformed path template allows nothing", mtls(inHTTP("GET", "/t/a/b"), otherBar), "no ALLOW policy matches"},
 	} {
 		r := s.Do(tc.req)

@@ -34,19 +34,38 @@ func (g *generator) cluster(oc *policy.Cluster) {
 		Name:                 oc.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
-		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
 		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
 		// grpc-go's CSM observability labels its metrics with the service
 		// (csm.service_name, csm.service_namespace_name) from here.
 		Metadata: build.ClusterMetadata(oc.Service, true),
 	}
-	if ch := oc.Policy.GetLoadBalancer().GetConsistentHash(); ch != nil {
-		g.ringHash(c, oc, ch)
-	} else if oc.Policy.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
-		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	lb := oc.Policy.GetLoadBalancer()
+	distribute := distributes(oc.Policy)
+	switch {
+	case lb.GetConsistentHash() != nil:
+		g.ringHash(c, oc, lb.GetConsistentHash())
+	case lb.GetSimple() == networking.LoadBalancerSettings_ROUND_ROBIN:
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	case lb.GetSimple() == networking.LoadBalancerSettings_RANDOM:
+		g.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".simple", "proxyless gRPC clients have no RANDOM load balancer; they use LEAST_REQUEST")
+	case lb.GetSimple() == networking.LoadBalancerSettings_UNSPECIFIED && distribute:
+		// grpc-go weights localities only under ROUND_ROBIN
+		// (xds_wrr_locality); its least request ignores them.
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	}
+	if c.LbPolicy == clusterv3.Cluster_LEAST_REQUEST && distribute {
+		g.problems.Addf(oc.Rule.Ref(), oc.Field("loadBalancer")+".localityLbSetting.distribute", "proxyless gRPC clients ignore locality weights under LEAST_REQUEST (grpc-go); set ROUND_ROBIN or leave simple unset to have distribute applied")
 	}
 	g.add(typeurl.Cluster, oc.Name, c)
 	g.add(typeurl.Endpoint, oc.Name, g.loadAssignment(oc))
+}
+
+// distributes reports whether p's locality load balancing has distribute
+// entries (which some client may take: locality weights).
+func distributes(p *networking.TrafficPolicy) bool {
+	s, on := build.LocalitySetting(p)
+	return on && len(s.GetDistribute()) > 0
 }
 
 // maxRingSize is the largest ring grpc-go builds (it refuses a larger

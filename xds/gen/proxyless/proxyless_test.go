@@ -207,16 +207,40 @@ func TestGRPCClusterPolicyMerge(t *testing.T) {
   subsets:
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}`, `  trafficPolicy:
-    loadBalancer: {simple: LEAST_REQUEST}
+    loadBalancer: {simple: ROUND_ROBIN}
     portLevelSettings: [{port: {number: 7070}, connectionPool: {tcp: {maxConnections: 5}}}]
   subsets:
   - {name: v1, labels: {version: v1}, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}
-  - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: ROUND_ROBIN}}]}}`, 1)
+  - {name: v2, labels: {version: v2}, trafficPolicy: {portLevelSettings: [{port: {number: 7070}, loadBalancer: {simple: LEAST_REQUEST}}]}}`, 1)
 	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
-	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_LEAST_REQUEST, "v1": clusterv3.Cluster_LEAST_REQUEST, "v2": clusterv3.Cluster_ROUND_ROBIN} {
+	for subset, want := range map[string]clusterv3.Cluster_LbPolicy{"": clusterv3.Cluster_ROUND_ROBIN, "v1": clusterv3.Cluster_ROUND_ROBIN, "v2": clusterv3.Cluster_LEAST_REQUEST} {
 		c, _ := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7070, subset)).Message.(*clusterv3.Cluster)
 		if c.GetLbPolicy() != want {
 			t.Errorf("subset %q: lb policy %v, want %v", subset, c.GetLbPolicy(), want)
 		}
+	}
+}
+
+// TestGRPCClusterDefaultLeastRequest: without a load balancer setting a
+// proxyless cluster balances LEAST_REQUEST, Istio's default (grpc-go
+// implements it, gRFC A48).
+func TestGRPCClusterDefaultLeastRequest(t *testing.T) {
+	y := strings.Replace(config, "  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}\n", "", 1)
+	if y == config {
+		t.Fatal("fixture changed: no trafficPolicy line to remove")
+	}
+	out := Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
+	c, _ := gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7070, "")).Message.(*clusterv3.Cluster)
+	if c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
+		t.Errorf("lb policy %v, want LEAST_REQUEST", c.GetLbPolicy())
+	}
+	// grpc-go weights localities only under ROUND_ROBIN: a policy that
+	// distributes keeps it.
+	y = strings.Replace(config, "  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}\n",
+		"  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: \"r1/*\", to: {\"r1/*\": 80, \"r2/*\": 20}}]}}}\n", 1)
+	out = Generate(gentest.Snapshot(t, map[string]string{"c1": y}), build.Client{})
+	c, _ = gentest.ByName(out, typeurl.Cluster, build.ClusterName(host, 7070, "")).Message.(*clusterv3.Cluster)
+	if c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN {
+		t.Errorf("with distribute: lb policy %v, want ROUND_ROBIN (grpc-go's locality weights)", c.GetLbPolicy())
 	}
 }
