@@ -89,6 +89,9 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 	}
 
 	kindName, kerr := stringField(top, "kind")
+	if reason := RefusedKindReasons[kindName]; kerr == nil && reason != "" {
+		return nil, &ObjectError{Kind: kindName, Reason: fmt.Sprintf("line %d: %s", doc.line, reason)}
+	}
 	if kerr == nil && slices.Contains(otherIstioKinds, kindName) {
 		return nil, &ObjectError{Kind: kindName, Reason: fmt.Sprintf("line %d: %s is an Istio kind nave does not support (it supports %s)",
 			doc.line, kindName, strings.Join(kindNames(), ", "))}
@@ -389,7 +392,14 @@ func foreignAPI(apiVersion string) bool {
 
 // otherIstioKinds are Istio's config kinds that nave does not support:
 // fixed names, so an error may name them.
-var otherIstioKinds = []string{"EnvoyFilter", "ProxyConfig", "Telemetry", "WasmPlugin"}
+var otherIstioKinds = []string{"ProxyConfig", "Telemetry", "WasmPlugin"}
+
+// RefusedKindReasons says why nave refuses some of otherIstioKinds, for
+// every source to give the same reason.
+var RefusedKindReasons = map[string]string{
+	"WasmPlugin": "WasmPlugin is not supported: nave's agent does not fetch Wasm modules (docs/decisions/040-envoyfilter-and-wasmplugin.md); " +
+		"an EnvoyFilter can insert Envoy's wasm filter with a module the proxy already has",
+}
 
 // isKindName reports whether name is the kind of one of nave's kinds, of
 // any group.
