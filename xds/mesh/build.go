@@ -204,6 +204,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	s.PeerAuthentications = byKind["PeerAuthentication"]
 	s.RequestAuthentications = byKind["RequestAuthentication"]
 	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
+	s.EnvoyFilters = byKind["EnvoyFilter"]
 	b.remember(mesh, clusters, byKind["ServiceEntry"], s)
 	return s
 }

@@ -46,6 +46,9 @@ const (
 	MetaClusterID      = xdsbootstrap.MetaClusterID
 	MetaGenerator      = xdsbootstrap.MetaGenerator
 	MetaSDSCluster     = xdsbootstrap.MetaSDSCluster
+	// MetaIstioVersion is the proxy's version as Istio's agent reports
+	// it; EnvoyFilter proxyVersion matches read it.
+	MetaIstioVersion = "ISTIO_VERSION"
 )
 
 // Proxy is one connected xDS client, parsed and validated once per
@@ -65,6 +68,8 @@ type Proxy struct {
 	// SDSCluster is the bootstrap cluster serving the proxy's workload
 	// secrets (a local agent); empty: the hub, over ADS.
 	SDSCluster string
+	// Version is the node's ISTIO_VERSION, empty when it sends none.
+	Version string
 }
 
 // FromNode parses an xDS node. defaultMesh applies when the node names no
@@ -101,6 +106,7 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 	p.Network = str(MetaNetwork)
 	p.Cluster = str(MetaClusterID)
 	p.SDSCluster = str(MetaSDSCluster)
+	p.Version = str(MetaIstioVersion)
 	ips := str(MetaInstanceIPs)
 	generator := str(MetaGenerator)
 	if err != nil {
@@ -182,6 +188,9 @@ type Key struct {
 	// SDSCluster is where the proxy's workload secrets come from (see
 	// Proxy.SDSCluster).
 	SDSCluster string
+	// Version is the proxy's ISTIO_VERSION (EnvoyFilter proxyVersion
+	// matches).
+	Version string
 }
 
 // Key returns the proxy's generation key.
@@ -203,6 +212,7 @@ func (p *Proxy) Key() Key {
 		Locality:   p.Locality,
 		Cluster:    p.Cluster,
 		SDSCluster: p.SDSCluster,
+		Version:    p.Version,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
+	"github.com/navemesh/nave/xds/gen/patch"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
@@ -15,7 +16,7 @@ import (
 // labelInputs are the places a snapshot's config reads a proxy's labels:
 // label selectors (Sidecar workloadSelector, Gateway selector, route
 // sourceLabels, the selectors of PeerAuthentication,
-// RequestAuthentication and AuthorizationPolicy) and label names whose value the proxy's endpoints are
+// RequestAuthentication, AuthorizationPolicy and EnvoyFilter) and label names whose value the proxy's endpoints are
 // prioritized by (DestinationRule failoverPriority, and the MeshConfig
 // localityLbSetting's).
 type labelInputs struct {
@@ -52,6 +53,7 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 				}
 			}
 		}
+		in.selectors = append(in.selectors, patch.Selectors(s)...)
 		for _, c := range s.AllVirtualServices {
 			vs := c.VirtualService()
 			for _, r := range vs.GetHttp() {
