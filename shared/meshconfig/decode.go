@@ -89,12 +89,13 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 	}
 
 	kindName, kerr := stringField(top, "kind")
-	if reason := RefusedKindReasons[kindName]; kerr == nil && reason != "" {
-		return nil, &ObjectError{Kind: kindName, Reason: fmt.Sprintf("line %d: %s", doc.line, reason)}
-	}
 	if kerr == nil && slices.Contains(otherIstioKinds, kindName) {
-		return nil, &ObjectError{Kind: kindName, Reason: fmt.Sprintf("line %d: %s is an Istio kind nave does not support (it supports %s)",
-			doc.line, kindName, strings.Join(kindNames(), ", "))}
+		meta, _ := decodeMetadata(top["metadata"])
+		reason := RefusedKindReasons[kindName]
+		if reason == "" {
+			reason = fmt.Sprintf("%s is an Istio kind nave does not support (it supports %s)", kindName, strings.Join(kindNames(), ", "))
+		}
+		return nil, &ObjectError{Kind: kindName, Namespace: meta.namespace, Name: meta.name, Reason: fmt.Sprintf("line %d: %s", doc.line, reason)}
 	}
 	if kerr == nil && !isKindName(kindName) {
 		kerr = fmt.Errorf("its kind is not one nave accepts (%s)", strings.Join(kindNames(), ", "))

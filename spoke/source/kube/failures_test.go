@@ -44,10 +44,13 @@ rules:
   resources: [endpointslices]
   verbs: [get, list, watch]
 - apiGroups: [networking.istio.io]
-  resources: [destinationrules, gateways, serviceentries, workloadentries, workloadgroups, sidecars]
+  resources: [destinationrules, gateways, serviceentries, workloadentries, workloadgroups, sidecars, envoyfilters]
   verbs: [get, list, watch]
 - apiGroups: [security.istio.io]
   resources: [peerauthentications, requestauthentications, authorizationpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [extensions.istio.io]
+  resources: [wasmplugins]
   verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -106,8 +109,8 @@ func TestKubeSourceFailures(t *testing.T) {
 		if vs.State != StateNotInstalled || vs.Synced {
 			t.Errorf("VirtualService status %+v, want %q", vs, StateNotInstalled)
 		}
-		if got := src.metric(t, "nave_spoke_kube_kinds_not_synced"); got != 10 {
-			t.Errorf("kinds_not_synced = %v, want the 10 Istio kinds", got)
+		if got := src.metric(t, "nave_spoke_kube_kinds_not_synced"); got != 12 {
+			t.Errorf("kinds_not_synced = %v, want the 12 Istio kinds (WasmPlugin is watched to be refused)", got)
 		}
 		logs := src.logs.String()
 		if !strings.Contains(logs, "istio kinds not installed") || !strings.Contains(logs, "VirtualService, DestinationRule") {
