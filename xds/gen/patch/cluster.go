@@ -44,7 +44,9 @@ func (s *Set) clusters(rs []build.Resource) []build.Resource {
 			out = append(out, r)
 			continue
 		}
-		if pr, keep := s.guard("cluster", []applyTo{networking.EnvoyFilter_CLUSTER}, r, func(m proto.Message) (proto.Message, bool) {
+		// The copy shares the generated cluster's fields: patchCluster
+		// replaces what it changes (mergeShared).
+		if pr, keep := s.guard("cluster", []applyTo{networking.EnvoyFilter_CLUSTER}, r, shallowClone, func(m proto.Message) (proto.Message, bool) {
 			return m, s.patchCluster(ctx, m.(*clusterv3.Cluster))
 		}); keep {
 			out = append(out, pr)
@@ -72,8 +74,9 @@ func (s *Set) clusters(rs []build.Resource) []build.Resource {
 	return out
 }
 
-// patchCluster applies the REMOVE and MERGE patches to c (a copy),
-// reporting whether it is kept.
+// patchCluster applies the REMOVE and MERGE patches to c (a shallow copy
+// of the generated cluster: its fields are replaced, never changed in
+// place), reporting whether it is kept.
 func (s *Set) patchCluster(ctx context, c *clusterv3.Cluster) bool {
 	for _, p := range s.by[networking.EnvoyFilter_CLUSTER] {
 		if !p.inContext(ctx) || !clusterMatch(p, c.GetName()) {
@@ -98,7 +101,7 @@ func (s *Set) patchCluster(ctx context, c *clusterv3.Cluster) bool {
 				v = proto.Clone(v).(*clusterv3.Cluster)
 				v.TransportSocket = nil
 			}
-			merge(c, v)
+			mergeShared(c, v)
 		}
 	}
 	return true

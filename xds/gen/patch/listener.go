@@ -62,7 +62,7 @@ func (s *Set) listeners(rs []build.Resource) []build.Resource {
 			out = append(out, r)
 			continue
 		}
-		if pr, keep := s.guard("listener", slices.Concat(listenerLevel, routeLevel), r, func(m proto.Message) (proto.Message, bool) {
+		if pr, keep := s.guard("listener", slices.Concat(listenerLevel, routeLevel), r, nil, func(m proto.Message) (proto.Message, bool) {
 			l := m.(*listenerv3.Listener)
 			return l, s.patchListener(ctx, l)
 		}); keep {

@@ -17,12 +17,15 @@ var durationName = protoreflect.FullName("google.protobuf.Duration")
 // (proto.Merge of 1.5s into 2s would give 1.5s, but of 3s into 1.5s,
 // 3.5s). src is not retained.
 func merge(dst, src proto.Message) {
-	mergeMessage(dst.ProtoReflect(), src.ProtoReflect())
+	mergeMessage(dst.ProtoReflect(), src.ProtoReflect(), 0)
 }
 
-func mergeMessage(dst, src protoreflect.Message) {
+// mergeMessage merges src into dst, leaving out field number skip (0:
+// none).
+func mergeMessage(dst, src protoreflect.Message, skip protoreflect.FieldNumber) {
 	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
+		case fd.Number() == skip:
 		case fd.IsList():
 			dl, sl := dst.Mutable(fd).List(), v.List()
 			for i := 0; i < sl.Len(); i++ {
@@ -38,7 +41,7 @@ func mergeMessage(dst, src protoreflect.Message) {
 			if !dst.Has(fd) || fd.Message().FullName() == durationName {
 				dst.Set(fd, copyValue(fd, v))
 			} else {
-				mergeMessage(dst.Mutable(fd).Message(), v.Message())
+				mergeMessage(dst.Mutable(fd).Message(), v.Message(), 0)
 			}
 		default:
 			dst.Set(fd, copyValue(fd, v))
@@ -95,4 +98,56 @@ func mergeTransportSocket(dst, src *corev3.TransportSocket) (*corev3.TransportSo
 		return nil, err
 	}
 	return &corev3.TransportSocket{Name: dst.GetName(), ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tc}}, nil
+}
+
+// shallowClone copies m's fields into a new message, sharing their
+// values (lists, maps and sub-messages) with m: only mergeShared may
+// then change it.
+func shallowClone(m proto.Message) proto.Message {
+	src := m.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	return dst.Interface()
+}
+
+// mergeShared is merge for a dst whose field values may be shared with
+// other messages (shallowClone's): it replaces what it changes, never
+// changing a value in place.
+func mergeShared(dst, src proto.Message) {
+	d := dst.ProtoReflect()
+	src.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList():
+			nl := d.NewField(fd).List()
+			old := d.Get(fd).List()
+			for i := 0; i < old.Len(); i++ {
+				nl.Append(old.Get(i))
+			}
+			for i := 0; i < v.List().Len(); i++ {
+				nl.Append(copyValue(fd, v.List().Get(i)))
+			}
+			d.Set(fd, protoreflect.ValueOfList(nl))
+		case fd.IsMap():
+			nm := d.NewField(fd).Map()
+			d.Get(fd).Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				nm.Set(k, mv)
+				return true
+			})
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				nm.Set(k, copyValue(fd.MapValue(), mv))
+				return true
+			})
+			d.Set(fd, protoreflect.ValueOfMap(nm))
+		case fd.Message() != nil && d.Has(fd) && fd.Message().FullName() != durationName:
+			c := proto.Clone(d.Get(fd).Message().Interface())
+			mergeMessage(c.ProtoReflect(), v.Message(), 0)
+			d.Set(fd, protoreflect.ValueOfMessage(c.ProtoReflect()))
+		default:
+			d.Set(fd, copyValue(fd, v))
+		}
+		return true
+	})
 }

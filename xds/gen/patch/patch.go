@@ -222,11 +222,16 @@ func (s *Set) fail(p *Patch, resource string, format string, args ...any) {
 		Reason: fmt.Sprintf("not applied to %s: %s", resource, fmt.Sprintf(format, args...))})
 }
 
-// guard runs fn on a clone of r's message, which fn patches and returns
-// with whether it is kept. If fn panics, r is kept as generated and the
-// failure is reported against every EnvoyFilter with patches of kinds.
-func (s *Set) guard(what string, kinds []applyTo, r build.Resource, fn func(m proto.Message) (proto.Message, bool)) (out build.Resource, keep bool) {
-	m := proto.Clone(r.Message)
+// guard runs fn on a copy of r's message (made by clone, nil: a deep
+// copy), which fn patches and returns with whether it is kept. If fn
+// panics, r is kept as generated and the failure is reported against
+// every EnvoyFilter with patches of kinds.
+func (s *Set) guard(what string, kinds []applyTo, r build.Resource, clone func(proto.Message) proto.Message,
+	fn func(m proto.Message) (proto.Message, bool)) (out build.Resource, keep bool) {
+	if clone == nil {
+		clone = proto.Clone
+	}
+	m := clone(r.Message)
 	defer func() {
 		if e := recover(); e != nil {
 			s.failures++

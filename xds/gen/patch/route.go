@@ -30,7 +30,7 @@ func (s *Set) routes(rs []build.Resource) []build.Resource {
 			out = append(out, r)
 			continue
 		}
-		pr, _ := s.guard("route configuration", routeLevel, r, func(m proto.Message) (proto.Message, bool) {
+		pr, _ := s.guard("route configuration", routeLevel, r, shallowRouteConfiguration, func(m proto.Message) (proto.Message, bool) {
 			s.patchRouteConfiguration(ctx, m.(*routev3.RouteConfiguration))
 			return m, true
 		})
@@ -76,6 +76,13 @@ func (s *Set) patchRouteConfiguration(ctx context, rc *routev3.RouteConfiguratio
 	}
 	vhs := rc.VirtualHosts[:0:0]
 	for _, vh := range rc.VirtualHosts {
+		// Virtual hosts are shared with the generated configuration
+		// (shallowRouteConfiguration): one a patch changes is cloned.
+		if slices.ContainsFunc(vhPatches, func(p *Patch) bool {
+			return p.op == networking.EnvoyFilter_Patch_MERGE && virtualHostMatch(p, vh)
+		}) || slices.ContainsFunc(routePatches, func(p *Patch) bool { return virtualHostMatch(p, vh) }) {
+			vh = proto.Clone(vh).(*routev3.VirtualHost)
+		}
 		keep := true
 		for _, p := range vhPatches {
 			if !virtualHostMatch(p, vh) {
@@ -158,6 +165,19 @@ func (s *Set) patchRoutes(vh *routev3.VirtualHost, patches []*Patch) bool {
 	}
 	return changed
 }
+
+// shallowRouteConfiguration copies a route configuration but not its
+// virtual hosts, which it shares: patchRouteConfiguration clones those
+// it changes.
+func shallowRouteConfiguration(m proto.Message) proto.Message {
+	rc := m.(*routev3.RouteConfiguration)
+	c := &routev3.RouteConfiguration{}
+	mergeMessage(c.ProtoReflect(), rc.ProtoReflect(), vhostsField)
+	c.VirtualHosts = slices.Clone(rc.GetVirtualHosts())
+	return c
+}
+
+var vhostsField = (&routev3.RouteConfiguration{}).ProtoReflect().Descriptor().Fields().ByName("virtual_hosts").Number()
 
 // routeConfigMatch: a sidecar's route configuration by name and port (the
 // port its name holds: "8080", "inbound|8080||"); a gateway's by name,
