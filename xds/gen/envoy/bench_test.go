@@ -151,7 +151,13 @@ var envoyTypes = []struct {
 // generateMarshalled scopes the snapshot to the key, generates one type and
 // marshals each resource into an Any, as a push does (without caching).
 func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*scope.View) []build.Resource) (bytes, resources int, err error) {
-	for _, r := range gen(scope.New(snap, key)) {
+	return marshalAll(gen(scope.New(snap, key)))
+}
+
+// marshalAll marshals each resource into an Any, returning their size
+// and number.
+func marshalAll(rs []build.Resource) (bytes, resources int, err error) {
+	for _, r := range rs {
 		a, err := anypb.New(r.Message)
 		if err != nil {
 			return 0, 0, err
@@ -281,15 +287,7 @@ func generateTypeMarshalled(snap *mesh.Snapshot, key proxy.Key, typeURL string) 
 	if len(out.Problems) > 0 {
 		return 0, 0, fmt.Errorf("problems: %v", out.Problems)
 	}
-	for _, r := range out.Resources[typeURL] {
-		a, err := anypb.New(r.Message)
-		if err != nil {
-			return 0, 0, err
-		}
-		bytes += proto.Size(a)
-		resources++
-	}
-	return bytes, resources, nil
+	return marshalAll(out.Resources[typeURL])
 }
 
 // BenchmarkEnvoyGeneratePatched measures per-type generation of the http

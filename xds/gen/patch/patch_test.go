@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -505,23 +504,7 @@ func changes(t *testing.T, before, got *build.Output) []byte {
 
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", "golden", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from the patcher's output; if the change is intended, run\n\tgo test ./xds/gen/patch/ -run TestPatches -update\nand review the diff", path)
-	}
+	gentest.CheckGolden(t, filepath.Join("testdata", "golden", name), got, *update, "go test ./xds/gen/patch/ -run TestPatches -update")
 }
 
 func count(out *build.Output, typeURL, name string) int {
