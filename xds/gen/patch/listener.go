@@ -118,6 +118,9 @@ func (s *Set) mayTouchListener(ctx context, l *listenerv3.Listener) bool {
 			}
 		}
 	}
+	if ctx != networking.EnvoyFilter_SIDECAR_INBOUND {
+		return false // inline route configurations are a sidecar's inbound ones only
+	}
 	for _, k := range routeLevel {
 		for _, p := range s.by[k] {
 			if p.inContext(ctx) {
@@ -233,10 +236,9 @@ func (s *Set) patchHCM(ctx context, l *listenerv3.Listener, fc *listenerv3.Filte
 			filterPatches = append(filterPatches, p)
 		}
 	}
-	inlineRoutes := false
-	if ctx != networking.EnvoyFilter_GATEWAY && s.any(routeLevel...) {
-		inlineRoutes = true
-	}
+	// xds/gen/envoy inlines the route configurations of a sidecar's
+	// inbound listener only; the others are RDS (patched as routes).
+	inlineRoutes := ctx == networking.EnvoyFilter_SIDECAR_INBOUND && s.any(routeLevel...)
 	if len(filterPatches) == 0 && !inlineRoutes {
 		return
 	}
