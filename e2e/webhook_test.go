@@ -266,6 +266,30 @@ func TestValidationWebhook(t *testing.T) {
 		}
 	})
 
+	t.Run("an EnvoyFilter nave refuses and a WasmPlugin are denied with the reason", func(t *testing.T) {
+		for _, tc := range []struct {
+			gvr       schema.GroupVersionResource
+			doc, want string
+		}{
+			{schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1alpha3", Resource: "envoyfilters"},
+				"apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: ef, namespace: shop}\n" +
+					"spec: {configPatches: [{applyTo: LISTENER, patch: {operation: REPLACE, value: {name: x}}}]}\n",
+				webhookDenied + "EnvoyFilter shop/ef: spec.configPatches[0].patch.operation: operation REPLACE is not supported for applyTo LISTENER"},
+			{schema.GroupVersionResource{Group: "extensions.istio.io", Version: "v1alpha1", Resource: "wasmplugins"},
+				"apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: wp, namespace: shop}\nspec: {url: 'oci://example.com/x:1'}\n",
+				"WasmPlugin is not supported: nave's agent does not fetch Wasm modules"},
+		} {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(tc.doc), &obj.Object); err != nil {
+				t.Fatal(err)
+			}
+			_, err := w.dyn.Resource(tc.gvr).Namespace("shop").Create(t.Context(), obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("create %s: %v, want a denial containing %q", tc.gvr.Resource, err, tc.want)
+			}
+		}
+	})
+
 	t.Run("a valid VirtualService to an undefined subset is admitted with a warning", func(t *testing.T) {
 		kc.Apply(t, []byte(`apiVersion: networking.istio.io/v1
 kind: DestinationRule

@@ -38,6 +38,7 @@ func newAnalyzeCmd(stdout, stderr io.Writer) *cobra.Command {
     (oldest creation time wins, then the cluster name), with --cluster NAME=PATH
     given once per cluster (repeat it for several paths of one cluster);
   - DestinationRules the hub ignores (a second one for a host in one namespace);
+  - EnvoyFilter patches that fail on the config generated for a proxy they select;
   - with --meshconfig FILE, the mesh's Istio MeshConfig: refused fields and values
     (as the hub refuses them), and mesh-wide config left in istio-system when the
     MeshConfig names another root namespace; the checks above then see the mesh

@@ -194,3 +194,31 @@ spec:
 		t.Errorf("analyze: exit %d, findings %+v; want exit 0 and one protocol warning for spec.ports[0].protocol", r.code, a.Findings)
 	}
 }
+
+// TestAnalyzeEnvoyFilters: an EnvoyFilter nave refuses and a WasmPlugin
+// are validation errors naming why; a valid one whose patch fails on the
+// generated config is an envoyfilter error naming the patch.
+func TestAnalyzeEnvoyFilters(t *testing.T) {
+	r := navectlRun(t, "analyze", "-o", "json", "testdata/analyze/envoyfilter")
+	var a analyze.Analysis
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil {
+		t.Fatalf("analyze -o json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	if r.code != 1 || len(a.Findings) != 3 {
+		t.Errorf("exit %d, findings %+v; want 1 with 3 findings", r.code, a.Findings)
+	}
+	checks := map[string]analyze.Finding{}
+	for _, f := range a.Findings {
+		checks[f.Check+" "+f.Object] = f
+	}
+	for key, want := range map[string]struct{ field, reason string }{
+		"validation EnvoyFilter shop/replace-listener": {"spec.configPatches[0].patch.operation", "REPLACE is not supported for applyTo LISTENER"},
+		"validation WasmPlugin shop/auth":              {"", "WasmPlugin is not supported"},
+		"envoyfilter EnvoyFilter shop/wrong-type":      {"spec.configPatches[0]", "cannot merge a type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit"},
+	} {
+		f, ok := checks[key]
+		if !ok || f.Field != want.field || !strings.Contains(f.Message, want.reason) || !strings.HasPrefix(f.Where, "testdata/analyze/envoyfilter/filters.yaml") {
+			t.Errorf("%s: %+v; want field %q, a message with %q, and its file", key, f, want.field, want.reason)
+		}
+	}
+}

@@ -18,10 +18,12 @@ var kinds = []string{
 	"workloadentries.networking.istio.io",
 	"workloadgroups.networking.istio.io",
 	"sidecars.networking.istio.io",
+	"envoyfilters.networking.istio.io",
 	"peerauthentications.security.istio.io",
 	"requestauthentications.security.istio.io",
 	"authorizationpolicies.security.istio.io",
 	"telemetries.telemetry.istio.io",
+	"wasmplugins.extensions.istio.io",
 }
 
 // render returns the output file: a header naming the source, then the documents of src (a

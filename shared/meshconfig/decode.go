@@ -91,8 +91,12 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 
 	kindName, kerr := stringField(top, "kind")
 	if kerr == nil && slices.Contains(otherIstioKinds, kindName) {
-		return nil, &ObjectError{Kind: kindName, Reason: fmt.Sprintf("line %d: %s is an Istio kind nave does not support (it supports %s)",
-			doc.line, kindName, strings.Join(kindNames(), ", "))}
+		meta, _ := decodeMetadata(top["metadata"])
+		reason := RefusedKindReasons[kindName]
+		if reason == "" {
+			reason = fmt.Sprintf("%s is an Istio kind nave does not support (it supports %s)", kindName, strings.Join(kindNames(), ", "))
+		}
+		return nil, &ObjectError{Kind: kindName, Namespace: meta.namespace, Name: meta.name, Reason: fmt.Sprintf("line %d: %s", doc.line, reason)}
 	}
 	if kerr == nil && !isKindName(kindName) {
 		kerr = fmt.Errorf("its kind is not one nave accepts (%s)", strings.Join(kindNames(), ", "))
@@ -396,7 +400,14 @@ func foreignAPI(apiVersion string) bool {
 
 // otherIstioKinds are Istio's config kinds that nave does not support:
 // fixed names, so an error may name them.
-var otherIstioKinds = []string{"EnvoyFilter", "ProxyConfig", "WasmPlugin"}
+var otherIstioKinds = []string{"ProxyConfig", "WasmPlugin"}
+
+// RefusedKindReasons says why nave refuses some of otherIstioKinds, for
+// every source to give the same reason.
+var RefusedKindReasons = map[string]string{
+	"WasmPlugin": "WasmPlugin is not supported: nave's agent does not fetch Wasm modules (docs/decisions/040-envoyfilter-and-wasmplugin.md); " +
+		"an EnvoyFilter can insert Envoy's wasm filter with a module the proxy already has",
+}
 
 // isKindName reports whether name is the kind of one of nave's kinds, of
 // any group.

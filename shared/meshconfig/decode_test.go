@@ -93,6 +93,12 @@ func TestDecodeEveryKindFromExamples(t *testing.T) {
 				t.Errorf("probe port = %d", got)
 			}
 		}},
+		{"envoyfilter.yaml", "EnvoyFilter", "prod-us1/reviews-lua", func(t *testing.T, o *Object) {
+			ef := o.Spec.(*networkingv1alpha3.EnvoyFilter)
+			if ef.GetPriority() != 10 || ef.GetConfigPatches()[0].GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_INSERT_BEFORE {
+				t.Errorf("spec = %v", ef)
+			}
+		}},
 		{"sidecar.yaml", "Sidecar", "prod-us1/ratings", func(t *testing.T, o *Object) {
 			if got := len(o.Spec.(*networkingv1alpha3.Sidecar).GetEgress()[1].GetHosts()); got != 4 {
 				t.Errorf("egress hosts = %d", got)
@@ -240,7 +246,8 @@ func TestDecodeDocumentErrors(t *testing.T) {
 		{"unknown group", "apiVersion: example.com/v1\nkind: VirtualService\nmetadata: {name: r}\n", "", "VirtualService", `apiVersion "example.com/v1" is not supported`},
 		{"unknown version", "apiVersion: networking.istio.io/v2\nkind: VirtualService\nmetadata: {name: r}\n", "", "VirtualService", `apiVersion "networking.istio.io/v2" is not supported for VirtualService`},
 		{"security v1alpha3", "apiVersion: security.istio.io/v1alpha3\nkind: AuthorizationPolicy\nmetadata: {name: r}\n", "", "AuthorizationPolicy", "supported versions: v1, v1beta1"},
-		{"unknown kind", "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: r}\n", "", "EnvoyFilter", "EnvoyFilter is an Istio kind nave does not support"},
+		{"unknown kind", "apiVersion: networking.istio.io/v1alpha3\nkind: ProxyConfig\nmetadata: {name: r}\n", "", "ProxyConfig", "ProxyConfig is an Istio kind nave does not support"},
+		{"WasmPlugin", "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: r}\n", "", "WasmPlugin", "WasmPlugin is not supported: nave's agent does not fetch Wasm modules"},
 		{"kubernetes kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: r}\ndata: {a: b}\n", "kind", "", "not a config object"},
 		{"registry Service", "apiVersion: nave.io/v1\nkind: Service\nmetadata: {name: r}\nspec: {hostname: r.default.svc}\n", "", "Service", "produced by the spoke's registry, not accepted in config files"},
 		{"registry Workload", "apiVersion: nave.io/v1\nkind: Workload\nmetadata: {name: r}\nspec: {address: 10.0.0.1}\n", "", "Workload", "produced by the spoke's registry"},

@@ -55,6 +55,8 @@ var (
 	securityVersions   = []string{"v1", "v1beta1"}
 	telemetryVersions  = []string{"v1", "v1alpha1"}
 	registryVersions   = []string{"v1"}
+	// EnvoyFilter is served by Istio at v1alpha3 only.
+	envoyFilterVersions = []string{"v1alpha3"}
 )
 
 func newKind(group string, versions []string, registry bool, newSpec func() proto.Message) *Kind {
@@ -89,6 +91,7 @@ var kinds = []*Kind{
 	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.WorkloadEntry{} }),
 	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.WorkloadGroup{} }),
 	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.Sidecar{} }),
+	newKind(GroupNetworking, envoyFilterVersions, false, func() proto.Message { return &networkingv1alpha3.EnvoyFilter{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.PeerAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),

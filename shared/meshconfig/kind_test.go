@@ -30,7 +30,7 @@ func TestKinds(t *testing.T) {
 			t.Errorf("%s: Registry = %v in group %s", k.Kind, k.Registry, k.Group)
 		}
 	}
-	want := "VirtualService,DestinationRule,Gateway,ServiceEntry,WorkloadEntry,WorkloadGroup,Sidecar," +
+	want := "VirtualService,DestinationRule,Gateway,ServiceEntry,WorkloadEntry,WorkloadGroup,Sidecar,EnvoyFilter," +
 		"PeerAuthentication,RequestAuthentication,AuthorizationPolicy,Telemetry," +
 		"GatewayClass,KubernetesGateway,HTTPRoute,GRPCRoute,TCPRoute,TLSRoute,ReferenceGrant,Service,Workload"
 	if got := strings.Join(names, ","); got != want {
@@ -46,8 +46,8 @@ func TestKinds(t *testing.T) {
 	if ap, _ := KindFor("security.istio.io/v1", "AuthorizationPolicy"); ap.TypeURL != "type.googleapis.com/istio.security.v1beta1.AuthorizationPolicy" {
 		t.Errorf("AuthorizationPolicy type URL = %s", ap.TypeURL)
 	}
-	if _, ok := KindByTypeURL("type.googleapis.com/istio.networking.v1alpha3.EnvoyFilter"); ok {
-		t.Error("KindByTypeURL found EnvoyFilter")
+	if _, ok := KindByTypeURL("type.googleapis.com/istio.extensions.v1alpha1.WasmPlugin"); ok {
+		t.Error("KindByTypeURL found WasmPlugin")
 	}
 }
 
@@ -55,7 +55,8 @@ func TestKindForErrors(t *testing.T) {
 	tests := []struct{ apiVersion, kind, want string }{
 		{"networking.istio.io/v2", "VirtualService", `apiVersion "networking.istio.io/v2" is not supported for VirtualService (supported versions: v1, v1beta1, v1alpha3)`},
 		{"security.istio.io/v1alpha3", "PeerAuthentication", "supported versions: v1, v1beta1"},
-		{"networking.istio.io/v1", "EnvoyFilter", `kind "EnvoyFilter" is not supported in networking.istio.io`},
+		{"networking.istio.io/v1", "EnvoyFilter", `apiVersion "networking.istio.io/v1" is not supported for EnvoyFilter (supported versions: v1alpha3)`},
+		{"networking.istio.io/v1", "Telemetry", `kind "Telemetry" is not supported in networking.istio.io`},
 		{"networking.istio.io/v1", "PeerAuthentication", `kind "PeerAuthentication" is not supported in networking.istio.io`},
 		{"apps/v1", "Deployment", `apiVersion "apps/v1" is not supported`},
 		{"v1", "Service", `apiVersion "v1" is not of the form group/version`},

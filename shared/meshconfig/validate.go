@@ -87,6 +87,8 @@ func validateSpec(c *checker, o *Object) {
 		validateWorkloadGroup(c, p, s)
 	case *networkingv1alpha3.Sidecar:
 		validateSidecar(c, p, s)
+	case *networkingv1alpha3.EnvoyFilter:
+		validateEnvoyFilter(c, p, s)
 	case *securityv1beta1.PeerAuthentication:
 		validatePeerAuthentication(c, p, s)
 	case *securityv1beta1.RequestAuthentication:

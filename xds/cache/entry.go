@@ -151,6 +151,10 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 		// deployment in several zones share one generation.
 		ck.Locality = mesh.Locality{}
 	}
+	if !gen.EnvoyReadsVersion(e.State.Snapshot) {
+		// No EnvoyFilter matches proxy versions.
+		ck.Version = ""
+	}
 	if !e.State.Snapshot.HasClusterLocal() {
 		// No host is cluster-local: a proxy's cluster changes nothing.
 		ck.Cluster = ""
@@ -230,6 +234,7 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 		}
 		res := resource.New(byType, out.Problems)
 		e.addProblems(out.Problems)
+		e.c.metrics.patchFailures.Add(float64(out.PatchFailures))
 		return res, genFull
 	}
 	// Only endpoints, Telemetry objects, or both changed. Clusters,
@@ -260,6 +265,7 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	out := gen.EnvoyEndpointsChanged(e.State.Snapshot, k, diff.Hosts, types...)
 	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)
 	e.addProblems(out.Problems)
+	e.c.metrics.patchFailures.Add(float64(out.PatchFailures))
 	return res, genEndpoints
 }
 

@@ -9,6 +9,8 @@ type metrics struct {
 	generations     *prometheus.CounterVec
 	mismatches      prometheus.Counter
 	genWaiting      prometheus.GaugeFunc
+	// patchFailures counts EnvoyFilter patches that failed on a resource.
+	patchFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
@@ -24,9 +26,11 @@ func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
 		genWaiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_proxy_generations_waiting",
 			Help: "Generations (proxy keys, proxyless outputs) waiting for one of push.maxConcurrentGenerations slots (served round robin across meshes)."}, waiting),
+		patchFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_envoyfilter_patch_failures_total",
+			Help: "EnvoyFilter patches that failed on a generated resource (a merge of mismatched types, a panic): the resource was sent as generated; the reason is a config problem of the EnvoyFilter (/debug/meshes)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.problems, m.proxyGenSeconds, m.generations, m.mismatches, m.genWaiting)
+		reg.MustRegister(m.problems, m.proxyGenSeconds, m.generations, m.mismatches, m.genWaiting, m.patchFailures)
 	}
 	return m
 }

@@ -13,6 +13,7 @@
 //	routes     VirtualService → Envoy routes, for Envoy and proxyless gRPC
 //	envoy      Envoy sidecars and gateways, one generator per type URL
 //	           (cds*.go, eds*.go, lds*.go, rds*.go)
+//	patch      EnvoyFilters, applied to what envoy generated for a proxy
 //	proxyless  proxyless gRPC clients (per snapshot; locality-balanced
 //	           assignments per client) and xDS servers
 //	sim        walks generated config as Envoy would, for tests
@@ -28,6 +29,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
+	"github.com/navemesh/nave/xds/gen/patch"
 	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
@@ -53,6 +55,11 @@ type Output = build.Output
 func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
 	return envoy.Generate(scope.New(s, key), Types...)
 }
+
+// EnvoyReadsVersion reports whether Envoy generation for the snapshot
+// reads a proxy's version (an EnvoyFilter matches proxyVersion): if not,
+// proxies that differ only in version get the same config.
+func EnvoyReadsVersion(s *mesh.Snapshot) bool { return patch.UsesVersion(s) }
 
 // EnvoyEndpointsChanged generates for key what a change to the endpoints
 // of hosts alone can alter: the assignments of those hosts' clusters (of

@@ -1,10 +1,8 @@
 package gen
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -51,23 +49,7 @@ func TestGolden(t *testing.T) {
 // writes it there).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", "golden", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from the generators' output; if the change is intended, run\n\tgo test ./xds/gen/ -run TestGolden -update\nand review the diff", path)
-	}
+	gentest.CheckGolden(t, filepath.Join("testdata", "golden", name), got, *update, "go test ./xds/gen/ -run TestGolden -update")
 }
 
 // goldenJSON renders an output as indented JSON: resources by type, in

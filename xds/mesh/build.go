@@ -205,6 +205,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	s.RequestAuthentications = byKind["RequestAuthentication"]
 	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
 	s.Telemetries = byKind["Telemetry"]
+	s.EnvoyFilters = byKind["EnvoyFilter"]
 	b.remember(mesh, clusters, byKind["ServiceEntry"], byKind["Service"], s)
 	return s
 }

@@ -37,7 +37,8 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		!sameConfigs(prev.Gateways, next.Gateways) || !sameConfigs(prev.Sidecars, next.Sidecars) ||
 		!sameConfigs(prev.PeerAuthentications, next.PeerAuthentications) ||
 		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
-		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) || prev.TrustDomain != next.TrustDomain ||
+		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) ||
+		!sameConfigs(prev.EnvoyFilters, next.EnvoyFilters) || prev.TrustDomain != next.TrustDomain ||
 		!sameMeshConfig(prev.MeshConfig, next.MeshConfig) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
 		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {

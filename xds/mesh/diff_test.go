@@ -119,7 +119,8 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
 		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
 		"Telemetries": "compared (Diff.Telemetry)",
-		"TrustDomain": "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
+		"EnvoyFilters": "compared",
+		"TrustDomain":  "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
 		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators",
 	}
@@ -158,6 +159,7 @@ func TestDiffSeesSecurityConfigAndTrustDomain(t *testing.T) {
 		"PeerAuthentications replaced":     func(s *Snapshot) { s.PeerAuthentications = []*Config{pa("PERMISSIVE")} },
 		"RequestAuthentications removed":   func(s *Snapshot) { s.RequestAuthentications = nil },
 		"AuthorizationPolicies added":      func(s *Snapshot) { s.AuthorizationPolicies = append(s.AuthorizationPolicies, pa("DISABLE")) },
+		"EnvoyFilters added":               func(s *Snapshot) { s.EnvoyFilters = []*Config{strict} },
 		"TrustDomain":                      func(s *Snapshot) { s.TrustDomain = "example.org" },
 		"a cluster's DomainSuffix":         func(s *Snapshot) { s.DomainSuffixes = map[string]string{"c1": "corp.example"} },
 		"same object from another cluster": func(s *Snapshot) { s.PeerAuthentications = []*Config{{Cluster: "c2", Object: strict.Object}} },

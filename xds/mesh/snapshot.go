@@ -46,6 +46,9 @@ type Snapshot struct {
 	// Telemetries (telemetry.istio.io), sorted by namespace/name: which
 	// ones apply depends on the workload, as for the security policies.
 	Telemetries []*Config
+	// EnvoyFilters, sorted by namespace/name: which ones patch a proxy's
+	// config depends on its namespace and labels (xds/gen/patch).
+	EnvoyFilters []*Config
 	// TrustDomain is the mesh's SPIFFE trust domain: workload identities
 	// are spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT, and
 	// sidecars accept mTLS peers (inbound and upstream) only from it.

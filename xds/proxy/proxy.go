@@ -49,7 +49,8 @@ const (
 	// MetaIstioVersion is set by Istio's pilot-agent, or by nave-agent
 	// from proxyMetadata ISTIO_META_ISTIO_VERSION (docs/telemetry.md): the
 	// proxy is Istio's Envoy build, with Istio's filters (istio.stats,
-	// istio.metadata_exchange; decision 039).
+	// istio.metadata_exchange; decision 039); EnvoyFilter proxyVersion
+	// matches read it too.
 	MetaIstioVersion = "ISTIO_VERSION"
 )
 
@@ -194,6 +195,9 @@ type Key struct {
 	// IstioBuild is true for a proxy of Istio's Envoy build (its node
 	// names an ISTIO_VERSION): it gets Istio's telemetry filters.
 	IstioBuild bool
+	// Version is the proxy's ISTIO_VERSION (EnvoyFilter proxyVersion
+	// matches).
+	Version string
 }
 
 // Key returns the proxy's generation key.
@@ -216,6 +220,7 @@ func (p *Proxy) Key() Key {
 		Cluster:    p.Cluster,
 		SDSCluster: p.SDSCluster,
 		IstioBuild: p.IstioVersion != "",
+		Version:    p.IstioVersion,
 	}
 }
 

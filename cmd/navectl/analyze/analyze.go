@@ -1,8 +1,9 @@
 // Package analyze checks mesh config offline, as navectl analyze does:
 // the validator the spoke and the hub use (shared/meshconfig), routes to
 // undefined subsets, DestinationRules for unknown hosts, and the hub's merge
-// of several clusters (xds/mesh: conflicts, ignored rules). It writes no
-// second validator. An Analysis is not safe for concurrent use.
+// of several clusters (xds/mesh: conflicts, ignored rules), and
+// EnvoyFilter patches that fail on generated config (xds/gen). It writes
+// no second validator. An Analysis is not safe for concurrent use.
 package analyze
 
 import (
@@ -34,7 +35,7 @@ const (
 type Finding struct {
 	Severity string `json:"severity"`
 	// Check names the check: validation, subset, protocol, host,
-	// conflict, merge, rootNamespace.
+	// conflict, merge, rootNamespace, envoyfilter.
 	Check   string `json:"check"`
 	Cluster string `json:"cluster,omitempty"`
 	// Where is "file#document"; Object "Kind namespace/name".
@@ -271,13 +272,18 @@ func (a *Analysis) CrossChecks(meshName, suffix string, clusters []*Cluster) {
 			byRef[c.Name+":"+o.Ref().String()] = o
 		}
 	}
+	places := map[string]*findingPlace{}
+	for ref, o := range byRef {
+		places[ref] = &findingPlace{cluster: where[o], where: o.Origin, object: o.Ref().String()}
+	}
 	for _, p := range snap.Problems {
 		f := Finding{Severity: SevError, Check: "merge", Object: p.Resource, Field: p.Field, Message: p.Reason}
-		if o := byRef[p.Resource]; o != nil {
-			f.Cluster, f.Where, f.Object = where[o], o.Origin, o.Ref().String()
+		if pl := places[p.Resource]; pl != nil {
+			f.Cluster, f.Where, f.Object = pl.cluster, pl.where, pl.object
 		}
 		a.Findings = append(a.Findings, f)
 	}
+	a.envoyFilterChecks(snap, places)
 	sort.SliceStable(a.Findings, func(i, j int) bool {
 		x, y := a.Findings[i], a.Findings[j]
 		if x.Severity != y.Severity {

@@ -103,6 +103,17 @@ func (b *builder) build() buildResult {
 
 	seen := map[types.UID]bool{}
 	for _, w := range s.kinds {
+		if w.def.refused != "" {
+			for _, item := range s.list(w.def.name) {
+				if meta, ok := item.(metav1.Object); ok && selected(meta.GetNamespace()) {
+					res.counts[w.def.name]++
+					res.rejected[w.def.name] = append(res.rejected[w.def.name], meshconfig.Rejection{Kind: w.def.name,
+						Namespace: meta.GetNamespace(), Name: meta.GetName(), Field: "kind", Reason: w.def.refused})
+					res.invalid[w.def.name]++
+				}
+			}
+			continue
+		}
 		if w.def.mesh == nil {
 			continue
 		}

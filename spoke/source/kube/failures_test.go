@@ -44,13 +44,16 @@ rules:
   resources: [endpointslices]
   verbs: [get, list, watch]
 - apiGroups: [networking.istio.io]
-  resources: [destinationrules, gateways, serviceentries, workloadentries, workloadgroups, sidecars]
+  resources: [destinationrules, gateways, serviceentries, workloadentries, workloadgroups, sidecars, envoyfilters]
   verbs: [get, list, watch]
 - apiGroups: [security.istio.io]
   resources: [peerauthentications, requestauthentications, authorizationpolicies]
   verbs: [get, list, watch]
 - apiGroups: [telemetry.istio.io]
   resources: [telemetries]
+  verbs: [get, list, watch]
+- apiGroups: [extensions.istio.io]
+  resources: [wasmplugins]
   verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -115,8 +118,8 @@ func TestKubeSourceFailures(t *testing.T) {
 				istioKinds++
 			}
 		}
-		if got := src.metric(t, "nave_spoke_kube_kinds_not_synced"); got != float64(istioKinds) || istioKinds != 11 {
-			t.Errorf("kinds_not_synced = %v, want the %d Istio kinds (11: networking, security, Telemetry)", got, istioKinds)
+		if got := src.metric(t, "nave_spoke_kube_kinds_not_synced"); got != float64(istioKinds) || istioKinds != 13 {
+			t.Errorf("kinds_not_synced = %v, want the %d Istio kinds (13: networking, security, Telemetry, EnvoyFilter, and WasmPlugin, watched to be refused)", got, istioKinds)
 		}
 		logs := src.logs.String()
 		if !strings.Contains(logs, "istio kinds not installed") || !strings.Contains(logs, "VirtualService, DestinationRule") {

@@ -4,11 +4,15 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
+	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioextensions "istio.io/client-go/pkg/informers/externalversions/extensions/v1alpha1"
 	istionetworking "istio.io/client-go/pkg/informers/externalversions/networking/v1"
+	istionetworkingv1alpha3 "istio.io/client-go/pkg/informers/externalversions/networking/v1alpha3"
 	istiosecurity "istio.io/client-go/pkg/informers/externalversions/security/v1"
 	istiotelemetry "istio.io/client-go/pkg/informers/externalversions/telemetry/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,6 +56,10 @@ type kindDef struct {
 	// the object's metadata and spec (pointing into the object).
 	mesh *meshconfig.Kind
 	spec func(obj any) (metav1.Object, proto.Message, bool)
+	// refused is set for the Istio kinds nave does not support but
+	// watches so that no object of them goes unreported: every object is
+	// rejected with this reason.
+	refused string
 }
 
 // resource names the kind's resource as RBAC rules and errors do:
@@ -160,6 +168,13 @@ var kindDefs = []*kindDef{
 		func(o *networkingv1.Sidecar) (metav1.Object, proto.Message, proto.Message) {
 			return o, &o.Spec, &o.Status
 		}),
+	istioKindAt("v1alpha3", "envoyfilters",
+		func(c istioclient.Interface) cache.SharedIndexInformer {
+			return istionetworkingv1alpha3.NewEnvoyFilterInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *networkingv1alpha3.EnvoyFilter) (metav1.Object, proto.Message, proto.Message) {
+			return o, &o.Spec, &o.Status
+		}),
 	istioKind("peerauthentications",
 		func(c istioclient.Interface) cache.SharedIndexInformer {
 			return istiosecurity.NewPeerAuthenticationInformer(c, metav1.NamespaceAll, 0, nil)
@@ -188,12 +203,33 @@ var kindDefs = []*kindDef{
 		func(o *telemetryv1.Telemetry) (metav1.Object, proto.Message, proto.Message) {
 			return o, &o.Spec, &o.Status
 		}),
+	{
+		name: "WasmPlugin", group: "extensions.istio.io", version: "v1alpha1", plural: "wasmplugins", namespaced: true, crd: true,
+		informer: func(_ kubernetes.Interface, c istioclient.Interface) cache.SharedIndexInformer {
+			return istioextensions.NewWasmPluginInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		transform: func(obj any) (any, error) {
+			if o, ok := obj.(*extensionsv1alpha1.WasmPlugin); ok {
+				trimMeta(o)
+				proto.Reset(&o.Spec)
+				proto.Reset(&o.Status)
+			}
+			return obj, nil
+		},
+		refused: meshconfig.RefusedKindReasons["WasmPlugin"],
+	},
 }
 
 // istioKind describes an Istio kind served by a CRD at version v1 of its
 // group. parts returns an object's metadata, spec and status, pointing
 // into the object; the spec's type decides the meshconfig kind.
 func istioKind[T any](plural string, informer func(istioclient.Interface) cache.SharedIndexInformer,
+	parts func(*T) (metav1.Object, proto.Message, proto.Message)) *kindDef {
+	return istioKindAt("v1", plural, informer, parts)
+}
+
+// istioKindAt is istioKind for a kind served at another version.
+func istioKindAt[T any](version, plural string, informer func(istioclient.Interface) cache.SharedIndexInformer,
 	parts func(*T) (metav1.Object, proto.Message, proto.Message)) *kindDef {
 	var zero T
 	_, spec, _ := parts(&zero)
@@ -203,7 +239,7 @@ func istioKind[T any](plural string, informer func(istioclient.Interface) cache.
 		panic(fmt.Sprintf("kube: %s has no meshconfig kind", full))
 	}
 	return &kindDef{
-		name: mk.Kind, group: mk.Group, version: "v1", plural: plural, namespaced: true, crd: true,
+		name: mk.Kind, group: mk.Group, version: version, plural: plural, namespaced: true, crd: true,
 		informer: func(_ kubernetes.Interface, c istioclient.Interface) cache.SharedIndexInformer {
 			return informer(c)
 		},

@@ -31,6 +31,9 @@ type Output struct {
 	Resources map[string][]Resource
 	// Problems lists config that could not be applied as written.
 	Problems []mesh.Problem
+	// PatchFailures counts the EnvoyFilter patches that failed on a
+	// resource (each also a Problem); the resource was sent unpatched.
+	PatchFailures int
 }
 
 // SortByName sorts rs by name, as Output.Resources holds them.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/patch"
 	"github.com/navemesh/nave/xds/gen/scope"
 )
 
@@ -75,19 +76,23 @@ var generators = map[string]func(*scope.View) []build.Resource{
 }
 
 // Generate generates every resource of types, in that order, for the
-// proxy v scopes, each type's resources sorted by name, with the problems
-// met so far scoping and generating for v. Types other than Cluster,
-// Endpoint, Listener and Route have no generator here and are left out.
+// proxy v scopes, each type's resources sorted by name and patched by the
+// EnvoyFilters that apply to it (xds/gen/patch, the one stage after
+// generation), with the problems met so far scoping, generating and
+// patching for v. Types other than Cluster, Endpoint, Listener and Route
+// have no generator here and are left out.
 func Generate(v *scope.View, types ...string) *build.Output {
 	out := &build.Output{Resources: make(map[string][]build.Resource, len(types))}
+	patches := patch.For(v.Snapshot(), v.Key(), v.Labels(), v.Problems())
 	for _, t := range types {
 		if gen := generators[t]; gen != nil {
 			rs := gen(v)
 			build.SortByName(rs)
-			out.Resources[t] = rs
+			out.Resources[t] = patches.Apply(t, rs)
 		}
 	}
 	out.Problems = v.Problems().List()
+	out.PatchFailures = patches.Failures()
 	return out
 }
 

@@ -10,6 +10,7 @@ import (
 	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/patch"
 	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -18,11 +19,11 @@ import (
 // labelInputs are the places a snapshot's config reads a proxy's labels:
 // label selectors (Sidecar workloadSelector, Gateway selector, route
 // sourceLabels, the selectors of PeerAuthentication,
-// RequestAuthentication, AuthorizationPolicy and Telemetry, and the
-// gateway-name label of Telemetry targetRefs) and label names whose value
-// the proxy's config reads (DestinationRule failoverPriority and the
-// MeshConfig localityLbSetting's; the canonical service labels when
-// tracing may be configured).
+// RequestAuthentication, AuthorizationPolicy, Telemetry and EnvoyFilter,
+// and the gateway-name label of Telemetry targetRefs) and label names
+// whose value the proxy's config reads (DestinationRule failoverPriority
+// and the MeshConfig localityLbSetting's; the canonical service labels
+// when tracing may be configured).
 type labelInputs struct {
 	selectors []map[string]string
 	names     []string
@@ -67,6 +68,7 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 				}
 			}
 		}
+		in.selectors = append(in.selectors, patch.Selectors(s)...)
 		for _, c := range s.AllVirtualServices {
 			vs := c.VirtualService()
 			for _, r := range vs.GetHttp() {
