@@ -118,7 +118,7 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"Mesh": "compared", "Services": "compared", "VirtualServices": "compared", "AllVirtualServices": "compared",
 		"DestinationRules": "compared", "Gateways": "compared", "Sidecars": "compared",
 		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
-		"Telemetries": "compared (Diff.Telemetry)",
+		"Telemetries":  "compared (Diff.Telemetry)",
 		"EnvoyFilters": "compared",
 		"TrustDomain":  "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
 		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
