@@ -89,7 +89,9 @@ func New(opts Options) (*Server, error) {
 }
 
 // Register registers s on r.
-func (s *Server) Register(r grpc.ServiceRegistrar) { secretv3.RegisterSecretDiscoveryServiceServer(r, s) }
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	secretv3.RegisterSecretDiscoveryServiceServer(r, s)
+}
 
 // notify wakes every stream: something it may serve changed.
 func (s *Server) notify() {
@@ -435,4 +437,3 @@ func (s *Server) Status() Status {
 	slices.SortFunc(out.Streams, func(a, b StreamStatus) int { return strings.Compare(a.Identity+a.Peer, b.Identity+b.Peer) })
 	return out
 }
-
