@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -21,9 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -217,19 +214,8 @@ func TestGatewayCredentialsFromSecrets(t *testing.T) {
 	c := kubeCluster(t)
 	c.Apply(t, []byte(referenceGrantCRD))
 	c.Apply(t, []byte(gatewayCredentialsWorld))
-	cs, err := kubernetes.NewForConfig(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newSecureHub(t)
-	raAddr := addr(harness.FreePort(t))
-	sp := startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
-	h.waitSynced(t, "default/c1")
-	meshRoot, err := os.ReadFile(filepath.Join(h.state, "ca", "default", "root-cert.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}
+	a, h, sp := agentSpoke(t, c)
+	cs := a.cs
 
 	ca := x509test.NewAuthority("ingress-ca")
 	ctx := context.Background()
@@ -243,7 +229,7 @@ func TestGatewayCredentialsFromSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := startAgent(t, a, h, raAddr, podEnv{name: "ingress-1", namespace: "edge", sa: "gw", mode: "envoy",
+	p := startAgent(t, a, h, a.ra, podEnv{name: "ingress-1", namespace: "edge", sa: "gw", mode: "envoy",
 		labels: map[string]string{"istio": "ingressgateway"}, extra: []string{"NAVE_PROXY_TYPE=router"}})
 	sds := openGatewaySDS(t, filepath.Join(p.dir, "sds.sock"))
 	const crossNS = "kubernetes-gateway://certs/shared"
