@@ -180,8 +180,11 @@ func (s *Server) StreamSecrets(ss secretv3.SecretDiscoveryService_StreamSecretsS
 	for {
 		changed := s.changes()
 		if requested {
-			resp, version := s.answer(ctx, st)
-			if version != sent {
+			// Nothing is sent while a name's watches have not listed: a
+			// first answer without it would drop the secret the agent
+			// holds from before a reconnection.
+			resp, version, pending := s.answer(ctx, st)
+			if version != sent && !pending {
 				nonce++
 				resp.VersionInfo, resp.Nonce = version, strconv.FormatUint(nonce, 10)
 				if err := ss.Send(resp); err != nil {
@@ -253,10 +256,11 @@ func (s *Server) subscribe(st *stream, names []string) {
 	}
 }
 
-// answer is the stream's response now (without version and nonce) and its
-// version, a hash of what it holds; each name's state is updated, and a
-// new refusal logged and counted.
-func (s *Server) answer(ctx context.Context, st *stream) (*discoveryv3.DiscoveryResponse, string) {
+// answer is the stream's response now (without version and nonce), its
+// version (a hash of what it holds), and whether a name is still pending
+// (its watches have not listed); each name's state is updated, and a new
+// refusal logged and counted.
+func (s *Server) answer(ctx context.Context, st *stream) (*discoveryv3.DiscoveryResponse, string, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	names := make([]string, 0, len(st.names))
@@ -266,9 +270,11 @@ func (s *Server) answer(ctx context.Context, st *stream) (*discoveryv3.Discovery
 	slices.Sort(names)
 	resp := &discoveryv3.DiscoveryResponse{TypeUrl: typeurl.Secret}
 	h := sha256.New()
+	pending := false
 	for _, n := range names {
 		state := st.names[n]
 		sec, reason, msg := s.resolve(ctx, st, state)
+		pending = pending || (sec == nil && reason == "")
 		if reason != "" && (reason != state.reason || msg != state.message) {
 			s.countRefusal(reason)
 			s.log.Warn("gateway credential refused", "name", n, "secret", state.ref.Key(), "identity", st.namespace+"/"+st.serviceAccount,
@@ -289,7 +295,7 @@ func (s *Server) answer(ctx context.Context, st *stream) (*discoveryv3.Discovery
 		h.Write(sum[:])
 		resp.Resources = append(resp.Resources, a)
 	}
-	return resp, hex.EncodeToString(h.Sum(nil)[:12])
+	return resp, hex.EncodeToString(h.Sum(nil)[:12]), pending
 }
 
 // resolve is one name's secret now, or why it is not served; both nil and
