@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Reason classifies why a requested name was not served. The set is
 // closed: it is the label set of
-// nave_spoke_gateway_credential_refusals_total.
+// nave_spoke_gateway_credential_refusals_total. A plain value.
 type Reason string
 
 const (

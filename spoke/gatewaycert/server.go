@@ -29,7 +29,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 )
 
-// Options configure a Server.
+// Options configure a Server; New copies them.
 type Options struct {
 	// Client reads Secrets (one watch per requested Secret) and reviews
 	// access (SubjectAccessReviews); Dynamic reads ReferenceGrants.
@@ -391,20 +391,20 @@ func (s *Server) countRefusal(r Reason) {
 
 // Status is what /debug/gateway-credentials shows: each open stream's
 // names, served or why not (never a secret's content), and the refusals
-// by reason since the start.
+// by reason since the start. A plain value, the caller's own.
 type Status struct {
 	Streams  []StreamStatus    `json:"streams"`
 	Refusals map[Reason]uint64 `json:"refusals"`
 }
 
-// StreamStatus is one agent's stream.
+// StreamStatus is one agent's stream (a plain value).
 type StreamStatus struct {
 	Identity string       `json:"identity"` // namespace/serviceAccount
 	Peer     string       `json:"peer"`
 	Names    []NameStatus `json:"names"`
 }
 
-// NameStatus is one requested name.
+// NameStatus is one requested name (a plain value).
 type NameStatus struct {
 	Name    string `json:"name"`
 	Secret  string `json:"secret,omitempty"` // namespace/name
