@@ -23,6 +23,7 @@ import (
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
+	"github.com/navemesh/nave/spoke/sdsstream"
 )
 
 // SDS serves the workload's secrets to Envoy (state-of-the-world
@@ -235,22 +236,7 @@ func (s *SDS) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecrets
 	id := s.nextID
 	s.mu.Unlock()
 	defer s.subscribe(id, nil)
-	reqs := make(chan *discoveryv3.DiscoveryRequest)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-stream.Context().Done():
-				return
-			}
-		}
-	}()
+	reqs, errc := sdsstream.Requests(stream)
 	var (
 		names     []string
 		requested bool
@@ -274,14 +260,11 @@ func (s *SDS) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecrets
 		case <-stream.Context().Done():
 			return nil
 		case err := <-errc:
-			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			return err
+			return sdsstream.Ended(err)
 		case <-changed:
 		case req := <-reqs:
-			if req.GetTypeUrl() != "" && req.GetTypeUrl() != typeurl.Secret {
-				return status.Errorf(codes.InvalidArgument, "type %s: this server serves only secrets (%s)", req.GetTypeUrl(), typeurl.Secret)
+			if err := sdsstream.Check(req); err != nil {
+				return err
 			}
 			if e := req.GetErrorDetail(); e != nil {
 				s.log.Warn("envoy rejected secrets", "version", req.GetVersionInfo(), "reason", e.GetMessage())

@@ -18,7 +18,6 @@ import (
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/spoke/sdsstream"
 )
 
 // Options configure a Server; New copies them.
@@ -156,22 +156,7 @@ func (s *Server) StreamSecrets(ss secretv3.SecretDiscoveryService_StreamSecretsS
 		}
 	}()
 
-	reqs := make(chan *discoveryv3.DiscoveryRequest)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := ss.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	reqs, errc := sdsstream.Requests(ss)
 	var (
 		requested bool
 		sent      string
@@ -197,14 +182,11 @@ func (s *Server) StreamSecrets(ss secretv3.SecretDiscoveryService_StreamSecretsS
 		case <-ctx.Done():
 			return nil
 		case err := <-errc:
-			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			return err
+			return sdsstream.Ended(err)
 		case <-changed:
 		case req := <-reqs:
-			if req.GetTypeUrl() != "" && req.GetTypeUrl() != typeurl.Secret {
-				return status.Errorf(codes.InvalidArgument, "type %s: this server serves only secrets (%s)", req.GetTypeUrl(), typeurl.Secret)
+			if err := sdsstream.Check(req); err != nil {
+				return err
 			}
 			if e := req.GetErrorDetail(); e != nil {
 				s.log.Warn("gateway agent rejected credentials", "identity", ns+"/"+sa, "version", req.GetVersionInfo(), "reason", e.GetMessage())
