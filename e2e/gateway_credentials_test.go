@@ -16,8 +16,6 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -110,17 +108,7 @@ type gatewaySDS struct {
 
 func openGatewaySDS(t *testing.T, sock string) *gatewaySDS {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := dialSDS(t, sock)
 	g := &gatewaySDS{t: t, stream: stream, resps: make(chan *discoveryv3.DiscoveryResponse, 16)}
 	go func() {
 		for {
