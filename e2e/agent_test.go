@@ -44,9 +44,8 @@ func readChain(t *testing.T, chain, key []byte) *x509.Certificate {
 	return pair.Leaf
 }
 
-// sdsStream opens an SDS stream to the agent's socket as Envoy does and
-// asks for default and ROOTCA.
-func sdsStream(t *testing.T, sock string) secretv3.SecretDiscoveryService_StreamSecretsClient {
+// dialSDS opens an SDS stream to the agent's socket as Envoy does.
+func dialSDS(t *testing.T, sock string) secretv3.SecretDiscoveryService_StreamSecretsClient {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -59,6 +58,14 @@ func sdsStream(t *testing.T, sock string) secretv3.SecretDiscoveryService_Stream
 	if err != nil {
 		t.Fatal(err)
 	}
+	return stream
+}
+
+// sdsStream opens an SDS stream to the agent's socket as Envoy does and
+// asks for default and ROOTCA.
+func sdsStream(t *testing.T, sock string) secretv3.SecretDiscoveryService_StreamSecretsClient {
+	t.Helper()
+	stream := dialSDS(t, sock)
 	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~web-1.demo~demo.svc.cluster.local"},
 		TypeUrl: typeurl.Secret, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
 		t.Fatal(err)

@@ -14,9 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/servingcert"
 )
 
@@ -45,19 +43,7 @@ func TestWorkloadMTLSThroughTheSpoke(t *testing.T) {
 	port := lis.Addr().(*net.TCPAddr).Port
 	c := kubeCluster(t)
 	c.Apply(t, []byte(workloadConfig(port)))
-	cs, err := kubernetes.NewForConfig(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newSecureHub(t)
-	raAddr := addr(harness.FreePort(t))
-	sp := startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
-	h.waitSynced(t, "default/c1")
-	meshRoot, err := os.ReadFile(filepath.Join(h.state, "ca", "default", "root-cert.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}
+	a, h, sp := agentSpoke(t, c)
 
 	t.Run("the registration authority refuses", func(t *testing.T) {
 		_, _, err := a.request(t, a.token(t, "demo", "client"), "spiffe://cluster.local/ns/demo/sa/server")
@@ -107,7 +93,7 @@ func TestWorkloadMTLSThroughTheSpoke(t *testing.T) {
 		servingRoot, _ := os.ReadFile(servingcert.RootPath(h.state))
 		h.proc.Stop(10 * time.Second)
 		h.start()
-		for path, before := range map[string][]byte{filepath.Join(h.state, "ca", "default", "root-cert.pem"): meshRoot, servingcert.RootPath(h.state): servingRoot} {
+		for path, before := range map[string][]byte{filepath.Join(h.state, "ca", "default", "root-cert.pem"): a.meshRoot, servingcert.RootPath(h.state): servingRoot} {
 			if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
 				t.Errorf("%s changed across the restart (%v)", path, err)
 			}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/navemesh/nave/e2e/harness"
 	"github.com/navemesh/nave/hub/servingcert"
+	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/xdstest"
 	"github.com/navemesh/nave/shared/spiffeid"
 )
@@ -234,17 +235,25 @@ func agentWorld(t testing.TB, hubArgs ...string) (*agent, *hub, string, net.List
 	t.Cleanup(func() { lis.Close() })
 	c := kubeCluster(t)
 	c.Apply(t, []byte(workloadConfig(lis.Addr().(*net.TCPAddr).Port)))
+	a, h, _ := agentSpoke(t, c, hubArgs...)
+	return a, h, a.ra, lis
+}
+
+// agentSpoke is a TLS hub and the enrolled spoke of cluster c1 on the API
+// server c, serving its RA; a is what a workload of c knows of them.
+func agentSpoke(t testing.TB, c *kubetest.Cluster, hubArgs ...string) (a *agent, h *hub, sp *secureSpoke) {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(c.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newSecureHub(t, hubArgs...)
+	h = newSecureHub(t, hubArgs...)
 	raAddr := addr(harness.FreePort(t))
-	startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
+	sp = startSecureKubeSpoke(t, h, "c1", h.token(t, "default", "c1", "1h"), raAddr, c)
 	h.waitSynced(t, "default/c1")
 	meshRoot, err := os.ReadFile(filepath.Join(h.state, "ca", "default", "root-cert.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}, h, raAddr, lis
+	return &agent{cs: cs, ra: raAddr, raID: "spiffe://cluster.local/nave/cluster/c1", meshRoot: meshRoot}, h, sp
 }

@@ -10,6 +10,11 @@ const (
 	// RootCASecret is the SDS secret holding the mesh's roots (Istio's
 	// name).
 	RootCASecret = "ROOTCA"
+	// CACertSuffix ends the SDS name of the CA bundle that validates a
+	// MUTUAL gateway server's clients: credentialName + CACertSuffix
+	// (Istio's "-cacert" convention). The agent that serves a gateway's
+	// credentialName secrets resolves it (docs/gateways.md).
+	CACertSuffix = "-cacert"
 	// CertificateProviderInstance is the certificate provider instance a proxyless
 	// gRPC workload's security config names (gRFC A29); the bootstrap's
 	// certificate_providers define it.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/atomicfile"
+	"github.com/navemesh/nave/shared/retry"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/spoke/agentconfig"
 	"github.com/navemesh/nave/spoke/appprobe"
@@ -51,6 +52,7 @@ type Agent struct {
 	ra      *RAClient
 	keeper  *Keeper
 	sds     *SDS
+	creds   *GatewayCredentials
 	envoy   *Envoy
 	probes  *AppProber
 
@@ -83,6 +85,8 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 	publish := a.writeCredentialFiles
 	if cfg.Mode == agentconfig.ModeEnvoy {
 		a.sds = NewSDS(log.With("component", "sds"), a.metrics)
+		a.creds = NewGatewayCredentials(a.ra, a.sds, retry.Policy{Initial: cfg.RA.RetryInitial, Max: cfg.RA.RetryMax},
+			log.With("component", "gateway-credentials"))
 		publish = func(c *Credential) error {
 			// Kept for a restart of the container (startRoots).
 			if err := atomicfile.Write(filepath.Join(cfg.Dir, RootCertFile), c.RootsPEM, 0o644); err != nil {
@@ -143,6 +147,7 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 	g.Go(func() error { return a.keeper.Run(ctx) })
 	if a.sds != nil {
 		g.Go(func() error { return a.sds.Serve(ctx, filepath.Join(a.cfg.Dir, SDSSocket)) })
+		g.Go(func() error { return a.creds.Run(ctx) })
 	}
 	name := EnvoyBootstrapFile
 	if a.cfg.Mode == agentconfig.ModeGRPC {

@@ -93,8 +93,10 @@ func (c *RAClient) RootsPEM() []byte { return c.trust.Load().pem }
 // Close closes the connection.
 func (c *RAClient) Close() error { return c.conn.Close() }
 
-// Request generates a new key and asks for its certificate.
-func (c *RAClient) Request(ctx context.Context) (*Credential, error) {
+// authorized returns ctx with the service-account token as the call's
+// "authorization: Bearer" metadata, read from the token file now (the
+// kubelet rotates it).
+func (c *RAClient) authorized(ctx context.Context) (context.Context, error) {
 	raw, err := os.ReadFile(c.tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("service-account token: %w", err)
@@ -103,11 +105,19 @@ func (c *RAClient) Request(ctx context.Context) (*Credential, error) {
 	if token == "" {
 		return nil, fmt.Errorf("service-account token %s is empty", c.tokenFile)
 	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token), nil
+}
+
+// Request generates a new key and asks for its certificate.
+func (c *RAClient) Request(ctx context.Context) (*Credential, error) {
+	ctx, err := c.authorized(ctx)
+	if err != nil {
+		return nil, err
+	}
 	key, csr, err := newKey(c.id)
 	if err != nil {
 		return nil, err
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	resp, err := c.client.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: int64(c.ttl / time.Second)})
 	if err != nil {
 		return nil, fmt.Errorf("registration authority: %w", err)

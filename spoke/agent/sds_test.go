@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/internal/x509test"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -114,5 +116,61 @@ func TestSDSServesAndPushes(t *testing.T) {
 	}
 	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a cluster request: %v; want InvalidArgument", err)
+	}
+}
+
+// TestSDSCredentialNames: the names Envoy asks for beyond default and
+// ROOTCA reach WantCredentials (the union over streams), and the secrets
+// SetCredentials then holds are served on the streams asking, pushed again
+// when they change.
+func TestSDSCredentialNames(t *testing.T) {
+	s := NewSDS(discard(), nil)
+	wanted := make(chan []string, 8)
+	s.WantCredentials(func(names []string) { wanted <- names })
+	if got := <-wanted; len(got) != 0 {
+		t.Fatalf("wanted %v before any stream", got)
+	}
+	client := startSDS(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := client.StreamSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Secret, ResourceNames: []string{"web-cert", "default", "web-cert-cacert"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-wanted:
+		if strings.Join(got, ",") != "web-cert,web-cert-cacert" {
+			t.Fatalf("wanted %v, want web-cert and web-cert-cacert", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the stream's names never reached WantCredentials")
+	}
+	secret := func(name, version string) credentialSecret {
+		a, err := anypb.New(&tlsv3.Secret{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return credentialSecret{secret: a, version: version}
+	}
+	s.SetCredentials(map[string]credentialSecret{"web-cert": secret("web-cert", "v1"), "other": secret("other", "v1")})
+	resp, got := recvSecrets(t, stream)
+	if len(got) != 1 || got["web-cert"] == nil || resp.GetVersionInfo() != "v1" {
+		t.Fatalf("served %v at %s; want web-cert alone (no workload certificate yet, other unasked)", got, resp.GetVersionInfo())
+	}
+	s.SetCredentials(map[string]credentialSecret{"web-cert": secret("web-cert", "v2"), "web-cert-cacert": secret("web-cert-cacert", "v1")})
+	if resp, got := recvSecrets(t, stream); len(got) != 2 || resp.GetVersionInfo() != "v2,v1" {
+		t.Fatalf("after rotation: %v at %s", got, resp.GetVersionInfo())
+	}
+	cancel()
+	select {
+	case got := <-wanted:
+		if len(got) != 0 {
+			t.Errorf("wanted %v after the stream ended", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the stream's end never reached WantCredentials")
 	}
 }

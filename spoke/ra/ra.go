@@ -70,6 +70,10 @@ type Options struct {
 	Handshakes *handshake.Failures
 	// Now is the clock of Status; nil is time.Now.
 	Now func() time.Time
+	// Services are more gRPC services served on the RA's listener, to
+	// workloads that authenticate as they do to the RA (Authenticate): the
+	// gateways' credentials (spoke/gatewaycert).
+	Services []func(grpc.ServiceRegistrar)
 }
 
 // Server is the spoke's registration authority: Istio's
@@ -146,6 +150,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, getCert func(*tls.
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 	)
 	s.Register(gs)
+	for _, register := range s.opts.Services {
+		register(gs)
+	}
 	if err := grpcserve.Serve(ctx, gs, lis, 5*time.Second); err != nil {
 		return fmt.Errorf("ra: serve: %w", err)
 	}
@@ -184,6 +191,19 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	s.log.Info("workload certificate obtained", "identity", id.String(), "peer", grpcpeer.Addr(ctx),
 		"validity", req.GetValidityDuration())
 	return resp, nil
+}
+
+// Authenticate reviews the bearer token of an incoming call as
+// CreateCertificate does and returns the caller's namespace and service
+// account; its error is a gRPC status saying why not. It neither logs nor
+// counts a refusal: the caller does.
+func (s *Server) Authenticate(ctx context.Context) (namespace, serviceAccount string, err error) {
+	id, r, err := s.authenticate(ctx)
+	if err != nil {
+		return "", "", status.Error(r.code(), err.Error())
+	}
+	namespace, serviceAccount, _ = id.Workload()
+	return namespace, serviceAccount, nil
 }
 
 // authenticate reviews the caller's bearer token and returns its workload

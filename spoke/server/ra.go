@@ -15,11 +15,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	pb "istio.io/api/security/v1alpha1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/kubeconfig"
 	"github.com/navemesh/nave/spoke/enroll"
+	"github.com/navemesh/nave/spoke/gatewaycert"
 	"github.com/navemesh/nave/spoke/ra"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 )
@@ -51,13 +53,29 @@ func runRA(ctx context.Context, cfg spokeconfig.Config, renewer *enroll.Renewer,
 		return err
 	}
 	defer hub.close()
-	srv, err := ra.New(ra.Options{
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("ra: %w", err)
+	}
+	// Gateways' credentialName certificates, served on the RA's listener
+	// to the agents it authenticates (decision 038).
+	var srv *ra.Server
+	creds, err := gatewaycert.New(gatewaycert.Options{Client: cs, Dynamic: dyn, Logger: log.With("component", "gateway-credentials"), Registerer: reg,
+		Authenticate: func(ctx context.Context) (string, string, error) { return srv.Authenticate(ctx) }})
+	if err != nil {
+		return err
+	}
+	srv, err = ra.New(ra.Options{
 		Reviewer: ra.KubeReviewer(cs), TrustDomain: renewer.Credentials().TrustDomain, Audiences: cfg.RA.Audiences,
 		Hub: hub, Logger: log, Registerer: reg, Handshakes: adm.Handshakes(),
+		Services: []func(grpc.ServiceRegistrar){creds.Register},
 	})
 	if err != nil {
 		return fmt.Errorf("ra: %w", err)
 	}
+	adm.HandleDebug("gateway-credentials", "gateways' credentialName secrets asked of the spoke: each agent's names, served or why not (never a key), refusals by reason", func(*http.Request) (any, error) {
+		return creds.Status(), nil
+	})
 	adm.HandleDebug("ra", "the registration authority: certificates obtained for workloads, refusals by reason, the last refusal", func(*http.Request) (any, error) {
 		return srv.Status(), nil
 	})

@@ -28,9 +28,9 @@ var goldenProxies = []struct {
 		Locality: mesh.ParseLocality("us-east/a")}},
 	{"sidecar-web-frontend", proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "app=frontend", IPs: "10.2.0.1",
 		Locality: mesh.ParseLocality("us-east/a")}},
-	{"gateway-ingress", proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1",
+	{"gateway-ingress", proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1", SDSCluster: "sds-grpc",
 		Locality: mesh.ParseLocality("us-east/a")}},
-	{"gateway-mesh-edge", proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=eastwestgateway", IPs: "10.3.0.2",
+	{"gateway-mesh-edge", proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=eastwestgateway", IPs: "10.3.0.2", SDSCluster: "sds-grpc",
 		Locality: mesh.ParseLocality("us-east/a")}},
 }
 

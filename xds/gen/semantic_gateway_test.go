@@ -26,7 +26,7 @@ func TestGatewayTLSModeSemantics(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": gentest.Mesh})
 	var (
 		client   = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=productpage", IPs: "10.1.9.9", Locality: mesh.ParseLocality("us-east/a")}
-		edge     = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=eastwestgateway", IPs: "10.3.0.2", Locality: mesh.ParseLocality("us-east/a")}
+		edge     = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=eastwestgateway", IPs: "10.3.0.2", SDSCluster: "sds-grpc", Locality: mesh.ParseLocality("us-east/a")}
 		ratings  = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=ratings\nsecurity.istio.io/tlsMode=istio", IPs: "10.1.1.1", Locality: mesh.ParseLocality("us-east/a")}
 		clientID = "spiffe://cluster.local/ns/shop/sa/productpage"
 	)

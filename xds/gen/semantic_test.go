@@ -175,7 +175,7 @@ var (
 	reviewsSidecar = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "version=v1", IPs: "10.1.0.1",
 		Locality: mesh.Locality{Region: "us-east", Zone: "a"}}
 	webSidecar = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "app=frontend", IPs: "10.2.0.1"}
-	ingress    = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1"}
+	ingress    = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1", SDSCluster: "sds-grpc"}
 )
 
 const (

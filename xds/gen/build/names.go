@@ -47,4 +47,7 @@ const (
 const (
 	WorkloadCertSecret = xdsbootstrap.WorkloadCertSecret
 	RootCASecret       = xdsbootstrap.RootCASecret
+	// CACertSuffix names the CA bundle of a credentialName (Istio's
+	// "-cacert").
+	CACertSuffix = xdsbootstrap.CACertSuffix
 )

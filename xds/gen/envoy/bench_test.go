@@ -85,7 +85,7 @@ spec:
     route: [{destination: {host: random-%[1]d.host.example}}]
 `, i)
 	}},
-	{name: "gateways", key: proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "gateway", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1"},
+	{name: "gateways", key: proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "gateway", Labels: "istio.io/benchmark=true", IPs: "1.1.1.1", SDSCluster: "sds-grpc"},
 		write: func(b *strings.Builder, i int) {
 			hosts := fmt.Sprintf("[random-a-%[1]d.host.example, random-b-%[1]d.host.example, random-c-%[1]d.host.example]", i)
 			fmt.Fprintf(b, `---

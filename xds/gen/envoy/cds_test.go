@@ -98,6 +98,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 		name   string
 		dr     string
 		router bool
+		agent  string // the node's SDS_CLUSTER
 		check  func(t *testing.T, out *build.Output)
 	}{
 		{name: "defaults without a DestinationRule", check: func(t *testing.T, out *build.Output) {
@@ -332,6 +333,17 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 				t.Errorf("tls = %v", ctx)
 			}
 		}},
+		{name: "credentialName on a gateway with its agent", router: true, agent: "sds-grpc", dr: `  trafficPolicy:
+    tls: {mode: MUTUAL, credentialName: reviews-client}
+`, check: func(t *testing.T, out *build.Output) {
+			ctx := gentest.UpstreamTLS(t, clusterOf(t, out, http)).GetCommonTlsContext()
+			for _, src := range []*corev3.ConfigSource{ctx.GetTlsCertificateSdsSecretConfigs()[0].GetSdsConfig(),
+				ctx.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetSdsConfig()} {
+				if got := src.GetApiConfigSource().GetGrpcServices(); len(got) != 1 || got[0].GetEnvoyGrpc().GetClusterName() != "sds-grpc" {
+					t.Errorf("the client certificate comes from %v; want the gateway's agent, never the hub", src)
+				}
+			}
+		}},
 		{name: "istio mutual", dr: `  trafficPolicy:
     tls: {mode: ISTIO_MUTUAL}
 `, check: func(t *testing.T, out *build.Output) {
@@ -381,6 +393,7 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 			if tt.router {
 				key.Type = proxy.Router
 			}
+			key.SDSCluster = tt.agent
 			tt.check(t, envoyOut(t, y, key))
 		})
 	}

@@ -183,12 +183,14 @@ func (b *cdsBuilder) originate(oc *outboundCluster, s *networking.ClientTLSSetti
 	if useCredential {
 		name := s.GetCredentialName()
 		if mutual {
-			ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: name, SdsConfig: b.ads}}
+			// From the proxy's agent when it has one, as a Gateway
+			// server's credentialName (decision 038).
+			ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: name, SdsConfig: b.sds}}
 		}
 		if !skipVerify {
 			ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
-				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: name + "-cacert", SdsConfig: b.ads},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: name + build.CACertSuffix, SdsConfig: b.sds},
 			}}
 		}
 		return ctx

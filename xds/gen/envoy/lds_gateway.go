@@ -434,10 +434,15 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, s *gatewaySer
 
 // downstreamTLS is the TLS context of a terminating server. ISTIO_MUTUAL
 // is the mesh's mTLS (gatewayMeshTLS). The others take the certificate
-// from SDS credentialName over ADS (or files); MUTUAL requires a client
+// from SDS credentialName (or files); MUTUAL requires a client
 // certificate and OPTIONAL_MUTUAL asks for one, validated by
 // credentialName-cacert (or the caCertificates file, or
 // caCertCredentialName) and subjectAltNames.
+//
+// credentialName secrets come from the gateway's own agent (the node's
+// SDS_CLUSTER), which gets them from the spoke of the gateway's cluster:
+// a gateway's private keys never reach the hub (decision 038). A gateway
+// without an agent cannot be served them, and its server is reported.
 func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *networking.Server) (*corev3.TransportSocket, bool) {
 	t := srv.GetTls()
 	if t.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
@@ -447,9 +452,15 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 	if strings.ToUpper(srv.GetPort().GetProtocol()) == "HTTPS" {
 		ctx.AlpnProtocols = []string{"h2", "http/1.1"}
 	}
+	agent := b.v.Key().SDSCluster
+	if agent == "" && (t.GetCredentialName() != "" || t.GetCaCertCredentialName() != "") {
+		b.problems.Addf(gw.Ref(), field+".tls.credentialName", "credentialName is served to a gateway by its nave-agent, from a Secret in its cluster; this gateway has no agent (its node has no SDS_CLUSTER): use serverCertificate and privateKey files; the server is ignored")
+		return nil, false
+	}
+	credentials := build.SDSConfigSource(agent)
 	switch {
 	case t.GetCredentialName() != "":
-		ctx.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: t.GetCredentialName(), SdsConfig: build.ADSConfigSource()}}
+		ctx.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: t.GetCredentialName(), SdsConfig: credentials}}
 	case t.GetServerCertificate() != "" && t.GetPrivateKey() != "":
 		ctx.TlsCertificates = []*tlsv3.TlsCertificate{{
 			CertificateChain: fileSource(t.GetServerCertificate()),
@@ -473,9 +484,9 @@ func (b *listenerBuilder) downstreamTLS(gw *mesh.Config, field string, srv *netw
 		var sds *tlsv3.SdsSecretConfig
 		switch {
 		case t.GetCaCertCredentialName() != "":
-			sds = &tlsv3.SdsSecretConfig{Name: t.GetCaCertCredentialName(), SdsConfig: build.ADSConfigSource()}
+			sds = &tlsv3.SdsSecretConfig{Name: t.GetCaCertCredentialName(), SdsConfig: credentials}
 		case t.GetCredentialName() != "":
-			sds = &tlsv3.SdsSecretConfig{Name: t.GetCredentialName() + "-cacert", SdsConfig: build.ADSConfigSource()}
+			sds = &tlsv3.SdsSecretConfig{Name: t.GetCredentialName() + build.CACertSuffix, SdsConfig: credentials}
 		case t.GetCaCertificates() != "":
 			ctx.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 				TrustedCa:                 fileSource(t.GetCaCertificates()),

@@ -31,7 +31,7 @@ spec:
   resolution: STATIC
   endpoints: [{address: 10.3.0.1}]
 `})
-	key := proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1",
+	key := proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1", SDSCluster: "sds-grpc",
 		Locality: mesh.ParseLocality("us-east/a")} // the golden files' ingress gateway
 	out := generate(snap, key)
 	if gentest.ByName(out, typeurl.Listener, OutboundListenerName("0.0.0.0", 8080)).Message == nil {
@@ -186,15 +186,15 @@ func TestGatewayListeners(t *testing.T) {
 			}
 			dtc := unpack[*tlsv3.DownstreamTlsContext](t, fc.TransportSocket.GetTypedConfig())
 			sds := dtc.CommonTlsContext.GetTlsCertificateSdsSecretConfigs()
-			if len(sds) != 1 || sds[0].Name != tc.cert || sds[0].SdsConfig.GetAds() == nil {
-				t.Errorf("%s: certificate %v, want SDS %s over ADS", tc.sni, sds, tc.cert)
+			if len(sds) != 1 || sds[0].Name != tc.cert || sdsCluster(sds[0]) != "sds-grpc" {
+				t.Errorf("%s: certificate %v, want SDS %s from the gateway's agent (sds-grpc), never the hub", tc.sni, sds, tc.cert)
 			}
 			if dtc.GetRequireClientCertificate().GetValue() != tc.mutual {
 				t.Errorf("%s: require client certificate %v", tc.sni, dtc.RequireClientCertificate)
 			}
 			cv := dtc.CommonTlsContext.GetCombinedValidationContext()
-			if got := cv.GetValidationContextSdsSecretConfig().GetName(); got != tc.ca {
-				t.Errorf("%s: client CA %q, want %q", tc.sni, got, tc.ca)
+			if got := cv.GetValidationContextSdsSecretConfig(); got.GetName() != tc.ca || (tc.ca != "" && sdsCluster(got) != "sds-grpc") {
+				t.Errorf("%s: client CA %v, want %q from the gateway's agent", tc.sni, got, tc.ca)
 			}
 			if tc.mutual && len(cv.GetDefaultValidationContext().GetMatchTypedSubjectAltNames()) == 0 {
 				t.Errorf("%s: subjectAltNames not enforced", tc.sni)
@@ -215,6 +215,56 @@ func TestGatewayListeners(t *testing.T) {
 		if !ldsHasProblem(problems, p.resource, p.reason) {
 			t.Errorf("no problem %q for %s in %v", p.reason, p.resource, problems)
 		}
+	}
+}
+
+// sdsCluster is the bootstrap cluster an SDS secret config names, "" for
+// any other source (ADS).
+func sdsCluster(c *tlsv3.SdsSecretConfig) string {
+	gs := c.GetSdsConfig().GetApiConfigSource().GetGrpcServices()
+	if len(gs) != 1 {
+		return ""
+	}
+	return gs[0].GetEnvoyGrpc().GetClusterName()
+}
+
+// TestGatewayCredentialNameNeedsAnAgent: a gateway without an agent (no
+// SDS_CLUSTER: navectl bootstrap --kind gateway) cannot be served a
+// credentialName — the hub never holds a gateway's keys — so such a server
+// is reported and skipped, while one with files is served.
+func TestGatewayCredentialNameNeedsAnAgent(t *testing.T) {
+	y := `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 443, name: https, protocol: HTTPS}
+    hosts: [web.example.com]
+    tls: {mode: SIMPLE, credentialName: web-cert}
+  - port: {number: 8443, name: https-files, protocol: HTTPS}
+    hosts: [files.example.com]
+    tls: {mode: SIMPLE, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}
+  - port: {number: 9443, name: https-ca, protocol: HTTPS}
+    hosts: [ca.example.com]
+    tls: {mode: MUTUAL, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, caCertCredentialName: client-ca}
+`
+	key := ldsRouterKey
+	key.SDSCluster = ""
+	ls, problems := listeners(t, y, key)
+	if got := ldsNames(ls); !slices.Equal(got, []string{"0.0.0.0_8443"}) {
+		t.Errorf("listeners %v, want only the server with files (0.0.0.0_8443)", got)
+	}
+	for _, l := range ls {
+		for _, fc := range l.FilterChains {
+			dtc := unpack[*tlsv3.DownstreamTlsContext](t, fc.TransportSocket.GetTypedConfig())
+			if sds := dtc.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs(); len(sds) != 0 {
+				t.Errorf("%s: certificate by SDS %v; want the files", l.Name, sds)
+			}
+		}
+	}
+	if !ldsHasProblem(problems, "Gateway istio-system/gw", "this gateway has no agent") {
+		t.Errorf("not reported: %v", problems)
 	}
 }
 

@@ -23,7 +23,8 @@ import (
 
 var ldsSidecarKey = proxy.Key{Type: proxy.Sidecar, Mesh: "default", Namespace: "demo", Labels: "app=x", IPs: "10.0.0.1"}
 
-var ldsRouterKey = proxy.Key{Type: proxy.Router, Mesh: "default", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.0.9.9"}
+var ldsRouterKey = proxy.Key{Type: proxy.Router, Mesh: "default", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.0.9.9",
+	SDSCluster: "sds-grpc"} // a gateway with its agent
 
 func listeners(t *testing.T, yaml string, key proxy.Key) (map[string]*listenerv3.Listener, []mesh.Problem) {
 	t.Helper()

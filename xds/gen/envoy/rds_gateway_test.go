@@ -73,7 +73,7 @@ spec:
   http: [{route: [{destination: {host: ratings, port: {number: 9090}}}]}]
 `
 
-var routerKey = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway"}
+var routerKey = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", SDSCluster: "sds-grpc"}
 
 func TestGatewayRoutes(t *testing.T) {
 	out := rdsOut(t, gentest.Snapshot(t, map[string]string{"c1": rdsBase + gatewayYAML}), routerKey)

@@ -34,7 +34,7 @@ var (
 		Locality: mesh.ParseLocality("us-east/a")}
 	frontend = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "web", Labels: "app=frontend", IPs: "10.2.0.1",
 		Locality: mesh.ParseLocality("us-east/a")}
-	ingress = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1",
+	ingress = proxy.Key{Type: proxy.Router, Mesh: "m", Namespace: "istio-system", Labels: "istio=ingressgateway", IPs: "10.3.0.1", SDSCluster: "sds-grpc",
 		Locality: mesh.ParseLocality("us-east/a")}
 )
 
