@@ -136,6 +136,12 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 		oerr.Field, oerr.Reason = merr.field, merr.reason
 		return nil, oerr
 	}
+	if kind.ClusterScoped {
+		// As kubectl does, a namespace on a cluster-scoped object is
+		// ignored: the object is the cluster's.
+		meta.namespace = ClusterNamespace
+		oerr.Namespace = meta.namespace
+	}
 
 	spec := kind.New()
 	if raw, ok := top["spec"]; ok && string(raw) != "null" {

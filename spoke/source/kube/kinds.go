@@ -13,7 +13,11 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions/apis/v1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -40,16 +44,33 @@ type kindDef struct {
 	// is installed: they are looked up in discovery before being watched.
 	crd bool
 	// informer makes the kind's informer, watching every namespace.
-	informer func(kubernetes.Interface, istioclient.Interface) cache.SharedIndexInformer
+	informer func(*clients) cache.SharedIndexInformer
 	// transform drops what the source never reads from a cached object.
 	transform cache.TransformFunc
 	// same reports whether an update changed nothing the source reads;
 	// nil when every update counts.
 	same func(old, cur any) bool
-	// mesh and spec are set for the Istio kinds: the config kind, and
-	// the object's metadata and spec (pointing into the object).
+	// mesh and spec are set for the Istio and Gateway API kinds: the
+	// config kind, and the object's spec as a config spec; spec returns
+	// nil, nil for an object of another type.
 	mesh *meshconfig.Kind
-	spec func(obj any) (metav1.Object, proto.Message, bool)
+	spec func(obj any) (proto.Message, error)
+	// unsupported is set for the Gateway API kinds nave does not
+	// implement: their objects are watched by metadata only, to be
+	// reported (this is the reason), never published.
+	unsupported string
+	// newObject returns a new empty object of a Gateway API kind's Go
+	// type (a *gatewayv1.HTTPRoute): how the status writer converts what
+	// it reads from the API server as the source converts cached objects.
+	newObject func() any
+}
+
+// clients are the API clients the informers are made with.
+type clients struct {
+	kube     kubernetes.Interface
+	istio    istioclient.Interface
+	gateway  gatewayclient.Interface
+	metadata metadata.Interface
 }
 
 // resource names the kind's resource as RBAC rules and errors do:
@@ -73,38 +94,38 @@ func (d *kindDef) groupVersion() string {
 var kindDefs = []*kindDef{
 	{
 		name: kindNamespace, version: "v1", plural: "namespaces",
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewNamespaceInformer(c, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewNamespaceInformer(c.kube, 0, nil)
 		},
 		transform: transformNamespace,
 		same:      sameNamespace,
 	},
 	{
 		name: kindNode, version: "v1", plural: "nodes",
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewNodeInformer(c, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewNodeInformer(c.kube, 0, nil)
 		},
 		transform: transformNode,
 		same:      sameNode,
 	},
 	{
 		name: kindService, version: "v1", plural: "services", namespaced: true,
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewServiceInformer(c, metav1.NamespaceAll, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewServiceInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
 		transform: transformService,
 	},
 	{
 		name: kindEndpointSlice, group: "discovery.k8s.io", version: "v1", plural: "endpointslices", namespaced: true,
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return discoveryinformers.NewEndpointSliceInformer(c, metav1.NamespaceAll, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return discoveryinformers.NewEndpointSliceInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
 		transform: transformMeta,
 	},
 	{
 		name: kindPod, version: "v1", plural: "pods", namespaced: true,
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewPodInformer(c, metav1.NamespaceAll, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewPodInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
 		transform: transformPod,
 		same:      samePod,
@@ -179,6 +200,58 @@ var kindDefs = []*kindDef{
 		func(o *securityv1.AuthorizationPolicy) (metav1.Object, proto.Message, proto.Message) {
 			return o, &o.Spec, &o.Status
 		}),
+	gatewayAPIKind("GatewayClass", "gatewayclasses",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewGatewayClassInformer(c, 0, nil)
+		},
+		func(o *gatewayv1.GatewayClass) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.GatewayClassStatus{} }
+		}),
+	gatewayAPIKind("KubernetesGateway", "gateways",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewGatewayInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.Gateway) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.GatewayStatus{} }
+		}),
+	gatewayAPIKind("HTTPRoute", "httproutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewHTTPRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.HTTPRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.HTTPRouteStatus{} }
+		}),
+	gatewayAPIKind("GRPCRoute", "grpcroutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewGRPCRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.GRPCRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.GRPCRouteStatus{} }
+		}),
+	gatewayAPIKind("TCPRoute", "tcproutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewTCPRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.TCPRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.TCPRouteStatus{} }
+		}),
+	gatewayAPIKind("TLSRoute", "tlsroutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewTLSRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.TLSRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.TLSRouteStatus{} }
+		}),
+	gatewayAPIKind("ReferenceGrant", "referencegrants",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewReferenceGrantInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.ReferenceGrant) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() {}
+		}),
+	unsupportedGatewayAPIKind("BackendTLSPolicy", "backendtlspolicies"),
+	unsupportedGatewayAPIKind("ListenerSet", "listenersets"),
+	unsupportedGatewayAPIKind("UDPRoute", "udproutes"),
 }
 
 // istioKind describes an Istio kind served by a CRD at version v1 of its
@@ -195,8 +268,8 @@ func istioKind[T any](plural string, informer func(istioclient.Interface) cache.
 	}
 	return &kindDef{
 		name: mk.Kind, group: mk.Group, version: "v1", plural: plural, namespaced: true, crd: true,
-		informer: func(_ kubernetes.Interface, c istioclient.Interface) cache.SharedIndexInformer {
-			return informer(c)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return informer(c.istio)
 		},
 		transform: func(obj any) (any, error) {
 			if o, ok := obj.(*T); ok {
@@ -207,13 +280,13 @@ func istioKind[T any](plural string, informer func(istioclient.Interface) cache.
 			return obj, nil
 		},
 		mesh: mk,
-		spec: func(obj any) (metav1.Object, proto.Message, bool) {
+		spec: func(obj any) (proto.Message, error) {
 			o, ok := obj.(*T)
 			if !ok {
-				return nil, nil, false
+				return nil, nil
 			}
-			meta, spec, _ := parts(o)
-			return meta, spec, true
+			_, spec, _ := parts(o)
+			return spec, nil
 		},
 	}
 }
