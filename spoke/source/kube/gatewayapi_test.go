@@ -88,6 +88,10 @@ spec:
 func TestGatewayAPI(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	c.Apply(t, kubetest.GatewayAPICRDs(t)...)
+	// The source and the writer run as the spoke, with the rights
+	// deploy/spoke/rbac.yaml grants it and no more.
+	c.Apply(t, repoFile(t, "deploy/spoke/namespace.yaml"), repoFile(t, "deploy/spoke/rbac.yaml"))
+	spoke := c.As("system:serviceaccount:nave-system:nave-spoke")
 	k := newClient(t, c)
 	k.namespace("shop", nil)
 	c.Apply(t, []byte(gatewayAPIObjects))
@@ -97,7 +101,7 @@ func TestGatewayAPI(t *testing.T) {
 	}
 	ctx := t.Context()
 
-	src := runSource(t, c.Admin, Options{})
+	src := runSource(t, spoke, Options{})
 	objs := src.waitPublished(t, "the Gateway API objects", all(
 		has("GatewayClass", "default/nave"), has("GatewayClass", "default/other"),
 		has("KubernetesGateway", "shop/web"), has("HTTPRoute", "shop/web"), has("GRPCRoute", "shop/api"),
@@ -279,7 +283,7 @@ func runWriter(t *testing.T, c *kubetest.Cluster) (*StatusWriter, *prometheus.Re
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	logs := &logBuffer{}
-	w, err := NewStatusWriter(c.Admin, StatusWriterOptions{
+	w, err := NewStatusWriter(c.As("system:serviceaccount:nave-system:nave-spoke"), StatusWriterOptions{
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registerer: reg,
 	})
