@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -160,6 +161,16 @@ func TestGatewayAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The gateway's Service: its address becomes the Gateway's.
+	k.service(&corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-gateway", Namespace: "shop", Labels: map[string]string{"gateway.networking.k8s.io/gateway-name": "web"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	})
+	gwSvc, err := k.CoreV1().Services("shop").Get(ctx, "web-gateway", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	w, reg := runWriter(t, c)
 	w.SetObjects(src.Objects())
 	hub := hubStatuses(t, src.Objects())
@@ -203,6 +214,9 @@ func TestGatewayAPI(t *testing.T) {
 		}
 		if len(g.Status.Listeners) != 1 || g.Status.Listeners[0].Conditions[0].ObservedGeneration != g.Generation {
 			t.Errorf("Gateway listeners %+v", g.Status.Listeners)
+		}
+		if len(g.Status.Addresses) != 1 || g.Status.Addresses[0].Value != gwSvc.Spec.ClusterIP {
+			t.Errorf("Gateway addresses %+v, want its Service's cluster IP %s", g.Status.Addresses, gwSvc.Spec.ClusterIP)
 		}
 		waitFor(t, "the stale status reported", func() bool { return resultOf(w, "GRPCRoute", "api") == StatusStale })
 	})

@@ -14,14 +14,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clientretry "k8s.io/client-go/util/retry"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -87,6 +90,7 @@ type StatusResult struct {
 // goroutine; Run drives the writer, once.
 type StatusWriter struct {
 	dyn     dynamic.Interface
+	kube    kubernetes.Interface
 	logger  *slog.Logger
 	writes  *prometheus.CounterVec
 	wake    chan struct{}
@@ -119,6 +123,10 @@ func NewStatusWriter(cfg *rest.Config, opts StatusWriterOptions) (*StatusWriter,
 	if err != nil {
 		return nil, fmt.Errorf("gateway API status writer: %w", err)
 	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway API status writer: %w", err)
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -133,7 +141,7 @@ func NewStatusWriter(cfg *rest.Config, opts StatusWriterOptions) (*StatusWriter,
 		}
 	}
 	return &StatusWriter{
-		dyn: dyn, logger: logger, writes: writes, wake: make(chan struct{}, 1), now: time.Now,
+		dyn: dyn, kube: kc, logger: logger, writes: writes, wake: make(chan struct{}, 1), now: time.Now,
 		backoff:  retry.Policy{Initial: time.Second, Max: statusRetryMax}.New(),
 		versions: map[meshconfig.Ref]string{}, done: map[meshconfig.Ref]string{}, results: map[meshconfig.Ref]StatusResult{},
 	}, nil
@@ -331,7 +339,13 @@ func (w *StatusWriter) write(ctx context.Context, st *meshconfigv1.GatewayAPISta
 			return nil
 		}
 		cur, _, _ := unstructured.NestedMap(u.Object, "status")
-		merged, changed, err := mergeStatus(def.mesh, cur, st.GetJson(), u.GetGeneration(), metav1.NewTime(w.now().Truncate(time.Second)))
+		var addrs []gatewayv1.GatewayStatusAddress
+		if def.mesh.Kind == "KubernetesGateway" {
+			if addrs, err = w.gatewayAddresses(ctx, u.GetNamespace(), u.GetName()); err != nil {
+				return err
+			}
+		}
+		merged, changed, err := mergeStatus(def.mesh, cur, st.GetJson(), addrs, u.GetGeneration(), metav1.NewTime(w.now().Truncate(time.Second)))
 		if err != nil {
 			return err
 		}
@@ -354,6 +368,46 @@ func (w *StatusWriter) write(ctx context.Context, st *meshconfigv1.GatewayAPISta
 	}
 	return result, nil
 }
+
+// gatewayAddresses returns the addresses of a Gateway's Services (those
+// of its namespace labelled gateway.networking.k8s.io/gateway-name with
+// its name, as the example deployment's is): their load balancer's
+// addresses, else their cluster IPs.
+func (w *StatusWriter) gatewayAddresses(ctx context.Context, namespace, name string) ([]gatewayv1.GatewayStatusAddress, error) {
+	list, err := w.kube.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{gatewayNameLabel: name}).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("services of gateway %s/%s: %w", namespace, name, err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Service) int { return cmp.Compare(a.Name, b.Name) })
+	var out []gatewayv1.GatewayStatusAddress
+	add := func(typ gatewayv1.AddressType, value string) {
+		a := gatewayv1.GatewayStatusAddress{Type: ptr(typ), Value: value}
+		if value != "" && !slices.ContainsFunc(out, func(b gatewayv1.GatewayStatusAddress) bool { return *b.Type == typ && b.Value == value }) {
+			out = append(out, a)
+		}
+	}
+	for _, svc := range list.Items {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			add(gatewayv1.IPAddressType, in.IP)
+			add(gatewayv1.HostnameAddressType, in.Hostname)
+		}
+	}
+	if len(out) == 0 {
+		for _, svc := range list.Items {
+			for _, ip := range svc.Spec.ClusterIPs {
+				if ip != corev1.ClusterIPNone {
+					add(gatewayv1.IPAddressType, ip)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// gatewayNameLabel names the Gateway a gateway's pods and Service serve.
+const gatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
 
 // statusKind returns the watched Gateway API kind of a config kind name,
 // nil for one without a status (ReferenceGrant) or not of the Gateway API.
@@ -391,8 +445,9 @@ func contentVersion(def *kindDef, u *unstructured.Unstructured) (string, error) 
 // them would always differ): conditions get
 // observedGeneration gen, and keep their lastTransitionTime while their
 // status stays (now otherwise); a route's parent statuses of other
-// controllers are kept. It reports whether the result differs from cur.
-func mergeStatus(k *meshconfig.Kind, cur map[string]any, js []byte, gen int64, now metav1.Time) (map[string]any, bool, error) {
+// controllers are kept; a Gateway the hub gives no addresses gets addrs
+// (its Services'). It reports whether the result differs from cur.
+func mergeStatus(k *meshconfig.Kind, cur map[string]any, js []byte, addrs []gatewayv1.GatewayStatusAddress, gen int64, now metav1.Time) (map[string]any, bool, error) {
 	var curGo, merged any
 	switch k.Kind {
 	case "GatewayClass":
@@ -427,7 +482,7 @@ func mergeStatus(k *meshconfig.Kind, cur map[string]any, js []byte, gen int64, n
 			}
 		}
 		if h.Addresses == nil {
-			h.Addresses = c.Addresses
+			h.Addresses = addrs
 		}
 		for i := range h.Addresses {
 			if a := &h.Addresses[i]; a.Type == nil {
