@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -464,17 +465,8 @@ func validateHTTPFilters(c *checker, p path, filters []gatewayv1.HTTPRouteFilter
 	for i, f := range filters {
 		fp := p.index(i)
 		set := httpFilterFields(f)
-		if _, ok := set[f.Type]; !ok {
-			checkEnum(c, fp.field("type"), f.Type, slices.Sorted(mapKeys(set))...)
+		if !checkFilterFields(c, fp, f.Type, set) {
 			continue
-		}
-		for typ, has := range set {
-			switch {
-			case has && typ != f.Type:
-				c.fail(fp.field(lowerFirst(string(typ))), "must be nil if the filter type is not %s", typ)
-			case !has && typ == f.Type:
-				c.fail(fp.field(lowerFirst(string(typ))), "must be specified for filter type %s", typ)
-			}
 		}
 		count[f.Type]++
 		if f.Type != gatewayv1.HTTPRouteFilterRequestMirror && f.Type != gatewayv1.HTTPRouteFilterExtensionRef && count[f.Type] > 1 {
@@ -589,17 +581,8 @@ func validateGRPCFilters(c *checker, p path, filters []gatewayv1.GRPCRouteFilter
 			gatewayv1.GRPCRouteFilterRequestMirror:          f.RequestMirror != nil,
 			gatewayv1.GRPCRouteFilterExtensionRef:           f.ExtensionRef != nil,
 		}
-		if _, ok := set[f.Type]; !ok {
-			checkEnum(c, fp.field("type"), f.Type, slices.Sorted(mapKeys(set))...)
+		if !checkFilterFields(c, fp, f.Type, set) {
 			continue
-		}
-		for typ, has := range set {
-			switch {
-			case has && typ != f.Type:
-				c.fail(fp.field(lowerFirst(string(typ))), "must be nil if the filter type is not %s", typ)
-			case !has && typ == f.Type:
-				c.fail(fp.field(lowerFirst(string(typ))), "must be specified for filter type %s", typ)
-			}
 		}
 		count[f.Type]++
 		if (f.Type == gatewayv1.GRPCRouteFilterRequestHeaderModifier || f.Type == gatewayv1.GRPCRouteFilterResponseHeaderModifier) && count[f.Type] > 1 {
@@ -629,14 +612,24 @@ func validateReferenceGrant(c *checker, p path, s *gatewayv1.ReferenceGrantSpec)
 	}
 }
 
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
+// checkFilterFields checks a filter's type against the types a route
+// kind has, and that exactly its type's own field is set (set says which
+// field of each type is); false for an unknown type.
+func checkFilterFields[T ~string](c *checker, fp path, filterType T, set map[T]bool) bool {
+	types := slices.Sorted(maps.Keys(set))
+	if _, ok := set[filterType]; !ok {
+		checkEnum(c, fp.field("type"), filterType, types...)
+		return false
+	}
+	for _, typ := range types {
+		switch has := set[typ]; {
+		case has && typ != filterType:
+			c.fail(fp.field(lowerFirst(string(typ))), "must be nil if the filter type is not %s", typ)
+		case !has && typ == filterType:
+			c.fail(fp.field(lowerFirst(string(typ))), "must be specified for filter type %s", typ)
 		}
 	}
+	return true
 }
 
 // lowerFirst turns a filter type into its field name:
