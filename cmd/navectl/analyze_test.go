@@ -50,8 +50,8 @@ func TestAnalyzeCleanConfigExitsZero(t *testing.T) {
 // field, in the golden table; errors exit 1.
 func TestAnalyzeFindsKnownProblems(t *testing.T) {
 	r := navectlRun(t, "analyze", "testdata/analyze/problems")
-	if r.code != 1 || !strings.Contains(r.stderr, "4 errors, 1 warnings") {
-		t.Errorf("analyze of problems: exit %d, stderr %q; want 1 with 4 errors and 1 warning", r.code, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, "6 errors, 1 warnings") {
+		t.Errorf("analyze of problems: exit %d, stderr %q; want 1 with 6 errors and 1 warning", r.code, r.stderr)
 	}
 	golden(t, "analyze-problems.txt", r.stdout)
 

@@ -102,6 +102,21 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 		kerr = fmt.Errorf("its kind is not one nave accepts (%s)", strings.Join(kindNames(), ", "))
 	}
 	apiVersion, aerr := stringField(top, "apiVersion")
+	if group, _, _ := strings.Cut(apiVersion, "/"); kerr != nil && kindName != "" && aerr == nil && group == GroupGatewayAPI {
+		// A Gateway API kind nave does not implement (BackendTLSPolicy,
+		// ListenerSet, UDPRoute, ...): said so, as the Kubernetes source
+		// does, rather than as a foreign document.
+		meta, _ := decodeMetadata(top["metadata"])
+		var supported []string
+		for _, k := range kinds {
+			if k.GatewayAPI {
+				supported = append(supported, k.APIKind)
+			}
+		}
+		return nil, &ObjectError{Kind: kindName, Namespace: meta.namespace, Name: meta.name, Field: "kind",
+			Reason: fmt.Sprintf("line %d: %s is a Gateway API kind nave does not support: the object has no effect (it supports %s)",
+				doc.line, kindName, strings.Join(supported, ", "))}
+	}
 	if kerr != nil {
 		return nil, &ObjectError{Field: "kind", Reason: fmt.Sprintf("line %d: not a config object: %v", doc.line, kerr),
 			Foreign: aerr == nil && foreignAPI(apiVersion)}
@@ -139,6 +154,12 @@ func decodeDocument(doc document) (*Object, *ObjectError) {
 	if merr != nil {
 		oerr.Field, oerr.Reason = merr.field, merr.reason
 		return nil, oerr
+	}
+	if kind.ClusterScoped {
+		// As kubectl does, a namespace on a cluster-scoped object is
+		// ignored: the object is the cluster's.
+		meta.namespace = ClusterNamespace
+		oerr.Namespace = meta.namespace
 	}
 
 	spec := kind.New()

@@ -11,6 +11,11 @@ import (
 	sigsjson "sigs.k8s.io/json"
 )
 
+// GatewayController is nave's Gateway API controller name: a
+// GatewayClass whose spec.controllerName it is belongs to nave, and a
+// route's parent statuses nave writes carry it.
+const GatewayController = "nave.io/gateway-controller"
+
 // The Gateway API kinds keep their spec as the Gateway API project's Go
 // type, serialized as canonical JSON in a one-field wrapper message (see
 // shared/meshconfig/v1/gatewayapi.proto). These functions move a spec in

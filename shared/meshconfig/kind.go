@@ -42,6 +42,10 @@ type Kind struct {
 	// API project's Go type, carried as canonical JSON in the kind's
 	// wrapper message (see GatewayAPISpec).
 	GatewayAPI bool
+	// ClusterScoped is set for the kinds whose objects have no namespace
+	// in Kubernetes (GatewayClass): in the config model they all carry
+	// ClusterNamespace, whichever source they came from.
+	ClusterScoped bool
 	// newGo returns a new empty Gateway API spec (a pointer to its Go
 	// type); nil for the protobuf kinds.
 	newGo func() any
@@ -82,6 +86,18 @@ func newGatewayAPIKind(apiKind, kind string, versions []string, newSpec func() p
 	return k
 }
 
+// clusterScoped marks a kind cluster-scoped.
+func clusterScoped(k *Kind) *Kind {
+	k.ClusterScoped = true
+	return k
+}
+
+// ClusterNamespace is the namespace of every object of a cluster-scoped
+// kind in the config model: the files decoder gives it whatever the
+// document says, and the Kubernetes source gives it to objects that have
+// none, so the same GatewayClass has the same key from either source.
+const ClusterNamespace = DefaultNamespace
+
 // kinds is the immutable kind table, in the order Kinds returns it.
 var kinds = []*Kind{
 	newKind(GroupNetworking, networkingVersions, false, func() proto.Message { return &networkingv1alpha3.VirtualService{} }),
@@ -96,8 +112,8 @@ var kinds = []*Kind{
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.RequestAuthentication{} }),
 	newKind(GroupSecurity, securityVersions, false, func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} }),
 	newKind(GroupTelemetry, telemetryVersions, false, func() proto.Message { return &telemetryv1alpha1.Telemetry{} }),
-	newGatewayAPIKind("GatewayClass", "", []string{"v1", "v1beta1"},
-		func() proto.Message { return &meshconfigv1.GatewayClassSpec{} }, func() any { return &gatewayv1.GatewayClassSpec{} }),
+	clusterScoped(newGatewayAPIKind("GatewayClass", "", []string{"v1", "v1beta1"},
+		func() proto.Message { return &meshconfigv1.GatewayClassSpec{} }, func() any { return &gatewayv1.GatewayClassSpec{} })),
 	newGatewayAPIKind("Gateway", "KubernetesGateway", []string{"v1", "v1beta1"},
 		func() proto.Message { return &meshconfigv1.KubernetesGatewaySpec{} }, func() any { return &gatewayv1.GatewaySpec{} }),
 	newGatewayAPIKind("HTTPRoute", "", []string{"v1", "v1beta1"},

@@ -41,6 +41,9 @@ type Server struct {
 	id                                *hubIdentity
 	wh                                *webhook
 	src                               source
+	// gwStatus takes the hub's Gateway API statuses for this cluster
+	// (spoke/remote's OnGatewayAPIStatus) and the source's publishes.
+	gwStatus gatewayStatuses
 	// view is the remote view once Run made it (the injector reads the
 	// mesh's MeshConfig from it).
 	view *atomic.Pointer[remote.View]
@@ -118,7 +121,7 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	src, err := newSource(cfg, log, reg, adm)
+	src, gwStatus, err := newSource(cfg, log, reg, adm)
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -142,7 +145,7 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
 	return &Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis, view: view,
-		id: id, wh: wh, src: src}, nil
+		id: id, wh: wh, src: src, gwStatus: gwStatus}, nil
 }
 
 // Addr is the address of the listener of the config key (admin.listen,
@@ -169,10 +172,14 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Serve(gctx, lis) })
-	publish := func(objs []*meshconfig.Object) {}
+	g.Go(func() error { return s.gwStatus.Run(gctx) })
+	publish := s.gwStatus.SetObjects
 	if wh != nil {
 		g.Go(func() error { return wh.run(gctx) })
-		publish = wh.validator.Update
+		publish = func(objs []*meshconfig.Object) {
+			wh.validator.Update(objs)
+			s.gwStatus.SetObjects(objs)
+		}
 	}
 	g.Go(func() error {
 		renewer, err := id.establish(gctx)

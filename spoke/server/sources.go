@@ -23,13 +23,14 @@ type source interface {
 	Objects() []*meshconfig.Object
 }
 
-// newSource builds the configured source and registers its ready check
-// and debug views.
-func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) (source, error) {
+// newSource builds the configured source and where the hub's Gateway API
+// statuses go (written to the cluster, or logged), and registers their
+// ready check and debug views.
+func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) (source, gatewayStatuses, error) {
 	if cfg.IsKubernetes() {
 		rc, err := kubeconfig.Load(cfg.Kube.Kubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
+			return nil, nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
 		}
 		src, err := kube.New(rc, kube.Options{
 			DomainSuffix:      cfg.DomainSuffix,
@@ -41,18 +42,22 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 			Registerer:        reg,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("source kubernetes: %w", err)
+			return nil, nil, fmt.Errorf("source kubernetes: %w", err)
+		}
+		w, err := kube.NewStatusWriter(rc, kube.StatusWriterOptions{Logger: log.With("component", "gatewayapi-status"), Registerer: reg})
+		if err != nil {
+			return nil, nil, err
 		}
 		adm.AddReadyCheck("source", src.Ready)
 		adm.HandleDebug("kinds", "every watched kind: synced, objects, and the last error (forbidden, CRD missing)", func(*http.Request) (any, error) {
 			return src.Status(), nil
 		})
-		return src, nil
+		return src, newGatewayWriter(w, adm), nil
 	}
 	src, err := files.New(cfg.SourcePath(), files.Options{Debounce: cfg.Files.Debounce, DebounceEdge: cfg.Files.DebounceEdge, MaxFileBytes: cfg.Files.MaxFileBytes},
 		log.With("component", "files"), reg)
 	if err != nil {
-		return nil, fmt.Errorf("source %s: %w", cfg.Source, err)
+		return nil, nil, fmt.Errorf("source %s: %w", cfg.Source, err)
 	}
 	adm.AddReadyCheck("source", func() error {
 		if !src.Loaded() {
@@ -63,5 +68,5 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 	adm.HandleDebug("rejected", "objects and files the source skipped, with file, document index and reason", func(*http.Request) (any, error) {
 		return src.Rejections(), nil
 	})
-	return src, nil
+	return src, newStatusLog(log.With("component", "gatewayapi-status"), adm), nil
 }

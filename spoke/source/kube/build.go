@@ -103,28 +103,22 @@ func (b *builder) build() buildResult {
 
 	seen := map[types.UID]bool{}
 	for _, w := range s.kinds {
-		if w.def.refused != "" {
-			for _, item := range s.list(w.def.name) {
-				if meta, ok := item.(metav1.Object); ok && selected(meta.GetNamespace()) {
-					res.counts[w.def.name]++
-					res.rejected[w.def.name] = append(res.rejected[w.def.name], meshconfig.Rejection{Kind: w.def.name,
-						Namespace: meta.GetNamespace(), Name: meta.GetName(), Field: "kind", Reason: w.def.refused})
-					res.invalid[w.def.name]++
-				}
-			}
-			continue
-		}
-		if w.def.mesh == nil {
+		if w.def.mesh == nil && w.def.unsupported == "" {
 			continue
 		}
 		for _, item := range s.list(w.def.name) {
 			meta, ok := item.(metav1.Object)
-			if !ok || !selected(meta.GetNamespace()) {
+			if !ok || (w.def.namespaced && !selected(meta.GetNamespace())) {
 				continue
 			}
 			res.counts[w.def.name]++
+			if w.def.unsupported != "" {
+				res.rejected[w.def.name] = append(res.rejected[w.def.name], unsupportedRejection(w.def, meta))
+				res.invalid[w.def.name]++
+				continue
+			}
 			seen[meta.GetUID()] = true
-			objs = append(objs, b.istio(&res, w.def, item, meta))
+			objs = append(objs, b.config(&res, w.def, item, meta))
 		}
 	}
 	for uid := range b.converted {
@@ -140,24 +134,12 @@ func (b *builder) build() buildResult {
 	return res
 }
 
-// istio converts an Istio object, through the cache.
-func (b *builder) istio(res *buildResult, def *kindDef, item any, meta metav1.Object) *meshconfig.Object {
+// config converts an Istio or Gateway API object, through the cache.
+func (b *builder) config(res *buildResult, def *kindDef, item any, meta metav1.Object) *meshconfig.Object {
 	c, ok := b.converted[meta.GetUID()]
 	if !ok || c.resourceVersion != meta.GetResourceVersion() || c.resourceVersion == "" {
 		c = converted{resourceVersion: meta.GetResourceVersion()}
-		if _, spec, ok := def.spec(item); ok {
-			o := &meshconfig.Object{
-				Kind:         def.mesh,
-				Name:         meta.GetName(),
-				Namespace:    meta.GetNamespace(),
-				Labels:       meta.GetLabels(),
-				Annotations:  meta.GetAnnotations(),
-				CreationTime: meta.GetCreationTimestamp().Time,
-				Spec:         spec,
-				Origin:       origin,
-			}
-			c.object, c.rejection = validated(o)
-		}
+		c.object, c.rejection = configObject(def, item, meta)
 		b.converted[meta.GetUID()] = c
 	}
 	if c.rejection != nil {
@@ -165,6 +147,33 @@ func (b *builder) istio(res *buildResult, def *kindDef, item any, meta metav1.Ob
 		res.invalid[c.rejection.Kind]++
 	}
 	return c.object
+}
+
+// configObject converts and validates a cached Istio or Gateway API
+// object: the object with its version set, or its rejection; neither
+// for an item of another type.
+func configObject(def *kindDef, item any, meta metav1.Object) (*meshconfig.Object, *meshconfig.Rejection) {
+	o := &meshconfig.Object{
+		Kind:         def.mesh,
+		Name:         meta.GetName(),
+		Namespace:    meta.GetNamespace(),
+		Labels:       meta.GetLabels(),
+		Annotations:  meta.GetAnnotations(),
+		CreationTime: meta.GetCreationTimestamp().Time,
+		Origin:       origin,
+	}
+	if def.mesh.ClusterScoped {
+		o.Namespace = meshconfig.ClusterNamespace
+	}
+	spec, err := def.spec(item)
+	switch {
+	case err != nil:
+		return nil, &meshconfig.Rejection{Kind: def.mesh.Kind, Namespace: o.Namespace, Name: o.Name, Field: "spec", Reason: err.Error()}
+	case spec == nil:
+		return nil, nil
+	}
+	o.Spec = spec
+	return validated(o)
 }
 
 // check validates and versions a registry object, recording its

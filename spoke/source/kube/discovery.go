@@ -48,7 +48,7 @@ func (s *Source) watchCRDs(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			s.mu.Unlock()
 			if msg != lastErr {
-				s.logger.Warn("discovery of the Istio kinds failed; retrying", "err", err)
+				s.logger.Warn("discovery of the CRD kinds failed; retrying", "err", err)
 			}
 			lastErr = msg
 			if first {
@@ -72,10 +72,10 @@ func (s *Source) watchCRDs(ctx context.Context, wg *sync.WaitGroup) {
 			s.discovered, s.discErr = true, ""
 			s.mu.Unlock()
 			if names != lastMissing && names != "" {
-				s.logger.Warn("istio kinds not installed; watching for their CRDs", "kinds", names, "poll", s.opts.CRDPoll)
+				s.logger.Warn("CRD kinds not installed; watching for their CRDs", "kinds", names, "poll", s.opts.CRDPoll)
 			}
 			if len(found) > 0 && lastMissing != "" {
-				s.logger.Info("istio kinds installed; watching them", "kinds", kindNames(found))
+				s.logger.Info("CRD kinds installed; watching them", "kinds", kindNames(found))
 			}
 			lastMissing = names
 			pending = missing

@@ -4,13 +4,11 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
-	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	istioextensions "istio.io/client-go/pkg/informers/externalversions/extensions/v1alpha1"
 	istionetworking "istio.io/client-go/pkg/informers/externalversions/networking/v1"
 	istionetworkingv1alpha3 "istio.io/client-go/pkg/informers/externalversions/networking/v1alpha3"
 	istiosecurity "istio.io/client-go/pkg/informers/externalversions/security/v1"
@@ -19,7 +17,11 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions/apis/v1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
@@ -46,20 +48,33 @@ type kindDef struct {
 	// is installed: they are looked up in discovery before being watched.
 	crd bool
 	// informer makes the kind's informer, watching every namespace.
-	informer func(kubernetes.Interface, istioclient.Interface) cache.SharedIndexInformer
+	informer func(*clients) cache.SharedIndexInformer
 	// transform drops what the source never reads from a cached object.
 	transform cache.TransformFunc
 	// same reports whether an update changed nothing the source reads;
 	// nil when every update counts.
 	same func(old, cur any) bool
-	// mesh and spec are set for the Istio kinds: the config kind, and
-	// the object's metadata and spec (pointing into the object).
+	// mesh and spec are set for the Istio and Gateway API kinds: the
+	// config kind, and the object's spec as a config spec; spec returns
+	// nil, nil for an object of another type.
 	mesh *meshconfig.Kind
-	spec func(obj any) (metav1.Object, proto.Message, bool)
-	// refused is set for the Istio kinds nave does not support but
-	// watches so that no object of them goes unreported: every object is
-	// rejected with this reason.
-	refused string
+	spec func(obj any) (proto.Message, error)
+	// unsupported is set for the Gateway API kinds nave does not
+	// implement: their objects are watched by metadata only, to be
+	// reported (this is the reason), never published.
+	unsupported string
+	// newObject returns a new empty object of a Gateway API kind's Go
+	// type (a *gatewayv1.HTTPRoute): how the status writer converts what
+	// it reads from the API server as the source converts cached objects.
+	newObject func() any
+}
+
+// clients are the API clients the informers are made with.
+type clients struct {
+	kube     kubernetes.Interface
+	istio    istioclient.Interface
+	gateway  gatewayclient.Interface
+	metadata metadata.Interface
 }
 
 // resource names the kind's resource as RBAC rules and errors do:
@@ -83,38 +98,38 @@ func (d *kindDef) groupVersion() string {
 var kindDefs = []*kindDef{
 	{
 		name: kindNamespace, version: "v1", plural: "namespaces",
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewNamespaceInformer(c, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewNamespaceInformer(c.kube, 0, nil)
 		},
 		transform: transformNamespace,
 		same:      sameNamespace,
 	},
 	{
 		name: kindNode, version: "v1", plural: "nodes",
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewNodeInformer(c, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewNodeInformer(c.kube, 0, nil)
 		},
 		transform: transformNode,
 		same:      sameNode,
 	},
 	{
 		name: kindService, version: "v1", plural: "services", namespaced: true,
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewServiceInformer(c, metav1.NamespaceAll, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewServiceInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
 		transform: transformService,
 	},
 	{
 		name: kindEndpointSlice, group: "discovery.k8s.io", version: "v1", plural: "endpointslices", namespaced: true,
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return discoveryinformers.NewEndpointSliceInformer(c, metav1.NamespaceAll, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return discoveryinformers.NewEndpointSliceInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
 		transform: transformMeta,
 	},
 	{
 		name: kindPod, version: "v1", plural: "pods", namespaced: true,
-		informer: func(c kubernetes.Interface, _ istioclient.Interface) cache.SharedIndexInformer {
-			return coreinformers.NewPodInformer(c, metav1.NamespaceAll, 0, nil)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return coreinformers.NewPodInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
 		transform: transformPod,
 		same:      samePod,
@@ -203,21 +218,59 @@ var kindDefs = []*kindDef{
 		func(o *telemetryv1.Telemetry) (metav1.Object, proto.Message, proto.Message) {
 			return o, &o.Spec, &o.Status
 		}),
-	{
-		name: "WasmPlugin", group: "extensions.istio.io", version: "v1alpha1", plural: "wasmplugins", namespaced: true, crd: true,
-		informer: func(_ kubernetes.Interface, c istioclient.Interface) cache.SharedIndexInformer {
-			return istioextensions.NewWasmPluginInformer(c, metav1.NamespaceAll, 0, nil)
+	unsupportedKind("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins", meshconfig.RefusedKindReasons["WasmPlugin"]),
+	gatewayAPIKind("GatewayClass", "gatewayclasses",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewGatewayClassInformer(c, 0, nil)
 		},
-		transform: func(obj any) (any, error) {
-			if o, ok := obj.(*extensionsv1alpha1.WasmPlugin); ok {
-				trimMeta(o)
-				proto.Reset(&o.Spec)
-				proto.Reset(&o.Status)
-			}
-			return obj, nil
+		func(o *gatewayv1.GatewayClass) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.GatewayClassStatus{} }
+		}),
+	gatewayAPIKind("KubernetesGateway", "gateways",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewGatewayInformer(c, metav1.NamespaceAll, 0, nil)
 		},
-		refused: meshconfig.RefusedKindReasons["WasmPlugin"],
-	},
+		func(o *gatewayv1.Gateway) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.GatewayStatus{} }
+		}),
+	gatewayAPIKind("HTTPRoute", "httproutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewHTTPRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.HTTPRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.HTTPRouteStatus{} }
+		}),
+	gatewayAPIKind("GRPCRoute", "grpcroutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewGRPCRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.GRPCRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.GRPCRouteStatus{} }
+		}),
+	gatewayAPIKind("TCPRoute", "tcproutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewTCPRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.TCPRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.TCPRouteStatus{} }
+		}),
+	gatewayAPIKind("TLSRoute", "tlsroutes",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewTLSRouteInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.TLSRoute) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() { o.Status = gatewayv1.TLSRouteStatus{} }
+		}),
+	gatewayAPIKind("ReferenceGrant", "referencegrants",
+		func(c gatewayclient.Interface) cache.SharedIndexInformer {
+			return gatewayinformers.NewReferenceGrantInformer(c, metav1.NamespaceAll, 0, nil)
+		},
+		func(o *gatewayv1.ReferenceGrant) (metav1.Object, any, func()) {
+			return o, &o.Spec, func() {}
+		}),
+	unsupportedGatewayAPIKind("BackendTLSPolicy", "backendtlspolicies"),
+	unsupportedGatewayAPIKind("ListenerSet", "listenersets"),
+	unsupportedGatewayAPIKind("UDPRoute", "udproutes"),
 }
 
 // istioKind describes an Istio kind served by a CRD at version v1 of its
@@ -240,8 +293,8 @@ func istioKindAt[T any](version, plural string, informer func(istioclient.Interf
 	}
 	return &kindDef{
 		name: mk.Kind, group: mk.Group, version: version, plural: plural, namespaced: true, crd: true,
-		informer: func(_ kubernetes.Interface, c istioclient.Interface) cache.SharedIndexInformer {
-			return informer(c)
+		informer: func(c *clients) cache.SharedIndexInformer {
+			return informer(c.istio)
 		},
 		transform: func(obj any) (any, error) {
 			if o, ok := obj.(*T); ok {
@@ -252,13 +305,13 @@ func istioKindAt[T any](version, plural string, informer func(istioclient.Interf
 			return obj, nil
 		},
 		mesh: mk,
-		spec: func(obj any) (metav1.Object, proto.Message, bool) {
+		spec: func(obj any) (proto.Message, error) {
 			o, ok := obj.(*T)
 			if !ok {
-				return nil, nil, false
+				return nil, nil
 			}
-			meta, spec, _ := parts(o)
-			return meta, spec, true
+			_, spec, _ := parts(o)
+			return spec, nil
 		},
 	}
 }

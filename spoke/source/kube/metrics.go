@@ -25,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"kind"}),
 		invalid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nave_spoke_kube_invalid_objects",
-			Help: "Objects the last build of the Kubernetes source skipped as invalid, by config kind.",
+			Help: "Objects the last build of the Kubernetes source skipped as invalid, by config kind (and the Gateway API kinds nave does not support, BackendTLSPolicy, ListenerSet, UDPRoute: all their objects).",
 		}, []string{"kind"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nave_spoke_kube_events_total",
@@ -61,6 +61,11 @@ func (m *metrics) observe(objs []*meshconfig.Object, invalid map[string]int, sec
 	counts := map[string]int{}
 	for _, k := range meshconfig.Kinds() {
 		counts[k.Kind] = 0
+	}
+	for _, d := range kindDefs {
+		if d.unsupported != "" {
+			counts[d.name] = 0 // its objects are all invalid
+		}
 	}
 	for _, o := range objs {
 		counts[o.Kind.Kind]++

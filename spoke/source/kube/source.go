@@ -1,9 +1,11 @@
 // Package kube is the spoke's kubernetes config source: it watches a
-// cluster's Services, EndpointSlices, Pods, Namespaces, Nodes and Istio
-// config kinds through client-go informers, normalizes them into nave's
-// config objects (registry Services and Workloads, Istio specs) and
-// publishes the complete set after its initial sync and after every
-// debounced batch of changes.
+// cluster's Services, EndpointSlices, Pods, Namespaces, Nodes, Istio
+// config kinds and Kubernetes Gateway API kinds through client-go
+// informers, normalizes them into nave's config objects (registry
+// Services and Workloads, Istio and Gateway API specs) and publishes the
+// complete set after its initial sync and after every debounced batch of
+// changes. Its StatusWriter writes the hub's Gateway API statuses back to
+// the cluster's objects.
 package kube
 
 import (
@@ -19,7 +21,9 @@ import (
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -84,7 +88,7 @@ type Source struct {
 	opts     Options
 	selector labels.Selector // nil selects every namespace
 	kube     kubernetes.Interface
-	istio    istioclient.Interface
+	clients  *clients
 	logger   *slog.Logger
 	metrics  *metrics
 	started  atomic.Bool
@@ -128,6 +132,14 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes source: istio client: %w", err)
 	}
+	gc, err := gatewayclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes source: gateway API client: %w", err)
+	}
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes source: metadata client: %w", err)
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
@@ -136,7 +148,7 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 		opts:     opts,
 		selector: sel,
 		kube:     kc,
-		istio:    ic,
+		clients:  &clients{kube: kc, istio: ic, gateway: gc, metadata: mc},
 		logger:   opts.Logger,
 		metrics:  m,
 		wake:     make(chan struct{}, 1),
@@ -170,7 +182,7 @@ func (s *Source) Ready() error {
 	}
 	var waiting []string
 	if !s.discovered {
-		w := "API discovery of the Istio kinds"
+		w := "API discovery of the CRD kinds (Istio, Gateway API)"
 		if s.discErr != "" {
 			w += " (" + s.discErr + ")"
 		}

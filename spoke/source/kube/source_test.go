@@ -59,6 +59,7 @@ spec:
 func TestKubeSource(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	c.Apply(t, repoFile(t, "deploy/spoke/istio-crds.yaml"))
+	c.Apply(t, kubetest.GatewayAPICRDs(t)...)
 	k := newClient(t, c)
 	ctx := t.Context()
 

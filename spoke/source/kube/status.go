@@ -32,12 +32,14 @@ type KindStatus struct {
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// Invalid lists the objects of the last build that failed validation
 	// and were skipped (registry Services under Service, Workloads under
-	// EndpointSlice).
+	// EndpointSlice), and every object of a Gateway API kind nave does not
+	// implement.
 	Invalid []meshconfig.Rejection `json:"invalid,omitempty"`
 }
 
 // Status returns every watched kind's state, in a fixed order: the
-// Kubernetes kinds, then the Istio kinds.
+// Kubernetes kinds, the Istio kinds, then the Gateway API kinds (those nave
+// does not implement last: their objects are all listed as invalid).
 func (s *Source) Status() []KindStatus {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -68,7 +68,7 @@ func (s *Source) store(name string) cache.Store {
 // startKind starts the kind's informer; it runs until ctx is done and
 // wg tracks it.
 func (s *Source) startKind(ctx context.Context, wg *sync.WaitGroup, w *watched) error {
-	inf := w.def.informer(s.kube, s.istio)
+	inf := w.def.informer(s.clients)
 	if err := inf.SetTransform(w.def.transform); err != nil {
 		return fmt.Errorf("%s informer: %w", w.def.name, err)
 	}

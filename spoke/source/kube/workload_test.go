@@ -16,8 +16,6 @@ import (
 // These tests cover the naming and merging rules on plain values; the
 // API-server tests cover the same code fed by real informers.
 
-func ptr[T any](v T) *T { return &v }
-
 func slice(ns, name, svc string, typ discoveryv1.AddressType, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
