@@ -43,6 +43,11 @@ type translation struct {
 
 	gwBuckets   map[bucketKey]*bucket
 	meshBuckets map[bucketKey]*bucket
+
+	nextRules   map[rulesKey]*rules
+	nextGrants  string
+	nextBuckets map[bucketKey]*vsMemo
+	made        []madeVS
 }
 
 // spec decodes o's spec, once per object across translations.
@@ -95,11 +100,17 @@ func (tr *translation) run() {
 	byKind := tr.group()
 	tr.classes, tr.gateways, tr.grants = map[string]*object{}, map[string]*gateway{}, map[string][]*object{}
 	tr.gwBuckets, tr.meshBuckets = map[bucketKey]*bucket{}, map[bucketKey]*bucket{}
+	var grants strings.Builder
 	for _, o := range byKind["ReferenceGrant"] {
 		if o.bad == nil {
 			tr.grants[o.def.Object.Namespace] = append(tr.grants[o.def.Object.Namespace], o)
+			grants.WriteString(o.key() + "@" + o.def.Object.Version + ",")
 		}
 	}
+	if grants.String() != tr.t.grants {
+		tr.t.rules = nil // a route's rules depend on the grants
+	}
+	tr.nextGrants = grants.String()
 	for _, o := range byKind["GatewayClass"] {
 		spec, _ := o.spec.(*gatewayv1.GatewayClassSpec)
 		if o.bad != nil || spec == nil || string(spec.ControllerName) != ControllerName {

@@ -9,21 +9,79 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
-// route is a route being translated.
+// route is a route being translated: its parents are this
+// translation's, its rules (*rules) may be an earlier one's.
 type route struct {
 	obj       *object
 	kind      string
 	common    gatewayv1.CommonRouteSpec
 	hostnames []string
 	parents   []*parentResult
-	// rules are the route's rules translated once, bound to parents below.
+	*rules
+}
+
+// rules are a route's rules translated, bound to parents later. They
+// depend on the route object, its cluster, the ReferenceGrants and the
+// services named (deps): a later translation reuses them while those
+// are the same.
+type rules struct {
 	http []*httpEntry
 	l4   []*l4Entry
 	// resolved is the ResolvedRefs condition; invalid lists rules dropped.
 	resolved metav1.Condition
 	invalid  []string
+	problems []Problem
+	deps     []serviceDep
+	// onPort are the HTTP entries limited to a Service port (GAMMA
+	// parentRef port), made once per port.
+	onPort map[uint32][]*httpEntry
+}
+
+// serviceDep is one service lookup of a route's translation and its answer.
+type serviceDep struct {
+	host  string
+	found bool
+	ports string
+}
+
+func portsKey(svc Service) string {
+	var b strings.Builder
+	for _, p := range svc.Ports {
+		fmt.Fprintf(&b, "%d,", p.Number)
+	}
+	return b.String()
+}
+
+// service looks host up, recording the answer as a dependency.
+func (r *route) service(tr *translation, host string) (Service, bool) {
+	svc, ok := tr.in.Service(host)
+	r.deps = append(r.deps, serviceDep{host: host, found: ok, ports: portsKey(svc)})
+	return svc, ok
+}
+
+// problem records a problem of the route's rules.
+func (r *route) problem(field, format string, args ...any) {
+	r.problems = append(r.problems, Problem{Resource: r.obj.ref(), Field: field, Reason: fmt.Sprintf(format, args...)})
+}
+
+// valid reports whether every lookup rs made answers the same now.
+func (rs *rules) valid(tr *translation) bool {
+	for _, d := range rs.deps {
+		svc, ok := tr.in.Service(d.host)
+		if ok != d.found || (ok && portsKey(svc) != d.ports) {
+			return false
+		}
+	}
+	return true
+}
+
+type rulesKey struct {
+	obj     *meshconfig.Object
+	cluster string
 }
 
 // parentResult is the outcome of one parentRef that nave answers for.
@@ -50,25 +108,39 @@ type l4Entry struct {
 }
 
 func (tr *translation) newRoute(o *object) *route {
-	r := &route{obj: o, kind: o.def.Object.Kind.Kind, resolved: condition("ResolvedRefs", true, "ResolvedRefs", "")}
+	r := &route{obj: o, kind: o.def.Object.Kind.Kind}
 	switch s := o.spec.(type) {
 	case *gatewayv1.HTTPRouteSpec:
 		r.common, r.hostnames = s.CommonRouteSpec, hostnames(s.Hostnames)
-		r.translateHTTP(tr, s)
 	case *gatewayv1.GRPCRouteSpec:
 		r.common, r.hostnames = s.CommonRouteSpec, hostnames(s.Hostnames)
-		r.translateGRPC(tr, s)
 	case *gatewayv1.TCPRouteSpec:
 		r.common = s.CommonRouteSpec
-		for i, rule := range s.Rules {
-			r.l4 = append(r.l4, &l4Entry{route: r, dests: r.l4Backends(tr, fmt.Sprintf("spec.rules[%d]", i), rule.BackendRefs)})
-		}
 	case *gatewayv1.TLSRouteSpec:
 		r.common, r.hostnames = s.CommonRouteSpec, hostnames(s.Hostnames)
-		for i, rule := range s.Rules {
-			r.l4 = append(r.l4, &l4Entry{route: r, dests: r.l4Backends(tr, fmt.Sprintf("spec.rules[%d]", i), rule.BackendRefs)})
+	}
+	k := rulesKey{o.def.Object, o.def.Cluster}
+	if rs := tr.t.rules[k]; rs != nil && rs.valid(tr) {
+		r.rules = rs
+	} else {
+		r.rules = &rules{resolved: condition("ResolvedRefs", true, "ResolvedRefs", "")}
+		switch s := o.spec.(type) {
+		case *gatewayv1.HTTPRouteSpec:
+			r.translateHTTP(tr, s)
+		case *gatewayv1.GRPCRouteSpec:
+			r.translateGRPC(tr, s)
+		case *gatewayv1.TCPRouteSpec:
+			for i, rule := range s.Rules {
+				r.l4 = append(r.l4, &l4Entry{route: r, dests: r.l4Backends(tr, fmt.Sprintf("spec.rules[%d]", i), rule.BackendRefs)})
+			}
+		case *gatewayv1.TLSRouteSpec:
+			for i, rule := range s.Rules {
+				r.l4 = append(r.l4, &l4Entry{route: r, dests: r.l4Backends(tr, fmt.Sprintf("spec.rules[%d]", i), rule.BackendRefs)})
+			}
 		}
 	}
+	tr.nextRules[k] = r.rules
+	tr.res.Problems = append(tr.res.Problems, r.problems...)
 	return r
 }
 
@@ -274,6 +346,22 @@ type bucketKey struct {
 	namespace string // the VirtualService's
 }
 
+// vsMemo is what a VirtualService was made of, and the object (see
+// Translator).
+type vsMemo struct {
+	cluster string
+	source  *meshconfig.Object
+	http    []*httpEntry
+	l4      []*l4Entry
+	obj     *meshconfig.Object
+}
+
+// madeVS is a VirtualService made in this translation.
+type madeVS struct {
+	key  bucketKey
+	memo *vsMemo
+}
+
 type bucket struct {
 	key         bucketKey
 	cluster     string
@@ -296,18 +384,33 @@ func (tr *translation) bucket(m map[bucketKey]*bucket, k bucketKey, cluster, _ s
 // a Service port.
 func (b *bucket) add(r *route, port uint32) {
 	b.sources = append(b.sources, r)
-	for _, e := range r.http {
-		if port != 0 {
-			c := *e
-			c.hr = cloneHTTP(e.hr)
-			for _, m := range c.hr.Match {
-				m.Port = port
-			}
-			e = &c
-		}
-		b.http = append(b.http, e)
+	if port == 0 {
+		b.http = append(b.http, r.http...)
+	} else {
+		b.http = append(b.http, r.entriesOnPort(port)...)
 	}
 	b.l4 = append(b.l4, r.l4...)
+}
+
+// entriesOnPort are r's HTTP entries limited to port, made once.
+func (r *route) entriesOnPort(port uint32) []*httpEntry {
+	if list, ok := r.onPort[port]; ok {
+		return list
+	}
+	var list []*httpEntry
+	for _, e := range r.http {
+		c := *e
+		c.hr = cloneHTTP(e.hr)
+		for _, m := range c.hr.Match {
+			m.Port = port
+		}
+		list = append(list, &c)
+	}
+	if r.onPort == nil {
+		r.onPort = map[uint32][]*httpEntry{}
+	}
+	r.onPort[port] = list
+	return list
 }
 
 // emitVirtualServices makes one VirtualService per bucket, its HTTP
@@ -316,6 +419,14 @@ func (tr *translation) emitVirtualServices() {
 	for _, m := range []map[bucketKey]*bucket{tr.gwBuckets, tr.meshBuckets} {
 		for _, b := range m {
 			slices.SortStableFunc(b.http, entryOrder)
+			src := b.sources[0].obj
+			if prev := tr.t.buckets[b.key]; prev != nil && prev.cluster == b.cluster && prev.source == src.def.Object &&
+				slices.Equal(prev.http, b.http) && slices.Equal(prev.l4, b.l4) {
+				// The same entries in the same order: the same object.
+				tr.nextBuckets[b.key] = prev
+				tr.res.VirtualServices = append(tr.res.VirtualServices, Generated{Cluster: b.cluster, Object: prev.obj})
+				continue
+			}
 			vs := &networking.VirtualService{Hosts: []string{b.key.host}}
 			var name string
 			if b.key.mesh {
@@ -357,9 +468,9 @@ func (tr *translation) emitVirtualServices() {
 			if len(vs.Http) == 0 && len(vs.Tcp) == 0 && len(vs.Tls) == 0 {
 				continue
 			}
-			src := b.sources[0].obj
-			tr.res.VirtualServices = append(tr.res.VirtualServices, Generated{Cluster: b.cluster,
-				Object: tr.generated(virtualServiceKind, src, b.key.namespace, name, vs)})
+			g := Generated{Cluster: b.cluster, Object: tr.generated(virtualServiceKind, src, b.key.namespace, name, vs)}
+			tr.res.VirtualServices = append(tr.res.VirtualServices, g)
+			tr.made = append(tr.made, madeVS{key: b.key, memo: &vsMemo{cluster: b.cluster, source: src.def.Object, http: b.http, l4: b.l4, obj: g.Object}})
 		}
 	}
 }

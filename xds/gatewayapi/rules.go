@@ -236,7 +236,7 @@ func (r *route) mirror(tr *translation, field string, m *gatewayv1.HTTPRequestMi
 func (r *route) unsupported(tr *translation, field, format string, args ...any) {
 	msg := field + ": " + fmt.Sprintf(format, args...)
 	r.invalid = append(r.invalid, msg)
-	tr.problem(r.obj, field, format+"; the rule is not applied", args...)
+	r.problem(field, format+"; the rule is not applied", args...)
 }
 
 // backendRef is one weighted backend of a rule.
@@ -256,7 +256,7 @@ func (r *route) backend(tr *translation, field string, ref gatewayv1.BackendObje
 		if r.resolved.Status == "True" {
 			r.resolved = condition("ResolvedRefs", false, reason, msg)
 		}
-		tr.problem(r.obj, field, "%s", msg)
+		r.problem(field, "%s", msg)
 		return nil, false
 	}
 	if group != "" || kind != kindService {
@@ -266,7 +266,7 @@ func (r *route) backend(tr *translation, field string, ref gatewayv1.BackendObje
 		return fail("RefNotPermitted", fmt.Sprintf("Service %s/%s is in another namespace and no ReferenceGrant there allows it", bns, ref.Name))
 	}
 	host := string(ref.Name) + "." + bns + ".svc." + tr.in.DomainSuffix(r.obj.def.Cluster)
-	svc, ok := tr.in.Service(host)
+	svc, ok := r.service(tr, host)
 	if !ok {
 		return fail("BackendNotFound", fmt.Sprintf("Service %s/%s is not in the mesh", bns, ref.Name))
 	}
@@ -306,14 +306,14 @@ func (r *route) timeouts(tr *translation, field string, t *gatewayv1.HTTPRouteTi
 			if d, err := time.ParseDuration(string(*t.Request)); err == nil {
 				hr.Timeout = durationpb.New(d)
 			} else {
-				tr.problem(r.obj, field+".timeouts.request", "not a duration: %v; ignored", err)
+				r.problem(field+".timeouts.request", "not a duration: %v; ignored", err)
 			}
 		}
 		if t.BackendRequest != nil {
 			d, err := time.ParseDuration(string(*t.BackendRequest))
 			switch {
 			case err != nil:
-				tr.problem(r.obj, field+".timeouts.backendRequest", "not a duration: %v; ignored", err)
+				r.problem(field+".timeouts.backendRequest", "not a duration: %v; ignored", err)
 			case retry != nil:
 				hr.Retries = &networking.HTTPRetry{PerTryTimeout: durationpb.New(d)}
 			case hr.Timeout == nil:

@@ -113,6 +113,12 @@ type Result struct {
 type Translator struct {
 	specs     map[*meshconfig.Object]any
 	generated map[genKey]*meshconfig.Object
+	// rules are the routes' translated rules, reused while what they
+	// depend on is unchanged; grants is the ReferenceGrants they saw.
+	rules  map[rulesKey]*rules
+	grants string
+	// buckets are the VirtualServices made and what of.
+	buckets map[bucketKey]*vsMemo
 }
 
 type genKey struct{ kind, namespace, name, cluster string }
@@ -123,22 +129,32 @@ func (t *Translator) Translate(in Input) *Result {
 	if t == nil {
 		t = &Translator{}
 	}
-	tr := &translation{t: t, in: in, nextSpecs: map[*meshconfig.Object]any{}, res: &Result{Statuses: map[string][]*meshconfigv1.GatewayAPIStatus{}}}
+	tr := &translation{t: t, in: in, nextSpecs: map[*meshconfig.Object]any{}, res: &Result{Statuses: map[string][]*meshconfigv1.GatewayAPIStatus{}},
+		nextRules: map[rulesKey]*rules{}, nextBuckets: map[bucketKey]*vsMemo{}}
 	tr.run()
-	t.specs = tr.nextSpecs
+	t.specs, t.rules, t.grants = tr.nextSpecs, tr.nextRules, tr.nextGrants
 	next := make(map[genKey]*meshconfig.Object, len(tr.res.Gateways)+len(tr.res.VirtualServices))
+	final := map[*meshconfig.Object]*meshconfig.Object{} // a made object -> the one kept
 	for _, list := range [][]Generated{tr.res.Gateways, tr.res.VirtualServices} {
 		for i, g := range list {
 			k := genKey{g.Object.Kind.Kind, g.Object.Namespace, g.Object.Name, g.Cluster}
-			if prev := t.generated[k]; prev != nil && proto.Equal(prev.Spec, g.Object.Spec) && sameStrings(prev.Annotations, g.Object.Annotations) {
+			if prev := t.generated[k]; prev == g.Object {
+				// reused as made of the same entries
+			} else if prev != nil && proto.Equal(prev.Spec, g.Object.Spec) && sameStrings(prev.Annotations, g.Object.Annotations) {
 				list[i].Object = prev
 			} else {
 				g.Object.Version = g.Object.ComputeVersion()
 			}
 			next[k] = list[i].Object
+			final[g.Object] = list[i].Object
 		}
 	}
 	t.generated = next
+	for _, m := range tr.made {
+		m.memo.obj = final[m.memo.obj]
+		tr.nextBuckets[m.key] = m.memo
+	}
+	t.buckets = tr.nextBuckets
 	return tr.res
 }
 
