@@ -15,7 +15,8 @@ import (
 // gatewayAPIYAML is the echo services as Kubernetes would name them
 // (ServiceEntries stand in for the Services: echo, and one per version)
 // and a GRPCRoute on the echo Service (GAMMA): x-user: beta goes to v3,
-// the rest 80/20 to v1/v2; and a Gateway whose HTTPS listener refers to
+// the rest 80/20 to v1/v2 (both rules match the service, so the one
+// with more header matches comes first: the Gateway API's precedence); and a Gateway whose HTTPS listener refers to
 // a Secret of another namespace without a ReferenceGrant.
 func gatewayAPIYAML(backends []*backend) string {
 	var b strings.Builder
@@ -52,7 +53,7 @@ metadata: {name: echo, namespace: demo}
 spec:
   parentRefs: [{group: "", kind: Service, name: echo, port: 7070}]
   rules:
-  - matches: [{headers: [{name: x-user, value: beta}]}]
+  - matches: [{method: {service: grpc.health.v1.Health}, headers: [{name: x-user, value: beta}]}]
     backendRefs: [{name: echo-v3, port: 7070}]
   - matches: [{method: {service: grpc.health.v1.Health}}]
     backendRefs:
@@ -133,8 +134,17 @@ func TestGatewayAPI(t *testing.T) {
 			return fmt.Errorf("gateway status %s: want listener https ResolvedRefs=False/RefNotPermitted", raw)
 		})
 		route := view.GatewayAPIStatuses["GRPCRoute/demo/echo"]
-		if !strings.Contains(string(route), `"type":"Accepted","status":"True"`) {
-			t.Fatalf("GRPCRoute status %s: want Accepted", route)
+		var rs struct {
+			Parents []struct {
+				Conditions []struct{ Type, Status, Reason string }
+			}
+		}
+		if err := json.Unmarshal(route, &rs); err != nil {
+			t.Fatal(err)
+		}
+		if len(rs.Parents) != 1 || len(rs.Parents[0].Conditions) == 0 || rs.Parents[0].Conditions[0].Type != "Accepted" ||
+			rs.Parents[0].Conditions[0].Status != "True" {
+			t.Fatalf("GRPCRoute status %s: want the Service parent Accepted", route)
 		}
 	})
 }

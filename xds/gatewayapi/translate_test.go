@@ -321,7 +321,9 @@ func TestReusedRulesFollowTheirServices(t *testing.T) {
 		for _, st := range s.GatewayAPIStatuses["c1"] {
 			if st.Kind == "TCPRoute" && st.Name == "db" {
 				var rs struct {
-					Parents []struct{ Conditions []struct{ Type, Reason string } }
+					Parents []struct {
+						Conditions []struct{ Type, Reason string }
+					}
 				}
 				if err := json.Unmarshal(st.Json, &rs); err != nil {
 					t.Fatal(err)
