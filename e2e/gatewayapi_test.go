@@ -95,12 +95,7 @@ func TestGatewayAPI(t *testing.T) {
 	beta := startClient(t, h, target, "beta.demo", "--header", "x-user=beta")
 
 	t.Run("weights and header match", func(t *testing.T) {
-		first := firstOK(t, plain, 30*time.Second)
-		assertSplit(t, plain.collect(t, first, 600, 30*time.Second), "echo-v1", "echo-v2", 0.8)
-		betaCalls := beta.collect(t, firstOK(t, beta, 30*time.Second), 100, 30*time.Second)
-		if got := tally(betaCalls); got["echo-v3"] != len(betaCalls) {
-			t.Fatalf("x-user: beta calls: %s, want all on echo-v3", describe(got))
-		}
+		assertEchoRoutes(t, plain, beta)
 	})
 
 	t.Run("status over Watch", func(t *testing.T) {
