@@ -28,6 +28,9 @@ type listener struct {
 	hostname string // "" for any
 	kinds    []gatewayv1.RouteGroupKind
 	server   *networking.Server // nil when the listener is not programmed
+	// accepted: routes may attach (counted in attachedRoutes) even when
+	// the listener is not programmed for unresolved references.
+	accepted bool
 	attached int32
 	conds    []metav1.Condition
 }
@@ -118,7 +121,8 @@ func (tr *translation) newGateway(o *object, spec *gatewayv1.GatewaySpec) *gatew
 		if l.TLS != nil && len(l.TLS.Options) > 0 {
 			tr.problem(o, field+".tls.options", "TLS options are not supported; ignored")
 		}
-		programmed := accepted.Status == metav1.ConditionTrue && resolved.Status == metav1.ConditionTrue
+		ls.accepted = accepted.Status == metav1.ConditionTrue
+		programmed := ls.accepted && resolved.Status == metav1.ConditionTrue
 		if programmed {
 			ls.server = server
 			valid++
@@ -136,7 +140,7 @@ func (tr *translation) newGateway(o *object, spec *gatewayv1.GatewaySpec) *gatew
 		gw.accepted = condition("Accepted", false, "UnsupportedAddress", "spec.addresses is not supported: the gateway's Service decides its addresses")
 		tr.problem(o, "spec.addresses", "not supported; the Gateway is not programmed")
 		for _, l := range gw.listeners {
-			l.server = nil
+			l.server, l.accepted = nil, false
 		}
 	case valid < len(spec.Listeners):
 		gw.accepted = condition("Accepted", true, "ListenersNotValid", "some listeners are not valid")
@@ -164,7 +168,7 @@ func (tr *translation) conflicts(gw *gateway) {
 			if reason == "" {
 				continue
 			}
-			a.server = nil
+			a.server, a.accepted = nil, false
 			a.conds[2] = condition("Conflicted", true, reason, fmt.Sprintf("listener %s uses port %d too", b.l.Name, b.l.Port))
 			a.conds[3] = condition("Programmed", false, "Invalid", "the listener conflicts with another")
 			break

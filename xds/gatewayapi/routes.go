@@ -218,8 +218,8 @@ func (r *route) attachGateway(tr *translation, gw *gateway, ref gatewayv1.Parent
 			continue
 		}
 		matched++
-		if l.server == nil {
-			why = "listener " + string(l.l.Name) + " is not programmed"
+		if !l.accepted {
+			why = "listener " + string(l.l.Name) + " is not accepted"
 			continue
 		}
 		if !slices.ContainsFunc(l.kinds, func(k gatewayv1.RouteGroupKind) bool { return string(k.Kind) == r.kind }) {
@@ -241,6 +241,9 @@ func (r *route) attachGateway(tr *translation, gw *gateway, ref gatewayv1.Parent
 		l.attached++
 		if r.kind == "TCPRoute" {
 			hosts = []string{"*"}
+		}
+		if l.server == nil {
+			continue // attached, but the listener is not programmed
 		}
 		for _, h := range hosts {
 			b := tr.bucket(tr.gwBuckets, bucketKey{gateway: l.istioRef(), host: h, namespace: gw.obj.def.Object.Namespace, name: l.istioName()}, gw.obj.def.Cluster, "")
@@ -277,9 +280,54 @@ func (l *listener) allowsNamespace(ns string) (bool, string) {
 			return true, ""
 		}
 		return false, "listener " + string(l.l.Name) + " allows routes of its own namespace only"
-	default:
-		return false, "listener " + string(l.l.Name) + ": allowedRoutes.namespaces.from " + string(from) + " is not supported (namespace labels do not reach the hub)"
+	case gatewayv1.NamespacesFromSelector:
+		// Namespace labels do not reach the hub, but every namespace
+		// carries its name as kubernetes.io/metadata.name: a selector of
+		// that label alone is decided by the name.
+		if sel := l.l.AllowedRoutes.Namespaces.Selector; sel != nil {
+			if ok, known := selectsByName(sel, ns); known {
+				if ok {
+					return true, ""
+				}
+				return false, "listener " + string(l.l.Name) + " does not select namespace " + ns
+			}
+		}
 	}
+	return false, "listener " + string(l.l.Name) + ": allowedRoutes.namespaces.from " + string(from) +
+		" is supported only with a selector of kubernetes.io/metadata.name (namespace labels do not reach the hub)"
+}
+
+// nameLabel is the label every namespace carries with its name.
+const nameLabel = "kubernetes.io/metadata.name"
+
+// selectsByName evaluates a selector on nameLabel alone against
+// namespace ns; known is false when it reads any other label.
+func selectsByName(sel *metav1.LabelSelector, ns string) (ok, known bool) {
+	ok = true
+	for k, v := range sel.MatchLabels {
+		if k != nameLabel {
+			return false, false
+		}
+		ok = ok && v == ns
+	}
+	for _, e := range sel.MatchExpressions {
+		if e.Key != nameLabel {
+			return false, false
+		}
+		in := contains(e.Values, ns)
+		switch e.Operator {
+		case metav1.LabelSelectorOpIn:
+			ok = ok && in
+		case metav1.LabelSelectorOpNotIn:
+			ok = ok && !in
+		case metav1.LabelSelectorOpExists:
+		case metav1.LabelSelectorOpDoesNotExist:
+			ok = false
+		default:
+			return false, false
+		}
+	}
+	return ok, true
 }
 
 // intersectHosts is the hostnames a route serves on a listener of
