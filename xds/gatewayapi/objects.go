@@ -1,6 +1,7 @@
 package gatewayapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -152,12 +153,12 @@ func (tr *translation) run() {
 	sortGenerated(tr.res.VirtualServices)
 	for c, list := range tr.res.Statuses {
 		slices.SortFunc(list, func(a, b *meshconfigv1.GatewayAPIStatus) int {
-			return strings.Compare(a.Kind+"\x00"+a.Namespace+"\x00"+a.Name, b.Kind+"\x00"+b.Namespace+"\x00"+b.Name)
+			return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 		})
 		tr.res.Statuses[c] = list
 	}
 	slices.SortFunc(tr.res.Problems, func(a, b Problem) int {
-		return strings.Compare(a.Resource+"\x00"+a.Field+"\x00"+a.Reason, b.Resource+"\x00"+b.Field+"\x00"+b.Reason)
+		return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Field, b.Field), cmp.Compare(a.Reason, b.Reason))
 	})
 }
 
