@@ -53,7 +53,7 @@ type View struct {
 	changed  chan struct{} // closed and replaced at every change
 }
 
-// Option configures a View.
+// Option configures a View at New; it is not used after.
 type Option func(*View)
 
 // OnGatewayAPIStatus makes the View call f with the full current set of

@@ -38,7 +38,8 @@ const GatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
 // selects in every namespace.
 const SourceAnnotation = "internal.nave.io/gateway-api-source"
 
-// Definition is one cluster's definition of a Gateway API object.
+// Definition is one cluster's definition of a Gateway API object. A
+// plain value; the object is never modified.
 type Definition struct {
 	Cluster string
 	Object  *meshconfig.Object
@@ -48,13 +49,13 @@ type Definition struct {
 	LostTo string
 }
 
-// Service is what translation needs of a mesh service.
+// Service is what translation needs of a mesh service. A plain value.
 type Service struct {
 	Namespace string
 	Ports     []Port
 }
 
-// Port is a service port.
+// Port is a service port. A plain value.
 type Port struct {
 	Number   uint32
 	Name     string
@@ -62,7 +63,7 @@ type Port struct {
 }
 
 // Input is what a translation reads. Its functions must be pure for the
-// duration of the call.
+// duration of the call; it is read by the translating goroutine only.
 type Input struct {
 	// Definitions are every cluster's Gateway API objects, the
 	// definitions of one object in merge order (the winner first).
@@ -75,21 +76,24 @@ type Input struct {
 }
 
 // Generated is an Istio object the translation made, with the cluster
-// whose object it was made of.
+// whose object it was made of. A plain value; the object is never
+// modified once returned, and may be shared with later translations.
 type Generated struct {
 	Cluster string
 	Object  *meshconfig.Object
 }
 
 // Problem is a translation problem: a Gateway API object's field that is
-// not applied, and why.
+// not applied, and why. A plain value.
 type Problem struct {
 	Resource string // "cluster:Kind namespace/name"
 	Field    string
 	Reason   string
 }
 
-// Result is a translation's output.
+// Result is a translation's output, the caller's once returned; the
+// statuses it holds are never modified, so it may be read from any number
+// of goroutines.
 type Result struct {
 	// Gateways are Istio Gateways, one per valid listener of a Gateway of
 	// nave's class, sorted by namespace/name.
