@@ -89,7 +89,8 @@ func TestGatewayAPI(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "mesh.yaml"), gatewayAPIYAML(backends))
 	h := newHub(t)
-	sp := newSpoke(t, h, "cluster-a", dir, "--fallback.enabled", "--fallback.listen", addr(harness.FreePort(t)))
+	sp := newSpoke(t, h, "cluster-a", dir, "--fallback.enabled", "--fallback.listen", addr(harness.FreePort(t)),
+		"--hub.state-dir", t.TempDir())
 	target := "xds:///" + echoHost + ":7070"
 	plain := startClient(t, h, target, "plain.demo")
 	beta := startClient(t, h, target, "beta.demo", "--header", "x-user=beta")
