@@ -211,3 +211,17 @@ func httpGet(url string) (string, error) {
 	}
 	return string(b), err
 }
+
+// assertEchoRoutes checks the echo routing the foundation and Gateway API
+// tests configure: plain's calls split 80/20 between echo-v1 and echo-v2,
+// and every call of beta (x-user: beta) on echo-v3. The first successful
+// call marks convergence; it measures after it.
+func assertEchoRoutes(t *testing.T, plain, beta *client) {
+	t.Helper()
+	first := firstOK(t, plain, 30*time.Second)
+	assertSplit(t, plain.collect(t, first, 600, 30*time.Second), "echo-v1", "echo-v2", 0.8)
+	betaCalls := beta.collect(t, firstOK(t, beta, 30*time.Second), 100, 30*time.Second)
+	if got := tally(betaCalls); got["echo-v3"] != len(betaCalls) {
+		t.Fatalf("x-user: beta calls: %s, want all on echo-v3", describe(got))
+	}
+}

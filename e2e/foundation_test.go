@@ -117,13 +117,7 @@ func testFoundation(t *testing.T, mode string) {
 	}
 
 	t.Run("split and header route", func(t *testing.T) {
-		// The first successful call marks convergence; measure after it.
-		first := firstOK(t, plain, 30*time.Second)
-		assertSplit(t, plain.collect(t, first, 600, 30*time.Second), "echo-v1", "echo-v2", 0.8)
-		betaCalls := beta.collect(t, firstOK(t, beta, 30*time.Second), 100, 30*time.Second)
-		if got := tally(betaCalls); got["echo-v3"] != len(betaCalls) {
-			t.Fatalf("x-user: beta calls: %s, want all on echo-v3", describe(got))
-		}
+		assertEchoRoutes(t, plain, beta)
 	})
 
 	t.Run("edit follows", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/shared/typeurl"
 )
 
@@ -21,9 +22,41 @@ var TrustBundleTypeURL = typeurl.Of(&protocolv1.TrustBundle{})
 // the mesh. Absent when the mesh has none (Istio's defaults).
 var MeshConfigTypeURL = typeurl.Of(&meshv1alpha1.MeshConfig{})
 
+// GatewayAPIStatusTypeURL is the type of the hub's statuses of the
+// watching cluster's own Gateway API objects on Watch (meshconfigv1's
+// GatewayAPIStatus), named GatewayAPIStatusName: what its spoke writes
+// back to the API server.
+var GatewayAPIStatusTypeURL = typeurl.Of(&meshconfigv1.GatewayAPIStatus{})
+
+// GatewayAPIStatusName is the Watch name of a Gateway API status:
+// "Kind/namespace/name".
+func GatewayAPIStatusName(st *meshconfigv1.GatewayAPIStatus) string {
+	return st.GetKind() + "/" + st.GetNamespace() + "/" + st.GetName()
+}
+
+// DecodeGatewayAPIStatus unwraps a Gateway API status received on Watch:
+// its body must be a GatewayAPIStatus of a Gateway API kind, named by it.
+func DecodeGatewayAPIStatus(r *discoveryv3.Resource) (*meshconfigv1.GatewayAPIStatus, error) {
+	var st meshconfigv1.GatewayAPIStatus
+	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != GatewayAPIStatusTypeURL || r.GetResource().UnmarshalTo(&st) != nil {
+		return nil, fmt.Errorf("gateway API status %q: body is not a %s", r.GetName(), GatewayAPIStatusTypeURL)
+	}
+	if GatewayAPIStatusName(&st) != r.GetName() {
+		return nil, fmt.Errorf("gateway API status %q names %s", r.GetName(), GatewayAPIStatusName(&st))
+	}
+	known := false
+	for _, k := range meshconfig.Kinds() {
+		known = known || (k.GatewayAPI && k.Kind == st.GetKind())
+	}
+	if !known {
+		return nil, fmt.Errorf("gateway API status %q: %q is not a Gateway API kind", r.GetName(), st.GetKind())
+	}
+	return &st, nil
+}
+
 // WatchTypeURLs lists every type the hub serves on Watch, in the order a
 // spoke subscribes to them: the config kinds (lexical order), then
-// ClusterStatus, TrustBundle and MeshConfig. A spoke subscribes to
+// ClusterStatus, TrustBundle, MeshConfig and GatewayAPIStatus. A spoke subscribes to
 // SyncedTypeURL after them: the hub answers it once it has answered every
 // earlier subscription, which marks the end of the initial view.
 func WatchTypeURLs() []string {
@@ -32,7 +65,7 @@ func WatchTypeURLs() []string {
 		out = append(out, k.TypeURL)
 	}
 	slices.Sort(out)
-	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL)
+	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL, GatewayAPIStatusTypeURL)
 }
 
 // RemoteName is the name of a remote cluster's object on Watch:

@@ -91,7 +91,7 @@ func TestUplinkWatchesTheMeshConfig(t *testing.T) {
 	runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c2"}, serviceEntries(t, 3))
 	view := remote.New("m", "c1")
 	file := filepath.Join(t.TempDir(), remote.File)
-	up := runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c1", View: view, ViewFile: file, MeshConfigOnly: true},
+	up := runUplink(t, uplink.Options{Address: h.addr, Mesh: "m", Cluster: "c1", View: view, ViewFile: file, NoRemoteConfig: true},
 		serviceEntries(t, 1))
 	testwait.For(t, waitFor, func() error {
 		if st := up.Status(); st.Watch != uplink.WatchSynced {

@@ -80,6 +80,8 @@ type meshLife struct {
 	store *ingest.Store
 	w     *watch.Server
 	eng   *engine.Engine
+	// gwStatuses remembers each mesh's last Gateway API statuses.
+	gwStatuses *gatewayAPIStatuses
 	// limits holds the per-mesh limit series, dropped with the mesh.
 	limits *meshlimits.Metrics
 	log    *slog.Logger
@@ -133,6 +135,7 @@ func (l *meshLife) stop(mesh, reason string) {
 	watches := l.w.CloseMesh(mesh, reason)
 	proxies := l.eng.ADS().CloseMesh(mesh, reason)
 	l.eng.Forget(mesh) // its push context, goroutine, cache and metric series
+	l.gwStatuses.forget(mesh)
 	l.limits.ForgetMesh(mesh)
 	if !l.sec.plaintext {
 		l.sec.authority.Forget(mesh)

@@ -158,9 +158,15 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		Registerer: reg,
 		Hosted:     meshes.Hosted,
 	})
+	// The hub's statuses of each cluster's Gateway API objects reach its
+	// spoke on Watch, from each newest snapshot.
+	gwStatuses := &gatewayAPIStatuses{
+		current: func(mesh string) *pushctx.State { st, _ := eng.Publisher().Current(mesh); return st },
+		notify:  func(mesh string) { w.Notify(mesh) },
+	}
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
-		MeshConfig: meshConfigOf(meshes),
-		Logger:     log.With("component", "watch"), Registerer: reg})
+		MeshConfig: meshConfigOf(meshes), GatewayAPIStatus: gwStatuses.of,
+		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
 		Push: pushctx.Options{
 			MeshConfig:      meshConfigOf(meshes),
@@ -172,6 +178,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 			TrustDomain:     sec.trustDomain,
 			PushesPerSecond: limits.pushesPerSecond,
 			LimitMetrics:    limitMetrics,
+			OnPublish:       gwStatuses.published,
 			Logger:          log.With("component", "pushctx"),
 		},
 		Cache: cache.Options{
@@ -188,7 +195,7 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	reg.MustRegister(eng.SyncStateCollector())
 	// From here on, a mesh's change (created, deleted, re-created,
 	// updated) is served by this replica as it lands in the registry.
-	life := &meshLife{reg: meshes, sec: sec, store: store, w: w, eng: eng, limits: limitMetrics, log: log.With("component", "meshes")}
+	life := &meshLife{reg: meshes, sec: sec, store: store, w: w, eng: eng, gwStatuses: gwStatuses, limits: limitMetrics, log: log.With("component", "meshes")}
 	meshes.Subscribe(life.changed)
 	registerDebug(adm, meshes, store, eng)
 	if svc != nil {

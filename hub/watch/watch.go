@@ -2,7 +2,8 @@
 // spoke needs to stand alone when the hub is gone (fallback). A spoke gets
 // the other clusters of its own mesh — each one's resources, named
 // "cluster/namespace/name", and a ClusterStatus — and its mesh's
-// TrustBundle and MeshConfig, as delta xDS in the normal direction: it subscribes per
+// TrustBundle and MeshConfig, and the hub's statuses of its own cluster's
+// Gateway API objects, as delta xDS in the normal direction: it subscribes per
 // type URL, the hub sends what differs from what the spoke holds, and the
 // spoke ACKs or NACKs every nonce. See docs/protocol.md and
 // docs/decisions/019-watch-resource-model.md.
@@ -38,6 +39,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/debounce"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -58,6 +60,12 @@ type Options struct {
 	// would return something else, call MeshConfigChanged. The result is
 	// only read.
 	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
+	// GatewayAPIStatus returns the statuses of cluster's own Gateway API
+	// objects in mesh, served as protocol.GatewayAPIStatusTypeURL
+	// resources named protocol.GatewayAPIStatusName; nil serves none.
+	// When it would return something else, call Notify. The result is
+	// only read.
+	GatewayAPIStatus func(mesh, cluster string) []*meshconfigv1.GatewayAPIStatus
 	// Debounce is how long a stream waits after a change before it sends
 	// what changed, so that a burst is sent once (shared/debounce with
 	// quiet = max: counted from the burst's first change). Zero means
@@ -200,6 +208,16 @@ func (s *Server) view(meshName, own string) (view, error) {
 				return nil, err
 			}
 			put(protocol.MeshConfigTypeURL, meshName, it)
+		}
+	}
+	if s.opts.GatewayAPIStatus != nil {
+		for _, st := range s.opts.GatewayAPIStatus(meshName, own) {
+			name := protocol.GatewayAPIStatusName(st)
+			it, err := messageItem(name, st)
+			if err != nil {
+				return nil, err
+			}
+			put(protocol.GatewayAPIStatusTypeURL, name, it)
 		}
 	}
 	return v, nil

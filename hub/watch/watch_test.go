@@ -25,6 +25,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
@@ -448,5 +449,38 @@ func TestWatchSendsTheMeshConfigAndItsChanges(t *testing.T) {
 	r = w.next()
 	if r.GetTypeUrl() != protocol.MeshConfigTypeURL || len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "a" {
 		t.Fatalf("after the mesh config was taken away got %v", r)
+	}
+}
+
+// A spoke is served the hub's statuses of its own cluster's Gateway API
+// objects only, named Kind/namespace/name, and a change after Notify.
+func TestWatchSendsTheClustersOwnGatewayAPIStatuses(t *testing.T) {
+	var mu sync.Mutex
+	statuses := map[string][]*meshconfigv1.GatewayAPIStatus{
+		"a/c1": {{Kind: "HTTPRoute", Namespace: "ns", Name: "web", Version: "v1", Json: []byte(`{"parents":[]}`)}},
+		"a/c2": {{Kind: "HTTPRoute", Namespace: "ns", Name: "theirs", Version: "v1", Json: []byte(`{"parents":[]}`)}},
+	}
+	f := newFixture(t, func(o *watch.Options) {
+		o.GatewayAPIStatus = func(m, c string) []*meshconfigv1.GatewayAPIStatus {
+			mu.Lock()
+			defer mu.Unlock()
+			return statuses[m+"/"+c]
+		}
+	})
+	f.src.Set("a", mesh.ClusterInput{Name: "c2", Connected: true, Synced: true})
+	w := f.watch(t, "a/c1", "a/c1", nil)
+	if got := w.held[protocol.GatewayAPIStatusTypeURL]; len(got) != 1 || got["HTTPRoute/ns/web"] == "" {
+		t.Fatalf("statuses held %v: want this cluster's HTTPRoute/ns/web alone", got)
+	}
+	if _, err := protocol.DecodeGatewayAPIStatus(w.bodies[protocol.GatewayAPIStatusTypeURL+" HTTPRoute/ns/web"]); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	statuses["a/c1"] = []*meshconfigv1.GatewayAPIStatus{{Kind: "HTTPRoute", Namespace: "ns", Name: "web", Version: "v2", Json: []byte(`{"parents":[{}]}`)}}
+	mu.Unlock()
+	f.w.Notify("a")
+	r := w.next()
+	if r.GetTypeUrl() != protocol.GatewayAPIStatusTypeURL || len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != "HTTPRoute/ns/web" {
+		t.Fatalf("after a status change got %v", r)
 	}
 }

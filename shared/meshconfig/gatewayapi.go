@@ -16,6 +16,10 @@ import (
 // route's parent statuses nave writes carry it.
 const GatewayController = "nave.io/gateway-controller"
 
+// GatewayNameLabel is the label of a Gateway's pods (Istio's, and the
+// Gateway API's for deployed gateways): its value is the Gateway's name.
+const GatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
+
 // The Gateway API kinds keep their spec as the Gateway API project's Go
 // type, serialized as canonical JSON in a one-field wrapper message (see
 // shared/meshconfig/v1/gatewayapi.proto). These functions move a spec in

@@ -1,6 +1,7 @@
 // Package remote keeps a spoke's view of the rest of its mesh: what the
 // hub gives it on Watch (docs/protocol.md#watch) — every other cluster's
-// objects and status, the mesh's trust bundle and its MeshConfig. The view is what a
+// objects and status, the mesh's trust bundle and its MeshConfig, and the
+// hub's statuses of this cluster's Gateway API objects. The view is what a
 // spoke in fallback serves besides its own cluster, so it is kept on disk
 // (atomically, in the spoke's state dir) and loaded at start: a spoke
 // restarted while the hub is gone still has it. A view on disk that does
@@ -9,6 +10,8 @@
 package remote
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -21,6 +24,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -37,6 +41,10 @@ type View struct {
 	statuses  map[string]*protocolv1.ClusterStatus
 	trust     *protocolv1.TrustBundle
 	meshCfg   *meshv1alpha1.MeshConfig
+	// gwStatuses are the hub's statuses of this cluster's Gateway API
+	// objects, by Watch name; onGatewayAPIStatus is told the full set.
+	gwStatuses         map[string]*meshconfigv1.GatewayAPIStatus
+	onGatewayAPIStatus func(statuses []*meshconfigv1.GatewayAPIStatus)
 	// complete is set once a Watch stream's initial view is in (or a view
 	// was loaded from disk); updated is when the view last changed.
 	complete bool
@@ -45,10 +53,50 @@ type View struct {
 	changed  chan struct{} // closed and replaced at every change
 }
 
+// Option configures a View at New; it is not used after.
+type Option func(*View)
+
+// OnGatewayAPIStatus makes the View call f with the full current set of
+// the hub's statuses of this cluster's Gateway API objects (sorted by
+// kind, namespace and name) each time it changes, and once the initial
+// view is complete (MarkComplete), so a restarted spoke that loaded them
+// from disk writes them too. f runs on the goroutine that applied the
+// change, outside the View's lock; the slice is f's, the statuses shared
+// (only read them).
+func OnGatewayAPIStatus(f func(statuses []*meshconfigv1.GatewayAPIStatus)) Option {
+	return func(v *View) { v.onGatewayAPIStatus = f }
+}
+
 // New returns an empty View for a spoke of cluster in meshName.
-func New(meshName, cluster string) *View {
-	return &View{mesh: meshName, cluster: cluster, resources: map[string]map[string]*discoveryv3.Resource{},
-		objects: map[string]map[string]*meshconfig.Object{}, statuses: map[string]*protocolv1.ClusterStatus{}, changed: make(chan struct{})}
+func New(meshName, cluster string, opts ...Option) *View {
+	v := &View{mesh: meshName, cluster: cluster, resources: map[string]map[string]*discoveryv3.Resource{},
+		objects: map[string]map[string]*meshconfig.Object{}, statuses: map[string]*protocolv1.ClusterStatus{},
+		gwStatuses: map[string]*meshconfigv1.GatewayAPIStatus{}, changed: make(chan struct{})}
+	for _, o := range opts {
+		o(v)
+	}
+	return v
+}
+
+// GatewayAPIStatuses returns the hub's statuses of this cluster's Gateway
+// API objects, sorted by kind, namespace and name. The statuses are
+// shared: only read them.
+func (v *View) GatewayAPIStatuses() []*meshconfigv1.GatewayAPIStatus {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.gatewayAPIStatuses()
+}
+
+// gatewayAPIStatuses is GatewayAPIStatuses with v.mu held.
+func (v *View) gatewayAPIStatuses() []*meshconfigv1.GatewayAPIStatus {
+	out := make([]*meshconfigv1.GatewayAPIStatus, 0, len(v.gwStatuses))
+	for _, st := range v.gwStatuses {
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b *meshconfigv1.GatewayAPIStatus) int {
+		return cmp.Or(cmp.Compare(a.GetKind(), b.GetKind()), cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	})
+	return out
 }
 
 // Changed returns a channel closed at the view's next change.
@@ -89,6 +137,7 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 		status  *protocolv1.ClusterStatus
 		trust   *protocolv1.TrustBundle
 		meshCfg *meshv1alpha1.MeshConfig
+		gw      *meshconfigv1.GatewayAPIStatus
 	}
 	var ok []decoded
 	kind, isKind := meshconfig.KindByTypeURL(typeURL)
@@ -104,24 +153,34 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 			refuse(res.GetName(), err.Error())
 			continue
 		}
-		ok = append(ok, decoded{res: res, cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg})
+		ok = append(ok, decoded{res: res, cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg, gw: d.gw})
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	for _, d := range ok {
-		v.put(typeURL, d.res, decodedItem{cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg})
+		v.put(typeURL, d.res, decodedItem{cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg, gw: d.gw})
 	}
 	for _, name := range r.GetRemovedResources() {
 		v.remove(typeURL, name)
 	}
-	if len(ok) > 0 || len(r.GetRemovedResources()) > 0 {
+	changed := len(ok) > 0 || len(r.GetRemovedResources()) > 0
+	if changed {
 		v.bump()
+	}
+	var statuses []*meshconfigv1.GatewayAPIStatus
+	notify := changed && typeURL == protocol.GatewayAPIStatusTypeURL && v.onGatewayAPIStatus != nil
+	if notify {
+		statuses = v.gatewayAPIStatuses()
+	}
+	v.mu.Unlock()
+	if notify {
+		v.onGatewayAPIStatus(statuses)
 	}
 	return rejections
 }
 
 func isWatchMessage(typeURL string) bool {
-	return typeURL == protocol.ClusterStatusTypeURL || typeURL == protocol.TrustBundleTypeURL || typeURL == protocol.MeshConfigTypeURL
+	return typeURL == protocol.ClusterStatusTypeURL || typeURL == protocol.TrustBundleTypeURL || typeURL == protocol.MeshConfigTypeURL ||
+		typeURL == protocol.GatewayAPIStatusTypeURL
 }
 
 // decodedItem is one verified resource of the view.
@@ -131,6 +190,7 @@ type decodedItem struct {
 	status  *protocolv1.ClusterStatus
 	trust   *protocolv1.TrustBundle
 	meshCfg *meshv1alpha1.MeshConfig
+	gw      *meshconfigv1.GatewayAPIStatus
 }
 
 // decode verifies one resource: it must decode, name another cluster of
@@ -169,6 +229,12 @@ func (v *View) decode(typeURL string, kind *meshconfig.Kind, res *discoveryv3.Re
 			return decodedItem{}, err
 		}
 		return decodedItem{meshCfg: cfg}, nil
+	case protocol.GatewayAPIStatusTypeURL:
+		st, err := protocol.DecodeGatewayAPIStatus(res)
+		if err != nil {
+			return decodedItem{}, err
+		}
+		return decodedItem{gw: st}, nil
 	}
 	cluster, o, err := protocol.DecodeRemote(kind, res)
 	if err != nil {
@@ -213,6 +279,8 @@ func (v *View) put(typeURL string, res *discoveryv3.Resource, d decodedItem) {
 		v.trust = d.trust
 	case d.meshCfg != nil:
 		v.meshCfg = d.meshCfg
+	case d.gw != nil:
+		v.gwStatuses[res.GetName()] = d.gw
 	case d.obj != nil:
 		if v.objects[d.cluster] == nil {
 			v.objects[d.cluster] = map[string]*meshconfig.Object{}
@@ -234,6 +302,8 @@ func (v *View) remove(typeURL, name string) {
 		v.trust = nil
 	case protocol.MeshConfigTypeURL:
 		v.meshCfg = nil
+	case protocol.GatewayAPIStatusTypeURL:
+		delete(v.gwStatuses, name)
 	default:
 		if cluster, key, ok := protocol.SplitRemoteName(name); ok {
 			delete(v.objects[cluster], typeURL+" "+key)
@@ -255,10 +325,14 @@ func (v *View) bump() {
 // is a complete copy of what the hub serves the spoke.
 func (v *View) MarkComplete() {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if !v.complete {
 		v.complete = true
 		v.bump()
+	}
+	statuses := v.gatewayAPIStatuses()
+	v.mu.Unlock()
+	if v.onGatewayAPIStatus != nil {
+		v.onGatewayAPIStatus(statuses)
 	}
 }
 
@@ -316,6 +390,9 @@ type Status struct {
 	// MeshConfig is the version (hash) of the mesh config held, "" for none.
 	MeshConfig string         `json:"meshConfig,omitempty"`
 	Clusters   map[string]int `json:"clusters"`
+	// GatewayAPIStatuses are the hub's statuses of this cluster's Gateway
+	// API objects, by "Kind/namespace/name": the status JSON.
+	GatewayAPIStatuses map[string]json.RawMessage `json:"gatewayAPIStatuses,omitempty"`
 }
 
 // Status reports the view's state: per remote cluster, the objects held.
@@ -328,6 +405,12 @@ func (v *View) Status() Status {
 	}
 	for name := range v.statuses {
 		st.Clusters[name] = len(v.objects[name])
+	}
+	for name, gs := range v.gwStatuses {
+		if st.GatewayAPIStatuses == nil {
+			st.GatewayAPIStatuses = map[string]json.RawMessage{}
+		}
+		st.GatewayAPIStatuses[name] = gs.GetJson()
 	}
 	return st
 }

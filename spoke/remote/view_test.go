@@ -17,6 +17,7 @@ import (
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 const seYAML = `apiVersion: networking.istio.io/v1
@@ -245,5 +246,39 @@ func TestMeshConfigIsKeptSavedAndLoadedWithTheView(t *testing.T) {
 	back.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.MeshConfigTypeURL, RemovedResources: []string{"m"}})
 	if back.MeshConfig() != nil {
 		t.Fatalf("after removal: %v", back.MeshConfig())
+	}
+}
+
+// The hub's Gateway API statuses are kept by name, handed to the
+// callback as the full set at each change and at MarkComplete, and a
+// status naming something else than its body is refused.
+func TestGatewayAPIStatusesReachTheCallback(t *testing.T) {
+	var got [][]*meshconfigv1.GatewayAPIStatus
+	v := New("m", "c1", OnGatewayAPIStatus(func(s []*meshconfigv1.GatewayAPIStatus) { got = append(got, s) }))
+	res := func(name string, st *meshconfigv1.GatewayAPIStatus) *discoveryv3.Resource {
+		body, err := anypb.New(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &discoveryv3.Resource{Name: name, Version: "1", Resource: body}
+	}
+	gw := &meshconfigv1.GatewayAPIStatus{Kind: "KubernetesGateway", Namespace: "ns", Name: "edge", Version: "v1", Json: []byte(`{}`)}
+	rt := &meshconfigv1.GatewayAPIStatus{Kind: "HTTPRoute", Namespace: "ns", Name: "web", Version: "v2", Json: []byte(`{"parents":[]}`)}
+	rej := v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.GatewayAPIStatusTypeURL, Resources: []*discoveryv3.Resource{
+		res("KubernetesGateway/ns/edge", gw), res("HTTPRoute/ns/web", rt), res("HTTPRoute/ns/other", rt),
+	}})
+	if len(rej) != 1 || rej[0].GetName() != "HTTPRoute/ns/other" {
+		t.Fatalf("rejections %v: want HTTPRoute/ns/other refused", rej)
+	}
+	if len(got) != 1 || len(got[0]) != 2 || got[0][0].GetKind() != "HTTPRoute" || got[0][1].GetKind() != "KubernetesGateway" {
+		t.Fatalf("callback got %v: want the two statuses, sorted", got)
+	}
+	v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.GatewayAPIStatusTypeURL, RemovedResources: []string{"HTTPRoute/ns/web"}})
+	if len(got) != 2 || len(got[1]) != 1 {
+		t.Fatalf("after a removal the callback got %v: want the one left", got)
+	}
+	v.MarkComplete()
+	if len(got) != 3 || len(got[2]) != 1 || !proto.Equal(got[2][0], gw) {
+		t.Fatalf("MarkComplete gave %v: want the full set", got)
 	}
 }

@@ -32,12 +32,19 @@ import (
 // one is there (a spoke restarted during an outage serves from it). A
 // saved view that does not verify is reported and ignored. It returns the
 // file the view is saved to ("" without a state dir: not saved).
-func remoteView(cfg spokeconfig.Config, log *slog.Logger, adm *admin.Server) (*remote.View, string) {
-	view := remote.New(cfg.Mesh, cfg.Cluster)
+//
+// With fallback false (no fallback server) the view holds only what this
+// cluster's spoke needs of the hub (its MeshConfig, its Gateway API
+// statuses), and no state dir is worth a warning.
+func remoteView(cfg spokeconfig.Config, log *slog.Logger, adm *admin.Server, fallback bool, opts ...remote.Option) (*remote.View, string) {
+	view := remote.New(cfg.Mesh, cfg.Cluster, opts...)
 	adm.HandleDebug("remote", "the rest of the mesh as the hub last gave it on Watch: per remote cluster the objects held, the trust bundle, when it last changed", func(*http.Request) (any, error) {
 		return view.Status(), nil
 	})
 	if cfg.Hub.StateDir == "" {
+		if !fallback {
+			return view, ""
+		}
 		log.Warn("no hub.stateDir: the remote view is kept in memory only, and a spoke restarted during an outage serves its own cluster alone")
 		return view, ""
 	}

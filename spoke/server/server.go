@@ -199,19 +199,15 @@ func (s *Server) Run(ctx context.Context) error {
 		} else if raLis != nil {
 			raLis.Close()
 		}
-		var rv *remote.View
-		var viewFile string
-		// The injector needs the mesh's MeshConfig (its defaultConfig)
-		// even without a fallback: then the view holds that alone.
-		meshConfigOnly := fbLis == nil && wh != nil && wh.injects
-		if fbLis != nil || meshConfigOnly {
-			rv, viewFile = remoteView(cfg, log.With("component", "remote"), adm)
-			s.view.Store(rv)
-		}
+		// The view: the rest of the mesh for a fallback; without one, the
+		// mesh's MeshConfig (the injector's defaultConfig) and the hub's
+		// Gateway API statuses of this cluster alone.
+		rv, viewFile := remoteView(cfg, log.With("component", "remote"), adm, fbLis != nil, remote.OnGatewayAPIStatus(s.gwStatus.SetStatuses))
+		s.view.Store(rv)
 		upOpts := uplink.Options{
 			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix, TLS: hubTLS,
 			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
-			View: rv, ViewFile: viewFile, MeshConfigOnly: meshConfigOnly,
+			View: rv, ViewFile: viewFile, NoRemoteConfig: fbLis == nil,
 			Logger: log.With("component", "uplink"), Registerer: reg,
 		}
 		if polled {

@@ -70,10 +70,11 @@ type Options struct {
 	// ViewFile (if set) once complete and after changes.
 	View     *remote.View
 	ViewFile string
-	// MeshConfigOnly has the Watch stream subscribe to the mesh's
-	// MeshConfig alone (a spoke that injects pods but keeps no fallback:
-	// the rest of the mesh would only cost memory).
-	MeshConfigOnly bool
+	// NoRemoteConfig has the Watch stream subscribe to the mesh's
+	// MeshConfig and this cluster's Gateway API statuses alone (a spoke
+	// that keeps no fallback: the rest of the mesh would only cost
+	// memory).
+	NoRemoteConfig bool
 	Logger         *slog.Logger
 	Registerer     prometheus.Registerer
 }

@@ -42,7 +42,7 @@ func (u *Uplink) watchLoop(ctx context.Context, client protocolv1.SyncClient) {
 			return
 		}
 		if u.meshConfigRefused(err) {
-			if u.opts.MeshConfigOnly {
+			if u.opts.NoRemoteConfig {
 				u.setWatch(WatchUnsupported, err)
 				return // nothing else is watched
 			}
@@ -96,8 +96,8 @@ func (u *Uplink) watchTypes() []string {
 	skip := u.noMeshConfig
 	u.mu.Unlock()
 	types := protocol.WatchTypeURLs()
-	if u.opts.MeshConfigOnly {
-		types = []string{protocol.MeshConfigTypeURL}
+	if u.opts.NoRemoteConfig {
+		types = []string{protocol.MeshConfigTypeURL, protocol.GatewayAPIStatusTypeURL}
 	}
 	if skip {
 		types = slices.DeleteFunc(types, func(t string) bool { return t == protocol.MeshConfigTypeURL })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
+	"github.com/navemesh/nave/xds/gatewayapi"
 )
 
 // ClusterInput is one cluster's objects and connection state.
@@ -68,6 +69,9 @@ type Builder struct {
 	endpoints map[endpointKey]*Endpoint
 	// last is the previous build's input and result (see buildEndpoints).
 	last *builderState
+	// gatewayAPI translates the Gateway API objects, reusing its earlier
+	// work (decoded specs, equal generated objects).
+	gatewayAPI gatewayapi.Translator
 
 	// TrustDomain is the mesh's SPIFFE trust domain, copied into every
 	// snapshot (Snapshot.TrustDomain); empty means DefaultTrustDomain.
@@ -132,6 +136,9 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 
 	byKind := map[string][]*Config{}
 	for _, c := range winners {
+		if c.Object.Kind.GatewayAPI {
+			continue // translated below
+		}
 		byKind[c.Object.Kind.Kind] = append(byKind[c.Object.Kind.Kind], c)
 	}
 	for _, c := range registry {
@@ -172,11 +179,20 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		sort.Strings(svc.Sources)
 	}
 
-	for _, c := range byKind["VirtualService"] {
+	generated, gateways := b.translateGatewayAPI(s, candidates)
+	if len(gateways) > 0 {
+		byKind["Gateway"] = append(byKind["Gateway"], gateways...)
+		sortConfigs(byKind["Gateway"])
+	}
+	for _, c := range append(byKind["VirtualService"], generated...) {
 		for _, h := range c.VirtualService().GetHosts() {
 			host := s.ResolveHost(h, c)
 			s.VirtualServices[host] = append(s.VirtualServices[host], c)
 		}
+	}
+	if len(generated) > 0 {
+		byKind["VirtualService"] = append(byKind["VirtualService"], generated...)
+		sortConfigs(byKind["VirtualService"])
 	}
 	for _, c := range byKind["DestinationRule"] {
 		host := s.ResolveHost(c.DestinationRule().GetHost(), c)

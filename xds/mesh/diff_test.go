@@ -122,7 +122,7 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"EnvoyFilters": "compared",
 		"TrustDomain":  "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
 		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
-		"Clusters": "not read by generators",
+		"Clusters": "not read by generators", "GatewayAPIStatuses": "not read by generators (sent to the spokes over Watch)",
 	}
 	st := reflect.TypeOf(Snapshot{})
 	for i := range st.NumField() {

@@ -241,7 +241,7 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
 		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
 		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
-		MeshConfig: prev.MeshConfig, EnvoyFilters: prev.EnvoyFilters,
+		MeshConfig: prev.MeshConfig, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
 	}
 	for _, c := range clusters {
 		s.Clusters = append(s.Clusters, c.state())

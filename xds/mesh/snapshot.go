@@ -19,6 +19,7 @@ import (
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 // Snapshot is the merged view of one mesh.
@@ -75,6 +76,10 @@ type Snapshot struct {
 	Problems []Problem
 	// Clusters lists the clusters merged into this snapshot.
 	Clusters []ClusterState
+	// GatewayAPIStatuses are the statuses of each cluster's Gateway API
+	// objects (xds/gatewayapi), by cluster: what the cluster's spoke
+	// writes back. Never modified.
+	GatewayAPIStatuses map[string][]*meshconfigv1.GatewayAPIStatus
 
 	// hostnames and sorted cache Hostnames and SortedServices, set at the
 	// end of Build.

@@ -407,7 +407,7 @@ func (w *StatusWriter) gatewayAddresses(ctx context.Context, namespace, name str
 }
 
 // gatewayNameLabel names the Gateway a gateway's pods and Service serve.
-const gatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
+const gatewayNameLabel = meshconfig.GatewayNameLabel
 
 // statusKind returns the watched Gateway API kind of a config kind name,
 // nil for one without a status (ReferenceGrant) or not of the Gateway API.

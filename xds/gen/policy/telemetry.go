@@ -11,6 +11,7 @@ import (
 	telemetry "istio.io/api/telemetry/v1alpha1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
+	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -28,7 +29,7 @@ const (
 // GatewayNameLabel is the label Kubernetes Gateway API deployments carry
 // with their Gateway's name: a Telemetry whose targetRef names a Gateway
 // applies to the pods with it.
-const GatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
+const GatewayNameLabel = meshconfig.GatewayNameLabel
 
 // Istio's built-in extension providers, present in every mesh unless the
 // MeshConfig defines a provider of the same name (Istio's mesh defaults).

@@ -2,9 +2,11 @@ package proxyless
 
 import (
 	"fmt"
+	"slices"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/navemesh/nave/xds/gatewayapi"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/routes"
 	"github.com/navemesh/nave/xds/mesh"
@@ -20,7 +22,7 @@ func (g *generator) routeConfig(svc *mesh.Service, p mesh.Port, name string) *ro
 	if g.routes == nil {
 		g.routes = routes.ForProxyless(g.snap, &g.problems)
 	}
-	vss := g.snap.VirtualServices[svc.Hostname]
+	vss := meshRoutes(g.snap.VirtualServices[svc.Hostname])
 	for _, other := range vss[min(1, len(vss)):] {
 		g.problems.Add(mesh.Problem{Resource: other.Ref(), Field: "spec.hosts",
 			Reason: fmt.Sprintf("host %s is already routed by %s; this VirtualService is ignored for it", svc.Hostname, vss[0].Ref())})
@@ -39,4 +41,23 @@ func (g *generator) routeConfig(svc *mesh.Service, p mesh.Port, name string) *ro
 
 func (g *generator) httpRoutes(cfg *mesh.Config, svc *mesh.Service, p mesh.Port) []*routev3.Route {
 	return g.routes.VirtualService(cfg, routes.Mesh(p.Number))
+}
+
+// meshRoutes leaves out the VirtualServices translated from Gateway API
+// consumer routes (exported to their own namespace only): proxyless
+// clients share one configuration mesh-wide, so a route for the clients
+// of one namespace cannot apply to them (docs/gateway-api.md).
+func meshRoutes(vss []*mesh.Config) []*mesh.Config {
+	for i, c := range vss {
+		if c.Object.Annotations[gatewayapi.SourceAnnotation] != "" && slices.Equal(c.VirtualService().GetExportTo(), []string{"."}) {
+			out := slices.Clone(vss[:i])
+			for _, c := range vss[i+1:] {
+				if c.Object.Annotations[gatewayapi.SourceAnnotation] == "" || !slices.Equal(c.VirtualService().GetExportTo(), []string{"."}) {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
+	}
+	return vss
 }

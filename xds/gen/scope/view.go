@@ -14,6 +14,7 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/navemesh/nave/xds/gatewayapi"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/mesh"
@@ -116,7 +117,10 @@ func New(s *mesh.Snapshot, k proxy.Key) *View {
 	if k.Type == proxy.Router {
 		for _, gw := range s.Gateways {
 			spec, _ := gw.Object.Spec.(*networking.Gateway)
-			if mesh.Matches(spec.GetSelector(), v.labels) {
+			// A Gateway translated from the Gateway API selects the pods
+			// of its own namespace only.
+			if mesh.Matches(spec.GetSelector(), v.labels) &&
+				(gw.Object.Annotations[gatewayapi.SourceAnnotation] == "" || gw.Object.Namespace == v.key.Namespace) {
 				v.gateways = append(v.gateways, gw)
 			}
 		}
