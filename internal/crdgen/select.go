@@ -24,6 +24,7 @@ var kinds = []string{
 	"authorizationpolicies.security.istio.io",
 	"telemetries.telemetry.istio.io",
 	"wasmplugins.extensions.istio.io",
+	"proxyconfigs.networking.istio.io",
 }
 
 // render returns the output file: a header naming the source, then the documents of src (a

@@ -428,6 +428,8 @@ var otherIstioKinds = []string{"ProxyConfig", "WasmPlugin"}
 var RefusedKindReasons = map[string]string{
 	"WasmPlugin": "WasmPlugin is not supported: nave's agent does not fetch Wasm modules (docs/decisions/040-envoyfilter-and-wasmplugin.md); " +
 		"an EnvoyFilter can insert Envoy's wasm filter with a module the proxy already has",
+	"ProxyConfig": "ProxyConfig is not supported: give a proxy's settings in the mesh's MeshConfig defaultConfig " +
+		"or the pod's proxy.istio.io/config annotation (docs/injection.md)",
 }
 
 // isKindName reports whether name is the kind of one of nave's kinds, of

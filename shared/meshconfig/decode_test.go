@@ -246,7 +246,7 @@ func TestDecodeDocumentErrors(t *testing.T) {
 		{"unknown group", "apiVersion: example.com/v1\nkind: VirtualService\nmetadata: {name: r}\n", "", "VirtualService", `apiVersion "example.com/v1" is not supported`},
 		{"unknown version", "apiVersion: networking.istio.io/v2\nkind: VirtualService\nmetadata: {name: r}\n", "", "VirtualService", `apiVersion "networking.istio.io/v2" is not supported for VirtualService`},
 		{"security v1alpha3", "apiVersion: security.istio.io/v1alpha3\nkind: AuthorizationPolicy\nmetadata: {name: r}\n", "", "AuthorizationPolicy", "supported versions: v1, v1beta1"},
-		{"unknown kind", "apiVersion: networking.istio.io/v1alpha3\nkind: ProxyConfig\nmetadata: {name: r}\n", "", "ProxyConfig", "ProxyConfig is an Istio kind nave does not support"},
+		{"unknown kind", "apiVersion: networking.istio.io/v1alpha3\nkind: ProxyConfig\nmetadata: {name: r}\n", "", "ProxyConfig", "ProxyConfig is not supported: give a proxy's settings in the mesh's MeshConfig defaultConfig"},
 		{"WasmPlugin", "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: r}\n", "", "WasmPlugin", "WasmPlugin is not supported: nave's agent does not fetch Wasm modules"},
 		{"kubernetes kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: r}\ndata: {a: b}\n", "kind", "", "not a config object"},
 		{"registry Service", "apiVersion: nave.io/v1\nkind: Service\nmetadata: {name: r}\nspec: {hostname: r.default.svc}\n", "", "Service", "produced by the spoke's registry, not accepted in config files"},

@@ -55,6 +55,9 @@ rules:
 - apiGroups: [extensions.istio.io]
   resources: [wasmplugins]
   verbs: [get, list, watch]
+- apiGroups: [networking.istio.io]
+  resources: [proxyconfigs]
+  verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -118,8 +121,8 @@ func TestKubeSourceFailures(t *testing.T) {
 				istioKinds++
 			}
 		}
-		if got := src.metric(t, "nave_spoke_kube_kinds_not_synced"); got != float64(istioKinds) || istioKinds != 23 {
-			t.Errorf("kinds_not_synced = %v, want the %d CRD kinds (23: Istio's networking, security, Telemetry, EnvoyFilter, WasmPlugin (watched to be refused), and 10 Gateway API kinds)", got, istioKinds)
+		if got := src.metric(t, "nave_spoke_kube_kinds_not_synced"); got != float64(istioKinds) || istioKinds != 24 {
+			t.Errorf("kinds_not_synced = %v, want the %d CRD kinds (24: Istio's networking, security, Telemetry, EnvoyFilter, WasmPlugin and ProxyConfig (watched to be refused), and 10 Gateway API kinds)", got, istioKinds)
 		}
 		logs := src.logs.String()
 		if !strings.Contains(logs, "CRD kinds not installed") || !strings.Contains(logs, "VirtualService, DestinationRule") {

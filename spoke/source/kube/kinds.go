@@ -219,6 +219,7 @@ var kindDefs = []*kindDef{
 			return o, &o.Spec, &o.Status
 		}),
 	unsupportedKind("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins", meshconfig.RefusedKindReasons["WasmPlugin"]),
+	unsupportedKind(meshconfig.GroupNetworking, "v1beta1", "ProxyConfig", "proxyconfigs", meshconfig.RefusedKindReasons["ProxyConfig"]),
 	gatewayAPIKind("GatewayClass", "gatewayclasses",
 		func(c gatewayclient.Interface) cache.SharedIndexInformer {
 			return gatewayinformers.NewGatewayClassInformer(c, 0, nil)
