@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -207,9 +208,15 @@ metadata: {name: plain}
 			t.Error("grpc-agent: the agent is not in grpc mode")
 		}
 		app := g.Spec.Containers[0]
-		if len(app.Env) != 1 || app.Env[0].Name != "GRPC_XDS_BOOTSTRAP" || app.Env[0].Value != "/var/run/nave/grpc-bootstrap.json" ||
-			len(app.VolumeMounts) != 1 || app.VolumeMounts[0].MountPath != "/var/run/nave" {
-			t.Errorf("grpc-agent app container env %v mounts %v: want GRPC_XDS_BOOTSTRAP and nave-run", app.Env, app.VolumeMounts)
+		appEnv := map[string]string{}
+		for _, e := range app.Env {
+			appEnv[e.Name] = e.Value
+		}
+		// The bootstrap, and grpc-go's CSM observability labels (docs/telemetry.md).
+		wantEnv := map[string]string{"GRPC_XDS_BOOTSTRAP": "/var/run/nave/grpc-bootstrap.json",
+			"CSM_CANONICAL_SERVICE_NAME": "client", "CSM_MESH_ID": "default", "CSM_WORKLOAD_NAME": "client"}
+		if !maps.Equal(appEnv, wantEnv) || len(app.VolumeMounts) != 1 || app.VolumeMounts[0].MountPath != "/var/run/nave" {
+			t.Errorf("grpc-agent app container env %v mounts %v: want %v and nave-run", app.Env, app.VolumeMounts, wantEnv)
 		}
 
 		for _, doc := range []string{
