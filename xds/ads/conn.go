@@ -143,16 +143,18 @@ func (c *conn) hold(ts *typeState, nonce string, release func()) {
 		return
 	}
 	var once sync.Once
-	var timer *time.Timer
+	// The timer may fire before AfterFunc returns: it is published
+	// atomically (nil then: nothing left to stop).
+	var timer atomic.Pointer[time.Timer]
 	free := func() {
 		once.Do(func() {
-			if timer != nil {
-				timer.Stop()
+			if t := timer.Load(); t != nil {
+				t.Stop()
 			}
 			release()
 		})
 	}
-	timer = time.AfterFunc(c.server.opts.SendTimeout, free)
+	timer.Store(time.AfterFunc(c.server.opts.SendTimeout, free))
 	ts.release = free
 }
 
