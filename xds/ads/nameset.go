@@ -75,14 +75,3 @@ func (n *nameSets) prune(sum uint64) {
 		n.m[sum] = live
 	}
 }
-
-// len counts the interned entries (for tests).
-func (n *nameSets) len() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	c := 0
-	for _, l := range n.m {
-		c += len(l)
-	}
-	return c
-}

@@ -65,3 +65,14 @@ func TestSubscribeShared(t *testing.T) {
 		t.Errorf("another stream's subscription changed with p's: %v", q.names)
 	}
 }
+
+// len counts the interned entries (for tests).
+func (n *nameSets) len() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, l := range n.m {
+		c += len(l)
+	}
+	return c
+}

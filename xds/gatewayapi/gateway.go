@@ -216,7 +216,7 @@ func (tr *translation) emitGateway(gw *gateway) {
 			continue
 		}
 		programmed++
-		spec := &networking.Gateway{Selector: map[string]string{GatewayNameLabel: o.def.Object.Name}, Servers: []*networking.Server{l.server}}
+		spec := &networking.Gateway{Selector: map[string]string{meshconfig.GatewayNameLabel: o.def.Object.Name}, Servers: []*networking.Server{l.server}}
 		tr.res.Gateways = append(tr.res.Gateways, Generated{Cluster: o.def.Cluster, Object: tr.generated(gatewayKind, o, o.def.Object.Namespace, l.istioName(), spec)})
 	}
 	if programmed > 0 {

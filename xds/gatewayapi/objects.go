@@ -114,14 +114,14 @@ func (tr *translation) run() {
 	tr.nextGrants = grants.String()
 	for _, o := range byKind["GatewayClass"] {
 		spec, _ := o.spec.(*gatewayv1.GatewayClassSpec)
-		if o.bad != nil || spec == nil || string(spec.ControllerName) != ControllerName {
+		if o.bad != nil || spec == nil || string(spec.ControllerName) != meshconfig.GatewayController {
 			continue
 		}
 		if _, dup := tr.classes[o.def.Object.Name]; !dup {
 			tr.classes[o.def.Object.Name] = o
 		}
 		tr.status(o, &gatewayv1.GatewayClassStatus{Conditions: []metav1.Condition{
-			condition(string(gatewayv1.GatewayClassConditionStatusAccepted), true, string(gatewayv1.GatewayClassReasonAccepted), "Handled by "+ControllerName),
+			condition(string(gatewayv1.GatewayClassConditionStatusAccepted), true, string(gatewayv1.GatewayClassReasonAccepted), "Handled by "+meshconfig.GatewayController),
 		}}, nil)
 	}
 	for _, o := range byKind["KubernetesGateway"] {

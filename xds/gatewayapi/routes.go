@@ -367,7 +367,7 @@ func (r *route) emitStatus(tr *translation) {
 		if len(r.invalid) > 0 && p.accepted.Status == metav1.ConditionTrue {
 			conds = append(conds, condition("PartiallyInvalid", true, "UnsupportedValue", strings.Join(r.invalid, "; ")))
 		}
-		st.Parents = append(st.Parents, gatewayv1.RouteParentStatus{ParentRef: p.ref, ControllerName: ControllerName, Conditions: conds})
+		st.Parents = append(st.Parents, gatewayv1.RouteParentStatus{ParentRef: p.ref, ControllerName: meshconfig.GatewayController, Conditions: conds})
 	}
 	if len(st.Parents) == 0 && len(r.obj.losers) == 0 {
 		return // no parent of nave's
@@ -375,7 +375,7 @@ func (r *route) emitStatus(tr *translation) {
 	tr.status(r.obj, st, func(d Definition) any {
 		lost := &gatewayv1.RouteStatus{Parents: []gatewayv1.RouteParentStatus{}}
 		for _, p := range r.parents {
-			lost.Parents = append(lost.Parents, gatewayv1.RouteParentStatus{ParentRef: p.ref, ControllerName: ControllerName,
+			lost.Parents = append(lost.Parents, gatewayv1.RouteParentStatus{ParentRef: p.ref, ControllerName: meshconfig.GatewayController,
 				Conditions: []metav1.Condition{condition("Accepted", false, ReasonConflicted, conflictMessage(r.obj, d))}})
 		}
 		return lost

@@ -22,15 +22,6 @@ import (
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
-// ControllerName is nave's Gateway API controller: a GatewayClass naming
-// it is nave's, and so are the Gateways of such a class.
-const ControllerName = meshconfig.GatewayController
-
-// GatewayNameLabel is the label of the pods of a Gateway (Istio's): the
-// Istio Gateway a Gateway is translated into selects the pods labelled
-// with its name in its namespace.
-const GatewayNameLabel = meshconfig.GatewayNameLabel
-
 // SourceAnnotation marks an Istio object made by the translation; its
 // value names the Gateway API object it was made of ("Kind ns/name", the
 // first one for a merged object). A generated Gateway selects proxies of

@@ -375,7 +375,7 @@ func (w *StatusWriter) write(ctx context.Context, st *meshconfigv1.GatewayAPISta
 // addresses, else their cluster IPs.
 func (w *StatusWriter) gatewayAddresses(ctx context.Context, namespace, name string) ([]gatewayv1.GatewayStatusAddress, error) {
 	list, err := w.kube.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{gatewayNameLabel: name}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{meshconfig.GatewayNameLabel: name}).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("services of gateway %s/%s: %w", namespace, name, err)
@@ -405,9 +405,6 @@ func (w *StatusWriter) gatewayAddresses(ctx context.Context, namespace, name str
 	}
 	return out, nil
 }
-
-// gatewayNameLabel names the Gateway a gateway's pods and Service serve.
-const gatewayNameLabel = meshconfig.GatewayNameLabel
 
 // statusKind returns the watched Gateway API kind of a config kind name,
 // nil for one without a status (ReferenceGrant) or not of the Gateway API.

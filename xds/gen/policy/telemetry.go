@@ -26,11 +26,6 @@ const (
 	ServerSide
 )
 
-// GatewayNameLabel is the label Kubernetes Gateway API deployments carry
-// with their Gateway's name: a Telemetry whose targetRef names a Gateway
-// applies to the pods with it.
-const GatewayNameLabel = meshconfig.GatewayNameLabel
-
 // Istio's built-in extension providers, present in every mesh unless the
 // MeshConfig defines a provider of the same name (Istio's mesh defaults).
 var (
@@ -149,7 +144,7 @@ func SelectTelemetries(s *mesh.Snapshot, namespace string, labels map[string]str
 						Reason: fmt.Sprintf("a targetRef to a %s %s/%s is not supported (only a Gateway of gateway.networking.k8s.io); it is ignored", r.GetGroup(), r.GetKind(), r.GetName())})
 					continue
 				}
-				if labels[GatewayNameLabel] == r.GetName() {
+				if labels[meshconfig.GatewayNameLabel] == r.GetName() {
 					selected = append(selected, c)
 					break
 				}

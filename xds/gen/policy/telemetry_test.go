@@ -87,7 +87,7 @@ func TestTelemetryPrecedence(t *testing.T) {
 			labels:  map[string]string{"app": "ratings"}, tracing: "z@1", metrics: "prometheus"},
 		{name: "targetRef to a Gateway selects its deployment", cfg: providers,
 			objects: nsTel + "  tracing: [{providers: [{name: z}]}]\n" + gwTel + "  tracing: [{providers: [{name: o}]}]\n",
-			labels:  map[string]string{GatewayNameLabel: "edge"}, tracing: "o@1", metrics: "prometheus"},
+			labels:  map[string]string{meshconfig.GatewayNameLabel: "edge"}, tracing: "o@1", metrics: "prometheus"},
 		{name: "disabled by mode at the workload", cfg: providers + "defaultProviders: {accessLogging: [a]}",
 			objects: wlTel + "  accessLogging: [{match: {mode: SERVER}, disabled: true}]\n",
 			labels:  reviewsLabels, client: "", server: ""},

@@ -9,6 +9,7 @@ import (
 	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
+	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/patch"
 	"github.com/navemesh/nave/xds/gen/policy"
@@ -64,7 +65,7 @@ func inputsOf(s *mesh.Snapshot) *labelInputs {
 			t, _ := c.Object.Spec.(*telemetryv1alpha1.Telemetry)
 			for _, r := range append([]*typev1beta1.PolicyTargetReference{t.GetTargetRef()}, t.GetTargetRefs()...) {
 				if r.GetKind() == "Gateway" {
-					in.selectors = append(in.selectors, map[string]string{policy.GatewayNameLabel: r.GetName()})
+					in.selectors = append(in.selectors, map[string]string{meshconfig.GatewayNameLabel: r.GetName()})
 				}
 			}
 		}
