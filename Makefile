@@ -65,7 +65,7 @@ bench-load:
 
 ## generate: regenerate protobuf Go code, docs/config.md and the Istio CRDs in deploy/spoke (pinned tools, no protoc needed)
 generate:
-	$(GO) run ./internal/protogen protocol/v1 shared/meshconfig/v1
+	$(GO) run ./internal/protogen protocol/v1 shared/meshconfig/v1 shared/nds/v1
 	$(GO) run ./internal/configdoc > docs/config.md
 	$(GO) run ./internal/crdgen deploy/spoke/istio-crds.yaml
 

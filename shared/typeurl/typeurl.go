@@ -20,6 +20,9 @@ const (
 	Cluster  = Prefix + "envoy.config.cluster.v3.Cluster"
 	Endpoint = Prefix + "envoy.config.endpoint.v3.ClusterLoadAssignment"
 	Secret   = Prefix + "envoy.extensions.transport_sockets.tls.v3.Secret"
+	// NameTable is the name table a pod's agent answers DNS from
+	// (shared/nds/v1; Istio's NDS type, docs/dns.md).
+	NameTable = Prefix + "istio.networking.nds.v1.NameTable"
 )
 
 // Of returns the type URL of m's message type.

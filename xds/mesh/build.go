@@ -84,6 +84,12 @@ type Builder struct {
 	// Changing it between builds is a config change; it must not be
 	// modified once given.
 	MeshConfig *meshv1alpha1.MeshConfig
+	// MeshNetworks is the mesh's Istio MeshNetworks (the networks of its
+	// clusters and their gateways; docs/multi-network.md), copied into
+	// every snapshot (Snapshot.MeshNetworks; nil means none configured).
+	// Changing it between builds is a config change; it must not be
+	// modified once given.
+	MeshNetworks *meshv1alpha1.MeshNetworks
 }
 
 type endpointKey struct {
@@ -113,6 +119,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		DestinationRules: map[string][]*Config{},
 		TrustDomain:      b.trustDomain(),
 		MeshConfig:       b.MeshConfig,
+		MeshNetworks:     b.MeshNetworks,
 		DomainSuffixes:   map[string]string{},
 	}
 	stale := map[string]bool{}

@@ -10,7 +10,7 @@ import (
 type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
 	// gateways, sidecars, security policies, the trust domain, the
-	// MeshConfig (compared by value), or a service itself (added, removed, ports,
+	// MeshConfig or MeshNetworks (compared by value), or a service itself (added, removed, ports,
 	// addresses, resolution, export, subject alt names, sources). Then nothing can be reused.
 	Config bool
 	// Telemetry is true when Telemetry objects changed (Config false):
@@ -39,7 +39,7 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
 		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) ||
 		!sameConfigs(prev.EnvoyFilters, next.EnvoyFilters) || prev.TrustDomain != next.TrustDomain ||
-		!sameMeshConfig(prev.MeshConfig, next.MeshConfig) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
+		!sameMeshConfig(prev.MeshConfig, next.MeshConfig) || !sameMeshNetworks(prev.MeshNetworks, next.MeshNetworks) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
 		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {
 		d.Config = true

@@ -120,7 +120,7 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"PeerAuthentications": "compared", "RequestAuthentications": "compared", "AuthorizationPolicies": "compared",
 		"Telemetries":  "compared (Diff.Telemetry)",
 		"EnvoyFilters": "compared",
-		"TrustDomain":  "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)",
+		"TrustDomain":  "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)", "MeshNetworks": "compared (by value)",
 		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators", "GatewayAPIStatuses": "not read by generators (sent to the spokes over Watch)",
 	}

@@ -111,7 +111,7 @@ type entryChange struct {
 func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
 	last := b.last
 	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() ||
-		last.snap.MeshConfig != b.MeshConfig {
+		last.snap.MeshConfig != b.MeshConfig || last.snap.MeshNetworks != b.MeshNetworks {
 		return nil
 	}
 	stale := map[string]bool{}
@@ -241,7 +241,7 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
 		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
 		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
-		MeshConfig: prev.MeshConfig, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
+		MeshConfig: prev.MeshConfig, MeshNetworks: prev.MeshNetworks, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
 	}
 	for _, c := range clusters {
 		s.Clusters = append(s.Clusters, c.state())

@@ -172,6 +172,12 @@ func sameMeshConfig(a, b *meshv1alpha1.MeshConfig) bool {
 	return proto.Equal(a, b)
 }
 
+// sameMeshNetworks reports whether two MeshNetworks mean the same (nil
+// and empty both mean none configured).
+func sameMeshNetworks(a, b *meshv1alpha1.MeshNetworks) bool {
+	return a == b || proto.Equal(a, b) || (len(a.GetNetworks()) == 0 && len(b.GetNetworks()) == 0)
+}
+
 // meshTrustDomain is the trust domain a snapshot takes: MeshConfig's
 // trustDomain when set, else the builder's, else DefaultTrustDomain.
 func meshTrustDomain(cfg *meshv1alpha1.MeshConfig, builder string) string {

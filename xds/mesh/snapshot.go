@@ -64,6 +64,9 @@ type Snapshot struct {
 	// LocalityLbSetting, the *ExportTo defaults, ClusterLocal), which
 	// apply those defaults. Never modified.
 	MeshConfig *meshv1alpha1.MeshConfig
+	// MeshNetworks is the mesh's Istio MeshNetworks (Builder.MeshNetworks);
+	// nil when none is configured.
+	MeshNetworks *meshv1alpha1.MeshNetworks
 	// DomainSuffixes holds each cluster's DNS suffix (its service hostnames
 	// are name.namespace.svc.<suffix>): a cluster's short host names in
 	// config are completed with its own (ResolveHost).

@@ -72,6 +72,10 @@ type Options struct {
 	// not be modified afterwards (give a new one for a change, then
 	// Notify the mesh: a MeshConfig that differs is a config change).
 	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
+	// MeshNetworks, if set, gives a mesh's Istio MeshNetworks, read at
+	// every build like MeshConfig and carried by the snapshot
+	// (mesh.Snapshot.MeshNetworks); nil means none configured.
+	MeshNetworks func(mesh string) *meshv1alpha1.MeshNetworks
 	// TrustDomain, if set, gives a mesh's SPIFFE trust domain (the one its
 	// CA issues identities of), read at every build
 	// (mesh.Builder.TrustDomain); a MeshConfig trustDomain takes
@@ -419,9 +423,12 @@ func (m *Publisher) build(ms *meshState) {
 		return
 	}
 
-	ms.builder.MeshConfig, ms.builder.TrustDomain = nil, ""
+	ms.builder.MeshConfig, ms.builder.MeshNetworks, ms.builder.TrustDomain = nil, nil, ""
 	if m.opts.MeshConfig != nil {
 		ms.builder.MeshConfig = m.opts.MeshConfig(ms.name)
+	}
+	if m.opts.MeshNetworks != nil {
+		ms.builder.MeshNetworks = m.opts.MeshNetworks(ms.name)
 	}
 	if m.opts.TrustDomain != nil {
 		ms.builder.TrustDomain = m.opts.TrustDomain(ms.name)

@@ -90,9 +90,14 @@ type Service struct {
 	// cluster's pods and, unless the service is headless, the cluster's
 	// WorkloadEntries of the service's namespace (as Istio's Kubernetes
 	// registry does).
-	Selector      map[string]string `protobuf:"bytes,5,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Selector map[string]string `protobuf:"bytes,5,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// external_addresses are the addresses the service is reachable at from
+	// outside its cluster: a LoadBalancer Service's status ingress IPs and
+	// hostnames, then its spec.externalIPs. The hub reads them for east-west
+	// gateways (a Service labelled topology.istio.io/network; docs/multi-network.md).
+	ExternalAddresses []string `protobuf:"bytes,6,rep,name=external_addresses,json=externalAddresses,proto3" json:"external_addresses,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -156,6 +161,13 @@ func (x *Service) GetExternalName() string {
 func (x *Service) GetSelector() map[string]string {
 	if x != nil {
 		return x.Selector
+	}
+	return nil
+}
+
+func (x *Service) GetExternalAddresses() []string {
+	if x != nil {
+		return x.ExternalAddresses
 	}
 	return nil
 }
@@ -409,13 +421,14 @@ var File_shared_meshconfig_v1_registry_proto protoreflect.FileDescriptor
 
 const file_shared_meshconfig_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"#shared/meshconfig/v1/registry.proto\x12\x12nave.meshconfig.v1\"\xa3\x02\n" +
+	"#shared/meshconfig/v1/registry.proto\x12\x12nave.meshconfig.v1\"\xd2\x02\n" +
 	"\aService\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x125\n" +
 	"\x05ports\x18\x02 \x03(\v2\x1f.nave.meshconfig.v1.ServicePortR\x05ports\x12\x1c\n" +
 	"\taddresses\x18\x03 \x03(\tR\taddresses\x12#\n" +
 	"\rexternal_name\x18\x04 \x01(\tR\fexternalName\x12E\n" +
-	"\bselector\x18\x05 \x03(\v2).nave.meshconfig.v1.Service.SelectorEntryR\bselector\x1a;\n" +
+	"\bselector\x18\x05 \x03(\v2).nave.meshconfig.v1.Service.SelectorEntryR\bselector\x12-\n" +
+	"\x12external_addresses\x18\x06 \x03(\tR\x11externalAddresses\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x01\n" +
