@@ -22,6 +22,11 @@ var TrustBundleTypeURL = typeurl.Of(&protocolv1.TrustBundle{})
 // the mesh. Absent when the mesh has none (Istio's defaults).
 var MeshConfigTypeURL = typeurl.Of(&meshv1alpha1.MeshConfig{})
 
+// MeshNetworksTypeURL is the type of the mesh's Istio MeshNetworks on
+// Watch: the body is istio.io/api's mesh.v1alpha1.MeshNetworks itself,
+// named by the mesh. Absent when the mesh configures no networks.
+var MeshNetworksTypeURL = typeurl.Of(&meshv1alpha1.MeshNetworks{})
+
 // GatewayAPIStatusTypeURL is the type of the hub's statuses of the
 // watching cluster's own Gateway API objects on Watch (meshconfigv1's
 // GatewayAPIStatus), named GatewayAPIStatusName: what its spoke writes
@@ -56,7 +61,8 @@ func DecodeGatewayAPIStatus(r *discoveryv3.Resource) (*meshconfigv1.GatewayAPISt
 
 // WatchTypeURLs lists every type the hub serves on Watch, in the order a
 // spoke subscribes to them: the config kinds (lexical order), then
-// ClusterStatus, TrustBundle, MeshConfig and GatewayAPIStatus. A spoke subscribes to
+// ClusterStatus, TrustBundle, MeshConfig, GatewayAPIStatus and
+// MeshNetworks. A spoke subscribes to
 // SyncedTypeURL after them: the hub answers it once it has answered every
 // earlier subscription, which marks the end of the initial view.
 func WatchTypeURLs() []string {
@@ -65,7 +71,7 @@ func WatchTypeURLs() []string {
 		out = append(out, k.TypeURL)
 	}
 	slices.Sort(out)
-	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL, GatewayAPIStatusTypeURL)
+	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL, GatewayAPIStatusTypeURL, MeshNetworksTypeURL)
 }
 
 // RemoteName is the name of a remote cluster's object on Watch:
@@ -140,4 +146,22 @@ func DecodeMeshConfig(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshC
 		return nil, fmt.Errorf("mesh config %q: %w", r.GetName(), err)
 	}
 	return &cfg, nil
+}
+
+// DecodeMeshNetworks unwraps the MeshNetworks resource of mesh received
+// on Watch: it must be named by mesh, decode, and pass
+// meshconfig.ValidateMeshNetworks (a spoke applies nothing it would
+// refuse from an operator).
+func DecodeMeshNetworks(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshNetworks, error) {
+	if r.GetName() != mesh {
+		return nil, fmt.Errorf("mesh networks %q names another mesh than this spoke's %q", r.GetName(), mesh)
+	}
+	var nw meshv1alpha1.MeshNetworks
+	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != MeshNetworksTypeURL || r.GetResource().UnmarshalTo(&nw) != nil {
+		return nil, fmt.Errorf("mesh networks %q: body is not a %s", r.GetName(), MeshNetworksTypeURL)
+	}
+	if err := meshconfig.ValidateMeshNetworks(&nw); err != nil {
+		return nil, fmt.Errorf("mesh networks %q: %w", r.GetName(), err)
+	}
+	return &nw, nil
 }
