@@ -53,6 +53,7 @@ func (b *builder) build() buildResult {
 	res := buildResult{rejected: map[string][]meshconfig.Rejection{}, counts: map[string]int{}, invalid: map[string]int{}}
 	v := &view{
 		domain:     s.opts.DomainSuffix,
+		network:    s.opts.Network,
 		namespaces: map[string]*corev1.Namespace{},
 		nodes:      map[string]*corev1.Node{},
 		pods:       map[string]*corev1.Pod{},
@@ -118,7 +119,9 @@ func (b *builder) build() buildResult {
 				continue
 			}
 			seen[meta.GetUID()] = true
-			objs = append(objs, b.config(&res, w.def, item, meta))
+			// WorkloadEntries and ServiceEntry endpoints without a network
+			// take their label's, else their namespace's or the cluster's.
+			objs = append(objs, meshconfig.WithNetwork(b.config(&res, w.def, item, meta), v.namespaceNetwork(meta.GetNamespace())))
 		}
 	}
 	for uid := range b.converted {
