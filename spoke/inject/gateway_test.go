@@ -288,3 +288,47 @@ func TestIngressGatewayExample(t *testing.T) {
 		t.Errorf("HPA %+v: want the Deployment, at least 2 replicas", hpa.Spec)
 	}
 }
+
+// TestEastWestGatewayDeploy: the pod of deploy/eastwest-gateway is injected as a router agent on
+// the network its label names (node metadata NETWORK), with nothing added that it does not
+// declare (docs/multi-network.md).
+func TestEastWestGatewayDeploy(t *testing.T) {
+	stream, err := manifests.Render("../../deploy/eastwest-gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Decode(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, name = "nave-eastwest", "eastwest-gateway"
+	u := manifests.Find(objs, "Deployment", ns, name)
+	if u == nil {
+		t.Fatalf("no Deployment %s/%s", ns, name)
+	}
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
+	pod.Namespace, pod.GenerateName = ns, name+"-5c7d9-"
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newTestInjector(t, func(o *Options) { o.Network = func(string) string { return "the-spokes" } })
+	resp, injected, _ := review(t, in, podRequest(t, ns, raw))
+	if injected == nil || resp.Patch == nil {
+		t.Fatalf("the gateway's pod is not injected: %v", resp.Result)
+	}
+	if len(resp.Warnings) != 0 {
+		t.Errorf("warnings %q", resp.Warnings)
+	}
+	gw := container(injected.Spec.Containers, GatewayContainer)
+	if gw == nil || envOf(gw)["NAVE_PROXY_TYPE"].Value != "router" {
+		t.Fatalf("no router agent in %+v", injected.Spec.Containers)
+	}
+	if got, want := envOf(gw)["NAVE_NETWORK"].Value, pod.Labels["topology.istio.io/network"]; got != want || got == "" {
+		t.Errorf("NAVE_NETWORK = %q, want the pod's label %q", got, want)
+	}
+}
