@@ -154,6 +154,13 @@ func TestMultiNetworkRequestPath(t *testing.T) {
 		t.Errorf("gateway originates TLS of its own: %v", ts)
 	}
 
+	// What grpc-go 1.85 would send through the gateway at best (the SNI
+	// only with GRPC_EXPERIMENTAL_XDS_SNI; its ALPN is always h2): no
+	// chain takes it, which is why proxyless clients get no gateways.
+	if p := sims[multiNetworkEdge].Do(envoysim.Request{ListenerPort: 15443, SNI: sni, ALPN: []string{"h2"}, PeerCert: clientID}); p.Err == nil || len(p.TCP) != 0 {
+		t.Errorf("the gateway forwards grpc-go's handshake (ALPN h2) to %v", envoysim.ClusterNames(p.TCP))
+	}
+
 	d := sims[multiNetworkRatings].Do(envoysim.Request{Inbound: true, IP: "10.2.1.1", Port: 9080, SNI: sni, ALPN: alpn, PeerCert: clientID,
 		Authority: "ratings.shop.svc.cluster.local:9080", Path: "/", Method: "GET"})
 	if d.Err != nil || !d.TLSTerminated || d.Peer != clientID {
