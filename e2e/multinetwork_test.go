@@ -93,7 +93,8 @@ func assignmentLayout(m proto.Message) []string {
 // (no gateway) is left out and reported (metric, /debug/meshes). A
 // proxyless client on net-a receives net-a's endpoint only. Moving the
 // gateway's address updates the sidecar's EDS through the endpoint fast
-// path: no generation from scratch.
+// path: no generation from scratch, and the incremental results equal
+// generations from scratch.
 func TestMultiNetworkSplitHorizon(t *testing.T) {
 	h := newHub(t)
 	dir1, dir2 := t.TempDir(), t.TempDir()
@@ -176,5 +177,10 @@ func TestMultiNetworkSplitHorizon(t *testing.T) {
 	}
 	if after := full(); after != before {
 		t.Errorf("the gateway move generated from scratch %v times; want the endpoint fast path only", after-before)
+	}
+	// --push.verify-incremental regenerated every incremental result from
+	// scratch: none differed.
+	if v, err := metric(h.url("/metrics"), "nave_proxy_generation_mismatches_total"); err != nil || v != 0 {
+		t.Errorf("nave_proxy_generation_mismatches_total = %v (%v), want 0", v, err)
 	}
 }
