@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -135,17 +136,23 @@ func CheckTrustBundle(mesh string, name string, b *protocolv1.TrustBundle) error
 // accepted), decode, and pass meshconfig.ValidateMeshConfig (a spoke
 // applies nothing it would refuse from an operator).
 func DecodeMeshConfig(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshConfig, error) {
+	return decodeMeshMessage(mesh, r, "mesh config", MeshConfigTypeURL, &meshv1alpha1.MeshConfig{}, meshconfig.ValidateMeshConfig)
+}
+
+// decodeMeshMessage unwraps the resource of a mesh-wide message (what,
+// of type typeURL) into m: named by mesh, decoding, and passing validate.
+func decodeMeshMessage[M proto.Message](mesh string, r *discoveryv3.Resource, what, typeURL string, m M, validate func(M) error) (M, error) {
+	var zero M
 	if r.GetName() != mesh {
-		return nil, fmt.Errorf("mesh config %q names another mesh than this spoke's %q", r.GetName(), mesh)
+		return zero, fmt.Errorf("%s %q names another mesh than this spoke's %q", what, r.GetName(), mesh)
 	}
-	var cfg meshv1alpha1.MeshConfig
-	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != MeshConfigTypeURL || r.GetResource().UnmarshalTo(&cfg) != nil {
-		return nil, fmt.Errorf("mesh config %q: body is not a %s", r.GetName(), MeshConfigTypeURL)
+	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != typeURL || r.GetResource().UnmarshalTo(m) != nil {
+		return zero, fmt.Errorf("%s %q: body is not a %s", what, r.GetName(), typeURL)
 	}
-	if err := meshconfig.ValidateMeshConfig(&cfg); err != nil {
-		return nil, fmt.Errorf("mesh config %q: %w", r.GetName(), err)
+	if err := validate(m); err != nil {
+		return zero, fmt.Errorf("%s %q: %w", what, r.GetName(), err)
 	}
-	return &cfg, nil
+	return m, nil
 }
 
 // DecodeMeshNetworks unwraps the MeshNetworks resource of mesh received
@@ -153,15 +160,5 @@ func DecodeMeshConfig(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshC
 // meshconfig.ValidateMeshNetworks (a spoke applies nothing it would
 // refuse from an operator).
 func DecodeMeshNetworks(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshNetworks, error) {
-	if r.GetName() != mesh {
-		return nil, fmt.Errorf("mesh networks %q names another mesh than this spoke's %q", r.GetName(), mesh)
-	}
-	var nw meshv1alpha1.MeshNetworks
-	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != MeshNetworksTypeURL || r.GetResource().UnmarshalTo(&nw) != nil {
-		return nil, fmt.Errorf("mesh networks %q: body is not a %s", r.GetName(), MeshNetworksTypeURL)
-	}
-	if err := meshconfig.ValidateMeshNetworks(&nw); err != nil {
-		return nil, fmt.Errorf("mesh networks %q: %w", r.GetName(), err)
-	}
-	return &nw, nil
+	return decodeMeshMessage(mesh, r, "mesh networks", MeshNetworksTypeURL, &meshv1alpha1.MeshNetworks{}, meshconfig.ValidateMeshNetworks)
 }

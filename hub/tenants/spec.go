@@ -127,33 +127,13 @@ func DecodeSpec(data []byte) (*Spec, error) {
 	if s.Limits, ferr = decodeLimits(spec["limits"]); ferr != nil {
 		return nil, ferr
 	}
-	s.Config = &meshv1alpha1.MeshConfig{}
-	if raw, ok := spec["meshConfig"]; ok && string(raw) != "null" {
-		if raw[0] != '{' {
-			return nil, fieldErr("spec.meshConfig", "want a mapping (Istio's MeshConfig)")
-		}
-		cfg, err := meshconfig.ParseMeshConfig(raw)
-		if err != nil {
-			return nil, meshConfigErr(err, "meshConfig")
-		}
-		if err := meshconfig.ValidateMeshConfig(cfg); err != nil {
-			return nil, meshConfigErr(err, "meshConfig")
-		}
-		s.Config = cfg
+	if s.Config, ferr = decodeMeshField(spec, "meshConfig", "Istio's MeshConfig", &meshv1alpha1.MeshConfig{},
+		meshconfig.ParseMeshConfig, meshconfig.ValidateMeshConfig); ferr != nil {
+		return nil, ferr
 	}
-	s.Networks = &meshv1alpha1.MeshNetworks{}
-	if raw, ok := spec["meshNetworks"]; ok && string(raw) != "null" {
-		if raw[0] != '{' {
-			return nil, fieldErr("spec.meshNetworks", "want a mapping (Istio's MeshNetworks: networks: {NAME: {endpoints, gateways}})")
-		}
-		nw, err := meshconfig.ParseMeshNetworks(raw)
-		if err != nil {
-			return nil, meshConfigErr(err, "meshNetworks")
-		}
-		if err := meshconfig.ValidateMeshNetworks(nw); err != nil {
-			return nil, meshConfigErr(err, "meshNetworks")
-		}
-		s.Networks = nw
+	if s.Networks, ferr = decodeMeshField(spec, "meshNetworks", "Istio's MeshNetworks: networks: {NAME: {endpoints, gateways}}", &meshv1alpha1.MeshNetworks{},
+		meshconfig.ParseMeshNetworks, meshconfig.ValidateMeshNetworks); ferr != nil {
+		return nil, ferr
 	}
 	switch {
 	case s.TrustDomain == "" && s.Config.GetTrustDomain() == "":
@@ -200,6 +180,27 @@ func documents(data []byte) int {
 		n++
 	}
 	return n
+}
+
+// decodeMeshField decodes spec.<top>, an Istio mesh-wide message (what
+// says which), with parse and validate; absent or null, it is empty.
+func decodeMeshField[M any](spec map[string]json.RawMessage, top, what string, empty M,
+	parse func([]byte) (M, error), validate func(M) error) (M, *FieldError) {
+	raw, ok := spec[top]
+	if !ok || string(raw) == "null" {
+		return empty, nil
+	}
+	if raw[0] != '{' {
+		return empty, fieldErr("spec."+top, "want a mapping (%s)", what)
+	}
+	m, err := parse(raw)
+	if err != nil {
+		return empty, meshConfigErr(err, top)
+	}
+	if err := validate(m); err != nil {
+		return empty, meshConfigErr(err, top)
+	}
+	return m, nil
 }
 
 // meshConfigErr makes a FieldError of an error of shared/meshconfig,

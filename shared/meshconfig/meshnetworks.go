@@ -26,15 +26,8 @@ const GatewayPortLabel = "networking.istio.io/gatewayPort"
 // ValidateMeshNetworks does.
 func ParseMeshNetworks(data []byte) (*meshv1alpha1.MeshNetworks, error) {
 	nw := &meshv1alpha1.MeshNetworks{}
-	js, err := yamlToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("meshNetworks: invalid YAML: %v", err)
-	}
-	if len(js) == 0 || string(js) == "null" {
-		return nw, nil
-	}
-	if field, reason := decodeSpec(js, nw); field != "" {
-		return nil, fmt.Errorf("%s: %s", "meshNetworks"+field[len("spec"):], reason)
+	if err := parseMeshMessage(data, "meshNetworks", nw); err != nil {
+		return nil, err
 	}
 	return nw, nil
 }

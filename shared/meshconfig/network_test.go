@@ -1,9 +1,12 @@
 package meshconfig
 
 import (
+	"strings"
 	"testing"
 
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
 func TestWithNetwork(t *testing.T) {
@@ -62,4 +65,22 @@ func mustKind(t *testing.T, name string) *Kind {
 	}
 	t.Fatalf("no kind %s", name)
 	return nil
+}
+
+// A registry Service's external addresses are IP addresses or host
+// names; anything else is refused with the field named.
+func TestRegistryServiceExternalAddresses(t *testing.T) {
+	svc := func(addrs ...string) *Object {
+		return &Object{Kind: mustKind(t, "Service"), Name: "gw", Namespace: "ns",
+			Spec: &meshconfigv1.Service{Hostname: "gw.ns.svc.cluster.local", ExternalAddresses: addrs}}
+	}
+	if err := Validate(svc("192.0.2.1", "2001:db8::1", "lb.example.com")); err != nil {
+		t.Errorf("valid external addresses refused: %v", err)
+	}
+	for _, bad := range []string{"", "lb example", "*.example.com", "192.0.2.1:15443", "http://lb"} {
+		err := Validate(svc("192.0.2.1", bad))
+		if err == nil || !strings.Contains(err.Error(), "externalAddresses[1]") {
+			t.Errorf("external address %q: error %v, want one naming externalAddresses[1]", bad, err)
+		}
+	}
 }
