@@ -89,9 +89,7 @@ func (u *Uplink) optionalTypeRefused(err error) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for _, t := range optionalTypes {
-		// The message quotes the type URL: a name that another contains
-		// (MeshConfig in a longer name) does not match.
-		if strings.Contains(msg, `"`+t+`"`) && !slices.Contains(u.refusedTypes, t) {
+		if strings.Contains(msg, t) && !slices.Contains(u.refusedTypes, t) {
 			u.refusedTypes = append(u.refusedTypes, t)
 			u.log.Warn("the hub does not serve a type on Watch; watching without it", "type", t, "err", err)
 			return t

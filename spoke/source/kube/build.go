@@ -31,6 +31,10 @@ type converted struct {
 	resourceVersion string
 	object          *meshconfig.Object // nil when rejected
 	rejection       *meshconfig.Rejection
+	// networked is object with the network it takes when it names none
+	// (meshconfig.WithNetwork), for the fallback network it was made with.
+	networked       *meshconfig.Object
+	networkFallback string
 }
 
 // buildResult is one build: the valid objects sorted by kind, namespace
@@ -119,9 +123,7 @@ func (b *builder) build() buildResult {
 				continue
 			}
 			seen[meta.GetUID()] = true
-			// WorkloadEntries and ServiceEntry endpoints without a network
-			// take their label's, else their namespace's or the cluster's.
-			objs = append(objs, meshconfig.WithNetwork(b.config(&res, w.def, item, meta), v.namespaceNetwork(meta.GetNamespace())))
+			objs = append(objs, b.withNetwork(meta.GetUID(), b.config(&res, w.def, item, meta), v.namespaceNetwork(meta.GetNamespace())))
 		}
 	}
 	for uid := range b.converted {
@@ -150,6 +152,22 @@ func (b *builder) config(res *buildResult, def *kindDef, item any, meta metav1.O
 		res.invalid[c.rejection.Kind]++
 	}
 	return c.object
+}
+
+// withNetwork gives WorkloadEntries and ServiceEntry endpoints without a
+// network their label's, else fallback (their namespace's or the
+// cluster's), through the cache: an object copied and hashed again only
+// when it or fallback changed.
+func (b *builder) withNetwork(uid types.UID, o *meshconfig.Object, fallback string) *meshconfig.Object {
+	c, ok := b.converted[uid]
+	if !ok || o == nil || c.object != o {
+		return meshconfig.WithNetwork(o, fallback)
+	}
+	if c.networked == nil || c.networkFallback != fallback {
+		c.networked, c.networkFallback = meshconfig.WithNetwork(o, fallback), fallback
+		b.converted[uid] = c
+	}
+	return c.networked
 }
 
 // configObject converts and validates a cached Istio or Gateway API
