@@ -88,13 +88,7 @@ func assignmentLayout(m proto.Message) []string {
 }
 
 // TestMultiNetworkSplitHorizon runs the real hub and two file spokes on
-// two networks. A sidecar on net-a receives ratings' net-a endpoint
-// directly and net-b's two through net-b's gateway (weight 2); net-c's
-// (no gateway) is left out and reported (metric, /debug/meshes). A
-// proxyless client on net-a receives net-a's endpoint only. Moving the
-// gateway's address updates the sidecar's EDS through the endpoint fast
-// path: no generation from scratch, and the incremental results equal
-// generations from scratch.
+// two networks (multiNetworkSplitHorizon).
 func TestMultiNetworkSplitHorizon(t *testing.T) {
 	h := newHub(t)
 	dir1, dir2 := t.TempDir(), t.TempDir()
@@ -102,6 +96,36 @@ func TestMultiNetworkSplitHorizon(t *testing.T) {
 	writeFile(t, filepath.Join(dir2, "config.yaml"), multiNetworkC2("192.0.2.1"))
 	newSpoke(t, h, "c1", dir1)
 	newSpoke(t, h, "c2", dir2)
+	multiNetworkSplitHorizon(t, h, func(ip string) { writeFile(t, filepath.Join(dir2, "config.yaml"), multiNetworkC2(ip)) })
+}
+
+// TestMultiNetworkKubernetesGateway is TestMultiNetworkSplitHorizon with
+// net-b's cluster read from a real Kubernetes API server: its ratings
+// endpoints, gateway WorkloadEntry and Gateway are Kubernetes objects,
+// and the gateway moves by an update of the WorkloadEntry.
+func TestMultiNetworkKubernetesGateway(t *testing.T) {
+	kc := kubeCluster(t)
+	kc.Apply(t, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n"),
+		[]byte(multiNetworkC2("192.0.2.1")))
+	h := newHub(t)
+	dir1 := t.TempDir()
+	writeFile(t, filepath.Join(dir1, "config.yaml"), multiNetworkC1)
+	newSpoke(t, h, "c1", dir1)
+	newKubeSpoke(t, h, "c2", kc)
+	multiNetworkSplitHorizon(t, h, func(ip string) { kc.Apply(t, []byte(multiNetworkC2(ip))) })
+}
+
+// multiNetworkSplitHorizon checks a hub whose clusters c1 (net-a,
+// multiNetworkC1) and c2 (net-b, multiNetworkC2 with its gateway at
+// 192.0.2.1) are coming. A sidecar on net-a receives ratings' net-a
+// endpoint directly and net-b's two through net-b's gateway (weight 2);
+// net-c's (no gateway) is left out and reported (metric, /debug/meshes).
+// A proxyless client on net-a receives net-a's endpoint only. Moving the
+// gateway's address (move) updates the sidecar's EDS through the
+// endpoint fast path: no generation from scratch, and the incremental
+// results equal generations from scratch.
+func multiNetworkSplitHorizon(t *testing.T, h *hub, move func(ip string)) {
+	t.Helper()
 	waitOneMesh(t, h, 2)
 
 	const cluster = "outbound|9080||ratings.shop.svc.cluster.local"
@@ -170,7 +194,7 @@ func TestMultiNetworkSplitHorizon(t *testing.T) {
 		return v
 	}
 	before := full()
-	writeFile(t, filepath.Join(dir2, "config.yaml"), multiNetworkC2("192.0.2.2"))
+	move("192.0.2.2")
 	want = []string{"10.1.1.1:9080/1", "192.0.2.2:15443/2"}
 	if got := assignmentLayout(sidecar.next(t, typeurl.Endpoint, 30*time.Second)[cluster]); !slices.Equal(got, want) {
 		t.Fatalf("sidecar on net-a after the gateway moved: EDS %v, want %v", got, want)

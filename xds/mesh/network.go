@@ -30,7 +30,8 @@ const (
 // NetworkGateway is one entry point of a network: proxies on other
 // networks reach the network's endpoints through it, with mesh mTLS whose
 // SNI names the destination cluster (the gateway's AUTO_PASSTHROUGH
-// server routes by it).
+// server routes by it). It is a plain value, safe to copy and compare;
+// a snapshot's are never modified.
 type NetworkGateway struct {
 	Network string `json:"network"`
 	// Address is an IP address: a gateway given by host name is reported
@@ -184,7 +185,8 @@ func (s *Snapshot) GatewayWeightScale() uint32 {
 
 // NetworkStatus is one network of the mesh as a snapshot sees it: its
 // gateways, its endpoints, and how many of them proxies on other networks
-// cannot reach (the network has no gateway).
+// cannot reach (the network has no gateway). A snapshot's are shared
+// and must not be modified.
 type NetworkStatus struct {
 	Network     string           `json:"network"`
 	Gateways    []NetworkGateway `json:"gateways,omitempty"`
