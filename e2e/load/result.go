@@ -140,6 +140,9 @@ func (r Result) Notes() string {
 	switch r.Scenario {
 	case "S1":
 		add("fully ACKed %.0f/%d (the hub agrees for %.0f)", e["complete"], r.Proxies, e["hub_acked"])
+		if e["load_seconds"] > 0 {
+			add("before the proxies: every cluster synced and the mesh built %s after the spokes started", secs(e["load_seconds"]))
+		}
 		if e["sidecars"] > 0 {
 			add("per sidecar %s (CDS %s/%.0f, EDS %s/%.0f, LDS %s/%.0f, RDS %s/%.0f)", mb(e["sidecar_bytes"]),
 				mb(e["sidecar_CDS_bytes"]), e["sidecar_CDS_resources"], mb(e["sidecar_EDS_bytes"]), e["sidecar_EDS_resources"],
@@ -163,7 +166,7 @@ func (r Result) Notes() string {
 		if e["hub_saw_disconnect"] > 0 {
 			seen = "yes"
 		}
-		add("hub saw the outage: %s; resynced in %s", seen, secs(e["resync_seconds"]))
+		add("%.0f cluster(s) away; hub saw the outage: %s; resynced in %s", max(e["flapped"], 1), seen, secs(e["resync_seconds"]))
 	case "F1":
 		add("SIGKILL of %s: %s's membership dropped it after %s; its spoke synced on another replica after %s; its %.0f proxies reconnected %s after the kill to the others (latency: kill to fully ACKed)",
 			ReplicaID(int(e["victim"])), ReplicaID(0), secs(e["detect_seconds"]), secs(e["rehome_seconds"]), e["reconnected"], secs(ReconnectDelay.Seconds()))

@@ -38,6 +38,9 @@ type Options struct {
 	// FlapOutage is how long S4 keeps a spoke away (default 10 s);
 	// FlapQuiet how long it watches after the resync (default 5 s).
 	FlapOutage, FlapQuiet time.Duration
+	// FlapClusters is how many clusters S4 stops at once, the last ones
+	// (default 1; issue 26's S6 stops 10 of 100).
+	FlapClusters int
 	// Settle is the silence (no response to any proxy) awaited between
 	// scenarios (default 1 s).
 	Settle time.Duration
@@ -89,6 +92,9 @@ func (o *Options) defaults() {
 	if o.FlapOutage <= 0 {
 		o.FlapOutage = 10 * time.Second
 	}
+	if o.FlapClusters <= 0 {
+		o.FlapClusters = 1
+	}
 	if o.FlapQuiet <= 0 {
 		o.FlapQuiet = 5 * time.Second
 	}
@@ -122,9 +128,13 @@ type runner struct {
 	w   *Workload
 	hub *Hub // hubs[0]
 	// hubs are the hub's processes: one, or the replicas of one set.
-	hubs    []*Hub
-	steady  map[string]float64 // replicas only: the set's steady state before S1 (Extra of S1)
-	dead    map[int]bool       // hubs killed (F1)
+	hubs   []*Hub
+	steady map[string]float64 // replicas only: the set's steady state before S1 (Extra of S1)
+	// loaded is how long the hub took from the spokes' start to holding
+	// the whole workload (every cluster synced, the mesh built): Extra
+	// load_seconds of S1.
+	loaded  time.Duration
+	dead    map[int]bool // hubs killed (F1)
 	env     *env
 	spokes  *spokes
 	clients []*Client
@@ -198,7 +208,8 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	if err := r.waitLoaded(ctx); err != nil {
 		return nil, err
 	}
-	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "replicas", len(hubs), "took", time.Since(loadStart).Round(time.Millisecond))
+	r.loaded = time.Since(loadStart)
+	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "replicas", len(hubs), "took", r.loaded.Round(time.Millisecond))
 	if len(hubs) > 1 {
 		if r.steady, err = r.steadyState(ctx, time.Since(loadStart)); err != nil {
 			return nil, err

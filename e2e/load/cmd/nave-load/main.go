@@ -61,6 +61,7 @@ func run() error {
 		duration   = flag.Duration("duration", 60*time.Second, "S3: how long the endpoint churn lasts")
 		outage     = flag.Duration("outage", 10*time.Second, "S4: how long the spoke stays away")
 		quiet      = flag.Duration("quiet", 5*time.Second, "S4: how long to watch after the spoke resynced")
+		flapN      = flag.Int("flap-clusters", 1, "S4: how many clusters (the last ones) stop at once")
 		runs       = flag.Int("runs", 1, "runs of each configuration (a fresh hub each); the table shows the median")
 		timeout    = flag.Duration("timeout", 10*time.Minute, "longest wait for any step (a hang fails the run)")
 		jsonPath   = flag.String("json", "", "also write every run's results and the medians as JSON to this file")
@@ -198,7 +199,7 @@ func run() error {
 			for i := range *runs {
 				o := load.Options{Services: *services, EndpointsPerCluster: *endpoints, Clusters: clusterNames,
 					Proxies: n, Gateways: *gateways, Proxyless: *proxyless, Delta: mode == "delta", Scenarios: wantScenarios,
-					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet,
+					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet, FlapClusters: *flapN,
 					Timeout: *timeout, Logger: logger, ProfileDir: *profileDir, ProfileSeconds: *profileSec,
 					Label: fmt.Sprintf("run%d-", i+1), Idle: *idle}
 				if *traceDir != "" {
