@@ -89,8 +89,12 @@ func sameShape(a, b *Service) bool {
 		slices.Equal(a.ExportTo, b.ExportTo) && slices.Equal(a.SubjectAltNames, b.SubjectAltNames) && slices.Equal(a.Sources, b.Sources))
 }
 
+// sameEndpoint compares what generators read of two endpoints: not Stale,
+// which only says that the endpoint's cluster is away (within its grace
+// period) and changes nothing a proxy receives — a spoke's flap must not
+// regenerate the endpoints of every service it has.
 func sameEndpoint(a, b *Endpoint) bool {
 	return a == b || (a.Address == b.Address && a.Locality == b.Locality && a.Network == b.Network && a.Weight == b.Weight &&
-		a.Health == b.Health && a.Cluster == b.Cluster && a.Stale == b.Stale && a.ServiceAccount == b.ServiceAccount &&
+		a.Health == b.Health && a.Cluster == b.Cluster && a.ServiceAccount == b.ServiceAccount &&
 		a.Source == b.Source && maps.Equal(a.Ports, b.Ports) && maps.Equal(a.Labels, b.Labels))
 }

@@ -221,7 +221,10 @@ type Endpoint struct {
 	Health   Health            `json:"health"`
 	// Cluster is the cluster the endpoint was discovered in.
 	Cluster string `json:"cluster"`
-	// Stale is true while its cluster is disconnected (within the grace period).
+	// Stale is true while its cluster is disconnected (within the grace
+	// period). It is for people (debug pages): generators must not read it,
+	// and DiffSnapshots ignores it, so that a cluster going away and coming
+	// back regenerates nothing.
 	Stale          bool   `json:"stale,omitempty"`
 	ServiceAccount string `json:"serviceAccount,omitempty"`
 	Source         string `json:"source"`
