@@ -149,7 +149,7 @@ func (r Result) Notes() string {
 				mb(e["sidecar_LDS_bytes"]), e["sidecar_LDS_resources"], mb(e["sidecar_RDS_bytes"]), e["sidecar_RDS_resources"])
 		}
 	case "S2":
-		add("%.0f edit(s); reached %.0f of %.0f holders", e["edits"], e["reached"], e["holders"])
+		add("%.0f edit(s); reached %.0f of %.0f holders; %.0f proxies received anything", e["edits"], e["reached"], e["holders"], e["proxies_received"])
 		add("per proxy and edit: %.1f responses, %.1f resources (CDS %.1f, EDS %.1f, LDS %.1f, RDS %.1f), %s",
 			e["responses_per_proxy"], e["resources_per_proxy"], e["CDS_resources_per_proxy"], e["EDS_resources_per_proxy"],
 			e["LDS_resources_per_proxy"], e["RDS_resources_per_proxy"], mb(e["bytes_per_proxy"]))

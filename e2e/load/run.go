@@ -20,6 +20,12 @@ type Options struct {
 	// each of three clusters).
 	Services, EndpointsPerCluster int
 	Clusters                      []string // default c1, c2, c3
+	// Namespaces (default 10), EditService and Scoped shape the workload
+	// further (WorkloadOptions): issue 26's S5 is 5,000 services in 50
+	// namespaces, scoped by Sidecars, the edit in a namespace no other
+	// imports.
+	Namespaces, EditService int
+	Scoped                  bool
 	// Proxies is the number of ADS streams; Gateways and Proxyless of them
 	// are gateways and proxyless clients (negative: 2% and 5% of Proxies),
 	// the rest sidecars.
@@ -160,7 +166,8 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 			return nil, fmt.Errorf("unknown scenario %q (want S1, S2, S3, S4 or, with replicas, F1)", s)
 		}
 	}
-	w, err := NewWorkload(WorkloadOptions{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Clusters: o.Clusters})
+	w, err := NewWorkload(WorkloadOptions{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Clusters: o.Clusters,
+		Namespaces: o.Namespaces, EditService: o.EditService, Scoped: o.Scoped})
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +223,7 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 		}
 	}
 
-	r.env.watched[r.env.names.idString(w.ClusterName(0))] = true
+	r.env.watched[r.env.names.idString(w.ClusterName(w.edited))] = true
 	for _, s := range specs {
 		i := len(r.clients) % len(hubs)
 		c, err := newClient(r.env, s, o.Delta, hubs[i].XDS)

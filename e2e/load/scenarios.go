@@ -148,11 +148,13 @@ func (r *runner) incomplete() string {
 	return ""
 }
 
-// fanOut (S2): one edit (service 0's DestinationRule) that changes a
-// cluster every proxy holds; latency from handing it to the spoke to each
-// proxy's ACK of the response carrying the changed cluster.
+// fanOut (S2): one edit (the edited service's DestinationRule) that
+// changes a cluster every proxy that sees the service holds; latency from
+// handing it to the spoke to each holder's ACK of the response carrying
+// the changed cluster. Notes count the proxies that received anything:
+// with Sidecar scoping (S5) only the holders should.
 func (r *runner) fanOut(ctx context.Context) (Result, error) {
-	id := r.env.names.idString(r.w.ClusterName(0))
+	id := r.env.names.idString(r.w.ClusterName(r.w.edited))
 	p := r.begin("S2")
 	var samples []float64
 	holdersTotal, reached := 0, 0
@@ -199,6 +201,11 @@ func (r *runner) fanOut(ctx context.Context) (Result, error) {
 		}
 	}
 	res := p.end()
+	for _, c := range r.clients {
+		if len(r.window(c, p.start, time.Now())) > 0 {
+			res.Extra["proxies_received"]++
+		}
+	}
 	edits := float64(r.o.FanOutEdits)
 	per := edits * float64(len(r.clients))
 	res.Extra["edits"] = edits

@@ -51,6 +51,9 @@ func run() error {
 		services   = flag.Int("services", 1000, "services (ServiceEntries, each defined in every cluster)")
 		endpoints  = flag.Int("endpoints", 5, "endpoints (WorkloadEntries) per service in each cluster")
 		clusters   = flag.Int("clusters", 3, "clusters, each fed by its own spoke uplink")
+		namespaces = flag.Int("namespaces", 10, "namespaces the services and sidecars are spread over")
+		editSvc    = flag.Int("edit-service", 0, "S2: the service whose DestinationRule is edited")
+		scoped     = flag.Bool("sidecar-scope", false, "a Sidecar per namespace whose egress is the namespace and the shared ns-0 and ns-1 (issue 26's S5)")
 		proxies    = flag.String("proxies", "500", "proxies (ADS streams) per run; a comma-separated list runs each")
 		gateways   = flag.Int("gateways", -1, "how many of the proxies are ingress gateways (default 2%)")
 		proxyless  = flag.Int("proxyless", -1, "how many of the proxies are proxyless gRPC clients (default 5%)")
@@ -197,7 +200,7 @@ func run() error {
 		for _, n := range ns {
 			byScenario := map[string][]load.Result{}
 			for i := range *runs {
-				o := load.Options{Services: *services, EndpointsPerCluster: *endpoints, Clusters: clusterNames,
+				o := load.Options{Services: *services, EndpointsPerCluster: *endpoints, Clusters: clusterNames, Namespaces: *namespaces, EditService: *editSvc, Scoped: *scoped,
 					Proxies: n, Gateways: *gateways, Proxyless: *proxyless, Delta: mode == "delta", Scenarios: wantScenarios,
 					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet, FlapClusters: *flapN,
 					Timeout: *timeout, Logger: logger, ProfileDir: *profileDir, ProfileSeconds: *profileSec,
