@@ -50,6 +50,7 @@ type Result struct {
 	Scenario string `json:"scenario"` // S1..S4
 	Mode     string `json:"mode"`     // sotw or delta
 	Proxies  int    `json:"proxies"`
+	Services int    `json:"services,omitempty"` // the workload's services
 	Runs     int    `json:"runs"`
 	// Latency: S1 per proxy from the start of the storm to fully ACKed; S2
 	// from the spoke update to the ACK of the response carrying the edit;
@@ -98,7 +99,7 @@ func Median(runs []Result) Result {
 		}
 		return v[len(v)/2]
 	}
-	out := Result{Scenario: runs[0].Scenario, Mode: runs[0].Mode, Proxies: runs[0].Proxies, Runs: len(runs),
+	out := Result{Scenario: runs[0].Scenario, Mode: runs[0].Mode, Proxies: runs[0].Proxies, Services: runs[0].Services, Runs: len(runs),
 		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
 	out.Latency = Stats{
 		N:    int(med(func(r Result) float64 { return float64(r.Latency.N) })),
@@ -245,16 +246,16 @@ func secs(s float64) string {
 }
 
 // WriteTable prints results as the issue's table: one row per scenario,
-// mode and proxy count.
+// mode, service count and proxy count.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tmode\tproxies\truns\tp50\tp99\tmax\thub CPU-s\thub peak RSS\tto proxies\tload tool CPU-s\tnotes")
+	fmt.Fprintln(tw, "scenario\tmode\tservices\tproxies\truns\tp50\tp99\tmax\thub CPU-s\thub peak RSS\tto proxies\tload tool CPU-s\tnotes")
 	for _, r := range results {
 		lat := [3]string{"-", "-", "-"}
 		if r.Latency.N > 0 {
 			lat = [3]string{secs(r.Latency.P50), secs(r.Latency.P99), secs(r.Latency.Max)}
 		}
-		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%.0f MB\t%s\t%.1f\t%s\n", r.Scenario, Titles[r.Scenario], r.Mode, r.Proxies, r.Runs,
+		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%.1f\t%.0f MB\t%s\t%.1f\t%s\n", r.Scenario, Titles[r.Scenario], r.Mode, r.Services, r.Proxies, r.Runs,
 			lat[0], lat[1], lat[2], r.HubCPU, r.PeakRSS, mb(r.Bytes), r.ToolCPU, r.Notes())
 	}
 	return tw.Flush()

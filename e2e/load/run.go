@@ -553,7 +553,7 @@ func (p *probe) end() Result {
 	end := time.Now()
 	tool1 := selfCPU()
 	wall := end.Sub(p.start).Seconds()
-	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Runs: 1,
+	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Services: p.r.w.Services, Runs: 1,
 		ToolCPU: tool1 - p.tool0, Wall: wall,
 		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
 	for _, pp := range p.procs {
