@@ -121,7 +121,7 @@ func New(src resource.Source, opts Options) *Server {
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes = 64 << 20
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger, names: newNameSets(), conns: map[string]*conn{}, perMesh: map[string]int{}}
+	s := &Server{src: src, opts: opts, log: opts.Logger, names: sharedNames, conns: map[string]*conn{}, perMesh: map[string]int{}}
 	if opts.MaxInflightBytes > 0 {
 		s.budget = semaphore.NewWeighted(opts.MaxInflightBytes)
 	}
