@@ -8,6 +8,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/navemesh/nave/internal/envoysim"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/gentest"
 )
@@ -72,6 +73,17 @@ func TestGoldenDNSCapture(t *testing.T) {
 	plain := Envoy(snap, goldenProxies[0].key)
 	if hasListener(plain) || hasDomain(plain) {
 		t.Error("a sidecar that does not capture DNS got auto-allocated addresses")
+	}
+	// A client that resolved the names through its agent reaches them.
+	sim := envoysim.New(out.Resources)
+	if r := sim.Do(envoysim.Request{IP: ledger, Port: 7000}); len(r.TCP) != 1 || r.TCP[0].Name != "outbound|7000||ledger.example.com" {
+		t.Errorf("TCP to %s:7000: listener %s, tcp %v; want ledger.example.com's cluster", ledger, r.Listener, envoysim.ClusterNames(r.TCP))
+	}
+	for _, authority := range []string{"quotes.example.com:8000", quotes + ":8000"} {
+		r := sim.Do(envoysim.Request{IP: quotes, Port: 8000, Authority: authority, Path: "/", Method: "GET"})
+		if len(r.Clusters) != 1 || r.Clusters[0].Name != "outbound|8000||quotes.example.com" {
+			t.Errorf("HTTP to %s at %s:8000: clusters %v; want quotes.example.com's", authority, quotes, envoysim.ClusterNames(r.Clusters))
+		}
 	}
 	if !strings.HasPrefix(ledger, "240.240.") {
 		t.Errorf("ledger.example.com's address %s is not in 240.240.0.0/16", ledger)
