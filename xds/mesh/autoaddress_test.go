@@ -171,13 +171,13 @@ func TestAutoAddressCollision(t *testing.T) {
 		objs := hosts(t, base, older, younger)
 		for _, in := range [][]*meshconfig.Object{objs, {objs[1], objs[0]}} {
 			got := addresses(Build("m", []ClusterInput{cluster("c1", in...)}))
-			if got[older] != autoPreferred(older)[0] || got[younger] == got[older] || got[younger] == "" {
-				t.Errorf("older %s: %s (preferred %s), younger %s: %s", older, got[older], autoPreferred(older)[0], younger, got[younger])
+			if got[older] != autoAddresses(autoPreferred(older))[0] || got[younger] == got[older] || got[younger] == "" {
+				t.Errorf("older %s: %s (preferred %s), younger %s: %s", older, got[older], autoAddresses(autoPreferred(older))[0], younger, got[younger])
 			}
 		}
 		alone := addresses(Build("m", []ClusterInput{cluster("c1", objs[1])}))
-		if alone[younger] != autoPreferred(younger)[0] {
-			t.Errorf("%s alone: %s, want its preferred %s", younger, alone[younger], autoPreferred(younger)[0])
+		if alone[younger] != autoAddresses(autoPreferred(younger))[0] {
+			t.Errorf("%s alone: %s, want its preferred %s", younger, alone[younger], autoAddresses(autoPreferred(younger))[0])
 		}
 	}
 }
