@@ -90,13 +90,15 @@ func autoHash(host string) uint64 {
 	return h.Sum64()
 }
 
-// autoProbeStep is the host's probe step: from its hash, in
-// [1, autoSlots), and coprime with autoSlots (so the probe visits every
-// slot).
-func autoProbeStep(h uint64) int {
-	step := 1 + int((h>>32)%(autoSlots-1))
-	for gcd(step, autoSlots) != 1 {
-		step++ // ends at autoSlots-1 at the latest
+// autoProbeStep is the host's probe step among slots: from its hash, in
+// [1, slots), and coprime with slots (so the probe visits every slot).
+func autoProbeStep(h uint64, slots int) int {
+	if slots < 2 {
+		return 1
+	}
+	step := 1 + int((h>>32)%uint64(slots-1))
+	for gcd(step, slots) != 1 {
+		step++ // ends at slots-1 at the latest
 	}
 	return step
 }
@@ -132,7 +134,11 @@ func autoAddresses(n int) []string {
 // services shared with an earlier snapshot only where they differ (Build
 // only, while s.shared is set). Services beyond the range's capacity get
 // none and are reported.
-func (s *Snapshot) allocateAddresses() {
+func (s *Snapshot) allocateAddresses() { s.allocate(autoSlots) }
+
+// allocate is allocateAddresses over the first slots slots of the range
+// (tests use fewer).
+func (s *Snapshot) allocate(slots int) {
 	var eligible []*Service
 	for _, svc := range s.Services {
 		if svc.autoEligible() {
@@ -152,21 +158,21 @@ func (s *Snapshot) allocateAddresses() {
 	})
 	// In that order, each host takes the first free slot of its probe
 	// sequence: the slot it hashes to, then double hashing.
-	var used [(autoSlots + 63) / 64]uint64
+	used := make([]uint64, (slots+63)/64)
 	taken := 0
 	for _, svc := range eligible {
 		n := -1
-		if taken < autoSlots {
+		if taken < slots {
 			h := autoHash(svc.Hostname)
-			n = int(h % autoSlots)
-			for step := autoProbeStep(h); used[n/64]&(1<<(n%64)) != 0; {
-				n = (n + step) % autoSlots
+			n = int(h % uint64(slots))
+			for step := autoProbeStep(h, slots); used[n/64]&(1<<(n%64)) != 0; {
+				n = (n + step) % slots
 			}
 			used[n/64] |= 1 << (n % 64)
 			taken++
 		} else {
 			s.Problems = append(s.Problems, Problem{Resource: serviceSource(svc), Field: "spec.addresses",
-				Reason: fmt.Sprintf("no address is left in %s to allocate to %s (%d hosts have one); proxies that capture DNS do not resolve it", AutoAddressPrefixV4, svc.Hostname, autoSlots)})
+				Reason: fmt.Sprintf("no address is left in %s to allocate to %s (%d hosts have one); proxies that capture DNS do not resolve it", AutoAddressPrefixV4, svc.Hostname, slots)})
 		}
 		if svc.auto.slot != n+1 {
 			s.service(svc.Hostname, svc.Namespace).setAutoSlot(n)
