@@ -16,11 +16,15 @@ type MeshView struct {
 	Resources map[string]int      `json:"resources"`
 	Conflicts []mesh.Conflict     `json:"conflicts"`
 	Problems  []mesh.Problem      `json:"problems"`
+	// Networks are the mesh's networks with their gateways and the
+	// endpoints other networks cannot reach (mesh.Snapshot.Networks).
+	Networks []mesh.NetworkStatus `json:"networks,omitempty"`
 }
 
 // Meshes returns the current push context of every ready mesh that
 // visible accepts, sorted by mesh: version, clusters, conflicts, the
-// build's and generation's problems, and the proxyless resources by type.
+// build's and generation's problems, the proxyless resources by type, and
+// the networks.
 func (e *Engine) Meshes(visible func(mesh string) bool) []MeshView {
 	out := []MeshView{}
 	for _, en := range e.cache.Entries() {
@@ -30,7 +34,7 @@ func (e *Engine) Meshes(visible func(mesh string) bool) []MeshView {
 		}
 		v := MeshView{Mesh: st.Mesh, Version: st.Version, BuiltAt: st.BuiltAt.UTC().Format("2006-01-02T15:04:05.000Z"),
 			Clusters: st.Snapshot.Clusters, Services: len(st.Snapshot.Services), Resources: map[string]int{},
-			Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: en.AllProblems()}
+			Conflicts: append([]mesh.Conflict{}, st.Snapshot.Conflicts...), Problems: en.AllProblems(), Networks: st.Snapshot.Networks()}
 		for t, rs := range en.Proxyless().Resources {
 			v.Resources[t] = len(rs)
 		}

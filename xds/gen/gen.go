@@ -109,7 +109,8 @@ func GRPCFor(s *mesh.Snapshot, c GRPCClient) *Output { return proxyless.Generate
 func GRPCClientReads(s *mesh.Snapshot) ClientReads { return proxyless.ClientReads(s) }
 
 // GRPCClientEndpoints generates for c only the assignments of clusters
-// that balance by locality, sorted by name, with their problems: GRPC's
+// that may differ between clients (locality load balancing, cluster-local
+// services, endpoints on networks), sorted by name, with their problems: GRPC's
 // output with these in place of its own is GRPCFor's.
 func GRPCClientEndpoints(s *mesh.Snapshot, c GRPCClient) *Output {
 	return proxyless.ClientEndpoints(s, c)

@@ -178,6 +178,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	b.addServiceEntries(s, byKind["ServiceEntry"], selector, stale)
 	s.addRegistryServices(byKind["Service"], byKind["Workload"], selector, stale)
 	b.endpoints = nextEndpoints
+	s.setNetworks(s.gateways(byKind["Service"], byKind["WorkloadEntry"]))
 	for _, svc := range s.Services {
 		if s.shared[svc] {
 			continue // built complete and sorted

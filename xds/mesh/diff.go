@@ -17,7 +17,9 @@ type Diff struct {
 	// they shape only listeners (access logs, tracing, stats filters),
 	// so the other resources may be reused.
 	Telemetry bool
-	// Hosts are the services whose endpoints changed (Config false).
+	// Hosts are the services whose endpoints changed (Config false),
+	// or the gateways that stand for them on other networks (split-horizon
+	// EDS: a gateway that moved changes only endpoints).
 	Hosts map[string]bool
 	// Addresses are the endpoint addresses that appeared, vanished or
 	// changed in those services: a proxy whose own IP is among them may see
@@ -46,6 +48,7 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		return d
 	}
 	d.Telemetry = !sameConfigs(prev.Telemetries, next.Telemetries)
+	gwNetworks, gwAll := gatewayChanges(prev, next)
 	for host, n := range next.Services {
 		p, ok := prev.Services[host]
 		if !ok || !sameShape(p, n) {
@@ -53,6 +56,10 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 			return d
 		}
 		if p == n || slices.EqualFunc(p.Endpoints, n.Endpoints, sameEndpoint) {
+			if gwAll || (len(gwNetworks) > 0 && slices.ContainsFunc(n.Endpoints, func(e *Endpoint) bool { return gwNetworks[next.NetworkOf(e)] })) {
+				// The gateways that stand for its endpoints changed.
+				d.Hosts[host] = true
+			}
 			continue
 		}
 		d.Hosts[host] = true
@@ -98,4 +105,31 @@ func sameEndpoint(a, b *Endpoint) bool {
 	return a == b || (a.Address == b.Address && a.Locality == b.Locality && a.Network == b.Network && a.Weight == b.Weight &&
 		a.Health == b.Health && a.Cluster == b.Cluster && a.ServiceAccount == b.ServiceAccount &&
 		a.Source == b.Source && maps.Equal(a.Ports, b.Ports) && maps.Equal(a.Labels, b.Labels))
+}
+
+// gatewayChanges is how the network gateways changed between snapshots:
+// the networks whose gateways differ, and all when every split-horizon
+// assignment may change (gateways appeared or all went, or the weight
+// scale changed).
+func gatewayChanges(prev, next *Snapshot) (map[string]bool, bool) {
+	if slices.Equal(prev.NetworkGateways, next.NetworkGateways) {
+		return nil, false
+	}
+	if prev.MultiNetwork() != next.MultiNetwork() || prev.GatewayWeightScale() != next.GatewayWeightScale() {
+		return nil, true
+	}
+	changed := map[string]bool{}
+	count := map[NetworkGateway]int{}
+	for _, gw := range prev.NetworkGateways {
+		count[gw]++
+	}
+	for _, gw := range next.NetworkGateways {
+		count[gw]--
+	}
+	for gw, n := range count {
+		if n != 0 {
+			changed[gw.Network] = true
+		}
+	}
+	return changed, false
 }

@@ -127,7 +127,8 @@ func TestDiffKnowsEverySnapshotField(t *testing.T) {
 		"Telemetries":  "compared (Diff.Telemetry)",
 		"EnvoyFilters": "compared",
 		"TrustDomain":  "compared", "DomainSuffixes": "compared", "MeshConfig": "compared (by value)", "MeshNetworks": "compared (by value)",
-		"Conflicts": "derived from the config compared", "Problems": "derived from the config compared",
+		"NetworkGateways": "compared (by value; a change marks the hosts with endpoints on the networks concerned)",
+		"Conflicts":       "derived from the config compared", "Problems": "derived from the config compared",
 		"Clusters": "not read by generators", "GatewayAPIStatuses": "not read by generators (sent to the spokes over Watch)",
 	}
 	st := reflect.TypeOf(Snapshot{})

@@ -176,6 +176,28 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		}
 	}
 
+	// Gateways: those of changed entries go, their new ones come (an
+	// entry whose gateway labels are wrong has a problem: a full build
+	// reports it).
+	gateways := last.snap.NetworkGateways
+	if slices.ContainsFunc(changes, func(ch entryChange) bool { _, p, ok := entryGateway(ch.cfg); return ok || p != nil }) {
+		gone := map[string]bool{}
+		var added []NetworkGateway
+		for _, ch := range changes {
+			gw, problem, ok := entryGateway(ch.cfg)
+			if problem != nil {
+				return nil
+			}
+			if !ch.added {
+				gone[ch.cfg.Ref()] = true
+			} else if ok {
+				added = append(added, gw)
+			}
+		}
+		gateways = slices.DeleteFunc(slices.Clone(gateways), func(gw NetworkGateway) bool { return gone[gw.Source] })
+		gateways = append(gateways, added...)
+	}
+
 	// The definitions each changed entry is (or was) selected by.
 	affected := map[*selecting][]entryChange{}
 	for _, ch := range changes {
@@ -247,6 +269,11 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		s.Clusters = append(s.Clusters, c.state())
 	}
 	maps.Copy(s.Services, replaced)
+	if len(gateways) == len(prev.NetworkGateways) && (len(gateways) == 0 || &gateways[0] == &prev.NetworkGateways[0]) {
+		s.NetworkGateways, s.networks = prev.NetworkGateways, prev.networks
+	} else {
+		s.setNetworks(gateways)
+	}
 	s.hostnames = prev.Hostnames()
 	s.sorted = s.SortedServices()
 	// The address index: the addresses of the changed services (before and

@@ -67,6 +67,11 @@ type Snapshot struct {
 	// MeshNetworks is the mesh's Istio MeshNetworks (Builder.MeshNetworks);
 	// nil when none is configured.
 	MeshNetworks *meshv1alpha1.MeshNetworks
+	// NetworkGateways are the mesh's east-west gateways (network.go),
+	// sorted by network, cluster, address, port and source: from
+	// Services labelled topology.istio.io/network (at their external
+	// addresses), WorkloadEntries labelled as gateways, and MeshNetworks.
+	NetworkGateways []NetworkGateway
 	// DomainSuffixes holds each cluster's DNS suffix (its service hostnames
 	// are name.namespace.svc.<suffix>): a cluster's short host names in
 	// config are completed with its own (ResolveHost).
@@ -103,6 +108,8 @@ type Snapshot struct {
 	atDepth       int
 	// memo holds values derived from the snapshot (see Memo).
 	memo sync.Map
+	// networks indexes NetworkGateways and MeshNetworks (setNetworks).
+	networks *networkIndex
 }
 
 // Memo returns the value derived from the snapshot under key, computing it

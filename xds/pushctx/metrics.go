@@ -1,6 +1,12 @@
 package pushctx
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/navemesh/nave/xds/mesh"
+)
 
 type metrics struct {
 	builds       prometheus.Counter
@@ -10,6 +16,7 @@ type metrics struct {
 	conflicts    *prometheus.GaugeVec
 	fastBuilds   prometheus.Counter
 	skipped      prometheus.Counter
+	unreachable  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +35,28 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Push context builds started at once for endpoint-only changes (no debounce)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_builds_deferred_total",
 			Help: "Builds skipped because no proxy stream watches the mesh (push.adaptive); the mesh is built when one connects."}),
+		unreachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_mesh_unreachable_endpoints",
+			Help: "Endpoints of the network that proxies on other networks cannot reach: the mesh has several networks and this one has no east-west gateway (listed at /debug/meshes; docs/multi-network.md)."}, []string{"mesh", "network"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.conflicts, m.fastBuilds, m.skipped)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.conflicts, m.fastBuilds, m.skipped, m.unreachable)
 	}
 	return m
+}
+
+// reportNetworks sets the unreachable endpoints of each network of snap
+// and removes the series of networks in last it no longer has; it
+// returns snap's networks.
+func (m *metrics) reportNetworks(meshName string, snap *mesh.Snapshot, last []string) []string {
+	var names []string
+	for _, n := range snap.Networks() {
+		names = append(names, n.Network)
+		m.unreachable.WithLabelValues(meshName, n.Network).Set(float64(n.Unreachable))
+	}
+	for _, n := range last {
+		if !slices.Contains(names, n) {
+			m.unreachable.DeleteLabelValues(meshName, n)
+		}
+	}
+	return names
 }

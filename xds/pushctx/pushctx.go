@@ -153,6 +153,9 @@ type meshState struct {
 	// loop only.
 	builder mesh.Builder
 	pace    *rate.Limiter
+	// networks are the networks whose unreachable endpoints the build
+	// loop last reported (nave_mesh_unreachable_endpoints).
+	networks []string
 
 	// stop ends the mesh's build loop and done is closed when it has
 	// returned; both nil until the loop starts (Start). Set under
@@ -258,6 +261,7 @@ func (m *Publisher) Forget(mesh string) {
 	}
 	m.metrics.services.DeleteLabelValues(mesh)
 	m.metrics.conflicts.DeleteLabelValues(mesh)
+	m.metrics.unreachable.DeletePartialMatch(prometheus.Labels{"mesh": mesh})
 }
 
 // changed records when a change not yet built was first reported.
@@ -467,6 +471,7 @@ func (m *Publisher) build(ms *meshState) {
 	m.metrics.buildSeconds.Observe(d.Seconds())
 	m.metrics.services.WithLabelValues(ms.name).Set(float64(len(snap.Services)))
 	m.metrics.conflicts.WithLabelValues(ms.name).Set(float64(len(snap.Conflicts)))
+	ms.networks = m.metrics.reportNetworks(ms.name, snap, ms.networks)
 	m.log.Info("push context published", "mesh", ms.name, "version", st.Version, "services", len(snap.Services),
 		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts),
 		"config_changed", st.Diff.Config, "endpoint_changes", len(st.Diff.Hosts), "took", d)

@@ -90,10 +90,13 @@ type assignmentKey struct {
 }
 
 func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
+	eps, gateways := b.clusterEndpoints(oc)
 	meta := func(ep *mesh.Endpoint) *corev3.Metadata {
+		if gateways[ep] {
+			return b.gatewayMetadata()
+		}
 		return build.WithEndpointWorkload(b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port)), oc.Service, ep)
 	}
-	eps := b.clusterEndpoints(oc)
 	if oc.sniDNAT {
 		// An SNI-DNAT cluster reaches only endpoints that accept mesh
 		// mTLS (cds_snidnat.go).
@@ -109,27 +112,38 @@ func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadA
 // in snapshot order.
 //
 // Endpoints on another network than the proxy's (both known and
-// different) are left out: reaching them needs an east-west gateway, which
-// the mesh model does not have yet, and a direct connection to another
-// network's pod address would fail or reach the wrong workload.
+// different) are never reached directly (a connection to another
+// network's pod address would fail or reach the wrong workload): they are
+// replaced by their network's gateways (split-horizon EDS, splitHorizon;
+// gateways lists those endpoints), or left out when the network has
+// none, when the cluster does not use mesh mTLS for them, or on an
+// SNI-DNAT cluster (a gateway forwards only to its own network).
 //
 // A DNS service without endpoints resolves its own host name, as Istio's
 // ServiceEntry does. A DNS_ROUND_ROBIN (LOGICAL_DNS) cluster takes exactly
 // one host name, the first.
-func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
-	network := b.v.Key().Network
-	eps := make([]*mesh.Endpoint, 0, len(oc.Service.Endpoints))
-	for _, ep := range build.ClusterLocalEndpoints(b.v.Snapshot(), oc.Service.Hostname, b.v.Key().Cluster, oc.Service.Endpoints) {
+func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) (eps []*mesh.Endpoint, gateways map[*mesh.Endpoint]bool) {
+	snap, network := b.v.Snapshot(), b.v.Key().Network
+	split := network != "" && !oc.sniDNAT && snap.MultiNetwork()
+	var remote []*mesh.Endpoint
+	eps = make([]*mesh.Endpoint, 0, len(oc.Service.Endpoints))
+	for _, ep := range build.ClusterLocalEndpoints(snap, oc.Service.Hostname, b.v.Key().Cluster, oc.Service.Endpoints) {
 		if !mesh.Matches(oc.Labels, ep.Labels) || !ep.Serves(oc.Port) {
 			continue
 		}
-		if network != "" && ep.Network != "" && ep.Network != network {
+		if n := snap.NetworkOf(ep); network != "" && n != "" && n != network {
+			if split {
+				remote = append(remote, ep)
+			}
 			continue
 		}
 		eps = append(eps, ep)
 	}
+	if split {
+		eps, gateways = b.splitHorizon(oc, eps, remote)
+	}
 	if oc.kind != kindStrictDNS && oc.kind != kindLogicalDNS {
-		return eps
+		return eps, gateways
 	}
 	resource := oc.Service.Hostname
 	if len(oc.Service.Sources) > 0 {
@@ -138,7 +152,7 @@ func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 	if len(oc.Service.Endpoints) == 0 {
 		if strings.HasPrefix(oc.Service.Hostname, "*") {
 			b.problems.Addf(resource, "spec.resolution", "a wildcard host (%s) cannot be resolved by DNS without endpoints; the cluster has none", oc.Service.Hostname)
-			return eps
+			return eps, gateways
 		}
 		eps = append(eps, &mesh.Endpoint{Address: oc.Service.Hostname, Health: mesh.Healthy})
 	}
@@ -146,7 +160,7 @@ func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) []*mesh.Endpoint {
 		b.problems.Addf(resource, "spec.endpoints", "resolution DNS_ROUND_ROBIN connects to one host name; using %s and ignoring %d more", eps[0].Address, len(eps)-1)
 		eps = eps[:1]
 	}
-	return eps
+	return eps, gateways
 }
 
 // tlsModeMetadata is the metadata of an endpoint of svc serving port:

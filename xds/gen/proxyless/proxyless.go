@@ -75,14 +75,14 @@ func Endpoints(s *mesh.Snapshot, hosts map[string]bool, c build.Client) []build.
 }
 
 // ClientEndpoints generates, for client c, the assignments of every
-// cluster with locality load balancing (those that may differ from the
-// zero Client's), sorted by name, and the problems they met: with the
+// cluster that may differ from the zero Client's (perClient: locality
+// load balancing, cluster-local, endpoints on networks), sorted by name, and the problems they met: with the
 // rest of Generate's output for any client, what Generate gives c.
 func ClientEndpoints(s *mesh.Snapshot, c build.Client) *build.Output {
 	g := &generator{snap: s, client: c, out: &build.Output{Resources: map[string][]build.Resource{}}}
 	for _, host := range s.Hostnames() {
 		g.eachCluster(s.Services[host], func(oc *policy.Cluster) {
-			if !build.LocalityIndependent(oc.Policy) || s.ClusterLocal(oc.Service.Hostname) {
+			if perClient(s, oc) {
 				g.add(typeurl.Endpoint, oc.Name, g.newAssignment(oc))
 			}
 		})
@@ -98,7 +98,7 @@ func ClientEndpoints(s *mesh.Snapshot, c build.Client) *build.Output {
 // per snapshot.
 func ClientReads(s *mesh.Snapshot) build.ClientReads {
 	return s.Memo(clientReadsKey{}, func() any {
-		r := build.ClientReads{Cluster: s.HasClusterLocal()}
+		r := build.ClientReads{Cluster: s.HasClusterLocal(), Network: len(networkHosts(s)) > 0}
 		g := &generator{snap: s}
 		for _, host := range s.Hostnames() {
 			if s.DestinationRule(host, "") == nil && s.LocalityLbSetting() == nil {
