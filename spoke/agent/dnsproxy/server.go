@@ -358,3 +358,6 @@ func (s *Server) count(outcome string) {
 		s.counts[2].Add(1)
 	}
 }
+
+// Options are the server's options (its upstreams, its scope).
+func (s *Server) Options() Options { return s.o }
