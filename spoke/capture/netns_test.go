@@ -28,12 +28,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// helper is one of the netns test's processes:
+// helper is one of the netns tests' processes:
 //   - capture ARGS: Main(ARGS), the capture init container;
 //   - serve NAME=PORT...: listens on each port and answers each
 //     connection with the NAME of its port, until killed;
 //   - dial UID ADDR: as uid and gid UID, connects to ADDR and prints the
-//     answer, or "error: ..." when there is none.
+//     answer, or "error: ..." when there is none;
+//   - dnsserve UID NAME ADDR...: as UID, a DNS server on each ADDR (UDP and
+//     TCP) answering every query with a TXT record holding NAME;
+//   - dnsquery UID NET ADDR: as UID, asks ADDR over NET (udp, tcp) and
+//     prints the TXT answer, or "error: ...".
 func helper(mode string, args []string) int {
 	switch mode {
 	case "capture":
@@ -59,17 +63,15 @@ func helper(mode string, args []string) int {
 		}
 		fmt.Println("ready")
 		select {}
+	case "dnsserve":
+		return dnsServe(args)
+	case "dnsquery":
+		return dnsQuery(args)
 	case "dial":
 		uid, _ := strconv.Atoi(args[0])
-		if uid != 0 {
-			if err := syscall.Setresgid(uid, uid, uid); err != nil {
-				fmt.Println("error: setgid:", err)
-				return 1
-			}
-			if err := syscall.Setresuid(uid, uid, uid); err != nil {
-				fmt.Println("error: setuid:", err)
-				return 1
-			}
+		if err := becomeUID(uid); err != nil {
+			fmt.Println("error:", err)
+			return 1
 		}
 		c, err := net.DialTimeout("tcp", args[1], 2*time.Second)
 		if err != nil {
@@ -88,6 +90,20 @@ func helper(mode string, args []string) int {
 	}
 	fmt.Println("unknown helper mode", mode)
 	return 2
+}
+
+// becomeUID makes the process uid and gid uid (0: stays root).
+func becomeUID(uid int) error {
+	if uid == 0 {
+		return nil
+	}
+	if err := syscall.Setresgid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setgid: %w", err)
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setuid: %w", err)
+	}
+	return nil
 }
 
 // netns is a network namespace the test created.
@@ -125,7 +141,14 @@ func (ns netns) run(t *testing.T, mode string, args ...string) string {
 // serve starts a serve helper in ns, stopped by PID when the test ends.
 func (ns netns) serve(t *testing.T, ports ...string) {
 	t.Helper()
-	cmd := ns.helperCmd(t, "serve", ports...)
+	ns.startHelper(t, "serve", ports...)
+}
+
+// startHelper starts a helper that prints "ready" once it serves, stopped
+// by PID when the test ends.
+func (ns netns) startHelper(t *testing.T, mode string, args ...string) {
+	t.Helper()
+	cmd := ns.helperCmd(t, mode, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
