@@ -24,6 +24,12 @@ type Entry struct {
 
 	c       *Cache
 	results *resultCache // the mesh's, shared by its Entries
+	// tableResults is the mesh's newest name table per name-table key;
+	// tables memoizes NameTableFor per name-table key (nameTableKeys:
+	// proxy.Key -> proxy.Key).
+	tableResults  *resultCache
+	tables        map[proxy.Key]*proxyEntry
+	nameTableKeys sync.Map
 	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key); marshalled
 	// maps each generated message to its Prepared (see marshal).
 	cacheKeys  sync.Map
@@ -159,6 +165,7 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 		// No host is cluster-local: a proxy's cluster changes nothing.
 		ck.Cluster = ""
 	}
+	ck.DNSCapture = k.DNSCapture && e.State.Snapshot.HasAutoAddresses()
 	if k.IPs != "" {
 		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig
@@ -166,6 +173,10 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	}
 	if sig := scope.LabelSignature(e.State.Snapshot, k); sig != "" {
 		ck.Labels = "selects:" + sig
+	}
+	if ck.DNSCapture {
+		// Auto-allocated addresses are given by the proxy's IP families.
+		ck.IPs += families(k)
 	}
 	return ck
 }

@@ -11,7 +11,7 @@ type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
 	// gateways, sidecars, security policies, the trust domain, the
 	// MeshConfig or MeshNetworks (compared by value), or a service itself (added, removed, ports,
-	// addresses, resolution, export, subject alt names, sources). Then nothing can be reused.
+	// addresses (auto-allocated ones too), resolution, export, subject alt names, sources). Then nothing can be reused.
 	Config bool
 	// Telemetry is true when Telemetry objects changed (Config false):
 	// they shape only listeners (access logs, tracing, stats filters),
@@ -86,6 +86,7 @@ func sameConfigMap(a, b map[string][]*Config) bool {
 func sameShape(a, b *Service) bool {
 	return a == b || (a.Hostname == b.Hostname && a.Namespace == b.Namespace && a.External == b.External &&
 		a.Resolution == b.Resolution && slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Addresses, b.Addresses) &&
+		slices.Equal(a.AutoAddresses, b.AutoAddresses) && maps.EqualFunc(a.ClusterAddresses, b.ClusterAddresses, slices.Equal[[]string]) &&
 		slices.Equal(a.ExportTo, b.ExportTo) && slices.Equal(a.SubjectAltNames, b.SubjectAltNames) && slices.Equal(a.Sources, b.Sources))
 }
 
