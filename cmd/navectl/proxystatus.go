@@ -89,7 +89,9 @@ part of one), it prints that proxy's types in detail, NACK reasons included.`,
 // findProxy picks the proxy name names, as the hub's /debug/config does
 // (ads.FindProxy).
 func findProxy(conns []ads.ConnStatus, name string) (ads.ConnStatus, error) {
-	i, err := ads.FindProxy(name, len(conns), func(i int) (string, string) { return conns[i].ID, conns[i].NodeID })
+	i, err := ads.FindProxy(name, len(conns), func(i int) (string, string, bool) {
+		return conns[i].ID, conns[i].NodeID, conns[i].NameTable
+	})
 	if err != nil {
 		return ads.ConnStatus{}, fmt.Errorf("%w (see navectl proxy-status)", err)
 	}

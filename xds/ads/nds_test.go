@@ -6,8 +6,11 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/shared/meshlimits"
 	ndsv1 "github.com/navemesh/nave/shared/nds/v1"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
@@ -100,4 +103,67 @@ func TestNameTableServedToAnAgentStream(t *testing.T) {
 	}
 	agent.ACK(next)
 	agent.Quiet(quietFor, "nothing else is sent to a name-table stream")
+}
+
+// TestNameTableStreamsAreCountedApart: with a mesh limited to one proxy,
+// a pod's Envoy stream and its agent's name-table stream (same node) are
+// both served; a second name-table stream is refused; the hub's config
+// view finds the Envoy's stream by node ID.
+func TestNameTableStreamsAreCountedApart(t *testing.T) {
+	f := newFixture(t, nil, func(o *ads.Options) {
+		o.MaxProxies = func(string) int { return 1 }
+		o.LimitMetrics = meshlimits.NewMetrics(o.Registerer)
+	})
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "ROUND_ROBIN")+"---"+ndsEntryYAML)))
+	const id = "sidecar~10.0.0.5~app-1.demo~demo.svc.cluster.local"
+	envoy := f.connect(t, captureNode(id))
+	envoy.Subscribe(typeurl.Cluster)
+	envoy.Next(typeurl.Cluster)
+	agent := f.connect(t, captureNode(id))
+	agent.Subscribe(typeurl.NameTable)
+	agent.Next(typeurl.NameTable)
+	if got := f.metric(t, "nave_mesh_limit_usage"); got != 1 {
+		t.Errorf("nave_mesh_limit_usage = %v, want 1 (the Envoy only)", got)
+	}
+	pc, err := f.ads.ProxyConfig(id, nil)
+	if err != nil || pc.ID != f.connStatusOf(t, id, false).ID {
+		t.Errorf("the config view of node %s: %v; want the Envoy's stream", id, err)
+	}
+
+	second := f.connect(t, captureNode("sidecar~10.0.0.6~app-2.demo~demo.svc.cluster.local"))
+	second.Subscribe(typeurl.NameTable)
+	if err := second.Ended(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "name-table streams") {
+		t.Errorf("a second name-table stream ended with %v; want ResourceExhausted naming name-table streams", err)
+	}
+	agent.Quiet(quietFor, "the refusal changes nothing for the first agent")
+}
+
+// TestNameTableOverDelta: a delta stream asking for the name table gets
+// the one resource.
+func TestNameTableOverDelta(t *testing.T) {
+	f := newFixture(t, nil)
+	f.set(t, "m", synced("c1", pushctxtest.Decode(t, ndsEntryYAML)))
+	agent := f.connectDelta(t, captureNode("sidecar~10.0.0.5~app-1.demo~demo.svc.cluster.local"))
+	agent.subscribe(typeurl.NameTable)
+	r := agent.next(typeurl.NameTable)
+	if len(r.GetResources()) != 1 {
+		t.Fatalf("%d resources, want the name table", len(r.GetResources()))
+	}
+	var nt ndsv1.NameTable
+	if err := r.GetResources()[0].GetResource().UnmarshalTo(&nt); err != nil || nt.GetTable()["api.example.com"] == nil {
+		t.Errorf("delta name table %v (%v), want api.example.com", nt.GetTable(), err)
+	}
+}
+
+// connStatusOf returns the status of node id's one stream that is (or is
+// not) a name-table stream.
+func (f *fixture) connStatusOf(t *testing.T, id string, nameTable bool) ads.ConnStatus {
+	t.Helper()
+	for _, cs := range f.ads.Status() {
+		if cs.NodeID == id && cs.NameTable == nameTable {
+			return cs
+		}
+	}
+	t.Fatalf("no stream of node %s with nameTable %v", id, nameTable)
+	return ads.ConnStatus{}
 }

@@ -67,6 +67,22 @@ type proxyEntry struct {
 	res    *resource.ProxyResources
 }
 
+// memoEntry returns m's entry for key, made on first use for origin (the
+// key generated for). Called without e.mu held; it takes it.
+func memoEntry[K comparable](e *Entry, m *map[K]*proxyEntry, key K, origin proxy.Key) *proxyEntry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if *m == nil {
+		*m = map[K]*proxyEntry{}
+	}
+	pe := (*m)[key]
+	if pe == nil {
+		pe = &proxyEntry{origin: origin}
+		(*m)[key] = pe
+	}
+	return pe
+}
+
 // Version is the State's version.
 func (e *Entry) Version() uint64 { return e.State.Version }
 
@@ -94,16 +110,7 @@ const (
 func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 	k = e.locate(k)
 	ck := e.cacheKey(k)
-	e.mu.Lock()
-	if e.proxies == nil {
-		e.proxies = map[proxy.Key]*proxyEntry{}
-	}
-	pe := e.proxies[ck]
-	if pe == nil {
-		pe = &proxyEntry{origin: k}
-		e.proxies[ck] = pe
-	}
-	e.mu.Unlock()
+	pe := memoEntry(e, &e.proxies, ck, k)
 	verify := e.c.opts.Verify
 	pe.once.Do(func() {
 		defer e.c.acquire(e.State.Mesh)()

@@ -21,16 +21,7 @@ import (
 // (decision 008). Safe for concurrent use.
 func (e *Entry) NameTableFor(k proxy.Key) *resource.ProxyResources {
 	nk := e.nameTableKey(k)
-	e.mu.Lock()
-	if e.tables == nil {
-		e.tables = map[proxy.Key]*proxyEntry{}
-	}
-	pe := e.tables[nk]
-	if pe == nil {
-		pe = &proxyEntry{origin: k}
-		e.tables[nk] = pe
-	}
-	e.mu.Unlock()
+	pe := memoEntry(e, &e.tables, nk, k)
 	pe.once.Do(func() {
 		prev, ok := e.tableResults.get(nk)
 		if ok && prev.res != nil && e.tableReusable(prev.snap) {
