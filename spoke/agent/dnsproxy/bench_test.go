@@ -10,8 +10,8 @@ import (
 )
 
 // benchProxy is a proxy serving UDP on loopback with testTable, in front
-// of the test upstream; it returns the proxy's address.
-func benchProxy(tb testing.TB) string {
+// of the test upstream; it returns the proxy's address and the upstream's.
+func benchProxy(tb testing.TB) (proxy, upstream string) {
 	tb.Helper()
 	up := startUpstream(tb)
 	s := New(Options{Scope: testScope, Upstreams: []string{up.addr}})
@@ -26,7 +26,7 @@ func benchProxy(tb testing.TB) string {
 		cancel()
 		<-done
 	})
-	return s.Addrs()[0]
+	return s.Addrs()[0], up.addr
 }
 
 // exchangeOnce asks name over one UDP connection and checks the answer.
@@ -47,20 +47,23 @@ func exchangeOnce(tb testing.TB, c *dns.Conn, name string, want int) {
 // BenchmarkAnswerLatency is a pod's DNS query through the agent, as a
 // client sees it, over UDP on loopback: a name of the table (hit), the
 // search-path form of one (CNAME and address), and a name forwarded to an
-// upstream resolver on loopback (which answers at once: the figure is
-// what the agent adds). It reports the p50 and p99 of the round trips.
+// upstream resolver on loopback (which answers at once), and, for
+// comparison, the same query sent to that resolver directly: the
+// difference is what the agent adds. It reports the p50 and p99 of the
+// round trips.
 func BenchmarkAnswerLatency(b *testing.B) {
-	addr := benchProxy(b)
+	proxy, upstream := benchProxy(b)
 	for _, tc := range []struct {
-		name, query string
-		answers     int
+		name, addr, query string
+		answers           int
 	}{
-		{"hit", "reviews.ns1.svc.cluster.local.", 1},
-		{"search-path", "reviews.ns1.svc.cluster.local.ns1.svc.cluster.local.", 2},
-		{"forwarded", "up.test.", 1},
+		{"hit", proxy, "reviews.ns1.svc.cluster.local.", 1},
+		{"search-path", proxy, "reviews.ns1.svc.cluster.local.ns1.svc.cluster.local.", 2},
+		{"forwarded", proxy, "up.test.", 1},
+		{"upstream-direct", upstream, "up.test.", 1},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c, err := dns.Dial("udp", addr)
+			c, err := dns.Dial("udp", tc.addr)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -81,8 +84,8 @@ func BenchmarkAnswerLatency(b *testing.B) {
 
 // TestAnswerLatencyBenchmarkOnce is BenchmarkAnswerLatency's test twin.
 func TestAnswerLatencyBenchmarkOnce(t *testing.T) {
-	addr := benchProxy(t)
-	c, err := dns.Dial("udp", addr)
+	proxy, _ := benchProxy(t)
+	c, err := dns.Dial("udp", proxy)
 	if err != nil {
 		t.Fatal(err)
 	}
