@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/internal/dnstest"
 	"github.com/navemesh/nave/internal/testenv"
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/spoke/capture"
@@ -229,12 +230,8 @@ func startNamespaceResolver(t *testing.T, ns *harness.NetNS, addr string, answer
 	t.Helper()
 	var pc net.PacketConn
 	var l net.Listener
-	inNetNS(t, ns.Name, func() error {
-		var err error
-		if pc, err = net.ListenPacket("udp", addr); err != nil {
-			return err
-		}
-		l, err = net.Listen("tcp", addr)
+	inNetNS(t, ns.Name, func() (err error) {
+		pc, l, err = dnstest.Listen(addr)
 		return err
 	})
 	r := &nsResolver{}
@@ -252,15 +249,7 @@ func startNamespaceResolver(t *testing.T, ns *harness.NetNS, addr string, answer
 		}
 		_ = w.WriteMsg(m)
 	})
-	servers := []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: l, Handler: h}}
-	for _, s := range servers {
-		go func() { _ = s.ActivateAndServe() }()
-	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			_ = s.Shutdown()
-		}
-	})
+	t.Cleanup(dnstest.Start(pc, l, h))
 	return r
 }
 

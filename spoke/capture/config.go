@@ -317,41 +317,32 @@ func (v rangesValue) Set(s string) error {
 	return nil
 }
 
-// onlyPorts is a flag holding a port list ("*" refused).
-type onlyPorts struct{ ports *[]int }
-
-func (v onlyPorts) String() string {
-	if v.ports == nil {
-		return ""
-	}
-	return joinPorts(*v.ports)
+// listFlag is a flag holding a list ("*" refused): ports, CIDRs or
+// addresses, parsed and printed by the package's functions.
+type listFlag[T any] struct {
+	list  *[]T
+	parse func(string) ([]T, error)
+	join  func([]T) string
 }
 
-func (v onlyPorts) Set(s string) (err error) { *v.ports, err = ParsePorts(s); return err }
-
-// onlyRanges is a flag holding a CIDR list ("*" refused).
-type onlyRanges struct{ ranges *[]netip.Prefix }
-
-func (v onlyRanges) String() string {
-	if v.ranges == nil {
+func (v listFlag[T]) String() string {
+	if v.list == nil {
 		return ""
 	}
-	return joinRanges(*v.ranges)
+	return v.join(*v.list)
 }
 
-func (v onlyRanges) Set(s string) (err error) { *v.ranges, err = ParseRanges(s); return err }
+func (v listFlag[T]) Set(s string) (err error) { *v.list, err = v.parse(s); return err }
 
-// onlyAddrs is a flag holding an address list.
-type onlyAddrs struct{ addrs *[]netip.Addr }
+func onlyPorts(l *[]int) listFlag[int] { return listFlag[int]{l, ParsePorts, joinPorts} }
 
-func (v onlyAddrs) String() string {
-	if v.addrs == nil {
-		return ""
-	}
-	return joinAddrs(*v.addrs)
+func onlyRanges(l *[]netip.Prefix) listFlag[netip.Prefix] {
+	return listFlag[netip.Prefix]{l, ParseRanges, joinRanges}
 }
 
-func (v onlyAddrs) Set(s string) (err error) { *v.addrs, err = ParseAddrs(s); return err }
+func onlyAddrs(l *[]netip.Addr) listFlag[netip.Addr] {
+	return listFlag[netip.Addr]{l, ParseAddrs, joinAddrs}
+}
 
 // flags binds c's fields to fs.
 func (c *Config) flags(fs *flag.FlagSet) {
@@ -360,13 +351,13 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.InboundPort, flagInboundPort, c.InboundPort, "port inbound TCP is redirected to")
 	fs.IntVar(&c.OutboundPort, flagOutboundPort, c.OutboundPort, "port outbound TCP is redirected to")
 	fs.Var(portsValue{&c.InboundAllPorts, &c.InboundPorts}, flagInboundPorts, `inbound ports redirected: "*" (all) or a comma-separated list`)
-	fs.Var(onlyPorts{&c.ExcludeInboundPorts}, flagExcludeInbound, "inbound ports never redirected, comma-separated")
-	fs.Var(onlyPorts{&c.ExcludeOutboundPorts}, flagExcludeOutbound, "outbound destination ports never redirected, comma-separated")
+	fs.Var(onlyPorts(&c.ExcludeInboundPorts), flagExcludeInbound, "inbound ports never redirected, comma-separated")
+	fs.Var(onlyPorts(&c.ExcludeOutboundPorts), flagExcludeOutbound, "outbound destination ports never redirected, comma-separated")
 	fs.Var(rangesValue{&c.OutboundAllRanges, &c.OutboundRanges}, flagOutboundRanges, `outbound destinations redirected: "*" (all) or comma-separated CIDRs`)
-	fs.Var(onlyRanges{&c.ExcludeOutboundRanges}, flagExcludeRanges, "outbound destinations never redirected, comma-separated CIDRs")
+	fs.Var(onlyRanges(&c.ExcludeOutboundRanges), flagExcludeRanges, "outbound destinations never redirected, comma-separated CIDRs")
 	fs.BoolVar(&c.RedirectDNS, flagRedirectDNS, c.RedirectDNS, "redirect DNS queries (UDP and TCP port 53) to the agent's DNS proxy on --dns-port, but the proxy's own")
 	fs.BoolVar(&c.CaptureAllDNS, flagCaptureAllDNS, c.CaptureAllDNS, "with --redirect-dns: every DNS query, whatever its server; otherwise only those to the pod's resolvers")
-	fs.Var(onlyAddrs{&c.DNSServers}, flagDNSServers, "with --redirect-dns: the pod's resolvers, comma-separated (default: the nameservers of --resolv-conf)")
+	fs.Var(onlyAddrs(&c.DNSServers), flagDNSServers, "with --redirect-dns: the pod's resolvers, comma-separated (default: the nameservers of --resolv-conf)")
 	fs.IntVar(&c.DNSPort, flagDNSPort, c.DNSPort, "port of the agent's DNS proxy (UDP and TCP)")
 }
 

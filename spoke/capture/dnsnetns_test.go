@@ -1,12 +1,8 @@
 package capture
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/navemesh/nave/internal/testenv"
+	"github.com/navemesh/nave/internal/dnstest"
 )
 
 // dnsServe is the dnsserve helper: DNS servers answering NAME.
@@ -33,22 +29,13 @@ func dnsServe(args []string) int {
 		fmt.Println("error:", err)
 		return 1
 	}
-	var servers []*dns.Server
 	for _, addr := range args[2:] {
-		pc, err := net.ListenPacket("udp", addr)
+		pc, l, err := dnstest.Listen(addr)
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
 		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			fmt.Println("error:", err)
-			return 1
-		}
-		servers = append(servers, &dns.Server{PacketConn: pc, Handler: h}, &dns.Server{Listener: l, Handler: h})
-	}
-	for _, s := range servers {
-		go func() { _ = s.ActivateAndServe() }()
+		dnstest.Start(pc, l, h)
 	}
 	fmt.Println("ready")
 	select {}
@@ -87,41 +74,17 @@ func dnsQuery(args []string) int {
 // ip and iptables-restore; without them it is skipped (fails in CI,
 // internal/testenv).
 func TestDNSCaptureInNetworkNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "needs root to create network namespaces")
-	}
-	for _, prog := range []string{"ip", "iptables-restore", "ip6tables-restore"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			testenv.Missing(t, "needs %s (apt-get install iproute2 iptables): %v", prog, err)
-		}
-	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	pod, client := netns("nave-dns-"+id+"-p"), netns("nave-dns-"+id+"-c")
-	if out, err := exec.Command("ip", "netns", "add", string(pod)).CombinedOutput(); err != nil {
-		testenv.Missing(t, "cannot create a network namespace here: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", string(pod)).Run() })
-	ipCmd(t, "netns", "add", string(client))
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", string(client)).Run() })
-	n := int(b[0])
+	pod, client, n, podIf, clientIf := podAndClient(t, "dns")
 	podIP, resolverIP, otherIP := fmt.Sprintf("10.251.%d.2", n), fmt.Sprintf("10.251.%d.1", n), fmt.Sprintf("10.251.%d.3", n)
 	podIP6, resolverIP6 := fmt.Sprintf("fd4e:6177:%x::2", n), fmt.Sprintf("fd4e:6177:%x::1", n)
-	podIf, clientIf := "nd"+id+"p", "nd"+id+"c"
-	ipCmd(t, "link", "add", podIf, "type", "veth", "peer", "name", clientIf)
-	ipCmd(t, "link", "set", podIf, "netns", string(pod))
-	ipCmd(t, "link", "set", clientIf, "netns", string(client))
 	for _, c := range [][]string{
 		{"-n", string(pod), "addr", "add", podIP + "/24", "dev", podIf},
 		{"-n", string(pod), "addr", "add", podIP6 + "/64", "dev", podIf, "nodad"},
 		{"-n", string(pod), "link", "set", podIf, "up"},
-		{"-n", string(pod), "link", "set", "lo", "up"},
 		{"-n", string(client), "addr", "add", resolverIP + "/24", "dev", clientIf},
 		{"-n", string(client), "addr", "add", otherIP + "/24", "dev", clientIf},
 		{"-n", string(client), "addr", "add", resolverIP6 + "/64", "dev", clientIf, "nodad"},
 		{"-n", string(client), "link", "set", clientIf, "up"},
-		{"-n", string(client), "link", "set", "lo", "up"},
 	} {
 		ipCmd(t, c...)
 	}

@@ -146,21 +146,35 @@ func (s *Server) Listen(addrs ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range addrs {
-		pc, err := net.ListenPacket("udp", a)
+		pc, l, err := ListenPair(a)
 		if err != nil {
 			s.closeLocked()
-			return fmt.Errorf("dns: listen udp %s: %w", a, err)
-		}
-		l, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			pc.Close()
-			s.closeLocked()
-			return fmt.Errorf("dns: listen tcp %s: %w", a, err)
+			return err
 		}
 		s.servers = append(s.servers, &dns.Server{PacketConn: pc, Handler: s}, &dns.Server{Listener: l, Handler: s})
 		s.addrs = append(s.addrs, pc.LocalAddr().String())
 	}
 	return nil
+}
+
+// ListenPair binds UDP on addr and TCP on the same port, as a DNS server
+// listens; with port 0 (tests) it tries other ports while the TCP port
+// UDP got is taken.
+func ListenPair(addr string) (net.PacketConn, net.Listener, error) {
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns: listen udp %s: %w", addr, err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, l, nil
+		}
+		pc.Close()
+		if _, port, _ := net.SplitHostPort(addr); port != "0" || attempt == 20 {
+			return nil, nil, fmt.Errorf("dns: listen tcp %s: %w", pc.LocalAddr(), err)
+		}
+	}
 }
 
 // closeLocked closes what Listen bound.

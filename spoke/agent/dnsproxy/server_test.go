@@ -50,16 +50,6 @@ type upstream struct {
 func startUpstream(t testing.TB) *upstream {
 	t.Helper()
 	u := &upstream{}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Skipf("cannot bind tcp beside udp on %s: %v", pc.LocalAddr(), err)
-	}
-	u.addr = pc.LocalAddr().String()
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		u.queries.Add(1)
 		_, tcp := w.RemoteAddr().(*net.TCPAddr)
@@ -88,6 +78,12 @@ func startUpstream(t testing.TB) *upstream {
 		}
 		_ = w.WriteMsg(m)
 	})
+	// Served as internal/dnstest does (which imports this package).
+	pc, l, err := ListenPair("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = pc.LocalAddr().String()
 	servers := []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: l, Handler: h}}
 	for _, s := range servers {
 		go func() { _ = s.ActivateAndServe() }()
