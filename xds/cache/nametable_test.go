@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/navemesh/nave/shared/meshconfig"
+	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 	ndsv1 "github.com/navemesh/nave/shared/nds/v1"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/cache"
@@ -105,5 +106,44 @@ spec:
 	}
 	if !strings.HasPrefix(listener, "240.240.") {
 		t.Errorf("listener %s is not on an auto-allocated address", listener)
+	}
+}
+
+// TestNameTableProblemsAreReported: a ServiceEntry giving a Kubernetes
+// Service's host other addresses is refused for the name table, and the
+// refusal is among the State's problems (/debug/meshes).
+func TestNameTableProblemsAreReported(t *testing.T) {
+	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
+	k, err := meshconfig.KindFor("nave.io/v1", "Service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &meshconfig.Object{Kind: k, Name: "reviews", Namespace: "demo", Spec: &meshconfigv1.Service{
+		Hostname: "reviews.demo.svc.cluster.local", Addresses: []string{"10.96.0.1"},
+		Ports: []*meshconfigv1.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}}}}
+	svc.Version = svc.ComputeVersion()
+	w.objs["Service/reviews"] = svc
+	w.put("SE/shadow", `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: shadow, namespace: demo}
+spec:
+  hosts: [reviews.demo.svc.cluster.local]
+  addresses: [1.2.3.4]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+`)
+	src := pushctxtest.NewSource()
+	m, c := start(t, src, cache.Options{Verify: true})
+	st := publisher(t, src, m, c, w)()
+	key := proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", Cluster: "c1", DNSCapture: true}
+	if got := nameTable(t, st.NameTableFor(key))["reviews.demo.svc.cluster.local"].GetIps(); len(got) != 1 || got[0] != "10.96.0.1" {
+		t.Errorf("reviews resolves to %v, want the Service's 10.96.0.1", got)
+	}
+	found := false
+	for _, p := range st.AllProblems() {
+		found = found || (p.Resource == "c1:ServiceEntry demo/shadow" && p.Field == "spec.addresses" && strings.Contains(p.Reason, "1.2.3.4"))
+	}
+	if !found {
+		t.Errorf("the refused addresses are not among the problems: %+v", st.AllProblems())
 	}
 }

@@ -44,12 +44,14 @@ const (
 )
 
 // autoAllocation is what the build records of a service for allocation:
-// whether a ServiceEntry defines it, whether one opted out, and the
-// oldest defining entry's creation time (the precedence on a collision).
+// whether a ServiceEntry defines it, whether one opted out, the oldest
+// defining entry's creation time (the precedence on a collision), and the
+// slot of its AutoAddresses plus one (0: none).
 type autoAllocation struct {
 	entry  bool
 	optOut bool
 	since  time.Time
+	slot   int
 }
 
 func (a autoAllocation) merge(o autoAllocation) autoAllocation {
@@ -88,13 +90,15 @@ func autoHash(host string) uint64 {
 	return h.Sum64()
 }
 
-// autoProbeStep is the host's probe step: from its hash, in
-// [1, autoSlots), and coprime with autoSlots (so the probe visits every
-// slot).
-func autoProbeStep(h uint64) int {
-	step := 1 + int((h>>32)%(autoSlots-1))
-	for gcd(step, autoSlots) != 1 {
-		step++ // ends at autoSlots-1 at the latest
+// autoProbeStep is the host's probe step among slots: from its hash, in
+// [1, slots), and coprime with slots (so the probe visits every slot).
+func autoProbeStep(h uint64, slots int) int {
+	if slots < 2 {
+		return 1
+	}
+	step := 1 + int((h>>32)%uint64(slots-1))
+	for gcd(step, slots) != 1 {
+		step++ // ends at slots-1 at the latest
 	}
 	return step
 }
@@ -106,17 +110,23 @@ func gcd(a, b int) int {
 	return a
 }
 
-// autoPreferred is the addresses a host gets when nothing collides.
-func autoPreferred(host string) []string {
-	return autoAddresses(int(autoHash(host) % autoSlots))
+// setAutoSlot gives svc the addresses of slot n (none for -1).
+func (svc *Service) setAutoSlot(n int) {
+	svc.auto.slot, svc.AutoAddresses = n+1, nil
+	if n >= 0 {
+		svc.AutoAddresses = autoAddresses(n)
+	}
 }
+
+// autoPreferred is the slot a host takes when nothing collides.
+func autoPreferred(host string) int { return int(autoHash(host) % autoSlots) }
 
 // autoAddresses returns the IPv4 and IPv6 addresses of slot n.
 func autoAddresses(n int) []string {
-	third, fourth := n/254, n%254+1
+	third, fourth := byte(n/254), byte(n%254+1)
 	return []string{
-		fmt.Sprintf("240.240.%d.%d", third, fourth),
-		netip.AddrFrom16([16]byte{0x20, 0x01, 0, 0x02, 10: 0, 11: 0, 12: 0xf0, 13: 0xf0, 14: byte(third), 15: byte(fourth)}).String(),
+		netip.AddrFrom4([4]byte{240, 240, third, fourth}).String(),
+		netip.AddrFrom16([16]byte{0x20, 0x01, 0, 0x02, 12: 0xf0, 13: 0xf0, 14: third, 15: fourth}).String(),
 	}
 }
 
@@ -124,13 +134,17 @@ func autoAddresses(n int) []string {
 // services shared with an earlier snapshot only where they differ (Build
 // only, while s.shared is set). Services beyond the range's capacity get
 // none and are reported.
-func (s *Snapshot) allocateAddresses() {
+func (s *Snapshot) allocateAddresses() { s.allocate(autoSlots) }
+
+// allocate is allocateAddresses over the first slots slots of the range
+// (tests use fewer).
+func (s *Snapshot) allocate(slots int) {
 	var eligible []*Service
 	for _, svc := range s.Services {
 		if svc.autoEligible() {
 			eligible = append(eligible, svc)
-		} else if svc.AutoAddresses != nil {
-			s.service(svc.Hostname, svc.Namespace).AutoAddresses = nil
+		} else if svc.auto.slot != 0 {
+			s.service(svc.Hostname, svc.Namespace).setAutoSlot(-1)
 		}
 	}
 	slices.SortFunc(eligible, func(a, b *Service) int {
@@ -144,30 +158,24 @@ func (s *Snapshot) allocateAddresses() {
 	})
 	// In that order, each host takes the first free slot of its probe
 	// sequence: the slot it hashes to, then double hashing.
-	used := make(map[int]bool, len(eligible))
-	slot := make(map[*Service]int, len(eligible))
+	used := make([]uint64, (slots+63)/64)
+	taken := 0
 	for _, svc := range eligible {
-		if len(used) == autoSlots {
+		n := -1
+		if taken < slots {
+			h := autoHash(svc.Hostname)
+			n = int(h % uint64(slots))
+			for step := autoProbeStep(h, slots); used[n/64]&(1<<(n%64)) != 0; {
+				n = (n + step) % slots
+			}
+			used[n/64] |= 1 << (n % 64)
+			taken++
+		} else {
 			s.Problems = append(s.Problems, Problem{Resource: serviceSource(svc), Field: "spec.addresses",
-				Reason: fmt.Sprintf("no address is left in %s to allocate to %s (%d hosts have one); proxies that capture DNS do not resolve it", AutoAddressPrefixV4, svc.Hostname, autoSlots)})
-			slot[svc] = -1
-			continue
+				Reason: fmt.Sprintf("no address is left in %s to allocate to %s (%d hosts have one); proxies that capture DNS do not resolve it", AutoAddressPrefixV4, svc.Hostname, slots)})
 		}
-		h := autoHash(svc.Hostname)
-		n, step := int(h%autoSlots), autoProbeStep(h)
-		for used[n] {
-			n = (n + step) % autoSlots
-		}
-		used[n] = true
-		slot[svc] = n
-	}
-	for _, svc := range eligible {
-		var want []string
-		if n := slot[svc]; n >= 0 {
-			want = autoAddresses(n)
-		}
-		if !slices.Equal(svc.AutoAddresses, want) {
-			s.service(svc.Hostname, svc.Namespace).AutoAddresses = want
+		if svc.auto.slot != n+1 {
+			s.service(svc.Hostname, svc.Namespace).setAutoSlot(n)
 		}
 	}
 }

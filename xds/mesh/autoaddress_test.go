@@ -171,13 +171,37 @@ func TestAutoAddressCollision(t *testing.T) {
 		objs := hosts(t, base, older, younger)
 		for _, in := range [][]*meshconfig.Object{objs, {objs[1], objs[0]}} {
 			got := addresses(Build("m", []ClusterInput{cluster("c1", in...)}))
-			if got[older] != autoPreferred(older)[0] || got[younger] == got[older] || got[younger] == "" {
-				t.Errorf("older %s: %s (preferred %s), younger %s: %s", older, got[older], autoPreferred(older)[0], younger, got[younger])
+			if got[older] != autoAddresses(autoPreferred(older))[0] || got[younger] == got[older] || got[younger] == "" {
+				t.Errorf("older %s: %s (preferred %s), younger %s: %s", older, got[older], autoAddresses(autoPreferred(older))[0], younger, got[younger])
 			}
 		}
 		alone := addresses(Build("m", []ClusterInput{cluster("c1", objs[1])}))
-		if alone[younger] != autoPreferred(younger)[0] {
-			t.Errorf("%s alone: %s, want its preferred %s", younger, alone[younger], autoPreferred(younger)[0])
+		if alone[younger] != autoAddresses(autoPreferred(younger))[0] {
+			t.Errorf("%s alone: %s, want its preferred %s", younger, alone[younger], autoAddresses(autoPreferred(younger))[0])
 		}
+	}
+}
+
+// TestAutoAddressesRunOut: once every address is taken, the newest hosts
+// get none, each reported; the older ones keep theirs.
+func TestAutoAddressesRunOut(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := Build("m", []ClusterInput{cluster("c1", hosts(t, base, "a.example.com", "b.example.com", "c.example.com", "d.example.com", "e.example.com")...)})
+	s.Problems = nil
+	s.allocate(3)
+	for i, h := range []string{"a.example.com", "b.example.com", "c.example.com", "d.example.com", "e.example.com"} {
+		got := s.Services[h].AutoAddresses
+		if (i < 3) != (len(got) == 2) {
+			t.Errorf("%s (the %d. oldest): %v", h, i+1, got)
+		}
+		if i < 3 {
+			if n := s.Services[h].auto.slot - 1; n < 0 || n >= 3 {
+				t.Errorf("%s: slot %d outside the 3 available", h, n)
+			}
+		}
+	}
+	if len(s.Problems) != 2 || !strings.Contains(s.Problems[0].Reason, "d.example.com") || !strings.Contains(s.Problems[1].Reason, "e.example.com") ||
+		s.Problems[0].Resource != "c1:ServiceEntry ext/d-example-com" || s.Problems[0].Field != "spec.addresses" {
+		t.Errorf("problems %+v; want d and e reported", s.Problems)
 	}
 }

@@ -373,7 +373,7 @@ func (b *Builder) addServiceEntries(s *Snapshot, entries []*Config, selector fun
 				if svc.autoEligible() {
 					// What the snapshot's allocation gives it unless
 					// another host collides: no clone then.
-					svc.AutoAddresses = autoPreferred(svc.Hostname)
+					svc.setAutoSlot(autoPreferred(svc.Hostname))
 				}
 				es.services = append(es.services, svc)
 			}

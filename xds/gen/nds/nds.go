@@ -10,7 +10,6 @@ package nds
 import (
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	ndsv1 "github.com/navemesh/nave/shared/nds/v1"
@@ -78,15 +77,10 @@ func kubernetesEntry(v *scope.View, svc *mesh.Service, problems *build.Problems)
 	}
 	addrs := own
 	if !inOwn {
-		clusters := make([]string, 0, len(svc.ClusterAddresses))
-		for c := range svc.ClusterAddresses {
-			clusters = append(clusters, c)
-		}
-		sort.Strings(clusters)
-		for _, c := range clusters {
-			if len(svc.ClusterAddresses[c]) > 0 {
-				addrs = svc.ClusterAddresses[c]
-				break
+		first := ""
+		for c, list := range svc.ClusterAddresses {
+			if len(list) > 0 && (first == "" || c < first) {
+				first, addrs = c, list
 			}
 		}
 	}
@@ -106,13 +100,13 @@ func kubernetesEntry(v *scope.View, svc *mesh.Service, problems *build.Problems)
 // Istio gives the Kubernetes registry precedence), so a pod's own
 // cluster's name is never shadowed.
 func refuseEntryAddresses(v *scope.View, svc *mesh.Service, problems *build.Problems) {
-	var registry []string
-	for _, list := range svc.ClusterAddresses {
-		registry = append(registry, list...)
-	}
 	var extra []string
 	for _, a := range svc.Addresses {
-		if !slices.Contains(registry, a) {
+		registry := false
+		for _, list := range svc.ClusterAddresses {
+			registry = registry || slices.Contains(list, a)
+		}
+		if !registry {
 			extra = append(extra, a)
 		}
 	}
