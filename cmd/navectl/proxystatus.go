@@ -103,6 +103,15 @@ func proxyStatuses(conns []ads.ConnStatus) []proxyStatus {
 	out := make([]proxyStatus, len(conns))
 	for i, c := range conns {
 		out[i] = proxyStatus{ConnStatus: c, States: map[string]string{}}
+		if c.NameTable {
+			// A pod's agent's stream for the name table (DNS proxying):
+			// none of the proxy types is served on it.
+			out[i].ProxyType = "name-table"
+			for _, t := range proxyTypes {
+				out[i].States[t.short] = "-"
+			}
+			continue
+		}
 		for _, t := range proxyTypes {
 			ts, ok := c.Types[t.short]
 			out[i].States[t.short] = syncState(ts, ok)
