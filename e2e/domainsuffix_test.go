@@ -63,7 +63,7 @@ spec:
 	sp := &spoke{admin: harness.FreePort(t), dir: dir}
 	sp.proc = harness.Start(t, "spoke-corp", binary("nave-spoke"),
 		"--source", "fs://"+dir, "--cluster", "corp", "--domain-suffix", "corp.example",
-		"--hub.address", addr(h.spokes), "--hub.plaintext", "--admin.listen", addr(sp.admin), "--log.level", "debug")
+		"--hub.address", addr(h.spokes), "--hub.plaintext", "--hub.state-dir", t.TempDir(), "--admin.listen", addr(sp.admin), "--log.level", "debug")
 	harness.WaitReady(t, sp.url("/healthz/ready"), 20*time.Second)
 
 	c := startClient(t, h, "xds:///"+host+":7070", "corp.demo")

@@ -147,7 +147,7 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 	spokeStart := time.Now()
 	s.proc = harness.Start(t, "spoke-bench", binary("nave-spoke"),
 		"--source", "kubernetes", "--kubernetes.kubeconfig", kc.Kubeconfig(t, spokeIdentity, "system:serviceaccounts"),
-		"--cluster", "bench", "--hub.address", addr(h.spokes), "--hub.plaintext", "--admin.listen", addr(s.admin))
+		"--cluster", "bench", "--hub.address", addr(h.spokes), "--hub.plaintext", "--hub.state-dir", t.TempDir(), "--admin.listen", addr(s.admin))
 	want := sc.services * (1 + sc.podsPerService)
 	var syncedAfter time.Duration
 	testwait.For(t, 10*time.Minute, func() error {

@@ -181,7 +181,7 @@ spec:
 
 // startSecureKubeSpoke starts a spoke watching c that enrolls with token
 // and serves its registration authority on raAddr.
-func startSecureKubeSpoke(t testing.TB, h *hub, cluster, token, raAddr string, c *kubetest.Cluster) *secureSpoke {
+func startSecureKubeSpoke(t testing.TB, h *hub, cluster, token, raAddr string, c *kubetest.Cluster, extra ...string) *secureSpoke {
 	t.Helper()
 	work := t.TempDir()
 	tokenFile := filepath.Join(work, "token")
@@ -189,11 +189,11 @@ func startSecureKubeSpoke(t testing.TB, h *hub, cluster, token, raAddr string, c
 		t.Fatal(err)
 	}
 	s := &secureSpoke{spoke: &spoke{admin: harness.FreePort(t)}, state: filepath.Join(work, "state")}
-	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
-		"--source", "kubernetes", "--kubernetes.kubeconfig", c.Kubeconfig(t, spokeIdentity, "system:serviceaccounts"),
+	args := []string{"--source", "kubernetes", "--kubernetes.kubeconfig", c.Kubeconfig(t, spokeIdentity, "system:serviceaccounts"),
 		"--cluster", cluster, "--hub.address", addr(h.spokes), "--admin.listen", addr(s.admin),
 		"--hub.token-file", tokenFile, "--hub.ca-hash", h.pin(t), "--hub.state-dir", s.state, "--ra.listen", raAddr,
-		"--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s", "--log.level", "debug")
+		"--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s", "--log.level", "debug"}
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"), append(args, extra...)...)
 	harness.WaitReady(t, s.url("/healthz/ready"), 60*time.Second)
 	return s
 }

@@ -89,7 +89,9 @@ part of one), it prints that proxy's types in detail, NACK reasons included.`,
 // findProxy picks the proxy name names, as the hub's /debug/config does
 // (ads.FindProxy).
 func findProxy(conns []ads.ConnStatus, name string) (ads.ConnStatus, error) {
-	i, err := ads.FindProxy(name, len(conns), func(i int) (string, string) { return conns[i].ID, conns[i].NodeID })
+	i, err := ads.FindProxy(name, len(conns), func(i int) (string, string, bool) {
+		return conns[i].ID, conns[i].NodeID, conns[i].NameTable
+	})
 	if err != nil {
 		return ads.ConnStatus{}, fmt.Errorf("%w (see navectl proxy-status)", err)
 	}
@@ -101,6 +103,15 @@ func proxyStatuses(conns []ads.ConnStatus) []proxyStatus {
 	out := make([]proxyStatus, len(conns))
 	for i, c := range conns {
 		out[i] = proxyStatus{ConnStatus: c, States: map[string]string{}}
+		if c.NameTable {
+			// A pod's agent's stream for the name table (DNS proxying):
+			// none of the proxy types is served on it.
+			out[i].ProxyType = "name-table"
+			for _, t := range proxyTypes {
+				out[i].States[t.short] = "-"
+			}
+			continue
+		}
 		for _, t := range proxyTypes {
 			ts, ok := c.Types[t.short]
 			out[i].States[t.short] = syncState(ts, ok)

@@ -86,6 +86,9 @@ func TestProxyStatusTables(t *testing.T) {
 			}},
 		{ID: "grpc-client-2", NodeID: "grpc-client", Mesh: "acme", ProxyType: "grpc", Delta: true, ConnectedAt: ago(90 * time.Second), Types: map[string]ads.TypeStatus{
 			"Listener": sent("3"), "RouteConfiguration": sent("3"), "Cluster": sent("3"), "ClusterLoadAssignment": sent("3")}},
+		// web-1's agent's name-table stream (DNS proxying): no proxy type is served on it.
+		{ID: "sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local-3", NodeID: "sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local", Mesh: "acme",
+			ProxyType: "sidecar", NameTable: true, ConnectedAt: ago(time.Hour), Types: map[string]ads.TypeStatus{"NameTable": sent("2")}},
 	}
 	ps := proxyStatuses(conns)
 	var b bytes.Buffer

@@ -50,6 +50,7 @@ type Result struct {
 	Scenario string `json:"scenario"` // S1..S4
 	Mode     string `json:"mode"`     // sotw or delta
 	Proxies  int    `json:"proxies"`
+	Services int    `json:"services,omitempty"` // the workload's services
 	Runs     int    `json:"runs"`
 	// Latency: S1 per proxy from the start of the storm to fully ACKed; S2
 	// from the spoke update to the ACK of the response carrying the edit;
@@ -98,7 +99,7 @@ func Median(runs []Result) Result {
 		}
 		return v[len(v)/2]
 	}
-	out := Result{Scenario: runs[0].Scenario, Mode: runs[0].Mode, Proxies: runs[0].Proxies, Runs: len(runs),
+	out := Result{Scenario: runs[0].Scenario, Mode: runs[0].Mode, Proxies: runs[0].Proxies, Services: runs[0].Services, Runs: len(runs),
 		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
 	out.Latency = Stats{
 		N:    int(med(func(r Result) float64 { return float64(r.Latency.N) })),
@@ -140,13 +141,16 @@ func (r Result) Notes() string {
 	switch r.Scenario {
 	case "S1":
 		add("fully ACKed %.0f/%d (the hub agrees for %.0f)", e["complete"], r.Proxies, e["hub_acked"])
+		if e["load_seconds"] > 0 {
+			add("before the proxies: every cluster synced and the mesh built %s after the spokes started", secs(e["load_seconds"]))
+		}
 		if e["sidecars"] > 0 {
 			add("per sidecar %s (CDS %s/%.0f, EDS %s/%.0f, LDS %s/%.0f, RDS %s/%.0f)", mb(e["sidecar_bytes"]),
 				mb(e["sidecar_CDS_bytes"]), e["sidecar_CDS_resources"], mb(e["sidecar_EDS_bytes"]), e["sidecar_EDS_resources"],
 				mb(e["sidecar_LDS_bytes"]), e["sidecar_LDS_resources"], mb(e["sidecar_RDS_bytes"]), e["sidecar_RDS_resources"])
 		}
 	case "S2":
-		add("%.0f edit(s); reached %.0f of %.0f holders", e["edits"], e["reached"], e["holders"])
+		add("%.0f edit(s); reached %.0f of %.0f holders; %.0f proxies received anything", e["edits"], e["reached"], e["holders"], e["proxies_received"])
 		add("per proxy and edit: %.1f responses, %.1f resources (CDS %.1f, EDS %.1f, LDS %.1f, RDS %.1f), %s",
 			e["responses_per_proxy"], e["resources_per_proxy"], e["CDS_resources_per_proxy"], e["EDS_resources_per_proxy"],
 			e["LDS_resources_per_proxy"], e["RDS_resources_per_proxy"], mb(e["bytes_per_proxy"]))
@@ -163,7 +167,7 @@ func (r Result) Notes() string {
 		if e["hub_saw_disconnect"] > 0 {
 			seen = "yes"
 		}
-		add("hub saw the outage: %s; resynced in %s", seen, secs(e["resync_seconds"]))
+		add("%.0f cluster(s) away; hub saw the outage: %s; resynced in %s", max(e["flapped"], 1), seen, secs(e["resync_seconds"]))
 	case "F1":
 		add("SIGKILL of %s: %s's membership dropped it after %s; its spoke synced on another replica after %s; its %.0f proxies reconnected %s after the kill to the others (latency: kill to fully ACKed)",
 			ReplicaID(int(e["victim"])), ReplicaID(0), secs(e["detect_seconds"]), secs(e["rehome_seconds"]), e["reconnected"], secs(ReconnectDelay.Seconds()))
@@ -242,16 +246,16 @@ func secs(s float64) string {
 }
 
 // WriteTable prints results as the issue's table: one row per scenario,
-// mode and proxy count.
+// mode, service count and proxy count.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tmode\tproxies\truns\tp50\tp99\tmax\thub CPU-s\thub peak RSS\tto proxies\tload tool CPU-s\tnotes")
+	fmt.Fprintln(tw, "scenario\tmode\tservices\tproxies\truns\tp50\tp99\tmax\thub CPU-s\thub peak RSS\tto proxies\tload tool CPU-s\tnotes")
 	for _, r := range results {
 		lat := [3]string{"-", "-", "-"}
 		if r.Latency.N > 0 {
 			lat = [3]string{secs(r.Latency.P50), secs(r.Latency.P99), secs(r.Latency.Max)}
 		}
-		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%.0f MB\t%s\t%.1f\t%s\n", r.Scenario, Titles[r.Scenario], r.Mode, r.Proxies, r.Runs,
+		fmt.Fprintf(tw, "%s %s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%.1f\t%.0f MB\t%s\t%.1f\t%s\n", r.Scenario, Titles[r.Scenario], r.Mode, r.Services, r.Proxies, r.Runs,
 			lat[0], lat[1], lat[2], r.HubCPU, r.PeakRSS, mb(r.Bytes), r.ToolCPU, r.Notes())
 	}
 	return tw.Flush()

@@ -20,6 +20,12 @@ type Options struct {
 	// each of three clusters).
 	Services, EndpointsPerCluster int
 	Clusters                      []string // default c1, c2, c3
+	// Namespaces (default 10), EditService and Scoped shape the workload
+	// further (WorkloadOptions): issue 26's S5 is 5,000 services in 50
+	// namespaces, scoped by Sidecars, the edit in a namespace no other
+	// imports.
+	Namespaces, EditService int
+	Scoped                  bool
 	// Proxies is the number of ADS streams; Gateways and Proxyless of them
 	// are gateways and proxyless clients (negative: 2% and 5% of Proxies),
 	// the rest sidecars.
@@ -38,6 +44,9 @@ type Options struct {
 	// FlapOutage is how long S4 keeps a spoke away (default 10 s);
 	// FlapQuiet how long it watches after the resync (default 5 s).
 	FlapOutage, FlapQuiet time.Duration
+	// FlapClusters is how many clusters S4 stops at once, the last ones
+	// (default 1; issue 26's S6 stops 10 of 100).
+	FlapClusters int
 	// Settle is the silence (no response to any proxy) awaited between
 	// scenarios (default 1 s).
 	Settle time.Duration
@@ -89,6 +98,9 @@ func (o *Options) defaults() {
 	if o.FlapOutage <= 0 {
 		o.FlapOutage = 10 * time.Second
 	}
+	if o.FlapClusters <= 0 {
+		o.FlapClusters = 1
+	}
 	if o.FlapQuiet <= 0 {
 		o.FlapQuiet = 5 * time.Second
 	}
@@ -122,9 +134,13 @@ type runner struct {
 	w   *Workload
 	hub *Hub // hubs[0]
 	// hubs are the hub's processes: one, or the replicas of one set.
-	hubs    []*Hub
-	steady  map[string]float64 // replicas only: the set's steady state before S1 (Extra of S1)
-	dead    map[int]bool       // hubs killed (F1)
+	hubs   []*Hub
+	steady map[string]float64 // replicas only: the set's steady state before S1 (Extra of S1)
+	// loaded is how long the hub took from the spokes' start to holding
+	// the whole workload (every cluster synced, the mesh built): Extra
+	// load_seconds of S1.
+	loaded  time.Duration
+	dead    map[int]bool // hubs killed (F1)
 	env     *env
 	spokes  *spokes
 	clients []*Client
@@ -150,7 +166,8 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 			return nil, fmt.Errorf("unknown scenario %q (want S1, S2, S3, S4 or, with replicas, F1)", s)
 		}
 	}
-	w, err := NewWorkload(WorkloadOptions{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Clusters: o.Clusters})
+	w, err := NewWorkload(WorkloadOptions{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Clusters: o.Clusters,
+		Namespaces: o.Namespaces, EditService: o.EditService, Scoped: o.Scoped})
 	if err != nil {
 		return nil, err
 	}
@@ -198,14 +215,15 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	if err := r.waitLoaded(ctx); err != nil {
 		return nil, err
 	}
-	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "replicas", len(hubs), "took", time.Since(loadStart).Round(time.Millisecond))
+	r.loaded = time.Since(loadStart)
+	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "replicas", len(hubs), "took", r.loaded.Round(time.Millisecond))
 	if len(hubs) > 1 {
 		if r.steady, err = r.steadyState(ctx, time.Since(loadStart)); err != nil {
 			return nil, err
 		}
 	}
 
-	r.env.watched[r.env.names.idString(w.ClusterName(0))] = true
+	r.env.watched[r.env.names.idString(w.ClusterName(w.edited))] = true
 	for _, s := range specs {
 		i := len(r.clients) % len(hubs)
 		c, err := newClient(r.env, s, o.Delta, hubs[i].XDS)
@@ -535,7 +553,7 @@ func (p *probe) end() Result {
 	end := time.Now()
 	tool1 := selfCPU()
 	wall := end.Sub(p.start).Seconds()
-	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Runs: 1,
+	res := Result{Scenario: p.name, Mode: p.r.o.Mode(), Proxies: len(p.r.clients), Services: p.r.w.Services, Runs: 1,
 		ToolCPU: tool1 - p.tool0, Wall: wall,
 		ByType: map[string]TypeCounts{}, Extra: map[string]float64{}, Hub: map[string]float64{}}
 	for _, pp := range p.procs {

@@ -72,6 +72,7 @@ func (r *runner) coldConnect(ctx context.Context) (Result, error) {
 	res.Extra["sidecars"] = sidecars
 	res.Extra["complete"] = float64(len(samples))
 	res.Extra["hub_acked"] = float64(r.hubAcked(ctx))
+	res.Extra["load_seconds"] = r.loaded.Seconds()
 	for k, v := range r.steady {
 		res.Extra["steady_"+k] = v
 	}
@@ -147,11 +148,13 @@ func (r *runner) incomplete() string {
 	return ""
 }
 
-// fanOut (S2): one edit (service 0's DestinationRule) that changes a
-// cluster every proxy holds; latency from handing it to the spoke to each
-// proxy's ACK of the response carrying the changed cluster.
+// fanOut (S2): one edit (the edited service's DestinationRule) that
+// changes a cluster every proxy that sees the service holds; latency from
+// handing it to the spoke to each holder's ACK of the response carrying
+// the changed cluster. Notes count the proxies that received anything:
+// with Sidecar scoping (S5) only the holders should.
 func (r *runner) fanOut(ctx context.Context) (Result, error) {
-	id := r.env.names.idString(r.w.ClusterName(0))
+	id := r.env.names.idString(r.w.ClusterName(r.w.edited))
 	p := r.begin("S2")
 	var samples []float64
 	holdersTotal, reached := 0, 0
@@ -198,6 +201,11 @@ func (r *runner) fanOut(ctx context.Context) (Result, error) {
 		}
 	}
 	res := p.end()
+	for _, c := range r.clients {
+		if len(r.window(c, p.start, time.Now())) > 0 {
+			res.Extra["proxies_received"]++
+		}
+	}
 	edits := float64(r.o.FanOutEdits)
 	per := edits * float64(len(r.clients))
 	res.Extra["edits"] = edits
@@ -346,18 +354,27 @@ func (p *probe) endAfterQuiet(ctx context.Context, err error) (Result, error) {
 	return p.end(), err
 }
 
-// flap (S4): the last cluster's uplink stops for FlapOutage and starts
-// again with the same state; counts what the proxies received from the
-// stop until FlapQuiet after the resync (target: nothing).
+// flap (S4): the last FlapClusters clusters' uplinks stop at once for
+// FlapOutage and start again with the same state; counts what the proxies
+// received from the stop until FlapQuiet after every one resynced
+// (target: nothing).
 func (r *runner) flap(ctx context.Context) (Result, error) {
-	c := len(r.w.Clusters) - 1
-	name := r.w.Clusters[c]
+	var flapped []int
+	for c := max(0, len(r.w.Clusters)-r.o.FlapClusters); c < len(r.w.Clusters); c++ {
+		flapped = append(flapped, c)
+	}
 	p := r.begin("S4")
-	r.spokes.stop(c)
-	sawDisconnect := false
+	for _, c := range flapped {
+		r.spokes.stop(c)
+	}
+	disconnected := map[string]bool{} // clusters a hub saw go
 	deadline := p.start.Add(r.o.FlapOutage)
 	for time.Now().Before(deadline) {
-		if !sawDisconnect {
+		for _, c := range flapped {
+			name := r.w.Clusters[c]
+			if disconnected[name] {
+				continue
+			}
 			var list []struct {
 				Cluster   string `json:"cluster"`
 				Connected bool   `json:"connected"`
@@ -365,7 +382,7 @@ func (r *runner) flap(ctx context.Context) (Result, error) {
 			if r.hubs[c%len(r.hubs)].getJSON("/debug/spokes", &list) == nil { // its spoke's replica
 				for _, s := range list {
 					if s.Cluster == name && !s.Connected {
-						sawDisconnect = true
+						disconnected[name] = true
 					}
 				}
 			}
@@ -378,14 +395,18 @@ func (r *runner) flap(ctx context.Context) (Result, error) {
 		}
 	}
 	restart := time.Now()
-	r.spokes.start(c, r.w.Objects(c))
+	for _, c := range flapped {
+		r.spokes.start(c, r.w.Objects(c))
+	}
 	err := poll(ctx, r.o.Timeout, 10*time.Millisecond, func() error {
-		ok, err := r.spokes.synced(c)
-		if err != nil {
-			return permanent{err}
-		}
-		if !ok {
-			return fmt.Errorf("cluster %s has not resynced", name)
+		for _, c := range flapped {
+			ok, err := r.spokes.synced(c)
+			if err != nil {
+				return permanent{err}
+			}
+			if !ok {
+				return fmt.Errorf("cluster %s has not resynced", r.w.Clusters[c])
+			}
 		}
 		return nil
 	})
@@ -399,7 +420,8 @@ func (r *runner) flap(ctx context.Context) (Result, error) {
 		res.Extra["resources"] += tc.Resources
 		res.Extra["removals"] += tc.Removed
 	}
-	if sawDisconnect {
+	res.Extra["flapped"] = float64(len(flapped))
+	if len(disconnected) == len(flapped) {
 		res.Extra["hub_saw_disconnect"] = 1
 	}
 	res.Extra["resync_seconds"] = resync.Seconds()

@@ -47,8 +47,8 @@ var created = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // HTTP port, a workload selector by app label) defined identically in every
 // cluster, with EndpointsPerCluster WorkloadEntries in each cluster (the
 // cluster's locality, no network). The first cluster also holds the config
-// a user adds: a DestinationRule for service 0 (what the fan-out scenario
-// edits) and an ingress Gateway with a VirtualService routing to the
+// a user adds: a DestinationRule for service 0 or EditService (what the
+// fan-out scenario edits) and an ingress Gateway with a VirtualService routing to the
 // first ten services. Not safe for concurrent use.
 type Workload struct {
 	Services, EndpointsPerCluster, Namespaces int
@@ -61,6 +61,7 @@ type Workload struct {
 	moves    int // endpoint moves so far (addresses given out)
 	drIndex  int // the DestinationRule's index in objects[0]
 	drEdits  int
+	edited   int // the service whose DestinationRule EditFanOut edits
 	kinds    map[string]*meshconfig.Kind
 	hostname []string
 }
@@ -70,6 +71,13 @@ type WorkloadOptions struct {
 	Services, EndpointsPerCluster int
 	Clusters                      []string // default c1, c2, c3
 	Namespaces                    int      // default 10
+	// EditService is the service whose DestinationRule the fan-out
+	// scenario edits (default 0).
+	EditService int
+	// Scoped adds to the first cluster a Sidecar per namespace (issue 26's
+	// S5) whose egress is its own namespace and the two shared ones, ns-0
+	// and ns-1: a proxy then sees only those namespaces' services.
+	Scoped bool
 }
 
 // NewWorkload builds the objects of every cluster, each checked with
@@ -84,12 +92,15 @@ func NewWorkload(o WorkloadOptions) (*Workload, error) {
 	if o.Services <= 0 || o.EndpointsPerCluster <= 0 {
 		return nil, fmt.Errorf("services (%d) and endpoints per cluster (%d) must be positive", o.Services, o.EndpointsPerCluster)
 	}
+	if o.EditService < 0 || o.EditService >= o.Services {
+		return nil, fmt.Errorf("the edited service %d is not one of the %d services", o.EditService, o.Services)
+	}
 	if o.Services*len(o.Clusters)*o.EndpointsPerCluster >= rangeSize {
 		return nil, fmt.Errorf("%d endpoints do not fit the address plan (at most %d)", o.Services*len(o.Clusters)*o.EndpointsPerCluster, rangeSize-1)
 	}
 	w := &Workload{Services: o.Services, EndpointsPerCluster: o.EndpointsPerCluster, Namespaces: o.Namespaces, Clusters: o.Clusters,
-		kinds: map[string]*meshconfig.Kind{}}
-	for _, k := range []string{"ServiceEntry", "WorkloadEntry", "DestinationRule", "Gateway", "VirtualService"} {
+		kinds: map[string]*meshconfig.Kind{}, edited: o.EditService}
+	for _, k := range []string{"ServiceEntry", "WorkloadEntry", "DestinationRule", "Gateway", "VirtualService", "Sidecar"} {
 		kind, err := meshconfig.KindFor(meshconfig.GroupNetworking+"/v1", k)
 		if err != nil {
 			return nil, err
@@ -113,6 +124,12 @@ func NewWorkload(o WorkloadOptions) (*Workload, error) {
 			w.drIndex = len(objs)
 			objs = append(objs, w.destinationRule(networking.LoadBalancerSettings_ROUND_ROBIN))
 			objs = append(objs, w.ingress()...)
+			if o.Scoped {
+				for n := range o.Namespaces {
+					objs = append(objs, w.object("Sidecar", fmt.Sprintf("ns-%d", n), "default", nil, &networking.Sidecar{
+						Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*", "ns-0/*", "ns-1/*"}}}}))
+				}
+			}
 		}
 		for _, obj := range objs {
 			if err := meshconfig.Validate(obj); err != nil {
@@ -182,8 +199,8 @@ func (w *Workload) workloadEntry(s, c, e int, address string) *meshconfig.Object
 }
 
 func (w *Workload) destinationRule(lb networking.LoadBalancerSettings_SimpleLB) *meshconfig.Object {
-	return w.object("DestinationRule", w.Namespace(0), "svc-0", nil, &networking.DestinationRule{
-		Host: w.hostname[0],
+	return w.object("DestinationRule", w.Namespace(w.edited), fmt.Sprintf("svc-%d", w.edited), nil, &networking.DestinationRule{
+		Host: w.hostname[w.edited],
 		TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{
 			LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: lb}}},
 	})
@@ -213,9 +230,9 @@ func (w *Workload) ingress() []*meshconfig.Object {
 	return []*meshconfig.Object{gw, w.object("VirtualService", GatewayNamespace, "ingress", nil, vs)}
 }
 
-// EditFanOut changes the load balancer of service 0's DestinationRule
-// (ROUND_ROBIN and LEAST_REQUEST in turn): every proxy that sees service 0
-// gets a changed cluster. It returns the first cluster's new state.
+// EditFanOut changes the load balancer of the edited service's
+// DestinationRule (ROUND_ROBIN and LEAST_REQUEST in turn): every proxy
+// that sees that service gets a changed cluster. It returns the first cluster's new state.
 func (w *Workload) EditFanOut() []*meshconfig.Object {
 	w.drEdits++
 	lb := networking.LoadBalancerSettings_LEAST_REQUEST

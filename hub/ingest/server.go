@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -320,25 +318,16 @@ func (s *Server) limits(mesh string) (objectsPerKind, spokes int) {
 	return s.opts.Limits(mesh)
 }
 
-// nack makes reply a NACK: msg, or, if empty, one naming every rejection.
+// nack makes reply a NACK: msg, or, if empty, the rejections
+// (protocol.RejectionStatus).
 func (s *Server) nack(id ClusterIdentity, reply *discoveryv3.DeltaDiscoveryRequest, msg string, rejections []*protocolv1.Rejection) *discoveryv3.DeltaDiscoveryRequest {
 	s.metrics.messages.WithLabelValues("nack").Inc()
 	s.metrics.rejected.Add(float64(len(rejections)))
-	if msg == "" {
-		parts := make([]string, 0, len(rejections))
-		for _, r := range rejections {
-			parts = append(parts, fmt.Sprintf("%s: %s", r.GetName(), r.GetReason()))
-		}
-		msg = fmt.Sprintf("%d resource(s) rejected: %s", len(rejections), strings.Join(parts, "; "))
-	}
 	st := &statuspb.Status{Code: int32(codes.InvalidArgument), Message: msg}
-	if len(rejections) > 0 {
-		detail, err := anypb.New(&protocolv1.Rejections{Items: rejections})
-		if err == nil {
-			st.Details = []*anypb.Any{detail}
-		}
+	if msg == "" {
+		st = protocol.RejectionStatus(rejections)
 	}
 	reply.ErrorDetail = st
-	s.log.Warn("spoke message rejected", "mesh", id.Mesh, "cluster", id.Cluster, "type", reply.GetTypeUrl(), "nonce", reply.GetResponseNonce(), "reason", msg)
+	s.log.Warn("spoke message rejected", "mesh", id.Mesh, "cluster", id.Cluster, "type", reply.GetTypeUrl(), "nonce", reply.GetResponseNonce(), "reason", st.GetMessage())
 	return reply
 }

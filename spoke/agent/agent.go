@@ -55,6 +55,7 @@ type Agent struct {
 	creds   *GatewayCredentials
 	envoy   *Envoy
 	probes  *AppProber
+	dns     *dnsAgent // nil: DNS not captured
 
 	bootstrapWritten atomic.Bool
 	envoyRunning     atomic.Bool
@@ -99,6 +100,12 @@ func New(cfg agentconfig.Config, log *slog.Logger, reg *prometheus.Registry) (*A
 		if a.envoy.ExitOnZero, a.envoy.MinDrain, err = drainMetadata(cfg); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.DNSCapture() {
+		if a.dns, err = newDNSAgent(cfg, log.With("component", "dns"), reg); err != nil {
+			return nil, err
+		}
+		a.adm.HandleDebug("dns", "the DNS proxy: where it listens, its upstreams, queries by outcome, the name table stream and the table (docs/dns.md)", a.dnsView)
 	}
 	a.keeper = NewKeeper(a.ra, KeeperOptions{RenewFraction: cfg.RA.RenewFraction, RenewJitter: cfg.RA.RenewJitter,
 		RetryInitial: cfg.RA.RetryInitial, RetryMax: cfg.RA.RetryMax, Timeout: cfg.RA.Timeout, RootsRefresh: cfg.RA.RootsRefresh, Publish: publish},
@@ -155,6 +162,15 @@ func (a *Agent) Run(ctx context.Context, status net.Listener) error {
 		if err := atomicfile.Write(filepath.Join(a.cfg.Dir, HubCAFile), []byte(XDSRoots(a.cfg)), 0o644); err != nil {
 			return a.stop(g, err)
 		}
+	}
+	if a.dns != nil {
+		// Listening before the bootstrap is written: the agent is ready,
+		// and the app starts, only with the DNS proxy in place.
+		if err := a.startDNS(boot); err != nil {
+			return a.stop(g, err)
+		}
+		g.Go(func() error { return a.dns.server.Serve(ctx) })
+		g.Go(func() error { return a.runNameTable(ctx) })
 	}
 	if err := atomicfile.Write(filepath.Join(a.cfg.Dir, name), boot, 0o644); err != nil {
 		return a.stop(g, err)

@@ -36,10 +36,20 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		// Istio's rule: ISTIO_META_<NAME> is node metadata <NAME>; the
 		// agent's own keys win.
 		if name, ok := strings.CutPrefix(k, proxyMetadataPrefix); ok && name != "" {
+			if k == agentconfig.MetaDNSCapture && cfg.DNSCapture() {
+				continue // below
+			}
 			if _, taken := meta[name]; !taken {
 				meta[name] = v
 			}
 		}
+	}
+	if cfg.DNSCapture() {
+		// "true" as the hub reads it, whatever spelling of true the pod
+		// used. Only a sidecar's agent answers DNS; a proxyless (grpc
+		// mode) or gateway pod's metadata passes as it is, and its agent
+		// opens no name table stream.
+		meta[metaDNSCapture] = "true"
 	}
 	if cfg.Mode == agentconfig.ModeGRPC {
 		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
@@ -62,6 +72,10 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
 	}).JSON()
 }
+
+// metaDNSCapture is the node metadata of a pod whose DNS the agent
+// answers (proxyMetadata ISTIO_META_DNS_CAPTURE).
+const metaDNSCapture = "DNS_CAPTURE"
 
 // proxyMetadataPrefix marks the proxyMetadata entries that are node
 // metadata.

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/navemesh/nave/shared/logging"
@@ -63,11 +64,30 @@ type Config struct {
 	Dir          string `key:"dir" default:"/var/run/nave" required:"true" help:"directory (an in-memory emptyDir shared with Envoy or the applications) for sds.sock, the certificate files (grpc mode) and the bootstraps"`
 	Status       Status `key:"status" help:"the status HTTP server: health probes, metrics and debug views"`
 	Envoy        Envoy  `key:"envoy" help:"the Envoy sidecar (envoy mode)"`
+	DNS          DNS    `key:"dns" help:"the DNS proxy, which answers the mesh's names in the pod (envoy mode, sidecar, proxyMetadata ISTIO_META_DNS_CAPTURE \"true\"; docs/dns.md)"`
 	ProxyUID     int    `key:"proxyUID" default:"1337" help:"uid the sidecar runs as (traffic capture excludes it); informational for the agent"`
 	// AppProbes are the app containers' original probes (decision 032).
 	AppProbes string `key:"appProbes" help:"JSON of the app containers' original probes by path (/app-health/<container>/livez|readyz|startupz: httpGet, grpc or tcpSocket with numeric ports, timeoutSeconds), which the injector rewrote to httpGet on the status port; the agent answers each path by probing the pod; empty: none"`
 	// ProxyMetadata is ProxyConfig's proxyMetadata (JSON).
 	ProxyMetadata string `key:"proxyMetadata" help:"JSON object of ProxyConfig's proxyMetadata (name: value), which the injector also sets as environment variables of the agent (and so of Envoy); entries named ISTIO_META_<NAME> become node metadata <NAME> in the bootstrap, as in Istio, never replacing what the agent sets itself; empty: none"`
+}
+
+// DNS configures the DNS proxy (spoke/agent/dnsproxy, docs/dns.md).
+type DNS struct {
+	Address         string        `key:"address" default:"localhost:15053" help:"host:port the DNS proxy answers on (UDP and TCP) when it runs: envoy mode, proxyType sidecar, proxyMetadata ISTIO_META_DNS_CAPTURE \"true\" (the capture then redirects the pod's port 53 traffic there); host localhost means 127.0.0.1 and, when resolvConf names an IPv6 resolver, ::1 too (Istio's DNS_PROXY_ADDR)"`
+	ResolvConf      string        `key:"resolvConf" default:"/etc/resolv.conf" help:"the pod's resolver configuration: its nameservers are the upstreams names not in the name table are forwarded to, its search domains the completions the proxy recognises"`
+	UpstreamTimeout time.Duration `key:"upstreamTimeout" default:"5s" help:"how long the DNS proxy waits for one upstream resolver before trying the next (then SERVFAIL)"`
+}
+
+// Validate checks the address and the timeout.
+func (d *DNS) Validate() error {
+	if err := settings.CheckHostPort("address", d.Address); err != nil {
+		return err
+	}
+	if d.UpstreamTimeout <= 0 {
+		return settings.Invalid("upstreamTimeout", "must be greater than 0, got %s", d.UpstreamTimeout)
+	}
+	return nil
 }
 
 // Pod is what the downward API tells about the pod.
@@ -283,6 +303,19 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// DNSCapture is proxyMetadata ISTIO_META_DNS_CAPTURE: whether the pod's
+// DNS is captured and the agent runs its DNS proxy (envoy mode, sidecar
+// only; Istio's rule). Call it on a validated Config.
+func (c *Config) DNSCapture() bool {
+	pm, _ := c.ProxyMetadataMap()
+	on, err := strconv.ParseBool(pm[MetaDNSCapture])
+	return err == nil && on && c.Mode == ModeEnvoy && c.ProxyType == ProxySidecar
+}
+
+// MetaDNSCapture is the proxyMetadata entry that turns DNS capture on
+// (node metadata DNS_CAPTURE, as in Istio).
+const MetaDNSCapture = "ISTIO_META_DNS_CAPTURE"
 
 // ProxyMetadataMap decodes ProxyMetadata: nil when empty.
 func (c *Config) ProxyMetadataMap() (map[string]string, error) {

@@ -32,8 +32,35 @@ func TestLoadsWhatAPodGives(t *testing.T) {
 	if err != nil || id.String() != "spiffe://cluster.local/ns/shop/sa/web" {
 		t.Errorf("workload id %s (%v)", id, err)
 	}
+	if c.DNS.Address != "localhost:15053" || c.DNS.ResolvConf != "/etc/resolv.conf" || c.DNS.UpstreamTimeout != 5e9 || c.DNSCapture() {
+		t.Errorf("dns %+v (capture %v); want Istio's localhost:15053, /etc/resolv.conf, 5s, off", c.DNS, c.DNSCapture())
+	}
 	if c.XDS.Host() != "hub.example" {
 		t.Errorf("server name %q; want the host of xds.address", c.XDS.Host())
+	}
+}
+
+// TestDNSCapture: proxyMetadata ISTIO_META_DNS_CAPTURE true turns the DNS
+// proxy on for an Envoy sidecar only.
+func TestDNSCapture(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--proxy-metadata", `{"ISTIO_META_DNS_CAPTURE":"true"}`}, true},
+		{[]string{"--proxy-metadata", `{"ISTIO_META_DNS_CAPTURE":"1"}`}, true},
+		{[]string{"--proxy-metadata", `{"ISTIO_META_DNS_CAPTURE":"false"}`}, false},
+		{[]string{"--proxy-metadata", `{"ISTIO_META_DNS_CAPTURE":"yes"}`}, false},
+		{[]string{"--proxy-metadata", `{"ISTIO_META_DNS_CAPTURE":"true"}`, "--mode", "grpc"}, false},
+		{[]string{"--proxy-metadata", `{"ISTIO_META_DNS_CAPTURE":"true"}`, "--proxy-type", "router"}, false},
+	} {
+		var cfg Config
+		if err := settings.Load(Program, &cfg, podArgs(c.args...), &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.DNSCapture() != c.want {
+			t.Errorf("%v: DNS capture %v, want %v", c.args, cfg.DNSCapture(), c.want)
+		}
 	}
 }
 
@@ -63,6 +90,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{[]string{"--trust-domain", "Cluster.Local"}, "trustDomain"},
 		{[]string{"--status.listen", "15021"}, "status.listen"},
 		{[]string{"--app-probes", "{"}, "appProbes: not a JSON object"},
+		{[]string{"--dns.address", "15053"}, "dns.address"},
+		{[]string{"--dns.upstream-timeout", "0s"}, "dns.upstreamTimeout"},
 		{[]string{"--app-probes", `{"/app-health/web/livez":{"httpGet":{"port":8080,"host":"10.0.0.9"}}}`}, "appProbes: probe \"/app-health/web/livez\": httpGet.host"},
 	} {
 		var cfg Config

@@ -16,6 +16,8 @@ const (
 	DefaultProxyUID     = 1337
 	DefaultInboundPort  = 15006
 	DefaultOutboundPort = 15001
+	// DefaultDNSPort is where the agent answers DNS (dnsproxy.Port).
+	DefaultDNSPort = 15053
 )
 
 // All, as a port list or a CIDR list, means every port or every address.
@@ -42,13 +44,42 @@ type Config struct {
 	OutboundRanges    []netip.Prefix
 	// ExcludeOutboundRanges are destinations never redirected.
 	ExcludeOutboundRanges []netip.Prefix
+	// RedirectDNS sends the pod's DNS queries (UDP and TCP port 53) to
+	// the agent's DNS proxy on DNSPort, but for the proxy's own (its
+	// queries upstream): Istio's --redirect-dns, on with proxyMetadata
+	// ISTIO_META_DNS_CAPTURE. Only queries to DNSServers are redirected
+	// (the pod's resolvers: a DNS server the app runs or calls by its
+	// own address is left alone), or every query with CaptureAllDNS.
+	RedirectDNS   bool
+	CaptureAllDNS bool
+	DNSServers    []netip.Addr
+	DNSPort       int
 }
 
 // Default is Istio's default capture: every inbound port to 15006, every
 // outbound destination to 15001, uid and gid 1337 excluded.
 func Default() Config {
 	return Config{ProxyUID: DefaultProxyUID, ProxyGID: DefaultProxyUID, InboundPort: DefaultInboundPort,
-		OutboundPort: DefaultOutboundPort, InboundAllPorts: true, OutboundAllRanges: true}
+		OutboundPort: DefaultOutboundPort, InboundAllPorts: true, OutboundAllRanges: true, DNSPort: DefaultDNSPort}
+}
+
+// ParseAddrs parses a comma-separated list of IP addresses ("10.96.0.10,
+// fd00::a"); they come back unmapped, sorted, without duplicates.
+func ParseAddrs(s string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(item)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("%q is not an IP address", clip(item))
+		}
+		out = append(out, a.Unmap())
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(out), nil
 }
 
 // ParsePorts parses a comma-separated list of TCP ports ("15020, 8080"),
@@ -119,13 +150,16 @@ func (c *Config) Validate() error {
 	if c.ProxyUID < 0 || c.ProxyGID < 0 {
 		return errors.New("proxy uid and gid must not be negative")
 	}
-	for _, p := range []int{c.InboundPort, c.OutboundPort} {
+	for _, p := range []int{c.InboundPort, c.OutboundPort, c.DNSPort} {
 		if p < 1 || p > 65535 {
 			return fmt.Errorf("capture port %d is not a port (1-65535)", p)
 		}
 	}
 	if c.InboundPort == c.OutboundPort {
 		return fmt.Errorf("inbound and outbound capture ports are both %d", c.InboundPort)
+	}
+	if c.DNSPort == c.InboundPort || c.DNSPort == c.OutboundPort {
+		return fmt.Errorf("the DNS port %d is also a TCP capture port", c.DNSPort)
 	}
 	for _, l := range [][]int{c.InboundPorts, c.ExcludeInboundPorts, c.ExcludeOutboundPorts} {
 		for _, p := range l {
@@ -148,6 +182,11 @@ const (
 	flagExcludeOutbound  = "exclude-outbound-ports"
 	flagOutboundRanges   = "include-outbound-ranges"
 	flagExcludeRanges    = "exclude-outbound-ranges"
+	flagRedirectDNS      = "redirect-dns"
+	flagCaptureAllDNS    = "capture-all-dns"
+	flagDNSServers       = "dns-servers"
+	flagDNSPort          = "dns-port"
+	flagResolvConf       = "resolv-conf"
 	flagIPv6             = "ipv6"
 	flagDryRun           = "dry-run"
 	flagIptablesRestore  = "iptables-restore"
@@ -181,6 +220,18 @@ func (c *Config) Args() []string {
 	if len(c.ExcludeOutboundRanges) > 0 {
 		args = append(args, "--"+flagExcludeRanges+"="+joinRanges(c.ExcludeOutboundRanges))
 	}
+	if c.RedirectDNS {
+		args = append(args, "--"+flagRedirectDNS)
+		if c.CaptureAllDNS {
+			args = append(args, "--"+flagCaptureAllDNS)
+		}
+		if len(c.DNSServers) > 0 {
+			args = append(args, "--"+flagDNSServers+"="+joinAddrs(c.DNSServers))
+		}
+		if c.DNSPort != DefaultDNSPort {
+			args = append(args, "--"+flagDNSPort+"="+strconv.Itoa(c.DNSPort))
+		}
+	}
 	return args
 }
 
@@ -188,6 +239,14 @@ func joinPorts(ps []int) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
 	}
 	return strings.Join(s, ",")
 }
@@ -258,29 +317,32 @@ func (v rangesValue) Set(s string) error {
 	return nil
 }
 
-// onlyPorts is a flag holding a port list ("*" refused).
-type onlyPorts struct{ ports *[]int }
-
-func (v onlyPorts) String() string {
-	if v.ports == nil {
-		return ""
-	}
-	return joinPorts(*v.ports)
+// listFlag is a flag holding a list ("*" refused): ports, CIDRs or
+// addresses, parsed and printed by the package's functions.
+type listFlag[T any] struct {
+	list  *[]T
+	parse func(string) ([]T, error)
+	join  func([]T) string
 }
 
-func (v onlyPorts) Set(s string) (err error) { *v.ports, err = ParsePorts(s); return err }
-
-// onlyRanges is a flag holding a CIDR list ("*" refused).
-type onlyRanges struct{ ranges *[]netip.Prefix }
-
-func (v onlyRanges) String() string {
-	if v.ranges == nil {
+func (v listFlag[T]) String() string {
+	if v.list == nil {
 		return ""
 	}
-	return joinRanges(*v.ranges)
+	return v.join(*v.list)
 }
 
-func (v onlyRanges) Set(s string) (err error) { *v.ranges, err = ParseRanges(s); return err }
+func (v listFlag[T]) Set(s string) (err error) { *v.list, err = v.parse(s); return err }
+
+func onlyPorts(l *[]int) listFlag[int] { return listFlag[int]{l, ParsePorts, joinPorts} }
+
+func onlyRanges(l *[]netip.Prefix) listFlag[netip.Prefix] {
+	return listFlag[netip.Prefix]{l, ParseRanges, joinRanges}
+}
+
+func onlyAddrs(l *[]netip.Addr) listFlag[netip.Addr] {
+	return listFlag[netip.Addr]{l, ParseAddrs, joinAddrs}
+}
 
 // flags binds c's fields to fs.
 func (c *Config) flags(fs *flag.FlagSet) {
@@ -289,10 +351,14 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.InboundPort, flagInboundPort, c.InboundPort, "port inbound TCP is redirected to")
 	fs.IntVar(&c.OutboundPort, flagOutboundPort, c.OutboundPort, "port outbound TCP is redirected to")
 	fs.Var(portsValue{&c.InboundAllPorts, &c.InboundPorts}, flagInboundPorts, `inbound ports redirected: "*" (all) or a comma-separated list`)
-	fs.Var(onlyPorts{&c.ExcludeInboundPorts}, flagExcludeInbound, "inbound ports never redirected, comma-separated")
-	fs.Var(onlyPorts{&c.ExcludeOutboundPorts}, flagExcludeOutbound, "outbound destination ports never redirected, comma-separated")
+	fs.Var(onlyPorts(&c.ExcludeInboundPorts), flagExcludeInbound, "inbound ports never redirected, comma-separated")
+	fs.Var(onlyPorts(&c.ExcludeOutboundPorts), flagExcludeOutbound, "outbound destination ports never redirected, comma-separated")
 	fs.Var(rangesValue{&c.OutboundAllRanges, &c.OutboundRanges}, flagOutboundRanges, `outbound destinations redirected: "*" (all) or comma-separated CIDRs`)
-	fs.Var(onlyRanges{&c.ExcludeOutboundRanges}, flagExcludeRanges, "outbound destinations never redirected, comma-separated CIDRs")
+	fs.Var(onlyRanges(&c.ExcludeOutboundRanges), flagExcludeRanges, "outbound destinations never redirected, comma-separated CIDRs")
+	fs.BoolVar(&c.RedirectDNS, flagRedirectDNS, c.RedirectDNS, "redirect DNS queries (UDP and TCP port 53) to the agent's DNS proxy on --dns-port, but the proxy's own")
+	fs.BoolVar(&c.CaptureAllDNS, flagCaptureAllDNS, c.CaptureAllDNS, "with --redirect-dns: every DNS query, whatever its server; otherwise only those to the pod's resolvers")
+	fs.Var(onlyAddrs(&c.DNSServers), flagDNSServers, "with --redirect-dns: the pod's resolvers, comma-separated (default: the nameservers of --resolv-conf)")
+	fs.IntVar(&c.DNSPort, flagDNSPort, c.DNSPort, "port of the agent's DNS proxy (UDP and TCP)")
 }
 
 // ParseArgs parses flags as Config.Args writes them (Main's flags but

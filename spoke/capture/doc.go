@@ -16,6 +16,12 @@
 //   - the proxy's own connections over loopback to a non-loopback address
 //     of the pod (an app calling itself through its pod IP, routed by
 //     Envoy) go to the inbound port, as Istio's do.
+//   - with DNS capture (--redirect-dns, on when the pod's proxyMetadata sets
+//     ISTIO_META_DNS_CAPTURE), UDP and TCP queries to port 53 of the pod's
+//     resolvers (every port 53 with --capture-all-dns) go to the agent's
+//     DNS proxy (15053), but for the proxy's uid and gid — the agent's own
+//     queries upstream — and the raw table keeps the two legs in conntrack
+//     zones of their own, as Istio's istio-iptables does.
 //
 // Rules is a pure function; Main applies its output with iptables-restore
 // (and ip6tables-restore for IPv6), atomically per table, leaving other

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+
+	"github.com/miekg/dns"
 )
 
 // Main is `nave-agent capture FLAGS`: it installs the rules of the flags
@@ -37,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool(flagDryRun, false, "print the iptables-restore input instead of applying it")
 	restore4 := fs.String(flagIptablesRestore, "iptables-restore", "the iptables-restore program")
 	restore6 := fs.String(flagIp6tablesRestore, "ip6tables-restore", "the ip6tables-restore program")
+	resolvConf := fs.String(flagResolvConf, "/etc/resolv.conf", "with --redirect-dns and neither --capture-all-dns nor --dns-servers: the file naming the pod's resolvers")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -50,6 +54,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "nave-agent capture: %v\n", err)
 		return 2
+	}
+	if c.RedirectDNS && !c.CaptureAllDNS && len(c.DNSServers) == 0 {
+		servers, err := resolvers(*resolvConf)
+		if err != nil || len(servers) == 0 {
+			// Istio's rule: no resolver to capture, no DNS capture; the
+			// rest of the capture stands.
+			fmt.Fprintf(stderr, "nave-agent capture: --redirect-dns: no nameserver in %s (%v): DNS is not captured\n", *resolvConf, err)
+			c.RedirectDNS = false
+		}
+		c.DNSServers = servers
 	}
 	families := []Family{IPv4}
 	switch *ipv6 {
@@ -81,6 +95,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "nave-agent capture: %s rules installed (%d lines)\n", f, strings.Count(rules, "\n"))
 	}
 	return 0
+}
+
+// resolvers are the nameservers of a resolv.conf file.
+func resolvers(path string) ([]netip.Addr, error) {
+	cc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddrs(strings.Join(cc.Servers, ","))
 }
 
 // apply feeds rules to prog --noflush (atomic: all or nothing).

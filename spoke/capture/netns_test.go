@@ -28,12 +28,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// helper is one of the netns test's processes:
+// helper is one of the netns tests' processes:
 //   - capture ARGS: Main(ARGS), the capture init container;
 //   - serve NAME=PORT...: listens on each port and answers each
 //     connection with the NAME of its port, until killed;
 //   - dial UID ADDR: as uid and gid UID, connects to ADDR and prints the
-//     answer, or "error: ..." when there is none.
+//     answer, or "error: ..." when there is none;
+//   - dnsserve UID NAME ADDR...: as UID, a DNS server on each ADDR (UDP and
+//     TCP) answering every query with a TXT record holding NAME;
+//   - dnsquery UID NET ADDR: as UID, asks ADDR over NET (udp, tcp) and
+//     prints the TXT answer, or "error: ...".
 func helper(mode string, args []string) int {
 	switch mode {
 	case "capture":
@@ -59,17 +63,15 @@ func helper(mode string, args []string) int {
 		}
 		fmt.Println("ready")
 		select {}
+	case "dnsserve":
+		return dnsServe(args)
+	case "dnsquery":
+		return dnsQuery(args)
 	case "dial":
 		uid, _ := strconv.Atoi(args[0])
-		if uid != 0 {
-			if err := syscall.Setresgid(uid, uid, uid); err != nil {
-				fmt.Println("error: setgid:", err)
-				return 1
-			}
-			if err := syscall.Setresuid(uid, uid, uid); err != nil {
-				fmt.Println("error: setuid:", err)
-				return 1
-			}
+		if err := becomeUID(uid); err != nil {
+			fmt.Println("error:", err)
+			return 1
 		}
 		c, err := net.DialTimeout("tcp", args[1], 2*time.Second)
 		if err != nil {
@@ -88,6 +90,20 @@ func helper(mode string, args []string) int {
 	}
 	fmt.Println("unknown helper mode", mode)
 	return 2
+}
+
+// becomeUID makes the process uid and gid uid (0: stays root).
+func becomeUID(uid int) error {
+	if uid == 0 {
+		return nil
+	}
+	if err := syscall.Setresgid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setgid: %w", err)
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setuid: %w", err)
+	}
+	return nil
 }
 
 // netns is a network namespace the test created.
@@ -125,7 +141,14 @@ func (ns netns) run(t *testing.T, mode string, args ...string) string {
 // serve starts a serve helper in ns, stopped by PID when the test ends.
 func (ns netns) serve(t *testing.T, ports ...string) {
 	t.Helper()
-	cmd := ns.helperCmd(t, "serve", ports...)
+	ns.startHelper(t, "serve", ports...)
+}
+
+// startHelper starts a helper that prints "ready" once it serves, stopped
+// by PID when the test ends.
+func (ns netns) startHelper(t *testing.T, mode string, args ...string) {
+	t.Helper()
+	cmd := ns.helperCmd(t, mode, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -159,17 +182,17 @@ func (ns netns) serve(t *testing.T, ports ...string) {
 	}
 }
 
-// TestRulesInNetworkNamespace applies the capture, through Main and the
-// real iptables-restore, in a pod's network namespace joined by a veth
-// pair to a client's, and checks what each connection reaches: the
-// proxy's ports for captured traffic, the real destination for what is
-// excluded (uid 1337, loopback, excluded ports). It needs root, ip and
-// iptables-restore; without them it is skipped (fails in CI, internal/testenv).
-func TestRulesInNetworkNamespace(t *testing.T) {
+// podAndClient skips the test without root, ip or the iptables-restore
+// programs; else it creates a pod's and a client's network namespace
+// joined by a veth pair whose ends (podIf, clientIf) are in them, loopback
+// up, both deleted when the test ends. n is a random byte, for the test's
+// addresses.
+func podAndClient(t *testing.T, tag string) (pod, client netns, n int, podIf, clientIf string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "needs root to create network namespaces")
 	}
-	for _, prog := range []string{"ip", "iptables-restore"} {
+	for _, prog := range []string{"ip", "iptables-restore", "ip6tables-restore"} {
 		if _, err := exec.LookPath(prog); err != nil {
 			testenv.Missing(t, "needs %s (apt-get install iproute2 iptables): %v", prog, err)
 		}
@@ -177,24 +200,36 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	pod, client := netns("nave-cap-"+id+"-p"), netns("nave-cap-"+id+"-c")
+	pod, client = netns("nave-"+tag+"-"+id+"-p"), netns("nave-"+tag+"-"+id+"-c")
 	if out, err := exec.Command("ip", "netns", "add", string(pod)).CombinedOutput(); err != nil {
 		testenv.Missing(t, "cannot create a network namespace here: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", string(pod)).Run() })
 	ipCmd(t, "netns", "add", string(client))
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", string(client)).Run() })
-	n := int(b[0])
-	podIP, clientIP := fmt.Sprintf("10.252.%d.2", n), fmt.Sprintf("10.252.%d.1", n)
-	podIP6, clientIP6 := fmt.Sprintf("fd4e:6176:%x::2", n), fmt.Sprintf("fd4e:6176:%x::1", n)
-	podIf, clientIf := "nc"+id+"p", "nc"+id+"c"
+	podIf, clientIf = "n"+tag[:1]+id+"p", "n"+tag[:1]+id+"c"
 	ipCmd(t, "link", "add", podIf, "type", "veth", "peer", "name", clientIf)
 	ipCmd(t, "link", "set", podIf, "netns", string(pod))
 	ipCmd(t, "link", "set", clientIf, "netns", string(client))
+	for _, ns := range []netns{pod, client} {
+		ipCmd(t, "-n", string(ns), "link", "set", "lo", "up")
+	}
+	return pod, client, int(b[0]), podIf, clientIf
+}
+
+// TestRulesInNetworkNamespace applies the capture, through Main and the
+// real iptables-restore, in a pod's network namespace joined by a veth
+// pair to a client's, and checks what each connection reaches: the
+// proxy's ports for captured traffic, the real destination for what is
+// excluded (uid 1337, loopback, excluded ports). It needs root, ip and
+// iptables-restore; without them it is skipped (fails in CI, internal/testenv).
+func TestRulesInNetworkNamespace(t *testing.T) {
+	pod, client, n, podIf, clientIf := podAndClient(t, "cap")
+	podIP, clientIP := fmt.Sprintf("10.252.%d.2", n), fmt.Sprintf("10.252.%d.1", n)
+	podIP6, clientIP6 := fmt.Sprintf("fd4e:6176:%x::2", n), fmt.Sprintf("fd4e:6176:%x::1", n)
 	for _, c := range [][]string{
 		{"-n", string(pod), "addr", "add", podIP + "/24", "dev", podIf},
 		{"-n", string(pod), "link", "set", podIf, "up"},
-		{"-n", string(pod), "link", "set", "lo", "up"},
 		{"-n", string(pod), "route", "add", "default", "via", clientIP},
 		{"-n", string(pod), "addr", "add", podIP6 + "/64", "dev", podIf, "nodad"},
 		{"-n", string(pod), "-6", "route", "add", "default", "via", clientIP6},
@@ -202,7 +237,6 @@ func TestRulesInNetworkNamespace(t *testing.T) {
 		{"-n", string(client), "addr", "add", "192.0.2.1/24", "dev", clientIf},
 		{"-n", string(client), "addr", "add", clientIP6 + "/64", "dev", clientIf, "nodad"},
 		{"-n", string(client), "link", "set", clientIf, "up"},
-		{"-n", string(client), "link", "set", "lo", "up"},
 	} {
 		ipCmd(t, c...)
 	}

@@ -24,7 +24,12 @@ func configs() map[string]Config {
 	excluded := Default()
 	excluded.ExcludeInboundPorts = []int{15000, 15021}
 	excluded.ExcludeOutboundRanges = []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}
-	return map[string]Config{"default": Default(), "annotated": annotated, "excluded": excluded}
+	dns := Default()
+	dns.RedirectDNS = true
+	dns.DNSServers = []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::a")}
+	dnsAll := Default()
+	dnsAll.RedirectDNS, dnsAll.CaptureAllDNS, dnsAll.DNSPort = true, true, 15054
+	return map[string]Config{"default": Default(), "annotated": annotated, "excluded": excluded, "dns": dns, "dns-all": dnsAll}
 }
 
 // TestRulesGolden compares the rules of each config and family with
@@ -85,6 +90,84 @@ func TestRulesSemantics(t *testing.T) {
 	}
 }
 
+// TestDNSRulesSemantics checks DNS capture: port 53 to the pod's resolvers
+// goes to the DNS port, the proxy's own queries go out, and the rest of
+// the capture is as without it.
+func TestDNSRulesSemantics(t *testing.T) {
+	c := configs()["dns"]
+	v4, v6 := Rules(c, IPv4), Rules(c, IPv6)
+	for _, want := range []string{
+		"-A OUTPUT -p udp --dport 53 -j NAVE_DNS",
+		"-A NAVE_OUTPUT -p tcp --dport 53 -j NAVE_DNS",
+		"-A NAVE_DNS -m owner --uid-owner 1337 -j RETURN",
+		"-A NAVE_DNS -m owner --gid-owner 1337 -j RETURN",
+		"-A NAVE_DNS -d 10.96.0.10/32 -p udp --dport 53 -j REDIRECT --to-ports 15053",
+		"-A NAVE_DNS -d 10.96.0.10/32 -p tcp --dport 53 -j REDIRECT --to-ports 15053",
+		"-A NAVE_OUTPUT -o lo -p tcp ! --dport 53 -m owner ! --uid-owner 1337 -j RETURN",
+		"-A NAVE_DNS_CT_OUT -p udp --dport 53 -m owner --uid-owner 1337 -j CT --zone 1",
+		"-A NAVE_DNS_CT_OUT -d 10.96.0.10/32 -p udp --dport 53 -j CT --zone 2",
+		"-A NAVE_DNS_CT_IN -s 10.96.0.10/32 -p udp --sport 53 -j CT --zone 1",
+	} {
+		if !strings.Contains(v4, want+"\n") {
+			t.Errorf("IPv4 rules lack %q", want)
+		}
+	}
+	if !strings.Contains(v6, "-A NAVE_DNS -d fd00::a/128 -p udp --dport 53 -j REDIRECT --to-ports 15053\n") || strings.Contains(v6, "10.96.0.10") || strings.Contains(v4, "fd00::a") {
+		t.Error("a family's DNS rules hold the other family's resolvers, or lack their own")
+	}
+	// The proxy's own queries are returned before any redirect, and TCP
+	// reaches the DNS chain after the proxy's exclusions.
+	if strings.Index(v4, "-A NAVE_DNS -m owner --uid-owner 1337 -j RETURN") > strings.Index(v4, "-j REDIRECT --to-ports 15053") ||
+		strings.Index(v4, "-A NAVE_OUTPUT -m owner --gid-owner 1337 -j RETURN") > strings.Index(v4, "-A NAVE_OUTPUT -p tcp --dport 53 -j NAVE_DNS") ||
+		strings.Index(v4, "-A NAVE_OUTPUT -p tcp --dport 53 -j NAVE_DNS") > strings.Index(v4, "-A NAVE_OUTPUT -d 127.0.0.1/32 -j RETURN") {
+		t.Error("DNS rules out of order")
+	}
+	if !strings.Contains(v4, "\n*raw\n") || strings.Count(v4, "COMMIT\n") != 2 {
+		t.Error("not a nat and a raw table")
+	}
+	// A family without a resolver captures no DNS.
+	only4 := c
+	only4.DNSServers = c.DNSServers[:1]
+	if got, want := Rules(only4, IPv6), Rules(Default(), IPv6); got != want {
+		t.Errorf("IPv6 rules without an IPv6 resolver:\n%s\nwant those without DNS capture:\n%s", got, want)
+	}
+	all := Rules(configs()["dns-all"], IPv6)
+	if !strings.Contains(all, "-A NAVE_DNS -p udp --dport 53 -j REDIRECT --to-ports 15054\n") || !strings.Contains(all, "-A NAVE_DNS_CT_IN -p udp --sport 53 -j CT --zone 1\n") {
+		t.Errorf("--capture-all-dns rules:\n%s", all)
+	}
+	// Without DNS capture, nothing of it.
+	off := c
+	off.RedirectDNS = false
+	if got := Rules(off, IPv4); got != Rules(Default(), IPv4) {
+		t.Error("resolvers without --redirect-dns changed the rules")
+	}
+}
+
+// TestMainReadsResolvConf: with --redirect-dns and no --dns-servers, the
+// resolvers are resolv.conf's; with none there, DNS is not captured and
+// the rest is.
+func TestMainReadsResolvConf(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(conf, []byte("nameserver 10.96.0.10\nnameserver fd00::a\nsearch ns.svc.cluster.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--redirect-dns", "--resolv-conf=" + conf, "--dry-run", "--ipv6=true"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	want := configs()["dns"]
+	if out.String() != Rules(want, IPv4)+Rules(want, IPv6) {
+		t.Errorf("dry run printed\n%s", out.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"--redirect-dns", "--resolv-conf=" + filepath.Join(dir, "none"), "--dry-run", "--ipv6=false"}, &out, &errOut); code != 0 ||
+		out.String() != Rules(Default(), IPv4) || !strings.Contains(errOut.String(), "DNS is not captured") {
+		t.Errorf("without resolvers: exit %d, %q; want the rules without DNS, and a warning", code, errOut.String())
+	}
+}
+
 func TestArgsRoundTrip(t *testing.T) {
 	for name, c := range configs() {
 		got, err := ParseArgs(c.Args())
@@ -110,6 +193,8 @@ func TestParseRefuses(t *testing.T) {
 		{[]string{"--proxy-uid=-1"}, "must not be negative"},
 		{[]string{"--outbound-port=70000"}, "70000 is not a port"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--dns-servers=10.0.0.1,nope"}, `"nope" is not an IP address`},
+		{[]string{"--dns-port=15001"}, "the DNS port 15001 is also a TCP capture port"},
 	} {
 		if _, err := ParseArgs(tc.args); err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%v: %v, want an error saying %q", tc.args, err, tc.says)

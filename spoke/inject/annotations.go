@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/navemesh/nave/spoke/admission"
+	"github.com/navemesh/nave/spoke/agentconfig"
 	"github.com/navemesh/nave/spoke/capture"
 )
 
@@ -184,6 +186,12 @@ func (in *Injector) parseSettings(pod *corev1.Pod, template string) (*podSetting
 	}
 	s.proxy = ps
 	s.warnings = append(s.warnings, w...)
+	if on, _ := strconv.ParseBool(ps.metadata[agentconfig.MetaDNSCapture]); on && template == TemplateSidecar {
+		// The agent answers DNS (docs/dns.md): the capture sends it the
+		// pod's queries, as Istio's istio-init --redirect-dns does. The
+		// grpc-agent and gateway templates capture nothing.
+		s.capture.RedirectDNS = true
+	}
 	keys := make([]string, 0, len(ignored))
 	for k := range ann {
 		if _, ok := ignored[k]; ok {

@@ -131,3 +131,51 @@ func TestProxyConfigAnnotationRefusals(t *testing.T) {
 		t.Errorf("warnings %q", resp.Warnings)
 	}
 }
+
+// TestDNSCaptureInjection: proxyMetadata ISTIO_META_DNS_CAPTURE (from the
+// mesh's defaultConfig or the pod's annotation) makes the sidecar's
+// capture redirect DNS to the agent; false, or a template without
+// capture, does not.
+func TestDNSCaptureInjection(t *testing.T) {
+	on := true
+	meshCfg := func() *meshv1alpha1.MeshConfig {
+		if !on {
+			return nil
+		}
+		return &meshv1alpha1.MeshConfig{DefaultConfig: &meshv1alpha1.ProxyConfig{ProxyMetadata: map[string]string{"ISTIO_META_DNS_CAPTURE": "true"}}}
+	}
+	in := newTestInjector(t, func(o *Options) { o.MeshConfig = meshCfg })
+	captureArgs := func(pod *corev1.Pod) (string, bool) {
+		for _, c := range pod.Spec.InitContainers {
+			if c.Name == CaptureContainer {
+				return strings.Join(c.Args, " "), true
+			}
+		}
+		return "", false
+	}
+	for _, tc := range []struct {
+		name, annotation string
+		meshOn           bool
+		want             bool
+	}{
+		{"from the mesh's defaultConfig", "", true, true},
+		{"from the pod's annotation", "{proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\"}}", false, true},
+		{"the pod turns it off", "{proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"false\"}}", true, false},
+		{"off", "", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			on = tc.meshOn
+			_, pod, _ := review(t, in, podRequest(t, "shop", proxyConfigPod(t, tc.annotation)))
+			args, ok := captureArgs(pod)
+			if !ok || strings.Contains(args, "--redirect-dns") != tc.want {
+				t.Errorf("capture args %q; want --redirect-dns %v", args, tc.want)
+			}
+		})
+	}
+	on = true
+	grpcPod := strings.Replace(string(proxyConfigPod(t, "")), "annotations: {}", "annotations: {inject.istio.io/templates: grpc-agent}", 1)
+	_, pod, _ := review(t, in, podRequest(t, "shop", []byte(grpcPod)))
+	if args, ok := captureArgs(pod); ok {
+		t.Errorf("grpc-agent pod has a capture container (%s); want none", args)
+	}
+}

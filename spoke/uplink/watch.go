@@ -2,18 +2,15 @@ package uplink
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -158,7 +155,7 @@ func (u *Uplink) runWatch(stream watchStream) error {
 			u.setWatch(WatchSynced, nil)
 			u.log.Info("remote view synced", "clusters", len(u.opts.View.Clusters()))
 		} else if rejections := u.opts.View.Apply(r); len(rejections) > 0 {
-			reply.ErrorDetail = nackStatus(rejections)
+			reply.ErrorDetail = protocol.RejectionStatus(rejections)
 			u.metrics.watchNacks.Inc()
 			u.log.Warn("refused resources the hub sent on Watch", "type", r.GetTypeUrl(), "reason", reply.ErrorDetail.GetMessage())
 		} else if u.opts.View.Complete() {
@@ -169,19 +166,6 @@ func (u *Uplink) runWatch(stream watchStream) error {
 			return err
 		}
 	}
-}
-
-func nackStatus(rejections []*protocolv1.Rejection) *statuspb.Status {
-	parts := make([]string, 0, len(rejections))
-	for _, r := range rejections {
-		parts = append(parts, fmt.Sprintf("%s: %s", r.GetName(), r.GetReason()))
-	}
-	st := &statuspb.Status{Code: int32(codes.InvalidArgument),
-		Message: fmt.Sprintf("%d resource(s) rejected: %s", len(rejections), strings.Join(parts, "; "))}
-	if d, err := anypb.New(&protocolv1.Rejections{Items: rejections}); err == nil {
-		st.Details = []*anypb.Any{d}
-	}
-	return st
 }
 
 // saver writes the view to Options.ViewFile: at once when asked, or at

@@ -15,7 +15,10 @@ import (
 // as a small header followed by its resources' prepared encodings
 // (resource.Prepared.Wire), which every stream sending them shares,
 // instead of encoding the response into a buffer of its own per stream;
-// every other message it encodes and decodes as gRPC's proto codec does.
+// a state-of-the-world request listing the names of a subscription some
+// stream holds takes that subscription's list instead of decoding them
+// (unmarshalRequest); every other message it encodes and decodes as
+// gRPC's proto codec does.
 // A server without it sends the same bytes, encoded per stream.
 func Codec() encoding.CodecV2 { return codec{base: encoding.GetCodecV2(grpcproto.Name)} }
 
@@ -23,7 +26,14 @@ type codec struct{ base encoding.CodecV2 }
 
 func (c codec) Name() string { return c.base.Name() }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*discoveryv3.DiscoveryRequest); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		return unmarshalRequest(buf.ReadOnlyData(), req, sharedNames)
+	}
+	return c.base.Unmarshal(data, v)
+}
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch r := v.(type) {

@@ -97,7 +97,7 @@ func (s *Server) find(name string, visible func(mesh string) bool) (*conn, error
 			conns = append(conns, c)
 		}
 	}
-	i, err := FindProxy(name, len(conns), func(i int) (string, string) { return conns[i].id, conns[i].nodeID })
+	i, err := FindProxy(name, len(conns), func(i int) (string, string, bool) { return conns[i].id, conns[i].nodeID, conns[i].nds })
 	if err != nil {
 		return nil, err
 	}
@@ -105,13 +105,15 @@ func (s *Server) find(name string, visible func(mesh string) bool) (*conn, error
 }
 
 // FindProxy picks the proxy name names among n proxies, the i-th of which
-// has connection ID and node ID ids(i): the one with that connection ID,
-// else the one with that node ID, else the one whose node ID contains name.
-// None is ErrNoProxy; several are an error listing their connection IDs.
-func FindProxy(name string, n int, ids func(i int) (id, nodeID string)) (int, error) {
+// has connection ID and node ID ids(i), and is a pod agent's name-table
+// stream if nameTable: the one with that connection ID, else the one with
+// that node ID, else the one whose node ID contains name — a proxy's own
+// stream before its agent's name-table stream of the same node. None is
+// ErrNoProxy; several are an error listing their connection IDs.
+func FindProxy(name string, n int, ids func(i int) (id, nodeID string, nameTable bool)) (int, error) {
 	var byNode, byPart []int
 	for i := range n {
-		id, node := ids(i)
+		id, node, _ := ids(i)
 		switch {
 		case id == name:
 			return i, nil
@@ -125,6 +127,9 @@ func FindProxy(name string, n int, ids func(i int) (id, nodeID string)) (int, er
 	if len(matches) == 0 {
 		matches = byPart
 	}
+	if proxies := slices.DeleteFunc(slices.Clone(matches), func(i int) bool { _, _, nt := ids(i); return nt }); len(proxies) > 0 {
+		matches = proxies
+	}
 	switch len(matches) {
 	case 0:
 		return -1, fmt.Errorf("%w named %q", ErrNoProxy, name)
@@ -133,7 +138,7 @@ func FindProxy(name string, n int, ids func(i int) (id, nodeID string)) (int, er
 	}
 	names := make([]string, len(matches))
 	for k, i := range matches {
-		names[k], _ = ids(i)
+		names[k], _, _ = ids(i)
 	}
 	sort.Strings(names)
 	return -1, fmt.Errorf("%q names %d connected proxies (%s): give a connection ID", name, len(names), strings.Join(names, ", "))

@@ -40,6 +40,9 @@ type conn struct {
 	peer        string
 	connectedAt time.Time
 	delta       bool // incremental ADS
+	// nds marks an agent's name-table stream (Server.accept): it is
+	// served typeurl.NameTable only.
+	nds bool
 	// identity is what the stream authenticated as (zero in plaintext
 	// mode); sds its secrets, nil when it is served none.
 	identity WorkloadIdentity
@@ -205,11 +208,11 @@ func (c *conn) converged(typeURL string, changedAt time.Time) {
 
 func (c *conn) handle(stream sotwStream, st resource.State, req *discoveryv3.DiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
-	if typeURL == typeurl.Secret {
+	if typeURL == typeurl.Secret && !c.nds {
 		return c.handleSecrets(stream, req)
 	}
-	if !knownType(typeURL) {
-		c.server.log.Debug("request for a type this hub does not serve", "conn", c.id, "type", typeURL)
+	if !c.serves(typeURL) {
+		c.server.log.Debug("request for a type this hub does not serve on this stream", "conn", c.id, "type", typeURL)
 		return nil
 	}
 	c.mu.Lock()
@@ -286,7 +289,7 @@ func typeOrder(c *conn) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for _, t := range []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route} {
+	for _, t := range []string{typeurl.Cluster, typeurl.Endpoint, typeurl.Listener, typeurl.Route, typeurl.NameTable} {
 		if ts := c.types[t]; ts != nil && ts.requested {
 			out = append(out, t)
 		}
@@ -300,7 +303,7 @@ func (c *conn) push(stream sotwStream, st resource.State, typeURL string, force 
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
-	res := c.resources(st)
+	res := c.resourcesOf(st, typeURL)
 	all := res.Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]
@@ -443,10 +446,34 @@ func coversAll(names map[string]bool, all map[string]*resource.Prepared) bool {
 	return true
 }
 
-// resources returns what st holds for this proxy: the mesh-wide proxyless
-// resources (with the server listeners of its own ports), or the Envoy
-// resources generated for its key.
+// serves reports whether the stream is served typeURL: a name-table
+// stream only the name table; any other stream every type the server
+// generates (Istio's agent asks for the name table on its Envoy's
+// stream).
+func (c *conn) serves(typeURL string) bool {
+	if c.nds {
+		return typeURL == typeurl.NameTable
+	}
+	return knownType(typeURL)
+}
+
+// resourcesOf returns what st holds of typeURL for this proxy (see
+// resources).
+func (c *conn) resourcesOf(st resource.State, typeURL string) *resource.ProxyResources {
+	if typeURL == typeurl.NameTable {
+		return st.NameTableFor(c.key)
+	}
+	return c.resources(st)
+}
+
+// resources returns what st holds for this proxy: its name table for a
+// name-table stream, the mesh-wide proxyless resources (with the server
+// listeners of its own ports), or the Envoy resources generated for its
+// key.
 func (c *conn) resources(st resource.State) *resource.ProxyResources {
+	if c.nds {
+		return st.NameTableFor(c.key)
+	}
 	if c.proxy.Type == proxy.GRPC {
 		return st.ProxylessFor(c.key)
 	}
@@ -456,7 +483,7 @@ func (c *conn) resources(st resource.State) *resource.ProxyResources {
 func (c *conn) status() ConnStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Delta: c.delta, Namespace: c.proxy.Namespace, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
+	cs := ConnStatus{ID: c.id, NodeID: c.nodeID, Mesh: c.mesh, ProxyType: string(c.proxy.Type), Delta: c.delta, NameTable: c.nds, Namespace: c.proxy.Namespace, Peer: c.peer, ConnectedAt: c.connectedAt, Types: map[string]TypeStatus{}}
 	for t, ts := range c.types {
 		cs.Types[typeurl.Short(t)] = TypeStatus{
 			Wildcard: ts.wildcard, Subscribed: len(ts.names),

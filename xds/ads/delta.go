@@ -25,11 +25,11 @@ import (
 
 func (c *conn) handleDelta(stream deltaStream, st resource.State, req *discoveryv3.DeltaDiscoveryRequest) error {
 	typeURL := req.GetTypeUrl()
-	if typeURL == typeurl.Secret {
+	if typeURL == typeurl.Secret && !c.nds {
 		return c.handleSecretsDelta(stream, req)
 	}
-	if !knownType(typeURL) {
-		c.server.log.Debug("delta request for a type this hub does not serve", "conn", c.id, "type", typeURL)
+	if !c.serves(typeURL) {
+		c.server.log.Debug("delta request for a type this hub does not serve on this stream", "conn", c.id, "type", typeURL)
 		return nil
 	}
 	c.mu.Lock()
@@ -152,7 +152,7 @@ func (c *conn) pushDelta(stream deltaStream, st resource.State, typeURL string, 
 	if st == nil {
 		return nil // the mesh is not ready; the request is answered once it is
 	}
-	res := c.resources(st)
+	res := c.resourcesOf(st, typeURL)
 	all := res.Resources[typeURL]
 	c.mu.Lock()
 	ts := c.types[typeURL]

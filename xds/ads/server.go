@@ -27,6 +27,7 @@ import (
 
 	"github.com/navemesh/nave/shared/grpcpeer"
 	"github.com/navemesh/nave/shared/meshlimits"
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
 	"github.com/navemesh/nave/xds/proxy"
 	"github.com/navemesh/nave/xds/resource"
@@ -103,8 +104,10 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[string]*conn
-	// perMesh counts conns by mesh.
-	perMesh map[string]int
+	// perMesh counts conns by mesh, name-table streams (conn.nds) apart
+	// in perMeshNDS.
+	perMesh    map[string]int
+	perMeshNDS map[string]int
 }
 
 // New returns a Server serving the push contexts of src.
@@ -121,7 +124,7 @@ func New(src resource.Source, opts Options) *Server {
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes = 64 << 20
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger, names: newNameSets(), conns: map[string]*conn{}, perMesh: map[string]int{}}
+	s := &Server{src: src, opts: opts, log: opts.Logger, names: sharedNames, conns: map[string]*conn{}, perMesh: map[string]int{}, perMeshNDS: map[string]int{}}
 	if opts.MaxInflightBytes > 0 {
 		s.budget = semaphore.NewWeighted(opts.MaxInflightBytes)
 	}
@@ -306,7 +309,8 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 		case req := <-reqs:
 			if c == nil {
 				var err error
-				if c, err = s.accept(ctx, req.GetNode(), delta); err != nil {
+				t, _ := any(req).(interface{ GetTypeUrl() string })
+				if c, err = s.accept(ctx, req.GetNode(), delta, t != nil && t.GetTypeUrl() == typeurl.NameTable); err != nil {
 					return err
 				}
 				accepted.Store(c)
@@ -341,7 +345,12 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](s *Server, ctx context
 	}
 }
 
-func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*conn, error) {
+// accept admits a stream. nds marks an agent's name-table stream (its
+// first request asks for typeurl.NameTable): it is served the name table
+// only, and is not one of the mesh's proxies — its pod's Envoy is — but
+// the mesh's name-table streams are bounded by the same limit, counted
+// apart (decision 045).
+func (s *Server) accept(ctx context.Context, node *corev3.Node, delta, nds bool) (*conn, error) {
 	px, id, err := s.identify(ctx, node)
 	if err != nil {
 		return nil, err
@@ -358,25 +367,32 @@ func (s *Server) accept(ctx context.Context, node *corev3.Node, delta bool) (*co
 		types:       map[string]*typeState{},
 		identity:    id,
 		closed:      make(chan struct{}),
+		nds:         nds,
 	}
-	if s.opts.Secrets != nil && id.Mesh != "" {
+	if s.opts.Secrets != nil && id.Mesh != "" && !nds {
 		c.sds = &sdsState{due: make(chan struct{}, 1), ctx: ctx}
 	}
 	c.peer = grpcpeer.Addr(ctx)
 	s.mu.Lock()
-	n := s.perMesh[c.mesh]
+	counts, what := s.perMesh, "proxies connected to this hub replica"
+	if nds {
+		counts, what = s.perMeshNDS, "name-table streams (agents) connected to this hub replica"
+	}
+	n := counts[c.mesh]
 	if s.opts.MaxProxies != nil {
 		if limit := s.opts.MaxProxies(c.mesh); limit > 0 && n >= limit {
 			s.mu.Unlock()
 			s.opts.LimitMetrics.Refused(c.mesh, meshlimits.Proxies)
-			reason := meshlimits.Exceeded(c.mesh, "proxies connected to this hub replica", n, meshlimits.Proxies, limit)
+			reason := meshlimits.Exceeded(c.mesh, what, n, meshlimits.Proxies, limit)
 			s.log.Warn("proxy refused", "node", px.ID, "mesh", c.mesh, "reason", reason)
 			return nil, status.Error(codes.ResourceExhausted, reason)
 		}
 	}
 	s.conns[c.id] = c
-	s.perMesh[c.mesh] = n + 1
-	s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n+1))
+	counts[c.mesh] = n + 1
+	if !nds {
+		s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n+1))
+	}
 	s.mu.Unlock()
 	// A mesh that stopped being served between identify and here had
 	// its streams closed (CloseMesh) without this one: it is refused now.
@@ -397,13 +413,19 @@ func (s *Server) remove(c *conn) {
 	c.stopSecrets()
 	s.mu.Lock()
 	delete(s.conns, c.id)
-	n := s.perMesh[c.mesh] - 1
-	if n == 0 {
-		delete(s.perMesh, c.mesh)
-	} else {
-		s.perMesh[c.mesh] = n
+	counts := s.perMesh
+	if c.nds {
+		counts = s.perMeshNDS
 	}
-	s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n))
+	n := counts[c.mesh] - 1
+	if n == 0 {
+		delete(counts, c.mesh)
+	} else {
+		counts[c.mesh] = n
+	}
+	if !c.nds {
+		s.opts.LimitMetrics.Usage(c.mesh, meshlimits.Proxies, float64(n))
+	}
 	s.mu.Unlock()
 	s.metrics.connections.Dec()
 	s.log.Info("proxy disconnected", "conn", c.id, "mesh", c.mesh)
@@ -428,8 +450,12 @@ func (s *Server) pendingPushes() float64 {
 	return float64(n)
 }
 
-// knownType reports whether the server generates typeURL.
+// knownType reports whether the server generates typeURL: Envoy's types
+// and the name table.
 func knownType(typeURL string) bool {
+	if typeURL == typeurl.NameTable {
+		return true
+	}
 	for _, t := range gen.Types {
 		if t == typeURL {
 			return true
@@ -440,11 +466,14 @@ func knownType(typeURL string) bool {
 
 // ConnStatus is what /debug/syncz shows for one proxy.
 type ConnStatus struct {
-	ID          string                `json:"id"`
-	NodeID      string                `json:"nodeId"`
-	Mesh        string                `json:"mesh"`
-	ProxyType   string                `json:"proxyType"`
-	Delta       bool                  `json:"delta,omitempty"` // incremental ADS`
+	ID        string `json:"id"`
+	NodeID    string `json:"nodeId"`
+	Mesh      string `json:"mesh"`
+	ProxyType string `json:"proxyType"`
+	Delta     bool   `json:"delta,omitempty"` // incremental ADS`
+	// NameTable marks an agent's name-table stream (it is served the
+	// name table only).
+	NameTable   bool                  `json:"nameTable,omitempty"`
 	Namespace   string                `json:"namespace,omitempty"`
 	Peer        string                `json:"peer,omitempty"`
 	ConnectedAt time.Time             `json:"connectedAt"`

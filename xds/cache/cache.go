@@ -76,6 +76,8 @@ type meshCache struct {
 	mu      sync.Mutex
 	cur     *Entry
 	results resultCache
+	// tables is the newest name table per name-table key (nametable.go).
+	tables resultCache
 }
 
 // New returns a Cache following pub.
@@ -133,9 +135,9 @@ func (c *Cache) Entry(st *pushctx.State) *Entry {
 		if prev != nil && prev.State == st {
 			return prev
 		}
-		return &Entry{State: st, c: c, results: &mc.results}
+		return &Entry{State: st, c: c, results: &mc.results, tableResults: &mc.tables}
 	}
-	e := &Entry{State: st, c: c, results: &mc.results}
+	e := &Entry{State: st, c: c, results: &mc.results, tableResults: &mc.tables}
 	if cur != nil {
 		if cur.State.Version+1 == st.Version {
 			e.prev = cur
@@ -146,6 +148,7 @@ func (c *Cache) Entry(st *pushctx.State) *Entry {
 	}
 	mc.cur = e
 	mc.results.prune(st.Version, 16)
+	mc.tables.prune(st.Version, 16)
 	c.metrics.problems.WithLabelValues(st.Mesh).Set(float64(len(st.Problems)))
 	return e
 }

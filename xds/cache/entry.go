@@ -24,6 +24,12 @@ type Entry struct {
 
 	c       *Cache
 	results *resultCache // the mesh's, shared by its Entries
+	// tableResults is the mesh's newest name table per name-table key;
+	// tables memoizes NameTableFor per name-table key (nameTableKeys:
+	// proxy.Key -> proxy.Key).
+	tableResults  *resultCache
+	tables        map[proxy.Key]*proxyEntry
+	nameTableKeys sync.Map
 	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key); marshalled
 	// maps each generated message to its Prepared (see marshal).
 	cacheKeys  sync.Map
@@ -61,6 +67,22 @@ type proxyEntry struct {
 	res    *resource.ProxyResources
 }
 
+// memoEntry returns m's entry for key, made on first use for origin (the
+// key generated for). Called without e.mu held; it takes it.
+func memoEntry[K comparable](e *Entry, m *map[K]*proxyEntry, key K, origin proxy.Key) *proxyEntry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if *m == nil {
+		*m = map[K]*proxyEntry{}
+	}
+	pe := (*m)[key]
+	if pe == nil {
+		pe = &proxyEntry{origin: origin}
+		(*m)[key] = pe
+	}
+	return pe
+}
+
 // Version is the State's version.
 func (e *Entry) Version() uint64 { return e.State.Version }
 
@@ -88,16 +110,7 @@ const (
 func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 	k = e.locate(k)
 	ck := e.cacheKey(k)
-	e.mu.Lock()
-	if e.proxies == nil {
-		e.proxies = map[proxy.Key]*proxyEntry{}
-	}
-	pe := e.proxies[ck]
-	if pe == nil {
-		pe = &proxyEntry{origin: k}
-		e.proxies[ck] = pe
-	}
-	e.mu.Unlock()
+	pe := memoEntry(e, &e.proxies, ck, k)
 	verify := e.c.opts.Verify
 	pe.once.Do(func() {
 		defer e.c.acquire(e.State.Mesh)()
@@ -159,6 +172,7 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 		// No host is cluster-local: a proxy's cluster changes nothing.
 		ck.Cluster = ""
 	}
+	ck.DNSCapture = k.DNSCapture && e.State.Snapshot.HasAutoAddresses()
 	if k.IPs != "" {
 		if sig := scope.InboundSignature(e.State.Snapshot, k); sig != "" {
 			ck.IPs = "inbound:" + sig
@@ -166,6 +180,10 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	}
 	if sig := scope.LabelSignature(e.State.Snapshot, k); sig != "" {
 		ck.Labels = "selects:" + sig
+	}
+	if ck.DNSCapture {
+		// Auto-allocated addresses are given by the proxy's IP families.
+		ck.IPs += families(k)
 	}
 	return ck
 }

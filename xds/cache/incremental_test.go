@@ -57,8 +57,9 @@ spec: {address: %s, ports: {http: %d}, labels: {app: %s, version: %s}, locality:
 // TestIncrementalGenerationMatchesFromScratch applies a random sequence of
 // endpoint-only and config changes and, with Verify on, has every
 // incremental generation compared with one from scratch, for sidecars in
-// two namespaces (one whose own address is a changing endpoint), a gateway
-// and proxyless clients (of unknown locality, and in each zone).
+// two namespaces (one whose own address is a changing endpoint, one that
+// captures DNS), a gateway, proxyless clients (of unknown locality, and in
+// each zone), and the name tables of the Envoy keys.
 func TestIncrementalGenerationMatchesFromScratch(t *testing.T) {
 	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
 	apps := []struct{ name, ns string }{{"reviews", "shop"}, {"ratings", "shop"}, {"web", "front"}}
@@ -132,6 +133,9 @@ spec:
 		{Type: proxy.Sidecar, Mesh: "m", Namespace: "front", Labels: "app=web", IPs: "10.0.0.1"},
 		{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=client", IPs: "10.9.0.1", Locality: mesh.Locality{Region: "region-1", Zone: "zone-a"}},
 		{Type: proxy.Router, Mesh: "m", Namespace: "front", Labels: "istio=ingressgateway", IPs: "10.9.0.2"},
+		// Capturing DNS: the services' auto-allocated addresses in its
+		// listeners, routes and name table.
+		{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=client", IPs: "10.9.0.3", Cluster: "c1", DNSCapture: true},
 	}
 	// Proxyless clients in both zones (the distribute rules and web's
 	// failover read their locality).
@@ -149,6 +153,7 @@ spec:
 		st := current(c, m, "m")
 		for _, k := range keys {
 			st.ForProxy(k)
+			st.NameTableFor(k)
 		}
 		st.Proxyless()
 		for _, k := range grpcKeys {

@@ -70,16 +70,7 @@ func (e *Entry) ProxylessFor(k proxy.Key) *resource.ProxyResources {
 		return base
 	}
 	sk := serverKey{ck, gk}
-	e.mu.Lock()
-	if e.servers == nil {
-		e.servers = map[serverKey]*proxyEntry{}
-	}
-	pe := e.servers[sk]
-	if pe == nil {
-		pe = &proxyEntry{origin: k}
-		e.servers[sk] = pe
-	}
-	e.mu.Unlock()
+	pe := memoEntry(e, &e.servers, sk, k)
 	pe.once.Do(func() {
 		listeners, problems := gen.GRPCServerListeners(e.State.Snapshot, k)
 		if len(listeners) == 0 {
@@ -161,16 +152,7 @@ func (e *Entry) ProxylessClient(gk proxy.Key) *resource.ProxyResources {
 	if gk == (proxy.Key{Type: proxy.GRPC, Mesh: e.State.Mesh}) {
 		return mesh
 	}
-	e.mu.Lock()
-	if e.clients == nil {
-		e.clients = map[proxy.Key]*proxyEntry{}
-	}
-	pe := e.clients[gk]
-	if pe == nil {
-		pe = &proxyEntry{origin: gk}
-		e.clients[gk] = pe
-	}
-	e.mu.Unlock()
+	pe := memoEntry(e, &e.clients, gk, gk)
 	pe.once.Do(func() {
 		defer e.c.acquire(e.State.Mesh)()
 		start := time.Now()

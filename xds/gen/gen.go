@@ -14,6 +14,7 @@
 //	envoy      Envoy sidecars and gateways, one generator per type URL
 //	           (cds*.go, eds*.go, lds*.go, rds*.go)
 //	patch      EnvoyFilters, applied to what envoy generated for a proxy
+//	nds        the name table a pod's agent answers DNS from (Istio's NDS)
 //	proxyless  proxyless gRPC clients (per snapshot; locality-balanced
 //	           assignments per client) and xDS servers
 //	sim        walks generated config as Envoy would, for tests
@@ -29,6 +30,7 @@ import (
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
+	"github.com/navemesh/nave/xds/gen/nds"
 	"github.com/navemesh/nave/xds/gen/patch"
 	"github.com/navemesh/nave/xds/gen/proxyless"
 	"github.com/navemesh/nave/xds/gen/scope"
@@ -54,6 +56,14 @@ type Output = build.Output
 // (sidecar or router). It is a pure function of (snapshot, key).
 func Envoy(s *mesh.Snapshot, key proxy.Key) *Output {
 	return envoy.Generate(scope.New(s, key), Types...)
+}
+
+// NameTable generates the name table of the proxy with key k (Istio's
+// NDS): one resource of typeurl.NameTable, with the problems met. It is a
+// pure function of (snapshot, key).
+func NameTable(s *mesh.Snapshot, key proxy.Key) *Output {
+	nt, problems := nds.Generate(scope.New(s, key))
+	return &Output{Resources: map[string][]Resource{typeurl.NameTable: {{Name: nds.ResourceName, Message: nt}}}, Problems: problems}
 }
 
 // EnvoyReadsVersion reports whether Envoy generation for the snapshot

@@ -3,6 +3,7 @@ package mesh
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -187,6 +188,8 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		sort.Strings(svc.Sources)
 	}
 
+	s.allocateAddresses()
+
 	generated, gateways := b.translateGatewayAPI(s, candidates)
 	if len(gateways) > 0 {
 		byKind["Gateway"] = append(byKind["Gateway"], gateways...)
@@ -333,6 +336,7 @@ func (svc *Service) clone() *Service {
 	c.Endpoints = slices.Clone(svc.Endpoints)
 	c.Sources = slices.Clone(svc.Sources)
 	c.Addresses = slices.Clone(svc.Addresses)
+	c.ClusterAddresses = maps.Clone(svc.ClusterAddresses)
 	c.SubjectAltNames = slices.Clone(svc.SubjectAltNames)
 	return &c
 }
@@ -367,6 +371,11 @@ func (b *Builder) addServiceEntries(s *Snapshot, entries []*Config, selector fun
 				svc := single.Services[h]
 				sort.Slice(svc.Endpoints, func(i, j int) bool { return endpointLess(svc.Endpoints[i], svc.Endpoints[j]) })
 				sort.Slice(svc.Ports, func(i, j int) bool { return svc.Ports[i].Number < svc.Ports[j].Number })
+				if svc.autoEligible() {
+					// What the snapshot's allocation gives it unless
+					// another host collides: no clone then.
+					svc.setAutoSlot(autoPreferred(svc.Hostname))
+				}
 				es.services = append(es.services, svc)
 			}
 		}
@@ -387,6 +396,7 @@ func (b *Builder) addServiceEntries(s *Snapshot, entries []*Config, selector fun
 func (svc *Service) merge(o *Service) {
 	svc.External = svc.External || o.External
 	svc.Addresses = appendNew(svc.Addresses, o.Addresses...)
+	svc.auto = svc.auto.merge(o.auto)
 	svc.SubjectAltNames = appendNew(svc.SubjectAltNames, o.SubjectAltNames...)
 	if o.ExportTo != nil {
 		svc.ExportTo = o.ExportTo
@@ -418,7 +428,8 @@ func (s *Snapshot) addServiceEntry(c *Config, se *networking.ServiceEntry, index
 		})
 	}
 	o := &Service{External: se.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL, Addresses: se.GetAddresses(),
-		ExportTo: se.GetExportTo(), SubjectAltNames: se.GetSubjectAltNames(), Sources: []string{ref}, Endpoints: eps}
+		ExportTo: se.GetExportTo(), SubjectAltNames: se.GetSubjectAltNames(), Sources: []string{ref}, Endpoints: eps,
+		auto: autoAllocation{entry: true, since: c.Object.CreationTime, optOut: strings.EqualFold(c.Object.Labels[AutoAllocateLabel], "false")}}
 	switch se.GetResolution() {
 	case networking.ServiceEntry_NONE:
 		o.Resolution = ResolutionNone
@@ -449,6 +460,10 @@ func (s *Snapshot) addRegistryServices(services, workloads []*Config, selector f
 		svc := s.service(rs.GetHostname(), c.Object.Namespace)
 		svc.Sources = append(svc.Sources, c.Ref())
 		svc.Addresses = appendNew(svc.Addresses, rs.GetAddresses()...)
+		if svc.ClusterAddresses == nil {
+			svc.ClusterAddresses = map[string][]string{}
+		}
+		svc.ClusterAddresses[c.Cluster] = appendNew(svc.ClusterAddresses[c.Cluster], rs.GetAddresses()...)
 		if name := rs.GetExternalName(); name != "" {
 			svc.Resolution = ResolutionDNS
 			svc.Endpoints = append(svc.Endpoints, &Endpoint{Address: name, Health: Healthy, Cluster: c.Cluster, Stale: stale[c.Cluster], Source: c.Ref()})

@@ -11,7 +11,7 @@ type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
 	// gateways, sidecars, security policies, the trust domain, the
 	// MeshConfig or MeshNetworks (compared by value), or a service itself (added, removed, ports,
-	// addresses, resolution, export, subject alt names, sources). Then nothing can be reused.
+	// addresses (auto-allocated ones too), resolution, export, subject alt names, sources). Then nothing can be reused.
 	Config bool
 	// Telemetry is true when Telemetry objects changed (Config false):
 	// they shape only listeners (access logs, tracing, stats filters),
@@ -93,12 +93,17 @@ func sameConfigMap(a, b map[string][]*Config) bool {
 func sameShape(a, b *Service) bool {
 	return a == b || (a.Hostname == b.Hostname && a.Namespace == b.Namespace && a.External == b.External &&
 		a.Resolution == b.Resolution && slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Addresses, b.Addresses) &&
+		slices.Equal(a.AutoAddresses, b.AutoAddresses) && maps.EqualFunc(a.ClusterAddresses, b.ClusterAddresses, slices.Equal[[]string]) &&
 		slices.Equal(a.ExportTo, b.ExportTo) && slices.Equal(a.SubjectAltNames, b.SubjectAltNames) && slices.Equal(a.Sources, b.Sources))
 }
 
+// sameEndpoint compares what generators read of two endpoints: not Stale,
+// which only says that the endpoint's cluster is away (within its grace
+// period) and changes nothing a proxy receives — a spoke's flap must not
+// regenerate the endpoints of every service it has.
 func sameEndpoint(a, b *Endpoint) bool {
 	return a == b || (a.Address == b.Address && a.Locality == b.Locality && a.Network == b.Network && a.Weight == b.Weight &&
-		a.Health == b.Health && a.Cluster == b.Cluster && a.Stale == b.Stale && a.ServiceAccount == b.ServiceAccount &&
+		a.Health == b.Health && a.Cluster == b.Cluster && a.ServiceAccount == b.ServiceAccount &&
 		a.Source == b.Source && maps.Equal(a.Ports, b.Ports) && maps.Equal(a.Labels, b.Labels))
 }
 

@@ -169,6 +169,16 @@ type Service struct {
 	External bool `json:"external,omitempty"`
 	// Addresses are the service's virtual IPs (cluster IP, ServiceEntry addresses).
 	Addresses []string `json:"addresses,omitempty"`
+	// ClusterAddresses are the addresses of the registry (Kubernetes)
+	// Services of the host, by the cluster defining one (an empty list
+	// for a headless Service): a proxy resolves the name to its own
+	// cluster's (Istio's ClusterVIPs). Nil when no registry Service
+	// defines the host.
+	ClusterAddresses map[string][]string `json:"clusterAddresses,omitempty"`
+	// AutoAddresses are the addresses the mesh allocated to a ServiceEntry
+	// host that has none (an IPv4 and an IPv6 one; autoaddress.go). Only
+	// proxies that capture DNS use them (proxy.Key.DNSCapture).
+	AutoAddresses []string `json:"autoAddresses,omitempty"`
 	// Resolution is how a proxy finds the endpoints: STATIC (EDS, the
 	// default), NONE (original destination), DNS or DNS_ROUND_ROBIN.
 	Resolution Resolution `json:"resolution,omitempty"`
@@ -181,6 +191,9 @@ type Service struct {
 	SubjectAltNames []string `json:"subjectAltNames,omitempty"`
 	// Sources names the objects that define the service ("cluster:Kind ns/name").
 	Sources []string `json:"sources"`
+
+	// auto is what allocating AutoAddresses reads (Build only).
+	auto autoAllocation
 }
 
 // Resolution values (ServiceEntry's names).
@@ -228,7 +241,10 @@ type Endpoint struct {
 	Health   Health            `json:"health"`
 	// Cluster is the cluster the endpoint was discovered in.
 	Cluster string `json:"cluster"`
-	// Stale is true while its cluster is disconnected (within the grace period).
+	// Stale is true while its cluster is disconnected (within the grace
+	// period). It is for people (debug pages): generators must not read it,
+	// and DiffSnapshots ignores it, so that a cluster going away and coming
+	// back regenerates nothing.
 	Stale          bool   `json:"stale,omitempty"`
 	ServiceAccount string `json:"serviceAccount,omitempty"`
 	Source         string `json:"source"`

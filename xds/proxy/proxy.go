@@ -6,13 +6,14 @@
 // "sidecar" or "router" for Envoy. Any other id (or metadata GENERATOR=grpc)
 // is a proxyless gRPC client. Metadata keys are Istio's where Istio has one
 // (NAMESPACE, LABELS, SERVICE_ACCOUNT, INSTANCE_IPS, NETWORK, CLUSTER_ID,
-// ISTIO_VERSION), plus nave's MESH.
+// ISTIO_VERSION, DNS_CAPTURE, DNS_AUTO_ALLOCATE), plus nave's MESH.
 package proxy
 
 import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -52,6 +53,16 @@ const (
 	// istio.metadata_exchange; decision 039); EnvoyFilter proxyVersion
 	// matches read it too.
 	MetaIstioVersion = "ISTIO_VERSION"
+	// MetaDNSCapture is "true" when the pod's agent answers its DNS
+	// (Istio's ISTIO_META_DNS_CAPTURE): the proxy then resolves
+	// ServiceEntry hosts without addresses to the mesh's auto-allocated
+	// addresses and gets listeners and routes for them (docs/dns.md).
+	MetaDNSCapture = "DNS_CAPTURE"
+	// MetaDNSAutoAllocate is Istio's ISTIO_META_DNS_AUTO_ALLOCATE. Istio
+	// allocates addresses mesh-wide by default (PILOT_ENABLE_IP_AUTOALLOCATE),
+	// so a proxy that captures DNS uses them whatever this says; it is
+	// parsed (and shown) but decides nothing.
+	MetaDNSAutoAllocate = "DNS_AUTO_ALLOCATE"
 )
 
 // Proxy is one connected xDS client, parsed and validated once per
@@ -74,6 +85,10 @@ type Proxy struct {
 	// IstioVersion is Istio's version of a proxy of Istio's Envoy build
 	// (node metadata ISTIO_VERSION); empty for upstream Envoy.
 	IstioVersion string
+	// DNSCapture and DNSAutoAllocate are the node's DNS_CAPTURE and
+	// DNS_AUTO_ALLOCATE (Istio's boolean strings).
+	DNSCapture      bool
+	DNSAutoAllocate bool
 }
 
 // FromNode parses an xDS node. defaultMesh applies when the node names no
@@ -113,7 +128,14 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 	p.IstioVersion = str(MetaIstioVersion)
 	ips := str(MetaInstanceIPs)
 	generator := str(MetaGenerator)
+	dnsCapture, dnsAuto := str(MetaDNSCapture), str(MetaDNSAutoAllocate)
 	if err != nil {
+		return nil, err
+	}
+	if p.DNSCapture, err = metaBool(MetaDNSCapture, dnsCapture); err != nil {
+		return nil, err
+	}
+	if p.DNSAutoAllocate, err = metaBool(MetaDNSAutoAllocate, dnsAuto); err != nil {
 		return nil, err
 	}
 	if v, ok := md[MetaLabels]; ok {
@@ -171,6 +193,19 @@ func FromNode(n *corev3.Node, defaultMesh string) (*Proxy, error) {
 	return p, nil
 }
 
+// metaBool parses a boolean node metadata string as Istio's StringBool
+// does (strconv.ParseBool); empty is false.
+func metaBool(key, v string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("node.metadata.%s: %q is not a boolean", key, v)
+	}
+	return b, nil
+}
+
 // Key is everything about a proxy that generation may depend on, and
 // nothing else: proxies with equal keys receive identical config. It is
 // comparable, so it can key a cache.
@@ -198,6 +233,10 @@ type Key struct {
 	// Version is the proxy's ISTIO_VERSION (EnvoyFilter proxyVersion
 	// matches).
 	Version string
+	// DNSCapture is true for a proxy whose agent answers its DNS
+	// (DNS_CAPTURE): it is given the mesh's auto-allocated addresses
+	// (mesh.Service.AutoAddresses), as Istio's GetAddressForProxy does.
+	DNSCapture bool
 }
 
 // Key returns the proxy's generation key.
@@ -221,6 +260,7 @@ func (p *Proxy) Key() Key {
 		SDSCluster: p.SDSCluster,
 		IstioBuild: p.IstioVersion != "",
 		Version:    p.IstioVersion,
+		DNSCapture: p.DNSCapture,
 	}
 }
 
@@ -244,4 +284,17 @@ func (k Key) IPList() []string {
 		return nil
 	}
 	return strings.Split(k.IPs, ",")
+}
+
+// IPFamilies reports which IP families the proxy's instance IPs have:
+// IPv4 alone when it names none (Istio's default mode).
+func (k Key) IPFamilies() (ipv4, ipv6 bool) {
+	for _, ip := range k.IPList() {
+		if strings.Contains(ip, ":") {
+			ipv6 = true
+		} else {
+			ipv4 = true
+		}
+	}
+	return ipv4 || !ipv6, ipv6
 }

@@ -141,3 +141,26 @@ func TestIstioBuild(t *testing.T) {
 		t.Fatal("a non-string ISTIO_VERSION was accepted")
 	}
 }
+
+// TestDNSMetadata: DNS_CAPTURE and DNS_AUTO_ALLOCATE are Istio's boolean
+// strings; the key carries the capture; anything else is refused naming
+// the key; IPFamilies reads the instance IPs (IPv4 when none).
+func TestDNSMetadata(t *testing.T) {
+	const id = "sidecar~10.1.2.3~a.ns~ns.svc.cluster.local"
+	p, err := FromNode(node(t, id, `{"DNS_CAPTURE": "true", "DNS_AUTO_ALLOCATE": "1"}`), "m")
+	if err != nil || !p.DNSCapture || !p.DNSAutoAllocate || !p.Key().DNSCapture {
+		t.Fatalf("capture and auto-allocate: %+v, %v", p, err)
+	}
+	p, err = FromNode(node(t, id, `{"DNS_CAPTURE": "false"}`), "m")
+	if err != nil || p.DNSCapture || p.Key().DNSCapture {
+		t.Fatalf("DNS_CAPTURE false: %+v, %v", p, err)
+	}
+	if _, err := FromNode(node(t, id, `{"DNS_CAPTURE": "yes please"}`), "m"); err == nil || !strings.Contains(err.Error(), "DNS_CAPTURE") {
+		t.Errorf("an unparsable DNS_CAPTURE: %v, want an error naming it", err)
+	}
+	for ips, want := range map[string][2]bool{"": {true, false}, "10.0.0.1": {true, false}, "fd00::1": {false, true}, "10.0.0.1,fd00::1": {true, true}} {
+		if v4, v6 := (Key{IPs: ips}).IPFamilies(); v4 != want[0] || v6 != want[1] {
+			t.Errorf("IPFamilies of %q = %v, %v; want %v", ips, v4, v6, want)
+		}
+	}
+}

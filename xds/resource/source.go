@@ -35,4 +35,8 @@ type State interface {
 	// ProxylessFor returns what the proxyless gRPC client with key k
 	// receives.
 	ProxylessFor(k proxy.Key) *ProxyResources
+	// NameTableFor returns the name table (typeurl.NameTable, one
+	// resource) of the proxy with key k, which its agent asks for on a
+	// stream of its own.
+	NameTableFor(k proxy.Key) *ProxyResources
 }

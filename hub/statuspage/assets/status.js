@@ -150,6 +150,10 @@ function proxiesSection(proxies) {
 }
 
 function render(data) {
+  // A pod's agent holds a name-table stream beside its Envoy's (DNS
+  // proxying): counted apart, not shown as a proxy.
+  const agents = data.syncz.filter((p) => p.nameTable).length;
+  data = { ...data, syncz: data.syncz.filter((p) => !p.nameTable) };
   const names = new Set();
   for (const c of data.spokes) names.add(c.mesh);
   for (const p of data.syncz) names.add(p.mesh);
@@ -182,6 +186,7 @@ function render(data) {
   document.getElementById("summary").replaceChildren(
     el("span", {}, plural(names.size, "mesh", "meshes")), el("span", {}, plural(data.spokes.length, "cluster", "clusters")),
     el("span", {}, plural(data.syncz.length, "proxy", "proxies")),
+    ...(agents ? [el("span", {}, plural(agents, "name-table stream", "name-table streams"))] : []),
     el("span", { class: nacked ? "bad" : "" }, nacked + " NACKed"),
     el("span", { class: rejected ? "bad" : "" }, rejected + " rejected"),
     el("span", { class: conflicts ? "bad" : "" }, plural(conflicts, "conflict", "conflicts")));

@@ -22,6 +22,13 @@ type builder struct {
 	// version, so that an unchanged object is neither validated nor
 	// hashed again.
 	converted map[types.UID]converted
+	// services and workloads remember the registry objects of the last
+	// build with what they were made of, so that an unchanged Service or
+	// Workload is neither validated nor hashed again: a build then costs
+	// what changed, not the cluster's size.
+	services  map[types.UID]serviceMemo
+	workloads map[string]workloadMemo // by namespace/name
+	lastView  *view
 	// reported holds the rejections already logged, so that each is
 	// logged once, when it appears.
 	reported map[string]string
@@ -37,6 +44,23 @@ type converted struct {
 	networkFallback string
 }
 
+type serviceMemo struct {
+	svc *corev1.Service
+	registryMemo
+}
+
+type workloadMemo struct {
+	e *endpoint
+	registryMemo
+}
+
+// registryMemo is a checked registry object: the object with its version
+// set, or its rejection.
+type registryMemo struct {
+	object    *meshconfig.Object
+	rejection *meshconfig.Rejection
+}
+
 // buildResult is one build: the valid objects sorted by kind, namespace
 // and name, the rejections by watched kind, cached objects in selected
 // namespaces by watched kind, and invalid objects by config kind.
@@ -48,7 +72,8 @@ type buildResult struct {
 }
 
 func newBuilder(s *Source) *builder {
-	return &builder{s: s, converted: map[types.UID]converted{}, reported: map[string]string{}}
+	return &builder{s: s, converted: map[types.UID]converted{}, services: map[types.UID]serviceMemo{},
+		workloads: map[string]workloadMemo{}, reported: map[string]string{}}
 }
 
 // build reads every started informer's cache and normalizes it.
@@ -89,12 +114,19 @@ func (b *builder) build() buildResult {
 	res.counts[kindPod] = len(v.pods)
 
 	var objs []*meshconfig.Object
+	services := make(map[types.UID]serviceMemo, len(b.services))
 	for _, item := range s.list(kindService) {
 		if svc, ok := item.(*corev1.Service); ok && selected(svc.Namespace) {
 			res.counts[kindService]++
-			objs = append(objs, b.check(&res, kindService, serviceObject(svc, v.domain)))
+			m, ok := b.services[svc.UID]
+			if !ok || m.svc != svc {
+				m = serviceMemo{svc: svc, registryMemo: checked(serviceObject(svc, v.domain))}
+			}
+			services[svc.UID] = m
+			objs = append(objs, m.record(&res, kindService))
 		}
 	}
+	b.services = services
 	var eps []*discoveryv1.EndpointSlice
 	for _, item := range s.list(kindEndpointSlice) {
 		if sl, ok := item.(*discoveryv1.EndpointSlice); ok && selected(sl.Namespace) {
@@ -102,9 +134,18 @@ func (b *builder) build() buildResult {
 		}
 	}
 	res.counts[kindEndpointSlice] = len(eps)
-	for _, o := range workloadObjects(v, eps) {
-		objs = append(objs, b.check(&res, kindEndpointSlice, o))
+	all, names := workloadEndpoints(v, eps)
+	workloads := make(map[string]workloadMemo, len(all))
+	for i, e := range all {
+		key := e.namespace + "/" + names[i]
+		m, ok := b.workloads[key]
+		if !ok || !e.sameInputs(v, m.e, b.lastView) {
+			m = workloadMemo{e: e, registryMemo: checked(workloadObject(v, e, names[i]))}
+		}
+		workloads[key] = m
+		objs = append(objs, m.record(&res, kindEndpointSlice))
 	}
+	b.workloads, b.lastView = workloads, v
 
 	seen := map[types.UID]bool{}
 	for _, w := range s.kinds {
@@ -197,15 +238,20 @@ func configObject(def *kindDef, item any, meta metav1.Object) (*meshconfig.Objec
 	return validated(o)
 }
 
-// check validates and versions a registry object, recording its
-// rejection under the watched kind it came from.
-func (b *builder) check(res *buildResult, watchedKind string, o *meshconfig.Object) *meshconfig.Object {
+// checked validates and versions a registry object.
+func checked(o *meshconfig.Object) registryMemo {
 	o, rej := validated(o)
-	if rej != nil {
+	return registryMemo{object: o, rejection: rej}
+}
+
+// record returns the checked object (nil if rejected), recording its
+// rejection under the watched kind it came from.
+func (m registryMemo) record(res *buildResult, watchedKind string) *meshconfig.Object {
+	if rej := m.rejection; rej != nil {
 		res.rejected[watchedKind] = append(res.rejected[watchedKind], *rej)
 		res.invalid[rej.Kind]++
 	}
-	return o
+	return m.object
 }
 
 // validated returns o with its version set, or its rejection.

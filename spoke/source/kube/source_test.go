@@ -279,11 +279,19 @@ func TestKubeSource(t *testing.T) {
 
 	t.Run("changes are reflected", func(t *testing.T) {
 		// Scale up: a new ready pod joins the slice.
+		before := src.waitPublished(t, "workload web-3", has("Workload", "shop/web-3"))
 		k.pod("shop", "web-4", "node-b", "10.1.0.4", true, map[string]string{"app": "web"})
 		webSlice.Endpoints = append(webSlice.Endpoints, sliceOf("shop", "", "", nil,
 			sliceEndpoint{ip: "10.1.0.4", pod: "web-4", node: "node-b", ready: true}).Endpoints...)
 		k.updateSlice(webSlice)
 		objs := src.waitPublished(t, "workload web-4", has("Workload", "shop/web-4"))
+		// What did not change is not made again (nor validated and hashed):
+		// the build costs what changed.
+		for _, key := range [][2]string{{"Workload", "shop/web-3"}, {"Service", "shop/web"}} {
+			if a, b := find(before, key[0], key[1]), find(objs, key[0], key[1]); a == nil || a != b {
+				t.Errorf("%s %s was made again though nothing it is made of changed", key[0], key[1])
+			}
+		}
 		if h := find(objs, "Workload", "shop/web-4").Spec.(*meshconfigv1.Workload).GetHealth(); h != meshconfigv1.Workload_READY {
 			t.Errorf("web-4 health %v, want READY", h)
 		}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,17 @@ type endpoint struct {
 // would collide get the address appended. FQDN slices and slices that
 // belong to no Service are skipped. Versions are not set.
 func workloadObjects(v *view, eps []*discoveryv1.EndpointSlice) []*meshconfig.Object {
+	all, names := workloadEndpoints(v, eps)
+	out := make([]*meshconfig.Object, 0, len(all))
+	for i, e := range all {
+		out = append(out, workloadObject(v, e, names[i]))
+	}
+	return out
+}
+
+// workloadEndpoints gathers the endpoints workloadObjects makes Workloads
+// of, and their names.
+func workloadEndpoints(v *view, eps []*discoveryv1.EndpointSlice) ([]*endpoint, []string) {
 	eps = slices.Clone(eps)
 	slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -108,12 +120,30 @@ func workloadObjects(v *view, eps []*discoveryv1.EndpointSlice) []*meshconfig.Ob
 			e.health = max(e.health, endpointHealth(ep, pod))
 		}
 	}
-	names := workloadNames(all)
-	out := make([]*meshconfig.Object, 0, len(all))
-	for i, e := range all {
-		out = append(out, workloadObject(v, e, names[i]))
+	for _, e := range all {
+		slices.Sort(e.services)
 	}
-	return out
+	return all, workloadNames(all)
+}
+
+// sameInputs reports whether e, named name, makes the Workload that old,
+// named oldName, made in a build over the same view objects: the
+// informers replace an object when it changes, so equal pointers mean
+// equal content.
+func (e *endpoint) sameInputs(v *view, old *endpoint, oldView *view) bool {
+	return e.namespace == old.namespace && e.address == old.address && e.slice == old.slice && e.pod == old.pod &&
+		e.podName == old.podName && e.nodeName == old.nodeName && e.zone == old.zone && e.health == old.health &&
+		slices.Equal(e.services, old.services) && maps.Equal(e.ports, old.ports) &&
+		v.nodes[e.node()] == oldView.nodes[old.node()] && v.namespaces[e.namespace] == oldView.namespaces[old.namespace]
+}
+
+// node is the name of the node the endpoint runs on: its slice's word,
+// else its pod's.
+func (e *endpoint) node() string {
+	if e.nodeName == "" && e.pod != nil {
+		return e.pod.Spec.NodeName
+	}
+	return e.nodeName
 }
 
 // slicePorts returns a slice's TCP ports by name.
@@ -199,18 +229,14 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 	if len(e.ports) > 0 {
 		w.Ports = e.ports
 	}
-	slices.Sort(e.services)
 	w.Services = e.services
 	o := &meshconfig.Object{Kind: workloadKind, Name: name, Namespace: e.namespace, Spec: w, Origin: origin}
 
-	nodeName := e.nodeName
+	nodeName := e.node()
 	if pod := e.pod; pod != nil {
 		o.Labels = pod.Labels
 		w.ServiceAccount = pod.Spec.ServiceAccountName
 		w.Network = pod.Labels[meshconfig.NetworkLabel]
-		if nodeName == "" {
-			nodeName = pod.Spec.NodeName
-		}
 	}
 	if w.Network == "" {
 		w.Network = v.namespaceNetwork(e.namespace)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
+	"github.com/navemesh/nave/xds/gen/scope"
 	"github.com/navemesh/nave/xds/mesh"
 )
 
@@ -143,9 +144,9 @@ func (b *listenerBuilder) reportLosers(losers []svcPort, winner svcPort, kind st
 }
 
 // hasListenAddress reports whether listenAddresses finds an address of
-// svc to listen on.
-func hasListenAddress(svc *mesh.Service) bool {
-	for _, a := range svc.Addresses {
+// svc to listen on for the proxy of v.
+func hasListenAddress(v *scope.View, svc *mesh.Service) bool {
+	for _, a := range v.Addresses(svc) {
 		if _, err := netip.ParseAddr(a); err == nil {
 			return true
 		}
@@ -159,11 +160,12 @@ func hasListenAddress(svc *mesh.Service) bool {
 // listenAddresses returns the service VIPs a listener can bind to. Address
 // ranges (CIDR) and unparsable addresses are reported and skipped.
 func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
-	if len(svc.Addresses) == 0 {
+	addrs := b.v.Addresses(svc)
+	if len(addrs) == 0 {
 		return nil
 	}
-	out := make([]string, 0, len(svc.Addresses))
-	for _, a := range svc.Addresses {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
 		if ip, err := netip.ParseAddr(a); err == nil {
 			out = append(out, ip.String())
 			continue

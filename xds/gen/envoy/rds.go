@@ -87,7 +87,7 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 	var sniffed []build.Resource
 	for _, svc := range v.Services() {
 		for _, p := range svc.Ports {
-			if isSniffed(p.Protocol) && hasListenAddress(svc) {
+			if isSniffed(p.Protocol) && hasListenAddress(v, svc) {
 				sniffed = append(sniffed, rb.sniffedRoute(svc, p.Number))
 				continue
 			}
@@ -176,7 +176,8 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 // virtual_hosts), so seen records what is taken.
 func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) []string {
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
-	out := make([]string, 0, 4+2*len(svc.Addresses))
+	addrs := rb.v.Addresses(svc)
+	out := make([]string, 0, 4+2*len(addrs))
 	add := func(name string) {
 		for _, d := range [2]string{name, name + ps} {
 			if !seen[d] {
@@ -199,7 +200,7 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 			}
 		}
 	}
-	for _, a := range svc.Addresses {
+	for _, a := range addrs {
 		add(a)
 	}
 	return out

@@ -140,6 +140,18 @@ func (v *View) Labels() map[string]string { return v.labels }
 // Services returns the services visible to the proxy, sorted by hostname.
 func (v *View) Services() []*mesh.Service { return v.services }
 
+// Addresses returns the addresses the proxy reaches svc at (listeners bind
+// to them, route domains name them): its own (cluster IPs, ServiceEntry
+// addresses), else, for a proxy that captures DNS, the mesh's
+// auto-allocated ones of the proxy's IP families, as Istio's
+// GetAllAddressesForProxy gives them. Shared: callers must not modify it.
+func (v *View) Addresses(svc *mesh.Service) []string {
+	if len(svc.Addresses) > 0 || !v.key.DNSCapture {
+		return svc.Addresses
+	}
+	return svc.AutoAddressesFor(v.key.IPFamilies())
+}
+
 // Service returns a visible service by hostname, or nil.
 func (v *View) Service(host string) *mesh.Service { return v.byHost[host] }
 

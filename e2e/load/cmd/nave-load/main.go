@@ -48,9 +48,12 @@ func run() error {
 		hubBin     = flag.String("hub-bin", "", "nave-hub binary (default: go build ./hub/cmd/nave-hub from this checkout)")
 		hubLog     = flag.String("hub-log", "", "append the hubs' output to this file (default: a file in a temporary directory, printed)")
 		hubArgs    listFlag
-		services   = flag.Int("services", 1000, "services (ServiceEntries, each defined in every cluster)")
+		services   = flag.String("services", "1000", "services (ServiceEntries, each defined in every cluster); a comma-separated list runs each")
 		endpoints  = flag.Int("endpoints", 5, "endpoints (WorkloadEntries) per service in each cluster")
 		clusters   = flag.Int("clusters", 3, "clusters, each fed by its own spoke uplink")
+		namespaces = flag.Int("namespaces", 10, "namespaces the services and sidecars are spread over")
+		editSvc    = flag.Int("edit-service", 0, "S2: the service whose DestinationRule is edited")
+		scoped     = flag.Bool("sidecar-scope", false, "a Sidecar per namespace whose egress is the namespace and the shared ns-0 and ns-1 (issue 26's S5)")
 		proxies    = flag.String("proxies", "500", "proxies (ADS streams) per run; a comma-separated list runs each")
 		gateways   = flag.Int("gateways", -1, "how many of the proxies are ingress gateways (default 2%)")
 		proxyless  = flag.Int("proxyless", -1, "how many of the proxies are proxyless gRPC clients (default 5%)")
@@ -61,6 +64,7 @@ func run() error {
 		duration   = flag.Duration("duration", 60*time.Second, "S3: how long the endpoint churn lasts")
 		outage     = flag.Duration("outage", 10*time.Second, "S4: how long the spoke stays away")
 		quiet      = flag.Duration("quiet", 5*time.Second, "S4: how long to watch after the spoke resynced")
+		flapN      = flag.Int("flap-clusters", 1, "S4: how many clusters (the last ones) stop at once")
 		runs       = flag.Int("runs", 1, "runs of each configuration (a fresh hub each); the table shows the median")
 		timeout    = flag.Duration("timeout", 10*time.Minute, "longest wait for any step (a hang fails the run)")
 		jsonPath   = flag.String("json", "", "also write every run's results and the medians as JSON to this file")
@@ -70,6 +74,8 @@ func run() error {
 		verbose    = flag.Bool("v", false, "log progress (and the spokes' warnings) to stderr")
 		selfProf   = flag.String("cpuprofile", "", "write this tool's own CPU profile to this file (to keep the load generator cheap)")
 		report     = flag.String("report", "", "print the table of a file written by --json, and run nothing")
+		plotPath   = flag.String("plot", "", "also draw the hub's CPU-seconds and peak RSS in --plot-scenario against the proxies (or, with one proxy count, the services) of the runs, one line per mode, into this PNG file")
+		plotScen   = flag.String("plot-scenario", "S1", "the scenario --plot draws")
 		replicas   = flag.Int("replicas", 1, "run the hub as a set of this many replicas (docs/replicas.md): spokes spread over them by cluster, proxies round robin; 1: a single hub")
 		idle       = flag.Duration("idle", 30*time.Second, "with --replicas above 1: how long the set is watched idle, holding the workload, before the proxies connect (steady-state gossip)")
 	)
@@ -148,13 +154,13 @@ func run() error {
 		}
 	}
 
-	var ns []int
-	for _, s := range strings.Split(*proxies, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--proxies %q: want positive numbers", *proxies)
-		}
-		ns = append(ns, n)
+	ns, err := positiveList("--proxies", *proxies)
+	if err != nil {
+		return err
+	}
+	svcs, err := positiveList("--services", *services)
+	if err != nil {
+		return err
 	}
 	var clusterNames []string
 	for c := range *clusters {
@@ -181,10 +187,11 @@ func run() error {
 	}
 
 	type runRecord struct {
-		Mode    string        `json:"mode"`
-		Proxies int           `json:"proxies"`
-		Run     int           `json:"run"`
-		Results []load.Result `json:"results"`
+		Mode     string        `json:"mode"`
+		Services int           `json:"services"`
+		Proxies  int           `json:"proxies"`
+		Run      int           `json:"run"`
+		Results  []load.Result `json:"results"`
 	}
 	var all []runRecord
 	var medians []load.Result
@@ -193,29 +200,30 @@ func run() error {
 		if mode != "sotw" && mode != "delta" {
 			return fmt.Errorf("--mode %q: want sotw or delta", mode)
 		}
-		for _, n := range ns {
+		for _, sc := range cross(svcs, ns) {
+			services, n := sc[0], sc[1]
 			byScenario := map[string][]load.Result{}
 			for i := range *runs {
-				o := load.Options{Services: *services, EndpointsPerCluster: *endpoints, Clusters: clusterNames,
+				o := load.Options{Services: services, EndpointsPerCluster: *endpoints, Clusters: clusterNames, Namespaces: *namespaces, EditService: *editSvc, Scoped: *scoped,
 					Proxies: n, Gateways: *gateways, Proxyless: *proxyless, Delta: mode == "delta", Scenarios: wantScenarios,
-					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet,
+					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet, FlapClusters: *flapN,
 					Timeout: *timeout, Logger: logger, ProfileDir: *profileDir, ProfileSeconds: *profileSec,
 					Label: fmt.Sprintf("run%d-", i+1), Idle: *idle}
 				if *traceDir != "" {
-					o.TracePath = filepath.Join(*traceDir, fmt.Sprintf("trace-%s-%d-run%d.csv", mode, n, i+1))
+					o.TracePath = filepath.Join(*traceDir, fmt.Sprintf("trace-%s-%d-%d-run%d.csv", mode, services, n, i+1))
 				}
 				fmt.Fprintf(os.Stderr, "run %d/%d: %s, %d proxies, %d services × %d endpoints × %d clusters, %s ...\n",
-					i+1, *runs, mode, n, *services, *endpoints, *clusters, describeHub(*replicas))
+					i+1, *runs, mode, n, services, *endpoints, *clusters, describeHub(*replicas))
 				t0 := time.Now()
 				res, err := load.Run(ctx, o, start)
 				if err != nil {
-					return fmt.Errorf("%s with %d proxies, run %d: %w (hub output: %s)", mode, n, i+1, err, logPath)
+					return fmt.Errorf("%s with %d services and %d proxies, run %d: %w (hub output: %s)", mode, services, n, i+1, err, logPath)
 				}
 				fmt.Fprintf(os.Stderr, "  done in %s\n", time.Since(t0).Round(time.Second))
 				if *verbose {
 					_ = load.WriteTable(os.Stderr, res)
 				}
-				all = append(all, runRecord{Mode: mode, Proxies: n, Run: i + 1, Results: res})
+				all = append(all, runRecord{Mode: mode, Services: services, Proxies: n, Run: i + 1, Results: res})
 				for _, r := range res {
 					byScenario[r.Scenario] = append(byScenario[r.Scenario], r)
 				}
@@ -232,11 +240,17 @@ func run() error {
 		return slices.Index(order, a.Scenario) - slices.Index(order, b.Scenario)
 	})
 
-	fmt.Printf("nave load benchmark: %d services × %d endpoints × %d clusters (%d endpoints), %s; S3 %s at %g moves/s; S4 outage %s\n",
-		*services, *endpoints, *clusters, *services**endpoints**clusters, describeProxies(ns, *gateways, *proxyless), *duration, *rate, *outage)
+	fmt.Printf("nave load benchmark: %s services × %d endpoints × %d clusters, %s; S3 %s at %g moves/s; S4 outage %s\n",
+		*services, *endpoints, *clusters, describeProxies(ns, *gateways, *proxyless), *duration, *rate, *outage)
 	fmt.Printf("%d CPUs (GOMAXPROCS %d), %s; hub %s, %s; median of %d run(s)\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), bin, describeHub(*replicas), *runs)
 	if err := load.WriteTable(os.Stdout, medians); err != nil {
 		return err
+	}
+	if *plotPath != "" {
+		if err := writePlot(*plotPath, strings.ToUpper(*plotScen), medians); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "plot:", *plotPath)
 	}
 	if *jsonPath != "" {
 		b, err := json.MarshalIndent(map[string]any{"args": os.Args[1:], "runs": all, "medians": medians}, "", "  ")
@@ -248,6 +262,30 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// positiveList parses a comma-separated list of positive numbers.
+func positiveList(flagName, list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s %q: want positive numbers", flagName, list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// cross is every pair of a and b, a first.
+func cross(a, b []int) [][2]int {
+	var out [][2]int
+	for _, x := range a {
+		for _, y := range b {
+			out = append(out, [2]int{x, y})
+		}
+	}
+	return out
 }
 
 func describeHub(replicas int) string {

@@ -1,0 +1,110 @@
+package ads
+
+import (
+	"hash/maphash"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// sharedNames interns the state-of-the-world subscriptions of every
+// server in the process (content-keyed, so sharing them is safe), which
+// lets the codec find a request's names before decoding them.
+var sharedNames = newNameSets()
+
+// resourceNamesField is DiscoveryRequest.resource_names.
+const resourceNamesField = 3
+
+// unmarshalRequest decodes a state-of-the-world request into req as
+// proto.Unmarshal does, but when its resource names — one run of field 3
+// on the wire, as every encoder writes them — are those of a subscription
+// some stream holds (sets), it takes that subscription's list instead of
+// decoding a string per name: an Envoy sidecar repeats its thousand EDS
+// names in every ACK, and sidecars of one view list the same ones, so the
+// hub decoded (allocated and checked) the same strings over and over.
+func unmarshalRequest(b []byte, req *discoveryv3.DiscoveryRequest, sets *nameSets) error {
+	list, start, end := sets.encodedIn(b)
+	if list == nil {
+		return proto.Unmarshal(b, req)
+	}
+	if err := proto.Unmarshal(b[:start], req); err != nil {
+		return err
+	}
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b[end:], req); err != nil {
+		return err
+	}
+	req.ResourceNames = list
+	return nil
+}
+
+// encodedIn finds the names of a live subscription in an encoded request:
+// its list and the bytes [start, end) of the request's resource names, if
+// they are one contiguous run of field 3 listing exactly that list; nil
+// otherwise (then the request is decoded as usual).
+func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
+	var h maphash.Hash
+	h.SetSeed(n.seed)
+	start, end = -1, -1
+	count := 0
+	for i := 0; i < len(b); {
+		num, typ, tl := protowire.ConsumeTag(b[i:])
+		if tl < 0 {
+			return nil, 0, 0
+		}
+		fl := protowire.ConsumeFieldValue(num, typ, b[i+tl:])
+		if fl < 0 {
+			return nil, 0, 0
+		}
+		if num == resourceNamesField {
+			if typ != protowire.BytesType || end >= 0 && end != i {
+				return nil, 0, 0 // not one run: decode it as it is
+			}
+			v, _ := protowire.ConsumeBytes(b[i+tl:])
+			h.Write(v)
+			h.WriteByte(0)
+			count++
+			if start < 0 {
+				start = i
+			}
+			end = i + tl + fl
+		}
+		i += tl + fl
+	}
+	if count == 0 {
+		return nil, 0, 0
+	}
+	for _, s := range n.live(h.Sum64()) {
+		if len(s.list) == count && sameNames(b[start:end], s.list) {
+			return s.list, start, end
+		}
+	}
+	return nil, 0, 0
+}
+
+// live returns the subscriptions of hash sum still held.
+func (n *nameSets) live(sum uint64) []*nameSet {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*nameSet
+	for _, wp := range n.m[sum] {
+		if s := wp.Value(); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// sameNames reports whether run, consecutive field-3 entries, encodes
+// exactly list.
+func sameNames(run []byte, list []string) bool {
+	for _, name := range list {
+		_, _, tl := protowire.ConsumeTag(run)
+		v, vl := protowire.ConsumeBytes(run[tl:])
+		if string(v) != name {
+			return false
+		}
+		run = run[tl+vl:]
+	}
+	return len(run) == 0
+}
