@@ -16,13 +16,13 @@ import (
 )
 
 // newKubeSpoke starts a spoke process watching c as the nave-spoke
-// service account.
-func newKubeSpoke(t *testing.T, h *hub, cluster string, c *kubetest.Cluster) *spoke {
+// service account, with the extra flags given.
+func newKubeSpoke(t *testing.T, h *hub, cluster string, c *kubetest.Cluster, extra ...string) *spoke {
 	s := &spoke{admin: harness.FreePort(t)}
-	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"),
+	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"), append([]string{
 		"--source", "kubernetes", "--kubernetes.kubeconfig", c.Kubeconfig(t, spokeIdentity, "system:serviceaccounts"),
 		"--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext", "--hub.state-dir", t.TempDir(), "--admin.listen", addr(s.admin),
-		"--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s", "--log.level", "debug")
+		"--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s", "--log.level", "debug"}, extra...)...)
 	harness.WaitReady(t, s.url("/healthz/ready"), 60*time.Second)
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
@@ -21,6 +22,11 @@ var TrustBundleTypeURL = typeurl.Of(&protocolv1.TrustBundle{})
 // the body is istio.io/api's mesh.v1alpha1.MeshConfig itself, named by
 // the mesh. Absent when the mesh has none (Istio's defaults).
 var MeshConfigTypeURL = typeurl.Of(&meshv1alpha1.MeshConfig{})
+
+// MeshNetworksTypeURL is the type of the mesh's Istio MeshNetworks on
+// Watch: the body is istio.io/api's mesh.v1alpha1.MeshNetworks itself,
+// named by the mesh. Absent when the mesh configures no networks.
+var MeshNetworksTypeURL = typeurl.Of(&meshv1alpha1.MeshNetworks{})
 
 // GatewayAPIStatusTypeURL is the type of the hub's statuses of the
 // watching cluster's own Gateway API objects on Watch (meshconfigv1's
@@ -56,7 +62,8 @@ func DecodeGatewayAPIStatus(r *discoveryv3.Resource) (*meshconfigv1.GatewayAPISt
 
 // WatchTypeURLs lists every type the hub serves on Watch, in the order a
 // spoke subscribes to them: the config kinds (lexical order), then
-// ClusterStatus, TrustBundle, MeshConfig and GatewayAPIStatus. A spoke subscribes to
+// ClusterStatus, TrustBundle, MeshConfig, GatewayAPIStatus and
+// MeshNetworks. A spoke subscribes to
 // SyncedTypeURL after them: the hub answers it once it has answered every
 // earlier subscription, which marks the end of the initial view.
 func WatchTypeURLs() []string {
@@ -65,7 +72,7 @@ func WatchTypeURLs() []string {
 		out = append(out, k.TypeURL)
 	}
 	slices.Sort(out)
-	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL, GatewayAPIStatusTypeURL)
+	return append(out, ClusterStatusTypeURL, TrustBundleTypeURL, MeshConfigTypeURL, GatewayAPIStatusTypeURL, MeshNetworksTypeURL)
 }
 
 // RemoteName is the name of a remote cluster's object on Watch:
@@ -129,15 +136,29 @@ func CheckTrustBundle(mesh string, name string, b *protocolv1.TrustBundle) error
 // accepted), decode, and pass meshconfig.ValidateMeshConfig (a spoke
 // applies nothing it would refuse from an operator).
 func DecodeMeshConfig(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshConfig, error) {
+	return decodeMeshMessage(mesh, r, "mesh config", MeshConfigTypeURL, &meshv1alpha1.MeshConfig{}, meshconfig.ValidateMeshConfig)
+}
+
+// decodeMeshMessage unwraps the resource of a mesh-wide message (what,
+// of type typeURL) into m: named by mesh, decoding, and passing validate.
+func decodeMeshMessage[M proto.Message](mesh string, r *discoveryv3.Resource, what, typeURL string, m M, validate func(M) error) (M, error) {
+	var zero M
 	if r.GetName() != mesh {
-		return nil, fmt.Errorf("mesh config %q names another mesh than this spoke's %q", r.GetName(), mesh)
+		return zero, fmt.Errorf("%s %q names another mesh than this spoke's %q", what, r.GetName(), mesh)
 	}
-	var cfg meshv1alpha1.MeshConfig
-	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != MeshConfigTypeURL || r.GetResource().UnmarshalTo(&cfg) != nil {
-		return nil, fmt.Errorf("mesh config %q: body is not a %s", r.GetName(), MeshConfigTypeURL)
+	if r.GetResource() == nil || r.GetResource().GetTypeUrl() != typeURL || r.GetResource().UnmarshalTo(m) != nil {
+		return zero, fmt.Errorf("%s %q: body is not a %s", what, r.GetName(), typeURL)
 	}
-	if err := meshconfig.ValidateMeshConfig(&cfg); err != nil {
-		return nil, fmt.Errorf("mesh config %q: %w", r.GetName(), err)
+	if err := validate(m); err != nil {
+		return zero, fmt.Errorf("%s %q: %w", what, r.GetName(), err)
 	}
-	return &cfg, nil
+	return m, nil
+}
+
+// DecodeMeshNetworks unwraps the MeshNetworks resource of mesh received
+// on Watch: it must be named by mesh, decode, and pass
+// meshconfig.ValidateMeshNetworks (a spoke applies nothing it would
+// refuse from an operator).
+func DecodeMeshNetworks(mesh string, r *discoveryv3.Resource) (*meshv1alpha1.MeshNetworks, error) {
+	return decodeMeshMessage(mesh, r, "mesh networks", MeshNetworksTypeURL, &meshv1alpha1.MeshNetworks{}, meshconfig.ValidateMeshNetworks)
 }

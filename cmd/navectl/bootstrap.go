@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/navemesh/nave/shared/atomicfile"
 	"github.com/navemesh/nave/shared/spiffeid"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
@@ -17,7 +19,7 @@ import (
 // bootstrapUsage is the usage of navectl bootstrap (part of usage).
 const bootstrapUsage = `  navectl bootstrap      --kind envoy|gateway|grpc --name NAME --namespace NS --service-account SA
                          --hub HOST:PORT --hub-ca FILE --cert-dir DIR [--ip IP] [--mesh default]
-                         [--cluster C] [--labels k=v,...] [--fallback HOST:PORT] [--out FILE]
+                         [--cluster C] [--network N] [--labels k=v,...] [--fallback HOST:PORT] [--out FILE]
         write the xDS bootstrap of a VM (a WorkloadEntry) as nave-agent writes a pod's:
         Envoy's (ADS to the hub over mTLS with DIR/cert-chain.pem and DIR/key.pem; the
         hub must run with sds.mintKeys for the VM's workload secrets), a gateway's
@@ -37,6 +39,7 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 	ip := f.String("ip", "", "the VM's address (node id and INSTANCE_IPS)")
 	mesh := f.String("mesh", "default", "the mesh (node metadata MESH)")
 	cluster := f.String("cluster", "", "the cluster or network the VM belongs to (node metadata CLUSTER_ID)")
+	network := f.String("network", "", "the network the VM is on (node metadata NETWORK, as its WorkloadEntry's network field): the hub reaches other networks' endpoints through their east-west gateways (docs/multi-network.md); empty: none")
 	labels := f.String("labels", "", "the WorkloadEntry's labels, k=v,... (policies select by them; a gateway's Gateways select by them, e.g. istio=ingressgateway)")
 	domain := f.String("domain-suffix", "cluster.local", "the DNS suffix of the node id")
 	hub := f.String("hub", "", "host:port of the hub's xDS listener")
@@ -71,6 +74,9 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 	if *ip != "" && net.ParseIP(*ip) == nil {
 		return usageErr("bootstrap: --ip %q is not an IP address", *ip)
 	}
+	if *network != "" && len(validation.IsValidLabelValue(*network)) > 0 {
+		return usageErr("bootstrap: --network %q is not a label value (what topology.istio.io/network says)", *network)
+	}
 	lm, err := parseLabels(*labels)
 	if err != nil {
 		return usageErr("bootstrap: --labels: %v", err)
@@ -83,7 +89,7 @@ func bootstrapCmd(args []string, stdout io.Writer) error {
 	if *kind == "gateway" {
 		typ = xdsbootstrap.ProxyRouter
 	}
-	w := xdsbootstrap.Workload{ProxyType: typ, Mesh: *mesh, Cluster: *cluster, Namespace: *ns, ServiceAccount: *sa, Name: *name, IP: *ip, Labels: lm}
+	w := xdsbootstrap.Workload{ProxyType: typ, Mesh: *mesh, Cluster: *cluster, Namespace: *ns, ServiceAccount: *sa, Name: *name, IP: *ip, Network: *network, Labels: lm}
 	file := func(n string) string { return filepath.Join(*certDir, n) }
 	var doc []byte
 	if *kind == "grpc" {

@@ -70,6 +70,22 @@ func TestBootstrap(t *testing.T) {
 		t.Error("a gateway outside Kubernetes must take its certificate from the files")
 	}
 
+	// --network is the node's NETWORK (as a pod's agent sets it).
+	r = navectlRun(t, append(common, "--kind", "envoy", "--network", "net-vm")...)
+	if r.code != 0 {
+		t.Fatalf("envoy --network: exit %d: %s", r.code, r.stderr)
+	}
+	nb := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal([]byte(r.stdout), nb); err != nil {
+		t.Fatal(err)
+	}
+	if got := nb.GetNode().GetMetadata().GetFields()[xdsbootstrap.MetaNetwork].GetStringValue(); got != "net-vm" {
+		t.Errorf("node metadata NETWORK %q, want net-vm", got)
+	}
+	if _, ok := b.GetNode().GetMetadata().GetFields()[xdsbootstrap.MetaNetwork]; ok {
+		t.Error("a bootstrap without --network has node metadata NETWORK")
+	}
+
 	out := filepath.Join(dir, "grpc.json")
 	if r := navectlRun(t, append(common, "--kind", "grpc", "--out", out)...); r.code != 0 || r.stdout != "" {
 		t.Fatalf("grpc: exit %d, stdout %q: %s", r.code, r.stdout, r.stderr)
@@ -96,6 +112,7 @@ func TestBootstrap(t *testing.T) {
 		{append(common, "--kind", "grpc", "--ip", "1.2.3"), "--ip"},
 		{append(common, "--kind", "grpc", "--labels", "app"), "--labels"},
 		{append(common, "--kind", "envoy", "--hub", "hub"), "xds address"},
+		{append(common, "--kind", "envoy", "--network", "net 1"), "--network"},
 	} {
 		if r := navectlRun(t, c.args...); r.code != 2 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: exit %d, %q; want 2 naming %q", c.args, r.code, r.stderr, c.want)

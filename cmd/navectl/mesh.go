@@ -37,7 +37,10 @@ A mesh is a document (docs/meshes.md):
     trustDomain: acme.example
     limits: {proxies: 2000}
     meshConfig:            # Istio's MeshConfig (docs/meshconfig.md)
-      rootNamespace: acme-system`
+      rootNamespace: acme-system
+    meshNetworks:          # Istio's MeshNetworks (docs/multi-network.md)
+      networks:
+        net-2: {gateways: [{address: 192.0.2.10, port: 15443}]}`
 	cmd.AddCommand(newMeshCreateCmd(stdout), newMeshListCmd(stdout), newMeshGetCmd(stdout), newMeshUpdateCmd(stdout), newMeshDeleteCmd(stdout))
 	return cmd
 }

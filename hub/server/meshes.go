@@ -67,6 +67,19 @@ func meshConfigOf(reg *tenants.Registry) func(string) *meshv1alpha1.MeshConfig {
 	}
 }
 
+// meshNetworksOf reads a mesh's MeshNetworks from reg, for the engine
+// (pushctx.Options.MeshNetworks) and Watch: nil for a mesh it does not
+// hold or one without networks. Like MeshConfig, a new generation is
+// notified by meshLife.start.
+func meshNetworksOf(reg *tenants.Registry) func(string) *meshv1alpha1.MeshNetworks {
+	return func(mesh string) *meshv1alpha1.MeshNetworks {
+		if m, ok := reg.Get(mesh); ok && len(m.Networks.GetNetworks()) > 0 {
+			return m.Networks
+		}
+		return nil
+	}
+}
+
 // meshLife serves the registry's meshes as they come and go on this
 // replica: a mesh that turns Active gets its CA (and is enrollable at
 // once); one that is no longer served (Deleting, removed, or re-created
@@ -120,7 +133,7 @@ func (l *meshLife) start(m *tenants.Mesh) {
 	}
 	l.log.Info("mesh served", "mesh", m.Name, "uid", m.UID, "generation", m.Generation, "trustDomain", m.TrustDomain)
 	l.eng.Notify(m.Name)
-	l.w.MeshConfigChanged(m.Name) // and its trust bundle
+	l.w.MeshConfigChanged(m.Name) // and its trust bundle and networks
 }
 
 // stop cuts mesh off on this replica, telling everyone cut off why: its

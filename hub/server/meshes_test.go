@@ -552,3 +552,51 @@ func TestMeshConfigChangeReachesItsMeshOnly(t *testing.T) {
 		t.Errorf("the spoke of mesh default was sent the MeshConfigs of %v since acme's change; want default's only", names)
 	}
 }
+
+// TestMeshNetworksReachTheEngineAndWatch: meshNetworks given in the mesh
+// document at runtime (navectl mesh update) reach the engine's snapshots
+// of the mesh and its spoke on Watch, as protocol.MeshNetworksTypeURL.
+func TestMeshNetworksReachTheEngineAndWatch(t *testing.T) {
+	h := startTLSHub(t)
+	h.create(t)
+	cert, _, err := h.enroll(t, h.token(t, "acme", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.push(t, cert); err != nil {
+		t.Fatal(err)
+	}
+	w := h.watch(t, cert)
+	doc := "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: acme}\n" +
+		"spec: {trustDomain: acme.example, meshNetworks: {networks: {net2: {gateways: [{address: 192.0.2.9, port: 15443}]}}}}\n"
+	if _, err := h.svc.Update(t.Context(), "acme", []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, testwait.Timeout, func() error {
+		st, _ := h.eng.Publisher().Current("acme")
+		if st == nil {
+			return fmt.Errorf("no snapshot of mesh acme yet")
+		}
+		if gw := st.Snapshot.MeshNetworks.GetNetworks()["net2"].GetGateways(); len(gw) != 1 || gw[0].GetAddress() != "192.0.2.9" {
+			return fmt.Errorf("the snapshot's networks are %v", st.Snapshot.MeshNetworks)
+		}
+		return nil
+	})
+	testwait.For(t, testwait.Timeout, func() error {
+		for _, r := range w.received() {
+			if r.GetTypeUrl() != protocol.MeshNetworksTypeURL {
+				continue
+			}
+			for _, res := range r.GetResources() {
+				nw, err := protocol.DecodeMeshNetworks("acme", res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if nw.GetNetworks()["net2"].GetGateways()[0].GetPort() == 15443 {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("the spoke was sent no MeshNetworks")
+	})
+}

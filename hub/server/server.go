@@ -165,11 +165,12 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		notify:  func(mesh string) { w.Notify(mesh) },
 	}
 	w = watch.New(store, watch.Options{Roots: sec.roots, MaxMessageBytes: cfg.Spokes.MaxMessageBytes, Ready: store.Ready, Hosted: meshes.Hosted,
-		MeshConfig: meshConfigOf(meshes), GatewayAPIStatus: gwStatuses.of,
+		MeshConfig: meshConfigOf(meshes), MeshNetworks: meshNetworksOf(meshes), GatewayAPIStatus: gwStatuses.of,
 		Logger: log.With("component", "watch"), Registerer: reg})
 	eng = engine.New(store, engine.Options{
 		Push: pushctx.Options{
 			MeshConfig:      meshConfigOf(meshes),
+			MeshNetworks:    meshNetworksOf(meshes),
 			DebounceQuiet:   cfg.Push.DebounceQuiet,
 			DebounceMax:     cfg.Push.DebounceMax,
 			DebounceEdge:    cfg.Push.DebounceEdge,

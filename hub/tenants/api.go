@@ -31,6 +31,9 @@ type View struct {
 	Limits Limits `json:"limits"`
 	// MeshConfig is the mesh's Istio MeshConfig (proto JSON).
 	MeshConfig json.RawMessage `json:"meshConfig,omitempty"`
+	// MeshNetworks is the mesh's Istio MeshNetworks (proto JSON), if it
+	// has networks.
+	MeshNetworks json.RawMessage `json:"meshNetworks,omitempty"`
 	// ConnectedSpokes counts the spokes connected to the replica that
 	// answered.
 	ConnectedSpokes int `json:"connectedSpokes"`
@@ -97,6 +100,11 @@ func (a *api) view(ctx context.Context, m *Mesh, withSpec bool) View {
 	if m.Config != nil {
 		if b, err := protojson.Marshal(m.Config); err == nil {
 			v.MeshConfig = b
+		}
+	}
+	if len(m.Networks.GetNetworks()) > 0 {
+		if b, err := protojson.Marshal(m.Networks); err == nil {
+			v.MeshNetworks = b
 		}
 	}
 	if a.opts.ConnectedSpokes != nil {

@@ -119,6 +119,21 @@ func TestAPI(t *testing.T) {
 	if m, _ := s.Registry().Get("acme"); m.Generation != 2 || m.Config.GetRootNamespace() != "acme-root" {
 		t.Errorf("after a refused update: %+v", m)
 	}
+	// meshNetworks: shown with the mesh; a bad one refused with its field.
+	withNets := updated + "  meshNetworks: {networks: {net-b: {gateways: [{address: 192.0.2.9, port: 15443}]}}}\n"
+	if code := call(t, op, "vendor", "PUT", tenants.APIPath+"/acme", []byte(withNets), &v); code != http.StatusOK ||
+		!strings.Contains(string(v.MeshNetworks), "192.0.2.9") {
+		t.Errorf("update with meshNetworks: %d %+v", code, v)
+	}
+	badNets := updated + "  meshNetworks: {networks: {net-b: {endpoints: [{fromCidr: 10.0.0.0/99}]}}}\n"
+	if code := call(t, op, "vendor", "PUT", tenants.APIPath+"/acme", []byte(badNets), &e); code != http.StatusBadRequest ||
+		e.Field != "spec.meshNetworks.networks[net-b].endpoints[0].fromCidr" {
+		t.Errorf("update with a bad meshNetworks CIDR: %d %+v", code, e)
+	}
+	var without tenants.View
+	if code := call(t, op, "vendor", "PUT", tenants.APIPath+"/acme", []byte(updated), &without); code != http.StatusOK || len(without.MeshNetworks) != 0 {
+		t.Errorf("update without meshNetworks: %d, networks %s", code, without.MeshNetworks)
+	}
 
 	if code := call(t, op, "vendor", "DELETE", tenants.APIPath+"/acme", nil, &e); code != http.StatusConflict || e.ConnectedSpokes != 2 ||
 		!strings.Contains(e.Error, "force") {

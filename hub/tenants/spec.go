@@ -37,6 +37,9 @@ type Spec struct {
 	// Config is the parsed and validated MeshConfig (never nil), with
 	// trustDomain set to TrustDomain.
 	Config *meshv1alpha1.MeshConfig
+	// Networks is the parsed and validated MeshNetworks (never nil; no
+	// networks when the document has none).
+	Networks *meshv1alpha1.MeshNetworks
 	// Raw is the document as given (what the store keeps).
 	Raw []byte
 }
@@ -62,7 +65,7 @@ func fieldErr(field, format string, args ...any) *FieldError {
 var (
 	topFields    = []string{"apiVersion", "kind", "metadata", "spec"}
 	metaFields   = []string{"name", "labels", "annotations"}
-	specFields   = []string{"trustDomain", "limits", "meshConfig"}
+	specFields   = []string{"trustDomain", "limits", "meshConfig", "meshNetworks"}
 	limitsFields = []string{"objectsPerKind", "proxies", "spokes", "pushesPerSecond"}
 )
 
@@ -70,7 +73,8 @@ var (
 // field, a value of the wrong type or a bad value is a *FieldError naming
 // the field (metadata.name, spec.limits.proxies, spec.meshConfig.…). The
 // MeshConfig is checked with meshconfig.ParseMeshConfig and
-// ValidateMeshConfig. Trust-domain uniqueness across meshes is the
+// ValidateMeshConfig, the MeshNetworks with ParseMeshNetworks and
+// ValidateMeshNetworks. Trust-domain uniqueness across meshes is the
 // Store's to check.
 func DecodeSpec(data []byte) (*Spec, error) {
 	if len(data) > maxSpecSize {
@@ -123,19 +127,13 @@ func DecodeSpec(data []byte) (*Spec, error) {
 	if s.Limits, ferr = decodeLimits(spec["limits"]); ferr != nil {
 		return nil, ferr
 	}
-	s.Config = &meshv1alpha1.MeshConfig{}
-	if raw, ok := spec["meshConfig"]; ok && string(raw) != "null" {
-		if raw[0] != '{' {
-			return nil, fieldErr("spec.meshConfig", "want a mapping (Istio's MeshConfig)")
-		}
-		cfg, err := meshconfig.ParseMeshConfig(raw)
-		if err != nil {
-			return nil, meshConfigErr(err)
-		}
-		if err := meshconfig.ValidateMeshConfig(cfg); err != nil {
-			return nil, meshConfigErr(err)
-		}
-		s.Config = cfg
+	if s.Config, ferr = decodeMeshField(spec, "meshConfig", "Istio's MeshConfig", &meshv1alpha1.MeshConfig{},
+		meshconfig.ParseMeshConfig, meshconfig.ValidateMeshConfig); ferr != nil {
+		return nil, ferr
+	}
+	if s.Networks, ferr = decodeMeshField(spec, "meshNetworks", "Istio's MeshNetworks: networks: {NAME: {endpoints, gateways}}", &meshv1alpha1.MeshNetworks{},
+		meshconfig.ParseMeshNetworks, meshconfig.ValidateMeshNetworks); ferr != nil {
+		return nil, ferr
 	}
 	switch {
 	case s.TrustDomain == "" && s.Config.GetTrustDomain() == "":
@@ -184,17 +182,39 @@ func documents(data []byte) int {
 	return n
 }
 
+// decodeMeshField decodes spec.<top>, an Istio mesh-wide message (what
+// says which), with parse and validate; absent or null, it is empty.
+func decodeMeshField[M any](spec map[string]json.RawMessage, top, what string, empty M,
+	parse func([]byte) (M, error), validate func(M) error) (M, *FieldError) {
+	raw, ok := spec[top]
+	if !ok || string(raw) == "null" {
+		return empty, nil
+	}
+	if raw[0] != '{' {
+		return empty, fieldErr("spec."+top, "want a mapping (%s)", what)
+	}
+	m, err := parse(raw)
+	if err != nil {
+		return empty, meshConfigErr(err, top)
+	}
+	if err := validate(m); err != nil {
+		return empty, meshConfigErr(err, top)
+	}
+	return m, nil
+}
+
 // meshConfigErr makes a FieldError of an error of shared/meshconfig,
-// which starts with the field's path ("meshConfig.x: reason"): the field
-// goes under spec.
-func meshConfigErr(err error) *FieldError {
+// which starts with the field's path ("meshConfig.x: reason",
+// "meshNetworks.networks[n].x: reason"; top is "meshConfig" or
+// "meshNetworks"): the field goes under spec.
+func meshConfigErr(err error, top string) *FieldError {
 	msg := err.Error()
-	if rest, ok := strings.CutPrefix(msg, "meshConfig"); ok {
+	if rest, ok := strings.CutPrefix(msg, top); ok {
 		if path, reason, ok := strings.Cut(rest, ": "); ok && !strings.Contains(path, " ") {
-			return &FieldError{Field: "spec.meshConfig" + path, Reason: reason}
+			return &FieldError{Field: "spec." + top + path, Reason: reason}
 		}
 	}
-	return &FieldError{Field: "spec.meshConfig", Reason: msg}
+	return &FieldError{Field: "spec." + top, Reason: msg}
 }
 
 func decodeLimits(raw json.RawMessage) (Limits, *FieldError) {

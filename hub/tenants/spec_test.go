@@ -35,6 +35,17 @@ func TestDecodeSpec(t *testing.T) {
 		t.Errorf("meshConfig %v", s.Config)
 	}
 
+	if len(s.Networks.GetNetworks()) != 0 {
+		t.Errorf("a document without meshNetworks has networks %v", s.Networks)
+	}
+	s, err = tenants.DecodeSpec([]byte(acmeSpec + "  meshNetworks:\n    networks:\n      net1:\n        endpoints: [{fromCidr: 10.1.0.0/16}]\n        gateways: [{address: gw.acme.example, port: 15443, locality: r1/z1}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Networks.GetNetworks()["net1"]; n.GetEndpoints()[0].GetFromCidr() != "10.1.0.0/16" || n.GetGateways()[0].GetAddress() != "gw.acme.example" {
+		t.Errorf("meshNetworks %v", s.Networks)
+	}
+
 	// The trust domain may come from the MeshConfig alone.
 	s, err = tenants.DecodeSpec([]byte("apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: b}\nspec:\n  meshConfig: {trustDomain: b.example}\n"))
 	if err != nil || s.TrustDomain != "b.example" {
@@ -67,6 +78,10 @@ func TestDecodeSpecNamesTheField(t *testing.T) {
 		{"limit type", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, limits: {pushesPerSecond: fast}}\n", "spec.limits.pushesPerSecond"},
 		{"meshConfig field", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshConfig: {rootNamespaces: x}}\n", "spec.meshConfig.rootNamespaces"},
 		{"meshConfig trust domain differs", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshConfig: {trustDomain: c.d}}\n", "spec.meshConfig.trustDomain"},
+		{"meshNetworks not a mapping", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshNetworks: [x]}\n", "spec.meshNetworks"},
+		{"meshNetworks unknown field", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshNetworks: {networks: {n1: {gateway: []}}}}\n", "spec.meshNetworks.networks[n1].gateway"},
+		{"meshNetworks CIDR", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshNetworks: {networks: {n1: {endpoints: [{fromCidr: 10.0.0.0/40}]}}}}\n", "spec.meshNetworks.networks[n1].endpoints[0].fromCidr"},
+		{"meshNetworks gateway", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshNetworks: {networks: {n1: {gateways: [{port: 15443}]}}}}\n", "spec.meshNetworks.networks[n1].gateways[0]"},
 		{"alias is own", "apiVersion: nave.io/v1alpha1\nkind: Mesh\nmetadata: {name: a}\nspec: {trustDomain: a.b, meshConfig: {trustDomainAliases: [a.b]}}\n", "spec.meshConfig.trustDomainAliases[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

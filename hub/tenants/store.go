@@ -202,7 +202,7 @@ func (r *Record) Mesh() *Mesh {
 	m := &Mesh{Name: r.Name, UID: st.UID, Generation: st.Generation, Created: st.Created, TrustDomain: st.TrustDomain,
 		Phase: st.Phase, KeepCA: st.KeepCA, Config: &meshv1alpha1.MeshConfig{TrustDomain: st.TrustDomain}}
 	if r.good != nil {
-		m.Config, m.Limits = r.good.Config, r.good.Limits
+		m.Config, m.Networks, m.Limits = r.good.Config, r.good.Networks, r.good.Limits
 	}
 	return m
 }

@@ -83,6 +83,39 @@ func run(t *testing.T, s *tenants.Service, p tenants.Purger) {
 // testStoreContract runs what every kind of store must do. fresh empties
 // the store and returns a func opening it (another replica each call).
 func testStoreContract(t *testing.T, fresh func(t *testing.T) func() *tenants.Store) {
+	t.Run("MeshNetworks", func(t *testing.T) {
+		open := fresh(t)
+		s := newService(t, open(), tenants.Options{})
+		ev := watch(s.Registry())
+		ctx := t.Context()
+		nets := "meshNetworks: {networks: {net1: {endpoints: [{fromRegistry: east}], gateways: [{address: 192.0.2.1, port: 15443}]}}}"
+		m, err := s.Create(ctx, spec("acme", "acme.example", nets))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gw := m.Networks.GetNetworks()["net1"].GetGateways(); len(gw) != 1 || gw[0].GetAddress() != "192.0.2.1" {
+			t.Errorf("created mesh has networks %v", m.Networks)
+		}
+		nets2 := "meshNetworks: {networks: {net2: {gateways: [{registryServiceName: ew.nave-system.svc.cluster.local, port: 15443}]}}}"
+		if _, err := s.Update(ctx, "acme", spec("acme", "acme.example", nets2)); err != nil {
+			t.Fatal(err)
+		}
+		e := ev.next(t, "acme", func(old, cur *tenants.Mesh) bool { return cur != nil && cur.Generation == 2 })
+		if n := e.cur.Networks.GetNetworks(); len(n) != 1 || n["net2"].GetGateways()[0].GetPort() != 15443 {
+			t.Errorf("updated mesh has networks %v", e.cur.Networks)
+		}
+		var fe *tenants.FieldError
+		bad := "meshNetworks: {networks: {net2: {gateways: [{address: 192.0.2.1, port: 0}]}}}"
+		if _, err := s.Update(ctx, "acme", spec("acme", "acme.example", bad)); !errors.As(err, &fe) ||
+			fe.Field != "spec.meshNetworks.networks[net2].gateways[0].port" {
+			t.Errorf("update with a bad gateway port: %v", err)
+		}
+		// Another replica reads the same networks from the store.
+		other := newService(t, open(), tenants.Options{})
+		if got, ok := other.Registry().Get("acme"); !ok || got.Networks.GetNetworks()["net2"] == nil {
+			t.Errorf("another replica reads networks %v", got)
+		}
+	})
 	t.Run("Lifecycle", func(t *testing.T) {
 		open := fresh(t)
 		s := newService(t, open(), tenants.Options{})

@@ -1,6 +1,6 @@
 // Package tenants holds the meshes (tenants) a hub serves as objects it
 // manages while it runs: each mesh's record (name, incarnation, trust
-// domain, Istio MeshConfig, limits, phase), kept in the hub's state store
+// domain, Istio MeshConfig and MeshNetworks, limits, phase), kept in the hub's state store
 // so that every replica agrees, and the Registry every part of the hub
 // reads them from. ca.meshes seeds the store on first start.
 package tenants
@@ -55,8 +55,11 @@ type Mesh struct {
 	// Config is the mesh's Istio MeshConfig (never nil once published:
 	// an empty one means Istio's defaults).
 	Config *meshv1alpha1.MeshConfig `json:"-"`
-	Limits Limits                   `json:"limits"`
-	Phase  Phase                    `json:"phase"`
+	// Networks is the mesh's Istio MeshNetworks (nil or empty: none
+	// configured; docs/multi-network.md).
+	Networks *meshv1alpha1.MeshNetworks `json:"-"`
+	Limits   Limits                     `json:"limits"`
+	Phase    Phase                      `json:"phase"`
 	// KeepCA, on a Deleting mesh, keeps its CA in the store.
 	KeepCA bool `json:"keepCA,omitempty"`
 }

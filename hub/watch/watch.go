@@ -60,6 +60,11 @@ type Options struct {
 	// would return something else, call MeshConfigChanged. The result is
 	// only read.
 	MeshConfig func(mesh string) *meshv1alpha1.MeshConfig
+	// MeshNetworks returns mesh's Istio MeshNetworks, served as the
+	// protocol.MeshNetworksTypeURL resource named by the mesh; nil (or a
+	// nil result) serves none. When it would return something else, call
+	// MeshConfigChanged. The result is only read.
+	MeshNetworks func(mesh string) *meshv1alpha1.MeshNetworks
 	// GatewayAPIStatus returns the statuses of cluster's own Gateway API
 	// objects in mesh, served as protocol.GatewayAPIStatusTypeURL
 	// resources named protocol.GatewayAPIStatusName; nil serves none.
@@ -126,7 +131,7 @@ func (s *Server) Notify(mesh string) {
 	}
 }
 
-// MeshConfigChanged tells the streams of mesh that Options.MeshConfig now
+// MeshConfigChanged tells the streams of mesh that Options.MeshConfig (or MeshNetworks) now
 // returns another MeshConfig for it: each sends the new one (or its
 // removal) after its debounce, as for a change of the clusters. It never
 // blocks.
@@ -208,6 +213,15 @@ func (s *Server) view(meshName, own string) (view, error) {
 				return nil, err
 			}
 			put(protocol.MeshConfigTypeURL, meshName, it)
+		}
+	}
+	if s.opts.MeshNetworks != nil {
+		if nw := s.opts.MeshNetworks(meshName); nw != nil {
+			it, err := messageItem(meshName, nw)
+			if err != nil {
+				return nil, err
+			}
+			put(protocol.MeshNetworksTypeURL, meshName, it)
 		}
 	}
 	if s.opts.GatewayAPIStatus != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,7 +25,7 @@ import (
 )
 
 // The kustomizations the docs promise; any other one found under deploy/ is rendered too.
-var want = []string{"hub", "spoke", "examples/vendor-hub", "examples/acme-east", "examples/globex-west", "examples/acme-north-polled"}
+var want = []string{"hub", "spoke", "eastwest-gateway", "examples/vendor-hub", "examples/acme-east", "examples/globex-west", "examples/acme-north-polled"}
 
 // rendered renders every kustomization under deploy/, by its path under deploy/.
 func rendered(t *testing.T) map[string][]byte {
@@ -61,7 +62,8 @@ func rendered(t *testing.T) map[string][]byte {
 // non-root with a read-only root file system, no privilege escalation, no capabilities and the
 // runtime's seccomp profile; requests and limits are set; a PodDisruptionBudget and a
 // NetworkPolicy select the pods; every Service selecting them targets a port they have, and the
-// NetworkPolicy opens it, and the admin port.
+// NetworkPolicy opens it, and the admin port. A gateway's Deployment (the injector's gateway
+// template fills its istio-proxy container) is checked as checkGatewayDeployment says.
 func TestRenderEveryKustomization(t *testing.T) {
 	for name, b := range rendered(t) {
 		t.Run(name, func(t *testing.T) {
@@ -75,6 +77,10 @@ func TestRenderEveryKustomization(t *testing.T) {
 					continue
 				}
 				deployments++
+				if tmpl, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "annotations", gatewayTemplateAnnotation); tmpl == "gateway" {
+					checkGatewayDeployment(t, objs, o)
+					continue
+				}
 				checkDeployment(t, objs, o)
 			}
 			if deployments == 0 {
@@ -150,6 +156,49 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 			t.Errorf("%s: probe %s:%s; want %s on the admin port %s", c.Deployment, want.HTTPGet.Port.String(), want.HTTPGet.Path, probe, adminPort)
 		}
 	}
+	checkLeastPrivilege(t, c)
+	pdb, np, allowed, served := selectedBy(t, objs, d, ports, c.Deployment)
+	if !pdb || !np {
+		t.Errorf("%s: PodDisruptionBudget %v, NetworkPolicy %v; want both", c.Deployment, pdb, np)
+	}
+	p, _ := strconv.Atoi(adminPort)
+	for _, port := range append(served, int32(p)) {
+		if np && !allowed[port] {
+			t.Errorf("%s: no NetworkPolicy lets anyone reach port %d, which a Service or the probes use", c.Deployment, port)
+		}
+	}
+}
+
+// gatewayTemplateAnnotation asks the injector for its gateway template.
+const gatewayTemplateAnnotation = "inject.istio.io/templates"
+
+// checkGatewayDeployment checks a gateway's Deployment: one istio-proxy container with image
+// auto (the injector fills it), least privilege, requests and limits, a PodDisruptionBudget,
+// and every Service selecting it targets a port the container declares.
+func checkGatewayDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstructured.Unstructured) {
+	c, err := manifests.ContainerOf(objs, d.GetNamespace(), d.GetName(), "istio-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Image != "auto" || len(c.Pod.Containers) != 1 {
+		t.Errorf("%s: image %q, %d containers; want istio-proxy alone, image auto (the injector's)", c.Deployment, c.Image, len(c.Pod.Containers))
+	}
+	ports := map[string]int32{}
+	for _, p := range c.Spec.Ports {
+		ports[p.Name] = p.ContainerPort
+		ports[strconv.Itoa(int(p.ContainerPort))] = p.ContainerPort
+	}
+	checkLeastPrivilege(t, c)
+	pdb, _, _, served := selectedBy(t, objs, d, ports, c.Deployment)
+	if !pdb || len(served) == 0 {
+		t.Errorf("%s: PodDisruptionBudget %v, Service ports %v; want both", c.Deployment, pdb, served)
+	}
+}
+
+// checkLeastPrivilege checks that c's pod runs non-root with the runtime's seccomp profile, a
+// read-only root file system, no privilege escalation, no capabilities, and requests and limits.
+func checkLeastPrivilege(t *testing.T, c *manifests.Container) {
+	t.Helper()
 	sc, psc := c.Spec.SecurityContext, c.Pod.SecurityContext
 	switch {
 	case psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0:
@@ -171,6 +220,14 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 			t.Errorf("%s: no %s limit", c.Deployment, r)
 		}
 	}
+}
+
+// selectedBy reads what selects d's pods in objs: whether a PodDisruptionBudget and a
+// NetworkPolicy do, the ports NetworkPolicies open, and the container ports Services target
+// (each must be one of ports).
+func selectedBy(t *testing.T, objs []*unstructured.Unstructured, d *unstructured.Unstructured, ports map[string]int32, deployment string) (
+	pdb, np bool, allowed map[int32]bool, served []int32) {
+	t.Helper()
 	podLabels := d.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)
 	selects := func(sel map[string]string) bool {
 		for k, v := range sel {
@@ -180,9 +237,7 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 		}
 		return len(sel) > 0
 	}
-	var pdb, np bool
-	allowed := map[int32]bool{} // ports some NetworkPolicy selecting the pods opens
-	var served []int32          // container ports some Service selecting the pods targets
+	allowed = map[int32]bool{} // ports some NetworkPolicy selecting the pods opens
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Service":
@@ -194,7 +249,7 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 			for _, p := range s.Spec.Ports {
 				port, ok := ports[p.TargetPort.String()]
 				if !ok {
-					t.Errorf("Service %s: port %s targets %s, which %s's container does not have", s.Name, p.Name, p.TargetPort.String(), c.Deployment)
+					t.Errorf("Service %s: port %s targets %s, which %s's container does not have", s.Name, p.Name, p.TargetPort.String(), deployment)
 				}
 				served = append(served, port)
 			}
@@ -216,15 +271,7 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 			}
 		}
 	}
-	if !pdb || !np {
-		t.Errorf("%s: PodDisruptionBudget %v, NetworkPolicy %v; want both", c.Deployment, pdb, np)
-	}
-	p, _ := strconv.Atoi(adminPort)
-	for _, port := range append(served, int32(p)) {
-		if np && !allowed[port] {
-			t.Errorf("%s: no NetworkPolicy lets anyone reach port %d, which a Service or the probes use", c.Deployment, port)
-		}
-	}
+	return pdb, np, allowed, served
 }
 
 func cutPrefix(s, p string) (string, bool) {
@@ -244,7 +291,7 @@ func mustConvert(t *testing.T, o *unstructured.Unstructured, into any) {
 // TestApplyRendered applies what every kustomization under deploy/ renders to a real
 // kube-apiserver as an admin, by server-side apply: first as a dry run (the API server decodes,
 // validates, defaults and admits every object and stores none), then for real, with no error.
-// The Istio CRDs and the namespace are applied first, as a dry run cannot create what later
+// The Istio CRDs and the namespaces are applied first, as a dry run cannot create what later
 // objects need. Bases and overlays go to the same API server in turn, as an upgrade would.
 // Nothing runs the pods: no kubelet (they stay Pending).
 func TestApplyRendered(t *testing.T) {
@@ -259,7 +306,12 @@ func TestApplyRendered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.Apply(t, crds, ns)
+	// The east-west gateway's own namespace, likewise.
+	ewNS, err := os.ReadFile(filepath.Join(root, "deploy", "eastwest-gateway", "namespace.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Apply(t, crds, ns, ewNS)
 	names := make([]string, 0, len(all))
 	for n := range all {
 		names = append(names, n)
@@ -269,5 +321,93 @@ func TestApplyRendered(t *testing.T) {
 		t.Logf("applying deploy/%s", n)
 		k.ApplyDryRun(t, all[n])
 		k.Apply(t, all[n])
+	}
+}
+
+// TestEastWestGateway checks what docs/multi-network.md promises of deploy/eastwest-gateway and
+// of the overlay it documents, which sets the network: a LoadBalancer
+// Service labelled with the network and networking.istio.io/gatewayPort exposing 15443 (tls)
+// to the gateway's pods, which carry the same network label and ask for the gateway template,
+// and a Gateway selecting them that serves 15443 in AUTO_PASSTHROUGH mode for *.local.
+func TestEastWestGateway(t *testing.T) {
+	base := rendered(t)["eastwest-gateway"]
+	root, _ := manifests.ModuleRoot()
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, filepath.Join(root, "deploy", "eastwest-gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := "resources:\n- " + rel + "\n" +
+		"labels:\n- pairs: {topology.istio.io/network: acme-east}\n  includeTemplates: true\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withNetwork, err := manifests.Render(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, network string
+		stream        []byte
+	}{{"base", "REPLACE-WITH-NETWORK", base}, {"overlay", "acme-east", withNetwork}} {
+		network := tc.network
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := manifests.Decode(tc.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ns = "nave-eastwest"
+			var svc corev1.Service
+			u := manifests.Find(objs, "Service", ns, "eastwest-gateway")
+			if u == nil {
+				t.Fatal("no Service eastwest-gateway")
+			}
+			mustConvert(t, u, &svc)
+			if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Labels["topology.istio.io/network"] != network ||
+				svc.Labels["networking.istio.io/gatewayPort"] != "15443" {
+				t.Errorf("Service type %s, labels %v; want LoadBalancer labelled with network %s and gateway port 15443", svc.Spec.Type, svc.Labels, network)
+			}
+			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 15443 || svc.Spec.Ports[0].Name != "tls" {
+				t.Errorf("Service ports %+v; want 15443 (tls) alone", svc.Spec.Ports)
+			}
+			var d appsv1.Deployment
+			u = manifests.Find(objs, "Deployment", ns, "eastwest-gateway")
+			if u == nil {
+				t.Fatal("no Deployment eastwest-gateway")
+			}
+			mustConvert(t, u, &d)
+			pod := d.Spec.Template
+			if pod.Labels["topology.istio.io/network"] != network || pod.Annotations[gatewayTemplateAnnotation] != "gateway" ||
+				pod.Labels["sidecar.istio.io/inject"] != "true" {
+				t.Errorf("pod labels %v, annotations %v; want network %s, injected with the gateway template", pod.Labels, pod.Annotations, network)
+			}
+			for k, v := range svc.Spec.Selector {
+				if pod.Labels[k] != v {
+					t.Errorf("the Service selects %s=%s, which the pods lack", k, v)
+				}
+			}
+			gw := manifests.Find(objs, "Gateway", ns, "cross-network-gateway")
+			if gw == nil {
+				t.Fatal("no Gateway cross-network-gateway")
+			}
+			sel, _, _ := unstructured.NestedStringMap(gw.Object, "spec", "selector")
+			for k, v := range sel {
+				if pod.Labels[k] != v {
+					t.Errorf("the Gateway selects %s=%s, which the pods lack", k, v)
+				}
+			}
+			servers, _, _ := unstructured.NestedSlice(gw.Object, "spec", "servers")
+			if len(servers) != 1 {
+				t.Fatalf("Gateway servers %v; want one", servers)
+			}
+			srv := servers[0].(map[string]any)
+			port, _, _ := unstructured.NestedInt64(srv, "port", "number")
+			proto, _, _ := unstructured.NestedString(srv, "port", "protocol")
+			mode, _, _ := unstructured.NestedString(srv, "tls", "mode")
+			hosts, _, _ := unstructured.NestedStringSlice(srv, "hosts")
+			if port != 15443 || proto != "TLS" || mode != "AUTO_PASSTHROUGH" || !slices.Equal(hosts, []string{"*.local"}) {
+				t.Errorf("Gateway server %v; want TLS 15443 AUTO_PASSTHROUGH for *.local", srv)
+			}
+		})
 	}
 }

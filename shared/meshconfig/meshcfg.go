@@ -3,6 +3,7 @@ package meshconfig
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 )
 
@@ -14,15 +15,25 @@ import (
 // not validate semantics: ValidateMeshConfig does.
 func ParseMeshConfig(data []byte) (*meshv1alpha1.MeshConfig, error) {
 	cfg := &meshv1alpha1.MeshConfig{}
-	js, err := yamlToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("meshConfig: invalid YAML: %v", err)
-	}
-	if len(js) == 0 || string(js) == "null" {
-		return cfg, nil
-	}
-	if field, reason := decodeSpec(js, cfg); field != "" {
-		return nil, fmt.Errorf("%s: %s", "meshConfig"+field[len("spec"):], reason)
+	if err := parseMeshMessage(data, "meshConfig", cfg); err != nil {
+		return nil, err
 	}
 	return cfg, nil
+}
+
+// parseMeshMessage decodes the YAML of a mesh-wide Istio message into m
+// strictly; errors name the field under top ("meshConfig.x: reason").
+// An empty document leaves m empty.
+func parseMeshMessage(data []byte, top string, m proto.Message) error {
+	js, err := yamlToJSON(data)
+	if err != nil {
+		return fmt.Errorf("%s: invalid YAML: %v", top, err)
+	}
+	if len(js) == 0 || string(js) == "null" {
+		return nil
+	}
+	if field, reason := decodeSpec(js, m); field != "" {
+		return fmt.Errorf("%s: %s", top+field[len("spec"):], reason)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package meshconfig
 
 import (
+	"strings"
+
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
 )
 
@@ -17,6 +19,11 @@ func validateRegistryService(c *checker, p path, s *meshconfigv1.Service) {
 			if port.GetTargetPortName() != "" {
 				c.fail(p.field("ports").index(i).field("targetPortName"), "targetPortName and targetPort are exclusive")
 			}
+		}
+	}
+	for i, a := range s.GetExternalAddresses() {
+		if reason := checkHost(a, hostRules{}); reason != "" || strings.HasPrefix(a, "*") {
+			c.fail(p.field("externalAddresses").index(i), "%q is neither an IP address nor a host name", a)
 		}
 	}
 }

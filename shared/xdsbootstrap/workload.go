@@ -20,7 +20,10 @@ type Workload struct {
 	// Name is the pod's or VM's name; NodeName the node it runs on.
 	Name, NodeName string
 	// IP is the workload's address; empty: none is announced.
-	IP                  string
+	IP string
+	// Network is the network the workload is on (node metadata NETWORK,
+	// Istio's ISTIO_META_NETWORK); empty: none.
+	Network             string
 	Labels, Annotations map[string]string
 }
 
@@ -42,7 +45,7 @@ func (w Workload) NodeID(domainSuffix string) string {
 func (w Workload) Metadata() map[string]any {
 	meta := map[string]any{}
 	for k, v := range map[string]string{MetaMesh: w.Mesh, MetaNamespace: w.Namespace, MetaServiceAccount: w.ServiceAccount,
-		MetaClusterID: w.Cluster, MetaName: w.Name, MetaInstanceIPs: w.IP, MetaNodeName: w.NodeName} {
+		MetaClusterID: w.Cluster, MetaName: w.Name, MetaInstanceIPs: w.IP, MetaNodeName: w.NodeName, MetaNetwork: w.Network} {
 		if v != "" {
 			meta[k] = v
 		}

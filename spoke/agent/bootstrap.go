@@ -98,5 +98,5 @@ func XDSRoots(cfg agentconfig.Config) string {
 // Workload is the pod as its bootstrap's node describes it.
 func Workload(cfg agentconfig.Config, labels, annotations map[string]string) xdsbootstrap.Workload {
 	return xdsbootstrap.Workload{ProxyType: cfg.ProxyType, Mesh: cfg.Mesh, Cluster: cfg.Cluster, Namespace: cfg.Pod.Namespace, ServiceAccount: cfg.Pod.ServiceAccount,
-		Name: cfg.Pod.Name, NodeName: cfg.Pod.Node, IP: cfg.Pod.IP, Labels: labels, Annotations: annotations}
+		Name: cfg.Pod.Name, NodeName: cfg.Pod.Node, IP: cfg.Pod.IP, Network: cfg.Network, Labels: labels, Annotations: annotations}
 }

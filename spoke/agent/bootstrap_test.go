@@ -130,3 +130,46 @@ func TestProxyMetadataBecomesNodeMetadata(t *testing.T) {
 		t.Errorf("bad proxyMetadata: %v", err)
 	}
 }
+
+// The agent's network is its node's NETWORK in both bootstraps, and wins
+// over a proxyMetadata ISTIO_META_NETWORK; without one, proxyMetadata's
+// applies (Istio's rule), else there is none.
+func TestNetworkIsNodeMetadata(t *testing.T) {
+	meta := func(cfg agentconfig.Config) map[string]any {
+		t.Helper()
+		doc, err := Bootstrap(cfg, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Mode == agentconfig.ModeGRPC {
+			var b xdsbootstrap.Bootstrap
+			if err := json.Unmarshal(doc, &b); err != nil {
+				t.Fatal(err)
+			}
+			return b.Node.Metadata
+		}
+		var b struct {
+			Node struct {
+				Metadata map[string]any `json:"metadata"`
+			} `json:"node"`
+		}
+		if err := json.Unmarshal(doc, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Node.Metadata
+	}
+	for _, mode := range []string{agentconfig.ModeGRPC, agentconfig.ModeEnvoy} {
+		cfg := testConfig(mode)
+		if _, ok := meta(cfg)[xdsbootstrap.MetaNetwork]; ok {
+			t.Errorf("%s: NETWORK without a network", mode)
+		}
+		cfg.ProxyMetadata = `{"ISTIO_META_NETWORK":"net-meta"}`
+		if got := meta(cfg)[xdsbootstrap.MetaNetwork]; got != "net-meta" {
+			t.Errorf("%s: NETWORK = %v, want proxyMetadata's net-meta", mode, got)
+		}
+		cfg.Network = "net-1"
+		if got := meta(cfg)[xdsbootstrap.MetaNetwork]; got != "net-1" {
+			t.Errorf("%s: NETWORK = %v, want the agent's net-1", mode, got)
+		}
+	}
+}

@@ -49,9 +49,11 @@ type Config struct {
 	Log  logging.Config `key:"log" help:"logging"`
 	Mode string         `key:"mode" default:"envoy" required:"true" help:"envoy: serve SDS to an Envoy sidecar over dir/sds.sock, write dir/envoy-bootstrap.json and run Envoy (envoy.binary) as a child; grpc: write grpc's certificate files and dir/grpc-bootstrap.json for proxyless gRPC applications"`
 	// ProxyType is the TYPE of the Envoy node id (envoy mode).
-	ProxyType   string `key:"proxyType" default:"sidecar" required:"true" help:"envoy mode: sidecar (an Envoy beside the pod's application, its traffic captured) or router (the pod is a gateway: the hub gives its Envoy the listeners of the Gateways selecting the pod's labels); the TYPE of the node id TYPE~IP~POD.NS~NS.svc.<domainSuffix>; grpc mode: sidecar only"`
-	Mesh        string `key:"mesh" default:"default" required:"true" help:"mesh the workload belongs to (node metadata MESH)"`
-	Cluster     string `key:"cluster" required:"true" help:"cluster the pod runs in (node metadata CLUSTER_ID)"`
+	ProxyType string `key:"proxyType" default:"sidecar" required:"true" help:"envoy mode: sidecar (an Envoy beside the pod's application, its traffic captured) or router (the pod is a gateway: the hub gives its Envoy the listeners of the Gateways selecting the pod's labels); the TYPE of the node id TYPE~IP~POD.NS~NS.svc.<domainSuffix>; grpc mode: sidecar only"`
+	Mesh      string `key:"mesh" default:"default" required:"true" help:"mesh the workload belongs to (node metadata MESH)"`
+	Cluster   string `key:"cluster" required:"true" help:"cluster the pod runs in (node metadata CLUSTER_ID)"`
+	// Network is the pod's network (docs/multi-network.md).
+	Network     string `key:"network" help:"network the pod is on (node metadata NETWORK, Istio's ISTIO_META_NETWORK): the hub gives the proxy the endpoints of its network directly and those of other networks through their east-west gateways; the injector sets it from the pod's topology.istio.io/network label, its namespace's, else the spoke's network; empty: none"`
 	TrustDomain string `key:"trustDomain" default:"cluster.local" required:"true" help:"the mesh's trust domain: the workload's identity is spiffe://<trustDomain>/ns/<pod.namespace>/sa/<pod.serviceAccount>"`
 	// DomainSuffix completes the node id's DNS domain.
 	DomainSuffix string `key:"domainSuffix" default:"cluster.local" required:"true" help:"the cluster's DNS suffix, for the Envoy node id (TYPE~IP~POD.NS~NS.svc.<domainSuffix>, TYPE the proxyType)"`

@@ -3,7 +3,7 @@
 // It composes the hub's own engine (xds/engine: xds/pushctx over a source
 // of cluster stores, xds/cache, xds/ads) over the spoke's live local state plus the
 // remote view the hub gave it on Watch (spoke/remote) and the mesh's
-// MeshConfig from that view, so a proxy gets from the spoke what the hub
+// MeshConfig and MeshNetworks from that view, so a proxy gets from the spoke what the hub
 // would give it for the same inputs.
 //
 // The Server builds its push context all the time (so that it serves at
@@ -123,7 +123,9 @@ func New(opts Options) *Server {
 			// The mesh's MeshConfig as the hub last gave it on Watch: the
 			// fallback builds with the hub's mesh config (a change of it is
 			// a change of the view, which Run notifies).
-			MeshConfig: s.meshConfig},
+			MeshConfig: s.meshConfig,
+			// Its MeshNetworks likewise (docs/multi-network.md).
+			MeshNetworks: s.meshNetworks},
 		ADS:    ao,
 		Logger: opts.Logger, Registerer: opts.Registerer,
 	})
@@ -138,6 +140,16 @@ func (s *Server) meshConfig(meshName string) *meshv1alpha1.MeshConfig {
 		return nil
 	}
 	return s.opts.View.MeshConfig()
+}
+
+// meshNetworks is the engine's MeshNetworks: the remote view's, for the
+// spoke's own mesh only; nil (none) without a view or before the hub gave
+// one.
+func (s *Server) meshNetworks(meshName string) *meshv1alpha1.MeshNetworks {
+	if meshName != s.opts.Mesh || s.opts.View == nil {
+		return nil
+	}
+	return s.opts.View.MeshNetworks()
 }
 
 // Update replaces the local cluster's state with objs (the source's

@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/protocol"
+	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/remote"
 )
 
@@ -94,5 +96,42 @@ func TestFallbackMeshConfigIsTheViewsForItsOwnMesh(t *testing.T) {
 	}
 	if got := s.meshConfig("other"); got != nil {
 		t.Fatalf("another mesh: %v, want nil", got)
+	}
+}
+
+// The engine's MeshNetworks are the remote view's, for the spoke's own
+// mesh only; a view refuses networks that do not validate.
+func TestFallbackMeshNetworksAreTheViewsForItsOwnMesh(t *testing.T) {
+	view := remote.New("m", "a")
+	s := New(Options{Mesh: "m", Cluster: "a", View: view, HubSynced: func() error { return nil }})
+	if got := s.meshNetworks("m"); got != nil {
+		t.Fatalf("before the hub gave any: %v, want nil", got)
+	}
+	apply := func(nw *meshv1alpha1.MeshNetworks) []*protocolv1.Rejection {
+		body, err := anypb.New(nw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return view.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.MeshNetworksTypeURL,
+			Resources: []*discoveryv3.Resource{{Name: "m", Version: "1", Resource: body}}})
+	}
+	gw := func(port uint32) *meshv1alpha1.MeshNetworks {
+		return &meshv1alpha1.MeshNetworks{Networks: map[string]*meshv1alpha1.Network{"net2": {Gateways: []*meshv1alpha1.Network_IstioNetworkGateway{
+			{Gw: &meshv1alpha1.Network_IstioNetworkGateway_Address{Address: "192.0.2.7"}, Port: port}}}}}
+	}
+	if rj := apply(gw(15443)); len(rj) > 0 {
+		t.Fatal(rj)
+	}
+	if got := s.meshNetworks("m").GetNetworks()["net2"].GetGateways()[0].GetAddress(); got != "192.0.2.7" {
+		t.Fatalf("own mesh: gateway %q, want 192.0.2.7", got)
+	}
+	if got := s.meshNetworks("other"); got != nil {
+		t.Fatalf("another mesh: %v, want nil", got)
+	}
+	if rj := apply(gw(0)); len(rj) != 1 || !strings.Contains(rj[0].GetReason(), "gateways[0].port") {
+		t.Fatalf("a gateway without a port: rejections %v, want one naming the port", rj)
+	}
+	if got := s.meshNetworks("m").GetNetworks()["net2"].GetGateways()[0].GetPort(); got != 15443 {
+		t.Fatalf("a refused update replaced the networks: port %d", got)
 	}
 }

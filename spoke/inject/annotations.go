@@ -85,6 +85,7 @@ func refuse(key, format string, args ...any) *refusal {
 // podSettings are what a pod's annotations ask of its injection.
 type podSettings struct {
 	template  string
+	network   string // the proxy's network (node metadata NETWORK), "" for none
 	image     string
 	appProbes string // the original app probes for the agent (JSON), "" for none
 	proxy     proxySettings

@@ -187,14 +187,7 @@ spec:
 // targets ports the gateway has, and the HPA, the PDB and the Gateway
 // select it.
 func TestIngressGatewayExample(t *testing.T) {
-	stream, err := manifests.Render("../../examples/ingress-gateway")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := manifests.Decode(stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderedObjects(t, "../../examples/ingress-gateway")
 	const ns, name = "istio-ingress", "ingress-gateway"
 	get := func(kind, namespace string, into any) {
 		t.Helper()
@@ -224,13 +217,7 @@ func TestIngressGatewayExample(t *testing.T) {
 		t.Fatal("the example has no Gateway")
 	}
 
-	pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
-	pod.Namespace, pod.GenerateName = ns, name+"-5c7d9-"
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, injected, _ := review(t, newTestInjector(t, nil), podRequest(t, ns, raw))
+	resp, injected, _ := review(t, newTestInjector(t, nil), podRequest(t, ns, podOf(t, &d, ns)))
 	if injected == nil || resp.Patch == nil {
 		t.Fatalf("the example's pod is not injected: %v", resp.Result)
 	}
@@ -287,4 +274,62 @@ func TestIngressGatewayExample(t *testing.T) {
 	if hpa.Spec.ScaleTargetRef.Kind != "Deployment" || hpa.Spec.ScaleTargetRef.Name != d.Name || hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas < 2 {
 		t.Errorf("HPA %+v: want the Deployment, at least 2 replicas", hpa.Spec)
 	}
+}
+
+// TestEastWestGatewayDeploy: the pod of deploy/eastwest-gateway is injected as a router agent on
+// the network its label names (node metadata NETWORK), with nothing added that it does not
+// declare (docs/multi-network.md).
+func TestEastWestGatewayDeploy(t *testing.T) {
+	objs := renderedObjects(t, "../../deploy/eastwest-gateway")
+	const ns, name = "nave-eastwest", "eastwest-gateway"
+	u := manifests.Find(objs, "Deployment", ns, name)
+	if u == nil {
+		t.Fatalf("no Deployment %s/%s", ns, name)
+	}
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	in := newTestInjector(t, func(o *Options) { o.Network = func(string) string { return "the-spokes" } })
+	resp, injected, _ := review(t, in, podRequest(t, ns, podOf(t, &d, ns)))
+	if injected == nil || resp.Patch == nil {
+		t.Fatalf("the gateway's pod is not injected: %v", resp.Result)
+	}
+	if len(resp.Warnings) != 0 {
+		t.Errorf("warnings %q", resp.Warnings)
+	}
+	gw := container(injected.Spec.Containers, GatewayContainer)
+	if gw == nil || envOf(gw)["NAVE_PROXY_TYPE"].Value != "router" {
+		t.Fatalf("no router agent in %+v", injected.Spec.Containers)
+	}
+	if got, want := envOf(gw)["NAVE_NETWORK"].Value, d.Spec.Template.Labels["topology.istio.io/network"]; got != want || got == "" {
+		t.Errorf("NAVE_NETWORK = %q, want the pod's label %q", got, want)
+	}
+}
+
+// renderedObjects renders the kustomization in dir.
+func renderedObjects(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	stream, err := manifests.Render(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Decode(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// podOf is a pod of Deployment d in namespace ns, as the API server
+// receives it (JSON).
+func podOf(t *testing.T, d *appsv1.Deployment, ns string) []byte {
+	t.Helper()
+	pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
+	pod.Namespace, pod.GenerateName = ns, d.Name+"-5c7d9-"
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 	"github.com/navemesh/nave/spoke/admission"
 	"github.com/navemesh/nave/spoke/appprobe"
@@ -94,7 +95,7 @@ func (in *Injector) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		in.pods.WithLabelValues(resultRefused).Inc()
 		return admission.Deny("the sidecar injector refuses the pod: spec.containers: the pod has no containers", "spec.containers", "the pod has no containers")
 	}
-	p, warnings, r := in.inject(&pod, len(top.Metadata) == 0 || string(top.Metadata) == "null")
+	p, warnings, r := in.inject(&pod, ns, len(top.Metadata) == 0 || string(top.Metadata) == "null")
 	if r != nil {
 		in.pods.WithLabelValues(resultRefused).Inc()
 		in.log.Info("pod refused by the sidecar injector", "namespace", ns, "pod", podName(&pod), "field", r.field, "reason", r.reason)
@@ -113,9 +114,9 @@ func (in *Injector) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 	return resp
 }
 
-// inject builds the patch injecting pod, with warnings, or the reason it
-// cannot be.
-func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, *refusal) {
+// inject builds the patch injecting pod of namespace, with warnings, or
+// the reason it cannot be.
+func (in *Injector) inject(pod *corev1.Pod, namespace string, noMetadata bool) (*patch, []string, *refusal) {
 	template, r := parseTemplates(pod.Annotations)
 	if r != nil {
 		return nil, nil, r
@@ -124,6 +125,7 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 	if r != nil {
 		return nil, nil, r
 	}
+	s.network = in.network(pod, namespace)
 	var err error
 	rewrite, r := rewriteProbesWanted(pod.Annotations, !in.opts.KeepAppProbes)
 	if r != nil {
@@ -223,6 +225,8 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 		// gateway template sets no TLS mode either).
 		setLabel(LabelTLSMode, "istio")
 	}
+	// As Istio's injector: the pod is labelled with its proxy's network.
+	setLabel(meshconfig.NetworkLabel, s.network)
 	setLabel(LabelCanonicalName, name)
 	setLabel(LabelCanonicalRevision, rev)
 	setKeys(p, "/metadata/labels", pod.Labels != nil, labels, order)
@@ -240,6 +244,20 @@ func (in *Injector) inject(pod *corev1.Pod, noMetadata bool) (*patch, []string, 
 	status, _ := json.Marshal(st) // plain strings
 	setKeys(p, "/metadata/annotations", pod.Annotations != nil, map[string]string{AnnotationStatus: string(status)}, []string{AnnotationStatus})
 	return p, warnings, nil
+}
+
+// network is the network of the pod's proxy, as Istio's injector
+// resolves it: the pod's topology.istio.io/network label, else (Istio
+// takes its install's network here) its namespace's label, else the
+// spoke's network.
+func (in *Injector) network(pod *corev1.Pod, namespace string) string {
+	if nw := pod.Labels[meshconfig.NetworkLabel]; nw != "" {
+		return nw
+	}
+	if in.opts.Network != nil {
+		return in.opts.Network(namespace)
+	}
+	return ""
 }
 
 // canonical names the pod's workload and its revision as Istio does: its

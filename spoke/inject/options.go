@@ -64,6 +64,12 @@ type Options struct {
 	// Istio's defaults. Its defaultConfig is the ProxyConfig of every pod,
 	// under the pod's proxy.istio.io/config annotation.
 	MeshConfig func() *meshv1alpha1.MeshConfig
+	// Network, if set, returns the network of a namespace's proxies whose
+	// pod has no topology.istio.io/network label: the namespace's label,
+	// else the spoke's network (kube.Source.NamespaceNetwork); nil (or "")
+	// is none. The proxy's node metadata NETWORK and the pod's label take
+	// it, as Istio's injector does.
+	Network func(namespace string) string
 	// Trust returns the spoke's current trust material, or why it has
 	// none yet (not enrolled): pods are then refused. Required.
 	Trust func() (Trust, error)

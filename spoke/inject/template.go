@@ -167,6 +167,9 @@ func (in *Injector) agentEnv(mode string, trust Trust, s *podSettings) []corev1.
 		v("cluster", in.opts.Cluster),
 		v("trustDomain", trust.TrustDomain),
 	)
+	if s.network != "" {
+		env = append(env, v("network", s.network))
+	}
 	if in.opts.DomainSuffix != "" {
 		env = append(env, v("domainSuffix", in.opts.DomainSuffix))
 	}

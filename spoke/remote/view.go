@@ -41,6 +41,7 @@ type View struct {
 	statuses  map[string]*protocolv1.ClusterStatus
 	trust     *protocolv1.TrustBundle
 	meshCfg   *meshv1alpha1.MeshConfig
+	meshNets  *meshv1alpha1.MeshNetworks
 	// gwStatuses are the hub's statuses of this cluster's Gateway API
 	// objects, by Watch name; onGatewayAPIStatus is told the full set.
 	gwStatuses         map[string]*meshconfigv1.GatewayAPIStatus
@@ -131,13 +132,8 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 		rejections = append(rejections, &protocolv1.Rejection{TypeUrl: typeURL, Name: name, Reason: reason})
 	}
 	type decoded struct {
-		res     *discoveryv3.Resource
-		cluster string
-		obj     *meshconfig.Object
-		status  *protocolv1.ClusterStatus
-		trust   *protocolv1.TrustBundle
-		meshCfg *meshv1alpha1.MeshConfig
-		gw      *meshconfigv1.GatewayAPIStatus
+		res *discoveryv3.Resource
+		decodedItem
 	}
 	var ok []decoded
 	kind, isKind := meshconfig.KindByTypeURL(typeURL)
@@ -153,11 +149,11 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 			refuse(res.GetName(), err.Error())
 			continue
 		}
-		ok = append(ok, decoded{res: res, cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg, gw: d.gw})
+		ok = append(ok, decoded{res: res, decodedItem: d})
 	}
 	v.mu.Lock()
 	for _, d := range ok {
-		v.put(typeURL, d.res, decodedItem{cluster: d.cluster, obj: d.obj, status: d.status, trust: d.trust, meshCfg: d.meshCfg, gw: d.gw})
+		v.put(typeURL, d.res, d.decodedItem)
 	}
 	for _, name := range r.GetRemovedResources() {
 		v.remove(typeURL, name)
@@ -180,17 +176,18 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 
 func isWatchMessage(typeURL string) bool {
 	return typeURL == protocol.ClusterStatusTypeURL || typeURL == protocol.TrustBundleTypeURL || typeURL == protocol.MeshConfigTypeURL ||
-		typeURL == protocol.GatewayAPIStatusTypeURL
+		typeURL == protocol.GatewayAPIStatusTypeURL || typeURL == protocol.MeshNetworksTypeURL
 }
 
 // decodedItem is one verified resource of the view.
 type decodedItem struct {
-	cluster string
-	obj     *meshconfig.Object
-	status  *protocolv1.ClusterStatus
-	trust   *protocolv1.TrustBundle
-	meshCfg *meshv1alpha1.MeshConfig
-	gw      *meshconfigv1.GatewayAPIStatus
+	cluster  string
+	obj      *meshconfig.Object
+	status   *protocolv1.ClusterStatus
+	trust    *protocolv1.TrustBundle
+	meshCfg  *meshv1alpha1.MeshConfig
+	meshNets *meshv1alpha1.MeshNetworks
+	gw       *meshconfigv1.GatewayAPIStatus
 }
 
 // decode verifies one resource: it must decode, name another cluster of
@@ -229,6 +226,12 @@ func (v *View) decode(typeURL string, kind *meshconfig.Kind, res *discoveryv3.Re
 			return decodedItem{}, err
 		}
 		return decodedItem{meshCfg: cfg}, nil
+	case protocol.MeshNetworksTypeURL:
+		nw, err := protocol.DecodeMeshNetworks(v.mesh, res)
+		if err != nil {
+			return decodedItem{}, err
+		}
+		return decodedItem{meshNets: nw}, nil
 	case protocol.GatewayAPIStatusTypeURL:
 		st, err := protocol.DecodeGatewayAPIStatus(res)
 		if err != nil {
@@ -279,6 +282,8 @@ func (v *View) put(typeURL string, res *discoveryv3.Resource, d decodedItem) {
 		v.trust = d.trust
 	case d.meshCfg != nil:
 		v.meshCfg = d.meshCfg
+	case d.meshNets != nil:
+		v.meshNets = d.meshNets
 	case d.gw != nil:
 		v.gwStatuses[res.GetName()] = d.gw
 	case d.obj != nil:
@@ -302,6 +307,8 @@ func (v *View) remove(typeURL, name string) {
 		v.trust = nil
 	case protocol.MeshConfigTypeURL:
 		v.meshCfg = nil
+	case protocol.MeshNetworksTypeURL:
+		v.meshNets = nil
 	case protocol.GatewayAPIStatusTypeURL:
 		delete(v.gwStatuses, name)
 	default:
@@ -380,6 +387,14 @@ func (v *View) MeshConfig() *meshv1alpha1.MeshConfig {
 	return v.meshCfg
 }
 
+// MeshNetworks returns the mesh's Istio MeshNetworks as the hub last
+// gave it; nil when it gave none. The result is shared: only read it.
+func (v *View) MeshNetworks() *meshv1alpha1.MeshNetworks {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.meshNets
+}
+
 // Status is what /debug/remote shows.
 type Status struct {
 	Mesh     string    `json:"mesh"`
@@ -388,8 +403,11 @@ type Status struct {
 	Version  uint64    `json:"version"`
 	Trust    bool      `json:"trustBundle"`
 	// MeshConfig is the version (hash) of the mesh config held, "" for none.
-	MeshConfig string         `json:"meshConfig,omitempty"`
-	Clusters   map[string]int `json:"clusters"`
+	MeshConfig string `json:"meshConfig,omitempty"`
+	// MeshNetworks is the version (hash) of the mesh networks held, ""
+	// for none.
+	MeshNetworks string         `json:"meshNetworks,omitempty"`
+	Clusters     map[string]int `json:"clusters"`
 	// GatewayAPIStatuses are the hub's statuses of this cluster's Gateway
 	// API objects, by "Kind/namespace/name": the status JSON.
 	GatewayAPIStatuses map[string]json.RawMessage `json:"gatewayAPIStatuses,omitempty"`
@@ -402,6 +420,9 @@ func (v *View) Status() Status {
 	st := Status{Mesh: v.mesh, Complete: v.complete, Updated: v.updated, Version: v.version, Trust: v.trust != nil, Clusters: map[string]int{}}
 	if r := v.resources[protocol.MeshConfigTypeURL][v.mesh]; r != nil {
 		st.MeshConfig = r.GetVersion()
+	}
+	if r := v.resources[protocol.MeshNetworksTypeURL][v.mesh]; r != nil {
+		st.MeshNetworks = r.GetVersion()
 	}
 	for name := range v.statuses {
 		st.Clusters[name] = len(v.objects[name])

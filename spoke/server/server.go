@@ -26,6 +26,7 @@ import (
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/spoke/remote"
+	"github.com/navemesh/nave/spoke/source/kube"
 	"github.com/navemesh/nave/spoke/spokeconfig"
 	"github.com/navemesh/nave/spoke/uplink"
 )
@@ -47,6 +48,16 @@ type Server struct {
 	// view is the remote view once Run made it (the injector reads the
 	// mesh's MeshConfig from it).
 	view *atomic.Pointer[remote.View]
+}
+
+// namespaceNetwork is the network of a namespace's proxies whose pod says
+// none (the injector's Options.Network): the kubernetes source's view of
+// the namespace's label, else the spoke's network.
+func namespaceNetwork(cfg spokeconfig.Config, src source) func(namespace string) string {
+	if k, ok := src.(*kube.Source); ok {
+		return k.NamespaceNetwork
+	}
+	return func(string) string { return cfg.Network }
 }
 
 // meshConfigOf returns the mesh's MeshConfig as view holds it once set;
@@ -110,21 +121,21 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 	}
 	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
 	view := new(atomic.Pointer[remote.View])
+	src, gwStatus, err := newSource(cfg, log, reg, adm)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
 	var wh *webhook
 	if cfg.Webhook.Listen != "" { // validated: only with the kubernetes source
 		if whLis, err = net.Listen("tcp", cfg.Webhook.Listen); err != nil {
 			closeAll()
 			return nil, fmt.Errorf("webhook.listen: %w", err)
 		}
-		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg, id.trust, meshConfigOf(view)); err != nil {
+		if wh, err = newWebhook(cfg, whLis, adm, log.With("component", "webhook"), reg, id.trust, meshConfigOf(view), namespaceNetwork(cfg, src)); err != nil {
 			closeAll()
 			return nil, err
 		}
-	}
-	src, gwStatus, err := newSource(cfg, log, reg, adm)
-	if err != nil {
-		closeAll()
-		return nil, err
 	}
 	adm.HandleDebug("objects", "valid config objects loaded from the source, as pushed to the hub", func(*http.Request) (any, error) {
 		type view struct {

@@ -34,6 +34,7 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 		}
 		src, err := kube.New(rc, kube.Options{
 			DomainSuffix:      cfg.DomainSuffix,
+			Network:           cfg.Network,
 			NamespaceSelector: cfg.Kube.NamespaceSelector,
 			Debounce:          cfg.Kube.Debounce,
 			DebounceEdge:      cfg.Kube.DebounceEdge,
@@ -54,7 +55,8 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 		})
 		return src, newGatewayWriter(w, adm), nil
 	}
-	src, err := files.New(cfg.SourcePath(), files.Options{Debounce: cfg.Files.Debounce, DebounceEdge: cfg.Files.DebounceEdge, MaxFileBytes: cfg.Files.MaxFileBytes},
+	src, err := files.New(cfg.SourcePath(), files.Options{Debounce: cfg.Files.Debounce, DebounceEdge: cfg.Files.DebounceEdge, MaxFileBytes: cfg.Files.MaxFileBytes,
+		Network: cfg.Network},
 		log.With("component", "files"), reg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("source %s: %w", cfg.Source, err)

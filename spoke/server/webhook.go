@@ -38,7 +38,7 @@ type webhook struct {
 // newWebhook builds the webhook on lis and registers its ready check
 // (a serving certificate) and its debug view.
 func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log *slog.Logger, reg prometheus.Registerer,
-	trust func() (inject.Trust, error), meshConfig func() *meshv1alpha1.MeshConfig) (*webhook, error) {
+	trust func() (inject.Trust, error), meshConfig func() *meshv1alpha1.MeshConfig, network func(namespace string) string) (*webhook, error) {
 	rc, err := kubeconfig.Load(cfg.Kube.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
@@ -78,7 +78,7 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 			Revision: cfg.Inject.Revision, SystemNamespace: cfg.Webhook.Namespace, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix,
 			ProxyImage: cfg.Inject.ProxyImage, PullPolicy: corev1.PullPolicy(cfg.Inject.PullPolicy), RAAddress: cfg.Inject.RAAddress,
 			XDSAddress: cfg.Inject.XDSAddress, XDSServerName: cfg.Inject.XDSServerName, XDSFallbackAddress: cfg.Inject.XDSFallbackAddress, Trust: trust,
-			MeshConfig: meshConfig, KeepAppProbes: !cfg.Inject.RewriteAppProbes,
+			MeshConfig: meshConfig, Network: network, KeepAppProbes: !cfg.Inject.RewriteAppProbes,
 			Logger: log.With("webhook", "injection"), Registerer: reg,
 		})
 		if err != nil {

@@ -43,6 +43,8 @@ type Config struct {
 	Source  string         `key:"source" default:"fs://examples" required:"true" help:"where the cluster's state is read from: kubernetes watches the cluster's API server (see kubernetes.*); fs://DIR watches a directory of YAML files"`
 	Mesh    string         `key:"mesh" default:"default" required:"true" help:"mesh this cluster belongs to"`
 	Cluster string         `key:"cluster" default:"cluster-1" required:"true" help:"name of this cluster, unique within its mesh"`
+	// Network is the cluster's network (docs/multi-network.md).
+	Network string `key:"network" help:"the network of this cluster's workloads (Istio's topology.istio.io/network): the network of every workload, WorkloadEntry and ServiceEntry endpoint the spoke reports without one (a WorkloadEntry's network field, a pod's or entry's topology.istio.io/network label, then its namespace's label win over it), and of the proxies the injector injects; empty: none (workloads without a network reach, and are reached by, every proxy directly)"`
 	// DomainSuffix is the cluster's: the spoke sends it to the hub.
 	DomainSuffix string     `key:"domainSuffix" default:"cluster.local" required:"true" help:"the cluster's DNS suffix: its service hostnames are name.namespace.svc.<domainSuffix> (the kubernetes source names services so), and the hub, which the spoke tells, completes the cluster's short host names in config (reviews in namespace shop: reviews.shop.svc.<domainSuffix>) with it"`
 	Hub          Hub        `key:"hub" help:"the connection to the hub"`
@@ -219,6 +221,9 @@ func (c *Config) Validate() error {
 func (c *Config) validateNames() error {
 	if err := checkLabel("mesh", c.Mesh); err != nil {
 		return err
+	}
+	if c.Network != "" && len(validation.IsValidLabelValue(c.Network)) > 0 {
+		return settings.Invalid("network", "%q is not a label value (it is what topology.istio.io/network says): letters, digits, '-', '_' and '.', at most 63 characters, starting and ending with a letter or digit", c.Network)
 	}
 	if err := meshconfig.CheckDomainSuffix(c.DomainSuffix); err != nil {
 		return settings.Invalid("domainSuffix", "%v", err)

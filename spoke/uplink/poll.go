@@ -108,7 +108,7 @@ func (u *Uplink) PollWatch(ws protocolv1.Polled_PollWatchServer) error {
 	}
 	u.setWatch(WatchSubscribing, nil)
 	err := u.runWatch(ws)
-	u.meshConfigRefused(err) // the hub's next PollWatch then leaves it out
+	u.optionalTypeRefused(err) // the hub's next PollWatch then leaves it out
 	if ws.Context().Err() == nil {
 		u.setWatch(WatchDown, err)
 	}

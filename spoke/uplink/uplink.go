@@ -114,10 +114,10 @@ type Uplink struct {
 	resumed bool
 	// watchState and watchErr describe the Watch stream.
 	watchState, watchErr string
-	// noMeshConfig is set when the hub refused a subscription to the
-	// mesh config (a hub older than the type): Watch streams then leave it
-	// out. Reset at each new connection (watchLoop).
-	noMeshConfig bool
+	// refusedTypes are the optional types (optionalTypes) the hub refused
+	// a subscription to (a hub older than the type): Watch streams then
+	// leave them out. Reset at each new connection (watchLoop).
+	refusedTypes []string
 }
 
 type key struct{ typeURL, name string }

@@ -31,19 +31,19 @@ const (
 // asked again only on the next connection.
 func (u *Uplink) watchLoop(ctx context.Context, client protocolv1.SyncClient) {
 	u.mu.Lock()
-	u.noMeshConfig = false
+	u.refusedTypes = nil
 	u.mu.Unlock()
 	for {
 		err := u.watch(ctx, client)
 		if ctx.Err() != nil {
 			return
 		}
-		if u.meshConfigRefused(err) {
-			if u.opts.NoRemoteConfig {
+		if t := u.optionalTypeRefused(err); t != "" {
+			if u.opts.NoRemoteConfig && t == protocol.MeshConfigTypeURL {
 				u.setWatch(WatchUnsupported, err)
 				return // nothing else is watched
 			}
-			continue // at once, without the mesh config
+			continue // at once, without the refused type
 		}
 		if status.Code(err) == codes.Unimplemented {
 			u.setWatch(WatchUnsupported, err)
@@ -69,37 +69,42 @@ func (u *Uplink) setWatch(s string, err error) {
 	}
 }
 
-// meshConfigRefused reports whether err is a hub's refusal of the mesh
-// config's type (a hub older than it ends the stream with InvalidArgument
-// naming the type URL); the spoke then watches without it, and its
-// fallback and injection use Istio's defaults.
-func (u *Uplink) meshConfigRefused(err error) bool {
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), protocol.MeshConfigTypeURL) {
-		return false
+// optionalTypes are the Watch types a hub older than them refuses
+// (ending the stream with InvalidArgument naming the type URL): the
+// spoke then watches without them. Without the mesh config its fallback
+// and injection use Istio's defaults; without the mesh networks its
+// fallback builds with none.
+var optionalTypes = []string{protocol.MeshConfigTypeURL, protocol.MeshNetworksTypeURL}
+
+// optionalTypeRefused returns the optional type err is a hub's refusal
+// of, the first time it is refused on this connection; "" otherwise.
+func (u *Uplink) optionalTypeRefused(err error) string {
+	if status.Code(err) != codes.InvalidArgument {
+		return ""
 	}
+	msg := status.Convert(err).Message()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.noMeshConfig {
-		return false
+	for _, t := range optionalTypes {
+		if strings.Contains(msg, t) && !slices.Contains(u.refusedTypes, t) {
+			u.refusedTypes = append(u.refusedTypes, t)
+			u.log.Warn("the hub does not serve a type on Watch; watching without it", "type", t, "err", err)
+			return t
+		}
 	}
-	u.noMeshConfig = true
-	u.log.Warn("the hub does not serve the mesh config on Watch; watching without it (Istio's defaults apply)", "err", err)
-	return true
+	return ""
 }
 
 // watchTypes are the types a Watch stream subscribes to.
 func (u *Uplink) watchTypes() []string {
 	u.mu.Lock()
-	skip := u.noMeshConfig
+	skip := slices.Clone(u.refusedTypes)
 	u.mu.Unlock()
 	types := protocol.WatchTypeURLs()
 	if u.opts.NoRemoteConfig {
 		types = []string{protocol.MeshConfigTypeURL, protocol.GatewayAPIStatusTypeURL}
 	}
-	if skip {
-		types = slices.DeleteFunc(types, func(t string) bool { return t == protocol.MeshConfigTypeURL })
-	}
-	return types
+	return slices.DeleteFunc(types, func(t string) bool { return slices.Contains(skip, t) })
 }
 
 // watch dials one Watch stream and runs it (runWatch).

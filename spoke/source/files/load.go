@@ -65,7 +65,11 @@ func (s *Source) load(watch func(dir string)) (loadResult, error) {
 		for _, e := range errs {
 			res.rejections = append(res.rejections, e.Rejection())
 		}
-		res.objects = append(res.objects, objs...)
+		for _, o := range objs {
+			// Entries without a network take their label's, else the
+			// cluster's (a changed object is a copy, versioned again).
+			res.objects = append(res.objects, meshconfig.WithNetwork(o, s.opts.Network))
+		}
 	}
 	return res, nil
 }

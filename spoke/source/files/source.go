@@ -48,6 +48,10 @@ type Options struct {
 	// unreadable directory), so that a directory pointed at the wrong
 	// place does not walk a whole file system.
 	MaxDirs, MaxFiles int
+	// Network is the cluster's network: the network of every
+	// WorkloadEntry and ServiceEntry endpoint that has none after its own
+	// network field and topology.istio.io/network labels. Empty: none.
+	Network string
 }
 
 func (o Options) withDefaults() Options {

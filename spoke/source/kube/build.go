@@ -38,6 +38,10 @@ type converted struct {
 	resourceVersion string
 	object          *meshconfig.Object // nil when rejected
 	rejection       *meshconfig.Rejection
+	// networked is object with the network it takes when it names none
+	// (meshconfig.WithNetwork), for the fallback network it was made with.
+	networked       *meshconfig.Object
+	networkFallback string
 }
 
 type serviceMemo struct {
@@ -78,6 +82,7 @@ func (b *builder) build() buildResult {
 	res := buildResult{rejected: map[string][]meshconfig.Rejection{}, counts: map[string]int{}, invalid: map[string]int{}}
 	v := &view{
 		domain:     s.opts.DomainSuffix,
+		network:    s.opts.Network,
 		namespaces: map[string]*corev1.Namespace{},
 		nodes:      map[string]*corev1.Node{},
 		pods:       map[string]*corev1.Pod{},
@@ -159,7 +164,7 @@ func (b *builder) build() buildResult {
 				continue
 			}
 			seen[meta.GetUID()] = true
-			objs = append(objs, b.config(&res, w.def, item, meta))
+			objs = append(objs, b.withNetwork(meta.GetUID(), b.config(&res, w.def, item, meta), v.namespaceNetwork(meta.GetNamespace())))
 		}
 	}
 	for uid := range b.converted {
@@ -188,6 +193,22 @@ func (b *builder) config(res *buildResult, def *kindDef, item any, meta metav1.O
 		res.invalid[c.rejection.Kind]++
 	}
 	return c.object
+}
+
+// withNetwork gives WorkloadEntries and ServiceEntry endpoints without a
+// network their label's, else fallback (their namespace's or the
+// cluster's), through the cache: an object copied and hashed again only
+// when it or fallback changed.
+func (b *builder) withNetwork(uid types.UID, o *meshconfig.Object, fallback string) *meshconfig.Object {
+	c, ok := b.converted[uid]
+	if !ok || o == nil || c.object != o {
+		return meshconfig.WithNetwork(o, fallback)
+	}
+	if c.networked == nil || c.networkFallback != fallback {
+		c.networked, c.networkFallback = meshconfig.WithNetwork(o, fallback), fallback
+		b.converted[uid] = c
+	}
+	return c.networked
 }
 
 // configObject converts and validates a cached Istio or Gateway API

@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"slices"
+
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -30,6 +32,30 @@ func registryKind(spec proto.Message) *meshconfig.Kind {
 // hostname is a service's name in the mesh: name.namespace.svc.<domain>.
 func hostname(name, namespace, domain string) string {
 	return name + "." + namespace + ".svc." + domain
+}
+
+// externalAddresses are the addresses a Service is reachable at from
+// outside the cluster, as Istio reads an east-west gateway's: its load
+// balancer's ingress (an IP, else a hostname), then spec.externalIPs;
+// each once.
+func externalAddresses(svc *corev1.Service) []string {
+	var out []string
+	add := func(a string) {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP != "" {
+			add(in.IP)
+		} else {
+			add(in.Hostname)
+		}
+	}
+	for _, ip := range svc.Spec.ExternalIPs {
+		add(ip)
+	}
+	return out
 }
 
 // serviceObject normalizes a Kubernetes Service (headless and
@@ -69,6 +95,7 @@ func serviceObject(svc *corev1.Service, domain string) *meshconfig.Object {
 			spec.Addresses = append(spec.Addresses, ip)
 		}
 	}
+	spec.ExternalAddresses = externalAddresses(svc)
 	return &meshconfig.Object{
 		Kind:         serviceKind,
 		Name:         svc.Name,

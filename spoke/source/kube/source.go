@@ -19,6 +19,7 @@ import (
 	"time"
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -43,6 +44,11 @@ const (
 type Options struct {
 	// DomainSuffix completes service hostnames: name.namespace.svc.<suffix>.
 	DomainSuffix string
+	// Network is the cluster's network: the network of every workload,
+	// WorkloadEntry and ServiceEntry endpoint that has none after the
+	// entry's own network field, its (pod's, entry's) and its namespace's
+	// topology.istio.io/network labels. Empty: none.
+	Network string
 	// NamespaceSelector is a label selector ("env=prod,team in (a,b)")
 	// that namespaces must match for their objects to be published, like
 	// Istio's discoverySelectors. Empty selects every namespace. A
@@ -167,6 +173,22 @@ func (s *Source) Objects() []*meshconfig.Object {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.objects)
+}
+
+// NamespaceNetwork is the network of a namespace's workloads that say
+// none themselves, as the source reports them: the namespace's
+// topology.istio.io/network label, else Options.Network. The injector
+// gives it to the proxies of the namespace's pods. Safe for concurrent
+// use; before the namespaces are listed it is Options.Network.
+func (s *Source) NamespaceNetwork(namespace string) string {
+	if st := s.store(kindNamespace); st != nil {
+		if item, ok, err := st.GetByKey(namespace); err == nil && ok {
+			if ns, ok := item.(*corev1.Namespace); ok && ns.Labels[meshconfig.NetworkLabel] != "" {
+				return ns.Labels[meshconfig.NetworkLabel]
+			}
+		}
+	}
+	return s.opts.Network
 }
 
 // Ready returns nil once the initial state was published, and otherwise

@@ -63,7 +63,7 @@ func TestKubeSource(t *testing.T) {
 	k := newClient(t, c)
 	ctx := t.Context()
 
-	k.namespace("shop", map[string]string{"mesh": "on", labelNetwork: "net-ns"})
+	k.namespace("shop", map[string]string{"mesh": "on", meshconfig.NetworkLabel: "net-ns"})
 	k.namespace("other", map[string]string{"mesh": "off"})
 	k.node("node-a", map[string]string{labelRegion: "r1", labelZone: "z1", labelSubzone: "s1", "unrelated": "x"})
 	k.node("node-b", map[string]string{labelRegion: "r1", labelZone: "z2"})
@@ -94,7 +94,7 @@ func TestKubeSource(t *testing.T) {
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 	})
 	k.pod("shop", "web-1", "node-a", "10.1.0.1", true, map[string]string{"app": "web", "version": "v1"})
-	k.pod("shop", "web-2", "node-b", "10.1.0.2", true, map[string]string{"app": "web", labelNetwork: "net-pod"})
+	k.pod("shop", "web-2", "node-b", "10.1.0.2", true, map[string]string{"app": "web", meshconfig.NetworkLabel: "net-pod"})
 	// web-3's istio-locality label wins over its node's topology (as in Istio).
 	k.pod("shop", "web-3", "node-a", "10.1.0.3", true, map[string]string{"app": "web", meshconfig.LocalityLabel: "r9.z9.s9"})
 	webPorts := map[string]int32{"http": 8080, "api": 9090}

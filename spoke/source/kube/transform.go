@@ -13,7 +13,6 @@ const (
 	labelRegion  = "topology.kubernetes.io/region"
 	labelZone    = "topology.kubernetes.io/zone"
 	labelSubzone = "topology.istio.io/subzone"
-	labelNetwork = "topology.istio.io/network"
 )
 
 // lastApplied is kubectl's copy of the whole applied object: large, and
@@ -45,12 +44,19 @@ func transformMeta(obj any) (any, error) {
 	return obj, nil
 }
 
-// transformService trims metadata and drops the status (load balancer
-// ingress), which the source does not read.
+// transformService trims metadata and keeps of the status only the load
+// balancer ingress addresses (IP and hostname), which become the
+// service's external addresses.
 func transformService(obj any) (any, error) {
 	if svc, ok := obj.(*corev1.Service); ok {
 		trimMeta(svc)
-		svc.Status = corev1.ServiceStatus{}
+		var ingress []corev1.LoadBalancerIngress
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IP != "" || in.Hostname != "" {
+				ingress = append(ingress, corev1.LoadBalancerIngress{IP: in.IP, Hostname: in.Hostname})
+			}
+		}
+		svc.Status = corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}
 	}
 	return obj, nil
 }

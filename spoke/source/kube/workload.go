@@ -18,9 +18,20 @@ import (
 // objects it normalizes. It is read-only during a build.
 type view struct {
 	domain     string
+	network    string                       // the cluster's (Options.Network)
 	namespaces map[string]*corev1.Namespace // by name
 	nodes      map[string]*corev1.Node      // by name
 	pods       map[string]*corev1.Pod       // by namespace/name
+}
+
+// namespaceNetwork is the network of a namespace's workloads that say
+// none themselves: the namespace's topology.istio.io/network label, else
+// the cluster's network.
+func (v *view) namespaceNetwork(namespace string) string {
+	if ns := v.namespaces[namespace]; ns != nil && ns.Labels[meshconfig.NetworkLabel] != "" {
+		return ns.Labels[meshconfig.NetworkLabel]
+	}
+	return v.network
 }
 
 // endpoint gathers what the EndpointSlices of one namespace say about
@@ -225,12 +236,10 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 	if pod := e.pod; pod != nil {
 		o.Labels = pod.Labels
 		w.ServiceAccount = pod.Spec.ServiceAccountName
-		w.Network = pod.Labels[labelNetwork]
+		w.Network = pod.Labels[meshconfig.NetworkLabel]
 	}
 	if w.Network == "" {
-		if ns := v.namespaces[e.namespace]; ns != nil {
-			w.Network = ns.Labels[labelNetwork]
-		}
+		w.Network = v.namespaceNetwork(e.namespace)
 	}
 	loc := &meshconfigv1.Locality{Zone: e.zone}
 	if node := v.nodes[nodeName]; node != nil {
