@@ -26,7 +26,7 @@ func newSpoke(t *testing.T, h *hub, cluster, dir string, extra ...string) *spoke
 	s := &spoke{admin: harness.FreePort(t), dir: dir}
 	s.proc = harness.Start(t, "spoke-"+cluster, binary("nave-spoke"), append([]string{
 		"--source", "fs://" + dir, "--cluster", cluster, "--hub.address", addr(h.spokes), "--hub.plaintext",
-		"--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
+		"--hub.state-dir", t.TempDir(), "--admin.listen", addr(s.admin), "--hub.backoff-initial", "100ms", "--hub.backoff-max", "1s",
 		"--log.level", "debug"}, extra...)...)
 	harness.WaitReady(t, s.url("/healthz/ready"), 20*time.Second)
 	return s

@@ -56,7 +56,7 @@ func newWebhookSpoke(t *testing.T, kc *kubetest.Cluster, name string, extra ...s
 	t.Helper()
 	s := &webhookSpoke{name: name, admin: harness.FreePort(t), server: harness.FreePort(t)}
 	s.args = append([]string{"--source", "kubernetes", "--kubernetes.kubeconfig", kc.Kubeconfig(t, spokeIdentity, "system:serviceaccounts", "system:serviceaccounts:nave-system"),
-		"--cluster", name, "--hub.address", addr(harness.FreePort(t)), "--hub.plaintext", "--admin.listen", addr(s.admin),
+		"--cluster", name, "--hub.address", addr(harness.FreePort(t)), "--hub.plaintext", "--hub.state-dir", t.TempDir(), "--admin.listen", addr(s.admin),
 		"--webhook.listen", addr(s.server), "--webhook.hosts", "127.0.0.1", "--log.level", "debug"}, extra...)
 	return s
 }

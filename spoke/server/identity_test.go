@@ -57,7 +57,9 @@ func startSpoke(t *testing.T, args ...string) *spoke {
 		t.Fatal(err)
 	}
 	s := &spoke{admin: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
-	args = append([]string{"--source=fs://" + src, "--admin.listen=" + s.admin,
+	// A state directory of the test's own: the default is relative to the
+	// working directory, the package's source.
+	args = append([]string{"--source=fs://" + src, "--admin.listen=" + s.admin, "--hub.state-dir=" + filepath.Join(t.TempDir(), "state"),
 		"--hub.backoff-initial=50ms", "--hub.backoff-max=200ms"}, args...)
 	var cfg spokeconfig.Config
 	if err := settings.Load(spokeconfig.Program, &cfg, args, io.Discard); err != nil {
