@@ -36,42 +36,73 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	switch r := v.(type) {
-	case *sotwResponse:
-		if len(r.prepared) == len(r.Resources) {
-			return write(&discoveryv3.DiscoveryResponse{VersionInfo: r.VersionInfo, Canary: r.Canary,
-				TypeUrl: r.TypeUrl, Nonce: r.Nonce, ControlPlane: r.ControlPlane}, r.prepared, (*resource.Prepared).Wire, v, c.base)
-		}
-	case *deltaResponse:
-		if len(r.prepared) == len(r.Resources) {
-			return write(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.SystemVersionInfo, TypeUrl: r.TypeUrl,
-				RemovedResources: r.RemovedResources, RemovedResourceNames: r.RemovedResourceNames, Nonce: r.Nonce,
-				ControlPlane: r.ControlPlane}, r.prepared, (*resource.Prepared).DeltaWire, v, c.base)
-		}
+	if r, ok := v.(preparedResponse); ok && r.entries() >= 0 {
+		return write(r, c.base)
 	}
 	return c.base.Marshal(v)
 }
 
-// write encodes head (a response without its resources), then each
-// prepared resource's entry as entry returns it; v through base if one
-// has none. Fields may come in any order on the wire, and the resources
-// are field 2 of both response types.
-func write(head proto.Message, prepared []*resource.Prepared, entry func(*resource.Prepared) []byte, v any, base encoding.CodecV2) (mem.BufferSlice, error) {
-	for _, p := range prepared {
-		if entry(p) == nil {
-			return base.Marshal(v)
+// preparedResponse is a response Codec can write from its resources'
+// prepared encodings: its head (the response without its resources),
+// then each resource's entry. Fields may come in any order on the wire,
+// and the resources are field 2 of both response types.
+type preparedResponse interface {
+	proto.Message
+	head() proto.Message
+	// entries is the number of resources, -1 when they are not all
+	// prepared.
+	entries() int
+	// entry is the encoding of resource i as a response entry, nil when
+	// its Prepared was not made by resource.Prepare.
+	entry(i int) []byte
+}
+
+// write encodes r's head, then appends its prepared entries (shared, not
+// copied); r through base if some resource has no prepared encoding.
+func write(r preparedResponse, base encoding.CodecV2) (mem.BufferSlice, error) {
+	n := r.entries()
+	for i := range n {
+		if r.entry(i) == nil {
+			return base.Marshal(r)
 		}
 	}
-	h, err := proto.Marshal(head)
+	h, err := proto.Marshal(r.head())
 	if err != nil {
 		return nil, err
 	}
-	out := make(mem.BufferSlice, 0, 1+len(prepared))
+	out := make(mem.BufferSlice, 0, 1+n)
 	out = append(out, mem.SliceBuffer(h))
-	for _, p := range prepared {
-		out = append(out, mem.SliceBuffer(entry(p)))
+	for i := range n {
+		out = append(out, mem.SliceBuffer(r.entry(i)))
 	}
 	return out, nil
+}
+
+// encodedSize is the number of bytes r encodes to: for a response with
+// prepared encodings, the head's size plus its entries' lengths (what
+// Codec writes, without walking the resources), else proto.Size.
+func encodedSize(r proto.Message) int {
+	if pr, ok := r.(preparedResponse); ok && pr.entries() >= 0 {
+		size := 0
+		for i := range pr.entries() {
+			e := pr.entry(i)
+			if e == nil {
+				return proto.Size(r)
+			}
+			size += len(e)
+		}
+		return size + proto.Size(pr.head())
+	}
+	return proto.Size(r)
+}
+
+// preparedEntries is entries of a response of n resources and their
+// Prepared.
+func preparedEntries(prepared []*resource.Prepared, n int) int {
+	if len(prepared) != n {
+		return -1
+	}
+	return n
 }
 
 // deltaResponse is a DeltaDiscoveryResponse whose Resources are the
@@ -90,3 +121,25 @@ type sotwResponse struct {
 	*discoveryv3.DiscoveryResponse
 	prepared []*resource.Prepared
 }
+
+func (r *sotwResponse) head() proto.Message {
+	return &discoveryv3.DiscoveryResponse{VersionInfo: r.VersionInfo, Canary: r.Canary, TypeUrl: r.TypeUrl, Nonce: r.Nonce, ControlPlane: r.ControlPlane}
+}
+
+func (r *sotwResponse) entries() int {
+	return preparedEntries(r.prepared, len(r.Resources))
+}
+
+func (r *sotwResponse) entry(i int) []byte { return r.prepared[i].Wire() }
+
+func (r *deltaResponse) head() proto.Message {
+	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.SystemVersionInfo, TypeUrl: r.TypeUrl,
+		RemovedResources: r.RemovedResources, RemovedResourceNames: r.RemovedResourceNames, Nonce: r.Nonce,
+		ControlPlane: r.ControlPlane}
+}
+
+func (r *deltaResponse) entries() int {
+	return preparedEntries(r.prepared, len(r.Resources))
+}
+
+func (r *deltaResponse) entry(i int) []byte { return r.prepared[i].DeltaWire() }

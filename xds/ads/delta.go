@@ -2,6 +2,7 @@ package ads
 
 import (
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -52,7 +53,7 @@ func (c *conn) handleDelta(stream deltaStream, st resource.State, req *discovery
 		}
 		c.settle(ts, typeURL, nonce, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	}
-	changed := ts.subscribeDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
+	changed := ts.subscribeDelta(c.server.names, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
 	if first || changed {
 		ts.synced = 0
 	}
@@ -89,9 +90,17 @@ func (c *conn) settle(ts *typeState, typeURL, nonce, reason string, nack bool) {
 }
 
 // subscribeDelta applies a request's subscription changes and reports
-// whether there may be something new to send.
-func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
-	changed := false
+// whether there may be something new to send. The names subscribed to
+// become a set shared with the streams subscribed to the same names
+// (sets, as SotW subscriptions are): a change copies it first.
+func (ts *typeState) subscribeDelta(sets *nameSets, sub, unsub []string, first bool) bool {
+	changed, namesChanged := false, false
+	own := func() {
+		if ts.sub != nil {
+			ts.names, ts.sub = maps.Clone(ts.names), nil
+		}
+		namesChanged = true
+	}
 	if first && len(sub) == 0 {
 		ts.wildcard, changed = true, true
 	}
@@ -102,6 +111,7 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 			continue
 		}
 		if !ts.names[n] {
+			own()
 			ts.names[n], changed = true, true
 		}
 	}
@@ -119,11 +129,18 @@ func (ts *typeState) subscribeDelta(sub, unsub []string, first bool) bool {
 			}
 			continue
 		}
-		delete(ts.names, n)
+		if ts.names[n] {
+			own()
+			delete(ts.names, n)
+		}
 		// The proxy drops what it unsubscribed from; a later subscription
 		// sends it again.
 		delete(ts.sentHashes, n)
 		delete(ts.absent, n)
+	}
+	if namesChanged && len(ts.names) > 0 {
+		s := sets.get(slices.Sorted(maps.Keys(ts.names)))
+		ts.sub, ts.names = s, s.set
 	}
 	return changed
 }

@@ -66,6 +66,37 @@ func TestSubscribeShared(t *testing.T) {
 	}
 }
 
+// Delta subscriptions to the same names share one set, whatever order
+// and requests they came in; a change copies it, leaving the others'.
+func TestSubscribeDeltaShared(t *testing.T) {
+	sets := newNameSets()
+	newState := func() *typeState {
+		return &typeState{names: map[string]bool{}, sentHashes: map[string]string{}, absent: map[string]bool{}}
+	}
+	p, q := newState(), newState()
+	if !p.subscribeDelta(sets, []string{"a", "b"}, nil, true) || p.wildcard {
+		t.Fatal("subscribing two names is no change, or the wildcard")
+	}
+	q.subscribeDelta(sets, []string{"b"}, nil, true)
+	if !q.subscribeDelta(sets, []string{"a"}, nil, false) {
+		t.Error("a new name is no change")
+	}
+	if p.sub == nil || q.sub != p.sub {
+		t.Fatal("two streams subscribed to the same names do not share them")
+	}
+	if p.subscribeDelta(sets, []string{"a"}, nil, false) {
+		t.Error("subscribing a held name again is a change")
+	}
+	p.sentHashes["b"] = "h"
+	p.subscribeDelta(sets, nil, []string{"b"}, false)
+	if len(p.names) != 1 || !p.names["a"] || p.sentHashes["b"] != "" {
+		t.Errorf("after unsubscribing b: names %v, held %v", p.names, p.sentHashes)
+	}
+	if len(q.names) != 2 {
+		t.Errorf("another stream's subscription changed with p's: %v", q.names)
+	}
+}
+
 // len counts the interned entries (for tests).
 func (n *nameSets) len() int {
 	n.mu.Lock()

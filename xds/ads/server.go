@@ -180,7 +180,7 @@ const budgetFloor = 64 << 10
 
 func (s sender[Resp]) Send(r Resp) (func(), error) {
 	var release func() // nil: the response took no budget
-	if size := int64(proto.Size(r)); size >= budgetFloor && s.server.budget != nil {
+	if size := int64(encodedSize(r)); size >= budgetFloor && s.server.budget != nil {
 		size = min(size, s.server.opts.MaxInflightBytes)
 		start := time.Now()
 		if err := s.server.budget.Acquire(s.ctx, size); err != nil {

@@ -253,7 +253,11 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 		Name:            oc.Name,
 		ConnectTimeout:  b.timeout,
 		CircuitBreakers: b.breakers,
-		Metadata:        build.ClusterMetadata(oc.Service, false),
+	}
+	if b.v.Key().IstioBuild {
+		// Only Istio's stats filter reads the cluster's "istio" services
+		// (decision 039).
+		c.Metadata = build.ClusterMetadata(oc.Service, false)
 	}
 	switch oc.kind {
 	case kindEDS:

@@ -70,11 +70,12 @@ func (b *edsBuilder) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssi
 	if oc.kind == kindEDS && localityIndependent(oc) && !b.v.Snapshot().ClusterLocal(oc.Service.Hostname) {
 		// Without locality load balancing an EDS assignment reads only the
 		// cluster (name, service, the DestinationRule that gave its subset
-		// labels), the proxy's network, and the snapshot's mTLS policy for
+		// labels), the proxy's network, whether it is of Istio's build
+		// (workload metadata), and the snapshot's mTLS policy for
 		// each endpoint (tlsModeMetadata): every proxy that shares those
 		// shares one assignment per snapshot (read-only from here on). The
 		// problems it finds are reported by the first proxy's generation.
-		k := assignmentKey{name: oc.Name, svc: oc.Service, dr: oc.Rule, network: b.v.Key().Network}
+		k := assignmentKey{name: oc.Name, svc: oc.Service, dr: oc.Rule, network: b.v.Key().Network, istioBuild: b.v.Key().IstioBuild}
 		return b.v.Snapshot().Memo(k, func() any { return b.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
 	}
 	return b.newAssignment(oc)
@@ -83,25 +84,34 @@ func (b *edsBuilder) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssi
 // assignmentKey is everything an EDS assignment without locality load
 // balancing reads (see assignment).
 type assignmentKey struct {
-	name    string
-	svc     *mesh.Service
-	dr      *mesh.Config
-	network string
+	name       string
+	svc        *mesh.Service
+	dr         *mesh.Config
+	network    string
+	istioBuild bool
 }
 
 func (b *edsBuilder) newAssignment(oc *outboundCluster) *endpointv3.ClusterLoadAssignment {
 	eps, gateways := b.clusterEndpoints(oc)
+	tlsMode := func(ep *mesh.Endpoint) *corev3.Metadata {
+		return b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port))
+	}
 	meta := func(ep *mesh.Endpoint) *corev3.Metadata {
 		if gateways[ep] {
 			return b.gatewayMetadata()
 		}
-		return build.WithEndpointWorkload(b.tlsModeMetadata(oc.Service, ep, ep.PortFor(oc.Port)), oc.Service, ep)
+		if b.v.Key().IstioBuild {
+			// Only Istio's stats filter reads an endpoint's "istio"
+			// workload (decision 039): other proxies are not sent it.
+			return build.WithEndpointWorkload(tlsMode(ep), oc.Service, ep)
+		}
+		return tlsMode(ep)
 	}
 	if oc.sniDNAT {
 		// An SNI-DNAT cluster reaches only endpoints that accept mesh
 		// mTLS (cds_snidnat.go).
 		eps = slices.DeleteFunc(eps, func(ep *mesh.Endpoint) bool {
-			return ep.Labels[tlsModeLabel] != tlsModeIstio || meta(ep) == nil
+			return ep.Labels[tlsModeLabel] != tlsModeIstio || tlsMode(ep) == nil
 		})
 	}
 	return build.LocalityAssignment(oc.Name, oc.Port, eps, b.localityLB(oc), meta)

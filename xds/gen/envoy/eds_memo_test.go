@@ -3,9 +3,11 @@ package envoy
 import (
 	"testing"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -87,7 +89,9 @@ func TestSharedAssignmentsMatchFreshGeneration(t *testing.T) {
 	for _, ns := range []string{"demo", "other"} {
 		for _, nw := range []string{"", "n1", "n2"} {
 			for _, loc := range []mesh.Locality{{}, {Region: "r1", Zone: "z1"}, {Region: "r2", Zone: "z2"}} {
-				keys = append(keys, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: ns, IPs: "10.9.0.1", Network: nw, Locality: loc})
+				for _, istio := range []bool{false, true} {
+					keys = append(keys, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: ns, IPs: "10.9.0.1", Network: nw, Locality: loc, IstioBuild: istio})
+				}
 			}
 		}
 	}
@@ -103,5 +107,47 @@ func TestSharedAssignmentsMatchFreshGeneration(t *testing.T) {
 				t.Errorf("%+v: %s differs on the shared snapshot", k, want[i].Name)
 			}
 		}
+	}
+}
+
+// TestAssignmentsSharedByBuild: proxies of one build share their
+// locality-independent assignments (one message per cluster), and only
+// Istio's build gets the endpoints' "istio" workload metadata.
+func TestAssignmentsSharedByBuild(t *testing.T) {
+	snap := gentest.Snapshot(t, map[string]string{"c1": memoConfig})
+	key := func(ip string, istio bool) proxy.Key {
+		return proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: "demo", IPs: ip, IstioBuild: istio}
+	}
+	const name = "outbound|80||echo.demo.svc.cluster.local"
+	assignment := func(k proxy.Key) *endpointv3.ClusterLoadAssignment {
+		for _, r := range generate(snap, k).Resources[typeurl.Endpoint] {
+			if r.Name == name {
+				return r.Message.(*endpointv3.ClusterLoadAssignment)
+			}
+		}
+		t.Fatalf("%+v: no assignment %s", k, name)
+		return nil
+	}
+	upstream, upstream2 := assignment(key("10.9.0.1", false)), assignment(key("10.9.0.2", false))
+	istio, istio2 := assignment(key("10.9.0.1", true)), assignment(key("10.9.0.2", true))
+	if upstream != upstream2 || istio != istio2 {
+		t.Errorf("proxies of one build do not share the assignment (upstream %t, Istio %t)", upstream == upstream2, istio == istio2)
+	}
+	workloads := func(cla *endpointv3.ClusterLoadAssignment) int {
+		n := 0
+		for _, l := range cla.GetEndpoints() {
+			for _, ep := range l.GetLbEndpoints() {
+				if ep.GetMetadata().GetFilterMetadata()[build.IstioMetadataKey] != nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := workloads(upstream); n != 0 {
+		t.Errorf("upstream Envoy: %d endpoints with istio metadata, want none", n)
+	}
+	if n := workloads(istio); n != 2 {
+		t.Errorf("Istio's build: %d endpoints with istio metadata, want 2", n)
 	}
 }

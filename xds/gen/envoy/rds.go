@@ -43,12 +43,16 @@ type routeBuilder struct {
 	problems *build.Problems
 	t        *routes.Translator
 	cache    map[routeCacheKey][]*routev3.Route
+	// contextFree caches Translator.ContextFree by VirtualService.
+	contextFree map[*mesh.Config]bool
 	// sidecarVS caches View.VirtualServices by host (a host has several
 	// ports).
 	sidecarVS  map[string][]*mesh.Config
 	noValidate *wrapperspb.BoolValue
 }
 
+// routeCacheKey is a translation's context; port 0 and no gateway for a
+// context-free VirtualService's only translation.
 type routeCacheKey struct {
 	cfg     *mesh.Config
 	port    uint32
@@ -57,13 +61,23 @@ type routeCacheKey struct {
 
 func newRouteBuilder(v *scope.View) *routeBuilder {
 	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), cache: map[routeCacheKey][]*routev3.Route{},
-		sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+		contextFree: map[*mesh.Config]bool{},
+		sidecarVS:   map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
 }
 
 // translate translates cfg's routes for port, as gateway gw's (nil: as
-// the sidecar's), once per builder.
+// the sidecar's), once per builder: once for every port and gateway when
+// they make no difference (Translator.ContextFree).
 func (rb *routeBuilder) translate(cfg *mesh.Config, port uint32, gw *mesh.Config) []*routev3.Route {
-	k := routeCacheKey{cfg: cfg, port: port, gateway: gw}
+	free, checked := rb.contextFree[cfg]
+	if !checked {
+		free = rb.t.ContextFree(cfg)
+		rb.contextFree[cfg] = free
+	}
+	k := routeCacheKey{cfg: cfg}
+	if !free {
+		k.port, k.gateway = port, gw
+	}
 	if rs, ok := rb.cache[k]; ok {
 		return rs
 	}

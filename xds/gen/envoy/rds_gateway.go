@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"encoding/binary"
-	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,8 +19,20 @@ import (
 type gatewayVHost struct {
 	host       string
 	requireTLS bool
-	vss        []*mesh.Config // merged, oldest first
-	gws        []*mesh.Config // the gateway each VirtualService came through
+	vss        []vsThrough  // merged, in the order met
+	first      [1]vsThrough // vss's first backing array (most hosts have one)
+}
+
+// vsThrough is a VirtualService and the gateway it came through.
+type vsThrough struct{ vs, gw *mesh.Config }
+
+// vhostKey is what a gateway virtual host's routes are made of (see
+// gatewayRouteConfig): the TLS requirement and its VirtualServices with
+// their gateways, in order — the only one, or all numbered in more.
+type vhostKey struct {
+	requireTLS bool
+	one        vsThrough
+	more       string
 }
 
 // gatewayRoutes builds the route configurations the router's listeners
@@ -96,12 +107,12 @@ func (rb *routeBuilder) collectHosts(hosts map[string]*gatewayVHost, gw *mesh.Co
 				vh := hosts[host]
 				if vh == nil {
 					vh = &gatewayVHost{host: host}
+					vh.vss = vh.first[:0]
 					hosts[host] = vh
 				}
 				vh.requireTLS = vh.requireTLS || srv.GetTls().GetHttpsRedirect()
-				if !containsPair(vh, vs, gw) && (!slices.Contains(vh.vss, vs) || matchesNameGateways(vs)) {
-					vh.vss = append(vh.vss, vs)
-					vh.gws = append(vh.gws, gw)
+				if !slices.Contains(vh.vss, vsThrough{vs, gw}) && (!slices.ContainsFunc(vh.vss, func(p vsThrough) bool { return p.vs == vs }) || matchesNameGateways(vs)) {
+					vh.vss = append(vh.vss, vsThrough{vs, gw})
 				}
 			}
 		}
@@ -122,15 +133,6 @@ func matchesNameGateways(vs *mesh.Config) bool {
 	return false
 }
 
-func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
-	for i := range vh.vss {
-		if vh.vss[i] == vs && vh.gws[i] == gw {
-			return true
-		}
-	}
-	return false
-}
-
 // gatewayRouteConfig builds one gateway route configuration. Hosts whose
 // routes are the same — the same VirtualServices through the same
 // gateways in the same order, and the same TLS requirement — share one
@@ -141,11 +143,18 @@ func containsPair(vh *gatewayVHost, vs, gw *mesh.Config) bool {
 // per host.
 func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[string]*gatewayVHost) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: rb.noValidate}
-	names := slices.Sorted(maps.Keys(hosts))
+	names := make([]string, 0, len(hosts))
+	for h := range hosts {
+		names = append(names, h)
+	}
+	slices.Sort(names)
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
-	shared := map[string]*routev3.VirtualHost{}
-	ids := map[*mesh.Config]uint32{} // configs by small number, for keys
+	shared := make(map[vhostKey]*routev3.VirtualHost, len(names))
+	var ids map[*mesh.Config]uint32 // configs by small number, for keys
 	id := func(c *mesh.Config) uint32 {
+		if ids == nil {
+			ids = map[*mesh.Config]uint32{}
+		}
 		n, ok := ids[c]
 		if !ok {
 			n = uint32(len(ids))
@@ -153,46 +162,61 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 		}
 		return n
 	}
-	var key []byte
+	var more []byte
 	for _, h := range names {
 		vh := hosts[h]
 		// Oldest VirtualService first (stable: namespace/name breaks ties).
-		idx := make([]int, len(vh.vss))
-		for i := range idx {
-			idx[i] = i
+		if len(vh.vss) > 1 {
+			slices.SortStableFunc(vh.vss, func(a, b vsThrough) int {
+				ta, tb := a.vs.Object.CreationTime, b.vs.Object.CreationTime
+				switch {
+				case ta.IsZero() != tb.IsZero():
+					if ta.IsZero() {
+						return 1
+					}
+					return -1
+				case ta.Before(tb):
+					return -1
+				case tb.Before(ta):
+					return 1
+				}
+				return 0
+			})
 		}
-		sort.SliceStable(idx, func(a, b int) bool {
-			ta, tb := vh.vss[idx[a]].Object.CreationTime, vh.vss[idx[b]].Object.CreationTime
-			if ta.IsZero() != tb.IsZero() {
-				return !ta.IsZero()
+		key := vhostKey{requireTLS: vh.requireTLS}
+		if len(vh.vss) == 1 {
+			key.one = vh.vss[0]
+		} else {
+			more = more[:0]
+			for _, p := range vh.vss {
+				more = binary.LittleEndian.AppendUint32(more, id(p.vs))
+				more = binary.LittleEndian.AppendUint32(more, id(p.gw))
 			}
-			return ta.Before(tb)
-		})
-		key = key[:0]
-		if vh.requireTLS {
-			key = append(key, 1)
+			key.more = string(more)
 		}
-		for _, i := range idx {
-			key = binary.LittleEndian.AppendUint32(key, id(vh.vss[i]))
-			key = binary.LittleEndian.AppendUint32(key, id(vh.gws[i]))
-		}
-		domains := []string{h, h + ps}
+		hp := h + ps
+		domains := []string{h, hp}
 		if h == "*" {
-			domains = []string{"*"}
+			domains = domains[:1]
 		}
-		if evh := shared[string(key)]; evh != nil {
+		if evh := shared[key]; evh != nil {
 			evh.Domains = append(evh.Domains, domains...)
 			continue
 		}
-		evh := &routev3.VirtualHost{Name: h + ps, Domains: domains}
+		evh := &routev3.VirtualHost{Name: hp, Domains: domains}
 		if vh.requireTLS {
 			evh.RequireTls = routev3.VirtualHost_ALL
 		}
-		for _, i := range idx {
-			vs, gw := vh.vss[i], vh.gws[i]
-			evh.Routes = append(evh.Routes, rb.translate(vs, port, gw)...)
+		if len(vh.vss) == 1 {
+			// The translation's own slice, capped so appends copy.
+			rs := rb.translate(vh.vss[0].vs, port, vh.vss[0].gw)
+			evh.Routes = rs[:len(rs):len(rs)]
+		} else {
+			for _, p := range vh.vss {
+				evh.Routes = append(evh.Routes, rb.translate(p.vs, port, p.gw)...)
+			}
 		}
-		shared[string(key)] = evh
+		shared[key] = evh
 		rc.VirtualHosts = append(rc.VirtualHosts, evh)
 	}
 	return rc

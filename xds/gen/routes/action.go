@@ -2,9 +2,7 @@ package routes
 
 import (
 	"fmt"
-	"maps"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -257,13 +255,13 @@ func headerOps(ops *networking.Headers_HeaderOperations) ([]*corev3.HeaderValueO
 		return nil, nil
 	}
 	var add []*corev3.HeaderValueOption
-	for _, k := range slices.Sorted(maps.Keys(ops.GetSet())) {
+	for _, k := range sortedKeys(ops.GetSet()) {
 		add = append(add, &corev3.HeaderValueOption{
 			Header:       &corev3.HeaderValue{Key: k, Value: ops.GetSet()[k]},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		})
 	}
-	for _, k := range slices.Sorted(maps.Keys(ops.GetAdd())) {
+	for _, k := range sortedKeys(ops.GetAdd()) {
 		add = append(add, &corev3.HeaderValueOption{
 			Header:       &corev3.HeaderValue{Key: k, Value: ops.GetAdd()[k]},
 			AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD,

@@ -1,7 +1,6 @@
 package routes
 
 import (
-	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -39,6 +38,20 @@ func regexError(re string) error {
 	return err
 }
 
+// sortedKeys returns m's keys in order, nil (allocating nothing) when
+// it has none: most matches have no headers or query parameters.
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // badRegex returns the field and error of the first regex of m that RE2
 // (Go's regexp implements its syntax) does not compile.
 func badRegex(m *networking.HTTPMatchRequest) (string, error) {
@@ -65,7 +78,7 @@ func badRegex(m *networking.HTTPMatchRequest) (string, error) {
 		name string
 		m    map[string]*networking.StringMatch
 	}{{"headers", m.GetHeaders()}, {"withoutHeaders", m.GetWithoutHeaders()}, {"queryParams", m.GetQueryParams()}} {
-		for _, k := range slices.Sorted(maps.Keys(group.m)) {
+		for _, k := range sortedKeys(group.m) {
 			if f, err := check(group.name+"."+k+".regex", group.m[k]); err != nil {
 				return f, err
 			}
@@ -87,10 +100,10 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	case *networking.StringMatch_Regex:
 		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: u.Regex}}
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
+	for _, name := range sortedKeys(m.GetHeaders()) {
 		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetHeaders()[name], false))
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
+	for _, name := range sortedKeys(m.GetWithoutHeaders()) {
 		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetWithoutHeaders()[name], true))
 	}
 	if m.GetMethod() != nil {
@@ -102,7 +115,7 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	if m.GetScheme() != nil {
 		rm.Headers = append(rm.Headers, headerMatcher(":scheme", m.GetScheme(), false))
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
+	for _, name := range sortedKeys(m.GetQueryParams()) {
 		if sm := stringMatcher(m.GetQueryParams()[name]); sm != nil {
 			rm.QueryParameters = append(rm.QueryParameters, &routev3.QueryParameterMatcher{
 				Name: name, QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}})

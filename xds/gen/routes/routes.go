@@ -153,6 +153,45 @@ func Gateway(gw *mesh.Config, port uint32) Context {
 	}}
 }
 
+// ContextFree reports whether cfg's routes translate the same in every
+// Context (any port, the mesh or any gateway): no route delegates, no
+// match names a port or gateways, and every destination and mirror names
+// its port or resolves to a service with exactly one port. A caller may
+// then translate it once for all the contexts it serves.
+func (t *Translator) ContextFree(cfg *mesh.Config) bool {
+	portFree := func(d *networking.Destination) bool {
+		if d.GetPort().GetNumber() != 0 {
+			return true
+		}
+		target := t.service(t.snap.ResolveHost(d.GetHost(), cfg))
+		return target != nil && len(target.Ports) == 1
+	}
+	for _, hr := range cfg.VirtualService().GetHttp() {
+		if hr.GetDelegate() != nil {
+			return false
+		}
+		for _, m := range hr.GetMatch() {
+			if m.GetPort() != 0 || len(m.GetGateways()) > 0 {
+				return false
+			}
+		}
+		for _, d := range hr.GetRoute() {
+			if !portFree(d.GetDestination()) {
+				return false
+			}
+		}
+		if m := hr.GetMirror(); m != nil && !portFree(m) {
+			return false
+		}
+		for _, m := range hr.GetMirrors() {
+			if !portFree(m.GetDestination()) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // VirtualService translates the HTTP routes of cfg for ctx.
 func (t *Translator) VirtualService(cfg *mesh.Config, ctx Context) []*routev3.Route {
 	return t.httpRoutes(cfg, cfg.VirtualService().GetHttp(), nil, nil, ctx)
