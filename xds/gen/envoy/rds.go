@@ -49,6 +49,8 @@ type routeBuilder struct {
 	// ports).
 	sidecarVS  map[string][]*mesh.Config
 	noValidate *wrapperspb.BoolValue
+	// matchAll is the "/" prefix match of default routes (shared).
+	matchAll *routev3.RouteMatch
 }
 
 // routeCacheKey is a translation's context; port 0 and no gateway for a
@@ -240,14 +242,25 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	// The service's consistentHash (its DestinationRule for the port)
 	// applies without a VirtualService too, as in Istio.
 	hash := rb.t.HashPolicy(svc.Hostname, port, "")
-	return []*routev3.Route{{
-		Name:  "default",
-		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: build.ClusterName(svc.Hostname, port, "")},
-			Timeout:          rb.t.NoTimeout(),
-			RetryPolicy:      rb.t.DefaultRetryPolicy(len(hash) > 0),
-			HashPolicy:       hash,
-		}},
-	}}
+	if rb.matchAll == nil {
+		rb.matchAll = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+	}
+	d := &defaultRoute{}
+	d.cluster.Cluster = build.ClusterName(svc.Hostname, port, "")
+	d.action = routev3.RouteAction{ClusterSpecifier: &d.cluster, Timeout: rb.t.NoTimeout(), RetryPolicy: rb.t.DefaultRetryPolicy(len(hash) > 0), HashPolicy: hash}
+	d.routeAction.Route = &d.action
+	d.route.Name, d.route.Match, d.route.Action = "default", rb.matchAll, &d.routeAction
+	d.list[0] = &d.route
+	return d.list[:]
+}
+
+// defaultRoute is a host's default route (one, to its cluster) in one
+// allocation: a sidecar has one per service port without a
+// VirtualService.
+type defaultRoute struct {
+	list        [1]*routev3.Route
+	route       routev3.Route
+	routeAction routev3.Route_Route
+	action      routev3.RouteAction
+	cluster     routev3.RouteAction_Cluster
 }
