@@ -240,7 +240,7 @@ func (c *conn) handle(stream sotwStream, st resource.State, req *discoveryv3.Dis
 	}
 	first := !ts.requested
 	ts.requested = true
-	changed := ts.subscribe(c.server.names, req.GetResourceNames(), first)
+	changed := ts.subscribe(sharedNames, req.GetResourceNames(), first)
 	if changed {
 		ts.synced = 0
 	}

@@ -8,11 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// sharedNames interns the state-of-the-world subscriptions of every
-// server in the process (content-keyed, so sharing them is safe), which
-// lets the codec find a request's names before decoding them.
-var sharedNames = newNameSets()
-
 // resourceNamesField is DiscoveryRequest.resource_names.
 const resourceNamesField = 3
 

@@ -53,7 +53,7 @@ func (c *conn) handleDelta(stream deltaStream, st resource.State, req *discovery
 		}
 		c.settle(ts, typeURL, nonce, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	}
-	changed := ts.subscribeDelta(c.server.names, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
+	changed := ts.subscribeDelta(sharedNames, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
 	if first || changed {
 		ts.synced = 0
 	}

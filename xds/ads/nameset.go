@@ -30,6 +30,11 @@ type nameSets struct {
 	m    map[uint64][]weak.Pointer[nameSet]
 }
 
+// sharedNames interns the subscriptions of every stream of every server
+// in the process (content-keyed, so sharing them is safe), which lets the
+// codec find a request's names before decoding them (unmarshalRequest).
+var sharedNames = newNameSets()
+
 func newNameSets() *nameSets {
 	return &nameSets{seed: maphash.MakeSeed(), m: map[uint64][]weak.Pointer[nameSet]{}}
 }

@@ -145,7 +145,7 @@ func (c *conn) handleSecrets(stream sotwStream, req *discoveryv3.DiscoveryReques
 	}
 	first := !ts.requested
 	ts.requested = true
-	changed := ts.subscribe(c.server.names, req.GetResourceNames(), first)
+	changed := ts.subscribe(sharedNames, req.GetResourceNames(), first)
 	c.mu.Unlock()
 	if first || changed {
 		return c.sendSecrets(stream, nil, false)
@@ -165,7 +165,7 @@ func (c *conn) handleSecretsDelta(stream deltaStream, req *discoveryv3.DeltaDisc
 	if n := req.GetResponseNonce(); n != "" {
 		c.settle(ts, typeurl.Secret, n, req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	}
-	changed := ts.subscribeDelta(c.server.names, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
+	changed := ts.subscribeDelta(sharedNames, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), first)
 	c.mu.Unlock()
 	if first || changed {
 		return c.sendSecrets(nil, stream, false)

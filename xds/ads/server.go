@@ -92,8 +92,6 @@ type Server struct {
 	// authRefusals counts streams refused by identify.
 	authRefusals *prometheus.CounterVec
 	nextID       atomic.Uint64
-	// names interns the SotW streams' subscriptions.
-	names *nameSets
 
 	admission *rate.Limiter // nil: unlimited
 	// budget holds Options.MaxInflightBytes (nil: unbounded); inflight is
@@ -124,7 +122,7 @@ func New(src resource.Source, opts Options) *Server {
 	if opts.MaxInflightBytes == 0 {
 		opts.MaxInflightBytes = 64 << 20
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger, names: sharedNames, conns: map[string]*conn{}, perMesh: map[string]int{}, perMeshNDS: map[string]int{}}
+	s := &Server{src: src, opts: opts, log: opts.Logger, conns: map[string]*conn{}, perMesh: map[string]int{}, perMeshNDS: map[string]int{}}
 	if opts.MaxInflightBytes > 0 {
 		s.budget = semaphore.NewWeighted(opts.MaxInflightBytes)
 	}
