@@ -154,6 +154,17 @@ func (s *Snapshot) NetworkOf(ep *Endpoint) string {
 	return ""
 }
 
+// OtherNetwork reports whether ep is on another network than network (a
+// proxy's): both known and different. Such an endpoint is never reached
+// directly. A proxy of no network is everyone's: nothing is resolved then.
+func (s *Snapshot) OtherNetwork(ep *Endpoint, network string) bool {
+	if network == "" {
+		return false
+	}
+	n := s.NetworkOf(ep)
+	return n != "" && n != network
+}
+
 // MultiNetwork reports whether the mesh has network gateways: only then
 // do proxies reach endpoints of other networks (split-horizon EDS).
 func (s *Snapshot) MultiNetwork() bool { return len(s.NetworkGateways) > 0 }

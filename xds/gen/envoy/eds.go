@@ -141,7 +141,7 @@ func (b *edsBuilder) clusterEndpoints(oc *outboundCluster) (eps []*mesh.Endpoint
 		if !mesh.Matches(oc.Labels, ep.Labels) || !ep.Serves(oc.Port) {
 			continue
 		}
-		if n := snap.NetworkOf(ep); network != "" && n != "" && n != network {
+		if snap.OtherNetwork(ep, network) {
 			if split {
 				remote = append(remote, ep)
 			}

@@ -48,7 +48,7 @@ func (g *generator) newAssignment(oc *policy.Cluster) *endpointv3.ClusterLoadAss
 		if !mesh.Matches(oc.Labels, ep.Labels) || !ep.Serves(oc.Port) {
 			continue
 		}
-		if n := g.snap.NetworkOf(ep); g.client.Network != "" && n != "" && n != g.client.Network {
+		if g.snap.OtherNetwork(ep, g.client.Network) {
 			continue
 		}
 		eps = append(eps, ep)

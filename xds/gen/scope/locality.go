@@ -27,7 +27,7 @@ func LocalityOf(s *mesh.Snapshot, k proxy.Key) mesh.Locality {
 				if ep.Address != ip || ep.Locality == (mesh.Locality{}) {
 					continue
 				}
-				if n := s.NetworkOf(ep); k.Network != "" && n != "" && n != k.Network {
+				if s.OtherNetwork(ep, k.Network) {
 					continue
 				}
 				if seen && ep.Locality != found {
