@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -42,8 +43,8 @@ func writePlot(path, scenario string, medians []load.Result) error {
 		if len(c) == 0 {
 			continue
 		}
-		slices.SortFunc(c, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
-		slices.SortFunc(m, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
+		slices.SortFunc(c, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+		slices.SortFunc(m, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 		cpuLines = append(cpuLines, mode, c)
 		rssLines = append(rssLines, mode, m)
 	}
@@ -83,14 +84,4 @@ func distinct(rs []load.Result, scenario string, key func(load.Result) int) int 
 		}
 	}
 	return len(seen)
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
