@@ -41,7 +41,7 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
 		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) ||
 		!sameConfigs(prev.EnvoyFilters, next.EnvoyFilters) || prev.TrustDomain != next.TrustDomain ||
-		!sameMeshConfig(prev.MeshConfig, next.MeshConfig) || !sameMeshNetworks(prev.MeshNetworks, next.MeshNetworks) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
+		!sameMeshMessage(prev.MeshConfig, next.MeshConfig) || !sameMeshMessage(prev.MeshNetworks, next.MeshNetworks) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
 		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {
 		d.Config = true

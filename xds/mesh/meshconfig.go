@@ -157,25 +157,11 @@ func HostMatches(pattern, host string) bool {
 	}
 }
 
-// sameMeshConfig reports whether two MeshConfigs mean the same (nil and
-// empty both mean Istio's defaults).
-func sameMeshConfig(a, b *meshv1alpha1.MeshConfig) bool {
-	if a == b {
-		return true
-	}
-	if a == nil {
-		a = &meshv1alpha1.MeshConfig{}
-	}
-	if b == nil {
-		b = &meshv1alpha1.MeshConfig{}
-	}
-	return proto.Equal(a, b)
-}
-
-// sameMeshNetworks reports whether two MeshNetworks mean the same (nil
-// and empty both mean none configured).
-func sameMeshNetworks(a, b *meshv1alpha1.MeshNetworks) bool {
-	return a == b || proto.Equal(a, b) || (len(a.GetNetworks()) == 0 && len(b.GetNetworks()) == 0)
+// sameMeshMessage reports whether two mesh-wide messages (MeshConfig,
+// MeshNetworks) mean the same: equal, or both empty or nil (Istio's
+// defaults, none configured).
+func sameMeshMessage(a, b proto.Message) bool {
+	return proto.Equal(a, b) || proto.Size(a) == 0 && proto.Size(b) == 0
 }
 
 // meshTrustDomain is the trust domain a snapshot takes: MeshConfig's
