@@ -36,8 +36,7 @@ type builder struct {
 
 type converted struct {
 	resourceVersion string
-	object          *meshconfig.Object // nil when rejected
-	rejection       *meshconfig.Rejection
+	checkedObject   // the object (nil when rejected) or its rejection
 	// networked is object with the network it takes when it names none
 	// (meshconfig.WithNetwork), for the fallback network it was made with.
 	networked       *meshconfig.Object
@@ -46,17 +45,17 @@ type converted struct {
 
 type serviceMemo struct {
 	svc *corev1.Service
-	registryMemo
+	checkedObject
 }
 
 type workloadMemo struct {
 	e *endpoint
-	registryMemo
+	checkedObject
 }
 
-// registryMemo is a checked registry object: the object with its version
-// set, or its rejection.
-type registryMemo struct {
+// checkedObject is a checked object: the object with its version set, or
+// its rejection.
+type checkedObject struct {
 	object    *meshconfig.Object
 	rejection *meshconfig.Rejection
 }
@@ -120,7 +119,7 @@ func (b *builder) build() buildResult {
 			res.counts[kindService]++
 			m, ok := b.services[svc.UID]
 			if !ok || m.svc != svc {
-				m = serviceMemo{svc: svc, registryMemo: checked(serviceObject(svc, v.domain))}
+				m = serviceMemo{svc: svc, checkedObject: checked(serviceObject(svc, v.domain))}
 			}
 			services[svc.UID] = m
 			objs = append(objs, m.record(&res, kindService))
@@ -140,7 +139,7 @@ func (b *builder) build() buildResult {
 		key := e.namespace + "/" + names[i]
 		m, ok := b.workloads[key]
 		if !ok || !e.sameInputs(v, m.e, b.lastView) {
-			m = workloadMemo{e: e, registryMemo: checked(workloadObject(v, e, names[i]))}
+			m = workloadMemo{e: e, checkedObject: checked(workloadObject(v, e, names[i]))}
 		}
 		workloads[key] = m
 		objs = append(objs, m.record(&res, kindEndpointSlice))
@@ -188,11 +187,7 @@ func (b *builder) config(res *buildResult, def *kindDef, item any, meta metav1.O
 		c.object, c.rejection = configObject(def, item, meta)
 		b.converted[meta.GetUID()] = c
 	}
-	if c.rejection != nil {
-		res.rejected[def.name] = append(res.rejected[def.name], *c.rejection)
-		res.invalid[c.rejection.Kind]++
-	}
-	return c.object
+	return c.record(res, def.name)
 }
 
 // withNetwork gives WorkloadEntries and ServiceEntry endpoints without a
@@ -239,14 +234,14 @@ func configObject(def *kindDef, item any, meta metav1.Object) (*meshconfig.Objec
 }
 
 // checked validates and versions a registry object.
-func checked(o *meshconfig.Object) registryMemo {
+func checked(o *meshconfig.Object) checkedObject {
 	o, rej := validated(o)
-	return registryMemo{object: o, rejection: rej}
+	return checkedObject{object: o, rejection: rej}
 }
 
 // record returns the checked object (nil if rejected), recording its
 // rejection under the watched kind it came from.
-func (m registryMemo) record(res *buildResult, watchedKind string) *meshconfig.Object {
+func (m checkedObject) record(res *buildResult, watchedKind string) *meshconfig.Object {
 	if rej := m.rejection; rej != nil {
 		res.rejected[watchedKind] = append(res.rejected[watchedKind], *rej)
 		res.invalid[rej.Kind]++
