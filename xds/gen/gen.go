@@ -27,6 +27,8 @@
 package gen
 
 import (
+	"slices"
+
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
@@ -82,6 +84,56 @@ func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]boo
 	eds := envoy.EndpointsOf(v, hosts)
 	out := envoy.Generate(v, types...)
 	out.Resources[typeurl.Endpoint] = eds
+	return out
+}
+
+// RulesOutput is what EnvoyRulesChanged generates: Resources holds whole
+// the types listed in Whole, and of the others (clusters, endpoints) only
+// the resources that changed; Gone are the names of clusters and
+// assignments to remove. Read-only once returned.
+type RulesOutput struct {
+	*Output
+	Whole []string
+	Gone  []string
+}
+
+// EnvoyRulesChanged generates for key what changed since prev, when the
+// snapshots differ only in the DestinationRules of rules and the
+// endpoints of hosts (mesh.Diff with Rules): the clusters and assignments
+// of the rules' hosts (envoy.RulesChanged), the assignments of hosts, and
+// whole every resource of types (named by the caller, as for
+// EnvoyEndpointsChanged) and of the types that read the changed rules for
+// this proxy. Nil when an EnvoyFilter applies to the proxy (a patch may
+// match or add clusters): generate from scratch then. It is a pure
+// function of its arguments.
+func EnvoyRulesChanged(prev, s *mesh.Snapshot, key proxy.Key, rules, hosts map[string]bool, types ...string) *RulesOutput {
+	v := scope.New(s, key)
+	if patch.For(s, key, v.Labels(), v.Problems()) != nil {
+		return nil
+	}
+	ch := envoy.RulesChanged(scope.New(prev, key), v, rules)
+	whole := map[string]bool{}
+	for _, t := range slices.Concat(types, ch.Types) {
+		whole[t] = true
+	}
+	out := &RulesOutput{Gone: ch.Gone}
+	for _, t := range Types {
+		if whole[t] {
+			out.Whole = append(out.Whole, t)
+		}
+	}
+	out.Output = envoy.Generate(v, out.Whole...)
+	if !whole[typeurl.Cluster] {
+		out.Resources[typeurl.Cluster] = ch.Clusters
+	}
+	others := map[string]bool{}
+	for h := range hosts {
+		if !rules[h] {
+			others[h] = true
+		}
+	}
+	out.Resources[typeurl.Endpoint] = append(ch.Endpoints, envoy.EndpointsOf(v, others)...)
+	out.Problems = v.Problems().List()
 	return out
 }
 

@@ -11,8 +11,15 @@ type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
 	// gateways, sidecars, security policies, the trust domain, the
 	// MeshConfig or MeshNetworks (compared by value), or a service itself (added, removed, ports,
-	// addresses (auto-allocated ones too), resolution, export, subject alt names, sources). Then nothing can be reused.
+	// addresses (auto-allocated ones too), resolution, export, subject alt names, sources). Then nothing can be reused,
+	// unless Rules says what changed.
 	Config bool
+	// Rules, when Config is true only because DestinationRules changed,
+	// are the hosts whose DestinationRules changed (a rule added, removed
+	// or edited under that host): what a proxy resolves for any other
+	// host, in any namespace, is the same. Telemetry, Hosts and Addresses
+	// are then filled as when Config is false. Nil otherwise.
+	Rules map[string]bool
 	// Telemetry is true when Telemetry objects changed (Config false):
 	// they shape only listeners (access logs, tracing, stats filters),
 	// so the other resources may be reused.
@@ -42,18 +49,19 @@ func DiffSnapshots(prev, next *Snapshot) Diff {
 		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) ||
 		!sameConfigs(prev.EnvoyFilters, next.EnvoyFilters) || prev.TrustDomain != next.TrustDomain ||
 		!sameMeshMessage(prev.MeshConfig, next.MeshConfig) || !sameMeshMessage(prev.MeshNetworks, next.MeshNetworks) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
-		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
-		len(prev.Services) != len(next.Services) {
+		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || len(prev.Services) != len(next.Services) {
 		d.Config = true
 		return d
+	}
+	if rules := changedRules(prev.DestinationRules, next.DestinationRules); len(rules) > 0 {
+		d.Config, d.Rules = true, rules
 	}
 	d.Telemetry = !sameConfigs(prev.Telemetries, next.Telemetries)
 	gwNetworks, gwAll := gatewayChanges(prev, next)
 	for host, n := range next.Services {
 		p, ok := prev.Services[host]
 		if !ok || !sameShape(p, n) {
-			d.Config = true
-			return d
+			return Diff{Config: true}
 		}
 		if p == n || slices.EqualFunc(p.Endpoints, n.Endpoints, sameEndpoint) {
 			if gwAll || (len(gwNetworks) > 0 && slices.ContainsFunc(n.Endpoints, func(e *Endpoint) bool { return gwNetworks[next.NetworkOf(e)] })) {
@@ -87,6 +95,30 @@ func sameConfigs(a, b []*Config) bool {
 
 func sameConfigMap(a, b map[string][]*Config) bool {
 	return maps.EqualFunc(a, b, sameConfigs)
+}
+
+// changedRules returns the hosts whose DestinationRules differ between a
+// and b (nil when none do). A rule is looked up only under the host it
+// names (Snapshot.DestinationRule), so no other host resolves differently.
+func changedRules(a, b map[string][]*Config) map[string]bool {
+	var out map[string]bool
+	add := func(host string) {
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[host] = true
+	}
+	for host, list := range a {
+		if !sameConfigs(list, b[host]) {
+			add(host)
+		}
+	}
+	for host := range b {
+		if _, ok := a[host]; !ok {
+			add(host)
+		}
+	}
+	return out
 }
 
 // sameShape compares everything of a service but its endpoints.
