@@ -14,19 +14,25 @@ import (
 
 // builderState is what a Builder remembers of its last build so that the
 // next one, when only WorkloadEntries changed, can update the services they
-// feed instead of merging everything again.
+// feed instead of merging everything again, and when only
+// DestinationRules changed, can reuse everything but them.
 type builderState struct {
 	mesh     string
 	clusters []ClusterState // names, stale, synced, connected (Objects ignored)
 	objects  map[*meshconfig.Object]string
-	// keys counts definitions per WorkloadEntry kind/namespace/name: an
-	// entry defined in several clusters goes through conflict resolution,
-	// which only a full build does.
+	// keys counts definitions per WorkloadEntry and DestinationRule
+	// kind/namespace/name: an object defined in several clusters goes
+	// through conflict resolution, which only a full build does.
 	keys map[configKey]int
 	// selectors are the definitions that select WorkloadEntries, by
 	// namespace.
 	selectors map[string][]*selecting
-	snap      *Snapshot
+	// rules are the DestinationRules (conflict winners, sorted), and
+	// ruleProblems how many of snap's Problems come before theirs (the
+	// rules' problems come last).
+	rules        []*Config
+	ruleProblems int
+	snap         *Snapshot
 }
 
 // selecting is a definition that selects WorkloadEntries: a ServiceEntry
@@ -68,17 +74,19 @@ func (d *selecting) endpoint(ep *Endpoint) *Endpoint {
 	return ep
 }
 
-// remember records a full build's inputs and result.
-func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services []*Config, s *Snapshot) {
+// remember records a full build's inputs and result: its ServiceEntries,
+// registry Services and DestinationRules, and how many problems it had
+// before the rules'.
+func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services, rules []*Config, ruleProblems int, s *Snapshot) {
 	st := &builderState{mesh: mesh, objects: map[*meshconfig.Object]string{}, keys: map[configKey]int{},
-		selectors: map[string][]*selecting{}, snap: s}
+		selectors: map[string][]*selecting{}, rules: rules, ruleProblems: ruleProblems, snap: s}
 	for _, c := range clusters {
 		cs := c.state()
 		cs.Objects = 0
 		st.clusters = append(st.clusters, cs)
 		for _, o := range c.Objects {
 			st.objects[o] = c.Name
-			if o.Kind.Kind == "WorkloadEntry" {
+			if o.Kind.Kind == "WorkloadEntry" || o.Kind.Kind == "DestinationRule" {
 				st.keys[configKey{o.Kind.Kind, o.Namespace, o.Name}]++
 			}
 		}
@@ -102,43 +110,35 @@ type entryChange struct {
 	added bool
 }
 
-// buildEndpoints is Build when only WorkloadEntries changed since the last
-// build, each defined in one cluster only: it copies the last snapshot and
-// rebuilds just the endpoint lists of the services whose definitions
-// (ServiceEntries with a workload selector, registry Services) select
-// them, before or after the change. It returns nil when that does not
-// hold; Build then merges everything.
-func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
+// changes returns the objects added and removed since the last build
+// (at most 64), when nothing else about the clusters changed; false when
+// something did, or more changed: Build then merges everything.
+func (b *Builder) changes(mesh string, clusters []ClusterInput) ([]entryChange, bool) {
 	last := b.last
 	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() ||
 		last.snap.MeshConfig != b.MeshConfig || last.snap.MeshNetworks != b.MeshNetworks {
-		return nil
+		return nil, false
 	}
-	stale := map[string]bool{}
 	seen := 0
 	var changes []entryChange
 	for i, c := range clusters {
 		lc := last.clusters[i]
 		if lc.Name != c.Name || lc.Stale != c.Stale || lc.Synced != c.Synced || lc.Connected != c.Connected || lc.DomainSuffix != c.suffix() {
-			return nil
+			return nil, false
 		}
-		stale[c.Name] = c.Stale
 		for _, o := range c.Objects {
 			if cl, ok := last.objects[o]; ok && cl == c.Name {
 				seen++
 				continue
 			}
-			if o.Kind.Kind != "WorkloadEntry" {
-				return nil
-			}
 			changes = append(changes, entryChange{&Config{Cluster: c.Name, Object: o}, true})
 			if len(changes) > 64 {
-				return nil // a large change: merge everything
+				return nil, false // a large change: merge everything
 			}
 		}
 	}
 	if seen < len(last.objects) {
-		// Some objects are gone: find them (each must be a WorkloadEntry).
+		// Some objects are gone: find them.
 		present := make(map[*meshconfig.Object]bool, len(last.objects))
 		for _, c := range clusters {
 			for _, o := range c.Objects {
@@ -149,21 +149,27 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 			if present[o] {
 				continue
 			}
-			if o.Kind.Kind != "WorkloadEntry" {
-				return nil
-			}
 			changes = append(changes, entryChange{&Config{Cluster: cl, Object: o}, false})
 			if len(changes) > 64 {
-				return nil
+				return nil, false
 			}
 		}
 	}
-	if len(changes) == 0 {
-		return nil // nothing changed; a full build is cheap enough to stay simple
-	}
-	keys := maps.Clone(last.keys)
+	return changes, len(changes) > 0 // nothing changed: a full build is cheap enough to stay simple
+}
+
+// onlyKind reports whether every change is of an object of kind.
+func onlyKind(changes []entryChange, kind string) bool {
+	return !slices.ContainsFunc(changes, func(ch entryChange) bool { return ch.cfg.Object.Kind.Kind != kind })
+}
+
+// singlyDefined returns the definition counts per key after changes of
+// objects of kind, and false when a changed object is (or was) defined
+// in several clusters: conflict resolution decides then.
+func (st *builderState) singlyDefined(changes []entryChange, kind string) (map[configKey]int, bool) {
+	keys := maps.Clone(st.keys)
 	for _, ch := range changes {
-		k := configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		k := configKey{kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
 		if ch.added {
 			keys[k]++
 		} else {
@@ -171,9 +177,103 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		}
 	}
 	for _, ch := range changes {
-		if n := keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}]; n > 1 || last.keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}] > 1 {
-			return nil // defined in several clusters: conflict resolution decides
+		k := configKey{kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		if keys[k] > 1 || st.keys[k] > 1 {
+			return nil, false
 		}
+	}
+	return keys, true
+}
+
+// moveOn records changes in the remembered objects.
+func (st *builderState) moveOn(changes []entryChange) {
+	for _, ch := range changes {
+		if ch.added {
+			st.objects[ch.cfg.Object] = ch.cfg.Cluster
+		} else {
+			delete(st.objects, ch.cfg.Object)
+		}
+	}
+}
+
+// derived returns a snapshot holding prev's config and indexes, for an
+// incremental build to replace what changed; its Clusters are clusters'.
+func derived(prev *Snapshot, clusters []ClusterInput) *Snapshot {
+	s := &Snapshot{
+		Mesh: prev.Mesh, Services: prev.Services, VirtualServices: prev.VirtualServices,
+		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
+		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
+		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
+		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
+		MeshConfig: prev.MeshConfig, MeshNetworks: prev.MeshNetworks, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
+		NetworkGateways: prev.NetworkGateways, networks: prev.networks,
+		hostnames: prev.Hostnames(), sorted: prev.SortedServices(),
+	}
+	for _, c := range clusters {
+		s.Clusters = append(s.Clusters, c.state())
+	}
+	return s
+}
+
+// buildRules is Build when only DestinationRules changed since the last
+// build, each defined in one cluster only: the last snapshot's services,
+// endpoints, address index and every other config are shared, and only
+// the rules by host (and their problems) are made again. It returns nil
+// when that does not hold.
+func (b *Builder) buildRules(clusters []ClusterInput, changes []entryChange) *Snapshot {
+	last := b.last
+	if !onlyKind(changes, "DestinationRule") {
+		return nil
+	}
+	keys, ok := last.singlyDefined(changes, "DestinationRule")
+	if !ok {
+		return nil
+	}
+	gone := map[*meshconfig.Object]bool{}
+	rules := slices.Clone(last.rules)
+	for _, ch := range changes {
+		if ch.added {
+			rules = append(rules, ch.cfg)
+		} else {
+			gone[ch.cfg.Object] = true
+		}
+	}
+	rules = slices.DeleteFunc(rules, func(c *Config) bool { return gone[c.Object] })
+	sortConfigs(rules)
+
+	prev := last.snap
+	s := derived(prev, clusters)
+	s.Problems = slices.Clone(prev.Problems[:last.ruleProblems])
+	s.addDestinationRules(rules)
+	// The address index is prev's: the services are the same.
+	s.atRoot, s.atOverlay, s.atDepth = prev, map[string][]*Service{}, 0
+	if prev.atRoot != nil {
+		s.atRoot, s.atOverlay, s.atDepth = prev.atRoot, prev.atOverlay, prev.atDepth
+	}
+
+	last.moveOn(changes)
+	last.keys, last.rules, last.snap = keys, rules, s
+	return s
+}
+
+// buildEndpoints is Build when only WorkloadEntries changed since the last
+// build, each defined in one cluster only: it copies the last snapshot and
+// rebuilds just the endpoint lists of the services whose definitions
+// (ServiceEntries with a workload selector, registry Services) select
+// them, before or after the change. It returns nil when that does not
+// hold; Build then merges everything.
+func (b *Builder) buildEndpoints(clusters []ClusterInput, changes []entryChange) *Snapshot {
+	last := b.last
+	if !onlyKind(changes, "WorkloadEntry") {
+		return nil
+	}
+	stale := map[string]bool{}
+	for _, c := range clusters {
+		stale[c.Name] = c.Stale
+	}
+	keys, ok := last.singlyDefined(changes, "WorkloadEntry")
+	if !ok {
+		return nil // defined in several clusters: conflict resolution decides
 	}
 
 	// Gateways: those of changed entries go, their new ones come (an
@@ -257,24 +357,13 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		replaced[host] = &c
 	}
 
-	s := &Snapshot{
-		Mesh: prev.Mesh, Services: maps.Clone(prev.Services), VirtualServices: prev.VirtualServices,
-		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
-		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
-		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
-		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
-		MeshConfig: prev.MeshConfig, MeshNetworks: prev.MeshNetworks, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
-	}
-	for _, c := range clusters {
-		s.Clusters = append(s.Clusters, c.state())
-	}
+	s := derived(prev, clusters)
+	s.Services = maps.Clone(prev.Services)
 	maps.Copy(s.Services, replaced)
-	if len(gateways) == len(prev.NetworkGateways) && (len(gateways) == 0 || &gateways[0] == &prev.NetworkGateways[0]) {
-		s.NetworkGateways, s.networks = prev.NetworkGateways, prev.networks
-	} else {
+	if len(gateways) != len(prev.NetworkGateways) || (len(gateways) > 0 && &gateways[0] != &prev.NetworkGateways[0]) {
 		s.setNetworks(gateways)
 	}
-	s.hostnames = prev.Hostnames()
+	s.sorted = nil
 	s.sorted = s.SortedServices()
 	// The address index: the addresses of the changed services (before and
 	// after) are answered from an overlay, the rest by the index of the
@@ -313,11 +402,9 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 	}
 
 	// Remember: the objects, keys and snapshot move on; selectors stay.
+	last.moveOn(changes)
 	for _, ch := range changes {
-		if ch.added {
-			last.objects[ch.cfg.Object] = ch.cfg.Cluster
-		} else {
-			delete(last.objects, ch.cfg.Object)
+		if !ch.added {
 			delete(b.endpoints, endpointKey{ch.cfg.Object, ch.cfg.Cluster, stale[ch.cfg.Cluster]})
 		}
 	}

@@ -33,16 +33,29 @@ func snapshotJSON(t *testing.T, s *Snapshot) string {
 		Conflicts []Conflict
 		Problems  []Problem
 		Clusters  []ClusterState
-		VS, DR    int
+		VS        int
+		DR        map[string][]string
 		Hostnames []string
 		Security  []string
 		Trust     string
-	}{s.Services, s.Conflicts, s.Problems, s.Clusters, len(s.VirtualServices), len(s.DestinationRules), s.Hostnames(),
+	}{s.Services, s.Conflicts, s.Problems, s.Clusters, len(s.VirtualServices), ruleRefs(s), s.Hostnames(),
 		securityRefs(s), s.TrustDomain})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// ruleRefs names the DestinationRules of each host, in order, with the
+// cluster and version of each.
+func ruleRefs(s *Snapshot) map[string][]string {
+	out := map[string][]string{}
+	for host, list := range s.DestinationRules {
+		for _, c := range list {
+			out[host] = append(out[host], c.Ref()+"@"+c.Cluster+"@"+c.Object.Version)
+		}
+	}
+	return out
 }
 
 func securityRefs(s *Snapshot) []string {
@@ -172,5 +185,53 @@ func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
 	}, nil)
 	if incremental < 100 {
 		t.Errorf("only %d of 400 builds were incremental: the test does not exercise the fast path", incremental)
+	}
+}
+
+// TestIncrementalRuleBuildMatchesFullBuild edits DestinationRules at
+// random — a rule's policy or host changes, a rule is added or deleted,
+// a second rule for a host in the same namespace (a problem), rules of
+// short and wildcard hosts, a rule defined in the other cluster too (a
+// conflict), sometimes with a WorkloadEntry move or a VirtualService
+// change — and compares the Builder's result (which rebuilds only the
+// rules when nothing else changed) with a fresh Build.
+func TestIncrementalRuleBuildMatchesFullBuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	objs := map[objectKey]*meshconfig.Object{}
+	for i, app := range []string{"a", "b"} {
+		objs[objectKey{"c1", "se-" + app}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\n"+
+			"metadata: {name: svc-%[1]s, namespace: ns-x}\nspec:\n  hosts: [svc-%[1]s.ns-x.svc.cluster.local, \"*.%[1]s.example\"]\n"+
+			"  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: %[1]s}}\n", app))
+		objs[objectKey{"c1", "we-" + app}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\n"+
+			"metadata: {name: we-%[1]s, namespace: ns-x}\nspec: {address: 10.0.0.%[2]d, labels: {app: %[1]s}}\n", app, i+1))
+	}
+	hosts := []string{"svc-a", "svc-b.ns-x.svc.cluster.local", `"*.a.example"`, "other.example"}
+	rule := func(name, ns string) *meshconfig.Object {
+		return decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: %s, namespace: %s}\n"+
+			"spec:\n  host: %s\n  trafficPolicy: {loadBalancer: {simple: %s}}\n", name, ns, hosts[rng.IntN(len(hosts))],
+			[]string{"ROUND_ROBIN", "RANDOM", "LEAST_REQUEST"}[rng.IntN(3)]))
+	}
+	incremental := compareWithFullBuilds(t, 300, func() []ClusterInput { return twoClusters(objs, false) }, func() {
+		name, ns := fmt.Sprint("dr-", rng.IntN(6)), []string{"ns-x", "ns-y", "istio-system"}[rng.IntN(3)]
+		switch r := rng.IntN(100); {
+		case r < 60:
+			objs[objectKey{"c1", name + ns}] = rule(name, ns)
+		case r < 75:
+			delete(objs, objectKey{"c1", name + ns})
+		case r < 80: // the same rule in the other cluster: a conflict
+			objs[objectKey{"c2", name + ns}] = rule(name, ns)
+		case r < 85:
+			delete(objs, objectKey{"c2", name + ns})
+		case r < 92: // with a WorkloadEntry move
+			objs[objectKey{"c1", name + ns}] = rule(name, ns)
+			objs[objectKey{"c1", "we-a"}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\n"+
+				"metadata: {name: we-a, namespace: ns-x}\nspec: {address: 10.0.0.%d, labels: {app: a}}\n", 1+rng.IntN(9)))
+		default: // a VirtualService changes: never a rules-only build
+			objs[objectKey{"c1", "vs"}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\n"+
+				"metadata: {name: vs, namespace: ns-x}\nspec:\n  hosts: [svc-a]\n  http: [{timeout: %ds, route: [{destination: {host: svc-a}}]}]\n", 1+rng.IntN(9)))
+		}
+	}, nil)
+	if incremental < 120 {
+		t.Errorf("only %d of 300 builds were incremental: the test does not exercise the rules path", incremental)
 	}
 }
