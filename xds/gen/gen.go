@@ -126,13 +126,7 @@ func EnvoyRulesChanged(prev, s *mesh.Snapshot, key proxy.Key, rules, hosts map[s
 	if !whole[typeurl.Cluster] {
 		out.Resources[typeurl.Cluster] = ch.Clusters
 	}
-	others := map[string]bool{}
-	for h := range hosts {
-		if !rules[h] {
-			others[h] = true
-		}
-	}
-	out.Resources[typeurl.Endpoint] = append(ch.Endpoints, envoy.EndpointsOf(v, others)...)
+	out.Resources[typeurl.Endpoint] = append(ch.Endpoints, envoy.EndpointsOf(v, others(hosts, rules))...)
 	out.Problems = v.Problems().List()
 	return out
 }
@@ -154,6 +148,36 @@ func GRPC(s *mesh.Snapshot) *Output { return proxyless.Generate(s, GRPCClient{})
 // GRPCFor generates the resources of proxyless gRPC client c: GRPC's,
 // with the assignments of clusters that balance by locality built for c.
 func GRPCFor(s *mesh.Snapshot, c GRPCClient) *Output { return proxyless.Generate(s, c) }
+
+// GRPCRulesChanged generates what changed since prev in GRPC's output,
+// when the snapshots differ only in the DestinationRules of rules and the
+// endpoints of hosts (mesh.Diff with Rules): the clusters and assignments
+// of the rules' hosts, the assignments of hosts, and the route
+// configurations whole when the rules reach them
+// (proxyless.RulesChanged).
+func GRPCRulesChanged(prev, s *mesh.Snapshot, rules, hosts map[string]bool) *RulesOutput {
+	out, gone := proxyless.RulesChanged(prev, s, rules)
+	res := &RulesOutput{Output: out, Gone: gone}
+	if _, ok := out.Resources[typeurl.Route]; ok {
+		res.Whole = []string{typeurl.Route}
+	}
+	if others := others(hosts, rules); len(others) > 0 {
+		out.Resources[typeurl.Endpoint] = append(out.Resources[typeurl.Endpoint], proxyless.Endpoints(s, others, GRPCClient{})...)
+	}
+	return res
+}
+
+// others are the hosts not among rules (whose assignments are made with
+// their clusters).
+func others(hosts, rules map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for h := range hosts {
+		if !rules[h] {
+			out[h] = true
+		}
+	}
+	return out
+}
 
 // GRPCClientReads is what the snapshot's proxyless resources read of a
 // client: clients that agree on it receive the same resources. Memoized

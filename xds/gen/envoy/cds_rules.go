@@ -3,12 +3,10 @@ package envoy
 import (
 	"slices"
 
-	networking "istio.io/api/networking/v1alpha3"
-
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
+	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
-	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -57,10 +55,8 @@ func RulesChanged(prev, v *scope.View, hosts map[string]bool) *RuleChange {
 				out.Gone = append(out.Gone, oc.Name)
 			})
 		}
-		before, after := prev.Snapshot().DestinationRules[h], v.Snapshot().DestinationRules[h]
-		routes = routes || slices.ContainsFunc(before, hashes) || slices.ContainsFunc(after, hashes)
-		listeners = listeners || ((slices.ContainsFunc(before, hasSubsets) || slices.ContainsFunc(after, hasSubsets)) &&
-			!slices.EqualFunc(before, after, sameSubsets))
+		hashes, subsets := policy.RuleChangeReaches(prev.Snapshot().DestinationRules[h], v.Snapshot().DestinationRules[h])
+		routes, listeners = routes || hashes, listeners || subsets
 	}
 	if v.Key().Type == proxy.Router && len(sniHosts) > 0 {
 		listeners = true // AUTO_PASSTHROUGH chains are the clusters'
@@ -74,38 +70,4 @@ func RulesChanged(prev, v *scope.View, hosts map[string]bool) *RuleChange {
 	build.SortByName(out.Endpoints)
 	slices.Sort(out.Gone)
 	return out
-}
-
-// hashes reports whether rule c sets a consistent hash anywhere: routes
-// to its host then carry a hash policy.
-func hashes(c *mesh.Config) bool {
-	dr := c.DestinationRule()
-	policies := []*networking.TrafficPolicy{dr.GetTrafficPolicy()}
-	for _, ss := range dr.GetSubsets() {
-		policies = append(policies, ss.GetTrafficPolicy())
-	}
-	for _, p := range policies {
-		if p.GetLoadBalancer().GetConsistentHash() != nil {
-			return true
-		}
-		for _, pl := range p.GetPortLevelSettings() {
-			if pl.GetLoadBalancer().GetConsistentHash() != nil {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func hasSubsets(c *mesh.Config) bool { return len(c.DestinationRule().GetSubsets()) > 0 }
-
-// sameSubsets reports whether rules a and b resolve the same subset names
-// for every proxy: same namespace, exportTo and subset names in order.
-func sameSubsets(a, b *mesh.Config) bool {
-	if a == b {
-		return true
-	}
-	x, y := a.DestinationRule(), b.DestinationRule()
-	return a.Object.Namespace == b.Object.Namespace && slices.Equal(x.GetExportTo(), y.GetExportTo()) &&
-		slices.EqualFunc(x.GetSubsets(), y.GetSubsets(), func(p, q *networking.Subset) bool { return p.GetName() == q.GetName() })
 }
