@@ -96,7 +96,7 @@ func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config || e.State.Dif
 const (
 	genFull      = "full"      // from scratch
 	genEndpoints = "endpoints" // only the endpoints of changed services, the rest reused
-	genRules     = "rules"     // only what changed DestinationRules (and endpoints) reach, the rest reused
+	genRules     = "rules"     // only what changed DestinationRules, VirtualServices (and endpoints) reach, the rest reused
 	genReused    = "reused"    // nothing changed: the previous State's output
 )
 
@@ -222,7 +222,7 @@ func (e *Entry) telemetryBase(k proxy.Key) (*resource.ProxyResources, mesh.Diff,
 	e.mu.Lock()
 	prev := e.prev
 	e.mu.Unlock()
-	if prev == nil || (e.State.Diff.Config && e.State.Diff.Rules == nil) || !e.State.Diff.Telemetry {
+	if prev == nil || (e.State.Diff.Config && e.State.Diff.Rules == nil && e.State.Diff.Routes == nil) || !e.State.Diff.Telemetry {
 		return nil, mesh.Diff{}, nil
 	}
 	r, ok := e.results.get(prev.cacheKey(k))
@@ -247,7 +247,7 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	switch {
 	case pr != nil && diff.Unchanged():
 		return pr, genReused
-	case pr == nil || (diff.Config && !e.rulesOnly(diff, from)):
+	case pr == nil || (diff.Config && !e.routingOnly(diff, from)):
 		return e.generateFull(k), genFull
 	}
 	// Only endpoints, Telemetry objects, DestinationRules, or some of them
@@ -255,8 +255,9 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	// clusters (inline assignments) and for the proxy's own inbound ports
 	// (its IPs); endpoints are regenerated just for the changed services.
 	// Telemetry shapes listeners only. DestinationRules shape their hosts'
-	// clusters and assignments (and some listeners and routes:
-	// gen.EnvoyRulesChanged says which).
+	// clusters and assignments (and some listeners and routes),
+	// VirtualServices routes (and some listeners): gen.EnvoyRoutingChanged
+	// says which.
 	own := false
 	for _, ip := range k.IPList() {
 		own = own || diff.Addresses[ip]
@@ -278,7 +279,7 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 		types = append(types, typeurl.Listener)
 	}
 	if diff.Config {
-		out := gen.EnvoyRulesChanged(from, e.State.Snapshot, k, diff.Rules, diff.Hosts, types...)
+		out := gen.EnvoyRoutingChanged(from, e.State.Snapshot, k, diff, types...)
 		if out == nil {
 			return e.generateFull(k), genFull
 		}
@@ -293,13 +294,13 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	return res, genEndpoints
 }
 
-// rulesOnly reports whether a result generated from snapshot from may be
-// brought to this State's by regenerating what changed DestinationRules
-// reach (diff.Rules): no other config changed, and the rules did not
-// change whether a proxy's locality is read (its cache key would mean
-// something else).
-func (e *Entry) rulesOnly(diff mesh.Diff, from *mesh.Snapshot) bool {
-	return diff.Rules != nil && from != nil &&
+// routingOnly reports whether a result generated from snapshot from may
+// be brought to this State's by regenerating what changed DestinationRules
+// and VirtualServices reach (diff.Rules, diff.Routes): no other config
+// changed, and the rules did not change whether a proxy's locality is
+// read (its cache key would mean something else).
+func (e *Entry) routingOnly(diff mesh.Diff, from *mesh.Snapshot) bool {
+	return (diff.Rules != nil || diff.Routes != nil) && from != nil &&
 		gen.GRPCClientReads(from).Locality == gen.GRPCClientReads(e.State.Snapshot).Locality
 }
 

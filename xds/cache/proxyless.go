@@ -35,10 +35,11 @@ func (e *Entry) Proxyless() *resource.ProxyResources {
 			if e.c.opts.Verify {
 				e.verifyOutput(key, res, gen.GRPC(e.State.Snapshot))
 			}
-		case pg != nil && diff.Rules != nil && from != nil:
-			// Only DestinationRules (and endpoints) changed: their hosts'
-			// clusters and assignments, and routes if the rules reach them.
-			out := gen.GRPCRulesChanged(from, e.State.Snapshot, diff.Rules, diff.Hosts)
+		case pg != nil && (diff.Rules != nil || diff.Routes != nil) && from != nil:
+			// Only DestinationRules, VirtualServices (and endpoints)
+			// changed: the rules' hosts' clusters and assignments, and
+			// routes if the rules reach them or VirtualServices changed.
+			out := gen.GRPCRoutingChanged(from, e.State.Snapshot, diff)
 			e.addProblems(out.Problems)
 			res, mode = resource.DeriveRemoving(pg, e.intern(e.marshal(out.Output)), out.Whole, out.Gone, out.Problems), genRules
 			if e.c.opts.Verify {

@@ -15,14 +15,14 @@ import (
 	"github.com/navemesh/nave/xds/pushctx/pushctxtest"
 )
 
-// rulesWorld is a mesh whose DestinationRules TestDestinationRuleChangesMatchFromScratch
+// rulesWorld is a mesh whose DestinationRules TestRuleAndRouteChangesMatchFromScratch
 // edits: services in two namespaces (one STATIC with workload entries, one
 // DNS, one of a wildcard host), VirtualServices routing to subsets over
 // HTTP and TCP, a Sidecar that scopes one namespace's proxies, and an
 // ingress and an AUTO_PASSTHROUGH gateway.
 func rulesWorld(t *testing.T) *world {
 	w := &world{t: t, objs: map[string]*meshconfig.Object{}}
-	for _, s := range []struct{ name, ns, extra string }{
+	for i, s := range []struct{ name, ns, extra string }{
 		{"reviews", "shop", "resolution: STATIC\n  workloadSelector: {labels: {app: reviews}}"},
 		{"ratings", "shop", "resolution: STATIC\n  workloadSelector: {labels: {app: ratings}}"},
 		{"web", "front", "resolution: STATIC\n  workloadSelector: {labels: {app: web}}"},
@@ -32,10 +32,11 @@ kind: ServiceEntry
 metadata: {name: %[1]s, namespace: %[2]s}
 spec:
   hosts: [%[1]s.%[2]s.svc.cluster.local]
+  addresses: [240.240.0.%[4]d]
   ports: [{number: 9080, name: http, protocol: HTTP}, {number: 9090, name: tcp, protocol: TCP}]
   location: MESH_INTERNAL
   %[3]s
-`, s.name, s.ns, s.extra))
+`, s.name, s.ns, s.extra, i+1))
 		for j := range 2 {
 			w.put(fmt.Sprintf("we-%s-%d", s.name, j), workloadEntry(fmt.Sprintf("%s-%d", s.name, j), s.ns, s.name,
 				fmt.Sprintf("10.1.%d.%d", len(s.name), j+1), fmt.Sprintf("v%d", j+1), []string{"zone-a", "zone-b"}[j], 9080, 1))
@@ -80,7 +81,9 @@ kind: Gateway
 metadata: {name: public, namespace: front}
 spec:
   selector: {istio: ingressgateway}
-  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: [shop.example.com]}]
+  servers:
+  - {port: {number: 8080, name: http, protocol: HTTP}, hosts: [shop.example.com]}
+  - {port: {number: 8443, name: tls, protocol: TLS}, tls: {mode: PASSTHROUGH}, hosts: [secure.example.com]}
 `)
 	w.put("gw-ew", `apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -156,16 +159,71 @@ func (r *ruleEdits) next() (string, string) {
 	return h.key, dr(h.name, h.ns, h.host, policy()+r.shape[h.key])
 }
 
-// TestDestinationRuleChangesMatchFromScratch edits DestinationRules at
+// routeEdit draws a VirtualService edit: the world's key and the YAML
+// ("" deletes it). HTTP routes change weights, subsets, source labels,
+// hosts, gateways and exportTo; TCP and TLS routes come and go.
+func routeEdit(rng *rand.Rand) (string, string) {
+	subsets := []string{"v1", "v2", "v3"}
+	switch rng.IntN(8) {
+	case 6:
+		return "vs-gw-tls", ""
+	case 7: // TLS routes of a gateway's PASSTHROUGH server
+		return "vs-gw-tls", fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: secure, namespace: front}
+spec:
+  hosts: [secure.example.com]
+  gateways: [public]
+  tls: [{match: [{port: 8443, sniHosts: [secure.example.com]}], route: [{destination: {host: %s, port: {number: 9090}}}]}]
+`, []string{"web.front.svc.cluster.local", "ratings.shop.svc.cluster.local"}[rng.IntN(2)])
+	case 0:
+		return "vs-tcp", ""
+	case 1:
+		return "vs-tcp", fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web-tcp, namespace: front}
+spec:
+  hosts: [web.front.svc.cluster.local]
+  tcp: [{match: [{port: 9090}], route: [{destination: {host: %s, port: {number: 9090}, subset: %s}}]}]
+`, []string{"web.front.svc.cluster.local", "ratings.shop.svc.cluster.local"}[rng.IntN(2)], subsets[rng.IntN(3)])
+	case 2:
+		return "vs-tls", fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: ext-tls, namespace: shop}
+spec:
+  hosts: [api.example.com]
+  exportTo: [%s]
+  tls: [{match: [{port: 443, sniHosts: [api.example.com]}], route: [{destination: {host: ratings.shop.svc.cluster.local, port: {number: 9090}}}]}]
+`, []string{"'*'", "."}[rng.IntN(2)])
+	case 3:
+		return "vs-tls", ""
+	}
+	hosts := []string{"[reviews.shop.svc.cluster.local, shop.example.com]", "[reviews.shop.svc.cluster.local]", "[ratings, shop.example.com]"}
+	gateways := []string{"[mesh, front/public]", "[front/public]", "[mesh]"}
+	match := []string{"", "match: [{sourceLabels: {app: client}}], ", "match: [{headers: {x-v: {exact: b}}}], "}
+	w := 10 * rng.IntN(11)
+	return "vs-http", fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: %s
+  gateways: %s
+  exportTo: [%s]
+  http: [{%sroute: [{destination: {host: reviews.shop.svc.cluster.local, subset: %s}, weight: %d}, {destination: {host: ratings.shop.svc.cluster.local, subset: %s}, weight: %d}]}, {route: [{destination: {host: web.front.svc.cluster.local}}]}]
+`, hosts[rng.IntN(3)], gateways[rng.IntN(3)], []string{"'*'", ".", "front"}[rng.IntN(3)], match[rng.IntN(3)], subsets[rng.IntN(3)], w, subsets[rng.IntN(3)], 100-w)
+}
+
+// TestRuleAndRouteChangesMatchFromScratch edits DestinationRules at
 // random (load balancer, consistent hash, locality, TLS, subsets added
 // and removed, exportTo, rules in the proxy's, the host's and
 // the root namespace, for STATIC, DNS and wildcard hosts, rules added and
-// deleted), sometimes with an endpoint change in the same step, and with
+// deleted) and VirtualServices (routeEdit), sometimes with an endpoint
+// change in the same step, and with
 // Verify on has every generation that reuses earlier output (mode rules)
 // compared with one from scratch, for sidecars in both namespaces (one
 // scoped by a Sidecar, one whose own address is an endpoint), an ingress
 // gateway and an AUTO_PASSTHROUGH gateway, and proxyless clients.
-func TestDestinationRuleChangesMatchFromScratch(t *testing.T) {
+func TestRuleAndRouteChangesMatchFromScratch(t *testing.T) {
 	w := rulesWorld(t)
 	reg := prometheus.NewRegistry()
 	src := pushctxtest.NewSource()
@@ -193,8 +251,11 @@ func TestDestinationRuleChangesMatchFromScratch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	edits := &ruleEdits{rng: rng, shape: map[string]string{}}
 	ruleSteps := 0
-	for range 160 {
+	for range 240 {
 		key, y := edits.next()
+		if rng.IntN(3) == 0 {
+			key, y = routeEdit(rng)
+		}
 		if y == "" {
 			delete(w.objs, key)
 		} else {
@@ -206,7 +267,7 @@ func TestDestinationRuleChangesMatchFromScratch(t *testing.T) {
 				fmt.Sprintf("10.1.7.%d", 1+rng.IntN(3)), fmt.Sprintf("v%d", j+1), "zone-a", 9080, 1+rng.IntN(3)))
 		}
 		st := publish()
-		if st.State.Diff.Rules != nil {
+		if st.State.Diff.Rules != nil || st.State.Diff.Routes != nil {
 			ruleSteps++
 		}
 		use(st)
@@ -214,8 +275,8 @@ func TestDestinationRuleChangesMatchFromScratch(t *testing.T) {
 	for _, mm := range c.Mismatches() {
 		t.Error(mm)
 	}
-	if ruleSteps < 60 {
-		t.Fatalf("%d of 160 steps changed DestinationRules only: the test does not exercise rule changes", ruleSteps)
+	if ruleSteps < 100 {
+		t.Fatalf("%d of 240 steps changed DestinationRules or VirtualServices only: the test does not exercise them", ruleSteps)
 	}
 	if n := generations(t, reg, "rules"); n == 0 {
 		t.Errorf("no generation reused earlier output for a rule change (mode rules); %d rule steps", ruleSteps)

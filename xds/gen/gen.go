@@ -87,36 +87,38 @@ func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]boo
 	return out
 }
 
-// RulesOutput is what EnvoyRulesChanged generates: Resources holds whole
-// the types listed in Whole, and of the others (clusters, endpoints) only
-// the resources that changed; Gone are the names of clusters and
-// assignments to remove. Read-only once returned.
-type RulesOutput struct {
+// RoutingOutput is what EnvoyRoutingChanged and GRPCRoutingChanged
+// generate: Resources holds whole the types listed in Whole, and of the
+// others (clusters, endpoints) only the resources that changed; Gone are
+// the names of clusters and assignments to remove (unless generated
+// anew). Read-only once returned.
+type RoutingOutput struct {
 	*Output
 	Whole []string
 	Gone  []string
 }
 
-// EnvoyRulesChanged generates for key what changed since prev, when the
-// snapshots differ only in the DestinationRules of rules and the
-// endpoints of hosts (mesh.Diff with Rules): the clusters and assignments
-// of the rules' hosts (envoy.RulesChanged), the assignments of hosts, and
-// whole every resource of types (named by the caller, as for
-// EnvoyEndpointsChanged) and of the types that read the changed rules for
-// this proxy. Nil when an EnvoyFilter applies to the proxy (a patch may
-// match or add clusters): generate from scratch then. It is a pure
-// function of its arguments.
-func EnvoyRulesChanged(prev, s *mesh.Snapshot, key proxy.Key, rules, hosts map[string]bool, types ...string) *RulesOutput {
+// EnvoyRoutingChanged generates for key what changed since prev, when the
+// snapshots differ only in the DestinationRules and VirtualServices diff
+// names (its Rules and Routes) and the endpoints of diff.Hosts: the
+// clusters and assignments of the rules' hosts (envoy.RulesChanged), the
+// assignments of the other hosts, and whole every resource of types
+// (named by the caller, as for EnvoyEndpointsChanged) and of the types
+// that read the changed rules or VirtualServices for this proxy
+// (envoy.RulesChanged, envoy.RoutesChanged). Nil when an EnvoyFilter
+// applies to the proxy (a patch may match or add clusters): generate from
+// scratch then. It is a pure function of its arguments.
+func EnvoyRoutingChanged(prev, s *mesh.Snapshot, key proxy.Key, diff mesh.Diff, types ...string) *RoutingOutput {
 	v := scope.New(s, key)
 	if patch.For(s, key, v.Labels(), v.Problems()) != nil {
 		return nil
 	}
-	ch := envoy.RulesChanged(scope.New(prev, key), v, rules)
+	ch := envoy.RulesChanged(scope.New(prev, key), v, diff.Rules)
 	whole := map[string]bool{}
-	for _, t := range slices.Concat(types, ch.Types) {
+	for _, t := range slices.Concat(types, ch.Types, envoy.RoutesChanged(v, diff.Routes)) {
 		whole[t] = true
 	}
-	out := &RulesOutput{Gone: ch.Gone}
+	out := &RoutingOutput{Gone: ch.Gone}
 	for _, t := range Types {
 		if whole[t] {
 			out.Whole = append(out.Whole, t)
@@ -126,7 +128,7 @@ func EnvoyRulesChanged(prev, s *mesh.Snapshot, key proxy.Key, rules, hosts map[s
 	if !whole[typeurl.Cluster] {
 		out.Resources[typeurl.Cluster] = ch.Clusters
 	}
-	out.Resources[typeurl.Endpoint] = append(ch.Endpoints, envoy.EndpointsOf(v, others(hosts, rules))...)
+	out.Resources[typeurl.Endpoint] = append(ch.Endpoints, envoy.EndpointsOf(v, others(diff.Hosts, diff.Rules))...)
 	out.Problems = v.Problems().List()
 	return out
 }
@@ -149,19 +151,19 @@ func GRPC(s *mesh.Snapshot) *Output { return proxyless.Generate(s, GRPCClient{})
 // with the assignments of clusters that balance by locality built for c.
 func GRPCFor(s *mesh.Snapshot, c GRPCClient) *Output { return proxyless.Generate(s, c) }
 
-// GRPCRulesChanged generates what changed since prev in GRPC's output,
-// when the snapshots differ only in the DestinationRules of rules and the
-// endpoints of hosts (mesh.Diff with Rules): the clusters and assignments
-// of the rules' hosts, the assignments of hosts, and the route
-// configurations whole when the rules reach them
-// (proxyless.RulesChanged).
-func GRPCRulesChanged(prev, s *mesh.Snapshot, rules, hosts map[string]bool) *RulesOutput {
-	out, gone := proxyless.RulesChanged(prev, s, rules)
-	res := &RulesOutput{Output: out, Gone: gone}
+// GRPCRoutingChanged generates what changed since prev in GRPC's output,
+// when the snapshots differ only in the DestinationRules and
+// VirtualServices diff names and the endpoints of diff.Hosts: the
+// clusters and assignments of the rules' hosts, the assignments of the
+// other hosts, and the route configurations whole when the rules reach
+// them or VirtualServices changed (proxyless.RulesChanged).
+func GRPCRoutingChanged(prev, s *mesh.Snapshot, diff mesh.Diff) *RoutingOutput {
+	out, gone := proxyless.RulesChanged(prev, s, diff.Rules, len(diff.Routes) > 0)
+	res := &RoutingOutput{Output: out, Gone: gone}
 	if _, ok := out.Resources[typeurl.Route]; ok {
 		res.Whole = []string{typeurl.Route}
 	}
-	if others := others(hosts, rules); len(others) > 0 {
+	if others := others(diff.Hosts, diff.Rules); len(others) > 0 {
 		out.Resources[typeurl.Endpoint] = append(out.Resources[typeurl.Endpoint], proxyless.Endpoints(s, others, GRPCClient{})...)
 	}
 	return res

@@ -7,6 +7,7 @@ import (
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/policy"
 	"github.com/navemesh/nave/xds/gen/scope"
+	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
 )
 
@@ -58,7 +59,7 @@ func RulesChanged(prev, v *scope.View, hosts map[string]bool) *RuleChange {
 		hashes, subsets := policy.RuleChangeReaches(prev.Snapshot().DestinationRules[h], v.Snapshot().DestinationRules[h])
 		routes, listeners = routes || hashes, listeners || subsets
 	}
-	if v.Key().Type == proxy.Router && len(sniHosts) > 0 {
+	if v.Key().Type == proxy.Router && len(sniHosts) > 0 && len(hosts) > 0 {
 		listeners = true // AUTO_PASSTHROUGH chains are the clusters'
 	}
 	if listeners {
@@ -70,4 +71,23 @@ func RulesChanged(prev, v *scope.View, hosts map[string]bool) *RuleChange {
 	build.SortByName(out.Endpoints)
 	slices.Sort(out.Gone)
 	return out
+}
+
+// RoutesChanged returns the types that read the VirtualServices changed
+// (added, removed, or replaced: before and after) for the proxy v scopes:
+// routes; and listeners for a router (its servers claim the hosts of the
+// VirtualServices bound to them, and carry their TCP and TLS routes) or
+// when one of them has TCP or TLS routes (sidecar tcp_proxy and SNI
+// chains). Nil when none changed.
+func RoutesChanged(v *scope.View, changed []*mesh.Config) []string {
+	if len(changed) == 0 {
+		return nil
+	}
+	if v.Key().Type == proxy.Router || slices.ContainsFunc(changed, func(c *mesh.Config) bool {
+		vs := c.VirtualService()
+		return len(vs.GetTcp()) > 0 || len(vs.GetTls()) > 0
+	}) {
+		return []string{typeurl.Listener, typeurl.Route}
+	}
+	return []string{typeurl.Route}
 }

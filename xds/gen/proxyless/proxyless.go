@@ -77,15 +77,15 @@ func Endpoints(s *mesh.Snapshot, hosts map[string]bool, c build.Client) []build.
 // RulesChanged generates what a change to the DestinationRules of hosts
 // alters in Generate's output for the zero Client, given prev, the
 // snapshot before the change, where every other input was the same
-// (mesh.Diff.Rules): the hosts' clusters and assignments (sorted by
-// name), the names their clusters had before (gone: each removed unless
-// generated anew), and whole the route configurations when the change
-// reaches them (policy.RuleChangeReaches: consistent hashes, subset names);
-// listeners read no rule.
-func RulesChanged(prev, s *mesh.Snapshot, hosts map[string]bool) (out *build.Output, gone []string) {
+// (mesh.Diff.Rules) but VirtualServices when routes is true: the hosts'
+// clusters and assignments (sorted by name), the names their clusters had
+// before (gone: each removed unless generated anew), and whole the route
+// configurations when routes is true or the rules reach them
+// (policy.RuleChangeReaches: consistent hashes, subset names); listeners
+// read neither rules nor VirtualServices.
+func RulesChanged(prev, s *mesh.Snapshot, hosts map[string]bool, routes bool) (out *build.Output, gone []string) {
 	g := &generator{snap: s, out: &build.Output{Resources: map[string][]build.Resource{typeurl.Cluster: nil, typeurl.Endpoint: nil}}}
 	before := &generator{snap: prev}
-	routes := false
 	for host := range hosts {
 		if svc := prev.Services[host]; svc != nil {
 			before.eachCluster(svc, func(oc *policy.Cluster) { gone = append(gone, oc.Name) })
