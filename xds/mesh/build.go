@@ -113,7 +113,7 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		if s := b.buildEndpoints(clusters, changes); s != nil {
 			return s
 		}
-		if s := b.buildRules(clusters, changes); s != nil {
+		if s := b.buildRouting(clusters, changes); s != nil {
 			return s
 		}
 	}
@@ -200,22 +200,13 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		byKind["Gateway"] = append(byKind["Gateway"], gateways...)
 		sortConfigs(byKind["Gateway"])
 	}
-	for _, c := range append(byKind["VirtualService"], generated...) {
-		for _, h := range c.VirtualService().GetHosts() {
-			host := s.ResolveHost(h, c)
-			s.VirtualServices[host] = append(s.VirtualServices[host], c)
-		}
-	}
-	if len(generated) > 0 {
-		byKind["VirtualService"] = append(byKind["VirtualService"], generated...)
-		sortConfigs(byKind["VirtualService"])
-	}
+	routes := byKind["VirtualService"]
+	s.addVirtualServices(routes, generated)
 	ruleProblems := len(s.Problems)
 	s.addDestinationRules(byKind["DestinationRule"])
 	s.shared = nil
 	s.hostnames = s.Hostnames()
 	s.sorted = s.SortedServices()
-	s.AllVirtualServices = byKind["VirtualService"]
 	s.Gateways = byKind["Gateway"]
 	s.Sidecars = byKind["Sidecar"]
 	s.PeerAuthentications = byKind["PeerAuthentication"]
@@ -223,8 +214,29 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
 	s.Telemetries = byKind["Telemetry"]
 	s.EnvoyFilters = byKind["EnvoyFilter"]
-	b.remember(mesh, clusters, byKind["ServiceEntry"], byKind["Service"], byKind["DestinationRule"], ruleProblems, s)
+	b.remember(mesh, clusters, byKind["ServiceEntry"], byKind["Service"], byKind["DestinationRule"], routes, generated, ruleProblems, s)
 	return s
+}
+
+// addVirtualServices indexes routes (the VirtualServices, sorted) and
+// generated (those translated from the Gateway API, consumer routes
+// first) by the hosts they name, in that order, and lists them all
+// sorted (AllVirtualServices).
+func (s *Snapshot) addVirtualServices(routes, generated []*Config) {
+	s.VirtualServices = map[string][]*Config{}
+	all := slices.Concat(routes, generated)
+	for _, c := range all {
+		for _, h := range c.VirtualService().GetHosts() {
+			host := s.ResolveHost(h, c)
+			s.VirtualServices[host] = append(s.VirtualServices[host], c)
+		}
+	}
+	if len(generated) > 0 {
+		sortConfigs(all)
+		s.AllVirtualServices = all
+	} else {
+		s.AllVirtualServices = routes
+	}
 }
 
 // addDestinationRules indexes rules (sorted) by the host they name, and

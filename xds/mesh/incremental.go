@@ -15,13 +15,14 @@ import (
 // builderState is what a Builder remembers of its last build so that the
 // next one, when only WorkloadEntries changed, can update the services they
 // feed instead of merging everything again, and when only
-// DestinationRules changed, can reuse everything but them.
+// DestinationRules or VirtualServices changed, can reuse everything but
+// them.
 type builderState struct {
 	mesh     string
 	clusters []ClusterState // names, stale, synced, connected (Objects ignored)
 	objects  map[*meshconfig.Object]string
 	// keys counts definitions per WorkloadEntry and DestinationRule
-	// kind/namespace/name: an object defined in several clusters goes
+	// and VirtualService kind/namespace/name: an object defined in several clusters goes
 	// through conflict resolution, which only a full build does.
 	keys map[configKey]int
 	// selectors are the definitions that select WorkloadEntries, by
@@ -32,7 +33,10 @@ type builderState struct {
 	// rules' problems come last).
 	rules        []*Config
 	ruleProblems int
-	snap         *Snapshot
+	// routes are the VirtualServices (conflict winners, sorted), and
+	// generated those translated from the Gateway API.
+	routes, generated []*Config
+	snap              *Snapshot
 }
 
 // selecting is a definition that selects WorkloadEntries: a ServiceEntry
@@ -75,18 +79,18 @@ func (d *selecting) endpoint(ep *Endpoint) *Endpoint {
 }
 
 // remember records a full build's inputs and result: its ServiceEntries,
-// registry Services and DestinationRules, and how many problems it had
-// before the rules'.
-func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services, rules []*Config, ruleProblems int, s *Snapshot) {
+// registry Services, DestinationRules and VirtualServices (its own and
+// those generated), and how many problems it had before the rules'.
+func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services, rules, routes, generated []*Config, ruleProblems int, s *Snapshot) {
 	st := &builderState{mesh: mesh, objects: map[*meshconfig.Object]string{}, keys: map[configKey]int{},
-		selectors: map[string][]*selecting{}, rules: rules, ruleProblems: ruleProblems, snap: s}
+		selectors: map[string][]*selecting{}, rules: rules, ruleProblems: ruleProblems, routes: routes, generated: generated, snap: s}
 	for _, c := range clusters {
 		cs := c.state()
 		cs.Objects = 0
 		st.clusters = append(st.clusters, cs)
 		for _, o := range c.Objects {
 			st.objects[o] = c.Name
-			if o.Kind.Kind == "WorkloadEntry" || o.Kind.Kind == "DestinationRule" {
+			if o.Kind.Kind == "WorkloadEntry" || o.Kind.Kind == "DestinationRule" || o.Kind.Kind == "VirtualService" {
 				st.keys[configKey{o.Kind.Kind, o.Namespace, o.Name}]++
 			}
 		}
@@ -158,18 +162,18 @@ func (b *Builder) changes(mesh string, clusters []ClusterInput) ([]entryChange, 
 	return changes, len(changes) > 0 // nothing changed: a full build is cheap enough to stay simple
 }
 
-// onlyKind reports whether every change is of an object of kind.
-func onlyKind(changes []entryChange, kind string) bool {
-	return !slices.ContainsFunc(changes, func(ch entryChange) bool { return ch.cfg.Object.Kind.Kind != kind })
+// onlyKinds reports whether every change is of an object of one of kinds.
+func onlyKinds(changes []entryChange, kinds ...string) bool {
+	return !slices.ContainsFunc(changes, func(ch entryChange) bool { return !slices.Contains(kinds, ch.cfg.Object.Kind.Kind) })
 }
 
-// singlyDefined returns the definition counts per key after changes of
-// objects of kind, and false when a changed object is (or was) defined
-// in several clusters: conflict resolution decides then.
-func (st *builderState) singlyDefined(changes []entryChange, kind string) (map[configKey]int, bool) {
+// singlyDefined returns the definition counts per key after changes, and
+// false when a changed object is (or was) defined in several clusters:
+// conflict resolution decides then.
+func (st *builderState) singlyDefined(changes []entryChange) (map[configKey]int, bool) {
 	keys := maps.Clone(st.keys)
 	for _, ch := range changes {
-		k := configKey{kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		k := configKey{ch.cfg.Object.Kind.Kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
 		if ch.added {
 			keys[k]++
 		} else {
@@ -177,7 +181,7 @@ func (st *builderState) singlyDefined(changes []entryChange, kind string) (map[c
 		}
 	}
 	for _, ch := range changes {
-		k := configKey{kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		k := configKey{ch.cfg.Object.Kind.Kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
 		if keys[k] > 1 || st.keys[k] > 1 {
 			return nil, false
 		}
@@ -215,36 +219,36 @@ func derived(prev *Snapshot, clusters []ClusterInput) *Snapshot {
 	return s
 }
 
-// buildRules is Build when only DestinationRules changed since the last
-// build, each defined in one cluster only: the last snapshot's services,
-// endpoints, address index and every other config are shared, and only
-// the rules by host (and their problems) are made again. It returns nil
-// when that does not hold.
-func (b *Builder) buildRules(clusters []ClusterInput, changes []entryChange) *Snapshot {
+// buildRouting is Build when only DestinationRules and VirtualServices
+// changed since the last build, each defined in one cluster only: the
+// last snapshot's services, endpoints, address index and every other
+// config are shared, and only the rules and VirtualServices by host (and
+// the rules' problems) are made again. It returns nil when that does not
+// hold.
+func (b *Builder) buildRouting(clusters []ClusterInput, changes []entryChange) *Snapshot {
 	last := b.last
-	if !onlyKind(changes, "DestinationRule") {
+	if !onlyKinds(changes, "DestinationRule", "VirtualService") {
 		return nil
 	}
-	keys, ok := last.singlyDefined(changes, "DestinationRule")
+	keys, ok := last.singlyDefined(changes)
 	if !ok {
 		return nil
 	}
-	gone := map[*meshconfig.Object]bool{}
-	rules := slices.Clone(last.rules)
-	for _, ch := range changes {
-		if ch.added {
-			rules = append(rules, ch.cfg)
-		} else {
-			gone[ch.cfg.Object] = true
-		}
-	}
-	rules = slices.DeleteFunc(rules, func(c *Config) bool { return gone[c.Object] })
-	sortConfigs(rules)
+	rules, rulesChanged := applyChanges(last.rules, changes, "DestinationRule")
+	routes, routesChanged := applyChanges(last.routes, changes, "VirtualService")
 
 	prev := last.snap
 	s := derived(prev, clusters)
-	s.Problems = slices.Clone(prev.Problems[:last.ruleProblems])
-	s.addDestinationRules(rules)
+	if rulesChanged {
+		s.Problems = nil // as a full build has it when there are none
+		if last.ruleProblems > 0 {
+			s.Problems = slices.Clone(prev.Problems[:last.ruleProblems])
+		}
+		s.addDestinationRules(rules)
+	}
+	if routesChanged {
+		s.addVirtualServices(routes, last.generated)
+	}
 	// The address index is prev's: the services are the same.
 	s.atRoot, s.atOverlay, s.atDepth = prev, map[string][]*Service{}, 0
 	if prev.atRoot != nil {
@@ -252,8 +256,34 @@ func (b *Builder) buildRules(clusters []ClusterInput, changes []entryChange) *Sn
 	}
 
 	last.moveOn(changes)
-	last.keys, last.rules, last.snap = keys, rules, s
+	last.keys, last.rules, last.routes, last.snap = keys, rules, routes, s
 	return s
+}
+
+// applyChanges returns list (sorted configs) with the changes of objects
+// of kind applied, sorted, and whether there were any.
+func applyChanges(list []*Config, changes []entryChange, kind string) ([]*Config, bool) {
+	gone := map[*meshconfig.Object]bool{}
+	var added []*Config
+	for _, ch := range changes {
+		switch {
+		case ch.cfg.Object.Kind.Kind != kind:
+		case ch.added:
+			added = append(added, ch.cfg)
+		default:
+			gone[ch.cfg.Object] = true
+		}
+	}
+	if len(added) == 0 && len(gone) == 0 {
+		return list, false
+	}
+	out := slices.DeleteFunc(slices.Clone(list), func(c *Config) bool { return gone[c.Object] })
+	out = append(out, added...)
+	if len(out) == 0 {
+		return nil, true // as a full build has it
+	}
+	sortConfigs(out)
+	return out, true
 }
 
 // buildEndpoints is Build when only WorkloadEntries changed since the last
@@ -264,14 +294,14 @@ func (b *Builder) buildRules(clusters []ClusterInput, changes []entryChange) *Sn
 // hold; Build then merges everything.
 func (b *Builder) buildEndpoints(clusters []ClusterInput, changes []entryChange) *Snapshot {
 	last := b.last
-	if !onlyKind(changes, "WorkloadEntry") {
+	if !onlyKinds(changes, "WorkloadEntry") {
 		return nil
 	}
 	stale := map[string]bool{}
 	for _, c := range clusters {
 		stale[c.Name] = c.Stale
 	}
-	keys, ok := last.singlyDefined(changes, "WorkloadEntry")
+	keys, ok := last.singlyDefined(changes)
 	if !ok {
 		return nil // defined in several clusters: conflict resolution decides
 	}
