@@ -80,27 +80,7 @@ spec:
 	for i := range namespaces {
 		keys = append(keys, proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: fmt.Sprintf("ns-%d", i), IPs: fmt.Sprintf("10.9.1.%d", i+1)})
 	}
-	b := new(mesh.Builder)
-	c := cache.New(noPublisher{}, cache.Options{})
-	prev := b.Build("m", input(0))
-	version := uint64(1)
-	e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: prev, Diff: mesh.Diff{Config: true}})
-	for _, k := range keys {
-		e.ForProxy(k)
-	}
-	r := 0
-	edit := func() *cache.Entry {
-		r = 1 - r
-		next := b.Build("m", input(r))
-		d := mesh.DiffSnapshots(prev, next)
-		prev = next
-		version++
-		e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: next, Diff: d})
-		for _, k := range keys {
-			e.ForProxy(k)
-		}
-		return e
-	}
+	_, edit := alternate(input, keys, mesh.DiffSnapshots)
 	after := edit()
 	const name = "outbound|8080||svc-0.ns-0.svc.cluster.local"
 	for _, k := range keys {
@@ -128,4 +108,34 @@ func BenchmarkRuleEdit(b *testing.B) {
 // TestBenchmarkRuleEditRunsOnce is BenchmarkRuleEdit's twin.
 func TestBenchmarkRuleEditRunsOnce(t *testing.T) {
 	ruleEditBench(t, 20, 2)()
+}
+
+// alternate builds input(0) with a new Builder and generates keys for it,
+// and returns that State's Entry and a step that builds input(1),
+// input(0), ... in turn with that Builder, makes a State of each snapshot
+// with the Diff that diff gives from the previous one (mesh.DiffSnapshots,
+// as the hub does), and generates keys for it on a Cache that keeps the
+// mesh's results.
+func alternate(input func(int) []mesh.ClusterInput, keys []proxy.Key, diff func(prev, next *mesh.Snapshot) mesh.Diff) (*cache.Entry, func() *cache.Entry) {
+	b := new(mesh.Builder)
+	c := cache.New(noPublisher{}, cache.Options{})
+	prev := b.Build("m", input(0))
+	version := uint64(1)
+	e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: prev, Diff: mesh.Diff{Config: true}})
+	for _, k := range keys {
+		e.ForProxy(k)
+	}
+	i := 0
+	return e, func() *cache.Entry {
+		i = 1 - i
+		next := b.Build("m", input(i))
+		d := diff(prev, next)
+		prev = next
+		version++
+		e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: next, Diff: d})
+		for _, k := range keys {
+			e.ForProxy(k)
+		}
+		return e
+	}
 }

@@ -42,16 +42,7 @@ spec:
 				fmt.Sprintf("10.1.%d.%d", len(s.name), j+1), fmt.Sprintf("v%d", j+1), []string{"zone-a", "zone-b"}[j], 9080, 1))
 		}
 	}
-	w.put("se-dns", `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext, namespace: shop}
-spec:
-  hosts: [api.example.com]
-  ports: [{number: 443, name: tls, protocol: TLS}]
-  resolution: DNS
-  location: MESH_EXTERNAL
-  endpoints: [{address: a.example.com, locality: region-1/zone-a}]
-`)
+	w.put("se-dns", dnsEntry("a.example.com, locality: region-1/zone-a"))
 	w.put("se-wild", `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: wild, namespace: front}
