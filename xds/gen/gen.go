@@ -91,7 +91,8 @@ func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]boo
 // generate: Resources holds whole the types listed in Whole, and of the
 // others (clusters, endpoints) only the resources that changed; Gone are
 // the names of clusters and assignments to remove (unless generated
-// anew). Read-only once returned.
+// anew). Read-only once returned, and then safe to read from any number
+// of goroutines.
 type RoutingOutput struct {
 	*Output
 	Whole []string

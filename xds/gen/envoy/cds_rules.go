@@ -12,7 +12,8 @@ import (
 )
 
 // RuleChange is what a change to the DestinationRules of some hosts
-// alters for one proxy (RulesChanged). Read-only once returned.
+// alters for one proxy (RulesChanged). Read-only once returned, and then
+// safe to read from any number of goroutines.
 type RuleChange struct {
 	// Clusters and Endpoints are the hosts' outbound clusters (with their
 	// SNI-DNAT twins) and EDS assignments, generated anew, sorted by name.
