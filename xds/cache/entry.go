@@ -106,8 +106,9 @@ const (
 // keys (marshal once). When only endpoints changed since the previous
 // State and that State generated for k, only the changed services'
 // endpoints are generated again (and the clusters and listeners of a proxy
-// whose own address is among the changed endpoints). Safe for concurrent
-// use.
+// whose own address is among the changed endpoints); when DestinationRules
+// or VirtualServices changed too, only what they reach
+// (gen.EnvoyRoutingChanged). Safe for concurrent use.
 func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 	k = e.locate(k)
 	ck := e.cacheKey(k)
@@ -250,8 +251,8 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	case pr == nil || (diff.Config && !e.routingOnly(diff, from)):
 		return e.generateFull(k), genFull
 	}
-	// Only endpoints, Telemetry objects, DestinationRules, or some of them
-	// changed. Clusters, listeners and routes read endpoints only for DNS
+	// Only endpoints, Telemetry objects, DestinationRules, VirtualServices,
+	// or some of them changed. Clusters, listeners and routes read endpoints only for DNS
 	// clusters (inline assignments) and for the proxy's own inbound ports
 	// (its IPs); endpoints are regenerated just for the changed services.
 	// Telemetry shapes listeners only. DestinationRules shape their hosts'
