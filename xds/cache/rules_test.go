@@ -213,7 +213,8 @@ spec:
 // Verify on has every generation that reuses earlier output (mode rules)
 // compared with one from scratch, for sidecars in both namespaces (one
 // scoped by a Sidecar, one whose own address is an endpoint), an ingress
-// gateway and an AUTO_PASSTHROUGH gateway, and proxyless clients.
+// gateway and an AUTO_PASSTHROUGH gateway, their name tables, and
+// proxyless clients.
 func TestRuleAndRouteChangesMatchFromScratch(t *testing.T) {
 	w := rulesWorld(t)
 	reg := prometheus.NewRegistry()
@@ -226,6 +227,9 @@ func TestRuleAndRouteChangesMatchFromScratch(t *testing.T) {
 		{Type: proxy.Sidecar, Mesh: "m", Namespace: "other", Labels: "app=client", IPs: "10.9.0.3", Locality: mesh.Locality{Region: "region-1", Zone: "zone-b"}},
 		{Type: proxy.Router, Mesh: "m", Namespace: "front", Labels: "istio=ingressgateway", IPs: "10.9.0.2"},
 		{Type: proxy.Router, Mesh: "m", Namespace: "front", Labels: "istio=eastwestgateway", IPs: "10.9.0.4"},
+		// Capturing DNS: auto-allocated addresses in its listeners and
+		// name table.
+		{Type: proxy.Sidecar, Mesh: "m", Namespace: "shop", Labels: "app=client", IPs: "10.9.0.5", DNSCapture: true},
 	}
 	grpcKeys := []proxy.Key{
 		{Type: proxy.GRPC, Mesh: "m", Namespace: "shop", Locality: mesh.Locality{Region: "region-1", Zone: "zone-a"}},
@@ -233,6 +237,7 @@ func TestRuleAndRouteChangesMatchFromScratch(t *testing.T) {
 	use := func(st *cache.Entry) {
 		for _, k := range keys {
 			st.ForProxy(k)
+			st.NameTableFor(k)
 		}
 		for _, k := range grpcKeys {
 			st.ProxylessFor(k)
