@@ -54,7 +54,9 @@ func DeriveRemoving(base *ProxyResources, updates map[string][]*Prepared, whole 
 	return derive(base, updates, func(t string) bool { return !slices.Contains(whole, t) }, gone, problems)
 }
 
-func derive(base *ProxyResources, updates map[string][]*Prepared, byName func(typeURL string) bool, gone []string, problems []mesh.Problem) *ProxyResources {
+// derive is Derive and DeriveRemoving: partialType says which types
+// updates holds by name.
+func derive(base *ProxyResources, updates map[string][]*Prepared, partialType func(typeURL string) bool, gone []string, problems []mesh.Problem) *ProxyResources {
 	changes := map[string]*Changes{}
 	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(base.Resources)), Problems: base.Problems, id: newResults()}
 	if base.id != 0 {
@@ -65,7 +67,7 @@ func derive(base *ProxyResources, updates map[string][]*Prepared, byName func(ty
 		res.Resources[t] = byName // immutable: shared
 	}
 	for t, list := range updates {
-		partial := byName(t)
+		partial := partialType(t)
 		var all map[string]*Prepared
 		if partial {
 			all = maps.Clone(base.Resources[t])
