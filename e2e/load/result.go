@@ -180,7 +180,7 @@ func (r Result) Notes() string {
 		add("%s", replicaNotes(e, n))
 	}
 	var gens []string
-	for _, mode := range []string{"full", "endpoints", "reused"} {
+	for _, mode := range []string{"full", "endpoints", "reused", "rules"} {
 		if v := r.Hub[`nave_proxy_generations_total{mode="`+mode+`"}`]; v > 0 {
 			gens = append(gens, fmt.Sprintf("%s %.0f", mode, v))
 		}

@@ -96,6 +96,7 @@ func (e *Entry) ConfigChanged() bool { return e.State.Diff.Config || e.State.Dif
 const (
 	genFull      = "full"      // from scratch
 	genEndpoints = "endpoints" // only the endpoints of changed services, the rest reused
+	genRules     = "rules"     // only what changed DestinationRules, VirtualServices (and endpoints) reach, the rest reused
 	genReused    = "reused"    // nothing changed: the previous State's output
 )
 
@@ -105,8 +106,9 @@ const (
 // keys (marshal once). When only endpoints changed since the previous
 // State and that State generated for k, only the changed services'
 // endpoints are generated again (and the clusters and listeners of a proxy
-// whose own address is among the changed endpoints). Safe for concurrent
-// use.
+// whose own address is among the changed endpoints); when DestinationRules
+// or VirtualServices changed too, only what they reach
+// (gen.EnvoyRoutingChanged). Safe for concurrent use.
 func (e *Entry) ForProxy(k proxy.Key) *resource.ProxyResources {
 	k = e.locate(k)
 	ck := e.cacheKey(k)
@@ -191,38 +193,44 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 // base returns the result generation for ck may start from, and how this
 // State's snapshot differs from the one it was generated from.
 func (e *Entry) base(ck proxy.Key) (*resource.ProxyResources, mesh.Diff) {
+	res, diff, _ := e.baseFrom(ck)
+	return res, diff
+}
+
+// baseFrom is base, with the snapshot the result was generated from.
+func (e *Entry) baseFrom(ck proxy.Key) (*resource.ProxyResources, mesh.Diff, *mesh.Snapshot) {
 	r, ok := e.results.get(ck)
 	if !ok || r.res == nil {
-		return nil, mesh.Diff{}
+		return nil, mesh.Diff{}, nil
 	}
 	if r.snap == e.State.Snapshot {
-		return r.res, mesh.Diff{}
+		return r.res, mesh.Diff{}, r.snap
 	}
 	e.mu.Lock()
 	prev := e.prev
 	e.mu.Unlock()
 	if prev != nil && r.snap == prev.State.Snapshot {
-		return r.res, e.State.Diff
+		return r.res, e.State.Diff, r.snap
 	}
-	return r.res, mesh.DiffSnapshots(r.snap, e.State.Snapshot)
+	return r.res, mesh.DiffSnapshots(r.snap, e.State.Snapshot), r.snap
 }
 
 // telemetryBase is the previous State's result for k when this State
 // differs from it in Telemetry objects (and endpoints) only: a Telemetry
 // with a new selector changes every key's label signature, yet what k
 // received besides listeners is what it receives now.
-func (e *Entry) telemetryBase(k proxy.Key) (*resource.ProxyResources, mesh.Diff) {
+func (e *Entry) telemetryBase(k proxy.Key) (*resource.ProxyResources, mesh.Diff, *mesh.Snapshot) {
 	e.mu.Lock()
 	prev := e.prev
 	e.mu.Unlock()
-	if prev == nil || e.State.Diff.Config || !e.State.Diff.Telemetry {
-		return nil, mesh.Diff{}
+	if prev == nil || (e.State.Diff.Config && e.State.Diff.Rules == nil && e.State.Diff.Routes == nil) || !e.State.Diff.Telemetry {
+		return nil, mesh.Diff{}, nil
 	}
 	r, ok := e.results.get(prev.cacheKey(k))
 	if !ok || r.res == nil || r.snap != prev.State.Snapshot {
-		return nil, mesh.Diff{}
+		return nil, mesh.Diff{}, nil
 	}
-	return r.res, e.State.Diff
+	return r.res, e.State.Diff, r.snap
 }
 
 // generate builds what the State gives key k, whose cache key is ck.
@@ -233,33 +241,24 @@ func (e *Entry) generate(ck, k proxy.Key) (*resource.ProxyResources, string) {
 }
 
 func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string) {
-	pr, diff := e.base(ck)
+	pr, diff, from := e.baseFrom(ck)
 	if pr == nil {
-		pr, diff = e.telemetryBase(k)
+		pr, diff, from = e.telemetryBase(k)
 	}
 	switch {
 	case pr != nil && diff.Unchanged():
 		return pr, genReused
-	case pr == nil || diff.Config:
-		out := gen.Envoy(e.State.Snapshot, k)
-		byType := make(map[string]map[string]*resource.Prepared, len(out.Resources))
-		for typeURL, list := range e.intern(e.marshal(out)) {
-			byName := make(map[string]*resource.Prepared, len(list))
-			for _, p := range list {
-				byName[p.Name] = p
-			}
-			byType[typeURL] = byName
-		}
-		res := resource.New(byType, out.Problems)
-		e.addProblems(out.Problems)
-		e.c.metrics.patchFailures.Add(float64(out.PatchFailures))
-		return res, genFull
+	case pr == nil || (diff.Config && !e.routingOnly(diff, from)):
+		return e.generateFull(k), genFull
 	}
-	// Only endpoints, Telemetry objects, or both changed. Clusters,
-	// listeners and routes read endpoints only for DNS clusters (inline
-	// assignments) and for the proxy's own inbound ports (its IPs);
-	// endpoints are regenerated just for the changed services. Telemetry
-	// shapes listeners only.
+	// Only endpoints, Telemetry objects, DestinationRules, VirtualServices,
+	// or some of them changed. Clusters, listeners and routes read endpoints only for DNS
+	// clusters (inline assignments) and for the proxy's own inbound ports
+	// (its IPs); endpoints are regenerated just for the changed services.
+	// Telemetry shapes listeners only. DestinationRules shape their hosts'
+	// clusters and assignments (and some listeners and routes),
+	// VirtualServices routes (and some listeners): gen.EnvoyRoutingChanged
+	// says which.
 	own := false
 	for _, ip := range k.IPList() {
 		own = own || diff.Addresses[ip]
@@ -280,11 +279,46 @@ func (e *Entry) generateFrom(ck, k proxy.Key) (*resource.ProxyResources, string)
 	case diff.Telemetry:
 		types = append(types, typeurl.Listener)
 	}
+	if diff.Config {
+		out := gen.EnvoyRoutingChanged(from, e.State.Snapshot, k, diff, types...)
+		if out == nil {
+			return e.generateFull(k), genFull
+		}
+		res := resource.DeriveRemoving(pr, e.intern(e.marshal(out.Output)), out.Whole, out.Gone, out.Problems)
+		e.addProblems(out.Problems)
+		return res, genRules
+	}
 	out := gen.EnvoyEndpointsChanged(e.State.Snapshot, k, diff.Hosts, types...)
 	res := resource.Derive(pr, e.intern(e.marshal(out)), out.Problems)
 	e.addProblems(out.Problems)
 	e.c.metrics.patchFailures.Add(float64(out.PatchFailures))
 	return res, genEndpoints
+}
+
+// routingOnly reports whether a result generated from snapshot from may
+// be brought to this State's by regenerating what changed DestinationRules
+// and VirtualServices reach (diff.Rules, diff.Routes): no other config
+// changed, and the rules did not change whether a proxy's locality is
+// read (its cache key would mean something else).
+func (e *Entry) routingOnly(diff mesh.Diff, from *mesh.Snapshot) bool {
+	return (diff.Rules != nil || diff.Routes != nil) && from != nil &&
+		gen.GRPCClientReads(from).Locality == gen.GRPCClientReads(e.State.Snapshot).Locality
+}
+
+// generateFull generates and marshals everything of key k from scratch.
+func (e *Entry) generateFull(k proxy.Key) *resource.ProxyResources {
+	out := gen.Envoy(e.State.Snapshot, k)
+	byType := make(map[string]map[string]*resource.Prepared, len(out.Resources))
+	for typeURL, list := range e.intern(e.marshal(out)) {
+		byName := make(map[string]*resource.Prepared, len(list))
+		for _, p := range list {
+			byName[p.Name] = p
+		}
+		byType[typeURL] = byName
+	}
+	e.addProblems(out.Problems)
+	e.c.metrics.patchFailures.Add(float64(out.PatchFailures))
+	return resource.New(byType, out.Problems)
 }
 
 // intern replaces each Prepared by the State's equal one, if any.

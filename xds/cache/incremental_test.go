@@ -46,6 +46,21 @@ func (w *world) list() []*meshconfig.Object {
 	return out
 }
 
+// dnsEntry is the ServiceEntry of api.example.com:443 (TLS, resolution
+// DNS, outside the mesh) with one endpoint, address (a host name).
+func dnsEntry(address string) string {
+	return `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: shop}
+spec:
+  hosts: [api.example.com]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+  location: MESH_EXTERNAL
+  endpoints: [{address: ` + address + `}]
+`
+}
+
 func workloadEntry(name, ns, app, addr, version, zone string, port, weight int) string {
 	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
@@ -89,16 +104,7 @@ spec:
   trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: region-1/zone-a/*, to: {"region-1/zone-a/*": 80, "region-1/zone-b/*": 20}}]}}%[3]s}
 `, a.name, a.ns, tls[a.name], subsetTLS[a.name]))
 	}
-	w.put("se-dns", `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext, namespace: shop}
-spec:
-  hosts: [api.example.com]
-  ports: [{number: 443, name: tls, protocol: TLS}]
-  resolution: DNS
-  location: MESH_EXTERNAL
-  endpoints: [{address: a.example.com}]
-`)
+	w.put("se-dns", dnsEntry("a.example.com"))
 	w.put("gw", `apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: public, namespace: front}
@@ -176,16 +182,7 @@ spec:
 		case 1: // an endpoint leaves
 			delete(w.objs, fmt.Sprintf("we-%s-%d", a.name, j))
 		case 2: // the DNS service's endpoints change (its cluster carries them inline)
-			w.put("se-dns", fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext, namespace: shop}
-spec:
-  hosts: [api.example.com]
-  ports: [{number: 443, name: tls, protocol: TLS}]
-  resolution: DNS
-  location: MESH_EXTERNAL
-  endpoints: [{address: %c.example.com}]
-`, 'a'+rng.IntN(3)))
+			w.put("se-dns", dnsEntry(fmt.Sprintf("%c.example.com", 'a'+rng.IntN(3))))
 		default: // an endpoint moves, changes port, weight or zone (or comes back)
 			w.put(fmt.Sprintf("we-%s-%d", a.name, j), workloadEntry(fmt.Sprintf("%s-%d", a.name, j), a.ns, a.name,
 				addrs[rng.IntN(len(addrs))], fmt.Sprintf("v%d", j+1), zones[rng.IntN(2)], 8000+rng.IntN(3), 1+rng.IntN(3)))

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer, waiting func() float64) *metrics {
 			Help:    "Time to generate and marshal the resources of one Envoy proxy key (sidecar or gateway) from a push context.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nave_proxy_generations_total",
-			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), reused (nothing changed)."}, []string{"mode"}),
+			Help: "Envoy proxy-key generations by mode: full (from scratch), endpoints (only changed services' endpoints regenerated, the rest reused), rules (only what changed DestinationRules or VirtualServices reach regenerated: the rules' hosts' clusters and assignments, routes, listeners when they read them), reused (nothing changed)."}, []string{"mode"}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_proxy_generation_mismatches_total",
 			Help: "Incremental generations that differed from generation from scratch (only counted with push.verifyIncremental): a reuse rule misses an input."}),
 		genWaiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nave_proxy_generations_waiting",

@@ -75,7 +75,8 @@ func sameTable(res *resource.ProxyResources, byType map[string]map[string]*resou
 
 // tableReusable reports whether a name table generated from snapshot
 // prev is this State's too: the snapshots differ at most in Telemetry
-// objects and in endpoints of hosts whose table entry does not read them.
+// objects, DestinationRules, VirtualServices and in endpoints of hosts
+// whose table entry does not read them.
 func (e *Entry) tableReusable(prev *mesh.Snapshot) bool {
 	snap := e.State.Snapshot
 	if prev == snap {
@@ -88,8 +89,8 @@ func (e *Entry) tableReusable(prev *mesh.Snapshot) bool {
 	if p == nil || p.State.Snapshot != prev {
 		diff = mesh.DiffSnapshots(prev, snap)
 	}
-	if diff.Config {
-		return false
+	if diff.Config && diff.Rules == nil && diff.Routes == nil {
+		return false // DestinationRules and VirtualServices it does not read
 	}
 	for h := range diff.Hosts {
 		if svc := snap.Services[h]; svc == nil || tableReadsEndpoints(svc) {

@@ -9,10 +9,8 @@ import (
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/shared/typeurl"
-	"github.com/navemesh/nave/xds/cache"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
-	"github.com/navemesh/nave/xds/pushctx"
 )
 
 // gatewayMoveBench returns a step that moves net-b's east-west gateway (a
@@ -62,28 +60,8 @@ spec:
 	for i := range keys {
 		keys[i] = proxy.Key{Type: proxy.Sidecar, Mesh: "m", Namespace: fmt.Sprintf("ns-%d", i), IPs: fmt.Sprintf("10.1.255.%d", i+1), Network: "net-a"}
 	}
-	b := new(mesh.Builder)
-	c := cache.New(noPublisher{}, cache.Options{})
-	prev := b.Build("m", input(0))
-	version := uint64(1)
-	e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: prev, Diff: mesh.Diff{Config: true}})
-	for _, k := range keys {
-		e.ForProxy(k)
-	}
-	gw := 0
-	move := func() *cache.Entry {
-		gw = 1 - gw
-		next := b.Build("m", input(gw))
-		d := mesh.DiffSnapshots(prev, next)
-		prev = next
-		version++
-		e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: next, Diff: d})
-		for _, k := range keys {
-			e.ForProxy(k)
-		}
-		return e
-	}
-	before := e.ForProxy(keys[0])
+	first, move := alternate(input, keys, mesh.DiffSnapshots)
+	before := first.ForProxy(keys[0])
 	after := move()
 	if d := after.State.Diff; d.Config || len(d.Hosts) != services {
 		tb.Fatalf("a gateway move: diff config %v, %d hosts; want an endpoint change of all %d services", d.Config, len(d.Hosts), services)
@@ -107,18 +85,12 @@ spec:
 		tb.Fatal("the move regenerated the clusters")
 	}
 	if full {
-		move = func() *cache.Entry {
-			gw = 1 - gw
-			next := b.Build("m", input(gw))
+		// Each State claims a config change (after diffing, as the hub
+		// does): generation from scratch.
+		_, move = alternate(input, keys, func(prev, next *mesh.Snapshot) mesh.Diff {
 			mesh.DiffSnapshots(prev, next)
-			prev = next
-			version++
-			e := c.Entry(&pushctx.State{Mesh: "m", Version: version, Snapshot: next, Diff: mesh.Diff{Config: true}})
-			for _, k := range keys {
-				e.ForProxy(k)
-			}
-			return e
-		}
+			return mesh.Diff{Config: true}
+		})
 	}
 	return func() { move() }
 }

@@ -22,7 +22,7 @@ func (e *Entry) Proxyless() *resource.ProxyResources {
 		defer e.c.acquire(e.State.Mesh)()
 		// The mesh's newest proxyless result is the base, as for Envoy keys.
 		key := proxy.Key{Type: proxy.GRPC, Mesh: e.State.Mesh}
-		pg, diff := e.base(key)
+		pg, diff, from := e.baseFrom(key)
 		var res *resource.ProxyResources
 		mode := genFull
 		switch {
@@ -32,6 +32,16 @@ func (e *Entry) Proxyless() *resource.ProxyResources {
 			// Only endpoints changed: only those hosts' assignments.
 			out := &gen.Output{Resources: map[string][]gen.Resource{typeurl.Endpoint: gen.GRPCEndpoints(e.State.Snapshot, diff.Hosts, gen.GRPCClient{})}}
 			res, mode = resource.Derive(pg, e.intern(e.marshal(out)), out.Problems), genEndpoints
+			if e.c.opts.Verify {
+				e.verifyOutput(key, res, gen.GRPC(e.State.Snapshot))
+			}
+		case pg != nil && (diff.Rules != nil || diff.Routes != nil) && from != nil:
+			// Only DestinationRules, VirtualServices (and endpoints)
+			// changed: the rules' hosts' clusters and assignments, and
+			// routes if the rules reach them or VirtualServices changed.
+			out := gen.GRPCRoutingChanged(from, e.State.Snapshot, diff)
+			e.addProblems(out.Problems)
+			res, mode = resource.DeriveRemoving(pg, e.intern(e.marshal(out.Output)), out.Whole, out.Gone, out.Problems), genRules
 			if e.c.opts.Verify {
 				e.verifyOutput(key, res, gen.GRPC(e.State.Snapshot))
 			}

@@ -27,6 +27,8 @@
 package gen
 
 import (
+	"slices"
+
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/build"
 	"github.com/navemesh/nave/xds/gen/envoy"
@@ -85,6 +87,53 @@ func EnvoyEndpointsChanged(s *mesh.Snapshot, key proxy.Key, hosts map[string]boo
 	return out
 }
 
+// RoutingOutput is what EnvoyRoutingChanged and GRPCRoutingChanged
+// generate: Resources holds whole the types listed in Whole, and of the
+// others (clusters, endpoints) only the resources that changed; Gone are
+// the names of clusters and assignments to remove (unless generated
+// anew). Read-only once returned, and then safe to read from any number
+// of goroutines.
+type RoutingOutput struct {
+	*Output
+	Whole []string
+	Gone  []string
+}
+
+// EnvoyRoutingChanged generates for key what changed since prev, when the
+// snapshots differ only in the DestinationRules and VirtualServices diff
+// names (its Rules and Routes) and the endpoints of diff.Hosts: the
+// clusters and assignments of the rules' hosts (envoy.RulesChanged), the
+// assignments of the other hosts, and whole every resource of types
+// (named by the caller, as for EnvoyEndpointsChanged) and of the types
+// that read the changed rules or VirtualServices for this proxy
+// (envoy.RulesChanged, envoy.RoutesChanged). Nil when an EnvoyFilter
+// applies to the proxy (a patch may match or add clusters): generate from
+// scratch then. It is a pure function of its arguments.
+func EnvoyRoutingChanged(prev, s *mesh.Snapshot, key proxy.Key, diff mesh.Diff, types ...string) *RoutingOutput {
+	v := scope.New(s, key)
+	if patch.For(s, key, v.Labels(), v.Problems()) != nil {
+		return nil
+	}
+	ch := envoy.RulesChanged(scope.New(prev, key), v, diff.Rules)
+	whole := map[string]bool{}
+	for _, t := range slices.Concat(types, ch.Types, envoy.RoutesChanged(v, diff.Routes)) {
+		whole[t] = true
+	}
+	out := &RoutingOutput{Gone: ch.Gone}
+	for _, t := range Types {
+		if whole[t] {
+			out.Whole = append(out.Whole, t)
+		}
+	}
+	out.Output = envoy.Generate(v, out.Whole...)
+	if !whole[typeurl.Cluster] {
+		out.Resources[typeurl.Cluster] = ch.Clusters
+	}
+	out.Resources[typeurl.Endpoint] = append(ch.Endpoints, envoy.EndpointsOf(v, others(diff.Hosts, diff.Rules))...)
+	out.Problems = v.Problems().List()
+	return out
+}
+
 // GRPCClient is what proxyless generation reads of a client: its
 // locality, network and labels, for locality load balancing (defined in
 // build, shared with Envoy's).
@@ -102,6 +151,36 @@ func GRPC(s *mesh.Snapshot) *Output { return proxyless.Generate(s, GRPCClient{})
 // GRPCFor generates the resources of proxyless gRPC client c: GRPC's,
 // with the assignments of clusters that balance by locality built for c.
 func GRPCFor(s *mesh.Snapshot, c GRPCClient) *Output { return proxyless.Generate(s, c) }
+
+// GRPCRoutingChanged generates what changed since prev in GRPC's output,
+// when the snapshots differ only in the DestinationRules and
+// VirtualServices diff names and the endpoints of diff.Hosts: the
+// clusters and assignments of the rules' hosts, the assignments of the
+// other hosts, and the route configurations whole when the rules reach
+// them or VirtualServices changed (proxyless.RulesChanged).
+func GRPCRoutingChanged(prev, s *mesh.Snapshot, diff mesh.Diff) *RoutingOutput {
+	out, gone := proxyless.RulesChanged(prev, s, diff.Rules, len(diff.Routes) > 0)
+	res := &RoutingOutput{Output: out, Gone: gone}
+	if _, ok := out.Resources[typeurl.Route]; ok {
+		res.Whole = []string{typeurl.Route}
+	}
+	if others := others(diff.Hosts, diff.Rules); len(others) > 0 {
+		out.Resources[typeurl.Endpoint] = append(out.Resources[typeurl.Endpoint], proxyless.Endpoints(s, others, GRPCClient{})...)
+	}
+	return res
+}
+
+// others are the hosts not among rules (whose assignments are made with
+// their clusters).
+func others(hosts, rules map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for h := range hosts {
+		if !rules[h] {
+			out[h] = true
+		}
+	}
+	return out
+}
 
 // GRPCClientReads is what the snapshot's proxyless resources read of a
 // client: clients that agree on it receive the same resources. Memoized

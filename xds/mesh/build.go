@@ -109,8 +109,13 @@ type entryServices struct {
 func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	clusters = append([]ClusterInput(nil), clusters...)
 	sort.Slice(clusters, func(i, j int) bool { return clusters[i].Name < clusters[j].Name })
-	if s := b.buildEndpoints(mesh, clusters); s != nil {
-		return s
+	if changes, ok := b.changes(mesh, clusters); ok {
+		if s := b.buildEndpoints(clusters, changes); s != nil {
+			return s
+		}
+		if s := b.buildRouting(clusters, changes); s != nil {
+			return s
+		}
 	}
 
 	s := &Snapshot{
@@ -195,17 +200,52 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 		byKind["Gateway"] = append(byKind["Gateway"], gateways...)
 		sortConfigs(byKind["Gateway"])
 	}
-	for _, c := range append(byKind["VirtualService"], generated...) {
+	routes := byKind["VirtualService"]
+	s.addVirtualServices(routes, generated)
+	ruleProblems := len(s.Problems)
+	s.addDestinationRules(byKind["DestinationRule"])
+	s.shared = nil
+	s.hostnames = s.Hostnames()
+	s.sorted = s.SortedServices()
+	s.Gateways = byKind["Gateway"]
+	s.Sidecars = byKind["Sidecar"]
+	s.PeerAuthentications = byKind["PeerAuthentication"]
+	s.RequestAuthentications = byKind["RequestAuthentication"]
+	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
+	s.Telemetries = byKind["Telemetry"]
+	s.EnvoyFilters = byKind["EnvoyFilter"]
+	b.remember(mesh, clusters, byKind["ServiceEntry"], byKind["Service"], byKind["DestinationRule"], routes, generated, ruleProblems, s)
+	return s
+}
+
+// addVirtualServices indexes routes (the VirtualServices, sorted) and
+// generated (those translated from the Gateway API, consumer routes
+// first) by the hosts they name, in that order, and lists them all
+// sorted (AllVirtualServices).
+func (s *Snapshot) addVirtualServices(routes, generated []*Config) {
+	s.VirtualServices = map[string][]*Config{}
+	all := slices.Concat(routes, generated)
+	for _, c := range all {
 		for _, h := range c.VirtualService().GetHosts() {
 			host := s.ResolveHost(h, c)
 			s.VirtualServices[host] = append(s.VirtualServices[host], c)
 		}
 	}
 	if len(generated) > 0 {
-		byKind["VirtualService"] = append(byKind["VirtualService"], generated...)
-		sortConfigs(byKind["VirtualService"])
+		sortConfigs(all)
+		s.AllVirtualServices = all
+	} else {
+		s.AllVirtualServices = routes
 	}
-	for _, c := range byKind["DestinationRule"] {
+}
+
+// addDestinationRules indexes rules (sorted) by the host they name, and
+// reports those that another rule of the same host and namespace comes
+// before. They are the last of a build's problems (buildRules relies on
+// it).
+func (s *Snapshot) addDestinationRules(rules []*Config) {
+	s.DestinationRules = map[string][]*Config{}
+	for _, c := range rules {
 		host := s.ResolveHost(c.DestinationRule().GetHost(), c)
 		list := s.DestinationRules[host]
 		for _, prev := range list {
@@ -222,19 +262,6 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 			s.DestinationRules[host] = append(list, c)
 		}
 	}
-	s.shared = nil
-	s.hostnames = s.Hostnames()
-	s.sorted = s.SortedServices()
-	s.AllVirtualServices = byKind["VirtualService"]
-	s.Gateways = byKind["Gateway"]
-	s.Sidecars = byKind["Sidecar"]
-	s.PeerAuthentications = byKind["PeerAuthentication"]
-	s.RequestAuthentications = byKind["RequestAuthentication"]
-	s.AuthorizationPolicies = byKind["AuthorizationPolicy"]
-	s.Telemetries = byKind["Telemetry"]
-	s.EnvoyFilters = byKind["EnvoyFilter"]
-	b.remember(mesh, clusters, byKind["ServiceEntry"], byKind["Service"], s)
-	return s
 }
 
 func (b *Builder) trustDomain() string {

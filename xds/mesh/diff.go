@@ -11,8 +11,19 @@ type Diff struct {
 	// Config is true when anything but endpoints changed: routing config,
 	// gateways, sidecars, security policies, the trust domain, the
 	// MeshConfig or MeshNetworks (compared by value), or a service itself (added, removed, ports,
-	// addresses (auto-allocated ones too), resolution, export, subject alt names, sources). Then nothing can be reused.
+	// addresses (auto-allocated ones too), resolution, export, subject alt names, sources). Then nothing can be reused,
+	// unless Rules or Routes say what changed.
 	Config bool
+	// Rules and Routes, when Config is true only because DestinationRules
+	// or VirtualServices changed, say what did (Telemetry, Hosts and
+	// Addresses are then filled as when Config is false); both are nil
+	// otherwise. Rules are the hosts whose DestinationRules changed (a
+	// rule added, removed or edited under that host): what a proxy
+	// resolves for any other host, in any namespace, is the same. Routes
+	// are the VirtualServices added, removed or replaced (the earlier
+	// object and the new one).
+	Rules  map[string]bool
+	Routes []*Config
 	// Telemetry is true when Telemetry objects changed (Config false):
 	// they shape only listeners (access logs, tracing, stats filters),
 	// so the other resources may be reused.
@@ -35,25 +46,35 @@ func (d Diff) Unchanged() bool { return !d.Config && !d.Telemetry && len(d.Hosts
 // the comparison is cheap; endpoints are compared by value.
 func DiffSnapshots(prev, next *Snapshot) Diff {
 	d := Diff{Hosts: map[string]bool{}, Addresses: map[string]bool{}}
-	if prev == nil || next == nil || prev.Mesh != next.Mesh || !sameConfigs(prev.AllVirtualServices, next.AllVirtualServices) ||
+	if prev == nil || next == nil || prev.Mesh != next.Mesh ||
 		!sameConfigs(prev.Gateways, next.Gateways) || !sameConfigs(prev.Sidecars, next.Sidecars) ||
 		!sameConfigs(prev.PeerAuthentications, next.PeerAuthentications) ||
 		!sameConfigs(prev.RequestAuthentications, next.RequestAuthentications) ||
 		!sameConfigs(prev.AuthorizationPolicies, next.AuthorizationPolicies) ||
 		!sameConfigs(prev.EnvoyFilters, next.EnvoyFilters) || prev.TrustDomain != next.TrustDomain ||
 		!sameMeshMessage(prev.MeshConfig, next.MeshConfig) || !sameMeshMessage(prev.MeshNetworks, next.MeshNetworks) || !maps.Equal(prev.DomainSuffixes, next.DomainSuffixes) ||
-		!sameConfigMap(prev.VirtualServices, next.VirtualServices) || !sameConfigMap(prev.DestinationRules, next.DestinationRules) ||
 		len(prev.Services) != len(next.Services) {
 		d.Config = true
 		return d
+	}
+	if !sameConfigs(prev.AllVirtualServices, next.AllVirtualServices) || !sameConfigMap(prev.VirtualServices, next.VirtualServices) {
+		d.Config, d.Routes = true, changedConfigs(prev.AllVirtualServices, next.AllVirtualServices)
+		if len(d.Routes) == 0 {
+			// The same VirtualServices by other hosts: the domain
+			// suffixes cannot have changed, so this does not happen;
+			// generate everything if it does.
+			return Diff{Config: true}
+		}
+	}
+	if rules := changedRules(prev.DestinationRules, next.DestinationRules); len(rules) > 0 {
+		d.Config, d.Rules = true, rules
 	}
 	d.Telemetry = !sameConfigs(prev.Telemetries, next.Telemetries)
 	gwNetworks, gwAll := gatewayChanges(prev, next)
 	for host, n := range next.Services {
 		p, ok := prev.Services[host]
 		if !ok || !sameShape(p, n) {
-			d.Config = true
-			return d
+			return Diff{Config: true}
 		}
 		if p == n || slices.EqualFunc(p.Endpoints, n.Endpoints, sameEndpoint) {
 			if gwAll || (len(gwNetworks) > 0 && slices.ContainsFunc(n.Endpoints, func(e *Endpoint) bool { return gwNetworks[next.NetworkOf(e)] })) {
@@ -87,6 +108,59 @@ func sameConfigs(a, b []*Config) bool {
 
 func sameConfigMap(a, b map[string][]*Config) bool {
 	return maps.EqualFunc(a, b, sameConfigs)
+}
+
+// changedConfigs returns the configs of a not in b and those of b not in
+// a (by identity).
+func changedConfigs(a, b []*Config) []*Config {
+	type id struct {
+		object  any
+		cluster string
+	}
+	in := func(list []*Config) map[id]bool {
+		m := make(map[id]bool, len(list))
+		for _, c := range list {
+			m[id{c.Object, c.Cluster}] = true
+		}
+		return m
+	}
+	inA, inB := in(a), in(b)
+	var out []*Config
+	for _, c := range a {
+		if !inB[id{c.Object, c.Cluster}] {
+			out = append(out, c)
+		}
+	}
+	for _, c := range b {
+		if !inA[id{c.Object, c.Cluster}] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// changedRules returns the hosts whose DestinationRules differ between a
+// and b (nil when none do). A rule is looked up only under the host it
+// names (Snapshot.DestinationRule), so no other host resolves differently.
+func changedRules(a, b map[string][]*Config) map[string]bool {
+	var out map[string]bool
+	add := func(host string) {
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[host] = true
+	}
+	for host, list := range a {
+		if !sameConfigs(list, b[host]) {
+			add(host)
+		}
+	}
+	for host := range b {
+		if _, ok := a[host]; !ok {
+			add(host)
+		}
+	}
+	return out
 }
 
 // sameShape compares everything of a service but its endpoints.

@@ -178,3 +178,45 @@ func TestDiffSeesSecurityConfigAndTrustDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestDiffNamesRoutingChanges: when only DestinationRules and
+// VirtualServices changed (with endpoints), the diff names the rules'
+// hosts and the VirtualServices replaced; any other config change beside
+// them names nothing (generation starts from scratch).
+func TestDiffNamesRoutingChanges(t *testing.T) {
+	cfg := func(kind, spec string) *Config {
+		objs, errs := meshconfig.DecodeYAML([]byte("apiVersion: networking.istio.io/v1\nkind: "+kind+"\nmetadata: {name: a, namespace: ns}\n"+
+			"spec: "+spec+"\n"), "cfg.yaml")
+		if len(errs) > 0 {
+			t.Fatal(errs[0])
+		}
+		return &Config{Cluster: "c1", Object: objs[0]}
+	}
+	const vs = "{hosts: [a.ns.svc.cluster.local], http: [{route: [{destination: {host: a.ns.svc.cluster.local}}]}]}"
+	dr1, dr2 := cfg("DestinationRule", "{host: a.ns.svc.cluster.local}"), cfg("DestinationRule", "{host: a.ns.svc.cluster.local}")
+	vs1, vs2 := cfg("VirtualService", vs), cfg("VirtualService", vs)
+	base := func() *Snapshot {
+		s := diffFixture()
+		s.DestinationRules = map[string][]*Config{"a.ns.svc.cluster.local": {dr1}, "b.example": {dr1}}
+		s.VirtualServices = map[string][]*Config{"a.ns.svc.cluster.local": {vs1}}
+		s.AllVirtualServices = []*Config{vs1}
+		return s
+	}
+	next := base()
+	next.DestinationRules = map[string][]*Config{"a.ns.svc.cluster.local": {dr2}, "c.example": {dr1}}
+	d := DiffSnapshots(base(), next)
+	if !d.Config || len(d.Rules) != 3 || !d.Rules["a.ns.svc.cluster.local"] || !d.Rules["b.example"] || !d.Rules["c.example"] || d.Routes != nil {
+		t.Errorf("a rule replaced, one moved from b to c: %+v, want Config and the three hosts", d)
+	}
+	next.VirtualServices = map[string][]*Config{"a.ns.svc.cluster.local": {vs2}}
+	next.AllVirtualServices = []*Config{vs2}
+	next.Services["a.ns.svc.cluster.local"].Endpoints[0] = &Endpoint{Address: "10.0.0.2", Cluster: "c1"}
+	d = DiffSnapshots(base(), next)
+	if !d.Config || len(d.Rules) != 3 || len(d.Routes) != 2 || d.Routes[0] != vs1 || d.Routes[1] != vs2 || !d.Hosts["a.ns.svc.cluster.local"] {
+		t.Errorf("rules, a VirtualService and endpoints changed: %+v, want the rules' hosts, the VirtualService before and after, the endpoints' host", d)
+	}
+	next.Sidecars = []*Config{vs1}
+	if d := DiffSnapshots(base(), next); !d.Config || d.Rules != nil || d.Routes != nil {
+		t.Errorf("a Sidecar changed too: %+v, want Config alone", d)
+	}
+}

@@ -14,19 +14,29 @@ import (
 
 // builderState is what a Builder remembers of its last build so that the
 // next one, when only WorkloadEntries changed, can update the services they
-// feed instead of merging everything again.
+// feed instead of merging everything again, and when only
+// DestinationRules or VirtualServices changed, can reuse everything but
+// them.
 type builderState struct {
 	mesh     string
 	clusters []ClusterState // names, stale, synced, connected (Objects ignored)
 	objects  map[*meshconfig.Object]string
-	// keys counts definitions per WorkloadEntry kind/namespace/name: an
-	// entry defined in several clusters goes through conflict resolution,
-	// which only a full build does.
+	// keys counts definitions per WorkloadEntry and DestinationRule
+	// and VirtualService kind/namespace/name: an object defined in several clusters goes
+	// through conflict resolution, which only a full build does.
 	keys map[configKey]int
 	// selectors are the definitions that select WorkloadEntries, by
 	// namespace.
 	selectors map[string][]*selecting
-	snap      *Snapshot
+	// rules are the DestinationRules (conflict winners, sorted), and
+	// ruleProblems how many of snap's Problems come before theirs (the
+	// rules' problems come last).
+	rules        []*Config
+	ruleProblems int
+	// routes are the VirtualServices (conflict winners, sorted), and
+	// generated those translated from the Gateway API.
+	routes, generated []*Config
+	snap              *Snapshot
 }
 
 // selecting is a definition that selects WorkloadEntries: a ServiceEntry
@@ -68,17 +78,19 @@ func (d *selecting) endpoint(ep *Endpoint) *Endpoint {
 	return ep
 }
 
-// remember records a full build's inputs and result.
-func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services []*Config, s *Snapshot) {
+// remember records a full build's inputs and result: its ServiceEntries,
+// registry Services, DestinationRules and VirtualServices (its own and
+// those generated), and how many problems it had before the rules'.
+func (b *Builder) remember(mesh string, clusters []ClusterInput, entries, services, rules, routes, generated []*Config, ruleProblems int, s *Snapshot) {
 	st := &builderState{mesh: mesh, objects: map[*meshconfig.Object]string{}, keys: map[configKey]int{},
-		selectors: map[string][]*selecting{}, snap: s}
+		selectors: map[string][]*selecting{}, rules: rules, ruleProblems: ruleProblems, routes: routes, generated: generated, snap: s}
 	for _, c := range clusters {
 		cs := c.state()
 		cs.Objects = 0
 		st.clusters = append(st.clusters, cs)
 		for _, o := range c.Objects {
 			st.objects[o] = c.Name
-			if o.Kind.Kind == "WorkloadEntry" {
+			if o.Kind.Kind == "WorkloadEntry" || o.Kind.Kind == "DestinationRule" || o.Kind.Kind == "VirtualService" {
 				st.keys[configKey{o.Kind.Kind, o.Namespace, o.Name}]++
 			}
 		}
@@ -102,43 +114,35 @@ type entryChange struct {
 	added bool
 }
 
-// buildEndpoints is Build when only WorkloadEntries changed since the last
-// build, each defined in one cluster only: it copies the last snapshot and
-// rebuilds just the endpoint lists of the services whose definitions
-// (ServiceEntries with a workload selector, registry Services) select
-// them, before or after the change. It returns nil when that does not
-// hold; Build then merges everything.
-func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot {
+// changes returns the objects added and removed since the last build
+// (at most 64), when nothing else about the clusters changed; false when
+// something did, or more changed: Build then merges everything.
+func (b *Builder) changes(mesh string, clusters []ClusterInput) ([]entryChange, bool) {
 	last := b.last
 	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() ||
 		last.snap.MeshConfig != b.MeshConfig || last.snap.MeshNetworks != b.MeshNetworks {
-		return nil
+		return nil, false
 	}
-	stale := map[string]bool{}
 	seen := 0
 	var changes []entryChange
 	for i, c := range clusters {
 		lc := last.clusters[i]
 		if lc.Name != c.Name || lc.Stale != c.Stale || lc.Synced != c.Synced || lc.Connected != c.Connected || lc.DomainSuffix != c.suffix() {
-			return nil
+			return nil, false
 		}
-		stale[c.Name] = c.Stale
 		for _, o := range c.Objects {
 			if cl, ok := last.objects[o]; ok && cl == c.Name {
 				seen++
 				continue
 			}
-			if o.Kind.Kind != "WorkloadEntry" {
-				return nil
-			}
 			changes = append(changes, entryChange{&Config{Cluster: c.Name, Object: o}, true})
 			if len(changes) > 64 {
-				return nil // a large change: merge everything
+				return nil, false // a large change: merge everything
 			}
 		}
 	}
 	if seen < len(last.objects) {
-		// Some objects are gone: find them (each must be a WorkloadEntry).
+		// Some objects are gone: find them.
 		present := make(map[*meshconfig.Object]bool, len(last.objects))
 		for _, c := range clusters {
 			for _, o := range c.Objects {
@@ -149,21 +153,27 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 			if present[o] {
 				continue
 			}
-			if o.Kind.Kind != "WorkloadEntry" {
-				return nil
-			}
 			changes = append(changes, entryChange{&Config{Cluster: cl, Object: o}, false})
 			if len(changes) > 64 {
-				return nil
+				return nil, false
 			}
 		}
 	}
-	if len(changes) == 0 {
-		return nil // nothing changed; a full build is cheap enough to stay simple
-	}
-	keys := maps.Clone(last.keys)
+	return changes, len(changes) > 0 // nothing changed: a full build is cheap enough to stay simple
+}
+
+// onlyKinds reports whether every change is of an object of one of kinds.
+func onlyKinds(changes []entryChange, kinds ...string) bool {
+	return !slices.ContainsFunc(changes, func(ch entryChange) bool { return !slices.Contains(kinds, ch.cfg.Object.Kind.Kind) })
+}
+
+// singlyDefined returns the definition counts per key after changes, and
+// false when a changed object is (or was) defined in several clusters:
+// conflict resolution decides then.
+func (st *builderState) singlyDefined(changes []entryChange) (map[configKey]int, bool) {
+	keys := maps.Clone(st.keys)
 	for _, ch := range changes {
-		k := configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		k := configKey{ch.cfg.Object.Kind.Kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
 		if ch.added {
 			keys[k]++
 		} else {
@@ -171,9 +181,129 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		}
 	}
 	for _, ch := range changes {
-		if n := keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}]; n > 1 || last.keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}] > 1 {
-			return nil // defined in several clusters: conflict resolution decides
+		k := configKey{ch.cfg.Object.Kind.Kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
+		if keys[k] > 1 || st.keys[k] > 1 {
+			return nil, false
 		}
+	}
+	return keys, true
+}
+
+// moveOn records changes in the remembered objects.
+func (st *builderState) moveOn(changes []entryChange) {
+	for _, ch := range changes {
+		if ch.added {
+			st.objects[ch.cfg.Object] = ch.cfg.Cluster
+		} else {
+			delete(st.objects, ch.cfg.Object)
+		}
+	}
+}
+
+// derived returns a snapshot holding prev's config and indexes, for an
+// incremental build to replace what changed; its Clusters are clusters'.
+func derived(prev *Snapshot, clusters []ClusterInput) *Snapshot {
+	s := &Snapshot{
+		Mesh: prev.Mesh, Services: prev.Services, VirtualServices: prev.VirtualServices,
+		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
+		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
+		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
+		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
+		MeshConfig: prev.MeshConfig, MeshNetworks: prev.MeshNetworks, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
+		NetworkGateways: prev.NetworkGateways, networks: prev.networks,
+		hostnames: prev.Hostnames(), sorted: prev.SortedServices(),
+	}
+	for _, c := range clusters {
+		s.Clusters = append(s.Clusters, c.state())
+	}
+	return s
+}
+
+// buildRouting is Build when only DestinationRules and VirtualServices
+// changed since the last build, each defined in one cluster only: the
+// last snapshot's services, endpoints, address index and every other
+// config are shared, and only the rules and VirtualServices by host (and
+// the rules' problems) are made again. It returns nil when that does not
+// hold.
+func (b *Builder) buildRouting(clusters []ClusterInput, changes []entryChange) *Snapshot {
+	last := b.last
+	if !onlyKinds(changes, "DestinationRule", "VirtualService") {
+		return nil
+	}
+	keys, ok := last.singlyDefined(changes)
+	if !ok {
+		return nil
+	}
+	rules, rulesChanged := applyChanges(last.rules, changes, "DestinationRule")
+	routes, routesChanged := applyChanges(last.routes, changes, "VirtualService")
+
+	prev := last.snap
+	s := derived(prev, clusters)
+	if rulesChanged {
+		s.Problems = nil // as a full build has it when there are none
+		if last.ruleProblems > 0 {
+			s.Problems = slices.Clone(prev.Problems[:last.ruleProblems])
+		}
+		s.addDestinationRules(rules)
+	}
+	if routesChanged {
+		s.addVirtualServices(routes, last.generated)
+	}
+	// The address index is prev's: the services are the same.
+	s.atRoot, s.atOverlay, s.atDepth = prev, map[string][]*Service{}, 0
+	if prev.atRoot != nil {
+		s.atRoot, s.atOverlay, s.atDepth = prev.atRoot, prev.atOverlay, prev.atDepth
+	}
+
+	last.moveOn(changes)
+	last.keys, last.rules, last.routes, last.snap = keys, rules, routes, s
+	return s
+}
+
+// applyChanges returns list (sorted configs) with the changes of objects
+// of kind applied, sorted, and whether there were any.
+func applyChanges(list []*Config, changes []entryChange, kind string) ([]*Config, bool) {
+	gone := map[*meshconfig.Object]bool{}
+	var added []*Config
+	for _, ch := range changes {
+		switch {
+		case ch.cfg.Object.Kind.Kind != kind:
+		case ch.added:
+			added = append(added, ch.cfg)
+		default:
+			gone[ch.cfg.Object] = true
+		}
+	}
+	if len(added) == 0 && len(gone) == 0 {
+		return list, false
+	}
+	out := slices.DeleteFunc(slices.Clone(list), func(c *Config) bool { return gone[c.Object] })
+	out = append(out, added...)
+	if len(out) == 0 {
+		return nil, true // as a full build has it
+	}
+	sortConfigs(out)
+	return out, true
+}
+
+// buildEndpoints is Build when only WorkloadEntries changed since the last
+// build, each defined in one cluster only: it copies the last snapshot and
+// rebuilds just the endpoint lists of the services whose definitions
+// (ServiceEntries with a workload selector, registry Services) select
+// them, before or after the change. It returns nil when that does not
+// hold; Build then merges everything.
+func (b *Builder) buildEndpoints(clusters []ClusterInput, changes []entryChange) *Snapshot {
+	last := b.last
+	if !onlyKinds(changes, "WorkloadEntry") {
+		return nil
+	}
+	stale := map[string]bool{}
+	for _, c := range clusters {
+		stale[c.Name] = c.Stale
+	}
+	keys, ok := last.singlyDefined(changes)
+	if !ok {
+		return nil // defined in several clusters: conflict resolution decides
 	}
 
 	// Gateways: those of changed entries go, their new ones come (an
@@ -257,24 +387,13 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		replaced[host] = &c
 	}
 
-	s := &Snapshot{
-		Mesh: prev.Mesh, Services: maps.Clone(prev.Services), VirtualServices: prev.VirtualServices,
-		AllVirtualServices: prev.AllVirtualServices, DestinationRules: prev.DestinationRules,
-		Gateways: prev.Gateways, Sidecars: prev.Sidecars, Conflicts: prev.Conflicts, Problems: prev.Problems,
-		PeerAuthentications: prev.PeerAuthentications, RequestAuthentications: prev.RequestAuthentications,
-		AuthorizationPolicies: prev.AuthorizationPolicies, Telemetries: prev.Telemetries, TrustDomain: prev.TrustDomain, DomainSuffixes: prev.DomainSuffixes,
-		MeshConfig: prev.MeshConfig, MeshNetworks: prev.MeshNetworks, EnvoyFilters: prev.EnvoyFilters, GatewayAPIStatuses: prev.GatewayAPIStatuses,
-	}
-	for _, c := range clusters {
-		s.Clusters = append(s.Clusters, c.state())
-	}
+	s := derived(prev, clusters)
+	s.Services = maps.Clone(prev.Services)
 	maps.Copy(s.Services, replaced)
-	if len(gateways) == len(prev.NetworkGateways) && (len(gateways) == 0 || &gateways[0] == &prev.NetworkGateways[0]) {
-		s.NetworkGateways, s.networks = prev.NetworkGateways, prev.networks
-	} else {
+	if len(gateways) != len(prev.NetworkGateways) || (len(gateways) > 0 && &gateways[0] != &prev.NetworkGateways[0]) {
 		s.setNetworks(gateways)
 	}
-	s.hostnames = prev.Hostnames()
+	s.sorted = nil
 	s.sorted = s.SortedServices()
 	// The address index: the addresses of the changed services (before and
 	// after) are answered from an overlay, the rest by the index of the
@@ -313,11 +432,9 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 	}
 
 	// Remember: the objects, keys and snapshot move on; selectors stay.
+	last.moveOn(changes)
 	for _, ch := range changes {
-		if ch.added {
-			last.objects[ch.cfg.Object] = ch.cfg.Cluster
-		} else {
-			delete(last.objects, ch.cfg.Object)
+		if !ch.added {
 			delete(b.endpoints, endpointKey{ch.cfg.Object, ch.cfg.Cluster, stale[ch.cfg.Cluster]})
 		}
 	}

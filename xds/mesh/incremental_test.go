@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -33,16 +34,35 @@ func snapshotJSON(t *testing.T, s *Snapshot) string {
 		Conflicts []Conflict
 		Problems  []Problem
 		Clusters  []ClusterState
-		VS, DR    int
+		VS, DR    map[string][]string
+		AllVS     []string
 		Hostnames []string
 		Security  []string
 		Trust     string
-	}{s.Services, s.Conflicts, s.Problems, s.Clusters, len(s.VirtualServices), len(s.DestinationRules), s.Hostnames(),
+	}{s.Services, s.Conflicts, s.Problems, s.Clusters, refsByHost(s.VirtualServices), refsByHost(s.DestinationRules), refs(s.AllVirtualServices), s.Hostnames(),
 		securityRefs(s), s.TrustDomain})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// refsByHost names the configs of each host, in order (refs).
+func refsByHost(byHost map[string][]*Config) map[string][]string {
+	out := map[string][]string{}
+	for host, list := range byHost {
+		out[host] = refs(list)
+	}
+	return out
+}
+
+// refs names configs, in order, with the cluster and version of each.
+func refs(list []*Config) []string {
+	var out []string
+	for _, c := range list {
+		out = append(out, c.Ref()+"@"+c.Cluster+"@"+c.Object.Version)
+	}
+	return out
 }
 
 func securityRefs(s *Snapshot) []string {
@@ -172,5 +192,75 @@ func TestIncrementalBuildMatchesFullBuild(t *testing.T) {
 	}, nil)
 	if incremental < 100 {
 		t.Errorf("only %d of 400 builds were incremental: the test does not exercise the fast path", incremental)
+	}
+}
+
+// TestIncrementalRoutingBuildMatchesFullBuild edits DestinationRules and
+// VirtualServices at random — a rule's policy or host changes, a rule is
+// added or deleted, a second rule for a host in the same namespace (a
+// problem), rules of short and wildcard hosts, a rule defined in the
+// other cluster too (a conflict), VirtualServices added, edited and
+// deleted beside one translated from a Gateway API route, sometimes with
+// a WorkloadEntry move, rarely a ServiceEntry change — and compares the
+// Builder's result (which rebuilds only the rules and VirtualServices
+// when nothing else changed) with a fresh Build.
+func TestIncrementalRoutingBuildMatchesFullBuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	objs := map[objectKey]*meshconfig.Object{}
+	for i, app := range []string{"a", "b"} {
+		objs[objectKey{"c1", "se-" + app}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\n"+
+			"metadata: {name: svc-%[1]s, namespace: ns-x}\nspec:\n  hosts: [svc-%[1]s.ns-x.svc.cluster.local, \"*.%[1]s.example\"]\n"+
+			"  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: %[1]s}}\n", app))
+		objs[objectKey{"c1", "we-" + app}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\n"+
+			"metadata: {name: we-%[1]s, namespace: ns-x}\nspec: {address: 10.0.0.%[2]d, labels: {app: %[1]s}}\n", app, i+1))
+	}
+	objs[objectKey{"c1", "grpcroute"}] = decodeOne(t, `apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: g, namespace: ns-x}
+spec:
+  parentRefs: [{group: "", kind: Service, name: svc-a, port: 80}]
+  rules: [{backendRefs: [{name: svc-b, port: 80}]}]
+`)
+	hosts := []string{"svc-a", "svc-b.ns-x.svc.cluster.local", `"*.a.example"`, "other.example"}
+	rule := func(name, ns string) *meshconfig.Object {
+		return decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: %s, namespace: %s}\n"+
+			"spec:\n  host: %s\n  trafficPolicy: {loadBalancer: {simple: %s}}\n", name, ns, hosts[rng.IntN(len(hosts))],
+			[]string{"ROUND_ROBIN", "RANDOM", "LEAST_REQUEST"}[rng.IntN(3)]))
+	}
+	generated := false
+	incremental := compareWithFullBuilds(t, 300, func() []ClusterInput { return twoClusters(objs, false) }, func() {
+		name, ns := fmt.Sprint("dr-", rng.IntN(6)), []string{"ns-x", "ns-y", "istio-system"}[rng.IntN(3)]
+		switch r := rng.IntN(130); {
+		case r < 60:
+			objs[objectKey{"c1", name + ns}] = rule(name, ns)
+		case r < 75:
+			delete(objs, objectKey{"c1", name + ns})
+		case r < 80: // the same rule in the other cluster: a conflict
+			objs[objectKey{"c2", name + ns}] = rule(name, ns)
+		case r < 85:
+			delete(objs, objectKey{"c2", name + ns})
+		case r < 88: // with a WorkloadEntry move
+			objs[objectKey{"c1", name + ns}] = rule(name, ns)
+			objs[objectKey{"c1", "we-a"}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\n"+
+				"metadata: {name: we-a, namespace: ns-x}\nspec: {address: 10.0.0.%d, labels: {app: a}}\n", 1+rng.IntN(9)))
+		case r < 95:
+			delete(objs, objectKey{"c1", "vs-" + ns})
+		case r < 98: // a ServiceEntry changes: never a routing-only build
+			objs[objectKey{"c1", "se-b"}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\n"+
+				"metadata: {name: svc-b, namespace: ns-x}\nspec:\n  hosts: [svc-b.ns-x.svc.cluster.local]\n"+
+				"  ports: [{number: %d, name: http, protocol: HTTP}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: b}}\n", 80+rng.IntN(2)))
+		default: // a VirtualService changes, its hosts short, long or a wildcard
+			objs[objectKey{"c1", "vs-" + ns}] = decodeOne(t, fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: VirtualService\n"+
+				"metadata: {name: vs, namespace: %s}\nspec:\n  hosts: [%s]\n  http: [{timeout: %ds, route: [{destination: {host: svc-a.ns-x.svc.cluster.local}}]}]\n",
+				ns, hosts[rng.IntN(len(hosts))], 1+rng.IntN(9)))
+		}
+	}, func(full *Snapshot) {
+		generated = generated || slices.ContainsFunc(full.AllVirtualServices, func(c *Config) bool { return c.Object.Name != "vs" })
+	})
+	if incremental < 150 {
+		t.Errorf("only %d of 300 builds were incremental: the test does not exercise the routing path", incremental)
+	}
+	if !generated {
+		t.Error("no VirtualService was translated from the Gateway API route")
 	}
 }

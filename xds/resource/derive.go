@@ -44,6 +44,19 @@ func Combine(base *ProxyResources, add map[string][]*Prepared, problems []mesh.P
 // the sorted sets base had already computed. A Prepared equal in content
 // to base's keeps base's identity. base is not changed.
 func Derive(base *ProxyResources, updates map[string][]*Prepared, problems []mesh.Problem) *ProxyResources {
+	return derive(base, updates, func(t string) bool { return t == typeurl.Endpoint }, nil, problems)
+}
+
+// DeriveRemoving is Derive where the types updates holds that whole does
+// not name are updated by name (base's others kept), after the names gone
+// are removed from them.
+func DeriveRemoving(base *ProxyResources, updates map[string][]*Prepared, whole []string, gone []string, problems []mesh.Problem) *ProxyResources {
+	return derive(base, updates, func(t string) bool { return !slices.Contains(whole, t) }, gone, problems)
+}
+
+// derive is Derive and DeriveRemoving: partialType says which types
+// updates holds by name.
+func derive(base *ProxyResources, updates map[string][]*Prepared, partialType func(typeURL string) bool, gone []string, problems []mesh.Problem) *ProxyResources {
 	changes := map[string]*Changes{}
 	res := &ProxyResources{Resources: make(map[string]map[string]*Prepared, len(base.Resources)), Problems: base.Problems, id: newResults()}
 	if base.id != 0 {
@@ -54,27 +67,37 @@ func Derive(base *ProxyResources, updates map[string][]*Prepared, problems []mes
 		res.Resources[t] = byName // immutable: shared
 	}
 	for t, list := range updates {
-		var byName map[string]*Prepared
-		if t == typeurl.Endpoint {
-			byName = maps.Clone(base.Resources[t])
-			if byName == nil {
-				byName = map[string]*Prepared{}
+		partial := partialType(t)
+		var all map[string]*Prepared
+		if partial {
+			all = maps.Clone(base.Resources[t])
+			if all == nil {
+				all = map[string]*Prepared{}
 			}
 		} else {
-			byName = make(map[string]*Prepared, len(list))
+			all = make(map[string]*Prepared, len(list))
 		}
 		ch := &Changes{}
+		if partial {
+			for _, name := range gone {
+				if all[name] != nil {
+					delete(all, name)
+					ch.Removed = append(ch.Removed, name)
+				}
+			}
+		}
 		for _, p := range list {
 			if q := base.Resources[t][p.Name]; q != nil && q.Hash == p.Hash {
 				p = q // unchanged content keeps its identity
 			} else {
 				ch.Updated = append(ch.Updated, p)
 			}
-			byName[p.Name] = p
+			all[p.Name] = p
 		}
-		if t != typeurl.Endpoint {
+		ch.Removed = slices.DeleteFunc(ch.Removed, func(name string) bool { return all[name] != nil })
+		if !partial {
 			for name := range base.Resources[t] {
-				if byName[name] == nil {
+				if all[name] == nil {
 					ch.Removed = append(ch.Removed, name)
 				}
 			}
@@ -82,7 +105,7 @@ func Derive(base *ProxyResources, updates map[string][]*Prepared, problems []mes
 		slices.SortFunc(ch.Updated, compareNames)
 		slices.Sort(ch.Removed)
 		changes[t] = ch
-		res.Resources[t] = byName
+		res.Resources[t] = all
 	}
 	res.Problems = appendNew(res.Problems, problems)
 	base.setMu.Lock()

@@ -74,6 +74,45 @@ func Endpoints(s *mesh.Snapshot, hosts map[string]bool, c build.Client) []build.
 	return rs
 }
 
+// RulesChanged generates what a change to the DestinationRules of hosts
+// alters in Generate's output for the zero Client, given prev, the
+// snapshot before the change, where every other input was the same
+// (mesh.Diff.Rules) but VirtualServices when routes is true: the hosts'
+// clusters and assignments (sorted by name), the names their clusters had
+// before (gone: each removed unless generated anew), and whole the route
+// configurations when routes is true or the rules reach them
+// (policy.RuleChangeReaches: consistent hashes, subset names); listeners
+// read neither rules nor VirtualServices.
+func RulesChanged(prev, s *mesh.Snapshot, hosts map[string]bool, routes bool) (out *build.Output, gone []string) {
+	g := &generator{snap: s, out: &build.Output{Resources: map[string][]build.Resource{typeurl.Cluster: nil, typeurl.Endpoint: nil}}}
+	before := &generator{snap: prev}
+	for host := range hosts {
+		if svc := prev.Services[host]; svc != nil {
+			before.eachCluster(svc, func(oc *policy.Cluster) { gone = append(gone, oc.Name) })
+		}
+		if svc := s.Services[host]; svc != nil {
+			g.clusters(svc) // and their assignments
+		}
+		hashes, subsets := policy.RuleChangeReaches(prev.DestinationRules[host], s.DestinationRules[host])
+		routes = routes || hashes || subsets
+	}
+	if routes {
+		g.out.Resources[typeurl.Route] = []build.Resource{}
+		for _, host := range s.Hostnames() {
+			svc := s.Services[host]
+			for _, p := range svc.Ports {
+				name := ListenerName(host, p.Number)
+				g.add(typeurl.Route, name, g.routeConfig(svc, p, name))
+			}
+		}
+	}
+	for _, rs := range g.out.Resources {
+		build.SortByName(rs)
+	}
+	g.out.Problems = g.problems.List()
+	return g.out, gone
+}
+
 // ClientEndpoints generates, for client c, the assignments of every
 // cluster that may differ from the zero Client's (perClient: locality
 // load balancing, cluster-local, endpoints on networks), sorted by name, and the problems they met: with the
