@@ -108,7 +108,7 @@ func runFallbackRSS(tb testing.TB, services, endpoints int) fallbackRSS {
 	res.Standby = kb("VmRSS")
 	res.StandbyAnon, res.StandbyFile = statusMiB(spA.proc.PID(), "RssAnon:"), statusMiB(spA.proc.PID(), "RssFile:")
 	if path := os.Getenv("NAVE_BENCH_HEAP_PROFILE"); path != "" {
-		saveURL(tb, spA.url("/debug/pprof/heap"), path)
+		saveURL(tb, spA.url("/debug/pprof/heap?gc=1"), path)
 	}
 
 	h.proc.Kill()
@@ -140,7 +140,7 @@ func runFallbackRSS(tb testing.TB, services, endpoints int) fallbackRSS {
 // view of the load benchmark's mesh (1,000 services × 15 endpoints in the
 // other cluster, -fallback.services and -fallback.endpoints after -args),
 // on standby and serving it in fallback (NAVE_BENCH_HEAP_PROFILE=FILE saves
-// the standby spoke's heap profile).
+// the standby spoke's heap profile, after a collection).
 func BenchmarkFallbackSpokeRSS(b *testing.B) {
 	var r fallbackRSS
 	for b.Loop() {
