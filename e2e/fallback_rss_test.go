@@ -67,8 +67,11 @@ spec:
 // fallbackRSS is what runFallbackRSS measured of spoke a (MiB).
 type fallbackRSS struct {
 	Standby, Serving, Peak float64
-	Objects, Held          int
-	Serve                  time.Duration
+	// StandbyAnon and StandbyFile split Standby: anonymous memory (the
+	// Go heap and runtime) and the binary's file pages.
+	StandbyAnon, StandbyFile float64
+	Objects, Held            int
+	Serve                    time.Duration
 }
 
 // runFallbackRSS runs a hub and two fallback spokes, b holding services ×
@@ -103,6 +106,10 @@ func runFallbackRSS(tb testing.TB, services, endpoints int) fallbackRSS {
 		return float64(v) / 1024
 	}
 	res.Standby = kb("VmRSS")
+	res.StandbyAnon, res.StandbyFile = statusMiB(spA.proc.PID(), "RssAnon:"), statusMiB(spA.proc.PID(), "RssFile:")
+	if path := os.Getenv("NAVE_BENCH_HEAP_PROFILE"); path != "" {
+		saveURL(tb, spA.url("/debug/pprof/heap?gc=1"), path)
+	}
 
 	h.proc.Kill()
 	down := time.Now()
@@ -132,7 +139,8 @@ func runFallbackRSS(tb testing.TB, services, endpoints int) fallbackRSS {
 // BenchmarkFallbackSpokeRSS: a real nave-spoke's memory with the remote
 // view of the load benchmark's mesh (1,000 services × 15 endpoints in the
 // other cluster, -fallback.services and -fallback.endpoints after -args),
-// on standby and serving it in fallback.
+// on standby and serving it in fallback (NAVE_BENCH_HEAP_PROFILE=FILE saves
+// the standby spoke's heap profile, after a collection).
 func BenchmarkFallbackSpokeRSS(b *testing.B) {
 	var r fallbackRSS
 	for b.Loop() {
@@ -142,8 +150,8 @@ func BenchmarkFallbackSpokeRSS(b *testing.B) {
 	b.ReportMetric(r.Serving, "serving-rss-MB")
 	b.ReportMetric(r.Peak, "peak-rss-MB")
 	b.ReportMetric(r.Serve.Seconds(), "hub-loss-to-served-s")
-	b.Logf("remote view %d objects; standby %.1f MiB, serving a proxy holding %d resources %.1f MiB (peak %.1f MiB); hub killed -> proxy served %s",
-		r.Objects, r.Standby, r.Held, r.Serving, r.Peak, r.Serve.Round(time.Millisecond))
+	b.Logf("remote view %d objects; standby %.1f MiB (anonymous %.1f, the binary's file pages %.1f), serving a proxy holding %d resources %.1f MiB (peak %.1f MiB); hub killed -> proxy served %s",
+		r.Objects, r.Standby, r.StandbyAnon, r.StandbyFile, r.Held, r.Serving, r.Peak, r.Serve.Round(time.Millisecond))
 }
 
 // TestBenchmarkFallbackSpokeRSSOnce is BenchmarkFallbackSpokeRSS's twin, at

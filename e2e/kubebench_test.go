@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/navemesh/nave/e2e/harness"
+	"github.com/navemesh/nave/e2e/load"
 	"github.com/navemesh/nave/internal/testwait"
 )
 
@@ -203,7 +204,9 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 		saveURL(t, s.url("/debug/pprof/heap"), path)
 	}
 	heap, _ := metric(metrics, "go_memstats_heap_inuse_bytes")
-	t.Logf("spoke heap in use at the end: %.0f MiB", heap/(1<<20))
+	cpu, _ := load.CPUSeconds(s.proc.PID())
+	t.Logf("spoke heap in use at the end: %.0f MiB; RSS at the end %.0f MiB (anonymous %.0f, the binary's file pages %.0f); CPU %.2f s",
+		heap/(1<<20), currentRSS(s.proc.PID()), statusMiB(s.proc.PID(), "RssAnon:"), statusMiB(s.proc.PID(), "RssFile:"), cpu)
 	t.Logf("kubernetes spoke, %d services / %d pods: synced at hub after %s; spoke peak RSS %.0f MiB; initial state %.1f KiB in %.0f messages; "+
 		"rolling restart of %d pods (%s): %.1f KiB in %.0f messages",
 		sc.services, sc.services*sc.podsPerService, syncedAfter.Round(time.Millisecond), rss, initial/1024, msgs0,
@@ -213,6 +216,7 @@ func runKubeBench(t testing.TB, sc kubeScale) {
 		b.ReportMetric(rss, "MiB-peak-rss")
 		b.ReportMetric(initial/1024, "KiB-initial")
 		b.ReportMetric((after-initial)/1024, "KiB-restart")
+		b.ReportMetric(cpu, "spoke-cpu-s")
 	}
 }
 

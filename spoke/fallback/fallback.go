@@ -6,8 +6,11 @@
 // MeshConfig and MeshNetworks from that view, so a proxy gets from the spoke what the hub
 // would give it for the same inputs.
 //
-// The Server builds its push context all the time (so that it serves at
-// once when needed) but answers proxies only while active: it becomes
+// While the hub serves, the Server's builds take in the local cluster
+// alone and the remote view stays in its wire form (a spoke on standby
+// holds no decoded copy of the rest of the mesh); from the hub's first
+// loss on, during Options.After, the view is decoded and builds take it
+// in. The Server answers proxies only while active: it becomes
 // active after Options.After without a synced hub stream, and hands back
 // once the hub has been synced (it ACKed the spoke's full state, outage
 // changes included) for Options.HandBackAfter, closing its proxy streams
@@ -94,9 +97,19 @@ type Server struct {
 	mu          sync.Mutex
 	local       []*meshconfig.Object
 	localSynced bool
-	active      bool
-	since       time.Time
-	transitions int
+	// remote is set from the hub's first loss on: builds take in the
+	// remote view. Before, the push context (built once, for no proxy)
+	// holds the local cluster alone and the view its wire form alone.
+	// remoteBuilt is set once a push context with the remote view has
+	// been published since the fallback began preparing (step): the spoke
+	// serves no proxy before. unwatch ends the preparing; lost records a
+	// loss of the hub not prepared for yet; building is whether the build
+	// in progress took in the remote view.
+	remote, remoteBuilt, lost, building bool
+	unwatch                             func()
+	active                              bool
+	since                               time.Time
+	transitions                         int
 	// hubSince is when the hub's stream last became synced (zero while it
 	// is not); lostSince when it last stopped being synced.
 	hubSince, lostSince time.Time
@@ -125,11 +138,22 @@ func New(opts Options) *Server {
 			// a change of the view, which Run notifies).
 			MeshConfig: s.meshConfig,
 			// Its MeshNetworks likewise (docs/multi-network.md).
-			MeshNetworks: s.meshNetworks},
+			MeshNetworks: s.meshNetworks,
+			OnPublish:    s.published},
 		ADS:    ao,
 		Logger: opts.Logger, Registerer: opts.Registerer,
 	})
 	return s
+}
+
+// published records that a push context with the remote view is
+// published (the builds of a mesh run one at a time: Clusters then this).
+func (s *Server) published(*pushctx.State) {
+	s.mu.Lock()
+	if s.building && s.unwatch != nil {
+		s.remoteBuilt = true
+	}
+	s.mu.Unlock()
 }
 
 // meshConfig is the engine's MeshConfig: the remote view's, for the
@@ -183,9 +207,11 @@ func (s *Server) Clusters(meshName string) []mesh.ClusterInput {
 	if s.localSynced {
 		local.Objects = sortedObjects(s.local)
 	}
+	remote := s.remote
+	s.building = remote
 	s.mu.Unlock()
 	out := []mesh.ClusterInput{local}
-	if s.opts.View != nil {
+	if s.opts.View != nil && remote {
 		out = append(out, s.opts.View.Clusters()...)
 	}
 	return out
@@ -240,10 +266,22 @@ func (s *Server) step(now time.Time, healthy bool) {
 		s.hubSince = now
 	case !healthy && !s.hubSince.IsZero():
 		s.hubSince, s.lostSince = time.Time{}, now
+		s.lost = true
+	}
+	// Preparing takes the remote view into the builds (see remote) and
+	// follows the push context as a proxy would, so that it is built at
+	// once and at every change: from the hub's loss on, or, for a spoke
+	// that never had a synced hub (started during an outage), once it
+	// would serve. It ends when the spoke hands back, or when the hub is
+	// back before the spoke served.
+	prepare := !healthy && s.unwatch == nil && s.localSynced && (s.lost || now.Sub(s.lostSince) >= s.opts.After)
+	var unwatch func()
+	if healthy && !s.active && s.unwatch != nil {
+		unwatch, s.unwatch, s.remoteBuilt = s.unwatch, nil, false
 	}
 	var drain []*gated
 	switch {
-	case !s.active && !healthy && now.Sub(s.lostSince) >= s.opts.After && s.localSynced:
+	case !s.active && !healthy && now.Sub(s.lostSince) >= s.opts.After && s.localSynced && s.remoteBuilt:
 		s.active, s.since = true, now
 		s.transitions++
 		s.metrics.transitions.WithLabelValues("activate").Inc()
@@ -257,8 +295,26 @@ func (s *Server) step(now time.Time, healthy bool) {
 		}
 		s.log.Warn("hub back and synced: handing proxies back", "hub_synced_for", now.Sub(s.hubSince).Round(time.Millisecond),
 			"proxies", len(drain), "drain", s.opts.Drain)
+		unwatch, s.unwatch, s.remoteBuilt = s.unwatch, nil, false
+	}
+	if prepare {
+		s.remote, s.lost = true, false
+		s.unwatch = func() {} // replaced below, outside the lock
 	}
 	s.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
+	if prepare {
+		if s.opts.View != nil {
+			s.opts.View.KeepDecoded()
+		}
+		w := s.engine.Publisher().Watch(s.opts.Mesh)
+		s.mu.Lock()
+		s.unwatch = w
+		s.mu.Unlock()
+		s.engine.Notify(s.opts.Mesh)
+	}
 	if len(drain) > 0 {
 		go s.drain(drain)
 	}

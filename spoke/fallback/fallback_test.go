@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/spoke/remote"
@@ -16,9 +18,12 @@ import (
 
 // The state machine: active only after After without the hub and with the
 // local state in; back only after HandBackAfter of continuous health, so a
-// hub that comes and goes does not make it flap.
+// hub that comes and goes does not make it flap. The engine runs (its
+// builds are what the spoke waits for before it serves); the test drives
+// the state machine's clock.
 func TestFallbackActivatesAfterAndHandsBackWithHysteresis(t *testing.T) {
 	s := New(Options{Mesh: "m", Cluster: "a", After: 5 * time.Second, HandBackAfter: 30 * time.Second, HubSynced: func() error { return nil }})
+	s.engine.Start(t.Context())
 	t0 := time.Now()
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	s.step(at(0), true)
@@ -28,6 +33,8 @@ func TestFallbackActivatesAfterAndHandsBackWithHysteresis(t *testing.T) {
 		t.Fatal("active before the local state was in")
 	}
 	s.Update(nil)
+	s.step(at(11*time.Second), false) // prepares: a build with the remote view
+	awaitRemoteBuilt(t, s)
 	s.step(at(11*time.Second), false)
 	if !s.Active() {
 		t.Fatal("not active 10 s after the hub was lost")
@@ -54,6 +61,7 @@ func TestFallbackActivatesAfterAndHandsBackWithHysteresis(t *testing.T) {
 
 	// Lost again: After counts from the loss, not from the start.
 	s.step(at(80*time.Second), false)
+	awaitRemoteBuilt(t, s)
 	s.step(at(84*time.Second), false)
 	if s.Active() {
 		t.Fatal("active again before After")
@@ -61,6 +69,52 @@ func TestFallbackActivatesAfterAndHandsBackWithHysteresis(t *testing.T) {
 	s.step(at(85*time.Second), false)
 	if !s.Active() {
 		t.Fatal("not active again after After")
+	}
+}
+
+// awaitRemoteBuilt waits until s has published a push context with the
+// remote view since it began preparing.
+func awaitRemoteBuilt(t *testing.T, s *Server) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.remoteBuilt {
+			return errors.New("no push context with the remote view published yet")
+		}
+		return nil
+	})
+}
+
+// Before the hub was ever lost, builds take in the local cluster alone
+// (the remote view stays in its wire form); from the loss on, the view.
+func TestFallbackTakesInTheRemoteViewOnceTheHubIsLost(t *testing.T) {
+	view := remote.New("m", "a")
+	s := New(Options{Mesh: "m", Cluster: "a", After: 5 * time.Second, HandBackAfter: 30 * time.Second, View: view, HubSynced: func() error { return nil }})
+	s.engine.Start(t.Context())
+	st := &protocolv1.ClusterStatus{Cluster: "b", Connected: true, Synced: true}
+	body, err := anypb.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: protocol.ClusterStatusTypeURL, Resources: []*discoveryv3.Resource{{Name: "b", Version: "1", Resource: body}}})
+	s.Update(nil)
+	t0 := time.Now()
+	s.step(t0, true)
+	if got := s.Clusters("m"); len(got) != 1 {
+		t.Fatalf("standby builds take in %d clusters, want the local one", len(got))
+	}
+	s.step(t0.Add(time.Second), false)
+	awaitRemoteBuilt(t, s)
+	if got := s.Clusters("m"); len(got) != 2 || got[1].Name != "b" {
+		t.Fatalf("after the hub's loss builds take in %+v, want a and b", got)
+	}
+	if s.Active() {
+		t.Fatal("active before After")
+	}
+	s.step(t0.Add(6*time.Second), false)
+	if !s.Active() {
+		t.Fatal("not active After the loss")
 	}
 }
 

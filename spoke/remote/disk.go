@@ -47,13 +47,8 @@ func (v *View) Encode() ([]byte, error) {
 	v.mu.Lock()
 	s := saved{Format: fileFormat, Mesh: v.mesh, Cluster: v.cluster, SavedAt: time.Now().UTC()}
 	for t, byName := range v.resources {
-		for _, r := range byName {
-			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
-			if err != nil {
-				v.mu.Unlock()
-				return nil, fmt.Errorf("encode %s %s: %w", t, r.GetName(), err)
-			}
-			s.Resources = append(s.Resources, savedEntry{TypeURL: t, Data: b})
+		for _, h := range byName {
+			s.Resources = append(s.Resources, savedEntry{TypeURL: t, Data: h.wire})
 		}
 	}
 	v.mu.Unlock()
@@ -117,7 +112,8 @@ func (v *View) decodeFile(path string, b []byte) error {
 	}
 	type entry struct {
 		typeURL string
-		res     *discoveryv3.Resource
+		name    string
+		h       held
 		d       decodedItem
 	}
 	var entries []entry
@@ -134,12 +130,12 @@ func (v *View) decodeFile(path string, b []byte) error {
 		if err != nil {
 			return fmt.Errorf("%s: resource %q: %w", path, res.GetName(), err)
 		}
-		entries = append(entries, entry{e.TypeURL, &res, d})
+		entries = append(entries, entry{e.TypeURL, res.GetName(), held{version: res.GetVersion(), wire: e.Data}, d})
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, e := range entries {
-		v.put(e.typeURL, e.res, e.d)
+		v.put(e.typeURL, e.name, e.h, e.d)
 	}
 	v.complete = true
 	v.bump()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/protocol"
@@ -34,14 +35,20 @@ type View struct {
 	mesh, cluster string
 
 	mu sync.Mutex
-	// resources holds the wire form of everything held (type URL -> name
-	// -> resource), which is what is saved; objects the decoded config.
-	resources map[string]map[string]*discoveryv3.Resource
-	objects   map[string]map[string]*meshconfig.Object // cluster -> "type name" -> object
-	statuses  map[string]*protocolv1.ClusterStatus
-	trust     *protocolv1.TrustBundle
-	meshCfg   *meshv1alpha1.MeshConfig
-	meshNets  *meshv1alpha1.MeshNetworks
+	// resources holds everything held in its wire form (type URL -> name
+	// -> resource), which is what is saved and what objects are decoded
+	// from.
+	resources map[string]map[string]held
+	// objects are the other clusters' objects decoded (cluster -> "type
+	// name" -> object), kept only once warm (KeepDecoded). A spoke on
+	// standby holds the wire form alone, a fraction of the decoded
+	// objects' memory.
+	objects  map[string]map[string]*meshconfig.Object
+	warm     bool
+	statuses map[string]*protocolv1.ClusterStatus
+	trust    *protocolv1.TrustBundle
+	meshCfg  *meshv1alpha1.MeshConfig
+	meshNets *meshv1alpha1.MeshNetworks
 	// gwStatuses are the hub's statuses of this cluster's Gateway API
 	// objects, by Watch name; onGatewayAPIStatus is told the full set.
 	gwStatuses         map[string]*meshconfigv1.GatewayAPIStatus
@@ -70,13 +77,20 @@ func OnGatewayAPIStatus(f func(statuses []*meshconfigv1.GatewayAPIStatus)) Optio
 
 // New returns an empty View for a spoke of cluster in meshName.
 func New(meshName, cluster string, opts ...Option) *View {
-	v := &View{mesh: meshName, cluster: cluster, resources: map[string]map[string]*discoveryv3.Resource{},
+	v := &View{mesh: meshName, cluster: cluster, resources: map[string]map[string]held{},
 		objects: map[string]map[string]*meshconfig.Object{}, statuses: map[string]*protocolv1.ClusterStatus{},
 		gwStatuses: map[string]*meshconfigv1.GatewayAPIStatus{}, changed: make(chan struct{})}
 	for _, o := range opts {
 		o(v)
 	}
 	return v
+}
+
+// held is one resource of the view: its version and the discovery
+// Resource as the hub sent it, marshalled (protobuf).
+type held struct {
+	version string
+	wire    []byte
 }
 
 // GatewayAPIStatuses returns the hub's statuses of this cluster's Gateway
@@ -115,8 +129,8 @@ func (v *View) Held() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for t, byName := range v.resources {
 		out[t] = map[string]string{}
-		for n, r := range byName {
-			out[t][n] = r.GetVersion()
+		for n, h := range byName {
+			out[t][n] = h.version
 		}
 	}
 	return out
@@ -132,7 +146,8 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 		rejections = append(rejections, &protocolv1.Rejection{TypeUrl: typeURL, Name: name, Reason: reason})
 	}
 	type decoded struct {
-		res *discoveryv3.Resource
+		res  *discoveryv3.Resource
+		wire []byte
 		decodedItem
 	}
 	var ok []decoded
@@ -149,11 +164,16 @@ func (v *View) Apply(r *discoveryv3.DeltaDiscoveryResponse) []*protocolv1.Reject
 			refuse(res.GetName(), err.Error())
 			continue
 		}
-		ok = append(ok, decoded{res: res, decodedItem: d})
+		wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
+		if err != nil {
+			refuse(res.GetName(), fmt.Sprintf("cannot be kept: %v", err))
+			continue
+		}
+		ok = append(ok, decoded{res: res, wire: wire, decodedItem: d})
 	}
 	v.mu.Lock()
 	for _, d := range ok {
-		v.put(typeURL, d.res, d.decodedItem)
+		v.put(typeURL, d.res.GetName(), held{version: d.res.GetVersion(), wire: d.wire}, d.decodedItem)
 	}
 	for _, name := range r.GetRemovedResources() {
 		v.remove(typeURL, name)
@@ -268,13 +288,13 @@ func validLabel(s string) bool {
 	return true
 }
 
-// put stores a verified resource (v.mu held).
-func (v *View) put(typeURL string, res *discoveryv3.Resource, d decodedItem) {
+// put stores a verified resource named name (v.mu held).
+func (v *View) put(typeURL, name string, h held, d decodedItem) {
 	if v.resources[typeURL] == nil {
-		v.resources[typeURL] = map[string]*discoveryv3.Resource{}
+		v.resources[typeURL] = map[string]held{}
 	}
-	v.remove(typeURL, res.GetName())
-	v.resources[typeURL][res.GetName()] = res
+	v.remove(typeURL, name)
+	v.resources[typeURL][name] = h
 	switch {
 	case d.status != nil:
 		v.statuses[d.cluster] = d.status
@@ -285,13 +305,19 @@ func (v *View) put(typeURL string, res *discoveryv3.Resource, d decodedItem) {
 	case d.meshNets != nil:
 		v.meshNets = d.meshNets
 	case d.gw != nil:
-		v.gwStatuses[res.GetName()] = d.gw
-	case d.obj != nil:
-		if v.objects[d.cluster] == nil {
-			v.objects[d.cluster] = map[string]*meshconfig.Object{}
-		}
-		v.objects[d.cluster][typeURL+" "+d.obj.Key()] = d.obj
+		v.gwStatuses[name] = d.gw
+	case d.obj != nil && v.warm:
+		putObject(v.objects, typeURL, d)
 	}
+}
+
+// putObject adds a decoded object to objects (cluster -> "type name" ->
+// object).
+func putObject(objects map[string]map[string]*meshconfig.Object, typeURL string, d decodedItem) {
+	if objects[d.cluster] == nil {
+		objects[d.cluster] = map[string]*meshconfig.Object{}
+	}
+	objects[d.cluster][typeURL+" "+d.obj.Key()] = d.obj
 }
 
 // remove drops a resource (v.mu held).
@@ -354,20 +380,88 @@ func (v *View) Complete() bool {
 // Clusters returns the remote clusters as engine input: for each other
 // cluster the hub told of, its flags and DNS suffix as the hub last said
 // and its objects (sorted as the hub sorts them), so that a snapshot built
-// from them and the spoke's own cluster equals the hub's.
+// from them and the spoke's own cluster equals the hub's. Before
+// KeepDecoded it decodes them for this call alone.
 func (v *View) Clusters() []mesh.ClusterInput {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	objects := v.objects
+	if !v.warm {
+		objects = v.decodeAll()
+	}
 	out := make([]mesh.ClusterInput, 0, len(v.statuses))
 	for name, st := range v.statuses {
 		in := mesh.ClusterInput{Name: name, Connected: st.GetConnected(), Synced: st.GetSynced(), Stale: st.GetStale(), DomainSuffix: st.GetDomainSuffix()}
-		for _, o := range v.objects[name] {
+		for _, o := range objects[name] {
 			in.Objects = append(in.Objects, o)
 		}
 		slices.SortFunc(in.Objects, meshconfig.CompareObjects)
 		out = append(out, in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// KeepDecoded has the view keep its objects decoded from now on, so that
+// Clusters no longer decodes them: the fallback calls it when the hub is
+// lost, before it serves, and then builds from the view often.
+func (v *View) KeepDecoded() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.warm {
+		v.objects, v.warm = v.decodeAll(), true
+	}
+}
+
+// decodeAll decodes the objects held (v.mu held): cluster -> "type name"
+// -> object. They were verified when they came in; one that no longer
+// decodes is left out.
+func (v *View) decodeAll() map[string]map[string]*meshconfig.Object {
+	out := map[string]map[string]*meshconfig.Object{}
+	for typeURL, byName := range v.resources {
+		kind, ok := meshconfig.KindByTypeURL(typeURL)
+		if !ok {
+			continue
+		}
+		for _, h := range byName {
+			var res discoveryv3.Resource
+			if proto.Unmarshal(h.wire, &res) != nil {
+				continue
+			}
+			if d, err := v.decode(typeURL, kind, &res); err == nil && d.obj != nil {
+				putObject(out, typeURL, d)
+			}
+		}
+	}
+	return out
+}
+
+// Objects returns how many objects the view holds of each other cluster
+// it was told of.
+func (v *View) Objects() map[string]int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.objectCounts()
+}
+
+// objectCounts is Objects with v.mu held.
+func (v *View) objectCounts() map[string]int {
+	out := make(map[string]int, len(v.statuses))
+	for name := range v.statuses {
+		out[name] = 0
+	}
+	for typeURL, byName := range v.resources {
+		if _, ok := meshconfig.KindByTypeURL(typeURL); !ok {
+			continue
+		}
+		for name := range byName {
+			if cluster, _, ok := protocol.SplitRemoteName(name); ok {
+				if _, told := out[cluster]; told {
+					out[cluster]++
+				}
+			}
+		}
+	}
 	return out
 }
 
@@ -418,15 +512,9 @@ func (v *View) Status() Status {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	st := Status{Mesh: v.mesh, Complete: v.complete, Updated: v.updated, Version: v.version, Trust: v.trust != nil, Clusters: map[string]int{}}
-	if r := v.resources[protocol.MeshConfigTypeURL][v.mesh]; r != nil {
-		st.MeshConfig = r.GetVersion()
-	}
-	if r := v.resources[protocol.MeshNetworksTypeURL][v.mesh]; r != nil {
-		st.MeshNetworks = r.GetVersion()
-	}
-	for name := range v.statuses {
-		st.Clusters[name] = len(v.objects[name])
-	}
+	st.MeshConfig = v.resources[protocol.MeshConfigTypeURL][v.mesh].version
+	st.MeshNetworks = v.resources[protocol.MeshNetworksTypeURL][v.mesh].version
+	st.Clusters = v.objectCounts()
 	for name, gs := range v.gwStatuses {
 		if st.GatewayAPIStatuses == nil {
 			st.GatewayAPIStatuses = map[string]json.RawMessage{}

@@ -282,3 +282,47 @@ func TestGatewayAPIStatusesReachTheCallback(t *testing.T) {
 		t.Fatalf("MarkComplete gave %v: want the full set", got)
 	}
 }
+
+// TestObjectsDecodedOnlyWhenUsed: a view keeps the wire form alone until
+// KeepDecoded, then keeps the objects decoded; what it reports is the
+// same either way, through later changes and removals.
+func TestObjectsDecodedOnlyWhenUsed(t *testing.T) {
+	v := filled(t)
+	o2 := se(t, "other")
+	v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: o2.Kind.TypeURL, Resources: []*discoveryv3.Resource{remote(t, "c2", o2)}})
+	if len(v.objects) != 0 {
+		t.Fatalf("objects decoded before any use: %v", v.objects)
+	}
+	if got := v.Status().Clusters["c2"]; got != 2 {
+		t.Fatalf("cold view reports %d objects of c2, want 2", got)
+	}
+	names := func() []string {
+		var out []string
+		for _, c := range v.Clusters() {
+			for _, o := range c.Objects {
+				out = append(out, c.Name+" "+o.Key())
+			}
+		}
+		return out
+	}
+	if got := strings.Join(names(), ","); got != "c2 demo/echo,c2 demo/other" {
+		t.Fatalf("cold view holds %s", got)
+	}
+	if len(v.objects) != 0 {
+		t.Fatalf("Clusters kept the objects decoded on a cold view: %v", v.objects)
+	}
+	v.KeepDecoded()
+	if len(v.objects["c2"]) != 2 {
+		t.Fatalf("KeepDecoded decoded %v, want c2's 2 objects", v.objects)
+	}
+	// Once warm, changes and removals keep the decoded objects current.
+	o3 := se(t, "third")
+	v.Apply(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: o3.Kind.TypeURL, Resources: []*discoveryv3.Resource{remote(t, "c2", o3)},
+		RemovedResources: []string{protocol.RemoteName("c2", o2)}})
+	if got := strings.Join(names(), ","); got != "c2 demo/echo,c2 demo/third" {
+		t.Fatalf("after a change the view holds %s", got)
+	}
+	if got := v.Status().Clusters["c2"]; got != 2 {
+		t.Fatalf("warm view reports %d objects of c2, want 2", got)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +76,7 @@ func meshConfigOf(view *atomic.Pointer[remote.View]) func() *meshv1alpha1.MeshCo
 // Serve runs a spoke with cfg until ctx ends (New, then Run): nave-spoke's
 // life.
 func Serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error {
+	setGCPercent(cfg.GCPercent, log)
 	s, err := New(cfg, log)
 	if err != nil {
 		return err
@@ -254,4 +257,17 @@ func (s *Server) Run(ctx context.Context) error {
 		return up.Run(gctx)
 	})
 	return g.Wait()
+}
+
+// setGCPercent sets the process's garbage collection target to percent
+// (gcPercent), unless GOGC is set in the environment or percent is 0.
+func setGCPercent(percent int, log *slog.Logger) {
+	if percent <= 0 {
+		return
+	}
+	if env, ok := os.LookupEnv("GOGC"); ok {
+		log.Info("gcPercent not applied: GOGC is set", "GOGC", env)
+		return
+	}
+	debug.SetGCPercent(percent)
 }

@@ -54,6 +54,8 @@ type Config struct {
 	Webhook      Webhook    `key:"webhook" help:"the admission webhooks (kubernetes source): the API server asks the spoke to validate the Istio kinds it reads, over HTTPS with a certificate the spoke issues and rotates itself (see docs/webhooks.md)"`
 	Fallback     Fallback   `key:"fallback" help:"multi-primary fallback (docs/fallback.md): the spoke keeps the rest of its mesh from the hub (Watch, saved in hub.stateDir) and, when the hub is gone, serves xDS for its cluster's proxies itself"`
 	Inject       Inject     `key:"inject" help:"the sidecar and proxyless injector, served at /inject of the webhook listener: pods of the selected namespaces get nave-agent (and Envoy with traffic capture, or the gRPC bootstrap) as docs/injection.md describes"`
+	// GCPercent is the spoke's garbage collection target (decision 050).
+	GCPercent int `key:"gcPercent" default:"50" help:"the Go garbage collector's target, as GOGC: the heap may grow this many percent over what is live before a collection; the spoke holds its cluster's state and allocates little once synced, so the default trades a little CPU at start for a third less peak memory (docs/decisions/050-spoke-memory.md). GOGC in the environment, when set, wins; 0: the Go default (100)"`
 }
 
 // Fallback configures the spoke's fallback xDS server.
@@ -191,6 +193,9 @@ func (c *Config) SourcePath() string {
 
 // Validate checks the source and the mesh and cluster names.
 func (c *Config) Validate() error {
+	if c.GCPercent < 0 {
+		return settings.Invalid("gcPercent", "must be 0 (the Go default) or more, got %d", c.GCPercent)
+	}
 	if c.IsKubernetes() {
 		if c.Inject.Enabled && c.Webhook.Listen == "" {
 			return settings.Invalid("inject.enabled", "the injector is served on the webhook listener: set webhook.listen")

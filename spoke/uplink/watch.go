@@ -153,7 +153,7 @@ func (u *Uplink) runWatch(stream watchStream) error {
 			u.opts.View.MarkComplete()
 			saver.now()
 			u.setWatch(WatchSynced, nil)
-			u.log.Info("remote view synced", "clusters", len(u.opts.View.Clusters()))
+			u.log.Info("remote view synced", "clusters", len(u.opts.View.Objects()))
 		} else if rejections := u.opts.View.Apply(r); len(rejections) > 0 {
 			reply.ErrorDetail = protocol.RejectionStatus(rejections)
 			u.metrics.watchNacks.Inc()

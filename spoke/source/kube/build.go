@@ -84,7 +84,6 @@ func (b *builder) build() buildResult {
 		network:    s.opts.Network,
 		namespaces: map[string]*corev1.Namespace{},
 		nodes:      map[string]*corev1.Node{},
-		pods:       map[string]*corev1.Pod{},
 	}
 	for _, item := range s.list(kindNamespace) {
 		if ns, ok := item.(*corev1.Namespace); ok {
@@ -105,12 +104,21 @@ func (b *builder) build() buildResult {
 		}
 	}
 	res.counts[kindNode] = len(v.nodes)
-	for _, item := range s.list(kindPod) {
-		if p, ok := item.(*corev1.Pod); ok && selected(p.Namespace) {
-			v.pods[p.Namespace+"/"+p.Name] = p
+	if pods := s.store(kindPod); pods != nil {
+		v.pods = func(namespace, name string) *pod {
+			if !selected(namespace) {
+				return nil
+			}
+			item, _, _ := pods.GetByKey(namespace + "/" + name)
+			p, _ := item.(*pod)
+			return p
+		}
+		for _, item := range pods.List() {
+			if p, ok := item.(*pod); ok && selected(p.Namespace) {
+				res.counts[kindPod]++
+			}
 		}
 	}
-	res.counts[kindPod] = len(v.pods)
 
 	var objs []*meshconfig.Object
 	services := make(map[types.UID]serviceMemo, len(b.services))

@@ -21,6 +21,7 @@ import (
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -134,6 +135,17 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes source: kubernetes client: %w", err)
 	}
+	// The informers of the core and discovery kinds read protobuf, as the
+	// Kubernetes components do: it decodes in a fraction of JSON's time
+	// and garbage, which is most of a large cluster's start. Discovery
+	// (kc) reads JSON.
+	pc := rest.CopyConfig(cfg)
+	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	pc.ContentType = runtime.ContentTypeProtobuf
+	kp, err := kubernetes.NewForConfig(pc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes source: kubernetes client: %w", err)
+	}
 	ic, err := istioclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes source: istio client: %w", err)
@@ -154,7 +166,7 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 		opts:     opts,
 		selector: sel,
 		kube:     kc,
-		clients:  &clients{kube: kc, istio: ic, gateway: gc, metadata: mc},
+		clients:  &clients{kube: kp, istio: ic, gateway: gc, metadata: mc},
 		logger:   opts.Logger,
 		metrics:  m,
 		wake:     make(chan struct{}, 1),

@@ -21,7 +21,17 @@ type view struct {
 	network    string                       // the cluster's (Options.Network)
 	namespaces map[string]*corev1.Namespace // by name
 	nodes      map[string]*corev1.Node      // by name
-	pods       map[string]*corev1.Pod       // by namespace/name
+	// pods finds a pod of a selected namespace (nil: no pods). It reads
+	// the informer's cache, which is keyed so, rather than a copy of it.
+	pods func(namespace, name string) *pod
+}
+
+// pod returns the pod namespace/name, nil if there is none.
+func (v *view) pod(namespace, name string) *pod {
+	if v.pods == nil {
+		return nil
+	}
+	return v.pods(namespace, name)
 }
 
 // namespaceNetwork is the network of a namespace's workloads that say
@@ -39,7 +49,7 @@ func (v *view) namespaceNetwork(namespace string) string {
 type endpoint struct {
 	namespace, address string
 	slice              string // the first slice (by name) that lists it
-	pod                *corev1.Pod
+	pod                *pod
 	podName            string // from a targetRef of kind Pod
 	nodeName, zone     string
 	ports              map[string]uint32
@@ -91,13 +101,17 @@ func workloadEndpoints(v *view, eps []*discoveryv1.EndpointSlice) ([]*endpoint, 
 			}
 			e := byAddr[key]
 			if e == nil {
-				e = &endpoint{namespace: sl.Namespace, address: ep.Addresses[0], slice: sl.Name, ports: map[string]uint32{}}
+				// The endpoint shares its slice's ports (and so do the
+				// Workloads made of it) until another slice adds one.
+				e = &endpoint{namespace: sl.Namespace, address: ep.Addresses[0], slice: sl.Name, ports: ports}
 				byAddr[key] = e
 				all = append(all, e)
+			} else {
+				e.ports = mergePorts(e.ports, ports)
 			}
-			var pod *corev1.Pod
+			var pod *pod
 			if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.Namespace == "" || ref.Namespace == sl.Namespace) {
-				pod = v.pods[sl.Namespace+"/"+ref.Name]
+				pod = v.pod(sl.Namespace, ref.Name)
 				if e.podName == "" {
 					e.podName, e.pod = ref.Name, pod
 				}
@@ -107,11 +121,6 @@ func workloadEndpoints(v *view, eps []*discoveryv1.EndpointSlice) ([]*endpoint, 
 			}
 			if e.zone == "" && ep.Zone != nil {
 				e.zone = *ep.Zone
-			}
-			for name, n := range ports {
-				if _, ok := e.ports[name]; !ok {
-					e.ports[name] = n
-				}
 			}
 			if !slices.Contains(e.services, host) {
 				e.services = append(e.services, host)
@@ -141,7 +150,7 @@ func (e *endpoint) sameInputs(v *view, old *endpoint, oldView *view) bool {
 // else its pod's.
 func (e *endpoint) node() string {
 	if e.nodeName == "" && e.pod != nil {
-		return e.pod.Spec.NodeName
+		return e.pod.node
 	}
 	return e.nodeName
 }
@@ -162,20 +171,40 @@ func slicePorts(sl *discoveryv1.EndpointSlice) map[string]uint32 {
 	return ports
 }
 
+// mergePorts returns have with the ports of more it lacks: have itself
+// when it lacks none, else a copy (have may be shared).
+func mergePorts(have, more map[string]uint32) map[string]uint32 {
+	var out map[string]uint32
+	for name, n := range more {
+		if _, ok := have[name]; ok {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]uint32, len(have)+len(more))
+			maps.Copy(out, have)
+		}
+		out[name] = n
+	}
+	if out == nil {
+		return have
+	}
+	return out
+}
+
 // endpointHealth reads an endpoint's conditions: terminating (or its pod
 // being deleted) is TERMINATING, ready is READY, anything else
 // NOT_READY. An endpoint that does not say whether it is ready takes its
 // pod's Ready condition, and counts as ready without one, as the
 // EndpointSlice API asks.
-func endpointHealth(ep discoveryv1.Endpoint, pod *corev1.Pod) meshconfigv1.Workload_Health {
+func endpointHealth(ep discoveryv1.Endpoint, pod *pod) meshconfigv1.Workload_Health {
 	c := ep.Conditions
 	if c.Terminating != nil && *c.Terminating || pod != nil && pod.DeletionTimestamp != nil {
 		return meshconfigv1.Workload_TERMINATING
 	}
 	ready := c.Ready == nil || *c.Ready
 	if c.Ready == nil && pod != nil {
-		if st := podReady(pod); st != "" {
-			ready = st == corev1.ConditionTrue
+		if pod.ready != "" {
+			ready = pod.ready == corev1.ConditionTrue
 		}
 	}
 	if ready {
@@ -235,7 +264,7 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 	nodeName := e.node()
 	if pod := e.pod; pod != nil {
 		o.Labels = pod.Labels
-		w.ServiceAccount = pod.Spec.ServiceAccountName
+		w.ServiceAccount = pod.serviceAccount
 		w.Network = pod.Labels[meshconfig.NetworkLabel]
 	}
 	if w.Network == "" {

@@ -42,7 +42,7 @@ func workloadsByName(t *testing.T, objs []*meshconfig.Object) map[string]*meshco
 }
 
 func TestWorkloadNamesAreUniquePerNamespace(t *testing.T) {
-	v := &view{domain: "cluster.local", pods: map[string]*corev1.Pod{}}
+	v := &view{domain: "cluster.local"}
 	objs := workloadObjects(v, []*discoveryv1.EndpointSlice{
 		// A dual-stack pod: one address in each slice.
 		slice("a", "web-v4", "web", discoveryv1.AddressTypeIPv4,
@@ -89,13 +89,21 @@ func TestWorkloadNamesAreUniquePerNamespace(t *testing.T) {
 }
 
 func TestEndpointHealth(t *testing.T) {
-	readyPod := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
-	unreadyPod := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}}
-	deleting := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{}}}
+	asCached := func(p *corev1.Pod) *pod {
+		t.Helper()
+		out, err := transformPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*pod)
+	}
+	readyPod := asCached(&corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}})
+	unreadyPod := asCached(&corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}})
+	deleting := asCached(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{}}})
 	tests := []struct {
 		name string
 		cond discoveryv1.EndpointConditions
-		pod  *corev1.Pod
+		pod  *pod
 		want meshconfigv1.Workload_Health
 	}{
 		{"ready", discoveryv1.EndpointConditions{Ready: ptr(true)}, nil, meshconfigv1.Workload_READY},
