@@ -176,6 +176,10 @@ func (r Result) Notes() string {
 	if v, ok := e["hub_rss_start_mb"]; ok {
 		add("hub RSS at start %.0f MB", v)
 	}
+	if v, ok := e["steady_idle_seconds"]; ok && e["replicas"] <= 1 {
+		add("holding the workload took %.0f builds, %.2f CPU-s since the start; then idle for %s: CPU-s %.2f",
+			e["steady_r0_load_builds"], e["steady_r0_load_cpu_s"], secs(v), e["steady_r0_idle_cpu_s"])
+	}
 	if n := int(e["replicas"]); n > 1 {
 		add("%s", replicaNotes(e, n))
 	}
@@ -216,6 +220,10 @@ func replicaNotes(e map[string]float64, n int) string {
 			secs(e["steady_load_seconds"]), mb(e["steady_initial_relay_bytes"]), per("steady_r%d_initial_relay_bytes", "%.0f", 1.0/1024),
 			secs(e["steady_idle_seconds"]), per("steady_r%d_idle_gossip_bytes_per_s", "%.2f", 1.0/1024),
 			per("steady_r%d_idle_relay_bytes_per_s", "%.0f", 1), per("steady_r%d_idle_cpu_s", "%.2f", 1))
+		if _, ok := e["steady_r0_load_builds"]; ok {
+			s += fmt.Sprintf("; holding the workload took %s builds, %s CPU-s since the start",
+				per("steady_r%d_load_builds", "%.0f", 1), per("steady_r%d_load_cpu_s", "%.2f", 1))
+		}
 	}
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -61,7 +62,8 @@ type Options struct {
 	// ProfileDir, if set, receives a hub CPU profile of each scenario
 	// reported (ProfileSeconds long from the scenario's start, default 30;
 	// the next scenario waits for it) and a heap profile taken as it
-	// starts.
+	// starts; with replicas, one of each per replica, and of the idle set
+	// (Idle) too.
 	ProfileDir     string
 	ProfileSeconds int
 	// Label names the run in profile file names.
@@ -71,6 +73,15 @@ type Options struct {
 	// gossip and relay rates (default 30 s, memberlist's push/pull
 	// interval).
 	Idle time.Duration
+	// WatchIdle watches a single hub idle for Idle too, for comparison
+	// with a replica set's idle cost.
+	WatchIdle bool
+	// SpreadByNamespace connects, with replicas, every proxy of a
+	// namespace to one replica (the namespace's index mod the replicas;
+	// gateways all to one) instead of round robin, so that each proxy
+	// key lives on one replica only (what key-affine placement would
+	// save).
+	SpreadByNamespace bool
 }
 
 func (o *Options) defaults() {
@@ -217,7 +228,7 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	}
 	r.loaded = time.Since(loadStart)
 	r.log.Info("hub holds the workload", "services", w.Services, "clusters", len(w.Clusters), "replicas", len(hubs), "took", r.loaded.Round(time.Millisecond))
-	if len(hubs) > 1 {
+	if len(hubs) > 1 || o.WatchIdle {
 		if r.steady, err = r.steadyState(ctx, time.Since(loadStart)); err != nil {
 			return nil, err
 		}
@@ -225,7 +236,7 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 
 	r.env.watched[r.env.names.idString(w.ClusterName(w.edited))] = true
 	for _, s := range specs {
-		i := len(r.clients) % len(hubs)
+		i := r.replicaOf(s)
 		c, err := newClient(r.env, s, o.Delta, hubs[i].XDS)
 		if err != nil {
 			return nil, err
@@ -270,6 +281,19 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 		}
 	}
 	return results, nil
+}
+
+// replicaOf is the replica proxy s connects to: round robin, or by
+// namespace (Options.SpreadByNamespace).
+func (r *runner) replicaOf(s ProxySpec) int {
+	n := len(r.hubs)
+	if !r.o.SpreadByNamespace {
+		return s.Index % n
+	}
+	if s.Kind == Gateway {
+		return r.w.Namespaces % n
+	}
+	return s.Index % r.w.Namespaces % n
 }
 
 // waitLoaded waits until the hub's push context holds every service of
@@ -361,16 +385,26 @@ func (r *runner) steadyState(ctx context.Context, loaded time.Duration) (map[str
 		}
 		out[fmt.Sprintf("r%d_initial_relay_bytes", i)] = sumMetric(m, relayBytesMetric)
 		out["initial_relay_bytes"] += sumMetric(m, relayBytesMetric)
+		// What holding the workload took: snapshot builds, and the
+		// process's CPU since it started.
+		out[fmt.Sprintf("r%d_load_builds", i)] = sumMetric(m, "nave_pushctx_builds_total")
+		if cpu, err := cpuSeconds(h.PID); err == nil {
+			out[fmt.Sprintf("r%d_load_cpu_s", i)] = cpu
+		}
 	}
 	r.log.Info("watching the idle replica set", "for", r.o.Idle, "initial relay bytes", out["initial_relay_bytes"])
-	var procs []*procProbe
-	for _, h := range r.hubs {
-		procs = append(procs, h.beginProbe())
+	base := ""
+	if r.o.ProfileDir != "" {
+		base = r.o.Label + "idle"
 	}
+	procs, profiled := r.beginProbes(base, "", max(1, int(r.o.Idle/time.Second)))
 	start := time.Now()
 	select {
 	case <-ctx.Done():
 	case <-time.After(r.o.Idle):
+	}
+	if profiled != nil {
+		<-profiled
 	}
 	wall := time.Since(start).Seconds()
 	for i, pp := range procs {
@@ -490,37 +524,72 @@ func (p *procProbe) end() procUsage {
 
 func (r *runner) begin(name string) *probe {
 	p := &probe{r: r, name: name}
-	for i, h := range r.hubs {
-		if !r.dead[i] {
-			pp := h.beginProbe()
-			pp.index = i
-			p.procs = append(p.procs, pp)
-		}
-	}
-	p.tool0 = selfCPU()
+	base := ""
 	if r.o.ProfileDir != "" && slices.Contains(r.o.Scenarios, name) {
 		// The heap as the scenario starts: after S1, what the connected,
 		// idle proxies cost (a GC runs first: live objects only).
-		heap := filepath.Join(r.o.ProfileDir, fmt.Sprintf("%s%s-%s-%d-heap-at-start.pprof", r.o.Label, name, r.o.Mode(), r.o.Proxies))
-		if err := r.fetch(heap, "/debug/pprof/heap?gc=1"); err != nil {
-			r.log.Error("hub heap profile", "scenario", name, "err", err)
-		}
-		p.profiled = make(chan struct{})
-		go func() {
-			defer close(p.profiled)
-			path := filepath.Join(r.o.ProfileDir, fmt.Sprintf("%s%s-%s-%d-%s.pprof", r.o.Label, name, r.o.Mode(), r.o.Proxies, strings.ReplaceAll(Titles[name], " ", "-")))
-			if err := r.fetch(path, fmt.Sprintf("/debug/pprof/profile?seconds=%d", r.o.ProfileSeconds)); err != nil {
-				r.log.Error("hub CPU profile", "scenario", name, "err", err)
-			}
-		}()
+		base = fmt.Sprintf("%s%s-%s-%d", r.o.Label, name, r.o.Mode(), r.o.Proxies)
 	}
+	p.procs, p.profiled = r.beginProbes(base, "-"+strings.ReplaceAll(Titles[name], " ", "-"), r.o.ProfileSeconds)
+	p.tool0 = selfCPU()
 	p.start = time.Now()
 	return p
 }
 
+// beginProbes starts measuring every live hub process. With base set, it
+// first saves each one's heap (after a GC, which the probe then does not
+// count) and then a CPU profile of the next seconds, into the profile
+// directory under base plus suffix (with replicas, each file names its
+// replica: base-rK…); the channel is closed when every CPU profile is
+// saved (nil without base).
+func (r *runner) beginProbes(base, suffix string, seconds int) ([]*procProbe, chan struct{}) {
+	name := func(i int) string {
+		if len(r.hubs) > 1 {
+			return fmt.Sprintf("%s-r%d", base, i)
+		}
+		return base
+	}
+	if base != "" {
+		for i, h := range r.hubs {
+			if r.dead[i] {
+				continue
+			}
+			if err := h.fetch(filepath.Join(r.o.ProfileDir, name(i)+"-heap-at-start.pprof"), "/debug/pprof/heap?gc=1"); err != nil {
+				r.log.Error("hub heap profile", "profile", name(i), "err", err)
+			}
+		}
+	}
+	var procs []*procProbe
+	for i, h := range r.hubs {
+		if !r.dead[i] {
+			pp := h.beginProbe()
+			pp.index = i
+			procs = append(procs, pp)
+		}
+	}
+	if base == "" {
+		return procs, nil
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, pp := range procs {
+		wg.Go(func() {
+			path := filepath.Join(r.o.ProfileDir, name(pp.index)+suffix+".pprof")
+			if err := pp.hub.fetch(path, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)); err != nil {
+				r.log.Error("hub CPU profile", "profile", name(pp.index), "err", err)
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return procs, done
+}
+
 // fetch saves the hub's admin endpoint urlPath (a profile) to path.
-func (r *runner) fetch(path, urlPath string) error {
-	resp, err := http.Get(r.hub.URL(urlPath))
+func (h *Hub) fetch(path, urlPath string) error {
+	resp, err := http.Get(h.URL(urlPath))
 	if err != nil {
 		return err
 	}

@@ -86,6 +86,13 @@ type Holding struct {
 	// served; nothing staged): set only when asked for, and only once
 	// EverSynced.
 	Objects map[string]map[string]*meshconfig.Object
+	// Rev grows with every change of the applied resources.
+	Rev uint64
+	// Changes, set instead of Objects when HoldingFilter.ChangedSince
+	// named a Rev the cluster still knows the changes since, are the
+	// applied resources changed since that Rev, by type URL and name (nil:
+	// removed).
+	Changes map[string]map[string]*meshconfig.Object
 }
 
 // HoldingFilter selects what Ownership.Holdings lists. A plain value.
@@ -94,4 +101,9 @@ type HoldingFilter struct {
 	Only ClusterIdentity
 	// Objects asks for each cluster's applied resources.
 	Objects bool
+	// ChangedSince, with Objects, asks for only what changed after this
+	// Holding.Rev (Holding.Changes) where the cluster still knows it: the
+	// replica relay's next diff costs what changed, not the cluster's
+	// size. 0 asks for every object.
+	ChangedSince uint64
 }

@@ -43,6 +43,12 @@ type record struct {
 	hinted map[resourceKey]struct{}
 	// rejected holds the current rejection of each resource refused.
 	rejected map[resourceKey]meshconfig.Rejection
+	// rev counts the changes applied to resources; log lists the latest
+	// of them (oldest first), every change after rev logBase, so that a
+	// reader that saw rev r can ask for only what changed since (the
+	// replica relay: Holding.Changes).
+	rev, logBase uint64
+	log          []logged
 
 	// session numbers the current or last stream; cancel ends the current
 	// one (nil once it ended) with a cause (errSuperseded, *cutOff).
@@ -54,6 +60,51 @@ type record struct {
 
 // resourceKey names a pushed resource: its type URL and wire name.
 type resourceKey struct{ typeURL, name string }
+
+// logged is one change of a record's resources: at which rev.
+type logged struct {
+	rev uint64
+	key resourceKey
+}
+
+// changeLog bounds a record's log of changes: a reader further behind is
+// given the whole state again.
+const changeLog = 1024
+
+// logChange counts a change of the resource typeURL/name.
+func (s *record) logChange(typeURL, name string) {
+	s.rev++
+	if len(s.log) >= changeLog {
+		drop := len(s.log) / 2
+		s.logBase = s.log[drop-1].rev
+		s.log = append(s.log[:0], s.log[drop:]...)
+	}
+	s.log = append(s.log, logged{rev: s.rev, key: resourceKey{typeURL, name}})
+}
+
+// changedSince returns the applied resources changed after rev since, by
+// type URL and name (nil: removed), or false when the log no longer
+// reaches back that far (or since is not a rev of this record).
+func (s *record) changedSince(since uint64) (map[string]map[string]*meshconfig.Object, bool) {
+	if since < s.logBase || since > s.rev {
+		return nil, false
+	}
+	out := map[string]map[string]*meshconfig.Object{}
+	i, _ := slices.BinarySearchFunc(s.log, since+1, func(l logged, r uint64) int { return cmp.Compare(l.rev, r) })
+	for _, l := range s.log[i:] {
+		byName := out[l.key.typeURL]
+		if byName == nil {
+			byName = map[string]*meshconfig.Object{}
+			out[l.key.typeURL] = byName
+		}
+		var o *meshconfig.Object
+		if e, ok := s.resources[l.key.typeURL][l.key.name]; ok {
+			o = e.obj
+		}
+		byName[l.key.name] = o
+	}
+	return out, true
+}
 
 func newRecord(id ClusterIdentity) *record {
 	return &record{State: State{ClusterIdentity: id}, resources: map[string]map[string]*entry{}, rejected: map[resourceKey]meshconfig.Rejection{}}
@@ -89,6 +140,7 @@ func (s *record) apply(typeURL string, o *meshconfig.Object, session uint64) (ch
 	}
 	byName[name] = &entry{obj: o, session: session}
 	s.edit(o, false)
+	s.logChange(typeURL, name)
 	return true
 }
 
@@ -187,6 +239,7 @@ func (s *record) drop(typeURL, name string) (changed bool) {
 	if e, ok := s.resources[typeURL][name]; ok {
 		delete(s.resources[typeURL], name)
 		s.edit(e.obj, true)
+		s.logChange(typeURL, name)
 		return true
 	}
 	return false
@@ -196,11 +249,12 @@ func (s *record) drop(typeURL, name string) (changed bool) {
 // state is complete (it sent the synced marker), so anything older is gone
 // at the source.
 func (s *record) prune() (removed int) {
-	for _, byName := range s.resources {
+	for typeURL, byName := range s.resources {
 		for name, e := range byName {
 			if e.session != s.session {
 				delete(byName, name)
 				s.sorted = nil
+				s.logChange(typeURL, name)
 				removed++
 			}
 		}
@@ -243,17 +297,24 @@ func (s *record) objects() []*meshconfig.Object {
 }
 
 // holding is s as Ownership.Holdings lists it.
-func (s *record) holding(objects bool) Holding {
-	h := Holding{State: s.State}
-	if objects && s.EverSynced {
-		h.Objects = make(map[string]map[string]*meshconfig.Object, len(s.resources))
-		for typeURL, byName := range s.resources {
-			m := make(map[string]*meshconfig.Object, len(byName))
-			for name, e := range byName {
-				m[name] = e.obj
-			}
-			h.Objects[typeURL] = m
+func (s *record) holding(f HoldingFilter) Holding {
+	h := Holding{State: s.State, Rev: s.rev}
+	if !f.Objects || !s.EverSynced {
+		return h
+	}
+	if f.ChangedSince > 0 {
+		if changes, ok := s.changedSince(f.ChangedSince); ok {
+			h.Changes = changes
+			return h
 		}
+	}
+	h.Objects = make(map[string]map[string]*meshconfig.Object, len(s.resources))
+	for typeURL, byName := range s.resources {
+		m := make(map[string]*meshconfig.Object, len(byName))
+		for name, e := range byName {
+			m[name] = e.obj
+		}
+		h.Objects[typeURL] = m
 	}
 	return h
 }

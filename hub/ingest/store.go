@@ -524,13 +524,13 @@ func (s *Store) holdings(f HoldingFilter) []Holding {
 	defer s.mu.Unlock()
 	if f.Only != (ClusterIdentity{}) {
 		if r := s.records[f.Only]; r != nil {
-			return []Holding{r.holding(f.Objects)}
+			return []Holding{r.holding(f)}
 		}
 		return nil
 	}
 	out := make([]Holding, 0, len(s.records))
 	for _, r := range s.records {
-		out = append(out, r.holding(f.Objects))
+		out = append(out, r.holding(f))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ClusterIdentity.String() < out[j].ClusterIdentity.String() })
 	return out

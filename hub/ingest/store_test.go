@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -55,5 +56,94 @@ func TestRecordObjectsStaySorted(t *testing.T) {
 		if !slices.Equal(h.list, h.copy) {
 			t.Fatalf("the list handed out %d-th was changed afterwards", i)
 		}
+	}
+}
+
+// TestRecordChangedSince: through random puts, updates and removals of a
+// synced cluster (and a prune), what changedSince reports since any rev
+// the log still reaches, applied to the state at that rev, gives the
+// current state; a rev the log no longer reaches, or not yet reached, is
+// refused.
+func TestRecordChangedSince(t *testing.T) {
+	kinds := meshconfig.Kinds()[:3]
+	s := newRecord(ClusterIdentity{Mesh: "m", Cluster: "c"})
+	s.Synced, s.EverSynced = true, true
+	s.session = 1
+	rng := rand.New(rand.NewPCG(7, 11))
+	// snapshot is what the record holds, by type URL then name (version).
+	snapshot := func() map[string]map[string]string {
+		out := map[string]map[string]string{}
+		for typeURL, byName := range s.resources {
+			for name, e := range byName {
+				if out[typeURL] == nil {
+					out[typeURL] = map[string]string{}
+				}
+				out[typeURL][name] = e.obj.Version
+			}
+		}
+		return out
+	}
+	type seen struct {
+		rev   uint64
+		state map[string]map[string]string
+	}
+	var history []seen
+	for step := range 4000 {
+		k := kinds[rng.IntN(len(kinds))]
+		o := &meshconfig.Object{Kind: k, Namespace: "ns", Name: fmt.Sprint("o-", rng.IntN(40)), Version: fmt.Sprint(step)}
+		switch {
+		case step == 2000:
+			s.session = 2 // a new stream's full state: everything not sent again is pruned
+			s.put(k.Kind, o, 2)
+			s.prune()
+		case rng.IntN(3) == 0:
+			s.remove(k.Kind, o.Key())
+		default:
+			s.put(k.Kind, o, s.session)
+		}
+		history = append(history, seen{s.rev, snapshot()})
+		now := snapshot()
+		for _, h := range []seen{history[rng.IntN(len(history))], history[len(history)-1]} {
+			changes, ok := s.changedSince(h.rev)
+			if !ok {
+				if h.rev >= s.logBase {
+					t.Fatalf("step %d: rev %d refused though the log reaches back to %d", step, h.rev, s.logBase)
+				}
+				continue
+			}
+			got := map[string]map[string]string{}
+			for typeURL, byName := range h.state {
+				got[typeURL] = maps.Clone(byName)
+			}
+			for typeURL, byName := range changes {
+				for name, o := range byName {
+					if o == nil {
+						delete(got[typeURL], name)
+						continue
+					}
+					if got[typeURL] == nil {
+						got[typeURL] = map[string]string{}
+					}
+					got[typeURL][name] = o.Version
+				}
+			}
+			for typeURL := range got {
+				if len(got[typeURL]) == 0 {
+					delete(got, typeURL)
+				}
+			}
+			if !maps.EqualFunc(got, now, maps.Equal) {
+				t.Fatalf("step %d: the state at rev %d with the changes since is not the current state", step, h.rev)
+			}
+		}
+	}
+	if s.logBase == 0 {
+		t.Fatal("the log never overflowed: the test does not reach a refused rev")
+	}
+	if _, ok := s.changedSince(s.logBase - 1); ok {
+		t.Error("a rev older than the log was answered")
+	}
+	if _, ok := s.changedSince(s.rev + 1); ok {
+		t.Error("a rev not reached yet was answered")
 	}
 }

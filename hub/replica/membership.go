@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,9 +93,10 @@ type Options struct {
 	// host being an IP address or a DNS name whose every address is
 	// tried (a headless Service).
 	Join []string
-	// RejoinInterval is how often the members in Join are joined again,
-	// so that a replica that started first, or was cut off, finds the
-	// others; 0 means 10s.
+	// RejoinInterval is how often the members in Join are joined again
+	// while any address they name is not a live member, so that a
+	// replica that started first, or was cut off, finds the others; 0
+	// means 10s.
 	RejoinInterval time.Duration
 	// Keyring encrypts gossip; nil only with Insecure.
 	Keyring  *memberlist.Keyring
@@ -179,8 +181,8 @@ type Member struct {
 }
 
 // Join starts gossip and joins the members in opts.Join (a failure to
-// reach any is logged, and retried every RejoinInterval until stop is
-// closed).
+// reach any is logged, and retried every RejoinInterval, while one of
+// them is not a live member, until stop is closed).
 func Join(opts Options, stop <-chan struct{}) (*Membership, error) {
 	if opts.Keyring == nil && !opts.Insecure {
 		return nil, errors.New("replicas: no gossip keyring (replicas.keyringFile); gossip in the clear only with replicas.insecureGossip, for tests")
@@ -245,6 +247,44 @@ func (m *Membership) join() {
 	}
 }
 
+// joinedAll reports whether every address opts.Join names (resolved as
+// memberlist resolves it) is a live member's: joining again would only
+// repeat a push/pull with each, which memberlist's own push/pull already
+// does. A name that does not resolve counts as not joined.
+func (m *Membership) joinedAll() bool {
+	live := map[string]bool{}
+	for _, n := range m.ml.Members() {
+		if n.State == memberlist.StateAlive {
+			live[net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))] = true
+		}
+	}
+	for _, j := range m.opts.Join {
+		host, port, err := net.SplitHostPort(j)
+		if err != nil {
+			host, port = j, strconv.Itoa(m.opts.BindPort)
+		}
+		ips := []net.IP{net.ParseIP(host)}
+		if ips[0] == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+			cancel()
+			if err != nil || len(addrs) == 0 {
+				return false
+			}
+			ips = ips[:0]
+			for _, a := range addrs {
+				ips = append(ips, a.IP)
+			}
+		}
+		for _, ip := range ips {
+			if !live[net.JoinHostPort(ip.String(), port)] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func (m *Membership) loop(stop <-chan struct{}) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -262,7 +302,9 @@ func (m *Membership) loop(stop <-chan struct{}) {
 		m.refresh()
 		if time.Since(lastJoin) >= m.opts.RejoinInterval {
 			lastJoin = time.Now()
-			m.join()
+			if !m.joinedAll() {
+				m.join()
+			}
 		}
 	}
 }

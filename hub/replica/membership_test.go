@@ -4,8 +4,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,4 +225,48 @@ func FuzzParseKeyring(f *testing.F) {
 			t.Fatalf("primary key of %d bytes", n)
 		}
 	})
+}
+
+// TestRejoinOnlyWhileASeedIsMissing: a replica whose seed is not up yet
+// keeps joining it and finds it once it starts; once every seed is a
+// live member it stops joining again (each rejoin was a push/pull with
+// every seed, repeating memberlist's own).
+func TestRejoinOnlyWhileASeedIsMissing(t *testing.T) {
+	kr := keyring(t, 0)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	noPushPull := func(c *memberlist.Config) {
+		fast(c)
+		c.PushPullInterval = 0 // only joins start a push/pull
+	}
+	var ticks atomic.Int64
+	aLog := &memberLog{}
+	aStop := make(chan struct{})
+	t.Cleanup(func() { close(aStop) })
+	a, err := replica.Join(replica.Options{ID: "a", BindAddress: "127.0.0.1", Join: []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, Keyring: kr,
+		Logger: slog.New(slog.NewTextHandler(aLog, &slog.HandlerOptions{Level: slog.LevelDebug})), RejoinInterval: time.Millisecond, Tune: noPushPull,
+		QuorumWindow: time.Minute, ReadyTimeout: time.Minute, RelayAddress: "127.0.0.1:1", In: fakeIngest{},
+		Load: func() replica.Load { ticks.Add(1); return replica.Load{} }}, aStop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bStop := make(chan struct{})
+	t.Cleanup(func() { close(bStop) })
+	if _, err := replica.Join(replica.Options{ID: "b", BindAddress: "127.0.0.1", BindPort: port, Keyring: kr, Tune: noPushPull,
+		RejoinInterval: time.Millisecond, QuorumWindow: time.Minute, ReadyTimeout: time.Minute, RelayAddress: "127.0.0.1:1", In: fakeIngest{}}, bStop); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "a found b, started after it, by joining again", func() bool { return len(a.Members()) == 2 })
+	// Two more ticks of a's loop (each asks for the load, then decides
+	// whether to join again) after the one that may still have joined.
+	pushPulls := aLog.count("Initiating push/pull sync")
+	after := ticks.Load()
+	testwait.Until(t, "three more ticks of a's membership loop", func() bool { return ticks.Load() >= after+3 })
+	if n := aLog.count("Initiating push/pull sync"); n > pushPulls+1 {
+		t.Errorf("a started %d push/pulls after every seed had joined, want at most the one of the tick in progress", n-pushPulls)
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -412,6 +414,9 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 		return nil
 	}
 	first := true
+	// rev is the cluster's Rev that sent reflects: after the first full
+	// diff, each wake asks only for what changed since.
+	var rev uint64
 	for {
 		rl.mu.Lock()
 		at := rl.changeAt
@@ -420,7 +425,12 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 		if at.IsZero() {
 			at = time.Now()
 		}
-		cur, ok := holding(r.opts.In, id, true)
+		hs := r.opts.In.Holdings(ingest.HoldingFilter{Only: id, Objects: true, ChangedSince: rev})
+		ok := len(hs) == 1
+		var cur ingest.Holding
+		if ok {
+			cur = hs[0]
+		}
 		r.mu.Lock()
 		still := ok && cur.Epoch == h.Epoch && r.relays(cur) && cur.EverSynced
 		r.mu.Unlock()
@@ -428,7 +438,14 @@ func (r *Relayer) stream(l *link, id ingest.ClusterIdentity, h ingest.Holding, r
 			_ = st.CloseSend()
 			return errEpoch
 		}
-		for _, m := range r.diff(id, cur.Objects, sent) {
+		var msgs []*discoveryv3.DeltaDiscoveryResponse
+		if cur.Changes != nil {
+			msgs = r.diffChanges(id, cur.Changes, sent)
+		} else {
+			msgs = r.diff(id, cur.Objects, sent)
+		}
+		rev = cur.Rev
+		for _, m := range msgs {
 			if err := send(m, at); err != nil {
 				return err
 			}
@@ -521,17 +538,30 @@ func (r *Relayer) resume(st protocolv1.Sync_PushClient, id ingest.ClusterIdentit
 // diff returns the messages that bring a peer from sent to objs, and
 // records them in sent.
 func (r *Relayer) diff(id ingest.ClusterIdentity, objs map[string]map[string]*meshconfig.Object, sent map[string]map[string]string) []*discoveryv3.DeltaDiscoveryResponse {
-	var out []*discoveryv3.DeltaDiscoveryResponse
-	typeURLs := make([]string, 0, len(objs)+len(sent))
-	for t := range objs {
-		typeURLs = append(typeURLs, t)
-	}
+	types := make(map[string]map[string]*meshconfig.Object, len(objs)+len(sent))
+	maps.Copy(types, objs)
 	for t := range sent {
-		if _, ok := objs[t]; !ok {
-			typeURLs = append(typeURLs, t)
+		if _, ok := types[t]; !ok {
+			types[t] = nil
 		}
 	}
-	sort.Strings(typeURLs)
+	return r.batch(id, types, sent, func(t string, byName map[string]string, remove func(name string)) {
+		for name := range byName {
+			if _, ok := objs[t][name]; !ok {
+				remove(name)
+			}
+		}
+	})
+}
+
+// batch returns the messages that carry, type by type (every key of
+// upserts), the objects of upserts a peer holding sent does not hold in
+// that version, then the removals removals names (it calls remove for
+// each), batched by BatchSize; it records them in sent.
+func (r *Relayer) batch(id ingest.ClusterIdentity, upserts map[string]map[string]*meshconfig.Object, sent map[string]map[string]string,
+	removals func(t string, byName map[string]string, remove func(name string))) []*discoveryv3.DeltaDiscoveryResponse {
+	var out []*discoveryv3.DeltaDiscoveryResponse
+	typeURLs := slices.Sorted(maps.Keys(upserts))
 	for _, t := range typeURLs {
 		byName := sent[t]
 		if byName == nil {
@@ -545,7 +575,7 @@ func (r *Relayer) diff(id ingest.ClusterIdentity, objs map[string]map[string]*me
 				m = &discoveryv3.DeltaDiscoveryResponse{TypeUrl: t}
 			}
 		}
-		for name, o := range objs[t] {
+		for name, o := range upserts[t] {
 			if byName[name] == o.Version {
 				continue
 			}
@@ -560,18 +590,43 @@ func (r *Relayer) diff(id ingest.ClusterIdentity, objs map[string]map[string]*me
 				flush()
 			}
 		}
-		for name := range byName {
-			if _, ok := objs[t][name]; !ok {
-				delete(byName, name)
-				m.RemovedResources = append(m.RemovedResources, name)
-				if len(m.RemovedResources) >= r.opts.BatchSize {
-					flush()
-				}
+		removals(t, byName, func(name string) {
+			delete(byName, name)
+			m.RemovedResources = append(m.RemovedResources, name)
+			if len(m.RemovedResources) >= r.opts.BatchSize {
+				flush()
 			}
-		}
+		})
 		flush()
 	}
 	return out
+}
+
+// diffChanges is diff for only the resources that changed (nil:
+// removed): the messages that bring a peer holding sent up to date.
+func (r *Relayer) diffChanges(id ingest.ClusterIdentity, changes map[string]map[string]*meshconfig.Object, sent map[string]map[string]string) []*discoveryv3.DeltaDiscoveryResponse {
+	objs := make(map[string]map[string]*meshconfig.Object, len(changes))
+	removed := map[string]map[string]bool{}
+	for t, byName := range changes {
+		objs[t] = map[string]*meshconfig.Object{}
+		for name, o := range byName {
+			if o != nil {
+				objs[t][name] = o
+				continue
+			}
+			if removed[t] == nil {
+				removed[t] = map[string]bool{}
+			}
+			removed[t][name] = true
+		}
+	}
+	return r.batch(id, objs, sent, func(t string, byName map[string]string, remove func(name string)) {
+		for name := range removed[t] {
+			if _, ok := byName[name]; ok {
+				remove(name)
+			}
+		}
+	})
 }
 
 // Status lists every relay, by peer then cluster.

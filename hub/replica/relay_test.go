@@ -20,6 +20,7 @@ import (
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/meshconfig"
 )
 
 func connect(nodes ...*node) {
@@ -238,4 +239,63 @@ func TestWithdrawalIsTheOwnersAndReachesPeers(t *testing.T) {
 	if b.in.WithdrawRelayed(y, ingest.Epoch{At: 1, Replica: "a"}, "late") {
 		t.Error("b withdrew a connected cluster on an old withdrawal")
 	}
+}
+
+// TestRelayCarriesEachChange: after the full state, the relay sends a
+// peer only what changed (Holding.Changes): updates, removals, a type
+// whose last object was removed; and after a batch of changes longer
+// than the owner's log of changes, the full state again. The peer holds
+// exactly what the owner holds after each.
+func TestRelayCarriesEachChange(t *testing.T) {
+	p := newRelayPair(t)
+	x := ingest.ClusterIdentity{Mesh: "default", Cluster: "x"}
+	dr, errs := meshconfig.DecodeYAML([]byte("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr, namespace: load}\nspec: {host: svc-0.load.svc.cluster.local}\n"), "dr")
+	if len(errs) > 0 {
+		t.Fatal(errs[0])
+	}
+	s := dialSpoke(t, p.a, x)
+	s.state(append(services(t, 30, 1, 0), dr...))
+	same := func(what string) {
+		t.Helper()
+		want := p.a.objects(x)
+		testwait.For(t, waitFor, func() error {
+			if got := p.b.objects(x); !maps.Equal(got, want) {
+				return fmt.Errorf("after %s the peer holds %d objects, the owner %d (or other versions)", what, len(got), len(want))
+			}
+			return nil
+		})
+	}
+	same("the full state")
+	send := func(objs []*meshconfig.Object, removed ...*meshconfig.Object) {
+		t.Helper()
+		byType := map[string]*discoveryv3.DeltaDiscoveryResponse{}
+		msg := func(typeURL string) *discoveryv3.DeltaDiscoveryResponse {
+			if byType[typeURL] == nil {
+				byType[typeURL] = &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL}
+			}
+			return byType[typeURL]
+		}
+		for _, o := range objs {
+			r, err := protocol.Encode(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg(o.Kind.TypeURL).Resources = append(msg(o.Kind.TypeURL).Resources, r)
+		}
+		for _, o := range removed {
+			msg(o.Kind.TypeURL).RemovedResources = append(msg(o.Kind.TypeURL).RemovedResources, o.Key())
+		}
+		for _, m := range byType {
+			s.send(m)
+		}
+	}
+	send(services(t, 3, 1, 1))
+	same("3 updates")
+	gone := services(t, 5, 1, 0)[3:]
+	send(nil, append(gone, dr...)...)
+	same("removals, the DestinationRule's the last of its type")
+	send(services(t, 1500, 1, 2))
+	same("1,500 changes at once")
+	send(services(t, 2, 1, 3), services(t, 1500, 1, 2)[1400:]...)
+	same("changes after the full state again")
 }

@@ -69,7 +69,7 @@ func run() error {
 		timeout    = flag.Duration("timeout", 10*time.Minute, "longest wait for any step (a hang fails the run)")
 		jsonPath   = flag.String("json", "", "also write every run's results and the medians as JSON to this file")
 		traceDir   = flag.String("trace", "", "write every response every proxy received (CSV, one file per run) into this directory")
-		profileDir = flag.String("profile", "", "save a hub CPU profile of each scenario, and a heap profile as it starts, into this directory")
+		profileDir = flag.String("profile", "", "save a hub CPU profile of each scenario, and a heap profile as it starts, into this directory (with replicas: each replica's, and of the idle set too)")
 		profileSec = flag.Int("profile-seconds", 30, "length of each hub CPU profile, from the scenario's start")
 		verbose    = flag.Bool("v", false, "log progress (and the spokes' warnings) to stderr")
 		selfProf   = flag.String("cpuprofile", "", "write this tool's own CPU profile to this file (to keep the load generator cheap)")
@@ -77,10 +77,13 @@ func run() error {
 		plotPath   = flag.String("plot", "", "also draw the hub's CPU-seconds and peak RSS in --plot-scenario against the proxies (or, with one proxy count, the services) of the runs, one line per mode, into this PNG file")
 		plotScen   = flag.String("plot-scenario", "S1", "the scenario --plot draws")
 		replicas   = flag.Int("replicas", 1, "run the hub as a set of this many replicas (docs/replicas.md): spokes spread over them by cluster, proxies round robin; 1: a single hub")
-		idle       = flag.Duration("idle", 30*time.Second, "with --replicas above 1: how long the set is watched idle, holding the workload, before the proxies connect (steady-state gossip)")
+		spreadNS   = flag.Bool("spread-by-namespace", false, "with --replicas above 1: every proxy of a namespace connects to one replica (instead of round robin), so that each proxy key lives on one replica")
+		idle       = flag.Duration("idle", 30*time.Second, "with --replicas above 1: how long the set is watched idle, holding the workload, before the proxies connect (steady-state gossip); given explicitly, a single hub is watched too (its idle CPU, for comparison)")
 	)
 	flag.Var(&hubArgs, "hub-arg", "extra nave-hub flag, e.g. --hub-arg=--push.debounce-quiet=50ms (repeatable)")
 	flag.Parse()
+	idleSet := false
+	flag.Visit(func(f *flag.Flag) { idleSet = idleSet || f.Name == "idle" })
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
@@ -208,7 +211,7 @@ func run() error {
 					Proxies: n, Gateways: *gateways, Proxyless: *proxyless, Delta: mode == "delta", Scenarios: wantScenarios,
 					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet, FlapClusters: *flapN,
 					Timeout: *timeout, Logger: logger, ProfileDir: *profileDir, ProfileSeconds: *profileSec,
-					Label: fmt.Sprintf("run%d-", i+1), Idle: *idle}
+					Label: fmt.Sprintf("run%d-", i+1), Idle: *idle, WatchIdle: idleSet, SpreadByNamespace: *spreadNS}
 				if *traceDir != "" {
 					o.TracePath = filepath.Join(*traceDir, fmt.Sprintf("trace-%s-%d-%d-run%d.csv", mode, services, n, i+1))
 				}
