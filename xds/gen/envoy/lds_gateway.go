@@ -108,7 +108,18 @@ func (b *listenerBuilder) gateways() {
 // router are served, on which port, and reports the others. Gateways come
 // sorted, so on any collision the first server (by gateway
 // namespace/name, then server order) wins. Ports come in order.
+//
+// The plan is derived once per View (LDS and RDS of one push share it)
+// and read-only.
 func (b *listenerBuilder) gatewayPlan() []*gatewayPort {
+	return b.v.Memo(gatewayPlanKey{}, func() any { return b.newGatewayPlan() }).([]*gatewayPort)
+}
+
+// gatewayPlanKey memoizes gatewayPlan on the View.
+type gatewayPlanKey struct{}
+
+// newGatewayPlan builds gatewayPlan's plan.
+func (b *listenerBuilder) newGatewayPlan() []*gatewayPort {
 	v := b.v
 	byPort := map[uint32]*gatewayPort{}
 	for _, gw := range v.Gateways() {
