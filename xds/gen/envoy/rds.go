@@ -45,8 +45,8 @@ type routeBuilder struct {
 	cache    map[routeCacheKey][]*routev3.Route
 	// contextFree caches Translator.ContextFree by VirtualService.
 	contextFree map[*mesh.Config]bool
-	// sidecarVS caches View.VirtualServices by host (a host has several
-	// ports).
+	// sidecarVS caches View.VirtualServices by host for hosts with
+	// several ports.
 	sidecarVS  map[string][]*mesh.Config
 	noValidate *wrapperspb.BoolValue
 	// matchAll is the "/" prefix match of default routes (shared).
@@ -130,14 +130,11 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 		seen := make(map[string]bool, 4*len(byPort[port]))
 		rc.VirtualHosts = make([]*routev3.VirtualHost, 0, len(byPort[port])+1)
 		for _, svc := range byPort[port] { // sorted by hostname: the first keeps a shared domain
-			vh := &routev3.VirtualHost{
-				Name:    svc.Hostname + ":" + strconv.FormatUint(uint64(port), 10),
-				Domains: rb.domains(svc, port, seen),
-				Routes:  rb.sidecarHostRoutes(svc, port),
-			}
-			if len(vh.Domains) == 0 {
+			domains, name := rb.domains(svc, port, seen)
+			if len(domains) == 0 {
 				continue // every name already taken by an earlier service
 			}
+			vh := &routev3.VirtualHost{Name: name, Domains: domains, Routes: rb.sidecarHostRoutes(svc, port)}
 			rc.VirtualHosts = append(rc.VirtualHosts, vh)
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, catchAll)
@@ -150,12 +147,13 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 // with an address: its own virtual host, then the catch-all one.
 func (rb *routeBuilder) sniffedRoute(svc *mesh.Service, port uint32) build.Resource {
 	name := SniffedRouteName(svc.Hostname, port)
+	domains, _ := rb.domains(svc, port, map[string]bool{})
 	rc := &routev3.RouteConfiguration{
 		Name:             name,
 		ValidateClusters: rb.noValidate,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    name,
-			Domains: rb.domains(svc, port, map[string]bool{}),
+			Domains: domains,
 			Routes:  rb.sidecarHostRoutes(svc, port),
 		}, rb.catchAllVirtualHost()},
 	}
@@ -189,20 +187,22 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 // "name.ns.svc", ... in the service's namespace; "name.ns" onwards from
 // elsewhere), and the VIPs, each also with ":port". Envoy rejects a
 // route configuration with a domain twice (RouteConfiguration docs,
-// virtual_hosts), so seen records what is taken.
-func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) []string {
+// virtual_hosts), so seen records what is taken. hostPort is
+// "hostname:port", the name of the service's virtual host.
+func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) (domains []string, hostPort string) {
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
 	addrs := rb.v.Addresses(svc)
 	out := make([]string, 0, 4+2*len(addrs))
-	add := func(name string) {
-		for _, d := range [2]string{name, name + ps} {
+	add := func(name, withPort string) {
+		for _, d := range [2]string{name, withPort} {
 			if !seen[d] {
 				seen[d] = true
 				out = append(out, d)
 			}
 		}
 	}
-	add(svc.Hostname)
+	hostPort = svc.Hostname + ps
+	add(svc.Hostname, hostPort)
 	if d, ok := rb.v.Snapshot().ServiceSuffix(svc); ok {
 		// name.ns.svc.<suffix>: every shorter form ending at a dot.
 		suffix := "." + svc.Namespace + ".svc." + d
@@ -212,22 +212,26 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 		}
 		for i := start; i < len(svc.Hostname); i++ {
 			if svc.Hostname[i] == '.' {
-				add(svc.Hostname[:i])
+				add(svc.Hostname[:i], svc.Hostname[:i]+ps)
 			}
 		}
 	}
 	for _, a := range addrs {
-		add(a)
+		add(a, a+ps)
 	}
-	return out
+	return out, hostPort
 }
 
 // sidecarHostRoutes are the routes of svc on port: from the first
 // VirtualService that applies (the others are reported as shadowed), or
 // one default route to the port's cluster.
 func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*routev3.Route {
-	vss, done := rb.sidecarVS[svc.Hostname]
-	if !done {
+	var vss []*mesh.Config
+	if len(svc.Ports) == 1 {
+		vss = rb.v.VirtualServices(svc.Hostname) // asked once
+	} else if cached, done := rb.sidecarVS[svc.Hostname]; done {
+		vss = cached
+	} else {
 		vss = rb.v.VirtualServices(svc.Hostname)
 		rb.sidecarVS[svc.Hostname] = vss
 	}
@@ -247,7 +251,10 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	}
 	d := &defaultRoute{}
 	d.cluster.Cluster = build.ClusterName(svc.Hostname, port, "")
-	d.action = routev3.RouteAction{ClusterSpecifier: &d.cluster, Timeout: rb.t.NoTimeout(), RetryPolicy: rb.t.DefaultRetryPolicy(len(hash) > 0), HashPolicy: hash}
+	// Field by field: a composite literal would build the large
+	// RouteAction apart and copy it.
+	d.action.ClusterSpecifier, d.action.Timeout = &d.cluster, rb.t.NoTimeout()
+	d.action.RetryPolicy, d.action.HashPolicy = rb.t.DefaultRetryPolicy(len(hash) > 0), hash
 	d.routeAction.Route = &d.action
 	d.route.Name, d.route.Match, d.route.Action = "default", rb.matchAll, &d.routeAction
 	d.list[0] = &d.route

@@ -103,7 +103,7 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 	var hash []*routev3.RouteAction_HashPolicy
 	hashSame := true
 	for j, d := range dests {
-		name, host, port, ok := t.cluster(cfg, field+".route["+strconv.Itoa(j)+"].destination", d.GetDestination(), ctx)
+		name, host, port, ok := t.cluster(cfg, func() string { return field + ".route[" + strconv.Itoa(j) + "].destination" }, d.GetDestination(), ctx)
 		w := uint32(d.GetWeight())
 		if len(dests) == 1 {
 			w = 100
@@ -122,7 +122,10 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 				hashSame, hash = false, nil
 			}
 		}
-		cw := &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(w)}
+		cw := &routev3.WeightedCluster_ClusterWeight{Name: name}
+		if len(dests) > 1 { // a single destination's weight is not sent
+			cw.Weight = wrapperspb.UInt32(w)
+		}
 		if t.envoy {
 			cw.RequestHeadersToAdd, cw.RequestHeadersToRemove = headerOps(d.GetHeaders().GetRequest())
 			cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove = headerOps(d.GetHeaders().GetResponse())
@@ -186,12 +189,13 @@ func mergeWeight(list []*routev3.WeightedCluster_ClusterWeight, cw *routev3.Weig
 	return false
 }
 
-// cluster names the cluster of a destination: ok is false, and for Envoy
+// cluster names the cluster of a destination (at the field path field
+// returns, only asked for a problem): ok is false, and for Envoy
 // the name is BlackHoleCluster, when its host is unknown (or not
 // visible), its port missing or its subset undefined (all reported).
 // Proxyless keeps the name, so traffic to it fails rather than going
 // elsewhere.
-func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Destination, ctx Context) (name, host string, port uint32, ok bool) {
+func (t *Translator) cluster(cfg *mesh.Config, field func() string, d *networking.Destination, ctx Context) (name, host string, port uint32, ok bool) {
 	host = t.snap.ResolveHost(d.GetHost(), cfg)
 	port = d.GetPort().GetNumber()
 	target := t.service(host)
@@ -204,17 +208,17 @@ func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Desti
 	ok = true
 	switch {
 	case target == nil && t.known != nil && t.known(host):
-		t.problem(cfg.Ref(), field+".host", "host "+host+" is not visible to this proxy (exportTo or Sidecar egress)")
+		t.problem(cfg.Ref(), field()+".host", "host "+host+" is not visible to this proxy (exportTo or Sidecar egress)")
 		ok = false
 	case target == nil:
-		t.problem(cfg.Ref(), field+".host", "host "+host+" is not a service of this mesh")
+		t.problem(cfg.Ref(), field()+".host", "host "+host+" is not a service of this mesh")
 		ok = false
 	case !hasPort(target, port):
-		t.problem(cfg.Ref(), field+".port", fmt.Sprintf("service %s has no port %d", host, port))
+		t.problem(cfg.Ref(), field()+".port", fmt.Sprintf("service %s has no port %d", host, port))
 		ok = false
 	}
 	if s := d.GetSubset(); s != "" && !t.subset(host, s) {
-		t.problem(cfg.Ref(), field+".subset", fmt.Sprintf("no DestinationRule for %s defines subset %q", host, s))
+		t.problem(cfg.Ref(), field()+".subset", fmt.Sprintf("no DestinationRule for %s defines subset %q", host, s))
 		ok = false
 	}
 	if !ok && t.envoy {
@@ -228,7 +232,7 @@ func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Desti
 func (t *Translator) mirrors(cfg *mesh.Config, field string, hr *networking.HTTPRoute, ctx Context) []*routev3.RouteAction_RequestMirrorPolicy {
 	var out []*routev3.RouteAction_RequestMirrorPolicy
 	add := func(f string, d *networking.Destination, p *networking.Percent, legacy int32) {
-		name, _, _, ok := t.cluster(cfg, f, d, ctx)
+		name, _, _, ok := t.cluster(cfg, func() string { return f }, d, ctx)
 		if !ok {
 			return
 		}
