@@ -402,14 +402,18 @@ func (b *listenerBuilder) gatewayAutoPassthroughServer(gp *gatewayPort, s *gatew
 func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, s *gatewayServer) bool {
 	gw, srv := s.gw, s.srv
 	num := gp.port
-	var names []string
-	for _, h := range serverHosts(gw, srv) {
-		if h.host == "*" {
+	names := make([]string, 0, len(srv.GetHosts()))
+	for _, h := range srv.GetHosts() {
+		host := h // serverHosts' host, without its namespace
+		if _, after, ok := strings.Cut(h, "/"); ok {
+			host = after
+		}
+		if host == "*" {
 			names = nil
 			break
 		}
-		if !slices.Contains(names, h.host) {
-			names = append(names, h.host)
+		if !slices.Contains(names, host) {
+			names = append(names, host)
 		}
 	}
 	keys := names
@@ -435,8 +439,9 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, s *gatewaySer
 	} else if s.tcp = b.gatewayTCPRoute(gw, srv); s.tcp == nil {
 		return false
 	}
+	ref := gw.Ref()
 	for _, k := range keys {
-		gp.claimed[k] = gw.Ref()
+		gp.claimed[k] = ref
 	}
 	s.names, s.ts = names, ts
 	gp.sni = gp.sni || len(names) > 0

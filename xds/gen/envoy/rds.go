@@ -42,7 +42,8 @@ type routeBuilder struct {
 	v        *scope.View
 	problems *build.Problems
 	t        *routes.Translator
-	cache    map[routeCacheKey][]*routev3.Route
+	// cache holds the translations made (built on first use).
+	cache map[routeCacheKey][]*routev3.Route
 	// contextFree caches Translator.ContextFree by VirtualService.
 	contextFree map[*mesh.Config]bool
 	// sidecarVS caches View.VirtualServices by host for hosts with
@@ -62,15 +63,19 @@ type routeCacheKey struct {
 }
 
 func newRouteBuilder(v *scope.View) *routeBuilder {
-	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), cache: map[routeCacheKey][]*routev3.Route{},
-		contextFree: map[*mesh.Config]bool{},
-		sidecarVS:   map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
 }
 
 // translate translates cfg's routes for port, as gateway gw's (nil: as
 // the sidecar's), once per builder: once for every port and gateway when
 // they make no difference (Translator.ContextFree).
 func (rb *routeBuilder) translate(cfg *mesh.Config, port uint32, gw *mesh.Config) []*routev3.Route {
+	if rb.cache == nil {
+		// Sized for a VirtualService per visible service, so that they
+		// do not grow while a proxy's routes are built.
+		n := len(rb.v.Services())
+		rb.cache, rb.contextFree = make(map[routeCacheKey][]*routev3.Route, n), make(map[*mesh.Config]bool, n)
+	}
 	free, checked := rb.contextFree[cfg]
 	if !checked {
 		free = rb.t.ContextFree(cfg)

@@ -21,19 +21,22 @@ import (
 // route builds everything of an Envoy route but its match; ok is false
 // when the route cannot be generated (reported).
 func (t *Translator) route(cfg *mesh.Config, field string, hr *networking.HTTPRoute, ctx Context) (*routev3.Route, bool) {
-	r := &routev3.Route{Name: hr.GetName()}
+	var r *routev3.Route
 	switch {
 	case hr.GetRedirect() != nil:
-		r.Action = &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect())}
+		r = &routev3.Route{Action: &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect())}}
 	case hr.GetDirectResponse() != nil:
-		r.Action = &routev3.Route_DirectResponse{DirectResponse: directResponse(hr.GetDirectResponse())}
+		r = &routev3.Route{Action: &routev3.Route_DirectResponse{DirectResponse: directResponse(hr.GetDirectResponse())}}
 	default:
-		ra, ok := t.routeAction(cfg, field, hr, r, ctx)
-		if !ok {
+		fr := &forwardRoute{}
+		if !t.routeAction(cfg, field, hr, fr, ctx) {
 			return nil, false
 		}
-		r.Action = &routev3.Route_Route{Route: ra}
+		fr.action.Route = &fr.routeAction
+		fr.route.Action = &fr.action
+		r = &fr.route
 	}
+	r.Name = hr.GetName()
 	if f := hr.GetFault(); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{build.FaultFilter: build.Any(fault(f))}
 	}
@@ -90,15 +93,25 @@ func directResponse(dr *networking.HTTPDirectResponse) *routev3.DirectResponseAc
 	return a
 }
 
-// routeAction translates the forwarding part of a route. Per-destination
-// headers of a single destination go on r.
-func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.HTTPRoute, r *routev3.Route, ctx Context) (*routev3.RouteAction, bool) {
+// forwardRoute is a route that forwards (its action a RouteAction) in one
+// allocation; cluster is the action's cluster when it has one.
+type forwardRoute struct {
+	route       routev3.Route
+	action      routev3.Route_Route
+	routeAction routev3.RouteAction
+	cluster     routev3.RouteAction_Cluster
+}
+
+// routeAction translates the forwarding part of a route into
+// fr.routeAction; false when the route cannot be generated (reported).
+// Per-destination headers of a single destination go on fr.route.
+func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.HTTPRoute, fr *forwardRoute, ctx Context) bool {
 	dests := hr.GetRoute()
 	if len(dests) == 0 {
 		t.problem(cfg.Ref(), field+".route", "no destination; route skipped")
-		return nil, false
+		return false
 	}
-	ra := &routev3.RouteAction{}
+	r, ra := &fr.route, &fr.routeAction
 	var weighted []*routev3.WeightedCluster_ClusterWeight
 	var hash []*routev3.RouteAction_HashPolicy
 	hashSame := true
@@ -137,10 +150,11 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 	switch len(weighted) {
 	case 0:
 		t.problem(cfg.Ref(), field+".route", "every destination has weight 0; route skipped")
-		return nil, false
+		return false
 	case 1:
 		cw := weighted[0]
-		ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: cw.Name}
+		fr.cluster.Cluster = cw.Name
+		ra.ClusterSpecifier = &fr.cluster
 		r.RequestHeadersToAdd, r.RequestHeadersToRemove = cw.RequestHeadersToAdd, cw.RequestHeadersToRemove
 		r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove
 	default:
@@ -170,7 +184,7 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 	if t.envoy {
 		ra.RequestMirrorPolicies = t.mirrors(cfg, field, hr, ctx)
 	}
-	return ra, true
+	return true
 }
 
 // mergeWeight adds cw's weight to an entry of list for the same cluster

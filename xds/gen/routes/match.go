@@ -93,13 +93,23 @@ type prefixMatch struct {
 	prefix routev3.RouteMatch_Prefix
 }
 
+// regexMatch is a route match on a path regex in one allocation.
+type regexMatch struct {
+	match routev3.RouteMatch
+	safe  routev3.RouteMatch_SafeRegex
+	regex matcherv3.RegexMatcher
+}
+
 func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	var rm *routev3.RouteMatch
 	switch u := m.GetUri().GetMatchType().(type) {
 	case *networking.StringMatch_Exact:
 		rm = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Path{Path: u.Exact}}
 	case *networking.StringMatch_Regex:
-		rm = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: u.Regex}}}
+		rx := &regexMatch{regex: matcherv3.RegexMatcher{Regex: u.Regex}}
+		rx.safe.SafeRegex = &rx.regex
+		rx.match.PathSpecifier = &rx.safe
+		rm = &rx.match
 	default: // a prefix, or none: "/"
 		pm := &prefixMatch{prefix: routev3.RouteMatch_Prefix{Prefix: "/"}}
 		if p, ok := u.(*networking.StringMatch_Prefix); ok {
