@@ -139,7 +139,14 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 			if len(domains) == 0 {
 				continue // every name already taken by an earlier service
 			}
-			vh := &routev3.VirtualHost{Name: name, Domains: domains, Routes: rb.sidecarHostRoutes(svc, port)}
+			routes, d := rb.sidecarHostRoutes(svc, port)
+			var vh *routev3.VirtualHost
+			if d != nil {
+				vh = &d.host // one allocation with its default route
+			} else {
+				vh = &routev3.VirtualHost{}
+			}
+			vh.Name, vh.Domains, vh.Routes = name, domains, routes
 			rc.VirtualHosts = append(rc.VirtualHosts, vh)
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, catchAll)
@@ -153,13 +160,14 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 func (rb *routeBuilder) sniffedRoute(svc *mesh.Service, port uint32) build.Resource {
 	name := SniffedRouteName(svc.Hostname, port)
 	domains, _ := rb.domains(svc, port, map[string]bool{})
+	routes, _ := rb.sidecarHostRoutes(svc, port)
 	rc := &routev3.RouteConfiguration{
 		Name:             name,
 		ValidateClusters: rb.noValidate,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    name,
 			Domains: domains,
-			Routes:  rb.sidecarHostRoutes(svc, port),
+			Routes:  routes,
 		}, rb.catchAllVirtualHost()},
 	}
 	return build.Resource{Name: name, Message: rc}
@@ -230,7 +238,10 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 // sidecarHostRoutes are the routes of svc on port: from the first
 // VirtualService that applies (the others are reported as shadowed), or
 // one default route to the port's cluster.
-func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*routev3.Route {
+//
+// d is the default route's allocation, which has room for the host's
+// virtual host; nil for a VirtualService's routes.
+func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) (routes []*routev3.Route, d *defaultRoute) {
 	var vss []*mesh.Config
 	if len(svc.Ports) == 1 {
 		vss = rb.v.VirtualServices(svc.Hostname) // asked once
@@ -245,7 +256,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	}
 	if len(vss) > 0 {
 		if rs := rb.translate(vss[0], port, nil); len(rs) > 0 {
-			return rs
+			return rs, nil
 		}
 	}
 	// The service's consistentHash (its DestinationRule for the port)
@@ -254,7 +265,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	if rb.matchAll == nil {
 		rb.matchAll = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 	}
-	d := &defaultRoute{}
+	d = &defaultRoute{}
 	d.cluster.Cluster = build.ClusterName(svc.Hostname, port, "")
 	// Field by field: a composite literal would build the large
 	// RouteAction apart and copy it.
@@ -263,13 +274,14 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	d.routeAction.Route = &d.action
 	d.route.Name, d.route.Match, d.route.Action = "default", rb.matchAll, &d.routeAction
 	d.list[0] = &d.route
-	return d.list[:]
+	return d.list[:], d
 }
 
-// defaultRoute is a host's default route (one, to its cluster) in one
-// allocation: a sidecar has one per service port without a
-// VirtualService.
+// defaultRoute is a host's default route (one, to its cluster) and its
+// virtual host in one allocation: a sidecar has one per service port
+// without a VirtualService.
 type defaultRoute struct {
+	host        routev3.VirtualHost
 	list        [1]*routev3.Route
 	route       routev3.Route
 	routeAction routev3.Route_Route
