@@ -501,12 +501,25 @@ func (s *Snapshot) ServiceSuffix(svc *Service) (string, bool) {
 		return "", false
 	}
 	for _, d := range s.DomainSuffixes {
-		if strings.HasSuffix(svc.Hostname, "."+svc.Namespace+".svc."+d) {
+		if hasServiceSuffix(svc.Hostname, svc.Namespace, d) {
 			return d, true
 		}
 	}
-	if d := meshconfig.DefaultDomainSuffix; strings.HasSuffix(svc.Hostname, "."+svc.Namespace+".svc."+d) {
+	if d := meshconfig.DefaultDomainSuffix; hasServiceSuffix(svc.Hostname, svc.Namespace, d) {
 		return d, true
 	}
 	return "", false
+}
+
+// hasServiceSuffix reports whether host ends in "."+ns+".svc."+d (without
+// building that string: generators ask for every service of a proxy).
+func hasServiceSuffix(host, ns, d string) bool {
+	rest, ok := strings.CutSuffix(host, d)
+	if ok {
+		rest, ok = strings.CutSuffix(rest, ".svc.")
+	}
+	if ok {
+		rest, ok = strings.CutSuffix(rest, ns)
+	}
+	return ok && strings.HasSuffix(rest, ".")
 }

@@ -46,8 +46,9 @@ func Listeners(v *scope.View) []build.Resource {
 }
 
 // listenerBuilder holds what one Listeners call shares between listeners:
-// the typed configs that are the same everywhere are built (and marshalled
-// into Any) once per call. It belongs to one goroutine.
+// the typed configs that are the same for every listener of the call are
+// built (and marshalled into Any) once per call, those that are the same
+// for every proxy once for the process. It belongs to one goroutine.
 type listenerBuilder struct {
 	v        *scope.View
 	problems *build.Problems
@@ -70,21 +71,36 @@ type listenerBuilder struct {
 	tele [2]*sideTelemetry
 }
 
+// The filters whose configuration is the same for every proxy, their
+// typed configs marshalled once for the process (Istio keeps the same as
+// package variables): read-only, shared by every generation as any
+// generated message may be (EnvoyFilter patches work on copies).
+var (
+	routerHTTPFilter = &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}}
+	// sidecarOutboundHTTPFilters is fault, cors, router; capped, so that
+	// an append copies.
+	sidecarOutboundHTTPFilters = []*hcmv3.HttpFilter{
+		{Name: build.FaultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&faultv3.HTTPFault{})}},
+		{Name: build.CorsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&corsv3.Cors{})}},
+		routerHTTPFilter,
+	}[:3:3]
+	tlsInspectorFilter = &listenerv3.ListenerFilter{
+		Name:       TLSInspectorFilter,
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: build.Any(&tlsinspectorv3.TlsInspector{})},
+	}
+	originalDstListenerFilter = &listenerv3.ListenerFilter{
+		Name:       OriginalDstFilter,
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: build.Any(&origdstv3.OriginalDst{})},
+	}
+)
+
 func newListenerBuilder(v *scope.View) *listenerBuilder {
-	router := &hcmv3.HttpFilter{Name: build.RouterFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&routerv3.Router{})}}
 	return &listenerBuilder{
-		v:        v,
-		problems: v.Problems(),
-		outboundHTTPFilters: []*hcmv3.HttpFilter{
-			{Name: build.FaultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&faultv3.HTTPFault{})}},
-			{Name: build.CorsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: build.Any(&corsv3.Cors{})}},
-			router,
-		},
-		routerFilter: router,
-		tlsInspector: &listenerv3.ListenerFilter{
-			Name:       TLSInspectorFilter,
-			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: build.Any(&tlsinspectorv3.TlsInspector{})},
-		},
+		v:                   v,
+		problems:            v.Problems(),
+		outboundHTTPFilters: sidecarOutboundHTTPFilters,
+		routerFilter:        routerHTTPFilter,
+		tlsInspector:        tlsInspectorFilter,
 	}
 }
 
@@ -151,12 +167,7 @@ func (b *listenerBuilder) tcpProxyTo(side policy.TrafficSide, cluster string) *l
 	return b.tcpProxy(side, cluster, []weightedCluster{{cluster: cluster, weight: 1}})
 }
 
-func originalDstFilter() *listenerv3.ListenerFilter {
-	return &listenerv3.ListenerFilter{
-		Name:       OriginalDstFilter,
-		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: build.Any(&origdstv3.OriginalDst{})},
-	}
-}
+func originalDstFilter() *listenerv3.ListenerFilter { return originalDstListenerFilter }
 
 func portString(p uint32) string { return strconv.FormatUint(uint64(p), 10) }
 

@@ -108,7 +108,18 @@ func (b *listenerBuilder) gateways() {
 // router are served, on which port, and reports the others. Gateways come
 // sorted, so on any collision the first server (by gateway
 // namespace/name, then server order) wins. Ports come in order.
+//
+// The plan is derived once per View (LDS and RDS of one push share it)
+// and read-only.
 func (b *listenerBuilder) gatewayPlan() []*gatewayPort {
+	return b.v.Memo(gatewayPlanKey{}, func() any { return b.newGatewayPlan() }).([]*gatewayPort)
+}
+
+// gatewayPlanKey memoizes gatewayPlan on the View.
+type gatewayPlanKey struct{}
+
+// newGatewayPlan builds gatewayPlan's plan.
+func (b *listenerBuilder) newGatewayPlan() []*gatewayPort {
 	v := b.v
 	byPort := map[uint32]*gatewayPort{}
 	for _, gw := range v.Gateways() {
@@ -391,14 +402,18 @@ func (b *listenerBuilder) gatewayAutoPassthroughServer(gp *gatewayPort, s *gatew
 func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, s *gatewayServer) bool {
 	gw, srv := s.gw, s.srv
 	num := gp.port
-	var names []string
-	for _, h := range serverHosts(gw, srv) {
-		if h.host == "*" {
+	names := make([]string, 0, len(srv.GetHosts()))
+	for _, h := range srv.GetHosts() {
+		host := h // serverHosts' host, without its namespace
+		if _, after, ok := strings.Cut(h, "/"); ok {
+			host = after
+		}
+		if host == "*" {
 			names = nil
 			break
 		}
-		if !slices.Contains(names, h.host) {
-			names = append(names, h.host)
+		if !slices.Contains(names, host) {
+			names = append(names, host)
 		}
 	}
 	keys := names
@@ -424,8 +439,9 @@ func (b *listenerBuilder) gatewayTerminatedServer(gp *gatewayPort, s *gatewaySer
 	} else if s.tcp = b.gatewayTCPRoute(gw, srv); s.tcp == nil {
 		return false
 	}
+	ref := gw.Ref()
 	for _, k := range keys {
-		gp.claimed[k] = gw.Ref()
+		gp.claimed[k] = ref
 	}
 	s.names, s.ts = names, ts
 	gp.sni = gp.sni || len(names) > 0

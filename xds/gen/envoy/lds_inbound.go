@@ -187,7 +187,8 @@ func meshValidation(s *mesh.Snapshot, ads *corev3.ConfigSource) *tlsv3.CommonTls
 // mesh mTLS: the workload certificate (SDS "default"), a client
 // certificate required and validated against the mesh roots (SDS
 // "ROOTCA") and trust domain. HTTP chains negotiate h2 or http/1.1, TCP
-// chains Istio's values. Built once per listener builder.
+// chains Istio's values. Built once per snapshot and SDS cluster (read
+// only, shared by the proxies).
 func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 	cached := &b.mtlsTCP
 	alpn := []string{"istio-peer-exchange", "istio"}
@@ -195,19 +196,33 @@ func (b *listenerBuilder) inboundMTLS(http bool) *corev3.TransportSocket {
 		cached, alpn = &b.mtlsHTTP, []string{"h2", "http/1.1"}
 	}
 	if *cached == nil {
-		ads := build.SDSConfigSource(b.v.Key().SDSCluster)
-		ctx := &tlsv3.DownstreamTlsContext{
-			CommonTlsContext: &tlsv3.CommonTlsContext{
-				TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
-				AlpnProtocols:                  alpn,
-				TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: ads}},
-				ValidationContextType:          meshValidation(b.v.Snapshot(), ads),
-			},
-			RequireClientCertificate: wrapperspb.Bool(true),
-		}
-		*cached = &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(ctx)}}
+		// The same for every proxy of the snapshot with the key's SDS
+		// cluster: marshalled once per snapshot.
+		k := inboundMTLSKey{sdsCluster: b.v.Key().SDSCluster, http: http}
+		*cached = b.v.Snapshot().Memo(k, func() any { return newInboundMTLS(b.v.Snapshot(), k.sdsCluster, alpn) }).(*corev3.TransportSocket)
 	}
 	return *cached
+}
+
+// inboundMTLSKey memoizes inboundMTLS's transport sockets per snapshot.
+type inboundMTLSKey struct {
+	sdsCluster string
+	http       bool
+}
+
+// newInboundMTLS builds an inbound mTLS transport socket (inboundMTLS).
+func newInboundMTLS(s *mesh.Snapshot, sdsCluster string, alpn []string) *corev3.TransportSocket {
+	ads := build.SDSConfigSource(sdsCluster)
+	ctx := &tlsv3.DownstreamTlsContext{
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
+			AlpnProtocols:                  alpn,
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: build.WorkloadCertSecret, SdsConfig: ads}},
+			ValidationContextType:          meshValidation(s, ads),
+		},
+		RequireClientCertificate: wrapperspb.Bool(true),
+	}
+	return &corev3.TransportSocket{Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(ctx)}}
 }
 
 // inboundChains builds the chains of one inbound port for its effective
@@ -236,9 +251,12 @@ func (b *listenerBuilder) inboundChains(name string, match func() *listenerv3.Fi
 	mtls.TransportProtocol, mtls.ApplicationProtocols = transportTLS, meshALPN
 	passTLS.TransportProtocol = transportTLS
 	plain.TransportProtocol = transportRaw
+	// The mTLS and plain-text chains serve the port alike: one list of
+	// filters (a connection manager marshalled once) serves both.
+	appFilters := app()
 	return []*listenerv3.FilterChain{
-		{Name: name + "mtls", FilterChainMatch: mtls, TransportSocket: b.inboundMTLS(http), Filters: app()},
+		{Name: name + "mtls", FilterChainMatch: mtls, TransportSocket: b.inboundMTLS(http), Filters: appFilters},
 		{Name: name + "tls", FilterChainMatch: passTLS, Filters: tcp()},
-		{Name: name, FilterChainMatch: plain, Filters: app()},
+		{Name: name, FilterChainMatch: plain, Filters: appFilters},
 	}, true
 }

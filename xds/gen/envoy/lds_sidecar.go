@@ -25,7 +25,7 @@ type svcPort struct {
 // outboundPort collects what the visible services put on one port number
 // of the 0.0.0.0 address.
 type outboundPort struct {
-	http  []svcPort // any: one listener whose routes (RDS) cover them all
+	http  *svcPort // the first HTTP one: one listener whose routes (RDS) cover them all
 	tls   []svcPort
 	sniff []svcPort // undeclared protocol, services without a usable VIP
 	tcp   []svcPort // services without a usable VIP
@@ -54,7 +54,10 @@ func (b *listenerBuilder) sidecarOutbound() {
 			sp := svcPort{svc: svc, port: p}
 			switch {
 			case isHTTP(p.Protocol):
-				u.http = append(u.http, sp)
+				if u.http == nil {
+					first := sp
+					u.http = &first
+				}
 			case isTLS(p.Protocol):
 				u.tls = append(u.tls, sp)
 			case len(vips) > 0:
@@ -90,15 +93,15 @@ func (b *listenerBuilder) sidecarOutbound() {
 	for _, port := range ports {
 		u := byPort[port]
 		switch {
-		case len(u.http) > 0:
+		case u.http != nil:
 			// Sniffed services' HTTP is routed (their virtual hosts are
 			// in the port's routes).
-			b.reportLosers(u.tls, u.http[0], "HTTP")
+			b.reportLosers(u.tls, *u.http, "HTTP")
 			for _, l := range u.sniff {
 				b.problems.Addf(serviceRef(l.svc), "spec.ports", "%s port %d has no declared protocol nor an address of its own and %s takes 0.0.0.0:%d as HTTP: its HTTP is routed, its other TCP is not",
-					l.svc.Hostname, port, u.http[0].svc.Hostname, port)
+					l.svc.Hostname, port, u.http.svc.Hostname, port)
 			}
-			b.reportLosers(u.tcp, u.http[0], "HTTP")
+			b.reportLosers(u.tcp, *u.http, "HTTP")
 			name := OutboundListenerName("0.0.0.0", port)
 			l := listener(name, "0.0.0.0", port, false, corev3.TrafficDirection_OUTBOUND)
 			l.FilterChains = []*listenerv3.FilterChain{{
@@ -164,9 +167,22 @@ func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
 	if len(addrs) == 0 {
 		return nil
 	}
-	out := make([]string, 0, len(addrs))
-	for _, a := range addrs {
-		if ip, err := netip.ParseAddr(a); err == nil {
+	// Most addresses are IPv4 as written, which netip parses only in
+	// their canonical form: then the list itself serves (shared, read
+	// only).
+	var out []string
+	for i, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err == nil && ip.Is4() {
+			if out != nil {
+				out = append(out, a)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]string, 0, len(addrs)), addrs[:i]...)
+		}
+		if err == nil {
 			out = append(out, ip.String())
 			continue
 		}
@@ -175,6 +191,9 @@ func (b *listenerBuilder) listenAddresses(svc *mesh.Service) []string {
 			continue
 		}
 		b.problems.Addf(serviceRef(svc), "spec.addresses", "address %q of %s is not a single IP; TCP listeners for address ranges are not supported, it is ignored", a, svc.Hostname)
+	}
+	if out == nil {
+		return addrs
 	}
 	return out
 }

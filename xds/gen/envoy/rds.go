@@ -42,11 +42,12 @@ type routeBuilder struct {
 	v        *scope.View
 	problems *build.Problems
 	t        *routes.Translator
-	cache    map[routeCacheKey][]*routev3.Route
+	// cache holds the translations made (built on first use).
+	cache map[routeCacheKey][]*routev3.Route
 	// contextFree caches Translator.ContextFree by VirtualService.
 	contextFree map[*mesh.Config]bool
-	// sidecarVS caches View.VirtualServices by host (a host has several
-	// ports).
+	// sidecarVS caches View.VirtualServices by host for hosts with
+	// several ports.
 	sidecarVS  map[string][]*mesh.Config
 	noValidate *wrapperspb.BoolValue
 	// matchAll is the "/" prefix match of default routes (shared).
@@ -62,15 +63,19 @@ type routeCacheKey struct {
 }
 
 func newRouteBuilder(v *scope.View) *routeBuilder {
-	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), cache: map[routeCacheKey][]*routev3.Route{},
-		contextFree: map[*mesh.Config]bool{},
-		sidecarVS:   map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
+	return &routeBuilder{v: v, problems: v.Problems(), t: routes.ForEnvoy(v), sidecarVS: map[string][]*mesh.Config{}, noValidate: wrapperspb.Bool(false)}
 }
 
 // translate translates cfg's routes for port, as gateway gw's (nil: as
 // the sidecar's), once per builder: once for every port and gateway when
 // they make no difference (Translator.ContextFree).
 func (rb *routeBuilder) translate(cfg *mesh.Config, port uint32, gw *mesh.Config) []*routev3.Route {
+	if rb.cache == nil {
+		// Sized for a VirtualService per visible service, so that they
+		// do not grow while a proxy's routes are built.
+		n := len(rb.v.Services())
+		rb.cache, rb.contextFree = make(map[routeCacheKey][]*routev3.Route, n), make(map[*mesh.Config]bool, n)
+	}
 	free, checked := rb.contextFree[cfg]
 	if !checked {
 		free = rb.t.ContextFree(cfg)
@@ -130,14 +135,18 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 		seen := make(map[string]bool, 4*len(byPort[port]))
 		rc.VirtualHosts = make([]*routev3.VirtualHost, 0, len(byPort[port])+1)
 		for _, svc := range byPort[port] { // sorted by hostname: the first keeps a shared domain
-			vh := &routev3.VirtualHost{
-				Name:    svc.Hostname + ":" + strconv.FormatUint(uint64(port), 10),
-				Domains: rb.domains(svc, port, seen),
-				Routes:  rb.sidecarHostRoutes(svc, port),
-			}
-			if len(vh.Domains) == 0 {
+			domains, name := rb.domains(svc, port, seen)
+			if len(domains) == 0 {
 				continue // every name already taken by an earlier service
 			}
+			routes, d := rb.sidecarHostRoutes(svc, port)
+			var vh *routev3.VirtualHost
+			if d != nil {
+				vh = &d.host // one allocation with its default route
+			} else {
+				vh = &routev3.VirtualHost{}
+			}
+			vh.Name, vh.Domains, vh.Routes = name, domains, routes
 			rc.VirtualHosts = append(rc.VirtualHosts, vh)
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, catchAll)
@@ -150,13 +159,15 @@ func (rb *routeBuilder) sidecarRoutes() []build.Resource {
 // with an address: its own virtual host, then the catch-all one.
 func (rb *routeBuilder) sniffedRoute(svc *mesh.Service, port uint32) build.Resource {
 	name := SniffedRouteName(svc.Hostname, port)
+	domains, _ := rb.domains(svc, port, map[string]bool{})
+	routes, _ := rb.sidecarHostRoutes(svc, port)
 	rc := &routev3.RouteConfiguration{
 		Name:             name,
 		ValidateClusters: rb.noValidate,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    name,
-			Domains: rb.domains(svc, port, map[string]bool{}),
-			Routes:  rb.sidecarHostRoutes(svc, port),
+			Domains: domains,
+			Routes:  routes,
 		}, rb.catchAllVirtualHost()},
 	}
 	return build.Resource{Name: name, Message: rc}
@@ -189,20 +200,22 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 // "name.ns.svc", ... in the service's namespace; "name.ns" onwards from
 // elsewhere), and the VIPs, each also with ":port". Envoy rejects a
 // route configuration with a domain twice (RouteConfiguration docs,
-// virtual_hosts), so seen records what is taken.
-func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) []string {
+// virtual_hosts), so seen records what is taken. hostPort is
+// "hostname:port", the name of the service's virtual host.
+func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) (domains []string, hostPort string) {
 	ps := ":" + strconv.FormatUint(uint64(port), 10)
 	addrs := rb.v.Addresses(svc)
 	out := make([]string, 0, 4+2*len(addrs))
-	add := func(name string) {
-		for _, d := range [2]string{name, name + ps} {
+	add := func(name, withPort string) {
+		for _, d := range [2]string{name, withPort} {
 			if !seen[d] {
 				seen[d] = true
 				out = append(out, d)
 			}
 		}
 	}
-	add(svc.Hostname)
+	hostPort = svc.Hostname + ps
+	add(svc.Hostname, hostPort)
 	if d, ok := rb.v.Snapshot().ServiceSuffix(svc); ok {
 		// name.ns.svc.<suffix>: every shorter form ending at a dot.
 		suffix := "." + svc.Namespace + ".svc." + d
@@ -212,22 +225,29 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 		}
 		for i := start; i < len(svc.Hostname); i++ {
 			if svc.Hostname[i] == '.' {
-				add(svc.Hostname[:i])
+				add(svc.Hostname[:i], svc.Hostname[:i]+ps)
 			}
 		}
 	}
 	for _, a := range addrs {
-		add(a)
+		add(a, a+ps)
 	}
-	return out
+	return out, hostPort
 }
 
 // sidecarHostRoutes are the routes of svc on port: from the first
 // VirtualService that applies (the others are reported as shadowed), or
 // one default route to the port's cluster.
-func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*routev3.Route {
-	vss, done := rb.sidecarVS[svc.Hostname]
-	if !done {
+//
+// d is the default route's allocation, which has room for the host's
+// virtual host; nil for a VirtualService's routes.
+func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) (routes []*routev3.Route, d *defaultRoute) {
+	var vss []*mesh.Config
+	if len(svc.Ports) == 1 {
+		vss = rb.v.VirtualServices(svc.Hostname) // asked once
+	} else if cached, done := rb.sidecarVS[svc.Hostname]; done {
+		vss = cached
+	} else {
 		vss = rb.v.VirtualServices(svc.Hostname)
 		rb.sidecarVS[svc.Hostname] = vss
 	}
@@ -236,7 +256,7 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	}
 	if len(vss) > 0 {
 		if rs := rb.translate(vss[0], port, nil); len(rs) > 0 {
-			return rs
+			return rs, nil
 		}
 	}
 	// The service's consistentHash (its DestinationRule for the port)
@@ -245,19 +265,23 @@ func (rb *routeBuilder) sidecarHostRoutes(svc *mesh.Service, port uint32) []*rou
 	if rb.matchAll == nil {
 		rb.matchAll = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 	}
-	d := &defaultRoute{}
+	d = &defaultRoute{}
 	d.cluster.Cluster = build.ClusterName(svc.Hostname, port, "")
-	d.action = routev3.RouteAction{ClusterSpecifier: &d.cluster, Timeout: rb.t.NoTimeout(), RetryPolicy: rb.t.DefaultRetryPolicy(len(hash) > 0), HashPolicy: hash}
+	// Field by field: a composite literal would build the large
+	// RouteAction apart and copy it.
+	d.action.ClusterSpecifier, d.action.Timeout = &d.cluster, rb.t.NoTimeout()
+	d.action.RetryPolicy, d.action.HashPolicy = rb.t.DefaultRetryPolicy(len(hash) > 0), hash
 	d.routeAction.Route = &d.action
 	d.route.Name, d.route.Match, d.route.Action = "default", rb.matchAll, &d.routeAction
 	d.list[0] = &d.route
-	return d.list[:]
+	return d.list[:], d
 }
 
-// defaultRoute is a host's default route (one, to its cluster) in one
-// allocation: a sidecar has one per service port without a
-// VirtualService.
+// defaultRoute is a host's default route (one, to its cluster) and its
+// virtual host in one allocation: a sidecar has one per service port
+// without a VirtualService.
 type defaultRoute struct {
+	host        routev3.VirtualHost
 	list        [1]*routev3.Route
 	route       routev3.Route
 	routeAction routev3.Route_Route

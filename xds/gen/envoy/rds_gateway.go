@@ -195,14 +195,13 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 			key.more = string(more)
 		}
 		hp := h + ps
-		domains := []string{h, hp}
-		if h == "*" {
-			domains = domains[:1]
-		}
 		if evh := shared[key]; evh != nil {
-			evh.Domains = append(evh.Domains, domains...)
+			evh.Domains = appendDomains(evh.Domains, h, hp)
 			continue
 		}
+		// Room for the domains of the other hosts of its VirtualService,
+		// which usually share the virtual host.
+		domains := appendDomains(make([]string, 0, 2*len(vh.vss[0].vs.VirtualService().GetHosts())), h, hp)
 		evh := &routev3.VirtualHost{Name: hp, Domains: domains}
 		if vh.requireTLS {
 			evh.RequireTls = routev3.VirtualHost_ALL
@@ -220,4 +219,13 @@ func (rb *routeBuilder) gatewayRouteConfig(name string, port uint32, hosts map[s
 		rc.VirtualHosts = append(rc.VirtualHosts, evh)
 	}
 	return rc
+}
+
+// appendDomains appends a gateway virtual host's domains for host h:
+// h and hp (h with the port), or only "*".
+func appendDomains(domains []string, h, hp string) []string {
+	if h == "*" {
+		return append(domains, h)
+	}
+	return append(domains, h, hp)
 }

@@ -21,19 +21,22 @@ import (
 // route builds everything of an Envoy route but its match; ok is false
 // when the route cannot be generated (reported).
 func (t *Translator) route(cfg *mesh.Config, field string, hr *networking.HTTPRoute, ctx Context) (*routev3.Route, bool) {
-	r := &routev3.Route{Name: hr.GetName()}
+	var r *routev3.Route
 	switch {
 	case hr.GetRedirect() != nil:
-		r.Action = &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect())}
+		r = &routev3.Route{Action: &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect())}}
 	case hr.GetDirectResponse() != nil:
-		r.Action = &routev3.Route_DirectResponse{DirectResponse: directResponse(hr.GetDirectResponse())}
+		r = &routev3.Route{Action: &routev3.Route_DirectResponse{DirectResponse: directResponse(hr.GetDirectResponse())}}
 	default:
-		ra, ok := t.routeAction(cfg, field, hr, r, ctx)
-		if !ok {
+		fr := &forwardRoute{}
+		if !t.routeAction(cfg, field, hr, fr, ctx) {
 			return nil, false
 		}
-		r.Action = &routev3.Route_Route{Route: ra}
+		fr.action.Route = &fr.routeAction
+		fr.route.Action = &fr.action
+		r = &fr.route
 	}
+	r.Name = hr.GetName()
 	if f := hr.GetFault(); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{build.FaultFilter: build.Any(fault(f))}
 	}
@@ -90,20 +93,30 @@ func directResponse(dr *networking.HTTPDirectResponse) *routev3.DirectResponseAc
 	return a
 }
 
-// routeAction translates the forwarding part of a route. Per-destination
-// headers of a single destination go on r.
-func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.HTTPRoute, r *routev3.Route, ctx Context) (*routev3.RouteAction, bool) {
+// forwardRoute is a route that forwards (its action a RouteAction) in one
+// allocation; cluster is the action's cluster when it has one.
+type forwardRoute struct {
+	route       routev3.Route
+	action      routev3.Route_Route
+	routeAction routev3.RouteAction
+	cluster     routev3.RouteAction_Cluster
+}
+
+// routeAction translates the forwarding part of a route into
+// fr.routeAction; false when the route cannot be generated (reported).
+// Per-destination headers of a single destination go on fr.route.
+func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.HTTPRoute, fr *forwardRoute, ctx Context) bool {
 	dests := hr.GetRoute()
 	if len(dests) == 0 {
 		t.problem(cfg.Ref(), field+".route", "no destination; route skipped")
-		return nil, false
+		return false
 	}
-	ra := &routev3.RouteAction{}
+	r, ra := &fr.route, &fr.routeAction
 	var weighted []*routev3.WeightedCluster_ClusterWeight
 	var hash []*routev3.RouteAction_HashPolicy
 	hashSame := true
 	for j, d := range dests {
-		name, host, port, ok := t.cluster(cfg, field+".route["+strconv.Itoa(j)+"].destination", d.GetDestination(), ctx)
+		name, host, port, ok := t.cluster(cfg, func() string { return field + ".route[" + strconv.Itoa(j) + "].destination" }, d.GetDestination(), ctx)
 		w := uint32(d.GetWeight())
 		if len(dests) == 1 {
 			w = 100
@@ -122,7 +135,10 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 				hashSame, hash = false, nil
 			}
 		}
-		cw := &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(w)}
+		cw := &routev3.WeightedCluster_ClusterWeight{Name: name}
+		if len(dests) > 1 { // a single destination's weight is not sent
+			cw.Weight = wrapperspb.UInt32(w)
+		}
 		if t.envoy {
 			cw.RequestHeadersToAdd, cw.RequestHeadersToRemove = headerOps(d.GetHeaders().GetRequest())
 			cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove = headerOps(d.GetHeaders().GetResponse())
@@ -134,10 +150,11 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 	switch len(weighted) {
 	case 0:
 		t.problem(cfg.Ref(), field+".route", "every destination has weight 0; route skipped")
-		return nil, false
+		return false
 	case 1:
 		cw := weighted[0]
-		ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: cw.Name}
+		fr.cluster.Cluster = cw.Name
+		ra.ClusterSpecifier = &fr.cluster
 		r.RequestHeadersToAdd, r.RequestHeadersToRemove = cw.RequestHeadersToAdd, cw.RequestHeadersToRemove
 		r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove
 	default:
@@ -167,7 +184,7 @@ func (t *Translator) routeAction(cfg *mesh.Config, field string, hr *networking.
 	if t.envoy {
 		ra.RequestMirrorPolicies = t.mirrors(cfg, field, hr, ctx)
 	}
-	return ra, true
+	return true
 }
 
 // mergeWeight adds cw's weight to an entry of list for the same cluster
@@ -186,12 +203,13 @@ func mergeWeight(list []*routev3.WeightedCluster_ClusterWeight, cw *routev3.Weig
 	return false
 }
 
-// cluster names the cluster of a destination: ok is false, and for Envoy
+// cluster names the cluster of a destination (at the field path field
+// returns, only asked for a problem): ok is false, and for Envoy
 // the name is BlackHoleCluster, when its host is unknown (or not
 // visible), its port missing or its subset undefined (all reported).
 // Proxyless keeps the name, so traffic to it fails rather than going
 // elsewhere.
-func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Destination, ctx Context) (name, host string, port uint32, ok bool) {
+func (t *Translator) cluster(cfg *mesh.Config, field func() string, d *networking.Destination, ctx Context) (name, host string, port uint32, ok bool) {
 	host = t.snap.ResolveHost(d.GetHost(), cfg)
 	port = d.GetPort().GetNumber()
 	target := t.service(host)
@@ -204,17 +222,17 @@ func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Desti
 	ok = true
 	switch {
 	case target == nil && t.known != nil && t.known(host):
-		t.problem(cfg.Ref(), field+".host", "host "+host+" is not visible to this proxy (exportTo or Sidecar egress)")
+		t.problem(cfg.Ref(), field()+".host", "host "+host+" is not visible to this proxy (exportTo or Sidecar egress)")
 		ok = false
 	case target == nil:
-		t.problem(cfg.Ref(), field+".host", "host "+host+" is not a service of this mesh")
+		t.problem(cfg.Ref(), field()+".host", "host "+host+" is not a service of this mesh")
 		ok = false
 	case !hasPort(target, port):
-		t.problem(cfg.Ref(), field+".port", fmt.Sprintf("service %s has no port %d", host, port))
+		t.problem(cfg.Ref(), field()+".port", fmt.Sprintf("service %s has no port %d", host, port))
 		ok = false
 	}
 	if s := d.GetSubset(); s != "" && !t.subset(host, s) {
-		t.problem(cfg.Ref(), field+".subset", fmt.Sprintf("no DestinationRule for %s defines subset %q", host, s))
+		t.problem(cfg.Ref(), field()+".subset", fmt.Sprintf("no DestinationRule for %s defines subset %q", host, s))
 		ok = false
 	}
 	if !ok && t.envoy {
@@ -228,7 +246,7 @@ func (t *Translator) cluster(cfg *mesh.Config, field string, d *networking.Desti
 func (t *Translator) mirrors(cfg *mesh.Config, field string, hr *networking.HTTPRoute, ctx Context) []*routev3.RouteAction_RequestMirrorPolicy {
 	var out []*routev3.RouteAction_RequestMirrorPolicy
 	add := func(f string, d *networking.Destination, p *networking.Percent, legacy int32) {
-		name, _, _, ok := t.cluster(cfg, f, d, ctx)
+		name, _, _, ok := t.cluster(cfg, func() string { return f }, d, ctx)
 		if !ok {
 			return
 		}

@@ -87,18 +87,39 @@ func badRegex(m *networking.HTTPMatchRequest) (string, error) {
 	return "", nil
 }
 
+// prefixMatch is a route match on a path prefix in one allocation.
+type prefixMatch struct {
+	match  routev3.RouteMatch
+	prefix routev3.RouteMatch_Prefix
+}
+
+// regexMatch is a route match on a path regex in one allocation.
+type regexMatch struct {
+	match routev3.RouteMatch
+	safe  routev3.RouteMatch_SafeRegex
+	regex matcherv3.RegexMatcher
+}
+
 func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
-	rm := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
-	if m.GetIgnoreUriCase() {
-		rm.CaseSensitive = wrapperspb.Bool(false)
-	}
+	var rm *routev3.RouteMatch
 	switch u := m.GetUri().GetMatchType().(type) {
 	case *networking.StringMatch_Exact:
-		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: u.Exact}
-	case *networking.StringMatch_Prefix:
-		rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: u.Prefix}
+		rm = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Path{Path: u.Exact}}
 	case *networking.StringMatch_Regex:
-		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: u.Regex}}
+		rx := &regexMatch{regex: matcherv3.RegexMatcher{Regex: u.Regex}}
+		rx.safe.SafeRegex = &rx.regex
+		rx.match.PathSpecifier = &rx.safe
+		rm = &rx.match
+	default: // a prefix, or none: "/"
+		pm := &prefixMatch{prefix: routev3.RouteMatch_Prefix{Prefix: "/"}}
+		if p, ok := u.(*networking.StringMatch_Prefix); ok {
+			pm.prefix.Prefix = p.Prefix
+		}
+		pm.match.PathSpecifier = &pm.prefix
+		rm = &pm.match
+	}
+	if m.GetIgnoreUriCase() {
+		rm.CaseSensitive = wrapperspb.Bool(false)
 	}
 	for _, name := range sortedKeys(m.GetHeaders()) {
 		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetHeaders()[name], false))

@@ -205,7 +205,7 @@ func (t *Translator) httpRoutes(cfg *mesh.Config, hrs []*networking.HTTPRoute, p
 	var out []*routev3.Route
 	catchAll := -1
 	for i, hr := range hrs {
-		field := "spec.http[" + strconv.Itoa(i) + "]"
+		field := httpField(i)
 		if catchAll >= 0 {
 			t.problem(cfg.Ref(), field, field+" is unreachable: spec.http["+strconv.Itoa(catchAll)+"] matches every request")
 			continue
@@ -228,17 +228,20 @@ func (t *Translator) httpRoutes(cfg *mesh.Config, hrs []*networking.HTTPRoute, p
 		if !ok {
 			continue
 		}
-		for _, m := range matches {
-			r := &routev3.Route{
-				Name:                    tmpl.Name,
-				Match:                   routeMatch(m),
-				Action:                  tmpl.Action,
-				TypedPerFilterConfig:    tmpl.TypedPerFilterConfig,
-				RequestHeadersToAdd:     tmpl.RequestHeadersToAdd,
-				RequestHeadersToRemove:  tmpl.RequestHeadersToRemove,
-				ResponseHeadersToAdd:    tmpl.ResponseHeadersToAdd,
-				ResponseHeadersToRemove: tmpl.ResponseHeadersToRemove,
+		for k, m := range matches {
+			r := tmpl // the last match's route is the template itself
+			if k < len(matches)-1 {
+				r = &routev3.Route{
+					Name:                    tmpl.Name,
+					Action:                  tmpl.Action,
+					TypedPerFilterConfig:    tmpl.TypedPerFilterConfig,
+					RequestHeadersToAdd:     tmpl.RequestHeadersToAdd,
+					RequestHeadersToRemove:  tmpl.RequestHeadersToRemove,
+					ResponseHeadersToAdd:    tmpl.ResponseHeadersToAdd,
+					ResponseHeadersToRemove: tmpl.ResponseHeadersToRemove,
+				}
 			}
+			r.Match = routeMatch(m)
 			out = append(out, r)
 		}
 		if parent == nil && matchesAll(matches) {
@@ -246,6 +249,24 @@ func (t *Translator) httpRoutes(cfg *mesh.Config, hrs []*networking.HTTPRoute, p
 		}
 	}
 	return out
+}
+
+// httpFields are the field paths of the first HTTP routes of a
+// VirtualService: translating them builds no string that only a problem
+// would need.
+var httpFields = func() (out [32]string) {
+	for i := range out {
+		out[i] = "spec.http[" + strconv.Itoa(i) + "]"
+	}
+	return out
+}()
+
+// httpField is the field path of HTTP route i.
+func httpField(i int) string {
+	if i < len(httpFields) {
+		return httpFields[i]
+	}
+	return "spec.http[" + strconv.Itoa(i) + "]"
 }
 
 // applicable returns the match clauses of a route that apply in ctx: a

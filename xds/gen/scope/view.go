@@ -42,9 +42,11 @@ type View struct {
 	byHost      map[string]*mesh.Service
 	wildcardVS  []string // VirtualService hosts with a wildcard, sorted
 	gateways    []*mesh.Config
-	// gatewayVS indexes VirtualServices by the gateways they bind
-	// ("namespace/name"), built on first use.
-	gatewayVS map[string][]*mesh.Config
+	// gatewayVS indexes VirtualServices by the gateways they bind, built
+	// on first use.
+	gatewayVS map[gatewayRef][]*mesh.Config
+	// memo holds what generators derive from the view (Memo).
+	memo map[any]any
 
 	inbound     []InboundPort
 	inboundDone bool
@@ -218,28 +220,51 @@ func (v *View) Gateways() []*mesh.Config { return v.gateways }
 // spec.gateways), visible to the proxy, sorted by namespace/name.
 func (v *View) GatewayVirtualServices(gw *mesh.Config) []*mesh.Config {
 	if v.gatewayVS == nil {
-		v.gatewayVS = map[string][]*mesh.Config{}
+		v.gatewayVS = map[gatewayRef][]*mesh.Config{}
+		var seen []gatewayRef
 		for _, c := range v.snap.AllVirtualServices {
 			vs := c.VirtualService()
 			if !mesh.Exported(v.snap.VirtualServiceExportTo(c), c.Object.Namespace, v.key.Namespace) {
 				continue
 			}
-			var seen []string
+			seen = seen[:0]
 			for _, g := range vs.GetGateways() {
 				if g == "mesh" {
 					continue
 				}
-				if !strings.Contains(g, "/") {
-					g = c.Object.Namespace + "/" + g
+				ref := gatewayRef{namespace: c.Object.Namespace, name: g}
+				if ns, name, ok := strings.Cut(g, "/"); ok {
+					ref = gatewayRef{namespace: ns, name: name}
 				}
-				if !slices.Contains(seen, g) {
-					seen = append(seen, g)
-					v.gatewayVS[g] = append(v.gatewayVS[g], c)
+				if !slices.Contains(seen, ref) {
+					seen = append(seen, ref)
+					v.gatewayVS[ref] = append(v.gatewayVS[ref], c)
 				}
 			}
 		}
 	}
-	return v.gatewayVS[gw.Object.Namespace+"/"+gw.Object.Name]
+	return v.gatewayVS[gatewayRef{namespace: gw.Object.Namespace, name: gw.Object.Name}]
+}
+
+// gatewayRef is a Gateway as a VirtualService's gateways field names it
+// ("namespace/name", or a name in the VirtualService's namespace).
+type gatewayRef struct{ namespace, name string }
+
+// Memo returns the value a generator derives from the view under key,
+// computing it with fn on first use: what the generators of several types
+// need (a router's gateway plan serves LDS and RDS) is derived once per
+// View. Keys should be unexported types of the caller's package; the
+// value is read-only once returned.
+func (v *View) Memo(key any, fn func() any) any {
+	if val, ok := v.memo[key]; ok {
+		return val
+	}
+	if v.memo == nil {
+		v.memo = map[any]any{}
+	}
+	val := fn()
+	v.memo[key] = val
+	return val
 }
 
 // DestinationRule returns the DestinationRule that applies to host for
