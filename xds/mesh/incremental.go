@@ -159,19 +159,23 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 		}
 	}
 	if len(changes) == 0 {
-		return nil // nothing changed; a full build is cheap enough to stay simple
+		// Nothing changed (a notification whose change the last build
+		// already took along): the same input gives the same snapshot.
+		return last.snap
 	}
-	keys := maps.Clone(last.keys)
+	// How many definitions each changed entry's key gains or loses; the
+	// remembered counts move on only once the build is sure to finish.
+	counts := map[configKey]int{}
 	for _, ch := range changes {
 		k := configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}
 		if ch.added {
-			keys[k]++
+			counts[k]++
 		} else {
-			keys[k]--
+			counts[k]--
 		}
 	}
-	for _, ch := range changes {
-		if n := keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}]; n > 1 || last.keys[configKey{"WorkloadEntry", ch.cfg.Object.Namespace, ch.cfg.Object.Name}] > 1 {
+	for k, d := range counts {
+		if last.keys[k]+d > 1 || last.keys[k] > 1 {
 			return nil // defined in several clusters: conflict resolution decides
 		}
 	}
@@ -321,7 +325,13 @@ func (b *Builder) buildEndpoints(mesh string, clusters []ClusterInput) *Snapshot
 			delete(b.endpoints, endpointKey{ch.cfg.Object, ch.cfg.Cluster, stale[ch.cfg.Cluster]})
 		}
 	}
-	last.keys = keys
+	for k, d := range counts {
+		if n := last.keys[k] + d; n > 0 {
+			last.keys[k] = n
+		} else {
+			delete(last.keys, k)
+		}
+	}
 	last.snap = s
 	return s
 }

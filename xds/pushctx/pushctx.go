@@ -310,6 +310,7 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 	deb := debounce.New(m.opts.DebounceEdge, m.opts.DebounceQuiet, m.opts.DebounceMax)
 	defer deb.Stop()
 	for {
+		endpoints := false
 		select {
 		case <-ctx.Done():
 			return
@@ -321,6 +322,7 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 				continue // taken along by the pending build; it does not extend the wait
 			}
 			m.metrics.fastBuilds.Inc()
+			endpoints = true
 		case <-deb.C():
 		}
 		if m.opts.Adaptive {
@@ -337,7 +339,7 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 		if !m.wait(ctx, ms) {
 			return
 		}
-		m.safeBuild(ms)
+		m.safeBuild(ms, endpoints)
 	}
 }
 
@@ -401,18 +403,25 @@ func (m *Publisher) Watch(mesh string) (unwatch func()) {
 }
 
 // safeBuild builds, turning a panic into a logged failure: the mesh keeps
-// its previous State and the loop goes on.
-func (m *Publisher) safeBuild(ms *meshState) {
+// its previous State and the loop goes on. endpoints says the build is for
+// endpoint notifications only (see build).
+func (m *Publisher) safeBuild(ms *meshState, endpoints bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			m.metrics.failures.Inc()
 			m.log.Error("push context build failed; the previous one stays", "mesh", ms.name, "panic", r)
 		}
 	}()
-	m.build(ms)
+	m.build(ms, endpoints)
 }
 
-func (m *Publisher) build(ms *meshState) {
+// build merges the mesh's clusters and publishes the result. A build for
+// endpoint notifications only (endpoints) that finds nothing the last
+// build did not already take along publishes nothing: under endpoint churn
+// a notification often arrives while the build that includes its change
+// is under way, and publishing the same snapshot again would wake every
+// stream for nothing. A config notification's build is always published.
+func (m *Publisher) build(ms *meshState, endpoints bool) {
 	start := time.Now()
 	ms.mu.Lock()
 	changedAt := ms.firstChange
@@ -441,6 +450,10 @@ func (m *Publisher) build(ms *meshState) {
 	var prevSnap *mesh.Snapshot
 	if prev != nil {
 		prevSnap = prev.Snapshot
+	}
+	if endpoints && snap == prevSnap {
+		m.metrics.unchanged.Inc()
+		return
 	}
 	st := &State{
 		Mesh:       ms.name,
