@@ -98,6 +98,44 @@ func TestCodecWritesPreparedEncodings(t *testing.T) {
 	}
 }
 
+// A request that arrives in several pieces (HTTP/2 frames) is gathered
+// into a reused buffer that is not cleared: it decodes as gRPC's codec
+// decodes it however dirty the buffer was, whatever its size.
+func TestCodecDecodesPiecedRequestsIntoDirtyBuffers(t *testing.T) {
+	for _, n := range []int{1, 40, 1000, 70000} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("outbound|80||svc-%d.demo.svc.cluster.local", i)
+		}
+		req := &discoveryv3.DiscoveryRequest{VersionInfo: "v1", TypeUrl: typeurl.Endpoint, ResourceNames: names, ResponseNonce: "7"}
+		wire, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second time into a reused buffer
+			// Leave a dirty buffer of the size the request needs in the pool.
+			dirty := requestBuffers.Get(len(wire))
+			for i := range *dirty {
+				(*dirty)[i] = 0xff
+			}
+			requestBuffers.Put(dirty)
+			var pieces mem.BufferSlice
+			for rest := wire; len(rest) > 0; {
+				k := min(len(rest), 16<<10)
+				pieces = append(pieces, mem.SliceBuffer(rest[:k]))
+				rest = rest[k:]
+			}
+			var got discoveryv3.DiscoveryRequest
+			if err := Codec().Unmarshal(pieces, &got); err != nil || !proto.Equal(&got, req) {
+				t.Fatalf("%d names in %d pieces: decoded %d names, %v", n, len(pieces), len(got.GetResourceNames()), err)
+			}
+		}
+		if b := requestBuffers.Get(len(wire)); len(*b) != len(wire) {
+			t.Errorf("Get(%d) gave %d bytes", len(wire), len(*b))
+		}
+	}
+}
+
 // BenchmarkSendSize: the size a send takes from the budget, of a
 // state-of-the-world response of 1,000 prepared clusters (a sidecar's CDS
 // on the load benchmark's workload), and the same with delta entries.
