@@ -119,12 +119,7 @@ func TestCodecDecodesPiecedRequestsIntoDirtyBuffers(t *testing.T) {
 				(*dirty)[i] = 0xff
 			}
 			requestBuffers.Put(dirty)
-			var pieces mem.BufferSlice
-			for rest := wire; len(rest) > 0; {
-				k := min(len(rest), 16<<10)
-				pieces = append(pieces, mem.SliceBuffer(rest[:k]))
-				rest = rest[k:]
-			}
+			pieces := frames(wire)
 			var got discoveryv3.DiscoveryRequest
 			if err := Codec().Unmarshal(pieces, &got); err != nil || !proto.Equal(&got, req) {
 				t.Fatalf("%d names in %d pieces: decoded %d names, %v", n, len(pieces), len(got.GetResourceNames()), err)
@@ -134,6 +129,18 @@ func TestCodecDecodesPiecedRequestsIntoDirtyBuffers(t *testing.T) {
 			t.Errorf("Get(%d) gave %d bytes", len(wire), len(*b))
 		}
 	}
+}
+
+// frames is b as gRPC hands a message to the codec when it came in HTTP/2
+// frames of 16 KB: one buffer per frame.
+func frames(b []byte) mem.BufferSlice {
+	var out mem.BufferSlice
+	for len(b) > 0 {
+		n := min(len(b), 16<<10)
+		out = append(out, mem.SliceBuffer(b[:n]))
+		b = b[n:]
+	}
+	return out
 }
 
 // BenchmarkSendSize: the size a send takes from the budget, of a
