@@ -47,6 +47,11 @@ func TestUnmarshalRequestTakesAHeldSubscription(t *testing.T) {
 	// No stream holds these names yet: decoded as usual.
 	first := decodeBoth(t, b, sets)
 	held := sets.get(first.GetResourceNames()) // a stream subscribes
+	// Another stream subscribing to the same names shares the set and
+	// encodes nothing for it.
+	if a := testing.AllocsPerRun(10, func() { sets.get(first.GetResourceNames()) }); a > 0 {
+		t.Errorf("looking up a held subscription allocated %v times", a)
+	}
 	// The next request listing them takes the held list.
 	again := decodeBoth(t, b, sets)
 	if &again.GetResourceNames()[0] != &held.list[0] {

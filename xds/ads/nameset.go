@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"runtime"
 	"slices"
@@ -47,8 +48,7 @@ func newNameSets() *nameSets {
 // get returns the nameSet of names, shared with every stream that holds
 // one of the same list. It keeps names (the caller no longer changes it).
 func (n *nameSets) get(names []string) *nameSet {
-	wire := encodeNames(names)
-	sum := maphash.Bytes(n.seed, wire)
+	sum := n.hashNames(names)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, wp := range n.m[sum] {
@@ -56,7 +56,7 @@ func (n *nameSets) get(names []string) *nameSet {
 			return s
 		}
 	}
-	s := &nameSet{list: names, set: make(map[string]bool, len(names)), wire: wire}
+	s := &nameSet{list: names, set: make(map[string]bool, len(names)), wire: encodeNames(names)}
 	for _, name := range names {
 		if name == "*" {
 			s.wildcard = true
@@ -67,6 +67,21 @@ func (n *nameSets) get(names []string) *nameSet {
 	n.m[sum] = append(n.m[sum], weak.Make(s))
 	runtime.AddCleanup(s, n.prune, sum)
 	return s
+}
+
+// hashNames is the hash of encodeNames(names), written piece by piece: a
+// stream's first request for a subscription others hold allocates nothing.
+func (n *nameSets) hashNames(names []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(n.seed)
+	var head [2 * binary.MaxVarintLen64]byte
+	for _, name := range names {
+		b := protowire.AppendTag(head[:0], resourceNamesField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(len(name)))
+		h.Write(b)
+		h.WriteString(name)
+	}
+	return h.Sum64()
 }
 
 // encodeNames is names as a request's resource_names field encodes them.
