@@ -484,8 +484,31 @@ func (m *Publisher) build(ms *meshState, endpoints bool) {
 	m.metrics.buildSeconds.Observe(d.Seconds())
 	m.metrics.services.WithLabelValues(ms.name).Set(float64(len(snap.Services)))
 	m.metrics.conflicts.WithLabelValues(ms.name).Set(float64(len(snap.Conflicts)))
-	ms.networks = m.metrics.reportNetworks(ms.name, snap, ms.networks)
+	if len(ms.networks) > 0 || prev == nil || st.Diff.Config || !networkless(snap, st.Diff.Hosts) {
+		ms.networks = m.metrics.reportNetworks(ms.name, snap, ms.networks)
+	}
 	m.log.Info("push context published", "mesh", ms.name, "version", st.Version, "services", len(snap.Services),
 		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts),
 		"config_changed", st.Diff.Config, "endpoint_changes", len(st.Diff.Hosts), "took", d)
+}
+
+// networkless reports whether a snapshot whose predecessor had no
+// networks (no gateway, no endpoint on a network) and differs from it only
+// in the endpoints of hosts still has none: then there is no
+// unreachable-endpoint count to report, and counting every endpoint of
+// the mesh again (Snapshot.Networks) at each endpoint build is spared.
+func networkless(snap *mesh.Snapshot, hosts map[string]bool) bool {
+	if len(snap.NetworkGateways) > 0 {
+		return false
+	}
+	for h := range hosts {
+		if svc := snap.Services[h]; svc != nil {
+			for _, ep := range svc.Endpoints {
+				if snap.NetworkOf(ep) != "" {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
