@@ -1,6 +1,9 @@
 package ads
 
 import (
+	"math/bits"
+	"sync"
+
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -28,7 +31,7 @@ func (c codec) Name() string { return c.base.Name() }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if req, ok := v.(*discoveryv3.DiscoveryRequest); ok {
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		buf := data.MaterializeToBuffer(requestBuffers)
 		defer buf.Free()
 		return unmarshalRequest(buf.ReadOnlyData(), req, sharedNames)
 	}
@@ -143,3 +146,56 @@ func (r *deltaResponse) entries() int {
 }
 
 func (r *deltaResponse) entry(i int) []byte { return r.prepared[i].DeltaWire() }
+
+// requestBuffers gathers a request that arrived in several pieces (HTTP/2
+// frames) into one buffer for decoding. Unlike gRPC's default pool it does
+// not clear a buffer it reuses: the request's bytes overwrite the whole
+// length asked for, and the decoder reads no further. An Envoy's SotW ACK
+// names every EDS cluster it holds (~60 KB for 1,000), and under endpoint
+// churn clearing those buffers cost about as much as decoding them.
+var requestBuffers mem.BufferPool = &dirtyPool{}
+
+// dirtyPool is a mem.BufferPool of power-of-two buffers from 256 B to
+// 4 MiB (larger ones are allocated and dropped) that hands reused buffers
+// out uncleared. Safe for concurrent use.
+type dirtyPool struct {
+	tiers [dirtyPoolMaxShift - dirtyPoolMinShift + 1]sync.Pool
+}
+
+const (
+	dirtyPoolMinShift = 8
+	dirtyPoolMaxShift = 22
+)
+
+// tier is the index of the smallest tier holding n bytes, -1 if none does.
+func (p *dirtyPool) tier(n int) int {
+	shift := max(bits.Len(uint(n-1)), dirtyPoolMinShift)
+	if n <= 0 {
+		shift = dirtyPoolMinShift
+	}
+	if shift > dirtyPoolMaxShift {
+		return -1
+	}
+	return shift - dirtyPoolMinShift
+}
+
+func (p *dirtyPool) Get(length int) *[]byte {
+	t := p.tier(length)
+	if t < 0 {
+		b := make([]byte, length)
+		return &b
+	}
+	if b, ok := p.tiers[t].Get().(*[]byte); ok {
+		*b = (*b)[:length]
+		return b
+	}
+	b := make([]byte, length, 1<<(t+dirtyPoolMinShift))
+	return &b
+}
+
+func (p *dirtyPool) Put(b *[]byte) {
+	c := cap(*b)
+	if t := p.tier(c); t >= 0 && c == 1<<(t+dirtyPoolMinShift) {
+		p.tiers[t].Put(b)
+	}
+}

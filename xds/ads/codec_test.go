@@ -98,6 +98,51 @@ func TestCodecWritesPreparedEncodings(t *testing.T) {
 	}
 }
 
+// A request that arrives in several pieces (HTTP/2 frames) is gathered
+// into a reused buffer that is not cleared: it decodes as gRPC's codec
+// decodes it however dirty the buffer was, whatever its size.
+func TestCodecDecodesPiecedRequestsIntoDirtyBuffers(t *testing.T) {
+	for _, n := range []int{1, 40, 1000, 70000} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("outbound|80||svc-%d.demo.svc.cluster.local", i)
+		}
+		req := &discoveryv3.DiscoveryRequest{VersionInfo: "v1", TypeUrl: typeurl.Endpoint, ResourceNames: names, ResponseNonce: "7"}
+		wire, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second time into a reused buffer
+			// Leave a dirty buffer of the size the request needs in the pool.
+			dirty := requestBuffers.Get(len(wire))
+			for i := range *dirty {
+				(*dirty)[i] = 0xff
+			}
+			requestBuffers.Put(dirty)
+			pieces := frames(wire)
+			var got discoveryv3.DiscoveryRequest
+			if err := Codec().Unmarshal(pieces, &got); err != nil || !proto.Equal(&got, req) {
+				t.Fatalf("%d names in %d pieces: decoded %d names, %v", n, len(pieces), len(got.GetResourceNames()), err)
+			}
+		}
+		if b := requestBuffers.Get(len(wire)); len(*b) != len(wire) {
+			t.Errorf("Get(%d) gave %d bytes", len(wire), len(*b))
+		}
+	}
+}
+
+// frames is b as gRPC hands a message to the codec when it came in HTTP/2
+// frames of 16 KB: one buffer per frame.
+func frames(b []byte) mem.BufferSlice {
+	var out mem.BufferSlice
+	for len(b) > 0 {
+		n := min(len(b), 16<<10)
+		out = append(out, mem.SliceBuffer(b[:n]))
+		b = b[n:]
+	}
+	return out
+}
+
 // BenchmarkSendSize: the size a send takes from the budget, of a
 // state-of-the-world response of 1,000 prepared clusters (a sidecar's CDS
 // on the load benchmark's workload), and the same with delta entries.

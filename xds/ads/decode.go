@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"bytes"
 	"hash/maphash"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -35,13 +36,12 @@ func unmarshalRequest(b []byte, req *discoveryv3.DiscoveryRequest, sets *nameSet
 
 // encodedIn finds the names of a live subscription in an encoded request:
 // its list and the bytes [start, end) of the request's resource names, if
-// they are one contiguous run of field 3 listing exactly that list; nil
-// otherwise (then the request is decoded as usual).
+// they are one contiguous run of field 3 encoding exactly that list as
+// the subscription's own encoding does (nameSet.wire); nil otherwise
+// (then the request is decoded as usual). The run is hashed and compared
+// whole, not name by name.
 func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
-	var h maphash.Hash
-	h.SetSeed(n.seed)
 	start, end = -1, -1
-	count := 0
 	for i := 0; i < len(b); {
 		num, typ, tl := protowire.ConsumeTag(b[i:])
 		if tl < 0 {
@@ -55,10 +55,6 @@ func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
 			if typ != protowire.BytesType || end >= 0 && end != i {
 				return nil, 0, 0 // not one run: decode it as it is
 			}
-			v, _ := protowire.ConsumeBytes(b[i+tl:])
-			h.Write(v)
-			h.WriteByte(0)
-			count++
 			if start < 0 {
 				start = i
 			}
@@ -66,11 +62,12 @@ func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
 		}
 		i += tl + fl
 	}
-	if count == 0 {
+	if start < 0 {
 		return nil, 0, 0
 	}
-	for _, s := range n.live(h.Sum64()) {
-		if len(s.list) == count && sameNames(b[start:end], s.list) {
+	run := b[start:end]
+	for _, s := range n.live(maphash.Bytes(n.seed, run)) {
+		if bytes.Equal(s.wire, run) {
 			return s.list, start, end
 		}
 	}
@@ -88,18 +85,4 @@ func (n *nameSets) live(sum uint64) []*nameSet {
 		}
 	}
 	return out
-}
-
-// sameNames reports whether run, consecutive field-3 entries, encodes
-// exactly list.
-func sameNames(run []byte, list []string) bool {
-	for _, name := range list {
-		_, _, tl := protowire.ConsumeTag(run)
-		v, vl := protowire.ConsumeBytes(run[tl:])
-		if string(v) != name {
-			return false
-		}
-		run = run[tl+vl:]
-	}
-	return len(run) == 0
 }

@@ -1,11 +1,14 @@
 package ads
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"runtime"
 	"slices"
 	"sync"
 	"weak"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // nameSet is one state-of-the-world subscription: the names a request
@@ -19,6 +22,9 @@ type nameSet struct {
 	list     []string
 	set      map[string]bool
 	wildcard bool // the list holds "*"
+	// wire is list as a request encodes it: one run of field 3
+	// (resource_names), which the codec compares a request's run with.
+	wire []byte
 }
 
 // nameSets interns nameSets by content. An entry lives as long as a
@@ -42,13 +48,7 @@ func newNameSets() *nameSets {
 // get returns the nameSet of names, shared with every stream that holds
 // one of the same list. It keeps names (the caller no longer changes it).
 func (n *nameSets) get(names []string) *nameSet {
-	var h maphash.Hash
-	h.SetSeed(n.seed)
-	for _, name := range names {
-		h.WriteString(name)
-		h.WriteByte(0)
-	}
-	sum := h.Sum64()
+	sum := n.hashNames(names)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, wp := range n.m[sum] {
@@ -56,7 +56,7 @@ func (n *nameSets) get(names []string) *nameSet {
 			return s
 		}
 	}
-	s := &nameSet{list: names, set: make(map[string]bool, len(names))}
+	s := &nameSet{list: names, set: make(map[string]bool, len(names)), wire: encodeNames(names)}
 	for _, name := range names {
 		if name == "*" {
 			s.wildcard = true
@@ -67,6 +67,35 @@ func (n *nameSets) get(names []string) *nameSet {
 	n.m[sum] = append(n.m[sum], weak.Make(s))
 	runtime.AddCleanup(s, n.prune, sum)
 	return s
+}
+
+// hashNames is the hash of encodeNames(names), written piece by piece: a
+// stream's first request for a subscription others hold allocates nothing.
+func (n *nameSets) hashNames(names []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(n.seed)
+	var head [2 * binary.MaxVarintLen64]byte
+	for _, name := range names {
+		b := protowire.AppendTag(head[:0], resourceNamesField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(len(name)))
+		h.Write(b)
+		h.WriteString(name)
+	}
+	return h.Sum64()
+}
+
+// encodeNames is names as a request's resource_names field encodes them.
+func encodeNames(names []string) []byte {
+	size := 0
+	for _, name := range names {
+		size += protowire.SizeTag(resourceNamesField) + protowire.SizeBytes(len(name))
+	}
+	b := make([]byte, 0, size)
+	for _, name := range names {
+		b = protowire.AppendTag(b, resourceNamesField, protowire.BytesType)
+		b = protowire.AppendString(b, name)
+	}
+	return b
 }
 
 // prune drops the entries of hash sum whose nameSet is gone.

@@ -139,9 +139,49 @@ func (e *Entry) locate(k proxy.Key) proxy.Key {
 		return lk.(proxy.Key)
 	}
 	lk := k
+	if prev := e.keysFrom(k); prev != nil {
+		if plk, ok := prev.located.Load(k); ok {
+			lk = plk.(proxy.Key)
+			if e.c.opts.Verify {
+				e.verifyKey(k, "locality", lk.Locality, scope.LocalityOf(e.State.Snapshot, k))
+			}
+			e.located.Store(k, lk)
+			return lk
+		}
+	}
 	lk.Locality = scope.LocalityOf(e.State.Snapshot, k)
 	e.located.Store(k, lk)
 	return lk
+}
+
+// keysFrom is the previous State's Entry when what it decided about k's
+// keys (locate, cacheKey) holds in this State too, nil otherwise. Those
+// read the snapshot's config and the endpoints at k's own addresses (its
+// locality, its inbound ports) only: a State whose difference is
+// endpoints alone, none of them at k's addresses, decides the same. Under
+// endpoint churn every State would otherwise work them out again for
+// every connected proxy.
+func (e *Entry) keysFrom(k proxy.Key) *Entry {
+	d := e.State.Diff
+	if d.Config || d.Telemetry {
+		return nil
+	}
+	for _, ip := range k.IPList() {
+		if d.Addresses[ip] {
+			return nil
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.prev
+}
+
+// verifyKey records a mismatch when a key decision taken from the
+// previous State differs from the one worked out afresh (Options.Verify).
+func (e *Entry) verifyKey(k proxy.Key, what string, carried, fresh any) {
+	if carried != fresh {
+		e.c.mismatch(e.State, k, []string{fmt.Sprintf("%s %+v taken from the previous State, %+v worked out afresh", what, carried, fresh)})
+	}
 }
 
 // cacheKey is the key generation for k is memoized under: k with its IPs
@@ -151,6 +191,16 @@ func (e *Entry) locate(k proxy.Key) proxy.Key {
 func (e *Entry) cacheKey(k proxy.Key) proxy.Key {
 	if ck, ok := e.cacheKeys.Load(k); ok {
 		return ck.(proxy.Key)
+	}
+	if prev := e.keysFrom(k); prev != nil {
+		if pck, ok := prev.cacheKeys.Load(k); ok {
+			ck := pck.(proxy.Key)
+			if e.c.opts.Verify {
+				e.verifyKey(k, "cache key", ck, e.computeCacheKey(k))
+			}
+			e.cacheKeys.Store(k, ck)
+			return ck
+		}
 	}
 	ck := e.computeCacheKey(k)
 	e.cacheKeys.Store(k, ck)

@@ -110,6 +110,12 @@ func (b *Builder) Build(mesh string, clusters []ClusterInput) *Snapshot {
 	clusters = append([]ClusterInput(nil), clusters...)
 	sort.Slice(clusters, func(i, j int) bool { return clusters[i].Name < clusters[j].Name })
 	if changes, ok := b.changes(mesh, clusters); ok {
+		if len(changes) == 0 {
+			// Nothing changed (a notification whose change the last
+			// build already took along): the same input gives the same
+			// snapshot.
+			return b.last.snap
+		}
 		if s := b.buildEndpoints(clusters, changes); s != nil {
 			return s
 		}

@@ -59,6 +59,20 @@ func BenchmarkBuildEndpointChange(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildUnchanged builds again an input holding the very objects
+// of the last build, as an endpoint notification whose change the build
+// before took along does.
+func BenchmarkBuildUnchanged(b *testing.B) {
+	objs := selectorMesh(b, 1000, 15)
+	in := []ClusterInput{{Name: "c1", Synced: true, Connected: true, Objects: objs}}
+	var builder Builder
+	builder.Build("m", in)
+	b.ReportAllocs()
+	for b.Loop() {
+		builder.Build("m", in)
+	}
+}
+
 // TestBuildBenchmarkOnce is BenchmarkBuildEndpointChange's twin.
 func TestBuildBenchmarkOnce(t *testing.T) {
 	objs := selectorMesh(t, 5, 3)

@@ -115,8 +115,9 @@ type entryChange struct {
 }
 
 // changes returns the objects added and removed since the last build
-// (at most 64), when nothing else about the clusters changed; false when
-// something did, or more changed: Build then merges everything.
+// (at most 64; none when the last snapshot stands), when nothing else
+// about the clusters changed; false when something did, or more changed:
+// Build then merges everything.
 func (b *Builder) changes(mesh string, clusters []ClusterInput) ([]entryChange, bool) {
 	last := b.last
 	if last == nil || last.mesh != mesh || len(clusters) != len(last.clusters) || last.snap.TrustDomain != b.trustDomain() ||
@@ -159,7 +160,7 @@ func (b *Builder) changes(mesh string, clusters []ClusterInput) ([]entryChange, 
 			}
 		}
 	}
-	return changes, len(changes) > 0 // nothing changed: a full build is cheap enough to stay simple
+	return changes, true
 }
 
 // onlyKinds reports whether every change is of an object of one of kinds.
@@ -167,35 +168,43 @@ func onlyKinds(changes []entryChange, kinds ...string) bool {
 	return !slices.ContainsFunc(changes, func(ch entryChange) bool { return !slices.Contains(kinds, ch.cfg.Object.Kind.Kind) })
 }
 
-// singlyDefined returns the definition counts per key after changes, and
-// false when a changed object is (or was) defined in several clusters:
-// conflict resolution decides then.
+// singlyDefined returns how many definitions each changed object's key
+// gains or loses, and false when a changed object is (or was) defined in
+// several clusters: conflict resolution decides then. The remembered
+// counts move on (moveOn) only once the build is sure to finish.
 func (st *builderState) singlyDefined(changes []entryChange) (map[configKey]int, bool) {
-	keys := maps.Clone(st.keys)
+	counts := map[configKey]int{}
 	for _, ch := range changes {
 		k := configKey{ch.cfg.Object.Kind.Kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
 		if ch.added {
-			keys[k]++
+			counts[k]++
 		} else {
-			keys[k]--
+			counts[k]--
 		}
 	}
-	for _, ch := range changes {
-		k := configKey{ch.cfg.Object.Kind.Kind, ch.cfg.Object.Namespace, ch.cfg.Object.Name}
-		if keys[k] > 1 || st.keys[k] > 1 {
+	for k, d := range counts {
+		if st.keys[k]+d > 1 || st.keys[k] > 1 {
 			return nil, false
 		}
 	}
-	return keys, true
+	return counts, true
 }
 
-// moveOn records changes in the remembered objects.
-func (st *builderState) moveOn(changes []entryChange) {
+// moveOn records changes in the remembered objects, and counts (from
+// singlyDefined) in the remembered definitions per key.
+func (st *builderState) moveOn(changes []entryChange, counts map[configKey]int) {
 	for _, ch := range changes {
 		if ch.added {
 			st.objects[ch.cfg.Object] = ch.cfg.Cluster
 		} else {
 			delete(st.objects, ch.cfg.Object)
+		}
+	}
+	for k, d := range counts {
+		if n := st.keys[k] + d; n > 0 {
+			st.keys[k] = n
+		} else {
+			delete(st.keys, k)
 		}
 	}
 }
@@ -230,7 +239,7 @@ func (b *Builder) buildRouting(clusters []ClusterInput, changes []entryChange) *
 	if !onlyKinds(changes, "DestinationRule", "VirtualService") {
 		return nil
 	}
-	keys, ok := last.singlyDefined(changes)
+	counts, ok := last.singlyDefined(changes)
 	if !ok {
 		return nil
 	}
@@ -255,8 +264,8 @@ func (b *Builder) buildRouting(clusters []ClusterInput, changes []entryChange) *
 		s.atRoot, s.atOverlay, s.atDepth = prev.atRoot, prev.atOverlay, prev.atDepth
 	}
 
-	last.moveOn(changes)
-	last.keys, last.rules, last.routes, last.snap = keys, rules, routes, s
+	last.moveOn(changes, counts)
+	last.rules, last.routes, last.snap = rules, routes, s
 	return s
 }
 
@@ -301,7 +310,7 @@ func (b *Builder) buildEndpoints(clusters []ClusterInput, changes []entryChange)
 	for _, c := range clusters {
 		stale[c.Name] = c.Stale
 	}
-	keys, ok := last.singlyDefined(changes)
+	counts, ok := last.singlyDefined(changes)
 	if !ok {
 		return nil // defined in several clusters: conflict resolution decides
 	}
@@ -432,13 +441,12 @@ func (b *Builder) buildEndpoints(clusters []ClusterInput, changes []entryChange)
 	}
 
 	// Remember: the objects, keys and snapshot move on; selectors stay.
-	last.moveOn(changes)
+	last.moveOn(changes, counts)
 	for _, ch := range changes {
 		if !ch.added {
 			delete(b.endpoints, endpointKey{ch.cfg.Object, ch.cfg.Cluster, stale[ch.cfg.Cluster]})
 		}
 	}
-	last.keys = keys
 	last.snap = s
 	return s
 }

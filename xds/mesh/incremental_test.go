@@ -264,3 +264,36 @@ spec:
 		t.Error("no VirtualService was translated from the Gateway API route")
 	}
 }
+
+// TestUnchangedInputGivesTheSameSnapshot: a build whose input holds the
+// very objects of the last one (a notification the last build already
+// took along) returns the last snapshot itself, not a full merge; a
+// change after it is built from there as usual.
+func TestUnchangedInputGivesTheSameSnapshot(t *testing.T) {
+	objs := map[objectKey]*meshconfig.Object{
+		{"c1", "se"}: decodeOne(t, "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: svc, namespace: ns}\n"+
+			"spec:\n  hosts: [svc.ns.svc.cluster.local]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n"+
+			"  workloadSelector: {labels: {app: a}}\n"),
+		{"c1", "we"}: decodeOne(t, "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: we, namespace: ns}\n"+
+			"spec: {address: 10.0.0.1, labels: {app: a}}\n"),
+	}
+	var b Builder
+	first := b.Build("m", twoClusters(objs, false))
+	if again := b.Build("m", twoClusters(objs, false)); again != first {
+		t.Fatal("an unchanged input was merged again into a new snapshot")
+	}
+	objs[objectKey{"c1", "we"}] = decodeOne(t, "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: we, namespace: ns}\n"+
+		"spec: {address: 10.0.0.2, labels: {app: a}}\n")
+	last := b.last
+	moved := b.Build("m", twoClusters(objs, false))
+	if moved == first || b.last != last {
+		t.Fatal("the move after an unchanged build was not built incrementally")
+	}
+	if g, w := snapshotJSON(t, moved), snapshotJSON(t, Build("m", twoClusters(objs, false))); g != w {
+		t.Fatalf("after an unchanged build, the move differs from a full build:\n%s\n%s", g, w)
+	}
+	// A cluster's state is input too: a stale cluster is no unchanged input.
+	if stale := b.Build("m", twoClusters(objs, true)); stale == moved {
+		t.Fatal("a cluster turning stale returned the last snapshot")
+	}
+}

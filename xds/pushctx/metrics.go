@@ -16,6 +16,7 @@ type metrics struct {
 	conflicts    *prometheus.GaugeVec
 	fastBuilds   prometheus.Counter
 	skipped      prometheus.Counter
+	unchanged    prometheus.Counter
 	unreachable  *prometheus.GaugeVec
 }
 
@@ -35,11 +36,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Push context builds started at once for endpoint-only changes (no debounce)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_builds_deferred_total",
 			Help: "Builds skipped because no proxy stream watches the mesh (push.adaptive); the mesh is built when one connects."}),
+		unchanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_pushctx_builds_unchanged_total",
+			Help: "Builds that found nothing new (the change was taken along by the build before) and published nothing."}),
 		unreachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nave_mesh_unreachable_endpoints",
 			Help: "Endpoints of the network that proxies on other networks cannot reach: the mesh has several networks and this one has no east-west gateway (listed at /debug/meshes; docs/multi-network.md)."}, []string{"mesh", "network"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.conflicts, m.fastBuilds, m.skipped, m.unreachable)
+		reg.MustRegister(m.builds, m.failures, m.buildSeconds, m.services, m.conflicts, m.fastBuilds, m.skipped, m.unchanged, m.unreachable)
 	}
 	return m
 }

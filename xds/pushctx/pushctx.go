@@ -310,6 +310,7 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 	deb := debounce.New(m.opts.DebounceEdge, m.opts.DebounceQuiet, m.opts.DebounceMax)
 	defer deb.Stop()
 	for {
+		endpoints := false
 		select {
 		case <-ctx.Done():
 			return
@@ -321,6 +322,7 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 				continue // taken along by the pending build; it does not extend the wait
 			}
 			m.metrics.fastBuilds.Inc()
+			endpoints = true
 		case <-deb.C():
 		}
 		if m.opts.Adaptive {
@@ -337,7 +339,7 @@ func (m *Publisher) loop(ctx context.Context, ms *meshState) {
 		if !m.wait(ctx, ms) {
 			return
 		}
-		m.safeBuild(ms)
+		m.safeBuild(ms, endpoints)
 	}
 }
 
@@ -401,18 +403,25 @@ func (m *Publisher) Watch(mesh string) (unwatch func()) {
 }
 
 // safeBuild builds, turning a panic into a logged failure: the mesh keeps
-// its previous State and the loop goes on.
-func (m *Publisher) safeBuild(ms *meshState) {
+// its previous State and the loop goes on. endpoints says the build is for
+// endpoint notifications only (see build).
+func (m *Publisher) safeBuild(ms *meshState, endpoints bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			m.metrics.failures.Inc()
 			m.log.Error("push context build failed; the previous one stays", "mesh", ms.name, "panic", r)
 		}
 	}()
-	m.build(ms)
+	m.build(ms, endpoints)
 }
 
-func (m *Publisher) build(ms *meshState) {
+// build merges the mesh's clusters and publishes the result. A build for
+// endpoint notifications only (endpoints) that finds nothing the last
+// build did not already take along publishes nothing: under endpoint churn
+// a notification often arrives while the build that includes its change
+// is under way, and publishing the same snapshot again would wake every
+// stream for nothing. A config notification's build is always published.
+func (m *Publisher) build(ms *meshState, endpoints bool) {
 	start := time.Now()
 	ms.mu.Lock()
 	changedAt := ms.firstChange
@@ -441,6 +450,10 @@ func (m *Publisher) build(ms *meshState) {
 	var prevSnap *mesh.Snapshot
 	if prev != nil {
 		prevSnap = prev.Snapshot
+	}
+	if endpoints && snap == prevSnap {
+		m.metrics.unchanged.Inc()
+		return
 	}
 	st := &State{
 		Mesh:       ms.name,
@@ -471,8 +484,31 @@ func (m *Publisher) build(ms *meshState) {
 	m.metrics.buildSeconds.Observe(d.Seconds())
 	m.metrics.services.WithLabelValues(ms.name).Set(float64(len(snap.Services)))
 	m.metrics.conflicts.WithLabelValues(ms.name).Set(float64(len(snap.Conflicts)))
-	ms.networks = m.metrics.reportNetworks(ms.name, snap, ms.networks)
+	if len(ms.networks) > 0 || prev == nil || st.Diff.Config || !networkless(snap, st.Diff.Hosts) {
+		ms.networks = m.metrics.reportNetworks(ms.name, snap, ms.networks)
+	}
 	m.log.Info("push context published", "mesh", ms.name, "version", st.Version, "services", len(snap.Services),
 		"clusters", len(clusters), "problems", len(st.Problems), "conflicts", len(snap.Conflicts),
 		"config_changed", st.Diff.Config, "endpoint_changes", len(st.Diff.Hosts), "took", d)
+}
+
+// networkless reports whether a snapshot whose predecessor had no
+// networks (no gateway, no endpoint on a network) and differs from it only
+// in the endpoints of hosts still has none: then there is no
+// unreachable-endpoint count to report, and counting every endpoint of
+// the mesh again (Snapshot.Networks) at each endpoint build is spared.
+func networkless(snap *mesh.Snapshot, hosts map[string]bool) bool {
+	if len(snap.NetworkGateways) > 0 {
+		return false
+	}
+	for h := range hosts {
+		if svc := snap.Services[h]; svc != nil {
+			for _, ep := range svc.Endpoints {
+				if snap.NetworkOf(ep) != "" {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }

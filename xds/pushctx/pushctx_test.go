@@ -2,6 +2,7 @@ package pushctx_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -307,6 +308,71 @@ func TestEndpointNotificationSkipsDebounce(t *testing.T) {
 		}
 		if !closedAfter(time.Nanosecond, changed) {
 			t.Fatal("a config notification was not built when its debounce ended")
+		}
+	})
+}
+
+// TestEndpointNotificationWithNothingNewPublishesNothing: an endpoint
+// notification whose change the last build already took along publishes
+// no new State (no stream wakes for nothing); one that brings a change is
+// published at once, and a config notification is published even without
+// one.
+func TestEndpointNotificationWithNothingNewPublishesNothing(t *testing.T) {
+	src := pushctxtest.NewSource()
+	objs := pushctxtest.EchoConfig(t, 80, 20)
+	src.Set("m", pushctxtest.Cluster("c1", true, objs))
+	synctest.Test(t, func(t *testing.T) {
+		m := start(t, src, time.Hour, time.Hour)
+		_, ready := m.Current("m")
+		m.NotifyEndpoints("m")
+		synctest.Wait()
+		if !pushctxtest.Closed(ready) {
+			t.Fatal("the first endpoint notification did not publish at once")
+		}
+		st, changed := m.Current("m")
+		builds := src.Builds("m")
+
+		m.NotifyEndpoints("m") // nothing new since the build
+		synctest.Wait()
+		if src.Builds("m") != builds+1 {
+			t.Fatalf("%d builds after an endpoint notification, want %d", src.Builds("m"), builds+1)
+		}
+		if pushctxtest.Closed(changed) {
+			now, _ := m.Current("m")
+			t.Fatalf("an endpoint notification with nothing new published version %d over %d", now.Version, st.Version)
+		}
+
+		// An endpoint that moves is published at once.
+		objs = slices.Clone(objs)
+		for i, o := range objs {
+			if o.Kind.Kind == "WorkloadEntry" {
+				moved, errs := meshconfig.DecodeYAML([]byte(`apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: `+o.Name+`, namespace: `+o.Namespace+`}
+spec: {address: 10.200.0.1, ports: {grpc: 17070}, labels: {app: echo, version: v1}}
+`), "moved.yaml")
+				if len(errs) > 0 {
+					t.Fatal(errs)
+				}
+				objs[i] = moved[0]
+				break
+			}
+		}
+		src.Set("m", pushctxtest.Cluster("c1", true, objs))
+		m.NotifyEndpoints("m")
+		synctest.Wait()
+		if !pushctxtest.Closed(changed) {
+			t.Fatal("an endpoint notification with a moved endpoint was not published at once")
+		}
+		st2, changed2 := m.Current("m")
+		if st2.Version != st.Version+1 || len(st2.Diff.Hosts) == 0 || st2.Diff.Config {
+			t.Fatalf("version %d, diff %+v: want the next version with an endpoint change", st2.Version, st2.Diff)
+		}
+
+		// A config notification is published even with nothing new.
+		m.Notify("m")
+		if !closedAfter(time.Hour, changed2) {
+			t.Fatal("a config notification with nothing new was not published when its debounce ended")
 		}
 	})
 }
