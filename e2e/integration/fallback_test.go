@@ -191,8 +191,12 @@ func bothSynced(st *pushctx.State) bool {
 }
 
 // hubAndStandbyFallback runs clusters a and b on h, a with a remote view,
-// and a fallback of a on standby; it returns once both push contexts are
-// built from both clusters (and the fallback's passes also, if set).
+// and a fallback of a on standby. Once a is synced with the hub and its
+// view watched, the fallback is told the hub is lost (it does not serve
+// for an hour): it takes the remote view into its builds, which a standby
+// fallback leaves in its wire form until then (decision 050). It returns
+// once both push contexts are built from both clusters (and the
+// fallback's passes also, if set).
 func hubAndStandbyFallback(t *testing.T, h *hubEngine, also func(*pushctx.State) error) *fallback.Server {
 	t.Helper()
 	a, b := pushctxtest.Decode(t, clusterA), pushctxtest.Decode(t, clusterB)
@@ -210,8 +214,15 @@ func hubAndStandbyFallback(t *testing.T, h *hubEngine, also func(*pushctx.State)
 		if st := upA.Status(); st.Watch != uplink.WatchSynced {
 			return fmt.Errorf("watch %s", st.Watch)
 		}
+		if !bothSynced(current(t, h.pc)) {
+			return fmt.Errorf("the hub's push context is not built from both clusters yet")
+		}
+		return nil
+	})
+	hubUp.Store(false)
+	testwait.For(t, waitFor, func() error {
 		st := current(t, fb.Publisher())
-		if !bothSynced(current(t, h.pc)) || !bothSynced(st) {
+		if !bothSynced(st) {
 			return fmt.Errorf("push contexts not built from both clusters yet")
 		}
 		if also != nil {
