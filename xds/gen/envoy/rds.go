@@ -24,15 +24,26 @@ const (
 // one per outbound HTTP port (SidecarRouteName); for a router, one per
 // plain-HTTP gateway port (GatewayHTTPRouteName) and one per
 // TLS-terminating server (GatewayHTTPSRouteName).
+//
+// Each is encoded too (Resource.Wire), by one build.Encoder: what routes
+// share (a retry policy, a timeout, a match) is encoded once rather than
+// once per route.
 func Routes(v *scope.View) []build.Resource {
 	rb := newRouteBuilder(v)
+	var out []build.Resource
 	switch v.Key().Type {
 	case proxy.Sidecar:
-		return rb.sidecarRoutes()
+		out = rb.sidecarRoutes()
 	case proxy.Router:
-		return rb.gatewayRoutes()
+		out = rb.gatewayRoutes()
 	}
-	return nil
+	var enc build.Encoder
+	for i := range out {
+		// A message that does not encode is left to resource.Prepare,
+		// which drops it (generated messages always encode).
+		out[i].Wire, _ = enc.Marshal(out[i].Message)
+	}
+	return out
 }
 
 // routeBuilder holds what one Routes call shares: the translator and the
