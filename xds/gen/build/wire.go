@@ -89,11 +89,9 @@ func (e *Encoder) Marshal(m proto.Message) ([]byte, error) {
 		b = closeField(b, at)
 	}
 	if rc.ValidateClusters != nil {
-		at := openField(&b, rcValidateClustersField)
-		if b, err = deterministic.MarshalAppend(b, rc.ValidateClusters); err != nil {
+		if b, err = appendMessage(b, rcValidateClustersField, rc.ValidateClusters); err != nil {
 			return nil, err
 		}
-		b = closeField(b, at)
 	}
 	*buf = b
 	return bytes.Clone(b), nil
@@ -135,11 +133,9 @@ func (e *Encoder) appendRoute(b []byte, r *routev3.Route) ([]byte, error) {
 		}
 	}
 	if r.Decorator != nil {
-		at := openField(&b, routeDecoratorField)
-		if b, err = deterministic.MarshalAppend(b, r.Decorator); err != nil {
+		if b, err = appendMessage(b, routeDecoratorField, r.Decorator); err != nil {
 			return nil, err
 		}
-		b = closeField(b, at)
 	}
 	if r.Name != "" {
 		b = appendString(b, routeNameField, r.Name)
@@ -170,11 +166,9 @@ func (e *Encoder) appendRouteAction(b []byte, a *routev3.RouteAction) ([]byte, e
 		}
 	}
 	for _, h := range a.HashPolicy {
-		at := openField(&b, actionHashPolicyField)
-		if b, err = deterministic.MarshalAppend(b, h); err != nil {
+		if b, err = appendMessage(b, actionHashPolicyField, h); err != nil {
 			return nil, err
 		}
-		b = closeField(b, at)
 	}
 	// The cluster specifier is a oneof: last.
 	switch c := a.ClusterSpecifier.(type) {
@@ -182,11 +176,9 @@ func (e *Encoder) appendRouteAction(b []byte, a *routev3.RouteAction) ([]byte, e
 	case *routev3.RouteAction_Cluster:
 		b = appendString(b, actionClusterField, c.Cluster)
 	case *routev3.RouteAction_WeightedClusters:
-		at := openField(&b, actionWeightedField)
-		if b, err = deterministic.MarshalAppend(b, c.WeightedClusters); err != nil {
+		if b, err = appendMessage(b, actionWeightedField, c.WeightedClusters); err != nil {
 			return nil, err
 		}
-		b = closeField(b, at)
 	default:
 		panic("build: plainRouteAction let through a cluster specifier it does not write")
 	}
@@ -208,6 +200,11 @@ func (l *leaf) append(b []byte, num protowire.Number, m proto.Message) ([]byte, 
 		return protowire.AppendBytes(b, l.b), nil
 	}
 	l.m, l.b = m, nil
+	return appendMessage(b, num, m)
+}
+
+// appendMessage appends m, marshalled by protobuf-go, as field num.
+func appendMessage(b []byte, num protowire.Number, m proto.Message) ([]byte, error) {
 	at := openField(&b, num)
 	b, err := deterministic.MarshalAppend(b, m)
 	if err != nil {
