@@ -19,12 +19,11 @@ import (
 // virtual hosts and validate_clusters; a virtual host's name, domains and
 // routes; a route's match, decorator, name and route action; a route
 // action's cluster or weighted clusters, prefix rewrite, timeout, retry
-// policy and hash policies)
-// are written here; a message with any other field set is marshalled by
-// protobuf-go whole. The result is byte for byte what
-// proto.MarshalOptions{Deterministic: true} gives for the message (fields
-// in protobuf-go's order: by number, a oneof's after the others); the
-// tests hold it to that, for every field of these messages.
+// policy and hash policies) are written here; a message with any other
+// field set is marshalled by protobuf-go whole. The result is byte for
+// byte what proto.MarshalOptions{Deterministic: true} gives for the
+// message (fields in protobuf-go's order: by number, a oneof's after the
+// others); the tests hold it to that, for every field of these messages.
 //
 // The messages given must not change while the Encoder is in use, since
 // it remembers encodings by pointer. An Encoder belongs to one goroutine;
