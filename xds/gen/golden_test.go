@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen/gentest"
 	"github.com/navemesh/nave/xds/mesh"
 	"github.com/navemesh/nave/xds/proxy"
@@ -40,7 +41,16 @@ func TestGolden(t *testing.T) {
 	snap := gentest.Snapshot(t, map[string]string{"c1": gentest.Mesh})
 	for _, p := range goldenProxies {
 		t.Run(p.name, func(t *testing.T) {
-			checkGolden(t, p.name+".json", goldenJSON(t, Envoy(snap, p.key)))
+			out := Envoy(snap, p.key)
+			checkGolden(t, p.name+".json", goldenJSON(t, out))
+			// Route configurations come encoded by their generator: the
+			// bytes are the messages' own.
+			for _, r := range out.Resources[typeurl.Route] {
+				if r.Wire == nil {
+					t.Errorf("route configuration %s: no Resource.Wire", r.Name)
+				}
+				gentest.CheckWire(t, typeurl.Route, r)
+			}
 		})
 	}
 }

@@ -32,10 +32,14 @@ func MarshalList(typeURL string, list []gen.Resource) []*Prepared {
 }
 
 // Prepare marshals one resource (nil if it does not marshal, which a
-// generated message always does) into one buffer that also holds its
+// generated message always does; Resource.Wire when its generator
+// encoded it already) into one buffer that also holds its
 // encodings as a response entry (Prepared.Wire, Prepared.DeltaWire).
 func Prepare(typeURL string, r gen.Resource) *Prepared {
-	size := proto.Size(r.Message)
+	size := len(r.Wire)
+	if r.Wire == nil {
+		size = proto.Size(r.Message)
+	}
 	// The delta entry (a discovery Resource: name, version, then the Any
 	// as field 2) ends with the SotW entry (the Any as field 2), which
 	// ends with the value: one buffer holds all three.
@@ -59,10 +63,15 @@ func Prepare(typeURL string, r gen.Resource) *Prepared {
 	wire = protowire.AppendTag(wire, anyValueField, protowire.BytesType)
 	wire = protowire.AppendVarint(wire, uint64(size))
 	valueAt := len(wire)
-	// Size cached the message's sizes: the marshal reuses them.
-	wire, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(wire, r.Message)
-	if err != nil || len(wire)-valueAt != size {
-		return nil
+	if r.Wire != nil {
+		wire = append(wire, r.Wire...) // already encoded by its generator
+	} else {
+		// Size cached the message's sizes: the marshal reuses them.
+		var err error
+		wire, err = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(wire, r.Message)
+		if err != nil || len(wire)-valueAt != size {
+			return nil
+		}
 	}
 	b := wire[valueAt:len(wire):len(wire)]
 	sum := sha256.Sum256(b)

@@ -1,18 +1,22 @@
 package resource
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
+	"github.com/navemesh/nave/xds/gen/build"
 )
 
 // Prepare's value is the deterministic marshal of the resource, and its
@@ -63,5 +67,26 @@ func TestPrepareWire(t *testing.T) {
 	}
 	if sum := sha256.Sum256(ps[1].Any.Value); ps[1].Hash != hex.EncodeToString(sum[:8]) {
 		t.Errorf("hash %q is not the value's", ps[1].Hash)
+	}
+}
+
+// A resource its generator encoded (Resource.Wire) is prepared from those
+// bytes: the same Prepared as from marshalling its message.
+func TestPrepareFromWire(t *testing.T) {
+	for _, n := range []int{1, 30} { // one- and two-byte lengths
+		rc := &routev3.RouteConfiguration{Name: "80"}
+		for i := range n {
+			rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{Name: strconv.Itoa(i), Domains: []string{"*"}})
+		}
+		var enc build.Encoder
+		wire, err := enc.Marshal(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := Prepare(typeurl.Route, gen.Resource{Name: "80", Message: rc, Wire: wire})
+		want := Prepare(typeurl.Route, gen.Resource{Name: "80", Message: rc})
+		if !bytes.Equal(got.DeltaWire(), want.DeltaWire()) || got.Hash != want.Hash || !proto.Equal(got.Any, want.Any) {
+			t.Errorf("%d virtual hosts: prepared from Wire differs from prepared from the message", n)
+		}
 	}
 }

@@ -1,9 +1,11 @@
 // Package build holds what every generator room builds with: the Output a
 // generation returns (named Resources by type URL and the Problems met),
 // the names the rooms and their users refer to resources by (Istio's
-// cluster, filter and secret names), and the few message forms Envoy and
+// cluster, filter and secret names), the few message forms Envoy and
 // proxyless gRPC share (Any, the ADS config source, socket addresses,
-// load assignments). It imports nothing of gen's; every room imports it.
+// load assignments), and an Encoder that marshals route configurations
+// without encoding what their routes share once per route. It imports
+// nothing of gen's; every room imports it.
 package build
 
 import (
@@ -21,6 +23,12 @@ import (
 type Resource struct {
 	Name    string
 	Message proto.Message
+	// Wire is Message's deterministic encoding when its generator made
+	// it (an Encoder's, byte for byte what proto.Marshal would give), or
+	// nil: resource.Prepare then marshals Message. Anything that changes
+	// or replaces Message (an EnvoyFilter patch) makes a new Resource
+	// without it. Read-only.
+	Wire []byte
 }
 
 // Output is everything generated for one proxy (Envoy) or one snapshot

@@ -188,13 +188,15 @@ func generateMarshalled(snap *mesh.Snapshot, key proxy.Key, gen func(*scope.View
 	return marshalAll(gen(scope.New(snap, key)))
 }
 
-// marshalAll marshals each resource into an Any, returning their size
-// and number.
+// marshalAll marshals each resource into an Any (from Resource.Wire when
+// its generator encoded it), returning their size and number.
 func marshalAll(rs []build.Resource) (bytes, resources int, err error) {
 	for _, r := range rs {
-		a, err := anypb.New(r.Message)
-		if err != nil {
-			return 0, 0, err
+		a := &anypb.Any{TypeUrl: "type.googleapis.com/" + string(r.Message.ProtoReflect().Descriptor().FullName()), Value: r.Wire}
+		if r.Wire == nil { // not encoded by its generator
+			if a, err = anypb.New(r.Message); err != nil {
+				return 0, 0, err
+			}
 		}
 		bytes += proto.Size(a)
 		resources++

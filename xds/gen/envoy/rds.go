@@ -3,6 +3,7 @@ package envoy
 import (
 	"sort"
 	"strconv"
+	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -24,15 +25,26 @@ const (
 // one per outbound HTTP port (SidecarRouteName); for a router, one per
 // plain-HTTP gateway port (GatewayHTTPRouteName) and one per
 // TLS-terminating server (GatewayHTTPSRouteName).
+//
+// Each is encoded too (Resource.Wire), by one build.Encoder: what routes
+// share (a retry policy, a timeout, a match) is encoded once rather than
+// once per route.
 func Routes(v *scope.View) []build.Resource {
 	rb := newRouteBuilder(v)
+	var out []build.Resource
 	switch v.Key().Type {
 	case proxy.Sidecar:
-		return rb.sidecarRoutes()
+		out = rb.sidecarRoutes()
 	case proxy.Router:
-		return rb.gatewayRoutes()
+		out = rb.gatewayRoutes()
 	}
-	return nil
+	var enc build.Encoder
+	for i := range out {
+		// A message that does not encode is left to resource.Prepare,
+		// which drops it (generated messages always encode).
+		out[i].Wire, _ = enc.Marshal(out[i].Message)
+	}
+	return out
 }
 
 // routeBuilder holds what one Routes call shares: the translator and the
@@ -203,19 +215,11 @@ func (rb *routeBuilder) catchAllVirtualHost() *routev3.VirtualHost {
 // virtual_hosts), so seen records what is taken. hostPort is
 // "hostname:port", the name of the service's virtual host.
 func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]bool) (domains []string, hostPort string) {
-	ps := ":" + strconv.FormatUint(uint64(port), 10)
+	var psBuf [11]byte
+	ps := strconv.AppendUint(append(psBuf[:0], ':'), uint64(port), 10)
 	addrs := rb.v.Addresses(svc)
-	out := make([]string, 0, 4+2*len(addrs))
-	add := func(name, withPort string) {
-		for _, d := range [2]string{name, withPort} {
-			if !seen[d] {
-				seen[d] = true
-				out = append(out, d)
-			}
-		}
-	}
-	hostPort = svc.Hostname + ps
-	add(svc.Hostname, hostPort)
+	var namesBuf [8]string
+	names := append(namesBuf[:0], svc.Hostname)
 	if d, ok := rb.v.Snapshot().ServiceSuffix(svc); ok {
 		// name.ns.svc.<suffix>: every shorter form ending at a dot.
 		suffix := "." + svc.Namespace + ".svc." + d
@@ -225,12 +229,36 @@ func (rb *routeBuilder) domains(svc *mesh.Service, port uint32, seen map[string]
 		}
 		for i := start; i < len(svc.Hostname); i++ {
 			if svc.Hostname[i] == '.' {
-				add(svc.Hostname[:i], svc.Hostname[:i]+ps)
+				names = append(names, svc.Hostname[:i])
 			}
 		}
 	}
-	for _, a := range addrs {
-		add(a, a+ps)
+	names = append(names, addrs...)
+	// Every name with ":port", in one string.
+	size := 0
+	for _, n := range names {
+		size += len(n) + len(ps)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, n := range names {
+		b.WriteString(n)
+		b.Write(ps)
+	}
+	withPorts := b.String()
+	out := make([]string, 0, 2*len(names))
+	for _, n := range names {
+		withPort := withPorts[:len(n)+len(ps)]
+		withPorts = withPorts[len(withPort):]
+		for _, d := range [2]string{n, withPort} {
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
+		}
+		if hostPort == "" {
+			hostPort = withPort
+		}
 	}
 	return out, hostPort
 }

@@ -1,11 +1,13 @@
 // Package gentest holds what the generator rooms' tests share: building a
 // snapshot from YAML, finding resources in an Output, and checking that
-// generated messages validate. It imports no room, so that any room's own
+// generated messages validate (and that their generators' encodings are
+// theirs). It imports no room, so that any room's own
 // tests can use it. Its functions are safe for concurrent use (each
 // fails only the test it is given).
 package gentest
 
 import (
+	"bytes"
 	"net"
 	"slices"
 	"strconv"
@@ -61,7 +63,8 @@ func ByName(out *build.Output, typeURL, name string) build.Resource {
 }
 
 // ValidateAll fails t for every resource of out whose message does not
-// pass its own ValidateAll (or has none).
+// pass its own ValidateAll (or has none), or whose Resource.Wire is not
+// its encoding (CheckWire).
 func ValidateAll(t testing.TB, out *build.Output) {
 	t.Helper()
 	for typeURL, rs := range out.Resources {
@@ -73,7 +76,25 @@ func ValidateAll(t testing.TB, out *build.Output) {
 			if err := v.ValidateAll(); err != nil {
 				t.Errorf("%s %s: %v", typeURL, r.Name, err)
 			}
+			CheckWire(t, typeURL, r)
 		}
+	}
+}
+
+// CheckWire fails t unless r's encoding by its generator (Resource.Wire),
+// if it has one, is byte for byte the deterministic marshalling of its
+// Message, as resource.Prepare would write it.
+func CheckWire(t testing.TB, typeURL string, r build.Resource) {
+	t.Helper()
+	if r.Wire == nil {
+		return
+	}
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Message)
+	if err != nil {
+		t.Fatalf("%s %s: %v", typeURL, r.Name, err)
+	}
+	if !bytes.Equal(r.Wire, want) {
+		t.Errorf("%s %s: Resource.Wire (%d bytes) is not the message's encoding (%d bytes)", typeURL, r.Name, len(r.Wire), len(want))
 	}
 }
 
