@@ -60,6 +60,7 @@ func run() error {
 		modes      = flag.String("mode", "sotw", "ADS variant: sotw or delta; a comma-separated list runs each")
 		scenarios  = flag.String("scenarios", "S1,S2,S3,S4", "scenarios to report (the proxies always connect first); with --replicas, F1 (replica failover, run last) may be added")
 		edits      = flag.Int("edits", 1, "S2: edits, one after the other")
+		settle     = flag.Duration("settle", time.Second, "the silence (no response to any proxy) awaited after each scenario, before the next starts: with a long one, the next scenario's \"hub RSS at start\" is the hub's memory with its proxies connected and idle that long")
 		rate       = flag.Float64("rate", 30, "S3: endpoint moves per second, round robin over the clusters")
 		duration   = flag.Duration("duration", 60*time.Second, "S3: how long the endpoint churn lasts")
 		outage     = flag.Duration("outage", 10*time.Second, "S4: how long the spoke stays away")
@@ -209,7 +210,7 @@ func run() error {
 			for i := range *runs {
 				o := load.Options{Services: services, EndpointsPerCluster: *endpoints, Clusters: clusterNames, Namespaces: *namespaces, EditService: *editSvc, Scoped: *scoped,
 					Proxies: n, Gateways: *gateways, Proxyless: *proxyless, Delta: mode == "delta", Scenarios: wantScenarios,
-					FanOutEdits: *edits, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet, FlapClusters: *flapN,
+					FanOutEdits: *edits, Settle: *settle, ChurnRate: *rate, ChurnDuration: *duration, FlapOutage: *outage, FlapQuiet: *quiet, FlapClusters: *flapN,
 					Timeout: *timeout, Logger: logger, ProfileDir: *profileDir, ProfileSeconds: *profileSec,
 					Label: fmt.Sprintf("run%d-", i+1), Idle: *idle, WatchIdle: idleSet, SpreadByNamespace: *spreadNS}
 				if *traceDir != "" {
