@@ -240,14 +240,9 @@ func (e *Entry) computeCacheKey(k proxy.Key) proxy.Key {
 	return ck
 }
 
-// base returns the result generation for ck may start from, and how this
-// State's snapshot differs from the one it was generated from.
-func (e *Entry) base(ck proxy.Key) (*resource.ProxyResources, mesh.Diff) {
-	res, diff, _ := e.baseFrom(ck)
-	return res, diff
-}
-
-// baseFrom is base, with the snapshot the result was generated from.
+// baseFrom returns the result generation for ck may start from, how this
+// State's snapshot differs from the one it was generated from, and that
+// snapshot.
 func (e *Entry) baseFrom(ck proxy.Key) (*resource.ProxyResources, mesh.Diff, *mesh.Snapshot) {
 	r, ok := e.results.get(ck)
 	if !ok || r.res == nil {

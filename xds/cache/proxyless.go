@@ -182,7 +182,7 @@ func (e *Entry) ProxylessClient(gk proxy.Key) *resource.ProxyResources {
 // generateClient builds client key gk's resources (see ProxylessClient)
 // given the mesh-wide ones.
 func (e *Entry) generateClient(gk proxy.Key, c gen.GRPCClient, mesh *resource.ProxyResources) (*resource.ProxyResources, string) {
-	pr, diff := e.base(gk)
+	pr, diff, _ := e.baseFrom(gk)
 	switch {
 	case pr != nil && diff.Unchanged():
 		return pr, genReused
