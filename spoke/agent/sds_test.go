@@ -33,7 +33,10 @@ func startSDS(t *testing.T, s *SDS) secretv3.SecretDiscoveryServiceClient {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Serve creates the socket on its own goroutine: calls wait for the
+	// connection to become ready rather than failing while it does not exist.
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
