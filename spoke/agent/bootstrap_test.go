@@ -107,15 +107,7 @@ func TestXDSRoots(t *testing.T) {
 func TestProxyMetadataBecomesNodeMetadata(t *testing.T) {
 	cfg := testConfig(agentconfig.ModeGRPC)
 	cfg.ProxyMetadata = `{"ISTIO_META_DNS_CAPTURE":"true","ISTIO_META_MESH":"other","PLAIN_ENV":"x"}`
-	doc, err := Bootstrap(cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b xdsbootstrap.Bootstrap
-	if err := json.Unmarshal(doc, &b); err != nil {
-		t.Fatal(err)
-	}
-	md := b.Node.Metadata
+	md := grpcBootstrap(t, cfg).Node.Metadata
 	if md["DNS_CAPTURE"] != "true" {
 		t.Errorf("DNS_CAPTURE = %v; want ISTIO_META_DNS_CAPTURE's value", md["DNS_CAPTURE"])
 	}
@@ -190,16 +182,8 @@ func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
 		want = append(want, r.Address)
 	}
 	want = append(want, "hub.example:15010", "10.1.0.1:15010")
-	doc, err := Bootstrap(cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b xdsbootstrap.Bootstrap
-	if err := json.Unmarshal(doc, &b); err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, s := range b.XDSServers {
+	for _, s := range grpcBootstrap(t, cfg).XDSServers {
 		got = append(got, s.ServerURI)
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
@@ -212,7 +196,7 @@ func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
 	}
 
 	cfg.Mode = agentconfig.ModeEnvoy
-	doc, err = Bootstrap(cfg, nil, nil)
+	doc, err := Bootstrap(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,4 +215,19 @@ func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
 	if _, err := Bootstrap(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "xds.replicas") {
 		t.Errorf("a replica without an address: err %v", err)
 	}
+}
+
+// grpcBootstrap is the grpc bootstrap an agent with cfg writes for a pod
+// without labels or annotations, decoded.
+func grpcBootstrap(t *testing.T, cfg agentconfig.Config) xdsbootstrap.Bootstrap {
+	t.Helper()
+	doc, err := Bootstrap(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b xdsbootstrap.Bootstrap
+	if err := json.Unmarshal(doc, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
