@@ -121,9 +121,9 @@ const ReconnectDelay = 100 * time.Millisecond
 // the forwarder (re-home), and, per proxy of the dead replica, when a new
 // stream with the same node, opened ReconnectDelay after the kill on a
 // surviving replica (round robin; with Options.SpreadByNamespace the
-// next of its home order, as its bootstrap's priorities), holds everything and has ACKed it
-// (reconnect-to-ACK, the latency). Notes: what the other proxies
-// received meanwhile (target: no removal).
+// next of its home order, as its bootstrap's priorities), holds
+// everything and has ACKed it (reconnect-to-ACK, the latency). Notes:
+// what the other proxies received meanwhile (target: no removal).
 func (r *runner) failover(ctx context.Context) (Result, error) {
 	n := len(r.hubs)
 	victim := n - 1
