@@ -120,9 +120,10 @@ const ReconnectDelay = 100 * time.Millisecond
 // when the spoke it owned is synced again on another replica through
 // the forwarder (re-home), and, per proxy of the dead replica, when a new
 // stream with the same node, opened ReconnectDelay after the kill on a
-// surviving replica (round robin), holds everything and has ACKed it
-// (reconnect-to-ACK, the latency). Notes: what the other proxies
-// received meanwhile (target: no removal).
+// surviving replica (round robin; with Options.SpreadByNamespace the
+// next of its home order, as its bootstrap's priorities), holds
+// everything and has ACKed it (reconnect-to-ACK, the latency). Notes:
+// what the other proxies received meanwhile (target: no removal).
 func (r *runner) failover(ctx context.Context) (Result, error) {
 	n := len(r.hubs)
 	victim := n - 1
@@ -190,8 +191,8 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 
 	// The dead replica's proxies reconnect to the survivors.
 	var moved []int
-	for i := range r.clients {
-		if i%n == victim {
+	for i, c := range r.clients {
+		if c.replica == victim {
 			moved = append(moved, i)
 		}
 	}
@@ -203,15 +204,26 @@ func (r *runner) failover(ctx context.Context) (Result, error) {
 	case <-time.After(time.Until(kill.Add(ReconnectDelay))):
 	}
 	for k, i := range moved {
-		c, err := newClient(r.env, r.clients[i].Spec, r.o.Delta, survivors[k%len(survivors)].XDS)
+		to := k % len(survivors)
+		if to >= victim {
+			to++
+		}
+		if r.o.SpreadByNamespace {
+			// As the bootstrap's priorities: the next replica of the
+			// proxy's home order.
+			for _, h := range r.homeOrder(r.clients[i].Spec) {
+				if h != victim {
+					to = h
+					break
+				}
+			}
+		}
+		c, err := newClient(r.env, r.clients[i].Spec, r.o.Delta, r.hubs[to].XDS)
 		if err != nil {
 			p.end()
 			return Result{}, err
 		}
-		c.replica = (k % len(survivors))
-		if c.replica >= victim {
-			c.replica++
-		}
+		c.replica = to
 		r.clients[i] = c
 		go c.start(ctx)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // Options configure one run: the workload, the proxies and the scenarios.
@@ -286,14 +288,29 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 // replicaOf is the replica proxy s connects to: round robin, or by
 // namespace (Options.SpreadByNamespace).
 func (r *runner) replicaOf(s ProxySpec) int {
-	n := len(r.hubs)
 	if !r.o.SpreadByNamespace {
-		return s.Index % n
+		return s.Index % len(r.hubs)
 	}
-	if s.Kind == Gateway {
-		return r.w.Namespaces % n
+	return r.homeOrder(s)[0]
+}
+
+// homeOrder is the order of the replicas an agent's bootstrap with
+// xds.replicas gives proxy s (xdsbootstrap.HomeOrder of its mesh and
+// namespace over the replicas' ids): its namespace's home first, then
+// the replicas it fails over to.
+func (r *runner) homeOrder(s ProxySpec) []int {
+	replicas := make([]xdsbootstrap.Replica, len(r.hubs))
+	index := map[string]int{}
+	for i, h := range r.hubs {
+		replicas[i] = xdsbootstrap.Replica{Name: ReplicaID(i), Address: h.XDS}
+		index[ReplicaID(i)] = i
 	}
-	return s.Index % r.w.Namespaces % n
+	md := s.Node.GetMetadata().GetFields()
+	var out []int
+	for _, h := range xdsbootstrap.HomeOrder(md["MESH"].GetStringValue(), md["NAMESPACE"].GetStringValue(), replicas) {
+		out = append(out, index[h.Name])
+	}
+	return out
 }
 
 // waitLoaded waits until the hub's push context holds every service of

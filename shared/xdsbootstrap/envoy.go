@@ -35,6 +35,13 @@ type Envoy struct {
 	// when set, is a second endpoint of lower priority (used only while
 	// the hub is unreachable).
 	XDSAddress, FallbackAddress string
+	// HubAddresses, when set, are more addresses of the hub, each its own
+	// priority after XDSAddress and before FallbackAddress, dialled in
+	// that order only while those before are unreachable: the replicas of
+	// a replica set after a namespace's home (HomeOrder), then the one
+	// address in front of all of them (decision 051). They present the
+	// hub's certificate, as XDSAddress does.
+	HubAddresses []string
 	// ServerName is the name the hub's certificate must be valid for (SNI
 	// and the SAN checked).
 	ServerName string
@@ -88,6 +95,13 @@ func (e *Envoy) JSON() ([]byte, error) {
 		return nil, fmt.Errorf("envoy bootstrap: admin port %d is not a port number", e.AdminPort)
 	}
 	endpoints := []any{obj{"priority": 0, "lb_endpoints": []any{obj{"endpoint": obj{"address": hub}}}}}
+	for _, a := range e.HubAddresses {
+		more, err := socketAddress(a)
+		if err != nil {
+			return nil, fmt.Errorf("envoy bootstrap: hub address: %w", err)
+		}
+		endpoints = append(endpoints, obj{"priority": len(endpoints), "lb_endpoints": []any{obj{"endpoint": obj{"address": more}}}})
+	}
 	if e.FallbackAddress != "" {
 		fb, err := socketAddress(e.FallbackAddress)
 		if err != nil {
@@ -96,7 +110,7 @@ func (e *Envoy) JSON() ([]byte, error) {
 		if e.FallbackRootsPEM == "" && e.FallbackRootsFile == "" {
 			return nil, fmt.Errorf("envoy bootstrap: a fallback address needs the mesh roots, to verify the spoke's cluster certificate")
 		}
-		endpoints = append(endpoints, obj{"priority": 1, "lb_endpoints": []any{obj{"endpoint": obj{"address": fb},
+		endpoints = append(endpoints, obj{"priority": len(endpoints), "lb_endpoints": []any{obj{"endpoint": obj{"address": fb},
 			"metadata": obj{"filter_metadata": obj{"envoy.transport_socket_match": obj{fallbackMatchKey: fallbackMatchValue}}}}}})
 	}
 	serverName := e.ServerName
@@ -118,13 +132,10 @@ func (e *Envoy) JSON() ([]byte, error) {
 	} else {
 		common["tls_certificates"] = []any{obj{"certificate_chain": obj{"filename": e.CertFile}, "private_key": obj{"filename": e.KeyFile}}}
 	}
-	xdsType := "STRICT_DNS"
-	if host, _, _ := net.SplitHostPort(e.XDSAddress); net.ParseIP(host) != nil {
-		xdsType = "STATIC"
-		if e.FallbackAddress != "" {
-			if fh, _, _ := net.SplitHostPort(e.FallbackAddress); net.ParseIP(fh) == nil {
-				xdsType = "STRICT_DNS"
-			}
+	xdsType := "STATIC"
+	for _, a := range append([]string{e.XDSAddress, e.FallbackAddress}, e.HubAddresses...) {
+		if host, _, _ := net.SplitHostPort(a); a != "" && net.ParseIP(host) == nil {
+			xdsType = "STRICT_DNS"
 		}
 	}
 	xds := obj{"name": XDSCluster, "type": xdsType, "connect_timeout": "1s",

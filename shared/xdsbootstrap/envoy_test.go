@@ -2,6 +2,8 @@ package xdsbootstrap
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -124,6 +126,56 @@ func TestEnvoyBootstrapWithSDS(t *testing.T) {
 	}
 	if strings.Contains(string(doc), "PRIVATE KEY") {
 		t.Error("the bootstrap holds a key")
+	}
+}
+
+// TestEnvoyBootstrapHubAddresses: a replica set's addresses (decision 051)
+// are priorities after the first, in their order, before the fallback,
+// which keeps its own TLS context; the hub's endpoints keep the hub's.
+func TestEnvoyBootstrapHubAddresses(t *testing.T) {
+	e := &Envoy{NodeID: NodeID("sidecar", "10.0.0.5", "web-1", "shop", "cluster.local"),
+		XDSAddress: "10.0.0.2:15012", HubAddresses: []string{"10.0.0.3:15012", "nave-hub.nave-system.svc:15012"},
+		FallbackAddress: "10.1.0.1:15010", FallbackRootsPEM: testMeshRoots, ServerName: "nave-hub.nave-system.svc",
+		HubCAPEM: testCA, SDSSocket: "/s", AdminPort: 15000}
+	doc, err := e.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := parseEnvoy(t, doc)
+	var xds = b.GetStaticResources().GetClusters()[len(b.GetStaticResources().GetClusters())-1]
+	if xds.GetName() != XDSCluster {
+		t.Fatalf("last cluster %q; want %s", xds.GetName(), XDSCluster)
+	}
+	var got []string
+	for i, ep := range xds.GetLoadAssignment().GetEndpoints() {
+		if ep.GetPriority() != uint32(i) {
+			t.Errorf("endpoint %d at priority %d", i, ep.GetPriority())
+		}
+		lb := ep.GetLbEndpoints()[0]
+		a := lb.GetEndpoint().GetAddress().GetSocketAddress()
+		got = append(got, fmt.Sprintf("%s:%d", a.GetAddress(), a.GetPortValue()))
+		if fb := lb.GetMetadata() != nil; fb != (i == 3) {
+			t.Errorf("endpoint %d (%s) has transport socket metadata %v", i, got[i], lb.GetMetadata())
+		}
+	}
+	if want := []string{"10.0.0.2:15012", "10.0.0.3:15012", "nave-hub.nave-system.svc:15012", "10.1.0.1:15010"}; !slices.Equal(got, want) {
+		t.Errorf("xds endpoints %v; want %v", got, want)
+	}
+	if xds.GetType().String() != "STRICT_DNS" {
+		t.Errorf("xds cluster type %s; one hub address is a DNS name", xds.GetType())
+	}
+	e.HubAddresses = []string{"10.0.0.3:15012"}
+	doc, err = e.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = parseEnvoy(t, doc)
+	if typ := b.GetStaticResources().GetClusters()[len(b.GetStaticResources().GetClusters())-1].GetType().String(); typ != "STATIC" {
+		t.Errorf("xds cluster type %s; every address is an IP", typ)
+	}
+	e.HubAddresses = []string{"hub-1"}
+	if _, err := e.JSON(); err == nil || !strings.Contains(err.Error(), "hub address") {
+		t.Errorf("a hub address without a port: err %v", err)
 	}
 }
 

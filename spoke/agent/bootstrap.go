@@ -51,12 +51,19 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		// opens no name table stream.
 		meta[metaDNSCapture] = "true"
 	}
+	hub, more, err := hubAddresses(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Mode == agentconfig.ModeGRPC {
 		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
 		file := func(name string) string { return filepath.Join(cfg.Dir, name) }
-		return xdsbootstrap.New(cfg.XDS.Address, id, meta, &xdsbootstrap.TLSFiles{CACertificateFile: file(HubCAFile),
-			CertificateFile: file(CertChainFile), PrivateKeyFile: file(KeyFile)}).
-			WithFallback(cfg.XDS.FallbackAddress).
+		b := xdsbootstrap.New(hub, id, meta, &xdsbootstrap.TLSFiles{CACertificateFile: file(HubCAFile),
+			CertificateFile: file(CertChainFile), PrivateKeyFile: file(KeyFile)})
+		for _, a := range more {
+			b = b.WithFallback(a)
+		}
+		return b.WithFallback(cfg.XDS.FallbackAddress).
 			WithServerListenerTemplate(xdsbootstrap.ServerListenerPrefix+"%s").
 			WithFileWatcher(xdsbootstrap.CertificateProviderInstance, file(CertChainFile), file(KeyFile), file(RootCertFile), fileWatcherRefresh).
 			JSON()
@@ -67,10 +74,29 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 	}
 	return (&xdsbootstrap.Envoy{
 		NodeID: id, Cluster: app + "." + cfg.Pod.Namespace, Metadata: meta,
-		XDSAddress: cfg.XDS.Address, FallbackAddress: cfg.XDS.FallbackAddress, ServerName: cfg.XDS.Host(),
+		XDSAddress: hub, HubAddresses: more, FallbackAddress: cfg.XDS.FallbackAddress, ServerName: cfg.XDS.Host(),
 		HubCAPEM: cfg.Trust.HubCA, FallbackRootsPEM: cfg.Trust.MeshRoots, SDSSocket: filepath.Join(cfg.Dir, SDSSocket),
 		AdminPort: cfg.Envoy.AdminPort, ReadyPort: cfg.Envoy.ReadyPort,
 	}).JSON()
+}
+
+// hubAddresses are the hub's addresses in the order a bootstrap lists
+// them: with xds.replicas, the pod's namespace's home replica, the other
+// replicas in the order to fail over in, then xds.address (decision 051);
+// else xds.address alone.
+func hubAddresses(cfg agentconfig.Config) (first string, more []string, err error) {
+	replicas, err := cfg.XDS.ParsedReplicas()
+	if err != nil {
+		return "", nil, fmt.Errorf("xds.replicas: %w", err)
+	}
+	if len(replicas) == 0 {
+		return cfg.XDS.Address, nil, nil
+	}
+	order := xdsbootstrap.HomeOrder(cfg.Mesh, cfg.Pod.Namespace, replicas)
+	for _, r := range order[1:] {
+		more = append(more, r.Address)
+	}
+	return order[0].Address, append(more, cfg.XDS.Address), nil
 }
 
 // metaDNSCapture is the node metadata of a pod whose DNS the agent

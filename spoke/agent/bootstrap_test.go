@@ -107,15 +107,7 @@ func TestXDSRoots(t *testing.T) {
 func TestProxyMetadataBecomesNodeMetadata(t *testing.T) {
 	cfg := testConfig(agentconfig.ModeGRPC)
 	cfg.ProxyMetadata = `{"ISTIO_META_DNS_CAPTURE":"true","ISTIO_META_MESH":"other","PLAIN_ENV":"x"}`
-	doc, err := Bootstrap(cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b xdsbootstrap.Bootstrap
-	if err := json.Unmarshal(doc, &b); err != nil {
-		t.Fatal(err)
-	}
-	md := b.Node.Metadata
+	md := grpcBootstrap(t, cfg).Node.Metadata
 	if md["DNS_CAPTURE"] != "true" {
 		t.Errorf("DNS_CAPTURE = %v; want ISTIO_META_DNS_CAPTURE's value", md["DNS_CAPTURE"])
 	}
@@ -172,4 +164,70 @@ func TestNetworkIsNodeMetadata(t *testing.T) {
 			t.Errorf("%s: NETWORK = %v, want the agent's net-1", mode, got)
 		}
 	}
+}
+
+// TestBootstrapListsTheReplicasHomeFirst: with xds.replicas, both
+// bootstraps list the namespace's home replica first, then the others in
+// HomeOrder, then xds.address, then the fallback (decision 051); two pods of
+// one namespace get the same order.
+func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
+	cfg := testConfig(agentconfig.ModeGRPC)
+	cfg.XDS.Replicas = []string{"nave-hub-0=10.0.0.10:15012", "nave-hub-1=10.0.0.11:15012", "nave-hub-2=10.0.0.12:15012"}
+	replicas, err := cfg.XDS.ParsedReplicas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range xdsbootstrap.HomeOrder("m1", "shop", replicas) {
+		want = append(want, r.Address)
+	}
+	want = append(want, "hub.example:15010", "10.1.0.1:15010")
+	var got []string
+	for _, s := range grpcBootstrap(t, cfg).XDSServers {
+		got = append(got, s.ServerURI)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("grpc xds servers %v; want %v", got, want)
+	}
+	other := cfg
+	other.Pod.Name, other.Pod.IP = "web-2", "10.0.0.6"
+	if first, _, _ := hubAddresses(other); first != want[0] {
+		t.Errorf("another pod of the namespace is homed on %s, the first on %s", first, want[0])
+	}
+
+	cfg.Mode = agentconfig.ModeEnvoy
+	doc, err := Bootstrap(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	last := -1
+	for i, a := range want {
+		host, _, _ := strings.Cut(a, ":")
+		at := strings.Index(s, `"address": "`+host+`"`)
+		if at <= last {
+			t.Fatalf("the Envoy bootstrap lists %s (#%d) at %d, not after the one before (%d)", a, i, at, last)
+		}
+		last = at
+	}
+
+	cfg.XDS.Replicas = []string{"nave-hub-0"}
+	if _, err := Bootstrap(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "xds.replicas") {
+		t.Errorf("a replica without an address: err %v", err)
+	}
+}
+
+// grpcBootstrap is the grpc bootstrap an agent with cfg writes for a pod
+// without labels or annotations, decoded.
+func grpcBootstrap(t *testing.T, cfg agentconfig.Config) xdsbootstrap.Bootstrap {
+	t.Helper()
+	doc, err := Bootstrap(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b xdsbootstrap.Bootstrap
+	if err := json.Unmarshal(doc, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

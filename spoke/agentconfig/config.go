@@ -127,6 +127,8 @@ type XDS struct {
 	Address         string `key:"address" required:"true" help:"host:port of the hub's xDS listener"`
 	FallbackAddress string `key:"fallbackAddress" help:"host:port of a second xDS server (the spoke's, in fallback), listed second in every bootstrap; the grpc bootstrap's CA file then holds the mesh roots besides the hub's CA (docs/fallback.md); empty: none"`
 	ServerName      string `key:"serverName" help:"name the hub's serving certificate must be valid for; empty: the host of address"`
+	// Replicas are the hub's replicas, each reachable on its own.
+	Replicas []string `key:"replicas" help:"the hub's replicas as NAME=HOST:PORT, each address reaching that replica alone (a StatefulSet pod's name and DNS name): every bootstrap lists them first, the pod's namespace's home replica first and the others in the order to fail over in, then address, then fallbackAddress, so that each namespace's proxies are served, and their config generated, by one replica (docs/decisions/051-replicas-and-generation.md); their certificates must be valid for serverName. Empty: address alone"`
 }
 
 // Status configures the status server.
@@ -237,7 +239,29 @@ func (x *XDS) Validate() error {
 	if _, _, err := net.SplitHostPort(x.ServerName); err == nil {
 		return settings.Invalid("serverName", "%q is host:port; want the name alone", x.ServerName)
 	}
+	if _, err := x.ParsedReplicas(); err != nil {
+		return settings.Invalid("replicas", "%v", err)
+	}
 	return nil
+}
+
+// ParsedReplicas returns Replicas parsed, in their order; an error names
+// an entry that is not NAME=HOST:PORT or a name given twice.
+func (x XDS) ParsedReplicas() ([]xdsbootstrap.Replica, error) {
+	var out []xdsbootstrap.Replica
+	seen := map[string]bool{}
+	for _, s := range x.Replicas {
+		r, err := xdsbootstrap.ParseReplica(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("replica %q is named twice", r.Name)
+		}
+		seen[r.Name] = true
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // Host is the name the hub's certificate must be valid for.

@@ -85,6 +85,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{[]string{"--trust.hub-ca", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}, "trust.hubCA: holds a PEM \"PRIVATE KEY\" block"},
 		{[]string{"--xds.fallback-address", "spoke"}, "xds.fallbackAddress"},
 		{[]string{"--xds.server-name", "hub:15010"}, "xds.serverName"},
+		{[]string{"--xds.replicas", "nave-hub-0"}, "xds.replicas"},
+		{[]string{"--xds.replicas", "nave-hub-0=10.0.0.1:15012,nave-hub-0=10.0.0.2:15012"}, "xds.replicas: replica \"nave-hub-0\" is named twice"},
 		{[]string{"--envoy.admin-port", "0"}, "envoy.adminPort"},
 		{[]string{"--envoy.ready-port", "15000"}, "envoy.readyPort"},
 		{[]string{"--trust-domain", "Cluster.Local"}, "trustDomain"},

@@ -415,4 +415,21 @@ func TestFallbackAddressReachesTheAgent(t *testing.T) {
 	if got := envOf(&pod.Spec.InitContainers[1])["NAVE_XDS_FALLBACK_ADDRESS"].Value; got != "nave-spoke-xds.nave-system.svc:15010" {
 		t.Fatalf("NAVE_XDS_FALLBACK_ADDRESS = %q", got)
 	}
+	if _, ok := envOf(&pod.Spec.InitContainers[1])["NAVE_XDS_REPLICAS"]; ok {
+		t.Error("NAVE_XDS_REPLICAS set without inject.xdsReplicas")
+	}
+}
+
+// With inject.xdsReplicas the agent is told the hub's replicas, to list
+// its namespace's home first (decision 051).
+func TestReplicasReachTheAgent(t *testing.T) {
+	replicas := []string{"nave-hub-0=nave-hub-0.nave-hub-gossip.nave-system.svc:15012", "nave-hub-1=nave-hub-1.nave-hub-gossip.nave-system.svc:15012"}
+	in := newTestInjector(t, func(o *Options) { o.XDSReplicas = replicas })
+	_, pod, _ := review(t, in, podRequest(t, "shop", []byte(minimalPod)))
+	if pod == nil {
+		t.Fatal("refused")
+	}
+	if got := envOf(&pod.Spec.InitContainers[1])["NAVE_XDS_REPLICAS"].Value; got != strings.Join(replicas, ",") {
+		t.Fatalf("NAVE_XDS_REPLICAS = %q", got)
+	}
 }

@@ -55,6 +55,10 @@ type Options struct {
 	// (fallback.listen as pods reach it): the agent lists it second in every
 	// bootstrap (docs/fallback.md).
 	XDSFallbackAddress string
+	// XDSReplicas, if set, are the hub's replicas as NAME=HOST:PORT: the
+	// agent lists its pod's namespace's home replica first in every
+	// bootstrap (agent xds.replicas; decision 051).
+	XDSReplicas []string
 	// KeepAppProbes leaves the app containers' probes as written unless a
 	// pod's AnnotationRewriteProbes asks otherwise; by default they are
 	// rewritten to the agent (Istio's default).

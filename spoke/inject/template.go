@@ -2,6 +2,7 @@ package inject
 
 import (
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -193,6 +194,9 @@ func (in *Injector) agentEnv(mode string, trust Trust, s *podSettings) []corev1.
 	}
 	if in.opts.XDSFallbackAddress != "" {
 		env = append(env, v("xds.fallbackAddress", in.opts.XDSFallbackAddress))
+	}
+	if len(in.opts.XDSReplicas) > 0 {
+		env = append(env, v("xds.replicas", strings.Join(in.opts.XDSReplicas, ",")))
 	}
 	env = append(env, v("dir", runDir), v("status.listen", ":"+strconv.Itoa(statusPort)))
 	if s.template == TemplateSidecar {

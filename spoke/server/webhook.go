@@ -77,7 +77,7 @@ func newWebhook(cfg spokeconfig.Config, lis net.Listener, adm *admin.Server, log
 		in, err := inject.New(inject.Options{
 			Revision: cfg.Inject.Revision, SystemNamespace: cfg.Webhook.Namespace, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix,
 			ProxyImage: cfg.Inject.ProxyImage, PullPolicy: corev1.PullPolicy(cfg.Inject.PullPolicy), RAAddress: cfg.Inject.RAAddress,
-			XDSAddress: cfg.Inject.XDSAddress, XDSServerName: cfg.Inject.XDSServerName, XDSFallbackAddress: cfg.Inject.XDSFallbackAddress, Trust: trust,
+			XDSAddress: cfg.Inject.XDSAddress, XDSServerName: cfg.Inject.XDSServerName, XDSFallbackAddress: cfg.Inject.XDSFallbackAddress, XDSReplicas: cfg.Inject.XDSReplicas, Trust: trust,
 			MeshConfig: meshConfig, Network: network, KeepAppProbes: !cfg.Inject.RewriteAppProbes,
 			Logger: log.With("webhook", "injection"), Registerer: reg,
 		})

@@ -78,7 +78,7 @@ func run() error {
 		plotPath   = flag.String("plot", "", "also draw the hub's CPU-seconds and peak RSS in --plot-scenario against the proxies (or, with one proxy count, the services) of the runs, one line per mode, into this PNG file")
 		plotScen   = flag.String("plot-scenario", "S1", "the scenario --plot draws")
 		replicas   = flag.Int("replicas", 1, "run the hub as a set of this many replicas (docs/replicas.md): spokes spread over them by cluster, proxies round robin; 1: a single hub")
-		spreadNS   = flag.Bool("spread-by-namespace", false, "with --replicas above 1: every proxy of a namespace connects to one replica (instead of round robin), so that each proxy key lives on one replica")
+		spreadNS   = flag.Bool("spread-by-namespace", false, "with --replicas above 1: every proxy of a namespace connects to one replica (instead of round robin), so that each proxy key lives on one replica (proxy shedding off: the spread is uneven on purpose)")
 		idle       = flag.Duration("idle", 30*time.Second, "with --replicas above 1: how long the set is watched idle, holding the workload, before the proxies connect (steady-state gossip); given explicitly, a single hub is watched too (its idle CPU, for comparison)")
 	)
 	flag.Var(&hubArgs, "hub-arg", "extra nave-hub flag, e.g. --hub-arg=--push.debounce-quiet=50ms (repeatable)")
@@ -181,6 +181,13 @@ func run() error {
 	start := func(ctx context.Context) ([]*load.Hub, func(), error) {
 		args := append([]string{"--log.level", "info"}, hubArgs...)
 		if *replicas > 1 {
+			if *spreadNS {
+				// The uneven spread is the point (a namespace's keys on one
+				// replica, decision 051): a replica shedding toward an even
+				// count would close proxies the tool does not reconnect.
+				// The hub-arg flags come later and win.
+				args = append([]string{"--replicas.shed-rate", "0"}, args...)
+			}
 			return load.StartReplicas(ctx, bin, logPath, *replicas, args...)
 		}
 		h, err := load.StartHub(ctx, bin, logPath, args...)
