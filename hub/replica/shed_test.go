@@ -68,26 +68,7 @@ func TestBalancerShedsGraduallyTowardAnEvenSpread(t *testing.T) {
 func TestTrackedListenerClosesTheOldest(t *testing.T) {
 	l := replica.Track(listen(t))
 	defer l.Close()
-	accepted := make(chan net.Conn, 3)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	var clients []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		clients = append(clients, c)
-		<-accepted
-	}
+	clients, _ := connectTracked(t, l, 3)
 	if l.Len() != 3 {
 		t.Fatalf("Len %d, want 3", l.Len())
 	}
@@ -317,25 +298,7 @@ func TestBalancerShedsOnlyProxiesWithoutAHomeTowardAnEvenSpread(t *testing.T) {
 func TestTrackedListenerKnowsHomes(t *testing.T) {
 	l := replica.Track(listen(t))
 	defer l.Close()
-	accepted := make(chan net.Conn, 3)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	var server []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		server = append(server, <-accepted)
-	}
+	_, server := connectTracked(t, l, 3)
 	l.Identify(server[0].RemoteAddr().String(), "r0")
 	l.Identify(server[1].RemoteAddr().String(), "r2")
 	l.Identify("192.0.2.1:1", "r0") // no such connection
@@ -351,4 +314,30 @@ func TestTrackedListenerKnowsHomes(t *testing.T) {
 	if got := l.Homes(); l.Len() != 1 || got["r2"] != 1 {
 		t.Fatalf("left %v (%d), want the one homed on r2", got, l.Len())
 	}
+}
+
+// connectTracked dials l n times and returns the client and the server ends of
+// each connection, in order; the clients are closed when the test ends.
+func connectTracked(t *testing.T, l *replica.TrackedListener, n int) (clients, server []net.Conn) {
+	t.Helper()
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+		server = append(server, <-accepted)
+	}
+	return clients, server
 }
