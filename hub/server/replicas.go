@@ -273,7 +273,7 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 		Rate: r.cfg.SpokeShedRate, MinAge: r.cfg.SpokeMinAge, Logger: log, Metrics: r.metrics})
 	go spokes.Run(ctx.Done())
 	adm.AddReadyCheck("replicas", members.Ready)
-	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag, spoke balancing (spokes per replica, moves)", func(*http.Request) (any, error) {
+	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag, spoke balancing (spokes per replica, moves), proxy connections by the home replica they name", func(*http.Request) (any, error) {
 		return r.debug(in, members, relayer, spokes), nil
 	})
 	log.Info("replica started", "gossip", net.JoinHostPort(r.cfg.BindAddress, strconv.Itoa(bindPort)), "relay", r.relay, "join", strings.Join(r.cfg.Join, ","), "encrypted", r.keyring != nil)
@@ -309,5 +309,7 @@ func (r *replicas) debug(in *ingest.Ownership, members *replica.Membership, rela
 		"clusters": clusters,
 		"relays":   relayer.Status(),
 		"spokes":   spokes.Status(),
+		// proxy connections by the home replica they name ("": none)
+		"proxyHomes": r.proxies.Homes(),
 	}
 }
