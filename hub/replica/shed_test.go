@@ -196,33 +196,23 @@ func TestBalancerSendsProxiesHome(t *testing.T) {
 			synctest.Wait()
 			return n
 		}
-		// No peer is ready: the proxies homed elsewhere stay (their home
-		// may be dead or starting). r2 is never ready.
-		if n := tick(); n != 0 {
-			t.Fatalf("sheds %d toward a home that is not ready", n)
-		}
-		mu.Lock()
-		ready = []string{"r0"}
-		mu.Unlock()
-		for i := range 2 {
-			if n := tick(); n != 0 {
-				t.Fatalf("settling check %d sheds %d", i+1, n)
+		// quiet makes peers the ready ones; the next checks shed nothing.
+		quiet := func(why string, checks int, peers ...string) {
+			mu.Lock()
+			ready = peers
+			mu.Unlock()
+			for i := range checks {
+				if n := tick(); n != 0 {
+					t.Fatalf("%s: check %d sheds %d", why, i+1, n)
+				}
 			}
 		}
-		mu.Lock()
-		ready = nil // r0 flaps: the wait starts over
-		mu.Unlock()
-		if n := tick(); n != 0 {
-			t.Fatalf("sheds %d toward a home that is not ready", n)
-		}
-		mu.Lock()
-		ready = []string{"r0"}
-		mu.Unlock()
-		for i := range 2 {
-			if n := tick(); n != 0 {
-				t.Fatalf("settling check %d after the flap sheds %d", i+1, n)
-			}
-		}
+		// No peer ready: the proxies homed elsewhere stay (their home may
+		// be dead or starting). r2 is never ready.
+		quiet("no home ready", 1)
+		quiet("r0 settling", 2, "r0")
+		quiet("r0 flapped: the wait starts over", 1)
+		quiet("r0 settling after the flap", 2, "r0")
 		total := 0
 		for range 10 {
 			n := tick()
