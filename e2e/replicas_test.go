@@ -27,6 +27,7 @@ import (
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/protocol"
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // TestReplicaFailoverDeletesNothing runs three hub replicas and two
@@ -451,6 +452,66 @@ func TestReplicaShedsProxiesToAJoiningReplica(t *testing.T) {
 		testwait.For(t, 30*time.Second, func() error { return w.holds(host) })
 	}
 	checkNoRemovals(t, watchers, func(i int) string { return fmt.Sprintf("client %d", i) }, addService(t, sp.dir))
+}
+
+// TestReplicaSendsProxiesHome: six delta ADS clients whose node names
+// hub-1 their home (xdsbootstrap.MetaHomeReplica, as an agent with
+// xds.replicas writes it; decision 051) and two that name none dial
+// through a forwarder that, like Envoy's priorities, takes the first
+// replica that accepts, hub-1 then hub-0. While hub-1 is down all land on
+// hub-0; once hub-1 is back and ready, hub-0 sheds the six homed clients,
+// which reconnect to hub-1, keeps the two without a home (the spread of
+// 2 and 6 is within the tolerance), hub-1 sheds none of those at home,
+// and no client receives a removal.
+func TestReplicaSendsProxiesHome(t *testing.T) {
+	rs := newReplicaSet(t, 2, "--replicas.shed-rate", "4")
+	h0, h1 := rs.hubs[0], rs.hubs[1]
+	const host = "svc-a.demo.svc.cluster.local"
+	sp := startEnrolledSpoke(t, h0, "spoke-c1", "", "c1", serviceEntry("svc-a", host, 17351), h0.token(t, "default", "c1", "1h"), t.TempDir())
+	h0.waitOwned(t, "default/c1", "hub-0")
+	h1.proc.Stop(10 * time.Second)
+
+	fwd := startProxy(t, addr(h1.xds), addr(h0.xds))
+	roots := h0.servingRoots(t)
+	cert := h0.workloadCert(t, "default", "cluster.local", "demo", "watcher")
+	dial := func() *grpc.ClientConn { return dialTLS(t, fwd.addr(), roots, &cert) }
+	homed := startWatchersWith(t, map[string]string{xdsbootstrap.MetaHomeReplica: "hub-1"}, dial, dial, dial, dial, dial, dial)
+	plain := startWatchers(t, dial, dial)
+	watchers := append(homed, plain...)
+	for _, w := range watchers {
+		testwait.For(t, 60*time.Second, func() error { return w.holds(host) })
+	}
+	if n := scrape(t, h0.url("/metrics"), "nave_xds_connections"); n != 8 {
+		t.Fatalf("hub-0 holds %g proxies, want all 8", n)
+	}
+
+	h1.start()
+	start := time.Now()
+	testwait.For(t, 60*time.Second, func() error {
+		n0, n1 := scrape(t, h0.url("/metrics"), "nave_xds_connections"), scrape(t, h1.url("/metrics"), "nave_xds_connections")
+		if n0 != 2 || n1 != 6 {
+			return fmt.Errorf("hub-0 holds %g proxies, hub-1 %g; want 2 and the 6 homed there", n0, n1)
+		}
+		return nil
+	})
+	t.Logf("the homed proxies were home %s after hub-1 was ready", time.Since(start).Round(time.Millisecond))
+	for _, w := range watchers {
+		testwait.For(t, 30*time.Second, func() error { return w.holds(host) })
+	}
+	checkNoRemovals(t, watchers, func(i int) string { return fmt.Sprintf("client %d", i) }, addService(t, sp.dir))
+	if n := scrape(t, h0.url("/metrics"), "nave_hub_replica_shed_connections_total"); n != 6 {
+		t.Errorf("hub-0 shed %g connections, want the 6 homed on hub-1 only", n)
+	}
+	if n := scrape(t, h1.url("/metrics"), "nave_hub_replica_shed_connections_total"); n != 0 {
+		t.Errorf("hub-1 shed %g connections of proxies at home", n)
+	}
+	for i, w := range plain {
+		w.mu.Lock()
+		if w.streams != 1 {
+			t.Errorf("the client without a home %d opened %d streams, want 1 (never shed)", i, w.streams)
+		}
+		w.mu.Unlock()
+	}
 }
 
 // TestRestartedReplicaGetsStaleClusters: a cluster whose spoke has gone

@@ -182,6 +182,8 @@ func (c *adsClient) recvType(t *testing.T, typeURL string) *discoveryv3.Discover
 // reconnects whenever its stream ends, telling the hub what it holds
 // (initial_resource_versions), and records every removal it is sent.
 type watcher struct {
+	// meta is the node's metadata (nil: none); set before it runs.
+	meta     map[string]string
 	mu       sync.Mutex
 	held     map[string]string // cluster name -> version
 	removals []string
@@ -207,7 +209,7 @@ func (w *watcher) stream(ctx context.Context, conn *grpc.ClientConn) {
 		return
 	}
 	w.mu.Lock()
-	req := &discoveryv3.DeltaDiscoveryRequest{Node: grpcNode("watcher", nil), TypeUrl: typeurl.Cluster,
+	req := &discoveryv3.DeltaDiscoveryRequest{Node: grpcNode("watcher", w.meta), TypeUrl: typeurl.Cluster,
 		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: map[string]string{}}
 	for n, v := range w.held {
 		req.InitialResourceVersions[n] = v
@@ -245,11 +247,16 @@ func (w *watcher) stream(ctx context.Context, conn *grpc.ClientConn) {
 // startWatchers runs a watcher per dial, each reconnecting through its
 // dial until the test ends.
 func startWatchers(t *testing.T, dials ...func() *grpc.ClientConn) []*watcher {
+	return startWatchersWith(t, nil, dials...)
+}
+
+// startWatchersWith is startWatchers with meta as each node's metadata.
+func startWatchersWith(t *testing.T, meta map[string]string, dials ...func() *grpc.ClientConn) []*watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	ws := make([]*watcher, len(dials))
 	for i, dial := range dials {
-		w := &watcher{held: map[string]string{}}
+		w := &watcher{held: map[string]string{}, meta: meta}
 		ws[i] = w
 		wg.Add(1)
 		go func() {

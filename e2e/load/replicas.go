@@ -21,7 +21,9 @@ import (
 //
 // Shedding runs with the hub's defaults: the load tool spreads its proxies
 // evenly itself (round robin), and a replica waits out a connection storm
-// before it sheds (replica.BalancerOptions.Settle), so nothing is shed.
+// before it sheds (replica.BalancerOptions.Settle), so nothing is shed;
+// with Options.SpreadByNamespace each proxy names its home, where it is
+// never shed.
 type ReplicaSetup struct {
 	Hubs []*Hub
 	// Args are each replica's nave-hub flags (HubArgs included), extra

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
@@ -82,7 +85,9 @@ type Options struct {
 	// namespace to one replica (the namespace's index mod the replicas;
 	// gateways all to one) instead of round robin, so that each proxy
 	// key lives on one replica only (what key-affine placement would
-	// save).
+	// save); each proxy's node names that replica its home, as an
+	// agent's with xds.replicas does, so the replicas shed none of them
+	// (replica.Balancer) whatever replicas.shedRate.
 	SpreadByNamespace bool
 }
 
@@ -239,6 +244,9 @@ func Run(ctx context.Context, o Options, start HubStarter) ([]Result, error) {
 	r.env.watched[r.env.names.idString(w.ClusterName(w.edited))] = true
 	for _, s := range specs {
 		i := r.replicaOf(s)
+		if o.SpreadByNamespace && len(hubs) > 1 {
+			s = s.homedOn(ReplicaID(i))
+		}
 		c, err := newClient(r.env, s, o.Delta, hubs[i].XDS)
 		if err != nil {
 			return nil, err
@@ -292,6 +300,21 @@ func (r *runner) replicaOf(s ProxySpec) int {
 		return s.Index % len(r.hubs)
 	}
 	return r.homeOrder(s)[0]
+}
+
+// homedOn is s with its node naming home its home replica, as an
+// agent's bootstrap with xds.replicas does (xdsbootstrap.MetaHomeReplica):
+// the replicas then shed it only toward home, never while it is there.
+func (s ProxySpec) homedOn(home string) ProxySpec {
+	s.Node = proto.CloneOf(s.Node)
+	if s.Node.Metadata == nil {
+		s.Node.Metadata = &structpb.Struct{}
+	}
+	if s.Node.Metadata.Fields == nil {
+		s.Node.Metadata.Fields = map[string]*structpb.Value{}
+	}
+	s.Node.Metadata.Fields[xdsbootstrap.MetaHomeReplica] = structpb.NewStringValue(home)
+	return s
 }
 
 // homeOrder is the order of the replicas an agent's bootstrap with

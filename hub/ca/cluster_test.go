@@ -57,19 +57,20 @@ func TestSignClusterIssuesTheClusterIDAndItsServerNames(t *testing.T) {
 }
 
 func TestSignClusterRefusesServerNamesItMayNotCarry(t *testing.T) {
-	a := newAuthority(t, t.TempDir(), Options{HubNames: []string{"hub.example", "10.9.9.9", "::1"}}, mesh1)
+	a := newAuthority(t, t.TempDir(), Options{HubNames: []string{"hub.example", "10.9.9.9", "::1", "*.nave-hub-gossip.nave-system.svc"}}, mesh1)
 	for name, tc := range map[string]struct {
 		tmpl certreqtest.Template
 		says string
 	}{
-		"wildcard":     {certreqtest.Template{DNS: []string{"*.east.example"}}, `DNS SAN "*.east.example": not a DNS name`},
-		"upper case":   {certreqtest.Template{DNS: []string{"Fallback.example"}}, `DNS SAN "Fallback.example": not a DNS name`},
-		"trailing dot": {certreqtest.Template{DNS: []string{"fallback.example."}}, `DNS SAN "fallback.example.": not a DNS name`},
-		"unspecified":  {certreqtest.Template{IPs: []net.IP{net.IPv4zero}}, "IP SAN 0.0.0.0: the unspecified address"},
-		"hub's name":   {certreqtest.Template{DNS: []string{"fallback.example", "hub.example"}}, `DNS SAN "hub.example": a name of the hub (tls.hosts)`},
-		"hub's IP":     {certreqtest.Template{IPs: []net.IP{net.ParseIP("10.9.9.9")}}, "IP SAN 10.9.9.9: an address of the hub (tls.hosts)"},
-		"hub's IPv6":   {certreqtest.Template{IPs: []net.IP{net.IPv6loopback}}, "IP SAN ::1: an address of the hub"},
-		"too many":     {certreqtest.Template{DNS: []string{"a.example", "b.example", "c.example"}, IPs: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("10.0.0.2")}}, "5 DNS and IP SANs; a cluster certificate carries at most 4"},
+		"wildcard":       {certreqtest.Template{DNS: []string{"*.east.example"}}, `DNS SAN "*.east.example": not a DNS name`},
+		"upper case":     {certreqtest.Template{DNS: []string{"Fallback.example"}}, `DNS SAN "Fallback.example": not a DNS name`},
+		"trailing dot":   {certreqtest.Template{DNS: []string{"fallback.example."}}, `DNS SAN "fallback.example.": not a DNS name`},
+		"unspecified":    {certreqtest.Template{IPs: []net.IP{net.IPv4zero}}, "IP SAN 0.0.0.0: the unspecified address"},
+		"hub's name":     {certreqtest.Template{DNS: []string{"fallback.example", "hub.example"}}, `DNS SAN "hub.example": a name of the hub (tls.hosts)`},
+		"hub's wildcard": {certreqtest.Template{DNS: []string{"nave-hub-0.nave-hub-gossip.nave-system.svc"}}, `DNS SAN "nave-hub-0.nave-hub-gossip.nave-system.svc": a name of the hub (tls.hosts)`},
+		"hub's IP":       {certreqtest.Template{IPs: []net.IP{net.ParseIP("10.9.9.9")}}, "IP SAN 10.9.9.9: an address of the hub (tls.hosts)"},
+		"hub's IPv6":     {certreqtest.Template{IPs: []net.IP{net.IPv6loopback}}, "IP SAN ::1: an address of the hub"},
+		"too many":       {certreqtest.Template{DNS: []string{"a.example", "b.example", "c.example"}, IPs: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("10.0.0.2")}}, "5 DNS and IP SANs; a cluster certificate carries at most 4"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := a.SignCluster(context.Background(), "m1", "east", certreqtest.New(t, certreqtest.ECKey(t), tc.tmpl), time.Hour)

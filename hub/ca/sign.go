@@ -139,7 +139,8 @@ func (a *Authority) CheckClusterServerNames(dns []string, ips []net.IP) error {
 // checkServerNames refuses DNS and IP SANs a cluster certificate may not
 // carry: more than MaxClusterServerNames, a DNS name that is not a plain
 // lower-case DNS name (RFC 1123: no wildcard, no trailing dot), an
-// unspecified IP address, one of hubNames (the hub's own).
+// unspecified IP address, one of hubNames (the hub's own, a wildcard
+// among them covering the names it matches).
 func checkServerNames(dns []string, ips []net.IP, hubNames []string) error {
 	if n := len(dns) + len(ips); n > MaxClusterServerNames {
 		return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: %d DNS and IP SANs; a cluster certificate carries at most %d (its fallback server's names)", n, MaxClusterServerNames)
@@ -148,7 +149,7 @@ func checkServerNames(dns []string, ips []net.IP, hubNames []string) error {
 		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
 			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: not a DNS name: %s", d, strings.Join(errs, "; "))
 		}
-		if slices.ContainsFunc(hubNames, func(h string) bool { return strings.EqualFold(h, d) }) {
+		if slices.ContainsFunc(hubNames, func(h string) bool { return hubNameMatches(h, d) }) {
 			return certreq.Refuse(certreq.ReasonIdentityNotAllowed, "csr: DNS SAN %q: a name of the hub (tls.hosts); a spoke's fallback server needs a name of its own", d)
 		}
 	}
@@ -161,6 +162,22 @@ func checkServerNames(dns []string, ips []net.IP, hubNames []string) error {
 		}
 	}
 	return nil
+}
+
+// hubNameMatches reports whether the hub name h (of tls.hosts) covers the
+// DNS name d: equal, or h a wildcard *.SUFFIX and d one label more than
+// SUFFIX (as TLS clients match a wildcard certificate: the replicas'
+// *.nave-hub-gossip.NAMESPACE.svc, docs/replicas.md).
+func hubNameMatches(h, d string) bool {
+	if strings.EqualFold(h, d) {
+		return true
+	}
+	suffix, ok := strings.CutPrefix(h, "*.")
+	if !ok {
+		return false
+	}
+	label, rest, ok := strings.Cut(d, ".")
+	return ok && label != "" && strings.EqualFold(rest, suffix)
 }
 
 // TrustBundlePEM is RootsPEM; it implements enroll.TrustBundler, so the

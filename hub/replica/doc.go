@@ -26,7 +26,9 @@
 // the members seen lately, so a replica cut off from its peers never
 // withdraws what it cannot see (docs/decisions/016-replica-leader.md).
 //
-// A Balancer sheds proxy connections (TrackedListener) from a replica
-// holding more than its share of an even spread over the ready replicas,
-// gradually, so that one that joins gets its share.
+// A Balancer sheds proxy connections (TrackedListener) gradually: a
+// proxy whose node names another ready replica its home (decision 051),
+// so that it returns there, and, of those without a home, what a replica
+// holds beyond its share of an even spread over the ready replicas, so
+// that one that joins gets its share.
 package replica

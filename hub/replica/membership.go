@@ -475,6 +475,20 @@ func (m *Membership) PeerProxies() []int {
 	return out
 }
 
+// ReadyPeers lists the ids of the live, ready peers, sorted.
+func (m *Membership) ReadyPeers() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for id, p := range m.peers {
+		if p.meta.Ready {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // SpokePeers lists the ready peers a spoke may be moved to, with the
 // address they gossip for spokes and the spokes they gossip they own.
 func (m *Membership) SpokePeers() []SpokePeer {

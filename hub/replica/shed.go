@@ -5,25 +5,30 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 )
 
 // TrackedListener wraps the xDS listener and remembers its open
-// connections, oldest first, so that a Balancer can close some. It is safe
-// for concurrent use.
+// connections, oldest first, and the home replica each proxy names
+// (Identify), so that a Balancer can close some. It is safe for
+// concurrent use.
 type TrackedListener struct {
 	net.Listener
 
 	mu    sync.Mutex
 	seq   uint64
 	conns map[*trackedConn]uint64
+	// byRemote finds a connection by its remote address, which a gRPC
+	// stream's peer names.
+	byRemote map[string]*trackedConn
 }
 
 // Track wraps lis.
 func Track(lis net.Listener) *TrackedListener {
-	return &TrackedListener{Listener: lis, conns: map[*trackedConn]uint64{}}
+	return &TrackedListener{Listener: lis, conns: map[*trackedConn]uint64{}, byRemote: map[string]*trackedConn{}}
 }
 
 // Accept accepts and tracks a connection until it is closed.
@@ -32,10 +37,11 @@ func (l *TrackedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, l: l}
+	tc := &trackedConn{Conn: c, l: l, remote: c.RemoteAddr().String()}
 	l.mu.Lock()
 	l.seq++
 	l.conns[tc] = l.seq
+	l.byRemote[tc.remote] = tc
 	l.mu.Unlock()
 	return tc, nil
 }
@@ -47,13 +53,53 @@ func (l *TrackedListener) Len() int {
 	return len(l.conns)
 }
 
-// CloseOldest closes up to n of the oldest open connections and returns
-// how many it closed.
-func (l *TrackedListener) CloseOldest(n int) int {
+// Identify records the home replica named by the proxy on the connection
+// from remote (its node's metadata, xdsbootstrap.MetaHomeReplica); an
+// empty home, or an unknown remote, changes nothing. A connection with a
+// home is shed only toward it (CloseHomed), never by CloseOldest.
+func (l *TrackedListener) Identify(remote, home string) {
+	if home == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.byRemote[remote]; c != nil {
+		c.home = home
+	}
+}
+
+// Homes counts the open connections by the home their proxy named, ""
+// for those that named none (or have not said yet).
+func (l *TrackedListener) Homes() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for c := range l.conns {
+		out[c.home]++
+	}
+	return out
+}
+
+// CloseOldest closes up to n of the oldest open connections without a
+// home and returns how many it closed.
+func (l *TrackedListener) CloseOldest(n int) int { return l.closeOldest(n, "") }
+
+// CloseHomed closes up to n of the oldest open connections whose proxy
+// named home (not empty) and returns how many it closed.
+func (l *TrackedListener) CloseHomed(home string, n int) int {
+	if home == "" {
+		return 0
+	}
+	return l.closeOldest(n, home)
+}
+
+func (l *TrackedListener) closeOldest(n int, home string) int {
 	l.mu.Lock()
 	all := make([]*trackedConn, 0, len(l.conns))
 	for c := range l.conns {
-		all = append(all, c)
+		if c.home == home {
+			all = append(all, c)
+		}
 	}
 	sort.Slice(all, func(i, j int) bool { return l.conns[all[i]] < l.conns[all[j]] })
 	l.mu.Unlock()
@@ -68,14 +114,19 @@ func (l *TrackedListener) CloseOldest(n int) int {
 
 type trackedConn struct {
 	net.Conn
-	l    *TrackedListener
-	once sync.Once
+	l      *TrackedListener
+	remote string
+	once   sync.Once
+	home   string // guarded by l.mu
 }
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
+		if c.l.byRemote[c.remote] == c {
+			delete(c.l.byRemote, c.remote)
+		}
 		c.l.mu.Unlock()
 	})
 	return c.Conn.Close()
@@ -87,8 +138,18 @@ type BalancerOptions struct {
 	// ready peers (from their gossiped load).
 	Mine  func() int
 	Peers func() []int
-	// Shed closes n proxy connections and returns how many it closed.
+	// Shed closes n proxy connections without a home and returns how many
+	// it closed.
 	Shed func(n int) int
+	// Homing (decision 051): Self is this replica's id; Homes counts its
+	// connections by the home replica their proxy names ("" for none, see
+	// TrackedListener.Homes); ReadyPeers lists the ids of the live, ready
+	// peers; ShedHome closes n connections homed at home and returns how
+	// many it closed. Homes nil: no proxy has a home.
+	Self       string
+	Homes      func() map[string]int
+	ReadyPeers func() []string
+	ShedHome   func(home string, n int) int
 	// Rate bounds the connections shed per second (0: never shed);
 	// Tolerance is the share above the even spread tolerated (0.1: 10 %,
 	// and at least 2 connections).
@@ -104,18 +165,27 @@ type BalancerOptions struct {
 	// proxies while it still counts as a peer (with its last gossiped
 	// count) until memberlist declares it dead, about 6 s with the LAN
 	// defaults (memberlist does not tell a suspected member apart), so the
-	// wait must outlast that.
+	// wait must outlast that. Proxies away from home are sent home once
+	// their home has been a ready peer for Settle checks in a row.
 	Settle  int
 	Logger  *slog.Logger
 	Metrics *Metrics
 }
 
-// Balancer sheds proxy connections from a replica that holds more than
-// its share when peers hold fewer (a replica joined): gradually, at most
-// Rate a second, each close at a random moment within the interval, until
-// the spread is even within Tolerance. A shed proxy reconnects through the
-// load balancer, with what it holds (a delta client sends its versions),
-// and is not shown a removal. It is safe for concurrent use.
+// Balancer sheds proxy connections, at most Rate a second, each close at
+// a random moment within the interval, in two cases. A proxy whose
+// bootstrap names its home replica (decision 051) and which is held by
+// another replica is shed once its home is a ready peer, so that it
+// returns there (Envoy picks its highest priority again on a new
+// connection); a proxy at home is never shed, nor one whose home is
+// gone. A proxy without a home is shed from a replica that holds more
+// than its share of an even spread of all connections when peers hold
+// fewer (a replica joined), until the spread is even within Tolerance:
+// homed proxies count toward the spread (they are load) but are not shed
+// for it, so a replica whose namespaces are many keeps few of the
+// others. A shed proxy reconnects with what it holds (a delta client
+// sends its versions), and is not shown a removal. It is safe for
+// concurrent use.
 type Balancer struct {
 	opts BalancerOptions
 	mu   sync.Mutex
@@ -123,6 +193,9 @@ type Balancer struct {
 	// streak counts the consecutive checks that saw an excess while this
 	// replica's count did not grow; lastMine is the previous check's count.
 	streak, lastMine int
+	// homeStreak counts, per home, the consecutive checks that saw it a
+	// ready peer while this replica held proxies homed there.
+	homeStreak map[string]int
 }
 
 // NewBalancer returns a Balancer; Run it.
@@ -139,7 +212,7 @@ func NewBalancer(opts BalancerOptions) *Balancer {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Balancer{opts: opts}
+	return &Balancer{opts: opts, homeStreak: map[string]int{}}
 }
 
 // Excess is how many connections this replica holds above its share of
@@ -162,9 +235,27 @@ func (b *Balancer) excessOf(mine int, peers []int) int {
 	return mine - share
 }
 
-// Tick sheds this interval's part of the excess, the closes spread at
-// random over the interval, once the excess has settled (Settle); it
-// returns how many it will close.
+// Away is how many connections this replica holds whose home is another
+// ready replica, by home.
+func (b *Balancer) Away() map[string]int {
+	out := map[string]int{}
+	if b.opts.Homes == nil || b.opts.ReadyPeers == nil {
+		return out
+	}
+	ready := b.opts.ReadyPeers()
+	for home, n := range b.opts.Homes() {
+		if home != "" && home != b.opts.Self && n > 0 && slices.Contains(ready, home) {
+			out[home] = n
+		}
+	}
+	return out
+}
+
+// Tick sheds this interval's part of what is to be shed, the closes
+// spread at random over the interval: proxies away from a home that has
+// been ready for Settle checks first, then the excess over an even
+// spread once it has settled (Settle), only from the proxies without a
+// home. It returns how many it will close.
 func (b *Balancer) Tick() int {
 	if b.opts.Rate <= 0 {
 		return 0
@@ -172,29 +263,74 @@ func (b *Balancer) Tick() int {
 	mine := b.opts.Mine()
 	peers := b.opts.Peers()
 	excess := b.excessOf(mine, peers)
+	away := b.Away()
+	unhomed := mine
+	if b.opts.Homes != nil {
+		unhomed = b.opts.Homes()[""]
+	}
 	b.mu.Lock()
 	growing := mine > b.lastMine
 	b.lastMine = mine
 	switch {
 	case excess == 0:
-		b.streak, b.debt = 0, 0
+		b.streak = 0
 	case growing:
-		b.streak, b.debt = 0, 0 // proxies still arriving: peers' counts lag
+		b.streak = 0 // proxies still arriving: peers' counts lag
 	default:
 		b.streak++
 	}
+	for home := range b.homeStreak {
+		if away[home] == 0 {
+			delete(b.homeStreak, home)
+		}
+	}
+	var homes []string
+	for home := range away {
+		b.homeStreak[home]++
+		if b.homeStreak[home] >= b.opts.Settle {
+			homes = append(homes, home)
+		}
+	}
+	slices.Sort(homes)
 	if b.streak < b.opts.Settle {
+		excess = 0
+	}
+	excess = min(excess, unhomed)
+	due := excess
+	for _, home := range homes {
+		due += away[home]
+	}
+	if due == 0 {
+		b.debt = 0
 		b.mu.Unlock()
 		return 0
 	}
 	b.debt += b.opts.Rate * b.opts.Interval.Seconds()
-	n := min(int(b.debt), excess)
+	n := min(int(b.debt), due)
 	b.debt -= float64(n)
 	b.mu.Unlock()
-	if n > 0 {
-		b.opts.Logger.Info("shedding proxy connections toward an even spread", "count", n, "excess", excess, "held", mine, "peers", peers)
+
+	left := n
+	sendHome := map[string]int{}
+	for _, home := range homes {
+		k := min(left, away[home])
+		sendHome[home] = k
+		left -= k
 	}
-	for range n {
+	if len(sendHome) > 0 && n > left {
+		b.opts.Logger.Info("shedding proxy connections toward their home replica", "count", n-left, "away", away)
+	}
+	if left > 0 {
+		b.opts.Logger.Info("shedding proxy connections toward an even spread", "count", left, "excess", excess, "held", mine, "peers", peers)
+	}
+	for home, k := range sendHome {
+		for range k {
+			time.AfterFunc(rand.N(b.opts.Interval), func() {
+				b.opts.Metrics.shed.Add(float64(b.opts.ShedHome(home, 1)))
+			})
+		}
+	}
+	for range left {
 		time.AfterFunc(rand.N(b.opts.Interval), func() {
 			b.opts.Metrics.shed.Add(float64(b.opts.Shed(1)))
 		})

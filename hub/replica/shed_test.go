@@ -1,8 +1,12 @@
 package replica_test
 
 import (
+	"maps"
 	"net"
+	"slices"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/navemesh/nave/hub/replica"
@@ -64,26 +68,7 @@ func TestBalancerShedsGraduallyTowardAnEvenSpread(t *testing.T) {
 func TestTrackedListenerClosesTheOldest(t *testing.T) {
 	l := replica.Track(listen(t))
 	defer l.Close()
-	accepted := make(chan net.Conn, 3)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	var clients []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		clients = append(clients, c)
-		<-accepted
-	}
+	clients, _ := connectTracked(t, l, 3)
 	if l.Len() != 3 {
 		t.Fatalf("Len %d, want 3", l.Len())
 	}
@@ -158,4 +143,191 @@ func TestBalancerWaitsOutAConnectionStorm(t *testing.T) {
 	if joined.Tick() == 0 {
 		t.Fatal("a settled excess is not shed")
 	}
+}
+
+// TestBalancerSendsProxiesHome: a replica holding proxies homed on a
+// ready peer sheds them, at most Rate a second, once that peer has been
+// ready for Settle checks, until none is left; it never sheds proxies
+// at home or homed on a replica that is not ready; the even-spread rule
+// sheds only proxies without a home.
+func TestBalancerSendsProxiesHome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		homes := map[string]int{"r0": 10, "r1": 5, "r2": 3, "": 4}
+		var ready []string
+		var shedHome []string
+		mine := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, k := range homes {
+				n += k
+			}
+			return n
+		}
+		b := replica.NewBalancer(replica.BalancerOptions{
+			Self: "r1", Mine: mine, Peers: func() []int { return []int{mine(), mine()} },
+			Homes: func() map[string]int {
+				mu.Lock()
+				defer mu.Unlock()
+				return maps.Clone(homes)
+			},
+			ReadyPeers: func() []string {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Clone(ready)
+			},
+			ShedHome: func(home string, n int) int {
+				mu.Lock()
+				defer mu.Unlock()
+				n = min(n, homes[home])
+				homes[home] -= n
+				for range n {
+					shedHome = append(shedHome, home)
+				}
+				return n
+			},
+			Shed: func(int) int { t.Error("an even spread is shed"); return 0 },
+			Rate: 2, Interval: time.Second, Settle: 3,
+		})
+		tick := func() int {
+			n := b.Tick()
+			time.Sleep(time.Second) // the interval: its scheduled closes happen within it
+			synctest.Wait()
+			return n
+		}
+		// quiet makes peers the ready ones; the next checks shed nothing.
+		quiet := func(why string, checks int, peers ...string) {
+			mu.Lock()
+			ready = peers
+			mu.Unlock()
+			for i := range checks {
+				if n := tick(); n != 0 {
+					t.Fatalf("%s: check %d sheds %d", why, i+1, n)
+				}
+			}
+		}
+		// No peer ready: the proxies homed elsewhere stay (their home may
+		// be dead or starting). r2 is never ready.
+		quiet("no home ready", 1)
+		quiet("r0 settling", 2, "r0")
+		quiet("r0 flapped: the wait starts over", 1)
+		quiet("r0 settling after the flap", 2, "r0")
+		total := 0
+		for range 10 {
+			n := tick()
+			if n > 2 {
+				t.Fatalf("one check at 2/s sheds %d", n)
+			}
+			total += n
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if total != 10 || homes["r0"] != 0 || len(shedHome) != 10 {
+			t.Fatalf("shed %d (%v); held %v, want the 10 homed on r0 shed and nothing else", total, shedHome, homes)
+		}
+		for _, h := range shedHome {
+			if h != "r0" {
+				t.Errorf("shed a proxy homed on %q", h)
+			}
+		}
+		if homes["r1"] != 5 || homes["r2"] != 3 || homes[""] != 4 {
+			t.Errorf("held %v: shed proxies at home, homed on a replica not ready, or without a home", homes)
+		}
+	})
+}
+
+// TestBalancerShedsOnlyProxiesWithoutAHomeTowardAnEvenSpread: homed
+// proxies count toward the spread but are not shed for it: a replica
+// holding 25 proxies at home and 5 without one while its peers hold
+// none sheds the 5 and stops.
+func TestBalancerShedsOnlyProxiesWithoutAHomeTowardAnEvenSpread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		homes := map[string]int{"r1": 25, "": 5}
+		held := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return homes["r1"] + homes[""]
+		}
+		b := replica.NewBalancer(replica.BalancerOptions{
+			Self: "r1", Mine: held, Peers: func() []int { return []int{0, 0} },
+			Homes: func() map[string]int {
+				mu.Lock()
+				defer mu.Unlock()
+				return maps.Clone(homes)
+			},
+			ReadyPeers: func() []string { return []string{"r0", "r2"} },
+			ShedHome:   func(home string, n int) int { t.Errorf("shed %d homed on %s", n, home); return 0 },
+			Shed: func(n int) int {
+				mu.Lock()
+				defer mu.Unlock()
+				n = min(n, homes[""])
+				homes[""] -= n
+				return n
+			},
+			Rate: 100, Interval: time.Second, Settle: 2,
+		})
+		total := 0
+		for range 5 {
+			total += b.Tick()
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if total != 5 || homes[""] != 0 || homes["r1"] != 25 {
+			t.Fatalf("shed %d, held %v; want the 5 without a home shed, the 25 at home kept", total, homes)
+		}
+	})
+}
+
+// TestTrackedListenerKnowsHomes: a connection identified with a home is
+// counted by it and shed only by CloseHomed; CloseOldest sheds only
+// connections without a home.
+func TestTrackedListenerKnowsHomes(t *testing.T) {
+	l := replica.Track(listen(t))
+	defer l.Close()
+	_, server := connectTracked(t, l, 3)
+	l.Identify(server[0].RemoteAddr().String(), "r0")
+	l.Identify(server[1].RemoteAddr().String(), "r2")
+	l.Identify("192.0.2.1:1", "r0") // no such connection
+	if got := l.Homes(); got["r0"] != 1 || got["r2"] != 1 || got[""] != 1 {
+		t.Fatalf("Homes %v, want one each of r0, r2 and none", got)
+	}
+	if n := l.CloseOldest(3); n != 1 {
+		t.Fatalf("CloseOldest(3) closed %d, want only the one without a home", n)
+	}
+	if n := l.CloseHomed("r0", 3); n != 1 {
+		t.Fatalf("CloseHomed(r0, 3) closed %d, want 1", n)
+	}
+	if got := l.Homes(); l.Len() != 1 || got["r2"] != 1 {
+		t.Fatalf("left %v (%d), want the one homed on r2", got, l.Len())
+	}
+}
+
+// connectTracked dials l n times and returns the client and the server ends of
+// each connection, in order; the clients are closed when the test ends.
+func connectTracked(t *testing.T, l *replica.TrackedListener, n int) (clients, server []net.Conn) {
+	t.Helper()
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+		server = append(server, <-accepted)
+	}
+	return clients, server
 }

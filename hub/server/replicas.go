@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 
 	"github.com/navemesh/nave/hub/hubconfig"
 	"github.com/navemesh/nave/hub/ingest"
@@ -27,6 +30,8 @@ import (
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/typeurl"
+	"github.com/navemesh/nave/shared/xdsbootstrap"
 )
 
 // replicas is the hub's part in a replica set (hub/replica); the zero
@@ -52,6 +57,60 @@ type replicas struct {
 func (r *replicas) track(lis net.Listener) net.Listener {
 	r.proxies = replica.Track(lis)
 	return r.proxies
+}
+
+// xdsServerOptions are the xds server's options of a replica: a stream
+// interceptor that tells the tracked listener the home replica each
+// proxy's node names (xdsbootstrap.MetaHomeReplica), which the Balancer
+// sends it back to. None when replicas are off.
+func (r *replicas) xdsServerOptions() []grpc.ServerOption {
+	if r == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.ChainStreamInterceptor(r.identify)}
+}
+
+// identify wraps an ADS stream so that its first request's node names
+// the connection's home. An agent's name-table stream is left out: it
+// dials xds.address, not its home, and is never sent home.
+func (r *replicas) identify(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod != discoveryv3.AggregatedDiscoveryService_StreamAggregatedResources_FullMethodName &&
+		info.FullMethod != discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResources_FullMethodName {
+		return handler(srv, ss)
+	}
+	p, ok := peer.FromContext(ss.Context())
+	if !ok || p.Addr == nil || r.proxies == nil {
+		return handler(srv, ss)
+	}
+	return handler(srv, &homedStream{ServerStream: ss, proxies: r.proxies, remote: p.Addr.String()})
+}
+
+// homedStream reads the home from the first request of a stream. Its
+// RecvMsg is called from one goroutine, as gRPC requires.
+type homedStream struct {
+	grpc.ServerStream
+	proxies *replica.TrackedListener
+	remote  string
+	seen    bool
+}
+
+func (s *homedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err != nil || s.seen {
+		return err
+	}
+	s.seen = true
+	req, ok := m.(interface {
+		GetNode() *corev3.Node
+		GetTypeUrl() string
+	})
+	if !ok || req.GetTypeUrl() == typeurl.NameTable {
+		return nil
+	}
+	if home := req.GetNode().GetMetadata().GetFields()[xdsbootstrap.MetaHomeReplica].GetStringValue(); home != "" {
+		s.proxies.Identify(s.remote, home)
+	}
+	return nil
 }
 
 // newReplicas checks what a replica needs before anything listens: its
@@ -207,13 +266,14 @@ func (r *replicas) start(ctx context.Context, cfg hubconfig.Config, sec *securit
 	}
 	r.members.Store(members)
 	bal := replica.NewBalancer(replica.BalancerOptions{Mine: r.proxies.Len, Peers: members.PeerProxies, Shed: r.proxies.CloseOldest,
+		Self: r.id, Homes: r.proxies.Homes, ReadyPeers: members.ReadyPeers, ShedHome: r.proxies.CloseHomed,
 		Rate: r.cfg.ShedRate, Tolerance: r.cfg.ShedTolerance, Logger: log, Metrics: r.metrics})
 	go bal.Run(ctx.Done())
 	spokes := replica.NewSpokeBalancer(replica.SpokeBalancerOptions{Self: r.id, In: in, Peers: members.SpokePeers,
 		Rate: r.cfg.SpokeShedRate, MinAge: r.cfg.SpokeMinAge, Logger: log, Metrics: r.metrics})
 	go spokes.Run(ctx.Done())
 	adm.AddReadyCheck("replicas", members.Ready)
-	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag, spoke balancing (spokes per replica, moves)", func(*http.Request) (any, error) {
+	adm.HandleDebug("replicas", "the replica set: members and their load, the leader and quorum, the owner and epoch of each cluster, relays to peers with bytes and lag, spoke balancing (spokes per replica, moves), proxy connections by the home replica they name", func(*http.Request) (any, error) {
 		return r.debug(in, members, relayer, spokes), nil
 	})
 	log.Info("replica started", "gossip", net.JoinHostPort(r.cfg.BindAddress, strconv.Itoa(bindPort)), "relay", r.relay, "join", strings.Join(r.cfg.Join, ","), "encrypted", r.keyring != nil)
@@ -249,5 +309,7 @@ func (r *replicas) debug(in *ingest.Ownership, members *replica.Membership, rela
 		"clusters": clusters,
 		"relays":   relayer.Status(),
 		"spokes":   spokes.Status(),
+		// proxy connections by the home replica they name ("": none)
+		"proxyHomes": r.proxies.Homes(),
 	}
 }

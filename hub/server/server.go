@@ -217,8 +217,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 	if age := cfg.XDS.MaxConnectionAge; age > 0 {
 		xdsKA.MaxConnectionAge, xdsKA.MaxConnectionAgeGrace = age, 30*time.Second
 	}
-	xdsSrv := grpc.NewServer(append(sec.serverOptions(cfg, "xds.listen", adm.Handshakes()), grpc.KeepaliveEnforcementPolicy(ka),
-		grpc.KeepaliveParams(xdsKA), grpc.ForceServerCodecV2(ads.Codec()))...)
+	xdsSrv := grpc.NewServer(append(append(sec.serverOptions(cfg, "xds.listen", adm.Handshakes()), grpc.KeepaliveEnforcementPolicy(ka),
+		grpc.KeepaliveParams(xdsKA), grpc.ForceServerCodecV2(ads.Codec())), rep.xdsServerOptions()...)...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(xdsSrv, eng.ADS())
 	sec.register(cfg, spokeSrv, xdsSrv, log, reg)
 

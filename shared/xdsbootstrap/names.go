@@ -46,6 +46,11 @@ const (
 	// serves its workload secrets ("default", "ROOTCA") by SDS: a local
 	// agent (SDSCluster). Absent, the proxy asks the hub for them over ADS.
 	MetaSDSCluster = "SDS_CLUSTER"
+	// MetaHomeReplica is the replica of the hub the bootstrap lists first,
+	// its namespace's home (HomeOrder; decision 051): a replica holding
+	// the proxy while its home is ready sheds it, so that it returns
+	// there. Absent when the bootstrap lists no replicas. nave's key.
+	MetaHomeReplica = "NAVE_HOME_REPLICA"
 	// GeneratorGRPC, as MetaGenerator, marks a proxyless gRPC client.
 	GeneratorGRPC = "grpc"
 )

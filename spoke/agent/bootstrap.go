@@ -51,9 +51,12 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 		// opens no name table stream.
 		meta[metaDNSCapture] = "true"
 	}
-	hub, more, err := hubAddresses(cfg)
+	hub, more, home, err := hubAddresses(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if home != "" {
+		meta[xdsbootstrap.MetaHomeReplica] = home
 	}
 	if cfg.Mode == agentconfig.ModeGRPC {
 		meta[xdsbootstrap.MetaGenerator] = xdsbootstrap.GeneratorGRPC
@@ -83,20 +86,21 @@ func Bootstrap(cfg agentconfig.Config, labels, annotations map[string]string) ([
 // hubAddresses are the hub's addresses in the order a bootstrap lists
 // them: with xds.replicas, the pod's namespace's home replica, the other
 // replicas in the order to fail over in, then xds.address (decision 051);
-// else xds.address alone.
-func hubAddresses(cfg agentconfig.Config) (first string, more []string, err error) {
+// else xds.address alone. home is the home replica's name, empty without
+// xds.replicas.
+func hubAddresses(cfg agentconfig.Config) (first string, more []string, home string, err error) {
 	replicas, err := cfg.XDS.ParsedReplicas()
 	if err != nil {
-		return "", nil, fmt.Errorf("xds.replicas: %w", err)
+		return "", nil, "", fmt.Errorf("xds.replicas: %w", err)
 	}
 	if len(replicas) == 0 {
-		return cfg.XDS.Address, nil, nil
+		return cfg.XDS.Address, nil, "", nil
 	}
 	order := xdsbootstrap.HomeOrder(cfg.Mesh, cfg.Pod.Namespace, replicas)
 	for _, r := range order[1:] {
 		more = append(more, r.Address)
 	}
-	return order[0].Address, append(more, cfg.XDS.Address), nil
+	return order[0].Address, append(more, cfg.XDS.Address), order[0].Name, nil
 }
 
 // metaDNSCapture is the node metadata of a pod whose DNS the agent

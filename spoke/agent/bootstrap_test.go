@@ -169,7 +169,7 @@ func TestNetworkIsNodeMetadata(t *testing.T) {
 // TestBootstrapListsTheReplicasHomeFirst: with xds.replicas, both
 // bootstraps list the namespace's home replica first, then the others in
 // HomeOrder, then xds.address, then the fallback (decision 051); two pods of
-// one namespace get the same order.
+// one namespace get the same order; the node's metadata names the home.
 func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
 	cfg := testConfig(agentconfig.ModeGRPC)
 	cfg.XDS.Replicas = []string{"nave-hub-0=10.0.0.10:15012", "nave-hub-1=10.0.0.11:15012", "nave-hub-2=10.0.0.12:15012"}
@@ -191,8 +191,12 @@ func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
 	}
 	other := cfg
 	other.Pod.Name, other.Pod.IP = "web-2", "10.0.0.6"
-	if first, _, _ := hubAddresses(other); first != want[0] {
+	if first, _, _, _ := hubAddresses(other); first != want[0] {
 		t.Errorf("another pod of the namespace is homed on %s, the first on %s", first, want[0])
+	}
+	home := xdsbootstrap.HomeOrder("m1", "shop", replicas)[0].Name
+	if got := grpcBootstrap(t, cfg).Node.Metadata[xdsbootstrap.MetaHomeReplica]; got != home {
+		t.Errorf("grpc node metadata %s = %v, want the home %s", xdsbootstrap.MetaHomeReplica, got, home)
 	}
 
 	cfg.Mode = agentconfig.ModeEnvoy
@@ -209,6 +213,12 @@ func TestBootstrapListsTheReplicasHomeFirst(t *testing.T) {
 			t.Fatalf("the Envoy bootstrap lists %s (#%d) at %d, not after the one before (%d)", a, i, at, last)
 		}
 		last = at
+	}
+	if !strings.Contains(s, `"`+xdsbootstrap.MetaHomeReplica+`": "`+home+`"`) {
+		t.Errorf("the Envoy bootstrap's node does not name its home %s", home)
+	}
+	if _, ok := grpcBootstrap(t, testConfig(agentconfig.ModeGRPC)).Node.Metadata[xdsbootstrap.MetaHomeReplica]; ok {
+		t.Errorf("a bootstrap without xds.replicas names a home")
 	}
 
 	cfg.XDS.Replicas = []string{"nave-hub-0"}
