@@ -7,9 +7,10 @@
 // then idles holds the burst's headroom for minutes — for the hub with 500
 // idle proxies, about as much again as its live heap. A Releaser watches
 // the runtime's own counters and, once the process has allocated little for
-// a quiet period while holding much more heap than is live, collects and
-// returns the free memory (debug.FreeOSMemory): one collection per burst,
-// none while busy, none while it would return little.
+// a quiet period while holding over twice its live heap, collects and
+// returns the free memory (debug.FreeOSMemory): one collection per burst
+// (a heap's worth of allocation since the last one), none while busy, none
+// after a modest burst (whose pages the next one would fault in again).
 package memrelease
 
 import (
@@ -39,17 +40,24 @@ const minSpare = 16 << 20
 type sample struct {
 	allocs uint64 // bytes allocated since the process started
 	live   uint64 // heap marked live by the last collection
-	spare  uint64 // heap mapped but not live: free, unused in spans, dead objects
+	spare  uint64 // heap a collection can return: free pages, and dead objects
 }
 
 // quietBudget is how much a process may allocate within a quiet period
 // and still be quiet.
 func quietBudget(live uint64) uint64 { return max(live/8, 1<<20) }
 
-// worthReleasing reports whether a process holding s has enough spare heap
-// for a collection to return: a quarter of its live heap, at least
-// minSpare.
-func worthReleasing(s sample) bool { return s.spare > max(s.live/4, minSpare) }
+// worthReleasing reports whether a process holding s, which had allocated
+// since bytes at the last release, has been through a burst since (it
+// allocated at least its live heap, and minSpare) and holds a burst's
+// headroom: more spare heap than live (the heap mapped is over twice what
+// is live), at least minSpare. Without the burst, an idle process's
+// trickle of garbage would make it collect again every few minutes for
+// little; below the headroom, a modest burst (one config change) is left
+// alone, since releasing would make the next one fault its pages in again.
+func worthReleasing(s sample, since uint64) bool {
+	return s.allocs-since >= max(s.live, minSpare) && s.spare > max(s.live, minSpare)
+}
 
 // Releaser returns the process's free heap memory once it is quiet (see
 // the package doc). Run it once per process; its counters are safe for
@@ -91,12 +99,14 @@ func (r *Releaser) Run(ctx context.Context) {
 
 // run samples every quarter of the quiet period. A window starts at a
 // sample; when the process has allocated less than quietBudget since, for
-// a whole quiet period, and the heap holds enough spare memory, it is
-// released, and a new window starts after it.
+// a whole quiet period, after a burst, and the heap holds enough spare
+// memory (worthReleasing), it is released, and a new window starts after
+// it.
 func (r *Releaser) run(ctx context.Context) {
 	tick := time.NewTicker(max(r.quiet/4, time.Second))
 	defer tick.Stop()
 	start, startedAt := r.read(), time.Now()
+	var released uint64 // allocs at the last release (the start of the process counts as a burst)
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,7 +118,7 @@ func (r *Releaser) run(ctx context.Context) {
 			start, startedAt = now, time.Now() // busy: the quiet period starts again
 			continue
 		}
-		if time.Since(startedAt) < r.quiet || !worthReleasing(now) {
+		if time.Since(startedAt) < r.quiet || !worthReleasing(now, released) {
 			continue
 		}
 		r.release()
@@ -116,6 +126,7 @@ func (r *Releaser) run(ctx context.Context) {
 		r.bytes.Add(float64(now.spare))
 		r.log.Debug("returned idle heap memory to the OS", "spare_mb", now.spare>>20, "live_mb", now.live>>20)
 		start, startedAt = r.read(), time.Now()
+		released = start.allocs
 	}
 }
 
@@ -124,7 +135,6 @@ var sampleMetrics = []string{
 	"/gc/heap/allocs:bytes",
 	"/gc/heap/live:bytes",
 	"/memory/classes/heap/free:bytes",
-	"/memory/classes/heap/unused:bytes",
 	"/memory/classes/heap/objects:bytes",
 }
 
@@ -141,7 +151,9 @@ func readSample() sample {
 		return ms[i].Value.Uint64()
 	}
 	s := sample{allocs: v(0), live: v(1)}
-	objects := v(4)
-	s.spare = v(2) + v(3) + objects - min(objects, s.live)
+	objects := v(3)
+	// Unused space in spans in use (fragmentation) is not counted: a
+	// collection does not return it.
+	s.spare = v(2) + objects - min(objects, s.live)
 	return s
 }

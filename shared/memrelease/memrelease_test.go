@@ -76,28 +76,44 @@ func TestReleaseAfterQuiet(t *testing.T) {
 		if got := testutil.ToFloat64(r.bytes); got < 60<<20 {
 			t.Errorf("released bytes counted %v, want at least the burst's 60 MiB spare", got)
 		}
-		// A quiet process holding little spare heap is left alone.
+		// A quiet process holding less spare heap than live is left alone.
 		f.alloc(0, 4<<20)
 		time.Sleep(2 * quiet)
 		synctest.Wait()
 		if n := f.count(); n != 1 {
 			t.Fatalf("released %d times, want no release for 4 MiB spare", n)
 		}
+		// Nor one whose spare heap grew without a burst since the release
+		// (an idle process's trickle of garbage).
+		f.alloc(10<<20, 120<<20)
+		time.Sleep(quiet)
+		synctest.Wait()
+		for range 8 {
+			f.alloc(1<<10, 0)
+			time.Sleep(quiet / 4)
+			synctest.Wait()
+		}
+		if n := f.count(); n != 1 {
+			t.Fatalf("released %d times, want no release without a burst since the last one", n)
+		}
 	})
 }
 
 func TestWorthReleasing(t *testing.T) {
 	for _, c := range []struct {
-		s    sample
-		want bool
+		s     sample
+		since uint64
+		want  bool
 	}{
-		{sample{live: 80 << 20, spare: 70 << 20}, true},
-		{sample{live: 80 << 20, spare: 19 << 20}, false}, // under a quarter of live
-		{sample{live: 8 << 20, spare: 15 << 20}, false},  // under minSpare
-		{sample{live: 8 << 20, spare: 17 << 20}, true},
+		{sample{allocs: 500 << 20, live: 60 << 20, spare: 100 << 20}, 0, true}, // after a storm
+		{sample{allocs: 500 << 20, live: 60 << 20, spare: 40 << 20}, 0, false}, // after one change: under live
+		{sample{allocs: 500 << 20, live: 8 << 20, spare: 15 << 20}, 0, false},  // under minSpare
+		{sample{allocs: 500 << 20, live: 8 << 20, spare: 17 << 20}, 0, true},
+		{sample{allocs: 500 << 20, live: 60 << 20, spare: 100 << 20}, 450 << 20, false}, // no burst since: 50 MiB allocated
 	} {
-		if got := worthReleasing(c.s); got != c.want {
-			t.Errorf("worthReleasing(live %d MiB, spare %d MiB) = %v, want %v", c.s.live>>20, c.s.spare>>20, got, c.want)
+		if got := worthReleasing(c.s, c.since); got != c.want {
+			t.Errorf("worthReleasing(live %d MiB, spare %d MiB, %d MiB allocated since) = %v, want %v",
+				c.s.live>>20, c.s.spare>>20, (c.s.allocs-c.since)>>20, got, c.want)
 		}
 	}
 }
