@@ -45,7 +45,7 @@ type Config struct {
 
 // Memory configures the hub process's memory (decision 052).
 type Memory struct {
-	IdleRelease time.Duration `key:"idleRelease" default:"30s" help:"once the hub has allocated little (under an eighth of its live heap) for this long after a burst (a connection storm, a fan-out) and holds over twice its live heap (a storm's headroom; one config change's is left alone), it collects once and returns the free memory to the OS: an idle hub keeps what is live, not the storm's headroom (docs/decisions/052-idle-hub-memory.md). The peak during a burst is unchanged. 0: never (Go's scavenger alone returns it, slowly)"`
+	IdleRelease time.Duration `key:"idleRelease" default:"30s" help:"once the hub has allocated little (under half its live heap) for this long after a burst (a connection storm, a fan-out) and holds over twice its live heap (a storm's headroom; one config change's is left alone), it collects once and returns the free memory to the OS: an idle hub keeps what is live, not the storm's headroom (docs/decisions/052-idle-hub-memory.md). The peak during a burst is unchanged. 0: never (Go's scavenger alone returns it, slowly)"`
 }
 
 // Validate refuses a negative idleRelease.

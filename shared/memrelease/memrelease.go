@@ -26,8 +26,9 @@ import (
 // Options configure a Releaser.
 type Options struct {
 	// Quiet is how long the process must have allocated little (less
-	// than an eighth of its live heap, at least 1 MiB) before its free
-	// heap is returned. Zero or less: never.
+	// than half its live heap, at least 1 MiB: it would not reach its
+	// next collection in that time) before its free heap is returned.
+	// Zero or less: never.
 	Quiet      time.Duration
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -44,8 +45,10 @@ type sample struct {
 }
 
 // quietBudget is how much a process may allocate within a quiet period
-// and still be quiet.
-func quietBudget(live uint64) uint64 { return max(live/8, 1<<20) }
+// and still be quiet: half its live heap, so that metric scrapes, health
+// probes and keepalives do not keep an idle process busy, while a burst
+// (hundreds of MB in seconds) is never quiet.
+func quietBudget(live uint64) uint64 { return max(live/2, 1<<20) }
 
 // worthReleasing reports whether a process holding s, which had allocated
 // since bytes at the last release, has been through a burst since (it
