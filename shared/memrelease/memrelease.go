@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Options configure a Releaser.
+// Options configure a Releaser: a plain value, read once by New.
 type Options struct {
 	// Quiet is how long the process must have allocated little (less
 	// than half its live heap, at least 1 MiB: it would not reach its
