@@ -40,6 +40,20 @@ type Config struct {
 	Replicas Replicas `key:"replicas" help:"running the hub as a set of replicas that each serve every proxy (docs/replicas.md); off unless replicas.join is set"`
 	SDS      SDS      `key:"sds" help:"secrets the xds listener serves Envoy proxies itself (SDS over ADS)"`
 	Limits   Limits   `key:"limits" help:"what one mesh (tenant) may make the hub do, so that one cannot slow another: the defaults of every mesh whose record sets none (docs/meshes.md)"`
+	Memory   Memory   `key:"memory" help:"the hub process's memory"`
+}
+
+// Memory configures the hub process's memory (decision 052).
+type Memory struct {
+	IdleRelease time.Duration `key:"idleRelease" default:"30s" help:"once the hub has allocated little (under half its live heap) for this long after a burst (a connection storm, a fan-out) and holds over twice its live heap (a storm's headroom; one config change's is left alone), it collects once and returns the free memory to the OS: an idle hub keeps what is live, not the storm's headroom (docs/decisions/052-idle-hub-memory.md). The peak during a burst is unchanged. 0: never (Go's scavenger alone returns it, slowly)"`
+}
+
+// Validate refuses a negative idleRelease.
+func (m *Memory) Validate() error {
+	if m.IdleRelease < 0 {
+		return settings.Invalid("idleRelease", "must be 0 (never) or more, got %s", m.IdleRelease)
+	}
+	return nil
 }
 
 // Limits are the hub-wide defaults of the per-mesh limits (a mesh's own

@@ -76,6 +76,7 @@ func TestDefaultsValidate(t *testing.T) {
 		"limits.proxies":                cfg.Limits.Proxies == 10000,
 		"limits.spokes":                 cfg.Limits.Spokes == 500,
 		"limits.pushesPerSecond":        cfg.Limits.PushesPerSecond == 50,
+		"memory.idleRelease":            cfg.Memory.IdleRelease == 30*time.Second,
 	}
 	if got := cfg.CA.ParsedMeshes(); len(got) != 1 || got[0] != (Mesh{"default", "cluster.local"}) {
 		t.Errorf("ParsedMeshes() = %v", got)
@@ -121,6 +122,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--push.debounce-edge=middle"}, "push.debounceEdge", `must be leading or trailing, got "middle"`},
 		{[]string{"--limits.objects-per-kind=0"}, "limits.objectsPerKind", "must be greater than 0"},
 		{[]string{"--limits.pushes-per-second=-1"}, "limits.pushesPerSecond", "must be greater than 0"},
+		{[]string{"--memory.idle-release=-1s"}, "memory.idleRelease", "must be 0 (never) or more"},
 		{[]string{"--tls.hosts=hub.example.com,under_score"}, "tls.hosts", `"under_score" is neither an IP address nor a DNS name`},
 		{[]string{"--tls.handshake-timeout=0s"}, "tls.handshakeTimeout", "must be greater than 0"},
 		{[]string{"--ca.meshes=acme"}, "ca.meshes", `"acme": want MESH=TRUSTDOMAIN`},

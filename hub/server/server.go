@@ -28,6 +28,7 @@ import (
 	protocolv1 "github.com/navemesh/nave/protocol/v1"
 	"github.com/navemesh/nave/shared/admin"
 	"github.com/navemesh/nave/shared/grpcserve"
+	"github.com/navemesh/nave/shared/memrelease"
 	"github.com/navemesh/nave/shared/meshlimits"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/cache"
@@ -74,6 +75,9 @@ type Server struct {
 	// limits are each mesh's limits; limitMetrics what each uses of them.
 	limits       meshLimits
 	limitMetrics *meshlimits.Metrics
+	// mem returns the heap's free memory once the hub is quiet
+	// (memory.idleRelease).
+	mem *memrelease.Releaser
 }
 
 // Serve runs a hub with cfg until ctx ends (New, then Run): nave-hub's
@@ -227,7 +231,8 @@ func New(ctx context.Context, cfg hubconfig.Config, log *slog.Logger) (*Server, 
 		lis["xds.listen"] = rep.track(lis["xds.listen"])
 	}
 	return &Server{cfg: cfg, log: log, reg: reg, lis: lis, adm: adm, sec: sec, svc: svc, meshes: meshes, life: life, rep: rep, store: store, in: in, w: w, eng: eng,
-		spokeSrv: spokeSrv, xdsSrv: xdsSrv, limits: limits, limitMetrics: limitMetrics}, nil
+		spokeSrv: spokeSrv, xdsSrv: xdsSrv, limits: limits, limitMetrics: limitMetrics,
+		mem: memrelease.New(memrelease.Options{Quiet: cfg.Memory.IdleRelease, Registerer: reg, Logger: log.With("component", "memory")})}, nil
 }
 
 // Addr is the address of the listener of the config key (xds.listen,
@@ -304,6 +309,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if p := newPoller(cfg, sec, rep, in, adm, log.With("component", "poll"), reg); p != nil {
 		g.Go(func() error { return p.Run(gctx) })
 	}
+	g.Go(func() error { s.mem.Run(gctx); return nil })
 	// Served once every ready check is in place.
 	if op := lis["admin.operatorListen"]; op != nil {
 		// The debug views, profiles and metrics go to authenticated

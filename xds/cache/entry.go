@@ -6,6 +6,9 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"weak"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/gen"
@@ -31,7 +34,8 @@ type Entry struct {
 	tables        map[proxy.Key]*proxyEntry
 	nameTableKeys sync.Map
 	// cacheKeys memoizes cacheKey (proxy.Key -> proxy.Key); marshalled
-	// maps each generated message to its Prepared (see marshal).
+	// maps each shared endpoint assignment, weakly, to its Prepared (see
+	// marshal).
 	cacheKeys  sync.Map
 	marshalled sync.Map
 	// located memoizes locate (proxy.Key -> proxy.Key).
@@ -428,9 +432,10 @@ func (e *Entry) verifyOutput(k proxy.Key, res *resource.ProxyResources, out *gen
 }
 
 // marshal is resource.Marshal, except that an endpoint assignment the
-// generators shared between keys (memoized per snapshot) is marshalled
-// once per Entry. Only assignments are remembered: no other message is
-// shared, and remembering them would keep them alive.
+// generators shared between keys (memoized per snapshot, mesh.MemoWeak)
+// is marshalled once per Entry while it lives. Only assignments are
+// remembered, and weakly: no other message is shared, and remembering
+// them would keep them alive.
 func (e *Entry) marshal(out *gen.Output) map[string][]*resource.Prepared {
 	res := make(map[string][]*resource.Prepared, len(out.Resources))
 	for typeURL, list := range out.Resources {
@@ -440,10 +445,17 @@ func (e *Entry) marshal(out *gen.Output) map[string][]*resource.Prepared {
 		}
 		ps := make([]*resource.Prepared, 0, len(list))
 		for _, r := range list {
-			if p, ok := e.marshalled.Load(r.Message); ok && p.(*resource.Prepared).Name == r.Name {
+			cla, _ := r.Message.(*endpointv3.ClusterLoadAssignment)
+			k := weak.Make(cla) // a freed assignment's key never equals a new one's
+			if p, ok := e.marshalled.Load(k); ok && cla != nil && p.(*resource.Prepared).Name == r.Name {
 				ps = append(ps, p.(*resource.Prepared))
 			} else if p := resource.Prepare(typeURL, r); p != nil {
-				e.marshalled.Store(r.Message, p)
+				if cla != nil {
+					// The State's equal Prepared, if any: an entry left
+					// by a freed assignment holds no copy of its own.
+					p = e.intern(map[string][]*resource.Prepared{typeURL: {p}})[typeURL][0]
+					e.marshalled.Store(k, p)
+				}
 				ps = append(ps, p)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"weak"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
@@ -122,6 +123,34 @@ func (s *Snapshot) Memo(key any, fn func() any) any {
 		return v
 	}
 	v, _ := s.memo.LoadOrStore(key, fn())
+	return v
+}
+
+// MemoWeak is Memo for a value that is worth sharing while it is in use
+// but not worth keeping for the snapshot's life: the snapshot holds it
+// weakly, so once nothing else does (every generation that read it is
+// done, its bytes marshalled) the collector frees it, and a later caller
+// computes it again. fn must be a pure function of the snapshot and key:
+// a recomputed value equals the one freed. Keys must not be used with
+// Memo too. Safe for concurrent use (fn may run more than once; every
+// caller gets an equal value).
+func MemoWeak[T any](s *Snapshot, key any, fn func() *T) *T {
+	w, ok := s.memo.Load(key)
+	if ok {
+		if v := w.(weak.Pointer[T]).Value(); v != nil {
+			return v
+		}
+	}
+	v := fn()
+	if !ok {
+		if w, ok = s.memo.LoadOrStore(key, weak.Make(v)); !ok {
+			return v
+		}
+		if u := w.(weak.Pointer[T]).Value(); u != nil {
+			return u // another caller's, stored first
+		}
+	}
+	s.memo.Store(key, weak.Make(v))
 	return v
 }
 

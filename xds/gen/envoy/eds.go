@@ -73,10 +73,12 @@ func (b *edsBuilder) assignment(oc *outboundCluster) *endpointv3.ClusterLoadAssi
 		// labels), the proxy's network, whether it is of Istio's build
 		// (workload metadata), and the snapshot's mTLS policy for
 		// each endpoint (tlsModeMetadata): every proxy that shares those
-		// shares one assignment per snapshot (read-only from here on). The
+		// shares one assignment per snapshot (read-only from here on)
+		// while any generation holds it; the snapshot keeps it weakly, as
+		// only its marshalled bytes are served (mesh.MemoWeak). The
 		// problems it finds are reported by the first proxy's generation.
 		k := assignmentKey{name: oc.Name, svc: oc.Service, dr: oc.Rule, network: b.v.Key().Network, istioBuild: b.v.Key().IstioBuild}
-		return b.v.Snapshot().Memo(k, func() any { return b.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
+		return mesh.MemoWeak(b.v.Snapshot(), k, func() *endpointv3.ClusterLoadAssignment { return b.newAssignment(oc) })
 	}
 	return b.newAssignment(oc)
 }

@@ -24,12 +24,13 @@ import (
 // given the gateways either (docs/multi-network.md).
 //
 // An assignment that is the same for every client (perClient false) is
-// built once per snapshot and shared (read-only from here on); it finds
-// no problems.
+// built once per snapshot and shared (read-only from here on) while any
+// generation holds it; the snapshot keeps it weakly (mesh.MemoWeak), so
+// one built again later is equal. It finds no problems.
 func (g *generator) loadAssignment(oc *policy.Cluster) *endpointv3.ClusterLoadAssignment {
 	if !perClient(g.snap, oc) {
 		k := assignmentKey{name: oc.Name, svc: oc.Service, dr: oc.Rule}
-		return g.snap.Memo(k, func() any { return g.newAssignment(oc) }).(*endpointv3.ClusterLoadAssignment)
+		return mesh.MemoWeak(g.snap, k, func() *endpointv3.ClusterLoadAssignment { return g.newAssignment(oc) })
 	}
 	return g.newAssignment(oc)
 }
