@@ -16,6 +16,7 @@ package memrelease
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -59,16 +60,25 @@ func quietBudget(live uint64) uint64 { return max(live/2, 1<<20) }
 // little; below the headroom, a modest burst (one config change) is left
 // alone, since releasing would make the next one fault its pages in again.
 func worthReleasing(s sample, since uint64) bool {
-	return s.allocs-since >= max(s.live, minSpare) && s.spare > max(s.live, minSpare)
+	return burstSince(s, since) && headroom(s)
 }
+
+// burstSince reports whether a process holding s has allocated at least
+// its live heap (and minSpare) since it had allocated since bytes.
+func burstSince(s sample, since uint64) bool { return s.allocs-since >= max(s.live, minSpare) }
+
+// headroom reports whether s holds more spare heap than live (and
+// minSpare): a storm's headroom, not one change's.
+func headroom(s sample) bool { return s.spare > max(s.live, minSpare) }
 
 // Releaser returns the process's free heap memory once it is quiet (see
 // the package doc). Run it once per process; its counters are safe for
 // concurrent use.
 type Releaser struct {
 	quiet time.Duration
-	// read and release are the runtime's, or a test's.
+	// read, collect and release are the runtime's, or a test's.
 	read     func() sample
+	collect  func()
 	release  func()
 	released prometheus.Counter
 	bytes    prometheus.Counter
@@ -80,7 +90,7 @@ func New(o Options) *Releaser {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Releaser{quiet: o.Quiet, read: readSample, release: debug.FreeOSMemory, log: o.Logger,
+	r := &Releaser{quiet: o.Quiet, read: readSample, collect: runtime.GC, release: debug.FreeOSMemory, log: o.Logger,
 		released: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_memory_idle_releases_total",
 			Help: "collections run to return the heap's free memory to the OS once the process was quiet after a burst"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "nave_memory_idle_released_bytes_total",
@@ -121,8 +131,20 @@ func (r *Releaser) run(ctx context.Context) {
 			start, startedAt = now, time.Now() // busy: the quiet period starts again
 			continue
 		}
-		if time.Since(startedAt) < r.quiet || !worthReleasing(now, released) {
+		if time.Since(startedAt) < r.quiet || !burstSince(now, released) {
 			continue
+		}
+		if !headroom(now) {
+			// The live heap is the last collection's: when that ran
+			// during the burst (responses in flight) it overstates what
+			// is live now, and no collection may come for minutes while
+			// idle. Collect once to judge this burst by what is live.
+			r.collect()
+			if now = r.read(); !headroom(now) {
+				start, startedAt = now, time.Now()
+				released = now.allocs // judged: the next needs a burst of its own
+				continue
+			}
 		}
 		r.release()
 		r.released.Inc()

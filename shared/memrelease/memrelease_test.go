@@ -18,7 +18,23 @@ type fakeRuntime struct {
 	mu       sync.Mutex
 	s        sample
 	releases int
+	// collections counts collect calls; liveNow, when set, is the live
+	// heap a collection finds (the sample's is the last collection's).
+	collections int
+	liveNow     uint64
 }
+
+func (f *fakeRuntime) collect() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.collections++
+	if f.liveNow != 0 {
+		f.s.spare += f.s.live - min(f.s.live, f.liveNow)
+		f.s.live = f.liveNow
+	}
+}
+
+func (f *fakeRuntime) collected() int { f.mu.Lock(); defer f.mu.Unlock(); return f.collections }
 
 func (f *fakeRuntime) read() sample { f.mu.Lock(); defer f.mu.Unlock(); return f.s }
 
@@ -45,7 +61,7 @@ func TestReleaseAfterQuiet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const quiet = 20 * time.Second
 		f := &fakeRuntime{s: sample{live: 80 << 20}}
-		r := &Releaser{quiet: quiet, read: f.read, release: f.release, log: discard(),
+		r := &Releaser{quiet: quiet, read: f.read, collect: f.collect, release: f.release, log: discard(),
 			released: prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}), bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "b"})}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
@@ -95,6 +111,39 @@ func TestReleaseAfterQuiet(t *testing.T) {
 		}
 		if n := f.count(); n != 1 {
 			t.Fatalf("released %d times, want no release without a burst since the last one", n)
+		}
+	})
+}
+
+// TestReleaseJudgesByWhatIsLiveNow: when the last collection ran during
+// the burst, its live heap overstates what is live once quiet; one
+// collection judges the burst by what is live now. A burst whose
+// headroom is still short after it is judged once, not every period.
+func TestReleaseJudgesByWhatIsLiveNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const quiet = 20 * time.Second
+		// The storm's last collection found 110 MiB live; 70 MiB spare.
+		f := &fakeRuntime{s: sample{allocs: 500 << 20, live: 110 << 20, spare: 70 << 20}, liveNow: 60 << 20}
+		r := &Releaser{quiet: quiet, read: f.read, collect: f.collect, release: f.release, log: discard(),
+			released: prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}), bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "b"})}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go r.run(ctx)
+		time.Sleep(2 * quiet)
+		synctest.Wait()
+		if n, c := f.count(), f.collected(); n != 1 || c != 1 {
+			t.Fatalf("after a storm judged by a stale live heap: %d releases, %d collections; want 1 and 1", n, c)
+		}
+		// A modest burst (one change: 90 MiB allocated, 20 MiB spare
+		// after a collection) is judged once and left alone.
+		f.alloc(90<<20, 0)
+		f.mu.Lock()
+		f.s.live, f.liveNow = 80<<20, 60<<20
+		f.mu.Unlock()
+		time.Sleep(4 * quiet)
+		synctest.Wait()
+		if n, c := f.count(), f.collected(); n != 1 || c != 2 {
+			t.Fatalf("after a modest burst: %d releases, %d collections; want 1 and 2", n, c)
 		}
 	})
 }
