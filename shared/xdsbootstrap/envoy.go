@@ -126,7 +126,7 @@ func (e *Envoy) JSON() ([]byte, error) {
 				"grpc_services": []any{obj{"envoy_grpc": obj{"cluster_name": SDSCluster}}}},
 			"resource_api_version": "V3"}}}
 		clusters = append(clusters, obj{"name": SDSCluster, "type": "STATIC", "connect_timeout": "1s",
-			"typed_extension_protocol_options": http2Options(),
+			"typed_extension_protocol_options": http2Options(obj{}),
 			"load_assignment": obj{"cluster_name": SDSCluster, "endpoints": []any{obj{"lb_endpoints": []any{
 				obj{"endpoint": obj{"address": obj{"pipe": obj{"path": e.SDSSocket}}}}}}}}})
 	} else {
@@ -139,9 +139,12 @@ func (e *Envoy) JSON() ([]byte, error) {
 		}
 	}
 	xds := obj{"name": XDSCluster, "type": xdsType, "connect_timeout": "1s",
-		"typed_extension_protocol_options": http2Options(),
+		"typed_extension_protocol_options": http2Options(obj{"connection_keepalive": obj{"interval": "30s", "timeout": "10s"}}),
 		"load_assignment":                  obj{"cluster_name": XDSCluster, "endpoints": endpoints},
 		"transport_socket":                 upstreamTLS(serverName, common)}
+	if len(endpoints) > 1 {
+		xds["outlier_detection"] = failoverDetection()
+	}
 	if e.FallbackAddress != "" {
 		// The spoke's fallback server presents its cluster certificate,
 		// of the mesh CA, valid for the host proxies dial it by.
@@ -235,11 +238,46 @@ func socketAddress(hostport string) (obj, error) {
 	return obj{"socket_address": obj{"address": host, "port_value": p}}, nil
 }
 
-// http2Options make a cluster speak HTTP/2 (gRPC).
-func http2Options() obj {
+// http2Options make a cluster speak HTTP/2 (gRPC) with the given
+// http2_protocol_options.
+func http2Options(h2 obj) obj {
 	return obj{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": obj{
 		"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-		"explicit_http_config": obj{"http2_protocol_options": obj{}}}}
+		"explicit_http_config": obj{"http2_protocol_options": h2}}}
+}
+
+// failoverDetection is the ADS cluster's outlier detection: what makes
+// Envoy leave an unreachable priority for the next one (decision 054).
+// Without it, a host Envoy cannot connect to stays healthy — there is no
+// active health check — and every reconnect dials it again.
+//
+// Only local-origin failures count (split_external_local_origin_errors):
+// a refused or timed-out connect, or a reset of an open stream. Two in a
+// row (the stream's reset and one failed reconnect) eject the host for
+// base_ejection_time, growing per ejection up to max_ejection_time; while
+// it is ejected its priority has no healthy host and Envoy's next
+// reconnect goes to the next priority. A gRPC status in headers (the
+// standby fallback's UNAVAILABLE) is an external error and ejects
+// nothing; success-rate ejection is off (one stream is not a rate). Any
+// host may be ejected (max_ejection_percent 100): with every host
+// ejected Envoy is in panic and tries them all. The ejection only
+// decides where the next stream goes: an open stream is never moved.
+func failoverDetection() obj {
+	return obj{
+		"split_external_local_origin_errors":         true,
+		"consecutive_local_origin_failure":           2,
+		"enforcing_consecutive_local_origin_failure": 100,
+		"enforcing_consecutive_5xx":                  0,
+		"enforcing_consecutive_gateway_failure":      0,
+		"enforcing_success_rate":                     0,
+		"enforcing_local_origin_success_rate":        0,
+		"enforcing_failure_percentage":               0,
+		"enforcing_failure_percentage_local_origin":  0,
+		"interval":             "2s",
+		"base_ejection_time":   "10s",
+		"max_ejection_time":    "60s",
+		"max_ejection_percent": 100,
+	}
 }
 
 // readinessListener answers GET /ready on port from Envoy's admin (as

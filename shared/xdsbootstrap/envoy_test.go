@@ -6,12 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -176,6 +178,71 @@ func TestEnvoyBootstrapHubAddresses(t *testing.T) {
 	e.HubAddresses = []string{"hub-1"}
 	if _, err := e.JSON(); err == nil || !strings.Contains(err.Error(), "hub address") {
 		t.Errorf("a hub address without a port: err %v", err)
+	}
+}
+
+// TestEnvoyBootstrapFailsOver checks what lets a real Envoy leave an
+// unreachable ADS host for the next priority (decision 054): outlier
+// detection on local-origin failures only, any host ejectable, and HTTP/2
+// keepalive pings that notice a hub gone silent.
+func TestEnvoyBootstrapFailsOver(t *testing.T) {
+	e := &Envoy{NodeID: NodeID("sidecar", "10.0.0.5", "web-1", "shop", "cluster.local"),
+		XDSAddress: "10.0.0.2:15012", HubCAPEM: testCA, SDSSocket: "/s", AdminPort: 15000}
+	xdsCluster := func() *clusterv3.Cluster {
+		t.Helper()
+		doc, err := e.JSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range parseEnvoy(t, doc).GetStaticResources().GetClusters() {
+			if c.GetName() == XDSCluster {
+				return c
+			}
+		}
+		t.Fatalf("no %s cluster", XDSCluster)
+		return nil
+	}
+	one := xdsCluster()
+	if one.GetOutlierDetection() != nil {
+		t.Errorf("one ADS host, with outlier detection %v: there is nowhere to fail over to", one.GetOutlierDetection())
+	}
+	opts := &httpv3.HttpProtocolOptions{}
+	if err := one.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(opts); err != nil {
+		t.Fatal(err)
+	}
+	ka := opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions().GetConnectionKeepalive()
+	if ka.GetInterval().AsDuration() == 0 || ka.GetTimeout().AsDuration() == 0 {
+		t.Errorf("ADS cluster keepalive %v: a hub gone silent would never be noticed", ka)
+	}
+	// grpc-go's default enforcement (5 min) would answer pings this
+	// frequent with GOAWAY; the hub's and the fallback's servers allow
+	// one every 10 s.
+	if ka.GetInterval().AsDuration() < 10*time.Second {
+		t.Errorf("keepalive interval %v is below the servers' minimum of 10s", ka.GetInterval().AsDuration())
+	}
+
+	for name, more := range map[string]func(){
+		"fallback": func() { e.FallbackAddress, e.FallbackRootsPEM = "10.1.0.1:15010", testMeshRoots },
+		"replicas": func() { e.HubAddresses = []string{"10.0.0.3:15012"} },
+	} {
+		e.FallbackAddress, e.FallbackRootsPEM, e.HubAddresses = "", "", nil
+		more()
+		od := xdsCluster().GetOutlierDetection()
+		if od == nil {
+			t.Fatalf("%s: no outlier detection: an unreachable hub stays healthy and Envoy never dials priority 1", name)
+		}
+		if !od.GetSplitExternalLocalOriginErrors() || od.GetConsecutiveLocalOriginFailure().GetValue() == 0 ||
+			od.GetEnforcingConsecutiveLocalOriginFailure().GetValue() != 100 {
+			t.Errorf("%s: connect failures do not eject: %v", name, od)
+		}
+		// The standby fallback answers UNAVAILABLE: an external error
+		// that must not eject it.
+		if od.GetEnforcingConsecutive_5Xx() == nil || od.GetEnforcingConsecutive_5Xx().GetValue() != 0 {
+			t.Errorf("%s: gRPC errors eject hosts (enforcing_consecutive_5xx %v)", name, od.GetEnforcingConsecutive_5Xx())
+		}
+		if od.GetMaxEjectionPercent().GetValue() != 100 {
+			t.Errorf("%s: max_ejection_percent %v: Envoy would keep an unreachable hub of two hosts", name, od.GetMaxEjectionPercent())
+		}
 	}
 }
 
