@@ -2,13 +2,10 @@ package manifests_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"context"
 	"crypto/x509"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/hubconfig"
+	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/manifests"
 	"github.com/navemesh/nave/shared/settings"
@@ -179,8 +177,8 @@ func checkWorkload(t *testing.T, objs []*unstructured.Unstructured, d *unstructu
 // TestHubReplicaNames checks what decision 051 and docs/replicas.md ask of the hub's workload in
 // deploy/hub and the vendor hub: a StatefulSet (Parallel, RollingUpdate) whose serviceName is a
 // headless Service selecting its pods, on their xDS port, without publishNotReadyAddresses (a
-// pod's own name resolves only while it is Ready); tls.hosts valid, as a TLS client checks, for
-// every pod's name under it (nave-hub-0.SERVICE.nave-system.svc, ...); and replicas.join a
+// pod's own name resolves only while it is Ready); the serving certificate the hub makes for
+// tls.hosts valid, as a TLS client checks, for every pod's name under it (nave-hub-0.SERVICE.nave-system.svc, ...); and replicas.join a
 // headless Service selecting the same pods with publishNotReadyAddresses (a starting replica finds
 // its peers before it is ready).
 func TestHubReplicaNames(t *testing.T) {
@@ -242,8 +240,8 @@ func TestHubReplicaNames(t *testing.T) {
 			if err := settings.Load(hubconfig.Program, &cfg, []string{"--config", file}, io.Discard); err != nil {
 				t.Fatal(err)
 			}
-			// a certificate for tls.hosts, checked for each pod's name as a TLS client does
-			cert := selfSigned(t, cfg.TLS.Hosts)
+			// the hub's certificate for tls.hosts, checked for each pod's name as a TLS client does
+			cert := servingCert(t, cfg.TLS.Hosts)
 			replicas := 1
 			if sts.Spec.Replicas != nil {
 				replicas = int(*sts.Spec.Replicas)
@@ -269,31 +267,23 @@ func TestHubReplicaNames(t *testing.T) {
 	}
 }
 
-// selfSigned is a certificate for the DNS names and IP addresses hosts, as the hub's serving
-// certificate carries them (hub/servingcert).
-func selfSigned(t *testing.T, hosts []string) *x509.Certificate {
+// servingCert is the hub's serving certificate for tls.hosts, made as the hub makes it
+// (hub/servingcert, its CA in a temporary directory).
+func servingCert(t *testing.T, hosts []string) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	store, err := servingcert.OpenStore(ca.StoreDir, t.TempDir(), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
+	c, err := servingcert.New(context.Background(), store, hosts, nil)
+	if err != nil {
+		t.Fatalf("tls.hosts %v: %v", hosts, err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := c.GetCertificate(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	return cert.Leaf
 }
 
 // gatewayTemplateAnnotation asks the injector for its gateway template.
