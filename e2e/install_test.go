@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/navemesh/nave/e2e/harness"
@@ -26,8 +25,8 @@ import (
 )
 
 // TestManifestsStartTheBinaries starts the real nave-hub and nave-spoke
-// exactly as the Deployments of deploy/examples/vendor-hub, acme-east and
-// globex-west start them (and those of the bases, deploy/hub and
+// exactly as the workloads of deploy/examples/vendor-hub, acme-east and
+// globex-west start them (the hub's StatefulSet, the spokes' Deployments) (and those of the bases, deploy/hub and
 // deploy/spoke), against a real API server the rendered objects
 // were applied to: the image's binary (no command: the entrypoint), the
 // container's args, its environment (downward-API values resolved) and
@@ -62,7 +61,7 @@ func TestManifestsStartTheBinaries(t *testing.T) {
 
 // startFromManifests renders the hub's and the spokes' kustomizations
 // (paths under deploy/), applies them to a new API server, starts the hub
-// and each spoke as their Deployments would, and waits until every spoke
+// and each spoke as their workloads would, and waits until every spoke
 // is ready and synced at the hub.
 func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 	objs := map[string][]byte{}
@@ -90,10 +89,11 @@ func startFromManifests(t *testing.T, hubDir string, spokeDirs ...string) {
 
 	hubC := container(t, objs[hubDir], "nave-hub")
 	hubKubeconfig := saKubeconfig(t, k, hubC)
-	// Every replica the Deployment asks for, each joining the first's
+	// Every replica the StatefulSet asks for, each joining the first's
 	// gossip port (the headless Service's DNS name stands for them all)
-	// with the keyring the operator puts in Secret nave-hub-gossip.
-	replicas := deploymentReplicas(t, objs[hubDir], "nave-hub")
+	// with the keyring the operator puts in Secret nave-hub-gossip, each
+	// named as the StatefulSet names its pods.
+	replicas := workloadReplicas(t, objs[hubDir], "nave-hub")
 	keyring := make([]byte, 32)
 	if _, err := rand.Read(keyring); err != nil {
 		t.Fatal(err)
@@ -295,29 +295,23 @@ func operatorDeployed(t *testing.T, h *hub, port int, serverName string, scope .
 	}
 }
 
-// deploymentReplicas is spec.replicas of Deployment nave-system/name in
-// the rendered stream b (1 when unset, as the API server defaults it).
-func deploymentReplicas(t *testing.T, b []byte, name string) int {
+// workloadReplicas is spec.replicas of the Deployment or StatefulSet
+// nave-system/name in the rendered stream b (1 when unset, as the API
+// server defaults it).
+func workloadReplicas(t *testing.T, b []byte, name string) int {
 	t.Helper()
 	objs, err := manifests.Decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := manifests.Find(objs, "Deployment", "nave-system", name)
-	if u == nil {
-		t.Fatalf("no Deployment nave-system/%s", name)
-	}
-	n, found, err := unstructured.NestedInt64(u.Object, "spec", "replicas")
+	w, err := manifests.FindWorkload(objs, "nave-system", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !found {
-		return 1
-	}
-	return int(n)
+	return w.Replicas
 }
 
-// container is the one container of Deployment nave-system/name in the
+// container is the one container of workload nave-system/name in the
 // rendered stream b, which must start the image's entrypoint.
 func container(t *testing.T, b []byte, name string) *manifests.Container {
 	t.Helper()
@@ -330,7 +324,7 @@ func container(t *testing.T, b []byte, name string) *manifests.Container {
 		t.Fatal(err)
 	}
 	if len(c.Command) != 0 {
-		t.Fatalf("%s: command %q; the Deployments run the image's entrypoint (make images), which this test stands in for with bin/%s", name, c.Command, c.Binary)
+		t.Fatalf("%s: command %q; the workloads run the image's entrypoint (make images), which this test stands in for with bin/%s", name, c.Command, c.Binary)
 	}
 	return c
 }
@@ -347,6 +341,7 @@ type launched struct {
 	*harness.Proc
 	listen map[string]int // config key (admin.listen, ra.listen, ...) -> loopback port
 	rootfs string
+	kind   string // the workload's kind
 }
 
 func (l *launched) port(t *testing.T, key string) int {
@@ -393,18 +388,18 @@ func (l *launched) checkRootFS(t *testing.T) {
 		return nil
 	})
 	if len(wrote) > 0 {
-		t.Errorf("%s wrote %v outside its volumes; its root file system is read-only in the Deployment", l.Name, wrote)
+		t.Errorf("%s wrote %v outside its volumes; its root file system is read-only in the %s", l.Name, wrote, l.kind)
 	}
 }
 
-// launchContainer starts c's binary as its Deployment would, with the
+// launchContainer starts c's binary as its workload would, with the
 // stand-ins TestManifestsStartTheBinaries lists: edit may change the
 // parsed config file further, files may write into the volumes' dirs
 // (mount path -> dir) before the start.
 func launchContainer(t *testing.T, name string, c *manifests.Container, kubeconfig string, edit func(map[string]any), files func(map[string]string), extraEnv ...string) *launched {
 	t.Helper()
 	work := t.TempDir()
-	l := &launched{listen: map[string]int{}, rootfs: filepath.Join(work, "rootfs")}
+	l := &launched{listen: map[string]int{}, rootfs: filepath.Join(work, "rootfs"), kind: c.Kind}
 	if err := os.MkdirAll(l.rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -441,15 +436,15 @@ func launchContainer(t *testing.T, name string, c *manifests.Container, kubeconf
 		args = append(args, a)
 	}
 	if cfgPath == "" {
-		t.Fatalf("%s: args %q name no --config=/PATH", c.Deployment, c.Args)
+		t.Fatalf("%s: args %q name no --config=/PATH", c.Workload, c.Args)
 	}
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
-		t.Fatalf("%s: --config: %v", c.Deployment, err)
+		t.Fatalf("%s: --config: %v", c.Workload, err)
 	}
 	var cfg map[string]any
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		t.Fatalf("%s: %v", c.Deployment, err)
+		t.Fatalf("%s: %v", c.Workload, err)
 	}
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,32 +98,74 @@ func (in *install) run(ctx context.Context, t *testing.T, args ...string) string
 // and returns its pods.
 func deploymentReady(ctx context.Context, t *testing.T, n *kubenode.Node, ns, name string) []corev1.Pod {
 	t.Helper()
+	return rolledOut(ctx, t, n, "Deployment", ns, name)
+}
+
+// statefulSetReady waits until every replica of the StatefulSet is of its update revision, Ready
+// and available, and returns its pods.
+func statefulSetReady(ctx context.Context, t *testing.T, n *kubenode.Node, ns, name string) []corev1.Pod {
+	t.Helper()
+	return rolledOut(ctx, t, n, "StatefulSet", ns, name)
+}
+
+// rolledOut waits until the workload of kind (Deployment or StatefulSet) has rolled out: its
+// status says every replica is updated, Ready and available, and exactly that many pods exist,
+// each Ready (and, for a StatefulSet, of its update revision); it returns the pods.
+func rolledOut(ctx context.Context, t *testing.T, n *kubenode.Node, kind, ns, name string) []corev1.Pod {
+	t.Helper()
 	var pods []corev1.Pod
-	until(ctx, t, n, "Deployment "+ns+"/"+name+" ready", func() (bool, string, error) {
-		d, err := n.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	until(ctx, t, n, kind+" "+ns+"/"+name+" ready", func() (bool, string, error) {
+		r, err := rolloutOf(ctx, n, kind, ns, name)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		list, err := n.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+		list, err := n.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(r.selector)})
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		var states []string
 		ready := 0
 		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && podReady(&p) && (r.revision == "" || p.Labels[appsv1.ControllerRevisionHashLabelKey] == r.revision) {
 				ready++
 			}
 			states = append(states, p.Name+": "+podState(&p))
 		}
-		want := *d.Spec.Replicas
-		s := d.Status
-		done := d.Generation == s.ObservedGeneration && s.UpdatedReplicas == want && s.ReadyReplicas == want &&
-			s.AvailableReplicas == want && s.Replicas == want && ready == int(want) && len(list.Items) == int(want)
 		pods = list.Items
-		return done, strings.Join(states, " | "), nil
+		return r.rolled && ready == int(r.want) && len(list.Items) == int(r.want), strings.Join(states, " | "), nil
 	})
 	return pods
+}
+
+// rollout is what a workload's status says of its rollout.
+type rollout struct {
+	selector *metav1.LabelSelector
+	want     int32
+	rolled   bool   // every replica updated, Ready and available, for the latest generation
+	revision string // a StatefulSet's update revision, which its pods are labelled with
+}
+
+func rolloutOf(ctx context.Context, n *kubenode.Node, kind, ns, name string) (rollout, error) {
+	switch kind {
+	case "Deployment":
+		d, err := n.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return rollout{}, err
+		}
+		want, s := *d.Spec.Replicas, d.Status
+		return rollout{selector: d.Spec.Selector, want: want, rolled: d.Generation == s.ObservedGeneration && s.UpdatedReplicas == want &&
+			s.ReadyReplicas == want && s.AvailableReplicas == want && s.Replicas == want}, nil
+	case "StatefulSet":
+		sts, err := n.Client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return rollout{}, err
+		}
+		want, s := *sts.Spec.Replicas, sts.Status
+		return rollout{selector: sts.Spec.Selector, want: want, revision: s.UpdateRevision,
+			rolled: sts.Generation == s.ObservedGeneration && s.CurrentRevision == s.UpdateRevision && s.UpdatedReplicas == want &&
+				s.ReadyReplicas == want && s.AvailableReplicas == want && s.Replicas == want}, nil
+	}
+	return rollout{}, fmt.Errorf("no rollout of a %s", kind)
 }
 
 // testInstall follows docs/install.md on the node: the vendor hub (steps 3-4) and cluster east
@@ -147,8 +190,8 @@ func testInstall(t *testing.T, n *kubenode.Node, in *install) {
 	kubectl(ctx, t, n, "-n", "nave-system", "create", "secret", "generic", "nave-hub-gossip",
 		"--from-literal=keyring="+base64.StdEncoding.EncodeToString(key))
 	kubectl(ctx, t, n, "apply", "-k", overlay(t, "examples/vendor-hub", []string{"nave-hub"}, "", nil))
-	hubs := deploymentReady(ctx, t, n, "nave-system", "nave-hub")
-	kubectl(ctx, t, n, "-n", "nave-system", "rollout", "status", "deploy/nave-hub", "--timeout=1m")
+	hubs := statefulSetReady(ctx, t, n, "nave-system", "nave-hub")
+	kubectl(ctx, t, n, "-n", "nave-system", "rollout", "status", "statefulset/nave-hub", "--timeout=1m")
 	hubReady := time.Since(start)
 
 	// Step 4: the pin and a join token.

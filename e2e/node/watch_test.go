@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubenode"
@@ -47,12 +48,11 @@ type xdsWatcher struct {
 	servers   []string          // hub pods that answered a stream, in order
 }
 
-// startWatcher runs an xdsWatcher of host until the test ends; next names the hub pod
-// (name and address) each stream dials.
-func startWatcher(ctx context.Context, t *testing.T, n *kubenode.Node, in *install, host string, next func() (string, string)) *xdsWatcher {
+// hubTrust is what a proxyless client of mesh acme holds: the hub's serving CA, to verify the
+// hub by, and a workload certificate of mesh acme from the hub's CA Secret, as the spoke's RA
+// would give a pod of namespace demo with service account watcher.
+func hubTrust(ctx context.Context, t *testing.T, n *kubenode.Node, in *install) (*x509.CertPool, tls.Certificate) {
 	t.Helper()
-	// a workload certificate of mesh acme from the hub's CA Secret, as the spoke's RA would
-	// give a pod of namespace demo with service account watcher
 	dir := t.TempDir()
 	in.run(ctx, t, "cert", "issue", "--ca-store", "kubernetes", "--kubeconfig", n.Kubeconfig,
 		"--mesh", "acme", "--trust-domain", "acme.example.com", "--namespace", "demo", "--service-account", "watcher", "--out", dir)
@@ -72,6 +72,14 @@ func startWatcher(ctx context.Context, t *testing.T, n *kubenode.Node, in *insta
 	if !roots.AppendCertsFromPEM(rootPEM) {
 		t.Fatal("the hub's serving CA holds no certificate")
 	}
+	return roots, pair
+}
+
+// startWatcher runs an xdsWatcher of host until the test ends; next names the hub pod
+// (as the watcher records it, and its address) each stream dials.
+func startWatcher(ctx context.Context, t *testing.T, n *kubenode.Node, in *install, host string, next func() (string, string)) *xdsWatcher {
+	t.Helper()
+	roots, pair := hubTrust(ctx, t, n, in)
 	creds := credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "xds.nave.example.com", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
 	w := &xdsWatcher{host: host, clusters: map[string]string{}, endpoints: map[string][]string{}, versions: map[string]string{}}
 	wctx, cancel := context.WithCancel(context.Background())
@@ -221,15 +229,23 @@ func hubPods(ctx context.Context, n *kubenode.Node) []podAddr {
 	var out []podAddr
 	for _, p := range list.Items {
 		if p.DeletionTimestamp == nil && podReady(&p) && p.Status.PodIP != "" {
-			out = append(out, podAddr{name: p.Name, addr: net.JoinHostPort(p.Status.PodIP, "15010"), created: p.CreationTimestamp.Time})
+			out = append(out, podAddr{name: p.Name, uid: p.UID, addr: net.JoinHostPort(p.Status.PodIP, "15010"), created: p.CreationTimestamp.Time})
 		}
 	}
 	slices.SortFunc(out, func(a, b podAddr) int { return a.created.Compare(b.created) })
 	return out
 }
 
-// podAddr is a pod's name and the address of one of its ports.
+// podAddr is a pod's name and uid and the address of one of its ports.
 type podAddr struct {
 	name, addr string
+	uid        types.UID
 	created    time.Time
+}
+
+// String names the pod and, since a StatefulSet's replacement pod keeps its name, its uid's
+// first 8 characters (nave-hub-0/1a2b3c4d).
+func (p podAddr) String() string {
+	uid := string(p.uid)
+	return p.name + "/" + uid[:min(8, len(uid))]
 }

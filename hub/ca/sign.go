@@ -167,7 +167,7 @@ func checkServerNames(dns []string, ips []net.IP, hubNames []string) error {
 // hubNameMatches reports whether the hub name h (of tls.hosts) covers the
 // DNS name d: equal, or h a wildcard *.SUFFIX and d one label more than
 // SUFFIX (as TLS clients match a wildcard certificate: the replicas'
-// *.nave-hub-gossip.NAMESPACE.svc, docs/replicas.md).
+// *.nave-hub-replicas.NAMESPACE.svc, docs/replicas.md).
 func hubNameMatches(h, d string) bool {
 	if strings.EqualFold(h, d) {
 		return true

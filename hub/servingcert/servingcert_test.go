@@ -16,7 +16,8 @@ import (
 func TestServingCertificate(t *testing.T) {
 	dir := t.TempDir()
 	store := openStore(t, ca.StoreDir, dir, "")
-	c, err := New(context.Background(), store, []string{"localhost", "127.0.0.1", "hub.example.com"}, nil)
+	// a wildcard, as deploy/hub's tls.hosts names every replica's own name (decision 051)
+	c, err := New(context.Background(), store, []string{"localhost", "127.0.0.1", "hub.example.com", "*.nave-hub-replicas.nave-system.svc"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,13 +38,15 @@ func TestServingCertificate(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(rootPEM)
-	for _, name := range []string{"localhost", "127.0.0.1", "hub.example.com"} {
+	for _, name := range []string{"localhost", "127.0.0.1", "hub.example.com", "nave-hub-0.nave-hub-replicas.nave-system.svc"} {
 		if _, err := cert.Leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots}); err != nil {
 			t.Errorf("serving certificate for %s: %v", name, err)
 		}
 	}
-	if _, err := cert.Leaf.Verify(x509.VerifyOptions{DNSName: "evil.example.com", Roots: roots}); err == nil {
-		t.Error("serving certificate valid for a name not in hosts")
+	for _, name := range []string{"evil.example.com", "a.nave-hub-0.nave-hub-replicas.nave-system.svc"} {
+		if _, err := cert.Leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots}); err == nil {
+			t.Errorf("serving certificate valid for %s, a name not in hosts", name)
+		}
 	}
 	// It names the hub's SPIFFE ID, which polled spokes require of the hub
 	// as a client.

@@ -27,7 +27,7 @@ import (
 // TestImages builds every image of Images whose package is in the tree (each binary once, as
 // make images does), loads each tarball with go-containerregistry's tarball reader and checks
 // it: the digest WriteImage printed (what a registry will hold); the config's user (non-root), entrypoint, exposed ports (each a
-// containerPort of the Deployment of the same name in deploy/), labels and creation time; the
+// containerPort of the workload of the same name in deploy/), labels and creation time; the
 // files of the base (the user in /etc/passwd, the CA bundle, /tmp); the entrypoint binary,
 // extracted from the layers and run with --help, exits 0 and prints its usage. Written twice,
 // a tarball is the same bytes (the same digest).
@@ -42,7 +42,7 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the build machine's CA bundle: %v", err)
 	}
-	containerPorts := deploymentPorts(t, root)
+	containerPorts := workloadPorts(t, root)
 	dir := t.TempDir()
 	built := 0
 	for _, im := range Images {
@@ -151,7 +151,7 @@ func checkConfig(t *testing.T, im Image, cf *v1.ConfigFile, o Options, container
 		}
 		ports = append(ports, port)
 		if containerPorts != nil && !slices.Contains(containerPorts, port) {
-			t.Errorf("exposes port %d, which the Deployment %s in deploy/ does not declare (it has %v)", port, im.Name, containerPorts)
+			t.Errorf("exposes port %d, which the workload %s in deploy/ does not declare (it has %v)", port, im.Name, containerPorts)
 		}
 	}
 	slices.Sort(ports)
@@ -201,9 +201,9 @@ func extract(t *testing.T, img v1.Image) map[string]file {
 	}
 }
 
-// deploymentPorts are the containerPorts of every Deployment that deploy/hub and deploy/spoke
-// render, by Deployment name; each Deployment must run as the images' user.
-func deploymentPorts(t *testing.T, root string) map[string][]int {
+// workloadPorts are the containerPorts of every Deployment and StatefulSet that deploy/hub and
+// deploy/spoke render, by workload name; each must run as the images' user.
+func workloadPorts(t *testing.T, root string) map[string][]int {
 	t.Helper()
 	out := map[string][]int{}
 	for _, d := range []string{"hub", "spoke"} {
@@ -216,7 +216,7 @@ func deploymentPorts(t *testing.T, root string) map[string][]int {
 			t.Fatal(err)
 		}
 		for _, o := range objs {
-			if o.GetKind() != "Deployment" {
+			if !slices.Contains(manifests.WorkloadKinds, o.GetKind()) {
 				continue
 			}
 			c, err := manifests.ContainerOf(objs, o.GetNamespace(), o.GetName(), o.GetName())
@@ -227,7 +227,7 @@ func deploymentPorts(t *testing.T, root string) map[string][]int {
 				out[o.GetName()] = append(out[o.GetName()], int(p.ContainerPort))
 			}
 			if sc := c.Pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != User || sc.RunAsGroup == nil || *sc.RunAsGroup != User {
-				t.Errorf("Deployment %s in deploy/%s does not run as %d:%d, the images' user", o.GetName(), d, User, User)
+				t.Errorf("%s %s in deploy/%s does not run as %d:%d, the images' user", o.GetKind(), o.GetName(), d, User, User)
 			}
 		}
 	}

@@ -2,7 +2,7 @@ package main
 
 // Image is one image make images builds: a binary and what its container offers.
 type Image struct {
-	// Name is the binary's and the image repository's name (nave-hub); the Deployments in
+	// Name is the binary's and the image repository's name (nave-hub); the workloads in
 	// deploy/ name the image so, and the binary is the entrypoint /usr/local/bin/<Name>.
 	Name string
 	// Package is the main package, relative to the module root.

@@ -18,7 +18,9 @@ import (
 const dnsTTL = 5
 
 // dnsServer answers A queries for <service>.<namespace>.svc.cluster.local (the ClusterIP, or the
-// ready endpoints of a headless Service) and for the aliases a test added (AddHost), on the
+// ready endpoints of a headless Service), for <hostname>.<service>.<namespace>.svc.cluster.local
+// (the ready endpoint of that hostname, as a StatefulSet's pods have under its serviceName; none:
+// the name does not exist, as with CoreDNS) and for the aliases a test added (AddHost), on the
 // gateway's port 53; every other name does not exist. The pods' resolv.conf names it
 // (the kubelet's clusterDNS). Its methods may be called from any goroutine.
 type dnsServer struct {
@@ -91,7 +93,7 @@ func (d *dnsServer) lookup(name string) ([]net.IP, bool) {
 	d.mu.Lock()
 	target, ok := d.aliases[name]
 	d.mu.Unlock()
-	var ns, svcName string
+	var ns, svcName, hostname string
 	if ok {
 		ns, svcName, _ = strings.Cut(target, "/")
 	} else {
@@ -100,16 +102,23 @@ func (d *dnsServer) lookup(name string) ([]net.IP, bool) {
 			return nil, false
 		}
 		parts := strings.Split(rest, ".")
-		if len(parts) != 2 {
+		switch len(parts) {
+		case 2:
+			svcName, ns = parts[0], parts[1]
+		case 3:
+			hostname, svcName, ns = parts[0], parts[1], parts[2]
+		default:
 			return nil, false
 		}
-		svcName, ns = parts[0], parts[1]
 	}
 	svc, err := d.services.Services(ns).Get(svcName)
 	if err != nil {
 		return nil, false
 	}
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		if hostname != "" {
+			return nil, false
+		}
 		ip := net.ParseIP(svc.Spec.ClusterIP)
 		if ip == nil {
 			return nil, true
@@ -126,12 +135,18 @@ func (d *dnsServer) lookup(name string) ([]net.IP, bool) {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 				continue
 			}
+			if hostname != "" && (e.Hostname == nil || *e.Hostname != hostname) {
+				continue
+			}
 			for _, a := range e.Addresses {
 				if ip := net.ParseIP(a).To4(); ip != nil {
 					ips = append(ips, ip)
 				}
 			}
 		}
+	}
+	if hostname != "" && len(ips) == 0 {
+		return nil, false
 	}
 	return ips, true
 }

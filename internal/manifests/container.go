@@ -14,12 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Container is what a Deployment starts one of its containers with, read from rendered
-// manifests: which binary (the image's repository base name: make images makes the binary its
-// entrypoint), the arguments, the environment and the volumes mounted.
+// Container is what a workload (a Deployment or a StatefulSet) starts one of its containers
+// with, read from rendered manifests: which binary (the image's repository base name: make
+// images makes the binary its entrypoint), the arguments, the environment and the volumes
+// mounted. It is immutable once ContainerOf returns it.
 type Container struct {
-	// Deployment is the Deployment's name, ServiceAccount its pod's service account.
-	Deployment, ServiceAccount string
+	// Kind is the workload's kind (WorkloadKinds), Workload its name, ServiceAccount its pod's
+	// service account.
+	Kind, Workload, ServiceAccount string
 	// Binary is the base name of the image's repository (registry.example.com/nave/nave-hub:dev
 	// gives nave-hub); Image the whole reference.
 	Binary, Image string
@@ -47,34 +49,80 @@ type Mount struct {
 	ReadOnly bool
 }
 
-// ContainerOf reads container of Deployment namespace/name from objs. Environment values from
-// a ConfigMap key, a container's resources or a field of the pod (PodFields: the values a test
-// process stands in for) are resolved; any other valueFrom (a Secret) is an error naming it, so
-// that a test starting the binary cannot silently miss a variable the Deployment sets.
+// WorkloadKinds are the kinds of workload ContainerOf and FindWorkload read.
+var WorkloadKinds = []string{"Deployment", "StatefulSet"}
+
+// Workload is what a Deployment or a StatefulSet asks for: its pods' template and how many.
+// Nothing modifies it once FindWorkload returns it; concurrent reads are safe.
+type Workload struct {
+	// Kind is Deployment or StatefulSet.
+	Kind string
+	// Replicas is spec.replicas (1 when unset, as the API server defaults it).
+	Replicas int
+	// Template is the pod template as rendered.
+	Template corev1.PodTemplateSpec
+	// Object is the object as rendered.
+	Object *unstructured.Unstructured
+}
+
+// FindWorkload returns the Deployment or StatefulSet namespace/name among objs, or an error
+// when there is none.
+func FindWorkload(objs []*unstructured.Unstructured, namespace, name string) (*Workload, error) {
+	for _, kind := range WorkloadKinds {
+		u := Find(objs, kind, namespace, name)
+		if u == nil {
+			continue
+		}
+		w := &Workload{Kind: kind, Replicas: 1, Object: u}
+		var replicas *int32
+		switch kind {
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+				return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, err)
+			}
+			w.Template, replicas = d.Spec.Template, d.Spec.Replicas
+		case "StatefulSet":
+			var s appsv1.StatefulSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &s); err != nil {
+				return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, err)
+			}
+			w.Template, replicas = s.Spec.Template, s.Spec.Replicas
+		}
+		if replicas != nil {
+			w.Replicas = int(*replicas)
+		}
+		return w, nil
+	}
+	return nil, fmt.Errorf("no Deployment or StatefulSet %s/%s", namespace, name)
+}
+
+// ContainerOf reads container of workload namespace/name (a Deployment or a StatefulSet) from
+// objs. Environment values from a ConfigMap key, a container's resources or a field of the pod
+// (PodFields: the values a test process stands in for) are resolved; any other valueFrom (a
+// Secret) is an error naming it, so that a test starting the binary cannot silently miss a
+// variable the workload sets.
 func ContainerOf(objs []*unstructured.Unstructured, namespace, name, container string) (*Container, error) {
-	u := Find(objs, "Deployment", namespace, name)
-	if u == nil {
-		return nil, fmt.Errorf("no Deployment %s/%s", namespace, name)
+	w, err := FindWorkload(objs, namespace, name)
+	if err != nil {
+		return nil, err
 	}
-	var d appsv1.Deployment
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
-		return nil, fmt.Errorf("deployment %s/%s: %w", namespace, name, err)
-	}
+	pod := &w.Template.Spec
 	var spec *corev1.Container
-	for i := range d.Spec.Template.Spec.Containers {
-		if d.Spec.Template.Spec.Containers[i].Name == container {
-			spec = &d.Spec.Template.Spec.Containers[i]
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == container {
+			spec = &pod.Containers[i]
 		}
 	}
 	if spec == nil {
-		return nil, fmt.Errorf("deployment %s/%s has no container %s", namespace, name, container)
+		return nil, fmt.Errorf("%s %s/%s has no container %s", w.Kind, namespace, name, container)
 	}
-	c := &Container{Deployment: name, ServiceAccount: d.Spec.Template.Spec.ServiceAccountName, Image: spec.Image,
-		Binary: imageBinary(spec.Image), Command: spec.Command, Args: spec.Args, Spec: *spec, Pod: d.Spec.Template.Spec,
+	c := &Container{Kind: w.Kind, Workload: name, ServiceAccount: pod.ServiceAccountName, Image: spec.Image,
+		Binary: imageBinary(spec.Image), Command: spec.Command, Args: spec.Args, Spec: *spec, Pod: *pod,
 		Mounts: map[string]Mount{}}
-	where := fmt.Sprintf("Deployment %s/%s container %s", namespace, name, container)
+	where := fmt.Sprintf("%s %s/%s container %s", w.Kind, namespace, name, container)
 	for _, e := range spec.Env {
-		v, err := envValue(objs, namespace, name, &d.Spec.Template.Spec, spec, e)
+		v, err := envValue(objs, namespace, name, pod, spec, e)
 		if err != nil {
 			return nil, fmt.Errorf("%s: env %s: %w", where, e.Name, err)
 		}
@@ -84,7 +132,7 @@ func ContainerOf(objs []*unstructured.Unstructured, namespace, name, container s
 		return nil, fmt.Errorf("%s: envFrom is not read here; add it to manifests.ContainerOf", where)
 	}
 	vols := map[string]corev1.Volume{}
-	for _, v := range d.Spec.Template.Spec.Volumes {
+	for _, v := range pod.Volumes {
 		vols[v.Name] = v
 	}
 	for _, vm := range spec.VolumeMounts {
@@ -142,8 +190,9 @@ func imageBinary(image string) string {
 }
 
 // PodFields are the downward API's pod fields for a process standing in for a pod of
-// Deployment namespace/name: its name is the Deployment's with a "-0" suffix, and its
-// addresses are loopback.
+// workload namespace/name: its name is the workload's with a "-0" suffix (a StatefulSet's
+// first pod; a Deployment's pods have other suffixes, which nothing reads), and its addresses
+// are loopback.
 func PodFields(namespace, name string, pod *corev1.PodSpec) map[string]string {
 	return map[string]string{
 		"metadata.name":           name + "-0",

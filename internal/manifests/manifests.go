@@ -1,7 +1,7 @@
 // Package manifests renders nave's Kubernetes manifests (deploy/) with kustomize's Go API, the
-// way `kubectl apply -k` does, and reads back what a Deployment starts its container with, so
-// that tests can apply the rendered objects to a real API server and start the real binaries
-// exactly as the Deployments would. It is for tests and tools; nothing in a binary imports it.
+// way `kubectl apply -k` does, and reads back what a workload (a Deployment or a StatefulSet)
+// starts its container with, so that tests can apply the rendered objects to a real API server
+// and start the real binaries exactly as the workloads would. It is for tests and tools; nothing in a binary imports it.
 //
 // Every function is safe for concurrent use; a Container is immutable once built.
 package manifests

@@ -2,6 +2,8 @@ package manifests_test
 
 import (
 	"bytes"
+	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -17,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/navemesh/nave/hub/ca"
 	"github.com/navemesh/nave/hub/hubconfig"
+	"github.com/navemesh/nave/hub/servingcert"
 	"github.com/navemesh/nave/internal/kubetest"
 	"github.com/navemesh/nave/internal/manifests"
 	"github.com/navemesh/nave/shared/settings"
@@ -57,9 +62,9 @@ func rendered(t *testing.T) map[string][]byte {
 }
 
 // TestRenderEveryKustomization renders every base and overlay under deploy/ with kustomize's
-// API and checks what the Deployments promise: the binary's config file loads and validates;
-// probes reach /healthz/ready and /healthz/live on the port admin.listen names; the pod runs
-// non-root with a read-only root file system, no privilege escalation, no capabilities and the
+// API and checks what the workloads (Deployments, the hub's StatefulSet) promise: the binary's
+// config file loads and validates; probes reach /healthz/ready and /healthz/live on the port
+// admin.listen names; the pod runs non-root with a read-only root file system, no privilege escalation, no capabilities and the
 // runtime's seccomp profile; requests and limits are set; a PodDisruptionBudget and a
 // NetworkPolicy select the pods; every Service selecting them targets a port they have, and the
 // NetworkPolicy opens it, and the admin port. A gateway's Deployment (the injector's gateway
@@ -71,26 +76,26 @@ func TestRenderEveryKustomization(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			deployments := 0
+			workloads := 0
 			for _, o := range objs {
-				if o.GetKind() != "Deployment" {
+				if !slices.Contains(manifests.WorkloadKinds, o.GetKind()) {
 					continue
 				}
-				deployments++
+				workloads++
 				if tmpl, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "annotations", gatewayTemplateAnnotation); tmpl == "gateway" {
 					checkGatewayDeployment(t, objs, o)
 					continue
 				}
-				checkDeployment(t, objs, o)
+				checkWorkload(t, objs, o)
 			}
-			if deployments == 0 {
-				t.Fatalf("deploy/%s renders no Deployment:\n%s", name, b)
+			if workloads == 0 {
+				t.Fatalf("deploy/%s renders no Deployment or StatefulSet:\n%s", name, b)
 			}
 		})
 	}
 }
 
-func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstructured.Unstructured) {
+func checkWorkload(t *testing.T, objs []*unstructured.Unstructured, d *unstructured.Unstructured) {
 	c, err := manifests.ContainerOf(objs, d.GetNamespace(), d.GetName(), d.GetName())
 	if err != nil {
 		t.Fatal(err)
@@ -103,11 +108,11 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 		}
 	}
 	if cfgFile == "" {
-		t.Fatalf("%s: args %q name no --config=FILE", c.Deployment, c.Args)
+		t.Fatalf("%s: args %q name no --config=FILE", c.Workload, c.Args)
 	}
 	mount, ok := c.Mounts[filepath.Dir(cfgFile)]
 	if !ok || mount.Files[filepath.Base(cfgFile)] == nil {
-		t.Fatalf("%s: --config=%s is on no ConfigMap mount (mounts %v)", c.Deployment, cfgFile, c.Mounts)
+		t.Fatalf("%s: --config=%s is on no ConfigMap mount (mounts %v)", c.Workload, cfgFile, c.Mounts)
 	}
 	tmp := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(tmp, mount.Files[filepath.Base(cfgFile)], 0o600); err != nil {
@@ -118,14 +123,14 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 	case hubconfig.Program:
 		var cfg hubconfig.Config
 		if err := settings.Load(c.Binary, &cfg, []string{"--config", tmp}, io.Discard); err != nil {
-			t.Fatalf("%s: the config file does not load: %v", c.Deployment, err)
+			t.Fatalf("%s: the config file does not load: %v", c.Workload, err)
 		}
 		adminListen = cfg.Admin.Listen
 	case spokeconfig.Program:
 		var cfg spokeconfig.Config
 		err := settings.Load(c.Binary, &cfg, []string{"--config", tmp}, io.Discard)
 		if err != nil && !bytes.Contains(mount.Files[filepath.Base(cfgFile)], []byte("REPLACE-WITH")) {
-			t.Fatalf("%s: the config file does not load: %v", c.Deployment, err)
+			t.Fatalf("%s: the config file does not load: %v", c.Workload, err)
 		}
 		adminListen = cfg.Admin.Listen
 		if err != nil { // an example with a placeholder the operator fills in
@@ -136,11 +141,11 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 			adminListen, _ = m["admin"].(map[string]any)["listen"].(string)
 		}
 	default:
-		t.Fatalf("%s: image %s is no nave binary", c.Deployment, c.Image)
+		t.Fatalf("%s: image %s is no nave binary", c.Workload, c.Image)
 	}
 	_, adminPort, err := net.SplitHostPort(adminListen)
 	if err != nil {
-		t.Fatalf("%s: admin.listen %q: %v", c.Deployment, adminListen, err)
+		t.Fatalf("%s: admin.listen %q: %v", c.Workload, adminListen, err)
 	}
 	ports := map[string]int32{}
 	for _, p := range c.Spec.Ports {
@@ -149,24 +154,136 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured, d *unstruc
 	}
 	for probe, want := range map[string]*corev1.Probe{"/healthz/ready": c.Spec.ReadinessProbe, "/healthz/live": c.Spec.LivenessProbe} {
 		if want == nil || want.HTTPGet == nil {
-			t.Errorf("%s: no HTTP probe for %s", c.Deployment, probe)
+			t.Errorf("%s: no HTTP probe for %s", c.Workload, probe)
 			continue
 		}
 		if want.HTTPGet.Path != probe || strconv.Itoa(int(ports[want.HTTPGet.Port.String()])) != adminPort {
-			t.Errorf("%s: probe %s:%s; want %s on the admin port %s", c.Deployment, want.HTTPGet.Port.String(), want.HTTPGet.Path, probe, adminPort)
+			t.Errorf("%s: probe %s:%s; want %s on the admin port %s", c.Workload, want.HTTPGet.Port.String(), want.HTTPGet.Path, probe, adminPort)
 		}
 	}
 	checkLeastPrivilege(t, c)
-	pdb, np, allowed, served := selectedBy(t, objs, d, ports, c.Deployment)
+	pdb, np, allowed, served := selectedBy(t, objs, d, ports, c.Workload)
 	if !pdb || !np {
-		t.Errorf("%s: PodDisruptionBudget %v, NetworkPolicy %v; want both", c.Deployment, pdb, np)
+		t.Errorf("%s: PodDisruptionBudget %v, NetworkPolicy %v; want both", c.Workload, pdb, np)
 	}
 	p, _ := strconv.Atoi(adminPort)
 	for _, port := range append(served, int32(p)) {
 		if np && !allowed[port] {
-			t.Errorf("%s: no NetworkPolicy lets anyone reach port %d, which a Service or the probes use", c.Deployment, port)
+			t.Errorf("%s: no NetworkPolicy lets anyone reach port %d, which a Service or the probes use", c.Workload, port)
 		}
 	}
+}
+
+// TestHubReplicaNames checks what decision 051 and docs/replicas.md ask of the hub's workload in
+// deploy/hub and the vendor hub: a StatefulSet (Parallel, RollingUpdate) whose serviceName is a
+// headless Service selecting its pods, on their xDS port, without publishNotReadyAddresses (a
+// pod's own name resolves only while it is Ready); the serving certificate the hub makes for
+// tls.hosts valid, as a TLS client checks, for every pod's name under it (nave-hub-0.SERVICE.nave-system.svc, ...); and replicas.join a
+// headless Service selecting the same pods with publishNotReadyAddresses (a starting replica finds
+// its peers before it is ready).
+func TestHubReplicaNames(t *testing.T) {
+	all := rendered(t)
+	for _, dir := range []string{"hub", "examples/vendor-hub"} {
+		t.Run(dir, func(t *testing.T) {
+			objs, err := manifests.Decode(all[dir])
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ns = "nave-system"
+			u := manifests.Find(objs, "StatefulSet", ns, "nave-hub")
+			if u == nil {
+				t.Fatal("no StatefulSet nave-system/nave-hub")
+			}
+			var sts appsv1.StatefulSet
+			mustConvert(t, u, &sts)
+			if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement || sts.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+				t.Errorf("podManagementPolicy %q, updateStrategy %q; want Parallel and RollingUpdate", sts.Spec.PodManagementPolicy, sts.Spec.UpdateStrategy.Type)
+			}
+			c, err := manifests.ContainerOf(objs, ns, "nave-hub", "nave-hub")
+			if err != nil {
+				t.Fatal(err)
+			}
+			headless := func(name string) *corev1.Service {
+				t.Helper()
+				u := manifests.Find(objs, "Service", ns, name)
+				if u == nil {
+					t.Fatalf("no Service %s/%s", ns, name)
+				}
+				var svc corev1.Service
+				mustConvert(t, u, &svc)
+				if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+					t.Errorf("Service %s: clusterIP %q; want None (headless)", name, svc.Spec.ClusterIP)
+				}
+				for k, v := range svc.Spec.Selector {
+					if sts.Spec.Template.Labels[k] != v {
+						t.Errorf("Service %s selects %s=%s, which the hub's pods lack", name, k, v)
+					}
+				}
+				if len(svc.Spec.Selector) == 0 {
+					t.Errorf("Service %s selects nothing", name)
+				}
+				return &svc
+			}
+			names := headless(sts.Spec.ServiceName)
+			if names.Spec.PublishNotReadyAddresses {
+				t.Errorf("Service %s (the StatefulSet's serviceName) publishes pods that are not ready", names.Name)
+			}
+			if !slices.ContainsFunc(names.Spec.Ports, func(p corev1.ServicePort) bool { return p.TargetPort.String() == "grpc-xds" }) {
+				t.Errorf("Service %s ports %+v; want the xDS port grpc-xds", names.Name, names.Spec.Ports)
+			}
+
+			var cfg hubconfig.Config
+			file := filepath.Join(t.TempDir(), "hub.yaml")
+			if err := os.WriteFile(file, c.Mounts["/etc/nave"].Files["hub.yaml"], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := settings.Load(hubconfig.Program, &cfg, []string{"--config", file}, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			// the hub's certificate for tls.hosts, checked for each pod's name as a TLS client does
+			cert := servingCert(t, cfg.TLS.Hosts)
+			replicas := 1
+			if sts.Spec.Replicas != nil {
+				replicas = int(*sts.Spec.Replicas)
+			}
+			for i := range replicas {
+				pod := fmt.Sprintf("%s-%d.%s.%s.svc", sts.Name, i, sts.Spec.ServiceName, ns)
+				if err := cert.VerifyHostname(pod); err != nil {
+					t.Errorf("tls.hosts %v: %v", cfg.TLS.Hosts, err)
+				}
+			}
+
+			if len(cfg.Replicas.Join) != 1 {
+				t.Fatalf("replicas.join %v; want the gossip Service's name", cfg.Replicas.Join)
+			}
+			svc, ok := strings.CutSuffix(cfg.Replicas.Join[0], "."+ns+".svc")
+			if !ok {
+				t.Fatalf("replicas.join %v; want SERVICE.%s.svc", cfg.Replicas.Join, ns)
+			}
+			if gossip := headless(svc); !gossip.Spec.PublishNotReadyAddresses {
+				t.Errorf("Service %s (replicas.join) publishes only ready pods: a starting replica would not find its peers", svc)
+			}
+		})
+	}
+}
+
+// servingCert is the hub's serving certificate for tls.hosts, made as the hub makes it
+// (hub/servingcert, its CA in a temporary directory).
+func servingCert(t *testing.T, hosts []string) *x509.Certificate {
+	t.Helper()
+	store, err := servingcert.OpenStore(ca.StoreDir, t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := servingcert.New(context.Background(), store, hosts, nil)
+	if err != nil {
+		t.Fatalf("tls.hosts %v: %v", hosts, err)
+	}
+	cert, err := c.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert.Leaf
 }
 
 // gatewayTemplateAnnotation asks the injector for its gateway template.
@@ -181,7 +298,7 @@ func checkGatewayDeployment(t *testing.T, objs []*unstructured.Unstructured, d *
 		t.Fatal(err)
 	}
 	if c.Image != "auto" || len(c.Pod.Containers) != 1 {
-		t.Errorf("%s: image %q, %d containers; want istio-proxy alone, image auto (the injector's)", c.Deployment, c.Image, len(c.Pod.Containers))
+		t.Errorf("%s: image %q, %d containers; want istio-proxy alone, image auto (the injector's)", c.Workload, c.Image, len(c.Pod.Containers))
 	}
 	ports := map[string]int32{}
 	for _, p := range c.Spec.Ports {
@@ -189,9 +306,9 @@ func checkGatewayDeployment(t *testing.T, objs []*unstructured.Unstructured, d *
 		ports[strconv.Itoa(int(p.ContainerPort))] = p.ContainerPort
 	}
 	checkLeastPrivilege(t, c)
-	pdb, _, _, served := selectedBy(t, objs, d, ports, c.Deployment)
+	pdb, _, _, served := selectedBy(t, objs, d, ports, c.Workload)
 	if !pdb || len(served) == 0 {
-		t.Errorf("%s: PodDisruptionBudget %v, Service ports %v; want both", c.Deployment, pdb, served)
+		t.Errorf("%s: PodDisruptionBudget %v, Service ports %v; want both", c.Workload, pdb, served)
 	}
 }
 
@@ -202,22 +319,22 @@ func checkLeastPrivilege(t *testing.T, c *manifests.Container) {
 	sc, psc := c.Spec.SecurityContext, c.Pod.SecurityContext
 	switch {
 	case psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0:
-		t.Errorf("%s: the pod may run as root: %+v", c.Deployment, psc)
+		t.Errorf("%s: the pod may run as root: %+v", c.Workload, psc)
 	case psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
-		t.Errorf("%s: seccomp profile %+v; want RuntimeDefault", c.Deployment, psc.SeccompProfile)
+		t.Errorf("%s: seccomp profile %+v; want RuntimeDefault", c.Workload, psc.SeccompProfile)
 	case sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
-		t.Errorf("%s: the root file system is writable", c.Deployment)
+		t.Errorf("%s: the root file system is writable", c.Workload)
 	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
-		t.Errorf("%s: privilege escalation is allowed", c.Deployment)
+		t.Errorf("%s: privilege escalation is allowed", c.Workload)
 	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
-		t.Errorf("%s: capabilities %+v; want ALL dropped and none added", c.Deployment, sc.Capabilities)
+		t.Errorf("%s: capabilities %+v; want ALL dropped and none added", c.Workload, sc.Capabilities)
 	}
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		if _, ok := c.Spec.Resources.Requests[r]; !ok {
-			t.Errorf("%s: no %s request", c.Deployment, r)
+			t.Errorf("%s: no %s request", c.Workload, r)
 		}
 		if _, ok := c.Spec.Resources.Limits[r]; !ok {
-			t.Errorf("%s: no %s limit", c.Deployment, r)
+			t.Errorf("%s: no %s limit", c.Workload, r)
 		}
 	}
 }
@@ -225,7 +342,7 @@ func checkLeastPrivilege(t *testing.T, c *manifests.Container) {
 // selectedBy reads what selects d's pods in objs: whether a PodDisruptionBudget and a
 // NetworkPolicy do, the ports NetworkPolicies open, and the container ports Services target
 // (each must be one of ports).
-func selectedBy(t *testing.T, objs []*unstructured.Unstructured, d *unstructured.Unstructured, ports map[string]int32, deployment string) (
+func selectedBy(t *testing.T, objs []*unstructured.Unstructured, d *unstructured.Unstructured, ports map[string]int32, workload string) (
 	pdb, np bool, allowed map[int32]bool, served []int32) {
 	t.Helper()
 	podLabels := d.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)
@@ -249,7 +366,7 @@ func selectedBy(t *testing.T, objs []*unstructured.Unstructured, d *unstructured
 			for _, p := range s.Spec.Ports {
 				port, ok := ports[p.TargetPort.String()]
 				if !ok {
-					t.Errorf("Service %s: port %s targets %s, which %s's container does not have", s.Name, p.Name, p.TargetPort.String(), deployment)
+					t.Errorf("Service %s: port %s targets %s, which %s's container does not have", s.Name, p.Name, p.TargetPort.String(), workload)
 				}
 				served = append(served, port)
 			}
