@@ -54,7 +54,10 @@ func dialSDS(t *testing.T, sock string) secretv3.SecretDiscoveryService_StreamSe
 	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx)
+	// The agent is ready once its certificate and bootstrap are; its SDS
+	// server creates the socket on a goroutine of its own: the stream
+	// waits for the socket rather than failing while it does not exist.
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
