@@ -398,10 +398,11 @@ func TestAgentInAPod(t *testing.T) {
 
 	t.Run("envoy child", func(t *testing.T) {
 		work := t.TempDir()
-		// A fake Envoy: it records its arguments and SIGTERM, and serves
-		// nothing; a second one dies at once.
+		// A fake Envoy: it records its arguments (whole, by a rename: the
+		// test reads them as soon as they exist) and SIGTERM (its trap set
+		// first), and serves nothing; a second one dies at once.
 		fake := filepath.Join(work, "envoy")
-		if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$@\" > \"$0.args\"\ntrap 'echo term > \"$0.term\"; exit 0' TERM\nwhile :; do sleep 0.1; done\n"), 0o755); err != nil {
+		if err := os.WriteFile(fake, []byte("#!/bin/sh\ntrap 'echo term > \"$0.term\"; exit 0' TERM\necho \"$@\" > \"$0.args.new\" && mv \"$0.args.new\" \"$0.args\"\nwhile :; do sleep 0.1; done\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		env, dir, status := agentEnv(t, a, h, raAddr, podEnv{name: "web-2", namespace: "demo", sa: "client", mode: "envoy"}, work)
