@@ -160,6 +160,12 @@ func (r *Relayer) AddPeer(peer, addr string) {
 		return
 	}
 	r.mu.Lock()
+	if r.ctx.Err() != nil {
+		// Stopped: no link would ever be closed.
+		r.mu.Unlock()
+		_ = conn.Close()
+		return
+	}
 	if old := r.links[peer]; old != nil {
 		old.close()
 	}

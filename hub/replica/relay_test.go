@@ -12,6 +12,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -394,5 +395,30 @@ func TestRelayStartsAgainWhenItsClusterIsRelayedAgainAsItEnds(t *testing.T) {
 		}
 	case <-time.After(testwait.Timeout):
 		t.Fatalf("x, relayed here again, was not relayed to the peer; relays: %+v", r.Status())
+	}
+}
+
+// TestAddPeerAfterStopClosesItsConnection: a peer added once the Relayer
+// has stopped (membership calls AddPeer on its own goroutine) is not
+// relayed to, and its connection is closed rather than left open.
+func TestAddPeerAfterStopClosesItsConnection(t *testing.T) {
+	dialed := make(chan *grpc.ClientConn, 2)
+	r := replica.NewRelayer(replica.RelayerOptions{Self: "a", In: fakeIngest{},
+		Dial: func(_, addr string) (*grpc.ClientConn, error) {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			dialed <- conn
+			return conn, err
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.Start(ctx)
+	r.AddPeer("p", "127.0.0.1:1")
+	first := <-dialed
+	cancel()
+	testwait.Until(t, "the peer's connection closed as the Relayer stopped", func() bool { return first.GetState() == connectivity.Shutdown })
+	r.AddPeer("q", "127.0.0.1:2")
+	late := <-dialed
+	testwait.Until(t, "the late peer's connection closed", func() bool { return late.GetState() == connectivity.Shutdown })
+	if st := r.Status(); len(st) != 0 {
+		t.Errorf("relays after the stop: %+v", st)
 	}
 }
