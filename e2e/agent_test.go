@@ -54,7 +54,10 @@ func dialSDS(t *testing.T, sock string) secretv3.SecretDiscoveryService_StreamSe
 	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx)
+	// The agent is ready once its certificate and bootstrap are; its SDS
+	// server creates the socket on a goroutine of its own: the stream
+	// waits for the socket rather than failing while it does not exist.
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,10 +398,11 @@ func TestAgentInAPod(t *testing.T) {
 
 	t.Run("envoy child", func(t *testing.T) {
 		work := t.TempDir()
-		// A fake Envoy: it records its arguments and SIGTERM, and serves
-		// nothing; a second one dies at once.
+		// A fake Envoy: it records its arguments (whole, by a rename: the
+		// test reads them as soon as they exist) and SIGTERM (its trap set
+		// first), and serves nothing; a second one dies at once.
 		fake := filepath.Join(work, "envoy")
-		if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$@\" > \"$0.args\"\ntrap 'echo term > \"$0.term\"; exit 0' TERM\nwhile :; do sleep 0.1; done\n"), 0o755); err != nil {
+		if err := os.WriteFile(fake, []byte("#!/bin/sh\ntrap 'echo term > \"$0.term\"; exit 0' TERM\necho \"$@\" > \"$0.args.new\" && mv \"$0.args.new\" \"$0.args\"\nwhile :; do sleep 0.1; done\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		env, dir, status := agentEnv(t, a, h, raAddr, podEnv{name: "web-2", namespace: "demo", sa: "client", mode: "envoy"}, work)

@@ -145,7 +145,15 @@ func TestSpokeFlapPushesNothing(t *testing.T) {
 	p.fetch(t, typeurl.Listener)
 	p.fetch(t, typeurl.Endpoint, eds...)
 	p.fetch(t, typeurl.Route, envoy.SidecarRouteName(9080))
-	before := pushes(t, h)
+	// The hub counts a response once its send returned, which can be after
+	// the proxy read it: awaited until every response read is counted.
+	var before float64
+	testwait.For(t, 20*time.Second, func() error {
+		if before = pushes(t, h); before < float64(p.received.Load()) {
+			return fmt.Errorf("the hub counted %v responses, the proxy read %d", before, p.received.Load())
+		}
+		return nil
+	})
 
 	// Flap: the spoke stops; the hub keeps its state (stale); the spoke
 	// starts again on the same directory and resyncs.

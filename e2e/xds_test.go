@@ -47,6 +47,8 @@ type adsClient struct {
 	node   *corev3.Node
 	subs   map[string][]string
 	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	// received counts the responses next has read.
+	received atomic.Int64
 }
 
 func dialADS(t *testing.T, h *hub, nodeID string) *adsClient {
@@ -101,6 +103,7 @@ func (c *adsClient) next(t *testing.T, typeURL string, d time.Duration) map[stri
 			if res.err != nil {
 				t.Fatal(res.err)
 			}
+			c.received.Add(1)
 			if res.r.GetTypeUrl() == typeURL {
 				resp = res.r
 			} else {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/internal/freeport"
 	"github.com/navemesh/nave/internal/testwait"
 )
 
@@ -47,35 +47,16 @@ func ModuleRoot() string {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago, one this
-// process has not handed out before. It picks below the kernel's ephemeral
-// range (32768 and up on Linux), so that a port a test passes to a process
-// is not taken in the meantime by the source port of some outgoing
-// connection or by a listener bound to port 0.
+// process has not handed out before, below the kernel's ephemeral range
+// (internal/freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		p := 20000 + rand.IntN(12000)
-		if handedOut[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		handedOut[p] = true
-		return p
+	p, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port between 20000 and 32000")
-	return 0
+	return p
 }
-
-var (
-	portsMu   sync.Mutex
-	handedOut = map[int]bool{}
-)
 
 // Proc is a started process whose output goes to a log file (and, if
 // Lines is used, line by line to the test).

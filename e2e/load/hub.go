@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/navemesh/nave/internal/freeport"
 )
 
 // Hub is a running nave-hub process, however it was started.
@@ -38,15 +39,10 @@ func HubArgs(admin, spokes, xds string, extra ...string) []string {
 	return append([]string{"--admin.listen", admin, "--spokes.listen", spokes, "--xds.listen", xds, "--tls.plaintext"}, extra...)
 }
 
-// FreeAddr returns a loopback host:port that was free a moment ago.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// FreeAddr returns a loopback host:port that was free a moment ago, below
+// the ephemeral range (internal/freeport): the processes started on it
+// bind it after the fact.
+func FreeAddr() (string, error) { return freeport.Addr() }
 
 // HubProcess is a hub started by StartHub: its own process group, killed
 // (the whole group) on Stop, and with SIGKILL if this process dies first.

@@ -160,6 +160,12 @@ func (r *Relayer) AddPeer(peer, addr string) {
 		return
 	}
 	r.mu.Lock()
+	if r.ctx.Err() != nil {
+		// Stopped: no link would ever be closed.
+		r.mu.Unlock()
+		_ = conn.Close()
+		return
+	}
 	if old := r.links[peer]; old != nil {
 		old.close()
 	}
@@ -274,6 +280,17 @@ func (r *Relayer) run(l *link, id ingest.ClusterIdentity, rl *relay) {
 			delete(l.relays, id)
 		}
 		r.mu.Unlock()
+		// A Changed that found this relay still registered only woke it:
+		// looked at after the relay is gone, the cluster is relayed anew
+		// if it is this replica's to relay again (a Changed after this
+		// look starts the relay itself).
+		if h, ok := holding(r.opts.In, id, false); ok && l.ctx.Err() == nil {
+			r.mu.Lock()
+			if r.relays(h) {
+				r.ensure(l, id)
+			}
+			r.mu.Unlock()
+		}
 	}()
 	b := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}.New()
 	for l.ctx.Err() == nil {

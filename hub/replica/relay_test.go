@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -298,4 +300,125 @@ func TestRelayCarriesEachChange(t *testing.T) {
 	same("1,500 changes at once")
 	send(services(t, 2, 1, 3), services(t, 1500, 1, 2)[1400:]...)
 	same("changes after the full state again")
+}
+
+// pushRecorder is a peer's relay server at a unit's edge: it reports the
+// cluster of each Push stream opened to it and holds the stream open.
+type pushRecorder struct {
+	protocolv1.UnimplementedSyncServer
+	opened chan string
+}
+
+func (p *pushRecorder) Push(s protocolv1.Sync_PushServer) error {
+	md, _ := metadata.FromIncomingContext(s.Context())
+	p.opened <- strings.Join(md.Get(protocol.MetadataCluster), ",")
+	<-s.Context().Done()
+	return nil
+}
+
+// TestRelayStartsAgainWhenItsClusterIsRelayedAgainAsItEnds: a relay ends
+// once its cluster is no longer this replica's to relay; if the cluster
+// becomes this replica's again while it ends — the Changed that said so
+// found the ending relay still registered, and only woke it — a new relay
+// starts at once, not at a later sweep (none runs here: the Relayer is
+// not started).
+func TestRelayStartsAgainWhenItsClusterIsRelayedAgainAsItEnds(t *testing.T) {
+	id := ingest.ClusterIdentity{Mesh: "m", Cluster: "x"}
+	// Owned here, not synced yet: the relay waits for a change.
+	waiting := ingest.Holding{State: ingest.State{ClusterIdentity: id, Owner: "a", Connected: true}}
+	// Owned by replica b, relayed here by b: not this replica's to relay.
+	elsewhere := waiting
+	elsewhere.Owner, elsewhere.Relayed = "b", true
+	// Owned here again, synced: the relay streams to the peer.
+	back := waiting
+	back.EverSynced, back.Synced = true, true
+
+	var (
+		mu      sync.Mutex
+		cur     = waiting
+		skip    = -1 // calls to let through before pausing one; -1: none paused
+		entered = make(chan struct{})
+		release = make(chan struct{})
+	)
+	in := fakeIngest{holdings: func() []ingest.Holding {
+		mu.Lock()
+		h := cur
+		pause := skip == 0
+		if skip >= 0 {
+			skip--
+		}
+		mu.Unlock()
+		if pause {
+			// The relay's look at its cluster, answered with the state
+			// read before it paused.
+			entered <- struct{}{}
+			<-release
+		}
+		return []ingest.Holding{h}
+	}}
+	peer := &pushRecorder{opened: make(chan string, 4)}
+	lis := listen(t)
+	gs := grpc.NewServer()
+	protocolv1.RegisterSyncServer(gs, peer)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+
+	r := replica.NewRelayer(replica.RelayerOptions{Self: "a", In: in,
+		Dial: func(_, addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		}})
+	r.AddPeer("p", lis.Addr().String())
+	t.Cleanup(func() { r.RemovePeer("p") })
+	testwait.Until(t, "a relay of x waiting for its synced state", func() bool {
+		st := r.Status()
+		return len(st) == 1 && st[0].Cluster == id && strings.HasPrefix(st[0].State, "waiting")
+	})
+
+	// The cluster moves to b: Changed (let through) wakes the relay, whose
+	// look pauses, having read that x is b's.
+	mu.Lock()
+	cur, skip = elsewhere, 1
+	mu.Unlock()
+	r.Changed(id)
+	<-entered
+	// The cluster is back here, synced, while the relay ends.
+	mu.Lock()
+	cur = back
+	mu.Unlock()
+	r.Changed(id)
+	close(release)
+
+	select {
+	case got := <-peer.opened:
+		if got != "x" {
+			t.Fatalf("relay stream opened for cluster %q, want x", got)
+		}
+	case <-time.After(testwait.Timeout):
+		t.Fatalf("x, relayed here again, was not relayed to the peer; relays: %+v", r.Status())
+	}
+}
+
+// TestAddPeerAfterStopClosesItsConnection: a peer added once the Relayer
+// has stopped (membership calls AddPeer on its own goroutine) is not
+// relayed to, and its connection is closed rather than left open.
+func TestAddPeerAfterStopClosesItsConnection(t *testing.T) {
+	dialed := make(chan *grpc.ClientConn, 2)
+	r := replica.NewRelayer(replica.RelayerOptions{Self: "a", In: fakeIngest{},
+		Dial: func(_, addr string) (*grpc.ClientConn, error) {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			dialed <- conn
+			return conn, err
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.Start(ctx)
+	r.AddPeer("p", "127.0.0.1:1")
+	first := <-dialed
+	cancel()
+	testwait.Until(t, "the peer's connection closed as the Relayer stopped", func() bool { return first.GetState() == connectivity.Shutdown })
+	r.AddPeer("q", "127.0.0.1:2")
+	late := <-dialed
+	testwait.Until(t, "the late peer's connection closed", func() bool { return late.GetState() == connectivity.Shutdown })
+	if st := r.Status(); len(st) != 0 {
+		t.Errorf("relays after the stop: %+v", st)
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/navemesh/nave/internal/freeport"
 )
 
 // AdminUser is the user of Cluster.Admin, in group system:masters.
@@ -258,13 +260,13 @@ func retryPortClash(t testing.TB, start func() error, proc func() *process) erro
 	return err
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// freePort returns a loopback TCP port that was free a moment ago, below
+// the ephemeral range (internal/freeport).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("finding a free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }

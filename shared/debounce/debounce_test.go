@@ -1,6 +1,7 @@
 package debounce
 
 import (
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -93,6 +94,54 @@ func TestTimer(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTimerActsAtMostOncePerQuiet: however a storm's events are spaced,
+// two actions are at least Quiet apart (Max is not below Quiet), so a
+// window of length W holds at most 1+W/Quiet of them — the bound
+// spoke/source/kube's update storm test counts on, against a real API
+// server and a real clock. A storm whose events come closer than Quiet
+// acts once per Max, and once more Quiet after its end.
+func TestTimerActsAtMostOncePerQuiet(t *testing.T) {
+	const quiet = 100 * time.Millisecond
+	for _, edge := range []Edge{Trailing, Leading} {
+		for _, maxWait := range []time.Duration{0, quiet, time.Second} {
+			t.Run(string(edge)+" max "+maxWait.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(26, uint64(maxWait)))
+					var events []time.Duration
+					at := time.Duration(0)
+					for range 500 {
+						// Gaps from none to two and a half quiet periods.
+						at += time.Duration(rng.Int64N(int64(5 * quiet / 2)))
+						events = append(events, at)
+					}
+					got := fires(t, New(edge, quiet, maxWait), events, at+2*time.Second)
+					if len(got) < 2 {
+						t.Fatalf("acted %d times on 500 events spread over %v", len(got), at)
+					}
+					for i := 1; i < len(got); i++ {
+						if got[i]-got[i-1] < quiet {
+							t.Errorf("acted at %v and %v, less than %v apart", got[i-1], got[i], quiet)
+						}
+					}
+				})
+			})
+		}
+	}
+	t.Run("a storm acts once per max", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ms := time.Millisecond
+			var events []time.Duration
+			for i := range 500 { // every 7 ms from 0 to 3493 ms
+				events = append(events, time.Duration(7*i)*ms)
+			}
+			got := fires(t, New(Trailing, quiet, 10*quiet), events, 5*time.Second)
+			if want := []time.Duration{1000 * ms, 2001 * ms, 3002 * ms, 3593 * ms}; !same(got, want) {
+				t.Errorf("500 events 7 ms apart acted at %v, want at %v", got, want)
+			}
+		})
+	})
 }
 
 func TestEdgeValidate(t *testing.T) {

@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 func validationServer(t *testing.T, opts Options) (*Server, string, *http.Client) {
@@ -38,11 +41,15 @@ func TestServerAnswersReviews(t *testing.T) {
 	if code != http.StatusOK || !resp.Allowed || len(resp.Warnings) != 1 {
 		t.Fatalf("valid object with an undefined subset: %d %s", code, body)
 	}
-	for result, want := range map[string]float64{"denied": 1, "allowed": 1, "error": 0} {
-		if got := testutil.ToFloat64(s.metrics.reviews.WithLabelValues("validation", result)); got != want {
-			t.Errorf("reviews %s: %v, want %v", result, got, want)
+	// A review is counted once its response is written: awaited.
+	testwait.For(t, testwait.Timeout, func() error {
+		for result, want := range map[string]float64{"denied": 1, "allowed": 1, "error": 0} {
+			if got := testutil.ToFloat64(s.metrics.reviews.WithLabelValues("validation", result)); got != want {
+				return fmt.Errorf("reviews %s: %v, want %v", result, got, want)
+			}
 		}
-	}
+		return nil
+	})
 }
 
 // TestServerRefusesBadRequests sends what is not a review the server can

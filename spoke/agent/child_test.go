@@ -26,7 +26,7 @@ func fakeEnvoy(t *testing.T, script string) string {
 }
 
 func TestEnvoyChildGetsSIGTERM(t *testing.T) {
-	bin := fakeEnvoy(t, "echo \"$@\" > \"$0.args\"\ntrap 'echo term > \"$0.term\"; exit 0' TERM\nwhile :; do sleep 0.05; done\n")
+	bin := fakeEnvoy(t, "trap 'echo term > \"$0.term\"; exit 0' TERM\necho \"$@\" > \"$0.args\"\nwhile :; do sleep 0.05; done\n")
 	e := &Envoy{Binary: bin, Bootstrap: "/run/boot.json", Grace: 10 * time.Second, Log: discard()}
 	if !e.Present() {
 		t.Fatal("the fake envoy is not present")

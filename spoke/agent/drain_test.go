@@ -116,7 +116,7 @@ func TestDrainWithoutAnAdminWaitsTheDuration(t *testing.T) {
 // with the drain time.
 func TestEnvoyChildDrainedBeforeSIGTERM(t *testing.T) {
 	admin := newFakeAdmin(t, 0)
-	bin := fakeEnvoy(t, "echo \"$@\" > \"$0.args\"\ntrap 'echo term > \"$0.term\"; exit 0' TERM\nwhile :; do sleep 0.05; done\n")
+	bin := fakeEnvoy(t, "trap 'echo term > \"$0.term\"; exit 0' TERM\necho \"$@\" > \"$0.args\"\nwhile :; do sleep 0.05; done\n")
 	e := &Envoy{Binary: bin, Bootstrap: "/run/boot.json", AdminPort: admin.port(), Grace: 10 * time.Second,
 		Drain: 45 * time.Second, Log: discard()}
 	ctx, cancel := context.WithCancel(context.Background())

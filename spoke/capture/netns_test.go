@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/navemesh/nave/internal/testenv"
+	"github.com/navemesh/nave/internal/testwait"
 )
 
 // helperEnv makes the test binary a helper process (see TestMain): the
@@ -73,13 +74,15 @@ func helper(mode string, args []string) int {
 			fmt.Println("error:", err)
 			return 1
 		}
-		c, err := net.DialTimeout("tcp", args[1], 2*time.Second)
+		// Every dial is answered: the bounds only end a hang, generous for a
+		// loaded machine (the first packet over a new veth, a slow helper).
+		c, err := net.DialTimeout("tcp", args[1], testwait.Timeout)
 		if err != nil {
 			fmt.Println("error:", err)
 			return 0
 		}
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(testwait.Timeout))
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
 			fmt.Println("error:", err)

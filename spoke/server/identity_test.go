@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/internal/freeport"
 	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/internal/x509test"
@@ -181,15 +181,16 @@ func TestSpokeInPlaintextWarns(t *testing.T) {
 	})
 }
 
-// freeAddr is a loopback address nothing listens on (for now).
+// freeAddr is a loopback address nothing listens on (for now): below the
+// ephemeral range, so no outgoing connection takes it meanwhile
+// (internal/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
-	return lis.Addr().String()
+	return addr
 }
 
 type syncBuffer = testlog.Buffer

@@ -301,10 +301,14 @@ func TestDeltaNACKAndReconnect(t *testing.T) {
 	// A rebuild with the same content must not re-send the rejected versions.
 	f.republish(t, "m")
 	d.quiet(quietFor, "the NACKed content did not change")
-	cs := f.connStatus(t, "proxyless-n")
-	if ts := cs.Types["Cluster"]; ts.NackReason != "cluster rejected by the test" || ts.NackedVersion == "" || ts.AckedVersion != "" {
-		t.Errorf("status after NACK: %+v", ts)
-	}
+	// The status is the stream's record of the NACK: awaited, since the
+	// quiet period says nothing of when the stream handled it.
+	testwait.For(t, waitFor, func() error {
+		if ts := f.connStatus(t, "proxyless-n").Types["Cluster"]; ts.NackReason != "cluster rejected by the test" || ts.NackedVersion == "" || ts.AckedVersion != "" {
+			return fmt.Errorf("status after NACK: %+v", ts)
+		}
+		return nil
+	})
 	// New content is sent: only the changed cluster.
 	f.set(t, "m", synced("c1", pushctxtest.Decode(t, pushctxtest.EchoYAML(80, 20, "LEAST_REQUEST"))))
 	r = d.next(typeurl.Cluster)

@@ -1,6 +1,7 @@
 package ads_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/navemesh/nave/internal/testwait"
 	"github.com/navemesh/nave/shared/typeurl"
 	"github.com/navemesh/nave/xds/ads"
 	"github.com/navemesh/nave/xds/ads/adstest"
@@ -56,16 +58,21 @@ func TestResourcesAreServedByName(t *testing.T) {
 	p.ACK(eds, echoV1)
 	p.Quiet(quietFor, "every type is ACKed and nothing changed")
 
-	cs := f.connStatus(t, "proxy-1")
-	if cs.Mesh != "m" {
-		t.Errorf("connection mesh = %q, want m", cs.Mesh)
-	}
-	for _, resp := range []*discoveryv3.DiscoveryResponse{lds, rds, cds, eds} {
-		ts := cs.Types[shortName(resp.GetTypeUrl())]
-		if ts.SentVersion != resp.GetVersionInfo() || ts.AckedVersion != resp.GetVersionInfo() || ts.Pending || ts.Subscribed != 1 {
-			t.Errorf("%s status = %+v, want version %s sent and ACKed", shortName(resp.GetTypeUrl()), ts, resp.GetVersionInfo())
+	// The status records the ACKs as the stream handles them: awaited,
+	// since the quiet period says nothing of when it did.
+	testwait.For(t, waitFor, func() error {
+		cs := f.connStatus(t, "proxy-1")
+		if cs.Mesh != "m" {
+			return fmt.Errorf("connection mesh = %q, want m", cs.Mesh)
 		}
-	}
+		for _, resp := range []*discoveryv3.DiscoveryResponse{lds, rds, cds, eds} {
+			ts := cs.Types[shortName(resp.GetTypeUrl())]
+			if ts.SentVersion != resp.GetVersionInfo() || ts.AckedVersion != resp.GetVersionInfo() || ts.Pending || ts.Subscribed != 1 {
+				return fmt.Errorf("%s status = %+v, want version %s sent and ACKed", shortName(resp.GetTypeUrl()), ts, resp.GetVersionInfo())
+			}
+		}
+		return nil
+	})
 
 	// Asking for a name that does not exist is answered with what exists.
 	p.Send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Listener, ResourceNames: []string{echoListener, "missing.demo.svc.cluster.local:80"},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/navemesh/nave/internal/freeport"
 	"github.com/navemesh/nave/internal/testlog"
 	"github.com/navemesh/nave/internal/testwait"
 )
@@ -36,14 +36,16 @@ type demo struct {
 	waitErr error
 }
 
+// freeAddr is a loopback address for a process to listen on: below the
+// ephemeral range, so no outgoing connection takes it meanwhile
+// (internal/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
-	return lis.Addr().String()
+	return addr
 }
 
 // startDemo starts the launcher with every demo binary stubbed by this test binary, on
