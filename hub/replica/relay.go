@@ -205,6 +205,11 @@ func (r *Relayer) Changed(id ingest.ClusterIdentity) {
 			r.log.Info("spoke re-homed to this replica", "mesh", id.Mesh, "cluster", id.Cluster, "previous_owner", prev, "epoch", h.Epoch)
 		}
 		r.owners[id] = h.Owner
+	} else {
+		// No longer held (withdrawn, or dropped after its grace): what
+		// was kept of it goes, so that clusters come and go for months
+		// without the maps growing. Its relays end on the poke below.
+		r.forget(id)
 	}
 	for _, l := range r.links {
 		if ok && r.relays(h) {
@@ -213,6 +218,15 @@ func (r *Relayer) Changed(id ingest.ClusterIdentity) {
 		if rl := l.relays[id]; rl != nil {
 			rl.poke()
 		}
+	}
+}
+
+// forget drops what the Relayer keeps of id across its relays: its last
+// owner and the epoch each peer got in full. Called with r.mu held.
+func (r *Relayer) forget(id ingest.ClusterIdentity) {
+	delete(r.owners, id)
+	for _, l := range r.links {
+		delete(l.done, id)
 	}
 }
 
@@ -284,7 +298,15 @@ func (r *Relayer) run(l *link, id ingest.ClusterIdentity, rl *relay) {
 		// looked at after the relay is gone, the cluster is relayed anew
 		// if it is this replica's to relay again (a Changed after this
 		// look starts the relay itself).
-		if h, ok := holding(r.opts.In, id, false); ok && l.ctx.Err() == nil {
+		h, ok := holding(r.opts.In, id, false)
+		switch {
+		case !ok:
+			// Gone while this relay ran: a done epoch it recorded after
+			// Changed forgot the cluster would stay forever.
+			r.mu.Lock()
+			delete(l.done, id)
+			r.mu.Unlock()
+		case l.ctx.Err() == nil:
 			r.mu.Lock()
 			if r.relays(h) {
 				r.ensure(l, id)
