@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/navemesh/nave/shared/meshconfig"
@@ -43,7 +44,8 @@ type record struct {
 	hinted map[resourceKey]struct{}
 	// rejected holds the current rejection of each resource refused.
 	rejected map[resourceKey]meshconfig.Rejection
-	// rev counts the changes applied to resources; log lists the latest
+	// rev numbers the last change applied to resources (revs: unique in
+	// the process, growing; the record's creation when none); log lists the latest
 	// of them (oldest first), every change after rev logBase, so that a
 	// reader that saw rev r can ask for only what changed since (the
 	// replica relay: Holding.Changes).
@@ -71,9 +73,15 @@ type logged struct {
 // given the whole state again.
 const changeLog = 1024
 
+// revs numbers every change of every record of the process: a record's
+// revs never repeat another's, not even those of the record it replaced
+// for the same cluster, so a reader's rev of a dropped record is older
+// than a new record's logBase and gets the whole state (changedSince).
+var revs atomic.Uint64
+
 // logChange counts a change of the resource typeURL/name.
 func (s *record) logChange(typeURL, name string) {
-	s.rev++
+	s.rev = revs.Add(1)
 	if len(s.log) >= changeLog {
 		drop := len(s.log) / 2
 		s.logBase = s.log[drop-1].rev
@@ -107,7 +115,9 @@ func (s *record) changedSince(since uint64) (map[string]map[string]*meshconfig.O
 }
 
 func newRecord(id ClusterIdentity) *record {
-	return &record{State: State{ClusterIdentity: id}, resources: map[string]map[string]*entry{}, rejected: map[resourceKey]meshconfig.Rejection{}}
+	rev := revs.Add(1)
+	return &record{State: State{ClusterIdentity: id}, resources: map[string]map[string]*entry{}, rejected: map[resourceKey]meshconfig.Rejection{},
+		rev: rev, logBase: rev}
 }
 
 // put accepts o from session. Until the session has synced, a change of

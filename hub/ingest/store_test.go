@@ -69,6 +69,7 @@ func TestRecordChangedSince(t *testing.T) {
 	s := newRecord(ClusterIdentity{Mesh: "m", Cluster: "c"})
 	s.Synced, s.EverSynced = true, true
 	s.session = 1
+	created := s.logBase
 	rng := rand.New(rand.NewPCG(7, 11))
 	// snapshot is what the record holds, by type URL then name (version).
 	snapshot := func() map[string]map[string]string {
@@ -137,7 +138,7 @@ func TestRecordChangedSince(t *testing.T) {
 			}
 		}
 	}
-	if s.logBase == 0 {
+	if s.logBase == created {
 		t.Fatal("the log never overflowed: the test does not reach a refused rev")
 	}
 	if _, ok := s.changedSince(s.logBase - 1); ok {
@@ -145,5 +146,31 @@ func TestRecordChangedSince(t *testing.T) {
 	}
 	if _, ok := s.changedSince(s.rev + 1); ok {
 		t.Error("a rev not reached yet was answered")
+	}
+}
+
+// TestRecordRevsOfAReplacedRecord: a record dropped and made again for the
+// same cluster starts its revs above every rev of the one it replaced, so
+// a reader of the old one (a relay that saw its rev) is given the whole
+// state, never the new record's changes as if they followed the old.
+func TestRecordRevsOfAReplacedRecord(t *testing.T) {
+	id := ClusterIdentity{Mesh: "m", Cluster: "c"}
+	k := meshconfig.Kinds()[0]
+	old := newRecord(id)
+	old.Synced, old.EverSynced, old.session = true, true, 1
+	for i := range 5 {
+		old.put(k.Kind, &meshconfig.Object{Kind: k, Namespace: "ns", Name: fmt.Sprint("o-", i), Version: "1"}, 1)
+	}
+	seen := old.rev
+	again := newRecord(id)
+	again.Synced, again.EverSynced, again.session = true, true, 1
+	for i := range 9 {
+		again.put(k.Kind, &meshconfig.Object{Kind: k, Namespace: "ns", Name: fmt.Sprint("n-", i), Version: "1"}, 1)
+	}
+	if changes, ok := again.changedSince(seen); ok {
+		t.Fatalf("the old record's rev %d answered by its replacement with %d types of changes: the old record's objects would never be removed", seen, len(changes))
+	}
+	if _, ok := again.changedSince(again.logBase); !ok {
+		t.Error("the replacement refuses its own first rev")
 	}
 }
