@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -248,8 +249,15 @@ func (s *Server) Run(ctx context.Context) error {
 		adm.HandleDebug("uplink", "the hub stream: mode (push, or polled and by which hub), state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
 			return up.Status(), nil
 		})
+		var built sync.Once
 		g.Go(func() error {
 			return src.Run(gctx, func(objs []*meshconfig.Object) {
+				if s.settle != nil {
+					// The source's initial state is built: what its
+					// initial lists and first build used is garbage,
+					// before the uplink encodes the state.
+					built.Do(s.settle)
+				}
 				update(objs)
 				publish(objs)
 			})
@@ -279,7 +287,8 @@ func setGCPercent(percent int, log *slog.Logger) {
 }
 
 // settle lets go of what a phase of the spoke's start used, at its end
-// (built, and each time the hub or the remote view is synced): the heap's
+// (built, the source's initial state built, and each time the hub or the
+// remote view is synced): the heap's
 // free memory goes back to the system (a collection), and the
 // executable's pages leave the resident set, to come back as they are
 // used (shared/execpages). A spoke allocates most at start, and its start
