@@ -288,12 +288,11 @@ func setGCPercent(percent int, log *slog.Logger) {
 
 // settle lets go of what a phase of the spoke's start used, at its end
 // (built, the source's initial state built, and each time the hub or the
-// remote view is synced): the heap's
-// free memory goes back to the system (a collection), and the
-// executable's pages leave the resident set, to come back as they are
-// used (shared/execpages). A spoke allocates most at start, and its start
-// runs code it never runs again; without this it would keep both
-// resident (docs/decisions/053-spoke-settles-after-start.md).
+// remote view is synced): the heap's free memory goes back to the system
+// (a collection), and the executable's pages leave the resident set, to
+// come back as they are used (shared/execpages). A spoke allocates most
+// at start, and its start runs code it never runs again; without this it
+// would keep both resident (docs/decisions/053-spoke-settles-after-start.md).
 func settle(log *slog.Logger) {
 	debug.FreeOSMemory()
 	if n, err := execpages.Release(); err != nil {
