@@ -16,11 +16,21 @@ const TempPrefix = "."
 
 // Write replaces path with data, with mode perm. The directory must exist.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteFunc(path, perm, writeData(data))
+}
+
+// WriteFunc replaces path, with mode perm, with what fill writes to a new
+// temporary file in the same directory: a file too large to hold in memory
+// whole is streamed. fill may also write at any offset (a header known only
+// at the end, such as a checksum, is written back once the rest is); the
+// file is synced after fill returns. If fill fails, path is untouched and
+// its error is returned (wrapped). The directory must exist.
+func WriteFunc(path string, perm os.FileMode, fill func(*os.File) error) error {
 	dir, name := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	tmp, err := WriteTemp(dir, name, data, perm)
+	tmp, err := writeTemp(dir, name, perm, fill)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -41,6 +51,19 @@ func Write(path string, data []byte, perm os.FileMode) error {
 // whole. Callers replacing several files write every temporary file first
 // and rename them after.
 func WriteTemp(dir, name string, data []byte, perm os.FileMode) (path string, err error) {
+	return writeTemp(dir, name, perm, writeData(data))
+}
+
+// writeData is a fill that writes data.
+func writeData(data []byte) func(*os.File) error {
+	return func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	}
+}
+
+// writeTemp is WriteTemp with the content written by fill.
+func writeTemp(dir, name string, perm os.FileMode, fill func(*os.File) error) (path string, err error) {
 	f, err := os.CreateTemp(dir, TempPrefix+name+".*")
 	if err != nil {
 		return "", err
@@ -48,7 +71,7 @@ func WriteTemp(dir, name string, data []byte, perm os.FileMode) (path string, er
 	path = f.Name()
 	err = f.Chmod(perm)
 	if err == nil {
-		_, err = f.Write(data)
+		err = fill(f)
 	}
 	if err == nil {
 		err = f.Sync()

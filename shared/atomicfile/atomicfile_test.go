@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,5 +57,37 @@ func TestWriteSetReplacesEveryFileAndLeavesNoTemporaries(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
 			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
 		}
+	}
+}
+
+func TestWriteFuncWritesBackAHeaderAndAFailureLeavesTheOldFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "view")
+	err := WriteFunc(p, 0o600, func(f *os.File) error {
+		if _, err := f.Write([]byte("??\nbody")); err != nil {
+			return err
+		}
+		_, err := f.WriteAt([]byte("ok"), 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "ok\nbody" {
+		t.Fatalf("read back %q, %v; want %q", b, err, "ok\nbody")
+	}
+	boom := errors.New("boom")
+	err = WriteFunc(p, 0o600, func(f *os.File) error {
+		f.Write([]byte("half"))
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the fill's", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "ok\nbody" {
+		t.Fatalf("a failed write changed the file: %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("temporary files left: %v", entries)
 	}
 }

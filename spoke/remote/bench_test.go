@@ -109,13 +109,37 @@ func benchmarkView(b *testing.B, services, endpoints int) {
 	runtime.KeepAlive(loaded)
 }
 
+// benchmarkSave saves a complete view of services × endpoints (the
+// allocations are the save's).
+func benchmarkSave(b *testing.B, services, endpoints int) {
+	v := New("m", "c1")
+	for _, r := range loadMesh(b, services, endpoints) {
+		if rj := v.Apply(r); len(rj) > 0 {
+			b.Fatal(rj[0])
+		}
+	}
+	v.MarkComplete()
+	path := filepath.Join(b.TempDir(), File)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := v.Save(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkViewSaveBenchmarkMesh: one save of 1,000 services × 15
+// endpoints.
+func BenchmarkViewSaveBenchmarkMesh(b *testing.B) { benchmarkSave(b, 1000, 15) }
+
 // BenchmarkViewLoadBenchmarkMesh: 1,000 services × 15 endpoints.
 func BenchmarkViewLoadBenchmarkMesh(b *testing.B) { benchmarkView(b, 1000, 15) }
 
 // TestBenchmarksRunOnce is the benchmarks' test twin (a small mesh).
 func TestBenchmarksRunOnce(t *testing.T) {
-	r := testing.Benchmark(func(b *testing.B) { benchmarkView(b, 20, 3) })
-	if r.N == 0 {
-		t.Fatal("the benchmark did not run")
+	for name, bench := range map[string]func(*testing.B, int, int){"view": benchmarkView, "save": benchmarkSave} {
+		if r := testing.Benchmark(func(b *testing.B) { bench(b, 20, 3) }); r.N == 0 {
+			t.Fatalf("the %s benchmark did not run", name)
+		}
 	}
 }

@@ -1,12 +1,15 @@
 package remote
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"sort"
@@ -44,8 +47,63 @@ type savedEntry struct {
 // Encode returns the view as the file Save writes. Only a complete view
 // is worth saving; Encode does not check.
 func (v *View) Encode() ([]byte, error) {
+	var body bytes.Buffer
+	if err := v.snapshot().writeBody(&body); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body.Bytes())
+	return append([]byte(hex.EncodeToString(sum[:])+"\n"), body.Bytes()...), nil
+}
+
+// Save writes the view to path atomically (mode 0600), as Encode returns
+// it, streamed: a placeholder checksum line first, the body through a
+// hash, then the checksum written over the placeholder before the file is
+// synced and renamed into place. The view's file is several MB; building
+// it whole, and again with its checksum in front, was most of a standby
+// spoke's garbage.
+func (v *View) Save(path string) error {
+	s := v.snapshot()
+	return atomicfile.WriteFunc(path, 0o600, func(f *os.File) error {
+		if _, err := f.Write(checksumPlaceholder[:]); err != nil {
+			return err
+		}
+		h := sha256.New()
+		w := bufio.NewWriterSize(io.MultiWriter(f, h), 64<<10)
+		if err := s.writeBody(w); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		_, err := f.WriteAt([]byte(hex.EncodeToString(h.Sum(nil))), 0)
+		return err
+	})
+}
+
+// checksumPlaceholder is the checksum line's room while the body is
+// written: a SHA-256 in hex and the newline.
+var checksumPlaceholder = func() (b [2*sha256.Size + 1]byte) {
+	for i := range b {
+		b[i] = '0'
+	}
+	b[len(b)-1] = '\n'
+	return b
+}()
+
+// snapshot copies what the file holds out of the view: the resources
+// sorted by type URL, then by their bytes, so that a view saves to the
+// same file whatever order it was filled in. The resources' bytes are
+// shared, not copied: the view replaces them, never changes them.
+func (v *View) snapshot() *saved {
 	v.mu.Lock()
-	s := saved{Format: fileFormat, Mesh: v.mesh, Cluster: v.cluster, SavedAt: time.Now().UTC()}
+	s := &saved{Format: fileFormat, Mesh: v.mesh, Cluster: v.cluster, SavedAt: time.Now().UTC()}
+	n := 0
+	for _, byName := range v.resources {
+		n += len(byName)
+	}
+	if n > 0 {
+		s.Resources = make([]savedEntry, 0, n)
+	}
 	for t, byName := range v.resources {
 		for _, h := range byName {
 			s.Resources = append(s.Resources, savedEntry{TypeURL: t, Data: h.wire})
@@ -56,21 +114,74 @@ func (v *View) Encode() ([]byte, error) {
 		return s.Resources[i].TypeURL < s.Resources[j].TypeURL ||
 			s.Resources[i].TypeURL == s.Resources[j].TypeURL && bytes.Compare(s.Resources[i].Data, s.Resources[j].Data) < 0
 	})
-	body, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(body)
-	return append([]byte(hex.EncodeToString(sum[:])+"\n"), body...), nil
+	return s
 }
 
-// Save writes the view to path atomically (mode 0600).
-func (v *View) Save(path string) error {
-	b, err := v.Encode()
+// writeBody writes s to w as json.Marshal would, one resource at a time
+// (through one buffer): the body is never held whole.
+func (s *saved) writeBody(w io.Writer) error {
+	ew := &errWriter{w: w}
+	head, err := json.Marshal(struct {
+		Format  string    `json:"format"`
+		Mesh    string    `json:"mesh"`
+		Cluster string    `json:"cluster"`
+		SavedAt time.Time `json:"savedAt"`
+	}{s.Format, s.Mesh, s.Cluster, s.SavedAt})
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(path, b, 0o600)
+	ew.Write(head[:len(head)-1]) // the header's fields, without its closing brace
+	if s.Resources == nil {
+		ew.WriteString(`,"resources":null}`)
+		return ew.err
+	}
+	ew.WriteString(`,"resources":[`)
+	typeURL := ""
+	var quotedType, data []byte
+	for i, e := range s.Resources {
+		if i > 0 {
+			ew.WriteString(",")
+		}
+		if quotedType == nil || e.TypeURL != typeURL {
+			if quotedType, err = json.Marshal(e.TypeURL); err != nil {
+				return err
+			}
+			typeURL = e.TypeURL
+		}
+		ew.WriteString(`{"typeUrl":`)
+		ew.Write(quotedType)
+		ew.WriteString(`,"data":`)
+		if e.Data == nil {
+			ew.WriteString("null}")
+			continue
+		}
+		data = base64.StdEncoding.AppendEncode(append(data[:0], '"'), e.Data)
+		ew.Write(append(data, `"}`...))
+	}
+	ew.WriteString("]}")
+	return ew.err
+}
+
+// errWriter keeps the first error of a sequence of writes, which then do
+// nothing.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	var n int
+	n, e.err = e.w.Write(b)
+	return n, e.err
+}
+
+func (e *errWriter) WriteString(s string) {
+	if e.err == nil {
+		_, e.err = io.WriteString(e.w, s)
+	}
 }
 
 // ErrNoView is Load's error (wrapped) when there is no saved view.

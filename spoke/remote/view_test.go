@@ -1,6 +1,10 @@
 package remote
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -162,6 +166,45 @@ func TestSavedViewLoadsBackAndACorruptedOneIsRefused(t *testing.T) {
 	}
 	if err := New("m", "c1").Load(filepath.Join(dir, "absent")); !errors.Is(err, ErrNoView) {
 		t.Errorf("absent: err = %v", err)
+	}
+}
+
+// TestSavedFileIsWhatJSONMarshalWrites: the streamed body is byte for byte
+// json.Marshal's (the format the reader has always read), the saved file
+// is its checksum line and it, and an empty view saves too.
+func TestSavedFileIsWhatJSONMarshalWrites(t *testing.T) {
+	for name, v := range map[string]*View{"filled": filled(t), "empty": New("m", "c1")} {
+		s := v.snapshot()
+		var body bytes.Buffer
+		if err := s.writeBody(&body); err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(body.Bytes(), want) {
+			t.Fatalf("%s: streamed body\n%s\nwant json.Marshal's\n%s", name, body.Bytes(), want)
+		}
+		path := filepath.Join(t.TempDir(), File)
+		if err := v.Save(path); err != nil {
+			t.Fatal(err)
+		}
+		file, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sumHex, saved, _ := bytes.Cut(file, []byte("\n"))
+		sum := sha256.Sum256(saved)
+		if string(sumHex) != hex.EncodeToString(sum[:]) {
+			t.Fatalf("%s: checksum line %q does not match the body", name, sumHex)
+		}
+		var back struct {
+			Resources []savedEntry `json:"resources"`
+		}
+		if err := json.Unmarshal(saved, &back); err != nil || len(back.Resources) != len(s.Resources) {
+			t.Fatalf("%s: saved body holds %d resources (%v), want %d", name, len(back.Resources), err, len(s.Resources))
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/navemesh/nave/shared/admin"
+	"github.com/navemesh/nave/shared/execpages"
 	"github.com/navemesh/nave/shared/meshconfig"
 	"github.com/navemesh/nave/spoke/remote"
 	"github.com/navemesh/nave/spoke/source/kube"
@@ -50,6 +52,9 @@ type Server struct {
 	// view is the remote view once Run made it (the injector reads the
 	// mesh's MeshConfig from it).
 	view *atomic.Pointer[remote.View]
+	// settle, if set, lets go of the memory a phase of the spoke's start
+	// used once it is over (Serve sets it: it acts on the whole process).
+	settle func()
 }
 
 // namespaceNetwork is the network of a namespace's proxies whose pod says
@@ -81,6 +86,8 @@ func Serve(ctx context.Context, cfg spokeconfig.Config, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
+	s.settle = func() { settle(log) }
+	settle(log)
 	return s.Run(ctx)
 }
 
@@ -221,7 +228,7 @@ func (s *Server) Run(ctx context.Context) error {
 		upOpts := uplink.Options{
 			Address: cfg.Hub.Address, Mesh: cfg.Mesh, Cluster: cfg.Cluster, DomainSuffix: cfg.DomainSuffix, TLS: hubTLS,
 			BackoffInitial: cfg.Hub.BackoffInitial, BackoffMax: cfg.Hub.BackoffMax, MaxMessageBytes: cfg.Hub.MaxMessageBytes,
-			View: rv, ViewFile: viewFile, NoRemoteConfig: fbLis == nil,
+			View: rv, ViewFile: viewFile, NoRemoteConfig: fbLis == nil, OnSynced: s.settle,
 			Logger: log.With("component", "uplink"), Registerer: reg,
 		}
 		if polled {
@@ -242,8 +249,15 @@ func (s *Server) Run(ctx context.Context) error {
 		adm.HandleDebug("uplink", "the hub stream: mode (push, or polled and by which hub), state, last error, resources ACKed, resources the hub NACKed and why", func(*http.Request) (any, error) {
 			return up.Status(), nil
 		})
+		var built sync.Once
 		g.Go(func() error {
 			return src.Run(gctx, func(objs []*meshconfig.Object) {
+				if s.settle != nil {
+					// The source's initial state is built: what its
+					// initial lists and first build used is garbage,
+					// before the uplink encodes the state.
+					built.Do(s.settle)
+				}
 				update(objs)
 				publish(objs)
 			})
@@ -270,4 +284,20 @@ func setGCPercent(percent int, log *slog.Logger) {
 		return
 	}
 	debug.SetGCPercent(percent)
+}
+
+// settle lets go of what a phase of the spoke's start used, at its end
+// (built, the source's initial state built, and each time the hub or the
+// remote view is synced): the heap's free memory goes back to the system
+// (a collection), and the executable's pages leave the resident set, to
+// come back as they are used (shared/execpages). A spoke allocates most
+// at start, and its start runs code it never runs again; without this it
+// would keep both resident (docs/decisions/053-spoke-settles-after-start.md).
+func settle(log *slog.Logger) {
+	debug.FreeOSMemory()
+	if n, err := execpages.Release(); err != nil {
+		log.Warn("executable pages not released", "err", err)
+	} else {
+		log.Debug("settled: free heap and executable pages released", "executableBytes", n)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,9 +75,12 @@ func waitState(t *testing.T, u *Uplink, want string) Status {
 
 // A polled uplink serves the hub's Poll stream as it would push: header,
 // full state, synced marker; a newer stream supersedes the older (Aborted),
-// and EndPoll ends the current one.
+// and EndPoll ends the current one. OnSynced runs each time a stream
+// reaches synced, before the state says so.
 func TestPoll(t *testing.T) {
-	u := New(Options{Polled: true, Address: "127.0.0.1:0", Mesh: "default", Cluster: "c1", MaxMessageBytes: 1 << 20})
+	var syncs atomic.Int32
+	u := New(Options{Polled: true, Address: "127.0.0.1:0", Mesh: "default", Cluster: "c1", MaxMessageBytes: 1 << 20,
+		OnSynced: func() { syncs.Add(1) }})
 	if st := u.Status(); st.Mode != "polled" || st.State != StateWaitingHub {
 		t.Fatalf("before any stream: %+v", st)
 	}
@@ -102,6 +106,9 @@ func TestPoll(t *testing.T) {
 	if st.PolledBy == "" || st.PolledSince == nil || st.Sessions != 1 {
 		t.Errorf("polled: %+v", st)
 	}
+	if n := syncs.Load(); n != 1 {
+		t.Errorf("OnSynced ran %d times once synced, want 1", n)
+	}
 	// Without a remote view (fallback off) there is nothing to watch.
 	w, err := protocolv1.NewPolledClient(conn).PollWatch(ctx)
 	if err != nil {
@@ -116,6 +123,9 @@ func TestPoll(t *testing.T) {
 	}
 	if st := waitState(t, u, StateSynced); st.Sessions != 2 {
 		t.Errorf("after the second stream: %+v", st)
+	}
+	if n := syncs.Load(); n != 2 {
+		t.Errorf("OnSynced ran %d times after the second stream synced, want 2", n)
 	}
 	u.EndPoll()
 	if _, err := second.Recv(); status.Code(err) != codes.Unavailable {

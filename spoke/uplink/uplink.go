@@ -75,8 +75,14 @@ type Options struct {
 	// that keeps no fallback: the rest of the mesh would only cost
 	// memory).
 	NoRemoteConfig bool
-	Logger         *slog.Logger
-	Registerer     prometheus.Registerer
+	// OnSynced, if set, is called each time a Push stream reaches synced
+	// (the hub holds the desired state) and each time the Watch stream's
+	// view is complete and saved, before the state says so, on the
+	// stream's goroutine: the end of a start or of a reconnection, when
+	// what only that used can be let go.
+	OnSynced   func()
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Uplink pushes the desired state to the hub. Update and Status are safe
@@ -377,6 +383,9 @@ func (u *Uplink) run(ctx context.Context, stream stream) (synced bool, err error
 		case r := <-replies:
 			if r.GetResponseNonce() == syncNonce && r.GetErrorDetail() == nil && !synced {
 				synced = true
+				if u.opts.OnSynced != nil {
+					u.opts.OnSynced()
+				}
 				u.setState(StateSynced, nil)
 				u.log.Info("hub synced", "hub", u.hubName(), "resources", len(s.sent))
 			}

@@ -152,6 +152,9 @@ func (u *Uplink) runWatch(stream watchStream) error {
 		if r.GetTypeUrl() == protocol.SyncedTypeURL {
 			u.opts.View.MarkComplete()
 			saver.now()
+			if u.opts.OnSynced != nil {
+				u.opts.OnSynced()
+			}
 			u.setWatch(WatchSynced, nil)
 			u.log.Info("remote view synced", "clusters", len(u.opts.View.Objects()))
 		} else if rejections := u.opts.View.Apply(r); len(rejections) > 0 {

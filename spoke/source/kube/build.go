@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -134,9 +133,9 @@ func (b *builder) build() buildResult {
 		}
 	}
 	b.services = services
-	var eps []*discoveryv1.EndpointSlice
+	var eps []*endpointSlice
 	for _, item := range s.list(kindEndpointSlice) {
-		if sl, ok := item.(*discoveryv1.EndpointSlice); ok && selected(sl.Namespace) {
+		if sl, ok := item.(*endpointSlice); ok && selected(sl.Namespace) {
 			eps = append(eps, sl)
 		}
 	}

@@ -124,7 +124,7 @@ var kindDefs = []*kindDef{
 		informer: func(c *clients) cache.SharedIndexInformer {
 			return discoveryinformers.NewEndpointSliceInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
-		transform: transformMeta,
+		transform: transformEndpointSlice,
 	},
 	{
 		name: kindPod, version: "v1", plural: "pods", namespaced: true,

@@ -4,6 +4,7 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -112,6 +113,95 @@ func samePod(old, cur any) bool {
 		a.serviceAccount == b.serviceAccount &&
 		a.node == b.node &&
 		a.ready == b.ready
+}
+
+// endpointSlice is what the source keeps of an EndpointSlice: its name,
+// namespace, uid, resource version and labels, its address type, its TCP
+// ports by name and, of each endpoint with an address, what
+// workloadEndpoints reads. A discoveryv1.Endpoint is ~300 bytes with its
+// pointers and target reference; a cachedEndpoint is a third of that, and
+// a large cluster has an endpoint per pod.
+type endpointSlice struct {
+	metav1.ObjectMeta
+	addressType discoveryv1.AddressType
+	// ports are the slice's TCP ports by name (slicePorts), shared by the
+	// endpoints (and Workloads) made of it: never modified.
+	ports     map[string]uint32
+	endpoints []cachedEndpoint
+}
+
+// cachedEndpoint is one endpoint of an endpointSlice.
+type cachedEndpoint struct {
+	// address is the endpoint's first address: only the first has
+	// defined semantics.
+	address string
+	// podRef is set when the endpoint's targetRef is a Pod of the
+	// slice's namespace; pod is its name.
+	podRef         bool
+	pod            string
+	nodeName, zone string
+	ready          condition
+	terminating    condition
+}
+
+// condition is an endpoint condition, which the API leaves unset when
+// unknown.
+type condition int8
+
+const (
+	conditionUnset condition = iota
+	conditionTrue
+	conditionFalse
+)
+
+func conditionOf(b *bool) condition {
+	switch {
+	case b == nil:
+		return conditionUnset
+	case *b:
+		return conditionTrue
+	}
+	return conditionFalse
+}
+
+// transformEndpointSlice turns an EndpointSlice into an endpointSlice.
+func transformEndpointSlice(obj any) (any, error) {
+	if sl, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		return compactSlice(sl), nil
+	}
+	return obj, nil
+}
+
+// compactSlice keeps what the source reads of sl.
+func compactSlice(sl *discoveryv1.EndpointSlice) *endpointSlice {
+	out := &endpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            sl.Name,
+			Namespace:       sl.Namespace,
+			UID:             sl.UID,
+			ResourceVersion: sl.ResourceVersion,
+			Labels:          sl.Labels,
+		},
+		addressType: sl.AddressType,
+		ports:       slicePorts(sl),
+	}
+	for _, ep := range sl.Endpoints {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		e := cachedEndpoint{address: ep.Addresses[0], ready: conditionOf(ep.Conditions.Ready), terminating: conditionOf(ep.Conditions.Terminating)}
+		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.Namespace == "" || ref.Namespace == sl.Namespace) {
+			e.podRef, e.pod = true, ref.Name
+		}
+		if ep.NodeName != nil {
+			e.nodeName = *ep.NodeName
+		}
+		if ep.Zone != nil {
+			e.zone = *ep.Zone
+		}
+		out.endpoints = append(out.endpoints, e)
+	}
+	return out
 }
 
 // transformNode keeps a node's name and topology labels.

@@ -64,7 +64,11 @@ type endpoint struct {
 // would collide get the address appended. FQDN slices and slices that
 // belong to no Service are skipped. Versions are not set.
 func workloadObjects(v *view, eps []*discoveryv1.EndpointSlice) []*meshconfig.Object {
-	all, names := workloadEndpoints(v, eps)
+	cached := make([]*endpointSlice, len(eps))
+	for i, sl := range eps {
+		cached[i] = compactSlice(sl)
+	}
+	all, names := workloadEndpoints(v, cached)
 	out := make([]*meshconfig.Object, 0, len(all))
 	for i, e := range all {
 		out = append(out, workloadObject(v, e, names[i]))
@@ -73,54 +77,50 @@ func workloadObjects(v *view, eps []*discoveryv1.EndpointSlice) []*meshconfig.Ob
 }
 
 // workloadEndpoints gathers the endpoints workloadObjects makes Workloads
-// of, and their names.
-func workloadEndpoints(v *view, eps []*discoveryv1.EndpointSlice) ([]*endpoint, []string) {
+// of, and their names, from the cached slices.
+func workloadEndpoints(v *view, eps []*endpointSlice) ([]*endpoint, []string) {
 	eps = slices.Clone(eps)
-	slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int {
+	slices.SortFunc(eps, func(a, b *endpointSlice) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	byAddr := map[[2]string]*endpoint{}
 	var all []*endpoint
 	for _, sl := range eps {
 		svc := sl.Labels[discoveryv1.LabelServiceName]
-		if sl.AddressType == discoveryv1.AddressTypeFQDN || svc == "" {
+		if sl.addressType == discoveryv1.AddressTypeFQDN || svc == "" {
 			continue
 		}
 		host := hostname(svc, sl.Namespace, v.domain)
-		ports := slicePorts(sl)
-		for _, ep := range sl.Endpoints {
-			if len(ep.Addresses) == 0 {
-				continue
-			}
-			// Only the first address has defined semantics. Endpoints are
-			// one per (pod, address): host-network pods share their node's
-			// address and are still distinct workloads.
-			key := [2]string{sl.Namespace, ep.Addresses[0]}
-			if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.Namespace == "" || ref.Namespace == sl.Namespace) {
-				key[1] += " pod " + ref.Name
+		for _, ep := range sl.endpoints {
+			// Endpoints are one per (pod, address): host-network pods
+			// share their node's address and are still distinct
+			// workloads.
+			key := [2]string{sl.Namespace, ep.address}
+			if ep.podRef {
+				key[1] += " pod " + ep.pod
 			}
 			e := byAddr[key]
 			if e == nil {
 				// The endpoint shares its slice's ports (and so do the
 				// Workloads made of it) until another slice adds one.
-				e = &endpoint{namespace: sl.Namespace, address: ep.Addresses[0], slice: sl.Name, ports: ports}
+				e = &endpoint{namespace: sl.Namespace, address: ep.address, slice: sl.Name, ports: sl.ports}
 				byAddr[key] = e
 				all = append(all, e)
 			} else {
-				e.ports = mergePorts(e.ports, ports)
+				e.ports = mergePorts(e.ports, sl.ports)
 			}
 			var pod *pod
-			if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.Namespace == "" || ref.Namespace == sl.Namespace) {
-				pod = v.pod(sl.Namespace, ref.Name)
+			if ep.podRef {
+				pod = v.pod(sl.Namespace, ep.pod)
 				if e.podName == "" {
-					e.podName, e.pod = ref.Name, pod
+					e.podName, e.pod = ep.pod, pod
 				}
 			}
-			if e.nodeName == "" && ep.NodeName != nil {
-				e.nodeName = *ep.NodeName
+			if e.nodeName == "" {
+				e.nodeName = ep.nodeName
 			}
-			if e.zone == "" && ep.Zone != nil {
-				e.zone = *ep.Zone
+			if e.zone == "" {
+				e.zone = ep.zone
 			}
 			if !slices.Contains(e.services, host) {
 				e.services = append(e.services, host)
@@ -196,13 +196,12 @@ func mergePorts(have, more map[string]uint32) map[string]uint32 {
 // NOT_READY. An endpoint that does not say whether it is ready takes its
 // pod's Ready condition, and counts as ready without one, as the
 // EndpointSlice API asks.
-func endpointHealth(ep discoveryv1.Endpoint, pod *pod) meshconfigv1.Workload_Health {
-	c := ep.Conditions
-	if c.Terminating != nil && *c.Terminating || pod != nil && pod.DeletionTimestamp != nil {
+func endpointHealth(ep cachedEndpoint, pod *pod) meshconfigv1.Workload_Health {
+	if ep.terminating == conditionTrue || pod != nil && pod.DeletionTimestamp != nil {
 		return meshconfigv1.Workload_TERMINATING
 	}
-	ready := c.Ready == nil || *c.Ready
-	if c.Ready == nil && pod != nil {
+	ready := ep.ready != conditionFalse
+	if ep.ready == conditionUnset && pod != nil {
 		if pod.ready != "" {
 			ready = pod.ready == corev1.ConditionTrue
 		}

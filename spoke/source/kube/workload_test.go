@@ -115,7 +115,8 @@ func TestEndpointHealth(t *testing.T) {
 		{"unknown, no pod", discoveryv1.EndpointConditions{}, nil, meshconfigv1.Workload_READY},
 	}
 	for _, tt := range tests {
-		if got := endpointHealth(discoveryv1.Endpoint{Conditions: tt.cond}, tt.pod); got != tt.want {
+		sl := compactSlice(&discoveryv1.EndpointSlice{Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: tt.cond}}})
+		if got := endpointHealth(sl.endpoints[0], tt.pod); got != tt.want {
 			t.Errorf("%s: health %v, want %v", tt.name, got, tt.want)
 		}
 	}
