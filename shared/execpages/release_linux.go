@@ -17,7 +17,7 @@ import (
 // call at any time, from any goroutine: code running meanwhile faults its
 // pages back in.
 func Release() (int64, error) {
-	maps, err := os.ReadFile("/proc/self/maps")
+	maps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return 0, fmt.Errorf("release executable pages: %w", err)
 	}
@@ -42,17 +42,35 @@ func Release() (int64, error) {
 // mapping is one address range of /proc/self/maps.
 type mapping struct{ start, end uintptr }
 
-// readOnlyMappings returns the mappings of path in maps (the text of
-// /proc/self/maps) that are private and not writable.
-func readOnlyMappings(maps []byte, path string) []mapping {
+// readOnlyMappings returns the mappings of path in smaps (the text of
+// /proc/self/smaps, or of /proc/self/maps, its header lines alone) that
+// are private, not writable, and hold no page the process wrote. A
+// written page of a read-only mapping is anonymous (a private copy): the
+// relocations the dynamic loader applies before protecting RELRO (a
+// position-independent or dynamically linked build), or a debugger's
+// breakpoint. Unmapping it would bring the file's unrelocated bytes back,
+// so such a mapping is left alone.
+func readOnlyMappings(smaps []byte, path string) []mapping {
 	var out []mapping
-	sc := bufio.NewScanner(bytes.NewReader(maps))
+	candidate := false
+	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	for sc.Scan() {
+		line := sc.Bytes()
+		f := bytes.Fields(line)
+		if len(f) >= 2 && bytes.Equal(f[0], []byte("Anonymous:")) {
+			if candidate && !bytes.Equal(f[1], []byte("0")) {
+				out = out[:len(out)-1]
+			}
+			candidate = false
+			continue
+		}
+		if len(f) == 0 || bytes.HasSuffix(f[0], []byte(":")) {
+			continue // another field of the mapping above
+		}
+		candidate = false
 		// address perms offset dev inode pathname (which may hold spaces,
 		// such as " (deleted)" after a replaced binary's, as
 		// /proc/self/exe then says too)
-		line := sc.Bytes()
-		f := bytes.Fields(line)
 		if len(f) < 6 || string(bytes.TrimSpace(line[bytes.Index(line, f[5]):])) != path {
 			continue
 		}
@@ -70,6 +88,7 @@ func readOnlyMappings(maps []byte, path string) []mapping {
 			continue
 		}
 		out = append(out, mapping{uintptr(start), uintptr(end)})
+		candidate = true
 	}
 	return out
 }

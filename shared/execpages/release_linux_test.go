@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,5 +81,52 @@ func TestReadOnlyMappingsAreTheExecutablesPrivateUnwritableOnes(t *testing.T) {
 	want := []mapping{{0x400000, 0x269a000}, {0x269a000, 0x531c000}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("mappings = %#v, want %#v", got, want)
+	}
+}
+
+// TestReadOnlyMappingsSkipWrittenPages: a read-only mapping holding a page
+// the process wrote (RELRO after the dynamic loader's relocations) is not
+// released: its private copy would be lost for the file's bytes.
+func TestReadOnlyMappingsSkipWrittenPages(t *testing.T) {
+	smaps := []byte(`00400000-0269a000 r-xp 00000000 fe:00 11 /bin/spoke
+Size:              35432 kB
+Rss:               20000 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me dw
+0269a000-0269b000 r--p 0229a000 fe:00 11 /bin/spoke
+Size:                  4 kB
+Rss:                   4 kB
+Anonymous:             4 kB
+VmFlags: rd mr mw me dw ac
+0269b000-0531c000 r--p 0229b000 fe:00 11 /bin/spoke
+Size:              45000 kB
+Anonymous:             0 kB
+0531c000-053f0000 rw-p 04f1c000 fe:00 11 /bin/spoke
+Anonymous:           100 kB
+`)
+	got := readOnlyMappings(smaps, "/bin/spoke")
+	want := []mapping{{0x400000, 0x269a000}, {0x269b000, 0x531c000}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("mappings = %#v, want %#v (the written RELRO page left alone)", got, want)
+	}
+}
+
+// TestReleaseInAPositionIndependentBuild runs the release test in a PIE
+// build of this package's tests, whose RELRO pages the dynamic loader
+// wrote: released with the rest, they came back unrelocated and the
+// process died of a segmentation fault.
+func TestReleaseInAPositionIndependentBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package's tests again")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to build with: %v", err)
+	}
+	cmd := exec.CommandContext(t.Context(), goTool, "test", "-count=1", "-buildmode=pie",
+		"-run", "^TestReleaseLeavesFewerPagesResidentAndTheProcessWhole$", ".")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the release test in a PIE build: %v\n%s", err, out)
 	}
 }
