@@ -210,6 +210,13 @@ func Join(opts Options, stop <-chan struct{}) (*Membership, error) {
 	}
 	c.Keyring = opts.Keyring
 	c.GossipVerifyIncoming, c.GossipVerifyOutgoing = true, true
+	// A replica that died without leaving (a lost node, a forced delete)
+	// comes back under its id at a new address (a StatefulSet's pod keeps
+	// its name, not its IP): its peers take the new address as soon as
+	// they hold the old one dead, not once they forgot it (memberlist's
+	// GossipToTheDeadTime, 30 s). Only a dead member's name is reclaimed:
+	// a live one's stays refused as a conflict.
+	c.DeadNodeReclaimTime = time.Nanosecond
 	c.Delegate = (*delegate)(m)
 	c.Events = (*events)(m)
 	c.Logger = log.New(&logWriter{log: opts.Logger}, "", 0)

@@ -270,3 +270,50 @@ func TestRejoinOnlyWhileASeedIsMissing(t *testing.T) {
 		t.Errorf("a started %d push/pulls after every seed had joined, want at most the one of the tick in progress", n-pushPulls)
 	}
 }
+
+// TestReplacedMemberRejoinsAtANewAddress: a replica that died without
+// leaving comes back under its id at another address (a StatefulSet's pod
+// on a new IP); its peers take it as soon as they hold the old one dead,
+// not once they forgot it (held here for ten minutes).
+func TestReplacedMemberRejoinsAtANewAddress(t *testing.T) {
+	kr := keyring(t, 0)
+	slow := func(c *memberlist.Config) { fast(c); c.GossipToTheDeadTime = 10 * time.Minute }
+	a := &member{stop: make(chan struct{}), log: &memberLog{}}
+	m, err := replica.Join(replica.Options{ID: "a", BindAddress: "127.0.0.1", Keyring: kr, Logger: slog.New(slog.NewTextHandler(a.log, nil)),
+		RejoinInterval: time.Hour, QuorumWindow: time.Minute, ReadyTimeout: time.Minute, Tune: slow,
+		RelayAddress: "127.0.0.1:1", In: fakeIngest{}}, a.stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.m = m
+	t.Cleanup(a.leave)
+
+	// The first b: a bare gossip node that dies without leaving.
+	c := memberlist.DefaultLANConfig()
+	c.Name, c.BindAddr, c.BindPort, c.Keyring = "b", "127.0.0.1", 0, kr
+	c.GossipVerifyIncoming, c.GossipVerifyOutgoing = true, true
+	c.LogOutput = &memberLog{}
+	fast(c)
+	first, err := memberlist.Create(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Join([]string{a.gossip()}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "a sees the first b", func() bool { return a.m.IsAlive("b") })
+	if err := first.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "a holds the first b dead", func() bool { return !a.m.IsAlive("b") })
+
+	b := join(t, "b", kr, a.gossip())
+	testwait.For(t, waitFor, func() error {
+		for _, mb := range a.m.Members() {
+			if mb.ID == "b" && mb.Gossip == b.gossip() && a.m.IsAlive("b") {
+				return nil
+			}
+		}
+		return fmt.Errorf("a does not hold b at its new address %s: members %+v", b.gossip(), a.m.Members())
+	})
+}
