@@ -125,12 +125,16 @@ func TestMembershipKeyringLeaderAndQuorum(t *testing.T) {
 		})
 	}
 	refused := a.log.count("memberlist: failed to receive")
+	// Both are stopped when the test ends: left running, they would go on
+	// dialling addresses a later test's members may bind.
+	intruderStop, clearStop := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(intruderStop); close(clearStop) })
 	if _, err := replica.Join(replica.Options{ID: "intruder", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Keyring: keyring(t, 1),
-		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, make(chan struct{})); err != nil {
+		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, intruderStop); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := replica.Join(replica.Options{ID: "clear", BindAddress: "127.0.0.1", Join: []string{a.gossip()}, Insecure: true,
-		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, make(chan struct{})); err != nil {
+		Tune: fast, RejoinInterval: time.Hour, In: fakeIngest{}}, clearStop); err != nil {
 		t.Fatal(err)
 	}
 	// a refused both: each Join's push-pull with a failed on a's side.
