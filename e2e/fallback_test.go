@@ -91,7 +91,8 @@ func TestFallback(t *testing.T) {
 	}
 	// A client in cluster b: the hub first, spoke b second.
 	inB := startFallbackClient(t, h, spB, "b-client.demo")
-	if got := tally(inB.collect(t, firstOK(t, inB, 30*time.Second), 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
+	firstB := firstOK(t, inB, 30*time.Second)
+	if got := tally(inB.collect(t, firstB, 200, 30*time.Second)); got["a-v1"] == 0 || got["b-v2"] == 0 {
 		t.Fatalf("b's client before the outage: %s, want both clusters", describe(got))
 	}
 	if st := spA.status(t); st.Active || st.Proxies != 0 {
@@ -256,9 +257,12 @@ func TestFallback(t *testing.T) {
 	if servers[addr(spA.xds)] == 0 {
 		t.Errorf("the watching client was never served by spoke a: %v", servers)
 	}
-	for name, c := range map[string]*client{"old": old, "fresh": fresh, "b's": inB} {
-		if f := failures(c.calls()); len(f) > 0 {
-			t.Errorf("%s client: %d failed calls, first %+v", name, len(f), f[0])
+	for name, c := range map[string]struct {
+		c    *client
+		from time.Time
+	}{"old": {old, first}, "fresh": {fresh, firstFresh}, "b's": {inB, firstB}} {
+		if f := failuresSince(c.c.calls(), c.from); len(f) > 0 {
+			t.Errorf("%s client: %d failed calls since its first successful one, first %+v", name, len(f), f[0])
 		}
 	}
 }
