@@ -623,7 +623,9 @@ func (r *runner) beginProbes(base, suffix string, seconds int) ([]*procProbe, ch
 			// The heap once the CPU profile ends (after a GC: a heap
 			// profile counts what was allocated as of the last one):
 			// its alloc_space less the one at the start is what was
-			// allocated over those seconds, by where.
+			// allocated over those seconds, by where. A scenario that
+			// outlasts the profile counts that collection in its CPU
+			// and collections.
 			path = filepath.Join(r.o.ProfileDir, name(pp.index)+suffix+"-heap-at-end.pprof")
 			if err := pp.hub.fetch(path, "/debug/pprof/heap?gc=1"); err != nil {
 				r.log.Error("hub heap profile", "profile", name(pp.index), "err", err)
