@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -193,7 +194,8 @@ func (h *Hub) getJSON(path string, v any) error {
 }
 
 // Metrics scrapes the hub's /metrics: every nave_ sample (histogram
-// buckets left out) by its series ("name{labels}").
+// buckets left out) by its series ("name{labels}"), and the Go runtime's
+// allocation and collection counters (runtimeMetrics).
 func (h *Hub) Metrics() (map[string]float64, error) {
 	resp, err := http.Get(h.URL("/metrics"))
 	if err != nil {
@@ -205,10 +207,10 @@ func (h *Hub) Metrics() (map[string]float64, error) {
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "nave_") {
+		i := strings.LastIndexByte(line, ' ')
+		if !strings.HasPrefix(line, "nave_") && (i < 0 || !slices.Contains(runtimeMetrics, line[:i])) {
 			continue
 		}
-		i := strings.LastIndexByte(line, ' ')
 		if i < 0 {
 			continue
 		}
@@ -224,6 +226,20 @@ func (h *Hub) Metrics() (map[string]float64, error) {
 	}
 	return out, sc.Err()
 }
+
+// The Go runtime's counters Metrics reads besides nave_ series: bytes
+// allocated and collections completed since the process started. Unlike
+// CPU-seconds on shared cores they do not depend on what else runs.
+const (
+	allocBytesMetric = "go_memstats_alloc_bytes_total"
+	gcCyclesMetric   = "go_gc_duration_seconds_count"
+)
+
+var runtimeMetrics = []string{allocBytesMetric, gcCyclesMetric}
+
+// idleReleasesMetric counts the hub's returns of its idle heap to the OS
+// (shared/memrelease).
+const idleReleasesMetric = "nave_memory_idle_releases_total"
 
 // sumMetric adds every series of a metric name.
 func sumMetric(m map[string]float64, name string) float64 {

@@ -80,15 +80,21 @@ func TestReplicaSetup(t *testing.T) {
 func TestReplicaNotes(t *testing.T) {
 	e := map[string]float64{"replicas": 2, "r0_proxies": 3, "r1_proxies": 2, "r0_cpu_s": 1.25, "r1_cpu_s": 0.5,
 		"r0_gossip_bytes_per_s": 512, "steady_initial_relay_bytes": 3 << 20, "steady_r0_initial_relay_bytes": 2 << 20,
-		"steady_r1_initial_relay_bytes": 1 << 20, "steady_idle_seconds": 30, "steady_r1_idle_gossip_bytes_per_s": 400}
+		"steady_r1_initial_relay_bytes": 1 << 20, "steady_idle_seconds": 30, "steady_r1_idle_gossip_bytes_per_s": 400,
+		"r0_alloc_mb": 55, "r1_alloc_mb": 93, "r0_gc_cycles": 1, "r1_gc_cycles": 2, "r1_idle_releases_before": 1}
 	got := Result{Scenario: "S1", Extra: e}.Notes()
-	for _, want := range []string{"2 replicas: proxies 3/2", "CPU-s 1.2/0.5", "gossip sent 0.50/0.00 KB/s",
+	for _, want := range []string{"2 replicas: proxies 3/2", "CPU-s 1.25/0.50", "allocated 55/93 MB, 1/2 collections (idle heap returned 0/1 times before)",
+		"gossip sent 0.50/0.00 KB/s",
 		"relay sent 3.00 MB (2048/1024 KB per replica)", "idle for 30.0s: gossip sent 0.00/0.39 KB/s"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("notes %q lack %q", got, want)
 		}
 	}
-	if strings.Contains(Result{Scenario: "S1", Extra: map[string]float64{"complete": 1}}.Notes(), "replicas") {
+	single := Result{Scenario: "S1", Extra: map[string]float64{"complete": 1, "hub_alloc_mb": 159, "hub_gc_cycles": 2}}.Notes()
+	if strings.Contains(single, "replicas") {
 		t.Error("a single hub's notes mention replicas")
+	}
+	if want := "hub allocated 159 MB, 2 collections"; !strings.Contains(single, want) {
+		t.Errorf("a single hub's notes %q lack %q", single, want)
 	}
 }

@@ -176,6 +176,9 @@ func (r Result) Notes() string {
 	if v, ok := e["hub_rss_start_mb"]; ok {
 		add("hub RSS at start %.0f MB", v)
 	}
+	if v, ok := e["hub_alloc_mb"]; ok {
+		add("hub allocated %.0f MB, %.0f collections (idle heap returned %.0f times before)", v, e["hub_gc_cycles"], e["hub_idle_releases_before"])
+	}
 	if v, ok := e["steady_idle_seconds"]; ok && e["replicas"] <= 1 {
 		add("holding the workload took %.0f builds, %.2f CPU-s since the start; then idle for %s: CPU-s %.2f",
 			e["steady_r0_load_builds"], e["steady_r0_load_cpu_s"], secs(v), e["steady_r0_idle_cpu_s"])
@@ -211,8 +214,9 @@ func replicaNotes(e map[string]float64, n int) string {
 		}
 		return strings.Join(v, "/")
 	}
-	s := fmt.Sprintf("%d replicas: proxies %s, CPU-s %s, peak RSS %s MB, relay sent %s KB/s, gossip sent %s KB/s", n,
-		per("r%d_proxies", "%.0f", 1), per("r%d_cpu_s", "%.1f", 1), per("r%d_peak_rss_mb", "%.0f", 1),
+	s := fmt.Sprintf("%d replicas: proxies %s, CPU-s %s, allocated %s MB, %s collections (idle heap returned %s times before), peak RSS %s MB, relay sent %s KB/s, gossip sent %s KB/s", n,
+		per("r%d_proxies", "%.0f", 1), per("r%d_cpu_s", "%.2f", 1), per("r%d_alloc_mb", "%.0f", 1), per("r%d_gc_cycles", "%.0f", 1),
+		per("r%d_idle_releases_before", "%.0f", 1), per("r%d_peak_rss_mb", "%.0f", 1),
 		per("r%d_relay_bytes_per_s", "%.1f", 1.0/1024), per("r%d_gossip_bytes_per_s", "%.2f", 1.0/1024))
 	if _, ok := e["steady_initial_relay_bytes"]; ok {
 		s += fmt.Sprintf("; before the proxies: workload held by every replica %s after the spokes started, "+

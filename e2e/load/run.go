@@ -578,7 +578,9 @@ func (r *runner) begin(name string) *probe {
 
 // beginProbes starts measuring every live hub process. With base set, it
 // first saves each one's heap (after a GC, which the probe then does not
-// count) and then a CPU profile of the next seconds, into the profile
+// count), a CPU profile of the next seconds and the heap again after
+// them (for what they allocated: go tool pprof -sample_index=alloc_space
+// -diff_base …-heap-at-start.pprof …-heap-at-end.pprof), into the profile
 // directory under base plus suffix (with replicas, each file names its
 // replica: base-rK…); the channel is closed when every CPU profile is
 // saved (nil without base).
@@ -617,6 +619,16 @@ func (r *runner) beginProbes(base, suffix string, seconds int) ([]*procProbe, ch
 			path := filepath.Join(r.o.ProfileDir, name(pp.index)+suffix+".pprof")
 			if err := pp.hub.fetch(path, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)); err != nil {
 				r.log.Error("hub CPU profile", "profile", name(pp.index), "err", err)
+			}
+			// The heap once the CPU profile ends (after a GC: a heap
+			// profile counts what was allocated as of the last one):
+			// its alloc_space less the one at the start is what was
+			// allocated over those seconds, by where. A scenario that
+			// outlasts the profile counts that collection in its CPU
+			// and collections.
+			path = filepath.Join(r.o.ProfileDir, name(pp.index)+suffix+"-heap-at-end.pprof")
+			if err := pp.hub.fetch(path, "/debug/pprof/heap?gc=1"); err != nil {
+				r.log.Error("hub heap profile", "profile", name(pp.index), "err", err)
 			}
 		})
 	}
@@ -672,11 +684,21 @@ func (p *probe) end() Result {
 		for k, v := range u.metrics {
 			res.Hub[k] += v
 		}
+		pre := fmt.Sprintf("r%d_", pp.index)
+		if len(p.r.hubs) == 1 {
+			pre = "hub_"
+		}
+		// What the process allocated and how often it collected, which
+		// shared cores do not blur as they do CPU-seconds; and whether it
+		// had returned its idle heap to the OS before the scenario (then
+		// the scenario faults its pages in again).
+		res.Extra[pre+"alloc_mb"] = sumMetric(u.metrics, allocBytesMetric) / (1 << 20)
+		res.Extra[pre+"gc_cycles"] = sumMetric(u.metrics, gcCyclesMetric)
+		res.Extra[pre+"idle_releases_before"] = sumMetric(pp.metrics0, idleReleasesMetric)
 		if len(p.r.hubs) == 1 {
 			res.Extra["hub_rss_start_mb"] = u.startMB
 			continue
 		}
-		pre := fmt.Sprintf("r%d_", pp.index)
 		res.Extra[pre+"cpu_s"] = u.cpu
 		res.Extra[pre+"peak_rss_mb"] = u.peakMB
 		res.Extra[pre+"rss_start_mb"] = u.startMB

@@ -70,7 +70,7 @@ func run() error {
 		timeout    = flag.Duration("timeout", 10*time.Minute, "longest wait for any step (a hang fails the run)")
 		jsonPath   = flag.String("json", "", "also write every run's results and the medians as JSON to this file")
 		traceDir   = flag.String("trace", "", "write every response every proxy received (CSV, one file per run) into this directory")
-		profileDir = flag.String("profile", "", "save a hub CPU profile of each scenario, and a heap profile as it starts, into this directory (with replicas: each replica's, and of the idle set too)")
+		profileDir = flag.String("profile", "", "save a hub CPU profile of each scenario, and heap profiles as it starts and as the CPU profile ends (their alloc_space difference: what the scenario allocated), into this directory (with replicas: each replica's, and of the idle set too)")
 		profileSec = flag.Int("profile-seconds", 30, "length of each hub CPU profile, from the scenario's start")
 		verbose    = flag.Bool("v", false, "log progress (and the spokes' warnings) to stderr")
 		selfProf   = flag.String("cpuprofile", "", "write this tool's own CPU profile to this file (to keep the load generator cheap)")
