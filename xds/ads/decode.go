@@ -50,7 +50,13 @@ func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
 		if b[i] == resourceNamesTag {
 			// A name, read without the general field walk below: an
 			// EDS ACK is a thousand of them.
-			l, n := protowire.ConsumeVarint(b[i+1:])
+			var l uint64
+			n := 1
+			if i+1 < len(b) && b[i+1] < 0x80 {
+				l = uint64(b[i+1]) // a name shorter than 128 bytes
+			} else {
+				l, n = protowire.ConsumeVarint(b[i+1:])
+			}
 			if n < 0 || l > uint64(len(b)-i-1-n) {
 				return nil, 0, 0
 			}
