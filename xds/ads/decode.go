@@ -51,13 +51,13 @@ func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
 			// A name, read without the general field walk below: an
 			// EDS ACK is a thousand of them.
 			var l uint64
-			n := 1
+			ll := 1 // the length's bytes
 			if i+1 < len(b) && b[i+1] < 0x80 {
 				l = uint64(b[i+1]) // a name shorter than 128 bytes
 			} else {
-				l, n = protowire.ConsumeVarint(b[i+1:])
+				l, ll = protowire.ConsumeVarint(b[i+1:])
 			}
-			if n < 0 || l > uint64(len(b)-i-1-n) {
+			if ll < 0 || l > uint64(len(b)-i-1-ll) {
 				return nil, 0, 0
 			}
 			if end >= 0 && end != i {
@@ -66,7 +66,7 @@ func (n *nameSets) encodedIn(b []byte) (list []string, start, end int) {
 			if start < 0 {
 				start = i
 			}
-			i += 1 + n + int(l)
+			i += 1 + ll + int(l)
 			end = i
 			continue
 		}
