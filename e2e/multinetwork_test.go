@@ -74,13 +74,13 @@ spec:
 }
 
 // assignmentLayout renders an assignment as sorted "address:port/weight"
-// strings.
+// strings (the weight Envoy takes: unset is 1).
 func assignmentLayout(m proto.Message) []string {
 	var out []string
 	for _, l := range m.(*endpointv3.ClusterLoadAssignment).GetEndpoints() {
 		for _, e := range l.GetLbEndpoints() {
 			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, fmt.Sprintf("%s:%d/%d", sa.GetAddress(), sa.GetPortValue(), e.GetLoadBalancingWeight().GetValue()))
+			out = append(out, fmt.Sprintf("%s:%d/%d", sa.GetAddress(), sa.GetPortValue(), max(1, e.GetLoadBalancingWeight().GetValue())))
 		}
 	}
 	slices.Sort(out)

@@ -193,7 +193,11 @@ func endpointRows(r map[string]any) [][]string {
 			if health == "-" {
 				health = "UNKNOWN"
 			}
-			rows = append(rows, []string{str(r, "clusterName"), addr, locality, health, str(e, "loadBalancingWeight")})
+			weight := str(e, "loadBalancingWeight")
+			if weight == "-" {
+				weight = "1" // unset: the proxy takes 1 (the hub leaves 1 out)
+			}
+			rows = append(rows, []string{str(r, "clusterName"), addr, locality, health, weight})
 		}
 	}
 	if rows == nil {

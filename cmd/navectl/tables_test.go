@@ -153,7 +153,8 @@ func TestProxyConfigTables(t *testing.T) {
 			Locality: &corev3.Locality{Region: "eu", Zone: "eu-1"},
 			LbEndpoints: []*endpointv3.LbEndpoint{
 				{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: sock("10.1.0.5", 9080)}}, HealthStatus: corev3.HealthStatus_HEALTHY, LoadBalancingWeight: wrapperspb.UInt32(1)},
-				{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: sock("10.2.0.9", 9080)}}, LoadBalancingWeight: wrapperspb.UInt32(1)},
+				// No weight, as the hub sends a weight of 1 (decision 055).
+				{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: sock("10.2.0.9", 9080)}}},
 			}}}}},
 		"secrets": {
 			&tlsv3.Secret{Name: "default", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{

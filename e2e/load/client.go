@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/navemesh/nave/shared/typeurl"
 )
@@ -76,6 +75,7 @@ type typeState struct {
 	wildcard  bool
 	want      bitset // named subscription
 	wantNames []string
+	wantWire  []byte // wantNames encoded (sotwRequest.names)
 	have      bitset
 	absent    bitset // delta: subscribed names the server says do not exist
 	// answered: a response arrived since names were last added.
@@ -114,7 +114,7 @@ type Client struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	sendMu sync.Mutex
-	queue  []proto.Message
+	queue  []any // *sotwRequest or a proto.Message
 	wake   chan struct{}
 	sent   bool // the node went out (first request)
 
@@ -208,13 +208,15 @@ func (c *Client) start(ctx context.Context) {
 
 // enqueue queues a request; the send loop sends them in order, so the
 // receive loop never blocks on flow control. Called with c.mu held.
-func (c *Client) enqueue(m proto.Message) {
+func (c *Client) enqueue(m any) {
 	c.sendMu.Lock()
 	if !c.sent {
 		c.sent = true
 		switch r := m.(type) {
 		case *discoveryv3.DiscoveryRequest:
 			r.Node = c.Spec.Node
+		case *sotwRequest:
+			r.node = c.Spec.Node
 		case *discoveryv3.DeltaDiscoveryRequest:
 			r.Node = c.Spec.Node
 		}
@@ -378,7 +380,7 @@ func (c *Client) applySotW(t int, r *rawResponse, at time.Time, obs *[]int32) in
 		ts.have = have
 	}
 	ts.version, ts.nonce, ts.answered = r.version, r.nonce, true
-	c.enqueue(&discoveryv3.DiscoveryRequest{TypeUrl: typeURLs[t], VersionInfo: ts.version, ResponseNonce: ts.nonce, ResourceNames: c.names(t)})
+	c.enqueue(c.sotwRequest(t))
 	return removed
 }
 
@@ -447,7 +449,7 @@ func (c *Client) subscribe(t int, want, old bitset) {
 	}
 	first := !ts.requested
 	ts.requested = true
-	ts.want, ts.wantNames = want, nil
+	ts.want, ts.wantNames, ts.wantWire = want, nil, nil
 	ts.have.intersect(want)
 	ts.absent.intersect(want)
 	for id := range ts.deps {
@@ -456,7 +458,7 @@ func (c *Client) subscribe(t int, want, old bitset) {
 		}
 	}
 	if !c.delta {
-		c.enqueue(&discoveryv3.DiscoveryRequest{TypeUrl: typeURLs[t], VersionInfo: ts.version, ResponseNonce: ts.nonce, ResourceNames: c.names(t)})
+		c.enqueue(c.sotwRequest(t))
 		return
 	}
 	r := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURLs[t]}
@@ -485,6 +487,16 @@ func (c *Client) names(t int) []string {
 		ts.want.each(func(id int32) { ts.wantNames = append(ts.wantNames, c.env.names.name(id)) })
 	}
 	return ts.wantNames
+}
+
+// sotwRequest is type t's state-of-the-world request: its version and
+// nonce, and its subscription's names, encoded once per subscription.
+func (c *Client) sotwRequest(t int) *sotwRequest {
+	ts := &c.ts[t]
+	if ts.wantWire == nil && !ts.wildcard {
+		ts.wantWire = appendNames([]byte{}, c.names(t))
+	}
+	return &sotwRequest{typeURL: typeURLs[t], version: ts.version, nonce: ts.nonce, names: ts.wantWire}
 }
 
 // complete reports whether every subscribed type has been answered and

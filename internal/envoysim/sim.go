@@ -826,7 +826,7 @@ func (s *Sim) destination(name string, weight uint32, r Request) Destination {
 			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
 			d.Endpoints = append(d.Endpoints, Endpoint{
 				Address: sa.GetAddress(), Port: sa.GetPortValue(), Priority: lle.GetPriority(), Locality: loc,
-				LocalityWeight: lle.GetLoadBalancingWeight().GetValue(), Weight: e.GetLoadBalancingWeight().GetValue(),
+				LocalityWeight: lle.GetLoadBalancingWeight().GetValue(), Weight: max(1, e.GetLoadBalancingWeight().GetValue()),
 				Health: e.GetHealthStatus(), TransportSocket: transportSocketFor(c, e.GetMetadata()),
 			})
 		}

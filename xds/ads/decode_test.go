@@ -76,6 +76,22 @@ func TestUnmarshalRequestTakesAHeldSubscription(t *testing.T) {
 	if got := decodeBoth(t, split, sets); &got.GetResourceNames()[0] == &held.list[0] {
 		t.Errorf("names in two runs took the held list")
 	}
+	// A list of the same length differing only between the bytes its run
+	// is keyed by (runKey samples) is told apart, and each takes its own.
+	twin := ackWithNames(1000)
+	twin.ResourceNames[50] = "outbound|80||svc-05.ns-0.svc.cluster.local"
+	tb, _ := proto.Marshal(twin)
+	heldTwin := sets.get(twin.GetResourceNames())
+	if sets.runKey(heldTwin.wire) != sets.runKey(held.wire) {
+		t.Fatal("the twin lists' runs have different keys: the case proves nothing")
+	}
+	if got := decodeBoth(t, tb, sets); &got.GetResourceNames()[0] != &heldTwin.list[0] {
+		t.Errorf("the twin list did not take its own held list")
+	}
+	if got := decodeBoth(t, b, sets); &got.GetResourceNames()[0] != &held.list[0] {
+		t.Errorf("the list did not take its own held list beside its twin")
+	}
+	runtime.KeepAlive(heldTwin)
 	// Garbage is refused as proto.Unmarshal refuses it.
 	decodeBoth(t, append(b[:len(b):len(b)], 0xff), sets)
 	runtime.KeepAlive(held) // held until here: the subscription is live

@@ -33,7 +33,10 @@ type nameSet struct {
 type nameSets struct {
 	seed maphash.Seed
 	mu   sync.Mutex
-	m    map[uint64][]weak.Pointer[nameSet]
+	m    map[uint64][]weak.Pointer[nameSet] // by hashNames
+	// runs is the same sets by runKey of their wire, where the codec
+	// looks a request's run up.
+	runs map[uint64][]weak.Pointer[nameSet]
 }
 
 // sharedNames interns the subscriptions of every stream of every server
@@ -42,7 +45,7 @@ type nameSets struct {
 var sharedNames = newNameSets()
 
 func newNameSets() *nameSets {
-	return &nameSets{seed: maphash.MakeSeed(), m: map[uint64][]weak.Pointer[nameSet]{}}
+	return &nameSets{seed: maphash.MakeSeed(), m: map[uint64][]weak.Pointer[nameSet]{}, runs: map[uint64][]weak.Pointer[nameSet]{}}
 }
 
 // get returns the nameSet of names, shared with every stream that holds
@@ -64,9 +67,40 @@ func (n *nameSets) get(names []string) *nameSet {
 		}
 		s.set[name] = true
 	}
-	n.m[sum] = append(n.m[sum], weak.Make(s))
+	wp := weak.Make(s)
+	n.m[sum] = append(n.m[sum], wp)
 	runtime.AddCleanup(s, n.prune, sum)
+	rk := n.runKey(s.wire)
+	n.runs[rk] = append(n.runs[rk], wp)
+	runtime.AddCleanup(s, n.pruneRuns, rk)
 	return s
+}
+
+// runSamples and runSample: runKey hashes a run's length and
+// runSamples windows of runSample bytes spread over it (the whole run
+// when it is shorter), not all of it: an EDS ACK's run is 45 KB, and the
+// sets a key collects are told apart by comparing bytes (encodedIn).
+const (
+	runSamples = 8
+	runSample  = 16
+)
+
+// runKey is the key of an encoded run of names in runs.
+func (n *nameSets) runKey(run []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(n.seed)
+	var size [8]byte
+	binary.LittleEndian.PutUint64(size[:], uint64(len(run)))
+	h.Write(size[:])
+	if len(run) <= runSamples*runSample {
+		h.Write(run)
+		return h.Sum64()
+	}
+	step := (len(run) - runSample) / (runSamples - 1)
+	for i := range runSamples {
+		h.Write(run[i*step : i*step+runSample])
+	}
+	return h.Sum64()
 }
 
 // hashNames is the hash of encodeNames(names), written piece by piece: a
@@ -98,14 +132,19 @@ func encodeNames(names []string) []byte {
 	return b
 }
 
-// prune drops the entries of hash sum whose nameSet is gone.
-func (n *nameSets) prune(sum uint64) {
+// prune drops the entries of hash sum whose nameSet is gone, and
+// pruneRuns those of run key sum.
+func (n *nameSets) prune(sum uint64) { n.pruneIn(n.m, sum) }
+
+func (n *nameSets) pruneRuns(sum uint64) { n.pruneIn(n.runs, sum) }
+
+func (n *nameSets) pruneIn(m map[uint64][]weak.Pointer[nameSet], sum uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	live := slices.DeleteFunc(n.m[sum], func(wp weak.Pointer[nameSet]) bool { return wp.Value() == nil })
+	live := slices.DeleteFunc(m[sum], func(wp weak.Pointer[nameSet]) bool { return wp.Value() == nil })
 	if len(live) == 0 {
-		delete(n.m, sum)
+		delete(m, sum)
 	} else {
-		n.m[sum] = live
+		m[sum] = live
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"weak"
 )
 
 // Streams listing the same names share one nameSet; one no stream holds
@@ -21,8 +22,8 @@ func TestNameSetsShareAndForget(t *testing.T) {
 	if c := sets.get([]string{"y", "x", "*"}); c == a {
 		t.Error("a list in another order shares the set (its ACK comparison would fail)")
 	}
-	if got := sets.len(); got != 2 {
-		t.Errorf("%d entries, want 2", got)
+	if got := sets.len(); got != 4 {
+		t.Errorf("%d entries, want 4 (two sets, each by its names and by its run)", got)
 	}
 	runtime.KeepAlive(a)
 	a, b = nil, nil
@@ -97,13 +98,15 @@ func TestSubscribeDeltaShared(t *testing.T) {
 	}
 }
 
-// len counts the interned entries (for tests).
+// len counts the interned entries in both indexes (for tests).
 func (n *nameSets) len() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := 0
-	for _, l := range n.m {
-		c += len(l)
+	for _, m := range []map[uint64][]weak.Pointer[nameSet]{n.m, n.runs} {
+		for _, l := range m {
+			c += len(l)
+		}
 	}
 	return c
 }

@@ -125,11 +125,16 @@ func (a *endpointArena) endpoint(address string, port uint32, health corev3.Heal
 	a.addr[i].Address = &a.sockets[i]
 	a.ep[i].Address = &a.addr[i]
 	a.host[i].Endpoint = &a.ep[i]
-	a.weight[i].Value = weight
 	lb := &a.lb[i]
 	lb.HostIdentifier = &a.host[i]
 	lb.HealthStatus = health
-	lb.LoadBalancingWeight = &a.weight[i]
+	if weight != 1 {
+		// Left out at 1, what Envoy (HostImplBase::weight: at least 1)
+		// and grpc-go (parseEndpoints) take when it is unset: 4 bytes of
+		// every endpoint of every assignment (decision 055).
+		a.weight[i].Value = weight
+		lb.LoadBalancingWeight = &a.weight[i]
+	}
 	return lb
 }
 

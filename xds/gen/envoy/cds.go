@@ -127,9 +127,7 @@ type cdsBuilder struct {
 	h2            map[string]*anypb.Any      // typed_extension_protocol_options: explicit HTTP/2, nothing else
 	useDownstream map[string]*anypb.Any      // use_downstream_protocol_config (sniffed ports; built on first use)
 	eds           *clusterv3.Cluster_Type
-	// rawBuffer and istioMatch are auto-mTLS's plain-text socket and
-	// tlsMode: istio match (built on first use).
-	rawBuffer  *corev3.TransportSocket
+	// istioMatch is auto-mTLS's tlsMode: istio match (built on first use).
 	istioMatch *structpb.Struct
 	// autoContext is auto-mTLS's UpstreamTlsContext without its SNI,
 	// marshalled; autoModes the service namespaces' mesh/namespace-wide
@@ -262,7 +260,9 @@ func (b *cdsBuilder) outbound(oc *outboundCluster) *clusterv3.Cluster {
 	switch oc.kind {
 	case kindEDS:
 		c.ClusterDiscoveryType = b.eds
-		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: b.ads, ServiceName: oc.Name}
+		// No service_name: Envoy subscribes to the cluster's name when it
+		// is empty (decision 055).
+		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: b.ads}
 	case kindOriginalDst:
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
 		c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED

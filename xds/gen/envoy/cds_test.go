@@ -103,9 +103,11 @@ func TestEnvoyClusterPolicies(t *testing.T) {
 	}{
 		{name: "defaults without a DestinationRule", check: func(t *testing.T, out *build.Output) {
 			c := clusterOf(t, out, http)
-			if c.GetType() != clusterv3.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != http ||
+			// No service_name: Envoy subscribes to the cluster's name
+			// (decision 055).
+			if c.GetType() != clusterv3.Cluster_EDS || c.GetEdsClusterConfig().GetServiceName() != "" ||
 				c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil || c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
-				t.Errorf("http cluster = %v, want Istio's default LEAST_REQUEST", c)
+				t.Errorf("http cluster = %v, want Istio's default LEAST_REQUEST, EDS by the cluster's name", c)
 			}
 			if c.GetConnectTimeout().AsDuration().Seconds() != 10 {
 				t.Errorf("connect timeout = %v", c.GetConnectTimeout())

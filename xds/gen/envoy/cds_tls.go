@@ -7,7 +7,6 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -60,13 +59,16 @@ const (
 	tlsModeLabel            = "security.istio.io/tlsMode"
 	tlsModeIstio            = "istio"
 	transportSocketMatchKey = "envoy.transport_socket_match"
-	rawBufferTransport      = "envoy.transport_sockets.raw_buffer"
 )
 
 // autoMTLS is Istio's auto mutual TLS for a cluster without a tls
 // setting: endpoints that run a sidecar (metadata tlsMode: istio) are
 // reached with ISTIO_MUTUAL, the others in plain text, chosen per
-// endpoint by the cluster's transport socket matches. It does not apply to
+// endpoint by the cluster's transport socket match. Istio adds a second,
+// match-all "tlsMode-disabled" match with a raw_buffer socket; it is left
+// out, as Envoy gives an endpoint no match selects the cluster's own
+// transport socket, raw_buffer when the cluster has none (decision 055).
+// It does not apply to
 // MESH_EXTERNAL services, to original-destination clusters (no endpoint
 // metadata to match), nor when the mesh- or namespace-wide
 // PeerAuthentication of the service's namespace is DISABLE (Istio's best
@@ -88,14 +90,12 @@ func (b *cdsBuilder) autoMTLS(c *clusterv3.Cluster, oc *outboundCluster) {
 	if mode == policy.MTLSDisable {
 		return
 	}
-	if b.rawBuffer == nil {
-		b.rawBuffer = &corev3.TransportSocket{Name: rawBufferTransport, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: build.Any(&rawbufferv3.RawBuffer{})}}
+	if b.istioMatch == nil {
 		b.istioMatch = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(tlsModeIstio)}}
 	}
 	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 		{Name: "tlsMode-istio", Match: b.istioMatch, TransportSocket: &corev3.TransportSocket{
 			Name: build.TLSTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.autoMTLSContext(oc)}}},
-		{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: b.rawBuffer},
 	}
 }
 

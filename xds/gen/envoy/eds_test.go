@@ -25,7 +25,9 @@ func claOf(t *testing.T, out *build.Output, name string) *endpointv3.ClusterLoad
 }
 
 // layout renders an assignment as "P<priority> <locality> [addr:port/weight/health ...] w=<locality weight>"
-// lines, for compact assertions.
+// lines, for compact assertions. An endpoint's weight is the one Envoy and
+// grpc-go take (unset: 1); one sent as 1, which it need not be (decision
+// 055), is marked "/explicit-1".
 func layout(cla *endpointv3.ClusterLoadAssignment) string {
 	var b strings.Builder
 	for _, l := range cla.GetEndpoints() {
@@ -33,7 +35,11 @@ func layout(cla *endpointv3.ClusterLoadAssignment) string {
 		fmt.Fprintf(&b, "P%d %s/%s/%s w=%d", l.GetPriority(), loc.GetRegion(), loc.GetZone(), loc.GetSubZone(), l.GetLoadBalancingWeight().GetValue())
 		for _, e := range l.GetLbEndpoints() {
 			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			fmt.Fprintf(&b, " %s:%d/%d", sa.GetAddress(), sa.GetPortValue(), e.GetLoadBalancingWeight().GetValue())
+			w := e.GetLoadBalancingWeight()
+			fmt.Fprintf(&b, " %s:%d/%d", sa.GetAddress(), sa.GetPortValue(), max(1, w.GetValue()))
+			if w != nil && w.GetValue() == 1 {
+				b.WriteString("/explicit-1")
+			}
 			if e.GetHealthStatus() != corev3.HealthStatus_HEALTHY {
 				b.WriteString("/" + e.GetHealthStatus().String())
 			}

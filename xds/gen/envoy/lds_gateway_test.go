@@ -476,7 +476,7 @@ func TestGatewayAutoPassthrough(t *testing.T) {
 		if c == nil {
 			t.Fatalf("no cluster %s: %v", name, gentest.Names(out.Resources[typeurl.Cluster]))
 		}
-		if c.GetTransportSocket() != nil || len(c.GetTransportSocketMatches()) != 0 || c.GetEdsClusterConfig().GetServiceName() != name {
+		if c.GetTransportSocket() != nil || len(c.GetTransportSocketMatches()) != 0 || c.GetName() != name || c.GetEdsClusterConfig().GetServiceName() != "" {
 			t.Errorf("%s: transport socket %v matches %v eds %v", name, c.GetTransportSocket(), c.GetTransportSocketMatches(), c.GetEdsClusterConfig())
 		}
 		cla, _ := gentest.ByName(out, typeurl.Endpoint, name).Message.(*endpointv3.ClusterLoadAssignment)

@@ -87,6 +87,14 @@ func (s *Set) patchCluster(ctx context, c *clusterv3.Cluster) bool {
 			return false
 		case networking.EnvoyFilter_Patch_MERGE:
 			v := p.value.(*clusterv3.Cluster)
+			if len(v.GetTransportSocketMatches()) > 0 && len(c.GetTransportSocketMatches()) > 0 {
+				// Istio appends them after its match-all tlsMode-disabled
+				// match, where Envoy never reaches them; ours has no such
+				// match (decision 055), so appending would change which
+				// socket plain-text endpoints get.
+				s.fail(p, "cluster "+c.GetName(), "the cluster selects its transport socket per endpoint (auto-mTLS); transport_socket_matches cannot be merged into it")
+				continue
+			}
 			if ts := v.GetTransportSocket(); ts != nil {
 				if len(c.GetTransportSocketMatches()) > 0 {
 					s.fail(p, "cluster "+c.GetName(), "the cluster selects its transport socket per endpoint (transport_socket_matches); a transport_socket cannot be merged into it")

@@ -430,6 +430,25 @@ configPatches:
 				t.Errorf("failures %d, problems %v", got.PatchFailures, got.Problems)
 			}
 		}},
+	// Auto-mTLS clusters carry only the tlsMode-istio match (decision 055):
+	// matches merged after it would be reached by plain-text endpoints,
+	// where Istio appends them after a match-all that hides them.
+	{"failed-merge-transport-socket-matches-is-reported", reviews, envoyFilter("shop", "matches", `
+configPatches:
+- applyTo: CLUSTER
+  match: {context: SIDECAR_OUTBOUND, cluster: {service: ratings.shop.svc.cluster.local, portNumber: 9080}}
+  patch: {operation: MERGE, value: {transport_socket_matches: [{name: extra, match: {}, transport_socket: {name: envoy.transport_sockets.raw_buffer}}]}}`),
+		func(t *testing.T, got *build.Output) {
+			c := cluster(t, got, "outbound|9080||ratings.shop.svc.cluster.local")
+			if m := c.GetTransportSocketMatches(); len(m) != 1 || m[0].GetName() != "tlsMode-istio" {
+				t.Errorf("transport socket matches %v, want tlsMode-istio alone", m)
+			}
+			if got.PatchFailures != 1 || !slices.ContainsFunc(got.Problems, func(p mesh.Problem) bool {
+				return p.Resource == "c1:EnvoyFilter shop/matches" && strings.Contains(p.Reason, "transport_socket_matches cannot be merged")
+			}) {
+				t.Errorf("failures %d, problems %v", got.PatchFailures, got.Problems)
+			}
+		}},
 }
 
 // TestPatches applies each case's EnvoyFilters to gentest.Mesh for one

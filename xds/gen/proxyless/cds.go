@@ -33,9 +33,11 @@ func (g *generator) cluster(oc *policy.Cluster) {
 	c := &clusterv3.Cluster{
 		Name:                 oc.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource(), ServiceName: oc.Name},
-		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
-		TransportSocket:      g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
+		// No service_name: grpc-go watches the cluster's name when it is
+		// empty (decision 055).
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: build.ADSConfigSource()},
+		LbPolicy:         clusterv3.Cluster_LEAST_REQUEST,
+		TransportSocket:  g.transportSocket(oc.Policy.GetTls(), oc.Service.SubjectAltNames),
 		// grpc-go's CSM observability labels its metrics with the service
 		// (csm.service_name, csm.service_namespace_name) from here.
 		Metadata: build.ClusterMetadata(oc.Service, true),
