@@ -100,6 +100,8 @@ type Source struct {
 	metrics  *metrics
 	started  atomic.Bool
 	wake     chan struct{} // poked (never blocking) when something changed
+	// labelSets shares equal label maps among the cached pods.
+	labelSets *labelSets
 
 	// kinds are the watched kinds, in the order of kindDefs. Their
 	// mutable state is guarded by mu.
@@ -163,13 +165,14 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
 	s := &Source{
-		opts:     opts,
-		selector: sel,
-		kube:     kc,
-		clients:  &clients{kube: kp, istio: ic, gateway: gc, metadata: mc},
-		logger:   opts.Logger,
-		metrics:  m,
-		wake:     make(chan struct{}, 1),
+		opts:      opts,
+		selector:  sel,
+		kube:      kc,
+		clients:   &clients{kube: kp, istio: ic, gateway: gc, metadata: mc},
+		logger:    opts.Logger,
+		metrics:   m,
+		wake:      make(chan struct{}, 1),
+		labelSets: newLabelSets(),
 	}
 	for _, d := range kindDefs {
 		s.kinds = append(s.kinds, &watched{def: d})

@@ -65,39 +65,49 @@ func transformService(obj any) (any, error) {
 // resource version, labels and deletion timestamp, service account, node
 // and the status of its Ready condition. A corev1.Pod is 1,240 bytes
 // before its strings, maps and container specs; this is a quarter of that,
-// which is most of a large cluster's informer memory.
+// which is most of a large cluster's informer memory. Its labels are a
+// set shared with the pods that carry the same (labelSets), and the names
+// pods repeat (namespace, service account, node) are interned.
 type pod struct {
 	metav1.ObjectMeta
+	// labelSet holds Labels' map in the shared table; nil without labels.
+	labelSet       *labelSet
 	serviceAccount string
 	node           string
 	ready          corev1.ConditionStatus // "" without a Ready condition
 }
 
-// transformPod turns a Pod into a pod.
-func transformPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	out := &pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              p.Name,
-			Namespace:         p.Namespace,
-			UID:               p.UID,
-			ResourceVersion:   p.ResourceVersion,
-			Labels:            p.Labels,
-			DeletionTimestamp: p.DeletionTimestamp,
-		},
-		serviceAccount: p.Spec.ServiceAccountName,
-		node:           p.Spec.NodeName,
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.ready = c.Status
-			break
+// transformPod returns the transform that turns a Pod into a pod, its
+// labels shared through sets.
+func transformPod(sets *labelSets) func(obj any) (any, error) {
+	return func(obj any) (any, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil
 		}
+		out := &pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:              p.Name,
+				Namespace:         intern(p.Namespace),
+				UID:               p.UID,
+				ResourceVersion:   p.ResourceVersion,
+				DeletionTimestamp: p.DeletionTimestamp,
+			},
+			labelSet:       sets.share(p.Labels),
+			serviceAccount: intern(p.Spec.ServiceAccountName),
+			node:           intern(p.Spec.NodeName),
+		}
+		if out.labelSet != nil {
+			out.Labels = out.labelSet.labels
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				out.ready = c.Status
+				break
+			}
+		}
+		return out, nil
 	}
-	return out, nil
 }
 
 // samePod reports whether two transformed pods hold the same content.
@@ -177,7 +187,7 @@ func compactSlice(sl *discoveryv1.EndpointSlice) *endpointSlice {
 	out := &endpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            sl.Name,
-			Namespace:       sl.Namespace,
+			Namespace:       intern(sl.Namespace),
 			UID:             sl.UID,
 			ResourceVersion: sl.ResourceVersion,
 			Labels:          sl.Labels,
@@ -194,10 +204,10 @@ func compactSlice(sl *discoveryv1.EndpointSlice) *endpointSlice {
 			e.podRef, e.pod = true, ref.Name
 		}
 		if ep.NodeName != nil {
-			e.nodeName = *ep.NodeName
+			e.nodeName = intern(*ep.NodeName)
 		}
 		if ep.Zone != nil {
-			e.zone = *ep.Zone
+			e.zone = intern(*ep.Zone)
 		}
 		out.endpoints = append(out.endpoints, e)
 	}

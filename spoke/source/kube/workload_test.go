@@ -91,7 +91,7 @@ func TestWorkloadNamesAreUniquePerNamespace(t *testing.T) {
 func TestEndpointHealth(t *testing.T) {
 	asCached := func(p *corev1.Pod) *pod {
 		t.Helper()
-		out, err := transformPod(p)
+		out, err := transformPod(newLabelSets())(p)
 		if err != nil {
 			t.Fatal(err)
 		}
