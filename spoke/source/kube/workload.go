@@ -24,6 +24,28 @@ type view struct {
 	// pods finds a pod of a selected namespace (nil: no pods). It reads
 	// the informer's cache, which is keyed so, rather than a copy of it.
 	pods func(namespace, name string) *pod
+	// localities holds the build's Workload localities, one per
+	// distinct region, zone and subzone, shared by the Workloads in it
+	// (never modified).
+	localities map[[3]string]*meshconfigv1.Locality
+}
+
+// locality returns the shared locality of region, zone and subzone; nil
+// when all three are empty.
+func (v *view) locality(region, zone, subzone string) *meshconfigv1.Locality {
+	if region == "" && zone == "" && subzone == "" {
+		return nil
+	}
+	k := [3]string{region, zone, subzone}
+	if loc := v.localities[k]; loc != nil {
+		return loc
+	}
+	loc := &meshconfigv1.Locality{Region: region, Zone: zone, Subzone: subzone}
+	if v.localities == nil {
+		v.localities = map[[3]string]*meshconfigv1.Locality{}
+	}
+	v.localities[k] = loc
+	return loc
 }
 
 // pod returns the pod namespace/name, nil if there is none.
@@ -269,21 +291,18 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 	if w.Network == "" {
 		w.Network = v.namespaceNetwork(e.namespace)
 	}
-	loc := &meshconfigv1.Locality{Zone: e.zone}
+	region, zone, subzone := "", e.zone, ""
 	if node := v.nodes[nodeName]; node != nil {
-		loc.Region = node.Labels[labelRegion]
+		region = node.Labels[labelRegion]
 		if z := node.Labels[labelZone]; z != "" {
-			loc.Zone = z
+			zone = z
 		}
-		loc.Subzone = node.Labels[labelSubzone]
+		subzone = node.Labels[labelSubzone]
 	}
 	if pod := e.pod; pod != nil && pod.Labels[meshconfig.LocalityLabel] != "" {
 		// The pod's istio-locality label wins over its node's, as in Istio.
-		loc = &meshconfigv1.Locality{}
-		loc.Region, loc.Zone, loc.Subzone = meshconfig.ParseLocalityLabel(pod.Labels[meshconfig.LocalityLabel])
+		region, zone, subzone = meshconfig.ParseLocalityLabel(pod.Labels[meshconfig.LocalityLabel])
 	}
-	if loc.Region != "" || loc.Zone != "" || loc.Subzone != "" {
-		w.Locality = loc
-	}
+	w.Locality = v.locality(region, zone, subzone)
 	return o
 }
