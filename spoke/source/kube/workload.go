@@ -105,8 +105,20 @@ func workloadEndpoints(v *view, eps []*endpointSlice) ([]*endpoint, []string) {
 	slices.SortFunc(eps, func(a, b *endpointSlice) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	byAddr := map[[2]string]*endpoint{}
-	var all []*endpoint
+	// Endpoints are one per (pod, address): host-network pods share
+	// their node's address and are still distinct workloads.
+	type endpointKey struct {
+		namespace, address, pod string
+		podRef                  bool
+	}
+	n := 0
+	for _, sl := range eps {
+		n += len(sl.endpoints)
+	}
+	// Sized for them all: a map grown one endpoint at a time is several
+	// times its size in garbage, at every build.
+	byAddr := make(map[endpointKey]*endpoint, n)
+	all := make([]*endpoint, 0, n)
 	for _, sl := range eps {
 		svc := sl.Labels[discoveryv1.LabelServiceName]
 		if sl.addressType == discoveryv1.AddressTypeFQDN || svc == "" {
@@ -114,13 +126,7 @@ func workloadEndpoints(v *view, eps []*endpointSlice) ([]*endpoint, []string) {
 		}
 		host := hostname(svc, sl.Namespace, v.domain)
 		for _, ep := range sl.endpoints {
-			// Endpoints are one per (pod, address): host-network pods
-			// share their node's address and are still distinct
-			// workloads.
-			key := [2]string{sl.Namespace, ep.address}
-			if ep.podRef {
-				key[1] += " pod " + ep.pod
-			}
+			key := endpointKey{namespace: sl.Namespace, address: ep.address, pod: ep.pod, podRef: ep.podRef}
 			e := byAddr[key]
 			if e == nil {
 				// The endpoint shares its slice's ports (and so do the
@@ -236,30 +242,36 @@ func endpointHealth(ep cachedEndpoint, pod *pod) meshconfigv1.Workload_Health {
 
 // workloadNames names each endpoint uniquely within its namespace.
 func workloadNames(all []*endpoint) []string {
+	// Keyed by namespace and name: no key is made of the two.
+	type name struct{ namespace, name string }
 	preferred := make([]string, len(all))
-	count := map[string]int{}
+	count := make(map[name]int, len(all))
 	for i, e := range all {
 		if e.podName != "" {
 			preferred[i] = e.podName
 		} else {
 			preferred[i] = e.slice + "-" + addressLabel(e.address)
 		}
-		count[e.namespace+"/"+preferred[i]]++
+		count[name{e.namespace, preferred[i]}]++
+	}
+	if len(count) == len(all) {
+		// No two preferred names collide: they are the names.
+		return preferred
 	}
 	names := make([]string, len(all))
-	used := map[string]bool{}
+	used := make(map[name]bool, len(all))
 	for i, e := range all {
-		name := preferred[i]
-		if count[e.namespace+"/"+name] > 1 {
-			name += "-" + addressLabel(e.address)
+		n := preferred[i]
+		if count[name{e.namespace, n}] > 1 {
+			n += "-" + addressLabel(e.address)
 		}
 		// Only a pod literally named like another's name-address can
 		// still collide; number it.
-		for n := 2; used[e.namespace+"/"+name]; n++ {
-			name = preferred[i] + "-" + addressLabel(e.address) + "-" + strconv.Itoa(n)
+		for k := 2; used[name{e.namespace, n}]; k++ {
+			n = preferred[i] + "-" + addressLabel(e.address) + "-" + strconv.Itoa(k)
 		}
-		used[e.namespace+"/"+name] = true
-		names[i] = name
+		used[name{e.namespace, n}] = true
+		names[i] = n
 	}
 	return names
 }
