@@ -67,6 +67,11 @@ type Options struct {
 	// CRDPoll is how often the API server is asked again for the Istio
 	// kinds whose CustomResourceDefinitions were missing.
 	CRDPoll time.Duration
+	// OnSynced, if set, is called once, on Run's goroutine, when every
+	// awaited kind has synced, before the initial build: the informers'
+	// initial lists are in their caches, and what decoding them used is
+	// garbage.
+	OnSynced func()
 	// Logger receives the source's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the source's metrics; nil registers none.
