@@ -113,7 +113,7 @@ func (b *builder) build() buildResult {
 			return p
 		}
 		for _, item := range pods.List() {
-			if p, ok := item.(*pod); ok && selected(p.Namespace) {
+			if p, ok := item.(*pod); ok && selected(p.namespace) {
 				res.counts[kindPod]++
 			}
 		}

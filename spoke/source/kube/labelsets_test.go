@@ -36,15 +36,15 @@ func TestPodsShareEqualLabels(t *testing.T) {
 		t.Error("pods with different labels share them")
 	}
 	for _, p := range []*pod{a, b} {
-		if !maps.Equal(p.Labels, map[string]string{"app": "web", "version": "v1"}) {
-			t.Errorf("pod %s labels %v", p.Name, p.Labels)
+		if !maps.Equal(p.labels, map[string]string{"app": "web", "version": "v1"}) {
+			t.Errorf("pod %s labels %v", p.name, p.labels)
 		}
 	}
-	if !maps.Equal(d.Labels, map[string]string{"app": "web=version", "": "v1"}) {
-		t.Errorf("pod d labels %v", d.Labels)
+	if !maps.Equal(d.labels, map[string]string{"app": "web=version", "": "v1"}) {
+		t.Errorf("pod d labels %v", d.labels)
 	}
-	if none.labelSet != nil || none.Labels != nil {
-		t.Errorf("pod without labels holds %v", none.Labels)
+	if none.labelSet != nil || none.labels != nil {
+		t.Errorf("pod without labels holds %v", none.labels)
 	}
 }
 

@@ -225,7 +225,7 @@ func mergePorts(have, more map[string]uint32) map[string]uint32 {
 // pod's Ready condition, and counts as ready without one, as the
 // EndpointSlice API asks.
 func endpointHealth(ep cachedEndpoint, pod *pod) meshconfigv1.Workload_Health {
-	if ep.terminating == conditionTrue || pod != nil && pod.DeletionTimestamp != nil {
+	if ep.terminating == conditionTrue || pod != nil && pod.deletion != nil {
 		return meshconfigv1.Workload_TERMINATING
 	}
 	ready := ep.ready != conditionFalse
@@ -296,9 +296,9 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 
 	nodeName := e.node()
 	if pod := e.pod; pod != nil {
-		o.Labels = pod.Labels
+		o.Labels = pod.labels
 		w.ServiceAccount = pod.serviceAccount
-		w.Network = pod.Labels[meshconfig.NetworkLabel]
+		w.Network = pod.labels[meshconfig.NetworkLabel]
 	}
 	if w.Network == "" {
 		w.Network = v.namespaceNetwork(e.namespace)
@@ -311,9 +311,9 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 		}
 		subzone = node.Labels[labelSubzone]
 	}
-	if pod := e.pod; pod != nil && pod.Labels[meshconfig.LocalityLabel] != "" {
+	if pod := e.pod; pod != nil && pod.labels[meshconfig.LocalityLabel] != "" {
 		// The pod's istio-locality label wins over its node's, as in Istio.
-		region, zone, subzone = meshconfig.ParseLocalityLabel(pod.Labels[meshconfig.LocalityLabel])
+		region, zone, subzone = meshconfig.ParseLocalityLabel(pod.labels[meshconfig.LocalityLabel])
 	}
 	w.Locality = v.locality(region, zone, subzone)
 	return o
