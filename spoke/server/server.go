@@ -131,7 +131,8 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 	}
 	id := newHubIdentity(cfg, log.With("component", "identity"), reg)
 	view := new(atomic.Pointer[remote.View])
-	src, gwStatus, err := newSource(cfg, log, reg, adm)
+	s := new(Server)
+	src, gwStatus, err := newSource(cfg, log, reg, adm, s.settleListed)
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -165,8 +166,19 @@ func New(cfg spokeconfig.Config, log *slog.Logger) (*Server, error) {
 	adm.HandleDebug("identity", "the identity the spoke proves to the hub: mesh, cluster, trust domain, certificate serial, expiry and next renewal, "+
 		"the pins of the hub CA it trusts; or why it is not enrolled yet; or plaintext", id.debug)
 
-	return &Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis, view: view,
-		id: id, wh: wh, src: src, gwStatus: gwStatus}, nil
+	*s = Server{cfg: cfg, log: log, reg: reg, adm: adm, lis: lis, raLis: raLis, whLis: whLis, fbLis: fbLis, pollLis: pollLis, view: view,
+		id: id, wh: wh, src: src, gwStatus: gwStatus}
+	return s, nil
+}
+
+// settleListed settles, when Serve asked for settles, once the source's
+// initial lists are in: their decoding's garbage and the pages the start
+// faulted in go before the first build and the uplink's encoding add
+// their own (docs/decisions/053-spoke-settles-after-start.md).
+func (s *Server) settleListed() {
+	if s.settle != nil {
+		s.settle()
+	}
 }
 
 // Addr is the address of the listener of the config key (admin.listen,
@@ -287,8 +299,8 @@ func setGCPercent(percent int, log *slog.Logger) {
 }
 
 // settle lets go of what a phase of the spoke's start used, at its end
-// (built, the source's initial state built, and each time the hub or the
-// remote view is synced): the heap's free memory goes back to the system
+// (built, the kubernetes source's initial lists in, the source's initial
+// state built, and each time the hub or the remote view is synced): the heap's free memory goes back to the system
 // (a collection), and the executable's pages leave the resident set, to
 // come back as they are used (shared/execpages). A spoke allocates most
 // at start, and its start runs code it never runs again; without this it

@@ -25,8 +25,9 @@ type source interface {
 
 // newSource builds the configured source and where the hub's Gateway API
 // statuses go (written to the cluster, or logged), and registers their
-// ready check and debug views.
-func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer, adm *admin.Server) (source, gatewayStatuses, error) {
+// ready check and debug views. The kubernetes source calls listed once
+// its initial lists are in, before its first build.
+func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Registerer, adm *admin.Server, listed func()) (source, gatewayStatuses, error) {
 	if cfg.IsKubernetes() {
 		rc, err := kubeconfig.Load(cfg.Kube.Kubeconfig)
 		if err != nil {
@@ -39,6 +40,7 @@ func newSource(cfg spokeconfig.Config, log *slog.Logger, reg prometheus.Register
 			Debounce:          cfg.Kube.Debounce,
 			DebounceEdge:      cfg.Kube.DebounceEdge,
 			CRDPoll:           cfg.Kube.CRDPoll,
+			OnSynced:          listed,
 			Logger:            log.With("component", "kube"),
 			Registerer:        reg,
 		})

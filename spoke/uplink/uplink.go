@@ -506,8 +506,14 @@ type session struct {
 	inflight map[string]inflight
 }
 
+// messageTarget is the size a message of the uplink grows to at most
+// (half the size limit when that is less): a message's resources are
+// encoded, held and marshalled whole, and a spoke's initial state of
+// 10,000 Workloads in one message was ~10 MB at once at its peak.
+const messageTarget = 1 << 20
+
 // sendDiff sends what differs between the desired state and what this
-// stream has sent, one message (or more, to respect the size limit) per
+// stream has sent, one message (or more, to respect the size target) per
 // type, in a stable order.
 func (s *session) sendDiff() error {
 	s.u.mu.Lock()
@@ -538,7 +544,7 @@ func (s *session) sendDiff() error {
 		order = append(order, t)
 	}
 	sort.Strings(order)
-	budget := s.u.opts.MaxMessageBytes / 2
+	budget := min(s.u.opts.MaxMessageBytes/2, messageTarget)
 	for _, t := range order {
 		objs := upserts[t]
 		sort.Slice(objs, func(i, j int) bool { return objs[i].Key() < objs[j].Key() })

@@ -26,7 +26,7 @@ type builder struct {
 	// Workload is neither validated nor hashed again: a build then costs
 	// what changed, not the cluster's size.
 	services  map[types.UID]serviceMemo
-	workloads map[string]workloadMemo // by namespace/name
+	workloads map[[2]string]workloadMemo // by namespace and name
 	lastView  *view
 	// reported holds the rejections already logged, so that each is
 	// logged once, when it appears.
@@ -71,7 +71,7 @@ type buildResult struct {
 
 func newBuilder(s *Source) *builder {
 	return &builder{s: s, converted: map[types.UID]converted{}, services: map[types.UID]serviceMemo{},
-		workloads: map[string]workloadMemo{}, reported: map[string]string{}}
+		workloads: map[[2]string]workloadMemo{}, reported: map[string]string{}}
 }
 
 // build reads every started informer's cache and normalizes it.
@@ -113,7 +113,7 @@ func (b *builder) build() buildResult {
 			return p
 		}
 		for _, item := range pods.List() {
-			if p, ok := item.(*pod); ok && selected(p.Namespace) {
+			if p, ok := item.(*pod); ok && selected(p.namespace) {
 				res.counts[kindPod]++
 			}
 		}
@@ -141,9 +141,9 @@ func (b *builder) build() buildResult {
 	}
 	res.counts[kindEndpointSlice] = len(eps)
 	all, names := workloadEndpoints(v, eps)
-	workloads := make(map[string]workloadMemo, len(all))
+	workloads := make(map[[2]string]workloadMemo, len(all))
 	for i, e := range all {
-		key := e.namespace + "/" + names[i]
+		key := [2]string{e.namespace, names[i]}
 		m, ok := b.workloads[key]
 		if !ok || !e.sameInputs(v, m.e, b.lastView) {
 			m = workloadMemo{e: e, checkedObject: checked(workloadObject(v, e, names[i]))}

@@ -51,6 +51,10 @@ type kindDef struct {
 	informer func(*clients) cache.SharedIndexInformer
 	// transform drops what the source never reads from a cached object.
 	transform cache.TransformFunc
+	// sharingTransform, when set, makes the kind's transform instead:
+	// one that also shares equal label maps among the cached objects,
+	// through the source's table.
+	sharingTransform func(*labelSets) func(obj any) (any, error)
 	// same reports whether an update changed nothing the source reads;
 	// nil when every update counts.
 	same func(old, cur any) bool
@@ -131,8 +135,8 @@ var kindDefs = []*kindDef{
 		informer: func(c *clients) cache.SharedIndexInformer {
 			return coreinformers.NewPodInformer(c.kube, metav1.NamespaceAll, 0, nil)
 		},
-		transform: transformPod,
-		same:      samePod,
+		sharingTransform: transformPod,
+		same:             samePod,
 	},
 	istioKind("virtualservices",
 		func(c istioclient.Interface) cache.SharedIndexInformer {

@@ -57,6 +57,9 @@ func (s *Source) Run(ctx context.Context, publish func(objs []*meshconfig.Object
 			if !s.isPublished() {
 				if s.initialSyncDone() {
 					s.logger.Info("kubernetes source synced", "after", time.Since(start))
+					if s.opts.OnSynced != nil {
+						s.opts.OnSynced()
+					}
 					s.publishBuild(b, publish, true)
 				}
 				continue

@@ -67,6 +67,11 @@ type Options struct {
 	// CRDPoll is how often the API server is asked again for the Istio
 	// kinds whose CustomResourceDefinitions were missing.
 	CRDPoll time.Duration
+	// OnSynced, if set, is called once, on Run's goroutine, when every
+	// awaited kind has synced, before the initial build: the informers'
+	// initial lists are in their caches, and what decoding them used is
+	// garbage.
+	OnSynced func()
 	// Logger receives the source's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the source's metrics; nil registers none.
@@ -100,6 +105,8 @@ type Source struct {
 	metrics  *metrics
 	started  atomic.Bool
 	wake     chan struct{} // poked (never blocking) when something changed
+	// labelSets shares equal label maps among the cached pods.
+	labelSets *labelSets
 
 	// kinds are the watched kinds, in the order of kindDefs. Their
 	// mutable state is guarded by mu.
@@ -163,13 +170,14 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
 	s := &Source{
-		opts:     opts,
-		selector: sel,
-		kube:     kc,
-		clients:  &clients{kube: kp, istio: ic, gateway: gc, metadata: mc},
-		logger:   opts.Logger,
-		metrics:  m,
-		wake:     make(chan struct{}, 1),
+		opts:      opts,
+		selector:  sel,
+		kube:      kc,
+		clients:   &clients{kube: kp, istio: ic, gateway: gc, metadata: mc},
+		logger:    opts.Logger,
+		metrics:   m,
+		wake:      make(chan struct{}, 1),
+		labelSets: newLabelSets(),
 	}
 	for _, d := range kindDefs {
 		s.kinds = append(s.kinds, &watched{def: d})

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Labels the source reads from nodes, pods and namespaces.
@@ -64,40 +65,62 @@ func transformService(obj any) (any, error) {
 // pod is what the source keeps of a Pod: its name, namespace, uid,
 // resource version, labels and deletion timestamp, service account, node
 // and the status of its Ready condition. A corev1.Pod is 1,240 bytes
-// before its strings, maps and container specs; this is a quarter of that,
-// which is most of a large cluster's informer memory.
+// before its strings, maps and container specs, a metav1.ObjectMeta alone
+// 232; this is 144, and a large cluster's informer memory is mostly its
+// pods. Its labels are a set shared with the pods that carry the same
+// (labelSets), and the names pods repeat (namespace, service account,
+// node) are interned. client-go's caches read its metadata through
+// GetObjectMeta.
 type pod struct {
-	metav1.ObjectMeta
+	name, namespace string
+	uid             types.UID
+	resourceVersion string
+	labels          map[string]string // labelSet's: never modified
+	// labelSet holds labels' map in the shared table; nil without labels.
+	labelSet       *labelSet
+	deletion       *metav1.Time // the deletion timestamp
 	serviceAccount string
 	node           string
 	ready          corev1.ConditionStatus // "" without a Ready condition
 }
 
-// transformPod turns a Pod into a pod.
-func transformPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	out := &pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              p.Name,
-			Namespace:         p.Namespace,
-			UID:               p.UID,
-			ResourceVersion:   p.ResourceVersion,
-			Labels:            p.Labels,
-			DeletionTimestamp: p.DeletionTimestamp,
-		},
-		serviceAccount: p.Spec.ServiceAccountName,
-		node:           p.Spec.NodeName,
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.ready = c.Status
-			break
+// GetObjectMeta returns a copy of the pod's metadata (meta.Accessor's
+// way to the name, namespace and version of an object that is not a
+// metav1.Object), made at each call: client-go asks at each event.
+func (p *pod) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: p.name, Namespace: p.namespace, UID: p.uid, ResourceVersion: p.resourceVersion,
+		Labels: p.labels, DeletionTimestamp: p.deletion}
+}
+
+// transformPod returns the transform that turns a Pod into a pod, its
+// labels shared through sets.
+func transformPod(sets *labelSets) func(obj any) (any, error) {
+	return func(obj any) (any, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil
 		}
+		out := &pod{
+			name:            p.Name,
+			namespace:       intern(p.Namespace),
+			uid:             p.UID,
+			resourceVersion: p.ResourceVersion,
+			labelSet:        sets.share(p.Labels),
+			deletion:        p.DeletionTimestamp,
+			serviceAccount:  intern(p.Spec.ServiceAccountName),
+			node:            intern(p.Spec.NodeName),
+		}
+		if out.labelSet != nil {
+			out.labels = out.labelSet.labels
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				out.ready = c.Status
+				break
+			}
+		}
+		return out, nil
 	}
-	return out, nil
 }
 
 // samePod reports whether two transformed pods hold the same content.
@@ -107,9 +130,9 @@ func samePod(old, cur any) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	return a.UID == b.UID &&
-		maps.Equal(a.Labels, b.Labels) &&
-		a.DeletionTimestamp.Equal(b.DeletionTimestamp) &&
+	return a.uid == b.uid &&
+		maps.Equal(a.labels, b.labels) &&
+		a.deletion.Equal(b.deletion) &&
 		a.serviceAccount == b.serviceAccount &&
 		a.node == b.node &&
 		a.ready == b.ready
@@ -177,7 +200,7 @@ func compactSlice(sl *discoveryv1.EndpointSlice) *endpointSlice {
 	out := &endpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            sl.Name,
-			Namespace:       sl.Namespace,
+			Namespace:       intern(sl.Namespace),
 			UID:             sl.UID,
 			ResourceVersion: sl.ResourceVersion,
 			Labels:          sl.Labels,
@@ -194,10 +217,10 @@ func compactSlice(sl *discoveryv1.EndpointSlice) *endpointSlice {
 			e.podRef, e.pod = true, ref.Name
 		}
 		if ep.NodeName != nil {
-			e.nodeName = *ep.NodeName
+			e.nodeName = intern(*ep.NodeName)
 		}
 		if ep.Zone != nil {
-			e.zone = *ep.Zone
+			e.zone = intern(*ep.Zone)
 		}
 		out.endpoints = append(out.endpoints, e)
 	}

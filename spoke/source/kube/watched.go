@@ -69,7 +69,11 @@ func (s *Source) store(name string) cache.Store {
 // wg tracks it.
 func (s *Source) startKind(ctx context.Context, wg *sync.WaitGroup, w *watched) error {
 	inf := w.def.informer(s.clients)
-	if err := inf.SetTransform(w.def.transform); err != nil {
+	transform := w.def.transform
+	if w.def.sharingTransform != nil {
+		transform = w.def.sharingTransform(s.labelSets)
+	}
+	if err := inf.SetTransform(transform); err != nil {
 		return fmt.Errorf("%s informer: %w", w.def.name, err)
 	}
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {

@@ -24,6 +24,28 @@ type view struct {
 	// pods finds a pod of a selected namespace (nil: no pods). It reads
 	// the informer's cache, which is keyed so, rather than a copy of it.
 	pods func(namespace, name string) *pod
+	// localities holds the build's Workload localities, one per
+	// distinct region, zone and subzone, shared by the Workloads in it
+	// (never modified).
+	localities map[[3]string]*meshconfigv1.Locality
+}
+
+// locality returns the shared locality of region, zone and subzone; nil
+// when all three are empty.
+func (v *view) locality(region, zone, subzone string) *meshconfigv1.Locality {
+	if region == "" && zone == "" && subzone == "" {
+		return nil
+	}
+	k := [3]string{region, zone, subzone}
+	if loc := v.localities[k]; loc != nil {
+		return loc
+	}
+	loc := &meshconfigv1.Locality{Region: region, Zone: zone, Subzone: subzone}
+	if v.localities == nil {
+		v.localities = map[[3]string]*meshconfigv1.Locality{}
+	}
+	v.localities[k] = loc
+	return loc
 }
 
 // pod returns the pod namespace/name, nil if there is none.
@@ -83,8 +105,20 @@ func workloadEndpoints(v *view, eps []*endpointSlice) ([]*endpoint, []string) {
 	slices.SortFunc(eps, func(a, b *endpointSlice) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	byAddr := map[[2]string]*endpoint{}
-	var all []*endpoint
+	// Endpoints are one per (pod, address): host-network pods share
+	// their node's address and are still distinct workloads.
+	type endpointKey struct {
+		namespace, address, pod string
+		podRef                  bool
+	}
+	n := 0
+	for _, sl := range eps {
+		n += len(sl.endpoints)
+	}
+	// Sized for them all: a map grown one endpoint at a time is several
+	// times its size in garbage, at every build.
+	byAddr := make(map[endpointKey]*endpoint, n)
+	all := make([]*endpoint, 0, n)
 	for _, sl := range eps {
 		svc := sl.Labels[discoveryv1.LabelServiceName]
 		if sl.addressType == discoveryv1.AddressTypeFQDN || svc == "" {
@@ -92,13 +126,7 @@ func workloadEndpoints(v *view, eps []*endpointSlice) ([]*endpoint, []string) {
 		}
 		host := hostname(svc, sl.Namespace, v.domain)
 		for _, ep := range sl.endpoints {
-			// Endpoints are one per (pod, address): host-network pods
-			// share their node's address and are still distinct
-			// workloads.
-			key := [2]string{sl.Namespace, ep.address}
-			if ep.podRef {
-				key[1] += " pod " + ep.pod
-			}
+			key := endpointKey{namespace: sl.Namespace, address: ep.address, pod: ep.pod, podRef: ep.podRef}
 			e := byAddr[key]
 			if e == nil {
 				// The endpoint shares its slice's ports (and so do the
@@ -197,7 +225,7 @@ func mergePorts(have, more map[string]uint32) map[string]uint32 {
 // pod's Ready condition, and counts as ready without one, as the
 // EndpointSlice API asks.
 func endpointHealth(ep cachedEndpoint, pod *pod) meshconfigv1.Workload_Health {
-	if ep.terminating == conditionTrue || pod != nil && pod.DeletionTimestamp != nil {
+	if ep.terminating == conditionTrue || pod != nil && pod.deletion != nil {
 		return meshconfigv1.Workload_TERMINATING
 	}
 	ready := ep.ready != conditionFalse
@@ -214,30 +242,36 @@ func endpointHealth(ep cachedEndpoint, pod *pod) meshconfigv1.Workload_Health {
 
 // workloadNames names each endpoint uniquely within its namespace.
 func workloadNames(all []*endpoint) []string {
+	// Keyed by namespace and name: no key is made of the two.
+	type name struct{ namespace, name string }
 	preferred := make([]string, len(all))
-	count := map[string]int{}
+	count := make(map[name]int, len(all))
 	for i, e := range all {
 		if e.podName != "" {
 			preferred[i] = e.podName
 		} else {
 			preferred[i] = e.slice + "-" + addressLabel(e.address)
 		}
-		count[e.namespace+"/"+preferred[i]]++
+		count[name{e.namespace, preferred[i]}]++
+	}
+	if len(count) == len(all) {
+		// No two preferred names collide: they are the names.
+		return preferred
 	}
 	names := make([]string, len(all))
-	used := map[string]bool{}
+	used := make(map[name]bool, len(all))
 	for i, e := range all {
-		name := preferred[i]
-		if count[e.namespace+"/"+name] > 1 {
-			name += "-" + addressLabel(e.address)
+		n := preferred[i]
+		if count[name{e.namespace, n}] > 1 {
+			n += "-" + addressLabel(e.address)
 		}
 		// Only a pod literally named like another's name-address can
 		// still collide; number it.
-		for n := 2; used[e.namespace+"/"+name]; n++ {
-			name = preferred[i] + "-" + addressLabel(e.address) + "-" + strconv.Itoa(n)
+		for k := 2; used[name{e.namespace, n}]; k++ {
+			n = preferred[i] + "-" + addressLabel(e.address) + "-" + strconv.Itoa(k)
 		}
-		used[e.namespace+"/"+name] = true
-		names[i] = name
+		used[name{e.namespace, n}] = true
+		names[i] = n
 	}
 	return names
 }
@@ -262,28 +296,25 @@ func workloadObject(v *view, e *endpoint, name string) *meshconfig.Object {
 
 	nodeName := e.node()
 	if pod := e.pod; pod != nil {
-		o.Labels = pod.Labels
+		o.Labels = pod.labels
 		w.ServiceAccount = pod.serviceAccount
-		w.Network = pod.Labels[meshconfig.NetworkLabel]
+		w.Network = pod.labels[meshconfig.NetworkLabel]
 	}
 	if w.Network == "" {
 		w.Network = v.namespaceNetwork(e.namespace)
 	}
-	loc := &meshconfigv1.Locality{Zone: e.zone}
+	region, zone, subzone := "", e.zone, ""
 	if node := v.nodes[nodeName]; node != nil {
-		loc.Region = node.Labels[labelRegion]
+		region = node.Labels[labelRegion]
 		if z := node.Labels[labelZone]; z != "" {
-			loc.Zone = z
+			zone = z
 		}
-		loc.Subzone = node.Labels[labelSubzone]
+		subzone = node.Labels[labelSubzone]
 	}
-	if pod := e.pod; pod != nil && pod.Labels[meshconfig.LocalityLabel] != "" {
+	if pod := e.pod; pod != nil && pod.labels[meshconfig.LocalityLabel] != "" {
 		// The pod's istio-locality label wins over its node's, as in Istio.
-		loc = &meshconfigv1.Locality{}
-		loc.Region, loc.Zone, loc.Subzone = meshconfig.ParseLocalityLabel(pod.Labels[meshconfig.LocalityLabel])
+		region, zone, subzone = meshconfig.ParseLocalityLabel(pod.labels[meshconfig.LocalityLabel])
 	}
-	if loc.Region != "" || loc.Zone != "" || loc.Subzone != "" {
-		w.Locality = loc
-	}
+	w.Locality = v.locality(region, zone, subzone)
 	return o
 }

@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/navemesh/nave/shared/meshconfig"
 	meshconfigv1 "github.com/navemesh/nave/shared/meshconfig/v1"
@@ -91,7 +93,7 @@ func TestWorkloadNamesAreUniquePerNamespace(t *testing.T) {
 func TestEndpointHealth(t *testing.T) {
 	asCached := func(p *corev1.Pod) *pod {
 		t.Helper()
-		out, err := transformPod(p)
+		out, err := transformPod(newLabelSets())(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,5 +121,25 @@ func TestEndpointHealth(t *testing.T) {
 		if got := endpointHealth(sl.endpoints[0], tt.pod); got != tt.want {
 			t.Errorf("%s: health %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// client-go keys and versions a cached pod as the Pod it came from.
+func TestCachedPodKeysAsThePod(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "42", Labels: map[string]string{"app": "web"}}}
+	out, err := transformPod(newLabelSets())(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(out)
+	if err != nil || key != "shop/web-1" {
+		t.Errorf("key %q, %v; want shop/web-1", key, err)
+	}
+	m, err := meta.Accessor(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.GetResourceVersion() != "42" || m.GetUID() != "u1" || m.GetLabels()["app"] != "web" {
+		t.Errorf("metadata %+v", m)
 	}
 }
