@@ -129,9 +129,18 @@ type Client struct {
 	closed     atomic.Bool
 }
 
+// envoyWindow is the HTTP/2 flow-control window Envoy advertises on its
+// connections by default (initial_stream_window_size and
+// initial_connection_window_size, 256 MiB): a simulated proxy receives as
+// an Envoy would, rather than with grpc-go's 64 KiB window grown by
+// bandwidth-delay pings, which makes the hub wait for window updates
+// from clients that share its cores.
+const envoyWindow = 256 << 20
+
 func newClient(e *env, spec ProxySpec, delta bool, target string) (*Client, error) {
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 	if err != nil {
 		return nil, err
 	}
