@@ -92,6 +92,24 @@ func TestUnmarshalRequestTakesAHeldSubscription(t *testing.T) {
 		t.Errorf("the list did not take its own held list beside its twin")
 	}
 	runtime.KeepAlive(heldTwin)
+	// Past runsPerKey lists under one key, a list is not registered: a
+	// request listing it is decoded as usual (and still decoded right),
+	// so no ACK is compared with more than runsPerKey runs.
+	var alike []*nameSet
+	var last []byte
+	for i := range runsPerKey + 2 {
+		l := ackWithNames(1000)
+		l.ResourceNames[50] = fmt.Sprintf("outbound|80||svc-%02d.ns-0.svc.cluster.local", i+10)
+		alike = append(alike, sets.get(l.GetResourceNames()))
+		last, _ = proto.Marshal(l)
+	}
+	if got := len(sets.runs[sets.runKey(held.wire)]); got != runsPerKey {
+		t.Errorf("%d subscriptions registered under one run key, want %d (the bound)", got, runsPerKey)
+	}
+	if got := decodeBoth(t, last, sets); &got.GetResourceNames()[0] == &alike[len(alike)-1].list[0] {
+		t.Errorf("a list past the key's bound took its held list: it was compared with more than %d runs", runsPerKey)
+	}
+	runtime.KeepAlive(alike)
 	// Garbage is refused as proto.Unmarshal refuses it.
 	decodeBoth(t, append(b[:len(b):len(b)], 0xff), sets)
 	runtime.KeepAlive(held) // held until here: the subscription is live

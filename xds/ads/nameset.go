@@ -71,10 +71,20 @@ func (n *nameSets) get(names []string) *nameSet {
 	n.m[sum] = append(n.m[sum], wp)
 	runtime.AddCleanup(s, n.prune, sum)
 	rk := n.runKey(s.wire)
-	n.runs[rk] = append(n.runs[rk], wp)
-	runtime.AddCleanup(s, n.pruneRuns, rk)
+	if len(n.runs[rk]) < runsPerKey {
+		n.runs[rk] = append(n.runs[rk], wp)
+		runtime.AddCleanup(s, n.pruneRuns, rk)
+	}
 	return s
 }
+
+// runsPerKey bounds the subscriptions registered under one run key.
+// Lists alike in length and in every sampled window but different
+// elsewhere (by chance, or made so by a proxy that wants every ACK
+// compared with hundreds of 45 KB runs) share a key; past this many, a
+// list is not registered for the codec, and requests listing it are
+// decoded as usual (encodedIn finds nothing): correct, only slower.
+const runsPerKey = 8
 
 // runSamples and runSample: runKey hashes a run's length and
 // runSamples windows of runSample bytes spread over it (the whole run
