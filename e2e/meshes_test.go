@@ -10,7 +10,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -225,6 +227,12 @@ func openCDS(t *testing.T, h *hub, cert tls.Certificate) *cdsStream {
 				s.first <- names
 			}
 			if s.err = stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: typeurl.Cluster, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); s.err != nil {
+				if errors.Is(s.err, io.EOF) {
+					// The server ended the stream while this ACK went
+					// out (a push it made as it cut the stream off):
+					// its status is what Recv returns.
+					_, s.err = stream.Recv()
+				}
 				return
 			}
 		}
