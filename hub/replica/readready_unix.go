@@ -10,6 +10,20 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
+// readyState is what ReadOnReady keeps of a connection across reads: its
+// raw descriptor and one read's request and result, so that a read
+// allocates nothing but the buffer it returns. Only the connection's
+// reader (gRPC's, one goroutine) touches it.
+type readyState struct {
+	raw     syscall.RawConn
+	read    func(fd uintptr) bool
+	bufSize int
+	pool    mem.BufferPool
+	buf     *[]byte
+	n       int
+	err     error
+}
+
 // ReadOnReady waits until the connection has data and only then takes a
 // buffer of bufSize from pool and reads into it. gRPC's server transport
 // reads a bare TCP connection this way; a net.Conn of another type that
@@ -22,28 +36,32 @@ import (
 // not a *net.TCPConn is read with a pooled buffer, as gRPC's blocking
 // fallback does.
 func (c *trackedConn) ReadOnReady(bufSize int, pool mem.BufferPool) (*[]byte, int, error) {
-	tcp, ok := c.Conn.(*net.TCPConn)
-	if !ok {
-		return blockingRead(c.Conn, bufSize, pool)
-	}
-	raw, err := tcp.SyscallConn()
-	if err != nil {
-		return nil, 0, err
-	}
-	var (
-		buf     *[]byte
-		n       int
-		readErr error
-	)
-	err = raw.Read(func(fd uintptr) bool {
-		buf = pool.Get(bufSize)
-		n, readErr = syscall.Read(int(fd), *buf)
-		if readErr != nil {
-			pool.Put(buf)
-			buf = nil
+	s := c.ready
+	if s == nil {
+		tcp, ok := c.Conn.(*net.TCPConn)
+		if !ok {
+			return blockingRead(c.Conn, bufSize, pool)
 		}
-		return readErr != syscall.EAGAIN && readErr != syscall.EWOULDBLOCK
-	})
+		raw, err := tcp.SyscallConn()
+		if err != nil {
+			return nil, 0, err
+		}
+		s = &readyState{raw: raw}
+		s.read = func(fd uintptr) bool {
+			s.buf = s.pool.Get(s.bufSize)
+			s.n, s.err = syscall.Read(int(fd), *s.buf)
+			if s.err != nil {
+				s.pool.Put(s.buf)
+				s.buf = nil
+			}
+			return s.err != syscall.EAGAIN && s.err != syscall.EWOULDBLOCK
+		}
+		c.ready = s
+	}
+	s.bufSize, s.pool = bufSize, pool
+	err := s.raw.Read(s.read)
+	buf, n, readErr := s.buf, s.n, s.err
+	s.buf, s.pool, s.err = nil, nil, nil
 	switch {
 	case err != nil:
 		if buf != nil {
@@ -56,6 +74,18 @@ func (c *trackedConn) ReadOnReady(bufSize int, pool mem.BufferPool) (*[]byte, in
 		// A read of nothing is the peer's orderly close.
 		pool.Put(buf)
 		return nil, 0, io.EOF
+	}
+	return buf, n, nil
+}
+
+// blockingRead reads r into a buffer of bufSize from pool, as gRPC reads
+// a connection that cannot wait for data before taking a buffer.
+func blockingRead(r io.Reader, bufSize int, pool mem.BufferPool) (*[]byte, int, error) {
+	buf := pool.Get(bufSize)
+	n, err := r.Read(*buf)
+	if err != nil {
+		pool.Put(buf)
+		return nil, 0, err
 	}
 	return buf, n, nil
 }

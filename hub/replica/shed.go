@@ -118,6 +118,9 @@ type trackedConn struct {
 	remote string
 	once   sync.Once
 	home   string // guarded by l.mu
+	// ready is ReadOnReady's state, made on the first read (only the
+	// connection's reader uses it).
+	ready *readyState
 }
 
 func (c *trackedConn) Close() error {

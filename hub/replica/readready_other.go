@@ -1,0 +1,6 @@
+//go:build !unix
+
+package replica
+
+// readyState is unused where connections are not read when ready.
+type readyState struct{}
